@@ -1,0 +1,175 @@
+"""Instance and accelerator facts, each with the source it came from.
+
+The fit check, the roofline plan and the emulator calibration all read these numbers,
+so a wrong figure here moves every downstream result: keep the source next to it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GIB = 1024**3
+GB = 10**9
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    """One accelerator device as the serving runtime shards over it.
+
+    `shard_*` describe the unit a tensor-parallel rank is placed on: a GPU, or a
+    NeuronCore-v2 on Inferentia2 (two per chip, each owning half the chip's HBM and bandwidth).
+    """
+
+    name: str
+    vendor: str  # "aws-neuron" or "nvidia"
+    board_memory_gb: float  # per device, as marketed (GB = 1e9 bytes)
+    shard_visible_gib: float  # what the runtime can allocate on one shard
+    shard_bandwidth_gbs: float  # GB/s per shard
+    shard_bf16_tflops: float  # dense BF16 per shard
+    shards_per_device: int
+    tdp_watts: float | None
+    sources: tuple[str, ...]
+
+
+INFERENTIA2 = Accelerator(
+    name="Inferentia2",
+    vendor="aws-neuron",
+    board_memory_gb=32.0,
+    # 32 GB HBM2e per chip split over 2 NeuronCores-v2: 16 GB = 14.9 GiB per core.
+    shard_visible_gib=16 * GB / GIB,
+    shard_bandwidth_gbs=820.0 / 2,
+    # 190 TFLOPS FP16/BF16 per chip (inf2.48xlarge: 12 chips, 2.3 PFLOPS).
+    shard_bf16_tflops=190.0 / 2,
+    shards_per_device=2,
+    tdp_watts=None,
+    sources=(
+        "AWS Neuron docs, Inferentia2 architecture: 32 GB HBM2e, 820 GB/s, 2 NeuronCores-v2 per chip",
+        "AWS EC2 Inf2 product page: up to 2.3 PFLOPS FP16/BF16 on inf2.48xlarge (12 chips)",
+    ),
+)
+
+NVIDIA_L4 = Accelerator(
+    name="NVIDIA L4",
+    vendor="nvidia",
+    board_memory_gb=24.0,
+    # nvidia-smi on g6.xlarge reports ~22.5 GiB usable; the seed pins 22 GiB.
+    shard_visible_gib=22.0,
+    shard_bandwidth_gbs=300.0,
+    shard_bf16_tflops=121.0,  # dense; 242 with sparsity
+    shards_per_device=1,
+    tdp_watts=72.0,
+    sources=(
+        "NVIDIA L4 datasheet: 24 GB GDDR6, 300 GB/s, 72 W, BF16 242 TFLOPS with sparsity (121 dense)",
+        "seed: L4 on g6.xlarge shows 22 GiB visible, not 24 GB",
+    ),
+)
+
+NVIDIA_A10G = Accelerator(
+    name="NVIDIA A10G",
+    vendor="nvidia",
+    board_memory_gb=24.0,
+    shard_visible_gib=22.0,
+    shard_bandwidth_gbs=600.0,
+    # NVIDIA publishes no A10G datasheet; 70 TFLOPS dense BF16 is the commonly quoted
+    # figure for the AWS variant (below the A10's 125). Treat as an estimate.
+    shard_bf16_tflops=70.0,
+    shards_per_device=1,
+    tdp_watts=300.0,
+    sources=(
+        "AWS EC2 G5 product page: A10G, 24 GB GDDR6 per GPU",
+        "600 GB/s memory bandwidth: AWS G5 documentation; BF16 70 TFLOPS dense: estimate, no NVIDIA datasheet",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class InstanceType:
+    name: str
+    accelerator: Accelerator
+    devices: int
+    vcpus: int
+    memory_gib: int
+    tp_degrees: tuple[int, ...]  # tensor-parallel degrees the serving stack supports here
+    source: str
+
+    @property
+    def family(self) -> str:
+        return self.name.split(".", 1)[0]
+
+    @property
+    def shards(self) -> int:
+        return self.devices * self.accelerator.shards_per_device
+
+    def visible_gib(self, tp: int) -> float:
+        return self.accelerator.shard_visible_gib * tp
+
+    def bandwidth_gbs(self, tp: int) -> float:
+        return self.accelerator.shard_bandwidth_gbs * tp
+
+    def bf16_tflops(self, tp: int) -> float:
+        return self.accelerator.shard_bf16_tflops * tp
+
+
+_INF2_SRC = "AWS EC2 Inf2 instance types page (chips, vCPU, memory)"
+_G6_SRC = "AWS EC2 G6 instance types page (GPUs, vCPU, memory)"
+_G5_SRC = "AWS EC2 G5 instance types page (GPUs, vCPU, memory)"
+# Neuron: TP over NeuronCores, one of {1, 2, 4, 8, 24} that fits the cores on the instance.
+_NEURON_TP = (1, 2, 4, 8, 24)
+
+
+def _inf2(size: str, chips: int, vcpus: int, mem: int) -> InstanceType:
+    cores = chips * INFERENTIA2.shards_per_device
+    return InstanceType(
+        f"inf2.{size}", INFERENTIA2, chips, vcpus, mem, tuple(t for t in _NEURON_TP if t <= cores), _INF2_SRC
+    )
+
+
+def _gpu(family: str, size: str, acc: Accelerator, gpus: int, vcpus: int, mem: int, src: str) -> InstanceType:
+    return InstanceType(f"{family}.{size}", acc, gpus, vcpus, mem, tuple(t for t in (1, 2, 4, 8) if t <= gpus), src)
+
+
+_GPU_SIZES = (
+    ("xlarge", 1, 4, 16),
+    ("2xlarge", 1, 8, 32),
+    ("4xlarge", 1, 16, 64),
+    ("8xlarge", 1, 32, 128),
+    ("16xlarge", 1, 64, 256),
+    ("12xlarge", 4, 48, 192),
+    ("24xlarge", 4, 96, 384),
+    ("48xlarge", 8, 192, 768),
+)
+
+CATALOG: dict[str, InstanceType] = {
+    it.name: it
+    for it in (
+        _inf2("xlarge", 1, 4, 16),
+        _inf2("8xlarge", 1, 32, 128),
+        _inf2("24xlarge", 6, 96, 384),
+        _inf2("48xlarge", 12, 192, 768),
+        *(_gpu("g6", s, NVIDIA_L4, g, v, m, _G6_SRC) for s, g, v, m in _GPU_SIZES),
+        *(_gpu("g5", s, NVIDIA_A10G, g, v, m, _G5_SRC) for s, g, v, m in _GPU_SIZES),
+    )
+}
+
+
+class UnknownInstanceType(KeyError):
+    pass
+
+
+def instance(name: str) -> InstanceType:
+    try:
+        return CATALOG[name]
+    except KeyError:
+        raise UnknownInstanceType(
+            f"unknown instance type {name!r}; known: {', '.join(sorted(CATALOG))}"
+        ) from None
+
+
+BYTES_PER_PRECISION: dict[str, float] = {
+    "fp32": 4.0,
+    "bf16": 2.0,
+    "fp16": 2.0,
+    "fp8": 1.0,
+    "int8": 1.0,
+    "int4": 0.5,
+}

@@ -1,0 +1,81 @@
+"""`python -m campaign`: one entry point for every step of a campaign.
+
+Each subcommand registers itself here; bad input exits 2 with `field.path: reason` lines,
+never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+
+from campaign.manifest import Manifest, ManifestError, load_manifest
+
+EXIT_BAD_INPUT = 2
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _load(path: str) -> Manifest:
+    return load_manifest(path)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    m = _load(args.manifest)
+    print(f"ok: {args.manifest} campaign={m.campaign} digest={m.digest}")
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from campaign.plan import plan, render_text
+
+    m = _load(args.manifest)
+    plans = plan(m)
+    if args.json:
+        out = {"campaign": m.campaign, "manifest_digest": m.digest, "fleets": [p.as_dict() for p in plans]}
+        print(json.dumps(out, indent=2))
+    else:
+        print(render_text(m, plans))
+    return 0 if all(p.fits for p in plans) else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m campaign",
+        description="Decide, with evidence, whether an LLM endpoint should run on Inf2 or G6.",
+    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    v = sub.add_parser("validate", help="check a manifest; exit 2 listing every bad field")
+    v.add_argument("manifest")
+    v.set_defaults(handler=cmd_validate)
+
+    pl = sub.add_parser("plan", help="memory fit, roofline decode ceiling, prefill estimate and price per fleet")
+    pl.add_argument("manifest")
+    pl.add_argument("--json", action="store_true", help="machine-readable output")
+    pl.set_defaults(handler=cmd_plan)
+
+    for register in _EXTRA_COMMANDS:
+        register(sub)
+    return p
+
+
+# Later modules (local, deploy, run, report, teardown) add their subcommands here.
+_EXTRA_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = []  # type: ignore[type-arg]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except ManifestError as exc:
+        print(f"invalid manifest {exc.source or args.manifest}:", file=sys.stderr)
+        for issue in exc.issues:
+            print(f"  {issue}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,568 @@
+"""The frozen comparability manifest: one YAML file that pins everything a campaign compares.
+
+Loading is two passes: pydantic checks shape and ranges, then `semantic_issues` checks what
+needs the catalog (instance types, TP degrees, memory fit, AZs). Both report
+`field.path: reason`, so an operator can fix a manifest before any money is spent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+
+from campaign import catalog
+
+Slug = Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$")]
+Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+NonNeg = Annotated[float, Field(ge=0)]
+Pos = Annotated[float, Field(gt=0)]
+Fraction = Annotated[float, Field(ge=0, le=1)]
+Precision = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Model(_Frozen):
+    repo: str = Field(min_length=3, pattern=r"^[\w.-]+/[\w.-]+$")
+    commit: str = Field(pattern=r"^[0-9a-f]{40}$", description="full 40-hex revision of the checkpoint")
+    weight_files: dict[str, Sha256] = Field(min_length=1)
+    license: str = Field(min_length=1)
+    params_b: Pos
+    layers: int = Field(gt=0)
+    hidden_size: int = Field(gt=0)
+    attention_heads: int = Field(gt=0)
+    kv_heads: int = Field(gt=0)
+    head_dim: int | None = Field(default=None, gt=0)
+    vocab_size: int = Field(gt=0)
+    # A gated checkpoint's hub token lives in Secrets Manager; the manifest only names it.
+    hub_token_secret_arn: str | None = Field(default=None, pattern=r"^arn:aws[\w-]*:secretsmanager:[\w-]+:\d{12}:secret:.+$")
+
+    @property
+    def resolved_head_dim(self) -> int:
+        return self.head_dim or self.hidden_size // self.attention_heads
+
+    @field_validator("commit", mode="before")
+    @classmethod
+    def _commit_is_full(cls, v: Any) -> Any:
+        if isinstance(v, str) and re.fullmatch(r"[0-9a-f]{4,39}", v):
+            raise ValueError(f"commit {v!r} is abbreviated ({len(v)} hex digits); pin the full 40-hex hash")
+        return v
+
+
+class Tokenizer(_Frozen):
+    # "emulator": the word-level tokenizer shared by the emulator and loadgen (local campaigns);
+    # "huggingface": a tokenizer.json shipped with the checkpoint at the pinned commit.
+    kind: Literal["emulator", "huggingface"]
+    path: str | None = None
+    chat_template: str = Field(min_length=1)
+    special_tokens: dict[str, str] = Field(default_factory=dict)
+    max_length: int = Field(gt=0)
+
+    @model_validator(mode="after")
+    def _hf_needs_file(self) -> Tokenizer:
+        if self.kind == "huggingface" and not self.path:
+            raise ValueError("path: a huggingface tokenizer needs the tokenizer.json path")
+        return self
+
+
+class Generation(_Frozen):
+    temperature: NonNeg
+    top_p: Annotated[float, Field(gt=0, le=1)]
+    top_k: int = Field(ge=-1)
+    seed: int = Field(ge=0)
+    max_output_tokens: int = Field(gt=0)
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+
+
+class PrecisionSpec(_Frozen):
+    weights: Precision
+    activations: Precision
+    kv_cache: Precision
+
+
+class Serving(_Frozen):
+    stack: Literal["vllm-neuron", "vllm", "tensorrt-llm", "tgi"]
+    image: str = Field(pattern=r"^[\w./:-]+@sha256:[0-9a-f]{64}$", description="image pinned by digest")
+    sdk_version: str = Field(min_length=1, description="Neuron SDK or CUDA version")
+    driver_version: str = Field(min_length=1)
+    framework_versions: dict[str, str] = Field(default_factory=dict)
+    extra_args: tuple[str, ...] = ()
+
+
+class Asg(_Frozen):
+    min: int = Field(ge=0)
+    max: int = Field(ge=1)
+    desired: int = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Asg:
+        if not self.min <= self.desired <= self.max:
+            raise ValueError(f"need min <= desired <= max, got {self.min} <= {self.desired} <= {self.max}")
+        return self
+
+
+class Efficiency(_Frozen):
+    """Fraction of the roofline a real stack reaches (seed: 60-80% of theoretical)."""
+
+    bandwidth: Annotated[float, Field(gt=0, le=1)] = 0.7
+    compute: Annotated[float, Field(gt=0, le=1)] = 0.5
+
+
+class Fleet(_Frozen):
+    name: Slug
+    instance_type: str
+    serving: Serving
+    tensor_parallel: int = Field(ge=1)
+    sequence_buckets: tuple[int, ...] = ()
+    max_concurrency: int = Field(ge=1, description="max sequences batched at once (vLLM max_num_seqs)")
+    max_model_len: int = Field(gt=0)
+    asg: Asg
+    availability_zones: tuple[str, ...] = Field(min_length=1)
+    redundancy: int = Field(ge=0, description="instances added above the computed need (N+k)")
+    ebs_cache_gib: int = Field(ge=20, le=16384)
+    runtime_reserve_gib: NonNeg | None = None
+    efficiency: Efficiency = Efficiency()
+
+
+class Trace(_Frozen):
+    path: str
+    format: Literal["azure", "burstgpt", "mooncake", "plain-csv", "plain-jsonl"]
+    sha256: Sha256 | None = None
+    source: str = ""
+
+
+class Window(_Frozen):
+    start_s: NonNeg = 0.0
+    duration_s: Pos
+
+
+class RequestClass(_Frozen):
+    max_input_tokens: int = Field(gt=0)
+    max_output_tokens: int = Field(gt=0)
+    mode: Literal["clip", "filter"] = "clip"
+
+
+class Demand(_Frozen):
+    """Production demand the fleet must be sized for (not the replayed trace's rate)."""
+
+    peak_requests_per_s: Pos
+    hours_per_month: Annotated[float, Field(gt=0, le=744)] = 730.0
+
+
+class Workload(_Frozen):
+    """How the trace is replayed.
+
+    time_scale multiplies every arrival offset (0.5 replays twice as fast, burst shape kept);
+    rate_scale thins (< 1) or replicates (> 1) arrivals deterministically by sample_seed, so
+    load changes without changing the inter-arrival pattern of the requests that remain.
+    window is in trace time, before time_scale.
+    """
+
+    trace: Trace
+    time_scale: Pos = 1.0
+    rate_scale: Pos = 1.0
+    window: Window
+    warmup_s: NonNeg = 0.0
+    request_class: RequestClass
+    sample_seed: int = 0
+    demand: Demand
+
+
+class Slo(_Frozen):
+    ttft_p95_s: Pos
+    itl_p95_s: Pos
+    max_error_rate: Fraction
+    max_retry_rate: Fraction
+
+
+class QualityFixture(_Frozen):
+    id: str = Field(min_length=1)
+    prompt: str = Field(min_length=1)
+    max_tokens: int = Field(gt=0)
+    expect_finish_reason: Literal["stop", "length"] | None = None
+    expect_regex: str | None = None
+    expect_json: bool = False
+
+    @field_validator("expect_regex")
+    @classmethod
+    def _compiles(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as exc:
+                raise ValueError(f"not a valid regular expression: {exc}") from None
+        return v
+
+
+class Quality(_Frozen):
+    fixtures: tuple[QualityFixture, ...] = Field(min_length=1)
+    min_pass_rate: Fraction = 1.0
+
+
+class Commitment(_Frozen):
+    fleet: str
+    kind: Literal["savings-plan", "reserved-instance"]
+    covered_instances: int = Field(ge=0, description="instances the commitment pays for, used or not")
+    effective_hourly_usd: NonNeg
+    renewal_hourly_usd: NonNeg | None = None
+    term_months: int = Field(gt=0)
+
+
+class Network(_Frozen):
+    nlb_cross_zone: bool = False
+    inter_az_gb_per_month: NonNeg = 0.0
+    nlb_lcu_per_hour: NonNeg = 1.0
+
+
+class Costs(_Frozen):
+    region: str = Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")
+    price_source: Literal["snapshot", "price-list-api"] = "snapshot"
+    commitments: tuple[Commitment, ...] = ()
+    network: Network = Network()
+    observability_monthly_usd: NonNeg = 0.0
+    licenses_monthly_usd: NonNeg = 0.0
+    utilization_target: Annotated[float, Field(gt=0, le=1)] = 1.0
+
+
+class Migration(_Frozen):
+    activities_hours: dict[str, NonNeg] = Field(min_length=1)
+    loaded_rate_usd_per_hour: NonNeg
+    testing_usd: NonNeg = 0.0
+    tooling_usd: NonNeg = 0.0
+    training_usd: NonNeg = 0.0
+    dual_run_days: NonNeg = 0.0
+    shadow_capacity_fraction: Fraction = 0.0
+    canary_capacity_fraction: Fraction = 0.0
+    rollback_retention_days: NonNeg = 0.0
+    refresh_cadence_months: Pos
+    months_to_next_refresh: NonNeg | None = None
+
+
+class Comparison(_Frozen):
+    baseline: str = Field(description="fleet running today (e.g. the G6 fleet)")
+    candidate: str = Field(description="fleet the migration would move to (e.g. the Inf2 fleet)")
+
+
+class Operator(_Frozen):
+    cidr: str
+
+    @field_validator("cidr")
+    @classmethod
+    def _not_world(cls, v: str) -> str:
+        try:
+            net = ipaddress.ip_network(v, strict=True)
+        except ValueError as exc:
+            raise ValueError(f"not a CIDR block: {exc}") from None
+        if net.prefixlen == 0:
+            raise ValueError(f"{v} opens the Locust UI to the whole internet; give the operator's own range")
+        return v
+
+
+class Loadgen(_Frozen):
+    workers: int = Field(ge=1, le=64)
+    request_timeout_s: Pos = 120.0
+    # A run whose schedule lag p99 exceeds this measured the client, not the server.
+    max_schedule_lag_p99_s: Pos = 0.05
+
+
+class Manifest(_Frozen):
+    schema_version: Literal[1] = 1
+    campaign: Slug
+    description: str = ""
+    model: Model
+    tokenizer: Tokenizer
+    generation: Generation
+    precision: PrecisionSpec
+    fleets: tuple[Fleet, ...] = Field(min_length=2)
+    comparison: Comparison
+    workload: Workload
+    slo: Slo
+    quality: Quality
+    costs: Costs
+    migration: Migration
+    horizon_months: Annotated[float, Field(gt=0, le=120)]
+    operator: Operator
+    loadgen: Loadgen
+
+    _source: Path | None = PrivateAttr(default=None)
+
+    @property
+    def digest(self) -> str:
+        """sha256 of the canonical JSON form: stable across key order, whitespace and comments."""
+        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+    @property
+    def short_digest(self) -> str:
+        return self.digest[:12]
+
+    @property
+    def source(self) -> Path | None:
+        return self._source
+
+    def fleet(self, name: str) -> Fleet:
+        for f in self.fleets:
+            if f.name == name:
+                return f
+        raise KeyError(f"no fleet named {name!r}; fleets: {', '.join(f.name for f in self.fleets)}")
+
+    def resolve_path(self, rel: str) -> Path:
+        """Paths inside the manifest are relative to the manifest file."""
+        p = Path(rel)
+        if p.is_absolute() or self._source is None:
+            return p
+        return (self._source.parent / p).resolve()
+
+    @property
+    def trace_path(self) -> Path:
+        return self.resolve_path(self.workload.trace.path)
+
+
+# --- errors --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Issue:
+    path: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}"
+
+
+class ManifestError(ValueError):
+    def __init__(self, issues: list[Issue], source: str | None = None):
+        self.issues = issues
+        self.source = source
+        head = f"{source}: " if source else ""
+        super().__init__(head + "; ".join(str(i) for i in issues))
+
+
+def _loc_to_path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(root)"
+
+
+def _pydantic_issues(exc: ValidationError) -> list[Issue]:
+    issues = []
+    for err in exc.errors():
+        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "missing":
+            msg = "required field is missing"
+        elif err["type"] == "extra_forbidden":
+            msg = "unknown field (typo?)"
+        issues.append(Issue(_loc_to_path(loc), msg))
+    return issues
+
+
+# --- YAML loading ----------------------------------------------------------------------------
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys: a silently overwritten key loses data."""
+
+
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r} (first on line {seen[key] + 1})", key_node.start_mark
+            )
+        seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)  # type: ignore[arg-type]
+
+
+def parse_yaml(text: str, source: str = "<manifest>") -> Any:
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - SafeLoader subclass
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
+        problem = exc.problem or exc.context or "invalid YAML"
+        raise ManifestError([Issue("(yaml)", f"{where}: {problem}")], source) from None
+    except yaml.YAMLError as exc:
+        raise ManifestError([Issue("(yaml)", str(exc))], source) from None
+
+
+def load_manifest(path: str | Path, *, check_files: bool = True) -> Manifest:
+    """Parse, validate and semantically check a manifest; raise ManifestError with every issue."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ManifestError([Issue("(file)", f"cannot read: {exc.strerror or exc}")], str(p)) from None
+    except UnicodeDecodeError as exc:
+        raise ManifestError([Issue("(file)", f"not UTF-8: {exc}")], str(p)) from None
+    data = parse_yaml(text, str(p))
+    m = manifest_from_data(data, source=p)
+    issues = semantic_issues(m, check_files=check_files)
+    if issues:
+        raise ManifestError(issues, str(p))
+    return m
+
+
+def manifest_from_data(data: Any, source: Path | None = None) -> Manifest:
+    if not isinstance(data, dict):
+        raise ManifestError([Issue("(root)", "the manifest must be a YAML mapping")], str(source) if source else None)
+    try:
+        m = Manifest.model_validate(data)
+    except ValidationError as exc:
+        raise ManifestError(_pydantic_issues(exc), str(source) if source else None) from None
+    m._source = source.resolve() if source else None
+    return m
+
+
+# --- semantic checks (need the catalog) ---------------------------------------------------------
+
+
+def default_reserve_gib(it: catalog.InstanceType, tp: int) -> float:
+    # Assumption, not a measurement: CUDA context + activation workspace ~1.5 GiB per GPU;
+    # Neuron runtime scratchpad ~0.75 GiB per NeuronCore. Override per fleet when measured.
+    per_shard = 0.75 if it.accelerator.vendor == "aws-neuron" else 1.5
+    return per_shard * tp
+
+
+@dataclass(frozen=True)
+class Fit:
+    weights_gib: float
+    kv_cache_gib: float
+    reserve_gib: float
+    visible_gib: float
+
+    @property
+    def needed_gib(self) -> float:
+        return self.weights_gib + self.kv_cache_gib + self.reserve_gib
+
+    @property
+    def fits(self) -> bool:
+        return self.needed_gib <= self.visible_gib
+
+    @property
+    def headroom_gib(self) -> float:
+        return self.visible_gib - self.needed_gib
+
+
+def weight_bytes(m: Manifest) -> float:
+    return m.model.params_b * 1e9 * catalog.BYTES_PER_PRECISION[m.precision.weights]
+
+
+def kv_bytes_per_token(m: Manifest) -> float:
+    md = m.model
+    return 2 * md.layers * md.kv_heads * md.resolved_head_dim * catalog.BYTES_PER_PRECISION[m.precision.kv_cache]
+
+
+def fit(m: Manifest, fleet: Fleet) -> Fit:
+    it = catalog.instance(fleet.instance_type)
+    tp = fleet.tensor_parallel
+    kv = kv_bytes_per_token(m) * fleet.max_model_len * fleet.max_concurrency
+    reserve = fleet.runtime_reserve_gib if fleet.runtime_reserve_gib is not None else default_reserve_gib(it, tp)
+    return Fit(weight_bytes(m) / catalog.GIB, kv / catalog.GIB, reserve, it.visible_gib(tp))
+
+
+def semantic_issues(m: Manifest, *, check_files: bool = True) -> list[Issue]:
+    issues: list[Issue] = []
+    names = [f.name for f in m.fleets]
+    for dup in sorted({n for n in names if names.count(n) > 1}):
+        issues.append(Issue("fleets", f"fleet name {dup!r} is used more than once"))
+    for role in ("baseline", "candidate"):
+        if getattr(m.comparison, role) not in names:
+            issues.append(Issue(f"comparison.{role}", f"no fleet named {getattr(m.comparison, role)!r}"))
+    if m.comparison.baseline == m.comparison.candidate:
+        issues.append(Issue("comparison", "baseline and candidate must be different fleets"))
+    for i, c in enumerate(m.costs.commitments):
+        if c.fleet not in names:
+            issues.append(Issue(f"costs.commitments[{i}].fleet", f"no fleet named {c.fleet!r}"))
+
+    max_seq = m.workload.request_class.max_input_tokens + m.workload.request_class.max_output_tokens
+    if m.generation.max_output_tokens < m.workload.request_class.max_output_tokens:
+        issues.append(Issue("generation.max_output_tokens", "smaller than workload.request_class.max_output_tokens"))
+    if max_seq > m.tokenizer.max_length:
+        issues.append(Issue("workload.request_class", f"input + output = {max_seq} exceeds tokenizer.max_length {m.tokenizer.max_length}"))
+
+    for i, f in enumerate(m.fleets):
+        at = f"fleets[{i}]"
+        try:
+            it = catalog.instance(f.instance_type)
+        except catalog.UnknownInstanceType as exc:
+            issues.append(Issue(f"{at}.instance_type", str(exc.args[0])))
+            continue
+        tp = f.tensor_parallel
+        if tp not in it.tp_degrees:
+            unit = "NeuronCores" if it.accelerator.vendor == "aws-neuron" else "GPUs"
+            allowed = "{1, 2, 4, 8, 24}" if it.accelerator.vendor == "aws-neuron" else "{1, 2, 4, 8}"
+            issues.append(
+                Issue(
+                    f"{at}.tensor_parallel",
+                    f"degree {tp} not supported on {it.name}: must be one of {allowed} "
+                    f"and at most the {it.shards} {unit} it has (allowed here: {list(it.tp_degrees)})",
+                )
+            )
+            continue
+        if m.model.attention_heads % tp:
+            issues.append(
+                Issue(f"{at}.tensor_parallel", f"degree {tp} does not divide the model's {m.model.attention_heads} attention heads")
+            )
+        stack_ok = {"aws-neuron": {"vllm-neuron"}, "nvidia": {"vllm", "tensorrt-llm", "tgi"}}[it.accelerator.vendor]
+        if f.serving.stack not in stack_ok:
+            issues.append(Issue(f"{at}.serving.stack", f"{f.serving.stack} does not run on {it.accelerator.name}; use one of {sorted(stack_ok)}"))
+        if f.max_model_len < max_seq:
+            issues.append(Issue(f"{at}.max_model_len", f"{f.max_model_len} is shorter than the request class ({max_seq} tokens)"))
+        if f.sequence_buckets:
+            if list(f.sequence_buckets) != sorted(set(f.sequence_buckets)):
+                issues.append(Issue(f"{at}.sequence_buckets", "must be strictly increasing"))
+            elif f.sequence_buckets[-1] < f.max_model_len:
+                issues.append(Issue(f"{at}.sequence_buckets", f"largest bucket {f.sequence_buckets[-1]} < max_model_len {f.max_model_len}"))
+        elif it.accelerator.vendor == "aws-neuron":
+            issues.append(Issue(f"{at}.sequence_buckets", "Neuron compiles per sequence bucket; list them"))
+        ft = fit(m, f)
+        if not ft.fits:
+            issues.append(
+                Issue(
+                    at,
+                    f"model does not fit {it.name} at tensor_parallel={tp}: weights {ft.weights_gib:.1f} GiB + "
+                    f"KV cache {ft.kv_cache_gib:.1f} GiB ({f.max_concurrency} seqs x {f.max_model_len} tokens) + "
+                    f"reserve {ft.reserve_gib:.1f} GiB = {ft.needed_gib:.1f} GiB > {ft.visible_gib:.1f} GiB visible",
+                )
+            )
+        azs = f.availability_zones
+        if len(set(azs)) != len(azs):
+            issues.append(Issue(f"{at}.availability_zones", "listed twice"))
+        if f.redundancy > 0 and len(set(azs)) < 2:
+            issues.append(Issue(f"{at}.availability_zones", f"redundancy {f.redundancy} asks for at least two AZs, got {len(set(azs))}"))
+        for j, az in enumerate(azs):
+            if not re.fullmatch(re.escape(m.costs.region) + r"[a-z]", az):
+                issues.append(Issue(f"{at}.availability_zones[{j}]", f"{az!r} is not an AZ of region {m.costs.region}"))
+
+    if check_files:
+        tp_path = m.trace_path
+        if not tp_path.is_file():
+            issues.append(Issue("workload.trace.path", f"no such file: {tp_path}"))
+        elif m.workload.trace.sha256:
+            got = hashlib.sha256(tp_path.read_bytes()).hexdigest()
+            if got != m.workload.trace.sha256:
+                issues.append(Issue("workload.trace.sha256", f"file hash {got} does not match the pinned {m.workload.trace.sha256}"))
+        if m.tokenizer.path and not m.resolve_path(m.tokenizer.path).is_file():
+            issues.append(Issue("tokenizer.path", f"no such file: {m.resolve_path(m.tokenizer.path)}"))
+    return issues

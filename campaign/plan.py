@@ -1,0 +1,101 @@
+"""Back-of-envelope plan per fleet: memory fit, roofline decode ceiling, prefill time, price.
+
+Decode is memory-bound: every step streams all weights (plus the batch's KV cache) from
+accelerator memory, so tokens/s per sequence <= bandwidth / bytes read per step. Prefill is
+compute-bound: about 2 x params FLOPs per prompt token. These are ceilings, then scaled by
+the manifest's efficiency (the seed's 60-80% of theoretical).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from campaign import catalog, prices
+from campaign.manifest import Fleet, Manifest, fit, kv_bytes_per_token, weight_bytes
+
+
+@dataclass(frozen=True)
+class FleetPlan:
+    fleet: str
+    instance_type: str
+    accelerator: str
+    tensor_parallel: int
+    fits: bool
+    weights_gib: float
+    kv_cache_gib: float
+    reserve_gib: float
+    visible_gib: float
+    bandwidth_gbs: float
+    decode_ceiling_tok_s: float  # batch 1, weights only (seed formula), 100% bandwidth
+    decode_expected_tok_s: float  # batch 1 at the manifest's bandwidth efficiency
+    batch_decode_tok_s: float  # at max_concurrency, half-full contexts, with efficiency
+    prefill_s: float  # max_input_tokens prompt, at the manifest's compute efficiency
+    hourly_usd: float | None
+    price_provenance: str
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def decode_step_s(m: Manifest, f: Fleet, batch: int, mean_context: float, efficiency: float) -> float:
+    it = catalog.instance(f.instance_type)
+    bytes_read = weight_bytes(m) + kv_bytes_per_token(m) * batch * mean_context
+    return bytes_read / (it.bandwidth_gbs(f.tensor_parallel) * 1e9 * efficiency)
+
+
+def prefill_s(m: Manifest, f: Fleet, prompt_tokens: int, efficiency: float) -> float:
+    it = catalog.instance(f.instance_type)
+    return 2 * m.model.params_b * 1e9 * prompt_tokens / (it.bf16_tflops(f.tensor_parallel) * 1e12 * efficiency)
+
+
+def plan_fleet(m: Manifest, f: Fleet) -> FleetPlan:
+    it = catalog.instance(f.instance_type)
+    ft = fit(m, f)
+    bw = it.bandwidth_gbs(f.tensor_parallel)
+    eff = f.efficiency
+    rc = m.workload.request_class
+    half_ctx = rc.max_input_tokens + rc.max_output_tokens / 2
+    try:
+        price = prices.instance_hourly(f.instance_type, m.costs.region)
+        hourly: float | None = price.usd
+        prov = price.provenance
+    except prices.PriceNotFound as exc:
+        hourly, prov = None, f"missing: {exc}"
+    return FleetPlan(
+        fleet=f.name,
+        instance_type=f.instance_type,
+        accelerator=f"{it.accelerator.name} x{it.devices}",
+        tensor_parallel=f.tensor_parallel,
+        fits=ft.fits,
+        weights_gib=round(ft.weights_gib, 2),
+        kv_cache_gib=round(ft.kv_cache_gib, 2),
+        reserve_gib=round(ft.reserve_gib, 2),
+        visible_gib=round(ft.visible_gib, 2),
+        bandwidth_gbs=bw,
+        decode_ceiling_tok_s=bw * 1e9 / weight_bytes(m),
+        decode_expected_tok_s=1.0 / decode_step_s(m, f, 1, 0, eff.bandwidth),
+        batch_decode_tok_s=f.max_concurrency / decode_step_s(m, f, f.max_concurrency, half_ctx, eff.bandwidth),
+        prefill_s=prefill_s(m, f, rc.max_input_tokens, eff.compute),
+        hourly_usd=hourly,
+        price_provenance=prov,
+    )
+
+
+def plan(m: Manifest) -> list[FleetPlan]:
+    return [plan_fleet(m, f) for f in m.fleets]
+
+
+def render_text(m: Manifest, plans: list[FleetPlan]) -> str:
+    lines = [f"campaign {m.campaign}  manifest {m.short_digest}  model {m.model.repo}@{m.model.commit[:10]}", ""]
+    for p in plans:
+        lines += [
+            f"{p.fleet}: {p.instance_type} ({p.accelerator}), TP={p.tensor_parallel}",
+            f"  memory   {'fits' if p.fits else 'DOES NOT FIT'}: weights {p.weights_gib:.2f} + KV {p.kv_cache_gib:.2f} "
+            f"+ reserve {p.reserve_gib:.2f} GiB of {p.visible_gib:.2f} GiB visible",
+            f"  decode   ceiling {p.decode_ceiling_tok_s:.1f} tok/s at batch 1 ({p.bandwidth_gbs:.0f} GB/s), "
+            f"expected {p.decode_expected_tok_s:.1f}; batch {m.fleet(p.fleet).max_concurrency}: {p.batch_decode_tok_s:.0f} tok/s",
+            f"  prefill  {p.prefill_s * 1000:.0f} ms for {m.workload.request_class.max_input_tokens} prompt tokens",
+            "  price    " + (f"${p.hourly_usd:.4f}/h ({p.price_provenance})" if p.hourly_usd is not None else p.price_provenance),
+            "",
+        ]
+    return "\n".join(lines)

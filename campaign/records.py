@@ -1,0 +1,102 @@
+"""The per-request record: the contract between the load generator and the analysis.
+
+One JSON object per line (JSONL). The loadgen writes it, the analysis reads it; both import
+this module so the field names cannot drift. Times are seconds. `scheduled_s` and `sent_s`
+are offsets from the run's start on the loadgen's monotonic clock; `wall_start` is the
+run's start as Unix time, for aligning with Prometheus and CloudWatch.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from enum import Enum
+from typing import Any
+
+RECORD_VERSION = 1
+
+
+class Outcome(str, Enum):
+    OK = "ok"
+    HTTP_ERROR = "http_error"
+    TIMEOUT = "timeout"
+    TRUNCATED = "truncated"  # stream ended without a finish reason / [DONE]
+    CONNECTION_ERROR = "connection_error"
+    QUALITY_FAIL = "quality_fail"
+    NOT_SENT = "not_sent"  # scheduled but never sent (run stopped, worker died)
+
+
+@dataclass
+class RequestRecord:
+    campaign: str
+    manifest_digest: str
+    fleet: str
+    request_id: int  # index in the normalized schedule; identical across fleets
+    worker: str
+    wall_start: float  # run start, Unix seconds
+    scheduled_s: float
+    sent_s: float | None
+    send_lag_s: float | None  # sent_s - scheduled_s: the client's own queueing, kept visible
+    ttft_s: float | None  # scheduled send -> first output token (DESIGN.md)
+    itl_s: float | None  # mean gap between consecutive output tokens
+    itl_max_s: float | None
+    e2e_s: float | None  # scheduled send -> last token
+    input_tokens: int  # requested prompt length from the trace (after clipping)
+    max_tokens: int  # requested output length
+    client_output_tokens: int  # content chunks the client counted
+    server_prompt_tokens: int | None  # usage reported by the server
+    server_output_tokens: int | None
+    finish_reason: str | None
+    outcome: str  # Outcome value
+    http_status: int | None
+    error: str | None
+    slo_ok: bool  # this request met the per-request TTFT and ITL SLO
+    warmup: bool
+    record_version: int = RECORD_VERSION
+
+    @property
+    def output_tokens(self) -> int:
+        """Server usage where available (it is what is billed), else the client's count."""
+        return self.server_output_tokens if self.server_output_tokens is not None else self.client_output_tokens
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RequestRecord:
+        names = {f.name for f in fields(cls)}
+        missing = names - set(d) - {"record_version"}
+        if missing:
+            raise ValueError(f"record is missing fields: {', '.join(sorted(missing))}")
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(RequestRecord))
+
+
+@dataclass
+class RunSummary:
+    """Written next to the records at the end of a run; the invariant is checked before it is."""
+
+    campaign: str
+    manifest_digest: str
+    fleet: str
+    scheduled: int
+    completed: int  # outcome ok or quality_fail: a response came back whole
+    failed: int
+    not_sent: int
+    warmup_excluded: int
+    schedule_lag_p50_s: float
+    schedule_lag_p99_s: float
+    client_cpu_percent: float
+    valid: bool  # False when lag p99 exceeded the manifest bound: the client, not the server, was measured
+    invalid_reasons: list[str]
+    token_count_mismatch_rate: float  # share of ok requests where client and server counts disagree
+    started_at: float
+    ended_at: float
+
+    def invariant_holds(self) -> bool:
+        return self.scheduled == self.completed + self.failed + self.not_sent
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)

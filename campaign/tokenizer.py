@@ -1,0 +1,90 @@
+"""The manifest's tokenizer and chat template, shared by the emulator and the load generator.
+
+A local campaign has no real checkpoint, so it uses the "emulator" tokenizer: special tokens
+named in the manifest are one token each, everything else is one token per whitespace-
+separated word. Both sides count with this same code, so prompt lengths are exact. A
+"huggingface" tokenizer loads the checkpoint's tokenizer.json through the `tokenizers`
+package when it is installed; nothing ever falls back to a default tokenizer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Protocol
+
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from campaign.manifest import Manifest
+
+
+class Tokenizer(Protocol):
+    def encode(self, text: str) -> list[str]: ...
+
+    def count(self, text: str) -> int: ...
+
+
+class WordTokenizer:
+    """Special tokens first, then runs of non-space characters."""
+
+    def __init__(self, special_tokens: Sequence[str] = ()):
+        specials = sorted({s for s in special_tokens if s}, key=len, reverse=True)
+        alt = "|".join(re.escape(s) for s in specials)
+        self._re = re.compile(f"{alt}|\\S+" if alt else r"\S+")
+        self.special_tokens = tuple(specials)
+
+    def encode(self, text: str) -> list[str]:
+        return self._re.findall(text)
+
+    def count(self, text: str) -> int:
+        return sum(1 for _ in self._re.finditer(text))
+
+
+class HuggingFaceTokenizer:
+    def __init__(self, path: Path):
+        try:
+            from tokenizers import Tokenizer as _HF  # type: ignore[import-not-found]
+        except ImportError as exc:
+            raise RuntimeError("tokenizer.kind huggingface needs the 'tokenizers' package installed") from exc
+        self._tok = _HF.from_file(str(path))
+
+    def encode(self, text: str) -> list[str]:
+        return list(self._tok.encode(text, add_special_tokens=False).tokens)
+
+    def count(self, text: str) -> int:
+        return len(self._tok.encode(text, add_special_tokens=False).ids)
+
+
+def for_manifest(m: Manifest) -> Tokenizer:
+    t = m.tokenizer
+    if t.kind == "emulator":
+        return _word_tokenizer(tuple(sorted(t.special_tokens.values())))
+    assert t.path is not None  # enforced by the manifest model
+    return HuggingFaceTokenizer(m.resolve_path(t.path))
+
+
+@lru_cache(maxsize=32)
+def _word_tokenizer(specials: tuple[str, ...]) -> WordTokenizer:
+    return WordTokenizer(specials)
+
+
+_JINJA = ImmutableSandboxedEnvironment(keep_trailing_newline=True)
+
+
+def apply_chat_template(template: str, messages: Sequence[Mapping[str, str]], special_tokens: Mapping[str, str]) -> str:
+    """Render the manifest's chat template (Jinja, as Hugging Face chat templates are)."""
+    return _JINJA.from_string(template).render(
+        messages=list(messages), add_generation_prompt=True, **dict(special_tokens)
+    )
+
+
+# Deterministic filler vocabulary for synthetic prompts and emulator output: plain words,
+# none of which collide with special tokens.
+VOCAB: tuple[str, ...] = tuple(
+    """the of and to in a is that for it as was with be by on not he i this are or his from at which
+    but have an they you were her she there one all we their has been if more when will would who so no
+    time model token fleet cost latency cache batch stream queue trace request server client metric
+    alpha beta gamma delta sigma omega river stone cloud field light north south east west green blue""".split()
+)
