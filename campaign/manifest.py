@@ -382,7 +382,7 @@ class _StrictLoader(yaml.SafeLoader):
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+        key = loader.construct_object(key_node, deep=deep)
         if key in seen:
             raise yaml.constructor.ConstructorError(
                 None, None, f"duplicate key {key!r} (first on line {seen[key] + 1})", key_node.start_mark
@@ -391,12 +391,12 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
     return loader.construct_mapping(node, deep=deep)
 
 
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)  # type: ignore[arg-type]
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
 def parse_yaml(text: str, source: str = "<manifest>") -> Any:
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - SafeLoader subclass
+        return yaml.load(text, Loader=_StrictLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
@@ -429,7 +429,10 @@ def manifest_from_data(data: Any, source: Path | None = None) -> Manifest:
     try:
         m = Manifest.model_validate(data)
     except ValidationError as exc:
-        raise ManifestError(_pydantic_issues(exc), str(source) if source else None) from None
+        issues = _pydantic_issues(exc)
+        seen = {i.path for i in issues}
+        issues += [i for i in _raw_fleet_issues(data) if i.path not in seen]
+        raise ManifestError(issues, str(source) if source else None) from None
     m._source = source.resolve() if source else None
     return m
 
@@ -481,6 +484,42 @@ def fit(m: Manifest, fleet: Fleet) -> Fit:
     return Fit(weight_bytes(m) / catalog.GIB, kv / catalog.GIB, reserve, it.visible_gib(tp))
 
 
+def _catalog_issues(at: str, instance_type: str, tp: int, attention_heads: int | None) -> list[Issue]:
+    """Instance type known, TP degree allowed on it and dividing the heads."""
+    try:
+        it = catalog.instance(instance_type)
+    except catalog.UnknownInstanceType as exc:
+        return [Issue(f"{at}.instance_type", str(exc.args[0]))]
+    if tp not in it.tp_degrees:
+        unit = "NeuronCores" if it.accelerator.vendor == "aws-neuron" else "GPUs"
+        allowed = "{1, 2, 4, 8, 24}" if it.accelerator.vendor == "aws-neuron" else "{1, 2, 4, 8}"
+        return [
+            Issue(
+                f"{at}.tensor_parallel",
+                f"degree {tp} not supported on {it.name}: must be one of {allowed} "
+                f"and at most the {it.shards} {unit} it has (allowed here: {list(it.tp_degrees)})",
+            )
+        ]
+    if attention_heads and attention_heads % tp:
+        return [Issue(f"{at}.tensor_parallel", f"degree {tp} does not divide the model's {attention_heads} attention heads")]
+    return []
+
+
+def _raw_fleet_issues(data: dict[str, Any]) -> list[Issue]:
+    """Catalog checks on raw fleet entries, so a shape error elsewhere doesn't hide them."""
+    issues: list[Issue] = []
+    fleets = data.get("fleets")
+    model = data.get("model")
+    heads = model.get("attention_heads") if isinstance(model, dict) else None
+    heads = heads if isinstance(heads, int) else None
+    if not isinstance(fleets, list):
+        return issues
+    for i, f in enumerate(fleets):
+        if isinstance(f, dict) and isinstance(f.get("instance_type"), str) and isinstance(f.get("tensor_parallel"), int):
+            issues += _catalog_issues(f"fleets[{i}]", f["instance_type"], f["tensor_parallel"], heads)
+    return issues
+
+
 def semantic_issues(m: Manifest, *, check_files: bool = True) -> list[Issue]:
     issues: list[Issue] = []
     names = [f.name for f in m.fleets]
@@ -503,27 +542,12 @@ def semantic_issues(m: Manifest, *, check_files: bool = True) -> list[Issue]:
 
     for i, f in enumerate(m.fleets):
         at = f"fleets[{i}]"
-        try:
-            it = catalog.instance(f.instance_type)
-        except catalog.UnknownInstanceType as exc:
-            issues.append(Issue(f"{at}.instance_type", str(exc.args[0])))
+        cat_issues = _catalog_issues(at, f.instance_type, f.tensor_parallel, m.model.attention_heads)
+        issues += cat_issues
+        if cat_issues:
             continue
+        it = catalog.instance(f.instance_type)
         tp = f.tensor_parallel
-        if tp not in it.tp_degrees:
-            unit = "NeuronCores" if it.accelerator.vendor == "aws-neuron" else "GPUs"
-            allowed = "{1, 2, 4, 8, 24}" if it.accelerator.vendor == "aws-neuron" else "{1, 2, 4, 8}"
-            issues.append(
-                Issue(
-                    f"{at}.tensor_parallel",
-                    f"degree {tp} not supported on {it.name}: must be one of {allowed} "
-                    f"and at most the {it.shards} {unit} it has (allowed here: {list(it.tp_degrees)})",
-                )
-            )
-            continue
-        if m.model.attention_heads % tp:
-            issues.append(
-                Issue(f"{at}.tensor_parallel", f"degree {tp} does not divide the model's {m.model.attention_heads} attention heads")
-            )
         stack_ok = {"aws-neuron": {"vllm-neuron"}, "nvidia": {"vllm", "tensorrt-llm", "tgi"}}[it.accelerator.vendor]
         if f.serving.stack not in stack_ok:
             issues.append(Issue(f"{at}.serving.stack", f"{f.serving.stack} does not run on {it.accelerator.name}; use one of {sorted(stack_ok)}"))

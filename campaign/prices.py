@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import csv
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 SNAPSHOT_DIR = Path(__file__).parent / "data"
@@ -59,7 +59,7 @@ def _parse(path: Path) -> dict[tuple[str, str, str], Price]:
     return rows
 
 
-@lru_cache(maxsize=None)
+@cache
 def snapshot(region: str = "us-east-1") -> dict[tuple[str, str, str], Price]:
     path = SNAPSHOT_DIR / f"prices-{region}.csv"
     if not path.exists():

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, fields
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 RECORD_VERSION = 1
 
 
-class Outcome(str, Enum):
+class Outcome(StrEnum):
     OK = "ok"
     HTTP_ERROR = "http_error"
     TIMEOUT = "timeout"

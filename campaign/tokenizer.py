@@ -27,12 +27,13 @@ class Tokenizer(Protocol):
 
 
 class WordTokenizer:
-    """Special tokens first, then runs of non-space characters."""
+    """Special tokens (the manifest's, and any `<|name|>` marker) are one token each; the rest
+    is one token per run of non-space characters, a run ending where a special token starts."""
 
     def __init__(self, special_tokens: Sequence[str] = ()):
         specials = sorted({s for s in special_tokens if s}, key=len, reverse=True)
-        alt = "|".join(re.escape(s) for s in specials)
-        self._re = re.compile(f"{alt}|\\S+" if alt else r"\S+")
+        special = "|".join([*(re.escape(s) for s in specials), r"<\|[^|\s]+\|>"])
+        self._re = re.compile(f"(?:{special})|(?:(?!{special})\\S)+")
         self.special_tokens = tuple(specials)
 
     def encode(self, text: str) -> list[str]:
@@ -45,7 +46,7 @@ class WordTokenizer:
 class HuggingFaceTokenizer:
     def __init__(self, path: Path):
         try:
-            from tokenizers import Tokenizer as _HF  # type: ignore[import-not-found]
+            from tokenizers import Tokenizer as _HF
         except ImportError as exc:
             raise RuntimeError("tokenizer.kind huggingface needs the 'tokenizers' package installed") from exc
         self._tok = _HF.from_file(str(path))
@@ -82,9 +83,12 @@ def apply_chat_template(template: str, messages: Sequence[Mapping[str, str]], sp
 
 # Deterministic filler vocabulary for synthetic prompts and emulator output: plain words,
 # none of which collide with special tokens.
-VOCAB: tuple[str, ...] = tuple(
-    """the of and to in a is that for it as was with be by on not he i this are or his from at which
-    but have an they you were her she there one all we their has been if more when will would who so no
-    time model token fleet cost latency cache batch stream queue trace request server client metric
-    alpha beta gamma delta sigma omega river stone cloud field light north south east west green blue""".split()
+VOCAB: tuple[str, ...] = (
+    "the", "of", "and", "to", "in", "a", "is", "that", "for", "it", "as", "was", "with", "be", "by",
+    "on", "not", "he", "i", "this", "are", "or", "his", "from", "at", "which", "but", "have", "an",
+    "they", "you", "were", "her", "she", "there", "one", "all", "we", "their", "has", "been", "if",
+    "more", "when", "will", "would", "who", "so", "no", "time", "model", "token", "fleet", "cost",
+    "latency", "cache", "batch", "stream", "queue", "trace", "request", "server", "client",
+    "metric", "alpha", "beta", "gamma", "delta", "sigma", "omega", "river", "stone", "cloud",
+    "field", "light", "north", "south", "east", "west", "green", "blue",
 )

@@ -1,0 +1,36 @@
+# Two commands on a fresh machine: `make demo` (install + run the local campaign), `make test`.
+PY := .venv/bin/python
+MANIFEST ?= manifests/llama3-8b-inf2-vs-g6.yaml
+OUT ?= runs/demo
+
+.PHONY: install demo plan test lint bench clean
+
+install: .venv/.installed
+
+.venv/.installed: requirements.txt
+	python3 -m venv .venv
+	.venv/bin/pip install -q --upgrade pip
+	.venv/bin/pip install -q -r requirements.txt
+	@if [ -f package-lock.json ]; then npm ci --no-audit --no-fund --loglevel=error; fi
+	touch $@
+
+demo: install
+	$(PY) -m campaign validate $(MANIFEST)
+	$(PY) -m campaign plan $(MANIFEST)
+
+plan: install
+	$(PY) -m campaign plan $(MANIFEST)
+
+# The CDK tests run in their own pytest process: jsii (node) and gevent's monkey-patching
+# (imported by Locust) deadlock when they share one.
+test: install
+	@set -e; \
+	$(PY) -m pytest --ignore=tests/stacks -q; \
+	if [ -d tests/stacks ]; then $(PY) -m pytest tests/stacks -q; fi
+
+lint: install
+	.venv/bin/ruff check .
+	.venv/bin/mypy campaign runtime loadgen analysis stacks app.py
+
+clean:
+	rm -rf .venv cdk.out runs node_modules

@@ -1,0 +1,198 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from campaign.manifest import ManifestError, load_manifest
+from tests.conftest import ROOT, write_manifest
+
+
+def _issues(tmp_path: Path, data: dict[str, Any]) -> list[str]:
+    with pytest.raises(ManifestError) as exc:
+        load_manifest(write_manifest(tmp_path, data))
+    return [str(i) for i in exc.value.issues]
+
+
+def test_example_manifest_is_valid(example_manifest_path: Path) -> None:
+    m = load_manifest(example_manifest_path)
+    assert {f.name for f in m.fleets} == {"inf2", "g6"}
+    assert m.trace_path.is_file()
+    assert len(m.digest) == 64
+
+
+def test_manifest_is_frozen(example_manifest_path: Path) -> None:
+    m = load_manifest(example_manifest_path)
+    with pytest.raises(ValidationError):
+        m.campaign = "other"  # type: ignore[misc]
+
+
+def test_digest_stable_across_key_order_and_whitespace(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    a = load_manifest(write_manifest(tmp_path, manifest_data, "a.yaml"))
+    reordered = dict(reversed(list(manifest_data.items())))
+    text = yaml.safe_dump(reordered, sort_keys=True, indent=4) + "\n# a comment\n\n"
+    (tmp_path / "b.yaml").write_text(text)
+    b = load_manifest(tmp_path / "b.yaml")
+    assert a.digest == b.digest
+
+
+def test_digest_changes_with_content(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    a = load_manifest(write_manifest(tmp_path, manifest_data, "a.yaml"))
+    manifest_data["slo"]["ttft_p95_s"] = 2.5
+    b = load_manifest(write_manifest(tmp_path, manifest_data, "b.yaml"))
+    assert a.digest != b.digest
+
+
+def test_unknown_instance_type(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    manifest_data["fleets"][1]["instance_type"] = "g7.mega"
+    issues = _issues(tmp_path, manifest_data)
+    assert any(i.startswith("fleets[1].instance_type: unknown instance type 'g7.mega'") for i in issues), issues
+
+
+def test_tp_degree_3_on_inf2(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    manifest_data["fleets"][0]["instance_type"] = "inf2.24xlarge"
+    manifest_data["fleets"][0]["tensor_parallel"] = 3
+    issues = _issues(tmp_path, manifest_data)
+    assert any(i.startswith("fleets[0].tensor_parallel: degree 3 not supported") and "{1, 2, 4, 8, 24}" in i for i in issues)
+
+
+def test_tp_beyond_cores_of_instance(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    manifest_data["fleets"][0]["tensor_parallel"] = 4  # inf2.xlarge has 2 NeuronCores
+    issues = _issues(tmp_path, manifest_data)
+    assert any("fleets[0].tensor_parallel" in i and "2 NeuronCores" in i for i in issues), issues
+
+
+def test_tp_not_dividing_heads(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    manifest_data["model"]["attention_heads"] = 30
+    manifest_data["model"]["head_dim"] = 128
+    manifest_data["fleets"][0]["instance_type"] = "inf2.48xlarge"
+    manifest_data["fleets"][0]["tensor_parallel"] = 8
+    issues = _issues(tmp_path, manifest_data)
+    assert any(i.startswith("fleets[0].tensor_parallel: degree 8 does not divide the model's 30 attention heads") for i in issues)
+
+
+def test_model_that_does_not_fit(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    # 13B BF16: 24.2 GiB of weights cannot fit the 22 GiB an L4 shows on g6.xlarge.
+    manifest_data["model"].update(params_b=13.0, layers=40, hidden_size=5120, attention_heads=40, kv_heads=40, head_dim=128)
+    for f in manifest_data["fleets"]:
+        f["max_concurrency"] = 1
+    issues = _issues(tmp_path, manifest_data)
+    assert any(i.startswith("fleets[1]: model does not fit g6.xlarge") for i in issues), issues
+    # ...but it fits inf2.xlarge at TP=2 (32 GB HBM), the seed's example.
+    assert not any(i.startswith("fleets[0]:") for i in issues), issues
+
+
+def test_one_az_with_redundancy(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    manifest_data["fleets"][1]["availability_zones"] = ["us-east-1a"]
+    issues = _issues(tmp_path, manifest_data)
+    assert "fleets[1].availability_zones: redundancy 1 asks for at least two AZs, got 1" in issues
+
+
+def test_az_not_in_region(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    manifest_data["fleets"][0]["availability_zones"] = ["us-east-1a", "us-west-2b"]
+    issues = _issues(tmp_path, manifest_data)
+    assert "fleets[0].availability_zones[1]: 'us-west-2b' is not an AZ of region us-east-1" in issues
+
+
+def test_short_commit_hash(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    manifest_data["model"]["commit"] = "339ce92"
+    issues = _issues(tmp_path, manifest_data)
+    assert any(i.startswith("model.commit:") and "abbreviated" in i for i in issues), issues
+
+
+def test_missing_slo(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    del manifest_data["slo"]
+    assert "slo: required field is missing" in _issues(tmp_path, manifest_data)
+
+
+def test_missing_slo_field(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    del manifest_data["slo"]["itl_p95_s"]
+    assert "slo.itl_p95_s: required field is missing" in _issues(tmp_path, manifest_data)
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "path"),
+    [
+        ("workload", "rate_scale", "workload.rate_scale"),
+        ("workload", "time_scale", "workload.time_scale"),
+        ("migration", "loaded_rate_usd_per_hour", "migration.loaded_rate_usd_per_hour"),
+        ("costs", "observability_monthly_usd", "costs.observability_monthly_usd"),
+    ],
+)
+def test_negative_rates(tmp_path: Path, manifest_data: dict[str, Any], section: str, key: str, path: str) -> None:
+    manifest_data[section][key] = -1
+    issues = _issues(tmp_path, manifest_data)
+    assert any(i.startswith(f"{path}: Input should be greater than") for i in issues), issues
+
+
+def test_yaml_syntax_error_names_line(tmp_path: Path) -> None:
+    p = tmp_path / "bad.yaml"
+    p.write_text("campaign: x\nmodel:\n  repo: a/b\n  commit: [unclosed\nslo: {}\n")
+    with pytest.raises(ManifestError) as exc:
+        load_manifest(p)
+    msg = str(exc.value.issues[0])
+    assert msg.startswith("(yaml): line ") and "column" in msg
+    assert "line 5" in msg or "line 4" in msg
+
+
+def test_duplicate_key_is_an_error_not_a_silent_overwrite(tmp_path: Path) -> None:
+    p = tmp_path / "dup.yaml"
+    p.write_text("campaign: a\ncampaign: b\n")
+    with pytest.raises(ManifestError) as exc:
+        load_manifest(p)
+    assert "duplicate key 'campaign' (first on line 1)" in str(exc.value)
+
+
+def test_unknown_field_is_reported(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    manifest_data["slo"]["ttft_p99_s"] = 3
+    assert "slo.ttft_p99_s: unknown field (typo?)" in _issues(tmp_path, manifest_data)
+
+
+def test_world_open_operator_cidr(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    manifest_data["operator"]["cidr"] = "0.0.0.0/0"
+    assert any(i.startswith("operator.cidr:") and "whole internet" in i for i in _issues(tmp_path, manifest_data))
+
+
+def test_trace_hash_mismatch(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    manifest_data["workload"]["trace"]["sha256"] = "0" * 64
+    assert any(i.startswith("workload.trace.sha256: file hash") for i in _issues(tmp_path, manifest_data))
+
+
+def test_every_issue_reported_at_once(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    manifest_data["fleets"][0]["instance_type"] = "nope.large"
+    manifest_data["fleets"][1]["availability_zones"] = ["us-east-1a"]
+    manifest_data["comparison"]["candidate"] = "trn1"
+    issues = _issues(tmp_path, manifest_data)
+    assert len(issues) >= 3
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "campaign", *args], capture_output=True, text=True, cwd=ROOT, timeout=60)
+
+
+def test_cli_validate_ok(example_manifest_path: Path) -> None:
+    r = _cli("validate", str(example_manifest_path))
+    assert r.returncode == 0, r.stderr
+    assert "digest=" in r.stdout
+
+
+def test_cli_validate_bad_input_exits_2_without_traceback(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    manifest_data["fleets"][0]["tensor_parallel"] = 3
+    manifest_data["model"]["commit"] = "abc123"
+    p = write_manifest(tmp_path, manifest_data)
+    r = _cli("validate", str(p))
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    assert "fleets[0].tensor_parallel:" in r.stderr
+    assert "model.commit:" in r.stderr
+
+
+def test_cli_validate_missing_file(tmp_path: Path) -> None:
+    r = _cli("validate", str(tmp_path / "nope.yaml"))
+    assert r.returncode == 2
+    assert "(file): cannot read" in r.stderr and "Traceback" not in r.stderr

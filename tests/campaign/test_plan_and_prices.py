@@ -1,0 +1,97 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from campaign import catalog, prices
+from campaign.manifest import fit, load_manifest, manifest_from_data
+from campaign.plan import plan
+from tests.conftest import ROOT
+
+
+def _seven_b(manifest_data: dict[str, Any]) -> dict[str, Any]:
+    # The seed formula uses a 7B BF16 model: 14 GB of weights read per decoded token.
+    manifest_data["model"].update(params_b=7.0)
+    for f in manifest_data["fleets"]:
+        f["efficiency"] = {"bandwidth": 1.0, "compute": 1.0}
+    return manifest_data
+
+
+def test_roofline_decode_ceiling_matches_seed(manifest_data: dict[str, Any]) -> None:
+    m = manifest_from_data(_seven_b(manifest_data))
+    by = {p.fleet: p for p in plan(m)}
+    assert by["inf2"].decode_ceiling_tok_s == pytest.approx(820 / 14, rel=1e-3)  # ~58.6
+    assert by["g6"].decode_ceiling_tok_s == pytest.approx(300 / 14, rel=1e-3)  # ~21.4
+    assert by["inf2"].decode_ceiling_tok_s / by["g6"].decode_ceiling_tok_s == pytest.approx(820 / 300, rel=1e-6)
+
+
+def test_efficiency_scales_expected_decode(manifest_data: dict[str, Any]) -> None:
+    m = manifest_from_data(manifest_data)
+    p = {p.fleet: p for p in plan(m)}["inf2"]
+    assert p.decode_expected_tok_s == pytest.approx(p.decode_ceiling_tok_s * 0.7, rel=1e-6)
+
+
+def test_batching_raises_throughput_but_not_linearly(manifest_data: dict[str, Any]) -> None:
+    m = manifest_from_data(manifest_data)
+    p = {p.fleet: p for p in plan(m)}["g6"]
+    assert p.decode_expected_tok_s < p.batch_decode_tok_s < 16 * p.decode_expected_tok_s
+
+
+def test_8b_bf16_fits_both_at_batch_1(manifest_data: dict[str, Any]) -> None:
+    for f in manifest_data["fleets"]:
+        f["max_concurrency"] = 1
+    m = manifest_from_data(manifest_data)
+    assert all(fit(m, f).fits for f in m.fleets)
+
+
+def test_visible_memory_is_22_gib_on_g6_xlarge() -> None:
+    it = catalog.instance("g6.xlarge")
+    assert it.visible_gib(1) == 22.0
+    assert it.accelerator.board_memory_gb == 24.0
+
+
+def test_inf2_tp_degrees_follow_cores() -> None:
+    assert catalog.instance("inf2.xlarge").tp_degrees == (1, 2)
+    assert catalog.instance("inf2.48xlarge").tp_degrees == (1, 2, 4, 8, 24)
+    with pytest.raises(catalog.UnknownInstanceType):
+        catalog.instance("p5.48xlarge")
+
+
+def test_snapshot_prices_carry_date_and_source() -> None:
+    p = prices.instance_hourly("inf2.xlarge")
+    assert p.usd == 0.7582 and p.as_of == "2023-04-20"
+    assert "2023-04-20" in p.provenance
+    assert prices.instance_hourly("g5.xlarge").usd == 1.006
+    with pytest.raises(prices.PriceNotFound):
+        prices.instance_hourly("g6.xlarge", region="eu-west-9")
+
+
+def test_every_catalog_instance_has_a_snapshot_price() -> None:
+    for name in catalog.CATALOG:
+        assert prices.instance_hourly(name).usd > 0
+
+
+def test_bad_snapshot_row_names_the_line(tmp_path: Path) -> None:
+    bad = tmp_path / "prices.csv"
+    bad.write_text("kind,key,region,usd,unit,as_of,source\ninstance,x,us-east-1,abc,hour,2024-01-01,s\n")
+    with pytest.raises(prices.PriceSnapshotError, match=r"prices.csv:2: usd: not a number"):
+        prices._parse(bad)
+
+
+def test_cli_plan_json(example_manifest_path: Path) -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "campaign", "plan", str(example_manifest_path), "--json"],
+        capture_output=True, text=True, cwd=ROOT, timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    m = load_manifest(example_manifest_path)
+    assert out["manifest_digest"] == m.digest
+    fleets = {f["fleet"]: f for f in out["fleets"]}
+    assert fleets["inf2"]["hourly_usd"] == 0.7582 and fleets["inf2"]["fits"]
+    assert fleets["g6"]["decode_ceiling_tok_s"] == pytest.approx(300e9 / (8.03e9 * 2), rel=1e-6)

@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE_MANIFEST = ROOT / "manifests" / "llama3-8b-inf2-vs-g6.yaml"
+
+
+@pytest.fixture(scope="session")
+def example_manifest_path() -> Path:
+    return EXAMPLE_MANIFEST
+
+
+@pytest.fixture(scope="session")
+def _example_data() -> dict[str, Any]:
+    return yaml.safe_load(EXAMPLE_MANIFEST.read_text())
+
+
+@pytest.fixture
+def manifest_data(_example_data: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy of the example manifest as plain data, for tests that mutate one field."""
+    data = copy.deepcopy(_example_data)
+    # Keep the trace path valid when the data is written somewhere else.
+    data["workload"]["trace"]["path"] = str(ROOT / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv")
+    return data
+
+
+def write_manifest(tmp_path: Path, data: dict[str, Any], name: str = "m.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(data, sort_keys=False))
+    return p
