@@ -18,7 +18,8 @@ def example_manifest_path() -> Path:
 
 @pytest.fixture(scope="session")
 def _example_data() -> dict[str, Any]:
-    return yaml.safe_load(EXAMPLE_MANIFEST.read_text())
+    data: dict[str, Any] = yaml.safe_load(EXAMPLE_MANIFEST.read_text())
+    return data
 
 
 @pytest.fixture

@@ -1,0 +1,291 @@
+"""One pinned serving definition per stack: what a fleet instance runs, and how.
+
+The CDK fleet construct renders `render_docker_run(definition_for(manifest, fleet))` plus
+`weights_staging` into user data, and the observability stack scrapes `metrics_path` for
+the names in `metric_names`. Everything comes from the frozen manifest (image digest, model
+commit, TP degree, lengths, buckets), so two fleets differ only where the manifest says so.
+
+Sources (checked while writing; re-check on every version bump):
+- vLLM CLI (`vllm serve`): --revision, --tokenizer-revision, --tensor-parallel-size,
+  --max-model-len, --max-num-seqs, --served-model-name, --download-dir, --seed, --dtype,
+  --additional-config.  https://docs.vllm.ai/en/latest/cli/serve.html
+- vLLM metrics (v1 engine, vllm/v1/metrics/loggers.py): vllm:time_to_first_token_seconds,
+  vllm:inter_token_latency_seconds (replaces vllm:time_per_output_token_seconds, deprecated
+  in 0.11), vllm:e2e_request_latency_seconds, vllm:request_queue_time_seconds,
+  vllm:prompt_tokens_total, vllm:generation_tokens_total,
+  vllm:request_success_total{finished_reason}, vllm:num_requests_running,
+  vllm:num_requests_waiting, vllm:kv_cache_usage_perc (was vllm:gpu_cache_usage_perc).
+  https://docs.vllm.ai/en/latest/design/metrics.html
+- vLLM on Neuron (vllm-neuron plugin on NxD Inference): Neuron options go through
+  --additional-config '{"override_neuron_config": {...}}' (context_encoding_buckets,
+  token_generation_buckets); compiled NEFFs are saved to / loaded from
+  NEURON_COMPILED_ARTIFACTS.  https://awsdocs-neuron.readthedocs-hosted.com/en/latest/
+  libraries/nxd-inference/developer_guides/vllm-user-guide.html
+- Neuron DLC image: 763104351884.dkr.ecr.<region>.amazonaws.com/pytorch-inference-vllm-neuronx
+  (pinned by digest in the manifest).  https://github.com/aws-neuron/deep-learning-containers
+- Neuron device mapping: one --device=/dev/neuronN per Inferentia2 chip.
+  https://awsdocs-neuron.readthedocs-hosted.com/en/latest/containers/docker-example/
+- TGI launcher: --model-id, --revision, --num-shard, --max-input-tokens, --max-total-tokens,
+  --max-concurrent-requests, --max-batch-size, --port, --huggingface-hub-cache; metrics
+  tgi_request_duration, tgi_request_queue_duration, tgi_request_mean_time_per_token_duration,
+  tgi_request_input_length, tgi_request_generated_tokens, tgi_request_success,
+  tgi_batch_current_size, tgi_queue_size.
+  https://huggingface.co/docs/text-generation-inference/reference/launcher and
+  .../reference/metrics
+- trtllm-serve (PyTorch backend): --host, --port, --backend pytorch, --tp_size,
+  --max_batch_size, --max_seq_len, --max_num_tokens; Prometheus text at /prometheus/metrics
+  with trtllm_* request histograms (TensorRT-LLM >= 1.1).
+  https://nvidia.github.io/TensorRT-LLM/commands/trtllm-serve/trtllm-serve.html
+- AMIs through public SSM parameters:
+  /aws/service/neuron/dlami/base/ubuntu-24.04/latest/image_id (Neuron base DLAMI: driver,
+  tools, Docker; "ideal for containerized applications"), and
+  /aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id
+  (NVIDIA driver + container toolkit).
+  https://awsdocs-neuron.readthedocs-hosted.com/en/latest/deploy/environments/dlami.html
+  https://docs.aws.amazon.com/dlami/latest/devguide/find-dlami-id.html
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from campaign import catalog
+from campaign.manifest import Fleet, Manifest
+
+CACHE_MOUNT = "/opt/cache"  # the fleet's EBS cache volume, mounted by the launch template
+SERVING_PORT = 8000
+
+NEURON_AMI_SSM = "/aws/service/neuron/dlami/base/ubuntu-24.04/latest/image_id"
+GPU_AMI_SSM = "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
+
+VLLM_METRICS: Mapping[str, str] = MappingProxyType(
+    {
+        "ttft": "vllm:time_to_first_token_seconds",
+        "itl": "vllm:inter_token_latency_seconds",
+        "e2e": "vllm:e2e_request_latency_seconds",
+        "queue_time": "vllm:request_queue_time_seconds",
+        "prompt_tokens": "vllm:prompt_tokens_total",
+        "generation_tokens": "vllm:generation_tokens_total",
+        "request_success": "vllm:request_success_total",
+        "running": "vllm:num_requests_running",
+        "waiting": "vllm:num_requests_waiting",
+        "kv_cache_usage": "vllm:kv_cache_usage_perc",
+    }
+)
+
+# TGI has no TTFT or per-token histogram in Prometheus; TTFT comes from the load generator's
+# records there, and `itl` maps to the closest series (mean time per token of each request).
+TGI_METRICS: Mapping[str, str] = MappingProxyType(
+    {
+        "itl": "tgi_request_mean_time_per_token_duration",
+        "e2e": "tgi_request_duration",
+        "queue_time": "tgi_request_queue_duration",
+        "prompt_tokens": "tgi_request_input_length",
+        "generation_tokens": "tgi_request_generated_tokens",
+        "request_success": "tgi_request_success",
+        "running": "tgi_batch_current_size",
+        "waiting": "tgi_queue_size",
+    }
+)
+
+TRTLLM_METRICS: Mapping[str, str] = MappingProxyType(
+    {
+        "ttft": "trtllm_time_to_first_token_seconds",
+        "itl": "trtllm_time_per_output_token_seconds",
+        "e2e": "trtllm_e2e_request_latency_seconds",
+        "queue_time": "trtllm_request_queue_time_seconds",
+        "request_success": "trtllm_request_success_total",
+        "kv_cache_usage": "trtllm_kv_cache_utilization",
+    }
+)
+
+
+@dataclass(frozen=True)
+class ServingDefinition:
+    stack: str
+    image: str
+    command: tuple[str, ...]  # full argv; rendered with --entrypoint so image defaults never matter
+    environment: Mapping[str, str]
+    device_args: tuple[str, ...]  # docker run flags: --device=/dev/neuron0 ... or --gpus all
+    port: int
+    health_path: str
+    metrics_path: str
+    metric_names: Mapping[str, str]
+    weights_dir: str
+    cache_dir: str
+    weights_staging: tuple[str, ...]
+    ami_ssm_parameter: str
+
+
+def weights_dir_for(manifest: Manifest) -> str:
+    # Commit in the path: a new checkpoint revision never reuses stale weights or NEFFs.
+    return f"{CACHE_MOUNT}/weights/{manifest.model.repo}/{manifest.model.commit}"
+
+
+def _staging(manifest: Manifest, image: str, weights_dir: str, weights_s3_uri: str | None) -> tuple[str, ...]:
+    """Shell lines that put the pinned checkpoint on the cache volume and verify its hashes."""
+    m = manifest.model
+    q = shlex.quote
+    steps: list[str] = [f"mkdir -p {q(weights_dir)}"]
+    if weights_s3_uri:
+        steps.append(f"aws s3 sync {q(weights_s3_uri.rstrip('/') + '/' + m.commit + '/')} {q(weights_dir)} --only-show-errors")
+    else:
+        if m.hub_token_secret_arn:
+            # Token read at boot into the environment, never written into the template.
+            steps.append(
+                f'export HF_TOKEN="$(aws secretsmanager get-secret-value --secret-id {q(m.hub_token_secret_arn)} --query SecretString --output text)"'
+            )
+        py = (
+            "from huggingface_hub import snapshot_download; "
+            f"snapshot_download(repo_id={json.dumps(m.repo)}, revision={json.dumps(m.commit)}, local_dir={json.dumps(weights_dir)})"
+        )
+        token_env = " -e HF_TOKEN" if m.hub_token_secret_arn else ""
+        # The serving image already ships huggingface_hub; the host DLAMI may not.
+        steps.append(f"docker run --rm --entrypoint python3 -v {CACHE_MOUNT}:{CACHE_MOUNT}{token_env} {q(image)} -c {q(py)}")
+    checks = "\\n".join(f"{digest}  {name}" for name, digest in sorted(m.weight_files.items()))
+    steps.append(f"(cd {q(weights_dir)} && printf '{checks}\\n' | sha256sum --check --strict -)")
+    if m.hub_token_secret_arn and not weights_s3_uri:
+        steps.append("unset HF_TOKEN")
+    return tuple(steps)
+
+
+def _vllm_common(manifest: Manifest, fleet: Fleet, weights_dir: str) -> list[str]:
+    return [
+        "vllm",
+        "serve",
+        weights_dir,
+        "--served-model-name",
+        manifest.model.repo,
+        "--revision",
+        manifest.model.commit,
+        "--tokenizer-revision",
+        manifest.model.commit,
+        "--tensor-parallel-size",
+        str(fleet.tensor_parallel),
+        "--max-model-len",
+        str(fleet.max_model_len),
+        "--max-num-seqs",
+        str(fleet.max_concurrency),
+        "--dtype",
+        "bfloat16" if manifest.precision.activations == "bf16" else "float16",
+        "--seed",
+        str(manifest.generation.seed),
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(SERVING_PORT),
+    ]
+
+
+def _neuron_devices(fleet: Fleet) -> tuple[str, ...]:
+    it = catalog.instance(fleet.instance_type)
+    chips = math.ceil(fleet.tensor_parallel / it.accelerator.shards_per_device)
+    return tuple(f"--device=/dev/neuron{i}" for i in range(chips))
+
+
+def definition_for(manifest: Manifest, fleet: Fleet, *, weights_s3_uri: str | None = None) -> ServingDefinition:
+    """The serving container for `fleet`; `weights_s3_uri` stages from S3 instead of the Hub."""
+    stack = fleet.serving.stack
+    image = fleet.serving.image
+    wdir = weights_dir_for(manifest)
+    cache = f"{CACHE_MOUNT}/compile/{stack}/{manifest.model.commit}/{fleet.instance_type}-tp{fleet.tensor_parallel}"
+    staging = _staging(manifest, image, wdir, weights_s3_uri)
+    env: dict[str, str]
+    extra = list(fleet.serving.extra_args)
+
+    if stack == "vllm-neuron":
+        buckets = list(fleet.sequence_buckets)
+        neuron_cfg = {
+            "override_neuron_config": {
+                "enable_bucketing": True,
+                "context_encoding_buckets": buckets,
+                "token_generation_buckets": buckets,
+            }
+        }
+        command = [
+            *_vllm_common(manifest, fleet, wdir),
+            "--block-size",
+            str(fleet.max_model_len),  # NxDI contiguous KV: one block per sequence
+            "--additional-config",
+            json.dumps(neuron_cfg, separators=(",", ":")),
+        ]
+        env = {
+            "NEURON_COMPILED_ARTIFACTS": cache,  # compiled once, reused on every boot from EBS
+            "NEURON_CC_FLAGS": f"--cache_dir={cache}/neuronx-cc",
+            "NEURON_RT_NUM_CORES": str(fleet.tensor_parallel),
+            "VLLM_NEURON_FRAMEWORK": "neuronx-distributed-inference",
+        }
+        return ServingDefinition(
+            stack, image, (*command, *extra), MappingProxyType(env), _neuron_devices(fleet), SERVING_PORT,
+            "/health", "/metrics", VLLM_METRICS, wdir, cache, staging, NEURON_AMI_SSM,
+        )  # fmt: skip
+
+    if stack == "vllm":
+        command = _vllm_common(manifest, fleet, wdir)
+        env = {"VLLM_CACHE_ROOT": cache, "HF_HUB_OFFLINE": "1"}
+        return ServingDefinition(
+            stack, image, (*command, *extra), MappingProxyType(env), ("--gpus", "all"), SERVING_PORT,
+            "/health", "/metrics", VLLM_METRICS, wdir, cache, staging, GPU_AMI_SSM,
+        )  # fmt: skip
+
+    if stack == "tgi":
+        max_input = manifest.workload.request_class.max_input_tokens
+        command = [
+            "text-generation-launcher",
+            "--model-id", wdir,
+            "--revision", manifest.model.commit,
+            "--num-shard", str(fleet.tensor_parallel),
+            "--max-input-tokens", str(max_input),
+            "--max-total-tokens", str(fleet.max_model_len),
+            "--max-batch-size", str(fleet.max_concurrency),
+            "--max-concurrent-requests", str(max(128, 8 * fleet.max_concurrency)),
+            "--dtype", "bfloat16" if manifest.precision.activations == "bf16" else "float16",
+            "--huggingface-hub-cache", cache,
+            "--hostname", "0.0.0.0",
+            "--port", str(SERVING_PORT),
+        ]  # fmt: skip
+        env = {"HF_HUB_OFFLINE": "1"}
+        return ServingDefinition(
+            stack, image, (*command, *extra), MappingProxyType(env), ("--gpus", "all"), SERVING_PORT,
+            "/health", "/metrics", TGI_METRICS, wdir, cache, staging, GPU_AMI_SSM,
+        )  # fmt: skip
+
+    if stack == "tensorrt-llm":
+        command = [
+            "trtllm-serve",
+            wdir,
+            "--backend", "pytorch",
+            "--tp_size", str(fleet.tensor_parallel),
+            "--max_batch_size", str(fleet.max_concurrency),
+            "--max_seq_len", str(fleet.max_model_len),
+            "--host", "0.0.0.0",
+            "--port", str(SERVING_PORT),
+        ]  # fmt: skip
+        env = {"HF_HUB_OFFLINE": "1", "TRTLLM_CACHE_DIR": cache}
+        return ServingDefinition(
+            stack, image, (*command, *extra), MappingProxyType(env), ("--gpus", "all"), SERVING_PORT,
+            "/health", "/prometheus/metrics", TRTLLM_METRICS, wdir, cache, staging, GPU_AMI_SSM,
+        )  # fmt: skip
+
+    raise ValueError(f"unknown serving stack {stack!r}")
+
+
+def render_docker_run(defn: ServingDefinition, name: str = "llm") -> str:
+    """One shell line for user data: detached, restart on failure, cache volume mounted."""
+    q = shlex.quote
+    parts = [
+        "docker", "run", "-d", "--name", q(name), "--restart", "unless-stopped",
+        "--shm-size", "16g", "--ipc", "host",
+        "-p", f"{defn.port}:{defn.port}",
+        "-v", f"{CACHE_MOUNT}:{CACHE_MOUNT}",
+        *defn.device_args,
+    ]  # fmt: skip
+    for key, value in sorted(defn.environment.items()):
+        parts += ["-e", q(f"{key}={value}")]
+    parts += ["--entrypoint", q(defn.command[0]), q(defn.image), *(q(a) for a in defn.command[1:])]
+    return " ".join(parts)

@@ -1,0 +1,124 @@
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from campaign.manifest import Manifest, load_manifest
+from runtime.serving import (
+    GPU_AMI_SSM,
+    NEURON_AMI_SSM,
+    VLLM_METRICS,
+    definition_for,
+    render_docker_run,
+)
+
+
+@pytest.fixture(scope="module")
+def manifest(example_manifest_path: Path) -> Manifest:
+    return load_manifest(example_manifest_path, check_files=False)
+
+
+def _flag(argv: list[str], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+def _argv(line: str) -> list[str]:
+    return shlex.split(line)
+
+
+def test_inf2_vllm_neuron_command_follows_manifest(manifest: Manifest) -> None:
+    fleet = manifest.fleet("inf2")
+    defn = definition_for(manifest, fleet)
+    argv = _argv(render_docker_run(defn))
+    assert argv[:3] == ["docker", "run", "-d"]
+    assert fleet.serving.image in argv and "@sha256:" in fleet.serving.image
+    assert _flag(argv, "--entrypoint") == "vllm"
+    assert _flag(argv, "--tensor-parallel-size") == str(fleet.tensor_parallel) == "2"
+    assert _flag(argv, "--max-model-len") == str(fleet.max_model_len)
+    assert _flag(argv, "--max-num-seqs") == str(fleet.max_concurrency)
+    assert _flag(argv, "--revision") == manifest.model.commit
+    assert _flag(argv, "--served-model-name") == manifest.model.repo
+    cfg = json.loads(_flag(argv, "--additional-config"))["override_neuron_config"]
+    assert cfg["context_encoding_buckets"] == list(fleet.sequence_buckets)
+    assert cfg["token_generation_buckets"] == list(fleet.sequence_buckets)
+    # inf2.xlarge: TP2 spans both NeuronCores of its one chip.
+    assert [a for a in argv if a.startswith("--device=")] == ["--device=/dev/neuron0"]
+    assert "--gpus" not in argv
+    assert defn.cache_dir.startswith("/opt/cache/") and manifest.model.commit in defn.cache_dir
+    assert f"NEURON_COMPILED_ARTIFACTS={defn.cache_dir}" in argv
+    assert defn.ami_ssm_parameter == NEURON_AMI_SSM
+    assert defn.metric_names["ttft"] == "vllm:time_to_first_token_seconds"
+
+
+def test_neuron_devices_scale_with_tp(manifest: Manifest) -> None:
+    fleet = manifest.fleet("inf2").model_copy(update={"instance_type": "inf2.48xlarge", "tensor_parallel": 8})
+    defn = definition_for(manifest, fleet)
+    assert defn.device_args == tuple(f"--device=/dev/neuron{i}" for i in range(4))
+    assert "--tensor-parallel-size 8" in " ".join(defn.command)
+
+
+def test_g6_vllm_command_follows_manifest(manifest: Manifest) -> None:
+    fleet = manifest.fleet("g6")
+    defn = definition_for(manifest, fleet)
+    argv = _argv(render_docker_run(defn))
+    assert argv[argv.index("--gpus") + 1] == "all"
+    assert not any(a.startswith("--device=/dev/neuron") for a in argv)
+    assert fleet.serving.image in argv
+    assert _flag(argv, "--tensor-parallel-size") == "1"
+    assert _flag(argv, "--max-model-len") == "2560"
+    assert _flag(argv, "--max-num-seqs") == "16"
+    assert "--additional-config" not in argv
+    assert defn.ami_ssm_parameter == GPU_AMI_SSM
+    assert dict(defn.metric_names) == dict(VLLM_METRICS)
+    assert set(defn.metric_names) == {
+        "ttft", "itl", "e2e", "queue_time", "prompt_tokens", "generation_tokens",
+        "request_success", "running", "waiting", "kv_cache_usage",
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("stack", ["tgi", "tensorrt-llm"])
+def test_other_gpu_stacks(manifest: Manifest, stack: str) -> None:
+    g6 = manifest.fleet("g6")
+    fleet = g6.model_copy(update={"serving": g6.serving.model_copy(update={"stack": stack})})
+    defn = definition_for(manifest, fleet)
+    argv = _argv(render_docker_run(defn))
+    if stack == "tgi":
+        assert _flag(argv, "--entrypoint") == "text-generation-launcher"
+        assert _flag(argv, "--num-shard") == "1"
+        assert _flag(argv, "--max-total-tokens") == "2560"
+        assert _flag(argv, "--max-batch-size") == "16"
+        assert _flag(argv, "--revision") == manifest.model.commit
+        assert defn.metric_names["e2e"] == "tgi_request_duration"
+    else:
+        assert _flag(argv, "--entrypoint") == "trtllm-serve"
+        assert _flag(argv, "--tp_size") == "1"
+        assert _flag(argv, "--max_seq_len") == "2560"
+        assert _flag(argv, "--max_batch_size") == "16"
+    assert "--gpus" in argv
+
+
+def test_staging_pins_commit_and_verifies_hashes(manifest: Manifest) -> None:
+    defn = definition_for(manifest, manifest.fleet("g6"))
+    script = "\n".join(defn.weights_staging)
+    assert f'revision="{manifest.model.commit}"' in script
+    assert defn.weights_dir.endswith(manifest.model.commit) and defn.weights_dir.startswith("/opt/cache/")
+    for name, digest in manifest.model.weight_files.items():
+        assert f"{digest}  {name}" in script
+    assert "sha256sum --check" in script
+    assert "secretsmanager" not in script  # no secret named in this manifest
+
+    s3 = definition_for(manifest, manifest.fleet("g6"), weights_s3_uri="s3://bucket/llama/")
+    assert f"s3://bucket/llama/{manifest.model.commit}/" in s3.weights_staging[1]
+
+
+def test_hub_token_comes_from_secrets_manager_never_inline(manifest: Manifest) -> None:
+    arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:hf-token-AbCdEf"
+    gated = manifest.model_copy(update={"model": manifest.model.model_copy(update={"hub_token_secret_arn": arn})})
+    defn = definition_for(gated, gated.fleet("g6"))
+    script = "\n".join(defn.weights_staging)
+    assert f"--secret-id {arn}" in script
+    assert " -e HF_TOKEN " in script  # passed by name from the environment
+    assert "HF_TOKEN=hf_" not in script and "HF_TOKEN" not in render_docker_run(defn)
