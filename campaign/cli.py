@@ -57,13 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--json", action="store_true", help="machine-readable output")
     pl.set_defaults(handler=cmd_plan)
 
-    for register in _EXTRA_COMMANDS:
-        register(sub)
+    from campaign import aws_cli
+
+    aws_cli.register(sub)
     return p
-
-
-# Later modules (local, deploy, run, report, teardown) add their subcommands here.
-_EXTRA_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = []  # type: ignore[type-arg]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

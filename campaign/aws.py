@@ -1,0 +1,91 @@
+"""The AWS path: deploy, run, teardown — and the check that nothing tagged is left running.
+
+Teardown order is fixed by the product: the report is written first (so a failed destroy
+never loses the evidence), then `cdk destroy`, then every resource still tagged with the
+campaign is listed through the Resource Groups Tagging API. The results bucket is kept by
+design and is the one thing allowed to remain.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from campaign.manifest import Manifest
+
+ROOT = Path(__file__).resolve().parent.parent
+# The stacks tag the results bucket with this, and teardown leaves it in place.
+RETAINED_TAG = ("lifecycle", "retained")
+
+
+class AwsStepFailed(RuntimeError):
+    pass
+
+
+def stack_name(m: Manifest) -> str:
+    return f"{m.campaign}-comparison"
+
+
+def cdk_argv(action: str, manifest_path: Path, extra: Sequence[str] = ()) -> list[str]:
+    npx = shutil.which("npx")
+    if npx is None:
+        raise AwsStepFailed("npx not found: install Node.js 20+ and run `npm ci` in the repository")
+    return [npx, "cdk", action, "-c", f"manifest={manifest_path.resolve()}", *extra]
+
+
+def deploy(manifest_path: Path, *, approve: bool = False) -> int:
+    argv = cdk_argv("deploy", manifest_path, ["--require-approval", "never"] if approve else [])
+    return subprocess.call(argv, cwd=ROOT)
+
+
+def destroy(manifest_path: Path) -> int:
+    return subprocess.call(cdk_argv("destroy", manifest_path, ["--force"]), cwd=ROOT)
+
+
+@dataclass(frozen=True)
+class Leftover:
+    arn: str
+    tags: dict[str, str]
+
+    @property
+    def retained(self) -> bool:
+        return self.tags.get(RETAINED_TAG[0]) == RETAINED_TAG[1]
+
+
+def _instance_id(arn: str) -> str | None:
+    # arn:aws:ec2:region:acct:instance/i-0123...
+    if ":ec2:" in arn and ":instance/" in arn:
+        return arn.rsplit("/", 1)[1]
+    return None
+
+
+def tagged_leftovers(session: Any, campaign: str) -> list[Leftover]:
+    """Everything the Tagging API still lists for the campaign, minus terminated instances.
+
+    The Tagging API keeps terminated EC2 instances visible for a while after they are gone;
+    they cost nothing, so they are checked against EC2 and dropped.
+    """
+    tagging = session.client("resourcegroupstaggingapi")
+    found: list[Leftover] = []
+    for page in tagging.get_paginator("get_resources").paginate(TagFilters=[{"Key": "campaign", "Values": [campaign]}]):
+        for r in page.get("ResourceTagMappingList", []):
+            found.append(Leftover(r["ResourceARN"], {t["Key"]: t["Value"] for t in r.get("Tags", [])}))
+    ids = [i for i in (_instance_id(x.arn) for x in found) if i]
+    gone: set[str] = set()
+    if ids:
+        ec2 = session.client("ec2")
+        for res in ec2.describe_instances(InstanceIds=ids).get("Reservations", []):
+            for inst in res.get("Instances", []):
+                if inst["State"]["Name"] in ("terminated", "shutting-down"):
+                    gone.add(inst["InstanceId"])
+    return [x for x in found if _instance_id(x.arn) not in gone]
+
+
+def check_nothing_left(session: Any, campaign: str) -> tuple[list[Leftover], list[Leftover]]:
+    """(left running, kept by design)."""
+    left = tagged_leftovers(session, campaign)
+    return [x for x in left if not x.retained], [x for x in left if x.retained]

@@ -1,0 +1,117 @@
+"""Start, watch and always stop the local processes of a campaign.
+
+Every child goes into its own process group so a Ctrl-C in the terminal reaches us, not the
+children directly: we then stop them in a known order (load generators first, so they flush
+their records; servers last) and nothing outlives the campaign.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port free right now; a second campaign on the same machine gets a different one."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class ProcessFailed(RuntimeError):
+    pass
+
+
+@dataclass
+class Managed:
+    name: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+    stop_signal: int = signal.SIGTERM
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+@dataclass
+class Supervisor:
+    """Context manager owning child processes; exiting it stops them all, newest first."""
+
+    log_dir: Path
+    children: list[Managed] = field(default_factory=list)
+
+    def start(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+        stop_signal: int = signal.SIGTERM,
+    ) -> Managed:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log = self.log_dir / f"{name}.log"
+        fh = log.open("ab")
+        proc = subprocess.Popen(
+            list(argv),
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+            cwd=cwd,
+            start_new_session=True,  # own process group: terminal Ctrl-C does not hit it directly
+        )
+        fh.close()
+        m = Managed(name, proc, log, stop_signal)
+        self.children.append(m)
+        return m
+
+    def wait_for_line(self, m: Managed, needle: str, timeout_s: float) -> str:
+        """Wait until the child's log holds a line containing `needle`; return that line."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for line in m.log.read_text(errors="replace").splitlines():
+                if needle in line:
+                    return line
+            if not m.alive():
+                raise ProcessFailed(f"{m.name} exited with code {m.proc.returncode} before ready:\n{m.tail()}")
+            time.sleep(0.05)
+        raise ProcessFailed(f"{m.name} not ready after {timeout_s:.0f} s:\n{m.tail()}")
+
+    def stop(self, m: Managed, grace_s: float = 10.0) -> None:
+        if not m.alive():
+            return
+        try:
+            os.killpg(m.proc.pid, m.stop_signal)
+        except ProcessLookupError:
+            return
+        try:
+            m.proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(m.proc.pid, signal.SIGKILL)
+            m.proc.wait(timeout=5)
+
+    def stop_all(self) -> None:
+        for m in reversed(self.children):
+            self.stop(m)
+
+    def __enter__(self) -> Supervisor:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop_all()
