@@ -1,0 +1,62 @@
+"""`python -m campaign report MANIFEST --records DIR [--prometheus URL] [--aws] --out DIR`.
+
+The lead wires `register` into campaign/cli.py's _EXTRA_COMMANDS. Exit codes: 0 Go,
+10 Defer, 11 Reject (the report was written in all three), 2 bad input (nothing written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from analysis.errors import AnalysisError
+
+EXIT_BAD_INPUT = 2
+EXIT_BY_STATE = {"go": 0, "defer": 10, "reject": 11}
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from analysis.report import build_report
+    from campaign.manifest import load_manifest
+
+    m = load_manifest(args.manifest, check_files=False)
+    quality: dict[str, Any] | None = None
+    if args.quality:
+        try:
+            with open(args.quality, encoding="utf-8") as fh:
+                quality = json.load(fh)
+        except (OSError, ValueError) as exc:
+            print(f"--quality {args.quality}: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    instances = None
+    if args.instances:
+        try:
+            instances = {k: int(v) for k, v in (pair.split("=", 1) for pair in args.instances)}
+        except ValueError:
+            print("--instances takes FLEET=N pairs", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    try:
+        rep = build_report(m, args.records, prometheus_url=args.prometheus, aws=args.aws, quality=quality, out_dir=args.out,
+                           instances_measured=instances, focus_csv=args.focus)
+    except AnalysisError as exc:
+        print(f"report: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    state = rep["decision"]["state"]
+    print(f"{state.upper()}: " + "; ".join(rep["decision"]["reasons"]))
+    print(f"wrote {args.out}/report.json, report.md, report.html")
+    return EXIT_BY_STATE[state]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = subparsers.add_parser("report", help="records + metrics + prices -> report.json/.md/.html and a Go/Defer/Reject")
+    p.add_argument("manifest")
+    p.add_argument("--records", required=True, help="directory holding records-*.jsonl / records-*.parquet")
+    p.add_argument("--prometheus", help="Prometheus base URL for merged-histogram percentiles")
+    p.add_argument("--aws", action="store_true", help="pull prices, CloudWatch and Cost Explorer from AWS")
+    p.add_argument("--quality", help="JSON file: {fleet: {passed, pass_rate, failures}}")
+    p.add_argument("--instances", nargs="*", metavar="FLEET=N", help="instances in service per fleet during the run")
+    p.add_argument("--focus", help="FOCUS billing export CSV")
+    p.add_argument("--out", required=True)
+    p.set_defaults(handler=cmd_report)

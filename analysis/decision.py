@@ -1,0 +1,101 @@
+"""Go / Defer / Reject, exactly per DESIGN.md, with every reason that applied.
+
+Rule (precedence Reject > Defer > Go; all reasons are reported, not just the first):
+- Reject: the candidate's model or API semantics fail (it produced no successful token, or
+  its error rate is above slo.max_error_rate), its quality gate failed, or the monthly
+  delta (baseline - candidate) is <= 0.
+- Defer: the candidate is feasible but the evidence is incomplete (a blocking gap: missing
+  records, prices, quality results, an unreachable source the operator asked for, an
+  invalid run), the candidate did not hold the same SLO or availability (AZs, redundancy)
+  as the baseline, the sized fleet exceeds its ASG maximum, the payback is beyond the
+  horizon, or the refresh is near.
+- Refresh near: the next hardware refresh comes before the migration pays back
+  (months_to_next_refresh < payback months). When the manifest does not give
+  months_to_next_refresh, the next refresh is taken to be a full refresh_cadence_months away.
+- Go: none of the above.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+State = Literal["go", "defer", "reject"]
+
+RULE = __doc__ or ""
+
+
+@dataclass(frozen=True)
+class DecisionInputs:
+    candidate: str
+    baseline: str
+    candidate_successful_tokens: int
+    candidate_error_rate: float | None
+    max_error_rate: float
+    candidate_quality_passed: bool | None  # None: no quality results given
+    baseline_quality_passed: bool | None
+    candidate_slo_pass: bool
+    baseline_slo_pass: bool
+    same_availability: bool
+    candidate_within_asg_max: bool
+    monthly_delta_usd: float | None  # None when a fleet's cost could not be computed
+    payback_months: float | None
+    horizon_months: float
+    months_to_next_refresh: float
+    blocking_gaps: tuple[str, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class Decision:
+    state: State
+    reasons: list[str]
+
+    def as_dict(self) -> dict[str, object]:
+        return {"state": self.state, "reasons": list(self.reasons)}
+
+
+def decide(d: DecisionInputs) -> Decision:
+    reject: list[str] = []
+    defer: list[str] = []
+    c = d.candidate
+    if d.candidate_successful_tokens <= 0:
+        reject.append(f"{c}: no successful output tokens; the model or API semantics failed")
+    if d.candidate_error_rate is not None and d.candidate_error_rate > d.max_error_rate:
+        reject.append(f"{c}: error rate {d.candidate_error_rate:.4f} above the ceiling {d.max_error_rate}")
+    if d.candidate_quality_passed is False:
+        reject.append(f"{c}: quality gate failed")
+    if d.monthly_delta_usd is not None and d.monthly_delta_usd <= 0:
+        reject.append(f"monthly delta {d.monthly_delta_usd:.2f} USD <= 0: {c} is not cheaper than {d.baseline}; no payback")
+
+    defer.extend(f"evidence incomplete: {g}" for g in d.blocking_gaps)
+    if d.candidate_quality_passed is None:
+        defer.append(f"evidence incomplete: no quality-gate result for {c}")
+    if d.baseline_quality_passed is False:
+        defer.append(f"{d.baseline}: the baseline's own quality gate failed; the comparison is not like for like")
+    if d.monthly_delta_usd is None:
+        defer.append("evidence incomplete: a fleet's monthly cost could not be computed")
+    if not d.candidate_slo_pass and d.baseline_slo_pass:
+        defer.append(f"{c}: did not hold the SLO in the measured run while {d.baseline} did")
+    if not d.same_availability:
+        defer.append(f"{c}: fewer AZs or less redundancy than {d.baseline}; not the same availability")
+    if not d.candidate_within_asg_max:
+        defer.append(f"{c}: the required fleet exceeds its ASG maximum")
+    if d.payback_months is not None:
+        if d.payback_months > d.horizon_months:
+            defer.append(f"payback {d.payback_months:.1f} months is beyond the {d.horizon_months:g}-month horizon")
+        if d.months_to_next_refresh < d.payback_months:
+            defer.append(
+                f"refresh near: next refresh in {d.months_to_next_refresh:g} months, before the {d.payback_months:.1f}-month payback"
+            )
+
+    if reject:
+        return Decision("reject", reject + defer)
+    if defer:
+        return Decision("defer", defer)
+    return Decision(
+        "go",
+        [
+            f"{c} holds the SLO and quality, saves {d.monthly_delta_usd:.2f} USD/month and pays back in "
+            f"{d.payback_months:.1f} months, inside the {d.horizon_months:g}-month horizon and before the next refresh"
+        ],
+    )

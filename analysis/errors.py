@@ -1,0 +1,32 @@
+"""Errors the analysis raises on bad or missing evidence; each message names what to fix."""
+
+from __future__ import annotations
+
+
+class AnalysisError(Exception):
+    """Base class: the report cannot honestly be produced from this input."""
+
+
+class DigestMismatch(AnalysisError):
+    def __init__(self, path: str, found: str, expected: str, count: int):
+        self.path, self.found, self.expected, self.count = path, found, expected, count
+        super().__init__(
+            f"{path}: {count} record(s) carry manifest_digest {found}, but the manifest's digest is {expected}; "
+            "these records come from a different manifest and cannot be mixed into this report"
+        )
+
+
+class EmptyWindow(AnalysisError):
+    """No measurable records: reporting zeros would look like a result."""
+
+
+class SourceUnavailable(AnalysisError):
+    """A remote source (Prometheus, AWS API) could not be reached or answered with an error."""
+
+
+class PriceMissing(AnalysisError):
+    """Neither the live API nor the pinned snapshot has this price."""
+
+
+class BadBillingData(AnalysisError):
+    """A billing export is missing columns or holds values that are not numbers."""

@@ -1,0 +1,203 @@
+"""From measurements + prices + manifest to per-fleet size and cost, delta, payback and decision.
+
+One function, `evaluate`, serves both the headline (the manifest as written) and every
+sensitivity cell, so a cell can never be computed by different rules than the headline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from analysis import cost, ledger, sizing
+from analysis.decision import DecisionInputs, decide
+from analysis.goodput import FleetMeasure
+from analysis.provenance import Gap
+from analysis.sensitivity import Scenario
+from campaign.manifest import Manifest
+
+QualityResults = Mapping[str, Mapping[str, Any]]
+
+
+@dataclass
+class Context:
+    manifest: Manifest
+    measures: Callable[[float], dict[str, FleetMeasure]]  # slo_scale -> per-fleet measures
+    instances_measured: dict[str, int]
+    unit_prices: dict[str, cost.UnitPrices]  # fleets whose prices all resolved
+    root_volume_gib: float
+    quality: QualityResults | None
+    gaps: list[Gap] = field(default_factory=list)
+
+    def pooled_tokens_per_request(self, measures: Mapping[str, FleetMeasure]) -> float | None:
+        """Mean output tokens of a completed request, pooled over the fleets: one demand for all.
+
+        Uses every completed request (SLO met or not) so the demand does not shrink when a
+        fleet misses the SLO."""
+        ok = sum(m.completed_ok for m in measures.values())
+        toks = sum(m.completed_output_tokens for m in measures.values())
+        return toks / ok if ok else None
+
+
+def quality_passed(m: Manifest, quality: QualityResults | None, fleet: str) -> bool | None:
+    if quality is None or fleet not in quality:
+        return None
+    q = quality[fleet]
+    passed = bool(q.get("passed", False))
+    rate = q.get("pass_rate")
+    if rate is not None and float(rate) < m.quality.min_pass_rate:
+        passed = False
+    return passed
+
+
+def _cost_inputs(m: Manifest, fleet: str, root_gib: float) -> cost.FleetCostInputs:
+    f = m.fleet(fleet)
+    return cost.FleetCostInputs(
+        root_volume_gib=root_gib,
+        cache_volume_gib=float(f.ebs_cache_gib),
+        nlb_lcu_per_hour=m.costs.network.nlb_lcu_per_hour,
+        inter_az_gb_per_month=m.costs.network.inter_az_gb_per_month,
+        observability_monthly_usd=m.costs.observability_monthly_usd,
+        licenses_monthly_usd=m.costs.licenses_monthly_usd,
+        hours_per_month=m.workload.demand.hours_per_month,
+        commitments=tuple(
+            cost.CommitmentRate(c.covered_instances, c.effective_hourly_usd, c.renewal_hourly_usd)
+            for c in m.costs.commitments
+            if c.fleet == fleet
+        ),
+    )
+
+
+def evaluate(ctx: Context, sc: Scenario) -> dict[str, Any]:
+    m = ctx.manifest
+    slo = m.slo
+    measures = ctx.measures(sc.slo_scale)
+    ttft_t, itl_t = slo.ttft_p95_s * sc.slo_scale, slo.itl_p95_s * sc.slo_scale
+    util = sc.utilization_target if sc.utilization_target is not None else m.costs.utilization_target
+    hours = m.workload.demand.hours_per_month
+    tok_per_req = ctx.pooled_tokens_per_request(measures)
+    demand_tok_s = None if tok_per_req is None else m.workload.demand.peak_requests_per_s * sc.demand_scale * tok_per_req
+    fleets: dict[str, dict[str, Any]] = {}
+    monthly: dict[str, float | None] = {}
+    sizes: dict[str, sizing.FleetSize | None] = {}
+    for f in m.fleets:
+        fm = measures.get(f.name)
+        row: dict[str, Any] = {"instance_type": f.instance_type}
+        monthly[f.name] = None
+        sizes[f.name] = None
+        if fm is None:
+            row.update(requests=0, successful_requests=0, successful_output_tokens=0, p95_ttft_s=None, p95_itl_s=None,
+                       slo_pass=False, instances_required=None, monthly_cost_usd=None, cost_per_million_successful_tokens=None)
+            fleets[f.name] = row
+            continue
+        inst = ctx.instances_measured.get(f.name, 0)
+        per_inst = fm.goodput_tok_s / inst if fm.goodput_tok_s is not None and inst > 0 else None
+        row.update(
+            requests=fm.requests,
+            successful_requests=fm.successful_requests,
+            successful_output_tokens=fm.successful_output_tokens,
+            p95_ttft_s=fm.p95_ttft_s,
+            p95_itl_s=fm.p95_itl_s,
+            error_rate=fm.error_rate,
+            slo_pass=fm.slo_pass(ttft_t, itl_t, slo.max_error_rate),
+            instances_measured=inst,
+            per_instance_goodput_tok_s=per_inst,
+            measure=fm.as_dict(),
+        )
+        size = None
+        if demand_tok_s is not None and per_inst:
+            size = sizing.size_fleet(
+                demand_tok_s, per_inst, utilization_target=util, redundancy=f.redundancy,
+                asg_min=f.asg.min, asg_max=f.asg.max, azs=f.availability_zones,
+            )
+        sizes[f.name] = size
+        row["size"] = size.as_dict() if size else None
+        row["instances_required"] = size.required if size else None
+        prices = ctx.unit_prices.get(f.name)
+        mc = None
+        if size is not None and prices is not None:
+            mc = cost.monthly_fleet_cost(size, prices, _cost_inputs(m, f.name, ctx.root_volume_gib), sc.rate_mode)
+        monthly[f.name] = mc.total_usd if mc else None
+        row["monthly_cost"] = mc.as_dict() if mc else None
+        row["monthly_cost_usd"] = mc.total_usd if mc else None
+        monthly_tokens = demand_tok_s * 3600.0 * hours if demand_tok_s is not None else 0.0
+        row["monthly_successful_tokens"] = monthly_tokens if mc else None
+        row["cost_per_million_successful_tokens"] = cost.cost_per_million(mc.total_usd, monthly_tokens) if mc else None
+        if prices is not None and inst > 0:
+            mc_run = mc.non_compute_usd if mc else 0.0
+            rc = cost.run_cost(inst, fm.window_s, prices.instance_hourly_usd, mc_run, hours)
+            row["measured_run"] = {
+                "cost_usd": rc,
+                "window_s": fm.window_s,
+                "cost_per_million_successful_tokens": cost.cost_per_million(rc, fm.successful_output_tokens),
+                "basis": "instances in service during the run x On-Demand hourly x max(window, 60 s) + the window's share of non-compute cost",
+            }
+        fleets[f.name] = row
+
+    base, cand = m.comparison.baseline, m.comparison.candidate
+    b_month, c_month = monthly.get(base), monthly.get(cand)
+    delta = ledger.monthly_delta(b_month, c_month) if b_month is not None and c_month is not None else None
+    led = None
+    if b_month is not None and c_month is not None:
+        led = ledger.migration_ledger(m.migration, candidate_monthly_usd=c_month, baseline_monthly_usd=b_month,
+                                      hours_per_month=hours, effort_scale=sc.effort_scale)
+    mig_cost = led.total_usd if led else None
+    payback = ledger.payback_months(mig_cost, delta) if mig_cost is not None and delta is not None else None
+    refresh = sc.months_to_next_refresh
+    if refresh is None:
+        refresh = m.migration.months_to_next_refresh if m.migration.months_to_next_refresh is not None else m.migration.refresh_cadence_months
+    cf, bf = m.fleet(cand), m.fleet(base)
+    cm = measures.get(cand)
+    c_size = sizes.get(cand)
+    dec = decide(
+        DecisionInputs(
+            candidate=cand,
+            baseline=base,
+            candidate_successful_tokens=cm.successful_output_tokens if cm else 0,
+            candidate_error_rate=cm.error_rate if cm else None,
+            max_error_rate=slo.max_error_rate,
+            candidate_quality_passed=quality_passed(m, ctx.quality, cand),
+            baseline_quality_passed=quality_passed(m, ctx.quality, base),
+            candidate_slo_pass=bool(fleets[cand].get("slo_pass")),
+            baseline_slo_pass=bool(fleets[base].get("slo_pass")),
+            same_availability=len(set(cf.availability_zones)) >= len(set(bf.availability_zones)) and cf.redundancy >= bf.redundancy,
+            candidate_within_asg_max=c_size is None or not c_size.exceeds_asg_max,
+            monthly_delta_usd=delta,
+            payback_months=payback,
+            horizon_months=m.horizon_months,
+            months_to_next_refresh=refresh,
+            blocking_gaps=tuple(f"{g.what}: {g.reason}" for g in ctx.gaps if g.blocks_go),
+        )
+    )
+    return {
+        "fleets": fleets,
+        "demand_tok_s": demand_tok_s,
+        "pooled_output_tokens_per_request": tok_per_req,
+        "utilization_target": util,
+        "monthly_delta_usd": delta,
+        "migration": led.as_dict() if led else None,
+        "migration_cost_usd": mig_cost,
+        "payback_months": payback,
+        "months_to_next_refresh": refresh,
+        "decision": dec.as_dict(),
+    }
+
+
+def summarize(res: dict[str, Any]) -> dict[str, Any]:
+    """The few numbers a sensitivity cell shows."""
+    return {
+        "decision": res["decision"]["state"],
+        "reasons": res["decision"]["reasons"],
+        "monthly_delta_usd": res["monthly_delta_usd"],
+        "migration_cost_usd": res["migration_cost_usd"],
+        "payback_months": res["payback_months"],
+        "fleets": {
+            name: {
+                "instances_required": r.get("instances_required"),
+                "monthly_cost_usd": r.get("monthly_cost_usd"),
+                "cost_per_million_successful_tokens": r.get("cost_per_million_successful_tokens"),
+            }
+            for name, r in res["fleets"].items()
+        },
+    }

@@ -1,0 +1,147 @@
+"""Successful output tokens, fleet percentiles and SLO-compliant throughput, from per-request records.
+
+DESIGN.md: a token is successful when its request completed without error, passed the
+quality gate and met the per-request SLO; server usage counts where the server reported it.
+Warmup requests are excluded from everything. The per-request SLO is recomputed here from
+the measured TTFT and ITL (ttft <= slo.ttft and itl <= slo.itl; a request with one token has
+no ITL) so a tighter or looser SLO can be evaluated from the same records; disagreements
+with the loadgen's own `slo_ok` verdict are counted and reported, never hidden.
+Percentiles are exact nearest-rank P95 over the fleet's non-warmup requests that received
+a first token (duckdb quantile_disc), i.e. over raw records, never averaged per replica.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from analysis.sources.records import RecordSet
+
+ERROR_OUTCOMES = ("http_error", "timeout", "truncated", "connection_error")
+
+
+@dataclass(frozen=True)
+class FleetMeasure:
+    fleet: str
+    requests: int  # non-warmup requests scheduled in the window
+    warmup_excluded: int
+    completed_ok: int
+    errors: int
+    quality_failed: int
+    not_sent: int
+    slo_violations: int  # completed ok but missed the per-request SLO
+    successful_requests: int
+    successful_output_tokens: int
+    completed_output_tokens: int  # all ok requests, SLO met or not (the work the fleet did)
+    slo_verdict_disagreements: int  # ok requests where loadgen's slo_ok differs from the recomputed one
+    wall_start: float | None
+    window_start_s: float | None
+    window_end_s: float | None
+    p95_ttft_s: float | None
+    p95_itl_s: float | None
+
+    @property
+    def window_s(self) -> float:
+        if self.window_start_s is None or self.window_end_s is None:
+            return 0.0
+        return max(self.window_end_s - self.window_start_s, 0.0)
+
+    @property
+    def error_rate(self) -> float | None:
+        sent = self.requests - self.not_sent
+        return self.errors / sent if sent else None
+
+    @property
+    def goodput_tok_s(self) -> float | None:
+        """Successful output tokens per second over the measured window (whole fleet)."""
+        return self.successful_output_tokens / self.window_s if self.window_s > 0 else None
+
+    @property
+    def mean_tokens_per_success(self) -> float | None:
+        return self.successful_output_tokens / self.successful_requests if self.successful_requests else None
+
+    def slo_pass(self, ttft_p95_s: float, itl_p95_s: float, max_error_rate: float) -> bool:
+        """Fleet-level SLO: P95 TTFT and P95 ITL under target and the error ceiling held."""
+        if self.p95_ttft_s is None or self.error_rate is None:
+            return False
+        itl_ok = self.p95_itl_s is None or self.p95_itl_s <= itl_p95_s
+        return self.p95_ttft_s <= ttft_p95_s and itl_ok and self.error_rate <= max_error_rate
+
+    def as_dict(self) -> dict[str, object]:
+        d = asdict(self)
+        d.update(window_s=self.window_s, error_rate=self.error_rate, goodput_tok_s=self.goodput_tok_s)
+        return d
+
+
+_TOKENS = "coalesce(server_output_tokens, client_output_tokens)"
+_SLO_MET = "(ttft_s IS NOT NULL AND ttft_s <= $ttft AND (itl_s IS NULL OR itl_s <= $itl))"
+
+
+def measure_fleets(rs: RecordSet, ttft_slo_s: float, itl_slo_s: float, *, percentiles: bool = True) -> dict[str, FleetMeasure]:
+    """One scan over the records computes every fleet's counts, tokens, window and P95s.
+
+    The P95s do not depend on the SLO thresholds; `percentiles=False` skips them (None) for
+    callers that re-evaluate goodput under another SLO and already hold them."""
+    errs = ", ".join(f"'{o}'" for o in ERROR_OUTCOMES)
+    sql = f"""
+    WITH r AS (
+      SELECT fleet, warmup, outcome, slo_ok, ttft_s, itl_s, scheduled_s, e2e_s, wall_start,
+             {_TOKENS} AS tok, {_SLO_MET} AS slo_met
+      FROM records)
+    SELECT fleet,
+      count(*) FILTER (WHERE NOT warmup),
+      count(*) FILTER (WHERE warmup),
+      count(*) FILTER (WHERE NOT warmup AND outcome = 'ok'),
+      count(*) FILTER (WHERE NOT warmup AND outcome IN ({errs})),
+      count(*) FILTER (WHERE NOT warmup AND outcome = 'quality_fail'),
+      count(*) FILTER (WHERE NOT warmup AND outcome = 'not_sent'),
+      count(*) FILTER (WHERE NOT warmup AND outcome = 'ok' AND NOT slo_met),
+      count(*) FILTER (WHERE NOT warmup AND outcome = 'ok' AND slo_met),
+      coalesce(sum(tok) FILTER (WHERE NOT warmup AND outcome = 'ok' AND slo_met), 0),
+      coalesce(sum(tok) FILTER (WHERE NOT warmup AND outcome = 'ok'), 0),
+      count(*) FILTER (WHERE NOT warmup AND outcome = 'ok' AND slo_met IS DISTINCT FROM slo_ok),
+      min(wall_start),
+      min(scheduled_s) FILTER (WHERE NOT warmup),
+      max(scheduled_s + coalesce(e2e_s, 0)) FILTER (WHERE NOT warmup),
+      {"quantile_disc(ttft_s, 0.95) FILTER (WHERE NOT warmup AND ttft_s IS NOT NULL)" if percentiles else "NULL"},
+      {"quantile_disc(itl_s, 0.95) FILTER (WHERE NOT warmup AND itl_s IS NOT NULL)" if percentiles else "NULL"}
+    FROM r GROUP BY fleet ORDER BY fleet
+    """
+    rows = rs.con.execute(sql, {"ttft": ttft_slo_s, "itl": itl_slo_s}).fetchall()
+    out: dict[str, FleetMeasure] = {}
+    for row in rows:
+        ints = [int(v) for v in row[1:12]]
+        out[row[0]] = FleetMeasure(row[0], *ints, *(None if v is None else float(v) for v in row[12:17]))
+    return out
+
+
+def goodput_series(
+    rs: RecordSet, fleet: str, ttft_slo_s: float, itl_slo_s: float, start_s: float, end_s: float, bins: int = 60
+) -> list[tuple[float, float]]:
+    """Successful output tokens/s in equal bins by completion time: (bin start offset, tok/s)."""
+    if end_s <= start_s or bins < 1:
+        return []
+    width = (end_s - start_s) / bins
+    rows = rs.con.execute(
+        f"""SELECT least(CAST(floor((scheduled_s + coalesce(e2e_s, 0) - $start) / $w) AS BIGINT), $bins - 1) AS b,
+                   sum({_TOKENS})
+            FROM records
+            WHERE fleet = $fleet AND NOT warmup AND outcome = 'ok' AND {_SLO_MET}
+            GROUP BY b""",
+        {"start": start_s, "w": width, "bins": bins, "fleet": fleet, "ttft": ttft_slo_s, "itl": itl_slo_s},
+    ).fetchall()
+    per_bin = {int(b): float(t) for b, t in rows if b is not None and b >= 0}
+    return [(start_s + i * width, per_bin.get(i, 0.0) / width) for i in range(bins)]
+
+
+def latency_cdf(rs: RecordSet, fleet: str, column: str, points: int = 50) -> list[tuple[float, float]]:
+    """(latency, cumulative fraction) pairs for a CDF plot, from raw non-warmup records."""
+    if column not in ("ttft_s", "itl_s"):
+        raise ValueError(f"no latency column {column!r}")
+    qs = [round((i + 1) / points, 6) for i in range(points)]
+    row = rs.con.execute(
+        f"SELECT quantile_disc({column}, $qs) FROM records WHERE fleet = $fleet AND NOT warmup AND {column} IS NOT NULL",
+        {"qs": qs, "fleet": fleet},
+    ).fetchone()
+    if not row or row[0] is None:
+        return []
+    return [(float(v), q) for v, q in zip(row[0], qs, strict=True)]

@@ -1,0 +1,314 @@
+"""`build_report`: records + metrics + prices (+ bills) -> report.json, report.md, report.html.
+
+The campaign calls this once per campaign. Missing evidence becomes a `gaps` entry (and, if
+it blocks a Go, a Defer) rather than a silent zero; evidence that contradicts the manifest
+(another manifest's records, an empty window) raises.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from analysis import goodput, sensitivity
+from analysis.cost import UnitPrices
+from analysis.errors import AnalysisError, PriceMissing, SourceUnavailable
+from analysis.evaluate import Context, QualityResults, evaluate, summarize
+from analysis.histogram import bucket_cdf
+from analysis.ledger import payback_curve
+from analysis.provenance import Gap, Sourced
+from analysis.sources.billing import cost_explorer_by_fleet, read_focus
+from analysis.sources.cloudwatch import CloudWatchSource, discover_asgs, fleet_specs
+from analysis.sources.pricing import PRICING_ENDPOINT_REGION, PriceBook, PriceListSource
+from analysis.sources.prometheus import HistogramNames, PrometheusSource
+from analysis.sources.records import RecordSet, load_records
+from campaign import catalog
+from campaign.manifest import Manifest
+
+# Assumption until the manifest carries it: the DLAMI / ECS GPU AMIs default to a root
+# volume of this size; the cache volume comes from fleets[].ebs_cache_gib.
+DEFAULT_ROOT_VOLUME_GIB = 100.0
+
+
+@dataclass
+class AwsClients:
+    """boto3 clients the report may use; injectable so tests run against moto / Stubber."""
+
+    pricing: Any = None
+    cloudwatch: Any = None
+    autoscaling: Any = None
+    ce: Any = None
+
+    @classmethod
+    def from_session(cls, region: str) -> AwsClients:
+        import boto3
+
+        s = boto3.session.Session()
+        return cls(
+            pricing=s.client("pricing", region_name=PRICING_ENDPOINT_REGION),
+            cloudwatch=s.client("cloudwatch", region_name=region),
+            autoscaling=s.client("autoscaling", region_name=region),
+            ce=s.client("ce", region_name="us-east-1"),
+        )
+
+
+def _finite(x: Any) -> Any:
+    """JSON has no Infinity/NaN: such values become null."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_finite(v) for v in x]
+    return x
+
+
+def _resolve_prices(m: Manifest, book: PriceBook, gaps: list[Gap], prov: dict[str, Any]) -> dict[str, UnitPrices]:
+    out: dict[str, UnitPrices] = {}
+    shared: dict[str, Sourced] = {}
+    for kind, key, name in (("ebs", "gp3-storage", "ebs_gp3_gb_month"), ("nlb", "hour", "nlb_hour"),
+                            ("nlb", "lcu-hour", "nlb_lcu_hour"), ("network", "inter-az", "inter_az_gb")):
+        try:
+            shared[name] = book.get(kind, key)
+            prov[f"prices.{name}"] = shared[name].as_dict()
+        except PriceMissing as exc:
+            gaps.append(Gap(f"prices.{name}", str(exc)))
+    for f in m.fleets:
+        try:
+            inst = book.get("instance", f.instance_type)
+        except PriceMissing as exc:
+            gaps.append(Gap(f"prices.instance.{f.instance_type}", str(exc)))
+            continue
+        prov[f"prices.instance.{f.instance_type}"] = inst.as_dict()
+        if len(shared) == 4:
+            out[f.name] = UnitPrices(inst.value, shared["ebs_gp3_gb_month"].value, shared["nlb_hour"].value,
+                                     shared["nlb_lcu_hour"].value, shared["inter_az_gb"].value)
+    return out
+
+
+def _prometheus_section(
+    m: Manifest, url: str, names: HistogramNames, measures: Mapping[str, goodput.FleetMeasure], gaps: list[Gap]
+) -> dict[str, Any]:
+    src = PrometheusSource(url)
+    out: dict[str, Any] = {"url": url, "fleets": {}}
+    for f in m.fleets:
+        fm = measures.get(f.name)
+        if fm is None or fm.wall_start is None or fm.window_start_s is None or fm.window_end_s is None:
+            continue
+        start, end = fm.wall_start + fm.window_start_s, fm.wall_start + fm.window_end_s
+        labels = {names.fleet_label: f.name}
+        sec: dict[str, Any] = {"window_unix": [start, end]}
+        try:
+            server_itl = names.server_itl
+            if not src.has_series(server_itl, labels, start, end) and names.server_itl_fallback:
+                server_itl = names.server_itl_fallback
+            for key, metric, recorded in (("client_ttft", names.client_ttft, fm.p95_ttft_s), ("client_itl", names.client_itl, fm.p95_itl_s),
+                                          ("server_ttft", names.server_ttft, None), ("server_itl", server_itl, None)):
+                p95 = src.merged_quantile(0.95, metric, labels, start, end)
+                entry: dict[str, Any] = {"metric": f"{metric}_bucket", "p95_s_merged_histogram": p95}
+                if p95 is not None:
+                    entry["cdf"] = bucket_cdf(src.merged_buckets(metric, labels, start, end))
+                    per = src.per_replica_quantiles(0.95, metric, labels, start, end, names.replica_label)
+                    entry["per_replica_p95_s"] = per
+                    entry["mean_of_replica_p95_s_not_used"] = sum(per.values()) / len(per) if per else None
+                if recorded is not None and p95 is not None:
+                    entry["p95_s_records"] = recorded
+                    entry["difference_s"] = p95 - recorded  # bucket resolution bounds this; large = a client/clock problem
+                sec[key] = entry
+        except SourceUnavailable as exc:
+            gaps.append(Gap("prometheus", str(exc)))
+            out["error"] = str(exc)
+            return out
+        out["fleets"][f.name] = sec
+    return out
+
+
+def _instances_measured(
+    m: Manifest, given: Mapping[str, int] | None, cw: dict[str, Any], prov: dict[str, Any], gaps: list[Gap]
+) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for f in m.fleets:
+        if given and f.name in given:
+            out[f.name] = int(given[f.name])
+            prov[f"instances_measured.{f.name}"] = {"value": out[f.name], "source": "measured", "detail": "given by the campaign runner"}
+        elif cw.get(f.name, {}).get("instances_in_service_max"):
+            out[f.name] = round(cw[f.name]["instances_in_service_max"])
+            prov[f"instances_measured.{f.name}"] = {"value": out[f.name], "source": "pulled",
+                                                   "detail": "CloudWatch AWS/AutoScaling GroupInServiceInstances, max over the window"}
+        else:
+            out[f.name] = f.asg.desired
+            prov[f"instances_measured.{f.name}"] = {"value": out[f.name], "source": "manifest",
+                                                   "detail": "fleets[].asg.desired, assumed in service for the whole run"}
+            gaps.append(Gap(f"instances_measured.{f.name}", "instances in service not measured; assumed asg.desired", blocks_go=False))
+    return out
+
+
+def build_report(
+    manifest: Manifest,
+    records_dir: str | Path,
+    *,
+    prometheus_url: str | None = None,
+    aws: bool = False,
+    quality: QualityResults | None = None,
+    out_dir: str | Path,
+    instances_measured: Mapping[str, int] | None = None,
+    histogram_names: HistogramNames | None = None,
+    focus_csv: str | Path | None = None,
+    root_volume_gib: float = DEFAULT_ROOT_VOLUME_GIB,
+    aws_clients: AwsClients | None = None,
+    with_sensitivity: bool = True,
+    with_pages: bool = True,
+) -> dict[str, Any]:
+    m = manifest
+    gaps: list[Gap] = []
+    prov: dict[str, Any] = {"manifest": {"source": "manifest", "detail": f"{m.source or '<in memory>'} digest {m.digest}"}}
+    rs: RecordSet = load_records(records_dir, m.digest)
+    prov["records"] = {"source": "measured", "detail": f"{len(rs.files)} file(s), {rs.count()} records under {records_dir}"}
+    unknown = sorted(set(rs.fleets()) - {f.name for f in m.fleets})
+    if unknown:
+        raise AnalysisError(f"records name fleet(s) {unknown} that the manifest does not define")
+
+    cache: dict[float, dict[str, goodput.FleetMeasure]] = {}
+
+    def measures(scale: float) -> dict[str, goodput.FleetMeasure]:
+        if scale not in cache:
+            if scale == 1.0:
+                cache[scale] = goodput.measure_fleets(rs, m.slo.ttft_p95_s, m.slo.itl_p95_s)
+            else:  # goodput changes with the SLO, the measured percentiles do not
+                base = measures(1.0)
+                cache[scale] = {
+                    k: replace(v, p95_ttft_s=base[k].p95_ttft_s, p95_itl_s=base[k].p95_itl_s)
+                    for k, v in goodput.measure_fleets(rs, m.slo.ttft_p95_s * scale, m.slo.itl_p95_s * scale, percentiles=False).items()
+                }
+        return cache[scale]
+
+    base_measures = measures(1.0)
+    for f in m.fleets:
+        fm = base_measures.get(f.name)
+        if fm is None or fm.requests == 0:
+            gaps.append(Gap(f"records.{f.name}", "no non-warmup records in the window for this fleet"))
+        elif fm.slo_verdict_disagreements:
+            gaps.append(Gap(f"records.{f.name}.slo_ok", f"{fm.slo_verdict_disagreements} ok request(s) where loadgen's slo_ok "
+                            "differs from the SLO recomputed from ttft_s/itl_s; the recomputed verdict is used", blocks_go=False))
+    for key, s in rs.summaries.items():
+        if not s.valid:
+            gaps.append(Gap(f"run_summary.{key}", "run marked invalid: " + "; ".join(s.invalid_reasons)))
+        if not s.invariant_holds():
+            gaps.append(Gap(f"run_summary.{key}", "scheduled != completed + failed + not_sent"))
+
+    clients = aws_clients or (AwsClients.from_session(m.costs.region) if aws else None)
+    cw: dict[str, Any] = {}
+    billing: dict[str, Any] = {}
+    if aws and clients is not None:
+        try:
+            asgs = discover_asgs(clients.autoscaling, m.campaign)
+            src = CloudWatchSource(clients.cloudwatch)
+            for f in m.fleets:
+                fm = base_measures.get(f.name)
+                if f.name not in asgs or fm is None or fm.wall_start is None or fm.window_start_s is None or fm.window_end_s is None:
+                    gaps.append(Gap(f"cloudwatch.{f.name}", "no ASG tagged with this campaign and fleet", blocks_go=False))
+                    continue
+                vendor = catalog.instance(f.instance_type).accelerator.vendor
+                cw[f.name] = src.fetch(fleet_specs(asgs[f.name], vendor), fm.wall_start + fm.window_start_s, fm.wall_start + fm.window_end_s)
+            prov["cloudwatch"] = {"source": "pulled", "detail": "CloudWatch GetMetricData (Average/Sum/Maximum)"}
+        except SourceUnavailable as exc:
+            gaps.append(Gap("cloudwatch", str(exc), blocks_go=False))
+    inst = _instances_measured(m, instances_measured, cw, prov, gaps)
+
+    use_api = aws or m.costs.price_source == "price-list-api"
+    api = PriceListSource(clients.pricing, m.costs.region) if use_api and clients is not None and clients.pricing is not None else None
+    book = PriceBook(m.costs.region, api)
+    unit_prices = _resolve_prices(m, book, gaps, prov)
+    for note in book.notes:
+        gaps.append(Gap("prices.api", note, blocks_go=False))
+
+    if aws and clients is not None and clients.ce is not None:
+        walls = [fm.wall_start + (fm.window_end_s or 0) for fm in base_measures.values() if fm.wall_start is not None]
+        starts = [fm.wall_start + (fm.window_start_s or 0) for fm in base_measures.values() if fm.wall_start is not None]
+        if walls:
+            d0 = dt.datetime.fromtimestamp(min(starts), dt.UTC).date()
+            d1 = dt.datetime.fromtimestamp(max(walls), dt.UTC).date() + dt.timedelta(days=1)
+            try:
+                billing["cost_explorer"] = cost_explorer_by_fleet(clients.ce, m.campaign, d0.isoformat(), d1.isoformat())
+                prov["billing.cost_explorer"] = {"source": "pulled", "detail": f"Cost Explorer UnblendedCost by tag fleet, {d0}..{d1}"}
+            except SourceUnavailable as exc:
+                gaps.append(Gap("billing.cost_explorer", str(exc), blocks_go=False))
+    if focus_csv is not None:
+        billing["focus"] = {k: v.as_dict() for k, v in read_focus(focus_csv, m.campaign).items()}
+        prov["billing.focus"] = {"source": "pulled", "detail": f"FOCUS export {focus_csv}"}
+
+    prom: dict[str, Any] | None = None
+    if prometheus_url:
+        prom = _prometheus_section(m, prometheus_url, histogram_names or HistogramNames(), base_measures, gaps)
+        prov["prometheus"] = {"source": "measured", "detail": f"{prometheus_url}: sum by (le) of increase() over the window, histogram_quantile"}
+    if quality is None:
+        prov["quality"] = {"source": "missing", "detail": "no quality-gate results were given"}
+    else:
+        prov["quality"] = {"source": "measured", "detail": "quality-gate results given by the campaign runner"}
+
+    ctx = Context(m, measures, inst, unit_prices, root_volume_gib, quality, gaps)
+    head = evaluate(ctx, sensitivity.BASE)
+    for key, val, detail in (
+        ("slo", m.slo.model_dump(), "slo"), ("demand.peak_requests_per_s", m.workload.demand.peak_requests_per_s, "workload.demand"),
+        ("hours_per_month", m.workload.demand.hours_per_month, "workload.demand"), ("utilization_target", m.costs.utilization_target, "costs"),
+        ("commitments", [c.model_dump() for c in m.costs.commitments], "costs.commitments"), ("migration", m.migration.model_dump(), "migration"),
+        ("horizon_months", m.horizon_months, "horizon_months"), ("network", m.costs.network.model_dump(), "costs.network"),
+        ("observability_monthly_usd", m.costs.observability_monthly_usd, "costs"), ("licenses_monthly_usd", m.costs.licenses_monthly_usd, "costs"),
+    ):
+        prov[key] = {"value": val, "source": "manifest", "detail": detail}
+    prov["root_volume_gib"] = {"value": root_volume_gib, "source": "assumption", "detail": "root EBS volume per instance; not in the manifest"}
+    prov["demand_tok_s"] = {"value": head["demand_tok_s"], "source": "computed",
+                            "detail": "manifest peak_requests_per_s x measured mean output tokens per completed request (pooled over fleets)"}
+
+    report: dict[str, Any] = {
+        "campaign": m.campaign,
+        "manifest_digest": m.digest,
+        "generated_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "comparison": {"baseline": m.comparison.baseline, "candidate": m.comparison.candidate},
+        "slo": m.slo.model_dump(),
+        "horizon_months": m.horizon_months,
+        **head,
+        "gaps": [g.as_dict() for g in gaps],
+        "prometheus": prom,
+        "cloudwatch": cw or None,
+        "billing": billing or None,
+        "quality": dict(quality) if quality is not None else None,
+        "provenance": prov,
+    }
+    if with_sensitivity:
+        report["sensitivity"] = sensitivity.run_grid(m, lambda sc: summarize(evaluate(ctx, sc)))
+    report["series"] = _series(m, rs, base_measures, head)
+    report = _finite(report)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(json.dumps(report, indent=2, sort_keys=False), encoding="utf-8")
+    if with_pages:
+        from analysis.report_html import render_html
+        from analysis.report_md import render_markdown
+
+        (out / "report.md").write_text(render_markdown(report), encoding="utf-8")
+        (out / "report.html").write_text(render_html(report), encoding="utf-8")
+    return report
+
+
+def _series(m: Manifest, rs: RecordSet, measures: Mapping[str, goodput.FleetMeasure], head: dict[str, Any]) -> dict[str, Any]:
+    """Plot data: latency CDFs and goodput over time from the records, and the payback curve."""
+    out: dict[str, Any] = {"fleets": {}}
+    for name, fm in measures.items():
+        s: dict[str, Any] = {
+            "ttft_cdf": goodput.latency_cdf(rs, name, "ttft_s"),
+            "itl_cdf": goodput.latency_cdf(rs, name, "itl_s"),
+        }
+        if fm.window_start_s is not None and fm.window_end_s is not None:
+            s["goodput"] = goodput.goodput_series(rs, name, m.slo.ttft_p95_s, m.slo.itl_p95_s, fm.window_start_s, fm.window_end_s)
+        out["fleets"][name] = s
+    mig, delta = head["migration_cost_usd"], head["monthly_delta_usd"]
+    if mig is not None and delta is not None:
+        months = int(max(m.horizon_months * 2, (head["payback_months"] or 0) * 1.5, 12))
+        out["payback_curve"] = payback_curve(mig, delta, months)
+    return out

@@ -1,0 +1,80 @@
+"""report.html: one self-contained page (inline SVG, no scripts, no network) with every figure's source."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from analysis import svg
+from analysis.report_md import fmt
+from analysis.sensitivity import tornado
+
+
+def _figure(chart: str, source: str) -> str:
+    return f"<figure>{chart}<figcaption>Source: {html.escape(source)}</figcaption></figure>"
+
+
+def render_html(r: dict[str, Any]) -> str:
+    d = r["decision"]
+    series = r.get("series", {})
+    fs = series.get("fleets", {})
+    slo = r["slo"]
+    figs = [
+        _figure(
+            svg.line_chart("TTFT CDF per fleet", "TTFT (s, from scheduled send)", "fraction of requests",
+                           {n: s.get("ttft_cdf", []) for n, s in fs.items()}, vlines=[(slo["ttft_p95_s"], "SLO P95")], hlines=[(0.95, "P95")]),
+            "per-request loadgen records, non-warmup, exact quantiles (measured)",
+        ),
+        _figure(
+            svg.line_chart("ITL CDF per fleet", "ITL (s, mean gap per request)", "fraction of requests",
+                           {n: s.get("itl_cdf", []) for n, s in fs.items()}, vlines=[(slo["itl_p95_s"], "SLO P95")], hlines=[(0.95, "P95")]),
+            "per-request loadgen records, non-warmup, exact quantiles (measured)",
+        ),
+        _figure(
+            svg.line_chart("Goodput over time", "run time (s)", "successful output tokens/s", {n: s.get("goodput", []) for n, s in fs.items()}),
+            "per-request records: ok, quality ok and per-request SLO met, binned by completion time (measured)",
+        ),
+        _figure(
+            svg.bar_chart("Cost per 1M successful tokens", "USD", [(n, f["cost_per_million_successful_tokens"]) for n, f in r["fleets"].items()
+                                                                   if f.get("cost_per_million_successful_tokens") is not None]),
+            "sized monthly fleet cost / monthly successful tokens at peak demand; prices: " +
+            "; ".join(f"{k}: {v.get('source')} {v.get('detail')}" for k, v in r["provenance"].items() if k.startswith("prices.instance")),
+        ),
+    ]
+    if series.get("payback_curve"):
+        figs.append(_figure(
+            svg.line_chart("Payback curve", "months after cut-over", "cumulative net savings (USD)", {"net savings": series["payback_curve"]},
+                           hlines=[(0.0, "break-even")], vlines=[(r["horizon_months"], "horizon")] if r.get("horizon_months") else ()),
+            "migration ledger (manifest) and monthly delta (computed from measured throughput and prices)",
+        ))
+    if r.get("sensitivity"):
+        figs.append(_figure(
+            svg.tornado_chart("Sensitivity: monthly delta (USD)", "baseline - candidate monthly cost", tornado(r["sensitivity"])),
+            "one-at-a-time grid; every cell recomputes sizing, cost and the decision",
+        ))
+    rows = "".join(
+        f"<tr><td>{html.escape(n)} ({html.escape(f['instance_type'])})</td><td>{fmt(f['requests'])}</td><td>{fmt(f['successful_output_tokens'])}</td>"
+        f"<td>{fmt(f['p95_ttft_s'])}</td><td>{fmt(f['p95_itl_s'])}</td><td>{'pass' if f['slo_pass'] else 'FAIL'}</td>"
+        f"<td>{fmt(f['instances_required'])}</td><td>{fmt(f['monthly_cost_usd'], 2)}</td>"
+        f"<td>{fmt(f['cost_per_million_successful_tokens'], 4)}</td></tr>"
+        for n, f in r["fleets"].items()
+    )
+    gaps = "".join(f"<li>{html.escape(g['what'])}: {html.escape(g['reason'])}</li>" for g in r["gaps"]) or "<li>none</li>"
+    prov = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(str(v.get('source')))} - {html.escape(str(v.get('detail')))}</li>"
+                   for k, v in r["provenance"].items())
+    reasons = "".join(f"<li>{html.escape(x)}</li>" for x in d["reasons"])
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(r['campaign'])}: {d['state']}</title>
+<style>body{{font-family:sans-serif;max-width:60em;margin:2em auto}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 6px}}
+figure{{margin:1em 0}}figcaption{{font-size:12px;color:#444}}</style></head><body>
+<h1>{html.escape(r['campaign'])}: {d['state'].upper()}</h1>
+<p>manifest digest <code>{r['manifest_digest']}</code>; generated {html.escape(r['generated_at'])}</p>
+<ul>{reasons}</ul>
+<p>Monthly delta {fmt(r['monthly_delta_usd'], 2)} USD; migration cost {fmt(r['migration_cost_usd'], 2)} USD;
+payback {fmt(r['payback_months'], 1)} months.</p>
+<table><tr><th>fleet</th><th>requests</th><th>successful tokens</th><th>P95 TTFT s</th><th>P95 ITL s</th><th>SLO</th>
+<th>instances</th><th>monthly USD</th><th>USD / 1M successful tokens</th></tr>{rows}</table>
+{''.join(figs)}
+<h2>Gaps</h2><ul>{gaps}</ul><h2>Provenance</h2><ul>{prov}</ul>
+</body></html>
+"""

@@ -1,0 +1,74 @@
+"""report.md: the decision first, then the per-fleet table, gaps and where every input came from."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def fmt(v: Any, digits: int = 3) -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:,.{digits}f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+def render_markdown(r: dict[str, Any]) -> str:
+    d = r["decision"]
+    lines = [
+        f"# {r['campaign']}: {d['state'].upper()}",
+        "",
+        f"manifest digest `{r['manifest_digest']}`, generated {r['generated_at']}; "
+        f"baseline **{r['comparison']['baseline']}**, candidate **{r['comparison']['candidate']}**.",
+        "",
+        "## Decision",
+        "",
+        *(f"- {reason}" for reason in d["reasons"]),
+        "",
+        f"Monthly delta (baseline - candidate): {fmt(r['monthly_delta_usd'], 2)} USD; "
+        f"migration cost {fmt(r['migration_cost_usd'], 2)} USD; payback {fmt(r['payback_months'], 1)} months; "
+        f"next refresh in {fmt(r['months_to_next_refresh'], 1)} months.",
+        "",
+        "## Fleets",
+        "",
+        "| fleet | requests | successful | successful tokens | P95 TTFT s | P95 ITL s | SLO | per-instance goodput tok/s "
+        "| instances required | monthly USD | USD per 1M successful tokens | measured-run USD per 1M |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, f in r["fleets"].items():
+        run = (f.get("measured_run") or {}).get("cost_per_million_successful_tokens")
+        lines.append(
+            f"| {name} ({f['instance_type']}) | {fmt(f['requests'])} | {fmt(f['successful_requests'])} | {fmt(f['successful_output_tokens'])} "
+            f"| {fmt(f['p95_ttft_s'])} | {fmt(f['p95_itl_s'])} | {'pass' if f['slo_pass'] else 'FAIL'} "
+            f"| {fmt(f.get('per_instance_goodput_tok_s'), 1)} | {fmt(f['instances_required'])} | {fmt(f['monthly_cost_usd'], 2)} "
+            f"| {fmt(f['cost_per_million_successful_tokens'], 4)} | {fmt(run, 4)} |"
+        )
+    lines += ["", "Per-AZ placement and cost lines:", ""]
+    for name, f in r["fleets"].items():
+        size, mc = f.get("size"), f.get("monthly_cost")
+        if size:
+            lines.append(f"- {name}: {size['busy_instances']} busy + {size['headroom_instances']} headroom + "
+                         f"{size['redundancy_instances']} redundancy + {size['asg_min_topup']} ASG-min = {size['required']} {size['per_az']}")
+        if mc:
+            parts = ", ".join(f"{k.removesuffix('_usd')} {fmt(v, 2)}" for k, v in mc.items() if k.endswith("_usd"))
+            lines.append(f"  - monthly USD: {parts} ({mc['compute_note']})")
+    if r.get("migration"):
+        lines += ["", "## Migration ledger", ""]
+        lines += [f"- {k}: {fmt(v, 2)} USD" for k, v in r["migration"]["items_usd"].items()]
+    sens = r.get("sensitivity")
+    if sens:
+        lines += ["", "## Sensitivity (one input at a time)", "", "| cell | decision | monthly delta USD | payback months |", "|---|---|---|---|"]
+        b = sens["base"]
+        lines.append(f"| base (manifest) | {b['decision']} | {fmt(b['monthly_delta_usd'], 2)} | {fmt(b['payback_months'], 1)} |")
+        for c in sens["cells"]:
+            lines.append(f"| {c['label']} | {c['decision']} | {fmt(c['monthly_delta_usd'], 2)} | {fmt(c['payback_months'], 1)} |")
+    lines += ["", "## Gaps", ""]
+    lines += [f"- {g['what']}: {g['reason']}{' (blocks Go)' if g['blocks_go'] else ''}" for g in r["gaps"]] or ["- none"]
+    lines += ["", "## Provenance", ""]
+    for k, p in r["provenance"].items():
+        lines.append(f"- {k}: {p.get('source')} - {p.get('detail')}")
+    return "\n".join(lines) + "\n"

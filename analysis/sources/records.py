@@ -1,0 +1,125 @@
+"""Loadgen per-request records (`records-*.jsonl`, optionally `records-*.parquet`) as one columnar table.
+
+duckdb scans the files in parallel and keeps only the columns the analysis reads, so ten
+million records load in seconds. Every file's manifest_digest is checked against the
+manifest before any number is computed from it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+
+from analysis.errors import AnalysisError, DigestMismatch, EmptyWindow
+from campaign.records import RunSummary
+
+# The subset of campaign.records.RequestRecord the analysis needs, with duckdb types.
+COLUMNS: dict[str, str] = {
+    "campaign": "VARCHAR",
+    "manifest_digest": "VARCHAR",
+    "fleet": "VARCHAR",
+    "request_id": "BIGINT",
+    "wall_start": "DOUBLE",
+    "scheduled_s": "DOUBLE",
+    "ttft_s": "DOUBLE",
+    "itl_s": "DOUBLE",
+    "e2e_s": "DOUBLE",
+    "client_output_tokens": "BIGINT",
+    "server_output_tokens": "BIGINT",
+    "outcome": "VARCHAR",
+    "slo_ok": "BOOLEAN",
+    "warmup": "BOOLEAN",
+}
+
+
+@dataclass
+class RecordSet:
+    """The records of one campaign, loaded into an in-memory duckdb table named `records`."""
+
+    con: duckdb.DuckDBPyConnection
+    files: list[Path]
+    summaries: dict[str, RunSummary] = field(default_factory=dict)
+
+    def fleets(self) -> list[str]:
+        return [r[0] for r in self.con.execute("SELECT DISTINCT fleet FROM records ORDER BY fleet").fetchall()]
+
+    def count(self) -> int:
+        row = self.con.execute("SELECT count(*) FROM records").fetchone()
+        return int(row[0]) if row else 0
+
+
+def _sql_list(paths: Sequence[Path]) -> str:
+    return "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths) + "]"
+
+
+def _scan(jsonl: Sequence[Path], parquet: Sequence[Path]) -> str:
+    cols = ", ".join(COLUMNS)
+    parts = []
+    if jsonl:
+        spec = "{" + ", ".join(f"'{k}': '{v}'" for k, v in COLUMNS.items()) + "}"
+        # Explicit columns: no schema sniffing, and fields the analysis ignores are never parsed into the table.
+        parts.append(
+            f"SELECT {cols}, filename FROM read_json({_sql_list(jsonl)}, format='newline_delimited', "
+            f"columns={spec}, filename=true)"
+        )
+    if parquet:
+        casts = ", ".join(f"CAST({k} AS {v}) AS {k}" for k, v in COLUMNS.items())
+        parts.append(f"SELECT {casts}, filename FROM read_parquet({_sql_list(parquet)}, filename=true)")
+    return " UNION ALL ".join(parts)
+
+
+def find_record_files(records_dir: Path) -> tuple[list[Path], list[Path]]:
+    jsonl = sorted(p for p in records_dir.rglob("records-*.jsonl") if p.is_file() and p.stat().st_size > 0)
+    parquet = sorted(p for p in records_dir.rglob("records-*.parquet") if p.is_file())
+    return jsonl, parquet
+
+
+def _load_summaries(records_dir: Path) -> dict[str, RunSummary]:
+    out: dict[str, RunSummary] = {}
+    for p in sorted(records_dir.rglob("*summary*.json")):
+        try:
+            data = json.loads(p.read_text(encoding="utf-8"))
+            s = RunSummary(**data)
+        except (OSError, ValueError, TypeError) as exc:
+            raise AnalysisError(f"{p}: not a RunSummary: {exc}") from None
+        out[f"{s.fleet}:{p.name}"] = s
+    return out
+
+
+def load_records(records_dir: str | Path, manifest_digest: str, *, threads: int | None = None) -> RecordSet:
+    """Load every record file under `records_dir`; refuse records from another manifest.
+
+    Raises EmptyWindow when there is nothing to measure and DigestMismatch naming the
+    first offending file, so a report can never be built from mixed or absent evidence.
+    """
+    d = Path(records_dir)
+    if not d.is_dir():
+        raise EmptyWindow(f"records directory {d} does not exist")
+    jsonl, parquet = find_record_files(d)
+    if not jsonl and not parquet:
+        raise EmptyWindow(f"no records-*.jsonl or records-*.parquet files under {d}: the campaign window is empty")
+    con = duckdb.connect(":memory:")
+    if threads:
+        con.execute(f"SET threads = {int(threads)}")
+    # Parquet is already columnar: a view scans it in parallel on demand. JSON is parsed once into a table.
+    kind = "TABLE" if jsonl else "VIEW"
+    try:
+        con.execute(f"CREATE {kind} raw AS {_scan(jsonl, parquet)}")
+    except duckdb.Error as exc:
+        raise AnalysisError(f"cannot read records under {d}: {exc}") from None
+    bad = con.execute(
+        "SELECT filename, coalesce(manifest_digest, '<missing>'), count(*) FROM raw "
+        "WHERE manifest_digest IS DISTINCT FROM ? GROUP BY ALL ORDER BY 1 LIMIT 1",
+        [manifest_digest],
+    ).fetchone()
+    if bad:
+        raise DigestMismatch(str(bad[0]), str(bad[1]), manifest_digest, int(bad[2]))
+    con.execute(f"ALTER {kind} raw RENAME TO records")  # no copy
+    rs = RecordSet(con, [*jsonl, *parquet], _load_summaries(d))
+    if rs.count() == 0:
+        raise EmptyWindow(f"record files under {d} hold no records: the campaign window is empty")
+    return rs
