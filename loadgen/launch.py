@@ -1,0 +1,212 @@
+"""Start Locust for one fleet as subprocesses and merge what the workers wrote.
+
+Pure Python (subprocess only): the campaign can import this without gevent or locust, and
+run several fleets in parallel with `start_fleet(...)` handles.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from campaign.manifest import Manifest, load_manifest
+from campaign.records import RunSummary
+from loadgen.recording import read_records, records_name, summary_name
+from loadgen.schedule import build_schedule, span_s
+from loadgen.summary import SummaryInputs, load_summary, summarize
+
+LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
+ROOT = LOCUSTFILE.parent.parent
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def merge_worker_outputs(m: Manifest, fleet: str, out_dir: Path, *, extra_invalid: Sequence[str] = ()) -> RunSummary:
+    """One fleet summary from every worker's raw records (percentiles are never averaged).
+
+    client_cpu_percent is the busiest worker's: that worker is what bounds the client.
+    """
+    rec_paths = sorted(out_dir.glob(records_name(fleet, "w*")))
+    worker_sums = [load_summary(p) for p in sorted(out_dir.glob(summary_name(fleet, "w*")))]
+    reasons = list(extra_invalid)
+    if not worker_sums:
+        reasons.append("no worker summary: a worker died before finishing")
+    schedule = build_schedule(m)
+    s = summarize(
+        SummaryInputs(m.campaign, m.digest, fleet, m.loadgen.max_schedule_lag_p99_s),
+        read_records(rec_paths),
+        [r.request_id for r in schedule],
+        client_cpu_percent=max((w.client_cpu_percent for w in worker_sums), default=0.0),
+        started_at=min((w.started_at for w in worker_sums), default=0.0),
+        ended_at=max((w.ended_at for w in worker_sums), default=time.time()),
+        extra_invalid=reasons,
+    )
+    (out_dir / summary_name(fleet)).write_text(s.to_json(), encoding="utf-8")
+    return s
+
+
+@dataclass
+class FleetRun:
+    """Handle on a running fleet replay: `.wait()` merges and returns the summary."""
+
+    manifest: Manifest
+    fleet: str
+    out_dir: Path
+    procs: list[subprocess.Popen[bytes]]
+    logs: list[Path]
+    _files: list[IO[bytes]] = field(default_factory=list)
+    _summary: RunSummary | None = None
+
+    def poll(self) -> bool:
+        """True when every process has exited."""
+        return all(p.poll() is not None for p in self.procs)
+
+    def wait(self, timeout: float | None = None) -> RunSummary:
+        if self._summary is not None:
+            return self._summary
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for p in self.procs:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            p.wait(left)
+        for f in self._files:
+            f.close()
+        bad = [
+            f"locust process exited {p.returncode} (log: {log})" for p, log in zip(self.procs, self.logs, strict=True) if p.returncode not in (0, 1)
+        ]
+        self._summary = merge_worker_outputs(self.manifest, self.fleet, self.out_dir, extra_invalid=bad)
+        return self._summary
+
+    def terminate(self, grace_s: float = 20.0) -> RunSummary:
+        """Stop early (Ctrl-C path): Locust's SIGTERM handler runs the quitting hooks, which
+        flush records and mark unsent requests not_sent; a process stuck past grace is killed."""
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        end = time.monotonic() + grace_s
+        for p in self.procs:
+            try:
+                p.wait(max(0.0, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        return self.wait()
+
+
+def start_fleet(
+    manifest_path: Path,
+    fleet: str,
+    host: str,
+    out_dir: Path,
+    *,
+    workers: int = 1,
+    metrics_port: int = 0,
+    duration_s: float | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    api: str = "chat",
+    extra_args: Sequence[str] = (),
+) -> FleetRun:
+    m = load_manifest(manifest_path)
+    m.fleet(fleet)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stale = list(out_dir.glob(records_name(fleet, "w*")))
+    if stale:
+        raise FileExistsError(f"{out_dir} already holds records for fleet {fleet} ({stale[0].name}); use a fresh directory")
+    span = span_s(build_schedule(m))
+    if duration_s is not None:
+        span = min(span, duration_s)
+    # Safety net only: the replayer stops the run itself when its schedule is done.
+    run_time = int(span + m.loadgen.request_timeout_s + 60)
+    common = [
+        "-f",
+        str(LOCUSTFILE),
+        "--host",
+        host,
+        "--manifest",
+        str(Path(manifest_path).resolve()),
+        "--fleet",
+        fleet,
+        "--records-dir",
+        str(out_dir.resolve()),
+        "--metrics-port",
+        str(metrics_port),
+        "--api",
+        api,
+        *(["--replay-duration", str(duration_s)] if duration_s is not None else []),
+        *extra_args,
+    ]
+    env = {**os.environ, **(extra_env or {})}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    lead = [
+        sys.executable,
+        "-m",
+        "locust",
+        "--headless",
+        "--only-summary",
+        "--exit-code-on-error",
+        "0",
+        "-u",
+        str(workers),
+        "-r",
+        str(workers),
+        "--run-time",
+        f"{run_time}s",
+        "--stop-timeout",
+        "5",
+    ]
+    cmds: list[tuple[str, list[str]]] = []
+    if workers == 1:
+        cmds.append(("standalone", lead + common))
+    else:
+        port = _free_port()
+        cmds.append(
+            (
+                "master",
+                [*lead, "--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port), "--expect-workers", str(workers), *common],
+            )
+        )
+        for i in range(workers):
+            cmds.append(
+                (f"worker{i}", [sys.executable, "-m", "locust", "--worker", "--master-host", "127.0.0.1", "--master-port", str(port), *common])
+            )
+    procs: list[subprocess.Popen[bytes]] = []
+    logs: list[Path] = []
+    files: list[IO[bytes]] = []
+    for name, cmd in cmds:
+        log = out_dir / f"locust-{fleet}-{name}.log"
+        fh = log.open("wb")
+        procs.append(subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=str(ROOT), start_new_session=True))
+        logs.append(log)
+        files.append(fh)
+    return FleetRun(m, fleet, out_dir, procs, logs, files)
+
+
+def run_fleet(
+    manifest_path: Path,
+    fleet: str,
+    host: str,
+    out_dir: Path,
+    *,
+    workers: int = 1,
+    metrics_port: int = 0,
+    duration_s: float | None = None,
+    extra_env: Mapping[str, str] | None = None,
+) -> RunSummary:
+    """Blocking: replay the manifest's schedule against `host`, return the merged summary.
+    Ctrl-C stops the replay gracefully and still returns what was recorded."""
+    run = start_fleet(manifest_path, fleet, host, out_dir, workers=workers, metrics_port=metrics_port, duration_s=duration_s, extra_env=extra_env)
+    try:
+        return run.wait()
+    except KeyboardInterrupt:
+        return run.terminate()

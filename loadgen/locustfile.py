@@ -1,0 +1,199 @@
+"""Locust entry point: `locust -f loadgen/locustfile.py --headless --manifest M --fleet F ...`.
+
+One `ReplayUser` per worker process runs that worker's share of the open-loop schedule (the
+launcher starts `-u <workers>` so each worker gets exactly one). Locust's own stats table
+shows the streams ("POST /v1/..."), TTFT ("SSE ttft"), ITL ("SSE itl") and goodput
+("SLO goodput": a failure there is an SLO miss); `/loadgen` on the web UI gives the same as
+JSON. Workers tell the master when their share is done; the master quits when all have.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+# Locust runs this file by path: make the repository importable (loadgen, campaign).
+_ROOT = Path(__file__).resolve().parent.parent
+if str(_ROOT) not in sys.path:
+    sys.path.insert(0, str(_ROOT))
+
+import gevent  # noqa: E402
+from locust import User, events, task  # noqa: E402
+from locust.env import Environment  # noqa: E402
+from locust.exception import StopUser  # noqa: E402
+from locust.runners import MasterRunner, WorkerRunner  # noqa: E402
+
+from campaign.manifest import load_manifest  # noqa: E402
+from campaign.records import Outcome, RequestRecord  # noqa: E402
+from loadgen.client import PATHS  # noqa: E402
+from loadgen.metrics import ClientMetrics  # noqa: E402
+from loadgen.replay import ReplayConfig, Replayer  # noqa: E402
+
+log = logging.getLogger("loadgen")
+DONE_MSG = "loadgen_done"
+
+
+@events.init_command_line_parser.add_listener  # type: ignore[untyped-decorator]
+def _args(parser: Any) -> None:
+    g = parser.add_argument_group("loadgen")
+    g.add_argument("--manifest", type=str, env_var="LOADGEN_MANIFEST", default="", help="frozen campaign manifest (YAML)")
+    g.add_argument("--fleet", type=str, env_var="LOADGEN_FLEET", default="", help="fleet name in the manifest")
+    g.add_argument("--records-dir", type=str, env_var="LOADGEN_RECORDS_DIR", default="runs/records", help="where records-<fleet>-<worker>.jsonl go")
+    g.add_argument("--metrics-port", type=int, env_var="LOADGEN_METRICS_PORT", default=0, help="Prometheus port (worker i serves port+i; 0 = off)")
+    g.add_argument("--metrics-addr", type=str, env_var="LOADGEN_METRICS_ADDR", default="127.0.0.1", help="Prometheus bind address")
+    g.add_argument("--run-id", type=str, env_var="LOADGEN_RUN_ID", default="", help="label for this run (logs, S3 prefix)")
+    g.add_argument("--api", type=str, env_var="LOADGEN_API", default="chat", choices=["chat", "completions"], help="endpoint family")
+    g.add_argument("--served-model", type=str, env_var="LOADGEN_SERVED_MODEL", default="", help="model name sent (default: manifest model.repo)")
+    g.add_argument(
+        "--replay-duration",
+        type=float,
+        env_var="LOADGEN_REPLAY_DURATION",
+        default=0.0,
+        help="stop sending after N replay seconds (0 = whole schedule)",
+    )
+    g.add_argument("--s3-uri", type=str, env_var="LOADGEN_S3_URI", default="", help="s3://bucket/prefix to upload records and summary to")
+
+
+_state: dict[str, Any] = {"replayer": None, "started": False, "done_workers": set()}
+
+
+def _n_workers(env: Environment) -> tuple[int, int]:
+    runner = env.runner
+    if isinstance(runner, WorkerRunner):
+        n = int(getattr(env.parsed_options, "expect_workers", 1) or 1)
+        return runner.worker_index, n
+    return 0, 1
+
+
+def _fire(env: Environment, rec: RequestRecord) -> None:
+    """Mirror each record into Locust's stats so the web UI shows TTFT/ITL/goodput."""
+    fire: Any = env.events.request.fire
+    ok = rec.outcome == Outcome.OK.value
+    opts: Any = env.parsed_options
+    path = PATHS[opts.api]
+    ms = (rec.e2e_s or 0.0) * 1000
+    fire(
+        request_type="POST",
+        name=path,
+        response_time=ms,
+        response_length=rec.output_tokens,
+        exception=None if ok else RuntimeError(f"{rec.outcome}: {rec.error}"),
+        context={},
+    )
+    if ok and rec.ttft_s is not None:
+        fire(request_type="SSE", name="ttft", response_time=rec.ttft_s * 1000, response_length=0, exception=None, context={})
+    if ok and rec.itl_s is not None:
+        fire(request_type="SSE", name="itl", response_time=rec.itl_s * 1000, response_length=0, exception=None, context={})
+    if not rec.warmup:
+        fire(
+            request_type="SLO",
+            name="goodput",
+            response_time=ms,
+            response_length=rec.output_tokens if rec.slo_ok else 0,
+            exception=None if rec.slo_ok else RuntimeError("SLO miss"),
+            context={},
+        )
+
+
+def _make_replayer(env: Environment) -> Replayer:
+    o: Any = env.parsed_options  # argparse.Namespace with our custom args
+    if not o.manifest or not o.fleet:
+        raise SystemExit("loadgen: --manifest and --fleet are required")
+    if not env.host:
+        raise SystemExit("loadgen: --host (the fleet's endpoint URL) is required")
+    m = load_manifest(o.manifest)
+    m.fleet(o.fleet)  # KeyError names the fleets when the name is wrong
+    index, n = _n_workers(env)
+    metrics = None
+    if o.metrics_port:
+        metrics = ClientMetrics(fleet=o.fleet, campaign=m.campaign, manifest_digest=m.digest, ttft_slo_s=m.slo.ttft_p95_s, itl_slo_s=m.slo.itl_p95_s)
+        port = metrics.serve(o.metrics_port + index, o.metrics_addr)
+        log.info("loadgen metrics on %s:%d", o.metrics_addr, port)
+    s3 = o.s3_uri.rstrip("/") + (f"/{o.run_id}" if o.run_id else "") if o.s3_uri else None
+    cfg = ReplayConfig(
+        fleet=o.fleet,
+        host=env.host,
+        records_dir=Path(o.records_dir),
+        worker_index=index,
+        n_workers=n,
+        api=o.api,
+        model=o.served_model or None,
+        duration_s=o.replay_duration or None,
+        s3_uri=s3,
+        api_key=os.environ.get("LOADGEN_API_KEY") or None,
+    )
+    r = Replayer(m, cfg, metrics=metrics, on_record=lambda rec: _fire(env, rec))
+    r.prepare()
+    log.info("loadgen worker %d/%d: %d of the schedule's requests for fleet %s", index, n, len(r.mine), o.fleet)
+    return r
+
+
+class ReplayUser(User):
+    """Not a closed-loop user: its single task replays the schedule open-loop, then stops."""
+
+    def on_start(self) -> None:
+        if _state["started"]:
+            raise StopUser()  # more users than workers: only the first replays
+        _state["started"] = True
+
+    @task
+    def replay(self) -> None:
+        env = self.environment
+        r = _state["replayer"] = _state["replayer"] or _make_replayer(env)
+        summary = r.run()
+        log.info("loadgen %s done: %s", r.worker, summary.to_json().replace("\n", " "))
+        runner = env.runner
+        if isinstance(runner, WorkerRunner):
+            runner.send_message(DONE_MSG, {"worker": r.worker, "valid": summary.valid})
+        elif runner is not None:
+            gevent.spawn(runner.quit)
+        raise StopUser()
+
+
+def _on_done(env: Environment, msg: Any, **_: Any) -> None:
+    _state["done_workers"].add(msg.data["worker"])
+    opts: Any = env.parsed_options
+    expected = int(opts.expect_workers or 1)
+    log.info("loadgen: %s finished (%d/%d)", msg.data["worker"], len(_state["done_workers"]), expected)
+    if len(_state["done_workers"]) >= expected and env.runner is not None:
+        gevent.spawn(env.runner.quit)
+
+
+@events.init.add_listener  # type: ignore[untyped-decorator]
+def _init(environment: Environment, **_: Any) -> None:
+    runner = environment.runner
+    if isinstance(runner, MasterRunner):
+        runner.register_message(DONE_MSG, lambda msg, **kw: _on_done(environment, msg))
+    web_ui = environment.web_ui
+    if web_ui is not None:
+
+        @web_ui.app.route("/loadgen")  # type: ignore[untyped-decorator,union-attr]
+        def _loadgen_stats() -> dict[str, Any]:
+            stats = environment.stats
+            out: dict[str, Any] = {}
+            for name, method in (("ttft", "SSE"), ("itl", "SSE"), ("goodput", "SLO")):
+                e = stats.get(name, method)
+                out[name] = {
+                    "count": e.num_requests,
+                    "failures": e.num_failures,
+                    "p50_ms": e.get_response_time_percentile(0.5),
+                    "p95_ms": e.get_response_time_percentile(0.95),
+                }
+            g = out["goodput"]
+            out["goodput"]["slo_compliant_share"] = (g["count"] - g["failures"]) / g["count"] if g["count"] else None
+            return out
+
+
+def _finalize(environment: Environment, **_: Any) -> None:
+    r: Replayer | None = _state["replayer"]
+    if r is not None:
+        r.finalize("run stopped before the schedule ended")
+
+
+# test_stopping fires before Locust kills users (run-time reached, Ctrl-C, master quit):
+# record what is left as not_sent / aborted while the replayer still knows it.
+events.test_stopping.add_listener(_finalize)  # type: ignore[no-untyped-call]
+events.quitting.add_listener(_finalize)  # type: ignore[no-untyped-call]

@@ -1,0 +1,52 @@
+"""Send one request through the real streaming client and print its record as JSON.
+
+    python -m loadgen.probe --manifest M --fleet F --host http://127.0.0.1:PORT \
+        --input-tokens 100 --output-tokens 20 [--api chat] [--delay-s 0.2]
+
+--delay-s sends that long after the scheduled time, to show client-side queueing in TTFT.
+A smoke check for an endpoint, and how tests drive the client without importing gevent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import gevent
+
+from campaign.manifest import load_manifest
+from loadgen.client import StreamingClient, request_body
+from loadgen.prompts import PromptBuilder
+from loadgen.recording import RecordContext, build_record
+from loadgen.schedule import ScheduledRequest
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m loadgen.probe")
+    ap.add_argument("--manifest", required=True)
+    ap.add_argument("--fleet", required=True)
+    ap.add_argument("--host", required=True)
+    ap.add_argument("--api", choices=["chat", "completions"], default="chat")
+    ap.add_argument("--input-tokens", type=int, default=64)
+    ap.add_argument("--output-tokens", type=int, default=16)
+    ap.add_argument("--delay-s", type=float, default=0.0)
+    ap.add_argument("--timeout-s", type=float, default=None)
+    a = ap.parse_args(argv)
+    m = load_manifest(a.manifest)
+    req = ScheduledRequest(0, 0.0, a.input_tokens, a.output_tokens, None, 0, False)
+    prompt = PromptBuilder(m, a.api).build(req)
+    client = StreamingClient(a.host, api=a.api, timeout_s=a.timeout_s or m.loadgen.request_timeout_s)
+    wire = client.encode(request_body(a.api, m.model.repo, m.generation, prompt, req.output_tokens))
+    t0 = time.monotonic()
+    ctx = RecordContext(m.campaign, m.digest, a.fleet, "probe", time.time(), t0, m.slo.ttft_p95_s, m.slo.itl_p95_s)
+    if a.delay_s:
+        gevent.sleep(a.delay_s)
+    ex = client.stream(wire)
+    rec = build_record(ctx, req, ex.sent_t, ex.end_t, ex.state, ex.transport)
+    print(rec.to_json())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,190 @@
+"""Per-request records: building them from a finished stream, and the batched JSONL sink.
+
+Files: `records-<fleet>-<worker>.jsonl`, one per worker, appended in batches (every
+`batch` records or `interval_s` seconds) and flushed to the OS each time, so a crashed worker
+loses at most its last unflushed batch.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from campaign.records import Outcome, RequestRecord
+from loadgen.schedule import ScheduledRequest
+from loadgen.sse import StreamState, Transport, classify
+
+
+def records_name(fleet: str, worker: str) -> str:
+    return f"records-{fleet}-{worker}.jsonl"
+
+
+def summary_name(fleet: str, worker: str | None = None) -> str:
+    return f"summary-{fleet}.json" if worker is None else f"summary-{fleet}-{worker}.json"
+
+
+@dataclass(frozen=True)
+class RecordContext:
+    campaign: str
+    manifest_digest: str
+    fleet: str
+    worker: str
+    wall_start: float  # Unix time of t0
+    t0: float  # monotonic time the schedule's offsets count from
+    ttft_slo_s: float
+    itl_slo_s: float
+
+
+def build_record(
+    ctx: RecordContext,
+    req: ScheduledRequest,
+    sent_t: float,
+    end_t: float,
+    state: StreamState,
+    transport: Transport,
+) -> RequestRecord:
+    sched_t = ctx.t0 + req.offset_s  # TTFT and E2E count from here: client queueing included
+    outcome, reason = classify(transport, state, req.output_tokens)
+    times = state.token_times
+    gaps = state.gaps()
+    ttft = times[0] - sched_t if times else None
+    itl = sum(gaps) / len(gaps) if gaps else None
+    e2e = (times[-1] if times else end_t) - sched_t
+    slo_ok = outcome is Outcome.OK and ttft is not None and ttft <= ctx.ttft_slo_s and (itl is None or itl <= ctx.itl_slo_s)
+    return RequestRecord(
+        campaign=ctx.campaign,
+        manifest_digest=ctx.manifest_digest,
+        fleet=ctx.fleet,
+        request_id=req.request_id,
+        worker=ctx.worker,
+        wall_start=ctx.wall_start,
+        scheduled_s=req.offset_s,
+        sent_s=sent_t - ctx.t0,
+        send_lag_s=sent_t - sched_t,
+        ttft_s=ttft,
+        itl_s=itl,
+        itl_max_s=max(gaps) if gaps else None,
+        e2e_s=e2e,
+        input_tokens=req.input_tokens,
+        max_tokens=req.output_tokens,
+        client_output_tokens=state.client_output_tokens,
+        server_prompt_tokens=state.server_prompt_tokens,
+        server_output_tokens=state.server_output_tokens,
+        finish_reason=state.finish_reason,
+        outcome=outcome.value,
+        http_status=transport.http_status,
+        error=reason,
+        slo_ok=slo_ok,
+        warmup=req.warmup,
+    )
+
+
+def not_sent_record(ctx: RecordContext, req: ScheduledRequest, why: str) -> RequestRecord:
+    return RequestRecord(
+        campaign=ctx.campaign,
+        manifest_digest=ctx.manifest_digest,
+        fleet=ctx.fleet,
+        request_id=req.request_id,
+        worker=ctx.worker,
+        wall_start=ctx.wall_start,
+        scheduled_s=req.offset_s,
+        sent_s=None,
+        send_lag_s=None,
+        ttft_s=None,
+        itl_s=None,
+        itl_max_s=None,
+        e2e_s=None,
+        input_tokens=req.input_tokens,
+        max_tokens=req.output_tokens,
+        client_output_tokens=0,
+        server_prompt_tokens=None,
+        server_output_tokens=None,
+        finish_reason=None,
+        outcome=Outcome.NOT_SENT.value,
+        http_status=None,
+        error=why,
+        slo_ok=False,
+        warmup=req.warmup,
+    )
+
+
+class RecordSink:
+    """Append-only JSONL writer with bounded loss: at most one batch is ever only in memory."""
+
+    def __init__(self, path: Path, *, batch: int = 50, interval_s: float = 1.0, clock: Any = time.monotonic):
+        self.path = path
+        self.batch = batch
+        self.interval_s = interval_s
+        self._clock = clock
+        self._pending: list[str] = []
+        self._last_flush = clock()
+        self.written = 0
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh: IO[str] | None = path.open("a", encoding="utf-8")
+
+    def append(self, rec: RequestRecord) -> None:
+        self._pending.append(rec.to_json())
+        self.maybe_flush()
+
+    def maybe_flush(self) -> None:
+        if len(self._pending) >= self.batch or (self._pending and self._clock() - self._last_flush >= self.interval_s):
+            self.flush()
+
+    def flush(self) -> None:
+        self._last_flush = self._clock()
+        if not self._pending or self._fh is None:
+            return
+        self._fh.write("\n".join(self._pending) + "\n")
+        self._fh.flush()  # into the OS: survives the process dying
+        self.written += len(self._pending)
+        self._pending.clear()
+
+    def close(self) -> None:
+        self.flush()
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+
+def read_records(paths: Iterable[Path]) -> Iterator[RequestRecord]:
+    """Read record files; a torn last line (writer killed mid-write) is skipped, not fatal."""
+    import json
+
+    for p in paths:
+        with p.open(encoding="utf-8") as fh:
+            lines = fh.read().split("\n")
+        for i, line in enumerate(lines):
+            if not line.strip():
+                continue
+            try:
+                yield RequestRecord.from_dict(json.loads(line))
+            except (json.JSONDecodeError, ValueError, TypeError):
+                if i >= len(lines) - 2:  # only the final line may be torn
+                    continue
+                raise ValueError(f"{p}:{i + 1}: not a valid record") from None
+
+
+def upload_to_s3(paths: Iterable[Path], s3_uri: str, client: Any = None) -> list[str]:
+    """Copy finished files to s3://bucket/prefix/; returns the object keys written."""
+    if not s3_uri.startswith("s3://"):
+        raise ValueError(f"not an s3:// URI: {s3_uri!r}")
+    bucket, _, prefix = s3_uri[5:].partition("/")
+    if not bucket:
+        raise ValueError(f"no bucket in {s3_uri!r}")
+    if client is None:
+        import boto3
+
+        client = boto3.client("s3")
+    keys = []
+    for p in paths:
+        key = f"{prefix.rstrip('/')}/{p.name}" if prefix.strip("/") else p.name
+        client.upload_file(str(p), bucket, key)
+        keys.append(key)
+    return keys

@@ -1,0 +1,88 @@
+"""The normalized open-loop schedule every fleet replays.
+
+`build_schedule(manifest)` is deterministic: the same manifest gives the same list, so
+request_id (the index) names the same request for every fleet and every worker layout.
+Transform order: window (trace time) -> rate_scale (thin/replicate by sample_seed) ->
+time_scale -> request class (clip or filter). warmup_s is in replay seconds (after
+time_scale): warmup is about the system under test warming up in wall time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from campaign.manifest import Manifest, Workload
+from loadgen.traces import TraceRow, read_trace
+
+
+@dataclass(frozen=True)
+class ScheduledRequest:
+    request_id: int
+    offset_s: float  # replay seconds after the run's start
+    input_tokens: int
+    output_tokens: int
+    hash_ids: tuple[int, ...] | None
+    trace_line: int
+    warmup: bool
+
+
+def _unit(seed: int, line: int) -> float:
+    """Uniform [0, 1) from (seed, trace line): keyed by the row, not its position, so a row's
+    fate under thinning does not depend on which window was cut around it."""
+    h = hashlib.blake2b(f"{seed}:{line}".encode(), digest_size=8).digest()
+    return int.from_bytes(h, "big") / 2**64
+
+
+def copies_of(rate_scale: float, seed: int, line: int) -> int:
+    whole = math.floor(rate_scale)
+    frac = rate_scale - whole
+    return whole + (1 if frac > 0 and _unit(seed, line) < frac else 0)
+
+
+def transform(rows: Sequence[TraceRow], w: Workload) -> list[ScheduledRequest]:
+    start, end = w.window.start_s, w.window.start_s + w.window.duration_s
+    rc = w.request_class
+    out: list[ScheduledRequest] = []
+    for row in rows:
+        if not start <= row.offset_s < end:
+            continue
+        n = copies_of(w.rate_scale, w.sample_seed, row.line)
+        if n == 0:
+            continue
+        inp, outp = row.input_tokens, row.output_tokens
+        if rc.mode == "filter":
+            if inp > rc.max_input_tokens or outp > rc.max_output_tokens:
+                continue
+        else:
+            inp, outp = min(inp, rc.max_input_tokens), min(outp, rc.max_output_tokens)
+        # A zero-length prompt or answer cannot be requested; BurstGPT logs failures as 0.
+        inp, outp = max(inp, 1), max(outp, 1)
+        hashes = row.hash_ids
+        if hashes is not None:
+            hashes = hashes[: math.ceil(inp / 512)]
+        offset = (row.offset_s - start) * w.time_scale
+        for _ in range(n):
+            out.append(ScheduledRequest(len(out), offset, inp, outp, hashes, row.line, offset < w.warmup_s))
+    return out
+
+
+def build_schedule(manifest: Manifest, trace_path: Path | None = None) -> list[ScheduledRequest]:
+    w = manifest.workload
+    rows = read_trace(trace_path or manifest.trace_path, w.trace.format)
+    return transform(rows, w)
+
+
+def partition(schedule: Sequence[ScheduledRequest], n_workers: int, index: int) -> list[ScheduledRequest]:
+    """Worker `index` of `n_workers` replays request_id % n_workers == index: interleaved, so
+    every worker sees the whole time span and the same burst shape."""
+    if n_workers < 1 or not 0 <= index < n_workers:
+        raise ValueError(f"worker index {index} out of range for {n_workers} workers")
+    return [r for r in schedule if r.request_id % n_workers == index]
+
+
+def span_s(schedule: Sequence[ScheduledRequest]) -> float:
+    return schedule[-1].offset_s if schedule else 0.0

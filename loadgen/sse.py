@@ -1,0 +1,174 @@
+"""Incremental Server-Sent Events parsing and per-stream timing (pure: no I/O, no gevent).
+
+The transport feeds raw bytes with the time they arrived; `StreamState` turns the OpenAI
+streaming chunks into token arrival times, finish reason and server usage, and `classify`
+maps what happened to a `campaign.records.Outcome`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from campaign.records import Outcome
+
+
+@dataclass(frozen=True)
+class SSEEvent:
+    data: str
+    event: str = "message"
+
+
+class SSEParser:
+    """WHATWG SSE framing: lines end in LF, CRLF or CR; a blank line dispatches the event.
+
+    Bytes may arrive split anywhere (even inside a UTF-8 sequence or a CRLF), so undecoded
+    bytes are buffered until a whole line is present.
+    """
+
+    def __init__(self) -> None:
+        self._buf = b""
+        self._data: list[str] = []
+        self._event = ""
+        self._cr_pending = False  # last chunk ended in CR: a following LF belongs to it
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        if self._cr_pending and chunk.startswith(b"\n"):
+            chunk = chunk[1:]
+        self._cr_pending = False
+        buf = self._buf + chunk
+        events: list[SSEEvent] = []
+        start = 0
+        n = len(buf)
+        while True:
+            lf = buf.find(b"\n", start)
+            cr = buf.find(b"\r", start)
+            if lf < 0 and cr < 0:
+                break
+            if cr >= 0 and (lf < 0 or cr < lf):
+                end, nxt = cr, cr + 1
+                if nxt < n and buf[nxt : nxt + 1] == b"\n":
+                    nxt += 1
+                elif nxt == n:
+                    self._cr_pending = True
+            else:
+                end, nxt = lf, lf + 1
+            ev = self._line(buf[start:end].decode("utf-8", errors="replace"))
+            if ev is not None:
+                events.append(ev)
+            start = nxt
+        self._buf = buf[start:]
+        return events
+
+    def _line(self, line: str) -> SSEEvent | None:
+        if line == "":
+            if not self._data:
+                self._event = ""
+                return None
+            ev = SSEEvent("\n".join(self._data), self._event or "message")
+            self._data, self._event = [], ""
+            return ev
+        if line.startswith(":"):
+            return None  # comment / keep-alive
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "data":
+            self._data.append(value)
+        elif name == "event":
+            self._event = value
+        return None
+
+    @property
+    def pending(self) -> bool:
+        """Bytes or data lines not yet dispatched (a stream cut mid-event)."""
+        return bool(self._buf.strip()) or bool(self._data)
+
+
+@dataclass
+class StreamState:
+    """What one streamed response delivered, with monotonic arrival times."""
+
+    token_times: list[float] = field(default_factory=list)
+    text_parts: list[str] = field(default_factory=list)
+    finish_reason: str | None = None
+    done: bool = False
+    server_prompt_tokens: int | None = None
+    server_output_tokens: int | None = None
+    server_error: str | None = None
+    bad_chunks: int = 0
+
+    def on_event(self, ev: SSEEvent, now: float) -> None:
+        data = ev.data.strip()
+        if data == "[DONE]":
+            self.done = True
+            return
+        try:
+            obj: Any = json.loads(data)
+        except json.JSONDecodeError:
+            self.bad_chunks += 1
+            return
+        if not isinstance(obj, dict):
+            self.bad_chunks += 1
+            return
+        if "error" in obj:  # vLLM reports mid-stream failures as a data event
+            err = obj["error"]
+            self.server_error = str(err.get("message", err) if isinstance(err, dict) else err)[:500]
+            return
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            pt, ct = usage.get("prompt_tokens"), usage.get("completion_tokens")
+            self.server_prompt_tokens = pt if isinstance(pt, int) else self.server_prompt_tokens
+            self.server_output_tokens = ct if isinstance(ct, int) else self.server_output_tokens
+        for choice in obj.get("choices") or ():
+            if not isinstance(choice, dict):
+                continue
+            delta = choice.get("delta")
+            text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
+            if text:
+                # One content chunk = one token as the client sees it; the server's usage is
+                # recorded next to it, and the two are compared (token_count_mismatch_rate).
+                self.token_times.append(now)
+                self.text_parts.append(text)
+            if choice.get("finish_reason"):
+                self.finish_reason = str(choice["finish_reason"])
+
+    @property
+    def client_output_tokens(self) -> int:
+        return len(self.token_times)
+
+    def gaps(self) -> list[float]:
+        t = self.token_times
+        return [b - a for a, b in itertools.pairwise(t)]
+
+
+@dataclass(frozen=True)
+class Transport:
+    """How the exchange ended at the HTTP level (filled by the client)."""
+
+    http_status: int | None = None
+    timed_out: bool = False
+    error: str | None = None  # exception text; None when the body was read to its end
+    headers_received: bool = False
+
+
+def classify(t: Transport, s: StreamState, max_tokens: int) -> tuple[Outcome, str | None]:
+    """Outcome and a short reason. Order matters: the most specific failure wins."""
+    if t.timed_out:
+        return Outcome.TIMEOUT, t.error or "request timeout"
+    if not t.headers_received:
+        return Outcome.CONNECTION_ERROR, t.error or "no response"
+    if t.http_status != 200:
+        return Outcome.HTTP_ERROR, t.error or f"HTTP {t.http_status}"
+    if s.server_error is not None:
+        return Outcome.HTTP_ERROR, f"server error in stream: {s.server_error}"
+    if t.error is not None or s.finish_reason is None or not s.done:
+        why = t.error or ("no finish_reason" if s.finish_reason is None else "no [DONE]")
+        return Outcome.TRUNCATED, f"stream ended early: {why}"
+    out = s.server_output_tokens if s.server_output_tokens is not None else s.client_output_tokens
+    if out == 0:
+        return Outcome.QUALITY_FAIL, "empty completion"
+    if s.finish_reason == "length" and out != max_tokens:
+        return Outcome.QUALITY_FAIL, f"finish_reason length after {out} of {max_tokens} tokens"
+    return Outcome.OK, None

@@ -1,0 +1,111 @@
+"""Test fixture: a tiny OpenAI-style SSE server (aiohttp, in a thread) with fault modes.
+
+Not the emulator: it exists so the client and the Locust replayer can be tested against known
+timing and known misbehaviour. It counts prompt tokens with the manifest's tokenizer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from campaign.tokenizer import Tokenizer, apply_chat_template
+
+
+@dataclass
+class Behaviour:
+    mode: str = "ok"  # ok | error | stall | truncate | reset | multi | mixed (cycles ok/error/stall/truncate/reset)
+    ttft_s: float = 0.02
+    itl_s: float = 0.005
+    stall_s: float = 5.0
+    usage_bias: int = 0  # server usage = real tokens + bias
+
+
+@dataclass
+class SSEServer:
+    tokenizer: Tokenizer
+    template: str
+    special: dict[str, str]
+    behaviour: Behaviour = field(default_factory=Behaviour)
+    seen: list[dict[str, Any]] = field(default_factory=list)
+    port: int = 0
+
+    def _prompt_tokens(self, body: dict[str, Any]) -> int:
+        if "messages" in body:
+            return self.tokenizer.count(apply_chat_template(self.template, body["messages"], self.special))
+        return self.tokenizer.count(body["prompt"])
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.seen.append(body)
+        b = self.behaviour
+        if b.mode == "mixed":
+            cycle = ("ok", "error", "stall", "truncate", "reset")
+            b = Behaviour(cycle[len(self.seen) % len(cycle)], b.ttft_s, b.itl_s, b.stall_s, b.usage_bias)
+        chat = request.path.endswith("/chat/completions")
+        if b.mode == "error":
+            return web.json_response({"error": {"message": "injected failure"}}, status=503)
+        n = int(body["max_tokens"])
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await asyncio.sleep(b.stall_s if b.mode == "stall" else b.ttft_s)
+        per = 2 if b.mode == "multi" else 1
+        sent = 0
+        while sent < n:
+            k = min(per, n - sent)
+            text = " tok" * k
+            choice: dict[str, Any] = {"index": 0, "delta": {"content": text}} if chat else {"index": 0, "text": text}
+            choice["finish_reason"] = "length" if sent + k == n else None
+            await resp.write(f"data: {json.dumps({'choices': [choice]})}\n\n".encode())
+            sent += k
+            if b.mode == "truncate" and sent >= n // 2:
+                return resp  # ends the chunked body cleanly, but without finish_reason / [DONE]
+            if b.mode == "reset" and sent >= n // 2:
+                assert request.transport is not None
+                request.transport.abort()
+                return resp
+            if sent < n:
+                await asyncio.sleep(b.itl_s)
+        usage = {"prompt_tokens": self._prompt_tokens(body), "completion_tokens": n + b.usage_bias}
+        await resp.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    def start(self) -> SSEServer:
+        ready = threading.Event()
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            app = web.Application()
+            app.router.add_post("/v1/completions", self.handle)
+            app.router.add_post("/v1/chat/completions", self.handle)
+            self._runner = web.AppRunner(app, access_log=None)
+            loop.run_until_complete(self._runner.setup())
+            site = web.TCPSite(self._runner, "127.0.0.1", 0)
+            loop.run_until_complete(site.start())
+            self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            ready.set()
+            loop.run_forever()
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+        ready.wait(10)
+        return self
+
+    def stop(self) -> None:
+        loop = self._loop
+        fut = asyncio.run_coroutine_threadsafe(self._runner.cleanup(), loop)
+        fut.result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        self._thread.join(10)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"

@@ -1,0 +1,68 @@
+"""Against runtime.emulator (skipped until it exists): the real conv trace, 60 s window."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loadgen.launch import run_fleet
+from loadgen.recording import read_records
+from tests.conftest import ROOT
+from tests.loadgen.conftest import small_manifest_data, write
+
+pytestmark = pytest.mark.skipif(not (ROOT / "runtime" / "emulator" / "__main__.py").is_file(), reason="runtime.emulator not present yet")
+
+
+@pytest.fixture
+def emulator(tmp_path: Path, manifest_data: dict[str, Any]) -> Iterator[tuple[Path, str]]:
+    data = small_manifest_data(manifest_data, time_scale=0.2)  # 60 s of trace in 12 s
+    data["loadgen"]["request_timeout_s"] = 30.0
+    m = write(tmp_path, data)
+    port_file = tmp_path / "port"
+    p = subprocess.Popen(
+        [sys.executable, "-m", "runtime.emulator", "--manifest", str(m), "--fleet", "g6", "--port", "0", "--port-file", str(port_file)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert p.stdout is not None
+        line = p.stdout.readline()
+        url = re.search(r"http://\S+", line)
+        assert url, line
+        yield m, url.group(0)
+    finally:
+        p.terminate()
+        p.wait(10)
+
+
+def _metric_mean(text: str, name: str) -> float:
+    total = sum(float(x) for x in re.findall(rf"^{re.escape(name)}_sum\{{[^}}]*\}} (\S+)", text, re.M))
+    count = sum(float(x) for x in re.findall(rf"^{re.escape(name)}_count\{{[^}}]*\}} (\S+)", text, re.M))
+    assert count > 0, name
+    return total / count
+
+
+def test_conv_window_against_emulator(emulator: tuple[Path, str], tmp_path: Path) -> None:
+    manifest, url = emulator
+    s = run_fleet(manifest, "g6", url, tmp_path / "run")
+    assert s.invariant_holds() and s.completed == s.scheduled > 50, s.invalid_reasons
+    recs = list(read_records(sorted((tmp_path / "run").glob("records-g6-*.jsonl"))))
+    assert all(r.server_prompt_tokens == r.input_tokens for r in recs)
+    assert s.token_count_mismatch_rate == 0.0
+    metrics = urllib.request.urlopen(f"{url}/metrics", timeout=10).read().decode()
+    server_ttft = _metric_mean(metrics, "vllm:time_to_first_token_seconds")
+    server_itl = _metric_mean(metrics, "vllm:inter_token_latency_seconds")
+    client_ttft = sum(r.ttft_s or 0 for r in recs) / len(recs)
+    gaps = sum(r.client_output_tokens - 1 for r in recs)
+    client_itl = sum((r.itl_s or 0) * (r.client_output_tokens - 1) for r in recs) / gaps
+    # The client sees the server's latency plus send lag and loopback: close, never below it.
+    assert server_ttft - 0.005 <= client_ttft <= server_ttft + 0.05, (client_ttft, server_ttft)
+    assert abs(client_itl - server_itl) <= 0.1 * server_itl + 0.002, (client_itl, server_itl)

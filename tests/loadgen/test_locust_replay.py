@@ -1,0 +1,67 @@
+"""Headless Locust runs (real `locust` CLI as subprocesses) against the test SSE server."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from campaign.manifest import load_manifest
+from loadgen.launch import run_fleet, start_fleet
+from loadgen.recording import read_records
+from loadgen.schedule import build_schedule
+from tests.loadgen.conftest import small_manifest_data, write
+from tests.loadgen.sse_server import Behaviour, SSEServer
+
+
+def _records(d: Path) -> list[Any]:
+    return sorted(read_records(sorted(d.glob("records-g6-w*.jsonl"))), key=lambda r: r.request_id)
+
+
+def test_one_worker_and_two_workers_replay_the_same_requests(sse_server: SSEServer, small_manifest: Path, tmp_path: Path) -> None:
+    sched = build_schedule(load_manifest(small_manifest))
+    one = run_fleet(small_manifest, "g6", sse_server.url, tmp_path / "one")
+    two = run_fleet(small_manifest, "g6", sse_server.url, tmp_path / "two", workers=2)
+    for s in (one, two):
+        assert s.invariant_holds() and s.valid, s.invalid_reasons
+        assert s.scheduled == len(sched) == s.completed
+    r1, r2 = _records(tmp_path / "one"), _records(tmp_path / "two")
+    key = [(r.request_id, r.input_tokens, r.max_tokens, r.scheduled_s, r.warmup) for r in r1]
+    assert key == [(r.request_id, r.input_tokens, r.max_tokens, r.scheduled_s, r.warmup) for r in r2]
+    assert {r.worker for r in r2} == {"w0", "w1"} and {r.worker for r in r1} == {"w0"}
+    assert all(r.server_prompt_tokens == r.input_tokens for r in r1 if r.input_tokens > 8)
+    assert (tmp_path / "two" / "summary-g6.json").is_file()
+    assert sum(r.warmup for r in r1) == one.warmup_excluded > 0
+
+
+def test_faulty_server_gives_failure_records_not_a_crash(sse_server: SSEServer, small_manifest: Path, tmp_path: Path) -> None:
+    sse_server.behaviour = Behaviour(mode="mixed", stall_s=4.0)
+    s = run_fleet(small_manifest, "g6", sse_server.url, tmp_path / "f")
+    assert s.invariant_holds() and s.failed > 0 and s.completed > 0
+    outcomes = Counter(r.outcome for r in _records(tmp_path / "f"))
+    assert {"ok", "http_error", "timeout", "truncated"} <= set(outcomes)
+    assert sum(outcomes.values()) == s.scheduled
+
+
+def test_duration_cut_and_lag_bound(sse_server: SSEServer, manifest_data: dict[str, Any], tmp_path: Path) -> None:
+    data = small_manifest_data(manifest_data)
+    data["loadgen"]["max_schedule_lag_p99_s"] = 1e-6  # no real client meets this: must be flagged
+    m = write(tmp_path, data)
+    s = run_fleet(m, "g6", sse_server.url, tmp_path / "d", duration_s=2.0)
+    recs = _records(tmp_path / "d")
+    assert s.invariant_holds() and s.not_sent > 0 and len(recs) == s.scheduled
+    assert all(r.outcome == "not_sent" for r in recs if r.scheduled_s > 2.0)
+    assert not s.valid and any("schedule lag p99" in x for x in s.invalid_reasons)
+    assert s.schedule_lag_p99_s > 0 and s.client_cpu_percent > 0
+
+
+def test_terminate_keeps_flushed_records(sse_server: SSEServer, manifest_data: dict[str, Any], tmp_path: Path) -> None:
+    m = write(tmp_path, small_manifest_data(manifest_data, time_scale=1.0))  # 60 s replay
+    run = start_fleet(m, "g6", sse_server.url, tmp_path / "t")
+    time.sleep(5)
+    s = run.terminate()
+    recs = _records(tmp_path / "t")
+    assert s.invariant_holds() and s.not_sent > 0 and s.completed > 0
+    assert len(recs) == s.scheduled
+    assert {r.request_id for r in recs} == set(range(s.scheduled))

@@ -1,0 +1,104 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from campaign.records import Outcome, RequestRecord
+from loadgen.recording import RecordContext, RecordSink, build_record, not_sent_record, read_records, upload_to_s3
+from loadgen.schedule import ScheduledRequest
+from loadgen.sse import StreamState, Transport
+
+CTX = RecordContext("c", "d" * 64, "g6", "w0", 1000.0, 50.0, ttft_slo_s=0.5, itl_slo_s=0.05)
+REQ = ScheduledRequest(7, 2.0, 100, 3, None, 9, False)
+
+
+def _state(times: list[float], server_out: int | None = 3) -> StreamState:
+    s = StreamState(token_times=times, finish_reason="length", done=True, server_prompt_tokens=100, server_output_tokens=server_out)
+    return s
+
+
+def test_ttft_counts_from_scheduled_time_including_client_queueing() -> None:
+    sched = CTX.t0 + REQ.offset_s
+    # the client got to send 0.3 s late; the server answered 0.1 s after the send
+    sent = sched + 0.3
+    r = build_record(CTX, REQ, sent, sent + 0.2, _state([sent + 0.1, sent + 0.12, sent + 0.16]), Transport(200, False, None, True))
+    assert r.send_lag_s == pytest.approx(0.3)
+    assert r.ttft_s == pytest.approx(0.4)  # not 0.1: coordinated omission stays out
+    assert r.e2e_s == pytest.approx(0.46)
+    assert r.itl_s == pytest.approx(0.03) and r.itl_max_s == pytest.approx(0.04)
+    assert r.outcome == "ok" and r.slo_ok
+    late = build_record(CTX, REQ, sched + 0.45, sched + 1, _state([sched + 0.55, sched + 0.56, sched + 0.57]), Transport(200, False, None, True))
+    assert not late.slo_ok  # the server was fast, but the request waited in the client
+
+
+def test_client_and_server_counts_both_kept() -> None:
+    sched = CTX.t0 + REQ.offset_s
+    r = build_record(CTX, REQ, sched, sched + 1, _state([sched + 0.1, sched + 0.2], server_out=3), Transport(200, False, None, True))
+    assert (r.client_output_tokens, r.server_output_tokens, r.output_tokens) == (2, 3, 3)
+
+
+def test_not_sent_record() -> None:
+    r = not_sent_record(CTX, REQ, "not sent: stopped")
+    assert r.outcome == Outcome.NOT_SENT.value and r.sent_s is None and not r.slo_ok
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _lines(p: Path) -> int:
+    return len(p.read_text().splitlines()) if p.exists() else 0
+
+
+def test_sink_batches_by_count_and_time(tmp_path: Path) -> None:
+    clock = Clock()
+    p = tmp_path / "r.jsonl"
+    sink = RecordSink(p, batch=5, interval_s=1.0, clock=clock)
+    rec = not_sent_record(CTX, REQ, "x")
+    for _ in range(4):
+        sink.append(rec)
+    assert _lines(p) == 0 and sink.pending == 4  # a crash now loses < one batch
+    sink.append(rec)
+    assert _lines(p) == 5
+    sink.append(rec)
+    clock.t = 1.5
+    sink.maybe_flush()
+    assert _lines(p) == 6
+    sink.close()
+    assert [r.request_id for r in read_records([p])] == [7] * 6
+
+
+def test_torn_last_line_is_skipped_but_corruption_is_not(tmp_path: Path) -> None:
+    line = not_sent_record(CTX, REQ, "x").to_json()
+    p = tmp_path / "r.jsonl"
+    p.write_text(line + "\n" + line[:40])
+    assert len(list(read_records([p]))) == 1
+    p.write_text(line[:40] + "\n" + line + "\n")
+    with pytest.raises(ValueError, match=r"r\.jsonl:1"):
+        list(read_records([p]))
+
+
+def test_records_roundtrip_contract() -> None:
+    r = not_sent_record(CTX, REQ, "x")
+    assert RequestRecord.from_dict(json.loads(r.to_json())) == r
+
+
+@mock_aws
+def test_s3_upload(tmp_path: Path) -> None:
+    s3 = boto3.client("s3", region_name="us-east-1")
+    s3.create_bucket(Bucket="results")
+    f = tmp_path / "records-g6-w0.jsonl"
+    f.write_text("{}\n")
+    keys = upload_to_s3([f], "s3://results/run-1/", client=s3)
+    assert keys == ["run-1/records-g6-w0.jsonl"]
+    assert s3.get_object(Bucket="results", Key=keys[0])["Body"].read() == b"{}\n"
+    with pytest.raises(ValueError):
+        upload_to_s3([f], "results/run-1")

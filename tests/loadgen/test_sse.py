@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from campaign.records import Outcome
+from loadgen.sse import SSEEvent, SSEParser, StreamState, Transport, classify
+
+STREAM = (
+    b": keep-alive\r\n\r\n"
+    b'data: {"choices":[{"index":0,"text":"h\xc3\xa9llo","finish_reason":null}]}\r\n\r\n'
+    b"event: note\ndata: a\ndata: b\n\n"
+    b'data: {"choices":[{"index":0,"text":" w","finish_reason":"length"}]}\r\r'
+    b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2}}\n\n'
+    b"data: [DONE]\n\n"
+)
+
+
+def _all(chunks: list[bytes]) -> list[SSEEvent]:
+    p = SSEParser()
+    out: list[SSEEvent] = []
+    for c in chunks:
+        out += p.feed(c)
+    assert not p.pending
+    return out
+
+
+def test_parse_whole() -> None:
+    evs = _all([STREAM])
+    assert [e.event for e in evs] == ["message", "note", "message", "message", "message"]
+    assert evs[1].data == "a\nb" and evs[-1].data == "[DONE]"
+    assert json.loads(evs[0].data)["choices"][0]["text"] == "héllo"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=len(STREAM)), max_size=12))
+def test_any_split_gives_same_events(cuts: list[int]) -> None:
+    pts = sorted(set(cuts))
+    chunks = [STREAM[a:b] for a, b in zip([0, *pts], [*pts, len(STREAM)], strict=True)]
+    assert _all(chunks) == _all([STREAM])
+
+
+def _state(stream: bytes) -> StreamState:
+    s = StreamState()
+    for i, e in enumerate(SSEParser().feed(stream)):
+        s.on_event(e, float(i))
+    return s
+
+
+def test_state_tokens_usage_and_gaps() -> None:
+    s = _state(STREAM)
+    assert s.client_output_tokens == 2 and s.server_output_tokens == 2 and s.server_prompt_tokens == 5
+    assert s.finish_reason == "length" and s.done and s.gaps() == [2.0]
+    chat = _state(b'data: {"choices":[{"delta":{"role":"assistant"}}]}\n\ndata: {"choices":[{"delta":{"content":"x"}}]}\n\n')
+    assert chat.client_output_tokens == 1  # a role-only delta is not a token
+
+
+OK_T = Transport(200, False, None, True)
+
+
+def test_classify() -> None:
+    s = _state(STREAM)
+    assert classify(OK_T, s, 2) == (Outcome.OK, None)
+    assert classify(OK_T, s, 5)[0] is Outcome.QUALITY_FAIL  # "length" after 2 of 5 tokens
+    assert classify(Transport(503, False, None, True), s, 2)[0] is Outcome.HTTP_ERROR
+    assert classify(Transport(None, False, "refused", False), StreamState(), 2)[0] is Outcome.CONNECTION_ERROR
+    assert classify(Transport(200, True, None, True), s, 2)[0] is Outcome.TIMEOUT
+    cut = _state(STREAM[: STREAM.index(b"data: [DONE]")])
+    assert classify(OK_T, cut, 2) == (Outcome.TRUNCATED, "stream ended early: no [DONE]")
+    assert classify(Transport(200, False, "reset", True), s, 2)[0] is Outcome.TRUNCATED
+    err = _state(b'data: {"error": {"message": "boom"}}\n\n')
+    assert classify(OK_T, err, 2) == (Outcome.HTTP_ERROR, "server error in stream: boom")

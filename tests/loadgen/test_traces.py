@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from loadgen.traces import TraceError, parse_azure_timestamp, read_trace, read_trace_text
+from tests.loadgen.conftest import CONV
+
+AZ_HEAD = "TIMESTAMP,ContextTokens,GeneratedTokens\r\n"
+
+
+def test_azure_real_file_crlf_no_final_newline() -> None:
+    assert not CONV.read_bytes().endswith(b"\n")
+    rows = read_trace(CONV, "azure")
+    assert len(rows) == 19366
+    assert rows[0].offset_s == 0.0 and (rows[0].input_tokens, rows[0].output_tokens) == (374, 44)
+    # second row: 18:15:50.9951690 - 18:15:46.6805900, exact to the 7th digit
+    assert rows[1].offset_s == pytest.approx(4.314579, abs=1e-9)
+    assert rows[-1].line == 19367
+
+
+def test_azure_seven_digit_fraction() -> None:
+    a = parse_azure_timestamp("2023-11-16 18:15:46.6805901")
+    b = parse_azure_timestamp("2023-11-16 18:15:46.6805900")
+    assert a - b == 1  # 100 ns ticks, no float rounding
+
+
+@pytest.mark.parametrize(
+    ("row", "needle"),
+    [
+        ("2023-11-16 18:15:4x.0000000,1,1", "bad timestamp"),
+        ("2023-11-16 18:15:47.0000000,-3,1", "negative"),
+        ("2023-11-16 18:15:47.0000000,3,abc", "integer"),
+        ("2023-11-16 18:15:45.0000000,3,1", "not sorted"),
+    ],
+)
+def test_azure_bad_rows_name_file_and_line(row: str, needle: str) -> None:
+    text = AZ_HEAD + "2023-11-16 18:15:46.0000000,5,5\r\n" + row
+    with pytest.raises(TraceError) as ei:
+        read_trace_text(text, "azure", name="bad.csv")
+    assert ei.value.line == 3 and ei.value.path == "bad.csv" and needle in ei.value.reason
+    assert str(ei.value).startswith("bad.csv:3:")
+
+
+def test_burstgpt() -> None:
+    text = (
+        "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+        "5,ChatGPT,472,18,490,Conversation log\n7.5,GPT-4,1087,0,1087,Conversation log\n"
+    )
+    rows = read_trace_text(text, "burstgpt")
+    assert [(r.offset_s, r.input_tokens, r.output_tokens) for r in rows] == [(0.0, 472, 18), (2.5, 1087, 0)]
+
+
+def test_mooncake_ms_and_hash_ids() -> None:
+    text = (
+        '{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n'
+        '{"timestamp": 1500, "input_length": 100, "output_length": 7, "hash_ids": [1]}\n'
+    )
+    rows = read_trace_text(text, "mooncake", "t.jsonl")
+    assert rows[1].offset_s == 1.5 and rows[0].hash_ids == (1, 2)
+    bad = '{"timestamp": 0, "input_length": 1600, "output_length": 5, "hash_ids": [1, 2]}\n'
+    with pytest.raises(TraceError, match=r"t\.jsonl:1: 2 hash_ids cover 1024"):
+        read_trace_text(bad, "mooncake", "t.jsonl")
+    with pytest.raises(TraceError, match=r"t\.jsonl:2: not JSON"):
+        read_trace_text('{"timestamp": 0, "input_length": 1, "output_length": 1}\n{oops\n', "mooncake", "t.jsonl")
+
+
+def test_plain_csv_and_jsonl(tmp_path: Path) -> None:
+    rows = read_trace_text("offset_s,input_tokens,output_tokens,hash_ids\n0.5,10,2,7 8\n1.0,20,3,\n", "plain-csv")
+    assert rows[0].offset_s == 0.0 and rows[0].hash_ids == (7, 8) and rows[1].hash_ids is None
+    rows = read_trace_text('{"offset_s": 2, "input_tokens": 4, "output_tokens": 1}\n', "plain-jsonl")
+    assert rows[0].input_tokens == 4
+    with pytest.raises(TraceError, match="missing column"):
+        read_trace_text("offset_s,input_tokens\n0,1\n", "plain-csv")
