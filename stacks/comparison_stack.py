@@ -1,0 +1,71 @@
+"""The comparison environment: network, results, every manifest fleet behind one NLB, loadgen, observability."""
+
+from __future__ import annotations
+
+from aws_cdk import CfnOutput, Stack, Tags
+from constructs import Construct
+
+from stacks.fleet import ServingFleet
+from stacks.load_balancer import FleetLoadBalancer
+from stacks.loadgen import LoadGenerator
+from stacks.network import Network
+from stacks.observability import Observability
+from stacks.results import ResultsStore
+from stacks.settings import SynthSettings
+
+
+def stack_name(campaign: str) -> str:
+    # campaign.aws.stack_name: deploy, run and teardown find the stack by this name.
+    return f"{campaign}-comparison"
+
+
+class ComparisonStack(Stack):
+    def __init__(self, scope: Construct, cid: str, *, settings: SynthSettings, **kwargs: object) -> None:
+        m = settings.manifest
+        super().__init__(scope, cid, description=f"{m.campaign}: {m.description} (manifest {m.short_digest})"[:1024], **kwargs)  # type: ignore[arg-type]
+        Tags.of(self).add("campaign", m.campaign)
+        Tags.of(self).add("manifest-digest", m.digest)
+
+        store = ResultsStore(self, "Results")
+        network = Network(self, "Network", availability_zones=settings.vpc_azs, flow_log_bucket=store.logs)
+        fleets = []
+        for i, f in enumerate(m.fleets):
+            fleet = ServingFleet(self, f"Fleet-{f.name}", manifest=m, index=i, vpc=network.vpc, weights_s3_uri=settings.weights_s3_uri)
+            Tags.of(fleet).add("fleet", f.name)
+            fleets.append(fleet)
+
+        nlb = FleetLoadBalancer(self, "FleetNlb", vpc=network.vpc, cross_zone=m.costs.network.nlb_cross_zone)
+        nlb.add_fleets(fleets)
+        obs = Observability(self, "Observability", manifest=m, vpc=network.vpc)
+        obs.add_prometheus(fleets)
+        prefix = ResultsStore.campaign_prefix(m.campaign, m.digest)
+        loadgen = LoadGenerator(
+            self,
+            "LoadGenerator",
+            manifest=m,
+            vpc=network.vpc,
+            cluster=obs.cluster,
+            namespace=obs.namespace,
+            results=store.results,
+            access_logs=store.logs,
+            campaign_prefix=prefix,
+            targets=nlb.endpoints,
+            prometheus_security_group=obs.prometheus_security_group,
+        )
+        nlb.allow_clients(loadgen.security_group)
+
+        CfnOutput(self, "LocustUiUrl", value=loadgen.ui_url, description=f"Locust web UI, reachable from {m.operator.cidr} only")
+        CfnOutput(self, "ResultsBucketName", value=store.results.bucket_name, description="kept after teardown (RemovalPolicy.RETAIN)")
+        CfnOutput(
+            self,
+            "UploadInputs",
+            description="run before starting the load generator: it reads both at start",
+            value=(f"aws s3 cp {settings.manifest_path} {loadgen.manifest_uri} && aws s3 cp {m.trace_path} {loadgen.trace_uri}"),
+        )
+        CfnOutput(self, "PrometheusWorkspaceId", value=obs.workspace.attr_workspace_id)
+        CfnOutput(self, "PrometheusQueryUrl", value=f"{obs.workspace.attr_prometheus_endpoint}api/v1/query")
+        for fleet in fleets:
+            name = fleet.fleet.name
+            CfnOutput(
+                self, f"Endpoint{name.replace('-', '')}", value=nlb.endpoints[name], description=f"{name} OpenAI-compatible endpoint (internal NLB)"
+            )

@@ -1,0 +1,10 @@
+"""Paths on a fleet instance shared by the boot script and the telemetry configs."""
+
+from __future__ import annotations
+
+from runtime.serving import CACHE_MOUNT
+
+BOOT_LOG = "/var/log/harness-boot.log"
+NEURON_MONITOR_CONFIG = "/etc/harness/neuron-monitor.json"
+
+__all__ = ["BOOT_LOG", "CACHE_MOUNT", "NEURON_MONITOR_CONFIG"]

@@ -1,0 +1,80 @@
+"""One internal Network Load Balancer; one TCP listener + target group per fleet."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aws_cdk import Duration, Tags
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_elasticloadbalancingv2 as elbv2
+from constructs import Construct
+
+from stacks.compliance import acknowledge
+from stacks.fleet import ServingFleet
+from stacks.network import PRIVATE
+
+FIRST_LISTENER_PORT = 8000  # fleet i listens on 8000 + i, in manifest order
+
+
+class FleetLoadBalancer(Construct):
+    def __init__(self, scope: Construct, cid: str, *, vpc: ec2.IVpc, cross_zone: bool) -> None:
+        super().__init__(scope, cid)
+        self.security_group = ec2.SecurityGroup(
+            self, "SecurityGroup", vpc=vpc, description="fleet NLB: load generator in, fleets out", allow_all_outbound=True
+        )
+        self.nlb = elbv2.NetworkLoadBalancer(
+            self,
+            "Nlb",
+            vpc=vpc,
+            internet_facing=False,
+            vpc_subnets=PRIVATE,
+            security_groups=[self.security_group],
+            # Explicit, from costs.network.nlb_cross_zone: cross-zone routing spreads load evenly
+            # over instances in every AZ but bills inter-AZ data transfer on each request and response.
+            cross_zone_enabled=cross_zone,
+        )
+        acknowledge(
+            self.nlb,
+            "AwsSolutions-ELB2",
+            "NLB access logs exist only for TLS listeners; these are TCP, so per-request evidence comes from the load generator records.",
+        )
+        self.endpoints: dict[str, str] = {}
+        self.listener_ports: dict[str, int] = {}
+
+    def add_fleets(self, fleets: Sequence[ServingFleet]) -> None:
+        for i, fleet in enumerate(fleets):
+            self._add_fleet(fleet, FIRST_LISTENER_PORT + i)
+
+    def _add_fleet(self, fleet: ServingFleet, listener_port: int) -> None:
+        name = fleet.fleet.name
+        defn = fleet.definition
+        scope = Construct(self, f"Fleet-{name}")
+        Tags.of(scope).add("fleet", name)
+        target_group = elbv2.NetworkTargetGroup(
+            scope,
+            "TargetGroup",
+            vpc=self.nlb.vpc,
+            port=defn.port,
+            protocol=elbv2.Protocol.TCP,
+            targets=[fleet.asg],
+            deregistration_delay=Duration.seconds(30),
+            health_check=elbv2.HealthCheck(
+                protocol=elbv2.Protocol.HTTP,
+                path=defn.health_path,
+                port="traffic-port",
+                interval=Duration.seconds(15),
+                healthy_threshold_count=2,
+                unhealthy_threshold_count=3,
+            ),
+        )
+        elbv2.NetworkListener(
+            scope, "Listener", load_balancer=self.nlb, port=listener_port, protocol=elbv2.Protocol.TCP, default_target_groups=[target_group]
+        )
+        # Targets see the NLB's security group as the source (health checks and traffic).
+        fleet.security_group.add_ingress_rule(self.security_group, ec2.Port.tcp(defn.port), f"NLB to {name} serving port")
+        self.listener_ports[name] = listener_port
+        self.endpoints[name] = f"http://{self.nlb.load_balancer_dns_name}:{listener_port}"
+
+    def allow_clients(self, client: ec2.ISecurityGroup) -> None:
+        for name, port in self.listener_ports.items():
+            self.security_group.add_ingress_rule(client, ec2.Port.tcp(port), f"load generator to {name} listener")

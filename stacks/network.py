@@ -1,0 +1,62 @@
+"""The VPC: public subnets for NAT and the operator-facing UI load balancer, private ones for everything else."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+# Interface endpoints for the AWS APIs every instance and task calls on the hot path (image
+# pulls, logs, metrics, SSM): that traffic then skips the NAT gateway's per-GB charge.
+_INTERFACE_ENDPOINTS: tuple[tuple[str, ec2.InterfaceVpcEndpointAwsService], ...] = (
+    ("EcrApi", ec2.InterfaceVpcEndpointAwsService.ECR),
+    ("EcrDocker", ec2.InterfaceVpcEndpointAwsService.ECR_DOCKER),
+    ("Logs", ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_LOGS),
+    ("Monitoring", ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_MONITORING),
+    ("Ssm", ec2.InterfaceVpcEndpointAwsService.SSM),
+    ("SsmMessages", ec2.InterfaceVpcEndpointAwsService.SSM_MESSAGES),
+    ("Ec2Messages", ec2.InterfaceVpcEndpointAwsService.EC2_MESSAGES),
+)
+
+VPC_CIDR = "10.40.0.0/16"
+PRIVATE = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
+
+
+class Network(Construct):
+    def __init__(self, scope: Construct, cid: str, *, availability_zones: Sequence[str], flow_log_bucket: s3.IBucket) -> None:
+        super().__init__(scope, cid)
+        self.vpc = ec2.Vpc(
+            self,
+            "Vpc",
+            ip_addresses=ec2.IpAddresses.cidr(VPC_CIDR),
+            availability_zones=list(availability_zones),
+            # One NAT gateway: a campaign lasts days, and what still needs the internet (Docker Hub
+            # images, Hub weights) is a one-off download per instance. Interface endpoints cover the rest.
+            nat_gateways=1,
+            subnet_configuration=[
+                ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=24),
+                ec2.SubnetConfiguration(name="private", subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, cidr_mask=20),
+            ],
+            # True would add a Lambda-backed custom resource. Nothing is placed in the default
+            # security group: every instance, task and load balancer gets its own (see tests).
+            restrict_default_security_group=False,
+            gateway_endpoints={"S3": ec2.GatewayVpcEndpointOptions(service=ec2.GatewayVpcEndpointAwsService.S3)},
+            flow_logs={
+                "All": ec2.FlowLogOptions(
+                    destination=ec2.FlowLogDestination.to_s3(flow_log_bucket, "vpc-flow-logs/"),
+                    traffic_type=ec2.FlowLogTrafficType.ALL,
+                )
+            },
+        )
+        # One security group for all endpoints, HTTPS from the VPC's literal CIDR (a literal, not
+        # the VPC's CidrBlock attribute, so cdk-nag can evaluate the rule instead of erroring).
+        self.endpoint_security_group = ec2.SecurityGroup(
+            self, "EndpointSecurityGroup", vpc=self.vpc, description="Interface endpoints: HTTPS from inside the VPC", allow_all_outbound=False
+        )
+        self.endpoint_security_group.add_ingress_rule(ec2.Peer.ipv4(VPC_CIDR), ec2.Port.tcp(443), "AWS API calls from the VPC")
+        for name, service in _INTERFACE_ENDPOINTS:
+            self.vpc.add_interface_endpoint(
+                name, service=service, private_dns_enabled=True, subnets=PRIVATE, security_groups=[self.endpoint_security_group], open=False
+            )

@@ -1,0 +1,77 @@
+"""Synth-time inputs: the manifest named by `-c manifest=PATH`, checked against pinned facts.
+
+Every error names the manifest field (or the context key) it comes from, so a bad manifest
+fails `cdk synth` with a sentence an operator can act on instead of a jsii stack trace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from campaign.manifest import Manifest, ManifestError, load_manifest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_MANIFEST = REPO_ROOT / "manifests" / "llama3-8b-inf2-vs-g6.yaml"
+# cdk.context.json key holding the AZ names of each region, pinned so synth works offline
+# and a manifest AZ outside its region fails before anything is deployed.
+REGION_AZS_CONTEXT_KEY = "harness:region-availability-zones"
+
+
+class SynthInputError(ValueError):
+    """A manifest or context value the stacks cannot build from; the message names the field."""
+
+
+@dataclass(frozen=True)
+class SynthSettings:
+    manifest: Manifest
+    manifest_path: Path
+    vpc_azs: tuple[str, ...]
+    weights_s3_uri: str | None
+
+
+def load_checked_manifest(path: str | Path) -> tuple[Manifest, Path]:
+    p = Path(path)
+    if not p.is_absolute():
+        p = (REPO_ROOT / p) if not p.exists() else p.resolve()
+    try:
+        return load_manifest(p), p
+    except ManifestError as exc:
+        # Re-raised as one clear line per issue (e.g. "operator.cidr: 0.0.0.0/0 opens ...").
+        lines = "\n".join(f"  {issue}" for issue in exc.issues)
+        raise SynthInputError(f"manifest {p} is invalid:\n{lines}") from None
+
+
+def vpc_availability_zones(manifest: Manifest, region_azs: Mapping[str, Any]) -> tuple[str, ...]:
+    """Union of the fleets' AZs, each checked against the pinned AZ list of the manifest region."""
+    region = manifest.costs.region
+    known = region_azs.get(region)
+    if not isinstance(known, list) or not known:
+        raise SynthInputError(
+            f"costs.region: no availability zones pinned for {region!r} in cdk.context.json "
+            f"({REGION_AZS_CONTEXT_KEY}); add the region's AZ names there"
+        )
+    for i, fleet in enumerate(manifest.fleets):
+        for j, az in enumerate(fleet.availability_zones):
+            if az not in known:
+                raise SynthInputError(
+                    f"fleets[{i}].availability_zones[{j}]: {az!r} is not an availability zone of {region} (pinned: {', '.join(known)})"
+                )
+    azs = tuple(sorted({az for f in manifest.fleets for az in f.availability_zones}))
+    if len(azs) < 2:
+        raise SynthInputError(f"fleets[*].availability_zones: the VPC needs at least two AZs, the fleets name only {list(azs)}")
+    return azs
+
+
+def settings_from_context(context: Mapping[str, Any]) -> SynthSettings:
+    raw_path = context.get("manifest") or DEFAULT_MANIFEST
+    manifest, path = load_checked_manifest(str(raw_path))
+    region_azs = context.get(REGION_AZS_CONTEXT_KEY)
+    if not isinstance(region_azs, Mapping):
+        raise SynthInputError(f"context {REGION_AZS_CONTEXT_KEY!r} is missing: run synth from the repository root (cdk.context.json)")
+    weights = context.get("weights_s3_uri")
+    if weights is not None and not (isinstance(weights, str) and weights.startswith("s3://") and len(weights) > 5):
+        raise SynthInputError(f"context weights_s3_uri: expected s3://bucket/prefix, got {weights!r}")
+    return SynthSettings(manifest, path, vpc_availability_zones(manifest, region_azs), weights)

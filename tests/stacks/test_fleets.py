@@ -1,0 +1,93 @@
+"""Every manifest fleet becomes one ASG + launch template, built by the same construct."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from campaign.manifest import load_manifest
+from runtime.serving import GPU_AMI_SSM, NEURON_AMI_SSM
+from tests.stacks.conftest import EXAMPLE_MANIFEST, Synth
+
+
+def _fleet_tag(resource: dict[str, Any]) -> str | None:
+    for tag in resource["Properties"].get("Tags", []):
+        if tag["Key"] == "fleet":
+            return str(tag["Value"])
+    return None
+
+
+def _subnet_azs(s: Synth, subnet_refs: list[dict[str, str]]) -> set[str]:
+    subnets = s.template_json["Resources"]
+    return {subnets[ref["Ref"]]["Properties"]["AvailabilityZone"] for ref in subnet_refs}
+
+
+def _launch_template_of(s: Synth, asg: dict[str, Any]) -> dict[str, Any]:
+    ref = asg["Properties"]["LaunchTemplate"]["LaunchTemplateId"]["Ref"]
+    return s.template_json["Resources"][ref]["Properties"]["LaunchTemplateData"]
+
+
+def test_each_fleet_has_an_asg_over_its_azs_with_its_instance_type(example: Synth) -> None:
+    m = load_manifest(EXAMPLE_MANIFEST)
+    asgs = {_fleet_tag(r): r for r in example.resources("AWS::AutoScaling::AutoScalingGroup").values()}
+    assert set(asgs) == {f.name for f in m.fleets}
+    for f in m.fleets:
+        asg = asgs[f.name]["Properties"]
+        assert _subnet_azs(example, asg["VPCZoneIdentifier"]) == set(f.availability_zones)
+        assert (int(asg["MinSize"]), int(asg["MaxSize"]), int(asg["DesiredCapacity"])) == (f.asg.min, f.asg.max, f.asg.desired)
+        assert "ELB" in asg["HealthCheckType"]
+        lt = _launch_template_of(example, asgs[f.name])
+        assert lt["InstanceType"] == f.instance_type
+
+
+def test_launch_templates_require_imdsv2_and_encrypt_every_volume(example: Synth) -> None:
+    lts = example.resources("AWS::EC2::LaunchTemplate")
+    assert len(lts) == 2
+    for lt in lts.values():
+        data = lt["Properties"]["LaunchTemplateData"]
+        assert data["MetadataOptions"]["HttpTokens"] == "required"
+        mappings = data["BlockDeviceMappings"]
+        assert len(mappings) == 2  # root + cache
+        for bdm in mappings:
+            assert bdm["Ebs"]["Encrypted"] is True
+            assert bdm["Ebs"]["VolumeType"] == "gp3"
+    for vol in example.resources("AWS::EC2::Volume").values():
+        assert vol["Properties"]["Encrypted"] is True
+
+
+def test_cache_volume_is_sized_from_the_manifest_and_mounted_before_docker_run(example: Synth) -> None:
+    m = load_manifest(EXAMPLE_MANIFEST)
+    asgs = {_fleet_tag(r): r for r in example.resources("AWS::AutoScaling::AutoScalingGroup").values()}
+    for f in m.fleets:
+        lt = _launch_template_of(example, asgs[f.name])
+        sizes = sorted(b["Ebs"]["VolumeSize"] for b in lt["BlockDeviceMappings"])
+        assert f.ebs_cache_gib in sizes
+        script = "".join(p if isinstance(p, str) else "" for p in lt["UserData"]["Fn::Base64"]["Fn::Join"][1])
+        assert script.index("mount /opt/cache") < script.index("docker run -d")
+        assert f.serving.image in script
+
+
+def test_ami_comes_from_the_serving_stacks_ssm_parameter(example: Synth) -> None:
+    params = example.template_json["Parameters"]
+    defaults = {p["Default"] for p in params.values() if p["Type"].startswith("AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>")}
+    assert defaults == {NEURON_AMI_SSM, GPU_AMI_SSM}
+    lts = {_fleet_tag(r): r for r in example.resources("AWS::AutoScaling::AutoScalingGroup").values()}
+    inf2_image = _launch_template_of(example, lts["inf2"])["ImageId"]["Ref"]
+    assert params[inf2_image]["Default"] == NEURON_AMI_SSM
+
+
+def test_accelerator_telemetry_per_vendor(example: Synth) -> None:
+    values = {r["Properties"]["Name"]: r["Properties"]["Value"] for r in example.resources("AWS::SSM::Parameter").values()}
+    g6_agent = next(v for k, v in values.items() if k.endswith("/g6/cloudwatch-agent"))
+    inf2_agent = next(v for k, v in values.items() if k.endswith("/inf2/cloudwatch-agent"))
+    assert "nvidia_gpu" in str(g6_agent) and "nvidia_gpu" not in str(inf2_agent)
+    assert any(k.endswith("/inf2/neuron-monitor") for k in values)
+    assert not any(k.endswith("/g6/neuron-monitor") for k in values)
+
+
+def test_nlb_target_groups_health_check_the_servers_health_path(example: Synth) -> None:
+    tgs = [r["Properties"] for r in example.resources("AWS::ElasticLoadBalancingV2::TargetGroup").values() if r["Properties"]["Protocol"] == "TCP"]
+    assert len(tgs) == 2
+    for tg in tgs:
+        assert tg["HealthCheckProtocol"] == "HTTP"
+        assert tg["HealthCheckPath"] == "/health"
+        assert tg["TargetType"] == "instance"

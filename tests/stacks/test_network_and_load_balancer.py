@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+from typing import Any
+
+from campaign.manifest import load_manifest
+from tests.stacks.conftest import EXAMPLE_MANIFEST, Synth
+
+
+def _attributes(lb: dict[str, Any]) -> dict[str, str]:
+    return {a["Key"]: a["Value"] for a in lb["Properties"].get("LoadBalancerAttributes", [])}
+
+
+def test_vpc_spans_the_manifest_azs_with_private_subnets_and_flow_logs(example: Synth) -> None:
+    m = load_manifest(EXAMPLE_MANIFEST)
+    azs = {r["Properties"]["AvailabilityZone"] for r in example.resources("AWS::EC2::Subnet").values()}
+    assert azs == {az for f in m.fleets for az in f.availability_zones}
+    private = [r for r in example.resources("AWS::EC2::Subnet").values() if r["Properties"]["MapPublicIpOnLaunch"] is False]
+    assert len(private) == len(azs)
+    flow = list(example.resources("AWS::EC2::FlowLog").values())
+    assert len(flow) == 1 and flow[0]["Properties"]["TrafficType"] == "ALL"
+
+
+def test_endpoints_remove_nat_traffic(example: Synth) -> None:
+    services = set()
+    for ep in example.resources("AWS::EC2::VPCEndpoint").values():
+        name = ep["Properties"]["ServiceName"]
+        services.add(name if isinstance(name, str) else "".join(p for p in name["Fn::Join"][1] if isinstance(p, str)))
+    for suffix in ("s3", "ecr.api", "ecr.dkr", "logs", "monitoring", "ssm"):
+        assert any(s.endswith(f".{suffix}") for s in services), (suffix, services)
+
+
+def test_one_internal_nlb_with_one_listener_per_fleet_and_explicit_cross_zone(example: Synth) -> None:
+    m = load_manifest(EXAMPLE_MANIFEST)
+    nlbs = {k: v for k, v in example.resources("AWS::ElasticLoadBalancingV2::LoadBalancer").items() if v["Properties"]["Type"] == "network"}
+    assert len(nlbs) == 1
+    ((nlb_id, nlb),) = nlbs.items()
+    assert nlb["Properties"]["Scheme"] == "internal"
+    assert _attributes(nlb)["load_balancing.cross_zone.enabled"] == str(m.costs.network.nlb_cross_zone).lower()
+    listeners = [
+        r for r in example.resources("AWS::ElasticLoadBalancingV2::Listener").values() if r["Properties"]["LoadBalancerArn"] == {"Ref": nlb_id}
+    ]
+    assert len(listeners) == len(m.fleets)
+    assert len({r["Properties"]["Port"] for r in listeners}) == len(m.fleets)
+    assert all(r["Properties"]["Protocol"] == "TCP" for r in listeners)
