@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from campaign.manifest import Manifest, ManifestError, load_manifest
 
@@ -41,6 +43,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0 if all(p.fits for p in plans) else 1
 
 
+def cmd_local(args: argparse.Namespace) -> int:
+    from campaign.local import run_local
+
+    out = Path(args.out) if args.out else Path("runs") / time.strftime("local-%Y%m%d-%H%M%S")
+    return run_local(Path(args.manifest), out, duration_s=args.duration, workers=args.workers).exit_code
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m campaign",
@@ -57,8 +66,17 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--json", action="store_true", help="machine-readable output")
     pl.set_defaults(handler=cmd_plan)
 
+    lo = sub.add_parser("local", help="run the whole campaign on this machine against emulated accelerators")
+    lo.add_argument("manifest")
+    lo.add_argument("--duration", type=float, help="replay only the first S seconds of the schedule (default: the whole window)")
+    lo.add_argument("--out", help="output directory (default: runs/local-TIMESTAMP)")
+    lo.add_argument("--workers", type=int, default=1, help="Locust worker processes per fleet (default 1)")
+    lo.set_defaults(handler=cmd_local)
+
+    from analysis import cli as analysis_cli
     from campaign import aws_cli
 
+    analysis_cli.register(sub)
     aws_cli.register(sub)
     return p
 

@@ -1,0 +1,164 @@
+"""`python -m campaign local`: the whole campaign on one machine, no AWS account.
+
+One emulator per manifest fleet (calibrated from the catalog), a real Prometheus on loopback
+when installed, the quality gate, the real Locust replaying the same schedule against every
+fleet at once, then the same analysis and report a cloud campaign uses, priced from the
+pinned snapshot. Every process started here is stopped on exit, Ctrl-C included, and records
+already flushed stay on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from campaign import prometheus_local
+from campaign.manifest import Manifest, load_manifest
+from campaign.processes import ProcessFailed, Supervisor, free_port
+from campaign.progress import RecordTail, render
+from campaign.quality import GateResult, run_gate
+
+if TYPE_CHECKING:
+    from loadgen.launch import FleetRun
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class LocalResult:
+    exit_code: int
+    out_dir: Path
+    report: dict[str, Any] | None
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def start_emulator(sup: Supervisor, manifest_path: Path, fleet: str, workdir: Path, faults: list[str]) -> str:
+    port_file = workdir / f"emulator-{fleet}.port"
+    proc = sup.start(
+        f"emulator-{fleet}",
+        [sys.executable, "-m", "runtime.emulator", "--manifest", str(manifest_path), "--fleet", fleet,
+         "--host", "127.0.0.1", "--port", "0", "--port-file", str(port_file), *faults],
+        cwd=ROOT,
+    )
+    line = sup.wait_for_line(proc, "listening on http://", timeout_s=60)
+    return line.split("listening on ", 1)[1].strip()
+
+
+def run_local(
+    manifest_path: Path,
+    out_dir: Path,
+    *,
+    duration_s: float | None = None,
+    workers: int = 1,
+    emulator_faults: list[str] | None = None,
+    progress_every_s: float = 2.0,
+) -> LocalResult:
+    from loadgen.launch import start_fleet
+    from loadgen.schedule import build_schedule
+
+    m = load_manifest(manifest_path)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    records_dir = out_dir / "records"
+    records_dir.mkdir(exist_ok=True)
+    (out_dir / "manifest.digest").write_text(m.digest + "\n")
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    sup = Supervisor(out_dir / "logs")
+    handles: dict[str, FleetRun] = {}
+    try:
+        with sup:
+            endpoints = {f.name: start_emulator(sup, manifest_path.resolve(), f.name, out_dir, emulator_faults or []) for f in m.fleets}
+            print("emulators: " + ", ".join(f"{k} {v}" for k, v in endpoints.items()), flush=True)
+            metrics_ports = {f.name: free_port() for f in m.fleets}
+            prom_url = _maybe_prometheus(sup, out_dir, m, endpoints, metrics_ports)
+
+            with ThreadPoolExecutor(max_workers=len(endpoints)) as pool:  # fleets are independent servers
+                futures = {name: pool.submit(run_gate, m, name, url) for name, url in endpoints.items()}
+                gates = {name: f.result() for name, f in futures.items()}
+            (out_dir / "quality.json").write_text(json.dumps({k: g.as_dict() for k, g in gates.items()}, indent=2))
+            _print_gates(gates)
+
+            if all(g.passed for g in gates.values()):
+                scheduled = len([r for r in build_schedule(m) if duration_s is None or r.offset_s <= duration_s])
+                for name, url in endpoints.items():
+                    handles[name] = start_fleet(
+                        manifest_path.resolve(), name, url, records_dir,
+                        workers=workers, metrics_port=metrics_ports[name], duration_s=duration_s,
+                    )
+                _watch(handles, records_dir, scheduled, progress_every_s)
+                for name, h in handles.items():
+                    s = h.wait()
+                    print(f"{name}: scheduled {s.scheduled} = completed {s.completed} + failed {s.failed} + not sent {s.not_sent}"
+                          f"; schedule lag p99 {s.schedule_lag_p99_s * 1000:.1f} ms{'' if s.valid else ' INVALID: ' + '; '.join(s.invalid_reasons)}")
+            else:
+                print("quality gate failed: no load is replayed; the decision is Reject", flush=True)
+
+            from analysis.report import build_report
+
+            report = build_report(
+                m,
+                records_dir,
+                prometheus_url=prom_url,
+                quality={k: g.as_dict() for k, g in gates.items()},
+                out_dir=out_dir,
+                instances_measured=dict.fromkeys(endpoints, 1),  # one emulated instance per fleet
+            )
+        print(f"decision: {report['decision']['state'].upper()} — " + "; ".join(report["decision"]["reasons"]))
+        print(f"report: {out_dir / 'report.html'}  ({out_dir / 'report.json'}, {out_dir / 'report.md'})")
+        return LocalResult(0, out_dir, report)
+    except KeyboardInterrupt:
+        for h in handles.values():  # SIGTERM: Locust flushes its records and marks unsent requests
+            h.terminate()
+        print(f"\ninterrupted: every process stopped; records flushed so far are in {records_dir}", file=sys.stderr)
+        return LocalResult(130, out_dir, None)
+    except ProcessFailed as exc:
+        print(f"a campaign process failed: {exc}", file=sys.stderr)
+        return LocalResult(1, out_dir, None)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _maybe_prometheus(sup: Supervisor, out_dir: Path, m: Manifest, endpoints: dict[str, str], metrics_ports: dict[str, int]) -> str | None:
+    if prometheus_local.binary() is None:
+        print("prometheus not installed: histograms come from records only (the report says so)", flush=True)
+        return None
+    labels = {"campaign": m.campaign}
+    targets = [
+        prometheus_local.ScrapeTarget("server", url.removeprefix("http://"), {**labels, "fleet": name})
+        for name, url in endpoints.items()
+    ] + [
+        prometheus_local.ScrapeTarget("loadgen", f"127.0.0.1:{port}", {**labels, "fleet": name})
+        for name, port in metrics_ports.items()
+    ]
+    _, url = prometheus_local.start(sup, out_dir / "prometheus", targets)
+    print(f"prometheus: {url}", flush=True)
+    return url
+
+
+def _print_gates(gates: dict[str, GateResult]) -> None:
+    for name, g in gates.items():
+        verdict = "pass" if g.passed else "FAIL"
+        print(f"quality gate {name}: {verdict} ({g.pass_rate:.0%} of {len(g.fixtures)} fixtures)", flush=True)
+        for f in g.failures:
+            print(f"  {f}", flush=True)
+
+
+def _watch(handles: dict[str, FleetRun], records_dir: Path, scheduled: int, every_s: float) -> None:
+    tails = [RecordTail(records_dir, name, scheduled) for name in handles]
+    t0 = time.monotonic()
+    tty = sys.stdout.isatty()
+    while not all(h.poll() for h in handles.values()):
+        time.sleep(every_s)
+        line = render([t.poll() for t in tails], time.monotonic() - t0)
+        print(("\r" + line) if tty else line, end="" if tty else "\n", flush=True)
+    if tty:
+        print()

@@ -1,0 +1,73 @@
+"""Live progress of a running campaign, read from the records the load generators flush.
+
+Reading the records (not the load generators' memory) means the display shows exactly what
+the analysis will see, and costs the load generators nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from campaign.records import Outcome
+
+_DONE_OK = {Outcome.OK.value, Outcome.QUALITY_FAIL.value}
+
+
+@dataclass
+class FleetProgress:
+    fleet: str
+    scheduled: int
+    done: int = 0
+    failed: int = 0
+    not_sent: int = 0
+    ttfts: list[float] = field(default_factory=list)
+
+    @property
+    def ttft_p95_s(self) -> float | None:
+        if not self.ttfts:
+            return None
+        xs = sorted(self.ttfts)
+        return xs[min(len(xs) - 1, math.ceil(0.95 * len(xs)) - 1)]
+
+
+class RecordTail:
+    """Follows `records-<fleet>-*.jsonl` files, reading only what was appended since last time."""
+
+    def __init__(self, records_dir: Path, fleet: str, scheduled: int):
+        self.dir = records_dir
+        self.progress = FleetProgress(fleet, scheduled)
+        self._offsets: dict[Path, int] = {}
+
+    def poll(self) -> FleetProgress:
+        p = self.progress
+        for path in sorted(self.dir.glob(f"records-{p.fleet}-*.jsonl")):
+            start = self._offsets.get(path, 0)
+            with path.open("rb") as fh:
+                fh.seek(start)
+                chunk = fh.read()
+            end = chunk.rfind(b"\n") + 1  # a half-written last line waits for the next poll
+            self._offsets[path] = start + end
+            for line in chunk[:end].splitlines():
+                if not line.strip():
+                    continue
+                r = json.loads(line)
+                if r["outcome"] == Outcome.NOT_SENT.value:
+                    p.not_sent += 1
+                elif r["outcome"] in _DONE_OK:
+                    p.done += 1
+                    if r.get("ttft_s") is not None and not r.get("warmup"):
+                        p.ttfts.append(float(r["ttft_s"]))
+                else:
+                    p.failed += 1
+        return p
+
+
+def render(rows: list[FleetProgress], elapsed_s: float) -> str:
+    parts = [f"[{elapsed_s:5.0f} s]"]
+    for p in rows:
+        p95 = f"{p.ttft_p95_s * 1000:.0f} ms" if p.ttft_p95_s is not None else "-"
+        parts.append(f"{p.fleet}: {p.done + p.failed}/{p.scheduled} done, {p.failed} failed, TTFT p95 {p95}")
+    return "  ".join(parts)
