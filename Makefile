@@ -1,7 +1,6 @@
 # Two commands on a fresh machine: `make demo` (install + run the local campaign), `make test`.
 PY := .venv/bin/python
 MANIFEST ?= manifests/llama3-8b-inf2-vs-g6.yaml
-OUT ?= runs/demo
 
 .PHONY: install demo plan test lint bench clean
 
@@ -14,9 +13,10 @@ install: .venv/.installed
 	@if [ -f package-lock.json ]; then npm ci --no-audit --no-fund --loglevel=error; fi
 	touch $@
 
+# The local campaign: emulated Inf2 and G6, real Locust, real Prometheus when installed.
 demo: install
-	$(PY) -m campaign validate $(MANIFEST)
 	$(PY) -m campaign plan $(MANIFEST)
+	$(PY) -m campaign local $(MANIFEST)
 
 plan: install
 	$(PY) -m campaign plan $(MANIFEST)

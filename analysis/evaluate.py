@@ -12,7 +12,7 @@ from typing import Any
 
 from analysis import cost, ledger, sizing
 from analysis.decision import DecisionInputs, decide
-from analysis.goodput import FleetMeasure
+from analysis.goodput import FleetMeasure, Saturation
 from analysis.provenance import Gap
 from analysis.sensitivity import Scenario
 from campaign.manifest import Manifest
@@ -29,6 +29,7 @@ class Context:
     root_volume_gib: float
     quality: QualityResults | None
     gaps: list[Gap] = field(default_factory=list)
+    saturation: dict[str, Saturation] = field(default_factory=dict)  # per fleet; absent: not measured
 
     def pooled_tokens_per_request(self, measures: Mapping[str, FleetMeasure]) -> float | None:
         """Mean output tokens of a completed request, pooled over the fleets: one demand for all.
@@ -105,6 +106,11 @@ def evaluate(ctx: Context, sc: Scenario) -> dict[str, Any]:
             per_instance_goodput_tok_s=per_inst,
             measure=fm.as_dict(),
         )
+        sat = ctx.saturation.get(f.name)
+        if sat is not None:
+            row.update(sat.as_dict())
+            # below saturation the measured throughput is what was offered, not what one instance can do
+            row["per_instance_goodput_bound"] = "capacity" if sat.saturated else "lower_bound"
         size = None
         if demand_tok_s is not None and per_inst:
             size = sizing.size_fleet(

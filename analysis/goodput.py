@@ -6,6 +6,10 @@ Warmup requests are excluded from everything. The per-request SLO is recomputed 
 the measured TTFT and ITL (ttft <= slo.ttft and itl <= slo.itl; a request with one token has
 no ITL) so a tighter or looser SLO can be evaluated from the same records; disagreements
 with the loadgen's own `slo_ok` verdict are counted and reported, never hidden.
+The measured window spans only requests that were actually sent (non-warmup, outcome other
+than not_sent): from the first one's scheduled time to the last one's completion
+(scheduled_s + e2e_s, else sent_s). Requests scheduled but never sent (a `--duration` cut, a
+dead worker) must not stretch the window, or they would dilute goodput.
 Percentiles are exact nearest-rank P95 over the fleet's non-warmup requests that received
 a first token (duckdb quantile_disc), i.e. over raw records, never averaged per replica.
 """
@@ -84,7 +88,7 @@ def measure_fleets(rs: RecordSet, ttft_slo_s: float, itl_slo_s: float, *, percen
     errs = ", ".join(f"'{o}'" for o in ERROR_OUTCOMES)
     sql = f"""
     WITH r AS (
-      SELECT fleet, warmup, outcome, slo_ok, ttft_s, itl_s, scheduled_s, e2e_s, wall_start,
+      SELECT fleet, warmup, outcome, slo_ok, ttft_s, itl_s, scheduled_s, sent_s, e2e_s, wall_start,
              {_TOKENS} AS tok, {_SLO_MET} AS slo_met
       FROM records)
     SELECT fleet,
@@ -100,8 +104,8 @@ def measure_fleets(rs: RecordSet, ttft_slo_s: float, itl_slo_s: float, *, percen
       coalesce(sum(tok) FILTER (WHERE NOT warmup AND outcome = 'ok'), 0),
       count(*) FILTER (WHERE NOT warmup AND outcome = 'ok' AND slo_met IS DISTINCT FROM slo_ok),
       min(wall_start),
-      min(scheduled_s) FILTER (WHERE NOT warmup),
-      max(scheduled_s + coalesce(e2e_s, 0)) FILTER (WHERE NOT warmup),
+      min(scheduled_s) FILTER (WHERE NOT warmup AND outcome <> 'not_sent'),
+      max(coalesce(scheduled_s + e2e_s, sent_s, scheduled_s)) FILTER (WHERE NOT warmup AND outcome <> 'not_sent'),
       {"quantile_disc(ttft_s, 0.95) FILTER (WHERE NOT warmup AND ttft_s IS NOT NULL)" if percentiles else "NULL"},
       {"quantile_disc(itl_s, 0.95) FILTER (WHERE NOT warmup AND itl_s IS NOT NULL)" if percentiles else "NULL"}
     FROM r GROUP BY fleet ORDER BY fleet
@@ -112,6 +116,62 @@ def measure_fleets(rs: RecordSet, ttft_slo_s: float, itl_slo_s: float, *, percen
         ints = [int(v) for v in row[1:12]]
         out[row[0]] = FleetMeasure(row[0], *ints, *(None if v is None else float(v) for v in row[12:17]))
     return out
+
+
+@dataclass(frozen=True)
+class Saturation:
+    """Whether one instance of a fleet was driven to its batch limit during the run.
+
+    Per-instance SLO-compliant throughput is a capacity figure only when the instance was
+    saturated; at low offered load goodput equals the offered load, the throughput is a
+    lower bound and a fleet sized from it an upper bound."""
+
+    fleet: str
+    peak_in_flight: int  # whole fleet, non-warmup requests
+    instances_measured: int
+    max_concurrency: int  # fleets[].max_concurrency (vLLM max_num_seqs)
+
+    @property
+    def peak_in_flight_per_instance(self) -> float | None:
+        return self.peak_in_flight / self.instances_measured if self.instances_measured > 0 else None
+
+    @property
+    def saturated(self) -> bool:
+        per = self.peak_in_flight_per_instance
+        return per is not None and per >= self.max_concurrency
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "peak_in_flight": self.peak_in_flight,
+            "peak_in_flight_per_instance": self.peak_in_flight_per_instance,
+            "max_concurrency": self.max_concurrency,
+            "saturated": self.saturated,
+        }
+
+
+def peak_in_flight(rs: RecordSet) -> dict[str, int]:
+    """Peak number of non-warmup requests in flight at once, per fleet (whole fleet, not per instance).
+
+    A request is in flight from its actual send (scheduled_s + send_lag_s, else sent_s) to its
+    last token (scheduled_s + e2e_s: E2E is measured from the scheduled send). Requests never
+    sent, or without an E2E (errors whose end is unknown), are not counted. A sweep over the
+    start (+1) and end (-1) events sorted by time, ends before starts at the same instant, so
+    back-to-back requests do not count as overlapping."""
+    sql = """
+    WITH iv AS (
+      SELECT fleet, coalesce(scheduled_s + send_lag_s, sent_s) AS t0, scheduled_s + e2e_s AS t1
+      FROM records
+      WHERE NOT warmup AND outcome <> 'not_sent' AND e2e_s IS NOT NULL),
+    ev AS (
+      SELECT fleet, t0 AS t, 1 AS d FROM iv WHERE t0 IS NOT NULL AND t1 > t0
+      UNION ALL
+      SELECT fleet, t1 AS t, -1 AS d FROM iv WHERE t0 IS NOT NULL AND t1 > t0),
+    run AS (
+      SELECT fleet, sum(d) OVER (PARTITION BY fleet ORDER BY t, d ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS n
+      FROM ev)
+    SELECT fleet, max(n) FROM run GROUP BY fleet ORDER BY fleet
+    """
+    return {str(f): int(n) for f, n in rs.con.execute(sql).fetchall()}
 
 
 def goodput_series(

@@ -148,6 +148,36 @@ def _instances_measured(
     return out
 
 
+def _saturation(
+    m: Manifest, rs: RecordSet, measures: Mapping[str, goodput.FleetMeasure], inst: Mapping[str, int],
+    prov: dict[str, Any], gaps: list[Gap],
+) -> dict[str, goodput.Saturation]:
+    """Per fleet: was one instance driven to max_concurrency? If not, its goodput is a lower bound (blocking gap)."""
+    peaks = goodput.peak_in_flight(rs)
+    out: dict[str, goodput.Saturation] = {}
+    for f in m.fleets:
+        fm = measures.get(f.name)
+        if fm is None or fm.requests == 0:
+            continue  # the missing records are already a gap
+        sat = goodput.Saturation(f.name, peaks.get(f.name, 0), inst.get(f.name, 0), f.max_concurrency)
+        out[f.name] = sat
+        per = sat.peak_in_flight_per_instance
+        prov[f"saturation.{f.name}"] = {
+            "value": sat.as_dict(), "source": "measured",
+            "detail": "peak non-warmup requests in flight (send -> last token, sweep over the records) / instances_measured, "
+                      "against fleets[].max_concurrency",
+        }
+        if not sat.saturated:
+            peak = "n/a" if per is None else f"{per:g}"
+            gaps.append(Gap(
+                f"saturation.{f.name}",
+                f"{f.name}: per-instance goodput measured below saturation (peak {peak} of {f.max_concurrency} concurrent "
+                "sequences): throughput is a lower bound, fleet size an upper bound; raise workload.rate_scale until one "
+                "instance saturates",
+            ))
+    return out
+
+
 def build_report(
     manifest: Manifest,
     records_dir: str | Path,
@@ -219,6 +249,7 @@ def build_report(
         except SourceUnavailable as exc:
             gaps.append(Gap("cloudwatch", str(exc), blocks_go=False))
     inst = _instances_measured(m, instances_measured, cw, prov, gaps)
+    saturation = _saturation(m, rs, base_measures, inst, prov, gaps)
 
     use_api = aws or m.costs.price_source == "price-list-api"
     api = PriceListSource(clients.pricing, m.costs.region) if use_api and clients is not None and clients.pricing is not None else None
@@ -251,7 +282,7 @@ def build_report(
     else:
         prov["quality"] = {"source": "measured", "detail": "quality-gate results given by the campaign runner"}
 
-    ctx = Context(m, measures, inst, unit_prices, root_volume_gib, quality, gaps)
+    ctx = Context(m, measures, inst, unit_prices, root_volume_gib, quality, gaps, saturation)
     head = evaluate(ctx, sensitivity.BASE)
     for key, val, detail in (
         ("slo", m.slo.model_dump(), "slo"), ("demand.peak_requests_per_s", m.workload.demand.peak_requests_per_s, "workload.demand"),

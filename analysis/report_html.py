@@ -6,7 +6,7 @@ import html
 from typing import Any
 
 from analysis import svg
-from analysis.report_md import fmt
+from analysis.report_md import fmt, saturated_cell
 from analysis.sensitivity import tornado
 
 
@@ -55,7 +55,9 @@ def render_html(r: dict[str, Any]) -> str:
     rows = "".join(
         f"<tr><td>{html.escape(n)} ({html.escape(f['instance_type'])})</td><td>{fmt(f['requests'])}</td><td>{fmt(f['successful_output_tokens'])}</td>"
         f"<td>{fmt(f['p95_ttft_s'])}</td><td>{fmt(f['p95_itl_s'])}</td><td>{'pass' if f['slo_pass'] else 'FAIL'}</td>"
-        f"<td>{fmt(f['instances_required'])}</td><td>{fmt(f['monthly_cost_usd'], 2)}</td>"
+        f"<td>{fmt(f.get('per_instance_goodput_tok_s'), 1)}</td><td>{fmt(f.get('peak_in_flight_per_instance'), 1)}</td>"
+        f"<td>{fmt(f.get('max_concurrency'))}</td><td>{saturated_cell(f)}</td>"
+        f"<td>{fmt(f['instances_required'])}{' (upper bound)' if f.get('saturated') is False else ''}</td><td>{fmt(f['monthly_cost_usd'], 2)}</td>"
         f"<td>{fmt(f['cost_per_million_successful_tokens'], 4)}</td></tr>"
         for n, f in r["fleets"].items()
     )
@@ -73,6 +75,7 @@ figure{{margin:1em 0}}figcaption{{font-size:12px;color:#444}}</style></head><bod
 <p>Monthly delta {fmt(r['monthly_delta_usd'], 2)} USD; migration cost {fmt(r['migration_cost_usd'], 2)} USD;
 payback {fmt(r['payback_months'], 1)} months.</p>
 <table><tr><th>fleet</th><th>requests</th><th>successful tokens</th><th>P95 TTFT s</th><th>P95 ITL s</th><th>SLO</th>
+<th>per-instance goodput tok/s</th><th>peak in flight / instance</th><th>max concurrency</th><th>saturated</th>
 <th>instances</th><th>monthly USD</th><th>USD / 1M successful tokens</th></tr>{rows}</table>
 {''.join(figs)}
 <h2>Gaps</h2><ul>{gaps}</ul><h2>Provenance</h2><ul>{prov}</ul>

@@ -17,6 +17,20 @@ def fmt(v: Any, digits: int = 3) -> str:
     return str(v)
 
 
+def saturated_cell(f: dict[str, Any]) -> str:
+    """yes / NO (not saturated: throughput a lower bound) / n/a."""
+    sat = f.get("saturated")
+    return "n/a" if sat is None else ("yes" if sat else "NO")
+
+
+def _bound(f: dict[str, Any]) -> str:
+    return " (lower bound)" if f.get("saturated") is False else ""
+
+
+def _upper(f: dict[str, Any]) -> str:
+    return " (upper bound)" if f.get("saturated") is False and f.get("instances_required") is not None else ""
+
+
 def render_markdown(r: dict[str, Any]) -> str:
     d = r["decision"]
     lines = [
@@ -36,15 +50,17 @@ def render_markdown(r: dict[str, Any]) -> str:
         "## Fleets",
         "",
         "| fleet | requests | successful | successful tokens | P95 TTFT s | P95 ITL s | SLO | per-instance goodput tok/s "
+        "| peak in flight / instance | max concurrency | saturated "
         "| instances required | monthly USD | USD per 1M successful tokens | measured-run USD per 1M |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, f in r["fleets"].items():
         run = (f.get("measured_run") or {}).get("cost_per_million_successful_tokens")
         lines.append(
             f"| {name} ({f['instance_type']}) | {fmt(f['requests'])} | {fmt(f['successful_requests'])} | {fmt(f['successful_output_tokens'])} "
             f"| {fmt(f['p95_ttft_s'])} | {fmt(f['p95_itl_s'])} | {'pass' if f['slo_pass'] else 'FAIL'} "
-            f"| {fmt(f.get('per_instance_goodput_tok_s'), 1)} | {fmt(f['instances_required'])} | {fmt(f['monthly_cost_usd'], 2)} "
+            f"| {fmt(f.get('per_instance_goodput_tok_s'), 1)}{_bound(f)} | {fmt(f.get('peak_in_flight_per_instance'), 1)} "
+            f"| {fmt(f.get('max_concurrency'))} | {saturated_cell(f)} | {fmt(f['instances_required'])}{_upper(f)} | {fmt(f['monthly_cost_usd'], 2)} "
             f"| {fmt(f['cost_per_million_successful_tokens'], 4)} | {fmt(run, 4)} |"
         )
     lines += ["", "Per-AZ placement and cost lines:", ""]

@@ -25,6 +25,8 @@ COLUMNS: dict[str, str] = {
     "request_id": "BIGINT",
     "wall_start": "DOUBLE",
     "scheduled_s": "DOUBLE",
+    "sent_s": "DOUBLE",
+    "send_lag_s": "DOUBLE",
     "ttft_s": "DOUBLE",
     "itl_s": "DOUBLE",
     "e2e_s": "DOUBLE",

@@ -59,6 +59,8 @@ def test_cheaper_candidate_with_short_payback_is_go(tmp_path: Path, manifest_dat
     manifest_data["workload"]["demand"]["peak_requests_per_s"] = 20.0
     manifest_data["fleets"][0]["asg"]["max"] = 40
     manifest_data["fleets"][1]["asg"]["max"] = 40
+    for f in manifest_data["fleets"]:  # steady() keeps one request in flight: saturated only at max_concurrency 1
+        f["max_concurrency"] = 1
     m = manifest(manifest_data)
     d = tmp_path / "rec"
     write_jsonl(d / "records-inf2-w0.jsonl", steady(m, "inf2", 100, 900))

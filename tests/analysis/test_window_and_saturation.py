@@ -1,0 +1,131 @@
+"""Measured window of a cut-short run, and the saturation check on per-instance throughput."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from analysis.goodput import Saturation, measure_fleets, peak_in_flight
+from analysis.report import build_report
+from analysis.sources.records import load_records
+from campaign.manifest import Manifest
+from campaign.records import RequestRecord
+from tests.analysis.synth import manifest, rec, steady, write_jsonl
+
+PASS = {"inf2": {"passed": True, "pass_rate": 1.0, "failures": []}, "g6": {"passed": True, "pass_rate": 1.0, "failures": []}}
+
+
+def _at(r: RequestRecord, scheduled: float, sent: float | None, e2e: float | None) -> RequestRecord:
+    return replace(r, scheduled_s=scheduled, sent_s=sent, send_lag_s=None if sent is None else sent - scheduled, e2e_s=e2e)
+
+
+def test_window_spans_only_sent_requests_when_the_run_was_cut_short(tmp_path: Path, m: Manifest) -> None:
+    recs = [
+        _at(rec(m, "g6", 0, warmup=True), 0.0, 0.0, 3.0),  # warmup: outside the window
+        _at(rec(m, "g6", 1, tokens=300), 10.0, 10.0, 2.0),  # first sent: window starts at 10
+        _at(rec(m, "g6", 2, tokens=300), 11.0, 11.1, 5.0),  # completes at 16
+        # timeout with no E2E: its completion is taken as its send time, 18 -> window ends at 18
+        _at(rec(m, "g6", 3, outcome="timeout", ttft=None, itl=None, e2e=None), 17.0, 18.0, None),
+    ]
+    # a --duration cut: scheduled, never sent, up to t = 100
+    recs += [_at(rec(m, "g6", 4 + i, outcome="not_sent", ttft=None, itl=None, e2e=None, tokens=0), t, None, None)
+             for i, t in enumerate((20.0, 50.0, 100.0))]
+    write_jsonl(tmp_path / "records-g6-w0.jsonl", recs)
+    fm = measure_fleets(load_records(tmp_path, m.digest), m.slo.ttft_p95_s, m.slo.itl_p95_s)["g6"]
+    assert fm.not_sent == 3 and fm.requests == 6
+    assert fm.window_start_s == pytest.approx(10.0) and fm.window_end_s == pytest.approx(18.0)
+    assert fm.window_s == pytest.approx(8.0)  # the old code gave 100 - 10 = 90 s
+    assert fm.goodput_tok_s == pytest.approx(600 / 8.0)  # 75 tok/s, not 6.7
+    assert fm.error_rate == pytest.approx(1 / 3)
+
+
+def test_window_of_a_run_where_nothing_was_sent_is_empty(tmp_path: Path, m: Manifest) -> None:
+    write_jsonl(tmp_path / "records-g6-w0.jsonl",
+                [rec(m, "g6", i, outcome="not_sent", ttft=None, itl=None, e2e=None, tokens=0) for i in range(3)])
+    fm = measure_fleets(load_records(tmp_path, m.digest), m.slo.ttft_p95_s, m.slo.itl_p95_s)["g6"]
+    assert fm.window_start_s is None and fm.window_s == 0.0 and fm.goodput_tok_s is None
+
+
+def test_peak_in_flight_sweep_by_hand(tmp_path: Path, m: Manifest) -> None:
+    # in flight [0,4], [1,3], [2,5], [3,6]: 3 at t=2; at t=3 one ends as another starts (still 3, not 4)
+    recs = [_at(rec(m, "inf2", i), s, s, e) for i, (s, e) in enumerate(((0.0, 4.0), (1.0, 2.0), (2.0, 3.0), (3.0, 3.0)))]
+    recs.append(_at(rec(m, "inf2", 4, warmup=True), 2.0, 2.0, 10.0))  # warmup: not counted
+    recs.append(_at(rec(m, "inf2", 5, outcome="not_sent", e2e=None), 2.0, None, None))
+    recs.append(_at(rec(m, "inf2", 6, outcome="http_error", ttft=None, itl=None, e2e=None), 2.0, 2.0, None))  # end unknown
+    # send lag: scheduled 1.5, sent 4.5, last token at 1.5 + 4.0 = 5.5 -> in flight [4.5, 5.5], overlapping [2,5] and [3,6]
+    recs.append(_at(rec(m, "inf2", 7), 1.5, 4.5, 4.0))
+    write_jsonl(tmp_path / "records-inf2-w0.jsonl", recs)
+    write_jsonl(tmp_path / "records-g6-w0.jsonl", steady(m, "g6", 10, 100))  # back to back: 1 in flight
+    peaks = peak_in_flight(load_records(tmp_path, m.digest))
+    assert peaks == {"g6": 1, "inf2": 3}
+    assert Saturation("inf2", 3, 1, 3).saturated and not Saturation("inf2", 3, 1, 4).saturated
+    assert Saturation("inf2", 6, 2, 3).peak_in_flight_per_instance == 3.0 and Saturation("inf2", 6, 2, 3).saturated
+    assert Saturation("inf2", 6, 0, 3).peak_in_flight_per_instance is None and not Saturation("inf2", 6, 0, 3).saturated
+
+
+def _overlapping(m: Manifest, fleet: str, n: int, tokens: int, depth: int) -> list[RequestRecord]:
+    """One request per second, each in flight `depth` seconds: exactly `depth` in flight at the peak."""
+    return [rec(m, fleet, i, tokens=tokens, e2e=float(depth)) for i in range(n)]
+
+
+def _go_manifest(manifest_data: dict[str, Any], max_concurrency: int) -> Manifest:
+    manifest_data["workload"]["demand"]["peak_requests_per_s"] = 20.0
+    for f in manifest_data["fleets"]:
+        f["asg"]["max"] = 40
+        f["max_concurrency"] = max_concurrency
+    return manifest(manifest_data)
+
+
+def test_unsaturated_fleet_gets_a_blocking_gap_and_no_go(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    m = _go_manifest(manifest_data, 4)
+    sat_dir, unsat_dir = tmp_path / "sat", tmp_path / "unsat"
+    # both saturated: 4 in flight on one instance, max_concurrency 4
+    write_jsonl(sat_dir / "records-inf2-w0.jsonl", _overlapping(m, "inf2", 100, 900, 4))
+    write_jsonl(sat_dir / "records-g6-w0.jsonl", _overlapping(m, "g6", 100, 300, 4))
+    # g6 replayed at low load: 2 in flight of 4
+    write_jsonl(unsat_dir / "records-inf2-w0.jsonl", _overlapping(m, "inf2", 100, 900, 4))
+    write_jsonl(unsat_dir / "records-g6-w0.jsonl", _overlapping(m, "g6", 100, 300, 2))
+    kw: dict[str, Any] = {"quality": PASS, "instances_measured": {"inf2": 1, "g6": 1}, "with_sensitivity": False}
+
+    ok = build_report(m, sat_dir, out_dir=tmp_path / "o1", with_pages=False, **kw)
+    assert not any(g["what"].startswith("saturation.") for g in ok["gaps"])
+    for name in ("inf2", "g6"):
+        f = ok["fleets"][name]
+        assert f["saturated"] is True and f["peak_in_flight_per_instance"] == 4 and f["max_concurrency"] == 4
+        assert f["per_instance_goodput_bound"] == "capacity"
+    assert ok["decision"]["state"] == "go", ok["decision"]
+
+    r = build_report(m, unsat_dir, out_dir=tmp_path / "o2", **kw)
+    sat_gaps = [g for g in r["gaps"] if g["what"].startswith("saturation.")]
+    assert [g["what"] for g in sat_gaps] == ["saturation.g6"]
+    gap = sat_gaps[0]
+    assert gap["blocks_go"]
+    assert gap["reason"] == ("g6: per-instance goodput measured below saturation (peak 2 of 4 concurrent sequences): throughput "
+                             "is a lower bound, fleet size an upper bound; raise workload.rate_scale until one instance saturates")
+    g6 = r["fleets"]["g6"]
+    assert g6["saturated"] is False and g6["peak_in_flight_per_instance"] == 2 and g6["max_concurrency"] == 4
+    assert g6["per_instance_goodput_bound"] == "lower_bound"
+    assert r["fleets"]["inf2"]["saturated"] is True
+    assert r["decision"]["state"] == "defer"
+    assert any("saturation.g6" in x for x in r["decision"]["reasons"])
+    assert r["provenance"]["saturation.g6"]["value"]["saturated"] is False
+    md = (tmp_path / "o2" / "report.md").read_text()
+    assert "| peak in flight / instance | max concurrency | saturated |" in md
+    assert "| 2.0 | 4 | NO |" in md and "| 4.0 | 4 | yes |" in md and "(upper bound)" in md
+    page = (tmp_path / "o2" / "report.html").read_text()
+    assert "<th>saturated</th>" in page and "<td>NO</td>" in page and "<td>yes</td>" in page
+
+
+def test_saturation_is_per_instance(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    # 4 in flight over the fleet but 2 instances measured: 2 per instance, below max_concurrency 4
+    m = _go_manifest(manifest_data, 4)
+    write_jsonl(tmp_path / "r" / "records-inf2-w0.jsonl", _overlapping(m, "inf2", 50, 900, 4))
+    write_jsonl(tmp_path / "r" / "records-g6-w0.jsonl", _overlapping(m, "g6", 50, 300, 4))
+    r = build_report(m, tmp_path / "r", quality=PASS, out_dir=tmp_path / "o", instances_measured={"inf2": 2, "g6": 1},
+                     with_sensitivity=False, with_pages=False)
+    assert r["fleets"]["inf2"]["peak_in_flight_per_instance"] == 2 and not r["fleets"]["inf2"]["saturated"]
+    assert [g["what"] for g in r["gaps"] if g["what"].startswith("saturation.")] == ["saturation.inf2"]
+    assert r["decision"]["state"] != "go"

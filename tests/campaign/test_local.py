@@ -1,0 +1,99 @@
+"""`python -m campaign local` end to end, as a user runs it: real emulators, real Locust."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from tests.conftest import ROOT, write_manifest
+
+pytestmark = pytest.mark.slow
+
+
+def _short_manifest(tmp_path: Path, data: dict[str, Any]) -> Path:
+    # Short outputs keep the drain after the last arrival to seconds; the real trace's arrivals stay.
+    data["workload"]["request_class"]["max_output_tokens"] = 48
+    data["workload"]["warmup_s"] = 2
+    return write_manifest(tmp_path, data)
+
+
+def _leftovers(marker: str) -> list[str]:
+    out = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if marker in cmd and p.pid != os.getpid():
+            out.append(f"{p.pid}: {cmd}")
+    return out
+
+
+def _records(out: Path) -> list[dict[str, Any]]:
+    rows = []
+    for f in sorted((out / "records").glob("records-*.jsonl")):
+        rows += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+    return rows
+
+
+def test_local_campaign_writes_a_report_with_both_fleets(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    manifest = _short_manifest(tmp_path, manifest_data)
+    out = tmp_path / "run"
+    r = subprocess.run(
+        [sys.executable, "-m", "campaign", "local", str(manifest), "--duration", "15", "--out", str(out)],
+        capture_output=True, text=True, cwd=ROOT, timeout=280,
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    assert set(report["fleets"]) == {"inf2", "g6"}
+    assert report["decision"]["state"] in {"go", "defer", "reject"}
+    assert report["decision"]["reasons"]
+    for name in ("inf2", "g6"):
+        f = report["fleets"][name]
+        assert f["successful_requests"] > 0 and f["p95_ttft_s"] > 0
+    assert (out / "report.html").read_text().lower().startswith("<!doctype html>")
+    rows = _records(out)
+    # The same schedule went to both fleets.
+    ids = {name: sorted(x["request_id"] for x in rows if x["fleet"] == name) for name in ("inf2", "g6")}
+    assert ids["inf2"] == ids["g6"] and ids["inf2"]
+    assert all(x["manifest_digest"] == report["manifest_digest"] for x in rows)
+    assert "quality gate inf2: pass" in r.stdout and "decision:" in r.stdout
+    assert _leftovers(str(out)) == []
+
+
+def test_ctrl_c_stops_every_process_and_keeps_records(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    manifest = _short_manifest(tmp_path, manifest_data)
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "campaign", "local", str(manifest), "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not any(
+        f.stat().st_size > 0 for f in (out / "records").glob("records-*.jsonl")
+    ):
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.5)
+    assert _records(out), "no record was flushed before the interrupt"
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=90)
+    assert proc.returncode == 130, stdout[-2000:] + stderr[-2000:]
+    assert "records flushed so far" in stderr
+    time.sleep(0.5)
+    assert _leftovers(str(out)) == []
+    rows = _records(out)  # every line still parses: nothing torn, nothing lost
+    assert rows and {x["fleet"] for x in rows} <= {"inf2", "g6"}
+    assert not (out / "report.json").exists()
+
+
+def test_second_run_does_not_collide(tmp_path: Path) -> None:
+    # Ports come from the OS per run, so two campaigns never fight over one.
+    from campaign.processes import free_port
+
+    assert len({free_port() for _ in range(20)}) > 1
