@@ -38,6 +38,22 @@ class RecordContext:
     itl_slo_s: float
 
 
+def _identity(ctx: RecordContext, req: ScheduledRequest) -> dict[str, Any]:
+    """What every record of a scheduled request carries, sent or not."""
+    return {
+        "campaign": ctx.campaign,
+        "manifest_digest": ctx.manifest_digest,
+        "fleet": ctx.fleet,
+        "request_id": req.request_id,
+        "worker": ctx.worker,
+        "wall_start": ctx.wall_start,
+        "scheduled_s": req.offset_s,
+        "input_tokens": req.input_tokens,
+        "max_tokens": req.output_tokens,
+        "warmup": req.warmup,
+    }
+
+
 def build_record(
     ctx: RecordContext,
     req: ScheduledRequest,
@@ -55,21 +71,13 @@ def build_record(
     e2e = (times[-1] if times else end_t) - sched_t
     slo_ok = outcome is Outcome.OK and ttft is not None and ttft <= ctx.ttft_slo_s and (itl is None or itl <= ctx.itl_slo_s)
     return RequestRecord(
-        campaign=ctx.campaign,
-        manifest_digest=ctx.manifest_digest,
-        fleet=ctx.fleet,
-        request_id=req.request_id,
-        worker=ctx.worker,
-        wall_start=ctx.wall_start,
-        scheduled_s=req.offset_s,
+        **_identity(ctx, req),
         sent_s=sent_t - ctx.t0,
         send_lag_s=sent_t - sched_t,
         ttft_s=ttft,
         itl_s=itl,
         itl_max_s=max(gaps) if gaps else None,
         e2e_s=e2e,
-        input_tokens=req.input_tokens,
-        max_tokens=req.output_tokens,
         client_output_tokens=state.client_output_tokens,
         server_prompt_tokens=state.server_prompt_tokens,
         server_output_tokens=state.server_output_tokens,
@@ -78,27 +86,18 @@ def build_record(
         http_status=transport.http_status,
         error=reason,
         slo_ok=slo_ok,
-        warmup=req.warmup,
     )
 
 
 def not_sent_record(ctx: RecordContext, req: ScheduledRequest, why: str) -> RequestRecord:
     return RequestRecord(
-        campaign=ctx.campaign,
-        manifest_digest=ctx.manifest_digest,
-        fleet=ctx.fleet,
-        request_id=req.request_id,
-        worker=ctx.worker,
-        wall_start=ctx.wall_start,
-        scheduled_s=req.offset_s,
+        **_identity(ctx, req),
         sent_s=None,
         send_lag_s=None,
         ttft_s=None,
         itl_s=None,
         itl_max_s=None,
         e2e_s=None,
-        input_tokens=req.input_tokens,
-        max_tokens=req.output_tokens,
         client_output_tokens=0,
         server_prompt_tokens=None,
         server_output_tokens=None,
@@ -107,7 +106,6 @@ def not_sent_record(ctx: RecordContext, req: ScheduledRequest, why: str) -> Requ
         http_status=None,
         error=why,
         slo_ok=False,
-        warmup=req.warmup,
     )
 
 

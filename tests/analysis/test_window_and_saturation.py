@@ -129,3 +129,17 @@ def test_saturation_is_per_instance(tmp_path: Path, manifest_data: dict[str, Any
     assert r["fleets"]["inf2"]["peak_in_flight_per_instance"] == 2 and not r["fleets"]["inf2"]["saturated"]
     assert [g["what"] for g in r["gaps"] if g["what"].startswith("saturation.")] == ["saturation.inf2"]
     assert r["decision"]["state"] != "go"
+
+
+def test_fleet_measured_in_overload_gets_a_blocking_gap(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    m = _go_manifest(manifest_data, 4)
+    write_jsonl(tmp_path / "r" / "records-inf2-w0.jsonl", _overlapping(m, "inf2", 100, 900, 4))
+    # g6: saturated, but every request waits 5 s for its first token (SLO 2 s): queueing, i.e. overload
+    write_jsonl(tmp_path / "r" / "records-g6-w0.jsonl",
+                [rec(m, "g6", i, tokens=300, e2e=4.0, ttft=5.0) for i in range(100)])
+    r = build_report(m, tmp_path / "r", quality=PASS, out_dir=tmp_path / "o", instances_measured={"inf2": 1, "g6": 1},
+                     with_sensitivity=False, with_pages=False)
+    over = [g for g in r["gaps"] if g["what"].startswith("overload.")]
+    assert [g["what"] for g in over] == ["overload.g6"]
+    assert over[0]["blocks_go"] and "P95 TTFT 5 s > 2 s" in over[0]["reason"]
+    assert r["decision"]["state"] != "go"
