@@ -31,6 +31,27 @@ def _upper(f: dict[str, Any]) -> str:
     return " (upper bound)" if f.get("saturated") is False and f.get("instances_required") is not None else ""
 
 
+def _histogram_lines(prom: dict[str, Any] | None) -> list[str]:
+    """P95 from merged Prometheus histograms next to P95 from raw records, with the difference."""
+    if not prom or not prom.get("fleets"):
+        return ["", "Histograms: no Prometheus source; every percentile above comes from the raw records."]
+    out = [
+        "",
+        f"Histograms from Prometheus ({prom.get('url')}), buckets summed across replicas before the quantile:",
+        "",
+        "| fleet | histogram | metric | P95 s (merged histogram) | P95 s (records) | difference s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for fleet, series in prom["fleets"].items():
+        for key, h in series.items():
+            if isinstance(h, dict) and "metric" in h:
+                out.append(
+                    f"| {fleet} | {key} | `{h['metric']}` | {fmt(h.get('p95_s_merged_histogram'))} "
+                    f"| {fmt(h.get('p95_s_records'))} | {fmt(h.get('difference_s'))} |"
+                )
+    return out
+
+
 def render_markdown(r: dict[str, Any]) -> str:
     d = r["decision"]
     lines = [
@@ -63,6 +84,7 @@ def render_markdown(r: dict[str, Any]) -> str:
             f"| {fmt(f.get('max_concurrency'))} | {saturated_cell(f)} | {fmt(f['instances_required'])}{_upper(f)} | {fmt(f['monthly_cost_usd'], 2)} "
             f"| {fmt(f['cost_per_million_successful_tokens'], 4)} | {fmt(run, 4)} |"
         )
+    lines += _histogram_lines(r.get("prometheus"))
     lines += ["", "Per-AZ placement and cost lines:", ""]
     for name, f in r["fleets"].items():
         size, mc = f.get("size"), f.get("monthly_cost")
