@@ -47,8 +47,9 @@ def line_chart(
         return f"<p>{_esc(title)}: no data</p>"
     xlo, xhi, ylo, yhi = min(xs), max(xs), min(min(ys), 0.0), max(ys)
     out = _frame(title, xlabel, ylabel, xlo, xhi, ylo, yhi)
+    order = sorted(series)  # colour by name, so a fleet has one colour in every chart
     for i, (name, s) in enumerate(series.items()):
-        c = PALETTE[i % len(PALETTE)]
+        c = PALETTE[order.index(name) % len(PALETTE)]
         path = " ".join(f"{_scale(x, xlo, xhi, PAD_L, W - PAD_R):.1f},{_scale(y, ylo, yhi, H - PAD_B, PAD_T):.1f}" for x, y in s)
         out.append(f'<polyline fill="none" stroke="{c}" stroke-width="1.8" points="{path}"/>')
         out.append(f'<text x="{W - PAD_R - 5}" y="{PAD_T + 14 * (i + 1)}" text-anchor="end" font-size="11" fill="{c}">{_esc(name)}</text>')
@@ -70,10 +71,12 @@ def bar_chart(title: str, ylabel: str, bars: Sequence[tuple[str, float]]) -> str
     yhi = max(v for _, v in bars) or 1.0
     out = _frame(title, "", ylabel, 0, 1, 0, yhi)
     bw = (W - PAD_L - PAD_R) / (len(bars) * 1.5)
+    order = sorted(name for name, _ in bars)
     for i, (name, v) in enumerate(bars):
         x = PAD_L + bw * 0.5 + i * bw * 1.5
         y = _scale(v, 0, yhi, H - PAD_B, PAD_T)
-        out.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{bw:.1f}" height="{H - PAD_B - y:.1f}" fill="{PALETTE[i % len(PALETTE)]}"/>')
+        c = PALETTE[order.index(name) % len(PALETTE)]
+        out.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{bw:.1f}" height="{H - PAD_B - y:.1f}" fill="{c}"/>')
         out.append(f'<text x="{x + bw / 2:.1f}" y="{y - 4:.1f}" text-anchor="middle" font-size="11">{_esc(name)}: {v:.4g}</text>')
     out.append("</svg>")
     return "\n".join(out)
