@@ -45,7 +45,11 @@ class Model(_Frozen):
     head_dim: int | None = Field(default=None, gt=0)
     vocab_size: int = Field(gt=0)
     # A gated checkpoint's hub token lives in Secrets Manager; the manifest only names it.
-    hub_token_secret_arn: str | None = Field(default=None, pattern=r"^arn:aws[\w-]*:secretsmanager:[\w-]+:\d{12}:secret:.+$")
+    # Full ARN with the 6-character suffix Secrets Manager appends: an IAM grant on a partial
+    # ARN does not match the secret, and the fleet could not read its token at boot.
+    hub_token_secret_arn: str | None = Field(
+        default=None, pattern=r"^arn:aws[\w-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[\w/+=.@-]+-[A-Za-z0-9]{6}$"
+    )
 
     @property
     def resolved_head_dim(self) -> int:

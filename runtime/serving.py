@@ -138,7 +138,9 @@ def _staging(manifest: Manifest, image: str, weights_dir: str, weights_s3_uri: s
         if m.hub_token_secret_arn:
             # Token read at boot into the environment, never written into the template.
             steps.append(
-                f'export HF_TOKEN="$(aws secretsmanager get-secret-value --secret-id {q(m.hub_token_secret_arn)} --query SecretString --output text)"'
+                # The ARN names the secret's region; the instance's default region may differ.
+                f'export HF_TOKEN="$(aws secretsmanager get-secret-value --region {q(m.hub_token_secret_arn.split(":")[3])} '
+                f'--secret-id {q(m.hub_token_secret_arn)} --query SecretString --output text)"'
             )
         py = (
             "from huggingface_hub import snapshot_download; "

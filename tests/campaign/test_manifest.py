@@ -196,3 +196,10 @@ def test_cli_validate_missing_file(tmp_path: Path) -> None:
     r = _cli("validate", str(tmp_path / "nope.yaml"))
     assert r.returncode == 2
     assert "(file): cannot read" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_hub_token_must_be_a_full_secret_arn(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    manifest_data["model"]["hub_token_secret_arn"] = "arn:aws:secretsmanager:us-east-1:123456789012:secret:hf-token"
+    assert any(i.startswith("model.hub_token_secret_arn:") for i in _issues(tmp_path, manifest_data))
+    manifest_data["model"]["hub_token_secret_arn"] = "arn:aws:secretsmanager:us-east-1:123456789012:secret:hf-token-AbCdEf"
+    assert load_manifest(write_manifest(tmp_path, manifest_data)).model.hub_token_secret_arn

@@ -119,6 +119,6 @@ def test_hub_token_comes_from_secrets_manager_never_inline(manifest: Manifest) -
     gated = manifest.model_copy(update={"model": manifest.model.model_copy(update={"hub_token_secret_arn": arn})})
     defn = definition_for(gated, gated.fleet("g6"))
     script = "\n".join(defn.weights_staging)
-    assert f"--secret-id {arn}" in script
+    assert f"--region us-east-1 --secret-id {arn}" in script
     assert " -e HF_TOKEN " in script  # passed by name from the environment
     assert "HF_TOKEN=hf_" not in script and "HF_TOKEN" not in render_docker_run(defn)
