@@ -330,7 +330,7 @@ def test_hub_token_travels_only_as_a_secret_arn_readable_by_the_fleets(example: 
             role["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {"Service": "ec2.amazonaws.com"} for role in roles
         ), "only the fleet instance roles may read the token"
     user_data = json.dumps([lt["Properties"]["LaunchTemplateData"]["UserData"] for lt in variant.resources("AWS::EC2::LaunchTemplate").values()])
-    assert user_data.count(f"get-secret-value --secret-id {HUB_TOKEN_ARN}") == len(reads)
+    assert user_data.count(f"get-secret-value --region us-east-1 --secret-id {HUB_TOKEN_ARN}") == len(reads)
     # Without a token in the manifest nothing may touch Secrets Manager.
     assert "secretsmanager" not in json.dumps([st for _, st in policy_statements(example.template_json)])
 
