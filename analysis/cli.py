@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from analysis.errors import AnalysisError
@@ -37,10 +38,17 @@ def cmd_report(args: argparse.Namespace) -> int:
         except ValueError:
             print("--instances takes FLEET=N pairs", file=sys.stderr)
             return EXIT_BAD_INPUT
+    capacity = None
+    if args.capacity:
+        root = Path(args.capacity)
+        capacity = {d.name: d for d in sorted(root.iterdir()) if d.is_dir()} if root.is_dir() else {}
+        if not capacity:
+            print(f"--capacity {root}: no step directories (x<k>/) found", file=sys.stderr)
+            return EXIT_BAD_INPUT
     try:
         rep = build_report(m, args.records, prometheus_url=args.prometheus, aws=args.aws, quality=quality, out_dir=args.out,
-                           instances_measured=instances, focus_csv=args.focus)
-    except AnalysisError as exc:
+                           instances_measured=instances, focus_csv=args.focus, capacity_dirs=capacity)
+    except (AnalysisError, ValueError) as exc:
         print(f"report: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     state = rep["decision"]["state"]
@@ -58,5 +66,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--quality", help="JSON file: {fleet: {passed, pass_rate, failures}}")
     p.add_argument("--instances", nargs="*", metavar="FLEET=N", help="instances in service per fleet during the run")
     p.add_argument("--focus", help="FOCUS billing export CSV")
+    p.add_argument("--capacity", help="capacity-sweep directory holding one x<k>/ step directory of records per multiplier")
     p.add_argument("--out", required=True)
     p.set_defaults(handler=cmd_report)

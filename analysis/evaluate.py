@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from analysis import cost, ledger, sizing
+from analysis.capacity import Capacity
 from analysis.decision import DecisionInputs, decide
 from analysis.goodput import FleetMeasure, Saturation
 from analysis.provenance import Gap
@@ -30,6 +31,8 @@ class Context:
     quality: QualityResults | None
     gaps: list[Gap] = field(default_factory=list)
     saturation: dict[str, Saturation] = field(default_factory=dict)  # per fleet; absent: not measured
+    # slo_scale -> per-fleet capacity from the capacity sweep; None: no sweep (size from the replay)
+    capacity: Callable[[float], dict[str, Capacity]] | None = None
 
     def pooled_tokens_per_request(self, measures: Mapping[str, FleetMeasure]) -> float | None:
         """Mean output tokens of a completed request, pooled over the fleets: one demand for all.
@@ -111,10 +114,17 @@ def evaluate(ctx: Context, sc: Scenario) -> dict[str, Any]:
             row.update(sat.as_dict())
             # below saturation the measured throughput is what was offered, not what one instance can do
             row["per_instance_goodput_bound"] = "capacity" if sat.saturated else "lower_bound"
+        size_per_inst = per_inst
+        if ctx.capacity is not None:
+            cap = ctx.capacity(sc.slo_scale).get(f.name)
+            row["capacity"] = cap.as_dict() if cap else None
+            if cap is not None and cap.per_instance_tok_s:
+                size_per_inst = cap.per_instance_tok_s  # measured inside the SLO: the capacity figure
+            row["sized_from"] = f"capacity sweep step {cap.step}" if cap is not None and cap.step else "replay"
         size = None
-        if demand_tok_s is not None and per_inst:
+        if demand_tok_s is not None and size_per_inst:
             size = sizing.size_fleet(
-                demand_tok_s, per_inst, utilization_target=util, redundancy=f.redundancy,
+                demand_tok_s, size_per_inst, utilization_target=util, redundancy=f.redundancy,
                 asg_min=f.asg.min, asg_max=f.asg.max, azs=f.availability_zones,
             )
         sizes[f.name] = size

@@ -10,12 +10,12 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from analysis import goodput, sensitivity
+from analysis import capacity, goodput, sensitivity
 from analysis.cost import UnitPrices
 from analysis.errors import AnalysisError, PriceMissing, SourceUnavailable
 from analysis.evaluate import Context, QualityResults, evaluate, summarize
@@ -150,9 +150,12 @@ def _instances_measured(
 
 def _saturation(
     m: Manifest, rs: RecordSet, measures: Mapping[str, goodput.FleetMeasure], inst: Mapping[str, int],
-    prov: dict[str, Any], gaps: list[Gap],
+    prov: dict[str, Any], gaps: list[Gap], measured_capacity: frozenset[str] = frozenset(),
 ) -> dict[str, goodput.Saturation]:
-    """Per fleet: was one instance driven to max_concurrency? If not, its goodput is a lower bound (blocking gap)."""
+    """Per fleet: was one instance driven to max_concurrency? If not, its goodput is a lower bound (blocking gap).
+
+    Fleets in `measured_capacity` are sized from a capacity-sweep step that held the SLO, so
+    the replay's saturation and overload do not bear on their size: no gap for them."""
     peaks = goodput.peak_in_flight(rs)
     out: dict[str, goodput.Saturation] = {}
     for f in m.fleets:
@@ -167,6 +170,8 @@ def _saturation(
             "detail": "peak non-warmup requests in flight (send -> last token, sweep over the records) / instances_measured, "
                       "against fleets[].max_concurrency",
         }
+        if f.name in measured_capacity:
+            continue
         if not sat.saturated:
             peak = "n/a" if per is None else f"{per:g}"
             gaps.append(Gap(
@@ -207,8 +212,13 @@ def build_report(
     aws_clients: AwsClients | None = None,
     with_sensitivity: bool = True,
     with_pages: bool = True,
+    capacity_dirs: Mapping[str, Path] | None = None,
 ) -> dict[str, Any]:
+    """`capacity_dirs`: capacity-sweep steps, label ("x0.5", "x2": a multiplier of the manifest's rate)
+    -> directory of that step's records; fleets are then sized from the measured capacity (see analysis.capacity)."""
     m = manifest
+    for label in capacity_dirs or {}:  # labels are checked before anything is loaded
+        capacity.parse_label(label)
     gaps: list[Gap] = []
     prov: dict[str, Any] = {"manifest": {"source": "manifest", "detail": f"{m.source or '<in memory>'} digest {m.digest}"}}
     rs: RecordSet = load_records(records_dir, m.digest)
@@ -232,6 +242,13 @@ def build_report(
         return cache[scale]
 
     base_measures = measures(1.0)
+    sweep: list[capacity.SweepStep] | None = None
+    if capacity_dirs is not None:
+        sweep = capacity.load_sweep(capacity_dirs, m.digest, {f.name for f in m.fleets})
+        prov["capacity_sweep"] = {
+            "source": "measured",
+            "detail": "; ".join(f"{s.label}: {len(s.records.files)} file(s), {s.records.count()} records under {s.directory}" for s in sweep),
+        }
     for f in m.fleets:
         fm = base_measures.get(f.name)
         if fm is None or fm.requests == 0:
@@ -263,7 +280,11 @@ def build_report(
         except SourceUnavailable as exc:
             gaps.append(Gap("cloudwatch", str(exc), blocks_go=False))
     inst = _instances_measured(m, instances_measured, cw, prov, gaps)
-    saturation = _saturation(m, rs, base_measures, inst, prov, gaps)
+    capacities = _capacity_fn(m, sweep, measures, rs, inst) if sweep is not None else None
+    measured_capacity: frozenset[str] = frozenset()
+    if capacities is not None:
+        measured_capacity = _capacity_gaps(m, capacities(1.0), prov, gaps)
+    saturation = _saturation(m, rs, base_measures, inst, prov, gaps, measured_capacity)
 
     use_api = aws or m.costs.price_source == "price-list-api"
     api = PriceListSource(clients.pricing, m.costs.region) if use_api and clients is not None and clients.pricing is not None else None
@@ -296,7 +317,7 @@ def build_report(
     else:
         prov["quality"] = {"source": "measured", "detail": "quality-gate results given by the campaign runner"}
 
-    ctx = Context(m, measures, inst, unit_prices, root_volume_gib, quality, gaps, saturation)
+    ctx = Context(m, measures, inst, unit_prices, root_volume_gib, quality, gaps, saturation, capacities)
     head = evaluate(ctx, sensitivity.BASE)
     for key, val, detail in (
         ("slo", m.slo.model_dump(), "slo"), ("demand.peak_requests_per_s", m.workload.demand.peak_requests_per_s, "workload.demand"),
@@ -339,6 +360,67 @@ def build_report(
         (out / "report.md").write_text(render_markdown(report), encoding="utf-8")
         (out / "report.html").write_text(render_html(report), encoding="utf-8")
     return report
+
+
+def _capacity_fn(
+    m: Manifest, sweep: list[capacity.SweepStep], measures: Callable[[float], dict[str, goodput.FleetMeasure]],
+    rs: RecordSet, inst: Mapping[str, int],
+) -> Callable[[float], dict[str, capacity.Capacity]]:
+    """slo_scale -> per-fleet capacity, recomputed from the step records under the scaled SLO (cached)."""
+    step_cache: dict[float, dict[str, dict[str, goodput.FleetMeasure]]] = {}
+    cap_cache: dict[float, dict[str, capacity.Capacity]] = {}
+    replay_peaks = goodput.peak_in_flight(rs)
+
+    def step_measures(scale: float) -> dict[str, dict[str, goodput.FleetMeasure]]:
+        if scale not in step_cache:
+            ttft, itl = m.slo.ttft_p95_s * scale, m.slo.itl_p95_s * scale
+            if scale == 1.0:
+                step_cache[scale] = {s.label: goodput.measure_fleets(s.records, ttft, itl) for s in sweep}
+            else:  # as for the replay: goodput changes with the SLO, the measured percentiles do not
+                base = step_measures(1.0)
+                step_cache[scale] = {
+                    s.label: {k: replace(v, p95_ttft_s=base[s.label][k].p95_ttft_s, p95_itl_s=base[s.label][k].p95_itl_s)
+                              for k, v in goodput.measure_fleets(s.records, ttft, itl, percentiles=False).items()}
+                    for s in sweep
+                }
+        return step_cache[scale]
+
+    def capacities(scale: float) -> dict[str, capacity.Capacity]:
+        if scale not in cap_cache:
+            cap_cache[scale] = capacity.measure_capacity(
+                sweep, [f.name for f in m.fleets], inst, m.slo.ttft_p95_s * scale, m.slo.itl_p95_s * scale, m.slo.max_error_rate,
+                replay=measures(scale), replay_peaks=replay_peaks, step_measures=step_measures(scale),
+            )
+        return cap_cache[scale]
+
+    return capacities
+
+
+def _capacity_gaps(m: Manifest, caps: Mapping[str, capacity.Capacity], prov: dict[str, Any], gaps: list[Gap]) -> frozenset[str]:
+    """Provenance and gaps of the sweep; returns the fleets whose capacity was measured inside the SLO."""
+    measured: set[str] = set()
+    for f in m.fleets:
+        cap = caps.get(f.name)
+        if cap is None:
+            continue
+        tried = ", ".join(s.label for s in cap.steps)
+        win = cap.winner
+        if cap.per_instance_tok_s is None or win is None:
+            prov[f"capacity.{f.name}"] = {"value": None, "source": "missing",
+                                          "detail": f"no capacity-sweep step held the fleet SLO (tried {tried}); sized from the replay"}
+            gaps.append(Gap(f"capacity.{f.name}", f"{f.name}: no sweep step met the SLO (tried {tried}); "
+                            "lower the sweep's smallest multiplier"))
+            continue
+        measured.add(f.name)
+        prov[f"capacity.{f.name}"] = {
+            "value": cap.per_instance_tok_s, "source": "measured",
+            "detail": f"capacity-sweep step {win.label} (x{win.multiplier:g} the manifest's rate): the highest per-instance "
+                      f"SLO-compliant goodput among the steps that held the fleet SLO (tried {tried})",
+        }
+        if win.multiplier == cap.top_multiplier:
+            gaps.append(Gap(f"capacity.{f.name}", f"{f.name}: the capacity comes from the highest multiplier tried ({win.label}); "
+                            "capacity may be higher: raise the sweep's top multiplier", blocks_go=False))
+    return frozenset(measured)
 
 
 def _series(m: Manifest, rs: RecordSet, measures: Mapping[str, goodput.FleetMeasure], head: dict[str, Any]) -> dict[str, Any]:

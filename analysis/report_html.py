@@ -6,12 +6,39 @@ import html
 from typing import Any
 
 from analysis import svg
-from analysis.report_md import fmt, saturated_cell
+from analysis.report_md import capacity_rows, fmt, saturated_cell, sized_from_capacity
 from analysis.sensitivity import tornado
 
 
 def _figure(chart: str, source: str) -> str:
     return f"<figure>{chart}<figcaption>Source: {html.escape(source)}</figcaption></figure>"
+
+
+def _upper(f: dict[str, Any]) -> str:
+    return " (upper bound)" if f.get("saturated") is False and not sized_from_capacity(f) else ""
+
+
+def _capacity_html(fleets: dict[str, Any], sweep: dict[str, list[dict[str, Any]]]) -> str:
+    """One table per fleet of the capacity-sweep steps, the chosen step in bold."""
+    if not sweep:
+        return ""
+    out = ["<h2>Capacity sweep</h2>"]
+    for n, steps in sweep.items():
+        cap = fleets[n]["capacity"]
+        chosen = cap.get("step") or "no step held the SLO; sized from the replay"
+        out.append(f"<h3>{html.escape(n)}: capacity {fmt(cap.get('per_instance_tok_s'), 1)} tok/s per instance ({html.escape(str(chosen))})</h3>")
+        out.append("<table><tr><th>step</th><th>requests</th><th>successful</th><th>P95 TTFT s</th><th>P95 ITL s</th><th>error rate</th>"
+                   "<th>SLO</th><th>per-instance goodput tok/s</th><th>peak in flight / instance</th><th>chosen</th></tr>")
+        for st in steps:
+            bold = ' style="font-weight:bold"' if st["chosen"] else ""
+            out.append(
+                f"<tr{bold}><td>{html.escape(st['label'])}</td><td>{fmt(st['requests'])}</td><td>{fmt(st['successful_requests'])}</td>"
+                f"<td>{fmt(st['p95_ttft_s'])}</td><td>{fmt(st['p95_itl_s'])}</td><td>{fmt(st['error_rate'], 4)}</td>"
+                f"<td>{'pass' if st['slo_pass'] else 'FAIL'}</td><td>{fmt(st['per_instance_goodput_tok_s'], 1)}</td>"
+                f"<td>{fmt(st['peak_in_flight_per_instance'], 1)}</td><td>{'chosen' if st['chosen'] else ''}</td></tr>"
+            )
+        out.append("</table>")
+    return "".join(out)
 
 
 def render_html(r: dict[str, Any]) -> str:
@@ -52,15 +79,24 @@ def render_html(r: dict[str, Any]) -> str:
             svg.tornado_chart("Sensitivity: monthly delta (USD)", "baseline - candidate monthly cost", tornado(r["sensitivity"])),
             "one-at-a-time grid; every cell recomputes sizing, cost and the decision",
         ))
+    sweep = {n: capacity_rows(f) for n, f in r["fleets"].items() if capacity_rows(f)}
+    if sweep:
+        figs.append(_figure(
+            svg.line_chart("Capacity sweep: per-instance goodput", "offered rate (x the manifest's)", "SLO-compliant tok/s per instance",
+                           {n: [(s["multiplier"], s["per_instance_goodput_tok_s"]) for s in steps
+                                if s["label"] != "replay" and s["per_instance_goodput_tok_s"] is not None] for n, steps in sweep.items()}),
+            "capacity-sweep step records (measured); each fleet's capacity is the best step that held the fleet SLO",
+        ))
     rows = "".join(
         f"<tr><td>{html.escape(n)} ({html.escape(f['instance_type'])})</td><td>{fmt(f['requests'])}</td><td>{fmt(f['successful_output_tokens'])}</td>"
         f"<td>{fmt(f['p95_ttft_s'])}</td><td>{fmt(f['p95_itl_s'])}</td><td>{'pass' if f['slo_pass'] else 'FAIL'}</td>"
         f"<td>{fmt(f.get('per_instance_goodput_tok_s'), 1)}</td><td>{fmt(f.get('peak_in_flight_per_instance'), 1)}</td>"
         f"<td>{fmt(f.get('max_concurrency'))}</td><td>{saturated_cell(f)}</td>"
-        f"<td>{fmt(f['instances_required'])}{' (upper bound)' if f.get('saturated') is False else ''}</td><td>{fmt(f['monthly_cost_usd'], 2)}</td>"
+        f"<td>{fmt(f['instances_required'])}{_upper(f)}</td><td>{fmt(f['monthly_cost_usd'], 2)}</td>"
         f"<td>{fmt(f['cost_per_million_successful_tokens'], 4)}</td></tr>"
         for n, f in r["fleets"].items()
     )
+    cap_html = _capacity_html(r["fleets"], sweep)
     gaps = "".join(f"<li>{html.escape(g['what'])}: {html.escape(g['reason'])}</li>" for g in r["gaps"]) or "<li>none</li>"
     prov = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(str(v.get('source')))} - {html.escape(str(v.get('detail')))}</li>"
                    for k, v in r["provenance"].items())
@@ -77,7 +113,7 @@ payback {fmt(r['payback_months'], 1)} months.</p>
 <table><tr><th>fleet</th><th>requests</th><th>successful tokens</th><th>P95 TTFT s</th><th>P95 ITL s</th><th>SLO</th>
 <th>per-instance goodput tok/s</th><th>peak in flight / instance</th><th>max concurrency</th><th>saturated</th>
 <th>instances</th><th>monthly USD</th><th>USD / 1M successful tokens</th></tr>{rows}</table>
-{''.join(figs)}
+{cap_html}{''.join(figs)}
 <h2>Gaps</h2><ul>{gaps}</ul><h2>Provenance</h2><ul>{prov}</ul>
 </body></html>
 """

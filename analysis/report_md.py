@@ -27,8 +27,46 @@ def _bound(f: dict[str, Any]) -> str:
     return " (lower bound)" if f.get("saturated") is False else ""
 
 
+def sized_from_capacity(f: dict[str, Any]) -> bool:
+    """True when the fleet was sized from a capacity-sweep step that held the SLO (not from the replay)."""
+    return bool((f.get("capacity") or {}).get("step"))
+
+
 def _upper(f: dict[str, Any]) -> str:
+    if sized_from_capacity(f):
+        return ""
     return " (upper bound)" if f.get("saturated") is False and f.get("instances_required") is not None else ""
+
+
+def capacity_rows(f: dict[str, Any]) -> list[dict[str, Any]]:
+    """The capacity-sweep steps of one fleet (empty without a sweep), each with `chosen`."""
+    cap = f.get("capacity")
+    if not cap:
+        return []
+    return [{**s, "chosen": s["label"] == cap.get("step")} for s in cap["steps"]]
+
+
+def _capacity_lines(r: dict[str, Any]) -> list[str]:
+    fleets = {n: f for n, f in r["fleets"].items() if capacity_rows(f)}
+    if not fleets:
+        return []
+    out = ["", "## Capacity sweep", "",
+           "Each step replays the trace's requests at a multiple of the manifest's rate; a fleet's per-instance capacity is the "
+           "highest per-instance SLO-compliant goodput among the steps that held the fleet SLO (chosen: **bold**)."]
+    for name, f in fleets.items():
+        cap = f["capacity"]
+        out += ["", f"### {name}: capacity {fmt(cap.get('per_instance_tok_s'), 1)} tok/s per instance"
+                f"{' (step ' + str(cap['step']) + ')' if cap.get('step') else ' (no step held the SLO; sized from the replay)'}", "",
+                "| step | requests | successful | P95 TTFT s | P95 ITL s | error rate | SLO | per-instance goodput tok/s "
+                "| peak in flight / instance | chosen |",
+                "|---|---|---|---|---|---|---|---|---|---|"]
+        for s in capacity_rows(f):
+            label = f"**{s['label']}**" if s["chosen"] else s["label"]
+            out.append(f"| {label} | {fmt(s['requests'])} | {fmt(s['successful_requests'])} | {fmt(s['p95_ttft_s'])} "
+                       f"| {fmt(s['p95_itl_s'])} | {fmt(s['error_rate'], 4)} | {'pass' if s['slo_pass'] else 'FAIL'} "
+                       f"| {fmt(s['per_instance_goodput_tok_s'], 1)} | {fmt(s['peak_in_flight_per_instance'], 1)} "
+                       f"| {'chosen' if s['chosen'] else ''} |")
+    return out
 
 
 def _histogram_lines(prom: dict[str, Any] | None) -> list[str]:
@@ -84,6 +122,7 @@ def render_markdown(r: dict[str, Any]) -> str:
             f"| {fmt(f.get('max_concurrency'))} | {saturated_cell(f)} | {fmt(f['instances_required'])}{_upper(f)} | {fmt(f['monthly_cost_usd'], 2)} "
             f"| {fmt(f['cost_per_million_successful_tokens'], 4)} | {fmt(run, 4)} |"
         )
+    lines += _capacity_lines(r)
     lines += _histogram_lines(r.get("prometheus"))
     lines += ["", "Per-AZ placement and cost lines:", ""]
     for name, f in r["fleets"].items():

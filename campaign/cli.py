@@ -47,7 +47,9 @@ def cmd_local(args: argparse.Namespace) -> int:
     from campaign.local import run_local
 
     out = Path(args.out) if args.out else Path("runs") / time.strftime("local-%Y%m%d-%H%M%S")
-    return run_local(Path(args.manifest), out, duration_s=args.duration, workers=args.workers).exit_code
+    return run_local(
+        Path(args.manifest), out, duration_s=args.duration, workers=args.workers, capacity=not args.skip_capacity
+    ).exit_code
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -71,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     lo.add_argument("--duration", type=float, help="replay only the first S seconds of the schedule (default: the whole window)")
     lo.add_argument("--out", help="output directory (default: runs/local-TIMESTAMP)")
     lo.add_argument("--workers", type=int, default=1, help="Locust worker processes per fleet (default 1)")
+    lo.add_argument("--skip-capacity", action="store_true", help="skip the manifest's capacity sweep (sizing then rests on the replay)")
     lo.set_defaults(handler=cmd_local)
 
     from analysis import cli as analysis_cli

@@ -62,6 +62,7 @@ def run_local(
     workers: int = 1,
     emulator_faults: list[str] | None = None,
     progress_every_s: float = 2.0,
+    capacity: bool = True,
 ) -> LocalResult:
     from loadgen.launch import start_fleet
     from loadgen.schedule import build_schedule
@@ -74,6 +75,7 @@ def run_local(
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     sup = Supervisor(out_dir / "logs")
     handles: dict[str, FleetRun] = {}
+    capacity_dirs: dict[str, Path] = {}
     try:
         with sup:
             endpoints = {f.name: start_emulator(sup, manifest_path.resolve(), f.name, out_dir, emulator_faults or []) for f in m.fleets}
@@ -99,6 +101,8 @@ def run_local(
                     s = h.wait()
                     print(f"{name}: scheduled {s.scheduled} = completed {s.completed} + failed {s.failed} + not sent {s.not_sent}"
                           f"; schedule lag p99 {s.schedule_lag_p99_s * 1000:.1f} ms{'' if s.valid else ' INVALID: ' + '; '.join(s.invalid_reasons)}")
+                if m.workload.capacity_sweep is not None and capacity:
+                    capacity_dirs = _capacity_sweep(m, manifest_path.resolve(), endpoints, out_dir / "capacity", handles)
             else:
                 print("quality gate failed: no load is replayed; the decision is Reject", flush=True)
 
@@ -111,6 +115,7 @@ def run_local(
                 quality={k: g.as_dict() for k, g in gates.items()},
                 out_dir=out_dir,
                 instances_measured=dict.fromkeys(endpoints, 1),  # one emulated instance per fleet
+                capacity_dirs=capacity_dirs or None,
             )
         print(f"decision: {report['decision']['state'].upper()} — " + "; ".join(report["decision"]["reasons"]))
         print(f"report: {out_dir / 'report.html'}  ({out_dir / 'report.json'}, {out_dir / 'report.md'})")
@@ -142,6 +147,30 @@ def _maybe_prometheus(sup: Supervisor, out_dir: Path, m: Manifest, endpoints: di
     _, url = prometheus_local.start(sup, out_dir / "prometheus", targets)
     print(f"prometheus: {url}", flush=True)
     return url
+
+
+def _capacity_sweep(
+    m: Manifest, manifest_path: Path, endpoints: dict[str, str], root: Path, handles: dict[str, FleetRun]
+) -> dict[str, Path]:
+    """One short open-loop step per multiplier, fleets side by side (each has its own server)."""
+    from loadgen.launch import start_fleet
+
+    sweep = m.workload.capacity_sweep
+    assert sweep is not None
+    dirs: dict[str, Path] = {}
+    for k in sweep.multipliers:
+        label = f"x{k:g}"
+        step_dir = root / label
+        handles.clear()  # Ctrl-C stops the step in flight
+        for name, url in endpoints.items():
+            handles[name] = start_fleet(
+                manifest_path, name, url, step_dir, duration_s=sweep.step_s, rate_multiplier=k, slo_deadline=True
+            )
+        for name, h in handles.items():
+            s = h.wait()
+            print(f"capacity step {label} {name}: {s.scheduled - s.not_sent} sent, {s.completed} completed, {s.failed} failed", flush=True)
+        dirs[label] = step_dir
+    return dirs
 
 
 def _print_gates(gates: dict[str, GateResult]) -> None:

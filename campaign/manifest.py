@@ -164,6 +164,22 @@ class Demand(_Frozen):
     hours_per_month: Annotated[float, Field(gt=0, le=744)] = 730.0
 
 
+class CapacitySweep(_Frozen):
+    """After the trace replay, each fleet alone gets the same requests at these multiples of the
+    replay's rate, one short step each; the per-instance capacity used for sizing is the best
+    SLO-compliant goodput among the steps that met the SLO."""
+
+    multipliers: tuple[Pos, ...] = Field(min_length=1)
+    step_s: Pos
+
+    @field_validator("multipliers")
+    @classmethod
+    def _increasing(cls, v: tuple[float, ...]) -> tuple[float, ...]:
+        if list(v) != sorted(set(v)):
+            raise ValueError("must be strictly increasing")
+        return v
+
+
 class Workload(_Frozen):
     """How the trace is replayed.
 
@@ -181,6 +197,7 @@ class Workload(_Frozen):
     request_class: RequestClass
     sample_seed: int = 0
     demand: Demand
+    capacity_sweep: CapacitySweep | None = None
 
 
 class Slo(_Frozen):

@@ -88,8 +88,11 @@ class StreamingClient:
         data = json.dumps(body, separators=(",", ":")).encode()
         return self._head + f"Content-Length: {len(data)}\r\n\r\n".encode() + data
 
-    def stream(self, wire: bytes) -> Exchange:
-        """Send pre-encoded request bytes (see `encode`) and read the whole stream."""
+    def stream(self, wire: bytes, timeout_s: float | None = None) -> Exchange:
+        """Send pre-encoded request bytes (see `encode`) and read the whole stream.
+
+        `timeout_s` overrides the client's deadline for this one request."""
+        limit = self.timeout_s if timeout_s is None else timeout_s
         state = StreamState()
         parser = SSEParser()
         err_body = bytearray()
@@ -104,7 +107,7 @@ class StreamingClient:
                 err_body.extend(data[: _ERR_BODY_MAX - len(err_body)])
 
         resp = _Response(on_body)
-        timer = gevent.Timeout(self.timeout_s)
+        timer = gevent.Timeout(limit)
         sock: socket.socket | None = None
         timed_out = False
         error: str | None = None
@@ -128,7 +131,7 @@ class StreamingClient:
             if t is not timer:
                 raise
             timed_out = True
-            error = f"no complete response within {self.timeout_s:g} s"
+            error = f"no complete response within {limit:g} s"
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"[:300]
         finally:

@@ -116,6 +116,8 @@ def start_fleet(
     extra_env: Mapping[str, str] | None = None,
     api: str = "chat",
     extra_args: Sequence[str] = (),
+    rate_multiplier: float = 1.0,
+    slo_deadline: bool = False,
 ) -> FleetRun:
     m = load_manifest(manifest_path)
     m.fleet(fleet)
@@ -123,7 +125,7 @@ def start_fleet(
     stale = list(out_dir.glob(records_name(fleet, "w*")))
     if stale:
         raise FileExistsError(f"{out_dir} already holds records for fleet {fleet} ({stale[0].name}); use a fresh directory")
-    span = span_s(build_schedule(m))
+    span = span_s(build_schedule(m)) / rate_multiplier
     if duration_s is not None:
         span = min(span, duration_s)
     # Safety net only: the replayer stops the run itself when its schedule is done.
@@ -144,6 +146,8 @@ def start_fleet(
         "--api",
         api,
         *(["--replay-duration", str(duration_s)] if duration_s is not None else []),
+        *(["--rate-multiplier", str(rate_multiplier)] if rate_multiplier != 1.0 else []),
+        *(["--slo-deadline"] if slo_deadline else []),
         *extra_args,
     ]
     env = {**os.environ, **(extra_env or {})}

@@ -24,7 +24,7 @@ import gevent  # noqa: E402
 from locust import User, events, task  # noqa: E402
 from locust.env import Environment  # noqa: E402
 from locust.exception import StopUser  # noqa: E402
-from locust.runners import MasterRunner, WorkerRunner  # noqa: E402
+from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner  # noqa: E402
 
 from campaign.manifest import load_manifest  # noqa: E402
 from campaign.records import Outcome, RequestRecord  # noqa: E402
@@ -54,10 +54,18 @@ def _args(parser: Any) -> None:
         default=0.0,
         help="stop sending after N replay seconds (0 = whole schedule)",
     )
+    g.add_argument(
+        "--rate-multiplier", type=float, env_var="LOADGEN_RATE_MULTIPLIER", default=1.0,
+        help="capacity step: replay the same requests at rate x k (offsets / k)",
+    )
+    g.add_argument(
+        "--slo-deadline", action="store_true", env_var="LOADGEN_SLO_DEADLINE", default=False,
+        help="capacity step: abandon a request once it can no longer meet the per-request SLO",
+    )
     g.add_argument("--s3-uri", type=str, env_var="LOADGEN_S3_URI", default="", help="s3://bucket/prefix to upload records and summary to")
 
 
-_state: dict[str, Any] = {"replayer": None, "started": False, "done_workers": set()}
+_state: dict[str, Any] = {"replayer": None, "started": False, "done_workers": set(), "done_nodes": set()}
 
 
 def _n_workers(env: Environment) -> tuple[int, int]:
@@ -122,6 +130,8 @@ def _make_replayer(env: Environment) -> Replayer:
         api=o.api,
         model=o.served_model or None,
         duration_s=o.replay_duration or None,
+        rate_multiplier=o.rate_multiplier,
+        slo_deadline=bool(o.slo_deadline),
         s3_uri=s3,
         api_key=os.environ.get("LOADGEN_API_KEY") or None,
     )
@@ -155,6 +165,7 @@ class ReplayUser(User):
 
 def _on_done(env: Environment, msg: Any, **_: Any) -> None:
     _state["done_workers"].add(msg.data["worker"])
+    _state["done_nodes"].add(msg.node_id)
     opts: Any = env.parsed_options
     expected = int(opts.expect_workers or 1)
     log.info("loadgen: %s finished (%d/%d)", msg.data["worker"], len(_state["done_workers"]), expected)
@@ -162,11 +173,32 @@ def _on_done(env: Environment, msg: Any, **_: Any) -> None:
         gevent.spawn(env.runner.quit)
 
 
+def _watch_missing(runner: MasterRunner) -> None:
+    """A worker that died (killed, OOM) never reports done: without this the master would idle
+    until the safety-net --run-time. Once Locust's heartbeat marks a worker missing and every
+    worker still alive is done, quit: the launcher flags the run invalid (dead worker's exit
+    code, requests without a record) and keeps every record already flushed."""
+    while True:
+        gevent.sleep(1.0)
+        missing = runner.clients.missing
+        if not missing:
+            continue
+        alive = [c for c in runner.clients.all if c.state != STATE_MISSING]
+        if all(c.id in _state["done_nodes"] for c in alive):
+            log.warning(
+                "loadgen: %d worker(s) went missing (%s) and every other worker is done: stopping",
+                len(missing), ", ".join(c.id for c in missing),
+            )
+            gevent.spawn(runner.quit)
+            return
+
+
 @events.init.add_listener  # type: ignore[untyped-decorator]
 def _init(environment: Environment, **_: Any) -> None:
     runner = environment.runner
     if isinstance(runner, MasterRunner):
         runner.register_message(DONE_MSG, lambda msg, **kw: _on_done(environment, msg))
+        gevent.spawn(_watch_missing, runner)
     web_ui = environment.web_ui
     if web_ui is not None:
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import gevent
@@ -39,6 +39,11 @@ class ReplayConfig:
     api: Api = "chat"
     model: str | None = None  # the model name sent; defaults to the manifest's model.repo
     duration_s: float | None = None  # stop sending after this many replay seconds
+    # Capacity steps: the same requests at rate x k (offsets / k), and each request abandoned once
+    # it can no longer meet the per-request SLO (TTFT + output tokens x ITL after its scheduled
+    # time), so an overloaded step ends within the SLO's own bound instead of draining a queue.
+    rate_multiplier: float = 1.0
+    slo_deadline: bool = False
     s3_uri: str | None = None
     api_key: str | None = None
 
@@ -57,6 +62,10 @@ class Replayer:
         self.cfg = cfg
         self.worker = f"w{cfg.worker_index}"
         full = list(schedule) if schedule is not None else build_schedule(manifest)
+        if cfg.rate_multiplier <= 0:
+            raise ValueError(f"rate_multiplier must be > 0, got {cfg.rate_multiplier}")
+        if cfg.rate_multiplier != 1.0:
+            full = [replace(r, offset_s=r.offset_s / cfg.rate_multiplier) for r in full]
         self.mine = partition(full, cfg.n_workers, cfg.worker_index)
         self.client = StreamingClient(cfg.host, api=cfg.api, timeout_s=manifest.loadgen.request_timeout_s, api_key=cfg.api_key)
         self.metrics = metrics
@@ -93,8 +102,12 @@ class Replayer:
     def _one(self, req: ScheduledRequest) -> None:
         assert self.ctx is not None
         sent_t = time.monotonic()
+        timeout = None
+        if self.cfg.slo_deadline:
+            bound = self.m.slo.ttft_p95_s + req.output_tokens * self.m.slo.itl_p95_s
+            timeout = max(0.001, min(self.m.loadgen.request_timeout_s, self.ctx.t0 + req.offset_s + bound - sent_t))
         try:
-            ex = self.client.stream(self._wire.pop(req.request_id))
+            ex = self.client.stream(self._wire.pop(req.request_id), timeout)
         except gevent.GreenletExit:
             end = time.monotonic()
             del self._spawned[req.request_id]

@@ -23,6 +23,7 @@ def _short_manifest(tmp_path: Path, data: dict[str, Any]) -> Path:
     # Short outputs keep the drain after the last arrival to seconds; the real trace's arrivals stay.
     data["workload"]["request_class"]["max_output_tokens"] = 48
     data["workload"]["warmup_s"] = 2
+    data["workload"]["capacity_sweep"] = {"multipliers": [1, 4], "step_s": 6}
     return write_manifest(tmp_path, data)
 
 
@@ -64,6 +65,10 @@ def test_local_campaign_writes_a_report_with_both_fleets(tmp_path: Path, manifes
     assert ids["inf2"] == ids["g6"] and ids["inf2"]
     assert all(x["manifest_digest"] == report["manifest_digest"] for x in rows)
     assert "quality gate inf2: pass" in r.stdout and "decision:" in r.stdout
+    for name in ("inf2", "g6"):  # the capacity sweep ran and fed the report
+        steps = report["fleets"][name]["capacity"]["steps"]
+        assert len([s for s in steps if s.get("label", s.get("step")) != "replay"]) == 2, steps
+        assert (out / "capacity" / "x4" / f"records-{name}-w0.jsonl").is_file()
     assert _leftovers(str(out)) == []
 
 
@@ -71,7 +76,7 @@ def test_ctrl_c_stops_every_process_and_keeps_records(tmp_path: Path, manifest_d
     manifest = _short_manifest(tmp_path, manifest_data)
     out = tmp_path / "run"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "campaign", "local", str(manifest), "--out", str(out)],
+        [sys.executable, "-m", "campaign", "local", str(manifest), "--out", str(out), "--skip-capacity"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
     )
     deadline = time.monotonic() + 120

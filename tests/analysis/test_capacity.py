@@ -1,0 +1,186 @@
+"""Capacity sweep: fleets sized from the best step that held the SLO, with hand-computed numbers."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from analysis.capacity import parse_label
+from analysis.report import build_report
+from campaign.manifest import Manifest
+from campaign.records import RequestRecord
+from tests.analysis.synth import manifest, rec, write_jsonl
+
+PASS = {"inf2": {"passed": True, "pass_rate": 1.0, "failures": []}, "g6": {"passed": True, "pass_rate": 1.0, "failures": []}}
+KW: dict[str, Any] = {"quality": PASS, "instances_measured": {"inf2": 1, "g6": 1}}
+
+
+def _m(manifest_data: dict[str, Any]) -> Manifest:
+    manifest_data["workload"]["demand"]["peak_requests_per_s"] = 20.0
+    for f in manifest_data["fleets"]:
+        f["asg"]["max"] = 40
+        f["max_concurrency"] = 4
+    return manifest(manifest_data)
+
+
+def _rate(m: Manifest, fleet: str, mult: float, tokens: int, *, slow: bool = False) -> list[RequestRecord]:
+    """`mult` requests/s for exactly 100 s, back to back (e2e 1/mult): goodput = mult x tokens tok/s when all meet the SLO.
+
+    slow: every 10th request waits 3 s for its first token (SLO 2 s), so the fleet P95 TTFT is 3 s: SLO FAIL."""
+    n = round(100 * mult)
+    out = []
+    for i in range(n):
+        t = i / mult
+        r = rec(m, fleet, i, tokens=tokens, e2e=1 / mult, ttft=3.0 if slow and i % 10 == 0 else 0.5)
+        out.append(replace(r, scheduled_s=t, sent_s=t, send_lag_s=0.0))
+    return out
+
+
+def _write(d: Path, m: Manifest, spec: dict[str, tuple[float, int, bool]]) -> Path:
+    for fleet, (mult, tokens, slow) in spec.items():
+        write_jsonl(d / f"records-{fleet}-w0.jsonl", _rate(m, fleet, mult, tokens, slow=slow))
+    return d
+
+
+def _three_steps(tmp_path: Path, m: Manifest) -> dict[str, Path]:
+    # g6 x1: 300 tok/s pass; x2: 600 pass; x4: 10% slow -> P95 TTFT 3 s FAIL (goodput 360 x 300 / 100 = 1080, not a capacity)
+    # inf2 x1: 900 pass; x2: 1800 pass; x4: FAIL
+    return {
+        label: _write(tmp_path / label, m, {"g6": (mult, 300, mult == 4), "inf2": (mult, 900, mult == 4)})
+        for label, mult in (("x1", 1.0), ("x2", 2.0), ("x4", 4.0))
+    }
+
+
+def test_parse_label() -> None:
+    assert parse_label("x0.5") == 0.5 and parse_label("x2") == 2.0 and parse_label("x1e1") == 10.0
+    for bad in ("2x", "x", "x0", "x-1", "xfoo", "X2", "replay", "x2 ", "xnan", "xinf"):
+        with pytest.raises(ValueError, match=re.escape(repr(bad))):
+            parse_label(bad)
+
+
+def test_bad_label_is_rejected_before_anything_is_loaded(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    m = _m(manifest_data)
+    rep = _write(tmp_path / "replay", m, {"inf2": (1.0, 900, False), "g6": (1.0, 300, False)})
+    with pytest.raises(ValueError, match="'2x'"):
+        build_report(m, rep, out_dir=tmp_path / "o", capacity_dirs={"x1": rep, "2x": tmp_path / "missing"}, **KW)
+    assert not (tmp_path / "o").exists()
+
+
+def test_capacity_is_the_best_step_inside_the_slo(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    m = _m(manifest_data)
+    # the replay: inf2 under-loaded (1 in flight of 4, a lower bound); g6 overloaded (P95 TTFT 3 s)
+    rep = _write(tmp_path / "replay", m, {"inf2": (1.0, 900, False), "g6": (1.0, 300, True)})
+    r = build_report(m, rep, out_dir=tmp_path / "o", capacity_dirs=_three_steps(tmp_path, m), **KW)
+
+    # demand: 20 req/s x pooled (100 x 900 + 100 x 300) / 200 = 600 tok/request = 12,000 tok/s
+    assert r["demand_tok_s"] == pytest.approx(12_000.0)
+    g6, inf2 = r["fleets"]["g6"], r["fleets"]["inf2"]
+    assert g6["capacity"]["step"] == "x2" and g6["capacity"]["per_instance_tok_s"] == pytest.approx(600.0)
+    assert inf2["capacity"]["step"] == "x2" and inf2["capacity"]["per_instance_tok_s"] == pytest.approx(1800.0)
+    # g6: ceil(12,000 / (600 x 0.8)) = 25, + 1 redundancy = 26 (20 busy + 5 headroom + 1)
+    assert g6["size"]["per_instance_tok_s"] == pytest.approx(600.0)
+    assert (g6["size"]["busy_instances"], g6["size"]["headroom_instances"], g6["instances_required"]) == (20, 5, 26)
+    # inf2: ceil(12,000 / (1,800 x 0.8)) = ceil(8.33) = 9, + 1 = 10
+    assert inf2["instances_required"] == 10
+    assert g6["sized_from"] == "capacity sweep step x2"
+    # the replay's own figures stay as measured: g6 270 tok/s (90 of 100 requests met the SLO)
+    assert g6["per_instance_goodput_tok_s"] == pytest.approx(270.0) and g6["slo_pass"] is False
+
+    steps = g6["capacity"]["steps"]
+    assert [s["label"] for s in steps] == ["replay", "x1", "x2", "x4"]
+    assert [s["multiplier"] for s in steps] == [1.0, 1.0, 2.0, 4.0]
+    assert [s["slo_pass"] for s in steps] == [False, True, True, False]
+    assert [s["per_instance_goodput_tok_s"] for s in steps] == pytest.approx([270.0, 300.0, 600.0, 1080.0])
+    assert [s["requests"] for s in steps] == [100, 100, 200, 400]
+    assert [s["successful_requests"] for s in steps] == [90, 100, 200, 360]
+    assert steps[3]["p95_ttft_s"] == pytest.approx(3.0) and steps[2]["p95_ttft_s"] == pytest.approx(0.5)
+    assert steps[2]["p95_itl_s"] == pytest.approx(0.05) and steps[2]["error_rate"] == 0.0
+    assert steps[2]["peak_in_flight_per_instance"] == 1.0
+    assert inf2["capacity"]["steps"][0]["label"] == "replay" and inf2["capacity"]["steps"][0]["slo_pass"] is True
+
+    # measured directly: no saturation / overload gap for either fleet, and no capacity gap (x2 < x4, the top)
+    whats = [g["what"] for g in r["gaps"]]
+    assert not [w for w in whats if w.split(".")[0] in ("saturation", "overload", "capacity")], whats
+    prov = r["provenance"]["capacity.g6"]
+    assert prov["source"] == "measured" and prov["value"] == pytest.approx(600.0) and "step x2" in prov["detail"]
+    assert r["provenance"]["saturation.inf2"]["value"]["saturated"] is False  # the replay evidence is still reported
+
+    # SLO cells recompute the capacity from the step records: looser (x1.5: TTFT 3 s) lets x4 pass with every request
+    # compliant, 400 x 300 / 100 = 1,200 tok/s -> ceil(12,000 / 960) = 13, + 1 = 14; tighter (x0.75) leaves x2 at 26
+    cells = {c["label"]: c for c in r["sensitivity"]["cells"]}
+    assert cells["SLO looser (x1.5)"]["fleets"]["g6"]["instances_required"] == 14
+    assert cells["SLO tighter (x0.75)"]["fleets"]["g6"]["instances_required"] == 26
+
+    on_disk = json.loads((tmp_path / "o" / "report.json").read_text())
+    assert on_disk["fleets"]["g6"]["capacity"]["step"] == "x2"
+    md = (tmp_path / "o" / "report.md").read_text()
+    assert "## Capacity sweep" in md and "### g6: capacity 600.0 tok/s per instance (step x2)" in md
+    assert "| **x2** | 200 | 200 | 0.500 | 0.050 | 0.0000 | pass | 600.0 | 1.0 | chosen |" in md
+    assert "| x4 | 400 | 360 | 3.000 | 0.050 | 0.0000 | FAIL | 1,080.0 | 1.0 |  |" in md
+    assert "(upper bound)" not in md
+    page = (tmp_path / "o" / "report.html").read_text()
+    assert "<h2>Capacity sweep</h2>" in page and "Capacity sweep: per-instance goodput" in page
+    assert '<tr style="font-weight:bold"><td>x2</td><td>200</td>' in page
+
+
+def test_top_step_note_and_no_step_blocking_gap(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    m = _m(manifest_data)
+    rep = _write(tmp_path / "replay", m, {"inf2": (1.0, 900, True), "g6": (1.0, 300, True)})
+    # inf2: only the top step x4 held the SLO (3,600 tok/s); g6: no step did
+    dirs = {
+        label: _write(tmp_path / label, m, {"inf2": (mult, 900, mult != 4), "g6": (mult, 300, True)})
+        for label, mult in (("x0.5", 0.5), ("x2", 2.0), ("x4", 4.0))
+    }
+    r = build_report(m, rep, out_dir=tmp_path / "o", capacity_dirs=dirs, **KW)
+    inf2, g6 = r["fleets"]["inf2"], r["fleets"]["g6"]
+    assert inf2["capacity"]["step"] == "x4" and inf2["capacity"]["per_instance_tok_s"] == pytest.approx(3600.0)
+    # ceil(12,000 / (3,600 x 0.8)) = ceil(4.17) = 5, + 1 = 6
+    assert inf2["instances_required"] == 6
+    gaps = {g["what"]: g for g in r["gaps"]}
+    note = gaps["capacity.inf2"]
+    assert note["blocks_go"] is False and "raise the sweep's top multiplier" in note["reason"]
+    assert "overload.inf2" not in gaps and "saturation.inf2" not in gaps
+
+    # g6: no step passed -> sized from the replay (90 x 300 / 100 = 270 tok/s), the replay's gaps kept, plus a blocking one
+    assert g6["capacity"]["step"] is None and g6["capacity"]["per_instance_tok_s"] is None
+    assert [s["label"] for s in g6["capacity"]["steps"]] == ["x0.5", "replay", "x2", "x4"]
+    assert not any(s["slo_pass"] for s in g6["capacity"]["steps"])
+    assert g6["size"]["per_instance_tok_s"] == pytest.approx(270.0) and g6["sized_from"] == "replay"
+    # ceil(12,000 / (270 x 0.8)) = ceil(55.6) = 56, + 1 = 57
+    assert g6["instances_required"] == 57
+    blocking = gaps["capacity.g6"]
+    assert blocking["blocks_go"] is True and "no sweep step met the SLO" in blocking["reason"]
+    assert "lower the sweep's smallest multiplier" in blocking["reason"]
+    assert gaps["overload.g6"]["blocks_go"] and gaps["saturation.g6"]["blocks_go"]
+    assert r["provenance"]["capacity.g6"]["source"] == "missing"
+    assert r["decision"]["state"] == "defer" and any("capacity.g6" in x for x in r["decision"]["reasons"])
+    md = (tmp_path / "o" / "report.md").read_text()
+    assert "### g6: capacity n/a tok/s per instance (no step held the SLO; sized from the replay)" in md
+
+
+def test_without_a_sweep_the_report_is_unchanged(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    m = _m(manifest_data)
+    rep = _write(tmp_path / "replay", m, {"inf2": (1.0, 900, False), "g6": (1.0, 300, True)})
+    a = build_report(m, rep, out_dir=tmp_path / "a", **KW)
+    b = build_report(m, rep, out_dir=tmp_path / "b", capacity_dirs=None, **KW)
+    assert set(a) == set(b) == {
+        "campaign", "manifest_digest", "generated_at", "comparison", "slo", "horizon_months", "fleets", "demand_tok_s",
+        "pooled_output_tokens_per_request", "utilization_target", "monthly_delta_usd", "migration", "migration_cost_usd",
+        "payback_months", "months_to_next_refresh", "decision", "gaps", "prometheus", "cloudwatch", "billing", "quality",
+        "provenance", "sensitivity", "series",
+    }
+    for name in ("inf2", "g6"):
+        assert "capacity" not in a["fleets"][name] and "sized_from" not in a["fleets"][name]
+    assert not any(k.startswith("capacity") for k in a["provenance"])
+    assert not any(g["what"].startswith("capacity") for g in a["gaps"])
+    assert {g["what"] for g in a["gaps"]} >= {"overload.g6", "saturation.g6", "saturation.inf2"}
+    a.pop("generated_at")
+    b.pop("generated_at")
+    assert a == b
+    assert "Capacity sweep" not in (tmp_path / "a" / "report.md").read_text()
+    assert "Capacity sweep" not in (tmp_path / "a" / "report.html").read_text()

@@ -1,0 +1,41 @@
+"""A capacity step: the same requests at rate x k, each abandoned once it can no longer meet
+the per-request SLO, so an overloaded step ends within the SLO's own bound."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from campaign.local import start_emulator
+from campaign.manifest import load_manifest
+from campaign.processes import Supervisor
+from loadgen.launch import start_fleet
+from loadgen.recording import read_records
+from loadgen.schedule import build_schedule
+from tests.loadgen.conftest import small_manifest_data, write
+
+
+def test_rate_multiplier_compresses_offsets_and_deadline_bounds_each_request(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    data = small_manifest_data(manifest_data, time_scale=0.2)
+    data["loadgen"]["request_timeout_s"] = 30.0
+    data["slo"]["ttft_p95_s"] = 0.3  # g6 prefill alone exceeds this for longer prompts: some requests must be abandoned
+    data["slo"]["itl_p95_s"] = 0.01
+    path = write(tmp_path, data)
+    m = load_manifest(path)
+    base = {r.request_id: r.offset_s for r in build_schedule(m)}
+    with Supervisor(tmp_path / "logs") as sup:
+        url = start_emulator(sup, path, "g6", tmp_path, [])
+        run = start_fleet(path, "g6", url, tmp_path / "step", rate_multiplier=4.0, slo_deadline=True, duration_s=3.0)
+        summary = run.wait(timeout=120)
+    recs = list(read_records(sorted((tmp_path / "step").glob("records-g6-*.jsonl"))))
+    assert summary.invariant_holds()
+    sent = [r for r in recs if r.sent_s is not None]
+    assert sent and all(r.scheduled_s == pytest.approx(base[r.request_id] / 4.0) for r in recs)
+    assert max(r.scheduled_s for r in sent) <= 3.0
+    abandoned = [r for r in sent if r.outcome == "timeout"]
+    assert abandoned, "with a 0.3 s TTFT SLO some g6 requests must pass their SLO bound"
+    for r in sent:
+        bound = m.slo.ttft_p95_s + r.max_tokens * m.slo.itl_p95_s
+        assert r.e2e_s is not None and r.e2e_s <= bound + 0.25, (r.e2e_s, bound)
