@@ -223,6 +223,8 @@ def build_report(
     prov: dict[str, Any] = {"manifest": {"source": "manifest", "detail": f"{m.source or '<in memory>'} digest {m.digest}"}}
     rs: RecordSet = load_records(records_dir, m.digest)
     prov["records"] = {"source": "measured", "detail": f"{len(rs.files)} file(s), {rs.count()} records under {records_dir}"}
+    for torn in rs.torn_tails:  # a writer died mid-record: the complete records are all used
+        gaps.append(Gap("records.torn_tail", f"{torn} left out (cut mid-write)", blocks_go=False))
     unknown = sorted(set(rs.fleets()) - {f.name for f in m.fleets})
     if unknown:
         raise AnalysisError(f"records name fleet(s) {unknown} that the manifest does not define")

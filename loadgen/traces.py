@@ -7,6 +7,7 @@ file and the 1-based line, because silently skipping rows would change the offer
 
 from __future__ import annotations
 
+import codecs
 import csv
 import json
 import re
@@ -93,30 +94,49 @@ def _hash_ids(value: Any) -> tuple[int, ...] | None:
     return tuple(_int_field(v, "hash_ids[]") for v in value)
 
 
+def _text_lines(path: Path, *, strip_bom: bool) -> Iterator[tuple[int, str]]:
+    """(1-based line, text) decoded one line at a time, so a byte that is not UTF-8 is reported
+    with its line instead of escaping as a bare UnicodeDecodeError. Line breaks are \n, \r\n
+    or \r, as in text mode; each line keeps its ending (the csv module needs it)."""
+    n = 0
+    with path.open("rb") as fh:
+        for chunk in fh:  # binary iteration splits at \n only: split \r-only endings too
+            for raw in chunk.splitlines(keepends=True):
+                n += 1
+                if n == 1 and strip_bom and raw.startswith(codecs.BOM_UTF8):
+                    raw = raw[len(codecs.BOM_UTF8) :]
+                try:
+                    yield n, raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise TraceError(path, n, f"not UTF-8: byte {raw[exc.start]:#04x} at column {exc.start + 1}") from None
+
+
 def _csv_rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
-    # newline="" lets csv handle CRLF and a missing final newline identically.
-    with path.open(newline="", encoding="utf-8-sig") as fh:
-        reader = csv.DictReader(fh)
+    reader = csv.DictReader(text for _, text in _text_lines(path, strip_bom=True))
+    try:
         if reader.fieldnames is None:
             raise TraceError(path, 1, "empty file (no header)")
         for row in reader:
             if not any((v or "").strip() for v in row.values() if isinstance(v, str)):
                 continue  # blank line
             yield reader.line_num, row
+    except csv.Error as exc:  # e.g. NUL byte, field over the csv field size limit
+        raise TraceError(path, max(reader.line_num, 1), f"malformed CSV: {exc}") from None
 
 
 def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    with path.open(encoding="utf-8") as fh:
-        for n, raw in enumerate(fh, start=1):
-            if not raw.strip():
-                continue
-            try:
-                obj = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                raise TraceError(path, n, f"not JSON: {exc.msg}") from None
-            if not isinstance(obj, dict):
-                raise TraceError(path, n, "each line must be a JSON object")
-            yield n, obj
+    for n, raw in _text_lines(path, strip_bom=False):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise TraceError(path, n, f"not JSON: {exc.msg}") from None
+        except RecursionError:
+            raise TraceError(path, n, "not JSON: nested too deeply") from None
+        if not isinstance(obj, dict):
+            raise TraceError(path, n, "each line must be a JSON object")
+        yield n, obj
 
 
 def _need(row: dict[str, Any], *names: str) -> list[Any]:

@@ -8,6 +8,7 @@ manifest before any number is computed from it.
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +46,7 @@ class RecordSet:
     con: duckdb.DuckDBPyConnection
     files: list[Path]
     summaries: dict[str, RunSummary] = field(default_factory=dict)
+    torn_tails: list[str] = field(default_factory=list)  # "file: N bytes" left out, see _complete_lines
 
     def fleets(self) -> list[str]:
         return [r[0] for r in self.con.execute("SELECT DISTINCT fleet FROM records ORDER BY fleet").fetchall()]
@@ -92,6 +94,28 @@ def _load_summaries(records_dir: Path) -> dict[str, RunSummary]:
     return out
 
 
+def _complete_lines(jsonl: Sequence[Path], scratch: Path) -> tuple[list[Path], list[str]]:
+    """The loadgen ends every record with a newline, so a file that does not end with one was
+    cut mid-write (a worker killed, a disk full). Its complete lines are read from a copy; the
+    partial tail is left out and named, and the evidence file itself is never modified."""
+    out: list[Path] = []
+    torn: list[str] = []
+    for i, p in enumerate(jsonl):
+        with p.open("rb") as fh:
+            fh.seek(-1, 2)
+            if fh.read(1) == b"\n":
+                out.append(p)
+                continue
+            data = p.read_bytes()
+        cut = data.rfind(b"\n") + 1
+        torn.append(f"{p}: {len(data) - cut} bytes after the last complete record")
+        if cut:
+            copy = scratch / f"{i}-{p.name}"
+            copy.write_bytes(data[:cut])
+            out.append(copy)
+    return out, torn
+
+
 def load_records(records_dir: str | Path, manifest_digest: str, *, threads: int | None = None) -> RecordSet:
     """Load every record file under `records_dir`; refuse records from another manifest.
 
@@ -109,10 +133,16 @@ def load_records(records_dir: str | Path, manifest_digest: str, *, threads: int 
         con.execute(f"SET threads = {int(threads)}")
     # Parquet is already columnar: a view scans it in parallel on demand. JSON is parsed once into a table.
     kind = "TABLE" if jsonl else "VIEW"
-    try:
-        con.execute(f"CREATE {kind} raw AS {_scan(jsonl, parquet)}")
-    except duckdb.Error as exc:
-        raise AnalysisError(f"cannot read records under {d}: {exc}") from None
+    with tempfile.TemporaryDirectory(prefix="records-") as scratch:
+        readable, torn = _complete_lines(jsonl, Path(scratch))
+        if not readable and not parquet:
+            raise EmptyWindow(f"record files under {d} hold no complete record: the campaign window is empty")
+        try:
+            con.execute(f"CREATE TABLE raw AS {_scan(readable, parquet)}" if readable else f"CREATE VIEW raw AS {_scan([], parquet)}")
+        except duckdb.Error as exc:
+            raise AnalysisError(f"cannot read records under {d}: {exc}") from None
+        if not readable:
+            kind = "VIEW"
     bad = con.execute(
         "SELECT filename, coalesce(manifest_digest, '<missing>'), count(*) FROM raw "
         "WHERE manifest_digest IS DISTINCT FROM ? GROUP BY ALL ORDER BY 1 LIMIT 1",
@@ -121,7 +151,7 @@ def load_records(records_dir: str | Path, manifest_digest: str, *, threads: int 
     if bad:
         raise DigestMismatch(str(bad[0]), str(bad[1]), manifest_digest, int(bad[2]))
     con.execute(f"ALTER {kind} raw RENAME TO records")  # no copy
-    rs = RecordSet(con, [*jsonl, *parquet], _load_summaries(d))
+    rs = RecordSet(con, [*jsonl, *parquet], _load_summaries(d), torn)
     if rs.count() == 0:
         raise EmptyWindow(f"record files under {d} hold no records: the campaign window is empty")
     return rs

@@ -42,15 +42,15 @@ async def serve(cfg: EmulatorConfig, host: str, port: int, port_file: Path | Non
     server = site._server
     assert server is not None and server.sockets  # type: ignore[attr-defined]
     bound = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):  # before announcing readiness: a SIGTERM right after it still shuts down cleanly
+        loop.add_signal_handler(sig, stop.set)
     if port_file is not None:
         tmp = port_file.with_suffix(port_file.suffix + ".tmp")
         tmp.write_text(f"{bound}\n")
         tmp.replace(port_file)  # atomic: a reader never sees a half-written port
     print(f"listening on http://{host}:{bound}", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     try:
         await stop.wait()
     finally:

@@ -44,6 +44,11 @@ async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
         return response
     except ApiError as exc:
         return _json(exc.body(), exc.status)
+    except ConnectionResetError:
+        # The client left mid-stream (its timeout, a killed load generator): an ordinary event
+        # for a server, not a crash. Its slot is already freed; drop the handler without the
+        # per-request traceback aiohttp would log.
+        raise asyncio.CancelledError from None
 
 
 async def _body(request: web.Request) -> Any:
