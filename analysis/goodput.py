@@ -6,10 +6,13 @@ Warmup requests are excluded from everything. The per-request SLO is recomputed 
 the measured TTFT and ITL (ttft <= slo.ttft and itl <= slo.itl; a request with one token has
 no ITL) so a tighter or looser SLO can be evaluated from the same records; disagreements
 with the loadgen's own `slo_ok` verdict are counted and reported, never hidden.
-The measured window spans only requests that were actually sent (non-warmup, outcome other
-than not_sent): from the first one's scheduled time to the last one's completion
-(scheduled_s + e2e_s, else sent_s). Requests scheduled but never sent (a `--duration` cut, a
-dead worker) must not stretch the window, or they would dilute goodput.
+The measured window is the arrival span of the requests that were actually sent (non-warmup,
+outcome other than not_sent): first to last scheduled send, widened by n/(n-1) so n arrivals
+cover n inter-arrival gaps. Goodput over it is the SLO-compliant demand the instance sustained:
+an open-loop request counts toward the moment it arrived, however long it then took, and the
+drain after the last arrival (one request's length, or a queue in overload) neither dilutes a
+short step nor credits an overloaded server. Requests scheduled but never sent (a `--duration`
+cut, a dead worker) do not stretch the window.
 Percentiles are exact nearest-rank P95 over the fleet's non-warmup requests that received
 a first token (duckdb quantile_disc), i.e. over raw records, never averaged per replica.
 """
@@ -105,7 +108,13 @@ def measure_fleets(rs: RecordSet, ttft_slo_s: float, itl_slo_s: float, *, percen
       count(*) FILTER (WHERE NOT warmup AND outcome = 'ok' AND slo_met IS DISTINCT FROM slo_ok),
       min(wall_start),
       min(scheduled_s) FILTER (WHERE NOT warmup AND outcome <> 'not_sent'),
-      max(coalesce(scheduled_s + e2e_s, sent_s, scheduled_s)) FILTER (WHERE NOT warmup AND outcome <> 'not_sent'),
+      CASE WHEN count(*) FILTER (WHERE NOT warmup AND outcome <> 'not_sent') > 1 THEN
+        min(scheduled_s) FILTER (WHERE NOT warmup AND outcome <> 'not_sent')
+        + (max(scheduled_s) FILTER (WHERE NOT warmup AND outcome <> 'not_sent')
+           - min(scheduled_s) FILTER (WHERE NOT warmup AND outcome <> 'not_sent'))
+          * count(*) FILTER (WHERE NOT warmup AND outcome <> 'not_sent')
+          / (count(*) FILTER (WHERE NOT warmup AND outcome <> 'not_sent') - 1)
+      END,
       {"quantile_disc(ttft_s, 0.95) FILTER (WHERE NOT warmup AND ttft_s IS NOT NULL)" if percentiles else "NULL"},
       {"quantile_disc(itl_s, 0.95) FILTER (WHERE NOT warmup AND itl_s IS NOT NULL)" if percentiles else "NULL"}
     FROM r GROUP BY fleet ORDER BY fleet

@@ -164,7 +164,8 @@ def _capacity_sweep(
         handles.clear()  # Ctrl-C stops the step in flight
         for name, url in endpoints.items():
             handles[name] = start_fleet(
-                manifest_path, name, url, step_dir, duration_s=sweep.step_s, rate_multiplier=k, slo_deadline=True
+                manifest_path, name, url, step_dir, duration_s=sweep.step_s, rate_multiplier=k, slo_deadline=True,
+                warmup=False,  # the replay already warmed the server
             )
         for name, h in handles.items():
             s = h.wait()

@@ -118,6 +118,7 @@ def start_fleet(
     extra_args: Sequence[str] = (),
     rate_multiplier: float = 1.0,
     slo_deadline: bool = False,
+    warmup: bool = True,
 ) -> FleetRun:
     m = load_manifest(manifest_path)
     m.fleet(fleet)
@@ -148,6 +149,7 @@ def start_fleet(
         *(["--replay-duration", str(duration_s)] if duration_s is not None else []),
         *(["--rate-multiplier", str(rate_multiplier)] if rate_multiplier != 1.0 else []),
         *(["--slo-deadline"] if slo_deadline else []),
+        *([] if warmup else ["--no-warmup"]),
         *extra_args,
     ]
     env = {**os.environ, **(extra_env or {})}

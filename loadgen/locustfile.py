@@ -62,6 +62,10 @@ def _args(parser: Any) -> None:
         "--slo-deadline", action="store_true", env_var="LOADGEN_SLO_DEADLINE", default=False,
         help="capacity step: abandon a request once it can no longer meet the per-request SLO",
     )
+    g.add_argument(
+        "--no-warmup", action="store_true", env_var="LOADGEN_NO_WARMUP", default=False,
+        help="count every request (the server is already warm, e.g. a capacity step after the replay)",
+    )
     g.add_argument("--s3-uri", type=str, env_var="LOADGEN_S3_URI", default="", help="s3://bucket/prefix to upload records and summary to")
 
 
@@ -132,6 +136,7 @@ def _make_replayer(env: Environment) -> Replayer:
         duration_s=o.replay_duration or None,
         rate_multiplier=o.rate_multiplier,
         slo_deadline=bool(o.slo_deadline),
+        warmup=not o.no_warmup,
         s3_uri=s3,
         api_key=os.environ.get("LOADGEN_API_KEY") or None,
     )

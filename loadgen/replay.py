@@ -44,6 +44,7 @@ class ReplayConfig:
     # time), so an overloaded step ends within the SLO's own bound instead of draining a queue.
     rate_multiplier: float = 1.0
     slo_deadline: bool = False
+    warmup: bool = True  # False: no request is a warmup one (a capacity step on an already-warm server)
     s3_uri: str | None = None
     api_key: str | None = None
 
@@ -66,6 +67,8 @@ class Replayer:
             raise ValueError(f"rate_multiplier must be > 0, got {cfg.rate_multiplier}")
         if cfg.rate_multiplier != 1.0:
             full = [replace(r, offset_s=r.offset_s / cfg.rate_multiplier) for r in full]
+        if not cfg.warmup:
+            full = [replace(r, warmup=False) for r in full]
         self.mine = partition(full, cfg.n_workers, cfg.worker_index)
         self.client = StreamingClient(cfg.host, api=cfg.api, timeout_s=manifest.loadgen.request_timeout_s, api_key=cfg.api_key)
         self.metrics = metrics

@@ -27,7 +27,7 @@ def test_window_spans_only_sent_requests_when_the_run_was_cut_short(tmp_path: Pa
         _at(rec(m, "g6", 0, warmup=True), 0.0, 0.0, 3.0),  # warmup: outside the window
         _at(rec(m, "g6", 1, tokens=300), 10.0, 10.0, 2.0),  # first sent: window starts at 10
         _at(rec(m, "g6", 2, tokens=300), 11.0, 11.1, 5.0),  # completes at 16
-        # timeout with no E2E: its completion is taken as its send time, 18 -> window ends at 18
+        # timeout with no E2E: still an arrival, at 17
         _at(rec(m, "g6", 3, outcome="timeout", ttft=None, itl=None, e2e=None), 17.0, 18.0, None),
     ]
     # a --duration cut: scheduled, never sent, up to t = 100
@@ -36,9 +36,10 @@ def test_window_spans_only_sent_requests_when_the_run_was_cut_short(tmp_path: Pa
     write_jsonl(tmp_path / "records-g6-w0.jsonl", recs)
     fm = measure_fleets(load_records(tmp_path, m.digest), m.slo.ttft_p95_s, m.slo.itl_p95_s)["g6"]
     assert fm.not_sent == 3 and fm.requests == 6
-    assert fm.window_start_s == pytest.approx(10.0) and fm.window_end_s == pytest.approx(18.0)
-    assert fm.window_s == pytest.approx(8.0)  # the old code gave 100 - 10 = 90 s
-    assert fm.goodput_tok_s == pytest.approx(600 / 8.0)  # 75 tok/s, not 6.7
+    # arrivals at 10, 11, 17: span 7 s over 2 gaps, widened to 3 gaps = 10.5 s (not 100 - 10 = 90 s)
+    assert fm.window_start_s == pytest.approx(10.0) and fm.window_end_s == pytest.approx(20.5)
+    assert fm.window_s == pytest.approx(10.5)
+    assert fm.goodput_tok_s == pytest.approx(600 / 10.5)  # 57 tok/s, not 6.7
     assert fm.error_rate == pytest.approx(1 / 3)
 
 

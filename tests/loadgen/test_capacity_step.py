@@ -27,13 +27,15 @@ def test_rate_multiplier_compresses_offsets_and_deadline_bounds_each_request(tmp
     base = {r.request_id: r.offset_s for r in build_schedule(m)}
     with Supervisor(tmp_path / "logs") as sup:
         url = start_emulator(sup, path, "g6", tmp_path, [])
-        run = start_fleet(path, "g6", url, tmp_path / "step", rate_multiplier=4.0, slo_deadline=True, duration_s=3.0)
+        run = start_fleet(path, "g6", url, tmp_path / "step", rate_multiplier=4.0, slo_deadline=True, duration_s=3.0,
+                          warmup=False)
         summary = run.wait(timeout=120)
     recs = list(read_records(sorted((tmp_path / "step").glob("records-g6-*.jsonl"))))
     assert summary.invariant_holds()
     sent = [r for r in recs if r.sent_s is not None]
     assert sent and all(r.scheduled_s == pytest.approx(base[r.request_id] / 4.0) for r in recs)
     assert max(r.scheduled_s for r in sent) <= 3.0
+    assert not any(r.warmup for r in recs)  # the manifest's warmup does not apply to a step
     abandoned = [r for r in sent if r.outcome == "timeout"]
     assert abandoned, "with a 0.3 s TTFT SLO some g6 requests must pass their SLO bound"
     for r in sent:
