@@ -73,6 +73,13 @@ def _cost_inputs(m: Manifest, fleet: str, root_gib: float) -> cost.FleetCostInpu
     )
 
 
+def _holds_slo(row: dict[str, Any]) -> bool:
+    """A fleet holds the SLO when the replay met it, or when it is sized from a capacity step
+    that met it: the replay's single instance may simply have been offered more than it can
+    carry, which the sized fleet never is."""
+    return bool(row.get("slo_pass")) or row.get("sized_from", "replay") != "replay"
+
+
 def evaluate(ctx: Context, sc: Scenario) -> dict[str, Any]:
     m = ctx.manifest
     slo = m.slo
@@ -175,8 +182,8 @@ def evaluate(ctx: Context, sc: Scenario) -> dict[str, Any]:
             max_error_rate=slo.max_error_rate,
             candidate_quality_passed=quality_passed(m, ctx.quality, cand),
             baseline_quality_passed=quality_passed(m, ctx.quality, base),
-            candidate_slo_pass=bool(fleets[cand].get("slo_pass")),
-            baseline_slo_pass=bool(fleets[base].get("slo_pass")),
+            candidate_slo_pass=_holds_slo(fleets[cand]),
+            baseline_slo_pass=_holds_slo(fleets[base]),
             same_availability=len(set(cf.availability_zones)) >= len(set(bf.availability_zones)) and cf.redundancy >= bf.redundancy,
             candidate_within_asg_max=c_size is None or not c_size.exceeds_asg_max,
             monthly_delta_usd=delta,

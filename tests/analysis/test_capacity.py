@@ -184,3 +184,15 @@ def test_without_a_sweep_the_report_is_unchanged(tmp_path: Path, manifest_data: 
     assert a == b
     assert "Capacity sweep" not in (tmp_path / "a" / "report.md").read_text()
     assert "Capacity sweep" not in (tmp_path / "a" / "report.html").read_text()
+
+
+def test_a_candidate_overloaded_in_the_replay_but_sized_inside_the_slo_holds_it(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    m = _m(manifest_data)
+    # the replay overloads the candidate (P95 TTFT 3 s) while the baseline holds: without a sweep that defers
+    rep = _write(tmp_path / "replay", m, {"inf2": (1.0, 900, True), "g6": (1.0, 300, False)})
+    no_sweep = build_report(m, rep, out_dir=tmp_path / "o1", with_sensitivity=False, with_pages=False, **KW)
+    assert any("did not hold the SLO in the measured run" in x for x in no_sweep["decision"]["reasons"])
+    swept = build_report(m, rep, out_dir=tmp_path / "o2", capacity_dirs=_three_steps(tmp_path, m),
+                         with_sensitivity=False, with_pages=False, **KW)
+    assert swept["fleets"]["inf2"]["sized_from"] == "capacity sweep step x2"
+    assert not any("did not hold the SLO" in x for x in swept["decision"]["reasons"]), swept["decision"]
