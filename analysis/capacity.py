@@ -23,6 +23,10 @@ from analysis.errors import AnalysisError
 from analysis.sources.records import RecordSet, load_records
 
 REPLAY = "replay"
+# A step measures steady state only if its arrivals span several request lifetimes: in a step
+# barely longer than one request, a server past its capacity queues the burst into the drain
+# and still meets the SLO, so the step would overstate what it sustains.
+STEADY_STATE_LIFETIMES = 3.0
 _LABEL = re.compile(r"x([0-9.eE+-]+)")
 
 
@@ -47,6 +51,7 @@ class SweepStep:
     directory: Path
     records: RecordSet
     peaks: dict[str, int]  # peak in flight per fleet (whole fleet)
+    median_e2e: dict[str, float]  # per fleet, completed non-warmup requests
 
 
 def load_sweep(capacity_dirs: Mapping[str, str | Path], manifest_digest: str, fleets: set[str]) -> list[SweepStep]:
@@ -63,7 +68,7 @@ def load_sweep(capacity_dirs: Mapping[str, str | Path], manifest_digest: str, fl
         unknown = sorted(set(rs.fleets()) - fleets)
         if unknown:
             raise AnalysisError(f"capacity sweep step {label} ({d}): records name fleet(s) {unknown} that the manifest does not define")
-        out.append(SweepStep(label, mult, d, rs, goodput.peak_in_flight(rs)))
+        out.append(SweepStep(label, mult, d, rs, goodput.peak_in_flight(rs), goodput.median_e2e(rs)))
     return out
 
 
@@ -79,6 +84,14 @@ class StepResult:
     error_rate: float | None
     slo_pass: bool
     peak_in_flight_per_instance: float | None
+    window_s: float | None = None
+    median_e2e_s: float | None = None
+
+    @property
+    def steady_state(self) -> bool:
+        if not self.window_s or not self.median_e2e_s:
+            return False
+        return self.window_s >= STEADY_STATE_LIFETIMES * self.median_e2e_s
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -92,6 +105,9 @@ class StepResult:
             "error_rate": self.error_rate,
             "slo_pass": self.slo_pass,
             "peak_in_flight_per_instance": self.peak_in_flight_per_instance,
+            "window_s": self.window_s,
+            "median_e2e_s": self.median_e2e_s,
+            "steady_state": self.steady_state,
         }
 
 
@@ -116,7 +132,7 @@ class Capacity:
 
 def step_result(
     label: str, multiplier: float, fm: goodput.FleetMeasure | None, peak: int | None, instances: int,
-    ttft_slo_s: float, itl_slo_s: float, max_error_rate: float,
+    ttft_slo_s: float, itl_slo_s: float, max_error_rate: float, median_e2e_s: float | None = None,
 ) -> StepResult:
     if fm is None:  # the step has no records for this fleet
         return StepResult(label, multiplier, 0, 0, None, None, None, None, False, None)
@@ -125,13 +141,16 @@ def step_result(
         label, multiplier, fm.requests, fm.successful_requests, per, fm.p95_ttft_s, fm.p95_itl_s, fm.error_rate,
         fm.slo_pass(ttft_slo_s, itl_slo_s, max_error_rate),
         None if peak is None or instances <= 0 else peak / instances,
+        fm.window_s or None,
+        median_e2e_s,
     )
 
 
 def choose(fleet: str, steps: list[StepResult]) -> Capacity:
-    """The highest per-instance goodput among the steps that held the fleet SLO (ties: the lower multiplier)."""
+    """The highest per-instance goodput among the steady-state steps that held the fleet SLO
+    (ties: the lower multiplier)."""
     ordered = tuple(sorted(steps, key=lambda s: (s.multiplier, s.label != REPLAY)))
-    passing = [s for s in ordered if s.slo_pass and s.per_instance_goodput_tok_s]
+    passing = [s for s in ordered if s.slo_pass and s.per_instance_goodput_tok_s and s.steady_state]
     if not passing:
         return Capacity(fleet, ordered, None, None)
     best = max(passing, key=lambda s: s.per_instance_goodput_tok_s or 0.0)  # max keeps the first of equals
@@ -148,6 +167,7 @@ def measure_capacity(
     *,
     replay: Mapping[str, goodput.FleetMeasure] | None = None,
     replay_peaks: Mapping[str, int] | None = None,
+    replay_median_e2e: Mapping[str, float] | None = None,
     step_measures: Mapping[str, Mapping[str, goodput.FleetMeasure]] | None = None,
 ) -> dict[str, Capacity]:
     """Per fleet: every step's figures under this SLO and the capacity chosen from them.
@@ -163,10 +183,12 @@ def measure_capacity(
     for f in fleets:
         inst = instances.get(f, 0)
         rows = [
-            step_result(s.label, s.multiplier, per_step[s.label].get(f), s.peaks.get(f), inst, ttft_slo_s, itl_slo_s, max_error_rate)
+            step_result(s.label, s.multiplier, per_step[s.label].get(f), s.peaks.get(f), inst, ttft_slo_s, itl_slo_s, max_error_rate,
+                        s.median_e2e.get(f))
             for s in sweep
         ]
         if replay is not None and f in replay and replay[f].requests > 0:
-            rows.append(step_result(REPLAY, 1.0, replay[f], (replay_peaks or {}).get(f), inst, ttft_slo_s, itl_slo_s, max_error_rate))
+            rows.append(step_result(REPLAY, 1.0, replay[f], (replay_peaks or {}).get(f), inst, ttft_slo_s, itl_slo_s, max_error_rate,
+                                    (replay_median_e2e or {}).get(f)))
         out[f] = choose(f, rows)
     return out

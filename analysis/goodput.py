@@ -127,6 +127,15 @@ def measure_fleets(rs: RecordSet, ttft_slo_s: float, itl_slo_s: float, *, percen
     return out
 
 
+def median_e2e(rs: RecordSet) -> dict[str, float]:
+    """Median scheduled-send -> last-token time of each fleet's completed, non-warmup requests."""
+    rows = rs.con.execute(
+        "SELECT fleet, quantile_cont(e2e_s, 0.5) FROM records "
+        "WHERE NOT warmup AND outcome = 'ok' AND e2e_s IS NOT NULL GROUP BY fleet"
+    ).fetchall()
+    return {str(f): float(v) for f, v in rows if v is not None}
+
+
 @dataclass(frozen=True)
 class Saturation:
     """Whether one instance of a fleet was driven to its batch limit during the run.

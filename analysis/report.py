@@ -372,6 +372,7 @@ def _capacity_fn(
     step_cache: dict[float, dict[str, dict[str, goodput.FleetMeasure]]] = {}
     cap_cache: dict[float, dict[str, capacity.Capacity]] = {}
     replay_peaks = goodput.peak_in_flight(rs)
+    replay_median_e2e = goodput.median_e2e(rs)
 
     def step_measures(scale: float) -> dict[str, dict[str, goodput.FleetMeasure]]:
         if scale not in step_cache:
@@ -391,7 +392,8 @@ def _capacity_fn(
         if scale not in cap_cache:
             cap_cache[scale] = capacity.measure_capacity(
                 sweep, [f.name for f in m.fleets], inst, m.slo.ttft_p95_s * scale, m.slo.itl_p95_s * scale, m.slo.max_error_rate,
-                replay=measures(scale), replay_peaks=replay_peaks, step_measures=step_measures(scale),
+                replay=measures(scale), replay_peaks=replay_peaks, replay_median_e2e=replay_median_e2e,
+                step_measures=step_measures(scale),
             )
         return cap_cache[scale]
 
@@ -409,9 +411,21 @@ def _capacity_gaps(m: Manifest, caps: Mapping[str, capacity.Capacity], prov: dic
         win = cap.winner
         if cap.per_instance_tok_s is None or win is None:
             prov[f"capacity.{f.name}"] = {"value": None, "source": "missing",
-                                          "detail": f"no capacity-sweep step held the fleet SLO (tried {tried}); sized from the replay"}
-            gaps.append(Gap(f"capacity.{f.name}", f"{f.name}: no sweep step met the SLO (tried {tried}); "
-                            "lower the sweep's smallest multiplier"))
+                                          "detail": f"no steady-state capacity-sweep step held the fleet SLO (tried {tried}); "
+                                                    "sized from the replay"}
+            held = [st for st in cap.steps if st.slo_pass and st.per_instance_goodput_tok_s]
+            if held:  # steps held the SLO but none ran long enough to show steady state
+                longest = max((st.median_e2e_s or 0.0) for st in held)
+                gaps.append(Gap(
+                    f"capacity.{f.name}",
+                    f"{f.name}: the steps that met the SLO ({', '.join(st.label for st in held)}) lasted fewer than "
+                    f"{capacity.STEADY_STATE_LIFETIMES:g} request lifetimes (median request {longest:.1f} s), too short to show "
+                    f"steady state; lengthen workload.capacity_sweep.step_s to at least "
+                    f"{capacity.STEADY_STATE_LIFETIMES * longest:.0f} s",
+                ))
+            else:
+                gaps.append(Gap(f"capacity.{f.name}", f"{f.name}: no sweep step met the SLO (tried {tried}); "
+                                "lower the sweep's smallest multiplier"))
             continue
         measured.add(f.name)
         prov[f"capacity.{f.name}"] = {

@@ -25,17 +25,20 @@ def _capacity_html(fleets: dict[str, Any], sweep: dict[str, list[dict[str, Any]]
     out = ["<h2>Capacity sweep</h2>"]
     for n, steps in sweep.items():
         cap = fleets[n]["capacity"]
-        chosen = cap.get("step") or "no step held the SLO; sized from the replay"
+        chosen = cap.get("step") or "no steady-state step held the SLO; sized from the replay"
         out.append(f"<h3>{html.escape(n)}: capacity {fmt(cap.get('per_instance_tok_s'), 1)} tok/s per instance ({html.escape(str(chosen))})</h3>")
         out.append("<table><tr><th>step</th><th>requests</th><th>successful</th><th>P95 TTFT s</th><th>P95 ITL s</th><th>error rate</th>"
-                   "<th>SLO</th><th>per-instance goodput tok/s</th><th>peak in flight / instance</th><th>chosen</th></tr>")
+                   "<th>SLO</th><th>per-instance goodput tok/s</th><th>peak in flight / instance</th><th>window s</th>"
+                   "<th>median request s</th><th>steady state</th><th>chosen</th></tr>")
         for st in steps:
             bold = ' style="font-weight:bold"' if st["chosen"] else ""
             out.append(
                 f"<tr{bold}><td>{html.escape(st['label'])}</td><td>{fmt(st['requests'])}</td><td>{fmt(st['successful_requests'])}</td>"
                 f"<td>{fmt(st['p95_ttft_s'])}</td><td>{fmt(st['p95_itl_s'])}</td><td>{fmt(st['error_rate'], 4)}</td>"
                 f"<td>{'pass' if st['slo_pass'] else 'FAIL'}</td><td>{fmt(st['per_instance_goodput_tok_s'], 1)}</td>"
-                f"<td>{fmt(st['peak_in_flight_per_instance'], 1)}</td><td>{'chosen' if st['chosen'] else ''}</td></tr>"
+                f"<td>{fmt(st['peak_in_flight_per_instance'], 1)}</td><td>{fmt(st.get('window_s'), 1)}</td>"
+                f"<td>{fmt(st.get('median_e2e_s'), 1)}</td><td>{'yes' if st.get('steady_state') else 'no'}</td>"
+                f"<td>{'chosen' if st['chosen'] else ''}</td></tr>"
             )
         out.append("</table>")
     return "".join(out)

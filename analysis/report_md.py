@@ -52,19 +52,21 @@ def _capacity_lines(r: dict[str, Any]) -> list[str]:
         return []
     out = ["", "## Capacity sweep", "",
            "Each step replays the trace's requests at a multiple of the manifest's rate; a fleet's per-instance capacity is the "
-           "highest per-instance SLO-compliant goodput among the steps that held the fleet SLO (chosen: **bold**)."]
+           "highest per-instance SLO-compliant goodput among the steps that held the fleet SLO and lasted at least three median "
+           "request lifetimes (steady state) (chosen: **bold**)."]
     for name, f in fleets.items():
         cap = f["capacity"]
         out += ["", f"### {name}: capacity {fmt(cap.get('per_instance_tok_s'), 1)} tok/s per instance"
-                f"{' (step ' + str(cap['step']) + ')' if cap.get('step') else ' (no step held the SLO; sized from the replay)'}", "",
+                f"{' (step ' + str(cap['step']) + ')' if cap.get('step') else ' (no steady-state step held the SLO; sized from the replay)'}", "",
                 "| step | requests | successful | P95 TTFT s | P95 ITL s | error rate | SLO | per-instance goodput tok/s "
-                "| peak in flight / instance | chosen |",
-                "|---|---|---|---|---|---|---|---|---|---|"]
+                "| peak in flight / instance | window s | median request s | steady state | chosen |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for s in capacity_rows(f):
             label = f"**{s['label']}**" if s["chosen"] else s["label"]
             out.append(f"| {label} | {fmt(s['requests'])} | {fmt(s['successful_requests'])} | {fmt(s['p95_ttft_s'])} "
                        f"| {fmt(s['p95_itl_s'])} | {fmt(s['error_rate'], 4)} | {'pass' if s['slo_pass'] else 'FAIL'} "
                        f"| {fmt(s['per_instance_goodput_tok_s'], 1)} | {fmt(s['peak_in_flight_per_instance'], 1)} "
+                       f"| {fmt(s.get('window_s'), 1)} | {fmt(s.get('median_e2e_s'), 1)} | {'yes' if s.get('steady_state') else 'no'} "
                        f"| {'chosen' if s['chosen'] else ''} |")
     return out
 

@@ -120,8 +120,8 @@ def test_capacity_is_the_best_step_inside_the_slo(tmp_path: Path, manifest_data:
     assert on_disk["fleets"]["g6"]["capacity"]["step"] == "x2"
     md = (tmp_path / "o" / "report.md").read_text()
     assert "## Capacity sweep" in md and "### g6: capacity 600.0 tok/s per instance (step x2)" in md
-    assert "| **x2** | 200 | 200 | 0.500 | 0.050 | 0.0000 | pass | 600.0 | 1.0 | chosen |" in md
-    assert "| x4 | 400 | 360 | 3.000 | 0.050 | 0.0000 | FAIL | 1,080.0 | 1.0 |  |" in md
+    assert "| **x2** | 200 | 200 | 0.500 | 0.050 | 0.0000 | pass | 600.0 | 1.0 | 100.0 | 0.5 | yes | chosen |" in md
+    assert "| x4 | 400 | 360 | 3.000 | 0.050 | 0.0000 | FAIL | 1,080.0 | 1.0 | 100.0 | 0.2 | yes |  |" in md
     assert "(upper bound)" not in md
     page = (tmp_path / "o" / "report.html").read_text()
     assert "<h2>Capacity sweep</h2>" in page and "Capacity sweep: per-instance goodput" in page
@@ -160,7 +160,7 @@ def test_top_step_note_and_no_step_blocking_gap(tmp_path: Path, manifest_data: d
     assert r["provenance"]["capacity.g6"]["source"] == "missing"
     assert r["decision"]["state"] == "defer" and any("capacity.g6" in x for x in r["decision"]["reasons"])
     md = (tmp_path / "o" / "report.md").read_text()
-    assert "### g6: capacity n/a tok/s per instance (no step held the SLO; sized from the replay)" in md
+    assert "### g6: capacity n/a tok/s per instance (no steady-state step held the SLO; sized from the replay)" in md
 
 
 def test_without_a_sweep_the_report_is_unchanged(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
@@ -196,3 +196,24 @@ def test_a_candidate_overloaded_in_the_replay_but_sized_inside_the_slo_holds_it(
                          with_sensitivity=False, with_pages=False, **KW)
     assert swept["fleets"]["inf2"]["sized_from"] == "capacity sweep step x2"
     assert not any("did not hold the SLO" in x for x in swept["decision"]["reasons"]), swept["decision"]
+
+
+def test_a_step_shorter_than_three_request_lifetimes_is_not_a_capacity(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    m = _m(manifest_data)
+    rep = _write(tmp_path / "replay", m, {"inf2": (1.0, 900, False), "g6": (1.0, 300, True)})
+
+    def short(fleet: str, tokens: int) -> list[RequestRecord]:
+        # 10 arrivals over 10 s, each taking 8 s: in SLO, but the window holds barely one request lifetime
+        return [replace(rec(m, fleet, i, tokens=tokens, e2e=8.0), scheduled_s=float(i), sent_s=float(i)) for i in range(10)]
+
+    step = tmp_path / "x4"
+    write_jsonl(step / "records-g6-w0.jsonl", short("g6", 300))
+    write_jsonl(step / "records-inf2-w0.jsonl", short("inf2", 900))
+    r = build_report(m, rep, out_dir=tmp_path / "o", capacity_dirs={"x4": step}, with_sensitivity=False, with_pages=False, **KW)
+    g6 = r["fleets"]["g6"]["capacity"]
+    x4 = next(s for s in g6["steps"] if s["label"] == "x4")
+    assert x4["slo_pass"] and x4["window_s"] == pytest.approx(10.0) and x4["median_e2e_s"] == pytest.approx(8.0)
+    assert x4["steady_state"] is False and g6["step"] is None
+    gap = next(g for g in r["gaps"] if g["what"] == "capacity.g6")
+    assert gap["blocks_go"] and "lengthen workload.capacity_sweep.step_s to at least 24 s" in gap["reason"]
+    assert r["decision"]["state"] != "go"
