@@ -119,6 +119,9 @@ def _csv_rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
         for row in reader:
             if not any((v or "").strip() for v in row.values() if isinstance(v, str)):
                 continue  # blank line
+            extra = row.get(None)
+            if extra:  # a stray separator shifts every later column: never guess which is which
+                raise TraceError(path, reader.line_num, f"{len(reader.fieldnames) + len(extra)} fields, the header has {len(reader.fieldnames)}")
             yield reader.line_num, row
     except csv.Error as exc:  # e.g. NUL byte, field over the csv field size limit
         raise TraceError(path, max(reader.line_num, 1), f"malformed CSV: {exc}") from None

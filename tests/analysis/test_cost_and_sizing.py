@@ -88,7 +88,8 @@ def test_failures_never_lower_cost_per_successful_token(ok: int, tok: int, faile
     # Failed requests occupy the window (here: the run lasts longer by their share) but add no successful tokens.
     base = cost.cost_per_million(cost.run_cost(1, window, hourly, 0, 730), ok * tok)
     worse = cost.cost_per_million(cost.run_cost(1, window * (ok + failed) / ok, hourly, 0, 730), ok * tok)
-    assert base is not None and worse is not None and worse >= base
+    assert base is not None and worse is not None
+    assert worse >= base * (1 - 1e-12)  # equal when nothing failed, up to float rounding
 
 
 @given(d1=st.floats(0, 1e6), d2=st.floats(0, 1e6), per=st.floats(1, 1e4), util=st.floats(0.1, 1.0), red=st.integers(0, 3))

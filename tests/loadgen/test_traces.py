@@ -73,3 +73,11 @@ def test_plain_csv_and_jsonl(tmp_path: Path) -> None:
     assert rows[0].input_tokens == 4
     with pytest.raises(TraceError, match="missing column"):
         read_trace_text("offset_s,input_tokens\n0,1\n", "plain-csv")
+
+
+def test_a_row_with_more_fields_than_the_header_names_its_line(tmp_path: Path) -> None:
+    # "1,2" in the offset column shifts every later column: reading it would misattribute tokens.
+    p = tmp_path / "t.csv"
+    p.write_text("offset_s,input_tokens,output_tokens,hash_ids\n0.5,10,20,\n1,2,30,40,\n")
+    with pytest.raises(TraceError, match=r"t\.csv:3: 5 fields, the header has 4"):
+        read_trace(p, "plain-csv")
