@@ -172,7 +172,11 @@ def test_saturation_queues_and_ttft_grows(manifest_data: Body, tmp_path: Path) -
             raise AssertionError(name)
 
         tasks = [asyncio.create_task(one()) for _ in range(16)]
-        await asyncio.sleep(0.05)
+        # Wait until all 16 have reached the server (a loaded CI box may take longer than a step).
+        for _ in range(100):
+            if await scrape("vllm:num_requests_running") + await scrape("vllm:num_requests_waiting") == 16:
+                break
+            await asyncio.sleep(0.01)
         assert await scrape("vllm:num_requests_running") == 4
         assert await scrape("vllm:num_requests_waiting") >= 8
         ttfts = sorted(t for t, _ in await asyncio.gather(*tasks))
