@@ -15,6 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Protocol
 
+from jinja2 import Template
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from campaign.manifest import Manifest
@@ -74,9 +75,16 @@ def _word_tokenizer(specials: tuple[str, ...]) -> WordTokenizer:
 _JINJA = ImmutableSandboxedEnvironment(keep_trailing_newline=True)
 
 
+@lru_cache(maxsize=16)
+def _compiled(template: str) -> Template:
+    """Compiling costs milliseconds; the emulator renders once per request and the prompt
+    builder once per prompt, always with the manifest's one template."""
+    return _JINJA.from_string(template)
+
+
 def apply_chat_template(template: str, messages: Sequence[Mapping[str, str]], special_tokens: Mapping[str, str]) -> str:
     """Render the manifest's chat template (Jinja, as Hugging Face chat templates are)."""
-    return _JINJA.from_string(template).render(
+    return _compiled(template).render(
         messages=list(messages), add_generation_prompt=True, **dict(special_tokens)
     )
 
