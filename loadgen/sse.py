@@ -8,15 +8,15 @@ maps what happened to a `campaign.records.Outcome`.
 from __future__ import annotations
 
 import itertools
-import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
+
+import orjson
 
 from campaign.records import Outcome
 
 
-@dataclass(frozen=True)
-class SSEEvent:
+class SSEEvent(NamedTuple):
     data: str
     event: str = "message"
 
@@ -25,7 +25,9 @@ class SSEParser:
     """WHATWG SSE framing: lines end in LF, CRLF or CR; a blank line dispatches the event.
 
     Bytes may arrive split anywhere (even inside a UTF-8 sequence or a CRLF), so undecoded
-    bytes are buffered until a whole line is present.
+    bytes are buffered until a whole line is present. This runs once per streamed token, so
+    the common LF-only case is a single `split` (an LF byte never occurs inside a UTF-8
+    sequence, so each line decodes on its own); CR line ends take the general scan.
     """
 
     def __init__(self) -> None:
@@ -35,11 +37,20 @@ class SSEParser:
         self._cr_pending = False  # last chunk ended in CR: a following LF belongs to it
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
-        if self._cr_pending and chunk.startswith(b"\n"):
-            chunk = chunk[1:]
-        self._cr_pending = False
-        buf = self._buf + chunk
+        if self._cr_pending:
+            self._cr_pending = False
+            if chunk.startswith(b"\n"):
+                chunk = chunk[1:]
+        buf = self._buf + chunk if self._buf else chunk
         events: list[SSEEvent] = []
+        if b"\r" not in buf:
+            lines = buf.split(b"\n")
+            self._buf = lines.pop()
+            for raw in lines:
+                ev = self._line(raw)
+                if ev is not None:
+                    events.append(ev)
+            return events
         start = 0
         n = len(buf)
         while True:
@@ -55,21 +66,25 @@ class SSEParser:
                     self._cr_pending = True
             else:
                 end, nxt = lf, lf + 1
-            ev = self._line(buf[start:end].decode("utf-8", errors="replace"))
+            ev = self._line(buf[start:end])
             if ev is not None:
                 events.append(ev)
             start = nxt
         self._buf = buf[start:]
         return events
 
-    def _line(self, line: str) -> SSEEvent | None:
-        if line == "":
+    def _line(self, raw: bytes) -> SSEEvent | None:
+        if not raw:
             if not self._data:
                 self._event = ""
                 return None
             ev = SSEEvent("\n".join(self._data), self._event or "message")
             self._data, self._event = [], ""
             return ev
+        if raw.startswith(b"data: "):  # the usual form: skip the general field split
+            self._data.append(raw[6:].decode("utf-8", errors="replace"))
+            return None
+        line = raw.decode("utf-8", errors="replace")
         if line.startswith(":"):
             return None  # comment / keep-alive
         name, _, value = line.partition(":")
@@ -105,8 +120,8 @@ class StreamState:
             self.done = True
             return
         try:
-            obj: Any = json.loads(data)
-        except json.JSONDecodeError:
+            obj: Any = orjson.loads(data)  # a few times faster than json: this runs per token
+        except orjson.JSONDecodeError:
             self.bad_chunks += 1
             return
         if not isinstance(obj, dict):

@@ -72,3 +72,60 @@ def test_classify() -> None:
     assert classify(Transport(200, False, "reset", True), s, 2)[0] is Outcome.TRUNCATED
     err = _state(b'data: {"error": {"message": "boom"}}\n\n')
     assert classify(OK_T, err, 2) == (Outcome.HTTP_ERROR, "server error in stream: boom")
+
+
+def _reference(stream: bytes) -> list[SSEEvent]:
+    """The WHATWG dispatch rules applied to the whole decoded stream at once: no buffering,
+    so it cannot share a split-handling bug with the incremental parser."""
+    import re
+
+    events: list[SSEEvent] = []
+    data: list[str] = []
+    event = ""
+    *lines, _unterminated = re.split(r"\r\n|\r|\n", stream.decode("utf-8"))
+    for line in lines:
+        if line == "":
+            if data:
+                events.append(SSEEvent("\n".join(data), event or "message"))
+            data, event = [], ""
+        elif not line.startswith(":"):
+            name, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if name == "data":
+                data.append(value)
+            elif name == "event":
+                event = value
+    return events
+
+
+_text = st.text(st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)), max_size=12)
+_field = st.one_of(
+    st.builds(lambda v: f"data: {v}", _text),
+    st.builds(lambda v: f"data:{v}", _text),
+    st.builds(lambda v: f"event: {v}", _text),
+    st.builds(lambda v: f": {v}", _text),
+    st.just(""),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(_field, st.sampled_from(["\n", "\n", "\n", "\r\n", "\r"])), max_size=15),
+    st.lists(st.integers(min_value=0, max_value=400), max_size=10),
+)
+def test_incremental_parse_matches_whole_stream_reference(fields: list[tuple[str, str]], cuts: list[int]) -> None:
+    stream = "".join(f + end for f, end in fields).encode()
+    pts = sorted({c for c in cuts if c <= len(stream)})
+    chunks = [stream[a:b] for a, b in zip([0, *pts], [*pts, len(stream)], strict=True)]
+    want = _reference(stream)
+    assert _all_of(chunks) == want
+    for i in range(len(stream) + 1):  # every single cut: CR|LF and mid-UTF-8 splits included
+        assert _all_of([stream[:i], stream[i:]]) == want
+
+
+def _all_of(chunks: list[bytes]) -> list[SSEEvent]:
+    p = SSEParser()
+    got: list[SSEEvent] = []
+    for c in chunks:
+        got += p.feed(c)
+    return got
