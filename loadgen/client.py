@@ -3,29 +3,37 @@
 gevent-based (imports gevent; never import it from the analysis). One TCP connection per
 request: a stream abandoned on timeout can never poison a pooled connection, and the cost
 (one loopback/VPC handshake) is part of what a real client pays. The HTTP/1.1 response is
-parsed by geventhttpclient's llhttp parser, fed straight from `recv` so each chunk is
-timestamped the moment it arrives (its `read()` waits for a full block: useless for timing).
+parsed by `loadgen.http1`, fed straight from `recv` so each chunk is timestamped the moment
+it arrives; it costs a fraction of a general-purpose parser's per-chunk callbacks, which
+matters at tens of thousands of chunks per second (bench/loadgen_capacity.py).
 """
 
 from __future__ import annotations
 
-import contextlib
+import _socket
+import errno
+import ipaddress
 import json
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-import gevent
-from gevent import socket
-from geventhttpclient.response import HTTPResponse
+from gevent import get_hub
+from gevent import socket as gsocket
+from gevent.event import Event
 
 from campaign.manifest import Generation
+from loadgen.http1 import ResponseParser
 from loadgen.prompts import Api, Prompt
 from loadgen.sse import SSEParser, StreamState, Transport
 
 PATHS: dict[str, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 _ERR_BODY_MAX = 2048
+# A token frame is ~200-400 bytes; a small buffer is cheaper to allocate on every recv (about
+# 1 us less than 64 KiB here), and a level-triggered watcher calls again if more is waiting.
+_RECV_BYTES = 4096
 
 
 @dataclass(frozen=True)
@@ -34,17 +42,6 @@ class Exchange:
     transport: Transport
     sent_t: float
     end_t: float
-
-
-class _Response(HTTPResponse):
-    """Routes body bytes to a callback as the parser sees them (chunked framing removed)."""
-
-    def __init__(self, on_body: Any) -> None:
-        super().__init__(method="POST")
-        self._sink = on_body
-
-    def _on_body(self, buf: bytearray) -> None:
-        self._sink(bytes(buf))
 
 
 def request_body(api: Api, model: str, gen: Generation, prompt: Prompt, max_tokens: int) -> dict[str, Any]:
@@ -91,56 +88,151 @@ class StreamingClient:
     def stream(self, wire: bytes, timeout_s: float | None = None) -> Exchange:
         """Send pre-encoded request bytes (see `encode`) and read the whole stream.
 
-        `timeout_s` overrides the client's deadline for this one request."""
+        `timeout_s` overrides the client's deadline for this one request. The response is read
+        from readiness callbacks in gevent's hub (`_Reader`), not by this greenlet blocking in
+        `recv`: a stream costs two greenlet switches instead of two per token, which is what
+        lets one core carry hundreds of streams without delaying the sending loop."""
         limit = self.timeout_s if timeout_s is None else timeout_s
-        state = StreamState()
-        parser = SSEParser()
-        err_body = bytearray()
-        now = [0.0]
-        resp: _Response | None = None
-
-        def on_body(data: bytes) -> None:
-            if resp is not None and resp.status_code == 200:
-                for ev in parser.feed(data):
-                    state.on_event(ev, now[0])
-            elif len(err_body) < _ERR_BODY_MAX:
-                err_body.extend(data[: _ERR_BODY_MAX - len(err_body)])
-
-        resp = _Response(on_body)
-        timer = gevent.Timeout(limit)
-        sock: socket.socket | None = None
+        sent_t = time.monotonic()
+        deadline = sent_t + limit
+        reader: _Reader | None = None
+        sock: _socket.socket | None = None
         timed_out = False
         error: str | None = None
-        sent_t = time.monotonic()
-        timer.start()
         try:
-            sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout_s)
-            sock.settimeout(None)  # the overall deadline (timer) governs from here
-            sock.sendall(wire)
-            while not resp.message_complete:
-                data = sock.recv(65536)
-                now[0] = time.monotonic()
-                if not data:
-                    with contextlib.suppress(Exception):  # judged below by message_complete
-                        resp.feed(b"")  # EOF: completes a close-delimited body
-                    if not resp.message_complete:
-                        error = "connection closed before the response ended"
-                    break
-                resp.feed(data)
-        except gevent.Timeout as t:
-            if t is not timer:
-                raise
+            sock = self._connect(deadline)
+            _send_all(sock, wire, deadline)
+            reader = _Reader(sock)
+            try:
+                if not reader.done.wait(max(0.0, deadline - time.monotonic())):
+                    raise _DeadlinePassed
+            finally:
+                reader.close()
+            error = reader.error
+        except _DeadlinePassed:
             timed_out = True
             error = f"no complete response within {limit:g} s"
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"[:300]
         finally:
-            timer.close()
             end_t = time.monotonic()
             if sock is not None:
                 sock.close()
+        if reader is None:
+            return Exchange(StreamState(), Transport(None, timed_out, error, False), sent_t, end_t)
+        resp = reader.resp
         headers = bool(resp.headers_complete)
         status = resp.status_code if headers else None
         if headers and status != 200 and error is None:
-            error = f"HTTP {status}: {err_body.decode('utf-8', errors='replace').strip()[:300]}"
-        return Exchange(state, Transport(status, timed_out, error, headers), sent_t, end_t)
+            error = f"HTTP {status}: {reader.err_body.decode('utf-8', errors='replace').strip()[:300]}"
+        return Exchange(reader.state, Transport(status, timed_out, error, headers), sent_t, end_t)
+
+    def _addresses(self) -> list[tuple[int, tuple[Any, ...]]]:
+        try:
+            ip = ipaddress.ip_address(self.host)
+        except ValueError:  # a name (an NLB's DNS name): resolve per request, as NLB IPs change
+            return [(fam, addr) for fam, _, _, _, addr in gsocket.getaddrinfo(self.host, self.port, 0, _socket.SOCK_STREAM)]
+        return [(_socket.AF_INET6 if ip.version == 6 else _socket.AF_INET, (self.host, self.port))]
+
+    def _connect(self, deadline: float) -> _socket.socket:
+        last: Exception | None = None
+        for family, addr in self._addresses():
+            s = _socket.socket(family, _socket.SOCK_STREAM)
+            s.setblocking(False)
+            try:
+                err = s.connect_ex(addr)
+                if err in (errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EALREADY):
+                    left = deadline - time.monotonic()
+                    wait = min(self.connect_timeout_s, left)
+                    try:
+                        gsocket.wait_write(s.fileno(), timeout=max(0.0, wait))
+                    except _socket.timeout:
+                        if wait >= left:
+                            raise _DeadlinePassed from None
+                        raise TimeoutError(f"connect to {addr[0]}:{addr[1]} timed out after {self.connect_timeout_s:g} s") from None
+                    err = s.getsockopt(_socket.SOL_SOCKET, _socket.SO_ERROR)
+                if err:
+                    raise OSError(err, f"connect to {addr[0]}:{addr[1]}: {os.strerror(err)}")
+                return s
+            except BaseException as exc:
+                s.close()
+                if not isinstance(exc, OSError):
+                    raise
+                last = exc
+        raise last or OSError(f"no address for {self.host}")
+
+
+class _DeadlinePassed(Exception):
+    """The request's overall deadline (request_timeout_s, or the SLO bound) passed."""
+
+
+def _send_all(sock: _socket.socket, data: bytes, deadline: float) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[sock.send(view) :]
+        except BlockingIOError:
+            try:
+                gsocket.wait_write(sock.fileno(), timeout=max(0.0, deadline - time.monotonic()))
+            except _socket.timeout:
+                raise _DeadlinePassed from None
+
+
+class _Reader:
+    """One response, driven by readiness callbacks that run in the hub (never block here).
+
+    Each callback reads what the kernel holds, stamps it with the monotonic clock, and feeds
+    the HTTP/1.1 parser (chunked framing) and then the SSE parser. `done` is set once the response ended,
+    the peer closed, or something failed."""
+
+    __slots__ = ("done", "err_body", "error", "now", "parser", "resp", "sock", "state", "watcher")
+
+    def __init__(self, sock: _socket.socket) -> None:
+        self.sock = sock
+        self.state = StreamState()
+        self.parser = SSEParser()
+        self.err_body = bytearray()
+        self.resp = ResponseParser(self._on_body)
+        self.now = 0.0
+        self.error: str | None = None
+        self.done = Event()
+        self.watcher = get_hub().loop.io(sock.fileno(), 1)  # 1 = readable
+        self.watcher.start(self.on_readable)
+
+    def close(self) -> None:
+        """Idempotent. Stops the watcher first: a level-triggered watcher on a socket at EOF
+        would otherwise call back on every loop iteration until the greenlet wakes."""
+        self.watcher.stop()
+        self.watcher.close()
+
+    def _on_body(self, data: bytes) -> None:
+        if self.resp.status_code == 200:
+            on_event, now = self.state.on_event, self.now
+            for ev in self.parser.feed(data):
+                on_event(ev, now)
+        elif len(self.err_body) < _ERR_BODY_MAX:
+            self.err_body.extend(data[: _ERR_BODY_MAX - len(self.err_body)])
+
+    def on_readable(self) -> None:
+        resp = self.resp
+        try:
+            data = self.sock.recv(_RECV_BYTES)
+            self.now = time.monotonic()
+            if data:
+                resp.feed(data)
+                if not resp.message_complete:
+                    return
+                self._finish()
+                return
+            resp.feed_eof()  # completes a close-delimited body
+            if not resp.message_complete:
+                self.error = "connection closed before the response ended"
+        except BlockingIOError:
+            return  # spurious readiness
+        except Exception as exc:  # a reset, or bytes the parser rejects: this stream fails, the hub goes on
+            self.error = f"{type(exc).__name__}: {exc}"[:300]
+        self._finish()
+
+    def _finish(self) -> None:
+        self.watcher.stop()
+        self.done.set()

@@ -81,3 +81,69 @@ def test_connection_refused(example_manifest_path: Path) -> None:
         check=True,
     )
     assert json.loads(out.stdout)["outcome"] == "connection_error"
+
+
+def test_host_name_is_resolved(sse_server: SSEServer, example_manifest_path: Path) -> None:
+    # "localhost" may resolve to ::1 first, where nothing listens: the client tries each address
+    r = probe(sse_server, example_manifest_path, "--output-tokens", "3")
+    url = sse_server.url.replace("127.0.0.1", "localhost")
+    out = subprocess.run(
+        [sys.executable, "-m", "loadgen.probe", "--manifest", str(example_manifest_path), "--fleet", "g6", "--host", url, "--output-tokens", "3"],
+        capture_output=True, text=True, cwd=ROOT, timeout=60, check=True,
+    )
+    by_name = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["outcome"] == by_name["outcome"] == "ok" and by_name["client_output_tokens"] == 3
+
+
+class _RawServer:
+    """Accepts connections, reads the request, then sends `reply` (or nothing) and holds on."""
+
+    def __init__(self, reply: bytes | None) -> None:
+        import socket
+        import threading
+
+        self.reply = reply
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.conns: list[socket.socket] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(c)
+            c.recv(65536)
+            if self.reply is not None:
+                c.sendall(self.reply)
+
+    def close(self) -> None:
+        self.sock.close()
+        for c in self.conns:
+            c.close()
+
+
+@pytest.mark.parametrize(
+    ("reply", "outcome", "error"),
+    [
+        (None, "timeout", "no complete response within 0.5 s"),  # accepts, never answers
+        (b"SSH-2.0-OpenSSH_9.2\r\n\r\n", "connection_error", "bad status line"),  # not HTTP
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\ndata: hello\r\n", "truncated", "not followed by CRLF"),
+    ],
+)
+def test_silent_or_garbled_servers_become_records(example_manifest_path: Path, reply: bytes | None, outcome: str, error: str) -> None:
+    srv = _RawServer(reply)
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "loadgen.probe", "--manifest", str(example_manifest_path), "--fleet", "g6",
+             "--host", f"http://127.0.0.1:{srv.port}", "--timeout-s", "0.5"],
+            capture_output=True, text=True, cwd=ROOT, timeout=60, check=True,
+        )
+    finally:
+        srv.close()
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["outcome"] == outcome and error in r["error"] and not r["slo_ok"]
