@@ -11,6 +11,7 @@ import struct
 import time
 import uuid
 import zlib
+from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -31,6 +32,10 @@ SCHEDULER: web.AppKey[Scheduler] = web.AppKey("scheduler", Scheduler)
 METRICS: web.AppKey[EmulatorMetrics] = web.AppKey("metrics", EmulatorMetrics)
 TIMING: web.AppKey[TimingModel] = web.AppKey("timing", TimingModel)
 _COUNTER: web.AppKey[list[int]] = web.AppKey("counter", list)
+# Per-request ground truth for requests that carry X-Request-Id (the loadgen's do), so a bench
+# can join the client's records to what the server did. Bounded: a long campaign never grows it.
+GROUND_TRUTH: web.AppKey[deque[dict[str, Any]]] = web.AppKey("ground_truth", deque)
+GROUND_TRUTH_MAX = 200_000
 
 
 def _json(body: Any, status: int = 200) -> web.Response:
@@ -110,16 +115,35 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
     seq = Sequence(req.prompt_tokens, req.max_tokens, TokenStream(req.seed, req.prompt, req.stop), faults, arrival)
     scheduler = app[SCHEDULER]
     scheduler.submit(seq)
+    rid = request.headers.get("X-Request-Id")
+    written: list[float] = []  # loop time once the first token's frame was handed to the socket
     try:
         if req.stream:
-            return await _stream(request, req, seq, cfg, scheduler)
+            return await _stream(request, req, seq, cfg, scheduler, written, rid)
         return await _whole(request, req, seq, cfg)
     finally:
         scheduler.cancel(seq)  # no-op when it finished; frees the slot when the client left
+        if rid is not None:
+            app[GROUND_TRUTH].append(
+                {
+                    "id": rid,
+                    "arrival": arrival,
+                    "first_token_emitted": seq.first_token_at,
+                    "first_token_written": written[0] if written else None,
+                    "last_token_emitted": seq.last_token_at or None,
+                    "tokens": seq.generated,
+                    "finish_reason": seq.finish_reason,
+                }
+            )
 
 
-async def _stream(request: web.Request, req: ParsedRequest, seq: Sequence, cfg: EmulatorConfig, scheduler: Scheduler) -> web.StreamResponse:
-    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+async def _stream(
+    request: web.Request, req: ParsedRequest, seq: Sequence, cfg: EmulatorConfig, scheduler: Scheduler, written: list[float], rid: str | None
+) -> web.StreamResponse:
+    headers = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+    if rid is not None:
+        headers["X-Request-Id"] = rid  # as vLLM does with --enable-request-id-headers
+    resp = web.StreamResponse(headers=headers)
     await resp.prepare(request)
     frames = _Chunks(req, cfg.model_id)
     sent = 0
@@ -137,7 +161,7 @@ async def _stream(request: web.Request, req: ParsedRequest, seq: Sequence, cfg: 
             if cut_at is not None and sent >= cut_at and finish is None:
                 break
         if cut_at is not None and sent >= cut_at and finish is None:
-            await resp.write(b"".join(out))
+            await _write(resp, out, sent, written)
             if seq.faults.reset_at is not None:
                 _reset(request)
                 raise asyncio.CancelledError  # the connection is gone; aiohttp drops the handler
@@ -147,10 +171,16 @@ async def _stream(request: web.Request, req: ParsedRequest, seq: Sequence, cfg: 
             if req.include_usage:
                 out.append(frames.usage(req.prompt_tokens, seq.generated))
             out.append(b"data: [DONE]\n\n")
-            await resp.write(b"".join(out))
+            await _write(resp, out, sent, written)
             await resp.write_eof()
             return resp
-        await resp.write(b"".join(out))
+        await _write(resp, out, sent, written)
+
+
+async def _write(resp: web.StreamResponse, out: list[bytes], sent: int, written: list[float]) -> None:
+    await resp.write(b"".join(out))
+    if sent and not written:
+        written.append(asyncio.get_running_loop().time())
 
 
 async def _whole(request: web.Request, req: ParsedRequest, seq: Sequence, cfg: EmulatorConfig) -> web.StreamResponse:
@@ -261,6 +291,16 @@ async def stats(request: web.Request) -> web.Response:
     )
 
 
+async def ground_truth(request: web.Request) -> web.Response:
+    """Per-request server-side times (monotonic seconds, the same clock as the loadgen's on one
+    host) for requests that carried X-Request-Id; `?clear=1` empties the buffer."""
+    buf = request.app[GROUND_TRUTH]
+    out = list(buf)
+    if request.query.get("clear") == "1":
+        buf.clear()
+    return _json({"requests": out, "max": GROUND_TRUTH_MAX})
+
+
 async def _scheduler_ctx(app: web.Application) -> AsyncIterator[None]:
     # Created inside the running loop so its asyncio primitives belong to it.
     app[SCHEDULER] = Scheduler(app[TIMING], app[METRICS])
@@ -280,6 +320,7 @@ def create_app(cfg: EmulatorConfig) -> web.Application:
     app[TIMING] = timing
     app[METRICS] = metrics_
     app[_COUNTER] = [0]
+    app[GROUND_TRUTH] = deque(maxlen=GROUND_TRUTH_MAX)
     app.cleanup_ctx.append(_scheduler_ctx)
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/chat/completions", chat_completions)
@@ -288,4 +329,5 @@ def create_app(cfg: EmulatorConfig) -> web.Application:
     app.router.add_get("/v1/models", models)
     app.router.add_post("/tokenize", tokenize)
     app.router.add_get("/emulator/stats", stats)
+    app.router.add_get("/emulator/requests", ground_truth)
     return app

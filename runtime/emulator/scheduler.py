@@ -33,6 +33,7 @@ class Sequence:
         self.context = prompt_tokens
         self.generated = 0
         self.resume_at = 0.0
+        self.first_token_at: float | None = None
         self.last_token_at = 0.0
         self.finish_reason: str | None = None
         self.cancelled = False
@@ -176,6 +177,7 @@ class Scheduler:
             seq.context += 1
             emitted += 1
             if seq.generated == 1:
+                seq.first_token_at = now
                 m.ttft.observe(now - seq.arrival)
             else:
                 m.itl.observe(now - seq.last_token_at)

@@ -189,3 +189,27 @@ def test_saturation_queues_and_ttft_grows(manifest_data: Body, tmp_path: Path) -
         assert await scrape("vllm:generation_tokens_total") == 16 * 6
 
     run_app(cfg, check)
+
+
+def test_request_id_is_echoed_and_ground_truth_recorded(manifest_data: Body, tmp_path: Path) -> None:
+    async def check(url: str, s: aiohttp.ClientSession) -> None:
+        t0 = time.monotonic()
+        body = {"model": MODEL, "prompt": "hi", "max_tokens": 4, "stream": True}
+        async with s.post(url + "/v1/completions", json=body, headers={"X-Request-Id": "camp-g6-7"}) as r:
+            assert r.headers["X-Request-Id"] == "camp-g6-7"
+            first: float | None = None
+            async for raw in r.content:
+                if first is None and raw.startswith(b'data: {"id"'):
+                    first = time.monotonic()
+        t1 = time.monotonic()
+        async with s.post(url + "/v1/completions", json={**body, "stream": False}) as r:  # no id: not recorded
+            assert "X-Request-Id" not in r.headers
+        got = (await (await s.get(url + "/emulator/requests?clear=1")).json())["requests"]
+        assert [g["id"] for g in got] == ["camp-g6-7"]
+        g = got[0]
+        assert t0 <= g["arrival"] <= g["first_token_emitted"] <= g["first_token_written"] <= g["last_token_emitted"] <= t1
+        assert first is not None and g["first_token_written"] <= first  # same monotonic clock as this process
+        assert (g["tokens"], g["finish_reason"]) == (4, "length")
+        assert (await (await s.get(url + "/emulator/requests")).json())["requests"] == []
+
+    run_app(fast_cfg(manifest_data, tmp_path), check)
