@@ -64,6 +64,12 @@ def request_body(api: Api, model: str, gen: Generation, prompt: Prompt, max_toke
     return body
 
 
+def request_id_header(campaign: str, fleet: str, request_id: int) -> str:
+    """The X-Request-Id of one scheduled request: unique within a campaign, and it names the
+    record (campaign, fleet, request_id) it belongs to."""
+    return f"{campaign}-{fleet}-{request_id}"
+
+
 class StreamingClient:
     def __init__(self, base_url: str, *, api: Api, timeout_s: float, connect_timeout_s: float = 10.0, api_key: str | None = None):
         u = urlsplit(base_url)
@@ -81,9 +87,12 @@ class StreamingClient:
             f"Content-Type: application/json\r\nAccept: text/event-stream\r\nConnection: close\r\n{auth}"
         ).encode()
 
-    def encode(self, body: dict[str, Any]) -> bytes:
+    def encode(self, body: dict[str, Any], request_id: str | None = None) -> bytes:
+        """The request's bytes. `request_id` goes out as X-Request-Id (vLLM logs it and, with
+        --enable-request-id-headers, echoes it), so server logs can be joined to records."""
         data = json.dumps(body, separators=(",", ":")).encode()
-        return self._head + f"Content-Length: {len(data)}\r\n\r\n".encode() + data
+        rid = f"X-Request-Id: {request_id}\r\n" if request_id else ""
+        return self._head + f"{rid}Content-Length: {len(data)}\r\n\r\n".encode() + data
 
     def stream(self, wire: bytes, timeout_s: float | None = None) -> Exchange:
         """Send pre-encoded request bytes (see `encode`) and read the whole stream.

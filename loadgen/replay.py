@@ -19,7 +19,7 @@ from gevent.pool import Group
 
 from campaign.manifest import Manifest
 from campaign.records import RequestRecord, RunSummary
-from loadgen.client import StreamingClient, request_body
+from loadgen.client import StreamingClient, request_body, request_id_header
 from loadgen.metrics import ClientMetrics
 from loadgen.prompts import Api, PromptBuilder
 from loadgen.recording import RecordContext, RecordSink, build_record, not_sent_record, records_name, summary_name, upload_to_s3
@@ -90,7 +90,8 @@ class Replayer:
         model = self.cfg.model or self.m.model.repo
         for r in self.mine:
             prompt = builder.build(r)
-            self._wire[r.request_id] = self.client.encode(request_body(self.cfg.api, model, self.m.generation, prompt, r.output_tokens))
+            body = request_body(self.cfg.api, model, self.m.generation, prompt, r.output_tokens)
+            self._wire[r.request_id] = self.client.encode(body, request_id_header(self.m.campaign, self.cfg.fleet, r.request_id))
 
     def _emit(self, rec: RequestRecord) -> None:
         self.records.append(rec)
