@@ -15,7 +15,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from campaign.manifest import Manifest, load_manifest
 from campaign.records import RunSummary
@@ -198,20 +198,11 @@ def start_fleet(
     return FleetRun(m, fleet, out_dir, procs, logs, files)
 
 
-def run_fleet(
-    manifest_path: Path,
-    fleet: str,
-    host: str,
-    out_dir: Path,
-    *,
-    workers: int = 1,
-    metrics_port: int = 0,
-    duration_s: float | None = None,
-    extra_env: Mapping[str, str] | None = None,
-) -> RunSummary:
+def run_fleet(manifest_path: Path, fleet: str, host: str, out_dir: Path, **options: Any) -> RunSummary:
     """Blocking: replay the manifest's schedule against `host`, return the merged summary.
+    `options` are start_fleet's (workers, metrics_port, rate_multiplier, slo_deadline, ...).
     Ctrl-C stops the replay gracefully and still returns what was recorded."""
-    run = start_fleet(manifest_path, fleet, host, out_dir, workers=workers, metrics_port=metrics_port, duration_s=duration_s, extra_env=extra_env)
+    run = start_fleet(manifest_path, fleet, host, out_dir, **options)
     try:
         return run.wait()
     except KeyboardInterrupt:
