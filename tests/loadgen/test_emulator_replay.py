@@ -66,3 +66,18 @@ def test_conv_window_against_emulator(emulator: tuple[Path, str], tmp_path: Path
     # The client sees the server's latency plus send lag and loopback: close, never below it.
     assert server_ttft - 0.005 <= client_ttft <= server_ttft + 0.05, (client_ttft, server_ttft)
     assert abs(client_itl - server_itl) <= 0.1 * server_itl + 0.002, (client_itl, server_itl)
+    # Per request, joined on the X-Request-Id the loadgen sends: the client's TTFT from its send
+    # contains the server's from arrival (one clock: CLOCK_MONOTONIC is shared by processes).
+    import json
+
+    from loadgen.client import request_id_header
+
+    truth = {g["id"]: g for g in json.loads(urllib.request.urlopen(f"{url}/emulator/requests", timeout=10).read())["requests"]}
+    campaign = recs[0].campaign
+    diffs = []
+    for r in recs:
+        g = truth[request_id_header(campaign, "g6", r.request_id)]
+        assert g["tokens"] == r.client_output_tokens
+        diffs.append((r.ttft_s or 0) - (r.send_lag_s or 0) - (g["first_token_written"] - g["arrival"]))
+    diffs.sort()
+    assert diffs[0] > -0.001 and diffs[len(diffs) // 2] < 0.02, (diffs[0], diffs[len(diffs) // 2])
