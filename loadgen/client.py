@@ -14,10 +14,12 @@ import _socket
 import errno
 import ipaddress
 import json
+import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from gevent import get_hub
@@ -34,6 +36,9 @@ _ERR_BODY_MAX = 2048
 # A token frame is ~200-400 bytes; a small buffer is cheaper to allocate on every recv (about
 # 1 us less than 64 KiB here), and a level-triggered watcher calls again if more is waiting.
 _RECV_BYTES = 4096
+_READ, _WRITE = 1, 2  # libev event masks
+
+log = logging.getLogger("loadgen.client")
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,14 @@ def request_id_header(campaign: str, fleet: str, request_id: int) -> str:
     return f"{campaign}-{fleet}-{request_id}"
 
 
+class DueHook(Protocol):
+    """What a stream calls after each read: the replayer, which sends whatever came due."""
+
+    next_due: float  # monotonic time of the next scheduled send (inf: none)
+
+    def launch_due(self, now: float) -> None: ...
+
+
 class StreamingClient:
     def __init__(self, base_url: str, *, api: Api, timeout_s: float, connect_timeout_s: float = 10.0, api_key: str | None = None):
         u = urlsplit(base_url)
@@ -81,6 +94,15 @@ class StreamingClient:
         self.path = (u.path.rstrip("/") + PATHS[api]) if u.path not in ("", "/") else PATHS[api]
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
+        self.hook: DueHook | None = None
+        try:
+            ip = ipaddress.ip_address(self.host)
+        except ValueError:  # a name (an NLB's DNS name): resolved by resolve(), again and again
+            self._literal = False
+            self._addresses: list[tuple[int, tuple[Any, ...]]] = []
+        else:
+            self._literal = True
+            self._addresses = [(_socket.AF_INET6 if ip.version == 6 else _socket.AF_INET, (self.host, self.port))]
         auth = f"Authorization: Bearer {api_key}\r\n" if api_key else ""
         self._head = (
             f"POST {self.path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
@@ -94,125 +116,218 @@ class StreamingClient:
         rid = f"X-Request-Id: {request_id}\r\n" if request_id else ""
         return self._head + f"{rid}Content-Length: {len(data)}\r\n\r\n".encode() + data
 
-    def stream(self, wire: bytes, timeout_s: float | None = None) -> Exchange:
-        """Send pre-encoded request bytes (see `encode`) and read the whole stream.
+    @property
+    def addresses(self) -> list[tuple[int, tuple[Any, ...]]]:
+        """The addresses `start` connects to, in order: the literal IP, or the host name's
+        addresses as of the last `resolve()`."""
+        return self._addresses
 
-        `timeout_s` overrides the client's deadline for this one request. The response is read
-        from readiness callbacks in gevent's hub (`_Reader`), not by this greenlet blocking in
-        `recv`: a stream costs two greenlet switches instead of two per token, which is what
-        lets one core carry hundreds of streams without delaying the sending loop."""
+    def resolve(self) -> None:
+        """Look the host name up again (blocks this greenlet on gevent's resolver; never call
+        it from a hub callback). A name is an NLB's DNS name, whose addresses change."""
+        if self._literal:
+            return
+        self._addresses = [(fam, addr) for fam, _, _, _, addr in gsocket.getaddrinfo(self.host, self.port, 0, _socket.SOCK_STREAM)]
+
+    def open(self, wire: bytes, on_done: Callable[[Exchange], None], timeout_s: float | None = None) -> Stream:
+        """A request for pre-encoded bytes (see `encode`), sent by `Stream.begin()`; `on_done`
+        gets the Exchange once the response ended, failed or timed out. Neither blocks, so both
+        may run in a hub callback: this is how the replayer sends on time while hundreds of
+        streams are being read (no greenlet per request, no switch per token)."""
+        return Stream(self, wire, self.timeout_s if timeout_s is None else timeout_s, on_done)
+
+    def stream(self, wire: bytes, timeout_s: float | None = None) -> Exchange:
+        """Blocking form of `start` for one greenlet: resolves a host name first (the lookup
+        counts in TTFT, as it does for any real client), then waits for the Exchange."""
         limit = self.timeout_s if timeout_s is None else timeout_s
         sent_t = time.monotonic()
-        deadline = sent_t + limit
-        reader: _Reader | None = None
-        sock: _socket.socket | None = None
-        timed_out = False
-        error: str | None = None
         try:
-            sock = self._connect(deadline)
-            _send_all(sock, wire, deadline)
-            reader = _Reader(sock)
-            try:
-                if not reader.done.wait(max(0.0, deadline - time.monotonic())):
-                    raise _DeadlinePassed
-            finally:
-                reader.close()
-            error = reader.error
-        except _DeadlinePassed:
-            timed_out = True
-            error = f"no complete response within {limit:g} s"
+            self.resolve()
         except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"[:300]
-        finally:
-            end_t = time.monotonic()
-            if sock is not None:
-                sock.close()
-        if reader is None:
-            return Exchange(StreamState(), Transport(None, timed_out, error, False), sent_t, end_t)
-        resp = reader.resp
-        headers = bool(resp.headers_complete)
-        status = resp.status_code if headers else None
-        if headers and status != 200 and error is None:
-            error = f"HTTP {status}: {reader.err_body.decode('utf-8', errors='replace').strip()[:300]}"
-        return Exchange(reader.state, Transport(status, timed_out, error, headers), sent_t, end_t)
+            return Exchange(StreamState(), Transport(None, False, _describe(exc), False), sent_t, time.monotonic())
+        done = Event()
+        box: list[Exchange] = []
 
-    def _addresses(self) -> list[tuple[int, tuple[Any, ...]]]:
+        def on_done(ex: Exchange) -> None:
+            box.append(ex)
+            done.set()
+
+        st = Stream(self, wire, limit, on_done, sent_t)
+        st.begin()
         try:
-            ip = ipaddress.ip_address(self.host)
-        except ValueError:  # a name (an NLB's DNS name): resolve per request, as NLB IPs change
-            return [(fam, addr) for fam, _, _, _, addr in gsocket.getaddrinfo(self.host, self.port, 0, _socket.SOCK_STREAM)]
-        return [(_socket.AF_INET6 if ip.version == 6 else _socket.AF_INET, (self.host, self.port))]
-
-    def _connect(self, deadline: float) -> _socket.socket:
-        last: Exception | None = None
-        for family, addr in self._addresses():
-            s = _socket.socket(family, _socket.SOCK_STREAM)
-            s.setblocking(False)
-            try:
-                err = s.connect_ex(addr)
-                if err in (errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EALREADY):
-                    left = deadline - time.monotonic()
-                    wait = min(self.connect_timeout_s, left)
-                    try:
-                        gsocket.wait_write(s.fileno(), timeout=max(0.0, wait))
-                    except _socket.timeout:
-                        if wait >= left:
-                            raise _DeadlinePassed from None
-                        raise TimeoutError(f"connect to {addr[0]}:{addr[1]} timed out after {self.connect_timeout_s:g} s") from None
-                    err = s.getsockopt(_socket.SOL_SOCKET, _socket.SO_ERROR)
-                if err:
-                    raise OSError(err, f"connect to {addr[0]}:{addr[1]}: {os.strerror(err)}")
-                return s
-            except BaseException as exc:
-                s.close()
-                if not isinstance(exc, OSError):
-                    raise
-                last = exc
-        raise last or OSError(f"no address for {self.host}")
+            done.wait()
+        except BaseException:  # GreenletExit, KeyboardInterrupt: never leave watchers behind
+            st.abort("aborted: the waiting greenlet was killed")
+            raise
+        return box[0]
 
 
-class _DeadlinePassed(Exception):
-    """The request's overall deadline (request_timeout_s, or the SLO bound) passed."""
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:300]
 
 
-def _send_all(sock: _socket.socket, data: bytes, deadline: float) -> None:
-    view = memoryview(data)
-    while view:
-        try:
-            view = view[sock.send(view) :]
-        except BlockingIOError:
-            try:
-                gsocket.wait_write(sock.fileno(), timeout=max(0.0, deadline - time.monotonic()))
-            except _socket.timeout:
-                raise _DeadlinePassed from None
+class Stream:
+    """One request's whole life, driven by callbacks in gevent's hub: connect (each address in
+    turn), send, read until the response ends, then `on_done` exactly once.
 
+    Each read callback takes what the kernel holds, stamps it with the monotonic clock and feeds
+    the HTTP/1.1 parser (chunked framing) and then the SSE parser. Timers bound the connect
+    (connect_timeout_s per address) and the whole exchange (the deadline). After reading, a
+    callback gives the client's `hook` (the replayer) a chance to send requests that came due,
+    so a send never waits behind a whole loop iteration of other streams' tokens."""
 
-class _Reader:
-    """One response, driven by readiness callbacks that run in the hub (never block here).
+    __slots__ = (
+        "_addr",
+        "_addrs",
+        "_connect_timer",
+        "_deadline_timer",
+        "_events",
+        "_last_error",
+        "_view",
+        "_watcher",
+        "client",
+        "deadline",
+        "err_body",
+        "error",
+        "finished",
+        "limit",
+        "now",
+        "on_done",
+        "parser",
+        "resp",
+        "sent_t",
+        "sock",
+        "state",
+        "timed_out",
+    )
 
-    Each callback reads what the kernel holds, stamps it with the monotonic clock, and feeds
-    the HTTP/1.1 parser (chunked framing) and then the SSE parser. `done` is set once the response ended,
-    the peer closed, or something failed."""
-
-    __slots__ = ("done", "err_body", "error", "now", "parser", "resp", "sock", "state", "watcher")
-
-    def __init__(self, sock: _socket.socket) -> None:
-        self.sock = sock
+    def __init__(self, client: StreamingClient, wire: bytes, limit: float, on_done: Callable[[Exchange], None], sent_t: float | None = None):
+        self.client = client
+        self.limit = limit
+        self.sent_t = time.monotonic() if sent_t is None else sent_t
+        self.deadline = self.sent_t + limit
+        self.on_done = on_done
         self.state = StreamState()
         self.parser = SSEParser()
         self.err_body = bytearray()
         self.resp = ResponseParser(self._on_body)
         self.now = 0.0
         self.error: str | None = None
-        self.done = Event()
-        self.watcher = get_hub().loop.io(sock.fileno(), 1)  # 1 = readable
-        self.watcher.start(self.on_readable)
+        self.timed_out = False
+        self.finished = False
+        self.sock: _socket.socket | None = None
+        self._view = memoryview(wire)
+        self._addrs: list[tuple[int, tuple[Any, ...]]] = []
+        self._addr: tuple[Any, ...] = ()
+        self._last_error: str | None = None
+        self._watcher: Any = None
+        self._events = 0
+        self._connect_timer: Any = None
+        self._deadline_timer: Any = None
 
-    def close(self) -> None:
-        """Idempotent. Stops the watcher first: a level-triggered watcher on a socket at EOF
-        would otherwise call back on every loop iteration until the greenlet wakes."""
-        self.watcher.stop()
-        self.watcher.close()
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def begin(self) -> None:
+        """Connect to the client's addresses as last resolved, in order; the clock (sent_t)
+        started when this Stream was made."""
+        self._addrs = list(self.client.addresses)
+        loop = get_hub().loop
+        loop.update_now()  # libev timers count from the loop's cached time, stale mid-iteration
+        self._deadline_timer = loop.timer(max(0.0, self.deadline - time.monotonic()))
+        self._deadline_timer.start(self._on_deadline)
+        self._connect_next()
+
+    def abort(self, reason: str) -> None:
+        """End now (the run is stopping): on_done gets what was read so far."""
+        self._finish(reason)
+
+    def _connect_next(self) -> None:
+        """Try the next address; with none left, fail with the last address's error."""
+        while self._addrs:
+            family, addr = self._addrs.pop(0)
+            self._addr = addr
+            try:
+                s = _socket.socket(family, _socket.SOCK_STREAM)
+            except OSError as exc:  # EMFILE: out of descriptors
+                self._last_error = _describe(exc)
+                continue
+            s.setblocking(False)
+            err = s.connect_ex(addr)
+            self.sock = s
+            if err == 0:
+                self._send()
+                return
+            if err in (errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EALREADY):
+                self._watch(_WRITE, self._on_connected)
+                left = self.deadline - time.monotonic()
+                if self.client.connect_timeout_s < left:  # else the deadline comes first
+                    loop = get_hub().loop
+                    loop.update_now()
+                    self._connect_timer = loop.timer(self.client.connect_timeout_s)
+                    self._connect_timer.start(self._on_connect_timeout)
+                return
+            self._drop_socket(_describe(OSError(err, f"connect to {addr[0]}:{addr[1]}: {os.strerror(err)}")))
+        self._finish(self._last_error or f"OSError: no address for {self.client.host}")
+
+    def _drop_socket(self, why: str) -> None:
+        self._last_error = why
+        self._unwatch()
+        self._stop_connect_timer()
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+    def _on_connected(self) -> None:
+        assert self.sock is not None
+        self._stop_connect_timer()
+        err = self.sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_ERROR)
+        if err:
+            addr = self._addr
+            self._drop_socket(_describe(OSError(err, f"connect to {addr[0]}:{addr[1]}: {os.strerror(err)}")))
+            self._connect_next()
+            return
+        self._send()
+
+    def _on_connect_timeout(self) -> None:
+        addr = self._addr
+        self._drop_socket(f"TimeoutError: connect to {addr[0]}:{addr[1]} timed out after {self.client.connect_timeout_s:g} s")
+        self._connect_next()
+
+    def _send(self) -> None:
+        """Write what is left of the request; on a full buffer, wait until writable."""
+        assert self.sock is not None
+        try:
+            while self._view:
+                self._view = self._view[self.sock.send(self._view) :]
+        except BlockingIOError:
+            if self._events != _WRITE or self._watcher.callback != self._send:
+                self._watch(_WRITE, self._send)
+            return
+        except OSError as exc:
+            self._finish(_describe(exc))
+            return
+        self._watch(_READ, self._on_readable)
+
+    def _on_readable(self) -> None:
+        resp = self.resp
+        try:
+            data = self.sock.recv(_RECV_BYTES)  # type: ignore[union-attr]
+            self.now = now = time.monotonic()
+            if data:
+                resp.feed(data)
+                if resp.message_complete:
+                    self._finish(None)
+            else:
+                resp.feed_eof()  # completes a close-delimited body
+                self._finish(None if resp.message_complete else "connection closed before the response ended")
+        except BlockingIOError:
+            return  # spurious readiness
+        except Exception as exc:  # a reset, or bytes the parser rejects: this stream fails, the hub goes on
+            self._finish(_describe(exc))
+            return
+        hook = self.client.hook
+        if hook is not None and now >= hook.next_due:
+            hook.launch_due(now)
 
     def _on_body(self, data: bytes) -> None:
         if self.resp.status_code == 200:
@@ -222,26 +337,55 @@ class _Reader:
         elif len(self.err_body) < _ERR_BODY_MAX:
             self.err_body.extend(data[: _ERR_BODY_MAX - len(self.err_body)])
 
-    def on_readable(self) -> None:
-        resp = self.resp
-        try:
-            data = self.sock.recv(_RECV_BYTES)
-            self.now = time.monotonic()
-            if data:
-                resp.feed(data)
-                if not resp.message_complete:
-                    return
-                self._finish()
-                return
-            resp.feed_eof()  # completes a close-delimited body
-            if not resp.message_complete:
-                self.error = "connection closed before the response ended"
-        except BlockingIOError:
-            return  # spurious readiness
-        except Exception as exc:  # a reset, or bytes the parser rejects: this stream fails, the hub goes on
-            self.error = f"{type(exc).__name__}: {exc}"[:300]
-        self._finish()
+    def _on_deadline(self) -> None:
+        self.timed_out = True
+        self._finish(f"no complete response within {self.limit:g} s")
 
-    def _finish(self) -> None:
-        self.watcher.stop()
-        self.done.set()
+    def _finish(self, error: str | None) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        end_t = time.monotonic()
+        self._unwatch()
+        self._stop_connect_timer()
+        if self._deadline_timer is not None:
+            self._deadline_timer.stop()
+            self._deadline_timer.close()
+        if self.sock is not None:
+            self.sock.close()
+        resp = self.resp
+        headers = bool(resp.headers_complete)
+        status = resp.status_code if headers else None
+        if headers and status != 200 and error is None:
+            error = f"HTTP {status}: {self.err_body.decode('utf-8', errors='replace').strip()[:300]}"
+        self.error = error
+        ex = Exchange(self.state, Transport(status, self.timed_out, error, headers), self.sent_t, end_t)
+        try:
+            self.on_done(ex)
+        except Exception:
+            log.exception("on_done of a stream failed")
+
+    # -- watchers ----------------------------------------------------------------------------
+
+    def _watch(self, events: int, callback: Callable[[], None]) -> None:
+        """Level-triggered readiness watcher on the socket (one at a time)."""
+        assert self.sock is not None
+        self._unwatch()
+        self._watcher = get_hub().loop.io(self.sock.fileno(), events)
+        self._events = events
+        self._watcher.start(callback)
+
+    def _unwatch(self) -> None:
+        """Stop before close: a level-triggered watcher on a socket at EOF would otherwise
+        call back on every loop iteration."""
+        if self._watcher is not None:
+            self._watcher.stop()
+            self._watcher.close()
+            self._watcher = None
+            self._events = 0
+
+    def _stop_connect_timer(self) -> None:
+        if self._connect_timer is not None:
+            self._connect_timer.stop()
+            self._connect_timer.close()
+            self._connect_timer = None

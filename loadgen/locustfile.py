@@ -55,15 +55,24 @@ def _args(parser: Any) -> None:
         help="stop sending after N replay seconds (0 = whole schedule)",
     )
     g.add_argument(
-        "--rate-multiplier", type=float, env_var="LOADGEN_RATE_MULTIPLIER", default=1.0,
+        "--rate-multiplier",
+        type=float,
+        env_var="LOADGEN_RATE_MULTIPLIER",
+        default=1.0,
         help="capacity step: replay the same requests at rate x k (offsets / k)",
     )
     g.add_argument(
-        "--slo-deadline", action="store_true", env_var="LOADGEN_SLO_DEADLINE", default=False,
+        "--slo-deadline",
+        action="store_true",
+        env_var="LOADGEN_SLO_DEADLINE",
+        default=False,
         help="capacity step: abandon a request once it can no longer meet the per-request SLO",
     )
     g.add_argument(
-        "--no-warmup", action="store_true", env_var="LOADGEN_NO_WARMUP", default=False,
+        "--no-warmup",
+        action="store_true",
+        env_var="LOADGEN_NO_WARMUP",
+        default=False,
         help="count every request (the server is already warm, e.g. a capacity step after the replay)",
     )
     g.add_argument("--s3-uri", type=str, env_var="LOADGEN_S3_URI", default="", help="s3://bucket/prefix to upload records and summary to")
@@ -192,7 +201,8 @@ def _watch_missing(runner: MasterRunner) -> None:
         if all(c.id in _state["done_nodes"] for c in alive):
             log.warning(
                 "loadgen: %d worker(s) went missing (%s) and every other worker is done: stopping",
-                len(missing), ", ".join(c.id for c in missing),
+                len(missing),
+                ", ".join(c.id for c in missing),
             )
             gevent.spawn(runner.quit)
             return

@@ -1,33 +1,39 @@
 """Open-loop replay of one worker's share of the schedule (gevent; no Locust import).
 
-Each request gets its own greenlet, spawned at its scheduled time whatever is in flight: the
-offered load is the trace's, never throttled by slow responses (no closed-loop users).
-Prompts and request bytes are prepared before the clock starts so synthesis never adds lag.
+Each request is started at its scheduled time whatever is in flight: the offered load is the
+trace's, never throttled by slow responses (no closed-loop users). Requests are started from
+a high-priority timer and, under load, from the read callbacks of the streams already in
+flight (`Replayer.launch_due`): a send never waits for a greenlet to be scheduled behind a
+loop iteration full of other streams' tokens. Prompts and request bytes are prepared before
+the clock starts so synthesis never adds lag.
 """
 
 from __future__ import annotations
 
 import gc
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import gevent
-from gevent.pool import Group
+from gevent import get_hub
+from gevent.event import Event
 
 from campaign.manifest import Manifest
 from campaign.records import RequestRecord, RunSummary
-from loadgen.client import StreamingClient, request_body, request_id_header
+from loadgen.client import Exchange, Stream, StreamingClient, request_body, request_id_header
 from loadgen.metrics import ClientMetrics
 from loadgen.prompts import Api, PromptBuilder
 from loadgen.recording import RecordContext, RecordSink, build_record, not_sent_record, records_name, summary_name, upload_to_s3
 from loadgen.schedule import ScheduledRequest, build_schedule, partition
-from loadgen.sse import StreamState, Transport
 from loadgen.summary import CpuMeter, SummaryInputs, summarize
 
 log = logging.getLogger("loadgen.replay")
+_SPIN_S = 0.0015  # see Replayer._wait_until
 
 
 @dataclass(frozen=True)
@@ -78,8 +84,14 @@ class Replayer:
         self.sink = RecordSink(cfg.records_dir / records_name(cfg.fleet, self.worker))
         self._wire: dict[int, bytes] = {}
         self._pending: dict[int, ScheduledRequest] = {r.request_id: r for r in self.mine}
-        self._inflight = Group()
-        self._spawned: dict[int, ScheduledRequest] = {}  # spawned, no record yet
+        self._inflight: dict[int, Stream] = {}  # started, no record yet
+        self._next = 0  # index in self.mine of the next request to send
+        self.next_due = math.inf  # monotonic time it is due (read by every stream's read callback)
+        self._launching = False
+        self._timer: Any = None
+        self._spinner: Any = None
+        self._sending_over = Event()  # the schedule is sent (or cut by duration_s, or stopped)
+        self._drained = Event()  # ... and nothing is in flight any more
         self._stopped = False
         self._finalized: RunSummary | None = None
         self.ctx: RecordContext | None = None
@@ -104,32 +116,109 @@ class Replayer:
             except Exception:
                 log.exception("on_record hook failed")
 
-    def _one(self, req: ScheduledRequest) -> None:
+    def _launch(self, req: ScheduledRequest) -> None:
         assert self.ctx is not None
-        sent_t = time.monotonic()
         timeout = None
         if self.cfg.slo_deadline:
             bound = self.m.slo.ttft_p95_s + req.output_tokens * self.m.slo.itl_p95_s
-            timeout = max(0.001, min(self.m.loadgen.request_timeout_s, self.ctx.t0 + req.offset_s + bound - sent_t))
-        try:
-            ex = self.client.stream(self._wire.pop(req.request_id), timeout)
-        except gevent.GreenletExit:
-            end = time.monotonic()
-            del self._spawned[req.request_id]
-            self._emit(build_record(self.ctx, req, sent_t, end, StreamState(), Transport(error="aborted: run stopped mid-request")))
-            raise
-        del self._spawned[req.request_id]
+            timeout = max(0.001, min(self.m.loadgen.request_timeout_s, self.ctx.t0 + req.offset_s + bound - time.monotonic()))
+        del self._pending[req.request_id]
+        rid = req.request_id
+        st = self._inflight[rid] = self.client.open(self._wire.pop(rid), lambda ex: self._done(req, ex), timeout)
+        st.begin()  # a stream that fails at once calls _done from in here
+
+    def _done(self, req: ScheduledRequest, ex: Exchange) -> None:
+        assert self.ctx is not None
+        self._inflight.pop(req.request_id, None)
         self._emit(build_record(self.ctx, req, ex.sent_t, ex.end_t, ex.state, ex.transport))
+        if not self._inflight and self._sending_over.is_set():
+            self._drained.set()
+
+    def launch_due(self, now: float) -> None:
+        """Send every request whose time has come; then arm the timer for the next one. Runs in
+        the hub (timer or a stream's read callback), never blocks."""
+        if self._launching:  # re-entered from a stream that failed at once
+            return
+        self._launching = True
+        try:
+            assert self.ctx is not None
+            t0, mine, limit = self.ctx.t0, self.mine, self.cfg.duration_s
+            while self._next < len(mine) and not self._stopped:
+                req = mine[self._next]
+                if limit is not None and req.offset_s > limit:
+                    break
+                due = t0 + req.offset_s
+                if due > now:
+                    now = time.monotonic()
+                    if due > now:
+                        self.next_due = due
+                        self._wait_until(due, now)
+                        return
+                self._next += 1
+                self._launch(req)
+            self.next_due = math.inf
+            self._stop_waiting()
+            self._sending_over.set()
+            if not self._inflight:
+                self._drained.set()
+        finally:
+            self._launching = False
+
+    def _wait_until(self, due: float, now: float) -> None:
+        """Come back at `due`. A libev timer on epoll wakes up to 1 ms late (epoll_wait counts
+        whole milliseconds, and libev never sleeps less than 1 ms), so the timer is set
+        _SPIN_S early, at the highest priority, and the last stretch polls: an idle watcher
+        keeps the loop from blocking (epoll with a zero timeout) and checks the clock once per
+        iteration, while reads go on being served."""
+        if due - now > _SPIN_S:
+            self._stop_spinning()
+            loop = get_hub().loop
+            if self._timer is not None:
+                self._timer.stop()
+                self._timer.close()
+            loop.update_now()
+            self._timer = t = loop.timer(due - now - _SPIN_S, 0.0, True, 2)
+            t.start(self._wake)
+        elif self._spinner is None:
+            self._spinner = get_hub().loop.idle(True, 2)
+            self._spinner.start(self._wake)
+
+    def _wake(self) -> None:
+        self.launch_due(time.monotonic())
+
+    def _stop_spinning(self) -> None:
+        if self._spinner is not None:
+            self._spinner.stop()
+            self._spinner.close()
+            self._spinner = None
+
+    def _stop_waiting(self) -> None:
+        self._stop_spinning()
+        if self._timer is not None:
+            self._timer.stop()
 
     def _flusher(self) -> None:
         while True:
             gevent.sleep(0.25)
             self.sink.maybe_flush()
 
+    def _resolver(self) -> None:
+        """Keep a host name's addresses fresh (an NLB's change); streams read the last list."""
+        while True:
+            gevent.sleep(5.0)
+            try:
+                self.client.resolve()
+            except Exception as exc:
+                log.warning("resolving %s failed, keeping the last addresses: %s", self.client.host, exc)
+
     def run(self) -> RunSummary:
         """Replay to the end (or until stopped), wait for in-flight requests, finalize."""
         if not self._wire and self.mine:
             self.prepare()
+        try:
+            self.client.resolve()
+        except Exception as exc:  # every request will fail and say so in its record
+            log.error("cannot resolve %s: %s", self.client.host, exc)
         # The prompts and wire bytes built in prepare() are long-lived: move them out of the
         # collector's reach, and collect young objects less often, so a full collection over
         # thousands of live streams cannot stall the sending loop for tens of milliseconds.
@@ -141,25 +230,17 @@ class Replayer:
         self.ctx = RecordContext(
             self.m.campaign, self.m.digest, self.cfg.fleet, self.worker, time.time(), t0, self.m.slo.ttft_p95_s, self.m.slo.itl_p95_s
         )
-        flusher = gevent.spawn(self._flusher)
+        helpers = [gevent.spawn(self._flusher), gevent.spawn(self._resolver)]
+        self.client.hook = self
         try:
-            for req in self.mine:
-                if self._stopped:
-                    break
-                if self.cfg.duration_s is not None and req.offset_s > self.cfg.duration_s:
-                    break
-                delay = t0 + req.offset_s - time.monotonic()
-                if delay > 0:
-                    gevent.sleep(delay)
-                if self._stopped:
-                    break
-                del self._pending[req.request_id]
-                self._spawned[req.request_id] = req
-                self._inflight.spawn(self._one, req)
-            # Each request enforces request_timeout_s itself; the margin covers connect time.
-            self._inflight.join(timeout=self.m.loadgen.request_timeout_s + 15.0)
+            if not self._stopped:
+                self.launch_due(time.monotonic())
+            self._sending_over.wait()
+            # Each request enforces request_timeout_s itself; the margin covers a late callback.
+            self._drained.wait(timeout=self.m.loadgen.request_timeout_s + 15.0)
         finally:
-            flusher.kill()
+            self.client.hook = None
+            gevent.killall(helpers)
         return self.finalize("schedule ended" if not self._stopped else "run stopped")
 
     def finalize(self, why: str = "run stopped") -> RunSummary:
@@ -167,7 +248,8 @@ class Replayer:
         if self._finalized is not None:
             return self._finalized
         self._stopped = True
-        self._inflight.kill(block=True, timeout=5.0)
+        self.next_due = math.inf
+        self._stop_waiting()
         if self.ctx is None:  # stopped before the clock started: nothing was sent
             self.ctx = RecordContext(
                 self.m.campaign,
@@ -179,11 +261,13 @@ class Replayer:
                 self.m.slo.ttft_p95_s,
                 self.m.slo.itl_p95_s,
             )
-        # Spawned but killed before their first instruction: they never reached the wire.
-        for req in [*self._spawned.values(), *self._pending.values()]:
+        for st in list(self._inflight.values()):
+            st.abort("aborted: run stopped mid-request")  # emits its record via _done
+        for req in self._pending.values():
             self._emit(not_sent_record(self.ctx, req, f"not sent: {why}"))
         self._pending.clear()
-        self._spawned.clear()
+        self._sending_over.set()
+        self._drained.set()
         self.sink.close()
         summary = summarize(
             SummaryInputs(self.m.campaign, self.m.digest, self.cfg.fleet, self.m.loadgen.max_schedule_lag_p99_s),

@@ -147,3 +147,105 @@ def test_silent_or_garbled_servers_become_records(example_manifest_path: Path, r
         srv.close()
     r = json.loads(out.stdout.strip().splitlines()[-1])
     assert r["outcome"] == outcome and error in r["error"] and not r["slo_ok"]
+
+
+def _full_backlog() -> tuple[Any, list[Any]]:
+    """A listener whose accept queue is full: a new connect gets no SYN-ACK and hangs."""
+    import socket
+
+    lst = socket.socket()
+    lst.bind(("127.0.0.1", 0))
+    lst.listen(0)
+    port = lst.getsockname()[1]
+    fillers = []
+    for _ in range(4):
+        c = socket.socket()
+        c.setblocking(False)
+        c.connect_ex(("127.0.0.1", port))
+        fillers.append(c)
+    return lst, fillers
+
+
+@pytest.mark.parametrize(
+    ("connect_timeout", "timeout", "outcome", "error"),
+    [
+        ("0.3", "5", "connection_error", "timed out after 0.3 s"),  # the connect timer fires first
+        ("5", "0.3", "timeout", "no complete response within 0.3 s"),  # the request's deadline fires first
+    ],
+)
+def test_connect_that_hangs_ends_at_the_first_timer(example_manifest_path: Path, connect_timeout: str, timeout: str, outcome: str, error: str) -> None:
+    lst, fillers = _full_backlog()
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "loadgen.probe", "--manifest", str(example_manifest_path), "--fleet", "g6",
+             "--host", f"http://127.0.0.1:{lst.getsockname()[1]}", "--timeout-s", timeout, "--connect-timeout-s", connect_timeout],
+            capture_output=True, text=True, cwd=ROOT, timeout=60, check=True,
+        )
+    finally:
+        lst.close()
+        for c in fillers:
+            c.close()
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["outcome"] == outcome and error in r["error"], r
+    assert r["e2e_s"] < 3.0  # ended by the shorter timer, not the longer one
+
+
+_BIG_REQUEST = r"""
+import json, sys
+from loadgen.client import StreamingClient
+c = StreamingClient(sys.argv[1], api="completions", timeout_s=30)
+wire = c.encode({"prompt": "x" * int(sys.argv[2])})
+ex = c.stream(wire)
+print(json.dumps({"status": ex.transport.http_status, "error": ex.transport.error, "tokens": ex.state.client_output_tokens,
+                  "done": ex.state.done, "finish": ex.state.finish_reason}))
+"""
+
+
+def test_request_larger_than_the_socket_buffers_is_sent_whole() -> None:
+    # A 24 MB body cannot go out in one send(): the client must wait for writability and go on
+    # where it stopped. The server only answers once it has every byte it was promised.
+    import socket
+    import threading
+
+    lst = socket.socket()
+    lst.bind(("127.0.0.1", 0))
+    lst.listen(1)
+    got: list[int] = []  # Content-Length, body bytes received
+
+    def serve() -> None:
+        conn, _ = lst.accept()
+        with conn:
+            threading.Event().wait(0.3)  # let the client's buffers fill first
+            buf = b""
+            while b"\r\n\r\n" not in buf:
+                buf += conn.recv(65536)
+            head, body = buf.split(b"\r\n\r\n", 1)
+            length = int(next(h.split(b":")[1] for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")))
+            n = len(body)
+            while n < length:
+                chunk = conn.recv(1 << 20)
+                if not chunk:
+                    break
+                n += len(chunk)
+            got.extend((length, n))
+            events = [
+                {"choices": [{"index": 0, "text": "a", "finish_reason": None}]},
+                {"choices": [{"index": 0, "text": "b", "finish_reason": "length"}]},
+            ]
+            payload = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n"
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n" + payload)
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    size = 24 << 20
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", _BIG_REQUEST, f"http://127.0.0.1:{lst.getsockname()[1]}", str(size)],
+            capture_output=True, text=True, cwd=ROOT, timeout=60, check=True,
+        )
+    finally:
+        lst.close()
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r == {"status": 200, "error": None, "tokens": 2, "done": True, "finish": "length"}
+    body = len(json.dumps({"prompt": "x" * size}, separators=(",", ":")))
+    assert got == [body, body]

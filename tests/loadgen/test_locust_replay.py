@@ -33,6 +33,12 @@ def test_one_worker_and_two_workers_replay_the_same_requests(sse_server: SSEServ
     assert all(r.server_prompt_tokens == r.input_tokens for r in r1 if r.input_tokens > 8)
     assert (tmp_path / "two" / "summary-g6.json").is_file()
     assert sum(r.warmup for r in r1) == one.warmup_excluded > 0
+    # Open loop, on time: nothing goes out before its scheduled time (a timer armed on the
+    # event loop's stale clock would fire early), and each worker sends in schedule order.
+    assert all(r.send_lag_s is not None and r.send_lag_s >= 0 for r in r1 + r2)
+    for recs in (r1, [r for r in r2 if r.worker == "w0"], [r for r in r2 if r.worker == "w1"]):
+        by_time = sorted(recs, key=lambda r: (r.scheduled_s, r.request_id))
+        assert [r.sent_s for r in by_time] == sorted(r.sent_s for r in recs)
 
 
 def test_faulty_server_gives_failure_records_not_a_crash(sse_server: SSEServer, small_manifest: Path, tmp_path: Path) -> None:
