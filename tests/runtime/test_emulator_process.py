@@ -63,7 +63,7 @@ def test_openai_client_streams_with_usage_and_stops(example: Any) -> None:
 
 
 def test_client_ttft_and_itl_match_timing_model(manifest_data: dict[str, Any], tmp_path: Path) -> None:
-    """At low load a client sees TTFT = prefill step and ITL = decode step, within 2 ms (median)."""
+    """At low load a client sees TTFT = prefill step and ITL = decode step, within 3% of a step (median)."""
     data = variant(manifest_data, "g6", efficiency={"bandwidth": 0.5, "compute": 0.5})  # ~107 ms steps
     path, m = load(tmp_path, data)
     timing = TimingModel.for_fleet(m, m.fleet("g6"))
@@ -77,16 +77,19 @@ def test_client_ttft_and_itl_match_timing_model(manifest_data: dict[str, Any], t
         ttft_err: list[float] = []
         itl_err: list[float] = []
         async with aiohttp.ClientSession() as s:
-            # The same body to /tokenize: loopback round trip + JSON parse + tokenizing the prompt,
-            # i.e. everything before the model's first step, which is not the model's time.
-            rtts = []
-            for _ in range(7):
+
+            async def tokenize_rtt() -> float:
+                # The same body to /tokenize: loopback round trip + JSON parse + tokenizing the
+                # prompt, i.e. everything before the model's first step, which is not model time.
                 t = time.monotonic()
                 async with s.post(base + "/tokenize", json={"model": MODEL, "prompt": prompt}) as r:
                     await r.read()
-                rtts.append(time.monotonic() - t)
-            rtt = statistics.median(rtts[1:])
-            for i in range(8):
+                return time.monotonic() - t
+
+            for i in range(9):
+                # Paired with the request it corrects, so a slow stretch on a shared VM shifts
+                # both sides alike instead of biasing a run-level median.
+                rtt = min([await tokenize_rtt() for _ in range(3)])
                 t0 = time.monotonic()
                 times: list[float] = []
                 body = {"model": MODEL, "prompt": prompt, "max_tokens": max_tokens, "stream": True}
@@ -102,8 +105,10 @@ def test_client_ttft_and_itl_match_timing_model(manifest_data: dict[str, Any], t
 
     with emulator_process(path, "g6") as base:
         ttft_err, itl_err = asyncio.run(main(base))
-    assert abs(statistics.median(ttft_err)) < 0.002, ttft_err
-    assert abs(statistics.median(itl_err)) < 0.002, itl_err
+    # 3% of a ~107 ms step: any wrong path in the model (prefill priced as decode, a missing
+    # term) is tens of ms off, while loopback noise on a shared 2-core VM stays within this.
+    assert abs(statistics.median(ttft_err)) < 0.03 * expected_ttft, ttft_err
+    assert abs(statistics.median(itl_err)) < 0.03 * expected_itl[0], itl_err
 
 
 def test_process_exits_cleanly_and_writes_port_file(example: Any, tmp_path: Path) -> None:
