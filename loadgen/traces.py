@@ -75,6 +75,8 @@ def _int_field(value: Any, name: str) -> int:
 
 
 def _float_field(value: Any, name: str) -> float:
+    if isinstance(value, bool):  # JSON true would otherwise pass as 1.0
+        raise ValueError(f"bad {name} {value!r}")
     try:
         f = float(value)
     except (TypeError, ValueError):
@@ -112,19 +114,29 @@ def _text_lines(path: Path, *, strip_bom: bool) -> Iterator[tuple[int, str]]:
 
 
 def _csv_rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
-    reader = csv.DictReader(text for _, text in _text_lines(path, strip_bom=True))
+    fed = [0]  # the last physical line handed to the csv module: where its own errors are
+
+    def lines() -> Iterator[str]:
+        for n, text in _text_lines(path, strip_bom=True):
+            fed[0] = n
+            yield text
+
+    reader = csv.DictReader(lines())
     try:
         if reader.fieldnames is None:
             raise TraceError(path, 1, "empty file (no header)")
         for row in reader:
-            if not any((v or "").strip() for v in row.values() if isinstance(v, str)):
-                continue  # blank line
+            values = [v for v in row.values() if isinstance(v, str)]
+            if not any(v.strip() for v in values):
+                if len(values) == 1:
+                    continue  # a whitespace-only line
+                raise TraceError(path, reader.line_num, "empty row: every field is blank")
             extra = row.get(None)
             if extra:  # a stray separator shifts every later column: never guess which is which
                 raise TraceError(path, reader.line_num, f"{len(reader.fieldnames) + len(extra)} fields, the header has {len(reader.fieldnames)}")
             yield reader.line_num, row
     except csv.Error as exc:  # e.g. NUL byte, field over the csv field size limit
-        raise TraceError(path, max(reader.line_num, 1), f"malformed CSV: {exc}") from None
+        raise TraceError(path, max(fed[0], 1), f"malformed CSV: {exc}") from None
 
 
 def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:

@@ -81,3 +81,27 @@ def test_a_row_with_more_fields_than_the_header_names_its_line(tmp_path: Path) -
     p.write_text("offset_s,input_tokens,output_tokens,hash_ids\n0.5,10,20,\n1,2,30,40,\n")
     with pytest.raises(TraceError, match=r"t\.csv:3: 5 fields, the header has 4"):
         read_trace(p, "plain-csv")
+
+
+@pytest.mark.parametrize(
+    ("text", "fmt", "line", "needle"),
+    [
+        ("offset_s,input_tokens,output_tokens\n0,1,1\n,,\n2,1,1\n", "plain-csv", 3, "every field is blank"),
+        ("offset_s,input_tokens,output_tokens\n0,1,1\n1," + "9" * 200_000 + ",1\n", "plain-csv", 3, "field larger than field limit"),
+        (
+            '{"offset_s": 0, "input_tokens": 1, "output_tokens": 1}\n{"offset_s": true, "input_tokens": 1, "output_tokens": 1}\n',
+            "plain-jsonl",
+            2,
+            "offset_s",
+        ),
+    ],
+)
+def test_rows_that_cannot_be_taken_at_face_value_name_their_line(text: str, fmt: str, line: int, needle: str) -> None:
+    with pytest.raises(TraceError) as ei:
+        read_trace_text(text, fmt)
+    assert ei.value.line == line and needle in ei.value.reason
+
+
+def test_whitespace_only_lines_are_blank() -> None:
+    rows = read_trace_text("offset_s,input_tokens,output_tokens\n0,1,1\n   \n2,1,1\n", "plain-csv")
+    assert [r.line for r in rows] == [2, 4]
