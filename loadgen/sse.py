@@ -127,8 +127,8 @@ class StreamState:
         if not isinstance(obj, dict):
             self.bad_chunks += 1
             return
-        if "error" in obj:  # vLLM reports mid-stream failures as a data event
-            err = obj["error"]
+        err = obj.get("error")
+        if err is not None:  # vLLM reports mid-stream failures as a data event ("error": null is none)
             self.server_error = str(err.get("message", err) if isinstance(err, dict) else err)[:500]
             return
         usage = obj.get("usage")

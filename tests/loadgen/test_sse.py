@@ -129,3 +129,14 @@ def _all_of(chunks: list[bytes]) -> list[SSEEvent]:
     for c in chunks:
         got += p.feed(c)
     return got
+
+
+def test_error_null_in_a_chunk_is_not_a_failure() -> None:
+    # Some servers serialize every optional field, so a healthy chunk can carry "error": null.
+    s = _state(
+        b'data: {"error": null, "choices":[{"index":0,"text":"a","finish_reason":null}]}\n\n'
+        b'data: {"error": null, "choices":[{"index":0,"text":"b","finish_reason":"length"}]}\n\n'
+        b"data: [DONE]\n\n"
+    )
+    assert s.server_error is None and s.client_output_tokens == 2
+    assert classify(OK_T, s, 2) == (Outcome.OK, None)
