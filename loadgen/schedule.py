@@ -70,10 +70,29 @@ def transform(rows: Sequence[TraceRow], w: Workload) -> list[ScheduledRequest]:
     return out
 
 
+class ScheduleError(ValueError):
+    pass
+
+
 def build_schedule(manifest: Manifest, trace_path: Path | None = None) -> list[ScheduledRequest]:
+    """Raises ScheduleError, naming the manifest field, when nothing would be replayed: a run
+    that measures nothing must not pass for a valid one."""
     w = manifest.workload
-    rows = read_trace(trace_path or manifest.trace_path, w.trace.format)
-    return transform(rows, w)
+    path = trace_path or manifest.trace_path
+    rows = read_trace(path, w.trace.format)
+    out = transform(rows, w)
+    if not out:
+        if not rows:
+            raise ScheduleError(f"workload.trace: {path} has no requests")
+        start, end = w.window.start_s, w.window.start_s + w.window.duration_s
+        inside = sum(start <= r.offset_s < end for r in rows)
+        if not inside:
+            span = rows[-1].offset_s
+            raise ScheduleError(f"workload.window: [{start:.1f}, {end:.1f}) s selects no request; {Path(path).name} spans 0 to {span:.1f} s")
+        raise ScheduleError(
+            f"workload: {inside} requests in the window, none left after rate_scale {w.rate_scale:g} and request_class {w.request_class.mode}"
+        )
+    return out
 
 
 def partition(schedule: Sequence[ScheduledRequest], n_workers: int, index: int) -> list[ScheduledRequest]:

@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 
 from campaign.manifest import load_manifest
-from loadgen.schedule import build_schedule, partition, transform
+from loadgen.schedule import ScheduleError, build_schedule, partition, transform
 from loadgen.traces import TraceRow
 from tests.loadgen.conftest import small_manifest_data, write
 
@@ -77,3 +77,19 @@ def test_partition_is_disjoint_cover() -> None:
     assert ids == list(range(50))
     with pytest.raises(ValueError):
         partition(s, 3, 3)
+
+
+@pytest.mark.parametrize(
+    ("workload", "needle"),
+    [
+        (
+            {"window": {"start_s": 10_000_000, "duration_s": 60}},
+            "workload.window: [10000000.0, 10000060.0) s selects no request; AzureLLMInferenceTrace_conv.csv spans 0 to 3501.7 s",
+        ),
+        ({"request_class": {"max_input_tokens": 1, "max_output_tokens": 1, "mode": "filter"}}, "none left after"),
+    ],
+)
+def test_a_schedule_that_replays_nothing_is_an_error(tmp_path: Path, manifest_data: dict[str, Any], workload: dict[str, Any], needle: str) -> None:
+    with pytest.raises(ScheduleError) as ei:
+        build_schedule(_m(tmp_path, manifest_data, **workload))
+    assert needle in str(ei.value)
