@@ -183,6 +183,13 @@ def main() -> int:
         lo, hi = a.ttft + tokens * a.itl, a.seconds
         steady = _tokens_between(recs, lo, hi) / (hi - lo) if hi > lo else float("nan")
         print(f"streamed tokens/s {steady:,.0f} in the steady window t = {lo:.1f}..{hi:.1f} s")
+    elif recs:
+        # The emulator's batch decides how fast tokens come; the mean over the run (ramp
+        # included) is what this worker received.
+        first = min(r.sent_s or 0.0 for r in recs)
+        last = max(r.scheduled_s + (r.e2e_s or 0.0) for r in recs)
+        total = sum(r.client_output_tokens for r in recs)
+        print(f"streamed tokens/s {total / (last - first):,.0f} (mean from first send to last token, {total:,} tokens)")
     print(f"schedule lag p50 {s.schedule_lag_p50_s * 1000:.2f} ms  p99 {s.schedule_lag_p99_s * 1000:.2f} ms")
     print(f"client CPU {s.client_cpu_percent:.0f}% of one core")
     if server is not None:
@@ -199,7 +206,7 @@ def main() -> int:
         # Ground truth per request, joined on X-Request-Id: the emulator's TTFT runs from the
         # request's arrival to the first token's frame reaching its socket; the client's runs
         # from its send (TTFT minus schedule lag), so the difference is what the client adds.
-        from loadgen.client import request_id_header
+        from loadgen.openai_request import request_id_header
 
         campaign = d["campaign"]
         pairs = [(r, truth.get(request_id_header(campaign, fleet, r.request_id))) for r in recs]
