@@ -9,7 +9,7 @@ run's start as Unix time, for aligning with Prometheus and CloudWatch.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from enum import StrEnum
 from typing import Any
 
@@ -52,6 +52,9 @@ class RequestRecord:
     error: str | None
     slo_ok: bool  # this request met the per-request TTFT and ITL SLO
     warmup: bool
+    # Prompt tokens of what was sent, counted with the manifest's tokenizer and template; the
+    # server's prompt_tokens should equal it (a mismatch means a wrong tokenizer or template).
+    client_prompt_tokens: int | None = None
     record_version: int = RECORD_VERSION
 
     @property
@@ -65,7 +68,8 @@ class RequestRecord:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RequestRecord:
         names = {f.name for f in fields(cls)}
-        missing = names - set(d) - {"record_version"}
+        optional = {f.name for f in fields(cls) if f.default is not MISSING}
+        missing = names - set(d) - optional
         if missing:
             raise ValueError(f"record is missing fields: {', '.join(sorted(missing))}")
         return cls(**{k: v for k, v in d.items() if k in names})
@@ -94,6 +98,8 @@ class RunSummary:
     token_count_mismatch_rate: float  # share of ok requests where client and server counts disagree
     started_at: float
     ended_at: float
+    # Share of requests with server usage whose prompt_tokens differ from the client's count.
+    prompt_token_mismatch_rate: float = 0.0
 
     def invariant_holds(self) -> bool:
         return self.scheduled == self.completed + self.failed + self.not_sent

@@ -24,7 +24,9 @@ from campaign.manifest import Manifest
 class Tokenizer(Protocol):
     def encode(self, text: str) -> list[str]: ...
 
-    def count(self, text: str) -> int: ...
+    # add_special_tokens: what the server adds around a raw completions prompt (e.g. BOS).
+    # A chat prompt is counted without: the rendered template already carries them.
+    def count(self, text: str, *, add_special_tokens: bool = False) -> int: ...
 
 
 class WordTokenizer:
@@ -40,7 +42,8 @@ class WordTokenizer:
     def encode(self, text: str) -> list[str]:
         return self._re.findall(text)
 
-    def count(self, text: str) -> int:
+    def count(self, text: str, *, add_special_tokens: bool = False) -> int:
+        # The emulator adds nothing around a prompt, so the flag changes nothing here.
         return sum(1 for _ in self._re.finditer(text))
 
 
@@ -50,13 +53,16 @@ class HuggingFaceTokenizer:
             from tokenizers import Tokenizer as _HF
         except ImportError as exc:
             raise RuntimeError("tokenizer.kind huggingface needs the 'tokenizers' package installed") from exc
-        self._tok = _HF.from_file(str(path))
+        try:
+            self._tok = _HF.from_file(str(path))
+        except Exception as exc:  # tokenizers raises a bare Exception for a malformed file
+            raise ValueError(f"tokenizer.path {path}: not a usable tokenizer.json ({exc})") from exc
 
     def encode(self, text: str) -> list[str]:
         return list(self._tok.encode(text, add_special_tokens=False).tokens)
 
-    def count(self, text: str) -> int:
-        return len(self._tok.encode(text, add_special_tokens=False).ids)
+    def count(self, text: str, *, add_special_tokens: bool = False) -> int:
+        return len(self._tok.encode(text, add_special_tokens=add_special_tokens).ids)
 
 
 def for_manifest(m: Manifest) -> Tokenizer:

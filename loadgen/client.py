@@ -26,12 +26,11 @@ from gevent import get_hub
 from gevent import socket as gsocket
 from gevent.event import Event
 
-from campaign.manifest import Generation
 from loadgen.http1 import ResponseParser
-from loadgen.prompts import Api, Prompt
+from loadgen.openai_request import PATHS
+from loadgen.prompts import Api
 from loadgen.sse import SSEParser, StreamState, Transport
 
-PATHS: dict[str, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 _ERR_BODY_MAX = 2048
 # A token frame is ~200-400 bytes; a small buffer is cheaper to allocate on every recv (about
 # 1 us less than 64 KiB here), and a level-triggered watcher calls again if more is waiting.
@@ -47,32 +46,6 @@ class Exchange:
     transport: Transport
     sent_t: float
     end_t: float
-
-
-def request_body(api: Api, model: str, gen: Generation, prompt: Prompt, max_tokens: int) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "model": model,
-        **prompt.payload_fields(),
-        "max_tokens": max_tokens,
-        "temperature": gen.temperature,
-        "top_p": gen.top_p,
-        "seed": gen.seed,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        # Replay the trace's output length: vLLM's extension to keep generating past EOS.
-        "ignore_eos": True,
-    }
-    if gen.top_k != -1:
-        body["top_k"] = gen.top_k
-    if gen.stop:
-        body["stop"] = list(gen.stop)
-    return body
-
-
-def request_id_header(campaign: str, fleet: str, request_id: int) -> str:
-    """The X-Request-Id of one scheduled request: unique within a campaign, and it names the
-    record (campaign, fleet, request_id) it belongs to."""
-    return f"{campaign}-{fleet}-{request_id}"
 
 
 class DueHook(Protocol):

@@ -24,6 +24,9 @@ from loadgen.schedule import build_schedule, span_s
 from loadgen.summary import SummaryInputs, load_summary, summarize
 
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
+# The locustfile's exit status when a worker could not set up (bad records dir, metrics port
+# taken, prompt synthesis failed): nothing was sent, and the log names the cause.
+SETUP_FAILED = 3
 ROOT = LOCUSTFILE.parent.parent
 
 
@@ -82,9 +85,7 @@ class FleetRun:
             p.wait(left)
         for f in self._files:
             f.close()
-        bad = [
-            f"locust process exited {p.returncode} (log: {log})" for p, log in zip(self.procs, self.logs, strict=True) if p.returncode not in (0, 1)
-        ]
+        bad = [_exit_reason(p.returncode, log) for p, log in zip(self.procs, self.logs, strict=True) if p.returncode not in (0, 1)]
         self._summary = merge_worker_outputs(self.manifest, self.fleet, self.out_dir, extra_invalid=bad)
         return self._summary
 
@@ -102,6 +103,14 @@ class FleetRun:
                 p.kill()
                 p.wait()
         return self.wait()
+
+
+def _exit_reason(code: int, log: Path) -> str:
+    if code == SETUP_FAILED:
+        lines = log.read_text(encoding="utf-8", errors="replace").splitlines() if log.is_file() else []
+        cause = next((ln.split("setup failed", 1)[1].lstrip(" :,") for ln in lines if "setup failed" in ln), "see the log")
+        return f"setup failed, nothing was sent: {cause} (log: {log})"
+    return f"locust process exited {code} (log: {log})"
 
 
 def start_fleet(

@@ -28,8 +28,9 @@ from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner  # noqa: E4
 
 from campaign.manifest import load_manifest  # noqa: E402
 from campaign.records import Outcome, RequestRecord  # noqa: E402
-from loadgen.client import PATHS  # noqa: E402
+from loadgen.launch import SETUP_FAILED  # noqa: E402
 from loadgen.metrics import ClientMetrics  # noqa: E402
+from loadgen.openai_request import PATHS  # noqa: E402
 from loadgen.replay import ReplayConfig, Replayer  # noqa: E402
 
 log = logging.getLogger("loadgen")
@@ -98,25 +99,26 @@ def _fire(env: Environment, rec: RequestRecord) -> None:
     ms = (rec.e2e_s or 0.0) * 1000
     fire(
         request_type="POST",
-        name=path,
+        name=f"{path} (warmup)" if rec.warmup else path,  # seen in the UI, kept out of the rows below
         response_time=ms,
         response_length=rec.output_tokens,
         exception=None if ok else RuntimeError(f"{rec.outcome}: {rec.error}"),
         context={},
     )
+    if rec.warmup:
+        return
     if ok and rec.ttft_s is not None:
         fire(request_type="SSE", name="ttft", response_time=rec.ttft_s * 1000, response_length=0, exception=None, context={})
     if ok and rec.itl_s is not None:
         fire(request_type="SSE", name="itl", response_time=rec.itl_s * 1000, response_length=0, exception=None, context={})
-    if not rec.warmup:
-        fire(
-            request_type="SLO",
-            name="goodput",
-            response_time=ms,
-            response_length=rec.output_tokens if rec.slo_ok else 0,
-            exception=None if rec.slo_ok else RuntimeError("SLO miss"),
-            context={},
-        )
+    fire(
+        request_type="SLO",
+        name="goodput",
+        response_time=ms,
+        response_length=rec.output_tokens if rec.slo_ok else 0,
+        exception=None if rec.slo_ok else RuntimeError("SLO miss"),
+        context={},
+    )
 
 
 def _make_replayer(env: Environment) -> Replayer:
@@ -166,7 +168,11 @@ class ReplayUser(User):
     @task
     def replay(self) -> None:
         env = self.environment
-        r = _state["replayer"] = _state["replayer"] or _make_replayer(env)
+        try:
+            r = _state["replayer"] = _state["replayer"] or _make_replayer(env)
+        except (Exception, SystemExit) as exc:
+            _setup_failed(env, exc)
+            raise StopUser() from None
         summary = r.run()
         log.info("loadgen %s done: %s", r.worker, summary.to_json().replace("\n", " "))
         runner = env.runner
@@ -177,7 +183,27 @@ class ReplayUser(User):
         raise StopUser()
 
 
+def _setup_failed(env: Environment, exc: BaseException) -> None:
+    """Nothing was sent: stop the whole run now with SETUP_FAILED, once, naming the cause
+    (a retried task would loop on the same error, and a port bound by the first try would
+    hide the real cause behind "address in use")."""
+    log.error("loadgen: setup failed, stopping before any request is sent: %s", exc, exc_info=not isinstance(exc, SystemExit))
+    env.process_exit_code = SETUP_FAILED
+    runner = env.runner
+    if isinstance(runner, WorkerRunner):
+        index, _n = _n_workers(env)
+        runner.send_message(DONE_MSG, {"worker": f"w{index}", "valid": False, "error": str(exc)})
+    elif runner is not None:
+        gevent.spawn(runner.quit)
+
+
 def _on_done(env: Environment, msg: Any, **_: Any) -> None:
+    if msg.data.get("error"):
+        log.error("loadgen: %s failed its setup: %s", msg.data["worker"], msg.data["error"])
+        env.process_exit_code = SETUP_FAILED
+        if env.runner is not None:
+            gevent.spawn(env.runner.quit)  # the others would measure a partial schedule
+        return
     _state["done_workers"].add(msg.data["worker"])
     _state["done_nodes"].add(msg.node_id)
     opts: Any = env.parsed_options

@@ -56,7 +56,8 @@ class ClientMetrics:
         self._outcomes.labels(**self._labels, outcome=rec.outcome, slo_ok=str(rec.slo_ok).lower()).inc()
         if rec.send_lag_s is not None:
             self.lag.observe(max(rec.send_lag_s, 0.0))
-        if rec.outcome != Outcome.OK.value:
+        # Warmup requests measure a system still warming up: counted above, never in the latencies.
+        if rec.outcome != Outcome.OK.value or rec.warmup:
             return
         if rec.ttft_s is not None:
             self.ttft.observe(rec.ttft_s)
@@ -64,7 +65,7 @@ class ClientMetrics:
             self.itl.observe(rec.itl_s)
         if rec.e2e_s is not None:
             self.e2e.observe(rec.e2e_s)
-        if rec.slo_ok and not rec.warmup:
+        if rec.slo_ok:
             self.good_tokens.inc(rec.output_tokens)
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> int:

@@ -16,7 +16,8 @@ import time
 import gevent
 
 from campaign.manifest import load_manifest
-from loadgen.client import StreamingClient, request_body
+from loadgen.client import StreamingClient
+from loadgen.openai_request import request_body
 from loadgen.prompts import PromptBuilder
 from loadgen.recording import RecordContext, build_record
 from loadgen.schedule import ScheduledRequest
@@ -38,13 +39,13 @@ def main(argv: list[str] | None = None) -> int:
     req = ScheduledRequest(0, 0.0, a.input_tokens, a.output_tokens, None, 0, False)
     prompt = PromptBuilder(m, a.api).build(req)
     client = StreamingClient(a.host, api=a.api, timeout_s=a.timeout_s or m.loadgen.request_timeout_s, connect_timeout_s=a.connect_timeout_s)
-    wire = client.encode(request_body(a.api, m.model.repo, m.generation, prompt, req.output_tokens))
+    wire = client.encode(request_body(a.api, m.model.repo, m.generation, prompt, req.output_tokens, m.fleet(a.fleet).serving.stack))
     t0 = time.monotonic()
     ctx = RecordContext(m.campaign, m.digest, a.fleet, "probe", time.time(), t0, m.slo.ttft_p95_s, m.slo.itl_p95_s)
     if a.delay_s:
         gevent.sleep(a.delay_s)
     ex = client.stream(wire)
-    rec = build_record(ctx, req, ex.sent_t, ex.end_t, ex.state, ex.transport)
+    rec = build_record(ctx, req, ex.sent_t, ex.end_t, ex.state, ex.transport, prompt.tokens)
     print(rec.to_json())
     return 0
 

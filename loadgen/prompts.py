@@ -52,7 +52,7 @@ class PromptBuilder:
         self.template = manifest.tokenizer.chat_template
         self.special = dict(manifest.tokenizer.special_tokens)
         self.seed = manifest.workload.sample_seed
-        self.overhead = self.count("") if api == "chat" else 0
+        self.overhead = self.count("")
 
     def render(self, content: str) -> str:
         if self.api == "chat":
@@ -60,7 +60,9 @@ class PromptBuilder:
         return content
 
     def count(self, content: str) -> int:
-        return self.tokenizer.count(self.render(content))
+        # vLLM tokenizes a completions prompt with the tokenizer's special tokens (BOS) and a
+        # rendered chat prompt without them: count the way the server will.
+        return self.tokenizer.count(self.render(content), add_special_tokens=self.api == "completions")
 
     def _words(self, req: ScheduledRequest, n: int) -> list[str]:
         words: list[str] = []

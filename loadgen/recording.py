@@ -38,9 +38,10 @@ class RecordContext:
     itl_slo_s: float
 
 
-def _identity(ctx: RecordContext, req: ScheduledRequest) -> dict[str, Any]:
+def _identity(ctx: RecordContext, req: ScheduledRequest, prompt_tokens: int | None) -> dict[str, Any]:
     """What every record of a scheduled request carries, sent or not."""
     return {
+        "client_prompt_tokens": prompt_tokens,
         "campaign": ctx.campaign,
         "manifest_digest": ctx.manifest_digest,
         "fleet": ctx.fleet,
@@ -61,6 +62,7 @@ def build_record(
     end_t: float,
     state: StreamState,
     transport: Transport,
+    prompt_tokens: int | None = None,
 ) -> RequestRecord:
     sched_t = ctx.t0 + req.offset_s  # TTFT and E2E count from here: client queueing included
     outcome, reason = classify(transport, state, req.output_tokens)
@@ -71,7 +73,7 @@ def build_record(
     e2e = (times[-1] if times else end_t) - sched_t
     slo_ok = outcome is Outcome.OK and ttft is not None and ttft <= ctx.ttft_slo_s and (itl is None or itl <= ctx.itl_slo_s)
     return RequestRecord(
-        **_identity(ctx, req),
+        **_identity(ctx, req, prompt_tokens),
         sent_s=sent_t - ctx.t0,
         send_lag_s=sent_t - sched_t,
         ttft_s=ttft,
@@ -89,9 +91,9 @@ def build_record(
     )
 
 
-def not_sent_record(ctx: RecordContext, req: ScheduledRequest, why: str) -> RequestRecord:
+def not_sent_record(ctx: RecordContext, req: ScheduledRequest, why: str, prompt_tokens: int | None = None) -> RequestRecord:
     return RequestRecord(
-        **_identity(ctx, req),
+        **_identity(ctx, req, prompt_tokens),
         sent_s=None,
         send_lag_s=None,
         ttft_s=None,
@@ -110,7 +112,7 @@ def not_sent_record(ctx: RecordContext, req: ScheduledRequest, why: str) -> Requ
 
 
 class RecordSink:
-    """Append-only JSONL writer with bounded loss: at most one batch is ever only in memory."""
+    """JSONL writer for one run's new file, with bounded loss: at most one batch is ever only in memory."""
 
     def __init__(self, path: Path, *, batch: int = 50, interval_s: float = 1.0, clock: Any = time.monotonic):
         self.path = path
@@ -121,7 +123,13 @@ class RecordSink:
         self._last_flush = clock()
         self.written = 0
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh: IO[str] | None = path.open("a", encoding="utf-8")
+        try:
+            # Exclusive create: a rerun into the same directory must not mix two runs in one
+            # file (or write after a crashed run's torn line), nor overwrite what was measured.
+            self._fh: IO[str] | None = path.open("x", encoding="utf-8")
+        except FileExistsError:
+            why = "an earlier run's records are never appended to or overwritten; use a fresh records directory"
+            raise FileExistsError(f"{path} already exists: {why}") from None
 
     def append(self, rec: RequestRecord) -> None:
         self._pending.append(rec.to_json())

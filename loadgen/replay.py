@@ -25,8 +25,9 @@ from gevent.event import Event
 
 from campaign.manifest import Manifest
 from campaign.records import RequestRecord, RunSummary
-from loadgen.client import Exchange, Stream, StreamingClient, request_body, request_id_header
+from loadgen.client import Exchange, Stream, StreamingClient
 from loadgen.metrics import ClientMetrics
+from loadgen.openai_request import request_body, request_id_header
 from loadgen.prompts import Api, PromptBuilder
 from loadgen.recording import RecordContext, RecordSink, build_record, not_sent_record, records_name, summary_name, upload_to_s3
 from loadgen.schedule import ScheduledRequest, build_schedule, partition
@@ -83,6 +84,7 @@ class Replayer:
         self.records: list[RequestRecord] = []
         self.sink = RecordSink(cfg.records_dir / records_name(cfg.fleet, self.worker))
         self._wire: dict[int, bytes] = {}
+        self._prompt_tokens: dict[int, int] = {}  # what each prompt really is, for its record
         self._pending: dict[int, ScheduledRequest] = {r.request_id: r for r in self.mine}
         self._inflight: dict[int, Stream] = {}  # started, no record yet
         self._next = 0  # index in self.mine of the next request to send
@@ -100,10 +102,16 @@ class Replayer:
     def prepare(self) -> None:
         builder = PromptBuilder(self.m, self.cfg.api)
         model = self.cfg.model or self.m.model.repo
+        stack = self.m.fleet(self.cfg.fleet).serving.stack
+        inexact = 0
         for r in self.mine:
             prompt = builder.build(r)
-            body = request_body(self.cfg.api, model, self.m.generation, prompt, r.output_tokens)
+            inexact += not prompt.exact
+            self._prompt_tokens[r.request_id] = prompt.tokens
+            body = request_body(self.cfg.api, model, self.m.generation, prompt, r.output_tokens, stack)
             self._wire[r.request_id] = self.client.encode(body, request_id_header(self.m.campaign, self.cfg.fleet, r.request_id))
+        if inexact:
+            log.warning("%d prompts are shorter than the chat template itself; their records carry the real length", inexact)
 
     def _emit(self, rec: RequestRecord) -> None:
         self.records.append(rec)
@@ -130,7 +138,7 @@ class Replayer:
     def _done(self, req: ScheduledRequest, ex: Exchange) -> None:
         assert self.ctx is not None
         self._inflight.pop(req.request_id, None)
-        self._emit(build_record(self.ctx, req, ex.sent_t, ex.end_t, ex.state, ex.transport))
+        self._emit(build_record(self.ctx, req, ex.sent_t, ex.end_t, ex.state, ex.transport, self._prompt_tokens.get(req.request_id)))
         if not self._inflight and self._sending_over.is_set():
             self._drained.set()
 
@@ -264,7 +272,7 @@ class Replayer:
         for st in list(self._inflight.values()):
             st.abort("aborted: run stopped mid-request")  # emits its record via _done
         for req in self._pending.values():
-            self._emit(not_sent_record(self.ctx, req, f"not sent: {why}"))
+            self._emit(not_sent_record(self.ctx, req, f"not sent: {why}", self._prompt_tokens.get(req.request_id)))
         self._pending.clear()
         self._sending_over.set()
         self._drained.set()

@@ -75,7 +75,12 @@ def summarize(
     ok = [r for r in recs if r.outcome == Outcome.OK.value]
     with_usage = [r for r in ok if r.server_output_tokens is not None]
     mismatches = sum(r.server_output_tokens != r.client_output_tokens for r in with_usage)
+    # Any response with usage counts here: the prompt was tokenized even if generation failed.
+    prompt_pairs = [r for r in recs if r.server_prompt_tokens is not None and r.client_prompt_tokens is not None]
+    prompt_mismatches = sum(r.server_prompt_tokens != r.client_prompt_tokens for r in prompt_pairs)
     reasons = list(extra_invalid)
+    if not expected:
+        reasons.append("the schedule is empty: nothing was measured (check workload.window against the trace)")
     lag_p99 = percentile(lags, 0.99)
     if lag_p99 > inp.max_lag_p99_s:
         reasons.append(f"schedule lag p99 {lag_p99 * 1000:.1f} ms > bound {inp.max_lag_p99_s * 1000:.1f} ms: the client was measured")
@@ -102,6 +107,7 @@ def summarize(
         valid=False,
         invalid_reasons=reasons,
         token_count_mismatch_rate=mismatches / len(with_usage) if with_usage else 0.0,
+        prompt_token_mismatch_rate=prompt_mismatches / len(prompt_pairs) if prompt_pairs else 0.0,
         started_at=started_at,
         ended_at=ended_at,
     )

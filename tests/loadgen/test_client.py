@@ -89,7 +89,11 @@ def test_host_name_is_resolved(sse_server: SSEServer, example_manifest_path: Pat
     url = sse_server.url.replace("127.0.0.1", "localhost")
     out = subprocess.run(
         [sys.executable, "-m", "loadgen.probe", "--manifest", str(example_manifest_path), "--fleet", "g6", "--host", url, "--output-tokens", "3"],
-        capture_output=True, text=True, cwd=ROOT, timeout=60, check=True,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        check=True,
     )
     by_name = json.loads(out.stdout.strip().splitlines()[-1])
     assert r["outcome"] == by_name["outcome"] == "ok" and by_name["client_output_tokens"] == 3
@@ -139,9 +143,24 @@ def test_silent_or_garbled_servers_become_records(example_manifest_path: Path, r
     srv = _RawServer(reply)
     try:
         out = subprocess.run(
-            [sys.executable, "-m", "loadgen.probe", "--manifest", str(example_manifest_path), "--fleet", "g6",
-             "--host", f"http://127.0.0.1:{srv.port}", "--timeout-s", "0.5"],
-            capture_output=True, text=True, cwd=ROOT, timeout=60, check=True,
+            [
+                sys.executable,
+                "-m",
+                "loadgen.probe",
+                "--manifest",
+                str(example_manifest_path),
+                "--fleet",
+                "g6",
+                "--host",
+                f"http://127.0.0.1:{srv.port}",
+                "--timeout-s",
+                "0.5",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=60,
+            check=True,
         )
     finally:
         srv.close()
@@ -173,13 +192,32 @@ def _full_backlog() -> tuple[Any, list[Any]]:
         ("5", "0.3", "timeout", "no complete response within 0.3 s"),  # the request's deadline fires first
     ],
 )
-def test_connect_that_hangs_ends_at_the_first_timer(example_manifest_path: Path, connect_timeout: str, timeout: str, outcome: str, error: str) -> None:
+def test_connect_that_hangs_ends_at_the_first_timer(
+    example_manifest_path: Path, connect_timeout: str, timeout: str, outcome: str, error: str
+) -> None:
     lst, fillers = _full_backlog()
     try:
         out = subprocess.run(
-            [sys.executable, "-m", "loadgen.probe", "--manifest", str(example_manifest_path), "--fleet", "g6",
-             "--host", f"http://127.0.0.1:{lst.getsockname()[1]}", "--timeout-s", timeout, "--connect-timeout-s", connect_timeout],
-            capture_output=True, text=True, cwd=ROOT, timeout=60, check=True,
+            [
+                sys.executable,
+                "-m",
+                "loadgen.probe",
+                "--manifest",
+                str(example_manifest_path),
+                "--fleet",
+                "g6",
+                "--host",
+                f"http://127.0.0.1:{lst.getsockname()[1]}",
+                "--timeout-s",
+                timeout,
+                "--connect-timeout-s",
+                connect_timeout,
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=60,
+            check=True,
         )
     finally:
         lst.close()
@@ -241,7 +279,11 @@ def test_request_larger_than_the_socket_buffers_is_sent_whole() -> None:
     try:
         out = subprocess.run(
             [sys.executable, "-c", _BIG_REQUEST, f"http://127.0.0.1:{lst.getsockname()[1]}", str(size)],
-            capture_output=True, text=True, cwd=ROOT, timeout=60, check=True,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=60,
+            check=True,
         )
     finally:
         lst.close()

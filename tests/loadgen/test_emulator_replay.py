@@ -70,7 +70,7 @@ def test_conv_window_against_emulator(emulator: tuple[Path, str], tmp_path: Path
     # contains the server's from arrival (one clock: CLOCK_MONOTONIC is shared by processes).
     import json
 
-    from loadgen.client import request_id_header
+    from loadgen.openai_request import request_id_header
 
     truth = {g["id"]: g for g in json.loads(urllib.request.urlopen(f"{url}/emulator/requests", timeout=10).read())["requests"]}
     campaign = recs[0].campaign

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 from collections import Counter
 from pathlib import Path
@@ -31,6 +32,9 @@ def test_one_worker_and_two_workers_replay_the_same_requests(sse_server: SSEServ
     assert key == [(r.request_id, r.input_tokens, r.max_tokens, r.scheduled_s, r.warmup) for r in r2]
     assert {r.worker for r in r2} == {"w0", "w1"} and {r.worker for r in r1} == {"w0"}
     assert all(r.server_prompt_tokens == r.input_tokens for r in r1 if r.input_tokens > 8)
+    # The client's count of what it sent agrees with the server's, short prompts included.
+    assert all(r.client_prompt_tokens == r.server_prompt_tokens for r in r1 + r2)
+    assert one.prompt_token_mismatch_rate == two.prompt_token_mismatch_rate == 0.0
     assert (tmp_path / "two" / "summary-g6.json").is_file()
     assert sum(r.warmup for r in r1) == one.warmup_excluded > 0
     # Open loop, on time: nothing goes out before its scheduled time (a timer armed on the
@@ -71,3 +75,19 @@ def test_terminate_keeps_flushed_records(sse_server: SSEServer, manifest_data: d
     assert s.invariant_holds() and s.not_sent > 0 and s.completed > 0
     assert len(recs) == s.scheduled
     assert {r.request_id for r in recs} == set(range(s.scheduled))
+
+
+def test_setup_failure_stops_the_run_once_and_names_the_cause(sse_server: SSEServer, small_manifest: Path, tmp_path: Path) -> None:
+    # The metrics port is taken: the worker cannot set up. It must stop at once, send nothing,
+    # and say why, instead of retrying the task in a loop until --run-time.
+    before = len(sse_server.seen)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        run = start_fleet(small_manifest, "g6", sse_server.url, tmp_path / "s", metrics_port=port)
+        s = run.wait(timeout=60)
+    assert [p.returncode for p in run.procs] == [3]
+    assert not s.valid and any("setup failed, nothing was sent" in r and "in use" in r for r in s.invalid_reasons), s.invalid_reasons
+    assert len(sse_server.seen) == before
+    assert run.logs[0].read_text().count("setup failed") == 1

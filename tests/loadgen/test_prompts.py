@@ -44,7 +44,7 @@ def test_huggingface_kind_never_falls_back(manifest_data: dict[str, Any], tmp_pa
     data = dict(manifest_data)
     data["tokenizer"] = {**data["tokenizer"], "kind": "huggingface", "path": str(tok)}
     m = manifest_from_data(data)
-    with pytest.raises((RuntimeError, OSError, ValueError)):  # missing package or bad file: never a default
+    with pytest.raises(ValueError, match=r"tokenizer\.path"):  # a bad file is named, never replaced by a default
         PromptBuilder(m, "chat")
 
 
@@ -67,3 +67,38 @@ def test_below_template_overhead_is_flagged(manifest: Manifest) -> None:
 
 def test_example_manifest_loads(example_manifest_path: Path) -> None:
     assert load_manifest(example_manifest_path).tokenizer.kind == "emulator"
+
+
+def _hf_tokenizer_json(path: Path) -> None:
+    """A real `tokenizers` file shaped like Llama 3's: word-level vocabulary, and a post-
+    processor that puts BOS in front of every encoded text when special tokens are added."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    from campaign.tokenizer import VOCAB
+
+    specials = ["<|begin_of_text|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>", "[UNK]"]
+    vocab = {w: i for i, w in enumerate([*specials, *VOCAB, "user", "assistant"])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.add_special_tokens(specials[:4])
+    tok.post_processor = processors.TemplateProcessing(single="<|begin_of_text|> $A", special_tokens=[("<|begin_of_text|>", 0)])
+    tok.save(str(path))
+
+
+def test_huggingface_prompts_count_like_the_server(manifest_data: dict[str, Any], tmp_path: Path) -> None:
+    from tokenizers import Tokenizer
+
+    path = tmp_path / "tokenizer.json"
+    _hf_tokenizer_json(path)
+    data = dict(manifest_data)
+    data["tokenizer"] = {**data["tokenizer"], "kind": "huggingface", "path": str(path)}
+    m = manifest_from_data(data)
+    hf = Tokenizer.from_file(str(path))
+    # Completions: the server adds BOS to the raw prompt, so 300 tokens is BOS + 299 words.
+    p = PromptBuilder(m, "completions").build(req(1, 300))
+    assert len(hf.encode(p.text, add_special_tokens=True).ids) == 300 and p.tokens == 300
+    assert len(p.text.split()) == 299
+    # Chat: the rendered template carries BOS itself; the server adds nothing more.
+    c = PromptBuilder(m, "chat").build(req(2, 300))
+    rendered = apply_chat_template(m.tokenizer.chat_template, [{"role": "user", "content": c.text}], dict(m.tokenizer.special_tokens))
+    assert len(hf.encode(rendered, add_special_tokens=False).ids) == 300 and c.exact

@@ -76,6 +76,24 @@ def test_sink_batches_by_count_and_time(tmp_path: Path) -> None:
     assert [r.request_id for r in read_records([p])] == [7] * 6
 
 
+def test_sink_never_appends_to_or_overwrites_an_earlier_run(tmp_path: Path) -> None:
+    p = tmp_path / "r.jsonl"
+    earlier = not_sent_record(CTX, REQ, "earlier run").to_json()
+    p.write_text(earlier[:40])  # a crashed run's torn last line
+    with pytest.raises(FileExistsError, match=r"r\.jsonl already exists"):
+        RecordSink(p)
+    assert p.read_text() == earlier[:40]  # untouched
+
+
+def test_record_carries_the_client_prompt_count() -> None:
+    r = build_record(CTX, REQ, 52.0, 53.0, _state([52.5, 52.6, 52.7]), Transport(200, False, None, True), 104)
+    assert r.client_prompt_tokens == 104 and r.server_prompt_tokens == 100 and r.input_tokens == 100
+    # Records written before the field existed still load.
+    old = json.loads(r.to_json())
+    del old["client_prompt_tokens"]
+    assert RequestRecord.from_dict(old).client_prompt_tokens is None
+
+
 def test_torn_last_line_is_skipped_but_corruption_is_not(tmp_path: Path) -> None:
     line = not_sent_record(CTX, REQ, "x").to_json()
     p = tmp_path / "r.jsonl"

@@ -59,6 +59,28 @@ def test_token_count_mismatch_rate() -> None:
     assert s.token_count_mismatch_rate == 0.5  # of the 2 ok requests with server usage
 
 
+def test_prompt_token_mismatch_rate_shows_a_wrong_tokenizer_or_template() -> None:
+    rs = [replace(rec(i), client_prompt_tokens=10, server_prompt_tokens=10 if i % 4 else 12) for i in range(8)]
+    rs.append(replace(rec(8, "timeout"), client_prompt_tokens=10, server_prompt_tokens=None))  # no usage: not counted
+    s = summarize(INP, rs, range(9), client_cpu_percent=0, started_at=0, ended_at=1)
+    assert s.prompt_token_mismatch_rate == 0.25
+
+
+def test_empty_schedule_is_not_a_valid_run() -> None:
+    s = summarize(INP, [], [], client_cpu_percent=0, started_at=0, ended_at=1)
+    assert s.invariant_holds() and not s.valid and "schedule is empty" in s.invalid_reasons[0]
+
+
+def test_warmup_is_counted_but_kept_out_of_the_latency_histograms() -> None:
+    cm = ClientMetrics(fleet="g6", campaign="c", manifest_digest="abc", ttft_slo_s=2.0, itl_slo_s=0.12)
+    cm.observe(rec(0, warmup=True))
+    cm.observe(rec(1))
+    text = generate_latest(cm.registry).decode()
+    for h in ("ttft", "itl", "e2e"):
+        assert f'loadgen_{h}_seconds_count{{campaign="c",fleet="g6",manifest_digest="abc"}} 1.0' in text
+    assert 'loadgen_requests_total{campaign="c",fleet="g6",manifest_digest="abc",outcome="ok",slo_ok="true"} 2.0' in text
+
+
 def test_percentile() -> None:
     assert percentile([], 0.99) == 0.0
     assert percentile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5

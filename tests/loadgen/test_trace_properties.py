@@ -46,7 +46,7 @@ def gen_rows(draw: st.DrawFn, fmt: str) -> list[Gen]:
     else:  # seconds, float
         steps = draw(st.lists(st.floats(0, 1e4, allow_nan=False, allow_infinity=False), min_size=n, max_size=n))
     start: int | float
-    start = draw(st.integers(0, 10 ** 12 if fmt == "azure" else 10 ** 9)) if fmt in ("azure", "mooncake") else draw(st.floats(0, 1000000.0))
+    start = draw(st.integers(0, 10**12 if fmt == "azure" else 10**9)) if fmt in ("azure", "mooncake") else draw(st.floats(0, 1000000.0))
     times: list[int | float] = []
     t = start
     for s in steps:
