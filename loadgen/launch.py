@@ -128,6 +128,7 @@ def start_fleet(
     rate_multiplier: float = 1.0,
     slo_deadline: bool = False,
     warmup: bool = True,
+    tokenizer_check: bool = True,
 ) -> FleetRun:
     m = load_manifest(manifest_path)
     m.fleet(fleet)
@@ -159,6 +160,7 @@ def start_fleet(
         *(["--rate-multiplier", str(rate_multiplier)] if rate_multiplier != 1.0 else []),
         *(["--slo-deadline"] if slo_deadline else []),
         *([] if warmup else ["--no-warmup"]),
+        *([] if tokenizer_check else ["--no-tokenizer-check"]),
         *extra_args,
     ]
     env = {**os.environ, **(extra_env or {})}

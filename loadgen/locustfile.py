@@ -76,6 +76,13 @@ def _args(parser: Any) -> None:
         default=False,
         help="count every request (the server is already warm, e.g. a capacity step after the replay)",
     )
+    g.add_argument(
+        "--no-tokenizer-check",
+        action="store_true",
+        env_var="LOADGEN_NO_TOKENIZER_CHECK",
+        default=False,
+        help="do not ask the server's /tokenize to count sample prompts before the run",
+    )
     g.add_argument("--s3-uri", type=str, env_var="LOADGEN_S3_URI", default="", help="s3://bucket/prefix to upload records and summary to")
 
 
@@ -148,6 +155,7 @@ def _make_replayer(env: Environment) -> Replayer:
         rate_multiplier=o.rate_multiplier,
         slo_deadline=bool(o.slo_deadline),
         warmup=not o.no_warmup,
+        tokenizer_check=not o.no_tokenizer_check,
         s3_uri=s3,
         api_key=os.environ.get("LOADGEN_API_KEY") or None,
     )

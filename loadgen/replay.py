@@ -28,10 +28,11 @@ from campaign.records import RequestRecord, RunSummary
 from loadgen.client import Exchange, Stream, StreamingClient
 from loadgen.metrics import ClientMetrics
 from loadgen.openai_request import request_body, request_id_header
-from loadgen.prompts import Api, PromptBuilder
+from loadgen.prompts import Api, Prompt, PromptBuilder
 from loadgen.recording import RecordContext, RecordSink, build_record, not_sent_record, records_name, summary_name, upload_to_s3
 from loadgen.schedule import ScheduledRequest, build_schedule, partition
 from loadgen.summary import CpuMeter, SummaryInputs, summarize
+from loadgen.tokenizer_check import check_prompt_counts, pick_samples
 
 log = logging.getLogger("loadgen.replay")
 _SPIN_S = 0.0015  # see Replayer._wait_until
@@ -55,6 +56,7 @@ class ReplayConfig:
     warmup: bool = True  # False: no request is a warmup one (a capacity step on an already-warm server)
     s3_uri: str | None = None
     api_key: str | None = None
+    tokenizer_check: bool = True  # ask the server's /tokenize to count sample prompts first
 
 
 class Replayer:
@@ -104,14 +106,23 @@ class Replayer:
         model = self.cfg.model or self.m.model.repo
         stack = self.m.fleet(self.cfg.fleet).serving.stack
         inexact = 0
+        built: list[tuple[int, Prompt]] = []
         for r in self.mine:
             prompt = builder.build(r)
+            built.append((r.request_id, prompt))
             inexact += not prompt.exact
             self._prompt_tokens[r.request_id] = prompt.tokens
             body = request_body(self.cfg.api, model, self.m.generation, prompt, r.output_tokens, stack)
             self._wire[r.request_id] = self.client.encode(body, request_id_header(self.m.campaign, self.cfg.fleet, r.request_id))
         if inexact:
             log.warning("%d prompts are shorter than the chat template itself; their records carry the real length", inexact)
+        if self.cfg.tokenizer_check:
+            # Raises TokenizerMismatch (the run's setup fails, nothing is sent) on a disagreement.
+            res = check_prompt_counts(self.cfg.host, model, pick_samples(built), api_key=self.cfg.api_key)
+            if res.skipped:
+                log.warning("tokenizer check skipped after %d prompts: %s", res.checked, res.skipped)
+            else:
+                log.info("the server counts %d sample prompts exactly as the manifest's tokenizer does", res.checked)
 
     def _emit(self, rec: RequestRecord) -> None:
         self.records.append(rec)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from loadgen.launch import run_fleet
 from loadgen.recording import read_records
@@ -68,8 +70,6 @@ def test_conv_window_against_emulator(emulator: tuple[Path, str], tmp_path: Path
     assert abs(client_itl - server_itl) <= 0.1 * server_itl + 0.002, (client_itl, server_itl)
     # Per request, joined on the X-Request-Id the loadgen sends: the client's TTFT from its send
     # contains the server's from arrival (one clock: CLOCK_MONOTONIC is shared by processes).
-    import json
-
     from loadgen.openai_request import request_id_header
 
     truth = {g["id"]: g for g in json.loads(urllib.request.urlopen(f"{url}/emulator/requests", timeout=10).read())["requests"]}
@@ -81,3 +81,18 @@ def test_conv_window_against_emulator(emulator: tuple[Path, str], tmp_path: Path
         diffs.append((r.ttft_s or 0) - (r.send_lag_s or 0) - (g["first_token_written"] - g["arrival"]))
     diffs.sort()
     assert diffs[0] > -0.001 and diffs[len(diffs) // 2] < 0.02, (diffs[0], diffs[len(diffs) // 2])
+    assert "exactly as the manifest's tokenizer does" in (tmp_path / "run" / "locust-g6-standalone.log").read_text()
+    assert all(r.client_prompt_tokens == r.server_prompt_tokens for r in recs) and s.prompt_token_mismatch_rate == 0.0
+
+
+def test_a_template_the_server_does_not_use_stops_the_run_before_it_sends(emulator: tuple[Path, str], tmp_path: Path) -> None:
+    manifest, url = emulator
+    data = yaml.safe_load(manifest.read_text())
+    # One extra word in the loadgen's copy of the template: every prompt would be a token long.
+    data["tokenizer"]["chat_template"] = "note " + data["tokenizer"]["chat_template"]
+    wrong = write(tmp_path, data, "wrong.yaml")
+    s = run_fleet(wrong, "g6", url, tmp_path / "run")
+    assert not s.valid
+    assert any("setup failed" in r and "the server counts" in r for r in s.invalid_reasons), s.invalid_reasons
+    sent = json.loads(urllib.request.urlopen(f"{url}/emulator/requests", timeout=10).read())["requests"]
+    assert sent == []  # /tokenize is not generation: nothing was replayed
