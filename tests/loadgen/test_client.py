@@ -14,9 +14,12 @@ from tests.conftest import ROOT
 from tests.loadgen.sse_server import Behaviour, SSEServer
 
 
-def probe(server: SSEServer, manifest: Path, *args: str) -> dict[str, Any]:
+def probe(server: SSEServer | str, manifest: Path, *args: str) -> dict[str, Any]:
+    """One request through `python -m loadgen.probe` (the real client); its record as a dict.
+    `server` is the test SSE server or any base URL."""
+    host = server if isinstance(server, str) else server.url
     out = subprocess.run(
-        [sys.executable, "-m", "loadgen.probe", "--manifest", str(manifest), "--fleet", "g6", "--host", server.url, *args],
+        [sys.executable, "-m", "loadgen.probe", "--manifest", str(manifest), "--fleet", "g6", "--host", host, *args],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -72,30 +75,14 @@ def test_connection_refused(example_manifest_path: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    out = subprocess.run(
-        [sys.executable, "-m", "loadgen.probe", "--manifest", str(example_manifest_path), "--fleet", "g6", "--host", f"http://127.0.0.1:{port}"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-        check=True,
-    )
-    assert json.loads(out.stdout)["outcome"] == "connection_error"
+    assert probe(f"http://127.0.0.1:{port}", example_manifest_path)["outcome"] == "connection_error"
 
 
 def test_host_name_is_resolved(sse_server: SSEServer, example_manifest_path: Path) -> None:
     # "localhost" may resolve to ::1 first, where nothing listens: the client tries each address
     r = probe(sse_server, example_manifest_path, "--output-tokens", "3")
     url = sse_server.url.replace("127.0.0.1", "localhost")
-    out = subprocess.run(
-        [sys.executable, "-m", "loadgen.probe", "--manifest", str(example_manifest_path), "--fleet", "g6", "--host", url, "--output-tokens", "3"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-        check=True,
-    )
-    by_name = json.loads(out.stdout.strip().splitlines()[-1])
+    by_name = probe(url, example_manifest_path, "--output-tokens", "3")
     assert r["outcome"] == by_name["outcome"] == "ok" and by_name["client_output_tokens"] == 3
 
 
@@ -142,29 +129,9 @@ class _RawServer:
 def test_silent_or_garbled_servers_become_records(example_manifest_path: Path, reply: bytes | None, outcome: str, error: str) -> None:
     srv = _RawServer(reply)
     try:
-        out = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "loadgen.probe",
-                "--manifest",
-                str(example_manifest_path),
-                "--fleet",
-                "g6",
-                "--host",
-                f"http://127.0.0.1:{srv.port}",
-                "--timeout-s",
-                "0.5",
-            ],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            timeout=60,
-            check=True,
-        )
+        r = probe(f"http://127.0.0.1:{srv.port}", example_manifest_path, "--timeout-s", "0.5")
     finally:
         srv.close()
-    r = json.loads(out.stdout.strip().splitlines()[-1])
     assert r["outcome"] == outcome and error in r["error"] and not r["slo_ok"]
 
 
@@ -197,33 +164,11 @@ def test_connect_that_hangs_ends_at_the_first_timer(
 ) -> None:
     lst, fillers = _full_backlog()
     try:
-        out = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "loadgen.probe",
-                "--manifest",
-                str(example_manifest_path),
-                "--fleet",
-                "g6",
-                "--host",
-                f"http://127.0.0.1:{lst.getsockname()[1]}",
-                "--timeout-s",
-                timeout,
-                "--connect-timeout-s",
-                connect_timeout,
-            ],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            timeout=60,
-            check=True,
-        )
+        r = probe(f"http://127.0.0.1:{lst.getsockname()[1]}", example_manifest_path, "--timeout-s", timeout, "--connect-timeout-s", connect_timeout)
     finally:
         lst.close()
         for c in fillers:
             c.close()
-    r = json.loads(out.stdout.strip().splitlines()[-1])
     assert r["outcome"] == outcome and error in r["error"], r
     assert r["e2e_s"] < 3.0  # ended by the shorter timer, not the longer one
 
