@@ -91,7 +91,7 @@ class StreamingClient:
 
     @property
     def addresses(self) -> list[tuple[int, tuple[Any, ...]]]:
-        """The addresses `start` connects to, in order: the literal IP, or the host name's
+        """The addresses `Stream.begin` connects to, in order: the literal IP, or the host name's
         addresses as of the last `resolve()`."""
         return self._addresses
 
@@ -110,7 +110,7 @@ class StreamingClient:
         return Stream(self, wire, self.timeout_s if timeout_s is None else timeout_s, on_done)
 
     def stream(self, wire: bytes, timeout_s: float | None = None) -> Exchange:
-        """Blocking form of `start` for one greenlet: resolves a host name first (the lookup
+        """Blocking form of `open` + `begin` for one greenlet: resolves a host name first (the lookup
         counts in TTFT, as it does for any real client), then waits for the Exchange."""
         limit = self.timeout_s if timeout_s is None else timeout_s
         sent_t = time.monotonic()
@@ -139,6 +139,18 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:300]
 
 
+def _connect_error(addr: tuple[Any, ...], err: int) -> str:
+    return _describe(OSError(err, f"connect to {addr[0]}:{addr[1]}: {os.strerror(err)}"))
+
+
+def close_watcher(w: Any) -> None:
+    """Stop a libev watcher or timer, then close it (None is fine). Stop first: a level-
+    triggered watcher on a socket at EOF would otherwise call back on every loop iteration."""
+    if w is not None:
+        w.stop()
+        w.close()
+
+
 class Stream:
     """One request's whole life, driven by callbacks in gevent's hub: connect (each address in
     turn), send, read until the response ends, then `on_done` exactly once.
@@ -161,7 +173,6 @@ class Stream:
         "client",
         "deadline",
         "err_body",
-        "error",
         "finished",
         "limit",
         "now",
@@ -185,7 +196,6 @@ class Stream:
         self.err_body = bytearray()
         self.resp = ResponseParser(self._on_body)
         self.now = 0.0
-        self.error: str | None = None
         self.timed_out = False
         self.finished = False
         self.sock: _socket.socket | None = None
@@ -239,7 +249,7 @@ class Stream:
                     self._connect_timer = loop.timer(self.client.connect_timeout_s)
                     self._connect_timer.start(self._on_connect_timeout)
                 return
-            self._drop_socket(_describe(OSError(err, f"connect to {addr[0]}:{addr[1]}: {os.strerror(err)}")))
+            self._drop_socket(_connect_error(addr, err))
         self._finish(self._last_error or f"OSError: no address for {self.client.host}")
 
     def _drop_socket(self, why: str) -> None:
@@ -255,8 +265,7 @@ class Stream:
         self._stop_connect_timer()
         err = self.sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_ERROR)
         if err:
-            addr = self._addr
-            self._drop_socket(_describe(OSError(err, f"connect to {addr[0]}:{addr[1]}: {os.strerror(err)}")))
+            self._drop_socket(_connect_error(self._addr, err))
             self._connect_next()
             return
         self._send()
@@ -321,9 +330,7 @@ class Stream:
         end_t = time.monotonic()
         self._unwatch()
         self._stop_connect_timer()
-        if self._deadline_timer is not None:
-            self._deadline_timer.stop()
-            self._deadline_timer.close()
+        close_watcher(self._deadline_timer)
         if self.sock is not None:
             self.sock.close()
         resp = self.resp
@@ -331,7 +338,6 @@ class Stream:
         status = resp.status_code if headers else None
         if headers and status != 200 and error is None:
             error = f"HTTP {status}: {self.err_body.decode('utf-8', errors='replace').strip()[:300]}"
-        self.error = error
         ex = Exchange(self.state, Transport(status, self.timed_out, error, headers), self.sent_t, end_t)
         try:
             self.on_done(ex)
@@ -349,16 +355,10 @@ class Stream:
         self._watcher.start(callback)
 
     def _unwatch(self) -> None:
-        """Stop before close: a level-triggered watcher on a socket at EOF would otherwise
-        call back on every loop iteration."""
-        if self._watcher is not None:
-            self._watcher.stop()
-            self._watcher.close()
-            self._watcher = None
-            self._events = 0
+        close_watcher(self._watcher)
+        self._watcher = None
+        self._events = 0
 
     def _stop_connect_timer(self) -> None:
-        if self._connect_timer is not None:
-            self._connect_timer.stop()
-            self._connect_timer.close()
-            self._connect_timer = None
+        close_watcher(self._connect_timer)
+        self._connect_timer = None

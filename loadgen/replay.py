@@ -25,7 +25,7 @@ from gevent.event import Event
 
 from campaign.manifest import Manifest
 from campaign.records import RequestRecord, RunSummary
-from loadgen.client import Exchange, Stream, StreamingClient
+from loadgen.client import Exchange, Stream, StreamingClient, close_watcher
 from loadgen.metrics import ClientMetrics
 from loadgen.openai_request import request_body, request_id_header
 from loadgen.prompts import Api, Prompt, PromptBuilder
@@ -124,6 +124,11 @@ class Replayer:
             else:
                 log.info("the server counts %d sample prompts exactly as the manifest's tokenizer does", res.checked)
 
+    def _context(self, t0: float) -> RecordContext:
+        """What every record of this run carries; offsets count from monotonic `t0` (now)."""
+        m = self.m
+        return RecordContext(m.campaign, m.digest, self.cfg.fleet, self.worker, time.time(), t0, m.slo.ttft_p95_s, m.slo.itl_p95_s)
+
     def _emit(self, rec: RequestRecord) -> None:
         self.records.append(rec)
         self.sink.append(rec)
@@ -191,10 +196,8 @@ class Replayer:
         iteration, while reads go on being served."""
         if due - now > _SPIN_S:
             self._stop_spinning()
+            close_watcher(self._timer)
             loop = get_hub().loop
-            if self._timer is not None:
-                self._timer.stop()
-                self._timer.close()
             loop.update_now()
             self._timer = t = loop.timer(due - now - _SPIN_S, 0.0, True, 2)
             t.start(self._wake)
@@ -206,15 +209,13 @@ class Replayer:
         self.launch_due(time.monotonic())
 
     def _stop_spinning(self) -> None:
-        if self._spinner is not None:
-            self._spinner.stop()
-            self._spinner.close()
-            self._spinner = None
+        close_watcher(self._spinner)
+        self._spinner = None
 
     def _stop_waiting(self) -> None:
         self._stop_spinning()
-        if self._timer is not None:
-            self._timer.stop()
+        close_watcher(self._timer)
+        self._timer = None
 
     def _flusher(self) -> None:
         while True:
@@ -246,9 +247,7 @@ class Replayer:
         gc.set_threshold(50_000, 50, 100)
         t0 = time.monotonic()
         self._cpu = CpuMeter()
-        self.ctx = RecordContext(
-            self.m.campaign, self.m.digest, self.cfg.fleet, self.worker, time.time(), t0, self.m.slo.ttft_p95_s, self.m.slo.itl_p95_s
-        )
+        self.ctx = self._context(t0)
         helpers = [gevent.spawn(self._flusher), gevent.spawn(self._resolver)]
         self.client.hook = self
         try:
@@ -270,16 +269,7 @@ class Replayer:
         self.next_due = math.inf
         self._stop_waiting()
         if self.ctx is None:  # stopped before the clock started: nothing was sent
-            self.ctx = RecordContext(
-                self.m.campaign,
-                self.m.digest,
-                self.cfg.fleet,
-                self.worker,
-                time.time(),
-                time.monotonic(),
-                self.m.slo.ttft_p95_s,
-                self.m.slo.itl_p95_s,
-            )
+            self.ctx = self._context(time.monotonic())
         for st in list(self._inflight.values()):
             st.abort("aborted: run stopped mid-request")  # emits its record via _done
         for req in self._pending.values():
