@@ -207,7 +207,7 @@ def _setup_failed(env: Environment, exc: BaseException) -> None:
 
 def _on_done(env: Environment, msg: Any, **_: Any) -> None:
     if msg.data.get("error"):
-        log.error("loadgen: %s failed its setup: %s", msg.data["worker"], msg.data["error"])
+        log.error("loadgen: %s setup failed: %s", msg.data["worker"], msg.data["error"])  # the marker _exit_reason reads
         env.process_exit_code = SETUP_FAILED
         if env.runner is not None:
             gevent.spawn(env.runner.quit)  # the others would measure a partial schedule
