@@ -275,6 +275,12 @@ class Comparison(_Frozen):
     candidate: str = Field(description="fleet the migration would move to (e.g. the Inf2 fleet)")
 
 
+# The widest operator range accepted: a /16 (65,536 IPv4 addresses) or a /48 IPv6 site. Only
+# the operator's own office or VPN range may open a session to the Locust UI; 0.0.0.0/1 is
+# half the internet, and rejecting only /0 would let it through.
+OPERATOR_MIN_PREFIX = {4: 16, 6: 48}
+
+
 class Operator(_Frozen):
     cidr: str
 
@@ -287,6 +293,12 @@ class Operator(_Frozen):
             raise ValueError(f"not a CIDR block: {exc}") from None
         if net.prefixlen == 0:
             raise ValueError(f"{v} opens the Locust UI to the whole internet; give the operator's own range")
+        least = OPERATOR_MIN_PREFIX[net.version]
+        if net.prefixlen < least:
+            raise ValueError(
+                f"{v} is a /{net.prefixlen}: wider than the /{least} prefix allowed for the operator's range "
+                f"({net.num_addresses:,} addresses); give the office or VPN range that runs the campaign"
+            )
         return v
 
 

@@ -158,6 +158,19 @@ def test_world_open_operator_cidr(tmp_path: Path, manifest_data: dict[str, Any])
     assert any(i.startswith("operator.cidr:") and "whole internet" in i for i in _issues(tmp_path, manifest_data))
 
 
+@pytest.mark.parametrize("cidr", ["0.0.0.0/1", "128.0.0.0/1", "10.0.0.0/8", "198.18.0.0/15", "2001:db8::/32", "::/1"])
+def test_operator_cidr_wider_than_the_minimum_prefix_is_refused(tmp_path: Path, manifest_data: dict[str, Any], cidr: str) -> None:
+    manifest_data["operator"]["cidr"] = cidr
+    issues = [i for i in _issues(tmp_path, manifest_data) if i.startswith("operator.cidr:")]
+    assert issues and "prefix" in issues[0] and cidr in issues[0], issues
+
+
+@pytest.mark.parametrize("cidr", ["203.0.113.0/24", "198.51.100.7/32", "172.16.0.0/16", "2001:db8:1::/48", "2001:db8::1/128"])
+def test_operator_cidr_at_or_under_the_minimum_prefix_is_accepted(tmp_path: Path, manifest_data: dict[str, Any], cidr: str) -> None:
+    manifest_data["operator"]["cidr"] = cidr
+    assert load_manifest(write_manifest(tmp_path, manifest_data)).operator.cidr == cidr
+
+
 def test_trace_hash_mismatch(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
     manifest_data["workload"]["trace"]["sha256"] = "0" * 64
     assert any(i.startswith("workload.trace.sha256: file hash") for i in _issues(tmp_path, manifest_data))
