@@ -2,6 +2,8 @@
 
 The lead wires `register` into campaign/cli.py's _EXTRA_COMMANDS. Exit codes: 0 Go,
 10 Defer, 11 Reject (the report was written in all three), 2 bad input (nothing written).
+Analysis errors (`AnalysisError`, a `CampaignError`) reach campaign/cli.py's `main`, which
+prints them and exits with their code (2).
 """
 
 from __future__ import annotations
@@ -12,9 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from analysis.errors import AnalysisError
+from campaign.errors import EXIT_BAD_INPUT
 
-EXIT_BAD_INPUT = 2
 EXIT_BY_STATE = {"go": 0, "defer": 10, "reject": 11}
 
 
@@ -48,7 +49,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     try:
         rep = build_report(m, args.records, prometheus_url=args.prometheus, aws=args.aws, quality=quality, out_dir=args.out,
                            instances_measured=instances, focus_csv=args.focus, capacity_dirs=capacity)
-    except (AnalysisError, ValueError) as exc:
+    except ValueError as exc:  # e.g. a capacity step label that is not x<multiplier>
         print(f"report: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     state = rep["decision"]["state"]

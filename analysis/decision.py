@@ -13,10 +13,13 @@ Rule (precedence Reject > Defer > Go; all reasons are reported, not just the fir
   (months_to_next_refresh < payback months). When the manifest does not give
   months_to_next_refresh, the next refresh is taken to be a full refresh_cadence_months away.
 - Go: none of the above.
+- Stopped at the quality gate (the local campaign replays no load once a fleet fails it):
+  decided on the gate alone, Reject when the candidate failed it, else Defer.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -54,24 +57,51 @@ class Decision:
         return {"state": self.state, "reasons": list(self.reasons)}
 
 
+def quality_reasons(
+    candidate: str, baseline: str, candidate_passed: bool | None, baseline_passed: bool | None, detail: Mapping[str, str] | None = None,
+) -> tuple[list[str], list[str]]:
+    """(reject, defer) reasons from the quality gate alone; `detail`: fleet -> what failed, appended to its reason."""
+    more = detail or {}
+
+    def why(fleet: str) -> str:
+        return f": {more[fleet]}" if more.get(fleet) else ""
+
+    reject = [f"{candidate}: quality gate failed{why(candidate)}"] if candidate_passed is False else []
+    defer = []
+    if candidate_passed is None:
+        defer.append(f"evidence incomplete: no quality-gate result for {candidate}")
+    if baseline_passed is False:
+        defer.append(f"{baseline}: the baseline's own quality gate failed{why(baseline)}; the comparison is not like for like")
+    return reject, defer
+
+
+def decide_at_gate(
+    candidate: str, baseline: str, candidate_passed: bool | None, baseline_passed: bool | None, detail: Mapping[str, str] | None = None,
+) -> Decision:
+    """The decision when the comparison stopped at the quality gate: nothing after it was measured,
+    so only the gate's own rules apply (a failing candidate rejects, a failing baseline defers)."""
+    reject, defer = quality_reasons(candidate, baseline, candidate_passed, baseline_passed, detail)
+    stopped = "the comparison stopped at the quality gate: no load was replayed, so no cost, fleet size or payback was measured"
+    if reject:
+        return Decision("reject", [*reject, *defer, stopped])
+    return Decision("defer", [*defer, stopped])
+
+
 def decide(d: DecisionInputs) -> Decision:
     reject: list[str] = []
     defer: list[str] = []
     c = d.candidate
+    q_reject, q_defer = quality_reasons(c, d.baseline, d.candidate_quality_passed, d.baseline_quality_passed)
     if d.candidate_successful_tokens <= 0:
         reject.append(f"{c}: no successful output tokens; the model or API semantics failed")
     if d.candidate_error_rate is not None and d.candidate_error_rate > d.max_error_rate:
         reject.append(f"{c}: error rate {d.candidate_error_rate:.4f} above the ceiling {d.max_error_rate}")
-    if d.candidate_quality_passed is False:
-        reject.append(f"{c}: quality gate failed")
+    reject.extend(q_reject)
     if d.monthly_delta_usd is not None and d.monthly_delta_usd <= 0:
         reject.append(f"monthly delta {d.monthly_delta_usd:.2f} USD <= 0: {c} is not cheaper than {d.baseline}; no payback")
 
     defer.extend(f"evidence incomplete: {g}" for g in d.blocking_gaps)
-    if d.candidate_quality_passed is None:
-        defer.append(f"evidence incomplete: no quality-gate result for {c}")
-    if d.baseline_quality_passed is False:
-        defer.append(f"{d.baseline}: the baseline's own quality gate failed; the comparison is not like for like")
+    defer.extend(q_defer)
     if d.monthly_delta_usd is None:
         defer.append("evidence incomplete: a fleet's monthly cost could not be computed")
     if not d.candidate_slo_pass and d.baseline_slo_pass:

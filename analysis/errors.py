@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from campaign.errors import CampaignError
 
-class AnalysisError(Exception):
+
+class AnalysisError(CampaignError):
     """Base class: the report cannot honestly be produced from this input."""
 
 

@@ -73,6 +73,13 @@ def _cost_inputs(m: Manifest, fleet: str, root_gib: float) -> cost.FleetCostInpu
     )
 
 
+def unmeasured_row(instance_type: str) -> dict[str, Any]:
+    """A fleet row with nothing measured: zero counts, and no figure that would need a measurement."""
+    return {"instance_type": instance_type, "requests": 0, "successful_requests": 0, "successful_output_tokens": 0,
+            "p95_ttft_s": None, "p95_itl_s": None, "slo_pass": False, "instances_required": None, "monthly_cost_usd": None,
+            "cost_per_million_successful_tokens": None}
+
+
 def _holds_slo(row: dict[str, Any]) -> bool:
     """A fleet holds the SLO when the replay met it, or when it is sized from a capacity step
     that met it: the replay's single instance may simply have been offered more than it can
@@ -98,9 +105,7 @@ def evaluate(ctx: Context, sc: Scenario) -> dict[str, Any]:
         monthly[f.name] = None
         sizes[f.name] = None
         if fm is None:
-            row.update(requests=0, successful_requests=0, successful_output_tokens=0, p95_ttft_s=None, p95_itl_s=None,
-                       slo_pass=False, instances_required=None, monthly_cost_usd=None, cost_per_million_successful_tokens=None)
-            fleets[f.name] = row
+            fleets[f.name] = unmeasured_row(f.instance_type)
             continue
         inst = ctx.instances_measured.get(f.name, 0)
         per_inst = fm.goodput_tok_s / inst if fm.goodput_tok_s is not None and inst > 0 else None

@@ -17,8 +17,9 @@ from typing import Any
 
 from analysis import capacity, goodput, sensitivity
 from analysis.cost import UnitPrices
+from analysis.decision import decide_at_gate
 from analysis.errors import AnalysisError, PriceMissing, SourceUnavailable
-from analysis.evaluate import Context, QualityResults, evaluate, summarize
+from analysis.evaluate import Context, QualityResults, evaluate, quality_passed, summarize, unmeasured_row
 from analysis.histogram import bucket_cdf
 from analysis.ledger import payback_curve
 from analysis.provenance import Gap, Sourced
@@ -351,6 +352,10 @@ def build_report(
     if with_sensitivity:
         report["sensitivity"] = sensitivity.run_grid(m, lambda sc: summarize(evaluate(ctx, sc)))
     report["series"] = _series(m, rs, base_measures, head)
+    return _write(report, out_dir, with_pages)
+
+
+def _write(report: dict[str, Any], out_dir: str | Path, with_pages: bool) -> dict[str, Any]:
     report = _finite(report)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -362,6 +367,45 @@ def build_report(
         (out / "report.md").write_text(render_markdown(report), encoding="utf-8")
         (out / "report.html").write_text(render_html(report), encoding="utf-8")
     return report
+
+
+def build_gate_report(manifest: Manifest, quality: QualityResults, *, out_dir: str | Path, with_pages: bool = True) -> dict[str, Any]:
+    """The report of a comparison that stopped at the quality gate: the gate's results and the
+    decision they alone give; every figure that would need the replay is absent, not zero."""
+    m = manifest
+    base, cand = m.comparison.baseline, m.comparison.candidate
+    failed = [f.name for f in m.fleets if quality_passed(m, quality, f.name) is False]
+    detail = {name: "; ".join(str(x) for x in quality.get(name, {}).get("failures", [])) for name in failed}
+    dec = decide_at_gate(cand, base, quality_passed(m, quality, cand), quality_passed(m, quality, base), detail)
+    gaps = [Gap("records", f"no load was replayed: the quality gate failed for {', '.join(failed) or 'no fleet'}")]
+    report: dict[str, Any] = {
+        "campaign": m.campaign,
+        "manifest_digest": m.digest,
+        "generated_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "comparison": {"baseline": base, "candidate": cand},
+        "slo": m.slo.model_dump(),
+        "horizon_months": m.horizon_months,
+        "stopped_at": "quality_gate",
+        "fleets": {f.name: unmeasured_row(f.instance_type) for f in m.fleets},
+        "demand_tok_s": None,
+        "monthly_delta_usd": None,
+        "migration": None,
+        "migration_cost_usd": None,
+        "payback_months": None,
+        "months_to_next_refresh": None,
+        "decision": dec.as_dict(),
+        "gaps": [g.as_dict() for g in gaps],
+        "prometheus": None,
+        "cloudwatch": None,
+        "billing": None,
+        "quality": dict(quality),
+        "provenance": {
+            "manifest": {"source": "manifest", "detail": f"{m.source or '<in memory>'} digest {m.digest}"},
+            "quality": {"source": "measured", "detail": "quality-gate results given by the campaign runner"},
+        },
+        "series": {"fleets": {}},
+    }
+    return _write(report, out_dir, with_pages)
 
 
 def _capacity_fn(

@@ -6,7 +6,7 @@ import html
 from typing import Any
 
 from analysis import svg
-from analysis.report_md import capacity_rows, fmt, saturated_cell, sized_from_capacity
+from analysis.report_md import capacity_rows, fmt, quality_rows, saturated_cell, sized_from_capacity
 from analysis.sensitivity import tornado
 
 
@@ -100,6 +100,9 @@ def render_html(r: dict[str, Any]) -> str:
         for n, f in r["fleets"].items()
     )
     cap_html = _capacity_html(r["fleets"], sweep)
+    quality = "".join(f"<tr><td>{html.escape(n)}</td><td>{html.escape(v)}</td><td>{html.escape(f)}</td></tr>" for n, v, f in quality_rows(r))
+    quality_html = (f"<h2>Quality gate</h2><table><tr><th>fleet</th><th>gate</th><th>failures</th></tr>{quality}</table>" if quality
+                    else "<h2>Quality gate</h2><p>No quality-gate results were given.</p>")
     gaps = "".join(f"<li>{html.escape(g['what'])}: {html.escape(g['reason'])}</li>" for g in r["gaps"]) or "<li>none</li>"
     prov = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(str(v.get('source')))} - {html.escape(str(v.get('detail')))}</li>"
                    for k, v in r["provenance"].items())
@@ -116,7 +119,7 @@ payback {fmt(r['payback_months'], 1)} months.</p>
 <table><tr><th>fleet</th><th>requests</th><th>successful tokens</th><th>P95 TTFT s</th><th>P95 ITL s</th><th>SLO</th>
 <th>per-instance goodput tok/s</th><th>peak in flight / instance</th><th>max concurrency</th><th>saturated</th>
 <th>instances</th><th>monthly USD</th><th>USD / 1M successful tokens</th></tr>{rows}</table>
-{cap_html}{''.join(figs)}
+{quality_html}{cap_html}{''.join(figs)}
 <h2>Gaps</h2><ul>{gaps}</ul><h2>Provenance</h2><ul>{prov}</ul>
 </body></html>
 """

@@ -92,6 +92,26 @@ def _histogram_lines(prom: dict[str, Any] | None) -> list[str]:
     return out
 
 
+def quality_rows(r: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(fleet, verdict with pass rate, failures) per fleet that has quality-gate results."""
+    rows = []
+    for name, q in (r.get("quality") or {}).items():
+        if not isinstance(q, dict):
+            continue
+        rate = q.get("pass_rate")
+        verdict = ("pass" if q.get("passed") else "FAIL") + (f" ({rate:.0%} of fixtures)" if isinstance(rate, int | float) else "")
+        rows.append((name, verdict, "; ".join(str(x) for x in q.get("failures") or []) or "none"))
+    return rows
+
+
+def _quality_lines(r: dict[str, Any]) -> list[str]:
+    rows = quality_rows(r)
+    if not rows:
+        return ["", "## Quality gate", "", "No quality-gate results were given."]
+    return ["", "## Quality gate", "", "| fleet | gate | failures |", "|---|---|---|",
+            *(f"| {n} | {v} | {f} |" for n, v, f in rows)]
+
+
 def render_markdown(r: dict[str, Any]) -> str:
     d = r["decision"]
     lines = [
@@ -124,6 +144,7 @@ def render_markdown(r: dict[str, Any]) -> str:
             f"| {fmt(f.get('max_concurrency'))} | {saturated_cell(f)} | {fmt(f['instances_required'])}{_upper(f)} | {fmt(f['monthly_cost_usd'], 2)} "
             f"| {fmt(f['cost_per_million_successful_tokens'], 4)} | {fmt(run, 4)} |"
         )
+    lines += _quality_lines(r)
     lines += _capacity_lines(r)
     lines += _histogram_lines(r.get("prometheus"))
     lines += ["", "Per-AZ placement and cost lines:", ""]

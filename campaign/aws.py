@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from campaign.errors import EXIT_FAILED_STEP, CampaignError
 from campaign.manifest import Manifest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,8 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 RETAINED_TAG = ("lifecycle", "retained")
 
 
-class AwsStepFailed(RuntimeError):
-    pass
+class AwsStepFailed(CampaignError, RuntimeError):
+    exit_code = EXIT_FAILED_STEP
 
 
 def stack_name(m: Manifest) -> str:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from campaign.errors import CampaignError
+
 GIB = 1024**3
 GB = 10**9
 
@@ -152,7 +154,7 @@ CATALOG: dict[str, InstanceType] = {
 }
 
 
-class UnknownInstanceType(KeyError):
+class UnknownInstanceType(CampaignError, KeyError):
     pass
 
 

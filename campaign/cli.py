@@ -1,7 +1,8 @@
 """`python -m campaign`: one entry point for every step of a campaign.
 
 Each subcommand registers itself here; bad input exits 2 with `field.path: reason` lines,
-never a traceback.
+never a traceback. Every project error derives from `campaign.errors.CampaignError` and is
+caught once, in `main`, which prints it and exits with the error's own exit code.
 """
 
 from __future__ import annotations
@@ -13,9 +14,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from campaign.errors import EXIT_BAD_INPUT, CampaignError
 from campaign.manifest import Manifest, ManifestError, load_manifest
-
-EXIT_BAD_INPUT = 2
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -94,6 +94,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for issue in exc.issues:
             print(f"  {issue}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except CampaignError as exc:
+        print(f"{args.command}: {exc}", file=sys.stderr)
+        return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

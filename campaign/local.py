@@ -4,7 +4,7 @@ One emulator per manifest fleet (calibrated from the catalog), a real Prometheus
 when installed, the quality gate, the real Locust replaying the same schedule against every
 fleet at once, then the same analysis and report a cloud campaign uses, priced from the
 pinned snapshot. Every process started here is stopped on exit, Ctrl-C included, and records
-already flushed stay on disk.
+already flushed stay on disk. The exit code is `report`'s: 0 Go, 10 Defer, 11 Reject.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from analysis.cli import EXIT_BY_STATE
 from campaign import prometheus_local
 from campaign.manifest import Manifest, load_manifest
 from campaign.processes import ProcessFailed, Supervisor, free_port
@@ -103,23 +104,22 @@ def run_local(
                           f"; schedule lag p99 {s.schedule_lag_p99_s * 1000:.1f} ms{'' if s.valid else ' INVALID: ' + '; '.join(s.invalid_reasons)}")
                 if m.workload.capacity_sweep is not None and capacity:
                     capacity_dirs = _capacity_sweep(m, manifest_path.resolve(), endpoints, out_dir / "capacity", handles)
+                from analysis.report import build_report
+
+                report = build_report(
+                    m,
+                    records_dir,
+                    prometheus_url=prom_url,
+                    quality={k: g.as_dict() for k, g in gates.items()},
+                    out_dir=out_dir,
+                    instances_measured=dict.fromkeys(endpoints, 1),  # one emulated instance per fleet
+                    capacity_dirs=capacity_dirs or None,
+                )
             else:
-                print("quality gate failed: no load is replayed; the decision is Reject", flush=True)
-
-            from analysis.report import build_report
-
-            report = build_report(
-                m,
-                records_dir,
-                prometheus_url=prom_url,
-                quality={k: g.as_dict() for k, g in gates.items()},
-                out_dir=out_dir,
-                instances_measured=dict.fromkeys(endpoints, 1),  # one emulated instance per fleet
-                capacity_dirs=capacity_dirs or None,
-            )
+                report = _report_gate_failure(m, gates, out_dir)
         print(f"decision: {report['decision']['state'].upper()} — " + "; ".join(report["decision"]["reasons"]))
         print(f"report: {out_dir / 'report.html'}  ({out_dir / 'report.json'}, {out_dir / 'report.md'})")
-        return LocalResult(0, out_dir, report)
+        return LocalResult(EXIT_BY_STATE[report["decision"]["state"]], out_dir, report)
     except KeyboardInterrupt:
         for h in handles.values():  # SIGTERM: Locust flushes its records and marks unsent requests
             h.terminate()
@@ -130,6 +130,14 @@ def run_local(
         return LocalResult(1, out_dir, None)
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _report_gate_failure(m: Manifest, gates: dict[str, GateResult], out_dir: Path) -> dict[str, Any]:
+    """A fleet failed the quality gate: no load is replayed, and the report holds the gate's results."""
+    from analysis.report import build_gate_report
+
+    print("quality gate failed: no load is replayed; the report is decided on the gate alone", flush=True)
+    return build_gate_report(m, {k: g.as_dict() for k, g in gates.items()}, out_dir=out_dir)
 
 
 def _maybe_prometheus(sup: Supervisor, out_dir: Path, m: Manifest, endpoints: dict[str, str], metrics_ports: dict[str, int]) -> str | None:

@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from campaign import catalog
+from campaign.errors import CampaignError
 
 Slug = Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$")]
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
@@ -374,7 +375,7 @@ class Issue:
         return f"{self.path}: {self.reason}"
 
 
-class ManifestError(ValueError):
+class ManifestError(CampaignError, ValueError):
     def __init__(self, issues: list[Issue], source: str | None = None):
         self.issues = issues
         self.source = source

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from campaign.errors import CampaignError
+
 SNAPSHOT_DIR = Path(__file__).parent / "data"
 
 
@@ -29,11 +31,11 @@ class Price:
         return f"snapshot {self.as_of}: {self.source}"
 
 
-class PriceNotFound(LookupError):
+class PriceNotFound(CampaignError, LookupError):
     pass
 
 
-class PriceSnapshotError(ValueError):
+class PriceSnapshotError(CampaignError, ValueError):
     pass
 
 

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
+from campaign.errors import EXIT_FAILED_STEP, CampaignError
+
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A port free right now; a second campaign on the same machine gets a different one."""
@@ -26,8 +28,8 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-class ProcessFailed(RuntimeError):
-    pass
+class ProcessFailed(CampaignError, RuntimeError):
+    exit_code = EXIT_FAILED_STEP
 
 
 @dataclass

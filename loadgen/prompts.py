@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal
 
+from campaign.errors import CampaignError
 from campaign.manifest import Manifest
 from campaign.tokenizer import VOCAB, Tokenizer, apply_chat_template, for_manifest
 from loadgen.schedule import ScheduledRequest
@@ -22,7 +23,7 @@ Api = Literal["chat", "completions"]
 _MAX_ADJUST = 12
 
 
-class PromptError(ValueError):
+class PromptError(CampaignError, ValueError):
     pass
 
 

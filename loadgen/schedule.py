@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from campaign.errors import CampaignError
 from campaign.manifest import Manifest, Workload
 from loadgen.traces import TraceRow, read_trace
 
@@ -70,7 +71,7 @@ def transform(rows: Sequence[TraceRow], w: Workload) -> list[ScheduledRequest]:
     return out
 
 
-class ScheduleError(ValueError):
+class ScheduleError(CampaignError, ValueError):
     pass
 
 

@@ -19,10 +19,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from campaign.errors import CampaignError
 from loadgen.prompts import Prompt
 
 
-class TokenizerMismatch(ValueError):
+class TokenizerMismatch(CampaignError, ValueError):
     pass
 
 

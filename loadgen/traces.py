@@ -17,6 +17,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from campaign.errors import CampaignError
+
 BLOCK_TOKENS = 512  # Mooncake hash_ids name 512-token prompt blocks
 
 
@@ -29,7 +31,7 @@ class TraceRow:
     hash_ids: tuple[int, ...] | None = None
 
 
-class TraceError(ValueError):
+class TraceError(CampaignError, ValueError):
     def __init__(self, path: Path | str, line: int, reason: str):
         self.path = str(path)
         self.line = line

@@ -126,7 +126,9 @@ def test_cli_handler_writes_report_and_maps_exit_codes(tmp_path: Path, manifest_
     code = args.handler(args)
     assert code == cli.EXIT_BY_STATE[json.loads((tmp_path / "out" / "report.json").read_text())["decision"]["state"]]
     write_jsonl(rec_dir / "records-x.jsonl", steady(m, "g6", 2, 1, digest="0" * 64))
-    args = parser.parse_args(["report", str(path), "--records", str(rec_dir), "--out", str(tmp_path / "o2")])
-    assert args.handler(args) == cli.EXIT_BAD_INPUT
+    # A project error reaches campaign's main, which prints it (no traceback) and exits with its code.
+    from campaign.cli import main
+
+    assert main(["report", str(path), "--records", str(rec_dir), "--out", str(tmp_path / "o2")]) == cli.EXIT_BAD_INPUT
     assert "0" * 64 in capsys.readouterr().err
     assert not (tmp_path / "o2" / "report.json").exists()

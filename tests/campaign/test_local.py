@@ -14,6 +14,7 @@ from typing import Any
 import psutil
 import pytest
 
+from analysis.cli import EXIT_BY_STATE
 from tests.conftest import ROOT, write_manifest
 
 pytestmark = pytest.mark.slow
@@ -50,8 +51,8 @@ def test_local_campaign_writes_a_report_with_both_fleets(tmp_path: Path, manifes
         [sys.executable, "-m", "campaign", "local", str(manifest), "--duration", "15", "--out", str(out)],
         capture_output=True, text=True, cwd=ROOT, timeout=280,
     )
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
+    assert r.returncode == EXIT_BY_STATE[report["decision"]["state"]], r.stdout[-3000:] + r.stderr[-3000:]
     assert set(report["fleets"]) == {"inf2", "g6"}
     assert report["decision"]["state"] in {"go", "defer", "reject"}
     assert report["decision"]["reasons"]

@@ -1,0 +1,45 @@
+"""`campaign local` whose quality gate fails: a Reject report with the gate's results, no traceback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from analysis.cli import EXIT_BY_STATE
+from tests.conftest import ROOT, write_manifest
+
+pytestmark = pytest.mark.slow
+
+
+def test_failing_quality_gate_writes_a_reject_report(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    # No emulated answer can match this: the gate fails on both fleets, so no load is replayed.
+    manifest_data["quality"]["fixtures"][1]["expect_regex"] = "^never-said-by-anyone$"
+    manifest_data["workload"]["capacity_sweep"] = {"multipliers": [1], "step_s": 5}
+    path = write_manifest(tmp_path, manifest_data)
+    out = tmp_path / "run"
+    r = subprocess.run(
+        [sys.executable, "-m", "campaign", "local", str(path), "--out", str(out)],
+        capture_output=True, text=True, cwd=ROOT, timeout=180,
+    )
+    assert "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert r.returncode == EXIT_BY_STATE["reject"], r.stdout[-2000:] + r.stderr[-2000:]
+    report = json.loads((out / "report.json").read_text())
+    assert report["decision"]["state"] == "reject"
+    reasons = " ".join(report["decision"]["reasons"])
+    assert "inf2: quality gate failed" in reasons and "answers-nonempty" in reasons
+    # The gate's own results are in the report, per fleet, with the failing fixture.
+    assert report["quality"]["inf2"]["passed"] is False
+    assert any("answers-nonempty" in f for f in report["quality"]["g6"]["failures"])
+    # Nothing after the gate was measured, and nothing pretends it was.
+    assert report["monthly_delta_usd"] is None and report["payback_months"] is None
+    assert all(f["instances_required"] is None for f in report["fleets"].values())
+    assert not list((out / "records").glob("records-*"))
+    md = (out / "report.md").read_text()
+    assert md.startswith(f"# {report['campaign']}: REJECT") and "answers-nonempty" in md
+    assert "answers-nonempty" in (out / "report.html").read_text()
+    assert "decision: REJECT" in r.stdout
