@@ -9,6 +9,9 @@ Rule (precedence Reject > Defer > Go; all reasons are reported, not just the fir
   invalid run), the candidate did not hold the same SLO or availability (AZs, redundancy)
   as the baseline, the sized fleet exceeds its ASG maximum, the payback is beyond the
   horizon, or the refresh is near.
+- Evidence insufficient (Defer): a 95% interval straddles a decision boundary: the monthly
+  delta's straddles 0 (then a delta <= 0 does not Reject either), or the payback's straddles
+  the horizon; the reason names the sample size that would settle it.
 - Refresh near: the next hardware refresh comes before the migration pays back
   (months_to_next_refresh < payback months). When the manifest does not give
   months_to_next_refresh, the next refresh is taken to be a full refresh_cadence_months away.
@@ -46,6 +49,9 @@ class DecisionInputs:
     horizon_months: float
     months_to_next_refresh: float
     blocking_gaps: tuple[str, ...] = field(default_factory=tuple)
+    # an interval straddles a decision boundary (delta = 0, the horizon): each is a Defer reason
+    insufficient: tuple[str, ...] = field(default_factory=tuple)
+    delta_settled: bool = True  # False: the delta's interval straddles 0, so delta <= 0 cannot Reject
 
 
 @dataclass(frozen=True)
@@ -97,10 +103,11 @@ def decide(d: DecisionInputs) -> Decision:
     if d.candidate_error_rate is not None and d.candidate_error_rate > d.max_error_rate:
         reject.append(f"{c}: error rate {d.candidate_error_rate:.4f} above the ceiling {d.max_error_rate}")
     reject.extend(q_reject)
-    if d.monthly_delta_usd is not None and d.monthly_delta_usd <= 0:
+    if d.monthly_delta_usd is not None and d.monthly_delta_usd <= 0 and d.delta_settled:
         reject.append(f"monthly delta {d.monthly_delta_usd:.2f} USD <= 0: {c} is not cheaper than {d.baseline}; no payback")
 
     defer.extend(f"evidence incomplete: {g}" for g in d.blocking_gaps)
+    defer.extend(f"evidence insufficient: {x}" for x in d.insufficient)
     defer.extend(q_defer)
     if d.monthly_delta_usd is None:
         defer.append("evidence incomplete: a fleet's monthly cost could not be computed")

@@ -10,10 +10,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from analysis import cost, ledger, sizing
+from analysis import cost, ledger, sizing, stats
 from analysis.capacity import Capacity
 from analysis.decision import DecisionInputs, decide
 from analysis.goodput import FleetMeasure, Saturation
+from analysis.intervals import FleetIntervals, IntervalsFn
 from analysis.provenance import Gap
 from analysis.sensitivity import Scenario
 from campaign.manifest import Manifest
@@ -33,6 +34,8 @@ class Context:
     saturation: dict[str, Saturation] = field(default_factory=dict)  # per fleet; absent: not measured
     # slo_scale -> per-fleet capacity from the capacity sweep; None: no sweep (size from the replay)
     capacity: Callable[[float], dict[str, Capacity]] | None = None
+    # slo_scale -> per-fleet 95% intervals; None: no intervals (the report then claims none)
+    intervals: IntervalsFn | None = None
 
     def pooled_tokens_per_request(self, measures: Mapping[str, FleetMeasure]) -> float | None:
         """Mean output tokens of a completed request, pooled over the fleets: one demand for all.
@@ -80,6 +83,23 @@ def unmeasured_row(instance_type: str) -> dict[str, Any]:
             "cost_per_million_successful_tokens": None}
 
 
+def _size_and_cost(
+    ctx: Context, sc: Scenario, fleet: str, demand_tok_s: float | None, per_instance_tok_s: float | None, util: float,
+) -> tuple[sizing.FleetSize | None, cost.MonthlyCost | None]:
+    """The fleet sized for the demand from one per-instance capacity, and its monthly cost (None where unknown)."""
+    if demand_tok_s is None or not per_instance_tok_s:
+        return None, None
+    f = ctx.manifest.fleet(fleet)
+    size = sizing.size_fleet(
+        demand_tok_s, per_instance_tok_s, utilization_target=util, redundancy=f.redundancy,
+        asg_min=f.asg.min, asg_max=f.asg.max, azs=f.availability_zones,
+    )
+    prices = ctx.unit_prices.get(fleet)
+    if prices is None:
+        return size, None
+    return size, cost.monthly_fleet_cost(size, prices, _cost_inputs(ctx.manifest, fleet, ctx.root_volume_gib), sc.rate_mode)
+
+
 def _holds_slo(row: dict[str, Any]) -> bool:
     """A fleet holds the SLO when the replay met it, or when it is sized from a capacity step
     that met it: the replay's single instance may simply have been offered more than it can
@@ -98,6 +118,8 @@ def evaluate(ctx: Context, sc: Scenario) -> dict[str, Any]:
     demand_tok_s = None if tok_per_req is None else m.workload.demand.peak_requests_per_s * sc.demand_scale * tok_per_req
     fleets: dict[str, dict[str, Any]] = {}
     monthly: dict[str, float | None] = {}
+    monthly_ends: dict[str, tuple[float | None, float | None]] = {}  # 95% interval of each fleet's monthly cost
+    intervals = ctx.intervals(sc.slo_scale) if ctx.intervals is not None else {}
     sizes: dict[str, sizing.FleetSize | None] = {}
     for f in m.fleets:
         fm = measures.get(f.name)
@@ -133,22 +155,18 @@ def evaluate(ctx: Context, sc: Scenario) -> dict[str, Any]:
             if cap is not None and cap.per_instance_tok_s:
                 size_per_inst = cap.per_instance_tok_s  # measured inside the SLO: the capacity figure
             row["sized_from"] = f"capacity sweep step {cap.step}" if cap is not None and cap.step else "replay"
-        size = None
-        if demand_tok_s is not None and size_per_inst:
-            size = sizing.size_fleet(
-                demand_tok_s, size_per_inst, utilization_target=util, redundancy=f.redundancy,
-                asg_min=f.asg.min, asg_max=f.asg.max, azs=f.availability_zones,
-            )
+        size, mc = _size_and_cost(ctx, sc, f.name, demand_tok_s, size_per_inst, util)
         sizes[f.name] = size
         row["size"] = size.as_dict() if size else None
         row["instances_required"] = size.required if size else None
         prices = ctx.unit_prices.get(f.name)
-        mc = None
-        if size is not None and prices is not None:
-            mc = cost.monthly_fleet_cost(size, prices, _cost_inputs(m, f.name, ctx.root_volume_gib), sc.rate_mode)
         monthly[f.name] = mc.total_usd if mc else None
         row["monthly_cost"] = mc.as_dict() if mc else None
         row["monthly_cost_usd"] = mc.total_usd if mc else None
+        iv = intervals.get(f.name)
+        if iv is not None:
+            fields, monthly_ends[f.name] = _interval_fields(ctx, sc, f.name, iv, demand_tok_s, util)
+            row.update(fields)
         monthly_tokens = demand_tok_s * 3600.0 * hours if demand_tok_s is not None else 0.0
         row["monthly_successful_tokens"] = monthly_tokens if mc else None
         row["cost_per_million_successful_tokens"] = cost.cost_per_million(mc.total_usd, monthly_tokens) if mc else None
@@ -172,6 +190,7 @@ def evaluate(ctx: Context, sc: Scenario) -> dict[str, Any]:
                                       hours_per_month=hours, effort_scale=sc.effort_scale)
     mig_cost = led.total_usd if led else None
     payback = ledger.payback_months(mig_cost, delta) if mig_cost is not None and delta is not None else None
+    spread = _delta_payback_intervals(ctx, sc, delta, payback, monthly_ends, intervals) if intervals else None
     refresh = sc.months_to_next_refresh
     if refresh is None:
         refresh = m.migration.months_to_next_refresh if m.migration.months_to_next_refresh is not None else m.migration.refresh_cadence_months
@@ -196,6 +215,8 @@ def evaluate(ctx: Context, sc: Scenario) -> dict[str, Any]:
             horizon_months=m.horizon_months,
             months_to_next_refresh=refresh,
             blocking_gaps=tuple(f"{g.what}: {g.reason}" for g in ctx.gaps if g.blocks_go),
+            insufficient=tuple(spread.insufficient) if spread else (),
+            delta_settled=spread is None or not spread.delta_straddles,
         )
     )
     return {
@@ -204,22 +225,147 @@ def evaluate(ctx: Context, sc: Scenario) -> dict[str, Any]:
         "pooled_output_tokens_per_request": tok_per_req,
         "utilization_target": util,
         "monthly_delta_usd": delta,
+        "monthly_delta_ci_usd": spread.delta_ci if spread else None,
         "migration": led.as_dict() if led else None,
         "migration_cost_usd": mig_cost,
         "payback_months": payback,
+        "payback_months_ci": spread.payback_ci if spread else None,
         "months_to_next_refresh": refresh,
         "decision": dec.as_dict(),
     }
 
 
-def summarize(res: dict[str, Any]) -> dict[str, Any]:
-    """The few numbers a sensitivity cell shows."""
+def _interval_fields(
+    ctx: Context, sc: Scenario, fleet: str, iv: FleetIntervals, demand_tok_s: float | None, util: float,
+) -> tuple[dict[str, Any], tuple[float | None, float | None]]:
+    """The fleet row's interval fields, and its monthly cost at the capacity interval's ends
+    (the high capacity end gives the low cost; an unknown capacity end, an unknown cost)."""
+    out: dict[str, Any] = {
+        "p95_ttft_ci_s": iv.replay_ttft.bounds, "p95_ttft_n": iv.replay_ttft.n,
+        "p95_itl_ci_s": iv.replay_itl.bounds, "p95_itl_n": iv.replay_itl.n,
+        "capacity_ci_tok_s": list(iv.capacity_tok_s) if iv.capacity_tok_s else None,
+        "intervals": iv.as_dict(),
+    }
+    low_cap, high_cap = iv.capacity_tok_s if iv.capacity_tok_s else (None, None)
+    small, cheap = _size_and_cost(ctx, sc, fleet, demand_tok_s, high_cap, util)
+    large, dear = _size_and_cost(ctx, sc, fleet, demand_tok_s, low_cap, util)
+    out["instances_required_ci"] = [small.required if small else None, large.required if large else None]
+    ends = (cheap.total_usd if cheap else None, dear.total_usd if dear else None)
+    out["monthly_cost_ci_usd"] = list(ends)
+    return out, ends
+
+
+@dataclass(frozen=True)
+class _Spread:
+    delta_ci: list[float | None]  # [low, high]; None: unknown end
+    payback_ci: list[float | None]  # [low, high]; high None: no payback at the pessimistic end (or unknown)
+    delta_straddles: bool
+    insufficient: list[str]  # Defer reasons: an interval straddles a decision boundary
+
+
+def _delta_payback_intervals(
+    ctx: Context, sc: Scenario, delta: float | None, payback: float | None,
+    monthly_ends: Mapping[str, tuple[float | None, float | None]], intervals: Mapping[str, FleetIntervals],
+) -> _Spread | None:
+    """Delta and payback at the two extremes of the fleets' cost intervals (candidate dear + baseline
+    cheap, and the reverse). Taking both fleets' worst ends together is conservative: the two
+    samples are independent, so the joint coverage is at least 0.95^2 for each end and the
+    interval is wider than a joint 95% one, never narrower."""
+    m = ctx.manifest
+    base, cand = m.comparison.baseline, m.comparison.candidate
+    if delta is None or base not in monthly_ends or cand not in monthly_ends:
+        return None
+    (b_cheap, b_dear), (c_cheap, c_dear) = monthly_ends[base], monthly_ends[cand]
+    hours = m.workload.demand.hours_per_month
+
+    def end(b_month: float | None, c_month: float | None) -> tuple[float | None, float | None]:
+        if b_month is None or c_month is None:
+            return None, None
+        led = ledger.migration_ledger(m.migration, candidate_monthly_usd=c_month, baseline_monthly_usd=b_month,
+                                      hours_per_month=hours, effort_scale=sc.effort_scale)
+        d = ledger.monthly_delta(b_month, c_month)
+        return d, ledger.payback_months(led.total_usd, d)
+
+    d_low, pb_high = end(b_cheap, c_dear)
+    d_high, pb_low = end(b_dear, c_cheap)
+    insufficient: list[str] = []
+    n = min(intervals[base].basis_requests, intervals[cand].basis_requests)
+    unknown = [f"{k}: {intervals[k].capacity_note}" for k in (cand, base) if (intervals[k].capacity_tok_s or (None, None))[0] is None]
+    straddles = d_low is None or d_high is None or d_low <= 0 < d_high
+    if straddles:
+        insufficient.append(
+            f"monthly delta {delta:,.2f} USD, 95% CI {_ci_text(d_low, d_high, ',.2f')} USD, straddles 0 "
+            f"(whether {cand} is cheaper is not settled); " + _settle(n, d_low, d_high, delta, 0.0, unknown)
+        )
+    horizon = m.horizon_months
+    if payback is not None and not straddles and (pb_high is None or pb_high > horizon) and (pb_low is not None and pb_low <= horizon):
+        insufficient.append(
+            f"payback {payback:.1f} months, 95% CI {_ci_text(pb_low, pb_high, '.1f')} months, straddles the "
+            f"{horizon:g}-month horizon; " + _settle(n, pb_low, pb_high, payback, horizon, unknown)
+        )
+    return _Spread([d_low, d_high], [pb_low, pb_high], straddles, insufficient)
+
+
+def _ci_text(low: float | None, high: float | None, spec: str) -> str:
+    def one(v: float | None) -> str:
+        return "unknown" if v is None else format(v, spec)
+
+    return f"[{one(low)}, {one(high)}]"
+
+
+def _settle(n: int, low: float | None, high: float | None, point: float, boundary: float, unknown: list[str]) -> str:
+    """What sample would settle the call: requests per measured step, the interval's reach toward the
+    boundary shrinking as 1/sqrt(n) (a rule of thumb for planning the next run, not a guarantee)."""
+    if unknown:
+        return (f"an end is unknown ({'; '.join(unknown)}); at least {stats.min_n_bounded_upper()} requests per step bound a "
+                "P95 at 95%, and a step must hold the SLO at its interval's high end")
+    if low is None or high is None:
+        return "an end is unknown"
+    reach = high - point if boundary > point else point - low  # the interval's reach toward the boundary
+    need = stats.n_to_settle(n, reach, abs(point - boundary))
+    if need is None:
+        return "the point estimate sits on the boundary: no sample size settles it"
+    return f"about {need:,} requests per measured step (now {n:,}) would settle it"
+
+
+NOT_MEASURED = "not measured"
+NO_COMMITMENT = "no commitment in the manifest"
+
+
+def outside_evidence(ctx: Context, sc: Scenario, res: dict[str, Any]) -> list[str]:
+    """Why a scenario's answer would need evidence the campaign does not have (empty: it is inside).
+
+    - An SLO other than the manifest's, that a fleet never held in any measured step: its
+      SLO-compliant capacity there is unknown, and the overload goodput would size it as if
+      one instance carried almost nothing.
+    - A commitment rate (covered / renewal) for a fleet the manifest lists no commitment for."""
+    out = []
+    if sc.slo_scale != 1.0:
+        out += [f"{NOT_MEASURED}: {name} never held the SLO at x{sc.slo_scale:g}"
+                for name, row in res["fleets"].items() if row.get("requests") and not _holds_slo(row)]
+    if sc.rate_mode in ("covered", "renewal"):
+        committed = {c.fleet for c in ctx.manifest.costs.commitments}
+        out += [f"{NO_COMMITMENT}: {f.name} has none in costs.commitments, which the {sc.rate_mode} rate needs"
+                for f in ctx.manifest.fleets if f.name not in committed]
+    return out
+
+
+def summarize(res: dict[str, Any], outside: list[str] | None = None) -> dict[str, Any]:
+    """The few numbers a sensitivity cell shows; a cell `outside` the evidence shows none, and no decision."""
+    if outside:
+        state = NO_COMMITMENT if all(x.startswith(NO_COMMITMENT) for x in outside) else NOT_MEASURED
+        return {"decision": state, "reasons": list(outside), "monthly_delta_usd": None, "monthly_delta_ci_usd": None,
+                "migration_cost_usd": None, "payback_months": None, "payback_months_ci": None,
+                "fleets": {name: {"instances_required": None, "monthly_cost_usd": None, "cost_per_million_successful_tokens": None}
+                           for name in res["fleets"]}}
     return {
         "decision": res["decision"]["state"],
         "reasons": res["decision"]["reasons"],
         "monthly_delta_usd": res["monthly_delta_usd"],
+        "monthly_delta_ci_usd": res.get("monthly_delta_ci_usd"),
         "migration_cost_usd": res["migration_cost_usd"],
         "payback_months": res["payback_months"],
+        "payback_months_ci": res.get("payback_months_ci"),
         "fleets": {
             name: {
                 "instances_required": r.get("instances_required"),

@@ -15,11 +15,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from analysis import capacity, goodput, sensitivity
+from analysis import capacity, goodput, intervals, sensitivity
 from analysis.cost import UnitPrices
 from analysis.decision import decide_at_gate
 from analysis.errors import AnalysisError, PriceMissing, SourceUnavailable
-from analysis.evaluate import Context, QualityResults, evaluate, quality_passed, summarize, unmeasured_row
+from analysis.evaluate import Context, QualityResults, evaluate, outside_evidence, quality_passed, summarize, unmeasured_row
 from analysis.histogram import bucket_cdf
 from analysis.ledger import payback_curve
 from analysis.provenance import Gap, Sourced
@@ -320,7 +320,8 @@ def build_report(
     else:
         prov["quality"] = {"source": "measured", "detail": "quality-gate results given by the campaign runner"}
 
-    ctx = Context(m, measures, inst, unit_prices, root_volume_gib, quality, gaps, saturation, capacities)
+    ctx = Context(m, measures, inst, unit_prices, root_volume_gib, quality, gaps, saturation, capacities,
+                  _intervals_fn(m, rs, measures, inst, sweep, capacities))
     head = evaluate(ctx, sensitivity.BASE)
     for key, val, detail in (
         ("slo", m.slo.model_dump(), "slo"), ("demand.peak_requests_per_s", m.workload.demand.peak_requests_per_s, "workload.demand"),
@@ -349,10 +350,41 @@ def build_report(
         "quality": dict(quality) if quality is not None else None,
         "provenance": prov,
     }
+    report["headline"] = headline(head, gaps)
     if with_sensitivity:
-        report["sensitivity"] = sensitivity.run_grid(m, lambda sc: summarize(evaluate(ctx, sc)))
+        report["sensitivity"] = sensitivity.run_grid(m, lambda sc: _cell(ctx, sc))
     report["series"] = _series(m, rs, base_measures, head)
     return _write(report, out_dir, with_pages)
+
+
+# Gaps in the evidence a delta, fleet size or payback is computed from (by Gap.what's first part):
+# while one blocks, those figures are not headlined. Other blocking gaps (no Prometheus
+# cross-check, a missing quality result) defer the decision but leave the figures valid.
+FIGURE_GAPS = frozenset({"records", "run_summary", "prices", "saturation", "overload", "capacity"})
+
+
+def headline(head: Mapping[str, Any], gaps: list[Gap]) -> dict[str, Any]:
+    """The figures the report may headline: all of them, or none with the gaps that block them."""
+    blocked = [f"{g.what}: {g.reason}" for g in gaps if g.blocks_go and g.what.split(".", 1)[0] in FIGURE_GAPS]
+    fleets = head["fleets"]
+    figures: dict[str, Any] = {
+        "monthly_delta_usd": head["monthly_delta_usd"],
+        "monthly_delta_ci_usd": head.get("monthly_delta_ci_usd"),
+        "migration_cost_usd": head["migration_cost_usd"],
+        "payback_months": head["payback_months"],
+        "payback_months_ci": head.get("payback_months_ci"),
+        "instances_required": {n: f.get("instances_required") for n, f in fleets.items()},
+        "instances_required_ci": {n: f.get("instances_required_ci") for n, f in fleets.items()},
+        "monthly_cost_usd": {n: f.get("monthly_cost_usd") for n, f in fleets.items()},
+    }
+    if blocked:
+        figures = {k: ({n: None for n in v} if isinstance(v, dict) else None) for k, v in figures.items()}
+    return {"decided": not blocked, "blocked_by": blocked, **figures}
+
+
+def _cell(ctx: Context, sc: sensitivity.Scenario) -> dict[str, Any]:
+    res = evaluate(ctx, sc)
+    return summarize(res, outside_evidence(ctx, sc, res))
 
 
 def _write(report: dict[str, Any], out_dir: str | Path, with_pages: bool) -> dict[str, Any]:
@@ -442,6 +474,49 @@ def _capacity_fn(
         return cap_cache[scale]
 
     return capacities
+
+
+def _intervals_fn(
+    m: Manifest, rs: RecordSet, measures: Callable[[float], dict[str, goodput.FleetMeasure]], inst: Mapping[str, int],
+    sweep: list[capacity.SweepStep] | None, capacities: Callable[[float], dict[str, capacity.Capacity]] | None,
+) -> intervals.IntervalsFn:
+    """slo_scale -> per-fleet 95% intervals (cached): the P95s of every step once, the capacity per SLO scale."""
+    evidence: dict[tuple[str, str], intervals.StepEvidence] = {}
+    cache: dict[float, dict[str, intervals.FleetIntervals]] = {}
+    by_label = {s.label: s for s in sweep or []}
+
+    def step(fleet: str, st: capacity.StepResult) -> intervals.StepEvidence | None:
+        key = (fleet, st.label)
+        if key not in evidence:
+            src = by_label.get(st.label)
+            if src is None:
+                return None
+            evidence[key] = intervals.step_evidence(st.label, src.records, fleet, requests=st.requests,
+                                                    per_instance_tok_s=st.per_instance_goodput_tok_s, window_s=st.window_s,
+                                                    instances=inst.get(fleet, 0))
+        return evidence[key]
+
+    def fn(scale: float) -> dict[str, intervals.FleetIntervals]:
+        if scale not in cache:
+            ttft, itl = m.slo.ttft_p95_s * scale, m.slo.itl_p95_s * scale
+            out: dict[str, intervals.FleetIntervals] = {}
+            for name, fm in measures(scale).items():
+                if fm.requests == 0:
+                    continue
+                replay = intervals.replay_evidence(rs, name, fm, inst.get(name, 0))
+                cap = capacities(scale).get(name) if capacities is not None else None
+                basis = cap.step if cap is not None and cap.step else intervals.REPLAY
+                held: dict[str, intervals.StepEvidence] = {}
+                for st in cap.steps if cap is not None else ():
+                    if st.slo_pass and st.steady_state and st.per_instance_goodput_tok_s:
+                        ev = replay if st.label == capacity.REPLAY else step(name, st)
+                        if ev is not None:
+                            held[st.label] = ev
+                out[name] = intervals.fleet_intervals(name, replay, held, basis, ttft, itl)
+            cache[scale] = out
+        return cache[scale]
+
+    return fn
 
 
 def _capacity_gaps(m: Manifest, caps: Mapping[str, capacity.Capacity], prov: dict[str, Any], gaps: list[Gap]) -> frozenset[str]:

@@ -6,7 +6,19 @@ import html
 from typing import Any
 
 from analysis import svg
-from analysis.report_md import capacity_rows, fmt, quality_rows, saturated_cell, sized_from_capacity
+from analysis.report_md import (
+    capacity_rows,
+    ci_text,
+    decided,
+    fmt,
+    headline_text,
+    p95_cell,
+    quality_rows,
+    saturated_cell,
+    sensitivity_rows,
+    sized_cell,
+    sized_from_capacity,
+)
 from analysis.sensitivity import tornado
 
 
@@ -92,11 +104,12 @@ def render_html(r: dict[str, Any]) -> str:
         ))
     rows = "".join(
         f"<tr><td>{html.escape(n)} ({html.escape(f['instance_type'])})</td><td>{fmt(f['requests'])}</td><td>{fmt(f['successful_output_tokens'])}</td>"
-        f"<td>{fmt(f['p95_ttft_s'])}</td><td>{fmt(f['p95_itl_s'])}</td><td>{'pass' if f['slo_pass'] else 'FAIL'}</td>"
-        f"<td>{fmt(f.get('per_instance_goodput_tok_s'), 1)}</td><td>{fmt(f.get('peak_in_flight_per_instance'), 1)}</td>"
+        f"<td>{p95_cell(f, 'ttft')}</td><td>{p95_cell(f, 'itl')}</td><td>{'pass' if f['slo_pass'] else 'FAIL'}</td>"
+        f"<td>{fmt(f.get('per_instance_goodput_tok_s'), 1)}</td><td>{ci_text(f.get('capacity_ci_tok_s'), 1) or 'n/a'}</td>"
+        f"<td>{fmt(f.get('peak_in_flight_per_instance'), 1)}</td>"
         f"<td>{fmt(f.get('max_concurrency'))}</td><td>{saturated_cell(f)}</td>"
-        f"<td>{fmt(f['instances_required'])}{_upper(f)}</td><td>{fmt(f['monthly_cost_usd'], 2)}</td>"
-        f"<td>{fmt(f['cost_per_million_successful_tokens'], 4)}</td></tr>"
+        f"<td>{sized_cell(r, f, 'instances_required')}{_upper(f) if decided(r) else ''}</td><td>{sized_cell(r, f, 'monthly_cost_usd', 2)}</td>"
+        f"<td>{sized_cell(r, f, 'cost_per_million_successful_tokens', 4)}</td></tr>"
         for n, f in r["fleets"].items()
     )
     cap_html = _capacity_html(r["fleets"], sweep)
@@ -107,6 +120,14 @@ def render_html(r: dict[str, Any]) -> str:
     prov = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(str(v.get('source')))} - {html.escape(str(v.get('detail')))}</li>"
                    for k, v in r["provenance"].items())
     reasons = "".join(f"<li>{html.escape(x)}</li>" for x in d["reasons"])
+    blocked = "".join(f"<li>{html.escape(x)}</li>" for x in (r.get("headline") or {}).get("blocked_by", []))
+    head = html.escape(headline_text(r)).replace("**", "") + (f"<br>Blocked by:<ul>{blocked}</ul>" if blocked else "")
+    sens_html = ""
+    if r.get("sensitivity"):
+        sens_html = ("<h2>Sensitivity (one input at a time)</h2><table><tr><th>cell</th><th>decision</th>"
+                     "<th>monthly delta USD (95% CI)</th><th>payback months (95% CI)</th><th>reasons</th></tr>"
+                     + "".join(f"<tr>{''.join(f'<td>{html.escape(x)}</td>' for x in row)}</tr>" for row in sensitivity_rows(r["sensitivity"]))
+                     + "</table>")
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(r['campaign'])}: {d['state']}</title>
 <style>body{{font-family:sans-serif;max-width:60em;margin:2em auto}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 6px}}
@@ -114,12 +135,12 @@ figure{{margin:1em 0}}figcaption{{font-size:12px;color:#444}}</style></head><bod
 <h1>{html.escape(r['campaign'])}: {d['state'].upper()}</h1>
 <p>manifest digest <code>{r['manifest_digest']}</code>; generated {html.escape(r['generated_at'])}</p>
 <ul>{reasons}</ul>
-<p>Monthly delta {fmt(r['monthly_delta_usd'], 2)} USD; migration cost {fmt(r['migration_cost_usd'], 2)} USD;
-payback {fmt(r['payback_months'], 1)} months.</p>
+<p>{head}</p>
+<p>P95s with their 95% interval (order statistics, distribution-free) and n, the requests each is taken over.</p>
 <table><tr><th>fleet</th><th>requests</th><th>successful tokens</th><th>P95 TTFT s</th><th>P95 ITL s</th><th>SLO</th>
-<th>per-instance goodput tok/s</th><th>peak in flight / instance</th><th>max concurrency</th><th>saturated</th>
+<th>per-instance goodput tok/s</th><th>capacity 95% CI tok/s</th><th>peak in flight / instance</th><th>max concurrency</th><th>saturated</th>
 <th>instances</th><th>monthly USD</th><th>USD / 1M successful tokens</th></tr>{rows}</table>
-{quality_html}{cap_html}{''.join(figs)}
+{quality_html}{cap_html}{sens_html}{''.join(figs)}
 <h2>Gaps</h2><ul>{gaps}</ul><h2>Provenance</h2><ul>{prov}</ul>
 </body></html>
 """

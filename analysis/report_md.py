@@ -17,6 +17,52 @@ def fmt(v: Any, digits: int = 3) -> str:
     return str(v)
 
 
+def ci_text(ci: Any, digits: int = 3) -> str:
+    """'[low, high]' of a 95% interval; an end the sample cannot bound shows as 'unbounded'."""
+    if not ci:
+        return ""
+    low, high = ci
+    return f"[{'unbounded' if low is None else fmt(low, digits)}, {'unbounded' if high is None else fmt(high, digits)}]"
+
+
+def p95_cell(f: dict[str, Any], what: str) -> str:
+    """P95 with its 95% interval and the number of requests it is taken over."""
+    point = f.get(f"p95_{what}_s")
+    n = f.get(f"p95_{what}_n")
+    if n is None:
+        return fmt(point)
+    return f"{fmt(point)} {ci_text(f.get(f'p95_{what}_ci_s'))} n={n:,}"
+
+
+NOT_DECIDED = "not decided"
+
+
+def headline_text(r: dict[str, Any]) -> str:
+    """The delta / migration / payback sentence, or 'not decided' when the report marks them invalid."""
+    h = r.get("headline") or {}
+    if h and not h.get("decided", True):
+        return f"Monthly delta, fleet size and payback: **{NOT_DECIDED}** (the evidence they rest on is blocked; see below)."
+    delta_ci = ci_text(r.get("monthly_delta_ci_usd"), 2)
+    pb_ci = ci_text(r.get("payback_months_ci"), 1)
+    return (f"Monthly delta (baseline - candidate): {fmt(r['monthly_delta_usd'], 2)} USD{' (95% CI ' + delta_ci + ')' if delta_ci else ''}; "
+            f"migration cost {fmt(r['migration_cost_usd'], 2)} USD; payback {fmt(r['payback_months'], 1)} months"
+            f"{' (95% CI ' + pb_ci + ')' if pb_ci else ''}; next refresh in {fmt(r['months_to_next_refresh'], 1)} months.")
+
+
+def decided(r: dict[str, Any]) -> bool:
+    return bool((r.get("headline") or {}).get("decided", True))
+
+
+def sized_cell(r: dict[str, Any], f: dict[str, Any], key: str, digits: int = 3) -> str:
+    """A figure computed from the fleet size ('not decided' when the headline is blocked), with its interval when known."""
+    if not decided(r):
+        return NOT_DECIDED
+    ci = {"instances_required": "instances_required_ci", "monthly_cost_usd": "monthly_cost_ci_usd"}.get(key)
+    text = fmt(f.get(key), digits)
+    interval = ci_text(f.get(ci), digits) if ci and f.get(ci) else ""
+    return f"{text} {interval}".strip()
+
+
 def saturated_cell(f: dict[str, Any]) -> str:
     """yes / NO (not saturated: throughput a lower bound) / n/a."""
     sat = f.get("saturated")
@@ -112,6 +158,23 @@ def _quality_lines(r: dict[str, Any]) -> list[str]:
             *(f"| {n} | {v} | {f} |" for n, v, f in rows)]
 
 
+def _blocked_lines(r: dict[str, Any]) -> list[str]:
+    h = r.get("headline") or {}
+    if h.get("decided", True):
+        return []
+    return ["", "Blocked by:", "", *(f"- {x}" for x in h.get("blocked_by", []))]
+
+
+def sensitivity_rows(sens: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
+    """(cell, decision, delta with CI, payback with CI, reasons) for the base and every cell."""
+    def row(label: str, c: dict[str, Any]) -> tuple[str, str, str, str, str]:
+        delta = f"{fmt(c['monthly_delta_usd'], 2)} {ci_text(c.get('monthly_delta_ci_usd'), 2)}".strip()
+        payback = f"{fmt(c['payback_months'], 1)} {ci_text(c.get('payback_months_ci'), 1)}".strip()
+        return label, str(c["decision"]), delta, payback, "; ".join(c.get("reasons") or [])
+
+    return [row("base (manifest)", sens["base"]), *(row(c["label"], c) for c in sens["cells"])]
+
+
 def render_markdown(r: dict[str, Any]) -> str:
     d = r["decision"]
     lines = [
@@ -124,25 +187,29 @@ def render_markdown(r: dict[str, Any]) -> str:
         "",
         *(f"- {reason}" for reason in d["reasons"]),
         "",
-        f"Monthly delta (baseline - candidate): {fmt(r['monthly_delta_usd'], 2)} USD; "
-        f"migration cost {fmt(r['migration_cost_usd'], 2)} USD; payback {fmt(r['payback_months'], 1)} months; "
-        f"next refresh in {fmt(r['months_to_next_refresh'], 1)} months.",
+        headline_text(r),
+        *_blocked_lines(r),
         "",
         "## Fleets",
         "",
+        "P95s with their 95% interval (order statistics, distribution-free) and n, the requests each is taken over; "
+        "instances and monthly cost with the interval propagated from the capacity's.",
+        "",
         "| fleet | requests | successful | successful tokens | P95 TTFT s | P95 ITL s | SLO | per-instance goodput tok/s "
-        "| peak in flight / instance | max concurrency | saturated "
+        "| capacity 95% CI tok/s | peak in flight / instance | max concurrency | saturated "
         "| instances required | monthly USD | USD per 1M successful tokens | measured-run USD per 1M |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, f in r["fleets"].items():
         run = (f.get("measured_run") or {}).get("cost_per_million_successful_tokens")
         lines.append(
             f"| {name} ({f['instance_type']}) | {fmt(f['requests'])} | {fmt(f['successful_requests'])} | {fmt(f['successful_output_tokens'])} "
-            f"| {fmt(f['p95_ttft_s'])} | {fmt(f['p95_itl_s'])} | {'pass' if f['slo_pass'] else 'FAIL'} "
-            f"| {fmt(f.get('per_instance_goodput_tok_s'), 1)}{_bound(f)} | {fmt(f.get('peak_in_flight_per_instance'), 1)} "
-            f"| {fmt(f.get('max_concurrency'))} | {saturated_cell(f)} | {fmt(f['instances_required'])}{_upper(f)} | {fmt(f['monthly_cost_usd'], 2)} "
-            f"| {fmt(f['cost_per_million_successful_tokens'], 4)} | {fmt(run, 4)} |"
+            f"| {p95_cell(f, 'ttft')} | {p95_cell(f, 'itl')} | {'pass' if f['slo_pass'] else 'FAIL'} "
+            f"| {fmt(f.get('per_instance_goodput_tok_s'), 1)}{_bound(f)} | {ci_text(f.get('capacity_ci_tok_s'), 1) or 'n/a'} "
+            f"| {fmt(f.get('peak_in_flight_per_instance'), 1)} "
+            f"| {fmt(f.get('max_concurrency'))} | {saturated_cell(f)} | {sized_cell(r, f, 'instances_required')}{_upper(f) if decided(r) else ''} "
+            f"| {sized_cell(r, f, 'monthly_cost_usd', 2)} "
+            f"| {sized_cell(r, f, 'cost_per_million_successful_tokens', 4)} | {fmt(run, 4)} |"
         )
     lines += _quality_lines(r)
     lines += _capacity_lines(r)
@@ -161,11 +228,9 @@ def render_markdown(r: dict[str, Any]) -> str:
         lines += [f"- {k}: {fmt(v, 2)} USD" for k, v in r["migration"]["items_usd"].items()]
     sens = r.get("sensitivity")
     if sens:
-        lines += ["", "## Sensitivity (one input at a time)", "", "| cell | decision | monthly delta USD | payback months |", "|---|---|---|---|"]
-        b = sens["base"]
-        lines.append(f"| base (manifest) | {b['decision']} | {fmt(b['monthly_delta_usd'], 2)} | {fmt(b['payback_months'], 1)} |")
-        for c in sens["cells"]:
-            lines.append(f"| {c['label']} | {c['decision']} | {fmt(c['monthly_delta_usd'], 2)} | {fmt(c['payback_months'], 1)} |")
+        lines += ["", "## Sensitivity (one input at a time)", "",
+                  "| cell | decision | monthly delta USD (95% CI) | payback months (95% CI) | reasons |", "|---|---|---|---|---|"]
+        lines += [f"| {label} | {d} | {delta} | {payback} | {why} |" for label, d, delta, payback, why in sensitivity_rows(sens)]
     lines += ["", "## Gaps", ""]
     lines += [f"- {g['what']}: {g['reason']}{' (blocks Go)' if g['blocks_go'] else ''}" for g in r["gaps"]] or ["- none"]
     lines += ["", "## Provenance", ""]

@@ -108,8 +108,14 @@ def test_sensitivity_slo_cells_recompute_goodput_from_records(tmp_path: Path, sm
     write_jsonl(d / "records-g6-w0.jsonl", steady(small, "g6", 100, 450))
     r = build_report(small, d, quality=PASS, out_dir=tmp_path / "out", instances_measured={"inf2": 1, "g6": 1}, with_pages=False)
     tight = next(c for c in r["sensitivity"]["cells"] if c["label"].startswith("SLO tighter"))
+    loose = next(c for c in r["sensitivity"]["cells"] if c["label"].startswith("SLO looser"))
     assert r["fleets"]["inf2"]["instances_required"] == 3
-    assert tight["fleets"]["inf2"]["instances_required"] == 4  # 525 / (300 * 0.8) -> 3, +1
+    # At x0.75 inf2's P95 TTFT (1.8 s) misses the 1.5 s SLO in every measured step: its capacity there was never
+    # measured, so the cell shows no number and no decision (not the 300 tok/s of an overloaded instance).
+    assert tight["decision"] == "not measured" and tight["reasons"] == ["not measured: inf2 never held the SLO at x0.75"]
+    assert tight["monthly_delta_usd"] is None and tight["fleets"]["inf2"]["instances_required"] is None
+    # At x1.5 (3 s) every request is compliant: inf2 600 tok/s, 525 / (600 * 0.8) -> 2, +1 = 3, as at the manifest's SLO
+    assert loose["fleets"]["inf2"]["instances_required"] == 3 and loose["decision"] in {"go", "defer", "reject"}
 
 
 def test_cli_handler_writes_report_and_maps_exit_codes(tmp_path: Path, manifest_data: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:

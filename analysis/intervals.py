@@ -1,0 +1,153 @@
+"""Per-fleet 95% intervals from the records: P95 TTFT and ITL, and per-instance SLO-compliant capacity.
+
+The P95 intervals are over the same requests as the point P95 (non-warmup, with a first
+token / an ITL), so the point always lies inside. The capacity interval is that of the step
+the fleet is sized from (a capacity step, or the replay):
+- its high end is the bootstrap high end of that step's per-instance goodput;
+- its low end is the bootstrap low end of the best steady-state step that held the SLO *with
+  95% confidence* (its P95 intervals' high ends within the targets). When the sizing step
+  held the SLO only at its point estimate, the low end falls to such a step; when there is
+  none, the low end is unknown (None) and so are every figure's pessimistic ends. So the
+  uncertainty of "did this step hold the SLO" is carried into the capacity, not dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from analysis import stats
+from analysis.goodput import FleetMeasure
+from analysis.sources.records import RecordSet
+
+_COLUMNS = ("ttft_s", "itl_s")
+REPLAY = "replay"  # the label of the trace replay as a step (analysis.capacity.REPLAY)
+
+
+def latency_sample(rs: RecordSet, fleet: str, column: str) -> list[float]:
+    """Sorted non-warmup values of `column`: the rows goodput's P95 is taken over."""
+    if column not in _COLUMNS:
+        raise ValueError(f"no latency column {column!r}")
+    rows = rs.con.execute(
+        f"SELECT {column} FROM records WHERE fleet = $fleet AND NOT warmup AND {column} IS NOT NULL ORDER BY {column}",
+        {"fleet": fleet},
+    ).fetchall()
+    return [float(r[0]) for r in rows]
+
+
+def successful_tokens_per_request(rs: RecordSet, fleet: str, ttft_slo_s: float, itl_slo_s: float) -> list[float]:
+    """One value per non-warmup request that was sent: its successful output tokens (0 unless it
+    completed ok inside the per-request SLO). Their sum is what goodput divides by the window."""
+    rows = rs.con.execute(
+        """SELECT CASE WHEN outcome = 'ok' AND ttft_s IS NOT NULL AND ttft_s <= $ttft AND (itl_s IS NULL OR itl_s <= $itl)
+                       THEN coalesce(server_output_tokens, client_output_tokens, 0) ELSE 0 END
+           FROM records WHERE fleet = $fleet AND NOT warmup AND outcome <> 'not_sent'""",
+        {"fleet": fleet, "ttft": ttft_slo_s, "itl": itl_slo_s},
+    ).fetchall()
+    return [float(r[0]) for r in rows]
+
+
+@dataclass(frozen=True)
+class StepEvidence:
+    """One measured step (a capacity step or the replay) of one fleet, with its P95 intervals."""
+
+    label: str
+    requests: int
+    per_instance_tok_s: float | None
+    p95_ttft: stats.QuantileCI
+    p95_itl: stats.QuantileCI
+    records: RecordSet
+    window_s: float
+    instances: int
+
+    def surely_holds(self, ttft_slo_s: float, itl_slo_s: float) -> bool:
+        """Both P95 intervals' high ends are bounded and within the targets (an ITL-less step has no ITL bound)."""
+        ttft_ok = self.p95_ttft.high is not None and self.p95_ttft.high <= ttft_slo_s
+        itl_ok = self.p95_itl.n == 0 or (self.p95_itl.high is not None and self.p95_itl.high <= itl_slo_s)
+        return ttft_ok and itl_ok
+
+    def capacity_ci(self, fleet: str, ttft_slo_s: float, itl_slo_s: float) -> tuple[float, float] | None:
+        if self.window_s <= 0 or self.instances <= 0:
+            return None
+        ci = stats.bootstrap_sum_ci(successful_tokens_per_request(self.records, fleet, ttft_slo_s, itl_slo_s))
+        if ci is None:
+            return None
+        scale = self.window_s * self.instances
+        return ci[0] / scale, ci[1] / scale
+
+
+def step_evidence(
+    label: str, rs: RecordSet, fleet: str, *, requests: int, per_instance_tok_s: float | None, window_s: float | None, instances: int,
+) -> StepEvidence:
+    ttft = stats.quantile_ci(latency_sample(rs, fleet, "ttft_s"))
+    itl = stats.quantile_ci(latency_sample(rs, fleet, "itl_s"))
+    return StepEvidence(label, requests, per_instance_tok_s, ttft, itl, rs, window_s or 0.0, instances)
+
+
+def replay_evidence(rs: RecordSet, fleet: str, fm: FleetMeasure | None, instances: int) -> StepEvidence:
+    per = fm.goodput_tok_s / instances if fm is not None and fm.goodput_tok_s is not None and instances > 0 else None
+    return step_evidence(REPLAY, rs, fleet, requests=fm.requests if fm else 0, per_instance_tok_s=per,
+                         window_s=fm.window_s if fm else 0.0, instances=instances)
+
+
+@dataclass(frozen=True)
+class FleetIntervals:
+    replay_ttft: stats.QuantileCI  # the fleet row's P95s are the replay's
+    replay_itl: stats.QuantileCI
+    basis: str  # the step the size rests on ("replay" or a capacity step label)
+    basis_requests: int
+    capacity_tok_s: tuple[float | None, float | None] | None  # per instance, [low, high]; None: nothing to size from
+    capacity_note: str  # how the low end was found, or why it is unknown
+    basis_ttft: stats.QuantileCI
+    basis_itl: stats.QuantileCI
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "basis": self.basis, "basis_requests": self.basis_requests, "capacity_note": self.capacity_note,
+            "p95_ttft": self.replay_ttft.as_dict(), "p95_itl": self.replay_itl.as_dict(),
+            "basis_p95_ttft": self.basis_ttft.as_dict(), "basis_p95_itl": self.basis_itl.as_dict(),
+        }
+
+
+def fleet_intervals(
+    fleet: str, replay: StepEvidence, steps: Mapping[str, StepEvidence], basis: str, ttft_slo_s: float, itl_slo_s: float,
+) -> FleetIntervals:
+    """`steps`: every steady-state step that held the SLO at its point estimate (label -> evidence),
+    the basis among them when it is a capacity step; `basis`: the label the fleet is sized from."""
+    b = steps.get(basis, replay)
+    high_ci = b.capacity_ci(fleet, ttft_slo_s, itl_slo_s)
+    if high_ci is None:
+        return FleetIntervals(replay.p95_ttft, replay.p95_itl, basis, b.requests, None, "no requests to size from",
+                              b.p95_ttft, b.p95_itl)
+    if b.surely_holds(ttft_slo_s, itl_slo_s) or (b is replay and basis == REPLAY and not _point_holds(b, ttft_slo_s, itl_slo_s)):
+        # the replay in overload is sized from its (pessimistic) goodput: no SLO verdict to doubt
+        low: float | None = high_ci[0]
+        note = f"step {basis} held the SLO with 95% confidence"
+    else:
+        sure = [s for s in steps.values() if s.per_instance_tok_s and s.surely_holds(ttft_slo_s, itl_slo_s)]
+        best = max(sure, key=lambda s: s.per_instance_tok_s or 0.0, default=None)
+        if best is None:
+            low = None
+            note = (f"step {basis} held the SLO only at its point estimate (P95 TTFT 95% CI {_fmt_ci(b.p95_ttft)} s, "
+                    f"P95 ITL 95% CI {_fmt_ci(b.p95_itl)} s, n={b.requests}) and no step held it with 95% confidence")
+        else:
+            best_ci = best.capacity_ci(fleet, ttft_slo_s, itl_slo_s)
+            low = min(best_ci[0], high_ci[0]) if best_ci else None
+            note = (f"step {basis} held the SLO only at its point estimate; the low end is step {best.label}, "
+                    "the best that held it with 95% confidence")
+    return FleetIntervals(replay.p95_ttft, replay.p95_itl, basis, b.requests, (low, high_ci[1]), note, b.p95_ttft, b.p95_itl)
+
+
+def _point_holds(s: StepEvidence, ttft_slo_s: float, itl_slo_s: float) -> bool:
+    ttft_ok = s.p95_ttft.point is not None and s.p95_ttft.point <= ttft_slo_s
+    return ttft_ok and (s.p95_itl.point is None or s.p95_itl.point <= itl_slo_s)
+
+
+def _fmt_ci(ci: stats.QuantileCI) -> str:
+    def one(v: float | None) -> str:
+        return "unbounded" if v is None else f"{v:.3g}"
+
+    return f"[{one(ci.low)}, {one(ci.high)}]"
+
+
+IntervalsFn = Callable[[float], dict[str, FleetIntervals]]  # slo_scale -> per fleet

@@ -1,0 +1,105 @@
+"""95% intervals in the report: P95s with n, capacity propagated to size, cost, delta and payback,
+and Defer when an interval straddles a decision boundary."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from analysis.report import build_report
+from campaign.manifest import Manifest
+from tests.analysis.synth import manifest, rec, steady, write_jsonl
+
+PASS = {"inf2": {"passed": True, "pass_rate": 1.0, "failures": []}, "g6": {"passed": True, "pass_rate": 1.0, "failures": []}}
+KW: dict[str, Any] = {"quality": PASS, "instances_measured": {"inf2": 1, "g6": 1}, "with_sensitivity": False}
+
+
+@pytest.fixture
+def big(manifest_data: dict[str, Any]) -> Manifest:
+    manifest_data["workload"]["demand"]["peak_requests_per_s"] = 20.0
+    for f in manifest_data["fleets"]:  # steady() keeps one request in flight: saturated at max_concurrency 1
+        f["asg"]["max"] = 40
+        f["max_concurrency"] = 1
+    return manifest(manifest_data)
+
+
+def _varied_inf2(m: Manifest, n: int = 100) -> list[Any]:
+    # output lengths 20 and 1,780 alternating: mean 900 tok/s, a wide bootstrap interval on the sum
+    return [rec(m, "inf2", i, tokens=1780 if i % 2 else 20) for i in range(n)]
+
+
+def _report(tmp_path: Path, m: Manifest, g6_tokens: int, n: int = 100) -> dict[str, Any]:
+    d = tmp_path / f"rec-{g6_tokens}-{n}"
+    write_jsonl(d / "records-inf2-w0.jsonl", _varied_inf2(m, n))
+    write_jsonl(d / "records-g6-w0.jsonl", steady(m, "g6", n, g6_tokens))
+    return build_report(m, d, out_dir=tmp_path / f"out-{g6_tokens}-{n}", **KW)
+
+
+def test_p95_intervals_and_n_by_hand(tmp_path: Path, big: Manifest) -> None:
+    d = tmp_path / "rec"
+    write_jsonl(d / "records-inf2-w0.jsonl", [rec(big, "inf2", i, tokens=900, ttft=0.01 * (i + 1)) for i in range(100)])
+    write_jsonl(d / "records-g6-w0.jsonl", steady(big, "g6", 100, 300))
+    r = build_report(big, d, out_dir=tmp_path / "out", **KW)
+    f = r["fleets"]["inf2"]
+    # TTFTs 0.01 .. 1.00: nearest-rank P95 is the 95th (0.95); n = 100 gives order statistics 90 and 100
+    assert f["p95_ttft_s"] == pytest.approx(0.95) and f["p95_ttft_n"] == 100
+    assert f["p95_ttft_ci_s"] == pytest.approx([0.90, 1.00])
+    assert f["p95_itl_ci_s"] == pytest.approx([0.05, 0.05]) and f["p95_itl_n"] == 100
+    # identical output lengths: the bootstrap of the token sum has no spread, nor has anything downstream
+    assert f["capacity_ci_tok_s"] == pytest.approx([900.0, 900.0])
+    assert r["monthly_delta_ci_usd"] == pytest.approx([r["monthly_delta_usd"]] * 2)
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "0.950 [0.900, 1.000] n=100" in md
+    assert "0.950 [0.900, 1.000] n=100" in (tmp_path / "out" / "report.html").read_text()
+
+
+def test_capacity_interval_propagates_to_size_cost_delta_and_payback(tmp_path: Path, big: Manifest) -> None:
+    r = _report(tmp_path, big, 820)
+    inf2, g6 = r["fleets"]["inf2"], r["fleets"]["g6"]
+    low, high = inf2["capacity_ci_tok_s"]
+    assert low < 900.0 < high  # around the point: 90,000 tokens over the 100 s window
+    demand = r["demand_tok_s"]
+    assert demand == pytest.approx(20 * (900 + 820) / 2)
+    # required = ceil(demand / (capacity x 0.8)) + 1 redundancy, at each end of the capacity interval
+    assert inf2["instances_required_ci"] == [math.ceil(demand / (high * 0.8)) + 1, math.ceil(demand / (low * 0.8)) + 1]
+    assert g6["instances_required_ci"] == [g6["instances_required"]] * 2  # identical requests: no spread
+    c_cheap, c_dear = inf2["monthly_cost_ci_usd"]
+    b_cheap, b_dear = g6["monthly_cost_ci_usd"]
+    assert c_cheap <= inf2["monthly_cost_usd"] <= c_dear
+    assert r["monthly_delta_ci_usd"] == pytest.approx([b_cheap - c_dear, b_dear - c_cheap])
+    # The point says the candidate is cheaper; its interval reaches below 0: Defer, naming the sample that settles it.
+    assert r["monthly_delta_usd"] > 0 > r["monthly_delta_ci_usd"][0]
+    assert r["decision"]["state"] == "defer"
+    why = next(x for x in r["decision"]["reasons"] if x.startswith("evidence insufficient: monthly delta"))
+    assert "straddles 0" in why and "requests per measured step (now 100) would settle it" in why
+
+
+def test_a_negative_delta_whose_interval_straddles_zero_defers_instead_of_rejecting(tmp_path: Path, big: Manifest) -> None:
+    r = _report(tmp_path, big, 1000)
+    assert r["monthly_delta_usd"] < 0 < r["monthly_delta_ci_usd"][1]
+    assert r["decision"]["state"] == "defer"
+    assert not any("<= 0" in x for x in r["decision"]["reasons"])
+
+
+def test_a_payback_interval_across_the_horizon_defers_a_point_go(tmp_path: Path, big: Manifest) -> None:
+    r = _report(tmp_path, big, 640)
+    low, high = r["payback_months_ci"]
+    assert r["monthly_delta_ci_usd"][0] > 0  # the sign is settled
+    assert low < r["payback_months"] < 12 < high  # the point is inside the horizon, the interval is not
+    assert r["decision"]["state"] == "defer"
+    why = " ".join(r["decision"]["reasons"])
+    assert "straddles the 12-month horizon" in why and "would settle it" in why
+
+
+def test_too_few_requests_for_a_bounded_p95_leave_the_pessimistic_end_unknown(tmp_path: Path, big: Manifest) -> None:
+    r = _report(tmp_path, big, 560, n=40)
+    f = r["fleets"]["inf2"]
+    assert f["p95_ttft_ci_s"][1] is None and f["p95_ttft_n"] == 40  # 0.95^40 > 0.025: no order statistic bounds it
+    assert f["capacity_ci_tok_s"][0] is None and f["instances_required_ci"][1] is None
+    assert r["decision"]["state"] == "defer"
+    why = " ".join(r["decision"]["reasons"])
+    assert "held the SLO only at its point estimate" in why and "at least 72 requests per step" in why
+    assert "[0.500, unbounded] n=40" in (tmp_path / "out-560-40" / "report.md").read_text()
