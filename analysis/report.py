@@ -534,17 +534,9 @@ def _capacity_gaps(m: Manifest, caps: Mapping[str, capacity.Capacity], prov: dic
                                                     "sized from the replay"}
             held = [st for st in cap.steps if st.slo_pass and st.per_instance_goodput_tok_s]
             if held:  # steps held the SLO but none ran long enough to show steady state
-                longest = max((st.median_e2e_s or 0.0) for st in held)
-                gaps.append(Gap(
-                    f"capacity.{f.name}",
-                    f"{f.name}: the steps that met the SLO ({', '.join(st.label for st in held)}) lasted fewer than "
-                    f"{capacity.STEADY_STATE_LIFETIMES:g} request lifetimes (median request {longest:.1f} s), too short to show "
-                    f"steady state; lengthen workload.capacity_sweep.step_s to at least "
-                    f"{capacity.STEADY_STATE_LIFETIMES * longest:.0f} s",
-                ))
+                gaps.append(Gap(f"capacity.{f.name}", _short_steps_reason(m, f.name, held)))
             else:
-                gaps.append(Gap(f"capacity.{f.name}", f"{f.name}: no sweep step met the SLO (tried {tried}); "
-                                "lower the sweep's smallest multiplier"))
+                gaps.append(Gap(f"capacity.{f.name}", _no_step_held_reason(m, f.name, cap.steps)))
             continue
         measured.add(f.name)
         prov[f"capacity.{f.name}"] = {
@@ -556,6 +548,46 @@ def _capacity_gaps(m: Manifest, caps: Mapping[str, capacity.Capacity], prov: dic
             gaps.append(Gap(f"capacity.{f.name}", f"{f.name}: the capacity comes from the highest multiplier tried ({win.label}); "
                             "capacity may be higher: raise the sweep's top multiplier", blocks_go=False))
     return frozenset(measured)
+
+
+def _short_steps_reason(m: Manifest, fleet: str, held: list[capacity.StepResult]) -> str:
+    """Steps held the SLO but their arrivals spanned too few request lifetimes: say which quantity
+    was short (the arrival span, against 3 lifetimes) and what to change, given the manifest's own step_s."""
+    k = capacity.STEADY_STATE_LIFETIMES
+    parts, advice = [], []
+    sweep = m.workload.capacity_sweep
+    for st in held:
+        span, life = st.window_s or 0.0, st.median_e2e_s or 0.0
+        need = k * life
+        parts.append(f"{st.label}: arrivals spanned {span:.1f} s, {k:g} median request lifetimes need {k:g} x {life:.1f} s = {need:.1f} s")
+        if st.label == capacity.REPLAY:
+            advice.append(f"widen workload.window.duration_s (now {m.workload.window.duration_s:g} s) so the replay's arrivals "
+                          f"span at least {need:.0f} s")
+        elif sweep is None:
+            advice.append(f"lengthen step {st.label} so its arrivals span at least {need:.0f} s")
+        elif sweep.step_s < need:
+            advice.append(f"lengthen workload.capacity_sweep.step_s (now {sweep.step_s:g} s) to at least {math.ceil(need)} s")
+        elif span > 0:
+            advice.append(f"workload.capacity_sweep.step_s is {sweep.step_s:g} s but {st.label}'s arrivals filled only {span:.1f} s "
+                          f"of it: lengthen step_s to at least {math.ceil(sweep.step_s * need / span)} s, or widen "
+                          "workload.window.duration_s if the trace window runs out of arrivals")
+    return (f"{fleet}: the steps that met the SLO were too short to show steady state ({'; '.join(parts)}); "
+            + "; ".join(dict.fromkeys(advice)))
+
+
+def _no_step_held_reason(m: Manifest, fleet: str, steps: tuple[capacity.StepResult, ...]) -> str:
+    """No step held the SLO: each step's figure that missed, and the smallest multiplier tried."""
+    slo = m.slo
+    misses = []
+    for st in steps:
+        why = [f"P95 {what} {got:.3g} s > {target:g} s" for what, got, target in
+               (("TTFT", st.p95_ttft_s, slo.ttft_p95_s), ("ITL", st.p95_itl_s, slo.itl_p95_s)) if got is not None and got > target]
+        if st.error_rate is not None and st.error_rate > slo.max_error_rate:
+            why.append(f"error rate {st.error_rate:.3f} > {slo.max_error_rate:g}")
+        misses.append(f"{st.label}: {', '.join(why) or ('no requests' if not st.requests else 'no SLO-compliant goodput')}")
+    lowest = min((st for st in steps if st.label != capacity.REPLAY), key=lambda st: st.multiplier, default=None)
+    advice = f"add a step below the smallest multiplier tried ({lowest.label})" if lowest else "add capacity steps"
+    return f"{fleet}: no sweep step met the SLO ({'; '.join(misses)}); {advice}"
 
 
 def _series(m: Manifest, rs: RecordSet, measures: Mapping[str, goodput.FleetMeasure], head: dict[str, Any]) -> dict[str, Any]:

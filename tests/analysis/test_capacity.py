@@ -155,7 +155,9 @@ def test_top_step_note_and_no_step_blocking_gap(tmp_path: Path, manifest_data: d
     assert g6["instances_required"] == 57
     blocking = gaps["capacity.g6"]
     assert blocking["blocks_go"] is True and "no sweep step met the SLO" in blocking["reason"]
-    assert "lower the sweep's smallest multiplier" in blocking["reason"]
+    # each step's figure that missed is named: g6's slow tenth puts every P95 TTFT at 3 s
+    assert blocking["reason"].startswith("g6: no sweep step met the SLO (x0.5: P95 TTFT 3 s > 2 s; replay: P95 TTFT 3 s > 2 s; ")
+    assert blocking["reason"].endswith("; add a step below the smallest multiplier tried (x0.5)")
     assert gaps["overload.g6"]["blocks_go"] and gaps["saturation.g6"]["blocks_go"]
     assert r["provenance"]["capacity.g6"]["source"] == "missing"
     assert r["decision"]["state"] == "defer" and any("capacity.g6" in x for x in r["decision"]["reasons"])
@@ -215,5 +217,10 @@ def test_a_step_shorter_than_three_request_lifetimes_is_not_a_capacity(tmp_path:
     assert x4["slo_pass"] and x4["window_s"] == pytest.approx(10.0) and x4["median_e2e_s"] == pytest.approx(8.0)
     assert x4["steady_state"] is False and g6["step"] is None
     gap = next(g for g in r["gaps"] if g["what"] == "capacity.g6")
-    assert gap["blocks_go"] and "lengthen workload.capacity_sweep.step_s to at least 24 s" in gap["reason"]
+    # The manifest's step_s is already 45 s: the short quantity is the arrival span (10 s of 3 x 8 s = 24 s), and the
+    # advice scales step_s by what the arrivals filled (45 x 24 / 10 = 108 s), never "at least 24 s".
+    assert m.workload.capacity_sweep is not None and m.workload.capacity_sweep.step_s == 45
+    assert gap["blocks_go"] and "x4: arrivals spanned 10.0 s, 3 median request lifetimes need 3 x 8.0 s = 24.0 s" in gap["reason"]
+    assert "step_s is 45 s but x4's arrivals filled only 10.0 s of it: lengthen step_s to at least 108 s" in gap["reason"]
+    assert "at least 24 s" not in gap["reason"]
     assert r["decision"]["state"] != "go"
