@@ -12,11 +12,14 @@ the SLO. Every step is measured by the same rules as the replay (`goodput.measur
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 from analysis import goodput
 from analysis.errors import AnalysisError
@@ -27,19 +30,126 @@ REPLAY = "replay"
 # barely longer than one request, a server past its capacity queues the burst into the drain
 # and still meets the SLO, so the step would overstate what it sustains.
 STEADY_STATE_LIFETIMES = 3.0
-_LABEL = re.compile(r"x([0-9.eE+-]+)")
+# "x0.5" (a step every fleet ran) or "g6/x1.41" (a step of one fleet's capacity search); a
+# search that repeats a multiplier with a longer step labels the repeat "x1.41-r2".
+_LABEL = re.compile(r"(?:([a-z][a-z0-9-]*[a-z0-9])/)?x([0-9.eE+-]+?)(?:-r([0-9]+))?")
+
+
+def split_label(label: str) -> tuple[str | None, float]:
+    """'x0.5' -> (None, 0.5); 'g6/x2' -> ('g6', 2.0); any other label is a ValueError naming it."""
+    m = _LABEL.fullmatch(label)
+    try:
+        mult = float(m.group(2)) if m else math.nan
+    except ValueError:
+        mult = math.nan
+    if m is None or not math.isfinite(mult) or mult <= 0:
+        raise ValueError(f"capacity sweep step label {label!r} is not '[<fleet>/]x<positive multiplier>' (e.g. 'x0.5', 'g6/x2')")
+    return m.group(1), mult
 
 
 def parse_label(label: str) -> float:
     """'x0.5' -> 0.5; any other label is a ValueError naming it."""
-    m = _LABEL.fullmatch(label)
+    return split_label(label)[1]
+
+
+class Verdict(StrEnum):
+    """A search step's outcome under the fleet SLO."""
+
+    HELD = "held"  # the SLO held over a steady-state step
+    MISSED = "missed"  # the SLO failed (a miss in a short step is still a miss: overload only grows)
+    SHORT = "short"  # the SLO held, but the step was too short or too small to show steady state
+
+
+@dataclass(frozen=True)
+class SearchStep:
+    """One step of the automatic capacity search, as run and as measured."""
+
+    label: str  # "x<multiplier>", the step's directory under capacity/<fleet>/
+    multiplier: float  # of the manifest's replay rate
+    why: str  # what the search wanted from this step ("bracket up", "bisect", ...)
+    planned_span_s: float  # arrival span the step was sized to (replay seconds)
+    verdict: Verdict
+    requests: int  # non-warmup requests measured
+    arrival_span_s: float | None  # measured window (first to last arrival, widened by n/(n-1))
+    rate_req_s: float | None  # requests / arrival span
+    median_lifetime_s: float | None  # median scheduled-send -> last token of completed requests
+    p95_ttft_s: float | None
+    p95_itl_s: float | None
+    error_rate: float | None
+    detail: str = ""  # why the verdict (which figure failed, which length was short)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["verdict"] = str(self.verdict)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> SearchStep:
+        return cls(**{**d, "verdict": Verdict(d["verdict"])})
+
+
+class StopRule(StrEnum):
+    """Why the search ended; the report names it."""
+
+    CONVERGED = "converged"  # held/missed multipliers within the tolerance
+    CEILING = "ceiling"  # still held at the largest multiplier allowed: capacity is at least that
+    FLOOR = "floor"  # missed even at the smallest multiplier allowed: no capacity measured
+    MAX_STEPS = "max_steps"
+    TIME_BUDGET = "time_budget"
+    NEVER_STEADY = "never_steady"  # a step stayed too short for steady state after it was lengthened
+    TRACE_EXHAUSTED = "trace_exhausted"  # the trace has too few requests for a long-enough step at this rate
+
+
+@dataclass(frozen=True)
+class SearchPath:
+    """A fleet's whole search: every step in order, the bracket it ended with and the rule that stopped it."""
+
+    fleet: str
+    steps: tuple[SearchStep, ...]
+    held_multiplier: float | None  # highest multiplier that held the SLO below the lowest miss
+    missed_multiplier: float | None  # lowest multiplier that missed it
+    stop_rule: StopRule
+    stop_detail: str
+    tolerance: float
+
+    @property
+    def converged(self) -> bool:
+        return self.stop_rule is StopRule.CONVERGED
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "fleet": self.fleet, "steps": [s.as_dict() for s in self.steps], "held_multiplier": self.held_multiplier,
+            "missed_multiplier": self.missed_multiplier, "stop_rule": str(self.stop_rule), "stop_detail": self.stop_detail,
+            "tolerance": self.tolerance,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> SearchPath:
+        return cls(
+            str(d["fleet"]), tuple(SearchStep.from_dict(s) for s in d["steps"]), d.get("held_multiplier"), d.get("missed_multiplier"),
+            StopRule(d["stop_rule"]), str(d["stop_detail"]), float(d["tolerance"]),
+        )
+
+
+SEARCH_FILE = "search.json"  # capacity/<fleet>/search.json, next to the fleet's step directories
+
+
+def write_search_path(path: SearchPath, fleet_dir: Path) -> Path:
+    fleet_dir.mkdir(parents=True, exist_ok=True)
+    out = fleet_dir / SEARCH_FILE
+    out.write_text(json.dumps(path.as_dict(), indent=2), encoding="utf-8")
+    return out
+
+
+def read_search_path(fleet_dir: Path) -> SearchPath | None:
+    """The fleet's search path if its directory has one; a malformed file is an AnalysisError naming it."""
+    f = fleet_dir / SEARCH_FILE
+    if not f.is_file():
+        return None
     try:
-        mult = float(m.group(1)) if m else math.nan
-    except ValueError:
-        mult = math.nan
-    if not math.isfinite(mult) or mult <= 0:
-        raise ValueError(f"capacity sweep step label {label!r} is not 'x<positive multiplier>' (e.g. 'x0.5', 'x2')")
-    return mult
+        return SearchPath.from_dict(json.loads(f.read_text(encoding="utf-8")))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise AnalysisError(f"{f}: not a capacity search path ({exc})") from None
 
 
 @dataclass(frozen=True)
@@ -52,23 +162,42 @@ class SweepStep:
     records: RecordSet
     peaks: dict[str, int]  # peak in flight per fleet (whole fleet)
     median_e2e: dict[str, float]  # per fleet, completed non-warmup requests
+    fleet: str | None = None  # a step of this fleet's capacity search; None: every fleet ran it
+
+    def covers(self, fleet: str) -> bool:
+        return self.fleet is None or self.fleet == fleet
 
 
 def load_sweep(capacity_dirs: Mapping[str, str | Path], manifest_digest: str, fleets: set[str]) -> list[SweepStep]:
     """Load every step (sorted by multiplier); labels are parsed before any file is read."""
-    parsed = sorted(((parse_label(k), k, Path(v)) for k, v in capacity_dirs.items()), key=lambda t: t[0])
-    seen: dict[float, str] = {}
-    for mult, label, _ in parsed:
-        if mult in seen:
-            raise ValueError(f"capacity sweep steps {seen[mult]!r} and {label!r} have the same multiplier")
-        seen[mult] = label
+    parsed = sorted(((split_label(k), k, Path(v)) for k, v in capacity_dirs.items()), key=lambda t: t[0][1])
+    seen: dict[tuple[str | None, float], str] = {}
+    for (scope, mult), label, _ in parsed:
+        if scope is not None and scope not in fleets:
+            raise ValueError(f"capacity sweep step {label!r} names fleet {scope!r}, which the manifest does not define")
+        if scope is None and (scope, mult) in seen:  # a search may repeat a multiplier (-r2); a shared sweep may not
+            raise ValueError(f"capacity sweep steps {seen[(scope, mult)]!r} and {label!r} have the same multiplier")
+        seen[(scope, mult)] = label
     out = []
-    for mult, label, d in parsed:
+    for (scope, mult), label, d in parsed:
         rs = load_records(d, manifest_digest)
-        unknown = sorted(set(rs.fleets()) - fleets)
+        allowed = fleets if scope is None else {scope}
+        unknown = sorted(set(rs.fleets()) - allowed)
         if unknown:
-            raise AnalysisError(f"capacity sweep step {label} ({d}): records name fleet(s) {unknown} that the manifest does not define")
-        out.append(SweepStep(label, mult, d, rs, goodput.peak_in_flight(rs), goodput.median_e2e(rs)))
+            raise AnalysisError(f"capacity sweep step {label} ({d}): records name fleet(s) {unknown} that "
+                                + ("the manifest does not define" if scope is None else f"are not the step's fleet {scope}"))
+        out.append(SweepStep(label, mult, d, rs, goodput.peak_in_flight(rs), goodput.median_e2e(rs), scope))
+    return out
+
+
+def search_paths(sweep: list[SweepStep]) -> dict[str, SearchPath]:
+    """Each searched fleet's path, read from search.json beside its step directories."""
+    out: dict[str, SearchPath] = {}
+    for s in sweep:
+        if s.fleet is not None and s.fleet not in out:
+            path = read_search_path(s.directory.parent)
+            if path is not None:
+                out[s.fleet] = path
     return out
 
 
@@ -117,6 +246,7 @@ class Capacity:
     steps: tuple[StepResult, ...]  # sorted by multiplier; the replay (multiplier 1) before a sweep step "x1"
     per_instance_tok_s: float | None  # None: no step held the SLO
     step: str | None  # the winning step's label
+    search: SearchPath | None = None  # how the automatic search chose its steps, when one ran
 
     @property
     def top_multiplier(self) -> float | None:
@@ -127,7 +257,8 @@ class Capacity:
         return next((s for s in self.steps if s.label == self.step), None)
 
     def as_dict(self) -> dict[str, object]:
-        return {"steps": [s.as_dict() for s in self.steps], "per_instance_tok_s": self.per_instance_tok_s, "step": self.step}
+        return {"steps": [s.as_dict() for s in self.steps], "per_instance_tok_s": self.per_instance_tok_s, "step": self.step,
+                "search": self.search.as_dict() if self.search is not None else None}
 
 
 def step_result(
@@ -146,15 +277,15 @@ def step_result(
     )
 
 
-def choose(fleet: str, steps: list[StepResult]) -> Capacity:
+def choose(fleet: str, steps: list[StepResult], search: SearchPath | None = None) -> Capacity:
     """The highest per-instance goodput among the steady-state steps that held the fleet SLO
     (ties: the lower multiplier)."""
     ordered = tuple(sorted(steps, key=lambda s: (s.multiplier, s.label != REPLAY)))
     passing = [s for s in ordered if s.slo_pass and s.per_instance_goodput_tok_s and s.steady_state]
     if not passing:
-        return Capacity(fleet, ordered, None, None)
+        return Capacity(fleet, ordered, None, None, search)
     best = max(passing, key=lambda s: s.per_instance_goodput_tok_s or 0.0)  # max keeps the first of equals
-    return Capacity(fleet, ordered, best.per_instance_goodput_tok_s, best.label)
+    return Capacity(fleet, ordered, best.per_instance_goodput_tok_s, best.label, search)
 
 
 def measure_capacity(
@@ -169,12 +300,15 @@ def measure_capacity(
     replay_peaks: Mapping[str, int] | None = None,
     replay_median_e2e: Mapping[str, float] | None = None,
     step_measures: Mapping[str, Mapping[str, goodput.FleetMeasure]] | None = None,
+    searches: Mapping[str, SearchPath] | None = None,
 ) -> dict[str, Capacity]:
     """Per fleet: every step's figures under this SLO and the capacity chosen from them.
 
     `step_measures` (label -> fleet -> measure) lets a caller pass measures it already holds
     (e.g. goodput recomputed under a scaled SLO with the P95s carried over); otherwise each
-    step is measured here. `replay` adds the trace replay as the candidate step "replay"."""
+    step is measured here. `replay` adds the trace replay as the candidate step "replay".
+    A step of one fleet's search (label "<fleet>/x<k>") is a row of that fleet only; `searches`
+    (fleet -> its search path) rides along so the report can show how the steps were chosen."""
     per_step = {
         s.label: step_measures[s.label] if step_measures is not None else goodput.measure_fleets(s.records, ttft_slo_s, itl_slo_s)
         for s in sweep
@@ -185,10 +319,10 @@ def measure_capacity(
         rows = [
             step_result(s.label, s.multiplier, per_step[s.label].get(f), s.peaks.get(f), inst, ttft_slo_s, itl_slo_s, max_error_rate,
                         s.median_e2e.get(f))
-            for s in sweep
+            for s in sweep if s.covers(f)
         ]
         if replay is not None and f in replay and replay[f].requests > 0:
             rows.append(step_result(REPLAY, 1.0, replay[f], (replay_peaks or {}).get(f), inst, ttft_slo_s, itl_slo_s, max_error_rate,
                                     (replay_median_e2e or {}).get(f)))
-        out[f] = choose(f, rows)
+        out[f] = choose(f, rows, (searches or {}).get(f))
     return out

@@ -1,0 +1,172 @@
+"""Automatic SLO-capacity search: bracket the SLO boundary, then bisect it (pure; no sockets).
+
+The anchors: MLPerf LoadGen's server-scenario "find peak performance" mode doubles the target
+QPS until the latency constraint fails (`FindBoundaries`), then binary-searches between the
+last passing and the first failing QPS until the bounds are close enough
+(`FindPeakPerformanceBinarySearch`, mlcommons/inference@695be057 loadgen/loadgen.cc).
+guidellm's `sweep` profile measures a synchronous rate and a throughput rate, then runs
+constant rates evenly spaced between them (vllm-project/guidellm@c0319b39
+src/guidellm/benchmark/profiles.py, `SweepProfile`): it maps the curve but does not aim at an
+SLO. Ours does what LoadGen does, on the trace's own requests and arrival shape:
+
+1. start at `start_multiplier` x the replay rate; while the SLO holds multiply by `growth`,
+   while it misses divide by it, until one multiplier held and a higher one missed;
+2. bisect geometrically (sqrt(held x missed)) until missed / held <= 1 + tolerance.
+
+Every step is long enough by construction: its arrival span covers `lifetimes` x the median
+request lifetime measured in the previous step (x `_MARGIN`, since lifetimes grow with load)
+and at least `min_requests` requests. A step that held the SLO but turned out too short by its
+own lifetime is run again, longer, once. Stop rules bound the whole search (steps, time,
+multiplier range, trace length) and the one that fired is recorded with its reason.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from analysis.capacity import STEADY_STATE_LIFETIMES, SearchPath, SearchStep, StopRule, Verdict
+
+# A step is sized from the previous step's median lifetime, measured at a different load:
+# lifetimes grow towards the boundary, so the step is made a quarter longer than the bare rule.
+_MARGIN = 1.25
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    start_multiplier: float = 1.0
+    growth: float = 2.0
+    tolerance: float = 0.10  # converged when missed / held <= 1 + tolerance
+    lifetimes: float = STEADY_STATE_LIFETIMES
+    min_requests: int = 40
+    max_steps: int = 12
+    time_budget_s: float = 900.0  # arrival spans plus drains of every step, per fleet
+    min_multiplier: float = 1 / 64
+    max_multiplier: float = 64.0
+
+    def __post_init__(self) -> None:
+        if self.growth <= 1 or self.tolerance <= 0 or self.min_multiplier <= 0 or self.max_multiplier < self.start_multiplier:
+            raise ValueError(f"capacity search settings out of range: {self}")
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    multiplier: float
+    span_s: float  # arrival span the step must cover (replay seconds); the runner lengthens it to min_requests
+    why: str
+    repeat: int = 1  # 2: the same multiplier again, longer (its label gets "-r2")
+
+    @property
+    def label(self) -> str:
+        return f"x{self.multiplier:.4g}" + (f"-r{self.repeat}" if self.repeat > 1 else "")
+
+
+@dataclass(frozen=True)
+class Stop:
+    rule: StopRule
+    detail: str
+
+
+def bracket(steps: Sequence[SearchStep]) -> tuple[float | None, float | None]:
+    """(highest multiplier that held below the lowest miss, lowest multiplier that missed)."""
+    missed = [s.multiplier for s in steps if s.verdict is Verdict.MISSED]
+    hi = min(missed, default=None)
+    held = [s.multiplier for s in steps if s.verdict is Verdict.HELD and (hi is None or s.multiplier < hi)]
+    return max(held, default=None), hi
+
+
+def step_span_s(settings: SearchSettings, lifetime_s: float) -> float:
+    return settings.lifetimes * lifetime_s * _MARGIN
+
+
+def next_step(settings: SearchSettings, steps: Sequence[SearchStep], lifetime_s: float) -> StepPlan | Stop:
+    """The next step to run, or why to stop. `lifetime_s`: the median request lifetime last
+    measured (the replay's before the first step)."""
+    st = settings
+    lo, hi = bracket(steps)
+    last = steps[-1] if steps else None
+    plan: StepPlan
+    if last is not None and last.verdict is Verdict.SHORT:
+        if sum(1 for s in steps if s.multiplier == last.multiplier) >= 2:
+            return Stop(StopRule.NEVER_STEADY, f"x{last.multiplier:.4g} held the SLO but stayed too short for steady state "
+                        f"after it was lengthened: {last.detail}")
+        plan = StepPlan(last.multiplier, step_span_s(st, lifetime_s), "repeat longer: the last step was too short", 2)
+    elif lo is not None and hi is not None:
+        if hi / lo <= 1 + st.tolerance:
+            return Stop(StopRule.CONVERGED, f"held at x{lo:.4g}, missed at x{hi:.4g}: within {st.tolerance:.0%}")
+        plan = StepPlan(math.sqrt(lo * hi), step_span_s(st, lifetime_s), f"bisect x{lo:.4g}..x{hi:.4g}")
+    elif lo is not None:
+        k = lo * st.growth
+        if k > st.max_multiplier:
+            return Stop(StopRule.CEILING, f"held the SLO at x{lo:.4g}; the next step x{k:.4g} is above the search's "
+                        f"max_multiplier x{st.max_multiplier:g}: capacity is at least the x{lo:.4g} figure")
+        plan = StepPlan(k, step_span_s(st, lifetime_s), f"bracket up: held at x{lo:.4g}")
+    elif hi is not None:
+        k = hi / st.growth
+        if k < st.min_multiplier:
+            return Stop(StopRule.FLOOR, f"missed the SLO at x{hi:.4g}; the next step x{k:.4g} is below the search's "
+                        f"min_multiplier x{st.min_multiplier:g}: no SLO-compliant capacity was measured")
+        plan = StepPlan(k, step_span_s(st, lifetime_s), f"bracket down: missed at x{hi:.4g}")
+    else:
+        plan = StepPlan(st.start_multiplier, step_span_s(st, lifetime_s), "start")
+    if len(steps) >= st.max_steps:
+        return Stop(StopRule.MAX_STEPS, f"{len(steps)} steps run (max_steps {st.max_steps}); next would be {plan.label} ({plan.why})")
+    return plan
+
+
+def over_budget(settings: SearchSettings, plan: StepPlan, lifetime_s: float, elapsed_s: float) -> Stop | None:
+    """A step costs its arrival span plus the drain of its last requests (about one lifetime)."""
+    cost = plan.span_s + lifetime_s
+    if elapsed_s + cost > settings.time_budget_s:
+        return Stop(StopRule.TIME_BUDGET, f"the next step {plan.label} ({plan.why}) needs about {cost:.0f} s; "
+                    f"{elapsed_s:.0f} s of the {settings.time_budget_s:.0f} s time budget are spent")
+    return None
+
+
+# Lengthens a plan to what the runner can really replay (at least min_requests requests), or
+# says why it cannot run (e.g. the trace is too short for the step's span at this rate).
+Resolve = Callable[[StepPlan], StepPlan | Stop]
+# Runs a resolved plan: the measured step and the seconds it took.
+RunStep = Callable[[StepPlan], tuple[SearchStep, float]]
+
+
+def search(fleet: str, settings: SearchSettings, run_step: RunStep, first_lifetime_s: float, resolve: Resolve | None = None) -> SearchPath:
+    """Run the search to a stop rule; `first_lifetime_s` sizes the first step (e.g. the replay's median lifetime)."""
+    steps: list[SearchStep] = []
+    lifetime, elapsed = first_lifetime_s, 0.0
+    while True:
+        nxt = next_step(settings, steps, lifetime)
+        if not isinstance(nxt, Stop) and resolve is not None:
+            nxt = resolve(nxt)
+        if not isinstance(nxt, Stop):
+            nxt = over_budget(settings, nxt, lifetime, elapsed) or nxt
+        if isinstance(nxt, Stop):
+            break
+        step, took = run_step(nxt)
+        steps.append(step)
+        elapsed += took
+        if step.median_lifetime_s:
+            lifetime = step.median_lifetime_s
+    lo, hi = bracket(steps)
+    return SearchPath(fleet, tuple(steps), lo, hi, nxt.rule, nxt.detail, settings.tolerance)
+
+
+def judge(
+    *, held_slo: bool, requests: int, arrival_span_s: float | None, median_lifetime_s: float | None,
+    settings: SearchSettings, failed: str = "",
+) -> tuple[Verdict, str]:
+    """A measured step's verdict: a miss is a miss at any length; a hold counts only over a
+    steady-state step (span >= lifetimes x its own median lifetime, and enough requests)."""
+    if not held_slo:
+        return Verdict.MISSED, failed or "the fleet SLO failed"
+    short = []
+    if requests < settings.min_requests:
+        short.append(f"{requests} requests < min_requests {settings.min_requests}")
+    need = settings.lifetimes * (median_lifetime_s or 0.0)
+    if not arrival_span_s or arrival_span_s < need:
+        short.append(f"arrival span {arrival_span_s or 0:.1f} s < {settings.lifetimes:g} x median lifetime "
+                     f"{median_lifetime_s or 0:.1f} s = {need:.1f} s")
+    if short:
+        return Verdict.SHORT, "; ".join(short)
+    return Verdict.HELD, f"held over {requests} requests and {arrival_span_s:.1f} s of arrivals"

@@ -1,0 +1,166 @@
+"""The capacity search against a synthetic fleet whose SLO boundary is known analytically.
+
+The fleet is an M/M/1 queue: service rate MU req/s, arrivals at BASE x k req/s. Its sojourn
+time (TTFT here) is exponential with rate MU - lambda, so P95 = ln(20) / (MU - lambda) and the
+median lifetime is ln(2) / (MU - lambda). The SLO P95 <= T holds exactly while
+lambda <= MU - ln(20) / T: with MU = 10, T = 1 s, BASE = 2, the boundary is
+k* = (10 - 2.9957) / 2 = 3.5021.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import replace
+
+import pytest
+
+from analysis.capacity import SearchPath, SearchStep, StopRule, Verdict
+from analysis.capacity_search import SearchSettings, StepPlan, Stop, judge, next_step, search
+
+MU, T, BASE = 10.0, 1.0, 2.0
+K_STAR = (MU - math.log(20) / T) / BASE
+
+
+def lengthen(settings: SearchSettings) -> Callable[[StepPlan], StepPlan]:
+    """The runner's job: a span long enough for min_requests at this rate."""
+    return lambda plan: replace(plan, span_s=max(plan.span_s, settings.min_requests / (BASE * plan.multiplier)))
+
+
+def mm1(settings: SearchSettings, mu: float = MU, log: list[StepPlan] | None = None) -> Callable[[StepPlan], tuple[SearchStep, float]]:
+    def run(plan: StepPlan) -> tuple[SearchStep, float]:
+        if log is not None:
+            log.append(plan)
+        lam = BASE * plan.multiplier
+        span = plan.span_s
+        n = math.ceil(lam * span)
+        stable = lam < mu
+        p95 = math.log(20) / (mu - lam) if stable else math.inf
+        life = math.log(2) / (mu - lam) if stable else None
+        verdict, why = judge(held_slo=p95 <= T, requests=n, arrival_span_s=span, median_lifetime_s=life, settings=settings)
+        step = SearchStep(plan.label, plan.multiplier, plan.why, plan.span_s, verdict, n, span, n / span, life,
+                          p95 if stable else None, None, 0.0, why)
+        return step, span + (life or 0.0)
+
+    return run
+
+
+def test_search_finds_the_analytic_boundary_within_the_tolerance() -> None:
+    st = SearchSettings()
+    path = search("syn", st, mm1(st), first_lifetime_s=0.1, resolve=lengthen(st))
+    # Hand-computed: x1 (P95 0.37 s) and x2 (0.50 s) hold, x4 (lambda 8: 1.50 s) misses; then
+    # geometric bisection: 2^1.5 = 2.83 (0.69 s) holds, 2^1.75 = 3.36 (0.92 s) holds,
+    # 2^1.875 = 3.67 (1.12 s) misses; 3.67 / 3.36 = 1.09 <= 1.10: converged.
+    assert [s.multiplier for s in path.steps] == pytest.approx([1, 2, 4, 2**1.5, 2**1.75, 2**1.875])
+    assert [s.verdict for s in path.steps] == [Verdict.HELD, Verdict.HELD, Verdict.MISSED, Verdict.HELD, Verdict.HELD, Verdict.MISSED]
+    assert path.stop_rule is StopRule.CONVERGED and path.converged
+    assert path.held_multiplier is not None and path.missed_multiplier is not None
+    assert path.held_multiplier <= K_STAR < path.missed_multiplier
+    assert path.missed_multiplier / path.held_multiplier <= 1.10
+    assert "within 10%" in path.stop_detail
+
+
+@pytest.mark.parametrize("tolerance", [0.05, 0.02])
+def test_a_tighter_tolerance_brackets_closer(tolerance: float) -> None:
+    st = SearchSettings(tolerance=tolerance)
+    path = search("syn", st, mm1(st), first_lifetime_s=0.1, resolve=lengthen(st))
+    assert path.stop_rule is StopRule.CONVERGED
+    assert path.held_multiplier is not None and path.missed_multiplier is not None
+    assert path.held_multiplier <= K_STAR < path.missed_multiplier <= path.held_multiplier * (1 + tolerance)
+
+
+def test_search_from_above_brackets_down() -> None:
+    st = SearchSettings(start_multiplier=16)
+    path = search("syn", st, mm1(st), first_lifetime_s=0.1, resolve=lengthen(st))
+    # x16 and x8 miss, x4 misses, x2 holds: then bisect as before, from below
+    assert [s.multiplier for s in path.steps][:4] == pytest.approx([16, 8, 4, 2])
+    assert [s.verdict for s in path.steps][:4] == [Verdict.MISSED] * 3 + [Verdict.HELD]
+    assert path.stop_rule is StopRule.CONVERGED
+    assert path.held_multiplier is not None and path.held_multiplier <= K_STAR < (path.missed_multiplier or 0)
+
+
+def test_every_step_is_long_enough_by_construction() -> None:
+    st = SearchSettings(min_requests=40)
+    plans: list[StepPlan] = []
+    path = search("syn", st, mm1(st, log=plans), first_lifetime_s=0.1, resolve=lengthen(st))
+    for prev, plan in zip(path.steps, plans[1:], strict=False):
+        # each step's span is 3 lifetimes of the step before, with the 25% margin
+        assert prev.median_lifetime_s is not None
+        assert plan.span_s == pytest.approx(max(3 * prev.median_lifetime_s * 1.25, 40 / (BASE * plan.multiplier)))
+    assert all(s.requests >= 40 for s in path.steps)
+    assert all(s.verdict is not Verdict.SHORT for s in path.steps)
+
+
+def test_stop_rule_max_steps() -> None:
+    st = SearchSettings(max_steps=3)
+    path = search("syn", st, mm1(st), first_lifetime_s=0.1, resolve=lengthen(st))
+    assert len(path.steps) == 3 and path.stop_rule is StopRule.MAX_STEPS
+    assert "3 steps run (max_steps 3); next would be x2.828 (bisect x2..x4)" in path.stop_detail
+    assert (path.held_multiplier, path.missed_multiplier) == (2.0, 4.0)  # the bracket it had
+
+
+def test_stop_rule_time_budget() -> None:
+    # x1 at lambda 2: 40 requests need 20 s (+ drain); x2 needs 10 s: a 35 s budget runs two steps
+    st = SearchSettings(time_budget_s=35)
+    path = search("syn", st, mm1(st), first_lifetime_s=0.1, resolve=lengthen(st))
+    assert path.stop_rule is StopRule.TIME_BUDGET
+    assert [s.multiplier for s in path.steps] == [1.0, 2.0]
+    assert "of the 35 s time budget are spent" in path.stop_detail
+
+
+def test_stop_rule_floor_and_ceiling() -> None:
+    st = SearchSettings(min_multiplier=0.25)
+    path = search("syn", st, mm1(st, mu=0.5), first_lifetime_s=0.1, resolve=lengthen(st))  # misses even at x0.25 (lambda 0.5 = MU)
+    assert path.stop_rule is StopRule.FLOOR and path.held_multiplier is None
+    assert [s.multiplier for s in path.steps] == [1.0, 0.5, 0.25]
+    assert "no SLO-compliant capacity was measured" in path.stop_detail
+
+    st = SearchSettings(max_multiplier=8)
+    path = search("syn", st, mm1(st, mu=1000.0), first_lifetime_s=0.1, resolve=lengthen(st))
+    assert path.stop_rule is StopRule.CEILING and path.missed_multiplier is None
+    assert [s.multiplier for s in path.steps] == [1.0, 2.0, 4.0, 8.0]
+    assert "capacity is at least the x8 figure" in path.stop_detail
+
+
+def test_a_short_step_is_repeated_longer_once_then_the_search_stops() -> None:
+    st = SearchSettings()
+    calls: list[StepPlan] = []
+
+    def always_short(plan: StepPlan) -> tuple[SearchStep, float]:
+        calls.append(plan)
+        v, why = judge(held_slo=True, requests=100, arrival_span_s=10.0, median_lifetime_s=5.0, settings=st)
+        return SearchStep(plan.label, plan.multiplier, plan.why, plan.span_s, v, 100, 10.0, 10.0, 5.0, 0.5, 0.05, 0.0, why), 15.0
+
+    path = search("syn", st, always_short, first_lifetime_s=1.0)
+    assert [p.label for p in calls] == ["x1", "x1-r2"]
+    assert calls[1].span_s == pytest.approx(3 * 5.0 * 1.25)  # sized from the short step's own lifetime
+    assert path.stop_rule is StopRule.NEVER_STEADY
+    assert "arrival span 10.0 s < 3 x median lifetime 5.0 s = 15.0 s" in path.stop_detail
+
+
+def test_the_runner_can_stop_the_search() -> None:
+    st = SearchSettings()
+    def never(plan: StepPlan) -> tuple[SearchStep, float]:
+        raise AssertionError("no step may run")
+
+    path = search("syn", st, never, first_lifetime_s=1.0, resolve=lambda plan: Stop(StopRule.TRACE_EXHAUSTED, f"{plan.label}: the trace ends"))
+    assert path.steps == () and path.stop_rule is StopRule.TRACE_EXHAUSTED and path.stop_detail == "x1: the trace ends"
+
+
+def test_judge() -> None:
+    st = SearchSettings(min_requests=10)
+    assert judge(held_slo=False, requests=1, arrival_span_s=1, median_lifetime_s=9, settings=st, failed="P95 TTFT 3 s")[0] is Verdict.MISSED
+    assert judge(held_slo=True, requests=10, arrival_span_s=30, median_lifetime_s=10, settings=st)[0] is Verdict.HELD
+    v, why = judge(held_slo=True, requests=9, arrival_span_s=29.9, median_lifetime_s=10, settings=st)
+    assert v is Verdict.SHORT and "9 requests < min_requests 10" in why and "29.9 s < 3 x median lifetime 10.0 s" in why
+
+
+def test_search_path_round_trips_through_json() -> None:
+    st = SearchSettings()
+    path = search("syn", st, mm1(st), first_lifetime_s=0.1, resolve=lengthen(st))
+    assert SearchPath.from_dict(path.as_dict()) == path
+
+
+def test_next_step_with_no_history_starts_at_the_start_multiplier() -> None:
+    plan = next_step(SearchSettings(start_multiplier=0.5), [], lifetime_s=4.0)
+    assert isinstance(plan, StepPlan) and plan.multiplier == 0.5 and plan.span_s == pytest.approx(15.0) and plan.why == "start"
