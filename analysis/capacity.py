@@ -190,6 +190,18 @@ def load_sweep(capacity_dirs: Mapping[str, str | Path], manifest_digest: str, fl
     return out
 
 
+def discover_steps(root: Path) -> dict[str, Path]:
+    """A capacity directory's steps: `x<k>/` (a shared sweep) and `<fleet>/x<k>/` (a fleet's
+    search, beside its search.json), as the report's label -> directory mapping."""
+    out: dict[str, Path] = {}
+    for d in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
+        if d.name.startswith("x"):
+            out[d.name] = d
+        else:
+            out.update({f"{d.name}/{s.name}": s for s in sorted(d.iterdir()) if s.is_dir()})
+    return out
+
+
 def search_paths(sweep: list[SweepStep]) -> dict[str, SearchPath]:
     """Each searched fleet's path, read from search.json beside its step directories."""
     out: dict[str, SearchPath] = {}

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from analysis.capacity import discover_steps
 from campaign.errors import EXIT_BAD_INPUT
 
 EXIT_BY_STATE = {"go": 0, "defer": 10, "reject": 11}
@@ -42,9 +43,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     capacity = None
     if args.capacity:
         root = Path(args.capacity)
-        capacity = {d.name: d for d in sorted(root.iterdir()) if d.is_dir()} if root.is_dir() else {}
+        capacity = discover_steps(root)
         if not capacity:
-            print(f"--capacity {root}: no step directories (x<k>/) found", file=sys.stderr)
+            print(f"--capacity {root}: no step directories (x<k>/ or <fleet>/x<k>/) found", file=sys.stderr)
             return EXIT_BAD_INPUT
     try:
         rep = build_report(m, args.records, prometheus_url=args.prometheus, aws=args.aws, quality=quality, out_dir=args.out,
@@ -67,6 +68,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--quality", help="JSON file: {fleet: {passed, pass_rate, failures}}")
     p.add_argument("--instances", nargs="*", metavar="FLEET=N", help="instances in service per fleet during the run")
     p.add_argument("--focus", help="FOCUS billing export CSV")
-    p.add_argument("--capacity", help="capacity-sweep directory holding one x<k>/ step directory of records per multiplier")
+    p.add_argument("--capacity", help="capacity directory: x<k>/ steps of a fixed sweep, "
+                   "or <fleet>/x<k>/ steps and <fleet>/search.json of the automatic search")
     p.add_argument("--out", required=True)
     p.set_defaults(handler=cmd_report)

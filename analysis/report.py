@@ -449,6 +449,7 @@ def _capacity_fn(
     cap_cache: dict[float, dict[str, capacity.Capacity]] = {}
     replay_peaks = goodput.peak_in_flight(rs)
     replay_median_e2e = goodput.median_e2e(rs)
+    searches = capacity.search_paths(sweep)
 
     def step_measures(scale: float) -> dict[str, dict[str, goodput.FleetMeasure]]:
         if scale not in step_cache:
@@ -469,7 +470,7 @@ def _capacity_fn(
             cap_cache[scale] = capacity.measure_capacity(
                 sweep, [f.name for f in m.fleets], inst, m.slo.ttft_p95_s * scale, m.slo.itl_p95_s * scale, m.slo.max_error_rate,
                 replay=measures(scale), replay_peaks=replay_peaks, replay_median_e2e=replay_median_e2e,
-                step_measures=step_measures(scale),
+                step_measures=step_measures(scale), searches=searches,
             )
         return cap_cache[scale]
 
@@ -528,6 +529,9 @@ def _capacity_gaps(m: Manifest, caps: Mapping[str, capacity.Capacity], prov: dic
             continue
         tried = ", ".join(s.label for s in cap.steps)
         win = cap.winner
+        if cap.search is not None:
+            measured |= _search_gaps(f.name, cap, cap.search, tried, prov, gaps)
+            continue
         if cap.per_instance_tok_s is None or win is None:
             prov[f"capacity.{f.name}"] = {"value": None, "source": "missing",
                                           "detail": f"no steady-state capacity-sweep step held the fleet SLO (tried {tried}); "
@@ -588,6 +592,28 @@ def _no_step_held_reason(m: Manifest, fleet: str, steps: tuple[capacity.StepResu
     lowest = min((st for st in steps if st.label != capacity.REPLAY), key=lambda st: st.multiplier, default=None)
     advice = f"add a step below the smallest multiplier tried ({lowest.label})" if lowest else "add capacity steps"
     return f"{fleet}: no sweep step met the SLO ({'; '.join(misses)}); {advice}"
+
+
+def _search_gaps(
+    fleet: str, cap: capacity.Capacity, path: capacity.SearchPath, tried: str, prov: dict[str, Any], gaps: list[Gap]
+) -> set[str]:
+    """Provenance and gaps of a fleet measured by the automatic search: the stop rule is named."""
+    stop = f"the capacity search stopped ({path.stop_rule}: {path.stop_detail})"
+    win = cap.winner
+    if cap.per_instance_tok_s is None or win is None:
+        prov[f"capacity.{fleet}"] = {"value": None, "source": "missing",
+                                     "detail": f"no steady-state step held the fleet SLO (tried {tried}); sized from the replay"}
+        gaps.append(Gap(f"capacity.{fleet}", f"{fleet}: no steady-state step held the SLO; {stop}"))
+        return set()
+    prov[f"capacity.{fleet}"] = {
+        "value": cap.per_instance_tok_s, "source": "measured",
+        "detail": f"capacity search step {win.label} (x{win.multiplier:.4g} the manifest's rate): the highest per-instance "
+                  f"SLO-compliant goodput among the steps that held the fleet SLO (tried {tried}); {stop}",
+    }
+    if not path.converged:
+        gaps.append(Gap(f"capacity.{fleet}", f"{fleet}: the SLO boundary is not bracketed within {path.tolerance:.0%}: {stop}; "
+                        "capacity may be higher than the figure used", blocks_go=False))
+    return {fleet}
 
 
 def _series(m: Manifest, rs: RecordSet, measures: Mapping[str, goodput.FleetMeasure], head: dict[str, Any]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import signal
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -77,6 +78,7 @@ def run_local(
     sup = Supervisor(out_dir / "logs")
     handles: dict[str, FleetRun] = {}
     capacity_dirs: dict[str, Path] = {}
+    stop = threading.Event()  # set on Ctrl-C: a capacity search starts no further step
     try:
         with sup:
             endpoints = {f.name: start_emulator(sup, manifest_path.resolve(), f.name, out_dir, emulator_faults or []) for f in m.fleets}
@@ -102,8 +104,8 @@ def run_local(
                     s = h.wait()
                     print(f"{name}: scheduled {s.scheduled} = completed {s.completed} + failed {s.failed} + not sent {s.not_sent}"
                           f"; schedule lag p99 {s.schedule_lag_p99_s * 1000:.1f} ms{'' if s.valid else ' INVALID: ' + '; '.join(s.invalid_reasons)}")
-                if m.workload.capacity_sweep is not None and capacity:
-                    capacity_dirs = _capacity_sweep(m, manifest_path.resolve(), endpoints, out_dir / "capacity", handles)
+                if capacity:
+                    capacity_dirs = _capacity(m, manifest_path.resolve(), endpoints, out_dir / "capacity", records_dir, handles, stop)
                 from analysis.report import build_report
 
                 report = build_report(
@@ -121,7 +123,8 @@ def run_local(
         print(f"report: {out_dir / 'report.html'}  ({out_dir / 'report.json'}, {out_dir / 'report.md'})")
         return LocalResult(EXIT_BY_STATE[report["decision"]["state"]], out_dir, report)
     except KeyboardInterrupt:
-        for h in handles.values():  # SIGTERM: Locust flushes its records and marks unsent requests
+        stop.set()
+        for h in list(handles.values()):  # SIGTERM: Locust flushes its records and marks unsent requests
             h.terminate()
         print(f"\ninterrupted: every process stopped; records flushed so far are in {records_dir}", file=sys.stderr)
         return LocalResult(130, out_dir, None)
@@ -157,29 +160,17 @@ def _maybe_prometheus(sup: Supervisor, out_dir: Path, m: Manifest, endpoints: di
     return url
 
 
-def _capacity_sweep(
-    m: Manifest, manifest_path: Path, endpoints: dict[str, str], root: Path, handles: dict[str, FleetRun]
+def _capacity(
+    m: Manifest, manifest_path: Path, endpoints: dict[str, str], root: Path, replay_dir: Path, handles: dict[str, FleetRun],
+    stop: threading.Event,
 ) -> dict[str, Path]:
-    """One short open-loop step per multiplier, fleets side by side (each has its own server)."""
-    from loadgen.launch import start_fleet
+    """The explicit sweep when the manifest has workload.capacity_sweep, else the automatic search."""
+    from campaign.capacity_run import run_search, run_sweep
 
-    sweep = m.workload.capacity_sweep
-    assert sweep is not None
-    dirs: dict[str, Path] = {}
-    for k in sweep.multipliers:
-        label = f"x{k:g}"
-        step_dir = root / label
-        handles.clear()  # Ctrl-C stops the step in flight
-        for name, url in endpoints.items():
-            handles[name] = start_fleet(
-                manifest_path, name, url, step_dir, duration_s=sweep.step_s, rate_multiplier=k, slo_deadline=True,
-                warmup=False,  # the replay already warmed the server
-            )
-        for name, h in handles.items():
-            s = h.wait()
-            print(f"capacity step {label} {name}: {s.scheduled - s.not_sent} sent, {s.completed} completed, {s.failed} failed", flush=True)
-        dirs[label] = step_dir
-    return dirs
+    if m.workload.capacity_sweep is not None:
+        return run_sweep(m, manifest_path, endpoints, root, handles)
+    handles.clear()
+    return run_search(m, manifest_path, endpoints, root, replay_dir, handles, stop)
 
 
 def _print_gates(gates: dict[str, GateResult]) -> None:

@@ -181,6 +181,29 @@ class CapacitySweep(_Frozen):
         return v
 
 
+class CapacitySearch(_Frozen):
+    """The default way capacity is measured: per fleet, raise (or lower) the replay rate
+    geometrically until the fleet SLO fails (or holds), then bisect until the highest holding
+    rate is known within `tolerance` (analysis.capacity_search). Each step is sized from the
+    previous step's median request lifetime (3 lifetimes of arrivals) and `min_requests`."""
+
+    start_multiplier: Pos = 1.0
+    growth: Annotated[float, Field(gt=1)] = 2.0
+    tolerance: Annotated[float, Field(gt=0, le=1)] = 0.10
+    min_requests: int = Field(default=40, ge=2)
+    max_steps: int = Field(default=8, ge=1, le=50)
+    time_budget_s: Pos = Field(default=240.0, description="per fleet: arrival spans plus drains of all its steps")
+    min_multiplier: Pos = 1 / 64
+    max_multiplier: Pos = 64.0
+
+    @model_validator(mode="after")
+    def _range(self) -> CapacitySearch:
+        if not self.min_multiplier <= self.start_multiplier <= self.max_multiplier:
+            raise ValueError(f"need min_multiplier <= start_multiplier <= max_multiplier, got "
+                             f"{self.min_multiplier:g} <= {self.start_multiplier:g} <= {self.max_multiplier:g}")
+        return self
+
+
 class Workload(_Frozen):
     """How the trace is replayed.
 
@@ -198,7 +221,21 @@ class Workload(_Frozen):
     request_class: RequestClass
     sample_seed: int = 0
     demand: Demand
+    # Capacity for sizing: the automatic search (the default, `capacity_search`), or fixed
+    # multipliers (`capacity_sweep`), never both.
     capacity_sweep: CapacitySweep | None = None
+    capacity_search: CapacitySearch | None = None
+
+    @model_validator(mode="after")
+    def _one_capacity_method(self) -> Workload:
+        if self.capacity_sweep is not None and self.capacity_search is not None:
+            raise ValueError("capacity_sweep (fixed multipliers) and capacity_search (automatic) are alternatives; give one")
+        return self
+
+    @property
+    def capacity_method(self) -> CapacitySweep | CapacitySearch:
+        """What `campaign local` runs after the replay: the explicit sweep when given, else the search."""
+        return self.capacity_sweep or self.capacity_search or CapacitySearch()
 
 
 class Slo(_Frozen):

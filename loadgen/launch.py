@@ -36,7 +36,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def merge_worker_outputs(m: Manifest, fleet: str, out_dir: Path, *, extra_invalid: Sequence[str] = ()) -> RunSummary:
+def merge_worker_outputs(
+    m: Manifest, fleet: str, out_dir: Path, *, extra_invalid: Sequence[str] = (), window_s: float | None = None
+) -> RunSummary:
     """One fleet summary from every worker's raw records (percentiles are never averaged).
 
     client_cpu_percent is the busiest worker's: that worker is what bounds the client.
@@ -46,7 +48,7 @@ def merge_worker_outputs(m: Manifest, fleet: str, out_dir: Path, *, extra_invali
     reasons = list(extra_invalid)
     if not worker_sums:
         reasons.append("no worker summary: a worker died before finishing")
-    schedule = build_schedule(m)
+    schedule = build_schedule(m, window_s=window_s)
     s = summarize(
         SummaryInputs(m.campaign, m.digest, fleet, m.loadgen.max_schedule_lag_p99_s),
         read_records(rec_paths),
@@ -71,6 +73,7 @@ class FleetRun:
     logs: list[Path]
     _files: list[IO[bytes]] = field(default_factory=list)
     _summary: RunSummary | None = None
+    window_s: float | None = None
 
     def poll(self) -> bool:
         """True when every process has exited."""
@@ -86,7 +89,7 @@ class FleetRun:
         for f in self._files:
             f.close()
         bad = [_exit_reason(p.returncode, log) for p, log in zip(self.procs, self.logs, strict=True) if p.returncode not in (0, 1)]
-        self._summary = merge_worker_outputs(self.manifest, self.fleet, self.out_dir, extra_invalid=bad)
+        self._summary = merge_worker_outputs(self.manifest, self.fleet, self.out_dir, extra_invalid=bad, window_s=self.window_s)
         return self._summary
 
     def terminate(self, grace_s: float = 20.0) -> RunSummary:
@@ -129,6 +132,7 @@ def start_fleet(
     slo_deadline: bool = False,
     warmup: bool = True,
     tokenizer_check: bool = True,
+    window_s: float | None = None,
 ) -> FleetRun:
     m = load_manifest(manifest_path)
     m.fleet(fleet)
@@ -136,7 +140,7 @@ def start_fleet(
     stale = list(out_dir.glob(records_name(fleet, "w*")))
     if stale:
         raise FileExistsError(f"{out_dir} already holds records for fleet {fleet} ({stale[0].name}); use a fresh directory")
-    span = span_s(build_schedule(m)) / rate_multiplier
+    span = span_s(build_schedule(m, window_s=window_s)) / rate_multiplier
     if duration_s is not None:
         span = min(span, duration_s)
     # Safety net only: the replayer stops the run itself when its schedule is done.
@@ -158,6 +162,7 @@ def start_fleet(
         api,
         *(["--replay-duration", str(duration_s)] if duration_s is not None else []),
         *(["--rate-multiplier", str(rate_multiplier)] if rate_multiplier != 1.0 else []),
+        *(["--window-s", repr(window_s)] if window_s is not None else []),
         *(["--slo-deadline"] if slo_deadline else []),
         *([] if warmup else ["--no-warmup"]),
         *([] if tokenizer_check else ["--no-tokenizer-check"]),
@@ -206,7 +211,7 @@ def start_fleet(
         procs.append(subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=str(ROOT), start_new_session=True))
         logs.append(log)
         files.append(fh)
-    return FleetRun(m, fleet, out_dir, procs, logs, files)
+    return FleetRun(m, fleet, out_dir, procs, logs, files, window_s=window_s)
 
 
 def run_fleet(manifest_path: Path, fleet: str, host: str, out_dir: Path, **options: Any) -> RunSummary:

@@ -63,6 +63,13 @@ def _args(parser: Any) -> None:
         help="capacity step: replay the same requests at rate x k (offsets / k)",
     )
     g.add_argument(
+        "--window-s",
+        type=float,
+        env_var="LOADGEN_WINDOW_S",
+        default=0.0,
+        help="capacity-search step: replay this many trace seconds from the window's start (0 = the manifest's window)",
+    )
+    g.add_argument(
         "--slo-deadline",
         action="store_true",
         env_var="LOADGEN_SLO_DEADLINE",
@@ -153,6 +160,7 @@ def _make_replayer(env: Environment) -> Replayer:
         model=o.served_model or None,
         duration_s=o.replay_duration or None,
         rate_multiplier=o.rate_multiplier,
+        window_s=o.window_s or None,
         slo_deadline=bool(o.slo_deadline),
         warmup=not o.no_warmup,
         tokenizer_check=not o.no_tokenizer_check,

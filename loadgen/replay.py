@@ -54,6 +54,7 @@ class ReplayConfig:
     rate_multiplier: float = 1.0
     slo_deadline: bool = False
     warmup: bool = True  # False: no request is a warmup one (a capacity step on an already-warm server)
+    window_s: float | None = None  # trace seconds replayed from the window's start (a capacity-search step); None: the manifest's
     s3_uri: str | None = None
     api_key: str | None = None
     tokenizer_check: bool = True  # ask the server's /tokenize to count sample prompts first
@@ -72,7 +73,7 @@ class Replayer:
         self.m = manifest
         self.cfg = cfg
         self.worker = f"w{cfg.worker_index}"
-        full = list(schedule) if schedule is not None else build_schedule(manifest)
+        full = list(schedule) if schedule is not None else build_schedule(manifest, window_s=cfg.window_s)
         if cfg.rate_multiplier <= 0:
             raise ValueError(f"rate_multiplier must be > 0, got {cfg.rate_multiplier}")
         if cfg.rate_multiplier != 1.0:

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from analysis.capacity import parse_label
+from analysis.capacity import SearchPath, SearchStep, StopRule, Verdict, discover_steps, parse_label, split_label, write_search_path
+from analysis.errors import AnalysisError
 from analysis.report import build_report
 from campaign.manifest import Manifest
 from campaign.records import RequestRecord
@@ -224,3 +225,53 @@ def test_a_step_shorter_than_three_request_lifetimes_is_not_a_capacity(tmp_path:
     assert "step_s is 45 s but x4's arrivals filled only 10.0 s of it: lengthen step_s to at least 108 s" in gap["reason"]
     assert "at least 24 s" not in gap["reason"]
     assert r["decision"]["state"] != "go"
+
+
+def _search_layout(tmp_path: Path, m: Manifest) -> Path:
+    """capacity/<fleet>/x<k>/ steps of each fleet's own search, with the search paths beside them.
+    g6: x1 (300 tok/s) and x2 (600) hold, x4 misses: bracket x2..x4 not converged (max_steps 3);
+    inf2: x1 (900) and x2 (1,800) hold, x2.2 misses: converged (2.2 / 2 = 1.1)."""
+    root = tmp_path / "capacity"
+    for fleet, tokens, mults, rule in (("g6", 300, (1.0, 2.0, 4.0), StopRule.MAX_STEPS), ("inf2", 900, (1.0, 2.0, 2.2), StopRule.CONVERGED)):
+        steps = []
+        for k in mults:
+            miss = k == max(mults)
+            d = root / fleet / f"x{k:.4g}"
+            write_jsonl(d / f"records-{fleet}-w0.jsonl", _rate(m, fleet, k, tokens, slow=miss))
+            steps.append(SearchStep(f"x{k:.4g}", k, "test", 100.0, Verdict.MISSED if miss else Verdict.HELD, round(100 * k), 100.0,
+                                    k, 1 / k, 3.0 if miss else 0.5, 0.05, 0.0, "hand-made"))
+        write_search_path(SearchPath(fleet, tuple(steps), mults[1], mults[2], rule, f"{rule} (hand-made)", 0.1), root / fleet)
+    return root
+
+
+def test_search_steps_are_per_fleet_and_the_report_carries_the_path(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    m = _m(manifest_data)
+    rep = _write(tmp_path / "replay", m, {"inf2": (1.0, 900, False), "g6": (1.0, 300, True)})
+    dirs = discover_steps(_search_layout(tmp_path, m))
+    assert sorted(dirs) == ["g6/x1", "g6/x2", "g6/x4", "inf2/x1", "inf2/x2", "inf2/x2.2"]
+    r = build_report(m, rep, out_dir=tmp_path / "o", capacity_dirs=dirs, **KW)
+    g6, inf2 = r["fleets"]["g6"]["capacity"], r["fleets"]["inf2"]["capacity"]
+    # each fleet's rows are its own steps only (plus the replay), never the other fleet's
+    assert [s["label"] for s in g6["steps"]] == ["replay", "g6/x1", "g6/x2", "g6/x4"]
+    assert [s["label"] for s in inf2["steps"]] == ["replay", "inf2/x1", "inf2/x2", "inf2/x2.2"]
+    assert g6["step"] == "g6/x2" and g6["per_instance_tok_s"] == pytest.approx(600.0)
+    assert inf2["step"] == "inf2/x2" and inf2["per_instance_tok_s"] == pytest.approx(1800.0)
+    assert g6["search"]["stop_rule"] == "max_steps" and [s["multiplier"] for s in g6["search"]["steps"]] == [1.0, 2.0, 4.0]
+    assert inf2["search"]["stop_rule"] == "converged"
+    gaps = {g["what"]: g for g in r["gaps"]}
+    # g6's bracket x2..x4 is wider than 10%: said, naming the rule; inf2 converged: nothing to say
+    assert gaps["capacity.g6"]["blocks_go"] is False
+    assert "not bracketed within 10%" in gaps["capacity.g6"]["reason"] and "max_steps" in gaps["capacity.g6"]["reason"]
+    assert "capacity.inf2" not in gaps
+    assert "the capacity search stopped (converged" in r["provenance"]["capacity.inf2"]["detail"]
+
+
+def test_search_labels_are_checked(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    m = _m(manifest_data)
+    rep = _write(tmp_path / "replay", m, {"inf2": (1.0, 900, False), "g6": (1.0, 300, False)})
+    assert split_label("g6/x1.414") == ("g6", 1.414) and split_label("g6/x2-r2") == ("g6", 2.0) and split_label("x1e-1") == (None, 0.1)
+    with pytest.raises(ValueError, match="names fleet 'a100'"):
+        build_report(m, rep, out_dir=tmp_path / "o", capacity_dirs={"a100/x1": rep}, **KW)
+    # a fleet's step holding another fleet's records is refused
+    with pytest.raises(AnalysisError, match=r"are not the step's fleet g6"):
+        build_report(m, rep, out_dir=tmp_path / "o", capacity_dirs={"g6/x1": rep}, **KW)

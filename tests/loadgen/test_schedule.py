@@ -93,3 +93,16 @@ def test_a_schedule_that_replays_nothing_is_an_error(tmp_path: Path, manifest_da
     with pytest.raises(ScheduleError) as ei:
         build_schedule(_m(tmp_path, manifest_data, **workload))
     assert needle in str(ei.value)
+
+
+def test_window_s_replays_more_of_the_trace_and_keeps_the_manifest_window_prefix(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    m = _m(tmp_path, manifest_data, time_scale=1.0, rate_scale=1.0)
+    base = build_schedule(m)
+    longer = build_schedule(m, window_s=m.workload.window.duration_s * 3)
+    assert len(longer) > len(base)
+    assert longer[: len(base)] == base  # the same requests, ids and offsets first
+    assert longer[-1].offset_s < m.workload.window.duration_s * 3
+    shorter = build_schedule(m, window_s=m.workload.window.duration_s / 2)
+    assert shorter == [r for r in base if r.offset_s < m.workload.window.duration_s / 2]
+    with pytest.raises(ScheduleError, match="window_s must be > 0"):
+        build_schedule(m, window_s=0)

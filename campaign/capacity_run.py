@@ -1,0 +1,188 @@
+"""Run the capacity measurement of `campaign local` against live endpoints: the automatic search
+(one search per fleet, fleets side by side: each has its own server) or the fixed sweep.
+
+The search's logic is pure (`analysis.capacity_search`); this module turns its plans into
+Locust runs and measures each step by the same rules the report uses (`analysis.goodput`).
+A step replays the manifest's trace from `workload.window.start_s` at rate x k, as many trace
+seconds as its arrival span needs (`--window-s`), with every request abandoned once it can no
+longer meet its SLO; records go to `capacity/<fleet>/x<k>/` and the path to
+`capacity/<fleet>/search.json`.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections.abc import Callable, MutableMapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from analysis import goodput
+from analysis.capacity import SearchPath, SearchStep, StopRule, write_search_path
+from analysis.capacity_search import SearchSettings, StepPlan, Stop, judge, search
+from analysis.sources.records import load_records
+from campaign.manifest import CapacitySearch, Manifest
+
+if TYPE_CHECKING:
+    from loadgen.launch import FleetRun
+
+# The whole trace from the window's start: a step needs as much of it as its span asks for.
+_WHOLE_TRACE_S = 1e9
+
+
+class Interrupted(Exception):
+    """Ctrl-C reached a search between steps: no new step is started."""
+
+
+def settings_from(cfg: CapacitySearch) -> SearchSettings:
+    return SearchSettings(
+        start_multiplier=cfg.start_multiplier, growth=cfg.growth, tolerance=cfg.tolerance, min_requests=cfg.min_requests,
+        max_steps=cfg.max_steps, time_budget_s=cfg.time_budget_s, min_multiplier=cfg.min_multiplier, max_multiplier=cfg.max_multiplier,
+    )
+
+
+def arrival_offsets(m: Manifest) -> list[float]:
+    """Replay offsets (at x1) of every request from the window's start to the trace's end."""
+    from loadgen.schedule import build_schedule
+
+    return [r.offset_s for r in build_schedule(m, window_s=_WHOLE_TRACE_S)]
+
+
+def resolve_span(plan: StepPlan, offsets: list[float], min_requests: int) -> StepPlan | Stop:
+    """Lengthen the plan's span so it holds at least `min_requests` arrivals at its rate, or say
+    why the trace cannot give the step its span and requests."""
+    k = plan.multiplier
+    if len(offsets) < min_requests:
+        return Stop(StopRule.TRACE_EXHAUSTED, f"{plan.label}: the trace has {len(offsets)} requests from the window's start, "
+                    f"fewer than min_requests {min_requests}")
+    # The n-th arrival must fall strictly inside [0, span): nudge past it.
+    span = max(plan.span_s, offsets[min_requests - 1] / k + 1e-3)
+    available = offsets[-1] / k
+    if span > available:
+        return Stop(StopRule.TRACE_EXHAUSTED, f"{plan.label} ({plan.why}) needs {span:.1f} s of arrivals; at x{k:.4g} the trace "
+                    f"from the window's start gives {available:.1f} s: use a longer trace or a later window.start_s")
+    return replace(plan, span_s=span)
+
+
+def measure_step(
+    m: Manifest, fleet: str, step_dir: Path, plan: StepPlan, settings: SearchSettings, invalid_reasons: list[str],
+) -> SearchStep:
+    rs = load_records(step_dir, m.digest)
+    fm = goodput.measure_fleets(rs, m.slo.ttft_p95_s, m.slo.itl_p95_s).get(fleet)
+    life = goodput.median_e2e(rs).get(fleet)
+    if fm is None or fm.requests == 0:
+        verdict, detail = judge(held_slo=False, requests=0, arrival_span_s=None, median_lifetime_s=None, settings=settings,
+                                failed="no records: " + ("; ".join(invalid_reasons) or "nothing was measured"))
+        return SearchStep(plan.label, plan.multiplier, plan.why, plan.span_s, verdict, 0, None, None, None, None, None, None, detail)
+    failed = []
+    if fm.p95_ttft_s is None or fm.p95_ttft_s > m.slo.ttft_p95_s:
+        failed.append(f"P95 TTFT {fm.p95_ttft_s if fm.p95_ttft_s is not None else 'none'} s > {m.slo.ttft_p95_s:g} s")
+    if fm.p95_itl_s is not None and fm.p95_itl_s > m.slo.itl_p95_s:
+        failed.append(f"P95 ITL {fm.p95_itl_s:.3f} s > {m.slo.itl_p95_s:g} s")
+    if fm.error_rate is None or fm.error_rate > m.slo.max_error_rate:
+        failed.append(f"error rate {fm.error_rate} > {m.slo.max_error_rate:g}")
+    # A run that measured the client (schedule lag) is not evidence the server held: a miss.
+    failed += [f"run invalid: {r}" for r in invalid_reasons]
+    held = fm.slo_pass(m.slo.ttft_p95_s, m.slo.itl_p95_s, m.slo.max_error_rate) and not invalid_reasons
+    span = fm.window_s or None
+    verdict, detail = judge(held_slo=held, requests=fm.requests, arrival_span_s=span, median_lifetime_s=life,
+                            settings=settings, failed="; ".join(failed))
+    return SearchStep(
+        plan.label, plan.multiplier, plan.why, plan.span_s, verdict, fm.requests, span,
+        fm.requests / span if span else None, life, fm.p95_ttft_s, fm.p95_itl_s, fm.error_rate, detail,
+    )
+
+
+def first_lifetime(m: Manifest, fleet: str, replay_dir: Path | None) -> float:
+    """The replay's median request lifetime for this fleet; without one, the SLO's own bound
+    for the schedule's median request (TTFT + output tokens x ITL), an upper bound on a request
+    that meets it."""
+    if replay_dir is not None and any(replay_dir.glob(f"records-{fleet}-*.jsonl")):
+        life = goodput.median_e2e(load_records(replay_dir, m.digest)).get(fleet)
+        if life:
+            return life
+    from loadgen.schedule import build_schedule
+
+    tokens = statistics.median(r.output_tokens for r in build_schedule(m))
+    return m.slo.ttft_p95_s + tokens * m.slo.itl_p95_s
+
+
+def search_fleet(
+    m: Manifest, manifest_path: Path, fleet: str, url: str, fleet_dir: Path, cfg: CapacitySearch, first_lifetime_s: float,
+    handles: MutableMapping[str, FleetRun], stop: threading.Event, log: Callable[[str], None] = print,
+) -> SearchPath:
+    from loadgen.launch import start_fleet
+
+    settings = settings_from(cfg)
+    offsets = arrival_offsets(m)
+    scale = m.workload.time_scale
+
+    def run(plan: StepPlan) -> tuple[SearchStep, float]:
+        if stop.is_set():
+            raise Interrupted
+        step_dir = fleet_dir / plan.label
+        t0 = time.monotonic()
+        # trace seconds whose arrivals land inside the span at rate x k (offsets are trace seconds x time_scale)
+        h = handles[fleet] = start_fleet(manifest_path, fleet, url, step_dir, rate_multiplier=plan.multiplier, slo_deadline=True,
+                                         warmup=False, window_s=plan.span_s * plan.multiplier / scale)
+        s = h.wait()
+        took = time.monotonic() - t0
+        step = measure_step(m, fleet, step_dir, plan, settings, [] if s.valid else list(s.invalid_reasons))
+        log(f"capacity search {fleet} {plan.label} ({plan.why}): {step.requests} requests over {step.arrival_span_s or 0:.1f} s, "
+            f"{step.verdict}: {step.detail} [{took:.0f} s]")
+        return step, took
+
+    path = search(fleet, settings, run, first_lifetime_s, resolve=lambda p: resolve_span(p, offsets, settings.min_requests))
+    write_search_path(path, fleet_dir)
+    log(f"capacity search {fleet}: stopped ({path.stop_rule}): {path.stop_detail}")
+    return path
+
+
+def run_search(
+    m: Manifest, manifest_path: Path, endpoints: dict[str, str], root: Path, replay_dir: Path | None,
+    handles: MutableMapping[str, FleetRun], stop: threading.Event,
+) -> dict[str, Path]:
+    """Every fleet's search, side by side; returns the report's capacity steps ("<fleet>/x<k>" -> directory)."""
+    cfg = m.workload.capacity_search or CapacitySearch()
+    lives = {name: first_lifetime(m, name, replay_dir) for name in endpoints}
+    pool = ThreadPoolExecutor(max_workers=len(endpoints))
+    try:
+        futures = {
+            name: pool.submit(search_fleet, m, manifest_path, name, url, root / name, cfg, lives[name], handles, stop)
+            for name, url in endpoints.items()
+        }
+        paths = {name: f.result() for name, f in futures.items()}
+    except BaseException:  # Ctrl-C: stop the steps in flight, so the searches end now, not after their steps
+        stop.set()
+        for h in list(handles.values()):
+            h.terminate()
+        raise
+    finally:
+        pool.shutdown(wait=True)
+    return {f"{name}/{s.label}": root / name / s.label for name, p in paths.items() for s in p.steps}
+
+
+def run_sweep(m: Manifest, manifest_path: Path, endpoints: dict[str, str], root: Path, handles: MutableMapping[str, FleetRun]) -> dict[str, Path]:
+    """The explicit sweep: one short open-loop step per multiplier, fleets side by side."""
+    from loadgen.launch import start_fleet
+
+    sweep = m.workload.capacity_sweep
+    assert sweep is not None
+    dirs: dict[str, Path] = {}
+    for k in sweep.multipliers:
+        label = f"x{k:g}"
+        step_dir = root / label
+        handles.clear()  # Ctrl-C stops the step in flight
+        for name, url in endpoints.items():
+            handles[name] = start_fleet(
+                manifest_path, name, url, step_dir, duration_s=sweep.step_s, rate_multiplier=k, slo_deadline=True,
+                warmup=False,  # the replay already warmed the server
+            )
+        for name, h in handles.items():
+            s = h.wait()
+            print(f"capacity step {label} {name}: {s.scheduled - s.not_sent} sent, {s.completed} completed, {s.failed} failed", flush=True)
+        dirs[label] = step_dir
+    return dirs
