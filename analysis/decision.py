@@ -52,6 +52,9 @@ class DecisionInputs:
     # an interval straddles a decision boundary (delta = 0, the horizon): each is a Defer reason
     insufficient: tuple[str, ...] = field(default_factory=tuple)
     delta_settled: bool = True  # False: the delta's interval straddles 0, so delta <= 0 cannot Reject
+    # The quality layer that failed (or could not be evaluated) and why, e.g. "layer equivalence: ..."
+    candidate_quality_failure: str | None = None
+    baseline_quality_failure: str | None = None
 
 
 @dataclass(frozen=True)
@@ -74,8 +77,8 @@ def quality_reasons(
 
     reject = [f"{candidate}: quality gate failed{why(candidate)}"] if candidate_passed is False else []
     defer = []
-    if candidate_passed is None:
-        defer.append(f"evidence incomplete: no quality-gate result for {candidate}")
+    if candidate_passed is None:  # no results, or a layer that could not be evaluated (detail names it)
+        defer.append(f"evidence incomplete: no quality-gate result for {candidate}{why(candidate)}")
     if baseline_passed is False:
         defer.append(f"{baseline}: the baseline's own quality gate failed{why(baseline)}; the comparison is not like for like")
     return reject, defer
@@ -97,7 +100,8 @@ def decide(d: DecisionInputs) -> Decision:
     reject: list[str] = []
     defer: list[str] = []
     c = d.candidate
-    q_reject, q_defer = quality_reasons(c, d.baseline, d.candidate_quality_passed, d.baseline_quality_passed)
+    q_reject, q_defer = quality_reasons(c, d.baseline, d.candidate_quality_passed, d.baseline_quality_passed,
+                                        {c: d.candidate_quality_failure or "", d.baseline: d.baseline_quality_failure or ""})
     if d.candidate_successful_tokens <= 0:
         reject.append(f"{c}: no successful output tokens; the model or API semantics failed")
     if d.candidate_error_rate is not None and d.candidate_error_rate > d.max_error_rate:

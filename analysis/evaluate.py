@@ -51,11 +51,22 @@ def quality_passed(m: Manifest, quality: QualityResults | None, fleet: str) -> b
     if quality is None or fleet not in quality:
         return None
     q = quality[fleet]
+    if "passed" in q and q["passed"] is None:  # a layer could not be evaluated (campaign.quality_layers): evidence missing
+        return None
     passed = bool(q.get("passed", False))
     rate = q.get("pass_rate")
     if rate is not None and float(rate) < m.quality.min_pass_rate:
         passed = False
     return passed
+
+
+def quality_failure(quality: QualityResults | None, fleet: str) -> str | None:
+    """The quality layer that stopped the comparison for this fleet and its first reason."""
+    q = (quality or {}).get(fleet) or {}
+    layer, reasons = q.get("failed_layer"), q.get("failures") or []
+    if not layer:
+        return None
+    return f"layer {layer}" + (f": {str(reasons[0]).removeprefix(f'{layer}: ')}" if reasons else "")
 
 
 def _cost_inputs(m: Manifest, fleet: str, root_gib: float) -> cost.FleetCostInputs:
@@ -206,6 +217,8 @@ def evaluate(ctx: Context, sc: Scenario) -> dict[str, Any]:
             max_error_rate=slo.max_error_rate,
             candidate_quality_passed=quality_passed(m, ctx.quality, cand),
             baseline_quality_passed=quality_passed(m, ctx.quality, base),
+            candidate_quality_failure=quality_failure(ctx.quality, cand),
+            baseline_quality_failure=quality_failure(ctx.quality, base),
             candidate_slo_pass=_holds_slo(fleets[cand]),
             baseline_slo_pass=_holds_slo(fleets[base]),
             same_availability=len(set(cf.availability_zones)) >= len(set(bf.availability_zones)) and cf.redundancy >= bf.redundancy,

@@ -112,10 +112,11 @@ def first_lifetime(m: Manifest, fleet: str, replay_dir: Path | None) -> float:
 
 def search_fleet(
     m: Manifest, manifest_path: Path, fleet: str, url: str, fleet_dir: Path, cfg: CapacitySearch, first_lifetime_s: float,
-    handles: MutableMapping[str, FleetRun], stop: threading.Event, log: Callable[[str], None] = print,
+    handles: MutableMapping[str, FleetRun], stop: threading.Event, log: Callable[[str], None] | None = None,
 ) -> SearchPath:
     from loadgen.launch import start_fleet
 
+    log = log or (lambda line: print(line, flush=True))
     settings = settings_from(cfg)
     offsets = arrival_offsets(m)
     scale = m.workload.time_scale

@@ -21,11 +21,13 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from analysis.cli import EXIT_BY_STATE
+from analysis.errors import AnalysisError
 from campaign import prometheus_local
 from campaign.manifest import Manifest, load_manifest
 from campaign.processes import ProcessFailed, Supervisor, free_port
 from campaign.progress import RecordTail, render
 from campaign.quality import GateResult, run_gate
+from campaign.quality_layers import DISTRIBUTION, LayerResult, distribution_layer, fleet_quality, gate_layers, replay_figures
 
 if TYPE_CHECKING:
     from loadgen.launch import FleetRun
@@ -89,10 +91,11 @@ def run_local(
             with ThreadPoolExecutor(max_workers=len(endpoints)) as pool:  # fleets are independent servers
                 futures = {name: pool.submit(run_gate, m, name, url) for name, url in endpoints.items()}
                 gates = {name: f.result() for name, f in futures.items()}
-            (out_dir / "quality.json").write_text(json.dumps({k: g.as_dict() for k, g in gates.items()}, indent=2))
-            _print_gates(gates)
+            layers = gate_layers(m, gates)  # (a) fixtures + equivalence, (b) task acceptance
+            quality = _quality(out_dir, gates, layers)
+            _print_gates(gates, quality)
 
-            if all(g.passed for g in gates.values()):
+            if all(q["passed"] is True for q in quality.values()):
                 scheduled = len([r for r in build_schedule(m) if duration_s is None or r.offset_s <= duration_s])
                 for name, url in endpoints.items():
                     handles[name] = start_fleet(
@@ -104,7 +107,18 @@ def run_local(
                     s = h.wait()
                     print(f"{name}: scheduled {s.scheduled} = completed {s.completed} + failed {s.failed} + not sent {s.not_sent}"
                           f"; schedule lag p99 {s.schedule_lag_p99_s * 1000:.1f} ms{'' if s.valid else ' INVALID: ' + '; '.join(s.invalid_reasons)}")
-                if capacity:
+                try:  # (c) distribution checks over the replayed requests
+                    figs = replay_figures(records_dir, m)
+                except AnalysisError as exc:  # nothing replayed: the layer says so (not evaluated)
+                    print(f"distribution checks: {exc}", flush=True)
+                    figs = {}
+                for name in layers:
+                    layers[name].append(distribution_layer(m, name, figs))
+                quality = _quality(out_dir, gates, layers)
+                _print_layer(quality, DISTRIBUTION)
+                if capacity and not all(q["passed"] is True for q in quality.values()):
+                    print("a quality layer failed: the comparison stops here; no capacity is measured", flush=True)
+                elif capacity:
                     capacity_dirs = _capacity(m, manifest_path.resolve(), endpoints, out_dir / "capacity", records_dir, handles, stop)
                 from analysis.report import build_report
 
@@ -112,13 +126,13 @@ def run_local(
                     m,
                     records_dir,
                     prometheus_url=prom_url,
-                    quality={k: g.as_dict() for k, g in gates.items()},
+                    quality=quality,
                     out_dir=out_dir,
                     instances_measured=dict.fromkeys(endpoints, 1),  # one emulated instance per fleet
                     capacity_dirs=capacity_dirs or None,
                 )
             else:
-                report = _report_gate_failure(m, gates, out_dir)
+                report = _report_gate_failure(m, quality, out_dir)
         print(f"decision: {report['decision']['state'].upper()} — " + "; ".join(report["decision"]["reasons"]))
         print(f"report: {out_dir / 'report.html'}  ({out_dir / 'report.json'}, {out_dir / 'report.md'})")
         return LocalResult(EXIT_BY_STATE[report["decision"]["state"]], out_dir, report)
@@ -135,12 +149,12 @@ def run_local(
         signal.signal(signal.SIGTERM, previous)
 
 
-def _report_gate_failure(m: Manifest, gates: dict[str, GateResult], out_dir: Path) -> dict[str, Any]:
-    """A fleet failed the quality gate: no load is replayed, and the report holds the gate's results."""
+def _report_gate_failure(m: Manifest, quality: dict[str, dict[str, Any]], out_dir: Path) -> dict[str, Any]:
+    """A fleet did not pass layer (a) or (b): no load is replayed, and the report holds the gate's results."""
     from analysis.report import build_gate_report
 
     print("quality gate failed: no load is replayed; the report is decided on the gate alone", flush=True)
-    return build_gate_report(m, {k: g.as_dict() for k, g in gates.items()}, out_dir=out_dir)
+    return build_gate_report(m, quality, out_dir=out_dir)
 
 
 def _maybe_prometheus(sup: Supervisor, out_dir: Path, m: Manifest, endpoints: dict[str, str], metrics_ports: dict[str, int]) -> str | None:
@@ -173,12 +187,34 @@ def _capacity(
     return run_search(m, manifest_path, endpoints, root, replay_dir, handles, stop)
 
 
-def _print_gates(gates: dict[str, GateResult]) -> None:
+def _quality(out_dir: Path, gates: dict[str, GateResult], layers: dict[str, list[LayerResult]]) -> dict[str, dict[str, Any]]:
+    quality = {k: fleet_quality(g, layers[k]) for k, g in gates.items()}
+    (out_dir / "quality.json").write_text(json.dumps(quality, indent=2))
+    return quality
+
+
+def _print_gates(gates: dict[str, GateResult], quality: dict[str, dict[str, Any]]) -> None:
     for name, g in gates.items():
-        verdict = "pass" if g.passed else "FAIL"
-        print(f"quality gate {name}: {verdict} ({g.pass_rate:.0%} of {len(g.fixtures)} fixtures)", flush=True)
-        for f in g.failures:
+        q = quality[name]
+        verdict = {True: "pass", False: "FAIL", None: "NOT EVALUATED"}[q["passed"]]
+        layer = f", layer {q['failed_layer']}" if q["failed_layer"] else ""
+        print(f"quality gate {name}: {verdict} ({g.pass_rate:.0%} of {len(g.fixtures)} fixtures{layer})", flush=True)
+        for f in q["failures"]:
             print(f"  {f}", flush=True)
+
+
+def _print_layer(quality: dict[str, dict[str, Any]], layer: str) -> None:
+    for name, q in quality.items():
+        res = q["layers"].get(layer)
+        if res is None:
+            continue
+        verdict = {True: "pass", False: "FAIL", None: "NOT EVALUATED"}[res["passed"]]
+        ks = res["figures"].get("output_length_ks")
+        test = f", output lengths vs {ks['against']}: KS p = {ks['p_value']:.3g} (n = {ks['n']}, {ks['m']})" if ks else ""
+        print(f"quality {layer} {name}: {verdict} (invalid {res['figures'].get('invalid_rate', 0):.3f}, "
+              f"retried {res['figures'].get('retry_rate', 0):.3f}{test})", flush=True)
+        for r in res["reasons"]:
+            print(f"  {r}", flush=True)
 
 
 def _watch(handles: dict[str, FleetRun], records_dir: Path, scheduled: int, every_s: float) -> None:

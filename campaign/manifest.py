@@ -264,9 +264,34 @@ class QualityFixture(_Frozen):
         return v
 
 
+class TaskAcceptance(_Frozen):
+    """The buyer's own scorer: a command (run in the manifest's directory) that reads each
+    fleet's fixture outputs as JSONL on stdin and prints a pass rate in [0, 1] as its last line."""
+
+    command: tuple[str, ...] = Field(min_length=1)
+    threshold: Fraction
+    timeout_s: Pos = 120.0
+
+
+class DistributionChecks(_Frozen):
+    """Checks over the replayed requests of every fleet (quality layer c)."""
+
+    # Output lengths of a fleet against the baseline's, two-sample KS: a p-value below this fails.
+    min_p_value: Fraction = 0.01
+    min_samples: int = Field(default=20, ge=2, description="completed requests per fleet before the test is read")
+    # Responses that came back unusable (truncated stream, failed quality check) per sent request.
+    max_invalid_rate: Fraction = 0.01
+
+
 class Quality(_Frozen):
+    """Three layers (the seed study's quality gate): (a) fixtures, greedy, on every fleet, and
+    their cross-fleet equivalence; (b) task acceptance by the buyer's scorer; (c) distribution
+    checks over the replayed requests."""
+
     fixtures: tuple[QualityFixture, ...] = Field(min_length=1)
     min_pass_rate: Fraction = 1.0
+    task_acceptance: TaskAcceptance | None = None
+    distribution: DistributionChecks = DistributionChecks()
 
 
 class Commitment(_Frozen):

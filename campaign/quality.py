@@ -26,6 +26,8 @@ class FixtureResult:
     problems: list[str]
     finish_reason: str | None
     completion_tokens: int | None
+    output: str = ""  # the first answer's text: the buyer's scorer reads it
+    schema_ok: bool | None = None  # the fixture's regex / JSON rule held (None: the fixture has none)
 
 
 @dataclass
@@ -82,14 +84,17 @@ def check_fixture(client: OpenAI, m: Manifest, fx: QualityFixture) -> FixtureRes
     for s in m.generation.stop:
         if s in text:
             problems.append(f"stop string {s!r} appears in the output")
+    schema: list[str] = []
     if fx.expect_regex and not re.search(fx.expect_regex, text):
-        problems.append(f"output does not match {fx.expect_regex!r}")
+        schema.append(f"output does not match {fx.expect_regex!r}")
     if fx.expect_json:
         try:
             json.loads(text)
         except ValueError as exc:
-            problems.append(f"output is not valid JSON: {exc}")
-    return FixtureResult(fx.id, not problems, problems, finish, tokens)
+            schema.append(f"output is not valid JSON: {exc}")
+    problems += schema
+    has_rule = bool(fx.expect_regex or fx.expect_json)
+    return FixtureResult(fx.id, not problems, problems, finish, tokens, text, not schema if has_rule else None)
 
 
 def run_gate(m: Manifest, fleet: str, base_url: str, timeout_s: float = 60.0) -> GateResult:

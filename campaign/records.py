@@ -55,6 +55,10 @@ class RequestRecord:
     # Prompt tokens of what was sent, counted with the manifest's tokenizer and template; the
     # server's prompt_tokens should equal it (a mismatch means a wrong tokenizer or template).
     client_prompt_tokens: int | None = None
+    # Times this request was re-sent after a failure. The open-loop replayer never retries (a
+    # failure is recorded as it happened), so it writes 0; a client that does retry counts them
+    # here, and the quality gate holds the share of retried requests to slo.max_retry_rate.
+    retries: int = 0
     record_version: int = RECORD_VERSION
 
     @property

@@ -88,6 +88,7 @@ def build_record(
         http_status=transport.http_status,
         error=reason,
         slo_ok=slo_ok,
+        retries=0,  # never re-sent: see RequestRecord.retries
     )
 
 

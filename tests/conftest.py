@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import copy
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,8 @@ def manifest_data(_example_data: dict[str, Any]) -> dict[str, Any]:
     data = copy.deepcopy(_example_data)
     # Keep the trace path valid when the data is written somewhere else.
     data["workload"]["trace"]["path"] = str(ROOT / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv")
+    # ... and the buyer's scorer runnable from there (it runs in the manifest's directory).
+    data["quality"]["task_acceptance"]["command"] = [sys.executable, str(ROOT / "manifests" / "scorers" / "answers_nonempty.py")]
     return data
 
 

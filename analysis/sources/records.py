@@ -36,7 +36,10 @@ COLUMNS: dict[str, str] = {
     "outcome": "VARCHAR",
     "slo_ok": "BOOLEAN",
     "warmup": "BOOLEAN",
+    "retries": "BIGINT",
 }
+# Columns added after the first record version: records written before them read as NULL.
+LATER_COLUMNS = frozenset({"retries"})
 
 
 @dataclass
@@ -60,7 +63,7 @@ def _sql_list(paths: Sequence[Path]) -> str:
     return "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths) + "]"
 
 
-def _scan(jsonl: Sequence[Path], parquet: Sequence[Path]) -> str:
+def _scan(jsonl: Sequence[Path], parquet: Sequence[Path], parquet_columns: frozenset[str] = frozenset(COLUMNS)) -> str:
     cols = ", ".join(COLUMNS)
     parts = []
     if jsonl:
@@ -71,7 +74,9 @@ def _scan(jsonl: Sequence[Path], parquet: Sequence[Path]) -> str:
             f"columns={spec}, filename=true)"
         )
     if parquet:
-        casts = ", ".join(f"CAST({k} AS {v}) AS {k}" for k, v in COLUMNS.items())
+        casts = ", ".join(
+            f"CAST({k if k in parquet_columns or k not in LATER_COLUMNS else 'NULL'} AS {v}) AS {k}" for k, v in COLUMNS.items()
+        )
         parts.append(f"SELECT {casts}, filename FROM read_parquet({_sql_list(parquet)}, filename=true)")
     return " UNION ALL ".join(parts)
 
@@ -138,7 +143,13 @@ def load_records(records_dir: str | Path, manifest_digest: str, *, threads: int 
         if not readable and not parquet:
             raise EmptyWindow(f"record files under {d} hold no complete record: the campaign window is empty")
         try:
-            con.execute(f"CREATE TABLE raw AS {_scan(readable, parquet)}" if readable else f"CREATE VIEW raw AS {_scan([], parquet)}")
+            # A later column counts only when every Parquet file has it (read_parquet unifies by the first file's schema).
+            have = frozenset(COLUMNS) - LATER_COLUMNS
+            if parquet:
+                per_file = con.execute(f"SELECT file_name, list(name) FROM parquet_schema({_sql_list(parquet)}) GROUP BY ALL").fetchall()
+                have |= frozenset.intersection(*(frozenset(names) for _, names in per_file)) & LATER_COLUMNS
+            scan = _scan(readable, parquet, have)
+            con.execute(f"CREATE TABLE raw AS {scan}" if readable else f"CREATE VIEW raw AS {scan}")
         except duckdb.Error as exc:
             raise AnalysisError(f"cannot read records under {d}: {exc}") from None
         if not readable:

@@ -25,6 +25,8 @@ def _short_manifest(tmp_path: Path, data: dict[str, Any]) -> Path:
     data["workload"]["request_class"]["max_output_tokens"] = 48
     data["workload"]["warmup_s"] = 2
     data["workload"]["capacity_sweep"] = {"multipliers": [1, 4], "step_s": 6}
+    data["workload"].pop("capacity_search", None)
+    data["quality"]["distribution"]["min_samples"] = 5  # a 15 s replay sends about a dozen requests per fleet
     return write_manifest(tmp_path, data)
 
 
