@@ -202,6 +202,8 @@ def test_a_candidate_overloaded_in_the_replay_but_sized_inside_the_slo_holds_it(
 
 
 def test_a_step_shorter_than_three_request_lifetimes_is_not_a_capacity(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    manifest_data["workload"].pop("capacity_search", None)  # the explicit sweep, with 45 s steps
+    manifest_data["workload"]["capacity_sweep"] = {"multipliers": [0.5, 1], "step_s": 45}
     m = _m(manifest_data)
     rep = _write(tmp_path / "replay", m, {"inf2": (1.0, 900, False), "g6": (1.0, 300, True)})
 
