@@ -2,7 +2,9 @@
 
 A local campaign has no real checkpoint, so it uses the "emulator" tokenizer: special tokens
 named in the manifest are one token each, everything else is one token per whitespace-
-separated word. Both sides count with this same code, so prompt lengths are exact. A
+separated word. Both sides count with this same code, so prompt lengths are exact. Nothing
+else assumes a word is a token: the prompt builder cuts its texts at the token boundaries
+that `token_ends` reports, so any tokenizer gets exact lengths. A
 "huggingface" tokenizer loads the checkpoint's tokenizer.json through the `tokenizers`
 package when it is installed; nothing ever falls back to a default tokenizer.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
+from itertools import accumulate
 from pathlib import Path
 from typing import Protocol
 
@@ -28,6 +31,10 @@ class Tokenizer(Protocol):
     # A chat prompt is counted without: the rendered template already carries them.
     def count(self, text: str, *, add_special_tokens: bool = False) -> int: ...
 
+    # The character offset where each token of `text` ends (no special tokens added): the prompt
+    # builder cuts texts at token boundaries with it, whatever the tokenizer's pieces are.
+    def token_ends(self, text: str) -> list[int]: ...
+
 
 class WordTokenizer:
     """Special tokens (the manifest's, and any `<|name|>` marker) are one token each; the rest
@@ -36,7 +43,14 @@ class WordTokenizer:
     def __init__(self, special_tokens: Sequence[str] = ()):
         specials = sorted({s for s in special_tokens if s}, key=len, reverse=True)
         special = "|".join([*(re.escape(s) for s in specials), r"<\|[^|\s]+\|>"])
-        self._re = re.compile(f"(?:{special})|(?:(?!{special})\\S)+")
+        # Only a character that can start a special token needs the look-ahead; the others are
+        # matched by a plain class (the same tokens, several times faster on long prompts).
+        starts = re.escape("".join(sorted({"<", *(s[0] for s in specials)})))
+        token = f"(?:{special})|(?:[^\\s{starts}]|(?!{special})[{starts}])+"
+        self._re = re.compile(token)
+        # Each token with the whitespace before it: the matches tile the text up to the last
+        # token, so their cumulative lengths are the tokens' end offsets (no Python loop).
+        self._spaced = re.compile(f"\\s*(?:{token})")
         self.special_tokens = tuple(specials)
 
     def encode(self, text: str) -> list[str]:
@@ -44,7 +58,10 @@ class WordTokenizer:
 
     def count(self, text: str, *, add_special_tokens: bool = False) -> int:
         # The emulator adds nothing around a prompt, so the flag changes nothing here.
-        return sum(1 for _ in self._re.finditer(text))
+        return len(self._re.findall(text))
+
+    def token_ends(self, text: str) -> list[int]:
+        return list(accumulate(map(len, self._spaced.findall(text))))
 
 
 class HuggingFaceTokenizer:
@@ -63,6 +80,9 @@ class HuggingFaceTokenizer:
 
     def count(self, text: str, *, add_special_tokens: bool = False) -> int:
         return len(self._tok.encode(text, add_special_tokens=add_special_tokens).ids)
+
+    def token_ends(self, text: str) -> list[int]:
+        return [end for _, end in self._tok.encode(text, add_special_tokens=False).offsets]
 
 
 def for_manifest(m: Manifest) -> Tokenizer:

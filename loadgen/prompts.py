@@ -4,13 +4,20 @@ With the chat API the count is taken on the prompt as the server will see it: th
 chat template rendered around the message (never a default template or tokenizer). Requests
 whose trace carries prefix-cache block ids reuse the same text for the same id, so a server's
 prefix cache sees the reuse the trace recorded.
+
+Nothing here assumes a word is one token: filler text is cut at the tokenizer's own token
+boundaries (`Tokenizer.token_ends`) and the cut moves until the server-side count is exact, so a
+byte-level BPE that splits every filler word into three pieces gets exact lengths as well as
+the emulator's one-token-per-word tokenizer. A prefix-cache block is the first BLOCK_TOKENS
+tokens of its own filler text; every filler word starts with a space, so a block never merges
+with its neighbours and the same block ids give the same leading tokens.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Literal
 
 from campaign.errors import CampaignError
@@ -20,7 +27,13 @@ from loadgen.schedule import ScheduledRequest
 from loadgen.traces import BLOCK_TOKENS
 
 Api = Literal["chat", "completions"]
-_MAX_ADJUST = 12
+_MARGIN = 16  # filler tokens beyond the target, so the cut can move either way
+_MAX_STEPS = 8  # count-and-correct steps on one text
+# Ends tried around the cut when the count steps over the target (a merge at the cut or at the
+# template's seam makes one more piece cost 0 or 2 tokens).
+_SUFFIXES = ("", ".", " a", ",", "!", " x")
+_ATTEMPTS = 4  # filler texts tried (a fresh per-request tail each) before giving up
+_BLOCK_CACHE = 4096
 
 
 class PromptError(CampaignError, ValueError):
@@ -40,10 +53,9 @@ class Prompt:
         return {"prompt": self.text}
 
 
-@lru_cache(maxsize=4096)
-def _block_words(hash_id: int) -> tuple[str, ...]:
-    rng = random.Random(f"block:{hash_id}")
-    return tuple(rng.choices(VOCAB, k=BLOCK_TOKENS))
+def _filler(rng: random.Random, n_words: int) -> str:
+    # A leading space on every word: each block or tail starts at a word boundary.
+    return " " + " ".join(rng.choices(VOCAB, k=n_words))
 
 
 class PromptBuilder:
@@ -54,6 +66,10 @@ class PromptBuilder:
         self.special = dict(manifest.tokenizer.special_tokens)
         self.seed = manifest.workload.sample_seed
         self.overhead = self.count("")
+        # Filler words per token under this tokenizer, so one encoding usually covers a target.
+        sample = _filler(random.Random("calibrate"), 256)
+        self._tokens_per_word = max(1.0, len(self.tokenizer.token_ends(sample)) / 256)
+        self._blocks: dict[int, str] = {}
 
     def render(self, content: str) -> str:
         if self.api == "chat":
@@ -65,27 +81,73 @@ class PromptBuilder:
         # rendered chat prompt without them: count the way the server will.
         return self.tokenizer.count(self.render(content), add_special_tokens=self.api == "completions")
 
-    def _words(self, req: ScheduledRequest, n: int) -> list[str]:
-        words: list[str] = []
+    def _extend(self, text: str, rng: random.Random, tokens: int, have: int = 0) -> tuple[str, list[int]]:
+        """`text` followed by filler until it has at least `tokens` tokens (`have`: the tokens
+        `text` is known to hold); returns it with the end offset of each of its tokens."""
+        while True:
+            missing = tokens - have
+            if missing > 0:
+                # 10% over the calibrated rate: one encoding nearly always covers the target.
+                text += _filler(rng, math.ceil(1.1 * missing / self._tokens_per_word) + 4)
+            ends = self.tokenizer.token_ends(text)
+            if len(ends) >= tokens:
+                return text, ends
+            have = len(ends)
+
+    def _block(self, hash_id: int) -> str:
+        text = self._blocks.get(hash_id)
+        if text is None:
+            full, ends = self._extend("", random.Random(f"block:{hash_id}"), BLOCK_TOKENS)
+            text = full[: ends[BLOCK_TOKENS - 1]]
+            if len(self._blocks) >= _BLOCK_CACHE:
+                self._blocks.clear()
+            self._blocks[hash_id] = text
+        return text
+
+    def _source(self, req: ScheduledRequest, tokens: int, attempt: int) -> tuple[str, list[int]]:
+        """The request's blocks, then filler unique to the request (and to `attempt`)."""
+        prefix, covered = "", 0
         for h in req.hash_ids or ():
-            words.extend(_block_words(h))
-        if len(words) < n:
-            # Unique per request (and per fleet-independent request_id): no accidental prefix hits.
-            rng = random.Random(f"req:{self.seed}:{req.request_id}")
-            words.extend(rng.choices(VOCAB, k=n - len(words)))
-        return words[:n]
+            if covered >= tokens:
+                break
+            prefix += self._block(h)
+            covered += BLOCK_TOKENS
+        # Unique per request (and per fleet-independent request_id): no accidental prefix hits.
+        salt = f":{attempt}" if attempt else ""
+        return self._extend(prefix, random.Random(f"req:{self.seed}:{req.request_id}{salt}"), tokens, covered)
+
+    def _fit(self, source: str, ends: list[int], want: int, target: int) -> str | None:
+        """A prefix of `source`, cut at a token boundary (plus at most a short end), that the
+        server counts as exactly `target` tokens; None when no cut near `want` gets there."""
+        tried: set[int] = set()
+        k = want
+        for _ in range(_MAX_STEPS):
+            text = source[: ends[k - 1]]
+            got = self.count(text)
+            if got == target:
+                return text
+            tried.add(k)
+            k = min(len(ends), max(1, k + target - got))
+            if k in tried:
+                break
+        for near in sorted(range(max(1, k - 3), min(len(ends), k + 3) + 1), key=lambda c: abs(c - k)):
+            for suffix in _SUFFIXES:
+                if suffix or near not in tried:
+                    text = source[: ends[near - 1]] + suffix
+                    if self.count(text) == target:
+                        return text
+        return None
 
     def build(self, req: ScheduledRequest) -> Prompt:
         target = req.input_tokens
         want = target - self.overhead
         if want <= 0:
             return Prompt(self.api, "", self.overhead, target == self.overhead)
-        pool = self._words(req, want + 64)  # margin for tokenizers that merge words
-        k = want
-        for _ in range(_MAX_ADJUST):
-            text = " ".join(pool[:k])
-            got = self.count(text)
-            if got == target:
-                return Prompt(self.api, text, got, True)
-            k = max(1, min(len(pool), k + (target - got)))
-        raise PromptError(f"request {req.request_id}: cannot reach exactly {target} tokens (last try {got})")
+        for attempt in range(_ATTEMPTS):
+            source, ends = self._source(req, want + _MARGIN, attempt)
+            text = self._fit(source, ends, want, target)
+            if text is not None:
+                return Prompt(self.api, text, target, True)
+        raise PromptError(
+            f"request {req.request_id}: no prompt of exactly {target} tokens under the manifest's tokenizer after {_ATTEMPTS} filler texts"
+        )
