@@ -127,6 +127,28 @@ def measure_fleets(rs: RecordSet, ttft_slo_s: float, itl_slo_s: float, *, percen
     return out
 
 
+def outcome_counts(rs: RecordSet) -> dict[str, dict[str, int]]:
+    """Non-warmup requests per fleet and outcome (every outcome value present, zeros omitted)."""
+    rows = rs.con.execute("SELECT fleet, outcome, count(*) FROM records WHERE NOT warmup GROUP BY fleet, outcome ORDER BY fleet, outcome").fetchall()
+    out: dict[str, dict[str, int]] = {}
+    for fleet, outcome, n in rows:
+        out.setdefault(str(fleet), {})[str(outcome)] = int(n)
+    return out
+
+
+def itl_basis_counts(rs: RecordSet) -> dict[str, dict[str, int]]:
+    """Completed, non-warmup requests per fleet by how their ITL was computed (records.itl_basis):
+    "server_tokens", "chunks" (no server usage), "unknown" (records older than the field)."""
+    rows = rs.con.execute(
+        "SELECT fleet, coalesce(itl_basis, 'unknown'), count(*) FROM records "
+        "WHERE NOT warmup AND outcome = 'ok' AND itl_s IS NOT NULL GROUP BY ALL ORDER BY ALL"
+    ).fetchall()
+    out: dict[str, dict[str, int]] = {}
+    for fleet, basis, n in rows:
+        out.setdefault(str(fleet), {})[str(basis)] = int(n)
+    return out
+
+
 def median_e2e(rs: RecordSet) -> dict[str, float]:
     """Median scheduled-send -> last-token time of each fleet's completed, non-warmup requests."""
     rows = rs.con.execute(

@@ -351,6 +351,7 @@ def build_report(
         "provenance": prov,
     }
     report["headline"] = headline(head, gaps)
+    _add_outcomes(report, rs)
     if with_sensitivity:
         report["sensitivity"] = sensitivity.run_grid(m, lambda sc: _cell(ctx, sc))
     report["series"] = _series(m, rs, base_measures, head)
@@ -385,6 +386,23 @@ def headline(head: Mapping[str, Any], gaps: list[Gap]) -> dict[str, Any]:
 def _cell(ctx: Context, sc: sensitivity.Scenario) -> dict[str, Any]:
     res = evaluate(ctx, sc)
     return summarize(res, outside_evidence(ctx, sc, res))
+
+
+ITL_DEFINITION = (
+    "per request, (last output token's arrival - first output token's arrival) / (server-reported output tokens - 1); "
+    "a request without server usage falls back to the mean gap between content chunks (itl_basis 'chunks')"
+)
+
+
+def _add_outcomes(report: dict[str, Any], rs: RecordSet) -> None:
+    """Each fleet's non-warmup requests by outcome, and how many ITLs came from which definition."""
+    bases = goodput.itl_basis_counts(rs)
+    for name, counts in goodput.outcome_counts(rs).items():
+        row = report["fleets"].get(name)
+        if row is not None:
+            row["outcomes"] = counts
+            row["itl_basis"] = bases.get(name, {})
+    report["provenance"]["itl_definition"] = {"source": "measured", "detail": ITL_DEFINITION}
 
 
 def _write(report: dict[str, Any], out_dir: str | Path, with_pages: bool) -> dict[str, Any]:

@@ -175,6 +175,19 @@ def sensitivity_rows(sens: dict[str, Any]) -> list[tuple[str, str, str, str, str
     return [row("base (manifest)", sens["base"]), *(row(c["label"], c) for c in sens["cells"])]
 
 
+def _outcome_lines(r: dict[str, Any]) -> list[str]:
+    rows = [(name, f) for name, f in r["fleets"].items() if f.get("outcomes")]
+    if not rows:
+        return []
+    lines = ["", "Outcomes of the non-warmup requests. ITL basis: `server_tokens` = (last - first token arrival) / (server output tokens - 1), "
+             "`chunks` = mean gap between content chunks where the server reported no usage.", ""]
+    for name, f in rows:
+        outcomes = ", ".join(f"{k} {v}" for k, v in f["outcomes"].items())
+        basis = ", ".join(f"{k} {v}" for k, v in (f.get("itl_basis") or {}).items()) or "none"
+        lines.append(f"- {name}: {outcomes}; ITL basis: {basis}")
+    return lines
+
+
 def render_markdown(r: dict[str, Any]) -> str:
     d = r["decision"]
     lines = [
@@ -211,6 +224,7 @@ def render_markdown(r: dict[str, Any]) -> str:
             f"| {sized_cell(r, f, 'monthly_cost_usd', 2)} "
             f"| {sized_cell(r, f, 'cost_per_million_successful_tokens', 4)} | {fmt(run, 4)} |"
         )
+    lines += _outcome_lines(r)
     lines += _quality_lines(r)
     lines += _capacity_lines(r)
     lines += _histogram_lines(r.get("prometheus"))

@@ -38,12 +38,16 @@ class RequestRecord:
     sent_s: float | None
     send_lag_s: float | None  # sent_s - scheduled_s: the client's own queueing, kept visible
     ttft_s: float | None  # scheduled send -> first output token (DESIGN.md)
-    itl_s: float | None  # mean gap between consecutive output tokens
-    itl_max_s: float | None
+    # Mean interval between consecutive output tokens: (last token - first token) / (server
+    # output tokens - 1); see `itl_basis` and loadgen.recording.inter_token_latency.
+    itl_s: float | None
+    itl_max_s: float | None  # largest gap between content chunks (how output arrived; not ITL)
     e2e_s: float | None  # scheduled send -> last token
     input_tokens: int  # requested prompt length from the trace (after clipping)
     max_tokens: int  # requested output length
-    client_output_tokens: int  # content chunks the client counted
+    # Chunks that carried text. Not a token count where the server packs several tokens into a
+    # chunk (vLLM does); it stands in for one only when the server reports no usage.
+    client_output_tokens: int
     server_prompt_tokens: int | None  # usage reported by the server
     server_output_tokens: int | None
     finish_reason: str | None
@@ -59,6 +63,10 @@ class RequestRecord:
     # failure is recorded as it happened), so it writes 0; a client that does retry counts them
     # here, and the quality gate holds the share of retried requests to slo.max_retry_rate.
     retries: int = 0
+    # How itl_s was computed: "server_tokens" (first-to-last content span over the server's
+    # output tokens - 1) or "chunks" (mean gap between content chunks: no usage was reported);
+    # None when there is no interval to measure.
+    itl_basis: str | None = None
     record_version: int = RECORD_VERSION
 
     @property
@@ -99,7 +107,9 @@ class RunSummary:
     client_cpu_percent: float
     valid: bool  # False when lag p99 exceeded the manifest bound: the client, not the server, was measured
     invalid_reasons: list[str]
-    token_count_mismatch_rate: float  # share of ok requests where client and server counts disagree
+    # Share of ok requests with server usage whose output tokens differ from the requested length
+    # (an answer that ended early where the stack cannot force the length, e.g. TGI).
+    token_count_mismatch_rate: float
     started_at: float
     ended_at: float
     # Share of requests with server usage whose prompt_tokens differ from the client's count.

@@ -8,7 +8,7 @@ loses at most its last unflushed batch.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -55,6 +55,26 @@ def _identity(ctx: RecordContext, req: ScheduledRequest, prompt_tokens: int | No
     }
 
 
+ITL_FROM_SERVER_TOKENS = "server_tokens"
+ITL_FROM_CHUNKS = "chunks"
+
+
+def inter_token_latency(chunk_times: Sequence[float], server_tokens: int | None) -> tuple[float | None, str | None]:
+    """Mean interval between consecutive output tokens, and how it was computed.
+
+    With usage: (last token's arrival - first token's arrival) / (server tokens - 1). A chunk
+    can carry several tokens and some chunks carry none, so the content chunks' own gaps would
+    overstate ITL by the tokens-per-chunk ratio. Without usage, the mean gap between content
+    chunks is all there is, and the basis says so."""
+    if server_tokens is not None:
+        if server_tokens < 2 or not chunk_times:
+            return None, None
+        return (chunk_times[-1] - chunk_times[0]) / (server_tokens - 1), ITL_FROM_SERVER_TOKENS
+    if len(chunk_times) < 2:
+        return None, None
+    return (chunk_times[-1] - chunk_times[0]) / (len(chunk_times) - 1), ITL_FROM_CHUNKS
+
+
 def build_record(
     ctx: RecordContext,
     req: ScheduledRequest,
@@ -66,10 +86,10 @@ def build_record(
 ) -> RequestRecord:
     sched_t = ctx.t0 + req.offset_s  # TTFT and E2E count from here: client queueing included
     outcome, reason = classify(transport, state, req.output_tokens)
-    times = state.token_times
+    times = state.chunk_times
     gaps = state.gaps()
     ttft = times[0] - sched_t if times else None
-    itl = sum(gaps) / len(gaps) if gaps else None
+    itl, itl_basis = inter_token_latency(times, state.server_output_tokens)
     e2e = (times[-1] if times else end_t) - sched_t
     slo_ok = outcome is Outcome.OK and ttft is not None and ttft <= ctx.ttft_slo_s and (itl is None or itl <= ctx.itl_slo_s)
     return RequestRecord(
@@ -80,7 +100,7 @@ def build_record(
         itl_s=itl,
         itl_max_s=max(gaps) if gaps else None,
         e2e_s=e2e,
-        client_output_tokens=state.client_output_tokens,
+        client_output_tokens=state.content_chunks,
         server_prompt_tokens=state.server_prompt_tokens,
         server_output_tokens=state.server_output_tokens,
         finish_reason=state.finish_reason,
@@ -89,6 +109,7 @@ def build_record(
         error=reason,
         slo_ok=slo_ok,
         retries=0,  # never re-sent: see RequestRecord.retries
+        itl_basis=itl_basis,
     )
 
 

@@ -105,7 +105,10 @@ class SSEParser:
 class StreamState:
     """What one streamed response delivered, with monotonic arrival times."""
 
-    token_times: list[float] = field(default_factory=list)
+    # Arrival time of each chunk that carried text. A chunk is not a token: vLLM packs several
+    # tokens into one (detokenizer hold-back, stop-string buffering) and sends empty-content
+    # chunks, so token counts come from the server's usage (see loadgen.recording).
+    chunk_times: list[float] = field(default_factory=list)
     text_parts: list[str] = field(default_factory=list)
     finish_reason: str | None = None
     done: bool = False
@@ -142,19 +145,18 @@ class StreamState:
             delta = choice.get("delta")
             text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
             if text:
-                # One content chunk = one token as the client sees it; the server's usage is
-                # recorded next to it, and the two are compared (token_count_mismatch_rate).
-                self.token_times.append(now)
+                self.chunk_times.append(now)
                 self.text_parts.append(text)
             if choice.get("finish_reason"):
                 self.finish_reason = str(choice["finish_reason"])
 
     @property
-    def client_output_tokens(self) -> int:
-        return len(self.token_times)
+    def content_chunks(self) -> int:
+        return len(self.chunk_times)
 
     def gaps(self) -> list[float]:
-        t = self.token_times
+        """Gaps between content chunks: how output arrived, not the inter-token latency."""
+        t = self.chunk_times
         return [b - a for a, b in itertools.pairwise(t)]
 
 
@@ -181,7 +183,7 @@ def classify(t: Transport, s: StreamState, max_tokens: int) -> tuple[Outcome, st
     if t.error is not None or s.finish_reason is None or not s.done:
         why = t.error or ("no finish_reason" if s.finish_reason is None else "no [DONE]")
         return Outcome.TRUNCATED, f"stream ended early: {why}"
-    out = s.server_output_tokens if s.server_output_tokens is not None else s.client_output_tokens
+    out = s.server_output_tokens if s.server_output_tokens is not None else s.content_chunks
     if out == 0:
         return Outcome.QUALITY_FAIL, "empty completion"
     if s.finish_reason == "length" and out != max_tokens:

@@ -74,7 +74,8 @@ def summarize(
     lags = [r.send_lag_s for r in recs if r.send_lag_s is not None]
     ok = [r for r in recs if r.outcome == Outcome.OK.value]
     with_usage = [r for r in ok if r.server_output_tokens is not None]
-    mismatches = sum(r.server_output_tokens != r.client_output_tokens for r in with_usage)
+    # Against the requested length, not content chunks (a chunk may carry several tokens).
+    mismatches = sum(r.server_output_tokens != r.max_tokens for r in with_usage)
     # Any response with usage counts here: the prompt was tokenized even if generation failed.
     prompt_pairs = [r for r in recs if r.server_prompt_tokens is not None and r.client_prompt_tokens is not None]
     prompt_mismatches = sum(r.server_prompt_tokens != r.client_prompt_tokens for r in prompt_pairs)

@@ -37,9 +37,10 @@ COLUMNS: dict[str, str] = {
     "slo_ok": "BOOLEAN",
     "warmup": "BOOLEAN",
     "retries": "BIGINT",
+    "itl_basis": "VARCHAR",
 }
 # Columns added after the first record version: records written before them read as NULL.
-LATER_COLUMNS = frozenset({"retries"})
+LATER_COLUMNS = frozenset({"retries", "itl_basis"})
 
 
 @dataclass

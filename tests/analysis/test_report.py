@@ -138,3 +138,23 @@ def test_cli_handler_writes_report_and_maps_exit_codes(tmp_path: Path, manifest_
     assert main(["report", str(path), "--records", str(rec_dir), "--out", str(tmp_path / "o2")]) == cli.EXIT_BAD_INPUT
     assert "0" * 64 in capsys.readouterr().err
     assert not (tmp_path / "o2" / "report.json").exists()
+
+
+def test_report_counts_outcomes_and_the_itl_definition_per_fleet(tmp_path: Path, small: Manifest) -> None:
+    from dataclasses import replace
+
+    from tests.analysis.synth import rec
+
+    d = tmp_path / "rec"
+    write_jsonl(d / "records-inf2-w0.jsonl", steady(small, "inf2", 40, 600))
+    g6 = [replace(r, itl_basis="server_tokens") for r in steady(small, "g6", 40, 450)]
+    g6[3] = replace(g6[3], itl_basis="chunks")  # a response without server usage
+    g6.append(rec(small, "g6", 40, outcome="timeout", ttft=None, itl=None, e2e=None, tokens=0))
+    write_jsonl(d / "records-g6-w0.jsonl", g6)
+    r = build_report(small, d, quality=PASS, out_dir=tmp_path / "out", instances_measured={"inf2": 1, "g6": 1}, with_sensitivity=False)
+    assert r["fleets"]["g6"]["outcomes"] == {"ok": 40, "timeout": 1}
+    assert r["fleets"]["g6"]["itl_basis"] == {"chunks": 1, "server_tokens": 39}
+    assert r["fleets"]["inf2"]["itl_basis"] == {"unknown": 40}  # records written before the field existed
+    assert "server-reported output tokens - 1" in r["provenance"]["itl_definition"]["detail"]
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "- g6: ok 40, timeout 1; ITL basis: chunks 1, server_tokens 39" in md

@@ -7,6 +7,7 @@ timing and known misbehaviour. It counts prompt tokens with the manifest's token
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import threading
 from dataclasses import dataclass, field
@@ -24,6 +25,10 @@ class Behaviour:
     itl_s: float = 0.005
     stall_s: float = 5.0
     usage_bias: int = 0  # server usage = real tokens + bias
+    # Tokens per SSE chunk, cycled, as vLLM streams them: several tokens in one chunk (detokenizer
+    # hold-back, stop-string buffering) and 0 = a chunk whose content is empty. () = `mode` decides.
+    chunk_plan: tuple[int, ...] = ()
+    usage: bool = True  # False: no usage chunk at all (a server that ignores include_usage)
 
 
 @dataclass
@@ -46,7 +51,7 @@ class SSEServer:
         b = self.behaviour
         if b.mode == "mixed":
             cycle = ("ok", "error", "stall", "truncate", "reset")
-            b = Behaviour(cycle[len(self.seen) % len(cycle)], b.ttft_s, b.itl_s, b.stall_s, b.usage_bias)
+            b = Behaviour(cycle[len(self.seen) % len(cycle)], b.ttft_s, b.itl_s, b.stall_s, b.usage_bias, b.chunk_plan, b.usage)
         chat = request.path.endswith("/chat/completions")
         if b.mode == "error":
             return web.json_response({"error": {"message": "injected failure"}}, status=503)
@@ -54,10 +59,12 @@ class SSEServer:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         await asyncio.sleep(b.stall_s if b.mode == "stall" else b.ttft_s)
-        per = 2 if b.mode == "multi" else 1
+        plan = b.chunk_plan or ((2,) if b.mode == "multi" else (1,))
         sent = 0
-        while sent < n:
-            k = min(per, n - sent)
+        for i in itertools.count():
+            if sent >= n:
+                break
+            k = min(plan[i % len(plan)], n - sent)
             text = " tok" * k
             choice: dict[str, Any] = {"index": 0, "delta": {"content": text}} if chat else {"index": 0, "text": text}
             choice["finish_reason"] = "length" if sent + k == n else None
@@ -71,8 +78,9 @@ class SSEServer:
                 return resp
             if sent < n:
                 await asyncio.sleep(b.itl_s)
-        usage = {"prompt_tokens": self._prompt_tokens(body), "completion_tokens": n + b.usage_bias}
-        await resp.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
+        if b.usage:
+            usage = {"prompt_tokens": self._prompt_tokens(body), "completion_tokens": n + b.usage_bias}
+            await resp.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp

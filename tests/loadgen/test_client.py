@@ -59,6 +59,25 @@ def test_token_count_disagreement_recorded(sse_server: SSEServer, example_manife
     assert (r["client_output_tokens"], r["server_output_tokens"], r["outcome"]) == (5, 10, "ok")
 
 
+def test_itl_counts_tokens_not_chunks(sse_server: SSEServer, example_manifest_path: Path) -> None:
+    # vLLM-like stream: 12 tokens in 5 content chunks (1, 3, 2, 4, 2 tokens) and 2 empty-content
+    # chunks, 30 ms apart; usage says 12. Content spans 6 gaps x 30 ms = 0.18 s, so the ITL is
+    # 0.18 / 11 = 16.4 ms; the mean gap between content chunks (what was recorded) is 45 ms.
+    sse_server.behaviour = Behaviour(ttft_s=0.02, itl_s=0.03, chunk_plan=(1, 3, 0, 2, 0, 4, 2))
+    r = probe(sse_server, example_manifest_path, "--output-tokens", "12")
+    assert r["outcome"] == "ok" and r["server_output_tokens"] == 12 and r["client_output_tokens"] == 5
+    assert 0.18 / 11 <= r["itl_s"] < 0.18 / 11 + 0.012, r["itl_s"]  # never near the 45 ms chunk gap
+    assert r["itl_basis"] == "server_tokens"
+    assert r["itl_max_s"] >= 0.06  # the largest gap between content chunks, kept as an arrival figure
+
+
+def test_itl_without_usage_falls_back_to_chunk_gaps(sse_server: SSEServer, example_manifest_path: Path) -> None:
+    sse_server.behaviour = Behaviour(ttft_s=0.02, itl_s=0.03, usage=False)
+    r = probe(sse_server, example_manifest_path, "--output-tokens", "4")
+    assert r["outcome"] == "ok" and r["server_output_tokens"] is None
+    assert 0.03 <= r["itl_s"] < 0.03 + 0.015 and r["itl_basis"] == "chunks"  # 4 chunks, 3 gaps of 30 ms: all there is
+
+
 @pytest.mark.parametrize(
     ("mode", "outcome", "status"),
     [("error", "http_error", 503), ("stall", "timeout", 200), ("truncate", "truncated", 200), ("reset", "truncated", 200)],
@@ -179,7 +198,7 @@ from loadgen.client import StreamingClient
 c = StreamingClient(sys.argv[1], api="completions", timeout_s=30)
 wire = c.encode({"prompt": "x" * int(sys.argv[2])})
 ex = c.stream(wire)
-print(json.dumps({"status": ex.transport.http_status, "error": ex.transport.error, "tokens": ex.state.client_output_tokens,
+print(json.dumps({"status": ex.transport.http_status, "error": ex.transport.error, "tokens": ex.state.content_chunks,
                   "done": ex.state.done, "finish": ex.state.finish_reason}))
 """
 

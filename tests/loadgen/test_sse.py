@@ -51,10 +51,10 @@ def _state(stream: bytes) -> StreamState:
 
 def test_state_tokens_usage_and_gaps() -> None:
     s = _state(STREAM)
-    assert s.client_output_tokens == 2 and s.server_output_tokens == 2 and s.server_prompt_tokens == 5
+    assert s.content_chunks == 2 and s.server_output_tokens == 2 and s.server_prompt_tokens == 5
     assert s.finish_reason == "length" and s.done and s.gaps() == [2.0]
     chat = _state(b'data: {"choices":[{"delta":{"role":"assistant"}}]}\n\ndata: {"choices":[{"delta":{"content":"x"}}]}\n\n')
-    assert chat.client_output_tokens == 1  # a role-only delta is not a token
+    assert chat.content_chunks == 1  # a role-only delta is not a token
 
 
 OK_T = Transport(200, False, None, True)
@@ -138,5 +138,5 @@ def test_error_null_in_a_chunk_is_not_a_failure() -> None:
         b'data: {"error": null, "choices":[{"index":0,"text":"b","finish_reason":"length"}]}\n\n'
         b"data: [DONE]\n\n"
     )
-    assert s.server_error is None and s.client_output_tokens == 2
+    assert s.server_error is None and s.content_chunks == 2
     assert classify(OK_T, s, 2) == (Outcome.OK, None)
