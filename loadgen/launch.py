@@ -133,6 +133,7 @@ def start_fleet(
     warmup: bool = True,
     tokenizer_check: bool = True,
     window_s: float | None = None,
+    served_model: str | None = None,  # the model name sent (vLLM's --served-model-name); None: model.repo
 ) -> FleetRun:
     m = load_manifest(manifest_path)
     m.fleet(fleet)
@@ -166,6 +167,7 @@ def start_fleet(
         *(["--slo-deadline"] if slo_deadline else []),
         *([] if warmup else ["--no-warmup"]),
         *([] if tokenizer_check else ["--no-tokenizer-check"]),
+        *(["--served-model", served_model] if served_model else []),
         *extra_args,
     ]
     env = {**os.environ, **(extra_env or {})}

@@ -30,6 +30,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--slow-start-s", type=float, default=0.0, help="delay every request's first token by S")
     p.add_argument("--slow-start-rate", type=float, default=1.0, help="share of requests --slow-start-s applies to")
     p.add_argument("--fault-seed", type=int, default=0)
+    p.add_argument("--served-model-name", help="the model name requests must use, as vLLM's flag (default: the manifest's model.repo)")
     p.add_argument("--no-check-files", action="store_true", help="skip the trace/tokenizer file checks")
     return p.parse_args(argv)
 
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             error_rate=a.error_rate, stall_rate=a.stall_rate, stall_s=a.stall_s, truncate_rate=a.truncate_rate,
             reset_rate=a.reset_rate, slow_start_s=a.slow_start_s, slow_start_rate=a.slow_start_rate, fault_seed=a.fault_seed,
         )  # fmt: skip
-        cfg = EmulatorConfig(manifest, manifest.fleet(a.fleet), faults)
+        cfg = EmulatorConfig(manifest, manifest.fleet(a.fleet), faults, a.served_model_name)
     except (ManifestError, KeyError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -247,6 +247,9 @@ async def tokenize(request: web.Request) -> web.Response:
     body = await _body(request)
     if not isinstance(body, dict):
         raise ApiError("the request body must be a JSON object")
+    model = body.get("model")
+    if model and model != cfg.model_id:  # vLLM checks a given model name here too (404)
+        raise ApiError(f"The model `{model}` does not exist.", param="model", code="model_not_found", status=404, type_="NotFoundError")
     if "messages" in body:
         from runtime.emulator.protocol import _prompt_of  # shared rendering of chat prompts
 

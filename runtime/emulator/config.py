@@ -36,6 +36,8 @@ class EmulatorConfig:
     manifest: Manifest
     fleet: Fleet
     faults: FaultConfig = field(default_factory=FaultConfig)
+    # The name requests must carry, as vLLM's --served-model-name; None: the manifest's model.repo.
+    served_model_name: str | None = None
 
     @classmethod
     def from_manifest(cls, manifest: Manifest, fleet_name: str, **faults: float) -> EmulatorConfig:
@@ -45,4 +47,4 @@ class EmulatorConfig:
 
     @property
     def model_id(self) -> str:
-        return self.manifest.model.repo
+        return self.served_model_name or self.manifest.model.repo

@@ -87,7 +87,9 @@ def parse(body: Any, cfg: EmulatorConfig, tokenizer: Tokenizer, *, chat: bool) -
     if not model:
         raise ApiError("'model' is required", param="model", code="missing_required_parameter")
     if model != cfg.model_id:
-        raise ApiError(f"The model `{model}` does not exist.", param="model", code="model_not_found")
+        # vLLM answers 404 NotFoundError (OpenAIServing._check_model, vllm-project/vllm
+        # vllm/entrypoints/openai/serving_engine.py).
+        raise ApiError(f"The model `{model}` does not exist.", param="model", code="model_not_found", status=404, type_="NotFoundError")
     n = body.get("n", 1)
     if n != 1:
         raise ApiError("only n=1 is supported", param="n")

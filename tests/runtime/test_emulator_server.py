@@ -63,7 +63,6 @@ def fast_cfg(manifest_data: Body, tmp_path: Path, **faults: float) -> EmulatorCo
 BAD: list[tuple[str, Body | list[int] | str, str | None]] = [
     ("/v1/completions", "{not json", None),
     ("/v1/completions", {"prompt": "hi"}, "model"),
-    ("/v1/completions", {"model": "other/model", "prompt": "hi"}, "model"),
     ("/v1/completions", {"model": MODEL}, "prompt"),
     ("/v1/chat/completions", {"model": MODEL}, "messages"),
     ("/v1/chat/completions", {"model": MODEL, "messages": []}, "messages"),
@@ -94,6 +93,24 @@ def test_bad_requests_get_openai_400s(manifest_data: Body, tmp_path: Path) -> No
             assert r.status == 200
 
     run_app(fast_cfg(manifest_data, tmp_path), check)
+
+
+def test_unknown_model_is_a_404_like_vllm(manifest_data: Body, tmp_path: Path) -> None:
+    # vLLM: 404 NotFoundError "The model `x` does not exist." for a name it does not serve,
+    # on generation and on /tokenize alike.
+    async def check(url: str, s: aiohttp.ClientSession) -> None:
+        for path, body in (("/v1/completions", {"model": MODEL, "prompt": "hi"}), ("/tokenize", {"model": MODEL, "prompt": "hi"})):
+            async with s.post(url + path, json=body) as r:
+                assert r.status == 404, path
+                err = (await r.json())["error"]
+                assert err["type"] == "NotFoundError" and err["message"] == f"The model `{MODEL}` does not exist."
+        async with s.post(url + "/tokenize", json={"model": "local/tiny", "prompt": "hi there"}) as r:
+            assert r.status == 200 and (await r.json())["count"] == 2
+        async with s.get(url + "/v1/models") as r:
+            assert [c["id"] for c in (await r.json())["data"]] == ["local/tiny"]
+
+    _, m = load(tmp_path, manifest_data)
+    run_app(EmulatorConfig(m, m.fleet("inf2"), served_model_name="local/tiny"), check)
 
 
 def test_error_rate_gives_500s(manifest_data: Body, tmp_path: Path) -> None:

@@ -1,0 +1,35 @@
+"""A server whose model name is not the manifest's model.repo (vLLM's --served-model-name):
+the probe and the Locust replay send the name they are given; the wrong name is a 404."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from loadgen.launch import run_fleet
+from loadgen.recording import read_records
+from tests.loadgen.conftest import small_manifest_data, write
+from tests.loadgen.test_client import probe
+from tests.runtime.conftest import emulator_process
+
+SERVED = "local/tiny-llama"
+
+
+def test_probe_sends_the_served_model_name(example_manifest_path: Path) -> None:
+    with emulator_process(example_manifest_path, "g6", "--served-model-name", SERVED) as url:
+        wrong = probe(url, example_manifest_path, "--output-tokens", "4")  # sends model.repo
+        assert (wrong["outcome"], wrong["http_status"]) == ("http_error", 404)
+        r = probe(url, example_manifest_path, "--output-tokens", "4", "--served-model", SERVED)
+        assert r["outcome"] == "ok" and r["server_output_tokens"] == 4
+
+
+def test_replay_sends_the_served_model_name(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    data = small_manifest_data(manifest_data, window={"start_s": 600, "duration_s": 20})
+    data["loadgen"]["request_timeout_s"] = 30.0  # the emulated L4 streams 16 tokens in about 2 s
+    m = write(tmp_path, data)
+    with emulator_process(m, "g6", "--served-model-name", SERVED) as url:
+        # The tokenizer check (/tokenize with the model name) and every request use the name.
+        s = run_fleet(m, "g6", url, tmp_path / "run", served_model=SERVED)
+        assert s.valid and s.invariant_holds() and s.completed == s.scheduled > 0, s.invalid_reasons
+        recs = list(read_records(sorted((tmp_path / "run").glob("records-g6-*.jsonl"))))
+        assert recs and all(r.outcome == "ok" for r in recs)
