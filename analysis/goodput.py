@@ -22,8 +22,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from analysis.sources.records import RecordSet
-
-ERROR_OUTCOMES = ("http_error", "timeout", "truncated", "connection_error")
+from campaign.records import ERROR_OUTCOMES, Outcome
 
 
 @dataclass(frozen=True)
@@ -34,6 +33,7 @@ class FleetMeasure:
     completed_ok: int
     errors: int
     quality_failed: int
+    no_text: int  # usage reported output tokens but no chunk carried text: not a success
     not_sent: int
     slo_violations: int  # completed ok but missed the per-request SLO
     successful_requests: int
@@ -88,7 +88,7 @@ def measure_fleets(rs: RecordSet, ttft_slo_s: float, itl_slo_s: float, *, percen
 
     The P95s do not depend on the SLO thresholds; `percentiles=False` skips them (None) for
     callers that re-evaluate goodput under another SLO and already hold them."""
-    errs = ", ".join(f"'{o}'" for o in ERROR_OUTCOMES)
+    errs = ", ".join(f"'{o}'" for o in sorted(ERROR_OUTCOMES))
     sql = f"""
     WITH r AS (
       SELECT fleet, warmup, outcome, slo_ok, ttft_s, itl_s, scheduled_s, sent_s, e2e_s, wall_start,
@@ -100,6 +100,7 @@ def measure_fleets(rs: RecordSet, ttft_slo_s: float, itl_slo_s: float, *, percen
       count(*) FILTER (WHERE NOT warmup AND outcome = 'ok'),
       count(*) FILTER (WHERE NOT warmup AND outcome IN ({errs})),
       count(*) FILTER (WHERE NOT warmup AND outcome = 'quality_fail'),
+      count(*) FILTER (WHERE NOT warmup AND outcome = '{Outcome.NO_TEXT.value}'),
       count(*) FILTER (WHERE NOT warmup AND outcome = 'not_sent'),
       count(*) FILTER (WHERE NOT warmup AND outcome = 'ok' AND NOT slo_met),
       count(*) FILTER (WHERE NOT warmup AND outcome = 'ok' AND slo_met),
@@ -122,8 +123,8 @@ def measure_fleets(rs: RecordSet, ttft_slo_s: float, itl_slo_s: float, *, percen
     rows = rs.con.execute(sql, {"ttft": ttft_slo_s, "itl": itl_slo_s}).fetchall()
     out: dict[str, FleetMeasure] = {}
     for row in rows:
-        ints = [int(v) for v in row[1:12]]
-        out[row[0]] = FleetMeasure(row[0], *ints, *(None if v is None else float(v) for v in row[12:17]))
+        ints = [int(v) for v in row[1:13]]
+        out[row[0]] = FleetMeasure(row[0], *ints, *(None if v is None else float(v) for v in row[13:18]))
     return out
 
 

@@ -179,7 +179,9 @@ def _outcome_lines(r: dict[str, Any]) -> list[str]:
     rows = [(name, f) for name, f in r["fleets"].items() if f.get("outcomes")]
     if not rows:
         return []
-    lines = ["", "Outcomes of the non-warmup requests. ITL basis: `server_tokens` = (last - first token arrival) / (server output tokens - 1), "
+    lines = ["", "Outcomes of the non-warmup requests (`no_text`: the server reported output tokens but no chunk carried text; "
+             "not a success, its cost stays in the numerator). "
+             "ITL basis: `server_tokens` = (last - first token arrival) / (server output tokens - 1), "
              "`chunks` = mean gap between content chunks where the server reported no usage.", ""]
     for name, f in rows:
         outcomes = ", ".join(f"{k} {v}" for k, v in f["outcomes"].items())

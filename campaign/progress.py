@@ -11,9 +11,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from campaign.records import Outcome
-
-_DONE_OK = {Outcome.OK.value, Outcome.QUALITY_FAIL.value}
+from campaign.records import COMPLETED_OUTCOMES, Outcome
 
 
 @dataclass
@@ -56,7 +54,7 @@ class RecordTail:
                 r = json.loads(line)
                 if r["outcome"] == Outcome.NOT_SENT.value:
                     p.not_sent += 1
-                elif r["outcome"] in _DONE_OK:
+                elif r["outcome"] in COMPLETED_OUTCOMES:
                     p.done += 1
                     if r.get("ttft_s") is not None and not r.get("warmup"):
                         p.ttfts.append(float(r["ttft_s"]))

@@ -26,6 +26,7 @@ from typing import Any
 
 from campaign.manifest import Manifest
 from campaign.quality import GateResult
+from campaign.records import INVALID_RESPONSE_OUTCOMES
 
 FIXTURES, EQUIVALENCE, TASK_ACCEPTANCE, DISTRIBUTION = "fixtures", "equivalence", "task_acceptance", "distribution"
 
@@ -107,7 +108,7 @@ class ReplayFigures:
 
     output_tokens: list[int]  # completed ok requests (server usage where reported)
     sent: int
-    invalid: int  # a response came back unusable: a truncated stream or a failed quality check
+    invalid: int  # a response came back unusable (campaign.records.INVALID_RESPONSE_OUTCOMES)
     retried: int  # requests re-sent at least once
 
 
@@ -120,8 +121,9 @@ def replay_figures(records_dir: Path, m: Manifest) -> dict[str, ReplayFigures]:
         toks = [int(t) for (t,) in rs.con.execute(
             "SELECT coalesce(server_output_tokens, client_output_tokens) FROM records "
             "WHERE fleet = ? AND NOT warmup AND outcome = 'ok' ORDER BY request_id", [fleet]).fetchall()]
+        invalid = ", ".join(f"'{o}'" for o in sorted(INVALID_RESPONSE_OUTCOMES))
         row = rs.con.execute(
-            "SELECT count(*) FILTER (WHERE outcome <> 'not_sent'), count(*) FILTER (WHERE outcome IN ('truncated', 'quality_fail')), "
+            f"SELECT count(*) FILTER (WHERE outcome <> 'not_sent'), count(*) FILTER (WHERE outcome IN ({invalid})), "
             "count(*) FILTER (WHERE outcome <> 'not_sent' AND coalesce(retries, 0) > 0) FROM records WHERE fleet = ? AND NOT warmup",
             [fleet]).fetchone()
         assert row is not None

@@ -23,7 +23,19 @@ class Outcome(StrEnum):
     TRUNCATED = "truncated"  # stream ended without a finish reason / [DONE]
     CONNECTION_ERROR = "connection_error"
     QUALITY_FAIL = "quality_fail"
+    # The stream completed and usage reports output tokens, but no chunk carried text (e.g. a
+    # model emitting only special tokens): no first token to time, and nothing usable.
+    NO_TEXT = "no_text"
     NOT_SENT = "not_sent"  # scheduled but never sent (run stopped, worker died)
+
+
+# The one definition of the outcome groups (loadgen summary, progress, analysis, quality layers).
+# Completed: a whole response came back (finish reason, [DONE]), usable or not.
+COMPLETED_OUTCOMES = frozenset({Outcome.OK.value, Outcome.QUALITY_FAIL.value, Outcome.NO_TEXT.value})
+# Errors: the exchange itself failed (they make the fleet's error rate).
+ERROR_OUTCOMES = frozenset({Outcome.HTTP_ERROR.value, Outcome.TIMEOUT.value, Outcome.TRUNCATED.value, Outcome.CONNECTION_ERROR.value})
+# Invalid responses: something came back but cannot be used.
+INVALID_RESPONSE_OUTCOMES = frozenset({Outcome.TRUNCATED.value, Outcome.QUALITY_FAIL.value, Outcome.NO_TEXT.value})
 
 
 @dataclass

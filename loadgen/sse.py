@@ -183,6 +183,9 @@ def classify(t: Transport, s: StreamState, max_tokens: int) -> tuple[Outcome, st
     if t.error is not None or s.finish_reason is None or not s.done:
         why = t.error or ("no finish_reason" if s.finish_reason is None else "no [DONE]")
         return Outcome.TRUNCATED, f"stream ended early: {why}"
+    if s.content_chunks == 0 and s.server_output_tokens:
+        n = s.server_output_tokens
+        return Outcome.NO_TEXT, f"usage reports {n} output tokens but no chunk carried text (special tokens only?)"
     out = s.server_output_tokens if s.server_output_tokens is not None else s.content_chunks
     if out == 0:
         return Outcome.QUALITY_FAIL, "empty completion"

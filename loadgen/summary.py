@@ -10,9 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from campaign.records import Outcome, RequestRecord, RunSummary
-
-_COMPLETED = {Outcome.OK.value, Outcome.QUALITY_FAIL.value}
+from campaign.records import COMPLETED_OUTCOMES, Outcome, RequestRecord, RunSummary
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -68,7 +66,7 @@ def summarize(
             dupes += 1
         seen[r.request_id] = r
     recs = [seen[i] for i in sorted(seen) if i in expected]
-    completed = sum(r.outcome in _COMPLETED for r in recs)
+    completed = sum(r.outcome in COMPLETED_OUTCOMES for r in recs)
     not_sent = sum(r.outcome == Outcome.NOT_SENT.value for r in recs)
     failed = len(recs) - completed - not_sent
     lags = [r.send_lag_s for r in recs if r.send_lag_s is not None]

@@ -29,12 +29,14 @@ def test_failed_slo_violating_quality_failing_and_warmup_tokens_are_not_successf
     recs += [rec(m, "g6", 12, outcome="quality_fail")]
     recs += [rec(m, "g6", 13, warmup=True, scheduled=-5.0)]
     recs += [rec(m, "g6", 14, server_tokens=300, tokens=299)]  # server usage wins
+    # Usage says 40 tokens but no chunk carried text: not a success, and counted as such.
+    recs += [rec(m, "g6", 15, outcome="no_text", ttft=None, itl=None, tokens=0, server_tokens=40)]
     write_jsonl(tmp_path / "records-g6-w0.jsonl", recs)
     fm = measure_fleets(load_records(tmp_path, m.digest), m.slo.ttft_p95_s, m.slo.itl_p95_s)["g6"]
-    assert fm.requests == 14 and fm.warmup_excluded == 1
+    assert fm.requests == 15 and fm.warmup_excluded == 1
     assert fm.successful_requests == 11 and fm.successful_output_tokens == 10 * 100 + 300
-    assert fm.errors == 1 and fm.quality_failed == 1 and fm.slo_violations == 1
-    assert fm.error_rate == pytest.approx(1 / 14)
+    assert fm.errors == 1 and fm.quality_failed == 1 and fm.slo_violations == 1 and fm.no_text == 1
+    assert fm.error_rate == pytest.approx(1 / 15)
 
 
 def test_adding_failures_raises_cost_per_successful_token(tmp_path: Path, m: Manifest) -> None:

@@ -150,11 +150,13 @@ def test_report_counts_outcomes_and_the_itl_definition_per_fleet(tmp_path: Path,
     g6 = [replace(r, itl_basis="server_tokens") for r in steady(small, "g6", 40, 450)]
     g6[3] = replace(g6[3], itl_basis="chunks")  # a response without server usage
     g6.append(rec(small, "g6", 40, outcome="timeout", ttft=None, itl=None, e2e=None, tokens=0))
+    g6.append(rec(small, "g6", 41, outcome="no_text", ttft=None, itl=None, tokens=0, server_tokens=12))
     write_jsonl(d / "records-g6-w0.jsonl", g6)
     r = build_report(small, d, quality=PASS, out_dir=tmp_path / "out", instances_measured={"inf2": 1, "g6": 1}, with_sensitivity=False)
-    assert r["fleets"]["g6"]["outcomes"] == {"ok": 40, "timeout": 1}
+    assert r["fleets"]["g6"]["outcomes"] == {"no_text": 1, "ok": 40, "timeout": 1}
     assert r["fleets"]["g6"]["itl_basis"] == {"chunks": 1, "server_tokens": 39}
     assert r["fleets"]["inf2"]["itl_basis"] == {"unknown": 40}  # records written before the field existed
     assert "server-reported output tokens - 1" in r["provenance"]["itl_definition"]["detail"]
     md = (tmp_path / "out" / "report.md").read_text()
-    assert "- g6: ok 40, timeout 1; ITL basis: chunks 1, server_tokens 39" in md
+    assert "- g6: no_text 1, ok 40, timeout 1; ITL basis: chunks 1, server_tokens 39" in md
+    assert "`no_text`" in md  # the outcome is explained where it is counted

@@ -29,6 +29,7 @@ class Behaviour:
     # hold-back, stop-string buffering) and 0 = a chunk whose content is empty. () = `mode` decides.
     chunk_plan: tuple[int, ...] = ()
     usage: bool = True  # False: no usage chunk at all (a server that ignores include_usage)
+    text: bool = True  # False: every chunk's content is empty (a model emitting special tokens only)
 
 
 @dataclass
@@ -51,7 +52,7 @@ class SSEServer:
         b = self.behaviour
         if b.mode == "mixed":
             cycle = ("ok", "error", "stall", "truncate", "reset")
-            b = Behaviour(cycle[len(self.seen) % len(cycle)], b.ttft_s, b.itl_s, b.stall_s, b.usage_bias, b.chunk_plan, b.usage)
+            b = Behaviour(cycle[len(self.seen) % len(cycle)], b.ttft_s, b.itl_s, b.stall_s, b.usage_bias, b.chunk_plan, b.usage, b.text)
         chat = request.path.endswith("/chat/completions")
         if b.mode == "error":
             return web.json_response({"error": {"message": "injected failure"}}, status=503)
@@ -65,7 +66,7 @@ class SSEServer:
             if sent >= n:
                 break
             k = min(plan[i % len(plan)], n - sent)
-            text = " tok" * k
+            text = " tok" * k if b.text else ""
             choice: dict[str, Any] = {"index": 0, "delta": {"content": text}} if chat else {"index": 0, "text": text}
             choice["finish_reason"] = "length" if sent + k == n else None
             await resp.write(f"data: {json.dumps({'choices': [choice]})}\n\n".encode())

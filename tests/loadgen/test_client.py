@@ -78,6 +78,13 @@ def test_itl_without_usage_falls_back_to_chunk_gaps(sse_server: SSEServer, examp
     assert 0.03 <= r["itl_s"] < 0.03 + 0.015 and r["itl_basis"] == "chunks"  # 4 chunks, 3 gaps of 30 ms: all there is
 
 
+def test_usage_without_text_is_no_text_not_ok(sse_server: SSEServer, example_manifest_path: Path) -> None:
+    sse_server.behaviour = Behaviour(text=False)
+    r = probe(sse_server, example_manifest_path, "--output-tokens", "6")
+    assert (r["outcome"], r["server_output_tokens"], r["ttft_s"], r["slo_ok"]) == ("no_text", 6, None, False)
+    assert "6 output tokens" in r["error"]
+
+
 @pytest.mark.parametrize(
     ("mode", "outcome", "status"),
     [("error", "http_error", 503), ("stall", "timeout", 200), ("truncate", "truncated", 200), ("reset", "truncated", 200)],

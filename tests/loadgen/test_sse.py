@@ -74,6 +74,18 @@ def test_classify() -> None:
     assert classify(OK_T, err, 2) == (Outcome.HTTP_ERROR, "server error in stream: boom")
 
 
+def test_usage_without_any_text_is_its_own_outcome() -> None:
+    # A model that emits only special tokens: every chunk's content is empty, usage says 3.
+    silent = _state(
+        b'data: {"choices":[{"index":0,"delta":{"content":""}}]}\n\n'
+        b'data: {"choices":[{"index":0,"delta":{"content":""},"finish_reason":"length"}]}\n\n'
+        b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":3}}\n\ndata: [DONE]\n\n'
+    )
+    assert silent.content_chunks == 0 and silent.server_output_tokens == 3
+    outcome, why = classify(OK_T, silent, 3)
+    assert outcome is Outcome.NO_TEXT and why is not None and "3 output tokens" in why and "no chunk carried text" in why
+
+
 def _reference(stream: bytes) -> list[SSEEvent]:
     """The WHATWG dispatch rules applied to the whole decoded stream at once: no buffering,
     so it cannot share a split-handling bug with the incremental parser."""

@@ -32,9 +32,10 @@ def rec(i: int, outcome: str = "ok", lag: float | None = 0.001, client: int = 4,
 
 
 def test_invariant_and_counts() -> None:
-    rs = [rec(0), rec(1, "quality_fail"), rec(2, "timeout"), rec(3, "not_sent", lag=None), rec(4, warmup=True)]
-    s = summarize(INP, rs, range(5), client_cpu_percent=12.5, started_at=1.0, ended_at=2.0)
-    assert (s.scheduled, s.completed, s.failed, s.not_sent, s.warmup_excluded) == (5, 3, 1, 1, 1)
+    rs = [rec(0), rec(1, "quality_fail"), rec(2, "timeout"), rec(3, "not_sent", lag=None), rec(4, warmup=True), rec(5, "no_text")]
+    s = summarize(INP, rs, range(6), client_cpu_percent=12.5, started_at=1.0, ended_at=2.0)
+    # no_text came back whole (finish reason, [DONE], usage): completed, though not a success.
+    assert (s.scheduled, s.completed, s.failed, s.not_sent, s.warmup_excluded) == (6, 4, 1, 1, 1)
     assert s.invariant_holds() and s.valid and s.client_cpu_percent == 12.5
 
 
