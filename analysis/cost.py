@@ -39,6 +39,9 @@ class UnitPrices:
     nlb_hour_usd: float
     nlb_lcu_hour_usd: float
     inter_az_gb_usd: float
+    # the price source's 1-yr No Upfront Standard Reserved rate: the covered / renewal rate of a
+    # fleet the manifest lists no commitment for; None: the source has none
+    listed_commitment_hourly_usd: float | None = None
 
 
 @dataclass(frozen=True)
@@ -61,13 +64,20 @@ class ComputeCost:
 
 
 def compute_monthly(
-    required: int, hours: float, on_demand_hourly: float, commitments: tuple[CommitmentRate, ...], mode: RateMode
+    required: int, hours: float, on_demand_hourly: float, commitments: tuple[CommitmentRate, ...], mode: RateMode,
+    listed_commitment_hourly: float | None = None,
 ) -> ComputeCost | None:
-    """Monthly compute cost of `required` instances; None when `mode` needs a commitment the manifest lacks."""
+    """Monthly compute cost of `required` instances; None when `mode` needs a commitment that neither
+    the manifest nor the price source (`listed_commitment_hourly`) has."""
     if mode == "on-demand" or (not commitments and mode == "manifest"):
         return ComputeCost(required * on_demand_hourly * hours, 0.0, "On-Demand")
     if not commitments:
-        return None
+        if listed_commitment_hourly is None:
+            return None
+        # nothing committed yet: buying exactly the required instances at today's listed rate, renewal included
+        return ComputeCost(required * listed_commitment_hourly * hours, 0.0,
+                           f"no commitment in the manifest: every instance at the price source's 1-yr No Upfront Standard "
+                           f"Reserved rate {listed_commitment_hourly:.4f}/h")
     if mode == "covered":
         covered = sum(c.covered_instances for c in commitments)
         if covered == 0:
@@ -118,7 +128,7 @@ class MonthlyCost:
 
 def monthly_fleet_cost(size: FleetSize, prices: UnitPrices, inp: FleetCostInputs, mode: RateMode = "manifest") -> MonthlyCost | None:
     h = inp.hours_per_month
-    compute = compute_monthly(size.required, h, prices.instance_hourly_usd, inp.commitments, mode)
+    compute = compute_monthly(size.required, h, prices.instance_hourly_usd, inp.commitments, mode, prices.listed_commitment_hourly_usd)
     if compute is None:
         return None
     blended = compute.usd / size.required if size.required else 0.0

@@ -351,15 +351,17 @@ def outside_evidence(ctx: Context, sc: Scenario, res: dict[str, Any]) -> list[st
     - An SLO other than the manifest's, that a fleet never held in any measured step: its
       SLO-compliant capacity there is unknown, and the overload goodput would size it as if
       one instance carried almost nothing.
-    - A commitment rate (covered / renewal) for a fleet the manifest lists no commitment for."""
+    - A commitment rate (covered / renewal) for a fleet with no commitment in the manifest and no
+      Reserved rate from the price source."""
     out = []
     if sc.slo_scale != 1.0:
         out += [f"{NOT_MEASURED}: {name} never held the SLO at x{sc.slo_scale:g}"
                 for name, row in res["fleets"].items() if row.get("requests") and not _holds_slo(row)]
     if sc.rate_mode in ("covered", "renewal"):
         committed = {c.fleet for c in ctx.manifest.costs.commitments}
-        out += [f"{NO_COMMITMENT}: {f.name} has none in costs.commitments, which the {sc.rate_mode} rate needs"
-                for f in ctx.manifest.fleets if f.name not in committed]
+        listed = {name for name, p in ctx.unit_prices.items() if p.listed_commitment_hourly_usd is not None}
+        out += [f"{NO_COMMITMENT}: {f.name} has none in costs.commitments and the price source lists no Reserved rate, "
+                f"which the {sc.rate_mode} rate needs" for f in ctx.manifest.fleets if f.name not in committed | listed]
     return out
 
 

@@ -25,7 +25,7 @@ from analysis.ledger import payback_curve
 from analysis.provenance import Gap, Sourced
 from analysis.sources.billing import cost_explorer_by_fleet, read_focus
 from analysis.sources.cloudwatch import CloudWatchSource, discover_asgs, fleet_specs
-from analysis.sources.pricing import PRICING_ENDPOINT_REGION, PriceBook, PriceListSource
+from analysis.sources.pricing import PRICING_ENDPOINT_REGION, RESERVED_KIND, PriceBook, PriceListSource
 from analysis.sources.prometheus import HistogramNames, PrometheusSource
 from analysis.sources.records import RecordSet, load_records
 from campaign import catalog
@@ -86,9 +86,18 @@ def _resolve_prices(m: Manifest, book: PriceBook, gaps: list[Gap], prov: dict[st
             gaps.append(Gap(f"prices.instance.{f.instance_type}", str(exc)))
             continue
         prov[f"prices.instance.{f.instance_type}"] = inst.as_dict()
+        reserved: float | None = None
+        if not any(c.fleet == f.name for c in m.costs.commitments):  # only the sensitivity's rate cells use it
+            key = f"prices.{RESERVED_KIND}.{f.instance_type}"
+            try:
+                got = book.get(RESERVED_KIND, f.instance_type)
+                reserved = got.value
+                prov[key] = got.as_dict()
+            except PriceMissing as exc:
+                prov[key] = {"value": None, "source": "missing", "detail": f"{exc}: the covered / renewal cells say 'no commitment'"}
         if len(shared) == 4:
             out[f.name] = UnitPrices(inst.value, shared["ebs_gp3_gb_month"].value, shared["nlb_hour"].value,
-                                     shared["nlb_lcu_hour"].value, shared["inter_az_gb"].value)
+                                     shared["nlb_lcu_hour"].value, shared["inter_az_gb"].value, reserved)
     return out
 
 

@@ -89,6 +89,31 @@ def parse_price_list(items: list[str]) -> list[ListedPrice]:
     return out
 
 
+# The commitment rate a rate cell uses when the manifest has none: a 1-year, No Upfront,
+# Standard Reserved Instance (its hourly rate is the whole price; nothing is paid upfront).
+# Term attribute names and values as GetProducts returns them under terms.Reserved.
+RESERVED_TERM = {"LeaseContractLength": "1yr", "PurchaseOption": "No Upfront", "OfferingClass": "standard"}
+
+
+def parse_reserved(items: list[str], term: dict[str, str] | None = None) -> list[ListedPrice]:
+    """Hourly USD of the Reserved terms whose termAttributes match `term` (default RESERVED_TERM)."""
+    want = term or RESERVED_TERM
+    out: list[ListedPrice] = []
+    for raw in items:
+        doc = json.loads(raw) if isinstance(raw, str) else raw
+        product = doc.get("product", {})
+        attrs = product.get("attributes", {})
+        for t in doc.get("terms", {}).get("Reserved", {}).values():
+            if any(t.get("termAttributes", {}).get(k) != v for k, v in want.items()):
+                continue
+            for dim in t.get("priceDimensions", {}).values():
+                usd_s = dim.get("pricePerUnit", {}).get("USD")
+                if dim.get("unit") == "Hrs" and usd_s is not None and float(usd_s) > 0:
+                    out.append(ListedPrice(float(usd_s), "Hrs", product.get("sku", ""), attrs.get("usagetype", ""),
+                                           dim.get("description", "")))
+    return out
+
+
 class PriceListSource:
     """GetProducts over the AWS Price List API, paginated."""
 
@@ -98,8 +123,16 @@ class PriceListSource:
         self.client = client
         self.region = region
         self.location = REGION_NAMES[region]
+        self._seen: dict[str, list[str]] = {}
 
     def _products(self, service: str, filters: list[dict[str, str]]) -> list[ListedPrice]:
+        return parse_price_list(self._items(service, filters))
+
+    def _items(self, service: str, filters: list[dict[str, str]]) -> list[str]:
+        """GetProducts' PriceList for one query, asked once (On-Demand and Reserved read the same items)."""
+        key = json.dumps([service, filters], sort_keys=True)
+        if key in self._seen:
+            return self._seen[key]
         items: list[str] = []
         token: str | None = None
         try:
@@ -114,7 +147,8 @@ class PriceListSource:
                     break
         except Exception as exc:  # botocore raises many unrelated types (credentials, endpoint, client errors)
             raise SourceUnavailable(f"Price List API {service}: {type(exc).__name__}: {exc}") from None
-        return parse_price_list(items)
+        self._seen[key] = items
+        return items
 
     @staticmethod
     def _one(found: list[ListedPrice], what: str) -> ListedPrice:
@@ -129,6 +163,13 @@ class PriceListSource:
         found = [p for p in self._products("AmazonEC2", ec2_instance_filters(instance_type, self.location)) if p.unit == "Hrs"]
         return self._one(found, f"{instance_type} Linux Shared in {self.location}")
 
+    def instance_reserved_hourly(self, instance_type: str) -> ListedPrice:
+        found = parse_reserved(self._items("AmazonEC2", ec2_instance_filters(instance_type, self.location)))
+        what = f"{instance_type} Linux Shared in {self.location}, Reserved {RESERVED_TERM}"
+        if not found:
+            raise PriceMissing(f"Price List API returned no Reserved price for {what}")
+        return self._one(found, what)
+
     def ebs_gp3_gb_month(self) -> ListedPrice:
         found = [p for p in self._products("AmazonEC2", ebs_gp3_filters(self.location)) if p.unit.lower().startswith("gb")]
         return self._one(found, f"EBS gp3 GB-month in {self.location}")
@@ -137,6 +178,9 @@ class PriceListSource:
         suffix = {"hour": "LoadBalancerUsage", "lcu-hour": "LCUUsage"}[which]
         found = [p for p in self._products("AWSELB", nlb_filters(self.location)) if p.usagetype.endswith(suffix)]
         return self._one(found, f"NLB {which} in {self.location}")
+
+
+RESERVED_KIND = "instance-reserved-1yr-no-upfront"  # PriceBook kind of RESERVED_TERM's hourly rate
 
 
 @dataclass
@@ -155,6 +199,8 @@ class PriceBook:
             return None
         if kind == "instance":
             return lambda: api.instance_hourly(key)
+        if kind == RESERVED_KIND:
+            return lambda: api.instance_reserved_hourly(key)
         if (kind, key) == ("ebs", "gp3-storage"):
             return api.ebs_gp3_gb_month
         if kind == "nlb":

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from analysis.report import build_report
+from analysis.report import AwsClients, build_report
+from analysis.sources.pricing import parse_reserved
 from tests.analysis.synth import manifest, steady, write_jsonl
 
 PASS = {"inf2": {"passed": True, "pass_rate": 1.0, "failures": []}, "g6": {"passed": True, "pass_rate": 1.0, "failures": []}}
@@ -59,14 +61,15 @@ def test_rate_cells_without_commitments_say_so_and_every_cell_shows_its_reasons(
     for label in ("covered", "renewal"):
         c = cells[label]
         assert c["decision"] == "no commitment in the manifest", c
-        assert c["reasons"] == [f"no commitment in the manifest: {f} has none in costs.commitments, which the {label} rate needs"
-                                for f in ("inf2", "g6")]
+        assert c["reasons"] == [f"no commitment in the manifest: {f} has none in costs.commitments and the price source "
+                                f"lists no Reserved rate, which the {label} rate needs" for f in ("inf2", "g6")]
         assert c["monthly_delta_usd"] is None
     assert cells["On-Demand"]["decision"] == r["decision"]["state"] == "go"
     md = (tmp_path / "out" / "report.md").read_text()
     page = (tmp_path / "out" / "report.html").read_text()
     assert ("| covered | no commitment in the manifest | n/a | n/a | no commitment in the manifest: inf2 has none in "
-            "costs.commitments, which the covered rate needs; no commitment in the manifest: g6 has none") in md
+            "costs.commitments and the price source lists no Reserved rate, which the covered rate needs; "
+            "no commitment in the manifest: g6 has none") in md
     for c in r["sensitivity"]["cells"]:  # every cell's reasons are on both pages
         for why in c["reasons"]:
             assert why in md and why.replace("'", "&#x27;") in page
@@ -79,7 +82,8 @@ def test_rate_cells_with_a_commitment_are_priced(tmp_path: Path, manifest_data: 
     m = manifest(data)
     r = build_report(m, _records(tmp_path / "rec", m), quality=PASS, out_dir=tmp_path / "out", instances_measured={"inf2": 1, "g6": 1})
     cells = {c["label"]: c for c in r["sensitivity"]["cells"]}
-    assert cells["covered"]["reasons"] == ["no commitment in the manifest: g6 has none in costs.commitments, which the covered rate needs"]
+    assert cells["covered"]["reasons"] == ["no commitment in the manifest: g6 has none in costs.commitments and the price source "
+                                           "lists no Reserved rate, which the covered rate needs"]
     data["costs"]["commitments"].append({"fleet": "g6", "kind": "reserved-instance", "covered_instances": 10, "effective_hourly_usd": 0.5,
                                          "term_months": 12})
     m = manifest(data)
@@ -90,3 +94,52 @@ def test_rate_cells_with_a_commitment_are_priced(tmp_path: Path, manifest_data: 
     assert covered["monthly_delta_usd"] is not None and covered["decision"] in {"go", "defer", "reject"}
     per_instance = 0.5 * 730 + 200 * 0.08  # compute + EBS (100 GiB root + 100 GiB cache)
     assert covered["monthly_delta_usd"] == pytest.approx((g6_n - inf2_n) * per_instance)
+
+
+def _doc(instance_type: str, on_demand: str, reserved: dict[tuple[str, str, str], str]) -> str:
+    """A GetProducts PriceList element shaped like AWS's: On-Demand and Reserved terms of one SKU."""
+    def dims(code: str, usd: str, unit: str = "Hrs") -> dict[str, Any]:
+        return {f"{code}.D": {"unit": unit, "pricePerUnit": {"USD": usd}, "description": f"{usd} {unit}"}}
+
+    res = {}
+    for i, ((lease, option, klass), usd) in enumerate(reserved.items()):
+        code = f"SKU{instance_type}.R{i}"
+        res[code] = {"termAttributes": {"LeaseContractLength": lease, "PurchaseOption": option, "OfferingClass": klass},
+                     "priceDimensions": {**dims(code, usd), **dims(code + "U", "0", "Quantity")}}
+    return json.dumps({"product": {"sku": f"SKU{instance_type}", "attributes": {"instanceType": instance_type, "usagetype": "BoxUsage"}},
+                       "terms": {"OnDemand": {"OD": {"priceDimensions": dims("OD", on_demand)}}, "Reserved": res}})
+
+
+class _FakePricing:
+    """Answers GetProducts by the instanceType filter; anything else (EBS, NLB) has no listing, so the snapshot answers."""
+
+    def __init__(self, docs: dict[str, str]):
+        self.docs = docs
+
+    def get_products(self, **kw: Any) -> dict[str, Any]:
+        itype = next((f["Value"] for f in kw["Filters"] if f["Field"] == "instanceType"), None)
+        return {"PriceList": [self.docs[itype]] if itype in self.docs else []}
+
+
+def test_parse_reserved_picks_the_one_year_no_upfront_standard_hourly_rate() -> None:
+    doc = _doc("inf2.xlarge", "0.7582", {("1yr", "No Upfront", "standard"): "0.4800", ("3yr", "No Upfront", "standard"): "0.3300",
+                                         ("1yr", "No Upfront", "convertible"): "0.5500", ("1yr", "All Upfront", "standard"): "0.0000"})
+    got = parse_reserved([doc])
+    assert [p.usd for p in got] == [0.48] and got[0].unit == "Hrs"
+
+
+def test_rate_cells_use_the_price_sources_reserved_rate_when_the_manifest_has_none(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    data = _data(manifest_data, 1)
+    data["costs"]["price_source"] = "price-list-api"
+    m = manifest(data)
+    docs = {"inf2.xlarge": _doc("inf2.xlarge", "0.7582", {("1yr", "No Upfront", "standard"): "0.4800"}),
+            "g6.xlarge": _doc("g6.xlarge", "0.8048", {("1yr", "No Upfront", "standard"): "0.5100"})}
+    r = build_report(m, _records(tmp_path / "rec", m), quality=PASS, out_dir=tmp_path / "out", instances_measured={"inf2": 1, "g6": 1},
+                     aws_clients=AwsClients(pricing=_FakePricing(docs)))
+    assert r["provenance"]["prices.instance-reserved-1yr-no-upfront.inf2.xlarge"]["source"] == "pulled"
+    covered = next(c for c in r["sensitivity"]["cells"] if c["label"] == "covered")
+    inf2_n, g6_n = (covered["fleets"][f]["instances_required"] for f in ("inf2", "g6"))
+    ebs = 200 * 0.08  # root + cache GiB x the snapshot's gp3 GB-month (the fake lists no EBS price)
+    # every instance at its listed Reserved rate; the fleet-level lines (NLB, inter-AZ, observability) cancel in the delta
+    assert covered["monthly_delta_usd"] == pytest.approx(g6_n * (0.51 * 730 + ebs) - inf2_n * (0.48 * 730 + ebs))
+    assert covered["decision"] in {"go", "defer", "reject"}
