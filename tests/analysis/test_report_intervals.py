@@ -4,6 +4,7 @@ and Defer when an interval straddles a decision boundary."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -103,3 +104,42 @@ def test_too_few_requests_for_a_bounded_p95_leave_the_pessimistic_end_unknown(tm
     why = " ".join(r["decision"]["reasons"])
     assert "held the SLO only at its point estimate" in why and "at least 72 requests per step" in why
     assert "[0.500, unbounded] n=40" in (tmp_path / "out-560-40" / "report.md").read_text()
+
+
+def _step(m: Manifest, fleet: str, rate: float, tokens: int, slow: int = 0) -> list[Any]:
+    """`rate` requests/s for 100 s, each lasting 1/rate s; the last `slow` requests wait 3 s for their first token."""
+    n = round(100 * rate)
+    out = []
+    for i in range(n):
+        r = rec(m, fleet, i, tokens=tokens, e2e=1 / rate, ttft=3.0 if i >= n - slow else 0.5)
+        out.append(replace(r, scheduled_s=i / rate, sent_s=i / rate))
+    return out
+
+
+def test_a_step_that_holds_the_slo_only_at_its_point_lowers_the_capacity_to_a_step_that_surely_does(
+    tmp_path: Path, manifest_data: dict[str, Any],
+) -> None:
+    manifest_data["workload"]["demand"]["peak_requests_per_s"] = 20.0
+    for f in manifest_data["fleets"]:
+        f["asg"]["max"] = 80
+        f["max_concurrency"] = 1
+    m = manifest(manifest_data)
+    dirs = {}
+    for label, rate, slow in (("x1", 1.0, 0), ("x2", 2.0, 4)):
+        d = tmp_path / label
+        for fleet in ("inf2", "g6"):
+            write_jsonl(d / f"records-{fleet}-w0.jsonl", _step(m, fleet, rate, 300, slow))
+        dirs[label] = d
+    rep = tmp_path / "replay"
+    for fleet in ("inf2", "g6"):
+        write_jsonl(rep / f"records-{fleet}-w0.jsonl", _step(m, fleet, 1.0, 200))  # 200 tok/s: surely inside, below x1
+    r = build_report(m, rep, out_dir=tmp_path / "out", capacity_dirs=dirs, **KW)
+    g6 = r["fleets"]["g6"]
+    # x2: 200 requests, 4 of them at 3 s: the nearest-rank P95 (190th) is 0.5 s, inside the 2 s SLO, so x2 is the
+    # capacity (196 x 300 / 100 s = 588 tok/s); but order statistic 197, the interval's high end, is 3 s: not surely.
+    assert g6["capacity"]["step"] == "x2" and g6["capacity"]["per_instance_tok_s"] == pytest.approx(588.0)
+    low, high = g6["capacity_ci_tok_s"]
+    # the low end is x1's (100 identical requests, 300 tok/s, surely inside the SLO); the high end x2's bootstrap
+    assert low == pytest.approx(300.0) and high >= 588.0
+    assert "the low end is step x1" in g6["intervals"]["capacity_note"]
+    assert g6["intervals"]["basis"] == "x2" and g6["intervals"]["basis_p95_ttft"]["ci"] == [0.5, 3.0]
