@@ -20,6 +20,7 @@ _INTERNAL = {
     "loadgen/http1.py": "HTTPParseError",  # a malformed response becomes the request's error outcome
     "runtime/emulator/protocol.py": "ApiError",  # an HTTP error response of the emulator
     "stacks/settings.py": "SynthInputError",  # raised inside `cdk synth`, not through this CLI
+    "campaign/capacity_run.py": "Interrupted",  # raised in a search thread only once Ctrl-C is already stopping the run
 }
 
 

@@ -19,7 +19,6 @@ pytestmark = pytest.mark.slow
 def test_failing_quality_gate_writes_a_reject_report(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
     # No emulated answer can match this: the gate fails on both fleets, so no load is replayed.
     manifest_data["quality"]["fixtures"][1]["expect_regex"] = "^never-said-by-anyone$"
-    manifest_data["workload"]["capacity_sweep"] = {"multipliers": [1], "step_s": 5}
     path = write_manifest(tmp_path, manifest_data)
     out = tmp_path / "run"
     r = subprocess.run(
