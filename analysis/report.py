@@ -102,7 +102,7 @@ def _resolve_prices(m: Manifest, book: PriceBook, gaps: list[Gap], prov: dict[st
 
 
 def _prometheus_section(
-    m: Manifest, url: str, names: HistogramNames, measures: Mapping[str, goodput.FleetMeasure], gaps: list[Gap]
+    m: Manifest, url: str, given: HistogramNames | None, measures: Mapping[str, goodput.FleetMeasure], gaps: list[Gap]
 ) -> dict[str, Any]:
     src = PrometheusSource(url)
     out: dict[str, Any] = {"url": url, "fleets": {}}
@@ -111,14 +111,18 @@ def _prometheus_section(
         if fm is None or fm.wall_start is None or fm.window_start_s is None or fm.window_end_s is None:
             continue
         start, end = fm.wall_start + fm.window_start_s, fm.wall_start + fm.window_end_s
+        names = given or HistogramNames.for_stack(f.serving.stack)  # each fleet's own series
         labels = {names.fleet_label: f.name}
         sec: dict[str, Any] = {"window_unix": [start, end]}
         try:
             server_itl = names.server_itl
-            if not src.has_series(server_itl, labels, start, end) and names.server_itl_fallback:
+            if server_itl and not src.has_series(server_itl, labels, start, end) and names.server_itl_fallback:
                 server_itl = names.server_itl_fallback
             for key, metric, recorded in (("client_ttft", names.client_ttft, fm.p95_ttft_s), ("client_itl", names.client_itl, fm.p95_itl_s),
                                           ("server_ttft", names.server_ttft, None), ("server_itl", server_itl, None)):
+                if metric is None:
+                    sec[key] = {"metric": None, "note": f"{f.serving.stack} exports no such histogram; the records' figure stands alone"}
+                    continue
                 p95 = src.merged_quantile(0.95, metric, labels, start, end)
                 entry: dict[str, Any] = {"metric": f"{metric}_bucket", "p95_s_merged_histogram": p95}
                 if p95 is not None:
@@ -322,7 +326,7 @@ def build_report(
 
     prom: dict[str, Any] | None = None
     if prometheus_url:
-        prom = _prometheus_section(m, prometheus_url, histogram_names or HistogramNames(), base_measures, gaps)
+        prom = _prometheus_section(m, prometheus_url, histogram_names, base_measures, gaps)
         prov["prometheus"] = {"source": "measured", "detail": f"{prometheus_url}: sum by (le) of increase() over the window, histogram_quantile"}
     if quality is None:
         prov["quality"] = {"source": "missing", "detail": "no quality-gate results were given"}

@@ -131,8 +131,9 @@ def _histogram_lines(prom: dict[str, Any] | None) -> list[str]:
     for fleet, series in prom["fleets"].items():
         for key, h in series.items():
             if isinstance(h, dict) and "metric" in h:
+                metric = f"`{h['metric']}`" if h["metric"] else f"none: {h.get('note', 'not exported')}"
                 out.append(
-                    f"| {fleet} | {key} | `{h['metric']}` | {fmt(h.get('p95_s_merged_histogram'))} "
+                    f"| {fleet} | {key} | {metric} | {fmt(h.get('p95_s_merged_histogram'))} "
                     f"| {fmt(h.get('p95_s_records'))} | {fmt(h.get('difference_s'))} |"
                 )
     return out

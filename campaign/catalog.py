@@ -175,3 +175,97 @@ BYTES_PER_PRECISION: dict[str, float] = {
     "int8": 1.0,
     "int4": 0.5,
 }
+
+
+# --- Host software stacks: driver / SDK / runtime compatibility ---------------------------------
+# Owned by the fleet boot recipes (stacks/fleet*.py, runtime/serving.py); `validate` checks every
+# fleet's serving.sdk_version / driver_version / image against this table, and `deploy` finds the
+# DLAMI by the name and description filters below (never an unpinned `latest` parameter).
+NEURON_SDK_2_28_CONTENT = "https://awsdocs-neuron.readthedocs-hosted.com/en/v2.28.1/release-notes/releasecontent.html"
+NEURON_DOCS_2_28 = "aws-neuron/aws-neuron-sdk@86a9286833dc2a1cd23b674f7081061924aa587a (tag v2.28.0)"
+NEURON_DLAMI_BY_VERSION = (
+    "aws-neuron/aws-neuron-sdk@81ce03ae261e12925e53437a0f690478e6366155 deploy/environments/dlami.rst "
+    "('Finding a DLAMI for a specific Neuron SDK version': describe-images, description filter '*Neuron SDK X.Y.Z*')"
+)
+CUDA_DRIVER_TABLE = (
+    "https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/index.html "
+    "(Table 3, CUDA Toolkit and Corresponding Driver Versions: CUDA 12.8 GA needs Linux driver >= 570.26)"
+)
+NVIDIA_DLAMI_NAMES = "https://docs.aws.amazon.com/dlami/latest/devguide/find-dlami-id.html (describe-images by DLAMI name)"
+
+
+@dataclass(frozen=True)
+class HostStack:
+    """What one accelerator SDK release needs from the host: driver, AMI, and what it ships."""
+
+    vendor: str
+    sdk_version: str  # Neuron SDK release, or the CUDA version the serving image is built on
+    driver: str  # Neuron: the exact aws-neuronx-dkms the SDK ships; NVIDIA: the minimum driver
+    driver_is_minimum: bool
+    runtime: str | None  # Neuron runtime library in that release (the container's libnrt)
+    image_tag_marker: str | None  # substring every image tag for this SDK carries
+    documented_image: str | None
+    ami_name_filter: str
+    ami_description_filter: str | None  # None: the DLAMI description does not name the version
+    sources: tuple[str, ...]
+
+
+HOST_STACKS: dict[tuple[str, str], HostStack] = {
+    ("aws-neuron", "2.28.0"): HostStack(
+        vendor="aws-neuron",
+        sdk_version="2.28.0",
+        driver="2.26.5.0",
+        driver_is_minimum=False,
+        runtime="2.30.51.0",
+        image_tag_marker="sdk2.28.0",
+        documented_image="public.ecr.aws/neuron/pytorch-inference-vllm-neuronx:0.13.0-neuronx-py312-sdk2.28.0-ubuntu24.04",
+        ami_name_filter="Deep Learning Base Neuron AMI (Ubuntu 24.04) *",
+        ami_description_filter="*Neuron SDK 2.28.0*",
+        sources=(
+            f"{NEURON_SDK_2_28_CONTENT}: Neuron 2.28.0 ships aws-neuronx-dkms-2.26.5.0 and aws-neuronx-runtime-lib-2.30.51.0",
+            f"{NEURON_DOCS_2_28} containers/get-started/quickstart-configure-deploy-dlc.rst: "
+            "image tag 0.13.0-neuronx-py312-sdk2.28.0-ubuntu24.04 of public.ecr.aws/neuron/pytorch-inference-vllm-neuronx",
+            NEURON_DLAMI_BY_VERSION,
+        ),
+    ),
+    ("nvidia", "12.8"): HostStack(
+        vendor="nvidia",
+        sdk_version="12.8",
+        driver="570.26",
+        driver_is_minimum=True,
+        runtime=None,
+        image_tag_marker=None,
+        documented_image=None,
+        ami_name_filter="Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) *",
+        ami_description_filter=None,
+        sources=(CUDA_DRIVER_TABLE, NVIDIA_DLAMI_NAMES),
+    ),
+}
+
+
+def _version_tuple(v: str) -> tuple[int, ...] | None:
+    parts = v.split(".")
+    return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else None
+
+
+def host_stack_issues(vendor: str, sdk_version: str, driver_version: str, image: str) -> list[tuple[str, str]]:
+    """(serving field, reason) for every way a fleet's pinned versions disagree with the table."""
+    row = HOST_STACKS.get((vendor, sdk_version))
+    if row is None:
+        known = sorted(v for (ven, v) in HOST_STACKS if ven == vendor)
+        return [("sdk_version", f"no compatibility row for {vendor} SDK {sdk_version!r} (known: {known}); "
+                                "add one to campaign/catalog.py HOST_STACKS with its source")]
+    out: list[tuple[str, str]] = []
+    got, want = _version_tuple(driver_version), _version_tuple(row.driver)
+    if got is None or want is None:
+        out.append(("driver_version", f"{driver_version!r} is not a dotted version number"))
+    elif row.driver_is_minimum:
+        if got + (0,) * (len(want) - len(got)) < want:
+            out.append(("driver_version", f"{driver_version} is older than the {row.driver} that {vendor} SDK {sdk_version} needs"))
+    elif len(got) < 2 or want[: len(got)] != got:
+        out.append(("driver_version", f"{driver_version} is not the driver Neuron SDK {sdk_version} ships ({row.driver}); "
+                                      "the DLAMI of that release carries it"))
+    tag = image.split("@", 1)[0].rsplit("/", 1)[-1].partition(":")[2]
+    if row.image_tag_marker and tag and row.image_tag_marker not in tag:
+        out.append(("image", f"tag {tag!r} is not an SDK {sdk_version} image (documented: {row.documented_image})"))
+    return out

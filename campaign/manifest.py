@@ -647,6 +647,8 @@ def semantic_issues(m: Manifest, *, check_files: bool = True) -> list[Issue]:
         stack_ok = {"aws-neuron": {"vllm-neuron"}, "nvidia": {"vllm", "tensorrt-llm", "tgi"}}[it.accelerator.vendor]
         if f.serving.stack not in stack_ok:
             issues.append(Issue(f"{at}.serving.stack", f"{f.serving.stack} does not run on {it.accelerator.name}; use one of {sorted(stack_ok)}"))
+        for field, reason in catalog.host_stack_issues(it.accelerator.vendor, f.serving.sdk_version, f.serving.driver_version, f.serving.image):
+            issues.append(Issue(f"{at}.serving.{field}", reason))
         if f.max_model_len < max_seq:
             issues.append(Issue(f"{at}.max_model_len", f"{f.max_model_len} is shorter than the request class ({max_seq} tokens)"))
         if f.sequence_buckets:

@@ -13,6 +13,12 @@ from dataclasses import asdict, dataclass
 from campaign import catalog, prices
 from campaign.manifest import Fleet, Manifest, fit, kv_bytes_per_token, weight_bytes
 
+# Loading a checkpoint (and, on Neuron, tracing + compiling it) holds the weights in host memory
+# at least once more beside the runtime: weights above half the host's RAM are at risk. Reports:
+# aws-neuron/nki-samples#87 (Llama-3.1-8B, ~16 GB of weights, compile killed on trn1.2xlarge's
+# 32 GB), vllm-project/vllm#6452 (Mistral-7B would not load on Inferentia until a larger instance).
+HOST_MEMORY_RISK_FRACTION = 0.5
+
 
 @dataclass(frozen=True)
 class FleetPlan:
@@ -32,6 +38,8 @@ class FleetPlan:
     prefill_s: float  # max_input_tokens prompt, at the manifest's compute efficiency
     hourly_usd: float | None
     price_provenance: str
+    host_memory_gib: float = 0.0
+    host_memory_warning: str | None = None
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -46,6 +54,24 @@ def decode_step_s(m: Manifest, f: Fleet, batch: int, mean_context: float, effici
 def prefill_s(m: Manifest, f: Fleet, prompt_tokens: int, efficiency: float) -> float:
     it = catalog.instance(f.instance_type)
     return 2 * m.model.params_b * 1e9 * prompt_tokens / (it.bf16_tflops(f.tensor_parallel) * 1e12 * efficiency)
+
+
+def host_memory_warning(m: Manifest, f: Fleet) -> str | None:
+    """A sentence when the weights come close to a Neuron instance's host memory, else None.
+
+    Neuron only: the reports above are of the Neuron load/compile path. GPU stacks map the
+    safetensors and copy them to the device, and the seed's G6 baseline serves this 8B model
+    on g6.xlarge (16 GiB host) today."""
+    it = catalog.instance(f.instance_type)
+    weights_gib = weight_bytes(m) / catalog.GIB
+    if it.accelerator.vendor != "aws-neuron" or weights_gib <= HOST_MEMORY_RISK_FRACTION * it.memory_gib:
+        return None
+    return (
+        f"weights {weights_gib:.1f} GiB are {weights_gib / it.memory_gib:.0%} of {it.name}'s {it.memory_gib} GiB host memory "
+        f"(risk above {HOST_MEMORY_RISK_FRACTION:.0%}: loading and compiling hold them in host memory at least once more); "
+        "load precompiled artifacts (NEURON_COMPILED_ARTIFACTS, compiled once on a larger instance and staged to the cache "
+        "volume) instead of compiling here"
+    )
 
 
 def plan_fleet(m: Manifest, f: Fleet) -> FleetPlan:
@@ -78,6 +104,8 @@ def plan_fleet(m: Manifest, f: Fleet) -> FleetPlan:
         prefill_s=prefill_s(m, f, rc.max_input_tokens, eff.compute),
         hourly_usd=hourly,
         price_provenance=prov,
+        host_memory_gib=float(it.memory_gib),
+        host_memory_warning=host_memory_warning(m, f),
     )
 
 
@@ -92,6 +120,7 @@ def render_text(m: Manifest, plans: list[FleetPlan]) -> str:
             f"{p.fleet}: {p.instance_type} ({p.accelerator}), TP={p.tensor_parallel}",
             f"  memory   {'fits' if p.fits else 'DOES NOT FIT'}: weights {p.weights_gib:.2f} + KV {p.kv_cache_gib:.2f} "
             f"+ reserve {p.reserve_gib:.2f} GiB of {p.visible_gib:.2f} GiB visible",
+            f"  host     {'AT RISK: ' + p.host_memory_warning if p.host_memory_warning else f'{p.host_memory_gib:.0f} GiB host memory'}",
             f"  decode   ceiling {p.decode_ceiling_tok_s:.1f} tok/s at batch 1 ({p.bandwidth_gbs:.0f} GB/s), "
             f"expected {p.decode_expected_tok_s:.1f}; batch {m.fleet(p.fleet).max_concurrency}: {p.batch_decode_tok_s:.0f} tok/s",
             f"  prefill  {p.prefill_s * 1000:.0f} ms for {m.workload.request_class.max_input_tokens} prompt tokens",

@@ -16,33 +16,34 @@ Sources (checked while writing; re-check on every version bump):
   vllm:request_success_total{finished_reason}, vllm:num_requests_running,
   vllm:num_requests_waiting, vllm:kv_cache_usage_perc (was vllm:gpu_cache_usage_perc).
   https://docs.vllm.ai/en/latest/design/metrics.html
-- vLLM on Neuron (vllm-neuron plugin on NxD Inference): Neuron options go through
-  --additional-config '{"override_neuron_config": {...}}' (context_encoding_buckets,
-  token_generation_buckets); compiled NEFFs are saved to / loaded from
-  NEURON_COMPILED_ARTIFACTS.  https://awsdocs-neuron.readthedocs-hosted.com/en/latest/
-  libraries/nxd-inference/developer_guides/vllm-user-guide.html
-- Neuron DLC image: 763104351884.dkr.ecr.<region>.amazonaws.com/pytorch-inference-vllm-neuronx
-  (pinned by digest in the manifest).  https://github.com/aws-neuron/deep-learning-containers
-- Neuron device mapping: one --device=/dev/neuronN per Inferentia2 chip.
-  https://awsdocs-neuron.readthedocs-hosted.com/en/latest/containers/docker-example/
+- vLLM on Neuron, SDK 2.28.0 (aws-neuron/aws-neuron-sdk@86a9286833dc2a1cd23b674f7081061924aa587a, tag v2.28.0):
+  libraries/nxd-inference/developer_guides/vllm-user-guide-v1.rst: Neuron options go through
+  --additional-config '{"override_neuron_config": {...}}'; "Known Issues" 2: without chunked
+  prefill or prefix caching NxDI uses the contiguous KV layout, overwrites block_size with
+  max_model_len, and `num_gpu_blocks_override` must be exactly max_num_seqs (else OOB errors);
+  containers/get-started/quickstart-configure-deploy-dlc.rst: image
+  public.ecr.aws/neuron/pytorch-inference-vllm-neuronx:0.13.0-neuronx-py312-sdk2.28.0-ubuntu24.04,
+  run with one --device=/dev/neuronN per chip plus `--cap-add SYS_ADMIN --cap-add IPC_LOCK`.
+  Compiled NEFFs are saved to / loaded from NEURON_COMPILED_ARTIFACTS.
 - TGI launcher: --model-id, --revision, --num-shard, --max-input-tokens, --max-total-tokens,
   --max-concurrent-requests, --max-batch-size, --port, --huggingface-hub-cache; metrics
   tgi_request_duration, tgi_request_queue_duration, tgi_request_mean_time_per_token_duration,
   tgi_request_input_length, tgi_request_generated_tokens, tgi_request_success,
-  tgi_batch_current_size, tgi_queue_size.
+  tgi_batch_current_size, tgi_queue_size; no time-to-first-token series.
   https://huggingface.co/docs/text-generation-inference/reference/launcher and
   .../reference/metrics
 - trtllm-serve (PyTorch backend): --host, --port, --backend pytorch, --tp_size,
-  --max_batch_size, --max_seq_len, --max_num_tokens; Prometheus text at /prometheus/metrics
-  with trtllm_* request histograms (TensorRT-LLM >= 1.1).
-  https://nvidia.github.io/TensorRT-LLM/commands/trtllm-serve/trtllm-serve.html
-- AMIs through public SSM parameters:
-  /aws/service/neuron/dlami/base/ubuntu-24.04/latest/image_id (Neuron base DLAMI: driver,
-  tools, Docker; "ideal for containerized applications"), and
-  /aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id
-  (NVIDIA driver + container toolkit).
-  https://awsdocs-neuron.readthedocs-hosted.com/en/latest/deploy/environments/dlami.html
-  https://docs.aws.amazon.com/dlami/latest/devguide/find-dlami-id.html
+  --max_batch_size, --max_seq_len, --extra_llm_api_options YAML. Prometheus text only at
+  /prometheus/metrics (/metrics is JSON), and only when the options YAML sets
+  `return_perf_metrics: true` (request histograms) and `enable_iter_perf_stats: true`
+  (iteration gauges such as trtllm_kv_cache_utilization).
+  https://nvidia.github.io/TensorRT-LLM/commands/trtllm-serve/trtllm-serve.html,
+  NVIDIA/TensorRT-LLM examples/serve/prometheus_metrics.py and tensorrt_llm/metrics/collector.py
+  (MetricsCollector.log_metrics_dict: "Needs to include `return_perf_metrics: true` in LLM args").
+- AMIs: no unpinned `latest` parameter. Each fleet's AMI is a deploy-time template parameter
+  that `deploy` fills from campaign.dlami (the host stack row of campaign.catalog.HOST_STACKS:
+  DLAMI name + SDK-version description filter), and the boot script refuses to start the
+  server when the host driver is not the manifest's serving.driver_version.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ import json
 import math
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from campaign import catalog
@@ -60,8 +61,9 @@ from campaign.manifest import Fleet, Manifest
 CACHE_MOUNT = "/opt/cache"  # the fleet's EBS cache volume, mounted by the launch template
 SERVING_PORT = 8000
 
-NEURON_AMI_SSM = "/aws/service/neuron/dlami/base/ubuntu-24.04/latest/image_id"
-GPU_AMI_SSM = "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
+# What the vLLM-Neuron container needs beyond its devices (SDK 2.28 DLC quickstart, see above).
+NEURON_CAPABILITIES = ("--cap-add", "SYS_ADMIN", "--cap-add", "IPC_LOCK")
+TRTLLM_OPTIONS = {"return_perf_metrics": True, "enable_iter_perf_stats": True}
 
 VLLM_METRICS: Mapping[str, str] = MappingProxyType(
     {
@@ -105,6 +107,13 @@ TRTLLM_METRICS: Mapping[str, str] = MappingProxyType(
 )
 
 
+# Each stack's own series: the Prometheus scrape path and the analysis read these, never vLLM's
+# names for every fleet.
+METRICS_BY_STACK: Mapping[str, Mapping[str, str]] = MappingProxyType(
+    {"vllm-neuron": VLLM_METRICS, "vllm": VLLM_METRICS, "tgi": TGI_METRICS, "tensorrt-llm": TRTLLM_METRICS}
+)
+
+
 @dataclass(frozen=True)
 class ServingDefinition:
     stack: str
@@ -119,7 +128,10 @@ class ServingDefinition:
     weights_dir: str
     cache_dir: str
     weights_staging: tuple[str, ...]
-    ami_ssm_parameter: str
+    host: catalog.HostStack  # driver / DLAMI the container needs (campaign.catalog.HOST_STACKS)
+    # Files the boot script writes on the host before `docker run` (path -> content); they sit
+    # under CACHE_MOUNT, which the container sees at the same path.
+    config_files: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
 
 def weights_dir_for(manifest: Manifest) -> str:
@@ -137,11 +149,13 @@ def _staging(manifest: Manifest, image: str, weights_dir: str, weights_s3_uri: s
     else:
         if m.hub_token_secret_arn:
             # Token read at boot into the environment, never written into the template.
+            # The ARN names the secret's region; the instance's default region may differ. Assigned
+            # before the export: `export X="$(cmd)"` would hide a failed read from `set -e` (SC2155).
             steps.append(
-                # The ARN names the secret's region; the instance's default region may differ.
-                f'export HF_TOKEN="$(aws secretsmanager get-secret-value --region {q(m.hub_token_secret_arn.split(":")[3])} '
+                f'HF_TOKEN="$(aws secretsmanager get-secret-value --region {q(m.hub_token_secret_arn.split(":")[3])} '
                 f'--secret-id {q(m.hub_token_secret_arn)} --query SecretString --output text)"'
             )
+            steps.append("export HF_TOKEN")
         py = (
             "from huggingface_hub import snapshot_download; "
             f"snapshot_download(repo_id={json.dumps(m.repo)}, revision={json.dumps(m.commit)}, local_dir={json.dumps(weights_dir)})"
@@ -190,9 +204,18 @@ def _neuron_devices(fleet: Fleet) -> tuple[str, ...]:
     return tuple(f"--device=/dev/neuron{i}" for i in range(chips))
 
 
+def host_stack_for(fleet: Fleet) -> catalog.HostStack:
+    vendor = catalog.instance(fleet.instance_type).accelerator.vendor
+    row = catalog.HOST_STACKS.get((vendor, fleet.serving.sdk_version))
+    if row is None:  # `validate` refuses this manifest first; this guards direct callers
+        raise ValueError(f"no host stack for {vendor} SDK {fleet.serving.sdk_version!r} in campaign.catalog.HOST_STACKS")
+    return row
+
+
 def definition_for(manifest: Manifest, fleet: Fleet, *, weights_s3_uri: str | None = None) -> ServingDefinition:
     """The serving container for `fleet`; `weights_s3_uri` stages from S3 instead of the Hub."""
     stack = fleet.serving.stack
+    host = host_stack_for(fleet)
     image = fleet.serving.image
     wdir = weights_dir_for(manifest)
     cache = f"{CACHE_MOUNT}/compile/{stack}/{manifest.model.commit}/{fleet.instance_type}-tp{fleet.tensor_parallel}"
@@ -213,6 +236,8 @@ def definition_for(manifest: Manifest, fleet: Fleet, *, weights_s3_uri: str | No
             *_vllm_common(manifest, fleet, wdir),
             "--block-size",
             str(fleet.max_model_len),  # NxDI contiguous KV: one block per sequence
+            "--num-gpu-blocks-override",
+            str(fleet.max_concurrency),  # contiguous layout: exactly max_num_seqs (v1 guide, Known Issues 2)
             "--additional-config",
             json.dumps(neuron_cfg, separators=(",", ":")),
         ]
@@ -223,8 +248,8 @@ def definition_for(manifest: Manifest, fleet: Fleet, *, weights_s3_uri: str | No
             "VLLM_NEURON_FRAMEWORK": "neuronx-distributed-inference",
         }
         return ServingDefinition(
-            stack, image, (*command, *extra), MappingProxyType(env), _neuron_devices(fleet), SERVING_PORT,
-            "/health", "/metrics", VLLM_METRICS, wdir, cache, staging, NEURON_AMI_SSM,
+            stack, image, (*command, *extra), MappingProxyType(env), (*_neuron_devices(fleet), *NEURON_CAPABILITIES),
+            SERVING_PORT, "/health", "/metrics", METRICS_BY_STACK[stack], wdir, cache, staging, host,
         )  # fmt: skip
 
     if stack == "vllm":
@@ -232,7 +257,7 @@ def definition_for(manifest: Manifest, fleet: Fleet, *, weights_s3_uri: str | No
         env = {"VLLM_CACHE_ROOT": cache, "HF_HUB_OFFLINE": "1"}
         return ServingDefinition(
             stack, image, (*command, *extra), MappingProxyType(env), ("--gpus", "all"), SERVING_PORT,
-            "/health", "/metrics", VLLM_METRICS, wdir, cache, staging, GPU_AMI_SSM,
+            "/health", "/metrics", METRICS_BY_STACK[stack], wdir, cache, staging, host,
         )  # fmt: skip
 
     if stack == "tgi":
@@ -254,10 +279,11 @@ def definition_for(manifest: Manifest, fleet: Fleet, *, weights_s3_uri: str | No
         env = {"HF_HUB_OFFLINE": "1"}
         return ServingDefinition(
             stack, image, (*command, *extra), MappingProxyType(env), ("--gpus", "all"), SERVING_PORT,
-            "/health", "/metrics", TGI_METRICS, wdir, cache, staging, GPU_AMI_SSM,
+            "/health", "/metrics", METRICS_BY_STACK[stack], wdir, cache, staging, host,
         )  # fmt: skip
 
     if stack == "tensorrt-llm":
+        options_path = f"{cache}/trtllm-options.yaml"
         command = [
             "trtllm-serve",
             wdir,
@@ -265,13 +291,16 @@ def definition_for(manifest: Manifest, fleet: Fleet, *, weights_s3_uri: str | No
             "--tp_size", str(fleet.tensor_parallel),
             "--max_batch_size", str(fleet.max_concurrency),
             "--max_seq_len", str(fleet.max_model_len),
+            "--extra_llm_api_options", options_path,
             "--host", "0.0.0.0",
             "--port", str(SERVING_PORT),
         ]  # fmt: skip
         env = {"HF_HUB_OFFLINE": "1", "TRTLLM_CACHE_DIR": cache}
         return ServingDefinition(
             stack, image, (*command, *extra), MappingProxyType(env), ("--gpus", "all"), SERVING_PORT,
-            "/health", "/prometheus/metrics", TRTLLM_METRICS, wdir, cache, staging, GPU_AMI_SSM,
+            "/health", "/prometheus/metrics", METRICS_BY_STACK[stack], wdir, cache, staging, host,
+            # YAML is a superset of JSON: one dependency-free rendering of the options file.
+            MappingProxyType({options_path: json.dumps(TRTLLM_OPTIONS, sort_keys=True) + "\n"}),
         )  # fmt: skip
 
     raise ValueError(f"unknown serving stack {stack!r}")

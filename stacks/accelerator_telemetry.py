@@ -24,12 +24,14 @@ NVIDIA_GPU_MEASUREMENTS = (
 )
 
 
-def cloudwatch_namespace(campaign: str) -> str:
-    return f"Harness/{campaign}"
+# One namespace per fleet: the fleet role's PutMetricData is conditioned on its own namespaces,
+# so one fleet's instances cannot write (forge) the other fleet's metrics.
+def cloudwatch_namespace(campaign: str, fleet: str) -> str:
+    return f"Harness/{campaign}/{fleet}"
 
 
-def neuron_namespace(campaign: str) -> str:
-    return f"Harness/{campaign}/neuron"
+def neuron_namespace(campaign: str, fleet: str) -> str:
+    return f"Harness/{campaign}/{fleet}/neuron"
 
 
 def cloudwatch_agent_config(*, campaign: str, fleet: str, gpu: bool, log_group: str) -> dict[str, Any]:
@@ -43,7 +45,7 @@ def cloudwatch_agent_config(*, campaign: str, fleet: str, gpu: bool, log_group: 
     return {
         "agent": {"metrics_collection_interval": 10, "run_as_user": "root"},
         "metrics": {
-            "namespace": cloudwatch_namespace(campaign),
+            "namespace": cloudwatch_namespace(campaign, fleet),
             "append_dimensions": {"InstanceId": "${aws:InstanceId}", "InstanceType": "${aws:InstanceType}"},
             "aggregation_dimensions": [["fleet"], ["fleet", "InstanceType"]],
             "metrics_collected": {k: {**v, "append_dimensions": {"fleet": fleet}} for k, v in collected.items()},

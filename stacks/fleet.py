@@ -5,7 +5,7 @@ Why user data + `docker run` and not ECS on EC2: see `SERVING_ON_EC2_RATIONALE`.
 
 from __future__ import annotations
 
-from aws_cdk import Annotations, Duration, RemovalPolicy, Stack
+from aws_cdk import Annotations, CfnParameter, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
@@ -14,12 +14,12 @@ from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from campaign import catalog
+from campaign.dlami import ami_parameter_name
 from campaign.manifest import Fleet, Manifest
-from runtime.serving import GPU_AMI_SSM, NEURON_AMI_SSM, ServingDefinition, definition_for
-from stacks.accelerator_telemetry import as_json, cloudwatch_agent_config, neuron_monitor_config, neuron_namespace
-from stacks.compliance import acknowledge
+from runtime.serving import definition_for
+from stacks.accelerator_telemetry import as_json, cloudwatch_agent_config, cloudwatch_namespace, neuron_monitor_config, neuron_namespace
+from stacks.compliance import acknowledge, arn_placeholder
 from stacks.fleet_boot import boot_script, ecr_image
-from stacks.settings import SynthInputError
 
 SERVING_ON_EC2_RATIONALE = """\
 The serving container runs from user data (`docker run`, rendered by runtime.serving) on a
@@ -32,10 +32,6 @@ variable in a cost-per-token measurement. One container per instance needs no sc
 ASG replaces failed instances and the NLB health check on the server's health path takes an
 instance out of rotation."""
 
-# Instance family -> the public SSM parameter of the AMI its serving stacks need. Families not
-# listed here (e.g. Graviton g5g, which would need an arm64 image) fail synth by name.
-AMI_PARAMETER_BY_FAMILY: dict[str, str] = {"inf2": NEURON_AMI_SSM, "g6": GPU_AMI_SSM, "g5": GPU_AMI_SSM}
-
 ROOT_VOLUME_GIB = 150  # DLAMI root + container images (the vLLM images are 10-20 GB each)
 ROOT_DEVICE = "/dev/sda1"  # root device name of the Ubuntu DLAMIs
 CACHE_DEVICE = "/dev/sdf"
@@ -44,21 +40,19 @@ CACHE_DEVICE = "/dev/sdf"
 HEALTH_GRACE = {"aws-neuron": Duration.minutes(75), "nvidia": Duration.minutes(30)}
 
 
-def ami_parameter_for(manifest: Manifest, index: int, defn: ServingDefinition) -> str:
-    fleet = manifest.fleets[index]
-    family = fleet.instance_type.split(".", 1)[0]
-    expected = AMI_PARAMETER_BY_FAMILY.get(family)
-    if expected is None:
-        raise SynthInputError(
-            f"fleets[{index}].instance_type: no AMI mapping for {fleet.instance_type!r} "
-            f"(families with an AMI: {', '.join(sorted(AMI_PARAMETER_BY_FAMILY))})"
-        )
-    if defn.ami_ssm_parameter != expected:
-        raise SynthInputError(
-            f"fleets[{index}].serving.stack: {fleet.serving.stack} expects the AMI {defn.ami_ssm_parameter}, "
-            f"but {fleet.instance_type} needs {expected}"
-        )
-    return expected
+def ami_parameter(scope: Construct, fleet: Fleet, defn_host: catalog.HostStack) -> CfnParameter:
+    """The fleet's AMI as a deploy-time parameter: never an unpinned `latest` SSM alias."""
+    how = (
+        f"name {defn_host.ami_name_filter!r}, description {defn_host.ami_description_filter!r}"
+        if defn_host.ami_description_filter
+        else f"name {defn_host.ami_name_filter!r} whose release notes list driver {fleet.serving.driver_version}"
+    )
+    return CfnParameter(
+        Stack.of(scope),
+        ami_parameter_name(fleet.name),
+        type="AWS::EC2::Image::Id",
+        description=f"{fleet.name}: DLAMI for {defn_host.vendor} SDK {defn_host.sdk_version} ({how}); filled by `campaign deploy`"[:4000],
+    )
 
 
 class ServingFleet(Construct):
@@ -76,7 +70,7 @@ class ServingFleet(Construct):
         fleet: Fleet = manifest.fleets[index]
         self.fleet = fleet
         self.definition = defn = definition_for(manifest, fleet, weights_s3_uri=weights_s3_uri)
-        ami_parameter = ami_parameter_for(manifest, index, defn)
+        ami = ami_parameter(self, fleet, defn.host)
         vendor = catalog.instance(fleet.instance_type).accelerator.vendor
         region = Stack.of(self).region
 
@@ -102,22 +96,13 @@ class ServingFleet(Construct):
             self,
             "InstanceRole",
             assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
-            description=f"{fleet.name} serving instances: SSM access, CloudWatch agent, image pull, weights",
-            managed_policies=[
-                iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSSMManagedInstanceCore"),
-                iam.ManagedPolicy.from_aws_managed_policy_name("CloudWatchAgentServerPolicy"),
-            ],
+            description=f"{fleet.name} serving instances: Session Manager, its own logs and metrics, image pull, weights",
         )
-        acknowledge(
-            role,
-            "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonSSMManagedInstanceCore]",
-            "Session Manager replaces SSH on the fleet; the AWS-maintained policy tracks the SSM agent's needs.",
-        )
-        acknowledge(
-            role,
-            "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/CloudWatchAgentServerPolicy]",
-            "The CloudWatch agent ships accelerator metrics and container logs; AWS maintains its exact permission set.",
-        )
+        namespaces = [cloudwatch_namespace(manifest.campaign, fleet.name)]
+        if vendor == "aws-neuron":
+            namespaces.append(neuron_namespace(manifest.campaign, fleet.name))
+        self._grant_session_manager(role, region)
+        self._grant_telemetry(role, self.log_group, namespaces)
         agent_param.grant_read(role)
         if neuron_param:
             neuron_param.grant_read(role)
@@ -134,21 +119,24 @@ class ServingFleet(Construct):
         user_data.add_commands(
             *boot_script(
                 defn,
+                driver_version=fleet.serving.driver_version,
                 region=region,
                 agent_param=agent_param.parameter_name,
                 neuron_monitor_param=neuron_param.parameter_name if neuron_param else None,
-                neuron_namespace=neuron_namespace(manifest.campaign),
+                neuron_namespace=neuron_namespace(manifest.campaign, fleet.name),
             )
         )
         self.launch_template = ec2.LaunchTemplate(
             self,
             "LaunchTemplate",
             instance_type=ec2.InstanceType(fleet.instance_type),
-            machine_image=ec2.MachineImage.from_ssm_parameter(ami_parameter, os=ec2.OperatingSystemType.LINUX),
+            machine_image=ec2.MachineImage.generic_linux({region: ami.value_as_string}),
             user_data=user_data,
             role=role,
             security_group=self.security_group,
             require_imdsv2=True,
+            # 1 hop: only the host (CloudWatch agent, aws CLI) reaches IMDS; no container needs the role.
+            http_put_response_hop_limit=1,
             detailed_monitoring=True,
             block_devices=[
                 ec2.BlockDevice(
@@ -188,6 +176,62 @@ class ServingFleet(Construct):
         )
 
     @staticmethod
+    def _grant_session_manager(role: iam.Role, region: str) -> None:
+        # The Session Manager instance-profile actions (AWS Systems Manager user guide, "Create a
+        # custom IAM instance profile for Session Manager"; the same five as the AWS-managed
+        # AWSCloud9SSMInstanceProfile), instead of AmazonSSMManagedInstanceCore, which also
+        # grants ssm:GetParameter(s) on every parameter of the account.
+        stack = Stack.of(role)
+        instances = stack.format_arn(service="ec2", region=region, resource="instance", resource_name="*")
+        role.add_to_policy(iam.PolicyStatement(actions=["ssm:UpdateInstanceInformation"], resources=[instances]))
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=[
+                    "ssmmessages:CreateControlChannel",
+                    "ssmmessages:CreateDataChannel",
+                    "ssmmessages:OpenControlChannel",
+                    "ssmmessages:OpenDataChannel",
+                ],
+                resources=["*"],
+            )
+        )
+        acknowledge(
+            role,
+            "AwsSolutions-IAM5[Resource::*]",
+            "ssmmessages:* (Session Manager channels) and ecr:GetAuthorizationToken define no resource types in the "
+            "Service Authorization Reference; PutMetricData is limited by a cloudwatch:namespace condition.",
+        )
+        acknowledge(
+            role,
+            f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:{region}:<AWS::AccountId>:instance/*]",
+            "ssm:UpdateInstanceInformation is called by the instance's own SSM agent; the instance id is not known before launch.",
+        )
+
+    @staticmethod
+    def _grant_telemetry(role: iam.Role, log_group: logs.LogGroup, namespaces: list[str]) -> None:
+        # What the CloudWatch agent and neuron-monitor-cloudwatch.py do here, instead of
+        # CloudWatchAgentServerPolicy (PutMetricData and log writes on "*"): metrics only into this
+        # fleet's namespaces, logs only into this fleet's group.
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["cloudwatch:PutMetricData"],
+                resources=["*"],  # PutMetricData has no resource type; the namespace condition scopes it
+                conditions={"StringEquals": {"cloudwatch:namespace": namespaces}},
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
+                resources=[log_group.log_group_arn, f"{log_group.log_group_arn}:log-stream:*"],
+            )
+        )
+        acknowledge(
+            role,
+            f"AwsSolutions-IAM5[Resource::{arn_placeholder(log_group.node.default_child)}:log-stream:*]",  # type: ignore[arg-type]
+            "The CloudWatch agent names one stream per instance ({instance_id}/serving, /boot) inside the fleet's own log group.",
+        )
+
+    @staticmethod
     def _grant_image_pull(role: iam.Role, image: str) -> None:
         ecr = ecr_image(image)
         if ecr is None:
@@ -198,11 +242,6 @@ class ServingFleet(Construct):
             iam.PolicyStatement(actions=["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"], resources=[repo_arn])
         )
         role.add_to_policy(iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"]))
-        acknowledge(
-            role,
-            "AwsSolutions-IAM5[Resource::*]",
-            "ecr:GetAuthorizationToken has no resource-level permissions; pulls are scoped to the pinned repository.",
-        )
 
     @staticmethod
     def _grant_weights_read(role: iam.Role, weights_s3_uri: str, commit: str) -> None:

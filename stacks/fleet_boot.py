@@ -52,12 +52,72 @@ def _mount_cache_volume() -> list[str]:
     ]
 
 
+# CloudWatch agent: one pinned release, its detached signature checked against the AWS key
+# fingerprint before dpkg sees the package (never the moving `latest` path).
+# Versioned path: <bucket>/ubuntu/amd64/<version>/amazon-cloudwatch-agent.deb(.sig), the layout of
+# the `latest` path the AWS install guide uses; key and fingerprint: "Verify the signature of the
+# CloudWatch agent package", https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/verify-CloudWatch-Agent-Package-Signature.html
+CLOUDWATCH_AGENT_VERSION = "1.300072.0b1766"
+CLOUDWATCH_AGENT_KEY_FINGERPRINT = "937616F3450B7D806CBD9725D58167303B789C72"
+HEALTH_WAIT_S = 7200  # covers the longest first boot: weights + Neuron compile (see fleet.HEALTH_GRACE)
+
+
 def _cloudwatch_agent(region: str, agent_param: str) -> list[str]:
     ctl = "/opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl"
-    deb = f"https://amazoncloudwatch-agent-{region}.s3.{region}.amazonaws.com/ubuntu/amd64/latest/amazon-cloudwatch-agent.deb"
+    bucket = f"https://amazoncloudwatch-agent-{region}.s3.{region}.amazonaws.com"
+    deb = f"{bucket}/ubuntu/amd64/{CLOUDWATCH_AGENT_VERSION}/amazon-cloudwatch-agent.deb"
     return [
-        f"if [ ! -x {ctl} ]; then curl -fsSL -o /tmp/cwagent.deb {deb} && dpkg -i -E /tmp/cwagent.deb; fi",
+        f"if [ ! -x {ctl} ]; then",
+        "  CW_DIR=\"$(mktemp -d)\"",
+        f'  curl -fsSL -o "$CW_DIR/agent.deb" {deb}',
+        f'  curl -fsSL -o "$CW_DIR/agent.deb.sig" {deb}.sig',
+        f'  curl -fsSL -o "$CW_DIR/agent.gpg" {bucket}/assets/amazon-cloudwatch-agent.gpg',
+        '  export GNUPGHOME="$CW_DIR/gnupg"; mkdir -m 700 "$GNUPGHOME"',
+        '  gpg --batch --quiet --import "$CW_DIR/agent.gpg"',
+        f'  gpg --batch --with-colons --fingerprint | grep -q "^fpr:::::::::{CLOUDWATCH_AGENT_KEY_FINGERPRINT}:" '
+        '|| { echo "CloudWatch agent key fingerprint mismatch"; exit 1; }',
+        '  gpg --batch --verify "$CW_DIR/agent.deb.sig" "$CW_DIR/agent.deb"',
+        '  dpkg -i -E "$CW_DIR/agent.deb"',
+        "  unset GNUPGHOME",
+        "fi",
         f"{ctl} -a fetch-config -m ec2 -s -c ssm:{shlex.quote(agent_param)}",
+    ]
+
+
+def _driver_check(defn: ServingDefinition, driver_version: str) -> list[str]:
+    """Refuse to start the server on a host whose driver is not the one the manifest pins."""
+    q = shlex.quote
+    if defn.host.vendor == "aws-neuron":
+        probe = "modinfo -F version neuron"
+    else:
+        probe = "nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n 1"
+    return [
+        f'HOST_DRIVER="$({probe})"',
+        f'case "$HOST_DRIVER" in {q(driver_version)}|{q(driver_version)}.*) echo "host driver $HOST_DRIVER";; '
+        f'*) echo "host driver $HOST_DRIVER is not the pinned {driver_version} (SDK {defn.host.sdk_version}); '
+        'not starting the server"; exit 1;; esac',
+    ]
+
+
+def _config_files(defn: ServingDefinition) -> list[str]:
+    q = shlex.quote
+    lines: list[str] = []
+    for path, content in sorted(defn.config_files.items()):
+        lines += [f"mkdir -p {q(path.rsplit('/', 1)[0])}", f"printf %s {q(content)} > {q(path)}"]
+    return lines
+
+
+def _health_wait(defn: ServingDefinition) -> list[str]:
+    # The NLB health check decides what serves; this wait puts "ready after N s" in the boot log
+    # (time to ready, per instance) and fails the boot script if the server never comes up.
+    url = f"http://127.0.0.1:{defn.port}{defn.health_path}"
+    return [
+        "READY_START=$SECONDS",
+        f"until curl -fsS -o /dev/null {url}; do",
+        f'  if [ $((SECONDS - READY_START)) -ge {HEALTH_WAIT_S} ]; then echo "server not healthy after {HEALTH_WAIT_S} s"; exit 1; fi',
+        "  sleep 10",
+        "done",
+        'echo "server healthy after $((SECONDS - READY_START)) s"',
     ]
 
 
@@ -80,6 +140,7 @@ def _neuron_monitor(region: str, config_param: str, namespace: str) -> list[str]
 def boot_script(
     defn: ServingDefinition,
     *,
+    driver_version: str,
     region: str,
     agent_param: str,
     neuron_monitor_param: str | None,
@@ -90,6 +151,7 @@ def boot_script(
         f"exec > >(tee -a {BOOT_LOG}) 2>&1",
         *_mount_cache_volume(),
         *_cloudwatch_agent(region, agent_param),
+        *_driver_check(defn, driver_version),
     ]
     if neuron_monitor_param:
         lines += _neuron_monitor(region, neuron_monitor_param, neuron_namespace)
@@ -97,5 +159,7 @@ def boot_script(
     if ecr:
         lines.append(f"aws ecr get-login-password --region {ecr.region} | docker login --username AWS --password-stdin {ecr.registry}")
     lines += [f"docker pull {shlex.quote(defn.image)}", *defn.weights_staging, f"mkdir -p {shlex.quote(defn.cache_dir)}"]
+    lines += _config_files(defn)
     lines.append(render_docker_run(defn))
+    lines += _health_wait(defn)
     return lines

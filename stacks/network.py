@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from aws_cdk import Stack
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
@@ -21,6 +23,7 @@ _INTERFACE_ENDPOINTS: tuple[tuple[str, ec2.InterfaceVpcEndpointAwsService], ...]
 )
 
 VPC_CIDR = "10.40.0.0/16"
+FLOW_LOG_PREFIX = "vpc-flow-logs"
 PRIVATE = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
 
 
@@ -45,11 +48,12 @@ class Network(Construct):
             gateway_endpoints={"S3": ec2.GatewayVpcEndpointOptions(service=ec2.GatewayVpcEndpointAwsService.S3)},
             flow_logs={
                 "All": ec2.FlowLogOptions(
-                    destination=ec2.FlowLogDestination.to_s3(flow_log_bucket, "vpc-flow-logs/"),
+                    destination=ec2.FlowLogDestination.to_s3(flow_log_bucket, f"{FLOW_LOG_PREFIX}/"),
                     traffic_type=ec2.FlowLogTrafficType.ALL,
                 )
             },
         )
+        allow_flow_log_delivery(flow_log_bucket, FLOW_LOG_PREFIX)
         # One security group for all endpoints, HTTPS from the VPC's literal CIDR (a literal, not
         # the VPC's CidrBlock attribute, so cdk-nag can evaluate the rule instead of erroring).
         self.endpoint_security_group = ec2.SecurityGroup(
@@ -60,3 +64,34 @@ class Network(Construct):
             self.vpc.add_interface_endpoint(
                 name, service=service, private_dns_enabled=True, subnets=PRIVATE, security_groups=[self.endpoint_security_group], open=False
             )
+
+
+def allow_flow_log_delivery(bucket: s3.IBucket, prefix: str) -> None:
+    """The bucket policy flow-log delivery needs, written out instead of left to EC2 or to the
+    unset `@aws-cdk/aws-s3:createDefaultLoggingPolicy` flag (Amazon VPC user guide, "Amazon S3
+    bucket permissions for flow logs"): delivery.logs.amazonaws.com may write under the prefix
+    for this account only, with the owner getting full control, and read the bucket ACL."""
+    stack = Stack.of(bucket)
+    principal = iam.ServicePrincipal("delivery.logs.amazonaws.com")
+    source = {
+        "StringEquals": {"aws:SourceAccount": stack.account},
+        "ArnLike": {"aws:SourceArn": stack.format_arn(service="logs", resource="*")},
+    }
+    bucket.add_to_resource_policy(
+        iam.PolicyStatement(
+            sid="FlowLogDeliveryWrite",
+            principals=[principal],
+            actions=["s3:PutObject"],
+            resources=[bucket.arn_for_objects(f"{prefix}/AWSLogs/{stack.account}/*")],
+            conditions={**source, "StringEquals": {**source["StringEquals"], "s3:x-amz-acl": "bucket-owner-full-control"}},
+        )
+    )
+    bucket.add_to_resource_policy(
+        iam.PolicyStatement(
+            sid="FlowLogDeliveryAclCheck",
+            principals=[principal],
+            actions=["s3:GetBucketAcl", "s3:ListBucket"],
+            resources=[bucket.bucket_arn],
+            conditions=source,
+        )
+    )

@@ -28,8 +28,10 @@ from stacks.compliance import acknowledge
 from stacks.fleet import ServingFleet
 from stacks.network import PRIVATE
 
-# Pinned by version; the project pins the digest before a cloud campaign like the serving images.
-PROMETHEUS_IMAGE = "quay.io/prometheus/prometheus:v3.5.0"
+# Exact release and its multi-arch index digest. Upstream publishes no digest in its docs; this one
+# is the digest of prom/prometheus:v3.5.0 as pinned independently by several public repositories
+# (looked up 2026-12-03). A wrong digest cannot run another image: the pull fails and says so.
+PROMETHEUS_IMAGE = "prom/prometheus:v3.5.0@sha256:63805ebb8d2b3920190daf1cb14a60871b16fd38bed42b857a3182bc621f4996"
 PROMETHEUS_CONFIG_PATH = "/prometheus/prometheus.yml"
 SCRAPE_INTERVAL = "5s"  # short runs: a 15 s interval leaves too few points per replay window
 

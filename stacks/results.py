@@ -9,6 +9,8 @@ from constructs import Construct
 from campaign.aws import RETAINED_TAG  # teardown accepts only resources with this tag as "kept by design"
 from stacks.compliance import acknowledge
 
+NONCURRENT_RESULTS_DAYS = 90
+
 
 def _locked_bucket(scope: Construct, cid: str, **kwargs: object) -> s3.Bucket:
     # No auto_delete_objects: it is a Lambda-backed custom resource, and the data must stay.
@@ -37,7 +39,20 @@ class ResultsStore(Construct):
             lifecycle_rules=[s3.LifecycleRule(expiration=Duration.days(400), noncurrent_version_expiration=Duration.days(30))],
         )
         acknowledge(self.logs, "AwsSolutions-S1", "This bucket is the server-access-log sink; logging it into itself would loop.")
-        self.results = _locked_bucket(self, "Results", server_access_logs_bucket=self.logs, server_access_logs_prefix="s3-access/results/")
+        self.results = _locked_bucket(
+            self,
+            "Results",
+            server_access_logs_bucket=self.logs,
+            server_access_logs_prefix="s3-access/results/",
+            # Current objects (the evidence) never expire; a version replaced or deleted is kept
+            # 90 days to undo a mistake, then goes, so versioning cannot grow without bound.
+            lifecycle_rules=[
+                s3.LifecycleRule(
+                    noncurrent_version_expiration=Duration.days(NONCURRENT_RESULTS_DAYS),
+                    abort_incomplete_multipart_upload_after=Duration.days(7),
+                )
+            ],
+        )
         for bucket in (self.logs, self.results):
             Tags.of(bucket).add(*RETAINED_TAG)
 

@@ -20,15 +20,27 @@ from analysis.errors import SourceUnavailable
 
 @dataclass(frozen=True)
 class HistogramNames:
-    """Metric base names (without `_bucket`); configurable because stacks name them differently."""
+    """Metric base names (without `_bucket`); each serving stack names them its own way (`for_stack`)."""
 
     client_ttft: str = "loadgen_ttft_seconds"
     client_itl: str = "loadgen_itl_seconds"
-    server_ttft: str = "vllm:time_to_first_token_seconds"
-    server_itl: str = "vllm:inter_token_latency_seconds"
-    server_itl_fallback: str = "vllm:time_per_output_token_seconds"  # older vLLM releases
+    # None: the stack exports no such histogram (TGI has no time-to-first-token series).
+    server_ttft: str | None = "vllm:time_to_first_token_seconds"
+    server_itl: str | None = "vllm:inter_token_latency_seconds"
+    server_itl_fallback: str | None = "vllm:time_per_output_token_seconds"  # older vLLM releases
     fleet_label: str = "fleet"
     replica_label: str = "instance"
+
+    @classmethod
+    def for_stack(cls, stack: str) -> HistogramNames:
+        """The serving stack's own series, as runtime.serving declares them for its fleets."""
+        from runtime.serving import METRICS_BY_STACK, VLLM_METRICS
+
+        names = METRICS_BY_STACK.get(stack)
+        if names is None:
+            raise ValueError(f"unknown serving stack {stack!r}; known: {sorted(METRICS_BY_STACK)}")
+        fallback = cls.server_itl_fallback if names is VLLM_METRICS else None
+        return cls(server_ttft=names.get("ttft"), server_itl=names.get("itl"), server_itl_fallback=fallback)
 
 
 def _selector(labels: dict[str, str]) -> str:

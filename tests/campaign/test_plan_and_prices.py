@@ -95,3 +95,23 @@ def test_cli_plan_json(example_manifest_path: Path) -> None:
     fleets = {f["fleet"]: f for f in out["fleets"]}
     assert fleets["inf2"]["hourly_usd"] == 0.7582 and fleets["inf2"]["fits"]
     assert fleets["g6"]["decode_ceiling_tok_s"] == pytest.approx(300e9 / (8.03e9 * 2), rel=1e-6)
+
+
+def test_plan_flags_weights_close_to_inf2_host_memory(manifest_data: dict[str, Any]) -> None:
+    m = manifest_from_data(manifest_data)
+    by = {p.fleet: p for p in plan(m)}
+    # 8.03B x 2 bytes = 14.96 GiB on inf2.xlarge's 16 GiB of host memory.
+    assert by["inf2"].host_memory_gib == 16
+    warning = by["inf2"].host_memory_warning
+    assert warning is not None and "weights 15.0 GiB are 93%" in warning and "16 GiB host memory" in warning and "precompiled artifacts" in warning
+    assert by["g6"].host_memory_warning is None  # the GPU load path is not the reported risk
+    big = manifest_from_data({**manifest_data, "fleets": [
+        {**f, "instance_type": "inf2.8xlarge"} if f["name"] == "inf2" else f for f in manifest_data["fleets"]
+    ]})  # fmt: skip
+    assert {p.fleet: p for p in plan(big)}["inf2"].host_memory_warning is None  # 128 GiB host
+
+
+def test_plan_text_shows_the_host_memory_risk(example_manifest_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-m", "campaign", "plan", str(example_manifest_path)], capture_output=True, text=True, cwd=ROOT)
+    inf2 = out.stdout.split("\ng6:")[0]
+    assert "host     AT RISK: weights 15.0 GiB are 93% of inf2.xlarge's 16 GiB host memory" in inf2

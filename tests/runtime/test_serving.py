@@ -8,8 +8,7 @@ import pytest
 
 from campaign.manifest import Manifest, load_manifest
 from runtime.serving import (
-    GPU_AMI_SSM,
-    NEURON_AMI_SSM,
+    TRTLLM_METRICS,
     VLLM_METRICS,
     definition_for,
     render_docker_run,
@@ -49,14 +48,19 @@ def test_inf2_vllm_neuron_command_follows_manifest(manifest: Manifest) -> None:
     assert "--gpus" not in argv
     assert defn.cache_dir.startswith("/opt/cache/") and manifest.model.commit in defn.cache_dir
     assert f"NEURON_COMPILED_ARTIFACTS={defn.cache_dir}" in argv
-    assert defn.ami_ssm_parameter == NEURON_AMI_SSM
+    assert (defn.host.vendor, defn.host.sdk_version, defn.host.driver) == ("aws-neuron", "2.28.0", "2.26.5.0")
+    # SDK 2.28 vLLM user guide v1, Known Issues 2: contiguous KV layout -> exactly max_num_seqs blocks.
+    assert _flag(argv, "--num-gpu-blocks-override") == str(fleet.max_concurrency)
+    # SDK 2.28 DLC quickstart: both capabilities, next to the devices.
+    assert argv[argv.index("--cap-add") + 1] == "SYS_ADMIN" and argv[argv.index("IPC_LOCK") - 1] == "--cap-add"
     assert defn.metric_names["ttft"] == "vllm:time_to_first_token_seconds"
 
 
 def test_neuron_devices_scale_with_tp(manifest: Manifest) -> None:
     fleet = manifest.fleet("inf2").model_copy(update={"instance_type": "inf2.48xlarge", "tensor_parallel": 8})
     defn = definition_for(manifest, fleet)
-    assert defn.device_args == tuple(f"--device=/dev/neuron{i}" for i in range(4))
+    assert defn.device_args[:4] == tuple(f"--device=/dev/neuron{i}" for i in range(4))
+    assert defn.device_args[4:] == ("--cap-add", "SYS_ADMIN", "--cap-add", "IPC_LOCK")
     assert "--tensor-parallel-size 8" in " ".join(defn.command)
 
 
@@ -71,7 +75,7 @@ def test_g6_vllm_command_follows_manifest(manifest: Manifest) -> None:
     assert _flag(argv, "--max-model-len") == "2560"
     assert _flag(argv, "--max-num-seqs") == "16"
     assert "--additional-config" not in argv
-    assert defn.ami_ssm_parameter == GPU_AMI_SSM
+    assert defn.host.vendor == "nvidia" and "--cap-add" not in argv
     assert dict(defn.metric_names) == dict(VLLM_METRICS)
     assert set(defn.metric_names) == {
         "ttft", "itl", "e2e", "queue_time", "prompt_tokens", "generation_tokens",
@@ -92,11 +96,17 @@ def test_other_gpu_stacks(manifest: Manifest, stack: str) -> None:
         assert _flag(argv, "--max-batch-size") == "16"
         assert _flag(argv, "--revision") == manifest.model.commit
         assert defn.metric_names["e2e"] == "tgi_request_duration"
+        assert "ttft" not in defn.metric_names  # TGI exports no time-to-first-token series
     else:
         assert _flag(argv, "--entrypoint") == "trtllm-serve"
         assert _flag(argv, "--tp_size") == "1"
         assert _flag(argv, "--max_seq_len") == "2560"
         assert _flag(argv, "--max_batch_size") == "16"
+        # Prometheus text only at /prometheus/metrics, and only with return_perf_metrics in the options YAML.
+        options = _flag(argv, "--extra_llm_api_options")
+        assert json.loads(defn.config_files[options]) == {"return_perf_metrics": True, "enable_iter_perf_stats": True}
+        assert options.startswith(defn.cache_dir) and defn.metrics_path == "/prometheus/metrics"
+        assert dict(defn.metric_names) == dict(TRTLLM_METRICS)
     assert "--gpus" in argv
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from campaign.dlami import ami_parameter_name
 from campaign.manifest import load_manifest
-from runtime.serving import GPU_AMI_SSM, NEURON_AMI_SSM
 from tests.stacks.conftest import EXAMPLE_MANIFEST, Synth
 
 
@@ -66,13 +66,21 @@ def test_cache_volume_is_sized_from_the_manifest_and_mounted_before_docker_run(e
         assert f.serving.image in script
 
 
-def test_ami_comes_from_the_serving_stacks_ssm_parameter(example: Synth) -> None:
+def test_each_fleet_ami_is_a_deploy_parameter_never_a_latest_alias(example: Synth) -> None:
     params = example.template_json["Parameters"]
-    defaults = {p["Default"] for p in params.values() if p["Type"].startswith("AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>")}
-    assert defaults == {NEURON_AMI_SSM, GPU_AMI_SSM}
-    lts = {_fleet_tag(r): r for r in example.resources("AWS::AutoScaling::AutoScalingGroup").values()}
-    inf2_image = _launch_template_of(example, lts["inf2"])["ImageId"]["Ref"]
-    assert params[inf2_image]["Default"] == NEURON_AMI_SSM
+    assert not [p for p in params.values() if "latest" in str(p.get("Default", ""))]
+    asgs = {_fleet_tag(r): r for r in example.resources("AWS::AutoScaling::AutoScalingGroup").values()}
+    for fleet, sdk in (("inf2", "aws-neuron SDK 2.28.0"), ("g6", "nvidia SDK 12.8")):
+        ref = _launch_template_of(example, asgs[fleet])["ImageId"]["Ref"]
+        assert ref == ami_parameter_name(fleet)
+        assert params[ref]["Type"] == "AWS::EC2::Image::Id" and "Default" not in params[ref]
+        assert sdk in params[ref]["Description"]
+    assert "Neuron SDK 2.28.0" in params[ami_parameter_name("inf2")]["Description"]
+
+
+def test_launch_templates_keep_imds_to_the_host(example: Synth) -> None:
+    for lt in example.resources("AWS::EC2::LaunchTemplate").values():
+        assert lt["Properties"]["LaunchTemplateData"]["MetadataOptions"]["HttpPutResponseHopLimit"] == 1
 
 
 def test_accelerator_telemetry_per_vendor(example: Synth) -> None:

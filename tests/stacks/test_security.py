@@ -33,11 +33,18 @@ ACTIONS_ALLOWED_ON_STAR: dict[str, str] = {
     "ecr:GetAuthorizationToken": "ECR has no resource-level permission for the registry login token (fleet image pull, ECS execution roles)",
     "ec2:DescribeInstances": "Describe* calls have no resource-level permissions; Prometheus ec2_sd discovers fleet instances by tag",
     "ec2:DescribeAvailabilityZones": "Describe* calls have no resource-level permissions; Prometheus ec2_sd labels targets by AZ",
+    # Session Manager channels: the ssmmessages actions define no resource types (Service Authorization Reference).
+    "ssmmessages:CreateControlChannel": "Session Manager on the fleet (instead of SSH); ssmmessages defines no resource types",
+    "ssmmessages:CreateDataChannel": "Session Manager on the fleet (instead of SSH); ssmmessages defines no resource types",
+    "ssmmessages:OpenControlChannel": "Session Manager on the fleet (instead of SSH); ssmmessages defines no resource types",
+    "ssmmessages:OpenDataChannel": "Session Manager on the fleet (instead of SSH); ssmmessages defines no resource types",
+    # Only with a cloudwatch:namespace condition naming the fleet's own namespaces (test_fleet_roles_are_scoped).
+    "cloudwatch:PutMetricData": "PutMetricData defines no resource type; a cloudwatch:namespace condition scopes it to the fleet",
 }
-AWS_MANAGED_POLICIES_ALLOWED: dict[str, str] = {
-    "AmazonSSMManagedInstanceCore": "Session Manager instead of SSH on the fleet; its ssm/ssmmessages/ec2messages calls only work on '*'",
-    "CloudWatchAgentServerPolicy": "CloudWatch agent: cloudwatch:PutMetricData, logs:CreateLogGroup/PutLogEvents, ec2:DescribeTags only work on '*'",
-}
+# No AWS-managed policy: AmazonSSMManagedInstanceCore grants ssm:GetParameter(s) on every parameter and
+# CloudWatchAgentServerPolicy grants PutMetricData and log writes on '*'; the fleet roles carry inline,
+# scoped statements instead.
+AWS_MANAGED_POLICIES_ALLOWED: dict[str, str] = {}
 POLICY_DOCUMENT_TYPES = ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy", "AWS::S3::BucketPolicy", "AWS::SQS::QueuePolicy", "AWS::SNS::TopicPolicy")
 
 HUB_TOKEN_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:harness/hf-token-AbCdEf"
@@ -430,8 +437,12 @@ def test_iam_checker_flags_an_open_trust_policy_and_unlisted_managed_policy() ->
     t = _tpl(("R", "AWS::IAM::Role", role))
     assert iam_violations(t) == ["R: trust policy lets anyone assume the role"]
     assert managed_policy_violations(t) == ["R: AWS-managed policy AdministratorAccess is not allowlisted"]
-    role["ManagedPolicyArns"] = ["arn:aws:iam::aws:policy/service-role/AmazonSSMManagedInstanceCore"]
-    assert managed_policy_violations(t) == []
+    # The fleet roles used to carry these two; neither is allowed any more (wildcard grants).
+    role["ManagedPolicyArns"] = ["arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore", "arn:aws:iam::aws:policy/CloudWatchAgentServerPolicy"]
+    assert managed_policy_violations(t) == [
+        "R: AWS-managed policy AmazonSSMManagedInstanceCore is not allowlisted",
+        "R: AWS-managed policy CloudWatchAgentServerPolicy is not allowlisted",
+    ]
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,227 @@
+"""Each fleet's boot script, rendered exactly as the launch template's user data, checked and run.
+
+`bash -n` and shellcheck first; then the script runs for real under bash in a sandbox: every
+host command it calls (docker, aws, nvidia-smi, modinfo, mount, mkfs.ext4, curl, gpg, dpkg, ...)
+is a stub on PATH that logs its argv, and the host paths it writes (/etc, /opt, /var/log) are
+moved under the sandbox. The test then reads the log: the serving `docker run` line (devices,
+capabilities, flags, image by digest), the cache mount, the hub token's path and the health wait.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from campaign.manifest import Manifest, load_manifest
+from runtime.serving import definition_for, render_docker_run
+from stacks.fleet_boot import CLOUDWATCH_AGENT_KEY_FINGERPRINT, CLOUDWATCH_AGENT_VERSION, boot_script
+from tests.conftest import EXAMPLE_MANIFEST, ROOT
+
+pytestmark = pytest.mark.boot_script
+
+THREE_FLEETS = ROOT / "manifests" / "llama3-8b-three-fleets.yaml"
+TOKEN_ARN = "arn:aws:secretsmanager:us-west-2:123456789012:secret:harness/hf-token-AbCdEf"
+FAKE_TOKEN = "hf_sandboxtokenvalue"
+HOST_PATH = re.compile(r"(^|[\s(>'\":=])/(etc|opt|var/log)/", re.MULTILINE)
+SEP = "\x1f"
+
+# One stub for every host command; behaviour by name. Each call appends NAME<US>arg<US>arg... to $STUB_LOG.
+STUB = r"""#!/bin/bash
+name="$(basename "$0")"
+{ printf '%s' "$name"; for a in "$@"; do printf '\x1f%s' "$a"; done; printf '\n'; } >> "$STUB_LOG"
+case "$name" in
+  lsblk) case "$*" in *PKNAME*) echo nvme0n1;; *) printf '/dev/nvme0n1 Amazon Elastic Block Store\n/dev/nvme1n1 Amazon Elastic Block Store\n';; esac;;
+  findmnt) echo /dev/nvme0n1p1;;
+  blkid|mountpoint) exit 1;;
+  modinfo) echo "$HOST_NEURON_DRIVER";;
+  nvidia-smi) echo "$HOST_NVIDIA_DRIVER";;
+  gpg) case "$*" in *--fingerprint*) echo "fpr:::::::::$CW_FPR:";; esac;;
+  dpkg) mkdir -p "$SANDBOX/opt/aws/amazon-cloudwatch-agent/bin"; cp "$0" "$SANDBOX/opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl";;
+  aws) case "$*" in *secretsmanager*) echo "$FAKE_TOKEN";; *ssm\ get-parameter*) echo '{}';; *get-login-password*) echo pw;; esac;;
+  docker) echo "docker-env${STUB_SEP}HF_TOKEN=${HF_TOKEN:-<unset>}" >> "$STUB_LOG"; [ "$1" = login ] && cat >/dev/null; true;;
+  sha256sum) cat >/dev/null;;
+  curl)
+    out=""; prev=""
+    for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done
+    if [ -n "$out" ] && [ "$out" != /dev/null ]; then echo stub > "$out"; exit 0; fi
+    n=$(( $(cat "$SANDBOX/health_calls" 2>/dev/null || echo 0) + 1 )); echo "$n" > "$SANDBOX/health_calls"
+    [ "$n" -ge 3 ];;  # the server answers on the third probe
+esac
+"""
+STUBBED = ("docker", "aws", "nvidia-smi", "neuron-ls", "modinfo", "mount", "mountpoint", "mkfs.ext4", "blkid", "lsblk",
+           "findmnt", "curl", "gpg", "dpkg", "systemctl", "sha256sum", "sleep")  # fmt: skip
+
+
+def _fleet_scripts(manifest: Manifest) -> dict[str, str]:
+    """user data of every fleet, with the arguments stacks/fleet.py passes."""
+    from stacks.accelerator_telemetry import neuron_namespace
+
+    out = {}
+    for f in manifest.fleets:
+        defn = definition_for(manifest, f)
+        neuron = defn.host.vendor == "aws-neuron"
+        lines = boot_script(
+            defn,
+            driver_version=f.serving.driver_version,
+            region=manifest.costs.region,
+            agent_param=f"/harness/{manifest.campaign}/{f.name}/cloudwatch-agent",
+            neuron_monitor_param=f"/harness/{manifest.campaign}/{f.name}/neuron-monitor" if neuron else None,
+            neuron_namespace=neuron_namespace(manifest.campaign, f.name),
+        )
+        out[f.name] = "#!/bin/bash\n" + "\n".join(lines) + "\n"  # ec2.UserData.for_linux() adds the same shebang
+    return out
+
+
+def _gated(manifest: Manifest) -> Manifest:
+    return manifest.model_copy(update={"model": manifest.model.model_copy(update={"hub_token_secret_arn": TOKEN_ARN})})
+
+
+@pytest.fixture(scope="module")
+def example() -> Manifest:
+    return load_manifest(EXAMPLE_MANIFEST, check_files=False)
+
+
+def _all_scripts(example: Manifest) -> dict[str, str]:
+    scripts = {f"example/{k}": v for k, v in _fleet_scripts(example).items()}
+    scripts |= {f"three/{k}": v for k, v in _fleet_scripts(load_manifest(THREE_FLEETS, check_files=False)).items()}
+    scripts |= {f"gated/{k}": v for k, v in _fleet_scripts(_gated(example)).items()}
+    return scripts
+
+
+def test_every_boot_script_parses_and_passes_shellcheck(example: Manifest, tmp_path: Path) -> None:
+    shellcheck = shutil.which("shellcheck")
+    if shellcheck is None:
+        pytest.fail("shellcheck is not installed (Debian: apt-get install -y shellcheck; .ci/run installs it)")
+    for name, text in _all_scripts(example).items():
+        path = tmp_path / (name.replace("/", "-") + ".sh")
+        path.write_text(text, encoding="utf-8")
+        syntax = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+        assert syntax.returncode == 0, f"{name}: {syntax.stderr}"
+        lint = subprocess.run([shellcheck, "--shell=bash", "--severity=style", str(path)], capture_output=True, text=True)
+        assert lint.returncode == 0, f"{name}:\n{lint.stdout}"
+
+
+def test_shellcheck_gate_is_live(tmp_path: Path) -> None:
+    if shutil.which("shellcheck") is None:
+        pytest.fail("shellcheck is not installed")
+    bad = tmp_path / "bad.sh"
+    bad.write_text("#!/bin/bash\nrm -rf $DIR/cache\n", encoding="utf-8")  # unquoted expansion: SC2086
+    assert subprocess.run(["shellcheck", "--shell=bash", str(bad)], capture_output=True).returncode != 0
+
+
+def _run(script: str, tmp_path: Path, *, neuron_driver: str = "2.26.5.0", nvidia_driver: str = "570.172.08") -> tuple[int, list[list[str]], str]:
+    sandbox = tmp_path / "root"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for d in ("etc/systemd/system", "opt", "var/log"):
+        (sandbox / d).mkdir(parents=True, exist_ok=True)
+    (sandbox / "etc" / "fstab").write_text("", encoding="utf-8")
+    for name in STUBBED:
+        (bin_dir / name).write_text(STUB, encoding="utf-8")
+        (bin_dir / name).chmod(0o755)
+    # Host files the script writes land in the sandbox: every absolute /etc, /opt, /var/log path is
+    # prefixed (the stubs' log is un-prefixed again, so assertions read the real paths).
+    script = HOST_PATH.sub(lambda mt: f"{mt.group(1)}{sandbox}/{mt.group(2)}/", script)
+    path = tmp_path / "boot.sh"
+    path.write_text(script, encoding="utf-8")
+    log = tmp_path / "stub.log"
+    env = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin", "STUB_LOG": str(log), "STUB_SEP": SEP, "SANDBOX": str(sandbox),
+        "HOST_NEURON_DRIVER": neuron_driver, "HOST_NVIDIA_DRIVER": nvidia_driver, "FAKE_TOKEN": FAKE_TOKEN,
+        "CW_FPR": CLOUDWATCH_AGENT_KEY_FINGERPRINT, "HOME": str(tmp_path),
+    }  # fmt: skip
+    proc = subprocess.run(["bash", str(path)], env=env, capture_output=True, text=True, timeout=60)
+    calls = [line.replace(str(sandbox), "").split(SEP) for line in log.read_text(encoding="utf-8").splitlines()] if log.exists() else []
+    return proc.returncode, calls, proc.stdout + proc.stderr
+
+
+def _docker_runs(calls: list[list[str]]) -> list[list[str]]:
+    return [c[1:] for c in calls if c[0] == "docker" and c[1] == "run"]
+
+
+@pytest.mark.parametrize("fleet", ["inf2", "g6"])
+def test_boot_script_runs_end_to_end_in_a_sandbox(example: Manifest, fleet: str, tmp_path: Path) -> None:
+    rc, calls, output = _run(_fleet_scripts(example)[fleet], tmp_path)
+    assert rc == 0, output
+    names = [c[0] for c in calls]
+    f = example.fleet(fleet)
+    defn = definition_for(example, f)
+    # Cache volume: the non-root EBS disk is formatted once and mounted at /opt/cache, before any docker call.
+    assert ["mkfs.ext4", "-q", "-L", "harness-cache", "/dev/nvme1n1"] in calls
+    assert ["mount", "/opt/cache"] in calls
+    assert names.index("mount") < names.index("docker")
+    # CloudWatch agent: the pinned release, its signature verified before dpkg installs it.
+    downloads = [c for c in calls if c[0] == "curl" and "-o" in c]
+    assert any(c[-1].endswith(f"/ubuntu/amd64/{CLOUDWATCH_AGENT_VERSION}/amazon-cloudwatch-agent.deb") for c in downloads)
+    assert not any("/latest/" in arg for c in downloads for arg in c)
+    verify = next(i for i, c in enumerate(calls) if c[0] == "gpg" and "--verify" in c)
+    assert verify < names.index("dpkg")
+    # Driver check before the server starts.
+    probe = "modinfo" if fleet == "inf2" else "nvidia-smi"
+    assert names.index(probe) < names.index("docker")
+    # The serving container: exactly the line runtime.serving renders, image by digest.
+    serving = _docker_runs(calls)[-1]
+    assert serving == shlex.split(render_docker_run(defn))[1:]
+    assert f.serving.image in serving and "@sha256:" in f.serving.image
+    assert "/opt/cache:/opt/cache" in serving
+    if fleet == "inf2":
+        assert "--device=/dev/neuron0" in serving
+        assert serving[serving.index("--cap-add") + 1] == "SYS_ADMIN" and "IPC_LOCK" in serving
+        assert serving[serving.index("--num-gpu-blocks-override") + 1] == str(f.max_concurrency)
+    else:
+        assert serving[serving.index("--gpus") + 1] == "all" and "--cap-add" not in serving
+    # Health wait: probes the server's health path until it answers, then logs the time to ready.
+    health = [c for c in calls if c[0] == "curl" and c[-1] == f"http://127.0.0.1:{defn.port}{defn.health_path}"]
+    assert len(health) == 3
+    assert "server healthy after" in output
+    assert not [c for c in calls if c[0] == "aws" and "secretsmanager" in c]  # no token named, none read
+
+
+def test_hub_token_is_read_at_boot_passed_by_name_and_unset(example: Manifest, tmp_path: Path) -> None:
+    rc, calls, output = _run(_fleet_scripts(_gated(example))["g6"], tmp_path)
+    assert rc == 0, output
+    read = [c for c in calls if c[0] == "aws" and "secretsmanager" in c]
+    assert read == [["aws", "secretsmanager", "get-secret-value", "--region", "us-west-2", "--secret-id", TOKEN_ARN,
+                     "--query", "SecretString", "--output", "text"]]  # fmt: skip
+    envs = [c[1] for c in calls if c[0] == "docker-env"]
+    runs = [c for c in calls if c[0] == "docker" and c[1] in ("run", "pull")]
+    download = next(i for i, c in enumerate(runs) if "--rm" in c)
+    # Only the download container gets the token, by name (-e HF_TOKEN), never as a value on a command line.
+    assert "HF_TOKEN" in runs[download] and not any(FAKE_TOKEN in arg for c in calls if c[0] != "docker-env" for arg in c)
+    docker_calls = [i for i, c in enumerate(calls) if c[0] == "docker"]
+    env_after = {i: envs[n] for n, i in enumerate(docker_calls)}
+    download_idx = next(i for i in docker_calls if calls[i][1] == "run" and "--rm" in calls[i])
+    assert env_after[download_idx] == f"HF_TOKEN={FAKE_TOKEN}"
+    serving_idx = max(i for i in docker_calls if calls[i][1] == "run")
+    assert env_after[serving_idx] == "HF_TOKEN=<unset>"  # unset before the long-running server starts
+    assert FAKE_TOKEN not in json.dumps(calls[serving_idx])
+
+
+@pytest.mark.parametrize(("fleet", "kw"), [("inf2", {"neuron_driver": "2.30.2.0"}), ("g6", {"nvidia_driver": "595.58.03"})])
+def test_boot_refuses_a_host_driver_other_than_the_pinned_one(example: Manifest, fleet: str, kw: dict[str, str], tmp_path: Path) -> None:
+    rc, calls, output = _run(_fleet_scripts(example)[fleet], tmp_path, **kw)
+    assert rc == 1
+    assert "is not the pinned" in output
+    assert _docker_runs(calls) == []  # the server never starts on the wrong driver
+
+
+def test_boot_fails_when_the_server_never_gets_healthy(example: Manifest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import stacks.fleet_boot
+
+    monkeypatch.setattr(stacks.fleet_boot, "HEALTH_WAIT_S", 0)
+    rc, _, output = _run(_fleet_scripts(example)["g6"], tmp_path)
+    assert rc == 1 and "server not healthy after 0 s" in output
+
+
+def test_sandbox_rewrite_leaves_no_host_path(example: Manifest, tmp_path: Path) -> None:
+    # Guard for the harness itself: running as root must never touch the real /etc or /opt.
+    before = {p: os.stat(p).st_mtime for p in ("/etc/fstab",) if os.path.exists(p)}
+    _run(_fleet_scripts(example)["inf2"], tmp_path)
+    assert {p: os.stat(p).st_mtime for p in before} == before

@@ -1,0 +1,92 @@
+"""Fleet-side security on the synthesized example template: each check fails on the old stacks.
+
+Fleet roles carry scoped inline statements instead of AmazonSSMManagedInstanceCore (ssm:GetParameter
+on every parameter) and CloudWatchAgentServerPolicy (metrics and log writes on '*'), so one fleet
+can neither read other parameters nor forge the other fleet's metrics or logs.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from campaign.manifest import load_manifest
+from stacks.accelerator_telemetry import cloudwatch_namespace, neuron_namespace
+from stacks.observability import PROMETHEUS_IMAGE
+from stacks.results import NONCURRENT_RESULTS_DAYS
+from tests.stacks.conftest import Synth
+
+
+def _as_list(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else [v]
+
+
+def _fleet_role_ids(example: Synth) -> dict[str, str]:
+    roles = example.resources("AWS::IAM::Role")
+    out = {}
+    for lid, r in roles.items():
+        principal = r["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"]
+        if principal.get("Service") == "ec2.amazonaws.com":
+            out[next(t["Value"] for t in r["Properties"]["Tags"] if t["Key"] == "fleet")] = lid
+    return out
+
+
+def _statements_of(example: Synth, role_id: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for p in example.resources("AWS::IAM::Policy").values():
+        if {"Ref": role_id} in p["Properties"]["Roles"]:
+            out += _as_list(p["Properties"]["PolicyDocument"]["Statement"])
+    return out
+
+
+def test_fleet_roles_are_scoped(example: Synth) -> None:
+    m = load_manifest(example.manifest_path, check_files=False)
+    roles = _fleet_role_ids(example)
+    assert set(roles) == {"inf2", "g6"}
+    all_roles = example.resources("AWS::IAM::Role")
+    for fleet, role_id in roles.items():
+        assert "ManagedPolicyArns" not in all_roles[role_id]["Properties"], f"{fleet}: AWS-managed policy attached"
+        statements = _statements_of(example, role_id)
+        expected_ns = {cloudwatch_namespace(m.campaign, fleet)} | ({neuron_namespace(m.campaign, fleet)} if fleet == "inf2" else set())
+        for st in statements:
+            actions = set(_as_list(st["Action"]))
+            text = json.dumps(st)
+            if "cloudwatch:PutMetricData" in actions:
+                assert set(_as_list(st["Condition"]["StringEquals"]["cloudwatch:namespace"])) == expected_ns
+            if any(a.startswith("logs:") for a in actions):
+                own_group = next(k for k in example.resources("AWS::Logs::LogGroup") if k.startswith(f"Fleet{fleet}Logs"))
+                assert st["Resource"] != "*" and own_group in text
+                assert not (actions - {"logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"})
+            if any(a.startswith("ssm:GetParameter") for a in actions):
+                assert st["Resource"] != "*" and f"Fleet{fleet}" in text  # only the fleet's own config parameters
+        session = {a for st in statements for a in _as_list(st["Action"]) if a.startswith(("ssm:", "ssmmessages:"))}
+        assert {"ssm:UpdateInstanceInformation", "ssmmessages:OpenDataChannel", "ssmmessages:CreateControlChannel"} <= session
+
+
+def test_flow_log_delivery_is_allowed_explicitly(example: Synth) -> None:
+    flow = next(iter(example.resources("AWS::EC2::FlowLog").values()))["Properties"]
+    bucket_id = flow["LogDestination"]["Fn::Join"][1][0]["Fn::GetAtt"][0]  # {"Fn::Join": ["", [{"Fn::GetAtt": [ID, "Arn"]}, "/vpc-flow-logs/"]]}
+    policy = next(p for p in example.resources("AWS::S3::BucketPolicy").values() if p["Properties"]["Bucket"] == {"Ref": bucket_id})
+    statements = {st.get("Sid"): st for st in policy["Properties"]["PolicyDocument"]["Statement"]}
+    write = statements["FlowLogDeliveryWrite"]
+    assert write["Principal"] == {"Service": "delivery.logs.amazonaws.com"} and write["Action"] == "s3:PutObject"
+    assert "vpc-flow-logs/AWSLogs/" in json.dumps(write["Resource"])
+    assert write["Condition"]["StringEquals"]["s3:x-amz-acl"] == "bucket-owner-full-control"
+    assert write["Condition"]["StringEquals"]["aws:SourceAccount"] == {"Ref": "AWS::AccountId"}
+    assert set(_as_list(statements["FlowLogDeliveryAclCheck"]["Action"])) == {"s3:GetBucketAcl", "s3:ListBucket"}
+
+
+def test_results_bucket_expires_noncurrent_versions(example: Synth) -> None:
+    results = next(r for k, r in example.resources("AWS::S3::Bucket").items() if k.startswith("Results") and "AccessLogs" not in k)
+    assert results["Properties"]["VersioningConfiguration"]["Status"] == "Enabled"
+    rules = results["Properties"]["LifecycleConfiguration"]["Rules"]
+    assert [r["NoncurrentVersionExpiration"]["NoncurrentDays"] for r in rules] == [NONCURRENT_RESULTS_DAYS]
+    assert all("ExpirationInDays" not in r for r in rules)  # the current evidence never expires
+
+
+def test_prometheus_image_is_pinned_by_digest(example: Synth) -> None:
+    images = [
+        c["Image"] for t in example.resources("AWS::ECS::TaskDefinition").values() for c in t["Properties"]["ContainerDefinitions"]
+        if c["Name"] == "prometheus"
+    ]  # fmt: skip
+    assert images == [PROMETHEUS_IMAGE] and "@sha256:" in PROMETHEUS_IMAGE and ":v3.5.0@" in PROMETHEUS_IMAGE
