@@ -38,8 +38,9 @@ def cdk_argv(action: str, manifest_path: Path, extra: Sequence[str] = ()) -> lis
     return [npx, "cdk", action, "-c", f"manifest={manifest_path.resolve()}", *extra]
 
 
-def deploy(manifest_path: Path, *, approve: bool = False) -> int:
-    argv = cdk_argv("deploy", manifest_path, ["--require-approval", "never"] if approve else [])
+def deploy(manifest_path: Path, *, approve: bool = False, extra: Sequence[str] = ()) -> int:
+    """`extra`: more `cdk deploy` arguments (the fleets' AMI parameters from campaign.dlami)."""
+    argv = cdk_argv("deploy", manifest_path, [*(["--require-approval", "never"] if approve else []), *extra])
     return subprocess.call(argv, cwd=ROOT)
 
 

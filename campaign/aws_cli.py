@@ -19,9 +19,20 @@ def _session(region: str) -> Any:
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
+    from campaign.cloud_checks import cloud_issues
+    from campaign.dlami import cdk_parameter_args, parse_ami_overrides, resolve_amis
+    from campaign.manifest import ManifestError
+
     m = load_manifest(args.manifest)  # refuses to deploy an invalid manifest (exit 2 via ManifestError)
+    issues = cloud_issues(m)  # illustrative hashes/digests, gated model without a token: refused before any spend
+    if issues:
+        raise ManifestError(issues, args.manifest)
+    overrides = parse_ami_overrides(args.ami, [f.name for f in m.fleets])
+    amis = resolve_amis(m, _session(m.costs.region).client("ec2"), overrides)
+    for a in amis:
+        print(f"{a.fleet}: AMI {a.image_id} {a.name!r} ({a.how})")
     print(f"deploying {aws.stack_name(m)} (manifest {m.short_digest}) to {m.costs.region}")
-    return aws.deploy(Path(args.manifest), approve=args.yes)
+    return aws.deploy(Path(args.manifest), approve=args.yes, extra=cdk_parameter_args(amis))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -72,6 +83,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     d = sub.add_parser("deploy", help="npx cdk deploy the comparison environment (refuses an invalid manifest)")
     d.add_argument("manifest")
     d.add_argument("--yes", action="store_true", help="do not ask to approve IAM / security-group changes")
+    d.add_argument("--ami", action="append", metavar="FLEET=AMI_ID",
+                   help="the fleet's AMI id (repeatable); needed for NVIDIA fleets, whose DLAMI description names no driver")
     d.set_defaults(handler=cmd_deploy)
 
     r = sub.add_parser("run", help="print the Locust web UI URL of the deployed load generator")

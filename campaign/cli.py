@@ -26,7 +26,13 @@ def _load(path: str) -> Manifest:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     m = _load(args.manifest)
-    print(f"ok: {args.manifest} campaign={m.campaign} digest={m.digest}")
+    if args.target == "cloud":
+        from campaign.cloud_checks import cloud_issues
+
+        issues = cloud_issues(m)
+        if issues:
+            raise ManifestError(issues, args.manifest)
+    print(f"ok: {args.manifest} campaign={m.campaign} digest={m.digest} (checked for a {args.target} campaign)")
     return 0
 
 
@@ -61,6 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("validate", help="check a manifest; exit 2 listing every bad field")
     v.add_argument("manifest")
+    v.add_argument(
+        "--for", dest="target", choices=("local", "cloud"), default="local",
+        help="cloud: also refuse what a deploy cannot use (illustrative hashes/digests, a gated model without a token ARN, "
+             "a documentation-range operator CIDR); `deploy` runs these checks itself",
+    )  # fmt: skip
     v.set_defaults(handler=cmd_validate)
 
     pl = sub.add_parser("plan", help="memory fit, roofline decode ceiling, prefill estimate and price per fleet")

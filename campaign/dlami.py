@@ -18,13 +18,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from campaign import catalog
+from campaign.errors import EXIT_BAD_INPUT, CampaignError
 from campaign.manifest import Manifest
 
 _AMI_ID = re.compile(r"^ami-[0-9a-f]{8,17}$")
 
 
-class AmiNotFound(ValueError):
+class AmiNotFound(CampaignError, ValueError):
     """No AMI for a fleet; the message names the fleet and what to do."""
+
+    exit_code = EXIT_BAD_INPUT
 
 
 @dataclass(frozen=True)

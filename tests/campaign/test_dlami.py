@@ -11,8 +11,9 @@ from botocore.stub import Stubber
 from campaign.dlami import AmiNotFound, ami_parameter_name, cdk_parameter_args, parse_ami_overrides, resolve_amis
 from campaign.manifest import load_manifest
 
+NEURON_NAME = "Deep Learning Base Neuron AMI (Ubuntu 24.04)"
 NEURON_FILTERS = [
-    {"Name": "name", "Values": ["Deep Learning Base Neuron AMI (Ubuntu 24.04) *"]},
+    {"Name": "name", "Values": [f"{NEURON_NAME} *"]},
     {"Name": "description", "Values": ["*Neuron SDK 2.28.0*"]},
     {"Name": "architecture", "Values": ["x86_64"]},
     {"Name": "state", "Values": ["available"]},
@@ -32,16 +33,13 @@ def test_neuron_ami_is_the_newest_build_of_the_pinned_sdk_and_gpu_ami_is_given(e
     m = load_manifest(example_manifest_path, check_files=False)
     ec2 = _ec2()
     with Stubber(ec2) as stub:  # type: ignore[arg-type]
-        stub.add_response(
-            "describe_images",
-            {"Images": [
-                {"ImageId": "ami-0000000000000aaaa", "Name": "Deep Learning Base Neuron AMI (Ubuntu 24.04) 20260226", "CreationDate": "2026-02-26T00:00:00Z"},
-                {"ImageId": "ami-0000000000000bbbb", "Name": "Deep Learning Base Neuron AMI (Ubuntu 24.04) 20260310", "CreationDate": "2026-03-10T00:00:00Z"},
-            ]},  # fmt: skip
-            {"Owners": ["amazon"], "Filters": NEURON_FILTERS},
-        )
-        stub.add_response("describe_images", {"Images": [{"ImageId": "ami-0123456789abcdef0", "Name": "Deep Learning Base OSS Nvidia Driver GPU AMI"}]},
-                          {"ImageIds": ["ami-0123456789abcdef0"]})  # fmt: skip
+        neuron_images = [
+            {"ImageId": "ami-0000000000000aaaa", "Name": f"{NEURON_NAME} 20260226", "CreationDate": "2026-02-26T00:00:00Z"},
+            {"ImageId": "ami-0000000000000bbbb", "Name": f"{NEURON_NAME} 20260310", "CreationDate": "2026-03-10T00:00:00Z"},
+        ]
+        stub.add_response("describe_images", {"Images": neuron_images}, {"Owners": ["amazon"], "Filters": NEURON_FILTERS})
+        given = {"ImageId": "ami-0123456789abcdef0", "Name": "Deep Learning Base OSS Nvidia Driver GPU AMI"}
+        stub.add_response("describe_images", {"Images": [given]}, {"ImageIds": ["ami-0123456789abcdef0"]})
         resolved = resolve_amis(m, ec2, {"g6": "ami-0123456789abcdef0"})
         stub.assert_no_pending_responses()
     by = {r.fleet: r for r in resolved}

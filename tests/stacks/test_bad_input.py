@@ -9,9 +9,7 @@ import pytest
 import yaml
 
 from campaign.manifest import load_manifest
-from runtime.serving import definition_for
 from stacks.app_builder import pinned_context
-from stacks.fleet import ami_parameter_for
 from stacks.settings import REGION_AZS_CONTEXT_KEY, SynthInputError, settings_from_context
 from tests.stacks.conftest import EXAMPLE_MANIFEST
 
@@ -59,13 +57,12 @@ def test_unknown_instance_type_is_refused_by_field(tmp_path: Path) -> None:
         _settings(path)
 
 
-def test_instance_family_without_ami_mapping_is_refused_by_field() -> None:
-    m = load_manifest(EXAMPLE_MANIFEST)
-    g6 = m.fleets[1]
-    defn = definition_for(m, g6)
-    odd = m.model_copy(update={"fleets": (m.fleets[0], g6.model_copy(update={"instance_type": "g5g.xlarge"}))})
-    with pytest.raises(SynthInputError, match=r"fleets\[1\]\.instance_type: no AMI mapping for 'g5g.xlarge'"):
-        ami_parameter_for(odd, 1, defn)
+def test_sdk_without_a_host_stack_row_is_refused_by_field(tmp_path: Path) -> None:
+    # The AMI, driver and image of a fleet come from campaign.catalog.HOST_STACKS; an SDK release
+    # with no row there has no pinned AMI and fails synth by name instead of booting a `latest` AMI.
+    path = _variant(tmp_path, lambda d: d["fleets"][0]["serving"].update(sdk_version="2.31.0"))
+    with pytest.raises(SynthInputError, match=r"fleets\[0\]\.serving\.sdk_version: no compatibility row for aws-neuron SDK '2.31.0'"):
+        _settings(path)
 
 
 def test_bad_weights_uri_names_the_context_key() -> None:

@@ -1,0 +1,72 @@
+"""`validate --for cloud` / `deploy` refuse what a cloud deploy cannot use; the local campaign still accepts it."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from campaign.cloud_checks import ILLUSTRATIVE_VALUES, cloud_issues
+from campaign.manifest import load_manifest, manifest_from_data
+from tests.conftest import ROOT
+
+TOKEN_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:harness/hf-token-AbCdEf"
+REAL_LOOKING = "0" * 63 + "1"
+
+
+def _filled(data: dict[str, Any]) -> dict[str, Any]:
+    """The example with every illustrative value replaced, as an operator would fill it."""
+    data["model"]["weight_files"] = {name: f"{i:064x}" for i, name in enumerate(data["model"]["weight_files"], start=1)}
+    for f in data["fleets"]:
+        f["serving"]["image"] = f["serving"]["image"].split("@sha256:")[0] + "@sha256:" + REAL_LOOKING
+    data["model"]["hub_token_secret_arn"] = TOKEN_ARN
+    data["operator"]["cidr"] = "10.20.0.0/16"
+    return data
+
+
+def test_the_example_is_refused_for_cloud_naming_every_field(manifest_data: dict[str, Any]) -> None:
+    paths = [i.path for i in cloud_issues(manifest_from_data(manifest_data))]
+    assert paths == [
+        *(f"model.weight_files.model-0000{n}-of-00004.safetensors" for n in range(1, 5)),
+        "fleets[0].serving.image", "fleets[1].serving.image", "model.hub_token_secret_arn", "operator.cidr",
+    ]  # fmt: skip
+
+
+def test_a_filled_manifest_passes_and_s3_weights_need_no_token(manifest_data: dict[str, Any]) -> None:
+    filled = _filled(manifest_data)
+    assert cloud_issues(manifest_from_data(filled)) == []
+    filled["model"]["hub_token_secret_arn"] = None
+    assert [i.path for i in cloud_issues(manifest_from_data(filled))] == ["model.hub_token_secret_arn"]
+    assert cloud_issues(manifest_from_data(filled), weights_from_s3=True) == []
+
+
+def test_every_made_up_value_in_the_example_manifests_is_registered() -> None:
+    # Any 64-hex value in manifests/ other than a trace's real sha256 must be in ILLUSTRATIVE_VALUES,
+    # so a new example cannot ship a placeholder that `validate --for cloud` would let through.
+    for path in sorted((ROOT / "manifests").glob("*.yaml")):
+        m = load_manifest(path, check_files=False)
+        found = set(re.findall(r"\b[0-9a-f]{64}\b", path.read_text(encoding="utf-8"))) - {m.workload.trace.sha256}
+        assert found and found <= ILLUSTRATIVE_VALUES, f"{path.name}: unregistered {sorted(found - ILLUSTRATIVE_VALUES)}"
+
+
+def test_cli_validate_local_accepts_the_example_and_cloud_refuses_it(example_manifest_path: Path) -> None:
+    def run(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "campaign", "validate", str(example_manifest_path), *extra],
+                              capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+
+    local = run()
+    assert local.returncode == 0 and "checked for a local campaign" in local.stdout
+    cloud = run("--for", "cloud")
+    assert cloud.returncode == 2
+    assert "fleets[0].serving.image: illustrative digest from the example" in cloud.stderr
+    assert "model.hub_token_secret_arn: meta-llama/Meta-Llama-3-8B-Instruct is gated" in cloud.stderr
+
+
+def test_deploy_refuses_the_example_before_touching_aws(example_manifest_path: Path) -> None:
+    # No credentials, no npx needed: the refusal comes first, with the same field lines.
+    out = subprocess.run([sys.executable, "-m", "campaign", "deploy", str(example_manifest_path), "--yes"],
+                         capture_output=True, text=True, cwd=ROOT, env={"PATH": "/usr/bin:/bin"})  # fmt: skip
+    assert out.returncode == 2, out.stderr
+    assert "model.weight_files.model-00001-of-00004.safetensors: illustrative hash" in out.stderr
