@@ -243,6 +243,10 @@ def render_markdown(r: dict[str, Any]) -> str:
     if r.get("migration"):
         lines += ["", "## Migration ledger", ""]
         lines += [f"- {k}: {fmt(v, 2)} USD" for k, v in r["migration"]["items_usd"].items()]
+    if r.get("time_to_ready"):
+        lines += ["", "Time to ready (measured in the cloud run: instance launch -> first healthy target, minute resolution):", ""]
+        lines += [f"- {name}: {fmt(t['seconds'] / 60, 1)} min ({t['instances_launched']} instance(s) launched)"
+                  for name, t in r["time_to_ready"].items()]
     sens = r.get("sensitivity")
     if sens:
         lines += ["", "## Sensitivity (one input at a time)", "",
