@@ -90,3 +90,44 @@ def test_prometheus_image_is_pinned_by_digest(example: Synth) -> None:
         if c["Name"] == "prometheus"
     ]  # fmt: skip
     assert images == [PROMETHEUS_IMAGE] and "@sha256:" in PROMETHEUS_IMAGE and ":v3.5.0@" in PROMETHEUS_IMAGE
+
+
+def test_template_user_data_is_the_boot_script_the_boot_tests_run(example: Synth) -> None:
+    # tests/boot runs boot_script(...) in a sandbox; this ties that script to the synthesized launch templates.
+    from runtime.serving import definition_for
+    from stacks.fleet_boot import boot_script
+
+    m = load_manifest(example.manifest_path, check_files=False)
+    params = {lid: r["Properties"]["Name"] for lid, r in example.resources("AWS::SSM::Parameter").items()}
+    for lt in example.resources("AWS::EC2::LaunchTemplate").values():
+        parts = lt["Properties"]["LaunchTemplateData"]["UserData"]["Fn::Base64"]["Fn::Join"][1]
+        text = "".join(p if isinstance(p, str) else params[p["Ref"]] for p in parts)
+        for name in params.values():  # a parameter name is a token at synth, so shlex.quote quoted it: same in bash
+            text = text.replace(f"'{name}'", name)
+        fleet = next(f for f in m.fleets if f"/{f.name}/cloudwatch-agent" in text)
+        neuron = fleet.name == "inf2"
+        expected = boot_script(
+            definition_for(m, fleet),
+            driver_version=fleet.serving.driver_version,
+            region=m.costs.region,
+            agent_param=f"/harness/{m.campaign}/{fleet.name}/cloudwatch-agent",
+            neuron_monitor_param=f"/harness/{m.campaign}/{fleet.name}/neuron-monitor" if neuron else None,
+            neuron_namespace=neuron_namespace(m.campaign, fleet.name),
+        )
+        assert text == "#!/bin/bash\n" + "\n".join(expected)
+
+
+def test_prometheus_scrapes_each_stack_at_its_own_metrics_path(example: Synth) -> None:
+    from types import SimpleNamespace
+
+    from runtime.serving import definition_for
+    from stacks.observability import prometheus_config
+
+    m = load_manifest(example.manifest_path, check_files=False)
+    g6 = m.fleet("g6")
+    trt = g6.model_copy(update={"name": "g6trt", "serving": g6.serving.model_copy(update={"stack": "tensorrt-llm"})})
+    fleets = [SimpleNamespace(fleet=f, definition=definition_for(m, f)) for f in (m.fleet("inf2"), trt)]
+    config = prometheus_config(manifest=m, fleets=fleets, namespace="ns", region="us-east-1", remote_write_url="u")  # type: ignore[arg-type]
+    jobs = {j["job_name"]: j for j in config["scrape_configs"]}
+    assert jobs["serving-inf2"]["metrics_path"] == "/metrics"
+    assert jobs["serving-g6trt"]["metrics_path"] == "/prometheus/metrics"
