@@ -24,7 +24,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     from campaign.manifest import ManifestError
 
     m = load_manifest(args.manifest)  # refuses to deploy an invalid manifest (exit 2 via ManifestError)
-    issues = cloud_issues(m)  # illustrative hashes/digests, gated model without a token: refused before any spend
+    # Illustrative hashes/digests, a gated model without a token: refused before any spend.
+    issues = cloud_issues(m, weights_from_s3=bool(args.weights_s3_uri))
     if issues:
         raise ManifestError(issues, args.manifest)
     overrides = parse_ami_overrides(args.ami, [f.name for f in m.fleets])
@@ -32,7 +33,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     for a in amis:
         print(f"{a.fleet}: AMI {a.image_id} {a.name!r} ({a.how})")
     print(f"deploying {aws.stack_name(m)} (manifest {m.short_digest}) to {m.costs.region}")
-    return aws.deploy(Path(args.manifest), approve=args.yes, extra=cdk_parameter_args(amis))
+    context = ["-c", f"weights_s3_uri={args.weights_s3_uri}"] if args.weights_s3_uri else []
+    return aws.deploy(Path(args.manifest), approve=args.yes, extra=[*context, *cdk_parameter_args(amis)])
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -85,6 +87,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     d.add_argument("--yes", action="store_true", help="do not ask to approve IAM / security-group changes")
     d.add_argument("--ami", action="append", metavar="FLEET=AMI_ID",
                    help="the fleet's AMI id (repeatable); needed for NVIDIA fleets, whose DLAMI description names no driver")
+    d.add_argument("--weights-s3-uri", metavar="S3_URI",
+                   help="stage the checkpoint from s3://bucket/prefix/<commit>/ instead of the Hub (no hub token needed)")
     d.set_defaults(handler=cmd_deploy)
 
     r = sub.add_parser("run", help="print the Locust web UI URL of the deployed load generator")

@@ -29,7 +29,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if args.target == "cloud":
         from campaign.cloud_checks import cloud_issues
 
-        issues = cloud_issues(m)
+        issues = cloud_issues(m, weights_from_s3=bool(args.weights_s3_uri))
         if issues:
             raise ManifestError(issues, args.manifest)
     print(f"ok: {args.manifest} campaign={m.campaign} digest={m.digest} (checked for a {args.target} campaign)")
@@ -72,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="cloud: also refuse what a deploy cannot use (illustrative hashes/digests, a gated model without a token ARN, "
              "a documentation-range operator CIDR); `deploy` runs these checks itself",
     )  # fmt: skip
+    v.add_argument("--weights-s3-uri", metavar="S3_URI", help="with --for cloud: the weights come from S3, so a gated model needs no hub token")
     v.set_defaults(handler=cmd_validate)
 
     pl = sub.add_parser("plan", help="memory fit, roofline decode ceiling, prefill estimate and price per fleet")

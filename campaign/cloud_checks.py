@@ -47,7 +47,7 @@ def cloud_issues(m: Manifest, *, weights_from_s3: bool = False) -> list[Issue]:
     owner = m.model.repo.split("/", 1)[0]
     if owner in GATED_REPO_OWNERS and not m.model.hub_token_secret_arn and not weights_from_s3:
         issues.append(Issue("model.hub_token_secret_arn", f"{m.model.repo} is gated on the Hugging Face Hub: name the Secrets Manager "
-                                                          "secret holding a read token, or stage the weights in S3 (-c weights_s3_uri=...)"))
+                                                          "secret holding a read token, or stage the weights in S3 (--weights-s3-uri)"))
     net = ipaddress.ip_network(m.operator.cidr, strict=False)
     if any(net.version == d.version and net.subnet_of(d) for d in DOCUMENTATION_NETWORKS):  # type: ignore[arg-type]
         issues.append(Issue("operator.cidr", f"{m.operator.cidr} is a documentation range; set your office or VPN range"))

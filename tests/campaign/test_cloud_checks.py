@@ -70,3 +70,10 @@ def test_deploy_refuses_the_example_before_touching_aws(example_manifest_path: P
                          capture_output=True, text=True, cwd=ROOT, env={"PATH": "/usr/bin:/bin"})  # fmt: skip
     assert out.returncode == 2, out.stderr
     assert "model.weight_files.model-00001-of-00004.safetensors: illustrative hash" in out.stderr
+
+
+def test_cli_cloud_validation_with_weights_from_s3_drops_only_the_token_issue(example_manifest_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-m", "campaign", "validate", str(example_manifest_path), "--for", "cloud",
+                          "--weights-s3-uri", "s3://bucket/llama"], capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    assert out.returncode == 2
+    assert "hub_token_secret_arn" not in out.stderr and "model.weight_files" in out.stderr
