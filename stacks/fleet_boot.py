@@ -78,7 +78,7 @@ def _cloudwatch_agent(region: str, agent_param: str) -> list[str]:
         '|| { echo "CloudWatch agent key fingerprint mismatch"; exit 1; }',
         '  gpg --batch --verify "$CW_DIR/agent.deb.sig" "$CW_DIR/agent.deb"',
         '  dpkg -i -E "$CW_DIR/agent.deb"',
-        "  unset GNUPGHOME",
+        '  unset GNUPGHOME; rm -rf "$CW_DIR"',
         "fi",
         f"{ctl} -a fetch-config -m ec2 -s -c ssm:{shlex.quote(agent_param)}",
     ]

@@ -163,6 +163,10 @@ def test_boot_script_runs_end_to_end_in_a_sandbox(example: Manifest, fleet: str,
     assert not any("/latest/" in arg for c in downloads for arg in c)
     verify = next(i for i, c in enumerate(calls) if c[0] == "gpg" and "--verify" in c)
     assert verify < names.index("dpkg")
+    deb_download = next(c for c in downloads if c[-1].endswith(".deb"))
+    workdir = Path(deb_download[deb_download.index("-o") + 1]).parent
+    assert workdir.name.startswith("tmp")
+    assert not workdir.exists()  # the download directory (package, signature, keyring) is removed after the install
     # Driver check before the server starts.
     probe = "modinfo" if fleet == "inf2" else "nvidia-smi"
     assert names.index(probe) < names.index("docker")
