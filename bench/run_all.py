@@ -46,6 +46,7 @@ def main() -> int:
     _run("emulator capacity", [py, "bench/emulator_capacity.py", *(["--streams", "200"] if a.quick else [])])
     _run("loadgen capacity", [py, "bench/loadgen_capacity.py", *(["--rate", "10", "--seconds", "5"] if a.quick else [])])
     _run("TTFT vs peer tool (aiperf)", [py, "bench/peer_compare.py", *(["--seconds", "10"] if a.quick else [])])
+    _run("emulator vs published measurements", [py, "bench/calibration.py"])
     _run("analysis throughput", [py, "bench/analysis_throughput.py", *(["--records", "200000"] if a.quick else [])])
     _run("prompt synthesis", [py, "bench/prompt_build.py", *(["--runs", "1"] if a.quick else [])])
     t = synth_seconds(1 if a.quick else 3)

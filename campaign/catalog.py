@@ -6,7 +6,10 @@ so a wrong figure here moves every downstream result: keep the source next to it
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
 
 from campaign.errors import CampaignError
 
@@ -36,16 +39,20 @@ class Accelerator:
 INFERENTIA2 = Accelerator(
     name="Inferentia2",
     vendor="aws-neuron",
-    board_memory_gb=32.0,
-    # 32 GB HBM2e per chip split over 2 NeuronCores-v2: 16 GB = 14.9 GiB per core.
-    shard_visible_gib=16 * GB / GIB,
-    shard_bandwidth_gbs=820.0 / 2,
+    # The Neuron architecture page states binary units: 32 GiB HBM and 820 GiB/s per chip
+    # (earlier doc versions, e.g. v2.9.1, wrote "32GB" and "820 GB/sec").
+    board_memory_gb=32 * GIB / GB,
+    # Split over 2 NeuronCores-v2: 16 GiB and 410 GiB/s each.
+    shard_visible_gib=32.0 / 2,
+    shard_bandwidth_gbs=820 * GIB / GB / 2,
     # 190 TFLOPS FP16/BF16 per chip (inf2.48xlarge: 12 chips, 2.3 PFLOPS).
     shard_bf16_tflops=190.0 / 2,
     shards_per_device=2,
     tdp_watts=None,
     sources=(
-        "AWS Neuron docs, Inferentia2 architecture: 32 GB HBM2e, 820 GB/s, 2 NeuronCores-v2 per chip",
+        "AWS Neuron docs, Inferentia2 architecture (latest and v2.29.1): 32 GiB HBM, 820 GiB/sec, "
+        "2 NeuronCores-v2 and 190 FP16/BF16 TFLOPS per chip: https://awsdocs-neuron.readthedocs-hosted.com/"
+        "en/latest/general/arch/neuron-hardware/inferentia2.html",
         "AWS EC2 Inf2 product page: up to 2.3 PFLOPS FP16/BF16 on inf2.48xlarge (12 chips)",
     ),
 )
@@ -268,4 +275,54 @@ def host_stack_issues(vendor: str, sdk_version: str, driver_version: str, image:
     tag = image.split("@", 1)[0].rsplit("/", 1)[-1].partition(":")[2]
     if row.image_tag_marker and tag and row.image_tag_marker not in tag:
         out.append(("image", f"tag {tag!r} is not an SDK {sdk_version} image (documented: {row.documented_image})"))
+# --- efficiencies fitted on published measurements --------------------------------------------
+
+CALIBRATION_FILE = Path(__file__).resolve().parent.parent / "data" / "calibration" / "efficiency.json"
+
+
+@dataclass(frozen=True)
+class CalibratedEfficiency:
+    """One group's fitted efficiencies and the published rows they were fitted on."""
+
+    name: str
+    vendor: str
+    stacks: tuple[str, ...]
+    bandwidth: float
+    compute: float
+    step_overhead_ms: float
+    request_overhead_ms: float
+    rows: tuple[str, ...]  # ids in data/calibration/published.csv
+    method: str
+
+    @property
+    def provenance(self) -> str:
+        return f"calibration {self.name!r}: fitted on {', '.join(self.rows)} (data/calibration/published.csv)"
+
+
+def calibrated_efficiency(name: str, path: Path = CALIBRATION_FILE) -> CalibratedEfficiency:
+    groups = _calibration_groups(path)
+    try:
+        return groups[name]
+    except KeyError:
+        raise KeyError(f"no calibration group {name!r} in {path.name}; known: {', '.join(sorted(groups)) or 'none'}") from None
+
+
+@lru_cache(maxsize=4)
+def _calibration_groups(path: Path) -> dict[str, CalibratedEfficiency]:
+    if not path.is_file():
+        return {}
+    data = json.loads(path.read_text())
+    out: dict[str, CalibratedEfficiency] = {}
+    for name, g in data["groups"].items():
+        out[name] = CalibratedEfficiency(
+            name=name,
+            vendor=g["vendor"],
+            stacks=tuple(g["stacks"]),
+            bandwidth=float(g["bandwidth"]),
+            compute=float(g["compute"]),
+            step_overhead_ms=float(g["step_overhead_ms"]),
+            request_overhead_ms=float(g["request_overhead_ms"]),
+            rows=tuple(g["rows"]),
+            method=g["method"],
+        )
     return out

@@ -118,10 +118,42 @@ class Asg(_Frozen):
 
 
 class Efficiency(_Frozen):
-    """Fraction of the roofline a real stack reaches (seed: 60-80% of theoretical)."""
+    """Fraction of the roofline a real stack reaches, and its fixed costs per scheduler step.
 
+    Either `calibration` names a group fitted on published measurements
+    (data/calibration/efficiency.json, written by `bench/calibration.py --fit`), or the numbers
+    are given here (assumed: the seed's 60-80% of theoretical), never both.
+    """
+
+    calibration: str | None = None
     bandwidth: Annotated[float, Field(gt=0, le=1)] = 0.7
     compute: Annotated[float, Field(gt=0, le=1)] = 0.5
+    step_overhead_ms: NonNeg = 0.0  # every forward pass (launch, collectives, sampling)
+    # per request, before it reaches the scheduler (HTTP, tokenizing, scheduling): adds to TTFT,
+    # does not occupy the accelerator
+    request_overhead_ms: NonNeg = 0.0
+
+    @model_validator(mode="after")
+    def _either_calibration_or_numbers(self) -> Efficiency:
+        numbers = self.model_fields_set - {"calibration"}
+        if self.calibration is not None and numbers:
+            raise ValueError(f"calibration {self.calibration!r} supplies the figures; drop {', '.join(sorted(numbers))}")
+        return self
+
+    def resolved(self) -> ResolvedEfficiency:
+        if self.calibration is None:
+            return ResolvedEfficiency(self.bandwidth, self.compute, self.step_overhead_ms, self.request_overhead_ms, "manifest (assumed)")
+        c = catalog.calibrated_efficiency(self.calibration)
+        return ResolvedEfficiency(c.bandwidth, c.compute, c.step_overhead_ms, c.request_overhead_ms, c.provenance)
+
+
+@dataclass(frozen=True)
+class ResolvedEfficiency:
+    bandwidth: float
+    compute: float
+    step_overhead_ms: float
+    request_overhead_ms: float
+    provenance: str
 
 
 class Fleet(_Frozen):
@@ -658,6 +690,15 @@ def semantic_issues(m: Manifest, *, check_files: bool = True) -> list[Issue]:
                 issues.append(Issue(f"{at}.sequence_buckets", f"largest bucket {f.sequence_buckets[-1]} < max_model_len {f.max_model_len}"))
         elif it.accelerator.vendor == "aws-neuron":
             issues.append(Issue(f"{at}.sequence_buckets", "Neuron compiles per sequence bucket; list them"))
+        cal = f.efficiency.calibration
+        if cal is not None:
+            try:
+                group = catalog.calibrated_efficiency(cal)
+            except KeyError as exc:
+                issues.append(Issue(f"{at}.efficiency.calibration", str(exc.args[0])))
+            else:
+                if group.vendor != it.accelerator.vendor:
+                    issues.append(Issue(f"{at}.efficiency.calibration", f"{cal!r} was fitted on {group.vendor} rows, not {it.accelerator.name}"))
         ft = fit(m, f)
         if not ft.fits:
             issues.append(

@@ -2,8 +2,9 @@
 
 Decode is memory-bound: every step streams all weights (plus the batch's KV cache) from
 accelerator memory, so tokens/s per sequence <= bandwidth / bytes read per step. Prefill is
-compute-bound: about 2 x params FLOPs per prompt token. These are ceilings, then scaled by
-the manifest's efficiency (the seed's 60-80% of theoretical).
+compute-bound: about 2 x params FLOPs per prompt token. These are ceilings (campaign/roofline.py),
+then scaled by the fleet's efficiency: fitted on published measurements when the manifest names
+a calibration group, else the manifest's assumed numbers. The plan says which.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from campaign import catalog, prices
-from campaign.manifest import Fleet, Manifest, fit, kv_bytes_per_token, weight_bytes
+from campaign.manifest import Fleet, Manifest, fit
+from campaign.roofline import Roofline
 
 # Loading a checkpoint (and, on Neuron, tracing + compiling it) holds the weights in host memory
 # at least once more beside the runtime: weights above half the host's RAM are at risk. Reports:
@@ -33,9 +35,11 @@ class FleetPlan:
     visible_gib: float
     bandwidth_gbs: float
     decode_ceiling_tok_s: float  # batch 1, weights only (seed formula), 100% bandwidth
-    decode_expected_tok_s: float  # batch 1 at the manifest's bandwidth efficiency
+    decode_expected_tok_s: float  # batch 1 at the fleet's bandwidth efficiency and step overhead
     batch_decode_tok_s: float  # at max_concurrency, half-full contexts, with efficiency
-    prefill_s: float  # max_input_tokens prompt, at the manifest's compute efficiency
+    prefill_s: float  # max_input_tokens prompt, at the fleet's compute efficiency, plus overheads
+    efficiency: str  # e.g. "bandwidth 0.58, compute 0.19, step 18.8 ms, request 121 ms"
+    efficiency_source: str  # the calibration group and its rows, or "manifest (assumed)"
     hourly_usd: float | None
     price_provenance: str
     host_memory_gib: float = 0.0
@@ -46,14 +50,11 @@ class FleetPlan:
 
 
 def decode_step_s(m: Manifest, f: Fleet, batch: int, mean_context: float, efficiency: float) -> float:
-    it = catalog.instance(f.instance_type)
-    bytes_read = weight_bytes(m) + kv_bytes_per_token(m) * batch * mean_context
-    return bytes_read / (it.bandwidth_gbs(f.tensor_parallel) * 1e9 * efficiency)
+    return Roofline.for_fleet(m, f).memory_s(batch * mean_context, efficiency)
 
 
 def prefill_s(m: Manifest, f: Fleet, prompt_tokens: int, efficiency: float) -> float:
-    it = catalog.instance(f.instance_type)
-    return 2 * m.model.params_b * 1e9 * prompt_tokens / (it.bf16_tflops(f.tensor_parallel) * 1e12 * efficiency)
+    return Roofline.for_fleet(m, f).compute_s(prompt_tokens, efficiency)
 
 
 def host_memory_warning(m: Manifest, f: Fleet) -> str | None:
@@ -78,7 +79,8 @@ def plan_fleet(m: Manifest, f: Fleet) -> FleetPlan:
     it = catalog.instance(f.instance_type)
     ft = fit(m, f)
     bw = it.bandwidth_gbs(f.tensor_parallel)
-    eff = f.efficiency
+    eff = f.efficiency.resolved()
+    step = eff.step_overhead_ms / 1000
     rc = m.workload.request_class
     half_ctx = rc.max_input_tokens + rc.max_output_tokens / 2
     try:
@@ -98,10 +100,13 @@ def plan_fleet(m: Manifest, f: Fleet) -> FleetPlan:
         reserve_gib=round(ft.reserve_gib, 2),
         visible_gib=round(ft.visible_gib, 2),
         bandwidth_gbs=bw,
-        decode_ceiling_tok_s=bw * 1e9 / weight_bytes(m),
-        decode_expected_tok_s=1.0 / decode_step_s(m, f, 1, 0, eff.bandwidth),
-        batch_decode_tok_s=f.max_concurrency / decode_step_s(m, f, f.max_concurrency, half_ctx, eff.bandwidth),
-        prefill_s=prefill_s(m, f, rc.max_input_tokens, eff.compute),
+        decode_ceiling_tok_s=Roofline.for_fleet(m, f).decode_ceiling_tok_s(),
+        decode_expected_tok_s=1.0 / (decode_step_s(m, f, 1, 0, eff.bandwidth) + step),
+        batch_decode_tok_s=f.max_concurrency / (decode_step_s(m, f, f.max_concurrency, half_ctx, eff.bandwidth) + step),
+        prefill_s=prefill_s(m, f, rc.max_input_tokens, eff.compute) + step + eff.request_overhead_ms / 1000,
+        efficiency=f"bandwidth {eff.bandwidth:.2f}, compute {eff.compute:.2f}, step overhead {eff.step_overhead_ms:.1f} ms, "
+        f"request overhead {eff.request_overhead_ms:.0f} ms",
+        efficiency_source=eff.provenance,
         hourly_usd=hourly,
         price_provenance=prov,
         host_memory_gib=float(it.memory_gib),
@@ -124,6 +129,8 @@ def render_text(m: Manifest, plans: list[FleetPlan]) -> str:
             f"  decode   ceiling {p.decode_ceiling_tok_s:.1f} tok/s at batch 1 ({p.bandwidth_gbs:.0f} GB/s), "
             f"expected {p.decode_expected_tok_s:.1f}; batch {m.fleet(p.fleet).max_concurrency}: {p.batch_decode_tok_s:.0f} tok/s",
             f"  prefill  {p.prefill_s * 1000:.0f} ms for {m.workload.request_class.max_input_tokens} prompt tokens",
+            f"  efficiency {p.efficiency}",
+            f"           from {p.efficiency_source}",
             "  price    " + (f"${p.hourly_usd:.4f}/h ({p.price_provenance})" if p.hourly_usd is not None else p.price_provenance),
             "",
         ]

@@ -14,7 +14,8 @@ Sources (checked while writing; re-check on every version bump):
   in 0.11), vllm:e2e_request_latency_seconds, vllm:request_queue_time_seconds,
   vllm:prompt_tokens_total, vllm:generation_tokens_total,
   vllm:request_success_total{finished_reason}, vllm:num_requests_running,
-  vllm:num_requests_waiting, vllm:kv_cache_usage_perc (was vllm:gpu_cache_usage_perc).
+  vllm:num_requests_waiting, vllm:kv_cache_usage_perc (was vllm:gpu_cache_usage_perc),
+  vllm:prefix_cache_queries_total and vllm:prefix_cache_hits_total (tokens).
   https://docs.vllm.ai/en/latest/design/metrics.html
 - vLLM on Neuron, SDK 2.28.0 (aws-neuron/aws-neuron-sdk@86a9286833dc2a1cd23b674f7081061924aa587a, tag v2.28.0):
   libraries/nxd-inference/developer_guides/vllm-user-guide-v1.rst: Neuron options go through
@@ -77,6 +78,9 @@ VLLM_METRICS: Mapping[str, str] = MappingProxyType(
         "running": "vllm:num_requests_running",
         "waiting": "vllm:num_requests_waiting",
         "kv_cache_usage": "vllm:kv_cache_usage_perc",
+        # Counters in prompt tokens (V1 engine, vllm/v1/metrics/loggers.py); hit rate = hits / queries.
+        "prefix_cache_queries": "vllm:prefix_cache_queries_total",
+        "prefix_cache_hits": "vllm:prefix_cache_hits_total",
     }
 )
 

@@ -21,6 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from campaign import tokenizer as tok
 from runtime.emulator import faults as fault_draw
 from runtime.emulator.config import EmulatorConfig
+from runtime.emulator.engine import block_hashes
 from runtime.emulator.metrics import EmulatorMetrics
 from runtime.emulator.protocol import ApiError, ParsedRequest, parse
 from runtime.emulator.scheduler import Scheduler, Sequence
@@ -112,8 +113,9 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
     faults = fault_draw.draw(cfg.faults, app[_COUNTER][0], req.max_tokens)
     if faults.error:
         raise ApiError("injected fault: internal server error", type_="internal_server_error", status=500, code="injected_fault")
-    seq = Sequence(req.prompt_tokens, req.max_tokens, TokenStream(req.seed, req.prompt, req.stop), faults, arrival)
     scheduler = app[SCHEDULER]
+    hashes = block_hashes(req.prompt_pieces) if scheduler.timing.policy.prefix_caching else None
+    seq = Sequence(req.prompt_tokens, req.max_tokens, TokenStream(req.seed, req.prompt, req.stop), faults, arrival, hashes)
     scheduler.submit(seq)
     rid = request.headers.get("X-Request-Id")
     written: list[float] = []  # loop time once the first token's frame was handed to the socket
@@ -132,6 +134,7 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
                     "first_token_written": written[0] if written else None,
                     "last_token_emitted": seq.last_token_at or None,
                     "tokens": seq.generated,
+                    "prefix_cached_tokens": seq.cached_tokens,
                     "finish_reason": seq.finish_reason,
                 }
             )
@@ -178,9 +181,12 @@ async def _stream(
 
 
 async def _write(resp: web.StreamResponse, out: list[bytes], sent: int, written: list[float]) -> None:
-    await resp.write(b"".join(out))
+    # Stamped before the await: write() hands the bytes to the transport before it first yields,
+    # and the coroutine may resume only after other handlers ran (a busy loop stamped it up to
+    # 14 ms after the client had the token, so a later stamp would overstate the server's TTFT).
     if sent and not written:
         written.append(asyncio.get_running_loop().time())
+    await resp.write(b"".join(out))
 
 
 async def _whole(request: web.Request, req: ParsedRequest, seq: Sequence, cfg: EmulatorConfig) -> web.StreamResponse:

@@ -41,6 +41,10 @@ class EmulatorMetrics:
         self.success = {reason: self._success.labels(model_name, reason) for reason in ("stop", "length", "abort")}
         self.running = Gauge(n["running"], "Number of requests in model execution batches.", lbl, registry=r).labels(model_name)
         self.waiting = Gauge(n["waiting"], "Number of requests waiting to be processed.", lbl, registry=r).labels(model_name)
+        self.prefix_queries = Counter(_base(n["prefix_cache_queries"]), "Prefix cache queries, in terms of number of queried tokens.", lbl,
+                                      registry=r).labels(model_name)  # fmt: skip
+        self.prefix_hits = Counter(_base(n["prefix_cache_hits"]), "Prefix cache hits, in terms of number of cached tokens.", lbl,
+                                   registry=r).labels(model_name)  # fmt: skip
         self.kv_usage = Gauge(n["kv_cache_usage"], "KV-cache usage. 1 means 100 percent usage.", lbl, registry=r).labels(model_name)
         # Emulator-only: how late the scheduler woke against the model's step schedule.
         self.step_lag = Histogram("emulator_step_lag_seconds", "Actual minus scheduled step end.", lbl, registry=r, buckets=STEP_LAG_BUCKETS).labels(

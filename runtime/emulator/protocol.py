@@ -35,6 +35,7 @@ class ParsedRequest:
     include_usage: bool
     stop: tuple[str, ...]
     seed: int
+    prompt_pieces: tuple[str, ...] = ()  # the tokenized prompt (the prefix cache hashes it)
 
 
 def _text_content(content: Any, i: int) -> str:
@@ -94,7 +95,8 @@ def parse(body: Any, cfg: EmulatorConfig, tokenizer: Tokenizer, *, chat: bool) -
     if n != 1:
         raise ApiError("only n=1 is supported", param="n")
     prompt = _prompt_of(body, cfg, chat)
-    prompt_tokens = tokenizer.count(prompt)
+    pieces = tuple(tokenizer.encode(prompt))  # one pass: counted here, hashed by the prefix cache
+    prompt_tokens = len(pieces)
     limit = cfg.fleet.max_model_len
     if prompt_tokens >= limit:
         raise ApiError(
@@ -131,5 +133,5 @@ def parse(body: Any, cfg: EmulatorConfig, tokenizer: Tokenizer, *, chat: bool) -
     return ParsedRequest(
         chat=chat, prompt=prompt, prompt_tokens=prompt_tokens, max_tokens=max_tokens, stream=stream,
         include_usage=bool(opts.get("include_usage", False)), stop=stops,
-        seed=cfg.manifest.generation.seed if seed is None else seed,
+        seed=cfg.manifest.generation.seed if seed is None else seed, prompt_pieces=pieces,
     )  # fmt: skip

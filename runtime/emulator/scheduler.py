@@ -1,52 +1,40 @@
-"""Continuous batching against the monotonic clock.
+"""The live emulator's scheduler: the clock-free Engine (engine.py) paced by the event loop.
 
-One loop owns the batch. Each step: admit waiting sequences (FIFO) while the batch has a
-free slot (max_concurrency) and the KV cache can hold the newcomer's prompt + max_tokens
-(reserved up front, so no preemption is needed); price the step with the timing model;
-sleep until the step's scheduled end; emit one token to every running sequence. The next
-step is scheduled from the previous step's *scheduled* end, so wake-up jitter never
-accumulates into drift; the gap between actual and scheduled end is recorded as step lag.
+Each data-parallel replica is one Engine with its own loop task; requests are handed out
+round-robin. A loop plans a step, sleeps until the step's scheduled end, completes it and
+emits the tokens it produced. The next step is scheduled from the previous step's *scheduled*
+end, so wake-up jitter never accumulates into drift; the gap between actual and scheduled end
+is recorded as step lag. A request reaches its replica after the fleet's per-request host
+overhead (TimingModel.admission_delay_s), exactly as in the simulated-time replays.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections import deque
 from dataclasses import dataclass, field
 
+from runtime.emulator.engine import Engine, EngineSeq
 from runtime.emulator.faults import RequestFaults
 from runtime.emulator.metrics import EmulatorMetrics
 from runtime.emulator.textgen import TokenStream
 from runtime.emulator.timing import TimingModel
 
 
-class Sequence:
+class Sequence(EngineSeq):
     """One request's generation state, shared by the scheduler (producer) and its handler."""
 
-    def __init__(self, prompt_tokens: int, max_tokens: int, stream: TokenStream, faults: RequestFaults, arrival: float):
-        self.prompt_tokens = prompt_tokens
-        self.max_tokens = max_tokens
+    def __init__(self, prompt_tokens: int, max_tokens: int, stream: TokenStream, faults: RequestFaults, arrival: float,
+                 block_hashes: tuple[int, ...] | None = None):  # fmt: skip
+        super().__init__(prompt_tokens, max_tokens, arrival, block_hashes)
         self.stream = stream
         self.faults = faults
-        self.arrival = arrival
-        self.context = prompt_tokens
-        self.generated = 0
         self.resume_at = 0.0
-        self.first_token_at: float | None = None
-        self.last_token_at = 0.0
-        self.finish_reason: str | None = None
-        self.cancelled = False
         self._pending: list[tuple[str, str | None]] = []
         self._waiter: asyncio.Future[None] | None = None
 
-    @property
-    def kv_need(self) -> int:
-        return self.prompt_tokens + self.max_tokens
-
-    @property
-    def finished(self) -> bool:
-        return self.finish_reason is not None or self.cancelled
+    def ready(self, now: float) -> bool:
+        return self.resume_at <= now
 
     def push(self, text: str, finish_reason: str | None) -> None:
         self._pending.append((text, finish_reason))
@@ -78,78 +66,70 @@ class Scheduler:
     def __init__(self, timing: TimingModel, metrics: EmulatorMetrics):
         self.timing = timing
         self.metrics = metrics
-        self.waiting: deque[Sequence] = deque()
-        self.running: list[Sequence] = []
-        self.kv_reserved = 0
+        self.engines = [Engine(timing) for _ in range(max(1, timing.replicas))]
         self.stats = StepStats()
-        self._wakeup = asyncio.Event()
+        self._wakeups = [asyncio.Event() for _ in self.engines]
+        self._next = 0
+        self._reported = [(0, 0) for _ in self.engines]  # prefix-cache (queries, hits) already counted
 
     def submit(self, seq: Sequence) -> None:
-        self.waiting.append(seq)
-        self.metrics.waiting.set(len(self.waiting))
-        self._wakeup.set()
+        i = self._next % len(self.engines)
+        self._next += 1
+        delay = self.timing.admission_delay_s
+        if delay > 0:
+            asyncio.get_running_loop().call_at(seq.arrival + delay, self._enqueue, i, seq)
+        else:
+            self._enqueue(i, seq)
+
+    def _enqueue(self, i: int, seq: Sequence) -> None:
+        if seq.cancelled:
+            return
+        self.engines[i].submit(seq)
+        self._gauges()
+        self._wakeups[i].set()
 
     def cancel(self, seq: Sequence) -> None:
         """The client went away (or a fault cut it off): free its slot at the next step."""
         if seq.finished:
             return
-        seq.cancelled = True
         self.metrics.success["abort"].inc()
-        with contextlib.suppress(ValueError):  # running: dropped at the next step boundary
-            self.waiting.remove(seq)
-        self.metrics.waiting.set(len(self.waiting))
+        for e in self.engines:
+            e.cancel(seq)
+        self._gauges()
 
-    def _admit(self, at: float) -> tuple[list[Sequence], int]:
-        new: list[Sequence] = []
-        prefill = 0
-        t = self.timing
-        while self.waiting and len(self.running) + len(new) < t.max_concurrency:
-            seq = self.waiting[0]
-            # An empty engine always admits, so one oversized request cannot wedge the queue.
-            if self.kv_reserved + seq.kv_need > t.kv_capacity_tokens and (self.running or new):
-                break
-            self.waiting.popleft()
-            self.kv_reserved += seq.kv_need
-            self.metrics.queue.observe(max(0.0, at - seq.arrival))
-            self.metrics.prompt_tokens.inc(seq.prompt_tokens)
-            seq.resume_at = at + seq.faults.first_token_delay_s
-            new.append(seq)
-            prefill += seq.prompt_tokens
-        return new, prefill
-
-    def _release_finished(self) -> None:
-        keep: list[Sequence] = []
-        for seq in self.running:
-            if seq.finished:
-                self.kv_reserved -= seq.kv_need
-            else:
-                keep.append(seq)
-        self.running = keep
+    def _gauges(self) -> None:
+        m = self.metrics
+        m.waiting.set(sum(len(e.waiting) for e in self.engines))
+        m.running.set(sum(sum(1 for s in e.running if not s.finished) for e in self.engines))
+        m.kv_usage.set(max(e.kv_usage for e in self.engines))
 
     async def run(self) -> None:
+        await asyncio.gather(*(self._run_replica(i) for i in range(len(self.engines))))
+
+    async def _run_replica(self, i: int) -> None:
         loop = asyncio.get_running_loop()
-        m = self.metrics
+        engine, wakeup, m = self.engines[i], self._wakeups[i], self.metrics
         step_end = loop.time()
         while True:
-            self._release_finished()
-            if not self.running and not self.waiting:
-                m.running.set(0)
-                m.kv_usage.set(0)
-                self._wakeup.clear()
-                await self._wakeup.wait()
-                # An idle engine starts on the request's arrival, not when this loop got to
-                # run after the handler parsed and tokenized the body.
-                step_end = min(loop.time(), self.waiting[0].arrival) if self.waiting else loop.time()
+            step = engine.plan(step_end) if engine.has_work() else None
+            if step is None:
+                self._gauges()
+                wakeup.clear()
+                await wakeup.wait()
+                # An idle engine starts when the request became visible to it, not when this
+                # loop got to run after the handler parsed and tokenized the body.
+                first = engine.waiting[0] if engine.waiting else None
+                step_end = min(loop.time(), first.arrival + self.timing.admission_delay_s) if first is not None else loop.time()
+                continue
             start = step_end
-            new, prefill = self._admit(start)
-            context = sum(s.context for s in self.running) + prefill
-            duration = self.timing.step_s(context, prefill, len(self.running))
-            self.running.extend(new)
-            m.running.set(len(self.running))
-            m.waiting.set(len(self.waiting))
-            m.kv_usage.set(min(1.0, context / self.timing.kv_capacity_tokens) if self.timing.kv_capacity_tokens else 1.0)
-
-            step_end = start + duration
+            for seq in step.admitted:
+                m.queue.observe(max(0.0, start - seq.arrival))
+                m.prompt_tokens.inc(seq.prompt_tokens)
+                if isinstance(seq, Sequence):
+                    seq.resume_at = start + seq.faults.first_token_delay_s
+            self._count_prefix(i)
+            self._gauges()
+            step_end = start + step.duration
             # epoll rounds timeouts up to whole milliseconds: sleep to 1 ms short, then yield
             # until the step's end, so wake-ups land on time. Always yields at least once,
             # even when behind schedule, so handlers keep running.
@@ -161,21 +141,25 @@ class Scheduler:
             st = self.stats
             st.steps += 1
             st.lags.append(lag)
-            st.step_s.append(duration)
-            st.batch.append(len(self.running))
+            st.step_s.append(step.duration)
+            st.batch.append(step.batch)
             m.step_lag.observe(max(0.0, lag))
-            m.generation_tokens.inc(self._emit(now))
+            emitted = engine.complete(step, now)
+            m.generation_tokens.inc(self._emit(emitted, now))
 
-    def _emit(self, now: float) -> int:
+    def _count_prefix(self, i: int) -> None:
+        e = self.engines[i]
+        q0, h0 = self._reported[i]
+        if e.prefix_queries != q0:
+            self.metrics.prefix_queries.inc(e.prefix_queries - q0)
+            self.metrics.prefix_hits.inc(e.prefix_hits - h0)
+            self._reported[i] = (e.prefix_queries, e.prefix_hits)
+
+    def _emit(self, emitted: list[EngineSeq], now: float) -> int:
         m = self.metrics
-        emitted = 0
-        for seq in self.running:
-            if seq.finished or seq.resume_at > now:
-                continue
+        for seq in emitted:
+            assert isinstance(seq, Sequence)
             text, stopped = seq.stream.next_token()
-            seq.generated += 1
-            seq.context += 1
-            emitted += 1
             if seq.generated == 1:
                 seq.first_token_at = now
                 m.ttft.observe(now - seq.arrival)
@@ -195,4 +179,4 @@ class Scheduler:
                 m.e2e.observe(now - seq.arrival)
                 m.success[finish].inc()
             seq.push(text, finish)
-        return emitted
+        return len(emitted)

@@ -1,55 +1,99 @@
-"""The roofline timing model of one instance, from campaign.catalog and campaign.plan figures.
+"""What one scheduler step of one emulated server costs, from the roofline (campaign/roofline.py).
 
-One scheduler step runs every admitted sequence once. It costs the larger of
-- memory time: (weight bytes + KV bytes of every running context) / (bandwidth x efficiency),
-  the same formula as campaign.plan.decode_step_s, and
-- compute time: 2 x params x (new prompt tokens + one token per decoding sequence)
-  / (BF16 TFLOPS x efficiency), the same formula as campaign.plan.prefill_s.
-A lone request therefore sees TTFT = max(decode_step_s(1, prompt), prefill_s(prompt)) and
-ITL = decode_step_s(1, context) at low load.
+A step runs one forward pass over its batch and costs
+    max(memory time, compute time) + step overhead
+where memory time reads every weight plus the KV cache the step attends over, and compute time
+is 2 x params x (prompt tokens encoded + one token per decoding sequence). The efficiencies and
+overheads are the fleet's (manifest numbers, or a calibration group fitted on published
+measurements); a fixed per-request host overhead delays a request's admission without occupying
+the accelerator. Which work a step contains is the serving stack's business: runtime/emulator/stacks.py
+and engine.py.
 """
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 from campaign import catalog
-from campaign.manifest import Fleet, Manifest, default_reserve_gib, kv_bytes_per_token, weight_bytes
+from campaign.manifest import Fleet, Manifest, ResolvedEfficiency, default_reserve_gib
+from campaign.roofline import Roofline
+from runtime.emulator.stacks import StackPolicy, neuron_buckets, policy_for
+
+PAGE_TOKENS = 16  # vLLM's default KV block size; the prefix cache hashes blocks of this many tokens
 
 
 @dataclass(frozen=True)
 class TimingModel:
-    weight_bytes: float
-    kv_bytes_per_token: float
-    bandwidth_bytes_s: float  # effective, after the manifest's efficiency
-    flops: float  # effective BF16 FLOP/s
-    params: float
-    kv_capacity_tokens: int  # (visible - weights - reserve) / KV bytes per token
-    max_concurrency: int
+    roofline: Roofline
+    efficiency: ResolvedEfficiency
+    policy: StackPolicy
+    max_concurrency: int  # max_num_seqs of one replica
     max_model_len: int
+    buckets: tuple[int, ...]  # compiled prefill buckets (Neuron); empty: no padding
+    kv_capacity_tokens: int  # one replica's KV cache, in tokens
+    replicas: int = 1  # data-parallel servers behind the instance's one endpoint
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        instance_type: str,
+        tensor_parallel: int,
+        roofline: Roofline,
+        efficiency: ResolvedEfficiency,
+        stack: str,
+        max_num_seqs: int,
+        max_model_len: int,
+        buckets: tuple[int, ...] = (),
+        reserve_gib: float | None = None,
+        replicas: int = 1,
+    ) -> TimingModel:
+        it = catalog.instance(instance_type)
+        policy = policy_for(stack, it.accelerator.vendor)
+        if policy.kv_layout == "contiguous":
+            # One max_model_len block per compiled batch slot: capacity is max_num_seqs sequences.
+            kv = max_num_seqs * max_model_len
+        else:
+            reserve = reserve_gib if reserve_gib is not None else default_reserve_gib(it, tensor_parallel)
+            usable = it.visible_gib(tensor_parallel) * policy.memory_utilization - reserve
+            kv = max(0, int((usable * catalog.GIB - roofline.weight_bytes) // roofline.kv_bytes_per_token))
+        if policy.pad_to_bucket and not buckets:
+            buckets = neuron_buckets(max_model_len)
+        return cls(roofline, efficiency, policy, max_num_seqs, max_model_len, tuple(buckets) if policy.pad_to_bucket else (), kv, replicas)
 
     @classmethod
     def for_fleet(cls, m: Manifest, f: Fleet) -> TimingModel:
-        it = catalog.instance(f.instance_type)
-        tp = f.tensor_parallel
-        reserve = f.runtime_reserve_gib if f.runtime_reserve_gib is not None else default_reserve_gib(it, tp)
-        free = it.visible_gib(tp) * catalog.GIB - weight_bytes(m) - reserve * catalog.GIB
-        return cls(
-            weight_bytes=weight_bytes(m),
-            kv_bytes_per_token=kv_bytes_per_token(m),
-            bandwidth_bytes_s=it.bandwidth_gbs(tp) * 1e9 * f.efficiency.bandwidth,
-            flops=it.bf16_tflops(tp) * 1e12 * f.efficiency.compute,
-            params=m.model.params_b * 1e9,
-            kv_capacity_tokens=max(0, int(free // kv_bytes_per_token(m))),
-            max_concurrency=f.max_concurrency,
+        return cls.build(
+            instance_type=f.instance_type,
+            tensor_parallel=f.tensor_parallel,
+            roofline=Roofline.for_fleet(m, f),
+            efficiency=f.efficiency.resolved(),
+            stack=f.serving.stack,
+            max_num_seqs=f.max_concurrency,
             max_model_len=f.max_model_len,
+            buckets=f.sequence_buckets,
+            reserve_gib=f.runtime_reserve_gib,
         )
 
     def step_s(self, context_tokens: int, prefill_tokens: int, decoding_seqs: int) -> float:
-        """One step over a batch whose KV holds `context_tokens` tokens in total."""
-        memory = (self.weight_bytes + self.kv_bytes_per_token * context_tokens) / self.bandwidth_bytes_s
-        compute = 2.0 * self.params * (prefill_tokens + decoding_seqs) / self.flops
-        return max(memory, compute)
+        """One step that reads `context_tokens` of KV and encodes `prefill_tokens` prompt tokens."""
+        e = self.efficiency
+        memory = self.roofline.memory_s(context_tokens, e.bandwidth)
+        compute = self.roofline.compute_s(prefill_tokens + decoding_seqs, e.compute)
+        return max(memory, compute) + e.step_overhead_ms / 1000.0
+
+    @property
+    def admission_delay_s(self) -> float:
+        """Host-side time between a request's arrival and the scheduler seeing it."""
+        return self.efficiency.request_overhead_ms / 1000.0
+
+    def padded(self, prompt_tokens: int) -> int:
+        """Tokens a prefill of `prompt_tokens` really encodes: the next compiled bucket, if any."""
+        if not self.buckets:
+            return prompt_tokens
+        i = bisect.bisect_left(self.buckets, prompt_tokens)
+        return self.buckets[i] if i < len(self.buckets) else prompt_tokens
 
     def batch1_decode_tok_s(self, context: int = 0) -> float:
         return 1.0 / self.step_s(context, 0, 1)

@@ -68,7 +68,9 @@ def test_client_ttft_and_itl_match_timing_model(manifest_data: dict[str, Any], t
     path, m = load(tmp_path, data)
     timing = TimingModel.for_fleet(m, m.fleet("g6"))
     prompt_tokens, max_tokens = 1200, 8  # long enough that prefill is compute-bound
-    prompt = " ".join(["token"] * prompt_tokens)
+    # A different first word per request: vLLM on GPU caches prefixes, so a repeated prompt would
+    # (rightly) skip its prefill.
+    prompts = [" ".join([f"request{i}"] + ["token"] * (prompt_tokens - 1)) for i in range(9)]
     expected_ttft = timing.step_s(prompt_tokens, prompt_tokens, 0)
     expected_itl = [timing.step_s(prompt_tokens + k, 0, 1) for k in range(1, max_tokens)]
     assert expected_ttft > 1.5 * expected_itl[0]  # the two paths really differ
@@ -78,7 +80,7 @@ def test_client_ttft_and_itl_match_timing_model(manifest_data: dict[str, Any], t
         itl_err: list[float] = []
         async with aiohttp.ClientSession() as s:
 
-            async def tokenize_rtt() -> float:
+            async def tokenize_rtt(prompt: str) -> float:
                 # The same body to /tokenize: loopback round trip + JSON parse + tokenizing the
                 # prompt, i.e. everything before the model's first step, which is not model time.
                 t = time.monotonic()
@@ -89,7 +91,8 @@ def test_client_ttft_and_itl_match_timing_model(manifest_data: dict[str, Any], t
             for i in range(9):
                 # Paired with the request it corrects, so a slow stretch on a shared VM shifts
                 # both sides alike instead of biasing a run-level median.
-                rtt = min([await tokenize_rtt() for _ in range(3)])
+                prompt = prompts[i]
+                rtt = min([await tokenize_rtt(prompt) for _ in range(3)])
                 t0 = time.monotonic()
                 times: list[float] = []
                 body = {"model": MODEL, "prompt": prompt, "max_tokens": max_tokens, "stream": True}

@@ -1,0 +1,126 @@
+"""Replay a load through the emulator's engines in simulated time: no sockets, no sleeping.
+
+The clock jumps from event to event (an arrival, the end of a replica's step) and every step
+is planned and completed by the same Engine the live server runs, so the figures here are the
+live emulator's figures minus the event loop's jitter. Replicas sit behind one endpoint that
+hands requests out round-robin (the nginx default in the published data-parallel setups).
+"""
+
+from __future__ import annotations
+
+import heapq
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from runtime.emulator.engine import Engine, EngineSeq, Step
+from runtime.emulator.timing import TimingModel
+
+LoadKind = Literal["synchronous", "concurrency", "rate"]
+
+
+@dataclass(frozen=True)
+class Load:
+    kind: LoadKind
+    value: float  # users (concurrency), requests/s (rate); 1 for synchronous
+
+    @property
+    def users(self) -> int:
+        return 1 if self.kind == "synchronous" else int(self.value)
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Means over the measured requests, as guidellm and llmperf report them."""
+
+    requests: int
+    output_tok_s: float
+    ttft_s: float
+    itl_s: float
+    duration_s: float
+
+
+class _Replica:
+    def __init__(self, timing: TimingModel):
+        self.engine = Engine(timing)
+        self.step: Step | None = None
+        self.step_end = 0.0
+
+
+Sizes = Callable[[int], tuple[int, int]]  # request index -> (prompt tokens, output tokens)
+
+
+def simulate(timing: TimingModel, load: Load, sizes: Sizes, requests: int | None = None) -> tuple[Summary, list[EngineSeq]]:
+    """Run `requests` requests (default: enough for a steady state) and summarise the ones
+    after the warm-up share (the first tenth, at least the first `users` requests)."""
+    users = load.users
+    n = requests if requests is not None else max(40, 6 * users * timing.replicas if load.kind == "concurrency" else 40)
+    if load.kind == "rate":
+        n = requests if requests is not None else max(60, int(load.value * 60))
+    replicas = [_Replica(timing) for _ in range(max(1, timing.replicas))]
+    seqs: list[EngineSeq] = []
+    # (time the scheduler sees it, order, sequence): arrival + the host-side admission delay
+    pending: list[tuple[float, int, EngineSeq]] = []
+    delay = timing.admission_delay_s
+
+    def arrive(at: float) -> None:
+        seq = EngineSeq(*sizes(len(seqs)), at)
+        seqs.append(seq)
+        heapq.heappush(pending, (at + delay, len(seqs), seq))
+
+    if load.kind == "rate":
+        for i in range(n):
+            arrive(i / load.value)
+    else:
+        for _ in range(min(users, n)):
+            arrive(0.0)
+
+    now = 0.0
+    rr = 0
+    while True:
+        for r in replicas:
+            if r.step is None and r.engine.has_work():
+                r.step = r.engine.plan(now)
+                if r.step is not None:
+                    r.step_end = now + r.step.duration
+        busy = [r for r in replicas if r.step is not None]
+        step_end = min((r.step_end for r in busy), default=None)
+        if pending and (step_end is None or pending[0][0] <= step_end):
+            now, _, seq = heapq.heappop(pending)
+            replicas[rr % len(replicas)].engine.submit(seq)
+            rr += 1
+            continue
+        if step_end is None:
+            break
+        now = step_end
+        for r in busy:
+            if r.step is None or r.step_end != now:
+                continue
+            step, r.step = r.step, None
+            for seq in r.engine.complete(step, now):
+                if seq.generated == 1:
+                    seq.first_token_at = now
+                seq.last_token_at = now
+                if seq.generated >= seq.max_tokens:
+                    seq.finish_reason = "length"
+                    if load.kind != "rate" and len(seqs) < n:
+                        arrive(now)  # a closed-loop user sends its next request at once
+    return summarise(seqs, warmup=max(users if load.kind != "rate" else 0, len(seqs) // 10)), seqs
+
+
+def summarise(seqs: list[EngineSeq], warmup: int) -> Summary:
+    done = [s for s in seqs if s.finish_reason is not None and s.first_token_at is not None]
+    measured = done[warmup:] if len(done) > warmup else done
+    start = min(s.arrival for s in measured)
+    end = max(s.last_token_at for s in measured)
+    tokens = sum(s.generated for s in measured)
+    itls = [(s.last_token_at - s.first_token_at) / (s.generated - 1) for s in measured if s.first_token_at is not None and s.generated > 1]
+    ttfts = [s.first_token_at - s.arrival for s in measured if s.first_token_at is not None]
+    return Summary(
+        requests=len(measured),
+        output_tok_s=tokens / (end - start) if end > start else 0.0,
+        ttft_s=statistics.fmean(ttfts),
+        itl_s=statistics.fmean(itls) if itls else 0.0,
+        duration_s=end - start,
+    )
