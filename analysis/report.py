@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from analysis import capacity, goodput, intervals, sensitivity
+from analysis import capacity, goodput, intervals, prefix_cache, sensitivity
 from analysis.cost import UnitPrices
 from analysis.decision import decide_at_gate
 from analysis.errors import AnalysisError, PriceMissing, SourceUnavailable
@@ -375,6 +375,10 @@ def build_report(
     prov["demand_tok_s"] = {"value": head["demand_tok_s"], "source": "computed",
                             "detail": "manifest peak_requests_per_s x measured mean output tokens per completed request (pooled over fleets)"}
 
+    prefix = prefix_cache.for_report(m, rs, prometheus_url, base_measures)
+    if prefix["mixed"]:
+        gaps.append(Gap("prefix_cache", "fleets differ in prefix caching and the trace shares prefixes: compare TTFT on "
+                        "requests that miss (report section 'Prefix cache')", blocks_go=False))  # fmt: skip
     report: dict[str, Any] = {
         "campaign": m.campaign,
         "manifest_digest": m.digest,
@@ -385,6 +389,7 @@ def build_report(
         **head,
         "gaps": [g.as_dict() for g in gaps],
         "prometheus": prom,
+        "prefix_cache": prefix,
         "cloudwatch": cw or None,
         "time_to_ready": ready or None,
         "billing": billing or None,

@@ -139,6 +139,25 @@ def _histogram_lines(prom: dict[str, Any] | None) -> list[str]:
     return out
 
 
+def prefix_cache_lines(pc: dict[str, Any] | None) -> list[str]:
+    """Cached and uncached fleets side by side, never pooled: TTFT split by shared-prefix hit / miss."""
+    if not pc:
+        return []
+    lines = ["## Prefix cache", "", pc["trace"] + ".", "",
+             "| fleet | stack | prefix caching | server hit rate | TTFT P50 / P95 hit (n) | TTFT P50 / P95 miss (n) |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    for name, f in pc["fleets"].items():
+        split = f.get("ttft_by_prefix") or {}
+
+        def cell(kind: str, split: dict[str, Any] = split) -> str:
+            x = split.get(kind)
+            return f"{fmt(x['ttft_p50_s'])} / {fmt(x['ttft_p95_s'])} s ({x['requests']})" if x else "-"
+
+        rate = f.get("server_hit_rate")
+        lines.append(f"| {name} | {f['stack']} | {f['caching']} | {'-' if rate is None else f'{rate:.1%}'} | {cell('hit')} | {cell('miss')} |")
+    return [*lines, "", pc["note"] + ".", ""]
+
+
 def quality_rows(r: dict[str, Any]) -> list[tuple[str, str, str]]:
     """(fleet, verdict with pass rate, failures) per fleet that has quality-gate results."""
     rows = []
@@ -231,6 +250,7 @@ def render_markdown(r: dict[str, Any]) -> str:
     lines += _quality_lines(r)
     lines += _capacity_lines(r)
     lines += _histogram_lines(r.get("prometheus"))
+    lines += prefix_cache_lines(r.get("prefix_cache"))
     lines += ["", "Per-AZ placement and cost lines:", ""]
     for name, f in r["fleets"].items():
         size, mc = f.get("size"), f.get("monthly_cost")

@@ -1,0 +1,122 @@
+"""Prefix caching, reported apart from everything else.
+
+A fleet whose stack caches prompt prefixes (vLLM on GPU does by default; vLLM on Neuron does
+not) answers a request that shares a prefix with an earlier one without encoding that prefix,
+so its TTFT is not comparable with an uncached fleet's. The seed study asks to report cached
+and uncached runs separately; per fleet this section gives
+- whether the fleet's stack caches prefixes (runtime/emulator/stacks.py, with sources),
+- the server's hit rate where Prometheus scraped it: increase(vllm:prefix_cache_hits_total)
+  / increase(vllm:prefix_cache_queries_total) over the window (tokens, as vLLM counts them),
+- TTFT P50 / P95 over requests whose trace blocks (Mooncake `hash_ids`) were already seen in
+  an earlier request (a possible hit) and over the rest (a miss), from the records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from analysis.errors import SourceUnavailable
+from analysis.sources.prometheus import PrometheusSource
+from analysis.sources.records import RecordSet
+from campaign import catalog
+from campaign.manifest import Manifest
+from loadgen.schedule import ScheduledRequest
+from runtime.emulator.stacks import policy_for
+from runtime.serving import VLLM_METRICS
+
+
+def shared_prefix_requests(schedule: Sequence[ScheduledRequest]) -> dict[int, bool] | None:
+    """request_id -> whether its first prompt block appeared in an earlier request; None when
+    the trace carries no block ids (then hits cannot be told from misses by the trace)."""
+    if not any(r.hash_ids for r in schedule):
+        return None
+    seen: set[int] = set()
+    out: dict[int, bool] = {}
+    for r in sorted(schedule, key=lambda r: (r.offset_s, r.request_id)):
+        blocks = r.hash_ids or ()
+        out[r.request_id] = bool(blocks) and blocks[0] in seen
+        seen.update(blocks)
+    return out
+
+
+def _ttft_split(rs: RecordSet, fleet: str, shared: Mapping[int, bool]) -> dict[str, Any]:
+    con = rs.con
+    con.execute("CREATE OR REPLACE TEMP TABLE prefix_shared (request_id BIGINT, shared BOOLEAN)")
+    con.executemany("INSERT INTO prefix_shared VALUES (?, ?)", list(shared.items()))
+    rows = con.execute(
+        "SELECT p.shared, count(*), quantile_disc(r.ttft_s, 0.5), quantile_disc(r.ttft_s, 0.95) FROM records r "
+        "JOIN prefix_shared p USING (request_id) WHERE r.fleet = $fleet AND NOT r.warmup AND r.outcome = 'ok' "
+        "AND r.ttft_s IS NOT NULL GROUP BY p.shared",
+        {"fleet": fleet},
+    ).fetchall()
+    out: dict[str, Any] = {}
+    for is_shared, n, p50, p95 in rows:
+        out["hit" if is_shared else "miss"] = {"requests": int(n), "ttft_p50_s": p50, "ttft_p95_s": p95}
+    return out
+
+
+def server_hit_rate(src: PrometheusSource, fleet_label: str, fleet: str, start: float, end: float) -> float | None:
+    rng = f"{max(1, round(end - start))}s"
+    sel = f'{{{fleet_label}="{fleet}"}}'
+    hits = src.query(f"sum(increase({VLLM_METRICS['prefix_cache_hits']}{sel}[{rng}]))", end)
+    queries = src.query(f"sum(increase({VLLM_METRICS['prefix_cache_queries']}{sel}[{rng}]))", end)
+    if not hits or not queries:
+        return None
+    q = float(queries[0]["value"][1])
+    return float(hits[0]["value"][1]) / q if q > 0 else None
+
+
+def section(
+    m: Manifest,
+    rs: RecordSet,
+    schedule: Sequence[ScheduledRequest] | None,
+    server_rates: Mapping[str, float | None] | None = None,
+) -> dict[str, Any]:
+    shared = shared_prefix_requests(schedule) if schedule is not None else None
+    fleets: dict[str, Any] = {}
+    for f in m.fleets:
+        vendor = catalog.instance(f.instance_type).accelerator.vendor
+        caching = policy_for(f.serving.stack, vendor).prefix_caching
+        entry: dict[str, Any] = {"caching": "on" if caching else "off", "stack": f.serving.stack}
+        entry["server_hit_rate"] = (server_rates or {}).get(f.name)
+        if shared is not None:
+            entry["ttft_by_prefix"] = _ttft_split(rs, f.name, shared)
+        fleets[f.name] = entry
+    if schedule is None:
+        trace = "the trace could not be read here, so requests are not split by shared prefix"
+    elif shared is None:
+        trace = "the trace has no prompt block ids (hash_ids): no request shares a prefix by construction"
+    else:
+        trace = f"{sum(shared.values())} of {len(shared)} requests share a first prompt block with an earlier one"
+    differs = len({e["caching"] for e in fleets.values()}) > 1
+    return {
+        "trace": trace,
+        "fleets": fleets,
+        "mixed": differs and shared is not None and any(shared.values()),
+        "note": "a fleet with prefix caching on skips the shared blocks of a 'hit' request: compare fleets on the 'miss' rows, "
+        "and read 'hit' rows as what caching buys",
+    }
+
+
+def for_report(m: Manifest, rs: RecordSet, prometheus_url: str | None, measures: Mapping[str, Any]) -> dict[str, Any]:
+    """The section as build_report adds it: the schedule rebuilt from the manifest's trace,
+    the server's hit rate from Prometheus over each fleet's measured window where given."""
+    from loadgen.schedule import ScheduleError, build_schedule
+    from loadgen.traces import TraceError
+
+    try:
+        schedule: list[ScheduledRequest] | None = build_schedule(m)
+    except (OSError, ScheduleError, TraceError):
+        schedule = None
+    rates: dict[str, float | None] = {}
+    if prometheus_url:
+        src = PrometheusSource(prometheus_url)
+        for name, fm in measures.items():
+            if fm.wall_start is None or fm.window_start_s is None or fm.window_end_s is None:
+                continue
+            try:
+                rates[name] = server_hit_rate(src, "fleet", name, fm.wall_start + fm.window_start_s, fm.wall_start + fm.window_end_s)
+            except SourceUnavailable:  # the histogram section reports Prometheus's own failure as a gap
+                rates[name] = None
+    return section(m, rs, schedule, rates)

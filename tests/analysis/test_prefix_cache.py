@@ -1,0 +1,109 @@
+"""Prefix caching end to end: Mooncake hash_ids -> shared prompt text -> the emulator's vLLM
+counters and faster hits -> the report's per-fleet section, cached and uncached apart."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp.test_utils import TestServer
+
+from analysis import prefix_cache
+from analysis.report import build_report
+from analysis.sources.records import load_records
+from campaign.manifest import load_manifest
+from loadgen.prompts import PromptBuilder
+from loadgen.schedule import ScheduledRequest, build_schedule
+from runtime.emulator import EmulatorConfig, create_app
+from tests.analysis.synth import rec, write_jsonl
+from tests.conftest import write_manifest
+
+MODEL = "meta-llama/Meta-Llama-3-8B-Instruct"
+
+
+def _req(i: int, hashes: tuple[int, ...], tokens: int = 1100) -> ScheduledRequest:
+    return ScheduledRequest(i, float(i), tokens, 4, hashes, i + 1, False)
+
+
+def _serve(cfg: EmulatorConfig, bodies: list[dict[str, Any]]) -> tuple[list[float], str]:
+    """Send the bodies one after another; TTFT of each and the final /metrics text."""
+
+    async def main() -> tuple[list[float], str]:
+        server = TestServer(create_app(cfg), host="127.0.0.1")
+        await server.start_server()
+        url = str(server.make_url(""))
+        ttfts: list[float] = []
+        try:
+            async with aiohttp.ClientSession() as s:
+                for body in bodies:
+                    t0 = time.monotonic()
+                    first = None
+                    async with s.post(url + "/v1/chat/completions", json={**body, "stream": True}) as r:
+                        async for raw in r.content:
+                            if first is None and raw.startswith(b"data: {") and b'"content":"' in raw and b'"role"' not in raw:
+                                first = time.monotonic() - t0
+                    assert first is not None
+                    ttfts.append(first)
+                async with s.get(url + "/metrics") as r:
+                    text = await r.text()
+        finally:
+            await server.close()
+        return ttfts, text
+
+    return asyncio.run(main())
+
+
+def _counter(text: str, name: str) -> float:
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + "{"))
+
+
+def test_shared_trace_blocks_hit_the_emulators_prefix_cache_on_gpu_vllm_only(manifest_data: dict[str, Any], tmp_path: Path) -> None:
+    m = load_manifest(write_manifest(tmp_path, manifest_data), check_files=False)
+    builder = PromptBuilder(m, "chat")
+    reqs = [_req(0, (1, 2, 3)), _req(1, (1, 2, 4)), _req(2, (7, 8, 9))]  # 1 shares 1,024 words with 0; 2 shares none
+    bodies = [{"model": MODEL, "max_tokens": 4, **builder.build(r).payload_fields()} for r in reqs]
+    ttft, text = _serve(EmulatorConfig.from_manifest(m, "g6"), bodies)
+    queries, hits = _counter(text, "vllm:prefix_cache_queries_total"), _counter(text, "vllm:prefix_cache_hits_total")
+    assert queries == 3 * 1100
+    # the template's header plus the two shared 512-word blocks, in whole 16-token pages
+    assert 1024 <= hits < 1100 and hits % 16 == 0
+    assert ttft[1] < 0.5 * ttft[0] and ttft[1] < 0.5 * ttft[2]
+    # vLLM on Neuron has no prefix cache here: the same requests all miss.
+    _, text = _serve(EmulatorConfig.from_manifest(m, "inf2"), bodies)
+    assert _counter(text, "vllm:prefix_cache_hits_total") == 0
+
+
+def test_report_splits_ttft_by_shared_prefix_per_fleet_and_flags_mixed_caching(manifest_data: dict[str, Any], tmp_path: Path) -> None:
+    trace = tmp_path / "mooncake.jsonl"
+    rows = [{"timestamp": i * 500, "input_length": 1000, "output_length": 16, "hash_ids": [i % 3 if i >= 3 else 10 + i, 100 + i]}
+            for i in range(12)]  # fmt: skip
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    manifest_data["workload"].update(
+        trace={"path": str(trace), "format": "mooncake"}, window={"start_s": 0, "duration_s": 6}, rate_scale=1.0, warmup_s=0,
+        request_class={"max_input_tokens": 1000, "max_output_tokens": 16, "mode": "clip"},
+    )  # fmt: skip
+    m = load_manifest(write_manifest(tmp_path, manifest_data), check_files=False)
+    schedule = build_schedule(m)
+    shared = prefix_cache.shared_prefix_requests(schedule)
+    # requests 0..2 use unique blocks; blocks 0, 1, 2 first appear at requests 3, 4, 5 (misses)
+    # and come back at 6..11 (hits)
+    assert shared is not None
+    assert [rid for rid, hit in sorted(shared.items()) if hit] == [6, 7, 8, 9, 10, 11]
+    recs = []
+    for fleet, hit_ttft in (("g6", 0.1), ("inf2", 0.9)):
+        recs += [rec(m, fleet, i, ttft=hit_ttft if shared[i] else 0.9) for i in range(12)]
+    write_jsonl(tmp_path / "records" / "records-x.jsonl", recs)
+    rep = build_report(m, tmp_path / "records", out_dir=tmp_path / "out", with_sensitivity=False, with_pages=True)
+    pc = rep["prefix_cache"]
+    assert pc["fleets"]["g6"]["caching"] == "on" and pc["fleets"]["inf2"]["caching"] == "off"
+    assert pc["fleets"]["g6"]["ttft_by_prefix"]["hit"] == {"requests": 6, "ttft_p50_s": 0.1, "ttft_p95_s": 0.1}
+    assert pc["fleets"]["g6"]["ttft_by_prefix"]["miss"]["requests"] == 6
+    assert pc["fleets"]["inf2"]["ttft_by_prefix"]["hit"]["ttft_p50_s"] == 0.9
+    assert pc["mixed"] and any(g["what"] == "prefix_cache" and not g["blocks_go"] for g in rep["gaps"])
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "## Prefix cache" in md and "| g6 | vllm | on |" in md and "| inf2 | vllm-neuron | off |" in md
+    assert load_records(tmp_path / "records", m.digest).count() == 24
