@@ -174,7 +174,7 @@ def test_without_a_sweep_the_report_is_unchanged(tmp_path: Path, manifest_data: 
     assert set(a) == set(b) == {
         "campaign", "manifest_digest", "generated_at", "comparison", "slo", "horizon_months", "fleets", "demand_tok_s",
         "pooled_output_tokens_per_request", "utilization_target", "monthly_delta_usd", "migration", "migration_cost_usd",
-        "payback_months", "months_to_next_refresh", "decision", "gaps", "prometheus", "cloudwatch", "billing", "quality",
+        "payback_months", "months_to_next_refresh", "decision", "gaps", "prometheus", "prefix_cache", "cloudwatch", "billing", "quality",
         "provenance", "sensitivity", "series", "monthly_delta_ci_usd", "payback_months_ci", "headline",
     }
     for name in ("inf2", "g6"):
