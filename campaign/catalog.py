@@ -275,6 +275,9 @@ def host_stack_issues(vendor: str, sdk_version: str, driver_version: str, image:
     tag = image.split("@", 1)[0].rsplit("/", 1)[-1].partition(":")[2]
     if row.image_tag_marker and tag and row.image_tag_marker not in tag:
         out.append(("image", f"tag {tag!r} is not an SDK {sdk_version} image (documented: {row.documented_image})"))
+    return out
+
+
 # --- efficiencies fitted on published measurements --------------------------------------------
 
 CALIBRATION_FILE = Path(__file__).resolve().parent.parent / "data" / "calibration" / "efficiency.json"

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from campaign import catalog, prices
-from campaign.manifest import Fleet, Manifest, fit
+from campaign.manifest import Fleet, Manifest, fit, weight_bytes
 from campaign.roofline import Roofline
 
 # Loading a checkpoint (and, on Neuron, tracing + compiling it) holds the weights in host memory
