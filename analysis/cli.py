@@ -47,8 +47,21 @@ def cmd_report(args: argparse.Namespace) -> int:
         if not capacity:
             print(f"--capacity {root}: no step directories (x<k>/ or <fleet>/x<k>/) found", file=sys.stderr)
             return EXIT_BAD_INPUT
+    records = args.records
+    if args.run_id:  # the run's records are downloaded from the results bucket first
+        from campaign.aws_cli import aws_session, fetch_run_records
+        from campaign.cloud_run import CloudRunError
+
+        try:
+            records = fetch_run_records(aws_session(m.costs.region), m, args.run_id, Path(args.out) / "records")
+        except (CloudRunError, ValueError) as exc:
+            print(f"report: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    elif not records:
+        print("report: give --records DIR or --run-id RUN_ID", file=sys.stderr)
+        return EXIT_BAD_INPUT
     try:
-        rep = build_report(m, args.records, prometheus_url=args.prometheus, aws=args.aws, quality=quality, out_dir=args.out,
+        rep = build_report(m, records, prometheus_url=args.prometheus, aws=args.aws, quality=quality, out_dir=args.out,
                            instances_measured=instances, focus_csv=args.focus, capacity_dirs=capacity)
     except ValueError as exc:  # e.g. a capacity step label that is not x<multiplier>
         print(f"report: {exc}", file=sys.stderr)
@@ -62,7 +75,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = subparsers.add_parser("report", help="records + metrics + prices -> report.json/.md/.html and a Go/Defer/Reject")
     p.add_argument("manifest")
-    p.add_argument("--records", required=True, help="directory holding records-*.jsonl / records-*.parquet")
+    p.add_argument("--records", help="directory holding records-*.jsonl / records-*.parquet")
+    p.add_argument("--run-id", help="a cloud run (as `campaign run` printed it, or its s3:// URI): its records are downloaded into OUT/records")
     p.add_argument("--prometheus", help="Prometheus base URL for merged-histogram percentiles")
     p.add_argument("--aws", action="store_true", help="pull prices, CloudWatch and Cost Explorer from AWS")
     p.add_argument("--quality", help="JSON file: {fleet: {passed, pass_rate, failures}}")

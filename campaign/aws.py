@@ -1,9 +1,10 @@
-"""The AWS path: deploy, run, teardown — and the check that nothing tagged is left running.
+"""The AWS path: deploy, teardown — and the check that nothing tagged is left running.
 
 Teardown order is fixed by the product: the report is written first (so a failed destroy
-never loses the evidence), then `cdk destroy`, then every resource still tagged with the
-campaign is listed through the Resource Groups Tagging API. The results bucket is kept by
-design and is the one thing allowed to remain.
+never loses the evidence), then the load-generator tasks a run left are stopped and the
+stack is deleted, then every resource still tagged with the campaign is listed through the
+Resource Groups Tagging API. The results bucket is kept by design and is the one thing
+allowed to remain. (`campaign run` itself is campaign/cloud_run.py.)
 """
 
 from __future__ import annotations
@@ -44,8 +45,35 @@ def deploy(manifest_path: Path, *, approve: bool = False, extra: Sequence[str] =
     return subprocess.call(argv, cwd=ROOT)
 
 
-def destroy(manifest_path: Path) -> int:
-    return subprocess.call(cdk_argv("destroy", manifest_path, ["--force"]), cwd=ROOT)
+def destroy(session: Any, stack: str, *, say: Any = print) -> int:
+    """Delete the stack (what `cdk destroy` does) and wait; 0 when it is gone. Through the SDK
+    rather than the CDK CLI: no synth, no Node, and a DELETE_FAILED names its resources."""
+    from botocore.exceptions import ClientError, WaiterError
+
+    cfn = session.client("cloudformation")
+    try:
+        cfn.describe_stacks(StackName=stack)
+    except ClientError as exc:
+        if "does not exist" in str(exc):
+            say(f"stack {stack} does not exist (already destroyed)")
+            return 0
+        raise
+    say(f"deleting stack {stack} ...")
+    cfn.delete_stack(StackName=stack)
+    try:
+        cfn.get_waiter("stack_delete_complete").wait(StackName=stack, WaiterConfig={"Delay": 15, "MaxAttempts": 240})
+    except WaiterError as exc:
+        failed = []
+        try:
+            for e in cfn.describe_stack_events(StackName=stack).get("StackEvents", []):
+                if e.get("ResourceStatus") == "DELETE_FAILED":
+                    failed.append(f"{e.get('LogicalResourceId')}: {e.get('ResourceStatusReason')}")
+        except ClientError:
+            pass
+        say(f"stack {stack} was not deleted: {exc}" + "".join(f"\n  {f}" for f in failed[:10]))
+        return 1
+    say(f"stack {stack} deleted")
+    return 0
 
 
 @dataclass(frozen=True)

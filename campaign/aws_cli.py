@@ -5,14 +5,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from campaign import aws
-from campaign.manifest import load_manifest
+from campaign import cloud_contract as cc
+from campaign.cloud_run import CloudRun, CloudRunError, CloudRunResult, TaskLauncher, download_run, read_run_config
+from campaign.manifest import Manifest, load_manifest
 
 
-def _session(region: str) -> Any:
+def aws_session(region: str) -> Any:
     import boto3
 
     return boto3.session.Session(region_name=region)
@@ -29,7 +32,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     if issues:
         raise ManifestError(issues, args.manifest)
     overrides = parse_ami_overrides(args.ami, [f.name for f in m.fleets])
-    amis = resolve_amis(m, _session(m.costs.region).client("ec2"), overrides)
+    amis = resolve_amis(m, aws_session(m.costs.region).client("ec2"), overrides)
     for a in amis:
         print(f"{a.fleet}: AMI {a.image_id} {a.name!r} ({a.how})")
     print(f"deploying {aws.stack_name(m)} (manifest {m.short_digest}) to {m.costs.region}")
@@ -37,39 +40,74 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     return aws.deploy(Path(args.manifest), approve=args.yes, extra=[*context, *cdk_parameter_args(amis)])
 
 
+def run_campaign(
+    session: Any, m: Manifest, out_dir: Path, *, duration_s: float | None = None, launcher: TaskLauncher | None = None, poll_s: float = 10.0
+) -> CloudRunResult:
+    """What `campaign run` does; `launcher` replaces ECS RunTask (the offline cloud-path test)."""
+    from campaign.ecs_tasks import EcsTaskLauncher
+
+    cfg = read_run_config(session.client("cloudformation"), aws.stack_name(m))
+    run_id = cc.new_run_id()
+    if launcher is None:
+        launcher = EcsTaskLauncher(session.client("ecs"), cfg, run_id)
+        discovery = session.client("servicediscovery")
+    else:
+        discovery = None
+    run = CloudRun(m, cfg, launcher, session.client("s3"), out_dir=out_dir, duration_s=duration_s, poll_s=poll_s,
+                   discovery=discovery, run_id=run_id)  # fmt: skip
+    return run.run()
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     m = load_manifest(args.manifest)
-    cfn = _session(m.costs.region).client("cloudformation")
     try:
-        stack = cfn.describe_stacks(StackName=aws.stack_name(m))["Stacks"][0]
-    except Exception as exc:  # botocore ClientError or no credentials: say which stack we looked for
-        print(f"cannot read stack {aws.stack_name(m)}: {exc}", file=sys.stderr)
+        result = run_campaign(aws_session(m.costs.region), m, Path(args.out), duration_s=args.duration)
+    except CloudRunError as exc:
+        print(f"run: {exc}", file=sys.stderr)
         return 1
-    outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
-    ui = next((v for k, v in outputs.items() if "LocustUi" in k or "LocustUI" in k), None)
-    if ui is None:
-        print(f"stack {aws.stack_name(m)} has no Locust UI output; outputs: {sorted(outputs)}", file=sys.stderr)
-        return 1
-    print(f"Locust web UI (reachable from {m.operator.cidr} only): {ui}")
-    print("Start the schedule from the UI, or headless: the Fargate master replays the manifest's trace once started.")
-    return 0
+    print(f"next: python -m campaign report {args.manifest} --run-id {result.run_id} --aws --out {Path(args.out) / result.run_id}")
+    return result.exit_code
+
+
+def fetch_run_records(session: Any, m: Manifest, source: str, dest: Path) -> Path:
+    """Records of one run into `dest`: `source` is a run id (found through the stack's results
+    prefix) or the run's s3:// URI as `run` printed it (works after teardown too)."""
+    if source.startswith("s3://"):
+        uri = source.rstrip("/")
+    else:
+        cc.check_run_id(source)
+        cfg = read_run_config(session.client("cloudformation"), aws.stack_name(m))
+        uri = cc.run_uri(cfg.results_uri, source)
+    files = download_run(session.client("s3"), uri, dest)
+    if not any(p.name.startswith("records-") for p in files):
+        raise CloudRunError(f"no records under {uri}/ (is the run id right? `campaign run` prints it)")
+    return dest
 
 
 def cmd_teardown(args: argparse.Namespace) -> int:
     m = load_manifest(args.manifest)
+    session = aws_session(m.costs.region)
     if not args.check_only:
-        if args.records:
+        out = Path(args.out)
+        records = args.records
+        if args.run_id:
+            try:
+                records = fetch_run_records(session, m, args.run_id, out / "records")
+            except (CloudRunError, ValueError) as exc:
+                print(f"teardown: {exc}; nothing was destroyed", file=sys.stderr)
+                return 1
+        if records:
             from analysis.report import build_report
 
-            out = Path(args.out)
-            build_report(m, Path(args.records), aws=True, out_dir=out)
+            build_report(m, Path(records), aws=True, out_dir=out)
             print(f"report written first: {out / 'report.html'}")
         else:
-            print("no --records given: no report written before teardown", file=sys.stderr)
-        rc = aws.destroy(Path(args.manifest))
+            print("no --run-id or --records given: no report written before teardown", file=sys.stderr)
+        _stop_left_tasks(session, m)
+        rc = aws.destroy(session, aws.stack_name(m))
         if rc != 0:
-            print(f"cdk destroy failed with exit code {rc}; checking what is left anyway", file=sys.stderr)
-    left, kept = aws.check_nothing_left(_session(m.costs.region), m.campaign)
+            print(f"stack deletion failed (exit {rc}); checking what is left anyway", file=sys.stderr)
+    left, kept = aws.check_nothing_left(session, m.campaign)
     for x in kept:
         print(f"kept by design: {x.arn}")
     if left:
@@ -79,6 +117,20 @@ def cmd_teardown(args: argparse.Namespace) -> int:
         return 1
     print(f"nothing tagged campaign={m.campaign} is left running")
     return 0
+
+
+def _stop_left_tasks(session: Any, m: Manifest) -> None:
+    """Tasks a run started are no stack resources: stop them, or the cluster cannot be deleted."""
+    from campaign.ecs_tasks import stop_run_tasks
+
+    try:
+        cfg = read_run_config(session.client("cloudformation"), aws.stack_name(m))
+        stopped = stop_run_tasks(session.client("ecs"), cfg.cluster)
+    except Exception as exc:  # no stack, no cluster: nothing of a run can be left running in it
+        print(f"no load-generator tasks to stop ({type(exc).__name__}: {exc})")
+        return
+    for arn in stopped:
+        print(f"stopped load-generator task {arn}")
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -91,13 +143,21 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="stage the checkpoint from s3://bucket/prefix/<commit>/ instead of the Hub (no hub token needed)")
     d.set_defaults(handler=cmd_deploy)
 
-    r = sub.add_parser("run", help="print the Locust web UI URL of the deployed load generator")
+    r = sub.add_parser(
+        "run",
+        help="replay the trace against every deployed fleet (fresh Fargate master + workers per fleet), wait, print the records' S3 prefix",
+    )
     r.add_argument("manifest")
+    r.add_argument("--duration", type=float, help="replay only the first S seconds of the schedule (default: the whole window)")
+    r.add_argument("--out", default=f"runs/aws-{time.strftime('%Y%m%d')}", help="where a local copy of the run's records goes (under <run id>/)")
     r.set_defaults(handler=cmd_run)
 
-    t = sub.add_parser("teardown", help="report first, then cdk destroy, then list anything still tagged with the campaign")
+    t = sub.add_parser(
+        "teardown", help="report first, then stop a run's tasks and delete the stack, then list anything still tagged with the campaign"
+    )
     t.add_argument("manifest")
-    t.add_argument("--records", help="records directory (local copy of the S3 results) for the report written first")
+    t.add_argument("--run-id", help="the run to report on (as `run` printed it), or its s3:// URI; its records are downloaded first")
+    t.add_argument("--records", help="a local records directory instead of --run-id")
     t.add_argument("--out", default="runs/aws-report", help="where the report goes")
     t.add_argument("--check-only", action="store_true", help="skip report and destroy; only list what is still tagged")
     t.set_defaults(handler=cmd_teardown)

@@ -39,6 +39,10 @@ DONE_MSG = "loadgen_done"
 
 @events.init_command_line_parser.add_listener  # type: ignore[untyped-decorator]
 def _args(parser: Any) -> None:
+    # None of these may be a web UI field: the run request fixes them, and a value changed in the
+    # UI would measure something other than what the records claim. Locust 2.47 lists only options
+    # added through its parser's own add_argument (args_included_in_web_ui); options of an argparse
+    # group never show (tests/loadgen/test_locust_ui_args.py checks it).
     g = parser.add_argument_group("loadgen")
     g.add_argument("--manifest", type=str, env_var="LOADGEN_MANIFEST", default="", help="frozen campaign manifest (YAML)")
     g.add_argument("--fleet", type=str, env_var="LOADGEN_FLEET", default="", help="fleet name in the manifest")
@@ -195,7 +199,7 @@ class ReplayUser(User):
         if isinstance(runner, WorkerRunner):
             runner.send_message(DONE_MSG, {"worker": r.worker, "valid": summary.valid})
         elif runner is not None:
-            gevent.spawn(runner.quit)
+            _quit(env)
         raise StopUser()
 
 
@@ -210,26 +214,40 @@ def _setup_failed(env: Environment, exc: BaseException) -> None:
         index, _n = _n_workers(env)
         runner.send_message(DONE_MSG, {"worker": f"w{index}", "valid": False, "error": str(exc)})
     elif runner is not None:
-        gevent.spawn(runner.quit)
+        _quit(env)
+
+
+def _quit(env: Environment) -> None:
+    """Stop the run. With the web UI (`--autostart` in a Fargate master) the process would
+    otherwise live on behind its UI: it exits `--autoquit` seconds later, after the operator
+    has seen the final figures (without --autoquit the UI stays, as Locust does)."""
+    runner = env.runner
+    if runner is None:
+        return
+    gevent.spawn(runner.quit)
+    web_ui = env.web_ui
+    linger = getattr(env.parsed_options, "autoquit", -1)
+    if web_ui is not None and linger is not None and linger >= 0:
+        log.info("loadgen: run over; the web UI stays up %d s", linger)
+        gevent.spawn_later(linger, web_ui.stop)
 
 
 def _on_done(env: Environment, msg: Any, **_: Any) -> None:
     if msg.data.get("error"):
         log.error("loadgen: %s setup failed: %s", msg.data["worker"], msg.data["error"])  # the marker _exit_reason reads
         env.process_exit_code = SETUP_FAILED
-        if env.runner is not None:
-            gevent.spawn(env.runner.quit)  # the others would measure a partial schedule
+        _quit(env)  # the others would measure a partial schedule
         return
     _state["done_workers"].add(msg.data["worker"])
     _state["done_nodes"].add(msg.node_id)
     opts: Any = env.parsed_options
     expected = int(opts.expect_workers or 1)
     log.info("loadgen: %s finished (%d/%d)", msg.data["worker"], len(_state["done_workers"]), expected)
-    if len(_state["done_workers"]) >= expected and env.runner is not None:
-        gevent.spawn(env.runner.quit)
+    if len(_state["done_workers"]) >= expected:
+        _quit(env)
 
 
-def _watch_missing(runner: MasterRunner) -> None:
+def _watch_missing(env: Environment, runner: MasterRunner) -> None:
     """A worker that died (killed, OOM) never reports done: without this the master would idle
     until the safety-net --run-time. Once Locust's heartbeat marks a worker missing and every
     worker still alive is done, quit: the launcher flags the run invalid (dead worker's exit
@@ -246,7 +264,7 @@ def _watch_missing(runner: MasterRunner) -> None:
                 len(missing),
                 ", ".join(c.id for c in missing),
             )
-            gevent.spawn(runner.quit)
+            _quit(env)
             return
 
 
@@ -255,7 +273,7 @@ def _init(environment: Environment, **_: Any) -> None:
     runner = environment.runner
     if isinstance(runner, MasterRunner):
         runner.register_message(DONE_MSG, lambda msg, **kw: _on_done(environment, msg))
-        gevent.spawn(_watch_missing, runner)
+        gevent.spawn(_watch_missing, environment, runner)
     web_ui = environment.web_ui
     if web_ui is not None:
 

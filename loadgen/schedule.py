@@ -110,3 +110,12 @@ def partition(schedule: Sequence[ScheduledRequest], n_workers: int, index: int) 
 
 def span_s(schedule: Sequence[ScheduledRequest]) -> float:
     return schedule[-1].offset_s if schedule else 0.0
+
+
+def schedule_digest(schedule: Sequence[ScheduledRequest]) -> str:
+    """sha256 of what is replayed (id, offset, lengths, warmup): the operator's machine and each
+    load-generator task compute it independently, and a task whose schedule differs refuses to run."""
+    h = hashlib.sha256()
+    for r in schedule:
+        h.update(f"{r.request_id},{r.offset_s!r},{r.input_tokens},{r.output_tokens},{int(r.warmup)}\n".encode())
+    return h.hexdigest()

@@ -8,6 +8,7 @@ from constructs import Construct
 from stacks.fleet import ServingFleet
 from stacks.load_balancer import FleetLoadBalancer
 from stacks.loadgen import LoadGenerator
+from stacks.loadgen_contract import RUN_CONFIG_OUTPUT
 from stacks.network import Network
 from stacks.observability import Observability
 from stacks.results import ResultsStore
@@ -47,20 +48,20 @@ class ComparisonStack(Stack):
             cluster=obs.cluster,
             namespace=obs.namespace,
             results=store.results,
-            access_logs=store.logs,
             campaign_prefix=prefix,
             targets=nlb.endpoints,
             prometheus_security_group=obs.prometheus_security_group,
         )
         nlb.allow_clients(loadgen.security_group)
 
-        CfnOutput(self, "LocustUiUrl", value=loadgen.ui_url, description=f"Locust web UI, reachable from {m.operator.cidr} only")
         CfnOutput(self, "ResultsBucketName", value=store.results.bucket_name, description="kept after teardown (RemovalPolicy.RETAIN)")
+        # `campaign run` reads this: cluster, task definitions, subnets, results prefix, fleet endpoints.
+        CfnOutput(self, RUN_CONFIG_OUTPUT, value=loadgen.run_config, description="what `python -m campaign run` starts tasks with")
         CfnOutput(
             self,
-            "UploadInputs",
-            description="run before starting the load generator: it reads both at start",
-            value=(f"aws s3 cp {settings.manifest_path} {loadgen.manifest_uri} && aws s3 cp {m.trace_path} {loadgen.trace_uri}"),
+            "OperatorUiPolicyArn",
+            value=loadgen.operator_policy.managed_policy_arn,
+            description=f"attach to the operator's role: Locust UI port forward from {m.operator.cidr} only",
         )
         CfnOutput(self, "PrometheusWorkspaceId", value=obs.workspace.attr_workspace_id)
         CfnOutput(self, "PrometheusQueryUrl", value=f"{obs.workspace.attr_prometheus_endpoint}api/v1/query")

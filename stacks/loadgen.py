@@ -1,15 +1,23 @@
-"""The load generator: a Locust master (web UI) and N workers on Fargate, image from the root Dockerfile."""
+"""The load generator: Fargate task definitions for a Locust master and its workers, started per run.
+
+Nothing runs between campaigns: `campaign run` starts a fresh master and `loadgen.workers`
+workers per fleet with ECS RunTask (fleet, host and run id as environment overrides), so
+every run has its own processes and its own record prefix. The master starts the replay by
+itself once its workers are connected (`--autostart`); its web UI listens on the task's
+loopback only and is reached through an ECS Exec / Session Manager port forward: no load
+balancer, no inbound rule, and only an identity holding the operator policy (from the
+operator's CIDR) may open the session.
+"""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_ecs as ecs
-from aws_cdk import aws_elasticloadbalancingv2 as elbv2
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_servicediscovery as servicediscovery
@@ -25,23 +33,24 @@ from stacks.settings import REPO_ROOT, SynthInputError
 IMAGE_EXCLUDES = [
     ".venv", "node_modules", "cdk.out", ".git", "runs", "**/__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis",
 ]  # fmt: skip
-
-
-IMAGE_APP_DIR = "/app"  # WORKDIR of the root Dockerfile
+# The master gives up when its workers have not all connected after this long (Fargate
+# provisioning takes a minute or two), instead of waiting forever.
+EXPECT_WORKERS_MAX_WAIT_S = 900
+# ECS Exec's agent talks to Session Manager over these; they have no resource-level
+# permissions (https://docs.aws.amazon.com/service-authorization/latest/reference/list_ssmmessages.html).
+ECS_EXEC_ACTIONS = [
+    "ssmmessages:CreateControlChannel",
+    "ssmmessages:CreateDataChannel",
+    "ssmmessages:OpenControlChannel",
+    "ssmmessages:OpenDataChannel",
+]
+PORT_FORWARD_DOCUMENT = "AWS-StartPortForwardingSession"
 
 
 def loadgen_image() -> ecs.ContainerImage:
     if not (REPO_ROOT / "Dockerfile").is_file():
         raise SynthInputError(f"Dockerfile: the load-generator image is built from {REPO_ROOT / 'Dockerfile'}, which does not exist")
     return ecs.ContainerImage.from_asset(str(REPO_ROOT), exclude=IMAGE_EXCLUDES, platform=ecr_assets.Platform.LINUX_AMD64)
-
-
-def in_image_manifest_path(manifest: Manifest) -> str:
-    """Where the image (COPY manifests/ /app/manifests/) holds this manifest."""
-    src = manifest.source
-    if src is None or src.parent != REPO_ROOT / "manifests":
-        raise SynthInputError(f"manifest: the load-generator image bakes manifests/ at build time; put {src} under {REPO_ROOT / 'manifests'}")
-    return f"{IMAGE_APP_DIR}/manifests/{src.name}"
 
 
 class LoadGenerator(Construct):
@@ -55,152 +64,149 @@ class LoadGenerator(Construct):
         cluster: ecs.ICluster,
         namespace: servicediscovery.INamespace,
         results: s3.IBucket,
-        access_logs: s3.IBucket,
         campaign_prefix: str,
         targets: Mapping[str, str],
         prometheus_security_group: ec2.ISecurityGroup,
     ) -> None:
         super().__init__(scope, cid)
-        trace_name = manifest.trace_path.name
-        self.inputs_prefix = f"{campaign_prefix}/inputs"
         self.runs_prefix = f"{campaign_prefix}/runs"
-        bucket = results.bucket_name
-        self.manifest_uri = f"s3://{bucket}/{self.inputs_prefix}/manifest.yaml"
-        self.trace_uri = f"s3://{bucket}/{self.inputs_prefix}/{trace_name}"
+        self.results_uri = f"s3://{results.bucket_name}/{self.runs_prefix}"
+        workers = manifest.loadgen.workers
         common_env = {
-            lg.ENV_MANIFEST_URI: self.manifest_uri,
-            lg.ENV_TRACE_URI: self.trace_uri,
-            lg.ENV_RESULTS_URI: f"s3://{bucket}/{self.runs_prefix}/",
-            lg.ENV_TARGETS: json.dumps(dict(targets), sort_keys=True),
+            lg.ENV_RESULTS_URI: self.results_uri,
             lg.ENV_MANIFEST_DIGEST: manifest.digest,
-            lg.ENV_METRICS_PORT: str(lg.METRICS_PORT),
-            # The loadgen's own settings (loadgen/locustfile.py): the image bakes manifests/ and
-            # data/traces/, so an in-repo manifest is read from the image; records go to S3.
-            "LOADGEN_MANIFEST": in_image_manifest_path(manifest),
-            "LOADGEN_S3_URI": f"s3://{bucket}/{self.runs_prefix}",
+            # The locustfile uploads each worker's records to <LOADGEN_S3_URI>/<run id>/.
+            "LOADGEN_S3_URI": self.results_uri,
             "LOADGEN_METRICS_PORT": str(lg.METRICS_PORT),
             "LOADGEN_METRICS_ADDR": "0.0.0.0",
-            # Default fleet of a run (the candidate); the web UI can switch fleet and host per run.
-            "LOADGEN_FLEET": manifest.comparison.candidate,
-            "LOCUST_HOST": targets[manifest.comparison.candidate],
+            "LOCUST_EXIT_CODE_ON_ERROR": "0",  # failed requests are records, not a failed task
+            "LOCUST_STOP_TIMEOUT": "5",
         }
+        master_env = {
+            **common_env,
+            lg.ENV_ROLE: "master",
+            # Headless-with-UI: the replay starts by itself once every worker is connected; the UI
+            # stays up for UI_LINGER_S after the run, then the task exits.
+            "LOCUST_AUTOSTART": "true",
+            "LOCUST_AUTOQUIT": str(lg.UI_LINGER_S),
+            "LOCUST_USERS": str(workers),  # one ReplayUser per worker, each replays its share
+            "LOCUST_SPAWN_RATE": str(workers),
+            "LOCUST_EXPECT_WORKERS": str(workers),
+            "LOCUST_EXPECT_WORKERS_MAX_WAIT": str(EXPECT_WORKERS_MAX_WAIT_S),
+            "LOCUST_WEB_HOST": "127.0.0.1",  # reached only through the Session Manager port forward
+            "LOCUST_WEB_PORT": str(lg.LOCUST_WEB_PORT),
+            "LOCUST_MASTER_BIND_PORT": str(lg.LOCUST_MASTER_PORT),
+        }
+        worker_env = {**common_env, lg.ENV_ROLE: "worker", lg.ENV_MASTER_PORT: str(lg.LOCUST_MASTER_PORT)}
+
         self.security_group = ec2.SecurityGroup(self, "SecurityGroup", vpc=vpc, description="Locust master and workers", allow_all_outbound=True)
         self.security_group.add_ingress_rule(self.security_group, ec2.Port.tcp(lg.LOCUST_MASTER_PORT), "workers to master")
         self.security_group.add_ingress_rule(
             prometheus_security_group,
-            ec2.Port.tcp_range(lg.METRICS_PORT, lg.METRICS_PORT + manifest.loadgen.workers),
+            ec2.Port.tcp_range(lg.METRICS_PORT, lg.METRICS_PORT + workers),
             "Prometheus scrapes loadgen histograms (worker i serves METRICS_PORT + i)",
         )
-
         image = loadgen_image()
-        log_group = logs.LogGroup(self, "Logs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY)
-        master_env = {
-            **common_env,
-            lg.ENV_ROLE: "master",
-            "LOCUST_EXPECT_WORKERS": str(manifest.loadgen.workers),
-            "LOCUST_WEB_PORT": str(lg.LOCUST_WEB_PORT),
-        }
-        worker_env = {
-            **common_env,
-            lg.ENV_ROLE: "worker",
-            "LOCUST_MASTER_NODE_HOST": f"{lg.MASTER_SERVICE_NAME}.{namespace.namespace_name}",
-            "LOCUST_MASTER_NODE_PORT": str(lg.LOCUST_MASTER_PORT),
-        }
-        self.master = self._service(
-            "Master",
-            image,
-            master_env,
-            ["--master"],  # the image's CMD is --help: the role must be given
-            log_group,
-            cluster,
-            namespace,
-            lg.MASTER_SERVICE_NAME,
-            1,
-            results,
-            [lg.LOCUST_WEB_PORT, lg.LOCUST_MASTER_PORT],
+        self.log_group = logs.LogGroup(self, "Logs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY)
+        self.master_task = self._task("Master", image, master_env, ["--master"], results)
+        self.worker_task = self._task("Worker", image, worker_env, ["--worker"], results)
+        # Tasks started by `run` are no service members: `run` registers each task's address here
+        # so Prometheus's dns_sd (master.<ns>, workers.<ns>) finds them, and deregisters it after.
+        self.master_discovery = servicediscovery.Service(
+            self, "MasterDiscovery", namespace=namespace, name=lg.MASTER_SERVICE_NAME, dns_record_type=servicediscovery.DnsRecordType.A
         )
-        self.workers = self._service(
-            "Worker", image, worker_env, ["--worker"], log_group, cluster, namespace, lg.WORKERS_SERVICE_NAME, manifest.loadgen.workers, results, []
+        self.workers_discovery = servicediscovery.Service(
+            self, "WorkersDiscovery", namespace=namespace, name=lg.WORKERS_SERVICE_NAME, dns_record_type=servicediscovery.DnsRecordType.A
         )
-        self.ui_url = self._web_ui(vpc, manifest.operator.cidr, access_logs)
+        self.operator_policy = self._operator_policy(cluster, manifest.operator.cidr)
+        stack = Stack.of(self)
+        subnets = vpc.select_subnets(subnet_type=PRIVATE.subnet_type).subnet_ids
+        self.run_config = stack.to_json_string(
+            {
+                "region": stack.region,
+                "cluster": cluster.cluster_name,
+                "master_task_definition": self.master_task.task_definition_arn,
+                "worker_task_definition": self.worker_task.task_definition_arn,
+                "subnets": ",".join(subnets),
+                "security_groups": self.security_group.security_group_id,
+                "results_uri": self.results_uri,
+                "targets": dict(targets),
+                "workers": workers,
+                "master_discovery_service": self.master_discovery.service_id,
+                "workers_discovery_service": self.workers_discovery.service_id,
+            }
+        )
 
-    def _service(
-        self,
-        cid: str,
-        image: ecs.ContainerImage,
-        environment: dict[str, str],
-        command: list[str],
-        log_group: logs.ILogGroup,
-        cluster: ecs.ICluster,
-        namespace: servicediscovery.INamespace,
-        dns_name: str,
-        count: int,
-        results: s3.IBucket,
-        ports: list[int],
-    ) -> ecs.FargateService:
+    def _task(
+        self, cid: str, image: ecs.ContainerImage, environment: dict[str, str], command: list[str], results: s3.IBucket
+    ) -> ecs.FargateTaskDefinition:
         # One Locust process per task and 1 vCPU each: gevent is single-threaded, so a worker
         # that shares a core would add its own scheduling lag to every timestamp.
         task = ecs.FargateTaskDefinition(self, f"{cid}Task", cpu=1024, memory_limit_mib=2048)
+        ports = [lg.LOCUST_MASTER_PORT, lg.METRICS_PORT] if command == ["--master"] else [lg.METRICS_PORT]
         task.add_container(
-            "locust",
+            lg.CONTAINER_NAME,
             image=image,
             environment=environment,
-            command=command,
-            logging=ecs.LogDrivers.aws_logs(stream_prefix=dns_name, log_group=log_group),
-            port_mappings=[ecs.PortMapping(container_port=p) for p in [*ports, lg.METRICS_PORT]],
+            command=command,  # the image's ENTRYPOINT stages the run's inputs, then runs Locust in this role
+            logging=ecs.LogDrivers.aws_logs(stream_prefix=cid.lower(), log_group=self.log_group),
+            port_mappings=[ecs.PortMapping(container_port=p) for p in ports],
         )
-        results.grant_read(task.task_role, f"{self.inputs_prefix}/*")
-        results.grant_put(task.task_role, f"{self.runs_prefix}/*")
-        acknowledge(task, "AwsSolutions-ECS2", "Environment holds S3 URIs, fleet endpoints and Locust settings; no secrets.")
+        bucket_arn = results.bucket_arn
+        # Read: the run's inputs only. Write: record and summary files only; no List, no Delete,
+        # so a task can neither read another prefix nor overwrite the inputs it was given.
+        task.add_to_task_role_policy(iam.PolicyStatement(actions=["s3:GetObject"], resources=[f"{bucket_arn}/{self.runs_prefix}/*/inputs/*"]))
+        task.add_to_task_role_policy(
+            iam.PolicyStatement(
+                actions=["s3:PutObject", "s3:AbortMultipartUpload"],
+                resources=[f"{bucket_arn}/{self.runs_prefix}/*/records-*", f"{bucket_arn}/{self.runs_prefix}/*/summary-*"],
+            )
+        )
+        task.add_to_task_role_policy(iam.PolicyStatement(actions=ECS_EXEC_ACTIONS, resources=["*"]))
+        bucket = arn_placeholder(results.node.default_child)  # type: ignore[arg-type]
+        acknowledge(task, "AwsSolutions-ECS2", "Environment holds the S3 results URI, the manifest digest and Locust settings; no secrets.")
+        acknowledge(
+            task, f"AwsSolutions-IAM5[Resource::{bucket}/{self.runs_prefix}/*/inputs/*]", "GetObject on the inputs `run` uploaded, any run id."
+        )
+        acknowledge(task, f"AwsSolutions-IAM5[Resource::{bucket}/{self.runs_prefix}/*/records-*]", "PutObject of a worker's record file, any run id.")
+        acknowledge(task, f"AwsSolutions-IAM5[Resource::{bucket}/{self.runs_prefix}/*/summary-*]", "PutObject of a worker's run summary, any run id.")
         acknowledge(
             task,
-            "AwsSolutions-IAM5[Action::s3:GetBucket*]",
-            "CDK's read grant; scoped to the results bucket, objects limited to this manifest's inputs prefix.",
+            "AwsSolutions-IAM5[Resource::*]",
+            "ssmmessages:* (ECS Exec's port forward to the UI) and ecr:GetAuthorizationToken have no resource-level permissions.",
         )
-        acknowledge(task, "AwsSolutions-IAM5[Action::s3:GetObject*]", "Read-only on this manifest's inputs prefix.")
-        acknowledge(task, "AwsSolutions-IAM5[Action::s3:List*]", "Listing the results bucket; objects stay limited to this manifest's prefixes.")
-        acknowledge(task, "AwsSolutions-IAM5[Action::s3:Abort*]", "Aborting the task's own multipart record uploads.")
-        acknowledge(task, "AwsSolutions-IAM5[Resource::*]", "ecr:GetAuthorizationToken (image pull) has no resource-level permissions.")
-        bucket_arn = arn_placeholder(results.node.default_child)  # type: ignore[arg-type]
-        acknowledge(task, f"AwsSolutions-IAM5[Resource::{bucket_arn}/{self.inputs_prefix}/*]", "Objects under this manifest's inputs prefix only.")
-        acknowledge(task, f"AwsSolutions-IAM5[Resource::{bucket_arn}/{self.runs_prefix}/*]", "Record uploads under this manifest's runs prefix only.")
-        return ecs.FargateService(
-            self,
-            f"{cid}Service",
-            cluster=cluster,
-            task_definition=task,
-            desired_count=count,
-            vpc_subnets=PRIVATE,
-            security_groups=[self.security_group],
-            cloud_map_options=ecs.CloudMapOptions(name=dns_name, cloud_map_namespace=namespace, dns_record_type=servicediscovery.DnsRecordType.A),
-            min_healthy_percent=0,  # a load generator is restarted between runs, never rolled
-            max_healthy_percent=100,
-            # A broken image fails the deploy in minutes instead of CloudFormation's 3-hour wait.
-            # (The container must wait for its S3 inputs rather than exit when they are missing.)
-            circuit_breaker=ecs.DeploymentCircuitBreaker(enable=True, rollback=True),
-        )
+        return task
 
-    def _web_ui(self, vpc: ec2.IVpc, operator_cidr: str, access_logs: s3.IBucket) -> str:
-        """Internet-facing ALB in front of the master's web UI, open to the operator's CIDR only."""
-        sg = ec2.SecurityGroup(self, "UiSecurityGroup", vpc=vpc, description="Locust web UI: operator CIDR only", allow_all_outbound=False)
-        sg.add_ingress_rule(ec2.Peer.ipv4(operator_cidr), ec2.Port.tcp(lg.LOCUST_WEB_PORT), "operator to Locust web UI")
-        alb = elbv2.ApplicationLoadBalancer(
+    def _operator_policy(self, cluster: ecs.ICluster, operator_cidr: str) -> iam.ManagedPolicy:
+        """Attach to the operator's role: port-forward to a load-generator task, from operator.cidr only."""
+        stack = Stack.of(self)
+        from_operator = {"IpAddress": {"aws:SourceIp": operator_cidr}}
+        tasks = f"arn:{stack.partition}:ecs:{stack.region}:{stack.account}:task/{cluster.cluster_name}/*"
+        document = f"arn:{stack.partition}:ssm:{stack.region}::document/{PORT_FORWARD_DOCUMENT}"
+        policy = iam.ManagedPolicy(
             self,
-            "UiAlb",
-            vpc=vpc,
-            internet_facing=True,
-            security_group=sg,
-            vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PUBLIC),
-            drop_invalid_header_fields=True,
+            "OperatorUiAccess",
+            description=f"Open a Session Manager port forward to the Locust UI of a load-generator task, from {operator_cidr} only",
+            statements=[
+                iam.PolicyStatement(
+                    actions=["ecs:ExecuteCommand", "ecs:DescribeTasks"], resources=[tasks, cluster.cluster_arn], conditions=from_operator
+                ),
+                iam.PolicyStatement(actions=["ssm:StartSession"], resources=[tasks, document], conditions=from_operator),
+                iam.PolicyStatement(
+                    actions=["ssm:TerminateSession", "ssm:ResumeSession"],
+                    resources=[f"arn:{stack.partition}:ssm:{stack.region}:{stack.account}:session/${{aws:userid}}-*"],
+                ),
+            ],
         )
-        alb.log_access_logs(access_logs, "alb/locust-ui")
-        listener = alb.add_listener("Ui", port=lg.LOCUST_WEB_PORT, protocol=elbv2.ApplicationProtocol.HTTP, open=False)
-        listener.add_targets(
-            "Master",
-            port=lg.LOCUST_WEB_PORT,
-            protocol=elbv2.ApplicationProtocol.HTTP,
-            targets=[self.master.load_balancer_target(container_name="locust", container_port=lg.LOCUST_WEB_PORT)],
-            health_check=elbv2.HealthCheck(path="/", healthy_http_codes="200", interval=Duration.seconds(30)),
-            deregistration_delay=Duration.seconds(10),
+        cluster_ref = f"<{stack.resolve((cluster.node.default_child).logical_id)}>"  # type: ignore[union-attr]
+        acknowledge(
+            policy,
+            f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ecs:{stack.region}:<AWS::AccountId>:task/{cluster_ref}/*]",
+            "Task ids are new for every run; the wildcard stays inside this campaign's cluster.",
         )
-        return f"http://{alb.load_balancer_dns_name}:{lg.LOCUST_WEB_PORT}"
+        acknowledge(
+            policy,
+            f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ssm:{stack.region}:<AWS::AccountId>:session/<aws:userid>-*]",
+            "Terminate or resume only the caller's own Session Manager sessions (their ids start with the caller's user id).",
+        )
+        return policy

@@ -64,7 +64,7 @@ def test_image_requirements_are_pinned_like_the_project() -> None:
 
 def test_everything_the_locustfile_imports_is_installed_in_the_image() -> None:
     code = (
-        "import sys, json, loadgen.locustfile, loadgen.launch, loadgen.probe, loadgen.recording\n"
+        "import sys, json, loadgen.locustfile, loadgen.launch, loadgen.probe, loadgen.recording, loadgen.task_entry\n"
         "print(json.dumps(sorted({m.split('.')[0] for m in list(sys.modules)})))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)

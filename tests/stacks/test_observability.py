@@ -1,8 +1,10 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
-from tests.stacks.conftest import Synth
+from campaign.manifest import load_manifest
+from tests.stacks.conftest import EXAMPLE_MANIFEST, Synth
 
 
 def test_loadgen_cluster_has_enhanced_container_insights(example: Synth) -> None:
@@ -21,21 +23,48 @@ def test_prometheus_scrapes_every_fleet_and_the_loadgen_into_a_managed_workspace
     assert "remote_write" in text and "sigv4" in text
 
 
-def test_loadgen_master_and_workers_run_the_root_dockerfile_image(example: Synth) -> None:
+def test_loadgen_master_and_workers_are_task_definitions_started_per_run(example: Synth) -> None:
+    # Only Prometheus runs as a service; `campaign run` starts a fresh master and workers per fleet.
     services = example.resources("AWS::ECS::Service")
-    counts = sorted(s["Properties"]["DesiredCount"] for s in services.values())
-    assert counts == [1, 1, 2]  # prometheus, master, manifest.loadgen.workers = 2
+    assert sorted(s["Properties"]["DesiredCount"] for s in services.values()) == [1]
     assets = json.loads((example.outdir / "Comparison.assets.json").read_text(encoding="utf-8"))
     assert len(assets["dockerImages"]) == 1
     locust = [
         c for t in example.resources("AWS::ECS::TaskDefinition").values() for c in t["Properties"]["ContainerDefinitions"] if c["Name"] == "locust"
     ]
     assert len(locust) == 2
+    m = load_manifest(EXAMPLE_MANIFEST)
     for c in locust:
-        names = {e["Name"] for e in c["Environment"]}
-        assert {"HARNESS_MANIFEST_S3_URI", "HARNESS_TRACE_S3_URI", "HARNESS_RESULTS_S3_URI", "HARNESS_TARGETS"} <= names
         env = {e["Name"]: e["Value"] for e in c["Environment"]}
-        assert env["LOADGEN_MANIFEST"] == "/app/manifests/llama3-8b-inf2-vs-g6.yaml"
-        assert env["LOADGEN_FLEET"] == "inf2"
-    # The image's CMD is --help: each role must be given explicitly.
-    assert sorted(c["Command"] for c in locust) == [["--master"], ["--worker"]]
+        assert env["HARNESS_MANIFEST_DIGEST"] == m.digest
+        assert json.dumps(env["HARNESS_RESULTS_S3_URI"]).endswith(f'/campaigns/{m.campaign}/{m.short_digest}/runs"]]}}')
+        # Nothing of a run is baked in: fleet, host, run id and the manifest itself come per run.
+        assert not {"LOADGEN_MANIFEST", "LOADGEN_FLEET", "LOCUST_HOST", "LOADGEN_RUN_ID"} & set(env)
+    by_role = {c["Command"][0]: {e["Name"]: e["Value"] for e in c["Environment"]} for c in locust}
+    assert set(by_role) == {"--master", "--worker"}
+    master = by_role["--master"]
+    n = str(m.loadgen.workers)
+    assert (master["LOCUST_AUTOSTART"], master["LOCUST_USERS"], master["LOCUST_EXPECT_WORKERS"]) == ("true", n, n)
+
+
+def test_run_config_output_is_what_campaign_run_reads(example: Synth) -> None:
+    from campaign.cloud_contract import RUN_CONFIG_OUTPUT, RunConfig
+
+    def flat(v: Any) -> str:  # references become their logical ids
+        if isinstance(v, str):
+            return v
+        if "Fn::Join" in v:
+            return v["Fn::Join"][0].join(flat(p) for p in v["Fn::Join"][1])
+        if "Ref" in v:
+            return str(v["Ref"])
+        return ".".join(v["Fn::GetAtt"])
+
+    cfg = RunConfig.from_json(flat(example.template_json["Outputs"][RUN_CONFIG_OUTPUT]["Value"]))
+    tasks = example.resources("AWS::ECS::TaskDefinition")
+    assert {cfg.master_task_definition, cfg.worker_task_definition} <= set(tasks)
+    assert cfg.cluster in example.resources("AWS::ECS::Cluster")
+    assert len(cfg.subnets) == 2 and all(s in example.resources("AWS::EC2::Subnet") for s in cfg.subnets)
+    assert set(cfg.targets) == {"inf2", "g6"} and cfg.workers == 2
+    assert {cfg.master_discovery_service.split(".")[0], cfg.workers_discovery_service.split(".")[0]} <= set(
+        example.resources("AWS::ServiceDiscovery::Service")
+    )

@@ -6,7 +6,7 @@ checker that cannot fail proves nothing.
 
 The variant is the example manifest with a model-hub token secret ARN and another operator
 CIDR: it proves the token only ever travels as a Secrets Manager ARN readable by the fleet
-roles alone, and that the Locust UI rule follows `operator.cidr`.
+roles alone, and that the Locust UI session policy follows `operator.cidr`.
 """
 
 from __future__ import annotations
@@ -33,11 +33,12 @@ ACTIONS_ALLOWED_ON_STAR: dict[str, str] = {
     "ecr:GetAuthorizationToken": "ECR has no resource-level permission for the registry login token (fleet image pull, ECS execution roles)",
     "ec2:DescribeInstances": "Describe* calls have no resource-level permissions; Prometheus ec2_sd discovers fleet instances by tag",
     "ec2:DescribeAvailabilityZones": "Describe* calls have no resource-level permissions; Prometheus ec2_sd labels targets by AZ",
-    # Session Manager channels: the ssmmessages actions define no resource types (Service Authorization Reference).
-    "ssmmessages:CreateControlChannel": "Session Manager on the fleet (instead of SSH); ssmmessages defines no resource types",
-    "ssmmessages:CreateDataChannel": "Session Manager on the fleet (instead of SSH); ssmmessages defines no resource types",
-    "ssmmessages:OpenControlChannel": "Session Manager on the fleet (instead of SSH); ssmmessages defines no resource types",
-    "ssmmessages:OpenDataChannel": "Session Manager on the fleet (instead of SSH); ssmmessages defines no resource types",
+    # Session Manager channels: the ssmmessages actions define no resource types (Service Authorization Reference,
+    # https://docs.aws.amazon.com/service-authorization/latest/reference/list_ssmmessages.html).
+    "ssmmessages:CreateControlChannel": "Session Manager: fleet hosts (instead of SSH) and ECS Exec in the loadgen tasks; no resource types",
+    "ssmmessages:CreateDataChannel": "Session Manager: fleet hosts (instead of SSH) and ECS Exec in the loadgen tasks; no resource types",
+    "ssmmessages:OpenControlChannel": "Session Manager: fleet hosts (instead of SSH) and ECS Exec in the loadgen tasks; no resource types",
+    "ssmmessages:OpenDataChannel": "Session Manager: fleet hosts (instead of SSH) and ECS Exec in the loadgen tasks; no resource types",
     # Only with a cloudwatch:namespace condition naming the fleet's own namespaces (test_fleet_roles_are_scoped).
     "cloudwatch:PutMetricData": "PutMetricData defines no resource type; a cloudwatch:namespace condition scopes it to the fleet",
 }
@@ -254,25 +255,16 @@ def s3_violations(template: Template) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def variant(tmp_path_factory: pytest.TempPathFactory) -> Synth:
-    """The example manifest with a hub-token secret ARN and another operator CIDR.
-
-    The load-generator image bakes manifests/ from the repository root, so the variant lives in
-    a stand-in root (its own manifests/ and a stand-in Dockerfile) instead of the real one.
-    """
-    import stacks.loadgen
-
+    """The example manifest with a hub-token secret ARN and another operator CIDR (the image
+    bakes no manifest, so the variant can live anywhere)."""
     root = tmp_path_factory.mktemp("variant-root")
-    (root / "manifests").mkdir()
-    (root / "Dockerfile").write_text("FROM scratch\n", encoding="utf-8")
     data = yaml.safe_load(EXAMPLE_MANIFEST.read_text(encoding="utf-8"))
     data["workload"]["trace"]["path"] = str(load_manifest(EXAMPLE_MANIFEST).trace_path)
     data["model"]["hub_token_secret_arn"] = HUB_TOKEN_ARN
     data["operator"]["cidr"] = VARIANT_OPERATOR_CIDR
-    path = root / "manifests" / EXAMPLE_MANIFEST.name
+    path = root / EXAMPLE_MANIFEST.name
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(stacks.loadgen, "REPO_ROOT", root)
-        return synthesize(path, tmp_path_factory.mktemp("variant") / "cdk.out")
+    return synthesize(path, tmp_path_factory.mktemp("variant") / "cdk.out")
 
 
 SYNTHS = ["example", "three_fleets", "variant"]
@@ -350,12 +342,31 @@ def test_no_ingress_open_to_the_world(which: str, request: pytest.FixtureRequest
     assert open_ingress_violations(t, {load_manifest(s.manifest_path).operator.cidr, VPC_CIDR}) == []
 
 
-def test_locust_ui_follows_the_operator_cidr(example: Synth, variant: Synth) -> None:
-    def ui_cidrs(s: Synth) -> set[str]:
-        return {r["CidrIp"] for _, r in _ingress_rules(s.template_json) if r.get("FromPort") == LOCUST_WEB_PORT and "CidrIp" in r}
+def _operator_policy_cidrs(s: Synth) -> set[str]:
+    cidrs: set[str] = set()
+    for _, props in _resources(s.template_json, "AWS::IAM::ManagedPolicy"):
+        for st in _as_list(props["PolicyDocument"]["Statement"]):
+            cond = st.get("Condition", {}).get("IpAddress", {}).get("aws:SourceIp")
+            if cond is not None:
+                assert {"ecs:ExecuteCommand", "ssm:StartSession"} & set(_as_list(st["Action"])), st
+                cidrs.add(cond)
+    return cidrs
 
-    assert ui_cidrs(example) == {load_manifest(EXAMPLE_MANIFEST).operator.cidr}
-    assert ui_cidrs(variant) == {VARIANT_OPERATOR_CIDR}
+
+def test_locust_ui_has_no_network_path_and_its_session_follows_the_operator_cidr(example: Synth, variant: Synth) -> None:
+    for s in (example, variant):
+        # No load balancer in front of the UI, no rule that lets anything reach port 8089.
+        albs = [p for _, p in _resources(s.template_json, "AWS::ElasticLoadBalancingV2::LoadBalancer") if p.get("Type") != "network"]
+        assert albs == []
+        assert [r for _, r in _ingress_rules(s.template_json) if r.get("FromPort", -1) <= LOCUST_WEB_PORT <= r.get("ToPort", -1)] == []
+        (master,) = [
+            c for _, t in _resources(s.template_json, "AWS::ECS::TaskDefinition") for c in t["ContainerDefinitions"]
+            if {"Name": "HARNESS_LOADGEN_ROLE", "Value": "master"} in c["Environment"]
+        ]  # fmt: skip
+        assert {"Name": "LOCUST_WEB_HOST", "Value": "127.0.0.1"} in master["Environment"]
+    # The port-forward session may only be opened from the manifest's operator range.
+    assert _operator_policy_cidrs(example) == {load_manifest(EXAMPLE_MANIFEST).operator.cidr}
+    assert _operator_policy_cidrs(variant) == {VARIANT_OPERATOR_CIDR}
     assert load_manifest(EXAMPLE_MANIFEST).operator.cidr not in json.dumps(variant.template_json)
 
 

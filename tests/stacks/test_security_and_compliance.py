@@ -43,16 +43,14 @@ def test_no_security_group_is_open_to_the_world(example: Synth) -> None:
         assert rule.get("CidrIpv6") != "::/0", rule
 
 
-def test_locust_ui_reachable_only_from_the_operator_cidr(example: Synth) -> None:
-    m = load_manifest(EXAMPLE_MANIFEST)
+def test_nothing_is_reachable_by_cidr_but_the_vpc_itself(example: Synth) -> None:
+    """The Locust UI has no inbound rule at all (Session Manager port forward); the only CIDR
+    rules left are the interface endpoints' HTTPS from the VPC."""
     cidr_rules = []
     for sg in example.resources("AWS::EC2::SecurityGroup").values():
         cidr_rules += [r for r in sg["Properties"].get("SecurityGroupIngress", []) if "CidrIp" in r]
     cidr_rules += [r["Properties"] for r in example.resources("AWS::EC2::SecurityGroupIngress").values() if "CidrIp" in r["Properties"]]
-    ui_rules = [r for r in cidr_rules if r.get("FromPort") == 8089]
-    assert ui_rules and all(r["CidrIp"] == m.operator.cidr for r in ui_rules)
-    # Everything else reachable by CIDR is the VPC itself (interface endpoints on 443).
-    assert all(r["CidrIp"] in (m.operator.cidr, "10.40.0.0/16") for r in cidr_rules)
+    assert cidr_rules and all(r["CidrIp"] == "10.40.0.0/16" and r["FromPort"] == 443 for r in cidr_rules)
     loadgen_sgs = [
         sg for sg in example.resources("AWS::EC2::SecurityGroup").values() if "Locust master and workers" in sg["Properties"]["GroupDescription"]
     ]

@@ -1,0 +1,177 @@
+"""The contract between the stacks, `campaign run` and the load-generator task (root Dockerfile).
+
+The stacks put the deploy-time half into the Fargate task definitions and into one stack
+output (`LoadgenRunConfig`); `campaign run` adds the run-time half as RunTask environment
+overrides; `loadgen.task_entry` reads both. Everything of one run lives under one S3 prefix:
+
+    <runs prefix>/<run id>/inputs/manifest.yaml     uploaded by `run` before any task starts
+    <runs prefix>/<run id>/inputs/schedule.json     trace file name + path, schedule digest
+    <runs prefix>/<run id>/inputs/<trace file>
+    <runs prefix>/<run id>/records-<fleet>-w<i>.jsonl, summary-<fleet>-w<i>.json   (workers)
+    <runs prefix>/<run id>/summary-<fleet>.json     merged by `run` once the tasks stopped
+    <runs prefix>/<run id>/run.json                 what `run` started and how it ended
+
+A run id is new for every `run`, so a second run never overwrites the first.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path, PurePosixPath
+
+LOCUST_WEB_PORT = 8089
+LOCUST_MASTER_PORT = 5557  # workers connect to the master here (Locust default)
+METRICS_PORT = 9646  # the loadgen Prometheus exporter (histograms) on master and workers
+MASTER_SERVICE_NAME = "master"  # Cloud Map: master.<namespace>, registered by `run` per task
+WORKERS_SERVICE_NAME = "workers"
+CONTAINER_NAME = "locust"
+# Seconds the master's web UI stays up after the run ended (Locust --autoquit), for watching.
+UI_LINGER_S = 60
+
+# Set by the task definitions (deploy time).
+ENV_RESULTS_URI = "HARNESS_RESULTS_S3_URI"  # s3://bucket/campaigns/<campaign>/<digest12>/runs
+ENV_MANIFEST_DIGEST = "HARNESS_MANIFEST_DIGEST"  # the manifest the stack was synthesized from
+ENV_ROLE = "HARNESS_LOADGEN_ROLE"  # "master" or "worker"
+ENV_WORK_DIR = "HARNESS_WORK_DIR"  # where the task stages its inputs (the image: /data)
+# Set by `campaign run` per task (RunTask overrides). LOADGEN_* / LOCUST_* are read by the
+# locustfile and Locust themselves.
+ENV_RUN_ID = "LOADGEN_RUN_ID"
+ENV_FLEET = "LOADGEN_FLEET"
+ENV_HOST = "LOCUST_HOST"
+ENV_REPLAY_DURATION = "LOADGEN_REPLAY_DURATION"
+ENV_RUN_TIME = "LOCUST_RUN_TIME"  # the master's safety net; the replay ends the run itself
+ENV_MASTER_HOST = "LOCUST_MASTER_NODE_HOST"
+ENV_MASTER_PORT = "LOCUST_MASTER_NODE_PORT"
+
+RUN_CONFIG_OUTPUT = "LoadgenRunConfig"  # stack output: JSON of RunConfig
+INPUTS_DIR = "inputs"
+INPUT_MANIFEST = "manifest.yaml"
+INPUT_SCHEDULE = "schedule.json"
+RUN_RECORD = "run.json"
+
+_RUN_ID = re.compile(r"^[0-9]{8}T[0-9]{6}Z-[0-9a-f]{6}$")
+
+
+def new_run_id(now: float | None = None) -> str:
+    """Sortable by start time, unique: `20261203T143000Z-1a2b3c`."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
+    return f"{stamp}-{secrets.token_hex(3)}"
+
+
+def check_run_id(run_id: str) -> str:
+    if not _RUN_ID.match(run_id):
+        raise ValueError(f"run id {run_id!r} is not of the form YYYYmmddTHHMMSSZ-xxxxxx (as `campaign run` prints it)")
+    return run_id
+
+
+def split_s3_uri(uri: str) -> tuple[str, str]:
+    """s3://bucket/prefix -> (bucket, prefix without slashes at either end)."""
+    if not uri.startswith("s3://"):
+        raise ValueError(f"not an s3:// URI: {uri!r}")
+    bucket, _, prefix = uri[5:].partition("/")
+    if not bucket:
+        raise ValueError(f"no bucket in {uri!r}")
+    return bucket, prefix.strip("/")
+
+
+def run_uri(results_uri: str, run_id: str) -> str:
+    """s3://bucket/<runs prefix>/<run id>: the run's records and inputs."""
+    return f"{results_uri.rstrip('/')}/{check_run_id(run_id)}"
+
+
+def inputs_uri(results_uri: str, run_id: str) -> str:
+    return f"{run_uri(results_uri, run_id)}/{INPUTS_DIR}"
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What `campaign run` needs from the deployed stack (the `LoadgenRunConfig` output)."""
+
+    region: str
+    cluster: str
+    master_task_definition: str
+    worker_task_definition: str
+    subnets: tuple[str, ...]
+    security_groups: tuple[str, ...]
+    results_uri: str  # s3://bucket/<runs prefix>
+    targets: dict[str, str]  # fleet -> http://<nlb>:<port>
+    workers: int
+    master_discovery_service: str = ""  # Cloud Map service ids: Prometheus finds the tasks by DNS
+    workers_discovery_service: str = ""
+
+    @classmethod
+    def from_json(cls, text: str) -> RunConfig:
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise ValueError(f"stack output {RUN_CONFIG_OUTPUT} is not JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"stack output {RUN_CONFIG_OUTPUT}: expected a JSON object")
+        missing = [k for k in ("region", "cluster", "master_task_definition", "worker_task_definition", "subnets", "security_groups",
+                               "results_uri", "targets", "workers") if k not in data]
+        if missing:
+            raise ValueError(f"stack output {RUN_CONFIG_OUTPUT} lacks {', '.join(missing)}: redeploy with this version of the stacks")
+        subnets = data["subnets"]
+        if isinstance(subnets, str):  # CloudFormation joins a subnet list into one string
+            subnets = [s for s in subnets.split(",") if s]
+        groups = data["security_groups"]
+        if isinstance(groups, str):
+            groups = [g for g in groups.split(",") if g]
+        split_s3_uri(data["results_uri"])
+        return cls(
+            region=str(data["region"]),
+            cluster=str(data["cluster"]),
+            master_task_definition=str(data["master_task_definition"]),
+            worker_task_definition=str(data["worker_task_definition"]),
+            subnets=tuple(subnets),
+            security_groups=tuple(groups),
+            results_uri=str(data["results_uri"]).rstrip("/"),
+            targets={str(k): str(v) for k, v in dict(data["targets"]).items()},
+            workers=int(data["workers"]),
+            master_discovery_service=str(data.get("master_discovery_service", "")),
+            workers_discovery_service=str(data.get("workers_discovery_service", "")),
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+@dataclass(frozen=True)
+class RunInputs:
+    """inputs/schedule.json: what the tasks must find once they staged the inputs."""
+
+    manifest_digest: str
+    trace_path: str  # workload.trace.path as the manifest writes it (relative to the manifest)
+    trace_file: str  # the object name under inputs/
+    schedule_digest: str  # loadgen.schedule.schedule_digest of the full schedule
+    requests: int
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> RunInputs:
+        try:
+            data = json.loads(text)
+            return cls(**{k: data[k] for k in ("manifest_digest", "trace_path", "trace_file", "schedule_digest", "requests")})
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{INPUT_SCHEDULE}: not a run-inputs description ({type(exc).__name__}: {exc})") from None
+
+
+def staged_paths(root: Path, trace_path: str) -> tuple[Path, Path]:
+    """Where a task puts the manifest and the trace under `root` so that the manifest's own
+    relative `workload.trace.path` resolves to the staged trace, unchanged: the manifest is
+    byte-identical to the operator's and keeps its digest."""
+    rel = PurePosixPath(trace_path)
+    if rel.is_absolute():
+        raise ValueError(f"workload.trace.path: {trace_path} is absolute; a cloud run needs a path relative to the manifest")
+    depth = sum(part == ".." for part in rel.parts)
+    manifest_dir = root.joinpath("manifest", *(["m"] * depth))
+    trace = (manifest_dir / Path(*rel.parts)).resolve()
+    if not trace.is_relative_to(root.resolve()):
+        raise ValueError(f"workload.trace.path: {trace_path} leaves the staging directory")
+    return manifest_dir / INPUT_MANIFEST, trace

@@ -1,0 +1,107 @@
+"""Entry point of the load-generator image: stage this run's inputs from S3, check them, run Locust.
+
+`python -m loadgen.task_entry --master|--worker [locust options]`. The task definition gives
+the results prefix and the manifest digest the stack was built from; `campaign run` gives
+the run id (and fleet, host, master address). The task downloads the run's manifest,
+schedule description and trace from `<results>/<run id>/inputs/`, and refuses to start
+(exit 3, nothing sent) when the manifest is not the one the stack was deployed for, when the
+trace's sha256 does not match the manifest, or when the schedule it builds differs from the
+one `run` planned. Then Locust replaces this process, with the staged manifest.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from campaign import cloud_contract as cc
+from campaign.manifest import ManifestError, load_manifest
+from loadgen.launch import LOCUSTFILE, SETUP_FAILED
+from loadgen.schedule import ScheduleError, build_schedule, schedule_digest
+
+
+class InputsRejected(RuntimeError):
+    pass
+
+
+def _required(env: Mapping[str, str], name: str) -> str:
+    value = env.get(name, "")
+    if not value:
+        raise InputsRejected(f"environment variable {name} is not set (the task definition or `campaign run` sets it)")
+    return value
+
+
+def _download(s3: Any, uri: str, dest: Path) -> None:
+    bucket, key = cc.split_s3_uri(uri)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        s3.download_file(bucket, key, str(dest))
+    except Exception as exc:  # botocore ClientError (missing object, access denied), endpoint errors
+        raise InputsRejected(f"cannot download {uri}: {exc}") from None
+
+
+def stage_inputs(env: Mapping[str, str], s3: Any) -> Path:
+    """Download and check the run's inputs; returns the staged manifest's path."""
+    results = _required(env, cc.ENV_RESULTS_URI)
+    run_id = _required(env, cc.ENV_RUN_ID)
+    expected_digest = _required(env, cc.ENV_MANIFEST_DIGEST)
+    root = Path(env.get(cc.ENV_WORK_DIR) or "/data") / "inputs" / run_id
+    try:
+        inputs = cc.inputs_uri(results, run_id)
+    except ValueError as exc:
+        raise InputsRejected(str(exc)) from None
+    desc_path = root / cc.INPUT_SCHEDULE
+    _download(s3, f"{inputs}/{cc.INPUT_SCHEDULE}", desc_path)
+    try:
+        desc = cc.RunInputs.from_json(desc_path.read_text(encoding="utf-8"))
+        manifest_path, trace_path = cc.staged_paths(root, desc.trace_path)
+    except ValueError as exc:
+        raise InputsRejected(f"{inputs}/{cc.INPUT_SCHEDULE}: {exc}") from None
+    _download(s3, f"{inputs}/{cc.INPUT_MANIFEST}", manifest_path)
+    _download(s3, f"{inputs}/{desc.trace_file}", trace_path)
+    try:
+        m = load_manifest(manifest_path)  # also checks the trace's sha256 against the manifest
+    except ManifestError as exc:
+        raise InputsRejected(f"{inputs}/{cc.INPUT_MANIFEST} is invalid here: " + "; ".join(str(i) for i in exc.issues)) from None
+    if m.digest != expected_digest:
+        raise InputsRejected(
+            f"manifest digest {m.digest[:12]} is not the one this stack was deployed for ({expected_digest[:12]}): "
+            "deploy the manifest you run, or run the manifest you deployed"
+        )
+    try:
+        digest = schedule_digest(build_schedule(m))
+    except ScheduleError as exc:
+        raise InputsRejected(str(exc)) from None
+    if digest != desc.schedule_digest:
+        raise InputsRejected(f"the schedule built here ({digest[:12]}) differs from the one `campaign run` planned ({desc.schedule_digest[:12]})")
+    return manifest_path
+
+
+def locust_argv(manifest_path: Path, args: Sequence[str]) -> list[str]:
+    return [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--manifest", str(manifest_path), *args]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or "--help" in args or "-h" in args:  # the image's default CMD: Locust's help, no inputs needed
+        cmd = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--help"]
+        os.execv(cmd[0], cmd)
+    import boto3
+
+    try:
+        manifest_path = stage_inputs(os.environ, boto3.client("s3"))
+    except InputsRejected as exc:
+        # The same marker the launcher and the master's log use for a setup failure.
+        print(f"loadgen task: setup failed, nothing was sent: {exc}", file=sys.stderr, flush=True)
+        return SETUP_FAILED
+    print(f"loadgen task: inputs of run {os.environ[cc.ENV_RUN_ID]} staged and checked ({manifest_path})", flush=True)
+    cmd = locust_argv(manifest_path, args)
+    os.execv(cmd[0], cmd)
+    return 0  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""Stand-ins for what AWS does around the load-generator tasks, for the offline cloud-path test.
+
+`LocalTaskLauncher` implements campaign.cloud_run.TaskLauncher with local processes: each
+"task" runs the container exactly as the synthesized task definition describes it (the
+image's ENTRYPOINT from the Dockerfile + the container's Command, the definition's
+Environment with its CloudFormation references resolved, then the RunTask overrides). What
+one host cannot share is substituted and listed here: each task gets its own work and
+records directory (a container has its own /data), and the master its own free ports for
+the worker link, the web UI and the metrics (tasks have their own network namespace), and
+the web UI lingers 1 s after the run instead of a minute.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from campaign import cloud_contract as cc
+from campaign.cloud_run import TaskSpec, TaskStatus
+from campaign.processes import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def resolve(value: Any, refs: Mapping[str, str]) -> Any:
+    """Resolve the intrinsics the stacks use in task environments and outputs: Ref, GetAtt, Join.
+    Anything else fails the test: the offline run must not silently drop a value."""
+    if isinstance(value, str | int | float):
+        return value
+    if isinstance(value, list):
+        return [resolve(v, refs) for v in value]
+    if isinstance(value, dict) and len(value) == 1:
+        (fn, arg), = value.items()
+        if fn == "Ref":
+            return refs.get(arg, arg)
+        if fn == "Fn::GetAtt":
+            key = f"{arg[0]}.{arg[1]}"
+            return refs.get(key, key)
+        if fn == "Fn::Join":
+            sep, parts = arg
+            return sep.join(str(resolve(p, refs)) for p in parts)
+    raise AssertionError(f"unsupported CloudFormation value in the offline run: {json.dumps(value)[:200]}")
+
+
+def dockerfile_entrypoint(dockerfile: Path) -> list[str]:
+    m = re.search(r"^ENTRYPOINT\s+(\[.*\])\s*$", dockerfile.read_text(encoding="utf-8"), re.M)
+    assert m, f"{dockerfile}: no exec-form ENTRYPOINT"
+    argv: list[str] = json.loads(m.group(1))
+    # The image's python is this environment's python; /app (WORKDIR, PYTHONPATH) is the repository.
+    return [sys.executable if a == "python" else a for a in argv]
+
+
+def _bindable_pair() -> int:
+    """A port p with p+1 free too: worker i of a master serves the metrics port + i."""
+    import socket
+
+    for _ in range(50):
+        p = free_port()
+        try:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", p + 1))
+            return p
+        except OSError:
+            continue
+    raise RuntimeError("no free port pair")
+
+
+class LocalTaskLauncher:
+    def __init__(self, template: Mapping[str, Any], refs: Mapping[str, str], workdir: Path, env: Mapping[str, str]) -> None:
+        self.template = template
+        self.refs = refs
+        self.workdir = workdir
+        self.env = dict(env)  # the moto endpoint and credentials: what the task role gives a real task
+        self.entrypoint = dockerfile_entrypoint(ROOT / "Dockerfile")
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.ports: dict[str, dict[int, int]] = {}
+        self.web: dict[str, int] = {}
+        self.logs: dict[str, Path] = {}
+        self._files: list[IO[bytes]] = []
+        self.started: list[TaskSpec] = []
+
+    def container(self, task_definition: str) -> dict[str, Any]:
+        # The run config's task-definition "ARN" is its unresolved Ref: the logical id.
+        res = self.template["Resources"][task_definition]
+        assert res["Type"] == "AWS::ECS::TaskDefinition", task_definition
+        (c,) = [c for c in res["Properties"]["ContainerDefinitions"] if c["Name"] == cc.CONTAINER_NAME]
+        return dict(c)
+
+    def start(self, spec: TaskSpec) -> str:
+        c = self.container(spec.task_definition)
+        handle = f"arn:local:ecs:task/local/{spec.fleet}-{spec.role}-{len(self.procs)}"
+        home = self.workdir / handle.rsplit("/", 1)[-1]
+        env = {e["Name"]: str(resolve(e["Value"], self.refs)) for e in c["Environment"]}
+        env.update(spec.environment)
+        env.update({cc.ENV_WORK_DIR: str(home), "LOADGEN_RECORDS_DIR": str(home / "records"), "PYTHONPATH": str(ROOT)})
+        ports: dict[int, int] = {}
+        if spec.role == "master":
+            ports[cc.LOCUST_MASTER_PORT] = free_port()
+            self.web[handle] = free_port()
+            env.update({"LOCUST_MASTER_BIND_PORT": str(ports[cc.LOCUST_MASTER_PORT]), "LOCUST_WEB_PORT": str(self.web[handle]),
+                        "LOADGEN_METRICS_PORT": str(_bindable_pair())})  # fmt: skip
+            assert env["LOCUST_AUTOQUIT"] == str(cc.UI_LINGER_S)
+            env["LOCUST_AUTOQUIT"] = "1"  # the UI's linger after the run: nobody watches it here
+        argv = [*self.entrypoint, *c["Command"]]
+        home.mkdir(parents=True)
+        log = home / "task.log"
+        fh = log.open("wb")
+        self._files.append(fh)
+        self.procs[handle] = subprocess.Popen(
+            argv, env={**os.environ, **self.env, **env}, cwd=str(ROOT), stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        self.ports[handle] = ports
+        self.logs[handle] = log
+        self.started.append(spec)
+        return handle
+
+    def describe(self, handles: Sequence[str]) -> dict[str, TaskStatus]:
+        out = {}
+        for h in handles:
+            p = self.procs[h]
+            code = p.poll()
+            if code is None:
+                ui = f"http://127.0.0.1:{self.web[h]}" if h in self.web else ""
+                out[h] = TaskStatus("RUNNING", None, "", "127.0.0.1", self.ports[h], ui)
+            else:
+                out[h] = TaskStatus("STOPPED", code, "" if code == 0 else f"see {self.logs[h]}")
+        return out
+
+    def stop(self, handle: str, reason: str) -> None:
+        p = self.procs[handle]
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+
+    def close(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for fh in self._files:
+            fh.close()
+
+    def log_tail(self, lines: int = 30) -> str:
+        parts = []
+        for h, log in self.logs.items():
+            text = log.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:]
+            parts.append(f"--- {h}\n" + "\n".join(text))
+        return "\n".join(parts)

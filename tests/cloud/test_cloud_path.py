@@ -1,0 +1,215 @@
+"""The cloud path, offline: the synthesized Fargate task definitions run as local processes.
+
+`cdk synth` runs in a subprocess (jsii and gevent deadlock in one process); the load-generator
+task definitions' Command and Environment and the run-config stack output are read from the
+template. A moto server stands in for S3, CloudFormation (the deployed stack's outputs),
+ECS and the Tagging API; one emulator per fleet stands in for the NLB targets (the one value
+of the run config replaced). Two `campaign run`s go through campaign.aws_cli.run_campaign,
+the function `python -m campaign run` calls, with LocalTaskLauncher in place of ECS RunTask;
+then `python -m campaign report --aws --run-id` and `teardown --run-id` run as the operator
+would type them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from campaign import cloud_contract as cc
+from campaign.manifest import Manifest, load_manifest
+from campaign.processes import Supervisor, free_port
+from tests.cloud.local_tasks import LocalTaskLauncher, resolve
+from tests.conftest import EXAMPLE_MANIFEST, ROOT
+
+pytestmark = pytest.mark.cloud_path
+
+BUCKET = "harness-results-offline"
+REGION = "us-east-1"
+SYNTH = (
+    "import sys\n"
+    "from stacks.app_builder import build_app\n"
+    "app, _ = build_app(context={'manifest': sys.argv[1]}, outdir=sys.argv[2])\n"
+    "app.synth()\n"
+)
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cloud")
+
+
+@pytest.fixture(scope="module")
+def manifest_path(workdir: Path) -> Path:
+    """The example manifest with a 12 s window (warmup 2 s): the same relative trace path, so
+    the copy sits next to a copy of the trace exactly as in the repository."""
+    data = yaml.safe_load(EXAMPLE_MANIFEST.read_text(encoding="utf-8"))
+    data["workload"]["window"]["duration_s"] = 12
+    data["workload"]["warmup_s"] = 2
+    trace = EXAMPLE_MANIFEST.parent / data["workload"]["trace"]["path"]
+    (workdir / "data" / "traces").mkdir(parents=True)
+    shutil.copy(trace, workdir / "data" / "traces" / trace.name)
+    (workdir / "manifests").mkdir()
+    path = workdir / "manifests" / "offline.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def template(workdir: Path, manifest_path: Path) -> dict[str, Any]:
+    out = workdir / "cdk.out"
+    proc = subprocess.run([sys.executable, "-c", SYNTH, str(manifest_path), str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data: dict[str, Any] = json.loads((out / "Comparison.template.json").read_text(encoding="utf-8"))
+    return data
+
+
+@pytest.fixture(scope="module")
+def aws_env() -> Iterator[dict[str, str]]:
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/moto-api/reset", method="POST"), timeout=10)
+    env = {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": REGION,
+    }
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in env.items():
+            mp.setenv(k, v)
+        yield env
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def emulators(workdir: Path, manifest_path: Path) -> Iterator[dict[str, str]]:
+    from campaign.local import start_emulator
+
+    m = load_manifest(manifest_path)
+    with Supervisor(workdir / "emulator-logs") as sup:
+        yield {f.name: start_emulator(sup, manifest_path, f.name, workdir, []) for f in m.fleets}
+
+
+def _session() -> Any:
+    import boto3
+
+    return boto3.session.Session(region_name=REGION)
+
+
+@pytest.fixture(scope="module")
+def deployed(template: dict[str, Any], manifest_path: Path, aws_env: dict[str, str], emulators: dict[str, str]) -> dict[str, Any]:
+    """What `deploy` would leave: the results bucket, and a stack whose outputs are the synthesized
+    ones (references resolved to the offline names; the fleet endpoints are the emulators)."""
+    m = load_manifest(manifest_path)
+    outputs = template["Outputs"]
+    bucket_ref = outputs["ResultsBucketName"]["Value"]["Ref"]
+    refs = {bucket_ref: BUCKET}
+    run_config = json.loads(resolve(outputs[cc.RUN_CONFIG_OUTPUT]["Value"], refs))
+    assert set(run_config["targets"]) == {f.name for f in m.fleets}
+    run_config["targets"] = emulators
+    s = _session()
+    s3 = s.client("s3")
+    s3.create_bucket(Bucket=BUCKET)
+    s3.put_bucket_tagging(Bucket=BUCKET, Tagging={"TagSet": [{"Key": "campaign", "Value": m.campaign}, {"Key": "lifecycle", "Value": "retained"}]})
+    stack_template = {
+        "Resources": {"Marker": {"Type": "AWS::SQS::Queue", "Properties": {"Tags": [{"Key": "campaign", "Value": m.campaign}]}}},
+        "Outputs": {
+            cc.RUN_CONFIG_OUTPUT: {"Value": json.dumps(run_config)},
+            "ResultsBucketName": {"Value": BUCKET},
+        },
+    }
+    s.client("cloudformation").create_stack(StackName=f"{m.campaign}-comparison", TemplateBody=json.dumps(stack_template))
+    return {"refs": refs, "run_config": run_config}
+
+
+def _objects(prefix: str) -> dict[str, str]:
+    s3 = _session().client("s3")
+    out = {}
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix):
+        for o in page.get("Contents", []):
+            out[o["Key"]] = o["ETag"]
+    return out
+
+
+def _run(m: Manifest, template: dict[str, Any], deployed: dict[str, Any], workdir: Path, aws_env: dict[str, str], name: str) -> Any:
+    from campaign.aws_cli import run_campaign
+
+    launcher = LocalTaskLauncher(template, deployed["refs"], workdir / f"tasks-{name}", aws_env)
+    try:
+        result = run_campaign(_session(), m, workdir / "runs", launcher=launcher, poll_s=0.5)
+    finally:
+        launcher.close()
+    return result, launcher
+
+
+def test_two_runs_report_and_teardown_from_the_synthesized_task_definitions(
+    template: dict[str, Any], deployed: dict[str, Any], manifest_path: Path, workdir: Path, aws_env: dict[str, str]
+) -> None:
+    m = load_manifest(manifest_path)
+    from loadgen.schedule import build_schedule
+
+    scheduled = len(build_schedule(m))
+    first, launcher = _run(m, template, deployed, workdir, aws_env, "first")
+    assert first.exit_code == 0, launcher.log_tail()
+    # One fresh master and loadgen.workers workers per fleet, each from its task definition.
+    assert sorted((s.fleet, s.role) for s in launcher.started) == sorted(
+        [(f.name, "master") for f in m.fleets] + [(f.name, "worker") for f in m.fleets for _ in range(m.loadgen.workers)]
+    )
+    results_uri = deployed["run_config"]["results_uri"]
+    assert first.uri == f"{results_uri}/{first.run_id}"
+    _, prefix = cc.split_s3_uri(first.uri)
+    first_objects = _objects(prefix + "/")
+    names = {k[len(prefix) + 1 :] for k in first_objects}
+    for f in m.fleets:
+        assert {f"records-{f.name}-w{i}.jsonl" for i in range(m.loadgen.workers)} <= names
+        assert f"summary-{f.name}.json" in names
+        s = first.summaries[f.name]
+        assert s["scheduled"] == scheduled and s["scheduled"] == s["completed"] + s["failed"] + s["not_sent"]
+        assert s["completed"] == scheduled, s  # the emulators answer every request
+        assert s["valid"], s["invalid_reasons"]
+    assert {"inputs/manifest.yaml", "inputs/schedule.json", f"inputs/{m.trace_path.name}", "run.json"} <= names
+    run_record = json.loads(_session().client("s3").get_object(Bucket=BUCKET, Key=f"{prefix}/run.json")["Body"].read())
+    assert run_record["status"] == "finished" and len(run_record["tasks"]) == len(launcher.started)
+
+    second, launcher2 = _run(m, template, deployed, workdir, aws_env, "second")
+    assert second.exit_code == 0, launcher2.log_tail()
+    assert second.run_id != first.run_id
+    assert _objects(prefix + "/") == first_objects  # nothing of the first run was overwritten
+    _, prefix2 = cc.split_s3_uri(second.uri)
+    assert any(k.endswith("records-inf2-w0.jsonl") for k in _objects(prefix2 + "/"))
+
+    env = {**os.environ, **aws_env}
+    out = workdir / "report"
+    rep = subprocess.run(
+        [sys.executable, "-m", "campaign", "report", str(manifest_path), "--run-id", first.run_id, "--aws", "--out", str(out)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert rep.returncode in (0, 10, 11), rep.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    assert f"{scheduled * len(m.fleets)} records" in json.dumps(report["provenance"]["records"])
+
+    down = workdir / "teardown"
+    td = subprocess.run(
+        [sys.executable, "-m", "campaign", "teardown", str(manifest_path), "--run-id", second.run_id, "--out", str(down)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert td.returncode == 0, td.stdout[-2000:] + td.stderr[-3000:]
+    assert (down / "report.html").is_file()
+    assert f"kept by design: arn:aws:s3:::{BUCKET}" in td.stdout
+    with pytest.raises(Exception, match="does not exist"):
+        _session().client("cloudformation").describe_stacks(StackName=f"{m.campaign}-comparison")
+    # The evidence outlives the stack: both runs are still in the results bucket.
+    assert _objects(prefix + "/") == first_objects and _objects(prefix2 + "/")
