@@ -281,9 +281,10 @@ def _delta_payback_intervals(
     monthly_ends: Mapping[str, tuple[float | None, float | None]], intervals: Mapping[str, FleetIntervals],
 ) -> _Spread | None:
     """Delta and payback at the two extremes of the fleets' cost intervals (candidate dear + baseline
-    cheap, and the reverse). Taking both fleets' worst ends together is conservative: the two
-    samples are independent, so the joint coverage is at least 0.95^2 for each end and the
-    interval is wider than a joint 95% one, never narrower."""
+    cheap, and the reverse). The interval holds the true value whenever both fleets' 95% capacity
+    intervals do, so with independent samples it covers at least 0.95^2 = 90.25%; pairing both
+    worst ends makes it wider than that bound needs (it can cover even when one fleet's interval
+    misses), which is the side a Defer should err on."""
     m = ctx.manifest
     base, cand = m.comparison.baseline, m.comparison.candidate
     if delta is None or base not in monthly_ends or cand not in monthly_ends:
