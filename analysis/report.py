@@ -490,6 +490,8 @@ def build_gate_report(manifest: Manifest, quality: QualityResults, *, out_dir: s
         "payback_months": None,
         "months_to_next_refresh": None,
         "decision": dec.as_dict(),
+        "headline": {"decided": False, "blocked_by": [f"{g.what}: {g.reason}" for g in gaps], "monthly_delta_usd": None,
+                     "payback_months": None, "instances_required": {f.name: None for f in m.fleets}},
         "gaps": [g.as_dict() for g in gaps],
         "prometheus": None,
         "cloudwatch": None,

@@ -17,12 +17,19 @@ def fmt(v: Any, digits: int = 3) -> str:
     return str(v)
 
 
-def ci_text(ci: Any, digits: int = 3) -> str:
-    """'[low, high]' of a 95% interval; an end the sample cannot bound shows as 'unbounded'."""
+def ci_text(ci: Any, digits: int = 3, missing: str = "unknown") -> str:
+    """'[low, high]' of a 95% interval; a null end shows as `missing` (a P95's: 'unbounded' by the
+    sample; a capacity's, size's or cost's: 'unknown'; a payback's high end: 'no payback')."""
     if not ci:
         return ""
     low, high = ci
-    return f"[{'unbounded' if low is None else fmt(low, digits)}, {'unbounded' if high is None else fmt(high, digits)}]"
+    return f"[{missing if low is None else fmt(low, digits)}, {missing if high is None else fmt(high, digits)}]"
+
+
+def payback_ci_text(r: dict[str, Any]) -> str:
+    """A payback interval's null high end is 'no payback' when the delta's low end is <= 0, else unknown."""
+    d_low = (r.get("monthly_delta_ci_usd") or [None])[0]
+    return ci_text(r.get("payback_months_ci"), 1, "no payback" if d_low is not None and d_low <= 0 else "unknown")
 
 
 def p95_cell(f: dict[str, Any], what: str) -> str:
@@ -31,7 +38,7 @@ def p95_cell(f: dict[str, Any], what: str) -> str:
     n = f.get(f"p95_{what}_n")
     if n is None:
         return fmt(point)
-    return f"{fmt(point)} {ci_text(f.get(f'p95_{what}_ci_s'))} n={n:,}"
+    return f"{fmt(point)} {ci_text(f.get(f'p95_{what}_ci_s'), 3, 'unbounded')} n={n:,}"
 
 
 NOT_DECIDED = "not decided"
@@ -43,7 +50,7 @@ def headline_text(r: dict[str, Any]) -> str:
     if h and not h.get("decided", True):
         return f"Monthly delta, fleet size and payback: **{NOT_DECIDED}** (the evidence they rest on is blocked; see below)."
     delta_ci = ci_text(r.get("monthly_delta_ci_usd"), 2)
-    pb_ci = ci_text(r.get("payback_months_ci"), 1)
+    pb_ci = payback_ci_text(r)
     return (f"Monthly delta (baseline - candidate): {fmt(r['monthly_delta_usd'], 2)} USD{' (95% CI ' + delta_ci + ')' if delta_ci else ''}; "
             f"migration cost {fmt(r['migration_cost_usd'], 2)} USD; payback {fmt(r['payback_months'], 1)} months"
             f"{' (95% CI ' + pb_ci + ')' if pb_ci else ''}; next refresh in {fmt(r['months_to_next_refresh'], 1)} months.")
@@ -189,7 +196,7 @@ def sensitivity_rows(sens: dict[str, Any]) -> list[tuple[str, str, str, str, str
     """(cell, decision, delta with CI, payback with CI, reasons) for the base and every cell."""
     def row(label: str, c: dict[str, Any]) -> tuple[str, str, str, str, str]:
         delta = f"{fmt(c['monthly_delta_usd'], 2)} {ci_text(c.get('monthly_delta_ci_usd'), 2)}".strip()
-        payback = f"{fmt(c['payback_months'], 1)} {ci_text(c.get('payback_months_ci'), 1)}".strip()
+        payback = f"{fmt(c['payback_months'], 1)} {payback_ci_text(c)}".strip()
         return label, str(c["decision"]), delta, payback, "; ".join(c.get("reasons") or [])
 
     return [row("base (manifest)", sens["base"]), *(row(c["label"], c) for c in sens["cells"])]

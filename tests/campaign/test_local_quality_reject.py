@@ -40,5 +40,6 @@ def test_failing_quality_gate_writes_a_reject_report(tmp_path: Path, manifest_da
     assert not list((out / "records").glob("records-*"))
     md = (out / "report.md").read_text()
     assert md.startswith(f"# {report['campaign']}: REJECT") and "answers-nonempty" in md
+    assert report["headline"]["decided"] is False and "**not decided**" in md
     assert "answers-nonempty" in (out / "report.html").read_text()
     assert "decision: REJECT" in r.stdout
