@@ -45,7 +45,6 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections import deque
 from pathlib import Path
 
 import yaml
@@ -75,42 +74,14 @@ def p95(xs: list[float]) -> float:
 
 
 def simulate_ttft(offsets: list[float], prompt_tokens: int, max_tokens: int, timing: object) -> list[float]:
-    """runtime.emulator.scheduler.Scheduler.run in discrete time, arrivals exactly on schedule.
-
-    Steps run back to back while anything is running; a request arriving during a step is
-    admitted at the next step boundary (its prefill joins that step); an idle engine starts a
-    step at the arrival. The first token is emitted at the end of the admitting step.
-    """
+    """The emulator's own engine (runtime/emulator/simulate.py) in simulated time, arrivals
+    exactly on schedule: what the server would do with no wake-up jitter and no loopback."""
+    from runtime.emulator.simulate import replay
     from runtime.emulator.timing import TimingModel
 
     assert isinstance(timing, TimingModel)
-    arrivals = deque(sorted(offsets))
-    waiting: deque[float] = deque()
-    running: list[list[float]] = []  # [arrival, context, generated]
-    ttft: list[float] = []
-    t = 0.0
-    while arrivals or waiting or running:
-        running = [s for s in running if s[2] < max_tokens]
-        if not running and not waiting:
-            if not arrivals:
-                break
-            t = arrivals[0]
-        while arrivals and arrivals[0] <= t:
-            waiting.append(arrivals.popleft())
-        new: list[list[float]] = []
-        while waiting and len(running) + len(new) < timing.max_concurrency:
-            new.append([waiting.popleft(), float(prompt_tokens), 0.0])
-        prefill = prompt_tokens * len(new)
-        context = sum(int(s[1]) for s in running) + prefill
-        dur = timing.step_s(context, prefill, len(running))
-        running.extend(new)
-        t += dur
-        for s in running:
-            s[2] += 1
-            s[1] += 1
-            if s[2] == 1:
-                ttft.append(t - s[0])
-    return ttft
+    seqs = replay(timing, [(t, prompt_tokens, max_tokens) for t in sorted(offsets)])
+    return [s.first_token_at - s.arrival for s in seqs if s.first_token_at is not None]
 
 
 # ---------------------------------------------------------------- ground truth: /metrics
@@ -293,7 +264,8 @@ def main() -> int:
 
     timing = TimingModel.for_fleet(m, m.fleet(a.fleet))
     model_ttft = simulate_ttft([r.offset_s for r in schedule], a.input, a.output, timing)
-    idle = timing.step_s(a.input, a.input, 0)
+    padded = timing.padded(a.input)  # a Neuron fleet encodes the whole bucket
+    idle = timing.step_s(padded, padded, 0) + timing.admission_delay_s
     exe = find_aiperf(a.aiperf)
     tok_dir = write_word_tokenizer(tmp / "word-tokenizer", list(m.tokenizer.special_tokens.values()))
 

@@ -55,27 +55,32 @@ def simulate(timing: TimingModel, load: Load, sizes: Sizes, requests: int | None
     """Run `requests` requests (default: enough for a steady state) and summarise the ones
     after the warm-up share (the first tenth, at least the first `users` requests)."""
     users = load.users
-    n = requests if requests is not None else max(40, 6 * users * timing.replicas if load.kind == "concurrency" else 40)
     if load.kind == "rate":
         n = requests if requests is not None else max(60, int(load.value * 60))
+        seqs = replay(timing, [(i / load.value, *sizes(i)) for i in range(n)])
+        return summarise(seqs, warmup=len(seqs) // 10), seqs
+    n = requests if requests is not None else max(40, 6 * users * timing.replicas)
+    seqs = replay(timing, [(0.0, *sizes(i)) for i in range(min(users, n))], closed_loop=(n, sizes))
+    return summarise(seqs, warmup=max(users, len(seqs) // 10)), seqs
+
+
+def replay(timing: TimingModel, arrivals: list[tuple[float, int, int]], closed_loop: tuple[int, Sizes] | None = None) -> list[EngineSeq]:
+    """Requests (arrival time, prompt tokens, output tokens) through the instance's replicas;
+    with `closed_loop` = (total, sizes), every finished request sends the next one at once
+    until `total` were sent. Returns every request, with its token times filled in."""
     replicas = [_Replica(timing) for _ in range(max(1, timing.replicas))]
     seqs: list[EngineSeq] = []
     # (time the scheduler sees it, order, sequence): arrival + the host-side admission delay
     pending: list[tuple[float, int, EngineSeq]] = []
     delay = timing.admission_delay_s
 
-    def arrive(at: float) -> None:
-        seq = EngineSeq(*sizes(len(seqs)), at)
+    def arrive(at: float, inp: int, out: int) -> None:
+        seq = EngineSeq(inp, out, at)
         seqs.append(seq)
         heapq.heappush(pending, (at + delay, len(seqs), seq))
 
-    if load.kind == "rate":
-        for i in range(n):
-            arrive(i / load.value)
-    else:
-        for _ in range(min(users, n)):
-            arrive(0.0)
-
+    for at, inp, out in arrivals:
+        arrive(at, inp, out)
     now = 0.0
     rr = 0
     while True:
@@ -104,9 +109,9 @@ def simulate(timing: TimingModel, load: Load, sizes: Sizes, requests: int | None
                 seq.last_token_at = now
                 if seq.generated >= seq.max_tokens:
                     seq.finish_reason = "length"
-                    if load.kind != "rate" and len(seqs) < n:
-                        arrive(now)  # a closed-loop user sends its next request at once
-    return summarise(seqs, warmup=max(users if load.kind != "rate" else 0, len(seqs) // 10)), seqs
+                    if closed_loop is not None and len(seqs) < closed_loop[0]:
+                        arrive(now, *closed_loop[1](len(seqs)))  # a closed-loop user sends its next request at once
+    return seqs
 
 
 def summarise(seqs: list[EngineSeq], warmup: int) -> Summary:
