@@ -7,11 +7,13 @@ from typing import Any
 
 from analysis import svg
 from analysis.report_md import (
+    OUTCOMES_NOTE,
     capacity_rows,
     ci_text,
     decided,
     fmt,
     headline_text,
+    outcome_rows,
     p95_cell,
     quality_rows,
     saturated_cell,
@@ -113,6 +115,10 @@ def render_html(r: dict[str, Any]) -> str:
         for n, f in r["fleets"].items()
     )
     cap_html = _capacity_html(r["fleets"], sweep)
+    outcomes = "".join(f"<tr>{''.join(f'<td>{html.escape(x)}</td>' for x in row)}</tr>" for row in outcome_rows(r))
+    if outcomes:
+        outcomes = (f"<p>{html.escape(OUTCOMES_NOTE).replace('`', '')}</p><table><tr><th>fleet</th><th>requests by outcome</th>"
+                    f"<th>ITL basis</th></tr>{outcomes}</table>")
     quality = "".join(f"<tr><td>{html.escape(n)}</td><td>{html.escape(v)}</td><td>{html.escape(f)}</td></tr>" for n, v, f in quality_rows(r))
     quality_html = (f"<h2>Quality gate</h2><table><tr><th>fleet</th><th>gate</th><th>failures</th></tr>{quality}</table>" if quality
                     else "<h2>Quality gate</h2><p>No quality-gate results were given.</p>")
@@ -140,7 +146,7 @@ figure{{margin:1em 0}}figcaption{{font-size:12px;color:#444}}</style></head><bod
 <table><tr><th>fleet</th><th>requests</th><th>successful tokens</th><th>P95 TTFT s</th><th>P95 ITL s</th><th>SLO</th>
 <th>per-instance goodput tok/s</th><th>capacity 95% CI tok/s</th><th>peak in flight / instance</th><th>max concurrency</th><th>saturated</th>
 <th>instances</th><th>monthly USD</th><th>USD / 1M successful tokens</th></tr>{rows}</table>
-{quality_html}{cap_html}{sens_html}{''.join(figs)}
+{outcomes}{quality_html}{cap_html}{sens_html}{''.join(figs)}
 <h2>Gaps</h2><ul>{gaps}</ul><h2>Provenance</h2><ul>{prov}</ul>
 </body></html>
 """

@@ -202,19 +202,30 @@ def sensitivity_rows(sens: dict[str, Any]) -> list[tuple[str, str, str, str, str
     return [row("base (manifest)", sens["base"]), *(row(c["label"], c) for c in sens["cells"])]
 
 
+OUTCOMES_NOTE = (
+    "Outcomes of the non-warmup requests (`no_text`: the server reported output tokens but no chunk carried text; "
+    "not a success, its cost stays in the numerator). "
+    "ITL basis: `server_tokens` = (last - first token arrival) / (server output tokens - 1), "
+    "`chunks` = mean gap between content chunks where the server reported no usage."
+)
+
+
+def outcome_rows(r: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(fleet, outcome counts, ITL basis counts) for every fleet with records."""
+    rows = []
+    for name, f in r["fleets"].items():
+        if f.get("outcomes"):
+            outcomes = ", ".join(f"{k} {v}" for k, v in f["outcomes"].items())
+            basis = ", ".join(f"{k} {v}" for k, v in (f.get("itl_basis") or {}).items()) or "none"
+            rows.append((name, outcomes, basis))
+    return rows
+
+
 def _outcome_lines(r: dict[str, Any]) -> list[str]:
-    rows = [(name, f) for name, f in r["fleets"].items() if f.get("outcomes")]
+    rows = outcome_rows(r)
     if not rows:
         return []
-    lines = ["", "Outcomes of the non-warmup requests (`no_text`: the server reported output tokens but no chunk carried text; "
-             "not a success, its cost stays in the numerator). "
-             "ITL basis: `server_tokens` = (last - first token arrival) / (server output tokens - 1), "
-             "`chunks` = mean gap between content chunks where the server reported no usage.", ""]
-    for name, f in rows:
-        outcomes = ", ".join(f"{k} {v}" for k, v in f["outcomes"].items())
-        basis = ", ".join(f"{k} {v}" for k, v in (f.get("itl_basis") or {}).items()) or "none"
-        lines.append(f"- {name}: {outcomes}; ITL basis: {basis}")
-    return lines
+    return ["", OUTCOMES_NOTE, "", *(f"- {name}: {outcomes}; ITL basis: {basis}" for name, outcomes, basis in rows)]
 
 
 def render_markdown(r: dict[str, Any]) -> str:

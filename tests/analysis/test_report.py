@@ -160,3 +160,5 @@ def test_report_counts_outcomes_and_the_itl_definition_per_fleet(tmp_path: Path,
     md = (tmp_path / "out" / "report.md").read_text()
     assert "- g6: no_text 1, ok 40, timeout 1; ITL basis: chunks 1, server_tokens 39" in md
     assert "`no_text`" in md  # the outcome is explained where it is counted
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "<td>g6</td><td>no_text 1, ok 40, timeout 1</td><td>chunks 1, server_tokens 39</td>" in page
