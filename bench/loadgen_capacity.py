@@ -67,7 +67,7 @@ def _tokens_between(recs: list[RequestRecord], lo: float, hi: float) -> int:
     first and last token (records keep TTFT, E2E and the count, not every timestamp)."""
     total = 0
     for r in recs:
-        n = r.client_output_tokens
+        n = r.output_tokens  # server usage: a chunk may carry several tokens
         if not n or r.ttft_s is None or r.e2e_s is None:
             continue
         first, last = r.scheduled_s + r.ttft_s, r.scheduled_s + r.e2e_s
@@ -188,7 +188,7 @@ def main() -> int:
         # included) is what this worker received.
         first = min(r.sent_s or 0.0 for r in recs)
         last = max(r.scheduled_s + (r.e2e_s or 0.0) for r in recs)
-        total = sum(r.client_output_tokens for r in recs)
+        total = sum(r.output_tokens for r in recs)
         print(f"streamed tokens/s {total / (last - first):,.0f} (mean from first send to last token, {total:,} tokens)")
     print(f"schedule lag p50 {s.schedule_lag_p50_s * 1000:.2f} ms  p99 {s.schedule_lag_p99_s * 1000:.2f} ms")
     print(f"client CPU {s.client_cpu_percent:.0f}% of one core")
