@@ -115,9 +115,10 @@ def next_step(settings: SearchSettings, steps: Sequence[SearchStep], lifetime_s:
     return plan
 
 
-def over_budget(settings: SearchSettings, plan: StepPlan, lifetime_s: float, elapsed_s: float) -> Stop | None:
-    """A step costs its arrival span plus the drain of its last requests (about one lifetime)."""
-    cost = plan.span_s + lifetime_s
+def over_budget(settings: SearchSettings, plan: StepPlan, lifetime_s: float, elapsed_s: float, overhead_s: float = 0.0) -> Stop | None:
+    """A step costs its arrival span, the drain of its last requests (about one lifetime) and the
+    runner's own overhead per step (starting the load generator, measuring), as last observed."""
+    cost = plan.span_s + lifetime_s + overhead_s
     if elapsed_s + cost > settings.time_budget_s:
         return Stop(StopRule.TIME_BUDGET, f"the next step {plan.label} ({plan.why}) needs about {cost:.0f} s; "
                     f"{elapsed_s:.0f} s of the {settings.time_budget_s:.0f} s time budget are spent")
@@ -134,13 +135,13 @@ RunStep = Callable[[StepPlan], tuple[SearchStep, float]]
 def search(fleet: str, settings: SearchSettings, run_step: RunStep, first_lifetime_s: float, resolve: Resolve | None = None) -> SearchPath:
     """Run the search to a stop rule; `first_lifetime_s` sizes the first step (e.g. the replay's median lifetime)."""
     steps: list[SearchStep] = []
-    lifetime, elapsed = first_lifetime_s, 0.0
+    lifetime, elapsed, overhead = first_lifetime_s, 0.0, 0.0
     while True:
         nxt = next_step(settings, steps, lifetime)
         if not isinstance(nxt, Stop) and resolve is not None:
             nxt = resolve(nxt)
         if not isinstance(nxt, Stop):
-            nxt = over_budget(settings, nxt, lifetime, elapsed) or nxt
+            nxt = over_budget(settings, nxt, lifetime, elapsed, overhead) or nxt
         if isinstance(nxt, Stop):
             break
         step, took = run_step(nxt)
@@ -148,6 +149,7 @@ def search(fleet: str, settings: SearchSettings, run_step: RunStep, first_lifeti
         elapsed += took
         if step.median_lifetime_s:
             lifetime = step.median_lifetime_s
+        overhead = max(0.0, took - nxt.span_s - lifetime)
     lo, hi = bracket(steps)
     return SearchPath(fleet, tuple(steps), lo, hi, nxt.rule, nxt.detail, settings.tolerance)
 

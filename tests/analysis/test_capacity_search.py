@@ -164,3 +164,18 @@ def test_search_path_round_trips_through_json() -> None:
 def test_next_step_with_no_history_starts_at_the_start_multiplier() -> None:
     plan = next_step(SearchSettings(start_multiplier=0.5), [], lifetime_s=4.0)
     assert isinstance(plan, StepPlan) and plan.multiplier == 0.5 and plan.span_s == pytest.approx(15.0) and plan.why == "start"
+
+
+def test_the_time_budget_counts_the_runners_overhead_per_step() -> None:
+    # each step really takes 30 s more than its span and drain (starting the load generator):
+    # x1 (20 s + 30 s) = 50 s spent; x2 would cost 10 + 0.1 + 30 = 40 s more: over a 80 s budget
+    st = SearchSettings(time_budget_s=80)
+    inner = mm1(st)
+
+    def slow(plan: StepPlan) -> tuple[SearchStep, float]:
+        step, took = inner(plan)
+        return step, took + 30.0
+
+    path = search("syn", st, slow, first_lifetime_s=0.1, resolve=lengthen(st))
+    assert [s.multiplier for s in path.steps] == [1.0] and path.stop_rule is StopRule.TIME_BUDGET
+    assert "the next step x2 (bracket up: held at x1) needs about 40 s; 50 s of the 80 s time budget are spent" in path.stop_detail
