@@ -77,6 +77,9 @@ class SearchStep:
     p95_itl_s: float | None
     error_rate: float | None
     detail: str = ""  # why the verdict (which figure failed, which length was short)
+    # The lifetime the next step is sized from: the median lifetime, except after a miss, where
+    # queueing inflates it: then the median over the requests that met their SLO (None: none did).
+    sizing_lifetime_s: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -14,8 +14,9 @@ SLO. Ours does what LoadGen does, on the trace's own requests and arrival shape:
 2. bisect geometrically (sqrt(held x missed)) until missed / held <= 1 + tolerance.
 
 Every step is long enough by construction: its arrival span covers `lifetimes` x the median
-request lifetime measured in the previous step (x `_MARGIN`, since lifetimes grow with load)
-and at least `min_requests` requests. A step that held the SLO but turned out too short by its
+request lifetime measured in the previous step (x `_MARGIN`, since lifetimes grow with load;
+after a miss, the median over the requests that met their SLO, since the overload's queue
+inflates the rest) and at least `min_requests` requests. A step that held the SLO but turned out too short by its
 own lifetime is run again, longer, once. Stop rules bound the whole search (steps, time,
 multiplier range, trace length) and the one that fired is recorded with its reason.
 """
@@ -26,7 +27,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from analysis.capacity import STEADY_STATE_LIFETIMES, SearchPath, SearchStep, StopRule, Verdict
+from analysis.capacity import REPLAY, STEADY_STATE_LIFETIMES, SearchPath, SearchStep, StopRule, Verdict
 
 # A step is sized from the previous step's median lifetime, measured at a different load:
 # lifetimes grow towards the boundary, so the step is made a quarter longer than the bare rule.
@@ -91,7 +92,8 @@ def next_step(settings: SearchSettings, steps: Sequence[SearchStep], lifetime_s:
         if sum(1 for s in steps if s.multiplier == last.multiplier) >= 2:
             return Stop(StopRule.NEVER_STEADY, f"x{last.multiplier:.4g} held the SLO but stayed too short for steady state "
                         f"after it was lengthened: {last.detail}")
-        plan = StepPlan(last.multiplier, step_span_s(st, lifetime_s), "repeat longer: the last step was too short", 2)
+        again = 1 + sum(1 for s in steps if s.multiplier == last.multiplier and s.label != REPLAY)
+        plan = StepPlan(last.multiplier, step_span_s(st, lifetime_s), "repeat longer: the last step was too short", again)
     elif lo is not None and hi is not None:
         if hi / lo <= 1 + st.tolerance:
             return Stop(StopRule.CONVERGED, f"held at x{lo:.4g}, missed at x{hi:.4g}: within {st.tolerance:.0%}")
@@ -132,24 +134,39 @@ Resolve = Callable[[StepPlan], StepPlan | Stop]
 RunStep = Callable[[StepPlan], tuple[SearchStep, float]]
 
 
-def search(fleet: str, settings: SearchSettings, run_step: RunStep, first_lifetime_s: float, resolve: Resolve | None = None) -> SearchPath:
-    """Run the search to a stop rule; `first_lifetime_s` sizes the first step (e.g. the replay's median lifetime)."""
-    steps: list[SearchStep] = []
-    lifetime, elapsed, overhead = first_lifetime_s, 0.0, 0.0
+def next_lifetime(step: SearchStep, previous_s: float) -> float:
+    """What the step after `step` is sized from (see SearchStep.sizing_lifetime_s)."""
+    if step.verdict is Verdict.MISSED:
+        return step.sizing_lifetime_s or previous_s
+    return step.median_lifetime_s or previous_s
+
+
+def search(
+    fleet: str, settings: SearchSettings, run_step: RunStep, first_lifetime_s: float, resolve: Resolve | None = None,
+    seed: Sequence[SearchStep] = (),
+) -> SearchPath:
+    """Run the search to a stop rule; `first_lifetime_s` sizes the first step (e.g. the replay's
+    median lifetime). `seed`: steps already measured (the trace replay at x1) that the search
+    starts from instead of repeating them; their time is not counted in the budget."""
+    steps: list[SearchStep] = list(seed)
+    lifetime, elapsed = first_lifetime_s, 0.0
+    for st in steps:
+        lifetime = next_lifetime(st, lifetime)
+    overheads: list[float] = []
     while True:
         nxt = next_step(settings, steps, lifetime)
         if not isinstance(nxt, Stop) and resolve is not None:
             nxt = resolve(nxt)
         if not isinstance(nxt, Stop):
-            nxt = over_budget(settings, nxt, lifetime, elapsed, overhead) or nxt
+            # The runner's fixed cost per step is the least seen: a missed step's long drain is not overhead.
+            nxt = over_budget(settings, nxt, lifetime, elapsed, min(overheads, default=0.0)) or nxt
         if isinstance(nxt, Stop):
             break
         step, took = run_step(nxt)
         steps.append(step)
         elapsed += took
-        if step.median_lifetime_s:
-            lifetime = step.median_lifetime_s
-        overhead = max(0.0, took - nxt.span_s - lifetime)
+        lifetime = next_lifetime(step, lifetime)
+        overheads.append(max(0.0, took - nxt.span_s - lifetime))
     lo, hi = bracket(steps)
     return SearchPath(fleet, tuple(steps), lo, hi, nxt.rule, nxt.detail, settings.tolerance)
 

@@ -150,11 +150,14 @@ def itl_basis_counts(rs: RecordSet) -> dict[str, dict[str, int]]:
     return out
 
 
-def median_e2e(rs: RecordSet) -> dict[str, float]:
-    """Median scheduled-send -> last-token time of each fleet's completed, non-warmup requests."""
+def median_e2e(rs: RecordSet, ttft_slo_s: float | None = None, itl_slo_s: float | None = None) -> dict[str, float]:
+    """Median scheduled-send -> last-token time of each fleet's completed, non-warmup requests;
+    with the SLO given, of those that also met it (a lifetime not inflated by an overload's queue)."""
+    met = f"AND {_SLO_MET}" if ttft_slo_s is not None and itl_slo_s is not None else ""
     rows = rs.con.execute(
         "SELECT fleet, quantile_cont(e2e_s, 0.5) FROM records "
-        "WHERE NOT warmup AND outcome = 'ok' AND e2e_s IS NOT NULL GROUP BY fleet"
+        f"WHERE NOT warmup AND outcome = 'ok' AND e2e_s IS NOT NULL {met} GROUP BY fleet",
+        {"ttft": ttft_slo_s, "itl": itl_slo_s} if met else None,
     ).fetchall()
     return {str(f): float(v) for f, v in rows if v is not None}
 

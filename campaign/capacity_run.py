@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from analysis import goodput
-from analysis.capacity import SearchPath, SearchStep, StopRule, write_search_path
-from analysis.capacity_search import SearchSettings, StepPlan, Stop, judge, search
+from analysis.capacity import REPLAY, SearchPath, SearchStep, StopRule, write_search_path
+from analysis.capacity_search import SearchSettings, StepPlan, Stop, judge, next_lifetime, search
 from analysis.sources.records import load_records
 from campaign.manifest import CapacitySearch, Manifest
 
@@ -68,42 +68,50 @@ def resolve_span(plan: StepPlan, offsets: list[float], min_requests: int) -> Ste
 
 
 def measure_step(
-    m: Manifest, fleet: str, step_dir: Path, plan: StepPlan, settings: SearchSettings, invalid_reasons: list[str],
+    m: Manifest, fleet: str, records_dir: Path, label: str, multiplier: float, why: str, planned_span_s: float,
+    settings: SearchSettings,
 ) -> SearchStep:
-    rs = load_records(step_dir, m.digest)
-    fm = goodput.measure_fleets(rs, m.slo.ttft_p95_s, m.slo.itl_p95_s).get(fleet)
+    """A step's verdict from its records, by the report's rules (`analysis.goodput`); a run its
+    summary marks invalid (it measured the client, e.g. schedule lag) is a miss."""
+    rs = load_records(records_dir, m.digest)
+    slo = m.slo
+    fm = goodput.measure_fleets(rs, slo.ttft_p95_s, slo.itl_p95_s).get(fleet)
     life = goodput.median_e2e(rs).get(fleet)
+    met_life = goodput.median_e2e(rs, slo.ttft_p95_s, slo.itl_p95_s).get(fleet)
+    invalid = [r for s in rs.summaries.values() if s.fleet == fleet and not s.valid for r in s.invalid_reasons]
     if fm is None or fm.requests == 0:
         verdict, detail = judge(held_slo=False, requests=0, arrival_span_s=None, median_lifetime_s=None, settings=settings,
-                                failed="no records: " + ("; ".join(invalid_reasons) or "nothing was measured"))
-        return SearchStep(plan.label, plan.multiplier, plan.why, plan.span_s, verdict, 0, None, None, None, None, None, None, detail)
+                                failed="no records: " + ("; ".join(invalid) or "nothing was measured"))
+        return SearchStep(label, multiplier, why, planned_span_s, verdict, 0, None, None, None, None, None, None, detail)
     failed = []
-    if fm.p95_ttft_s is None or fm.p95_ttft_s > m.slo.ttft_p95_s:
-        failed.append(f"P95 TTFT {fm.p95_ttft_s if fm.p95_ttft_s is not None else 'none'} s > {m.slo.ttft_p95_s:g} s")
-    if fm.p95_itl_s is not None and fm.p95_itl_s > m.slo.itl_p95_s:
-        failed.append(f"P95 ITL {fm.p95_itl_s:.3f} s > {m.slo.itl_p95_s:g} s")
-    if fm.error_rate is None or fm.error_rate > m.slo.max_error_rate:
-        failed.append(f"error rate {fm.error_rate} > {m.slo.max_error_rate:g}")
-    # A run that measured the client (schedule lag) is not evidence the server held: a miss.
-    failed += [f"run invalid: {r}" for r in invalid_reasons]
-    held = fm.slo_pass(m.slo.ttft_p95_s, m.slo.itl_p95_s, m.slo.max_error_rate) and not invalid_reasons
+    if fm.p95_ttft_s is None or fm.p95_ttft_s > slo.ttft_p95_s:
+        failed.append(f"P95 TTFT {'none' if fm.p95_ttft_s is None else f'{fm.p95_ttft_s:.3g}'} s > {slo.ttft_p95_s:g} s")
+    if fm.p95_itl_s is not None and fm.p95_itl_s > slo.itl_p95_s:
+        failed.append(f"P95 ITL {fm.p95_itl_s:.3g} s > {slo.itl_p95_s:g} s")
+    if fm.error_rate is None or fm.error_rate > slo.max_error_rate:
+        failed.append(f"error rate {'none' if fm.error_rate is None else f'{fm.error_rate:.3f}'} > {slo.max_error_rate:g}")
+    failed += [f"run invalid: {r}" for r in dict.fromkeys(invalid)]
+    held = fm.slo_pass(slo.ttft_p95_s, slo.itl_p95_s, slo.max_error_rate) and not invalid
     span = fm.window_s or None
     verdict, detail = judge(held_slo=held, requests=fm.requests, arrival_span_s=span, median_lifetime_s=life,
                             settings=settings, failed="; ".join(failed))
     return SearchStep(
-        plan.label, plan.multiplier, plan.why, plan.span_s, verdict, fm.requests, span,
-        fm.requests / span if span else None, life, fm.p95_ttft_s, fm.p95_itl_s, fm.error_rate, detail,
+        label, multiplier, why, planned_span_s, verdict, fm.requests, span,
+        fm.requests / span if span else None, life, fm.p95_ttft_s, fm.p95_itl_s, fm.error_rate, detail, met_life,
     )
 
 
-def first_lifetime(m: Manifest, fleet: str, replay_dir: Path | None) -> float:
-    """The replay's median request lifetime for this fleet; without one, the SLO's own bound
-    for the schedule's median request (TTFT + output tokens x ITL), an upper bound on a request
-    that meets it."""
-    if replay_dir is not None and any(replay_dir.glob(f"records-{fleet}-*.jsonl")):
-        life = goodput.median_e2e(load_records(replay_dir, m.digest)).get(fleet)
-        if life:
-            return life
+def replay_step(m: Manifest, fleet: str, replay_dir: Path, settings: SearchSettings) -> SearchStep | None:
+    """The trace replay (x1, both fleets at once) as the search's first measured point, when it has records for the fleet."""
+    if not any(replay_dir.glob(f"records-{fleet}-*.jsonl")):
+        return None
+    span = m.workload.window.duration_s * m.workload.time_scale
+    return measure_step(m, fleet, replay_dir, REPLAY, 1.0, "the trace replay, every fleet at once", span, settings)
+
+
+def fallback_lifetime(m: Manifest) -> float:
+    """Without a replay: the SLO's own bound for the schedule's median request (TTFT + output
+    tokens x ITL), an upper bound on the lifetime of a request that meets it."""
     from loadgen.schedule import build_schedule
 
     tokens = statistics.median(r.output_tokens for r in build_schedule(m))
@@ -113,6 +121,7 @@ def first_lifetime(m: Manifest, fleet: str, replay_dir: Path | None) -> float:
 def search_fleet(
     m: Manifest, manifest_path: Path, fleet: str, url: str, fleet_dir: Path, cfg: CapacitySearch, first_lifetime_s: float,
     handles: MutableMapping[str, FleetRun], stop: threading.Event, log: Callable[[str], None] | None = None,
+    seed: tuple[SearchStep, ...] = (),
 ) -> SearchPath:
     from loadgen.launch import start_fleet
 
@@ -129,14 +138,16 @@ def search_fleet(
         # trace seconds whose arrivals land inside the span at rate x k (offsets are trace seconds x time_scale)
         h = handles[fleet] = start_fleet(manifest_path, fleet, url, step_dir, rate_multiplier=plan.multiplier, slo_deadline=True,
                                          warmup=False, window_s=plan.span_s * plan.multiplier / scale)
-        s = h.wait()
+        h.wait()
         took = time.monotonic() - t0
-        step = measure_step(m, fleet, step_dir, plan, settings, [] if s.valid else list(s.invalid_reasons))
+        step = measure_step(m, fleet, step_dir, plan.label, plan.multiplier, plan.why, plan.span_s, settings)
         log(f"capacity search {fleet} {plan.label} ({plan.why}): {step.requests} requests over {step.arrival_span_s or 0:.1f} s, "
             f"{step.verdict}: {step.detail} [{took:.0f} s]")
         return step, took
 
-    path = search(fleet, settings, run, first_lifetime_s, resolve=lambda p: resolve_span(p, offsets, settings.min_requests))
+    for st in seed:
+        log(f"capacity search {fleet} starts from {st.label} (x{st.multiplier:g}): {st.requests} requests, {st.verdict}: {st.detail}")
+    path = search(fleet, settings, run, first_lifetime_s, resolve=lambda p: resolve_span(p, offsets, settings.min_requests), seed=seed)
     write_search_path(path, fleet_dir)
     log(f"capacity search {fleet}: stopped ({path.stop_rule}): {path.stop_detail}")
     return path
@@ -148,11 +159,15 @@ def run_search(
 ) -> dict[str, Path]:
     """Every fleet's search, side by side; returns the report's capacity steps ("<fleet>/x<k>" -> directory)."""
     cfg = m.workload.capacity_search or CapacitySearch()
-    lives = {name: first_lifetime(m, name, replay_dir) for name in endpoints}
+    settings = settings_from(cfg)
+    seeds = {name: replay_step(m, name, replay_dir, settings) if replay_dir is not None else None for name in endpoints}
+    fallback = fallback_lifetime(m)
+    lives = {name: next_lifetime(st, fallback) if st is not None else fallback for name, st in seeds.items()}
     pool = ThreadPoolExecutor(max_workers=len(endpoints))
     try:
         futures = {
-            name: pool.submit(search_fleet, m, manifest_path, name, url, root / name, cfg, lives[name], handles, stop)
+            name: pool.submit(search_fleet, m, manifest_path, name, url, root / name, cfg, lives[name], handles, stop,
+                              None, tuple(st for st in (seeds[name],) if st is not None))
             for name, url in endpoints.items()
         }
         paths = {name: f.result() for name, f in futures.items()}
@@ -163,7 +178,7 @@ def run_search(
         raise
     finally:
         pool.shutdown(wait=True)
-    return {f"{name}/{s.label}": root / name / s.label for name, p in paths.items() for s in p.steps}
+    return {f"{name}/{s.label}": root / name / s.label for name, p in paths.items() for s in p.steps if s.label != REPLAY}
 
 
 def run_sweep(m: Manifest, manifest_path: Path, endpoints: dict[str, str], root: Path, handles: MutableMapping[str, FleetRun]) -> dict[str, Path]:

@@ -16,7 +16,7 @@ from dataclasses import replace
 import pytest
 
 from analysis.capacity import SearchPath, SearchStep, StopRule, Verdict
-from analysis.capacity_search import SearchSettings, StepPlan, Stop, judge, next_step, search
+from analysis.capacity_search import SearchSettings, StepPlan, Stop, judge, next_lifetime, next_step, search
 
 MU, T, BASE = 10.0, 1.0, 2.0
 K_STAR = (MU - math.log(20) / T) / BASE
@@ -179,3 +179,30 @@ def test_the_time_budget_counts_the_runners_overhead_per_step() -> None:
     path = search("syn", st, slow, first_lifetime_s=0.1, resolve=lengthen(st))
     assert [s.multiplier for s in path.steps] == [1.0] and path.stop_rule is StopRule.TIME_BUDGET
     assert "the next step x2 (bracket up: held at x1) needs about 40 s; 50 s of the 80 s time budget are spent" in path.stop_detail
+
+
+def _step(label: str, k: float, verdict: Verdict, life: float | None, sizing: float | None = None) -> SearchStep:
+    return SearchStep(label, k, "seed", 10.0, verdict, 40, 60.0, 0.7, life, 1.0, 0.05, 0.0, "hand-made", sizing)
+
+
+def test_the_replay_seeds_the_search_and_a_miss_sizes_the_next_step_from_compliant_requests() -> None:
+    st = SearchSettings()
+    plans: list[StepPlan] = []
+    # the replay missed at x1; its completed requests lived 40 s (queued), those that met the SLO 4 s
+    seed = (_step("replay", 1.0, Verdict.MISSED, 40.0, 4.0),)
+    path = search("syn", st, mm1(st, log=plans), first_lifetime_s=4.0, resolve=lengthen(st), seed=seed)
+    assert plans[0].multiplier == 0.5 and plans[0].why == "bracket down: missed at x1"
+    assert plans[0].span_s == pytest.approx(max(3 * 4.0 * 1.25, 40 / (BASE * 0.5)))  # not 3 x 40 s
+    assert path.steps[0].label == "replay" and path.steps[1].label == "x0.5"
+
+
+def test_a_short_replay_is_repeated_at_x1_as_the_first_real_step() -> None:
+    plan = next_step(SearchSettings(), [_step("replay", 1.0, Verdict.SHORT, 8.0)], lifetime_s=8.0)
+    assert isinstance(plan, StepPlan) and plan.label == "x1" and plan.span_s == pytest.approx(30.0)
+    stop = next_step(SearchSettings(), [_step("replay", 1.0, Verdict.SHORT, 8.0), _step("x1", 1.0, Verdict.SHORT, 8.0)], lifetime_s=8.0)
+    assert isinstance(stop, Stop) and stop.rule is StopRule.NEVER_STEADY
+
+
+def test_a_miss_with_no_compliant_request_keeps_the_previous_lifetime() -> None:
+    assert next_lifetime(_step("x4", 4.0, Verdict.MISSED, 50.0, None), 6.0) == 6.0
+    assert next_lifetime(_step("x2", 2.0, Verdict.HELD, 7.0, 5.0), 6.0) == 7.0  # a hold: its own median, as the analysis checks it
