@@ -8,6 +8,7 @@ from typing import Any
 from analysis import svg
 from analysis.report_md import (
     OUTCOMES_NOTE,
+    SEARCH_COLUMNS,
     capacity_rows,
     ci_text,
     decided,
@@ -17,6 +18,7 @@ from analysis.report_md import (
     p95_cell,
     quality_rows,
     saturated_cell,
+    search_rows,
     sensitivity_rows,
     sized_cell,
     sized_from_capacity,
@@ -55,6 +57,11 @@ def _capacity_html(fleets: dict[str, Any], sweep: dict[str, list[dict[str, Any]]
                 f"<td>{'chosen' if st['chosen'] else ''}</td></tr>"
             )
         out.append("</table>")
+        stop, rows = search_rows(fleets[n])
+        if rows:
+            out.append(f"<p>{html.escape(stop)}</p><table><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in SEARCH_COLUMNS) + "</tr>")
+            out += ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows]
+            out.append("</table>")
     return "".join(out)
 
 

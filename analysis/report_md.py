@@ -99,6 +99,22 @@ def capacity_rows(f: dict[str, Any]) -> list[dict[str, Any]]:
     return [{**s, "chosen": s["label"] == cap.get("step")} for s in cap["steps"]]
 
 
+SEARCH_COLUMNS = ("#", "step", "why", "planned span s", "arrival span s", "requests", "rate req/s", "median lifetime s",
+                  "P95 TTFT s", "verdict", "detail")
+
+
+def search_rows(f: dict[str, Any]) -> tuple[str, list[list[str]]]:
+    """The automatic capacity search's path of one fleet ('' and [] without one): the stop line and one row per step."""
+    path = (f.get("capacity") or {}).get("search")
+    if not path:
+        return "", []
+    stop = f"Search stopped ({path['stop_rule']}): {path['stop_detail']}"
+    rows = [[str(i), s["label"], s["why"], fmt(s["planned_span_s"], 1), fmt(s.get("arrival_span_s"), 1), fmt(s["requests"]),
+             fmt(s.get("rate_req_s"), 2), fmt(s.get("median_lifetime_s"), 1), fmt(s.get("p95_ttft_s")), s["verdict"], s["detail"]]
+            for i, s in enumerate(path["steps"], 1)]
+    return stop, rows
+
+
 def _capacity_lines(r: dict[str, Any]) -> list[str]:
     fleets = {n: f for n, f in r["fleets"].items() if capacity_rows(f)}
     if not fleets:
@@ -121,6 +137,10 @@ def _capacity_lines(r: dict[str, Any]) -> list[str]:
                        f"| {fmt(s['per_instance_goodput_tok_s'], 1)} | {fmt(s['peak_in_flight_per_instance'], 1)} "
                        f"| {fmt(s.get('window_s'), 1)} | {fmt(s.get('median_e2e_s'), 1)} | {'yes' if s.get('steady_state') else 'no'} "
                        f"| {'chosen' if s['chosen'] else ''} |")
+        stop, rows = search_rows(f)
+        if rows:
+            out += ["", stop, "", "| " + " | ".join(SEARCH_COLUMNS) + " |", "|" + "---|" * len(SEARCH_COLUMNS)]
+            out += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in rows]
     return out
 
 

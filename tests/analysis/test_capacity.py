@@ -266,6 +266,12 @@ def test_search_steps_are_per_fleet_and_the_report_carries_the_path(tmp_path: Pa
     assert "not bracketed within 10%" in gaps["capacity.g6"]["reason"] and "max_steps" in gaps["capacity.g6"]["reason"]
     assert "capacity.inf2" not in gaps
     assert "the capacity search stopped (converged" in r["provenance"]["capacity.inf2"]["detail"]
+    # the report shows each fleet's path: the rule that stopped it and one row per step
+    md = (tmp_path / "o" / "report.md").read_text()
+    assert "Search stopped (max_steps): max_steps (hand-made)" in md
+    assert "| 3 | x4 | test | 100.0 | 100.0 | 400 | 4.00 | 0.2 | 3.000 | missed | hand-made |" in md
+    page = (tmp_path / "o" / "report.html").read_text()
+    assert "<p>Search stopped (converged): converged (hand-made)</p>" in page and "<td>x2.2</td>" in page
 
 
 def test_search_labels_are_checked(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
