@@ -58,6 +58,7 @@ class Verdict(StrEnum):
     HELD = "held"  # the SLO held over a steady-state step
     MISSED = "missed"  # the SLO failed (a miss in a short step is still a miss: overload only grows)
     SHORT = "short"  # the SLO held, but the step was too short or too small to show steady state
+    INVALID = "invalid"  # the run measured the client (schedule lag over the manifest's bound): no verdict on the server
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,7 @@ class StopRule(StrEnum):
     MAX_STEPS = "max_steps"
     TIME_BUDGET = "time_budget"
     NEVER_STEADY = "never_steady"  # a step stayed too short for steady state after it was lengthened
+    CLIENT_LIMITED = "client_limited"  # a step's run was invalid (the load generator fell behind) twice in a row
     TRACE_EXHAUSTED = "trace_exhausted"  # the trace has too few requests for a long-enough step at this rate
 
 
@@ -166,6 +168,7 @@ class SweepStep:
     peaks: dict[str, int]  # peak in flight per fleet (whole fleet)
     median_e2e: dict[str, float]  # per fleet, completed non-warmup requests
     fleet: str | None = None  # a step of this fleet's capacity search; None: every fleet ran it
+    invalid: frozenset[str] = frozenset()  # fleets whose run summary marks this step invalid (it measured the client)
 
     def covers(self, fleet: str) -> bool:
         return self.fleet is None or self.fleet == fleet
@@ -189,7 +192,8 @@ def load_sweep(capacity_dirs: Mapping[str, str | Path], manifest_digest: str, fl
         if unknown:
             raise AnalysisError(f"capacity sweep step {label} ({d}): records name fleet(s) {unknown} that "
                                 + ("the manifest does not define" if scope is None else f"are not the step's fleet {scope}"))
-        out.append(SweepStep(label, mult, d, rs, goodput.peak_in_flight(rs), goodput.median_e2e(rs), scope))
+        invalid = frozenset(sm.fleet for sm in rs.summaries.values() if not sm.valid)
+        out.append(SweepStep(label, mult, d, rs, goodput.peak_in_flight(rs), goodput.median_e2e(rs), scope, invalid))
     return out
 
 
@@ -230,6 +234,7 @@ class StepResult:
     peak_in_flight_per_instance: float | None
     window_s: float | None = None
     median_e2e_s: float | None = None
+    valid: bool = True  # False: the run measured the client (its summary says why); never a capacity
 
     @property
     def steady_state(self) -> bool:
@@ -252,6 +257,7 @@ class StepResult:
             "window_s": self.window_s,
             "median_e2e_s": self.median_e2e_s,
             "steady_state": self.steady_state,
+            "valid": self.valid,
         }
 
 
@@ -278,7 +284,7 @@ class Capacity:
 
 def step_result(
     label: str, multiplier: float, fm: goodput.FleetMeasure | None, peak: int | None, instances: int,
-    ttft_slo_s: float, itl_slo_s: float, max_error_rate: float, median_e2e_s: float | None = None,
+    ttft_slo_s: float, itl_slo_s: float, max_error_rate: float, median_e2e_s: float | None = None, valid: bool = True,
 ) -> StepResult:
     if fm is None:  # the step has no records for this fleet
         return StepResult(label, multiplier, 0, 0, None, None, None, None, False, None)
@@ -289,14 +295,15 @@ def step_result(
         None if peak is None or instances <= 0 else peak / instances,
         fm.window_s or None,
         median_e2e_s,
+        valid,
     )
 
 
 def choose(fleet: str, steps: list[StepResult], search: SearchPath | None = None) -> Capacity:
-    """The highest per-instance goodput among the steady-state steps that held the fleet SLO
+    """The highest per-instance goodput among the valid steady-state steps that held the fleet SLO
     (ties: the lower multiplier)."""
     ordered = tuple(sorted(steps, key=lambda s: (s.multiplier, s.label != REPLAY)))
-    passing = [s for s in ordered if s.slo_pass and s.per_instance_goodput_tok_s and s.steady_state]
+    passing = [s for s in ordered if s.slo_pass and s.per_instance_goodput_tok_s and s.steady_state and s.valid]
     if not passing:
         return Capacity(fleet, ordered, None, None, search)
     best = max(passing, key=lambda s: s.per_instance_goodput_tok_s or 0.0)  # max keeps the first of equals
@@ -333,7 +340,7 @@ def measure_capacity(
         inst = instances.get(f, 0)
         rows = [
             step_result(s.label, s.multiplier, per_step[s.label].get(f), s.peaks.get(f), inst, ttft_slo_s, itl_slo_s, max_error_rate,
-                        s.median_e2e.get(f))
+                        s.median_e2e.get(f), f not in s.invalid)
             for s in sweep if s.covers(f)
         ]
         if replay is not None and f in replay and replay[f].requests > 0:

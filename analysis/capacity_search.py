@@ -88,12 +88,17 @@ def next_step(settings: SearchSettings, steps: Sequence[SearchStep], lifetime_s:
     lo, hi = bracket(steps)
     last = steps[-1] if steps else None
     plan: StepPlan
-    if last is not None and last.verdict is Verdict.SHORT:
-        if sum(1 for s in steps if s.multiplier == last.multiplier) >= 2:
+    if last is not None and last.verdict in (Verdict.SHORT, Verdict.INVALID):
+        tries = [s for s in steps if s.multiplier == last.multiplier and s.verdict is last.verdict]
+        if len(tries) >= 2 and last.verdict is Verdict.SHORT:
             return Stop(StopRule.NEVER_STEADY, f"x{last.multiplier:.4g} held the SLO but stayed too short for steady state "
                         f"after it was lengthened: {last.detail}")
+        if len(tries) >= 2:
+            return Stop(StopRule.CLIENT_LIMITED, f"x{last.multiplier:.4g} was run twice and both runs measured the client, "
+                        f"not the server: {last.detail}")
         again = 1 + sum(1 for s in steps if s.multiplier == last.multiplier and s.label != REPLAY)
-        plan = StepPlan(last.multiplier, step_span_s(st, lifetime_s), "repeat longer: the last step was too short", again)
+        why = "repeat longer: the last step was too short" if last.verdict is Verdict.SHORT else "repeat: the last run was invalid"
+        plan = StepPlan(last.multiplier, step_span_s(st, lifetime_s), why, again)
     elif lo is not None and hi is not None:
         if hi / lo <= 1 + st.tolerance:
             return Stop(StopRule.CONVERGED, f"held at x{lo:.4g}, missed at x{hi:.4g}: within {st.tolerance:.0%}")
@@ -173,10 +178,13 @@ def search(
 
 def judge(
     *, held_slo: bool, requests: int, arrival_span_s: float | None, median_lifetime_s: float | None,
-    settings: SearchSettings, failed: str = "",
+    settings: SearchSettings, failed: str = "", invalid: str = "",
 ) -> tuple[Verdict, str]:
-    """A measured step's verdict: a miss is a miss at any length; a hold counts only over a
-    steady-state step (span >= lifetimes x its own median lifetime, and enough requests)."""
+    """A measured step's verdict: a run that measured the client says nothing about the server
+    (it is run again); a miss is a miss at any length; a hold counts only over a steady-state
+    step (span >= lifetimes x its own median lifetime, and enough requests)."""
+    if invalid:
+        return Verdict.INVALID, f"run invalid: {invalid}"
     if not held_slo:
         return Verdict.MISSED, failed or "the fleet SLO failed"
     short = []

@@ -72,7 +72,7 @@ def measure_step(
     settings: SearchSettings,
 ) -> SearchStep:
     """A step's verdict from its records, by the report's rules (`analysis.goodput`); a run its
-    summary marks invalid (it measured the client, e.g. schedule lag) is a miss."""
+    summary marks invalid (it measured the client, e.g. schedule lag) gets no verdict and is run again."""
     rs = load_records(records_dir, m.digest)
     slo = m.slo
     fm = goodput.measure_fleets(rs, slo.ttft_p95_s, slo.itl_p95_s).get(fleet)
@@ -90,11 +90,10 @@ def measure_step(
         failed.append(f"P95 ITL {fm.p95_itl_s:.3g} s > {slo.itl_p95_s:g} s")
     if fm.error_rate is None or fm.error_rate > slo.max_error_rate:
         failed.append(f"error rate {'none' if fm.error_rate is None else f'{fm.error_rate:.3f}'} > {slo.max_error_rate:g}")
-    failed += [f"run invalid: {r}" for r in dict.fromkeys(invalid)]
-    held = fm.slo_pass(slo.ttft_p95_s, slo.itl_p95_s, slo.max_error_rate) and not invalid
+    held = fm.slo_pass(slo.ttft_p95_s, slo.itl_p95_s, slo.max_error_rate)
     span = fm.window_s or None
     verdict, detail = judge(held_slo=held, requests=fm.requests, arrival_span_s=span, median_lifetime_s=life,
-                            settings=settings, failed="; ".join(failed))
+                            settings=settings, failed="; ".join(failed), invalid="; ".join(dict.fromkeys(invalid)))
     return SearchStep(
         label, multiplier, why, planned_span_s, verdict, fm.requests, span,
         fm.requests / span if span else None, life, fm.p95_ttft_s, fm.p95_itl_s, fm.error_rate, detail, met_life,

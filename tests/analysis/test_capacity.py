@@ -14,7 +14,7 @@ from analysis.capacity import SearchPath, SearchStep, StopRule, Verdict, discove
 from analysis.errors import AnalysisError
 from analysis.report import build_report
 from campaign.manifest import Manifest
-from campaign.records import RequestRecord
+from campaign.records import RequestRecord, RunSummary
 from tests.analysis.synth import manifest, rec, write_jsonl
 
 PASS = {"inf2": {"passed": True, "pass_rate": 1.0, "failures": []}, "g6": {"passed": True, "pass_rate": 1.0, "failures": []}}
@@ -283,3 +283,17 @@ def test_search_labels_are_checked(tmp_path: Path, manifest_data: dict[str, Any]
     # a fleet's step holding another fleet's records is refused
     with pytest.raises(AnalysisError, match=r"are not the step's fleet g6"):
         build_report(m, rep, out_dir=tmp_path / "o", capacity_dirs={"g6/x1": rep}, **KW)
+
+
+def test_a_step_whose_run_measured_the_client_is_never_the_capacity(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    m = _m(manifest_data)
+    rep = _write(tmp_path / "replay", m, {"inf2": (1.0, 900, False), "g6": (1.0, 300, True)})
+    dirs = _three_steps(tmp_path, m)
+    bad = RunSummary(m.campaign, m.digest, "g6", 200, 200, 0, 0, 0, 0.001, 0.16, 50.0, False,
+                     ["schedule lag p99 160.0 ms > bound 50.0 ms: the client was measured"], 0.0, 0.0, 1.0)
+    (dirs["x2"] / "summary-g6.json").write_text(bad.to_json())
+    r = build_report(m, rep, out_dir=tmp_path / "o", capacity_dirs=dirs, with_sensitivity=False, with_pages=False, **KW)
+    g6 = r["fleets"]["g6"]["capacity"]
+    assert g6["step"] == "x1" and g6["per_instance_tok_s"] == pytest.approx(300.0)  # x2 (600 tok/s) held but was invalid
+    assert [s["valid"] for s in g6["steps"] if s["label"] == "x2"] == [False]
+    assert r["fleets"]["inf2"]["capacity"]["step"] == "x2"  # the other fleet's run in that step was valid

@@ -206,3 +206,17 @@ def test_a_short_replay_is_repeated_at_x1_as_the_first_real_step() -> None:
 def test_a_miss_with_no_compliant_request_keeps_the_previous_lifetime() -> None:
     assert next_lifetime(_step("x4", 4.0, Verdict.MISSED, 50.0, None), 6.0) == 6.0
     assert next_lifetime(_step("x2", 2.0, Verdict.HELD, 7.0, 5.0), 6.0) == 7.0  # a hold: its own median, as the analysis checks it
+
+
+def test_an_invalid_run_is_repeated_once_and_never_counted_as_a_miss() -> None:
+    st = SearchSettings()
+    v, why = judge(held_slo=False, requests=40, arrival_span_s=60.0, median_lifetime_s=5.0, settings=st, failed="P95 TTFT 3 s",
+                   invalid="schedule lag p99 0.16 s > bound 0.05 s")
+    assert v is Verdict.INVALID and why == "run invalid: schedule lag p99 0.16 s > bound 0.05 s"
+    steps = [_step("x1", 1.0, Verdict.HELD, 5.0), _step("x2", 2.0, Verdict.INVALID, 5.0)]
+    plan = next_step(st, steps, lifetime_s=5.0)
+    assert isinstance(plan, StepPlan) and plan.label == "x2-r2" and plan.why == "repeat: the last run was invalid"
+    from analysis.capacity_search import bracket
+    assert bracket(steps) == (1.0, None)  # the invalid run is neither a hold nor a miss
+    stop = next_step(st, [*steps, _step("x2-r2", 2.0, Verdict.INVALID, 5.0)], lifetime_s=5.0)
+    assert isinstance(stop, Stop) and stop.rule is StopRule.CLIENT_LIMITED and "x2 was run twice" in stop.detail
