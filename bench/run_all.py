@@ -49,6 +49,8 @@ def main() -> int:
     _run("emulator vs published measurements", [py, "bench/calibration.py"])
     _run("analysis throughput", [py, "bench/analysis_throughput.py", *(["--records", "200000"] if a.quick else [])])
     _run("prompt synthesis", [py, "bench/prompt_build.py", *(["--runs", "1"] if a.quick else [])])
+    # about 10 min per trace (a whole local campaign each): --quick runs the Mooncake excerpt only
+    _run("capacity search on every shipped trace", [py, "bench/capacity_search_traces.py", *(["--traces", "mooncake"] if a.quick else [])])
     t = synth_seconds(1 if a.quick else 3)
     print(f"\n=== cdk synth (python app.py): median {statistics.median(t):.1f} s over {len(t)} run(s)")
     return 0
