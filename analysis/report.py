@@ -252,9 +252,12 @@ def build_report(
     with_sensitivity: bool = True,
     with_pages: bool = True,
     capacity_dirs: Mapping[str, Path] | None = None,
+    systems_under_test: str | None = None,
 ) -> dict[str, Any]:
     """`capacity_dirs`: capacity-sweep steps, label ("x0.5", "x2": a multiplier of the manifest's rate)
-    -> directory of that step's records; fleets are then sized from the measured capacity (see analysis.capacity)."""
+    -> directory of that step's records; fleets are then sized from the measured capacity (see analysis.capacity).
+    `systems_under_test`: what served the fleets when that is not the manifest's hardware (a local
+    campaign's emulators or CPU engines); the report states it above the decision."""
     m = manifest
     for label in capacity_dirs or {}:  # labels are checked before anything is loaded
         capacity.parse_label(label)
@@ -355,6 +358,8 @@ def build_report(
     if prometheus_url:
         prom = _prometheus_section(m, prometheus_url, histogram_names, base_measures, gaps)
         prov["prometheus"] = {"source": "measured", "detail": f"{prometheus_url}: sum by (le) of increase() over the window, histogram_quantile"}
+    if systems_under_test:
+        prov["systems_under_test"] = {"source": "measured", "detail": systems_under_test}
     if quality is None:
         prov["quality"] = {"source": "missing", "detail": "no quality-gate results were given"}
     else:
@@ -386,6 +391,7 @@ def build_report(
         "comparison": {"baseline": m.comparison.baseline, "candidate": m.comparison.candidate},
         "slo": m.slo.model_dump(),
         "horizon_months": m.horizon_months,
+        "systems_under_test": systems_under_test,
         **head,
         "gaps": [g.as_dict() for g in gaps],
         "prometheus": prom,

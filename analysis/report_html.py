@@ -147,6 +147,7 @@ def render_html(r: dict[str, Any]) -> str:
 figure{{margin:1em 0}}figcaption{{font-size:12px;color:#444}}</style></head><body>
 <h1>{html.escape(r['campaign'])}: {d['state'].upper()}</h1>
 <p>manifest digest <code>{r['manifest_digest']}</code>; generated {html.escape(r['generated_at'])}</p>
+{f"<p><b>{html.escape(r['systems_under_test'])}</b></p>" if r.get("systems_under_test") else ""}
 <ul>{reasons}</ul>
 <p>{head}</p>
 <p>P95s with their 95% interval (order statistics, distribution-free) and n, the requests each is taken over.</p>

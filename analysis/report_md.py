@@ -256,6 +256,7 @@ def render_markdown(r: dict[str, Any]) -> str:
         f"manifest digest `{r['manifest_digest']}`, generated {r['generated_at']}; "
         f"baseline **{r['comparison']['baseline']}**, candidate **{r['comparison']['candidate']}**.",
         "",
+        *([f"> {r['systems_under_test']}", ""] if r.get("systems_under_test") else []),
         "## Decision",
         "",
         *(f"- {reason}" for reason in d["reasons"]),

