@@ -46,6 +46,10 @@ def main() -> int:
     _run("emulator capacity", [py, "bench/emulator_capacity.py", *(["--streams", "200"] if a.quick else [])])
     _run("loadgen capacity", [py, "bench/loadgen_capacity.py", *(["--rate", "10", "--seconds", "5"] if a.quick else [])])
     _run("TTFT vs peer tool (aiperf)", [py, "bench/peer_compare.py", *(["--seconds", "10"] if a.quick else [])])
+    if (ROOT / ".venv-engine" / "bin" / "python").is_file():  # `make engine`; it starts one real vLLM (CPU)
+        _run("TTFT/TPOT vs vllm bench serve (real vLLM, CPU)", [py, "bench/vllm_bench_compare.py", *(["--requests", "10"] if a.quick else [])])
+    else:
+        print("\n=== TTFT/TPOT vs vllm bench serve: skipped, no .venv-engine (make engine)", flush=True)
     _run("emulator vs published measurements", [py, "bench/calibration.py"])
     _run("analysis throughput", [py, "bench/analysis_throughput.py", *(["--records", "200000"] if a.quick else [])])
     _run("prompt synthesis", [py, "bench/prompt_build.py", *(["--runs", "1"] if a.quick else [])])

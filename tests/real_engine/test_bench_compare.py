@@ -3,13 +3,16 @@ real vLLM (bench/vllm_bench_compare.py prints the figures; this asserts them).
 
 Tolerances: the two tools run at the same time against one server (1 request/s of 256 + 32
 tokens each), so the load of the shared 2-core machine weighs on both alike; what differs is
-each client's own overhead (a gevent reader vs aiohttp: milliseconds) and which requests met
-which moment of the server: the two sets interleave, so a decode step one tool's request
-shares with the other's prefill is not the same step for both. Medians must agree within
-25% + 10 ms (TTFT) and 30% + 3 ms (TPOT, the per-request (last - first token) / (tokens - 1)
-both tools compute; at 2 requests/s each, 10.5 vs 15.6 ms was seen here); P95s, which over 30
-requests lie between the second- and third-worst values and carry the machine's noise,
-within 50% + 50 ms.
+each client's own overhead (a gevent reader vs aiohttp: milliseconds) and where each tool's
+requests fall against the other's: both send evenly spaced at the same rate, so the phase
+between the two sets is fixed for the whole run, and one set can keep landing on the other's
+prefills. That is systematic, not noise, and grows with the machine's load: TTFT medians of
+44.8 vs 52.3 ms at a moderate load, 105.8 vs 167.4 ms at load average 12. Medians must agree
+within 50% + 25 ms (TTFT) and 30% + 3 ms (TPOT, the per-request (last - first token) /
+(tokens - 1) both tools compute; 23.7 vs 18.1 ms at load 12); P95s, which over 30 requests
+lie between the second- and third-worst values, within 50% + 50 ms. That still catches a
+TTFT read at the wrong event (the stream's end is 31 tokens x TPOT later) or a TPOT off by a
+factor, not a few-ms client overhead.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ def test_ours_and_vllm_bench_serve_agree(real_server: RealServer, real_manifest_
     print(vllm_bench_compare.HEADER, c.ours.row(), c.vllm.row(), sep="\n")
     assert c.ours.completed == c.vllm.completed == N
     assert len(c.ours.tpot_s) == len(c.vllm.tpot_s) == N
-    for q, rel, abs_s in ((0.5, 0.25, 0.010), (0.95, 0.5, 0.050)):
+    for q, rel, abs_s in ((0.5, 0.5, 0.025), (0.95, 0.5, 0.050)):
         a, b = percentile(c.ours.ttft_s, q), percentile(c.vllm.ttft_s, q)
         assert _close(a, b, rel, abs_s), f"TTFT p{q * 100:g}: ours {a:.4f} s, vllm bench {b:.4f} s"
     for q, rel, abs_s in ((0.5, 0.30, 0.003), (0.95, 0.5, 0.050)):
