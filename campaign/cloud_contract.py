@@ -8,6 +8,7 @@ overrides; `loadgen.task_entry` reads both. Everything of one run lives under on
     <runs prefix>/<run id>/inputs/schedule.json     trace file name + path, schedule digest
     <runs prefix>/<run id>/inputs/<trace file>
     <runs prefix>/<run id>/records-<fleet>-w<i>.jsonl, summary-<fleet>-w<i>.json   (workers)
+    <runs prefix>/<run id>/progress-<fleet>.json    the master's live Locust stats, for `run`'s progress lines
     <runs prefix>/<run id>/summary-<fleet>.json     merged by `run` once the tasks stopped
     <runs prefix>/<run id>/run.json                 what `run` started and how it ended
 
@@ -52,6 +53,7 @@ INPUTS_DIR = "inputs"
 INPUT_MANIFEST = "manifest.yaml"
 INPUT_SCHEDULE = "schedule.json"
 RUN_RECORD = "run.json"
+PROGRESS_PREFIX = "progress-"  # + <fleet>.json, written by the master (loadgen/locustfile.py)
 
 _RUN_ID = re.compile(r"^[0-9]{8}T[0-9]{6}Z-[0-9a-f]{6}$")
 

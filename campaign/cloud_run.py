@@ -250,8 +250,8 @@ class CloudRun:
                 deadline = now + 120
             if now - last >= max(self.poll_s, 30.0):
                 last = now
-                states = ", ".join(f"{f.name} {self._fleet_state(f.name)}" for f in self.m.fleets)
-                self.say(f"[{now - t0:5.0f} s] {states}")
+                for f in self.m.fleets:
+                    self.say(f"[{now - t0:5.0f} s] {f.name}: {self._fleet_state(f.name)}{self._progress(f.name)}")
             time.sleep(self.poll_s)
 
     def _fleet_state(self, fleet: str) -> str:
@@ -259,6 +259,18 @@ class CloudRun:
         running = sum(t.status.state == "RUNNING" for t in tasks)
         stopped = sum(t.status.stopped for t in tasks)
         return f"{running} running / {stopped} stopped of {len(tasks)} tasks"
+
+    def _progress(self, fleet: str) -> str:
+        """The master's progress object (its Locust stats, merged from the workers' reports)."""
+        bucket, prefix = cc.split_s3_uri(self.uri)
+        try:
+            body = self.s3.get_object(Bucket=bucket, Key=f"{prefix}/{cc.PROGRESS_PREFIX}{fleet}.json")["Body"].read()
+            p = json.loads(body)
+            done, misses, ttft = p["goodput"]["count"], p["goodput"]["failures"], p["ttft"]["p95_ms"]
+        except Exception:  # not written yet (the replay has not started), or unreadable
+            return ""
+        share = f", {1 - misses / done:.0%} within the SLO" if done else ""
+        return f"; {done} requests done{share}, TTFT p95 {ttft or 0:.0f} ms"
 
     def _stop_all(self, reason: str) -> None:
         for t in self.tasks:

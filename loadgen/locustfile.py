@@ -9,9 +9,11 @@ JSON. Workers tell the master when their share is done; the master quits when al
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,7 @@ from loadgen.replay import ReplayConfig, Replayer  # noqa: E402
 
 log = logging.getLogger("loadgen")
 DONE_MSG = "loadgen_done"
+PROGRESS_EVERY_S = 10.0
 
 
 @events.init_command_line_parser.add_listener  # type: ignore[untyped-decorator]
@@ -224,6 +227,8 @@ def _quit(env: Environment) -> None:
     runner = env.runner
     if runner is None:
         return
+    if isinstance(runner, MasterRunner):
+        publish_progress(env, final=True)
     gevent.spawn(runner.quit)
     web_ui = env.web_ui
     linger = getattr(env.parsed_options, "autoquit", -1)
@@ -274,24 +279,56 @@ def _init(environment: Environment, **_: Any) -> None:
     if isinstance(runner, MasterRunner):
         runner.register_message(DONE_MSG, lambda msg, **kw: _on_done(environment, msg))
         gevent.spawn(_watch_missing, environment, runner)
+        gevent.spawn(_progress_loop, environment)
     web_ui = environment.web_ui
     if web_ui is not None:
 
         @web_ui.app.route("/loadgen")  # type: ignore[untyped-decorator,union-attr]
         def _loadgen_stats() -> dict[str, Any]:
-            stats = environment.stats
-            out: dict[str, Any] = {}
-            for name, method in (("ttft", "SSE"), ("itl", "SSE"), ("goodput", "SLO")):
-                e = stats.get(name, method)
-                out[name] = {
-                    "count": e.num_requests,
-                    "failures": e.num_failures,
-                    "p50_ms": e.get_response_time_percentile(0.5),
-                    "p95_ms": e.get_response_time_percentile(0.95),
-                }
-            g = out["goodput"]
-            out["goodput"]["slo_compliant_share"] = (g["count"] - g["failures"]) / g["count"] if g["count"] else None
-            return out
+            return loadgen_stats(environment)
+
+
+def loadgen_stats(environment: Environment) -> dict[str, Any]:
+    """TTFT, ITL and goodput as Locust's stats hold them (the master's: merged from the workers'
+    reports every few seconds): what the UI's /loadgen and the progress object show."""
+    stats = environment.stats
+    out: dict[str, Any] = {}
+    for name, method in (("ttft", "SSE"), ("itl", "SSE"), ("goodput", "SLO")):
+        e = stats.get(name, method)
+        out[name] = {
+            "count": e.num_requests,
+            "failures": e.num_failures,
+            "p50_ms": e.get_response_time_percentile(0.5),
+            "p95_ms": e.get_response_time_percentile(0.95),
+        }
+    g = out["goodput"]
+    out["goodput"]["slo_compliant_share"] = (g["count"] - g["failures"]) / g["count"] if g["count"] else None
+    return out
+
+
+def publish_progress(env: Environment, *, final: bool = False) -> None:
+    """A cloud master writes <s3-uri>/<run id>/progress-<fleet>.json for `campaign run` to print:
+    a view of the run while it lasts, not evidence (the records are)."""
+    o: Any = env.parsed_options
+    if not (o.s3_uri and o.run_id and o.fleet):
+        return
+    from campaign.cloud_contract import PROGRESS_PREFIX, split_s3_uri
+
+    try:
+        import boto3
+
+        bucket, prefix = split_s3_uri(f"{o.s3_uri.rstrip('/')}/{o.run_id}/{PROGRESS_PREFIX}{o.fleet}.json")
+        runner = env.runner
+        body = {"fleet": o.fleet, "final": final, "at": time.time(), "state": getattr(runner, "state", None), **loadgen_stats(env)}
+        boto3.client("s3").put_object(Bucket=bucket, Key=prefix, Body=json.dumps(body).encode())
+    except Exception as exc:  # progress is a convenience: the run goes on
+        log.warning("loadgen: progress not written: %s", exc)
+
+
+def _progress_loop(env: Environment) -> None:
+    while True:
+        gevent.sleep(PROGRESS_EVERY_S)
+        publish_progress(env)
 
 
 def _finalize(environment: Environment, **_: Any) -> None:

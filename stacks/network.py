@@ -1,4 +1,4 @@
-"""The VPC: public subnets for NAT and the operator-facing UI load balancer, private ones for everything else."""
+"""The VPC: public subnets for the NAT gateway, private ones for everything else (nothing faces the internet)."""
 
 from __future__ import annotations
 
