@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -43,12 +42,19 @@ def test_a_filled_manifest_passes_and_s3_weights_need_no_token(manifest_data: di
 
 
 def test_every_made_up_value_in_the_example_manifests_is_registered() -> None:
-    # Any 64-hex value in manifests/ other than a trace's real sha256 must be in ILLUSTRATIVE_VALUES,
-    # so a new example cannot ship a placeholder that `validate --for cloud` would let through.
+    # Image digests: no manifest in the repository pins a real one, so each must be registered and a
+    # new example cannot ship a placeholder that `validate --for cloud` would let through. Weight
+    # hashes: the Llama 3 8B examples' are made up; tiny-llama-real-engine.yaml pins the real
+    # sha256 of its generated checkpoint (runtime/tiny_model.py), which must not be registered.
     for path in sorted((ROOT / "manifests").glob("*.yaml")):
         m = load_manifest(path, check_files=False)
-        found = set(re.findall(r"\b[0-9a-f]{64}\b", path.read_text(encoding="utf-8"))) - {m.workload.trace.sha256}
-        assert found and found <= ILLUSTRATIVE_VALUES, f"{path.name}: unregistered {sorted(found - ILLUSTRATIVE_VALUES)}"
+        digests = {f.serving.image.rsplit("@sha256:", 1)[1] for f in m.fleets}
+        assert digests <= ILLUSTRATIVE_VALUES, f"{path.name}: unregistered image digest {sorted(digests - ILLUSTRATIVE_VALUES)}"
+        hashes = set(m.model.weight_files.values())
+        if path.name.startswith("llama3-8b-"):
+            assert hashes <= ILLUSTRATIVE_VALUES, f"{path.name}: unregistered weight hash {sorted(hashes - ILLUSTRATIVE_VALUES)}"
+        else:
+            assert not hashes & ILLUSTRATIVE_VALUES, f"{path.name}: a real checkpoint hash is listed as illustrative"
 
 
 def test_cli_validate_local_accepts_the_example_and_cloud_refuses_it(example_manifest_path: Path) -> None:
