@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from analysis import capacity, goodput, intervals, prefix_cache, sensitivity
+from analysis import capacity, goodput, intervals, prefix_cache, sensitivity, stats
 from analysis.cost import UnitPrices
 from analysis.decision import decide_at_gate
 from analysis.errors import AnalysisError, PriceMissing, SourceUnavailable
@@ -368,6 +368,7 @@ def build_report(
     ctx = Context(m, measures, inst, unit_prices, root_volume_gib, quality, gaps, saturation, capacities,
                   _intervals_fn(m, rs, measures, inst, sweep, capacities))
     head = evaluate(ctx, sensitivity.BASE)
+    _step_percentile_intervals(head, rs, sweep)
     for key, val, detail in (
         ("slo", m.slo.model_dump(), "slo"), ("demand.peak_requests_per_s", m.workload.demand.peak_requests_per_s, "workload.demand"),
         ("hours_per_month", m.workload.demand.hours_per_month, "workload.demand"), ("utilization_target", m.costs.utilization_target, "costs"),
@@ -547,6 +548,19 @@ def _capacity_fn(
         return cap_cache[scale]
 
     return capacities
+
+
+def _step_percentile_intervals(head: dict[str, Any], rs: RecordSet, sweep: list[capacity.SweepStep] | None) -> None:
+    """Every capacity step's P95s get their 95% interval and n, as the fleet rows' do."""
+    by_label = {s.label: s.records for s in sweep or []}
+    for name, row in head["fleets"].items():
+        for st in (row.get("capacity") or {}).get("steps", []):
+            records = rs if st["label"] == capacity.REPLAY else by_label.get(st["label"])
+            if records is None:
+                continue
+            for what, column in (("ttft", "ttft_s"), ("itl", "itl_s")):
+                ci = stats.quantile_ci(intervals.latency_sample(records, name, column))
+                st[f"p95_{what}_ci_s"], st[f"p95_{what}_n"] = ci.bounds, ci.n
 
 
 def _intervals_fn(

@@ -50,7 +50,7 @@ def _capacity_html(fleets: dict[str, Any], sweep: dict[str, list[dict[str, Any]]
             bold = ' style="font-weight:bold"' if st["chosen"] else ""
             out.append(
                 f"<tr{bold}><td>{html.escape(st['label'])}</td><td>{fmt(st['requests'])}</td><td>{fmt(st['successful_requests'])}</td>"
-                f"<td>{fmt(st['p95_ttft_s'])}</td><td>{fmt(st['p95_itl_s'])}</td><td>{fmt(st['error_rate'], 4)}</td>"
+                f"<td>{p95_cell(st, 'ttft')}</td><td>{p95_cell(st, 'itl')}</td><td>{fmt(st['error_rate'], 4)}</td>"
                 f"<td>{'pass' if st['slo_pass'] else 'FAIL'}</td><td>{fmt(st['per_instance_goodput_tok_s'], 1)}</td>"
                 f"<td>{fmt(st['peak_in_flight_per_instance'], 1)}</td><td>{fmt(st.get('window_s'), 1)}</td>"
                 f"<td>{fmt(st.get('median_e2e_s'), 1)}</td><td>{'yes' if st.get('steady_state') else 'no'}</td>"

@@ -132,8 +132,8 @@ def _capacity_lines(r: dict[str, Any]) -> list[str]:
                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for s in capacity_rows(f):
             label = f"**{s['label']}**" if s["chosen"] else s["label"]
-            out.append(f"| {label} | {fmt(s['requests'])} | {fmt(s['successful_requests'])} | {fmt(s['p95_ttft_s'])} "
-                       f"| {fmt(s['p95_itl_s'])} | {fmt(s['error_rate'], 4)} | {'pass' if s['slo_pass'] else 'FAIL'} "
+            out.append(f"| {label} | {fmt(s['requests'])} | {fmt(s['successful_requests'])} | {p95_cell(s, 'ttft')} "
+                       f"| {p95_cell(s, 'itl')} | {fmt(s['error_rate'], 4)} | {'pass' if s['slo_pass'] else 'FAIL'} "
                        f"| {fmt(s['per_instance_goodput_tok_s'], 1)} | {fmt(s['peak_in_flight_per_instance'], 1)} "
                        f"| {fmt(s.get('window_s'), 1)} | {fmt(s.get('median_e2e_s'), 1)} | {'yes' if s.get('steady_state') else 'no'} "
                        f"| {'chosen' if s['chosen'] else ''} |")

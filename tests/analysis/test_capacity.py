@@ -121,8 +121,11 @@ def test_capacity_is_the_best_step_inside_the_slo(tmp_path: Path, manifest_data:
     assert on_disk["fleets"]["g6"]["capacity"]["step"] == "x2"
     md = (tmp_path / "o" / "report.md").read_text()
     assert "## Capacity sweep" in md and "### g6: capacity 600.0 tok/s per instance (step x2)" in md
-    assert "| **x2** | 200 | 200 | 0.500 | 0.050 | 0.0000 | pass | 600.0 | 1.0 | 100.0 | 0.5 | yes | chosen |" in md
-    assert "| x4 | 400 | 360 | 3.000 | 0.050 | 0.0000 | FAIL | 1,080.0 | 1.0 | 100.0 | 0.2 | yes |  |" in md
+    assert ("| **x2** | 200 | 200 | 0.500 [0.500, 0.500] n=200 | 0.050 [0.050, 0.050] n=200 | 0.0000 | pass | 600.0 | 1.0 "
+            "| 100.0 | 0.5 | yes | chosen |") in md
+    # x4: 40 of 400 at 3 s; order statistics 371 and 389 (the 95% interval) both fall among them
+    assert ("| x4 | 400 | 360 | 3.000 [3.000, 3.000] n=400 | 0.050 [0.050, 0.050] n=400 | 0.0000 | FAIL | 1,080.0 | 1.0 "
+            "| 100.0 | 0.2 | yes |  |") in md
     assert "(upper bound)" not in md
     page = (tmp_path / "o" / "report.html").read_text()
     assert "<h2>Capacity sweep</h2>" in page and "Capacity sweep: per-instance goodput" in page

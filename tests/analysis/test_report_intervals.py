@@ -145,3 +145,8 @@ def test_a_step_that_holds_the_slo_only_at_its_point_lowers_the_capacity_to_a_st
     assert low == pytest.approx(300.0) and high >= 588.0
     assert "the low end is step x1" in g6["intervals"]["capacity_note"]
     assert g6["intervals"]["basis"] == "x2" and g6["intervals"]["basis_p95_ttft"]["ci"] == [0.5, 3.0]
+    # every step's P95s carry their interval and n in the JSON and in the capacity tables
+    x2 = next(s for s in g6["capacity"]["steps"] if s["label"] == "x2")
+    assert x2["p95_ttft_n"] == 200 and x2["p95_ttft_ci_s"] == [0.5, 3.0]
+    assert "| 0.500 [0.500, 3.000] n=200 |" in (tmp_path / "out" / "report.md").read_text()
+    assert "0.500 [0.500, 3.000] n=200" in (tmp_path / "out" / "report.html").read_text()
