@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from campaign import cloud_contract as cc
+from campaign.errors import EXIT_FAILED_STEP, CampaignError
 from campaign.manifest import Manifest
 
 if TYPE_CHECKING:
@@ -28,8 +29,8 @@ Role = Literal["master", "worker"]
 PROVISIONING_MARGIN_S = 600.0
 
 
-class CloudRunError(RuntimeError):
-    pass
+class CloudRunError(CampaignError, RuntimeError):
+    exit_code = EXIT_FAILED_STEP
 
 
 @dataclass(frozen=True)

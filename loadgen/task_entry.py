@@ -18,13 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from campaign import cloud_contract as cc
+from campaign.errors import EXIT_FAILED_STEP, CampaignError
 from campaign.manifest import ManifestError, load_manifest
 from loadgen.launch import LOCUSTFILE, SETUP_FAILED
 from loadgen.schedule import ScheduleError, build_schedule, schedule_digest
 
 
-class InputsRejected(RuntimeError):
-    pass
+class InputsRejected(CampaignError, RuntimeError):
+    exit_code = EXIT_FAILED_STEP
 
 
 def _required(env: Mapping[str, str], name: str) -> str:
