@@ -143,3 +143,38 @@ def test_rate_cells_use_the_price_sources_reserved_rate_when_the_manifest_has_no
     # every instance at its listed Reserved rate; the fleet-level lines (NLB, inter-AZ, observability) cancel in the delta
     assert covered["monthly_delta_usd"] == pytest.approx(g6_n * (0.51 * 730 + ebs) - inf2_n * (0.48 * 730 + ebs))
     assert covered["decision"] in {"go", "defer", "reject"}
+
+
+def _steps(m: Any, fleet: str, rate: float, tokens: int, ttft: float) -> list[Any]:
+    """`rate` requests/s for 100 s, each lasting 1/rate s, every one with this TTFT."""
+    from dataclasses import replace
+
+    from tests.analysis.synth import rec
+
+    n = round(100 * rate)
+    return [replace(rec(m, fleet, i, tokens=tokens, e2e=1 / rate, ttft=ttft), scheduled_s=i / rate, sent_s=i / rate) for i in range(n)]
+
+
+def test_a_tighter_slo_cell_uses_the_step_that_held_it_and_no_extrapolation(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    data = _data(manifest_data, 1)
+    for f in data["fleets"]:
+        f["asg"]["max"] = 80
+    m = manifest(data)
+    # both fleets: x1 at TTFT 0.5 s (holds 2 s and 1.5 s), x2 at TTFT 1.8 s (holds 2 s, not 1.5 s); g6 never holds 1.0 s
+    dirs = {}
+    for label, rate, ttft in (("x1", 1.0, 0.5), ("x2", 2.0, 1.8)):
+        write_jsonl(tmp_path / label / "records-inf2-w0.jsonl", _steps(m, "inf2", rate, 900, ttft))
+        write_jsonl(tmp_path / label / "records-g6-w0.jsonl", _steps(m, "g6", rate, 300, ttft))
+        dirs[label] = tmp_path / label
+    rep = tmp_path / "replay"
+    write_jsonl(rep / "records-inf2-w0.jsonl", _steps(m, "inf2", 1.0, 900, 1.8))
+    write_jsonl(rep / "records-g6-w0.jsonl", _steps(m, "g6", 1.0, 300, 1.8))
+    r = build_report(m, rep, quality=PASS, out_dir=tmp_path / "out", instances_measured={"inf2": 1, "g6": 1}, capacity_dirs=dirs)
+    demand = 20.0 * (900 + 300) / 2  # 12,000 tok/s, pooled over the replay
+    # manifest SLO: x2 holds -> inf2 1,800 tok/s: ceil(12,000 / 1,440) = 9, + 1 = 10; g6 600: ceil(25) = 25, + 1 = 26
+    assert r["fleets"]["inf2"]["instances_required"] == 10 and r["fleets"]["g6"]["instances_required"] == 26
+    tight = next(c for c in r["sensitivity"]["cells"] if c["label"] == "SLO tighter (x0.75)")
+    # x0.75 (1.5 s): only x1 holds -> inf2 900 tok/s: ceil(12,000 / 720) = 17, + 1 = 18; g6 300: ceil(50) = 50, + 1 = 51
+    assert r["demand_tok_s"] == demand
+    assert tight["fleets"]["inf2"]["instances_required"] == 18 and tight["fleets"]["g6"]["instances_required"] == 51
+    assert tight["decision"] in {"go", "defer", "reject"} and tight["monthly_delta_usd"] is not None
