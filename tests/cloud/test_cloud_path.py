@@ -7,16 +7,18 @@ ECS and the Tagging API; one emulator per fleet stands in for the NLB targets (t
 of the run config replaced). Two `campaign run`s go through campaign.aws_cli.run_campaign,
 the function `python -m campaign run` calls, with LocalTaskLauncher in place of ECS RunTask;
 then `python -m campaign report --aws --run-id` and `teardown --run-id` run as the operator
-would type them.
+would type them. The Prometheus task's command line runs too, with a local prometheus binary.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -220,3 +222,53 @@ def test_two_runs_report_and_teardown_from_the_synthesized_task_definitions(
         _session().client("cloudformation").describe_stacks(StackName=f"{m.campaign}-comparison")
     # The evidence outlives the stack: both runs are still in the results bucket.
     assert _objects(prefix + "/") == first_objects and _objects(prefix2 + "/")
+
+
+def test_the_synthesized_prometheus_task_loads_its_config_in_a_real_prometheus(template: dict[str, Any], workdir: Path) -> None:
+    """The Prometheus task's own command line (sh -c: write $PROMETHEUS_CONFIG, exec prometheus),
+    run with a local prometheus binary; substituted: its paths (a directory here), its listen
+    address (a free loopback port) and the managed workspace's URL (an unused loopback port: the
+    remote write fails and is logged), credentials (fake ones; the task role's on Fargate).
+    Discovery finds nothing offline; the config must load."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.skip("prometheus is not installed (CI installs it: .ci/run)")
+    (c,) = [
+        c for r in template["Resources"].values() if r["Type"] == "AWS::ECS::TaskDefinition"
+        for c in r["Properties"]["ContainerDefinitions"] if c["Name"] == "prometheus"
+    ]  # fmt: skip
+    assert c["EntryPoint"] == ["/bin/sh", "-c"]
+    (script,) = c["Command"]
+    assert "exec /bin/prometheus " in script
+    (workspace,) = [k for k, r in template["Resources"].items() if r["Type"] == "AWS::APS::Workspace"]
+    refs = {f"{workspace}.PrometheusEndpoint": "http://127.0.0.1:9/workspaces/ws-offline/"}
+    env = {e["Name"]: str(resolve(e["Value"], refs)) for e in c["Environment"]}
+    home = workdir / "prometheus-task"
+    home.mkdir()
+    port = free_port()
+    local = re.sub(r"(?<![\w/])/prometheus(?=/| |$)", str(home), script.replace("exec /bin/prometheus ", "exec @BINARY@ "))
+    local = local.replace("@BINARY@ ", f"{binary} --web.listen-address=127.0.0.1:{port} ")
+    assert str(home) + "/prometheus.yml" in local and f"--storage.tsdb.path={home} " in local
+    with (home / "stdout.log").open("wb") as log:
+        # Credentials: the task role gives them on Fargate; sigv4 needs some to load the config.
+        creds = {"AWS_ACCESS_KEY_ID": "offline", "AWS_SECRET_ACCESS_KEY": "offline"}
+        proc = subprocess.Popen(
+            ["/bin/sh", "-c", local], env={**os.environ, **creds, **env}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            loaded = ""
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and proc.poll() is None:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/status/config", timeout=2) as resp:
+                        loaded = json.loads(resp.read())["data"]["yaml"]
+                        break
+                except OSError:
+                    time.sleep(0.5)
+            assert loaded, (home / "stdout.log").read_text(errors="replace")[-3000:]
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    for job in ("serving-inf2", "serving-g6", "loadgen-master", "loadgen-worker"):
+        assert f"job_name: {job}" in loaded
+    assert "url: http://127.0.0.1:9/workspaces/ws-offline/api/v1/remote_write" in loaded and "sigv4:" in loaded
