@@ -480,7 +480,10 @@ def build_gate_report(manifest: Manifest, quality: QualityResults, *, out_dir: s
     failed = [f.name for f in m.fleets if quality_passed(m, quality, f.name) is False]
     detail = {name: "; ".join(str(x) for x in quality.get(name, {}).get("failures", [])) for name in failed}
     dec = decide_at_gate(cand, base, quality_passed(m, quality, cand), quality_passed(m, quality, base), detail)
-    gaps = [Gap("records", f"no load was replayed: the quality gate failed for {', '.join(failed) or 'no fleet'}")]
+    unknown = [f.name for f in m.fleets if quality_passed(m, quality, f.name) is None]
+    stopped_by = [f"failed for {', '.join(failed)}"] if failed else []
+    stopped_by += [f"could not be evaluated for {', '.join(unknown)}"] if unknown else []
+    gaps = [Gap("records", f"no load was replayed: the quality gate {' and '.join(stopped_by) or 'did not pass'}")]
     report: dict[str, Any] = {
         "campaign": m.campaign,
         "manifest_digest": m.digest,

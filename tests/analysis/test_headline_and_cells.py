@@ -178,3 +178,15 @@ def test_a_tighter_slo_cell_uses_the_step_that_held_it_and_no_extrapolation(tmp_
     assert r["demand_tok_s"] == demand
     assert tight["fleets"]["inf2"]["instances_required"] == 18 and tight["fleets"]["g6"]["instances_required"] == 51
     assert tight["decision"] in {"go", "defer", "reject"} and tight["monthly_delta_usd"] is not None
+
+
+def test_a_gate_that_could_not_be_evaluated_defers_and_says_so(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    from analysis.report import build_gate_report
+
+    m = manifest(manifest_data)
+    quality = {"inf2": {"passed": None, "pass_rate": None, "failures": ["task acceptance: the scorer exited 1"]}, "g6": PASS["g6"]}
+    r = build_gate_report(m, quality, out_dir=tmp_path / "out")
+    assert r["decision"]["state"] == "defer"
+    assert r["decision"]["reasons"][0] == "evidence incomplete: no quality-gate result for inf2"
+    assert r["gaps"][0]["reason"] == "no load was replayed: the quality gate could not be evaluated for inf2"
+    assert r["headline"]["decided"] is False and r["monthly_delta_usd"] is None
