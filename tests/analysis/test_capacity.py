@@ -178,7 +178,7 @@ def test_without_a_sweep_the_report_is_unchanged(tmp_path: Path, manifest_data: 
         "campaign", "manifest_digest", "generated_at", "comparison", "slo", "horizon_months", "fleets", "demand_tok_s",
         "pooled_output_tokens_per_request", "utilization_target", "monthly_delta_usd", "migration", "migration_cost_usd",
         "payback_months", "months_to_next_refresh", "decision", "gaps", "prometheus", "prefix_cache", "cloudwatch", "billing", "quality",
-        "provenance", "sensitivity", "series", "monthly_delta_ci_usd", "payback_months_ci", "headline", "time_to_ready",
+        "provenance", "sensitivity", "series", "monthly_delta_ci_usd", "payback_months_ci", "headline", "time_to_ready", "systems_under_test",
     }
     for name in ("inf2", "g6"):
         assert "capacity" not in a["fleets"][name] and "sized_from" not in a["fleets"][name]
