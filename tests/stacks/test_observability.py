@@ -68,3 +68,25 @@ def test_run_config_output_is_what_campaign_run_reads(example: Synth) -> None:
     assert {cfg.master_discovery_service.split(".")[0], cfg.workers_discovery_service.split(".")[0]} <= set(
         example.resources("AWS::ServiceDiscovery::Service")
     )
+
+
+def test_loadgen_task_roles_read_only_the_run_inputs_and_write_only_their_own_files(example: Synth) -> None:
+    tasks = [
+        t for t in example.resources("AWS::ECS::TaskDefinition").values() if any(c["Name"] == "locust" for c in t["Properties"]["ContainerDefinitions"])
+    ]
+    roles = {t["Properties"]["TaskRoleArn"]["Fn::GetAtt"][0] for t in tasks}
+    assert len(roles) == 2
+    statements = [
+        st for p in example.resources("AWS::IAM::Policy").values() if {r["Ref"] for r in p["Properties"]["Roles"]} & roles
+        for st in p["Properties"]["PolicyDocument"]["Statement"]
+    ]  # fmt: skip
+    s3: dict[str, list[str]] = {}
+    for st in statements:
+        for action in st["Action"] if isinstance(st["Action"], list) else [st["Action"]]:
+            if action.startswith("s3:"):
+                resources = st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]]
+                s3.setdefault(action, []).extend(json.dumps(r)[-30:] for r in resources)
+    # No List*, no GetBucket*, no Delete*: the bucket-wide read grant is gone.
+    assert set(s3) == {"s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"}
+    assert all(r.endswith('/runs/*/inputs/*"]]}') for r in s3["s3:GetObject"])
+    assert {r.rsplit("/", 1)[1] for r in s3["s3:PutObject"]} == {'records-*"]]}', 'summary-*"]]}', 'progress-*"]]}'}
