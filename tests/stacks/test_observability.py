@@ -72,8 +72,9 @@ def test_run_config_output_is_what_campaign_run_reads(example: Synth) -> None:
 
 def test_loadgen_task_roles_read_only_the_run_inputs_and_write_only_their_own_files(example: Synth) -> None:
     tasks = [
-        t for t in example.resources("AWS::ECS::TaskDefinition").values() if any(c["Name"] == "locust" for c in t["Properties"]["ContainerDefinitions"])
-    ]
+        t for t in example.resources("AWS::ECS::TaskDefinition").values()
+        if any(c["Name"] == "locust" for c in t["Properties"]["ContainerDefinitions"])
+    ]  # fmt: skip
     roles = {t["Properties"]["TaskRoleArn"]["Fn::GetAtt"][0] for t in tasks}
     assert len(roles) == 2
     statements = [
