@@ -7,8 +7,9 @@ and uncached runs separately; per fleet this section gives
 - whether the fleet's stack caches prefixes (runtime/emulator/stacks.py, with sources),
 - the server's hit rate where Prometheus scraped it: increase(vllm:prefix_cache_hits_total)
   / increase(vllm:prefix_cache_queries_total) over the window (tokens, as vLLM counts them),
-- TTFT P50 / P95 over requests whose trace blocks (Mooncake `hash_ids`) were already seen in
-  an earlier request (a possible hit) and over the rest (a miss), from the records.
+- TTFT P50 / P95 over requests at least half of whose prompt is a prefix of blocks (Mooncake
+  `hash_ids`) already seen in an earlier request (a hit), and over the rest (a miss), from the
+  records; and the token share such prefixes make up, the hit rate an unbounded cache reaches.
 """
 
 from __future__ import annotations
@@ -22,22 +23,39 @@ from analysis.sources.records import RecordSet
 from campaign import catalog
 from campaign.manifest import Manifest
 from loadgen.schedule import ScheduledRequest
+from loadgen.traces import BLOCK_TOKENS
 from runtime.emulator.stacks import policy_for
 from runtime.serving import VLLM_METRICS
 
+HIT_SHARE = 0.5  # a request is a "hit" when at least this share of its prompt is a prefix seen before
 
-def shared_prefix_requests(schedule: Sequence[ScheduledRequest]) -> dict[int, bool] | None:
-    """request_id -> whether its first prompt block appeared in an earlier request; None when
-    the trace carries no block ids (then hits cannot be told from misses by the trace)."""
+
+def shared_prefix_tokens(schedule: Sequence[ScheduledRequest]) -> dict[int, tuple[int, int]] | None:
+    """request_id -> (prompt tokens, tokens of its leading blocks already seen in an earlier
+    request), blocks of BLOCK_TOKENS as Mooncake's hash_ids name them, only those the (clipped)
+    prompt covers; None when the trace carries no block ids."""
     if not any(r.hash_ids for r in schedule):
         return None
     seen: set[int] = set()
-    out: dict[int, bool] = {}
+    out: dict[int, tuple[int, int]] = {}
     for r in sorted(schedule, key=lambda r: (r.offset_s, r.request_id)):
-        blocks = r.hash_ids or ()
-        out[r.request_id] = bool(blocks) and blocks[0] in seen
+        blocks = (r.hash_ids or ())[: -(-r.input_tokens // BLOCK_TOKENS)]
+        lead = 0
+        for b in blocks:
+            if b not in seen:
+                break
+            lead += 1
+        out[r.request_id] = (r.input_tokens, min(r.input_tokens, lead * BLOCK_TOKENS))
         seen.update(blocks)
     return out
+
+
+def shared_prefix_requests(schedule: Sequence[ScheduledRequest]) -> dict[int, bool] | None:
+    """request_id -> whether at least HIT_SHARE of its prompt is a prefix seen before."""
+    tokens = shared_prefix_tokens(schedule)
+    if tokens is None:
+        return None
+    return {rid: shared >= HIT_SHARE * total for rid, (total, shared) in tokens.items()}
 
 
 def _ttft_split(rs: RecordSet, fleet: str, shared: Mapping[int, bool]) -> dict[str, Any]:
@@ -73,7 +91,8 @@ def section(
     schedule: Sequence[ScheduledRequest] | None,
     server_rates: Mapping[str, float | None] | None = None,
 ) -> dict[str, Any]:
-    shared = shared_prefix_requests(schedule) if schedule is not None else None
+    tokens = shared_prefix_tokens(schedule) if schedule is not None else None
+    shared = None if tokens is None else {rid: sh >= HIT_SHARE * total for rid, (total, sh) in tokens.items()}
     fleets: dict[str, Any] = {}
     for f in m.fleets:
         vendor = catalog.instance(f.instance_type).accelerator.vendor
@@ -88,12 +107,17 @@ def section(
     elif shared is None:
         trace = "the trace has no prompt block ids (hash_ids): no request shares a prefix by construction"
     else:
-        trace = f"{sum(shared.values())} of {len(shared)} requests share a first prompt block with an earlier one"
+        assert tokens is not None
+        total = sum(t for t, _ in tokens.values())
+        reuse = sum(sh for _, sh in tokens.values()) / total if total else 0.0
+        trace = (f"{sum(shared.values())} of {len(shared)} requests reuse at least half their prompt as a prefix seen before (hit); "
+                 f"{reuse:.1%} of all prompt tokens are such prefixes, the hit rate an unbounded cache would reach")
     differs = len({e["caching"] for e in fleets.values()}) > 1
     return {
         "trace": trace,
         "fleets": fleets,
         "mixed": differs and shared is not None and any(shared.values()),
+        "trace_reuse": None if tokens is None else sum(sh for _, sh in tokens.values()) / max(1, sum(t for t, _ in tokens.values())),
         "note": "a fleet with prefix caching on skips the shared blocks of a 'hit' request: compare fleets on the 'miss' rows, "
         "and read 'hit' rows as what caching buys",
     }

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 from aiohttp.test_utils import TestServer
 
 from analysis import prefix_cache
@@ -103,7 +104,16 @@ def test_report_splits_ttft_by_shared_prefix_per_fleet_and_flags_mixed_caching(m
     assert pc["fleets"]["g6"]["ttft_by_prefix"]["hit"] == {"requests": 6, "ttft_p50_s": 0.1, "ttft_p95_s": 0.1}
     assert pc["fleets"]["g6"]["ttft_by_prefix"]["miss"]["requests"] == 6
     assert pc["fleets"]["inf2"]["ttft_by_prefix"]["hit"]["ttft_p50_s"] == 0.9
+    assert pc["trace_reuse"] == pytest.approx(6 * 512 / 12000)  # each hit reuses its first 512-token block
     assert pc["mixed"] and any(g["what"] == "prefix_cache" and not g["blocks_go"] for g in rep["gaps"])
     md = (tmp_path / "out" / "report.md").read_text()
     assert "## Prefix cache" in md and "| g6 | vllm | on |" in md and "| inf2 | vllm-neuron | off |" in md
     assert load_records(tmp_path / "records", m.digest).count() == 24
+
+
+def test_a_hit_reuses_at_least_half_its_prompt_within_the_blocks_it_covers() -> None:
+    sched = [_req(0, (1, 2, 3, 4, 5), 1500), _req(1, (1, 9, 8), 1500), _req(2, (1, 2, 7), 1500), _req(3, (1, 2, 3, 6), 1200)]
+    tokens = prefix_cache.shared_prefix_tokens(sched)
+    # request 0's blocks 4 and 5 lie beyond its 1,500 tokens (3 blocks): never seen by the server
+    assert tokens == {0: (1500, 0), 1: (1500, 512), 2: (1500, 1024), 3: (1200, 1200)}
+    assert prefix_cache.shared_prefix_requests(sched) == {0: False, 1: False, 2: True, 3: True}
