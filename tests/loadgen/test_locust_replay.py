@@ -68,8 +68,14 @@ def test_duration_cut_and_lag_bound(sse_server: SSEServer, manifest_data: dict[s
 
 def test_terminate_keeps_flushed_records(sse_server: SSEServer, manifest_data: dict[str, Any], tmp_path: Path) -> None:
     m = write(tmp_path, small_manifest_data(manifest_data, time_scale=1.0))  # 60 s replay
+    before = len(sse_server.seen)
     run = start_fleet(m, "g6", sse_server.url, tmp_path / "t")
-    time.sleep(5)
+    # Stop mid-replay, not mid-setup: a fixed 5 s sleep ended some runs before the worker had
+    # prepared its prompts on a loaded machine (no worker summary at all).
+    deadline = time.monotonic() + 60
+    while len(sse_server.seen) < before + 3 and time.monotonic() < deadline and not run.poll():
+        time.sleep(0.1)
+    time.sleep(2)
     s = run.terminate()
     recs = _records(tmp_path / "t")
     assert s.invariant_holds() and s.not_sent > 0 and s.completed > 0
