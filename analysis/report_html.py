@@ -8,6 +8,7 @@ from typing import Any
 from analysis import svg
 from analysis.report_md import (
     OUTCOMES_NOTE,
+    PREFIX_CACHE_COLUMNS,
     SEARCH_COLUMNS,
     capacity_rows,
     ci_text,
@@ -16,6 +17,7 @@ from analysis.report_md import (
     headline_text,
     outcome_rows,
     p95_cell,
+    prefix_cache_rows,
     quality_rows,
     saturated_cell,
     search_rows,
@@ -135,6 +137,13 @@ def render_html(r: dict[str, Any]) -> str:
     reasons = "".join(f"<li>{html.escape(x)}</li>" for x in d["reasons"])
     blocked = "".join(f"<li>{html.escape(x)}</li>" for x in (r.get("headline") or {}).get("blocked_by", []))
     head = html.escape(headline_text(r)).replace("**", "") + (f"<br>Blocked by:<ul>{blocked}</ul>" if blocked else "")
+    pc = r.get("prefix_cache")
+    prefix_html = ""
+    if pc:
+        head_row = "".join(f"<th>{html.escape(c)}</th>" for c in PREFIX_CACHE_COLUMNS)
+        body = "".join(f"<tr>{''.join(f'<td>{html.escape(x)}</td>' for x in row)}</tr>" for row in prefix_cache_rows(pc))
+        prefix_html = (f"<h2>Prefix cache</h2><p>{html.escape(pc['trace'])}.</p><table><tr>{head_row}</tr>{body}</table>"
+                       f"<p>{html.escape(pc['note'])}.</p>")
     sens_html = ""
     if r.get("sensitivity"):
         sens_html = ("<h2>Sensitivity (one input at a time)</h2><table><tr><th>cell</th><th>decision</th>"
@@ -154,7 +163,7 @@ figure{{margin:1em 0}}figcaption{{font-size:12px;color:#444}}</style></head><bod
 <table><tr><th>fleet</th><th>requests</th><th>successful tokens</th><th>P95 TTFT s</th><th>P95 ITL s</th><th>SLO</th>
 <th>per-instance goodput tok/s</th><th>capacity 95% CI tok/s</th><th>peak in flight / instance</th><th>max concurrency</th><th>saturated</th>
 <th>instances</th><th>monthly USD</th><th>USD / 1M successful tokens</th></tr>{rows}</table>
-{outcomes}{quality_html}{cap_html}{sens_html}{''.join(figs)}
+{outcomes}{quality_html}{cap_html}{prefix_html}{sens_html}{''.join(figs)}
 <h2>Gaps</h2><ul>{gaps}</ul><h2>Provenance</h2><ul>{prov}</ul>
 </body></html>
 """

@@ -166,22 +166,28 @@ def _histogram_lines(prom: dict[str, Any] | None) -> list[str]:
     return out
 
 
-def prefix_cache_lines(pc: dict[str, Any] | None) -> list[str]:
-    """Cached and uncached fleets side by side, never pooled: TTFT split by shared-prefix hit / miss."""
-    if not pc:
-        return []
-    lines = ["## Prefix cache", "", pc["trace"] + ".", "",
-             "| fleet | stack | prefix caching | server hit rate | TTFT P50 / P95 hit (n) | TTFT P50 / P95 miss (n) |",
-             "|---|---|---|---|---|---|"]  # fmt: skip
+PREFIX_CACHE_COLUMNS = ("fleet", "stack", "prefix caching", "server hit rate", "TTFT P50 / P95 hit (n)", "TTFT P50 / P95 miss (n)")
+
+
+def prefix_cache_rows(pc: dict[str, Any]) -> list[tuple[str, ...]]:
+    """Per fleet, cached and uncached side by side, never pooled: TTFT split by shared-prefix hit / miss."""
+    out: list[tuple[str, ...]] = []
     for name, f in pc["fleets"].items():
         split = f.get("ttft_by_prefix") or {}
-
-        def cell(kind: str, split: dict[str, Any] = split) -> str:
+        cells = []
+        for kind in ("hit", "miss"):
             x = split.get(kind)
-            return f"{fmt(x['ttft_p50_s'])} / {fmt(x['ttft_p95_s'])} s ({x['requests']})" if x else "-"
-
+            cells.append(f"{fmt(x['ttft_p50_s'])} / {fmt(x['ttft_p95_s'])} s ({x['requests']})" if x else "-")
         rate = f.get("server_hit_rate")
-        lines.append(f"| {name} | {f['stack']} | {f['caching']} | {'-' if rate is None else f'{rate:.1%}'} | {cell('hit')} | {cell('miss')} |")
+        out.append((name, f["stack"], f["caching"], "-" if rate is None else f"{rate:.1%}", *cells))
+    return out
+
+
+def prefix_cache_lines(pc: dict[str, Any] | None) -> list[str]:
+    if not pc:
+        return []
+    lines = ["## Prefix cache", "", pc["trace"] + ".", "", "| " + " | ".join(PREFIX_CACHE_COLUMNS) + " |", "|---" * len(PREFIX_CACHE_COLUMNS) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in prefix_cache_rows(pc)]
     return [*lines, "", pc["note"] + ".", ""]
 
 

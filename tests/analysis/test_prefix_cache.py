@@ -108,6 +108,8 @@ def test_report_splits_ttft_by_shared_prefix_per_fleet_and_flags_mixed_caching(m
     assert pc["mixed"] and any(g["what"] == "prefix_cache" and not g["blocks_go"] for g in rep["gaps"])
     md = (tmp_path / "out" / "report.md").read_text()
     assert "## Prefix cache" in md and "| g6 | vllm | on |" in md and "| inf2 | vllm-neuron | off |" in md
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "<h2>Prefix cache</h2>" in page and "<td>g6</td><td>vllm</td><td>on</td>" in page
     assert load_records(tmp_path / "records", m.digest).count() == 24
 
 
