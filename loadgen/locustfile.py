@@ -100,7 +100,7 @@ def _args(parser: Any) -> None:
     g.add_argument("--s3-uri", type=str, env_var="LOADGEN_S3_URI", default="", help="s3://bucket/prefix to upload records and summary to")
 
 
-_state: dict[str, Any] = {"replayer": None, "started": False, "done_workers": set(), "done_nodes": set()}
+_state: dict[str, Any] = {"replayer": None, "started": False, "done_workers": set(), "done_nodes": set(), "progress_final": False}
 
 
 def _n_workers(env: Environment) -> tuple[int, int]:
@@ -228,6 +228,9 @@ def _quit(env: Environment) -> None:
     if runner is None:
         return
     if isinstance(runner, MasterRunner):
+        loop = _state.get("progress_loop")
+        if loop is not None:
+            loop.kill()  # a periodic write still in flight must not land after the final one
         publish_progress(env, final=True)
     gevent.spawn(runner.quit)
     web_ui = env.web_ui
@@ -279,7 +282,7 @@ def _init(environment: Environment, **_: Any) -> None:
     if isinstance(runner, MasterRunner):
         runner.register_message(DONE_MSG, lambda msg, **kw: _on_done(environment, msg))
         gevent.spawn(_watch_missing, environment, runner)
-        gevent.spawn(_progress_loop, environment)
+        _state["progress_loop"] = gevent.spawn(_progress_loop, environment)
     web_ui = environment.web_ui
     if web_ui is not None:
 
@@ -310,8 +313,9 @@ def publish_progress(env: Environment, *, final: bool = False) -> None:
     """A cloud master writes <s3-uri>/<run id>/progress-<fleet>.json for `campaign run` to print:
     a view of the run while it lasts, not evidence (the records are)."""
     o: Any = env.parsed_options
-    if not (o.s3_uri and o.run_id and o.fleet):
-        return
+    if not (o.s3_uri and o.run_id and o.fleet) or _state["progress_final"]:
+        return  # nothing may overwrite the final view with an older periodic one
+    _state["progress_final"] = final
     from campaign.cloud_contract import PROGRESS_PREFIX, split_s3_uri
 
     try:
