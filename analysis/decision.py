@@ -1,9 +1,10 @@
 """Go / Defer / Reject, exactly per DESIGN.md, with every reason that applied.
 
 Rule (precedence Reject > Defer > Go; all reasons are reported, not just the first):
-- Reject: the candidate's model or API semantics fail (it produced no successful token, or
-  its error rate is above slo.max_error_rate), its quality gate failed, or the monthly
-  delta (baseline - candidate) is <= 0.
+- Reject: the candidate's model or API semantics fail (no completed request returned output
+  tokens, or its error rate is above slo.max_error_rate while one instance was not saturated:
+  errors in a saturated replay are an overload's timeouts, which the capacity search judges),
+  its quality gate failed, or the monthly delta (baseline - candidate) is <= 0.
 - Defer: the candidate is feasible but the evidence is incomplete (a blocking gap: missing
   records, prices, quality results, an unreachable source the operator asked for, an
   invalid run), the candidate did not hold the same SLO or availability (AZs, redundancy)
@@ -55,6 +56,10 @@ class DecisionInputs:
     # The quality layer that failed (or could not be evaluated) and why, e.g. "layer equivalence: ..."
     candidate_quality_failure: str | None = None
     baseline_quality_failure: str | None = None
+    # Output tokens of every completed request, SLO met or not (None: taken as the successful
+    # ones): requests that came back but were late prove the semantics work.
+    candidate_completed_output_tokens: int | None = None
+    candidate_saturated: bool = False  # the replay drove one candidate instance to its batch limit
 
 
 @dataclass(frozen=True)
@@ -102,9 +107,10 @@ def decide(d: DecisionInputs) -> Decision:
     c = d.candidate
     q_reject, q_defer = quality_reasons(c, d.baseline, d.candidate_quality_passed, d.baseline_quality_passed,
                                         {c: d.candidate_quality_failure or "", d.baseline: d.baseline_quality_failure or ""})
-    if d.candidate_successful_tokens <= 0:
-        reject.append(f"{c}: no successful output tokens; the model or API semantics failed")
-    if d.candidate_error_rate is not None and d.candidate_error_rate > d.max_error_rate:
+    completed = d.candidate_completed_output_tokens if d.candidate_completed_output_tokens is not None else d.candidate_successful_tokens
+    if completed <= 0:
+        reject.append(f"{c}: no completed request returned output tokens; the model or API semantics failed")
+    if d.candidate_error_rate is not None and d.candidate_error_rate > d.max_error_rate and not d.candidate_saturated:
         reject.append(f"{c}: error rate {d.candidate_error_rate:.4f} above the ceiling {d.max_error_rate}")
     reject.extend(q_reject)
     if d.monthly_delta_usd is not None and d.monthly_delta_usd <= 0 and d.delta_settled:

@@ -214,6 +214,8 @@ def evaluate(ctx: Context, sc: Scenario) -> dict[str, Any]:
             baseline=base,
             candidate_successful_tokens=cm.successful_output_tokens if cm else 0,
             candidate_error_rate=cm.error_rate if cm else None,
+            candidate_completed_output_tokens=cm.completed_output_tokens if cm else 0,
+            candidate_saturated=cand in ctx.saturation and ctx.saturation[cand].saturated,
             max_error_rate=slo.max_error_rate,
             candidate_quality_passed=quality_passed(m, ctx.quality, cand),
             baseline_quality_passed=quality_passed(m, ctx.quality, base),

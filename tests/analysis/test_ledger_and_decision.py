@@ -71,3 +71,21 @@ def test_blocking_gap_defers() -> None:
 @given(mig=st.floats(0, 1e7), delta=st.floats(-1e6, 1e6))
 def test_payback_none_iff_delta_nonpositive(mig: float, delta: float) -> None:
     assert (payback_months(mig, delta) is None) == (delta <= 0)
+
+
+def test_an_overloaded_replay_is_not_a_semantics_failure() -> None:
+    # Seen on the Azure code trace: the replay overloaded one inf2 instance, every completed
+    # request missed its SLO and the abandoned ones made the error rate 0.5. That is a capacity
+    # finding (the search sizes it), not "the model or API semantics failed".
+    overloaded = replace(GOOD, candidate_successful_tokens=0, candidate_completed_output_tokens=5000, candidate_error_rate=0.5,
+                         candidate_saturated=True, candidate_slo_pass=False)
+    d = decide(overloaded)
+    assert d.state == "defer", d.reasons
+    assert not any("semantics" in r or "error rate" in r for r in d.reasons), d.reasons
+
+
+def test_semantics_still_reject_when_nothing_came_back_or_errors_below_saturation() -> None:
+    nothing = decide(replace(GOOD, candidate_successful_tokens=0, candidate_completed_output_tokens=0, candidate_saturated=True))
+    assert nothing.state == "reject" and any("no completed request returned output tokens" in r for r in nothing.reasons)
+    errors = decide(replace(GOOD, candidate_error_rate=0.5, candidate_saturated=False))
+    assert errors.state == "reject" and any("error rate 0.5000 above the ceiling" in r for r in errors.reasons)

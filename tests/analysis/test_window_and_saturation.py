@@ -146,3 +146,19 @@ def test_fleet_measured_in_overload_gets_a_blocking_gap(tmp_path: Path, manifest
     assert [g["what"] for g in over] == ["overload.g6"]
     assert over[0]["blocks_go"] and "P95 TTFT 5 s > 2 s" in over[0]["reason"]
     assert r["decision"]["state"] != "go"
+
+
+def test_an_overloaded_candidate_defers_instead_of_rejecting_on_semantics(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    # inf2 (the candidate) saturated and overloaded: every answer late, every other request
+    # abandoned. The old rule read that as "no successful output tokens; the model or API
+    # semantics failed" and an error rate above the ceiling: Reject.
+    m = _go_manifest(manifest_data, 4)
+    write_jsonl(tmp_path / "r" / "records-inf2-w0.jsonl",
+                [rec(m, "inf2", i, tokens=300, e2e=4.0, ttft=5.0, outcome="ok" if i % 2 else "timeout") for i in range(100)])
+    write_jsonl(tmp_path / "r" / "records-g6-w0.jsonl", _overlapping(m, "g6", 100, 300, 4))
+    r = build_report(m, tmp_path / "r", quality=PASS, out_dir=tmp_path / "o", instances_measured={"inf2": 1, "g6": 1},
+                     with_sensitivity=False, with_pages=False)
+    assert r["fleets"]["inf2"]["saturated"] is True
+    assert r["decision"]["state"] == "defer", r["decision"]
+    assert not any("semantics" in x or "error rate" in x for x in r["decision"]["reasons"]), r["decision"]["reasons"]
+    assert any(g["what"] == "overload.inf2" and g["blocks_go"] for g in r["gaps"])
