@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 MANIFEST ?= manifests/llama3-8b-inf2-vs-g6.yaml
 
-.PHONY: install demo plan test lint bench clean checkov engine tiny-model real-engine
+.PHONY: install demo plan test lint bench clean checkov checkov-venv engine tiny-model real-engine
 
 install: .venv/.installed
 
@@ -42,7 +42,9 @@ test: install
 	.venv-checkov/bin/pip install -q -r stacks/requirements-checkov.txt
 	touch $@
 
-checkov: install .venv-checkov/.installed
+checkov-venv: .venv-checkov/.installed
+
+checkov: install checkov-venv
 	$(PY) -m stacks.checkov_gate --manifest manifests/llama3-8b-inf2-vs-g6.yaml --manifest manifests/llama3-8b-three-fleets.yaml
 
 lint: install
