@@ -1,6 +1,6 @@
 """`python -m campaign report MANIFEST --records DIR [--prometheus URL] [--aws] --out DIR`.
 
-The lead wires `register` into campaign/cli.py's _EXTRA_COMMANDS. Exit codes: 0 Go,
+campaign/cli.py calls `register` to add the subcommand. Exit codes: 0 Go,
 10 Defer, 11 Reject (the report was written in all three), 2 bad input (nothing written).
 Analysis errors (`AnalysisError`, a `CampaignError`) reach campaign/cli.py's `main`, which
 prints them and exits with their code (2).

@@ -16,7 +16,6 @@ from typing import Literal
 from analysis.sizing import FleetSize
 
 RateMode = Literal["manifest", "on-demand", "covered", "renewal"]
-RATE_MODES: tuple[RateMode, ...] = ("manifest", "on-demand", "covered", "renewal")
 # EC2 bills per second with a 60-second minimum each time an instance starts.
 MIN_BILLED_SECONDS = 60.0
 # AWS prices "per month" on 730 hours; GB-month is prorated to the hours the fleet runs.

@@ -29,8 +29,6 @@ from typing import Literal
 
 State = Literal["go", "defer", "reject"]
 
-RULE = __doc__ or ""
-
 
 @dataclass(frozen=True)
 class DecisionInputs:

@@ -62,10 +62,6 @@ class FleetMeasure:
         """Successful output tokens per second over the measured window (whole fleet)."""
         return self.successful_output_tokens / self.window_s if self.window_s > 0 else None
 
-    @property
-    def mean_tokens_per_success(self) -> float | None:
-        return self.successful_output_tokens / self.successful_requests if self.successful_requests else None
-
     def slo_pass(self, ttft_p95_s: float, itl_p95_s: float, max_error_rate: float) -> bool:
         """Fleet-level SLO: P95 TTFT and P95 ITL under target and the error ceiling held."""
         if self.p95_ttft_s is None or self.error_rate is None:

@@ -590,9 +590,6 @@ class Fit:
     def fits(self) -> bool:
         return self.needed_gib <= self.visible_gib
 
-    @property
-    def headroom_gib(self) -> float:
-        return self.visible_gib - self.needed_gib
 
 
 def weight_bytes(m: Manifest) -> float:

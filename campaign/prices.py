@@ -80,6 +80,3 @@ def lookup(kind: str, key: str, region: str = "us-east-1") -> Price:
 def instance_hourly(instance_type: str, region: str = "us-east-1") -> Price:
     return lookup("instance", instance_type, region)
 
-
-def available_regions() -> list[str]:
-    return sorted(p.stem.removeprefix("prices-") for p in SNAPSHOT_DIR.glob("prices-*.csv"))

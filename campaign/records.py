@@ -99,8 +99,6 @@ class RequestRecord:
         return cls(**{k: v for k, v in d.items() if k in names})
 
 
-FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(RequestRecord))
-
 
 @dataclass
 class RunSummary:

@@ -7,7 +7,7 @@ from constructs import Construct
 
 from stacks.fleet import ServingFleet
 from stacks.load_balancer import FleetLoadBalancer
-from stacks.loadgen import LoadGenerator
+from stacks.load_generator import LoadGenerator
 from stacks.loadgen_contract import RUN_CONFIG_OUTPUT
 from stacks.network import Network
 from stacks.observability import Observability

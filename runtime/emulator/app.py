@@ -24,7 +24,7 @@ from runtime.emulator.config import EmulatorConfig
 from runtime.emulator.engine import block_hashes
 from runtime.emulator.metrics import EmulatorMetrics
 from runtime.emulator.protocol import ApiError, ParsedRequest, parse
-from runtime.emulator.scheduler import Scheduler, Sequence
+from runtime.emulator.scheduler import LiveSequence, Scheduler
 from runtime.emulator.textgen import TokenStream
 from runtime.emulator.timing import TimingModel
 
@@ -115,7 +115,7 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
         raise ApiError("injected fault: internal server error", type_="internal_server_error", status=500, code="injected_fault")
     scheduler = app[SCHEDULER]
     hashes = block_hashes(req.prompt_pieces) if scheduler.timing.policy.prefix_caching else None
-    seq = Sequence(req.prompt_tokens, req.max_tokens, TokenStream(req.seed, req.prompt, req.stop), faults, arrival, hashes)
+    seq = LiveSequence(req.prompt_tokens, req.max_tokens, TokenStream(req.seed, req.prompt, req.stop), faults, arrival, hashes)
     scheduler.submit(seq)
     rid = request.headers.get("X-Request-Id")
     written: list[float] = []  # loop time once the first token's frame was handed to the socket
@@ -141,7 +141,7 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
 
 
 async def _stream(
-    request: web.Request, req: ParsedRequest, seq: Sequence, cfg: EmulatorConfig, scheduler: Scheduler, written: list[float], rid: str | None
+    request: web.Request, req: ParsedRequest, seq: LiveSequence, cfg: EmulatorConfig, scheduler: Scheduler, written: list[float], rid: str | None
 ) -> web.StreamResponse:
     headers = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
     if rid is not None:
@@ -189,7 +189,7 @@ async def _write(resp: web.StreamResponse, out: list[bytes], sent: int, written:
     await resp.write(b"".join(out))
 
 
-async def _whole(request: web.Request, req: ParsedRequest, seq: Sequence, cfg: EmulatorConfig) -> web.StreamResponse:
+async def _whole(request: web.Request, req: ParsedRequest, seq: LiveSequence, cfg: EmulatorConfig) -> web.StreamResponse:
     parts: list[str] = []
     finish: str | None = None
     while finish is None:

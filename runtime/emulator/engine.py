@@ -42,7 +42,7 @@ def block_hashes(tokens: Seq[object]) -> tuple[int, ...]:
 
 
 class EngineSeq:
-    """One request as the engine sees it; the live server's Sequence adds its stream."""
+    """One request as the engine sees it; the live server's LiveSequence adds its stream."""
 
     def __init__(self, prompt_tokens: int, max_tokens: int, arrival: float, block_hashes: Seq[int] | None = None):
         self.prompt_tokens = prompt_tokens

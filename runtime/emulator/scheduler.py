@@ -21,7 +21,7 @@ from runtime.emulator.textgen import TokenStream
 from runtime.emulator.timing import TimingModel
 
 
-class Sequence(EngineSeq):
+class LiveSequence(EngineSeq):
     """One request's generation state, shared by the scheduler (producer) and its handler."""
 
     def __init__(self, prompt_tokens: int, max_tokens: int, stream: TokenStream, faults: RequestFaults, arrival: float,
@@ -72,7 +72,7 @@ class Scheduler:
         self._next = 0
         self._reported = [(0, 0) for _ in self.engines]  # prefix-cache (queries, hits) already counted
 
-    def submit(self, seq: Sequence) -> None:
+    def submit(self, seq: LiveSequence) -> None:
         i = self._next % len(self.engines)
         self._next += 1
         delay = self.timing.admission_delay_s
@@ -81,14 +81,14 @@ class Scheduler:
         else:
             self._enqueue(i, seq)
 
-    def _enqueue(self, i: int, seq: Sequence) -> None:
+    def _enqueue(self, i: int, seq: LiveSequence) -> None:
         if seq.cancelled:
             return
         self.engines[i].submit(seq)
         self._gauges()
         self._wakeups[i].set()
 
-    def cancel(self, seq: Sequence) -> None:
+    def cancel(self, seq: LiveSequence) -> None:
         """The client went away (or a fault cut it off): free its slot at the next step."""
         if seq.finished:
             return
@@ -125,7 +125,7 @@ class Scheduler:
             for seq in step.admitted:
                 m.queue.observe(max(0.0, start - seq.arrival))
                 m.prompt_tokens.inc(seq.prompt_tokens)
-                if isinstance(seq, Sequence):
+                if isinstance(seq, LiveSequence):
                     seq.resume_at = start + seq.faults.first_token_delay_s
             self._count_prefix(i)
             self._gauges()
@@ -158,7 +158,7 @@ class Scheduler:
     def _emit(self, emitted: list[EngineSeq], now: float) -> int:
         m = self.metrics
         for seq in emitted:
-            assert isinstance(seq, Sequence)
+            assert isinstance(seq, LiveSequence)
             text, stopped = seq.stream.next_token()
             if seq.generated == 1:
                 seq.first_token_at = now

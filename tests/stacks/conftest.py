@@ -49,14 +49,14 @@ def _stand_in_build_context(tmp: Path) -> Path:
 
 def synthesize(manifest: Path, outdir: Path) -> Synth:
     """In-process synth with the same builder as app.py (cdk-nag attached)."""
-    import stacks.loadgen
+    import stacks.load_generator
     from stacks.app_builder import build_app
 
     with pytest.MonkeyPatch.context() as mp:
         if not (REPO_ROOT / "Dockerfile").is_file():
             # The loadgen owner has not added the root Dockerfile yet; the infrastructure is
             # still checked, and test_cli_synth fails until the real one exists.
-            mp.setattr(stacks.loadgen, "REPO_ROOT", _stand_in_build_context(outdir.parent))
+            mp.setattr(stacks.load_generator, "REPO_ROOT", _stand_in_build_context(outdir.parent))
         app, stack = build_app(context={"manifest": str(manifest)}, outdir=str(outdir))
         app.synth()
     path = outdir / f"{stack.artifact_id}.template.json"
