@@ -33,9 +33,8 @@ from analysis.sources.time_to_ready import time_to_ready
 from campaign import catalog
 from campaign.manifest import Manifest
 
-# Assumption until the manifest carries it: the DLAMI / ECS GPU AMIs default to a root
-# volume of this size; the cache volume comes from fleets[].ebs_cache_gib.
-DEFAULT_ROOT_VOLUME_GIB = 100.0
+# The root volume the stacks deploy (campaign.catalog); the cache volume comes from fleets[].ebs_cache_gib.
+DEFAULT_ROOT_VOLUME_GIB = float(catalog.ROOT_VOLUME_GIB)
 
 
 @dataclass
@@ -377,7 +376,8 @@ def build_report(
         ("observability_monthly_usd", m.costs.observability_monthly_usd, "costs"), ("licenses_monthly_usd", m.costs.licenses_monthly_usd, "costs"),
     ):
         prov[key] = {"value": val, "source": "manifest", "detail": detail}
-    prov["root_volume_gib"] = {"value": root_volume_gib, "source": "assumption", "detail": "root EBS volume per instance; not in the manifest"}
+    prov["root_volume_gib"] = {"value": root_volume_gib, "source": "pinned" if root_volume_gib == DEFAULT_ROOT_VOLUME_GIB else "assumption",
+                              "detail": "root EBS volume per instance, as the fleet stacks deploy it (campaign.catalog.ROOT_VOLUME_GIB)"}
     prov["demand_tok_s"] = {"value": head["demand_tok_s"], "source": "computed",
                             "detail": "manifest peak_requests_per_s x measured mean output tokens per completed request (pooled over fleets)"}
 

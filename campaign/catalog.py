@@ -14,6 +14,9 @@ from pathlib import Path
 from campaign.errors import CampaignError
 
 GIB = 1024**3
+# Root EBS volume of every fleet instance: the stacks deploy it and the cost model bills it (one
+# figure for both). DLAMI root + container images (the vLLM images are 10-20 GB each).
+ROOT_VOLUME_GIB = 150
 GB = 10**9
 
 

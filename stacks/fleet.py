@@ -32,7 +32,6 @@ variable in a cost-per-token measurement. One container per instance needs no sc
 ASG replaces failed instances and the NLB health check on the server's health path takes an
 instance out of rotation."""
 
-ROOT_VOLUME_GIB = 150  # DLAMI root + container images (the vLLM images are 10-20 GB each)
 ROOT_DEVICE = "/dev/sda1"  # root device name of the Ubuntu DLAMIs
 CACHE_DEVICE = "/dev/sdf"
 # First boot downloads ~16 GB of weights; Neuron then compiles every sequence bucket (tens of
@@ -141,7 +140,7 @@ class ServingFleet(Construct):
             block_devices=[
                 ec2.BlockDevice(
                     device_name=ROOT_DEVICE,
-                    volume=ec2.BlockDeviceVolume.ebs(ROOT_VOLUME_GIB, encrypted=True, volume_type=ec2.EbsDeviceVolumeType.GP3),
+                    volume=ec2.BlockDeviceVolume.ebs(catalog.ROOT_VOLUME_GIB, encrypted=True, volume_type=ec2.EbsDeviceVolumeType.GP3),
                 ),
                 # Weights + Neuron compile cache / TensorRT engine cache, mounted by the boot script.
                 ec2.BlockDevice(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from campaign import catalog
 from campaign.dlami import ami_parameter_name
 from campaign.manifest import load_manifest
 from tests.stacks.conftest import EXAMPLE_MANIFEST, Synth
@@ -61,6 +62,9 @@ def test_cache_volume_is_sized_from_the_manifest_and_mounted_before_docker_run(e
         lt = _launch_template_of(example, asgs[f.name])
         sizes = sorted(b["Ebs"]["VolumeSize"] for b in lt["BlockDeviceMappings"])
         assert f.ebs_cache_gib in sizes
+        # the root volume deployed is the one the cost model bills (100 GiB was billed against 150 deployed)
+        root = next(b for b in lt["BlockDeviceMappings"] if b["DeviceName"] == "/dev/sda1")
+        assert root["Ebs"]["VolumeSize"] == catalog.ROOT_VOLUME_GIB  # analysis.report bills catalog.ROOT_VOLUME_GIB
         script = "".join(p if isinstance(p, str) else "" for p in lt["UserData"]["Fn::Base64"]["Fn::Join"][1])
         assert script.index("mount /opt/cache") < script.index("docker run -d")
         assert f.serving.image in script
