@@ -92,7 +92,7 @@ def test_rate_cells_with_a_commitment_are_priced(tmp_path: Path, manifest_data: 
     # every instance at its fleet's effective covered rate: inf2 0.5/h and g6 0.5/h, so only the counts differ
     inf2_n, g6_n = (covered["fleets"][f]["instances_required"] for f in ("inf2", "g6"))
     assert covered["monthly_delta_usd"] is not None and covered["decision"] in {"go", "defer", "reject"}
-    per_instance = 0.5 * 730 + 200 * 0.08  # compute + EBS (100 GiB root + 100 GiB cache)
+    per_instance = 0.5 * 730 + 250 * 0.08  # compute + EBS (150 GiB root, as deployed, + 100 GiB cache)
     assert covered["monthly_delta_usd"] == pytest.approx((g6_n - inf2_n) * per_instance)
 
 
@@ -139,7 +139,7 @@ def test_rate_cells_use_the_price_sources_reserved_rate_when_the_manifest_has_no
     assert r["provenance"]["prices.instance-reserved-1yr-no-upfront.inf2.xlarge"]["source"] == "pulled"
     covered = next(c for c in r["sensitivity"]["cells"] if c["label"] == "covered")
     inf2_n, g6_n = (covered["fleets"][f]["instances_required"] for f in ("inf2", "g6"))
-    ebs = 200 * 0.08  # root + cache GiB x the snapshot's gp3 GB-month (the fake lists no EBS price)
+    ebs = 250 * 0.08  # root (150, as deployed) + cache GiB x the snapshot's gp3 GB-month (the fake lists no EBS price)
     # every instance at its listed Reserved rate; the fleet-level lines (NLB, inter-AZ, observability) cancel in the delta
     assert covered["monthly_delta_usd"] == pytest.approx(g6_n * (0.51 * 730 + ebs) - inf2_n * (0.48 * 730 + ebs))
     assert covered["decision"] in {"go", "defer", "reject"}

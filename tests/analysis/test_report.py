@@ -35,7 +35,7 @@ def test_report_numbers_by_hand_and_files(tmp_path: Path, small: Manifest) -> No
     assert r["demand_tok_s"] == pytest.approx(demand)
     # inf2: 525 / (600 * 0.8) -> 2, +1 redundancy = 3; g6: 525 / (450 * 0.8) -> 2, +1 = 3
     assert r["fleets"]["inf2"]["instances_required"] == 3 and r["fleets"]["g6"]["instances_required"] == 3
-    other = 3 * (100 + 100) * 0.08 + (0.0225 + 1.0 * 0.006) * 730 + 50 * 0.01 * 2 + 40
+    other = 3 * (150 + 100) * 0.08 + (0.0225 + 1.0 * 0.006) * 730 + 50 * 0.01 * 2 + 40
     inf2_month = 3 * 0.7582 * 730 + other
     assert r["fleets"]["inf2"]["monthly_cost_usd"] == pytest.approx(inf2_month)
     assert r["fleets"]["inf2"]["cost_per_million_successful_tokens"] == pytest.approx(inf2_month / (demand * 3600 * 730) * 1e6)
