@@ -9,10 +9,12 @@ between the two sets is fixed for the whole run, and one set can keep landing on
 prefills. That is systematic, not noise, and grows with the machine's load: TTFT medians of
 44.8 vs 52.3 ms at a moderate load, 105.8 vs 167.4 ms at load average 12. Medians must agree
 within 50% + 25 ms (TTFT) and 30% + 3 ms (TPOT, the per-request (last - first token) /
-(tokens - 1) both tools compute; 23.7 vs 18.1 ms at load 12); P95s, which over 30 requests
-lie between the second- and third-worst values, within 50% + 50 ms. That still catches a
-TTFT read at the wrong event (the stream's end is 31 tokens x TPOT later) or a TPOT off by a
-factor, not a few-ms client overhead.
+(tokens - 1) both tools compute; 23.7 vs 18.1 ms at load 12); third quartiles within
+50% + 50 ms. P95s are printed, not asserted: over 30 requests a P95 is the second-worst
+request, so one stall of the shared machine decides it (a clean-clone CI run here saw TTFT
+P95 112 ms ours vs 745 ms for vLLM's client, with medians and quartiles in agreement). The
+medians and quartiles still catch a TTFT read at the wrong event (the stream's end is 31
+tokens x TPOT later) or a TPOT off by a factor, not a few-ms client overhead.
 """
 
 from __future__ import annotations
@@ -43,9 +45,9 @@ def test_ours_and_vllm_bench_serve_agree(real_server: RealServer, real_manifest_
     print(vllm_bench_compare.HEADER, c.ours.row(), c.vllm.row(), sep="\n")
     assert c.ours.completed == c.vllm.completed == N
     assert len(c.ours.tpot_s) == len(c.vllm.tpot_s) == N
-    for q, rel, abs_s in ((0.5, 0.5, 0.025), (0.95, 0.5, 0.050)):
+    for q, rel, abs_s in ((0.5, 0.5, 0.025), (0.75, 0.5, 0.050)):
         a, b = percentile(c.ours.ttft_s, q), percentile(c.vllm.ttft_s, q)
         assert _close(a, b, rel, abs_s), f"TTFT p{q * 100:g}: ours {a:.4f} s, vllm bench {b:.4f} s"
-    for q, rel, abs_s in ((0.5, 0.30, 0.003), (0.95, 0.5, 0.050)):
+    for q, rel, abs_s in ((0.5, 0.30, 0.003), (0.75, 0.5, 0.050)):
         a, b = percentile(c.ours.tpot_s, q), percentile(c.vllm.tpot_s, q)
         assert _close(a, b, rel, abs_s), f"TPOT p{q * 100:g}: ours {a:.4f} s, vllm bench {b:.4f} s"
