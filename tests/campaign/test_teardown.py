@@ -5,38 +5,22 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
 from campaign import aws
-from campaign.processes import free_port
-from tests.conftest import ROOT
+from tests.conftest import ROOT, moto_server
 
 CAMPAIGN = "llama3-8b-inf2-vs-g6"
 
 
 @pytest.fixture
-def moto_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    # Backends are process-global in moto: start every test from an empty account.
-    urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/moto-api/reset", method="POST"), timeout=10)
-    env = {
-        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    yield env
-    server.stop()
+def moto_env() -> Iterator[dict[str, str]]:
+    with moto_server("us-east-1") as env:
+        yield env
 
 
 def _tags(extra: dict[str, str] | None = None) -> list[dict[str, str]]:

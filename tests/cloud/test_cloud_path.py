@@ -31,7 +31,7 @@ from campaign import cloud_contract as cc
 from campaign.manifest import Manifest, load_manifest
 from campaign.processes import Supervisor, free_port
 from tests.cloud.local_tasks import LocalTaskLauncher, resolve
-from tests.conftest import EXAMPLE_MANIFEST, ROOT
+from tests.conftest import EXAMPLE_MANIFEST, ROOT, moto_server
 
 pytestmark = pytest.mark.cloud_path
 
@@ -81,23 +81,8 @@ def template(workdir: Path, manifest_path: Path) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def aws_env() -> Iterator[dict[str, str]]:
-    from moto.server import ThreadedMotoServer
-
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/moto-api/reset", method="POST"), timeout=10)
-    env = {
-        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": REGION,
-    }
-    with pytest.MonkeyPatch.context() as mp:
-        for k, v in env.items():
-            mp.setenv(k, v)
+    with moto_server(REGION) as env:
         yield env
-    server.stop()
 
 
 @pytest.fixture(scope="module")
