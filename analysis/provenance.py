@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
-from typing import Literal
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from campaign.manifest import Manifest
 
 SourceKind = Literal["measured", "pulled", "snapshot", "manifest", "assumption", "computed"]
 
@@ -28,3 +33,17 @@ class Gap:
 
     def as_dict(self) -> dict[str, object]:
         return {"what": self.what, "reason": self.reason, "blocks_go": self.blocks_go}
+
+
+def run_relative(path: str | Path, run_dir: str | Path) -> str:
+    """`path` as a report prints it: relative to the run directory the report is written to (a
+    directory outside it gets `../`), so a report names no directory of the machine that ran it
+    and stays true when the run directory is copied or archived."""
+    return Path(os.path.relpath(Path(path).resolve(), Path(run_dir).resolve())).as_posix()
+
+
+def manifest_provenance(m: Manifest) -> dict[str, str]:
+    """The manifest's provenance entry: its file name (a path relative to its own directory) and
+    its canonical digest, which is what identifies it."""
+    name = m.source.name if m.source is not None else "<in memory>"
+    return {"source": "manifest", "detail": f"{name} digest {m.digest}"}

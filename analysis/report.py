@@ -23,7 +23,7 @@ from analysis.errors import AnalysisError, PriceMissing, SourceUnavailable
 from analysis.evaluate import Context, QualityResults, evaluate, outside_evidence, quality_passed, summarize, unmeasured_row
 from analysis.histogram import bucket_cdf
 from analysis.ledger import payback_curve
-from analysis.provenance import Gap, Sourced
+from analysis.provenance import Gap, Sourced, manifest_provenance, run_relative
 from analysis.sources.billing import cost_explorer_by_fleet, read_focus
 from analysis.sources.cloudwatch import CloudWatchSource, discover_asgs, fleet_specs
 from analysis.sources.pricing import PRICING_ENDPOINT_REGION, RESERVED_KIND, PriceBook, PriceListSource
@@ -261,9 +261,9 @@ def build_report(
     for label in capacity_dirs or {}:  # labels are checked before anything is loaded
         capacity.parse_label(label)
     gaps: list[Gap] = []
-    prov: dict[str, Any] = {"manifest": {"source": "manifest", "detail": f"{m.source or '<in memory>'} digest {m.digest}"}}
+    prov: dict[str, Any] = {"manifest": manifest_provenance(m)}
     rs: RecordSet = load_records(records_dir, m.digest)
-    prov["records"] = {"source": "measured", "detail": f"{len(rs.files)} file(s), {rs.count()} records under {records_dir}"}
+    prov["records"] = {"source": "measured", "detail": f"{len(rs.files)} file(s), {rs.count()} records under {run_relative(records_dir, out_dir)}"}
     for torn in rs.torn_tails:  # a writer died mid-record: the complete records are all used
         gaps.append(Gap("records.torn_tail", f"{torn} left out (cut mid-write)", blocks_go=False))
     unknown = sorted(set(rs.fleets()) - {f.name for f in m.fleets})
@@ -290,7 +290,8 @@ def build_report(
         sweep = capacity.load_sweep(capacity_dirs, m.digest, {f.name for f in m.fleets})
         prov["capacity_sweep"] = {
             "source": "measured",
-            "detail": "; ".join(f"{s.label}: {len(s.records.files)} file(s), {s.records.count()} records under {s.directory}" for s in sweep),
+            "detail": "; ".join(f"{s.label}: {len(s.records.files)} file(s), {s.records.count()} records under {run_relative(s.directory, out_dir)}"
+                                for s in sweep),
         }
     for f in m.fleets:
         fm = base_measures.get(f.name)
@@ -508,7 +509,7 @@ def build_gate_report(manifest: Manifest, quality: QualityResults, *, out_dir: s
         "billing": None,
         "quality": dict(quality),
         "provenance": {
-            "manifest": {"source": "manifest", "detail": f"{m.source or '<in memory>'} digest {m.digest}"},
+            "manifest": manifest_provenance(m),
             "quality": {"source": "measured", "detail": "quality-gate results given by the campaign runner"},
         },
         "series": {"fleets": {}},

@@ -100,10 +100,11 @@ def _load_summaries(records_dir: Path) -> dict[str, RunSummary]:
     return out
 
 
-def _complete_lines(jsonl: Sequence[Path], scratch: Path) -> tuple[list[Path], list[str]]:
+def _complete_lines(jsonl: Sequence[Path], scratch: Path, records_dir: Path) -> tuple[list[Path], list[str]]:
     """The loadgen ends every record with a newline, so a file that does not end with one was
     cut mid-write (a worker killed, a disk full). Its complete lines are read from a copy; the
-    partial tail is left out and named, and the evidence file itself is never modified."""
+    partial tail is left out and named (relative to `records_dir`: the name lands in reports),
+    and the evidence file itself is never modified."""
     out: list[Path] = []
     torn: list[str] = []
     for i, p in enumerate(jsonl):
@@ -114,7 +115,7 @@ def _complete_lines(jsonl: Sequence[Path], scratch: Path) -> tuple[list[Path], l
                 continue
             data = p.read_bytes()
         cut = data.rfind(b"\n") + 1
-        torn.append(f"{p}: {len(data) - cut} bytes after the last complete record")
+        torn.append(f"{p.relative_to(records_dir).as_posix()}: {len(data) - cut} bytes after the last complete record")
         if cut:
             copy = scratch / f"{i}-{p.name}"
             copy.write_bytes(data[:cut])
@@ -140,7 +141,7 @@ def load_records(records_dir: str | Path, manifest_digest: str, *, threads: int 
     # Parquet is already columnar: a view scans it in parallel on demand. JSON is parsed once into a table.
     kind = "TABLE" if jsonl else "VIEW"
     with tempfile.TemporaryDirectory(prefix="records-") as scratch:
-        readable, torn = _complete_lines(jsonl, Path(scratch))
+        readable, torn = _complete_lines(jsonl, Path(scratch), d)
         if not readable and not parquet:
             raise EmptyWindow(f"record files under {d} hold no complete record: the campaign window is empty")
         try:
