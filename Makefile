@@ -6,7 +6,7 @@ MANIFEST ?= manifests/llama3-8b-inf2-vs-g6.yaml
 
 install: .venv/.installed
 
-.venv/.installed: requirements.txt
+.venv/.installed: requirements.txt requirements-runtime.txt
 	python3 -m venv .venv
 	.venv/bin/pip install -q --upgrade pip
 	.venv/bin/pip install -q -r requirements.txt

@@ -18,8 +18,8 @@ from typing import Any
 
 from campaign.errors import EXIT_FAILED_STEP, CampaignError
 from campaign.manifest import Manifest
+from campaign.shipped import checkout_root
 
-ROOT = Path(__file__).resolve().parent.parent
 # The stacks tag the results bucket with this, and teardown leaves it in place.
 RETAINED_TAG = ("lifecycle", "retained")
 
@@ -41,8 +41,9 @@ def cdk_argv(action: str, manifest_path: Path, extra: Sequence[str] = ()) -> lis
 
 def deploy(manifest_path: Path, *, approve: bool = False, extra: Sequence[str] = ()) -> int:
     """`extra`: more `cdk deploy` arguments (the fleets' AMI parameters from campaign.dlami)."""
+    root = checkout_root("deploy (cdk synthesizes the stacks from the repository's app.py)")
     argv = cdk_argv("deploy", manifest_path, [*(["--require-approval", "never"] if approve else []), *extra])
-    return subprocess.call(argv, cwd=ROOT)
+    return subprocess.call(argv, cwd=root)
 
 
 def destroy(session: Any, stack: str, *, say: Any = print) -> int:

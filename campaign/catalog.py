@@ -12,6 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from campaign.errors import CampaignError
+from campaign.shipped import shipped_path
 
 GIB = 1024**3
 # Root EBS volume of every fleet instance: the stacks deploy it and the cost model bills it (one
@@ -283,7 +284,7 @@ def host_stack_issues(vendor: str, sdk_version: str, driver_version: str, image:
 
 # --- efficiencies fitted on published measurements --------------------------------------------
 
-CALIBRATION_FILE = Path(__file__).resolve().parent.parent / "data" / "calibration" / "efficiency.json"
+CALIBRATION_FILE = shipped_path("calibration/efficiency.json")
 
 
 @dataclass(frozen=True)

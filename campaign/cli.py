@@ -1,4 +1,4 @@
-"""`python -m campaign`: one entry point for every step of a campaign.
+"""`python -m campaign` (installed: `inf2-vs-g6`): one entry point for every step of a campaign.
 
 Each subcommand registers itself here; bad input exits 2 with `field.path: reason` lines,
 never a traceback. Every project error derives from `campaign.errors.CampaignError` and is
@@ -59,9 +59,17 @@ def cmd_local(args: argparse.Namespace) -> int:
     ).exit_code
 
 
+CONSOLE_SCRIPT = "inf2-vs-g6"  # pyproject's [project.scripts] entry: the same main as `python -m campaign`
+
+
+def _prog() -> str:
+    """The name the user called: the console script's, else `python -m campaign`."""
+    return CONSOLE_SCRIPT if Path(sys.argv[0]).name == CONSOLE_SCRIPT else "python -m campaign"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m campaign",
+        prog=_prog(),
         description="Decide, with evidence, whether an LLM endpoint should run on Inf2 or G6.",
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")

