@@ -51,8 +51,9 @@ LLAMA3_8B_SHAPE = {"layers": 32, "kv_heads": 8, "head_dim": 128}
 
 LOAD_SHORTFALL = 0.8  # below this share of the stated load a row is reported as not matchable
 
-# Which fitted group a stack's rows belong to: both Neuron stacks run optimum-neuron's NxD backend.
-GROUP_OF_STACK = {"vllm-neuron": "neuron-nxd", "tgi-neuron": "neuron-nxd", "vllm": "nvidia-vllm", "vllm-v0": "nvidia-vllm",
+# Which fitted group a stack's rows belong to. TGI on Neuron ran optimum-neuron v0.1.0's HLO backend,
+# vLLM on Neuron its NxD backend (data/calibration/SOURCES.md), so they are fitted apart.
+GROUP_OF_STACK = {"vllm-neuron": "neuron-nxd", "tgi-neuron": "neuron-hlo-tgi", "vllm": "nvidia-vllm", "vllm-v0": "nvidia-vllm",
                   "tgi": "nvidia-tgi", "tensorrt-llm": "nvidia-tensorrt-llm"}  # fmt: skip
 
 
@@ -70,6 +71,7 @@ class Row:
     replicas: int
     max_num_seqs: int
     max_model_len: int
+    buckets: tuple[int, ...]  # compiled context buckets (Neuron); empty: the stack's default
     params_b: float
     bytes_per_param: float
     kv_bytes_per_token: float
@@ -108,6 +110,12 @@ class Row:
         return f"Little's law: {what}" if share < LOAD_SHORTFALL else None
 
     @property
+    def configuration(self) -> tuple[object, ...]:
+        """What makes two rows the same server under the same request sizes, at different loads."""
+        return (self.instance_type, self.serving_stack, self.tensor_parallel, self.replicas, self.max_num_seqs,
+                self.max_model_len, self.buckets, self.input_tokens)  # fmt: skip
+
+    @property
     def single_user(self) -> bool:
         return self.load.users == 1 and self.load.kind != "rate"
 
@@ -140,6 +148,7 @@ class Row:
         return TimingModel.build(
             instance_type=self.instance_type, tensor_parallel=self.tensor_parallel, roofline=self.roofline(), efficiency=eff,
             stack=self.serving_stack, max_num_seqs=self.max_num_seqs, max_model_len=self.max_model_len, replicas=self.replicas,
+            buckets=self.buckets,
         )  # fmt: skip
 
 
@@ -225,15 +234,30 @@ def _row(raw: dict[str, str], line: int) -> Row:
     max_len = _num(raw, "max_model_len", line, int) if (raw.get("max_model_len") or "").strip() else inp + out
     if max_len < inp + out:
         raise RowError(f"line {line}: column 'max_model_len': {max_len} < input + output tokens ({inp + out})")
+    buckets = _buckets(raw, line, max_len)
     return Row(
         line=line, id=rid, instance_type=it, serving_stack=stack, tensor_parallel=tp, replicas=replicas,
-        max_num_seqs=_num(raw, "max_num_seqs", line, int), max_model_len=max_len, params_b=_num(raw, "params_b", line, float),
+        max_num_seqs=_num(raw, "max_num_seqs", line, int), max_model_len=max_len, buckets=buckets, params_b=_num(raw, "params_b", line, float),
         bytes_per_param=catalog.BYTES_PER_PRECISION[precision],
         kv_bytes_per_token=2.0 * shape["layers"] * shape["kv_heads"] * shape["head_dim"] * 2,  # BF16 KV cache
         input_tokens=inp, output_tokens=out, input_spread=spreads[0], output_spread=spreads[1], distribution=distribution,
         load=Load(kind, value),  # type: ignore[arg-type]
         published={m: _num(raw, m, line, float) for m in METRICS},
     )  # fmt: skip
+
+
+def _buckets(raw: dict[str, str], line: int, max_len: int) -> tuple[int, ...]:
+    """Optional column 'buckets': the compiled context lengths, space-separated, ascending."""
+    text = (raw.get("buckets") or "").strip()
+    if not text:
+        return ()
+    try:
+        out = tuple(int(x) for x in text.split())
+    except ValueError:
+        raise RowError(f"line {line}: column 'buckets': {text!r} is not a space-separated list of whole numbers") from None
+    if list(out) != sorted(set(out)) or out[0] <= 0 or out[-1] < max_len:
+        raise RowError(f"line {line}: column 'buckets': {text!r} must ascend, be > 0 and end at or above max_model_len {max_len}")
+    return out
 
 
 # --- fitting ----------------------------------------------------------------------------------
@@ -258,13 +282,12 @@ def fit(rows: list[Row]) -> dict[str, Any]:
             groups.setdefault(r.group, []).append(r)
     out: dict[str, Any] = {}
     for name, rs in sorted(groups.items()):
-        probe = rs[0].timing(ResolvedEfficiency(1.0, 1.0, 0.0, 0.0, "probe"))
-        # Decode: one sequence at mid-generation context.
-        dec_x = [r.roofline().memory_s(r.input_tokens + r.output_tokens / 2, 1.0) for r in rs]
+        unit = ResolvedEfficiency(1.0, 1.0, 0.0, 0.0, "probe")
+        # Decode: one sequence at mid-generation context, reading what the stack's decode step reads.
+        dec_x = [r.roofline().memory_s(r.timing(unit).decode_kv_tokens([r.input_tokens + r.output_tokens // 2]), 1.0) for r in rs]
         slope_d, step_overhead = _line_fit(dec_x, [r.published["itl_ms"] / 1000 for r in rs])
-        pre_x = [r.roofline().compute_s(r.timing(ResolvedEfficiency(1, 1, 0, 0, "")).padded(r.input_tokens), 1.0) for r in rs]
+        pre_x = [r.roofline().compute_s(r.timing(unit).padded(r.input_tokens), 1.0) for r in rs]
         slope_p, pre_intercept = _line_fit(pre_x, [r.published["ttft_ms"] / 1000 - step_overhead for r in rs])
-        del probe
         out[name] = {
             "vendor": rs[0].vendor,
             "stacks": sorted({r.serving_stack for r in rs}),
@@ -276,6 +299,22 @@ def fit(rows: list[Row]) -> dict[str, Any]:
             "method": "bench/calibration.py --fit: least squares on single-user rows (ITL vs weight+KV read time; "
             "TTFT vs padded-prompt compute time); intercepts only where the rows span more than one TP degree",
         }
+    return out
+
+
+def ttft_below_synchronous(rows: list[Row]) -> dict[str, str]:
+    """Rows under load whose TTFT is below the same configuration's single-user TTFT. Load only
+    adds queueing and interruptions to a request's first token, so such a row says part of the
+    single-user TTFT is not the server's (client or warm-up time): no server model matches both."""
+    sync: dict[tuple[object, ...], float] = {}
+    for r in rows:
+        if r.single_user:
+            sync[r.configuration] = min(sync.get(r.configuration, float("inf")), r.published["ttft_ms"])
+    out: dict[str, str] = {}
+    for r in rows:
+        base = sync.get(r.configuration)
+        if not r.single_user and base is not None and r.published["ttft_ms"] < base:
+            out[r.id] = f"TTFT under load {r.published['ttft_ms']:.0f} ms is below its single-user TTFT {base:.0f} ms"
     return out
 
 
@@ -294,7 +333,9 @@ def efficiency_of(row: Row, groups: dict[str, Any]) -> ResolvedEfficiency:
 
 def compare(rows: list[Row], groups: dict[str, Any]) -> dict[str, Any]:
     results: list[dict[str, Any]] = []
-    shortfalls = {r.id: why for r in rows if (why := r.load_shortfall()) is not None}
+    unmatchable = {r.id: why for r in rows if (why := r.load_shortfall()) is not None}
+    for rid, why in ttft_below_synchronous(rows).items():
+        unmatchable[rid] = f"{unmatchable[rid]}; {why}" if rid in unmatchable else why
     for r in rows:
         policy_for(r.serving_stack, r.vendor)
         summary, _ = simulate(r.timing(efficiency_of(r, groups)), r.load, r.sizes())
@@ -307,7 +348,7 @@ def compare(rows: list[Row], groups: dict[str, Any]) -> dict[str, Any]:
     def agg(fn: Any, sel: list[dict[str, Any]]) -> dict[str, float]:
         return {m: round(fn([abs(x["rel_error"]) for x in sel if x["metric"] == m]), 4) for m in METRICS if any(x["metric"] == m for x in sel)}
 
-    held = [x for x in results if x["id"] not in shortfalls]
+    matchable = [x for x in results if x["id"] not in unmatchable]
     by_vendor = {v: {"median_abs_rel_error": agg(statistics.median, [x for x in results if x["vendor"] == v]),
                      "max_abs_rel_error": agg(max, [x for x in results if x["vendor"] == v])}
                  for v in sorted({x["vendor"] for x in results})}  # fmt: skip
@@ -317,8 +358,8 @@ def compare(rows: list[Row], groups: dict[str, Any]) -> dict[str, Any]:
         "max_abs_rel_error": agg(max, results),
         "by_vendor": by_vendor,
         "fitted_rows": sorted({x["id"] for x in results if x["fitted"]}),
-        "load_not_held": shortfalls,
-        "load_held_rows": {"median_abs_rel_error": agg(statistics.median, held), "max_abs_rel_error": agg(max, held)},
+        "not_matchable": unmatchable,
+        "matchable_rows": {"median_abs_rel_error": agg(statistics.median, matchable), "max_abs_rel_error": agg(max, matchable)},
     }
 
 
@@ -326,16 +367,16 @@ def render(report: dict[str, Any], elapsed: float) -> str:
     lines = [f"{'row':28} {'metric':13} {'published':>10} {'predicted':>10} {'error':>8}"]
     fitted = set(report["fitted_rows"])
     for x in report["rows"]:
-        mark = "  (fit)" if x["id"] in fitted else "  (load not held)" if x["id"] in report["load_not_held"] else ""
+        mark = "  (fit)" if x["id"] in fitted else "  (not matchable)" if x["id"] in report["not_matchable"] else ""
         lines.append(f"{x['id']:28} {x['metric']:13} {x['published']:10.1f} {x['predicted']:10.1f} {x['rel_error'] * 100:+7.1f}%{mark}")
     lines.append("")
-    for scope, agg in [("all rows", report), *report["by_vendor"].items(), ("load held", report["load_held_rows"])]:
+    for scope, agg in [("all rows", report), *report["by_vendor"].items(), ("matchable", report["matchable_rows"])]:
         med, worst = agg["median_abs_rel_error"], agg["max_abs_rel_error"]
         lines.append(f"{scope:12} " + "  ".join(f"{m}: median {med[m] * 100:.1f}% max {worst[m] * 100:.1f}%" for m in METRICS))
-    if report["load_not_held"]:
+    if report["not_matchable"]:
         lines.append("")
-        lines.append("rows whose published figures show the stated load was not held (cannot be matched by any server model):")
-        lines += [f"  {rid}: {why}" for rid, why in report["load_not_held"].items()]
+        lines.append("rows no server model can match, by their own published figures:")
+        lines += [f"  {rid}: {why}" for rid, why in report["not_matchable"].items()]
     lines.append(f"targets: median <= 15%, max <= 30% per metric; (fit) rows were used to fit the efficiencies. {elapsed:.1f} s")
     return "\n".join(lines)
 

@@ -5,9 +5,12 @@ duration on the event loop) and the simulated-time replays (runtime/emulator/sim
 by bench/calibration.py), so a benchmark of the model is a benchmark of the server.
 
 What a step contains follows the stack's policy (runtime/emulator/stacks.py):
-- Neuron (static batch): one waiting prompt, padded to its bucket, is encoded alone while every
-  running sequence waits; otherwise the whole batch decodes one token. Capacity is
-  max_num_seqs sequences (contiguous KV).
+- Neuron (static shapes): a prefill step encodes the admitted prompts one pass each (context
+  batch 1), each padded to its bucket, while every running sequence waits, and all of them emit
+  their first token when the step ends; vLLM admits prompts as slots free up, within its token
+  budget, TGI's router when its rule says so (stacks.py). Otherwise all max_num_seqs slots
+  decode over the bucket covering the longest live sequence. Capacity is max_num_seqs
+  sequences (contiguous KV).
 - vLLM V0: all waiting prompts that fit the token budget are encoded together, decode paused.
 - Chunked prefill (vLLM V1, TGI v3, TensorRT-LLM): every decoding sequence gets one token,
   then partial prompts and newcomers share what is left of max_num_batched_tokens.
@@ -123,8 +126,8 @@ class Engine:
         self.prefix_queries = 0  # prompt tokens looked up (vLLM: vllm:prefix_cache_queries)
         self.prefix_hits = 0  # of which found cached (vllm:prefix_cache_hits)
         self.preemptions = 0
-        self._decode_steps_waited = 0  # TGI router: decode steps since newcomers were last added
-        self._prefill_run = False  # TGI router: a prefill run admits every waiting request it can
+        self._waiting_tokens = 1  # TGI router: 1 + decode passes since newcomers were last added
+        self._prefilled_last = False  # TGI router: a prefill is always followed by a decode
 
     # --- intake -------------------------------------------------------------------------------
 
@@ -150,7 +153,7 @@ class Engine:
     def plan(self, now: float) -> Step | None:
         """Decide the next step's work at time `now`; None when there is nothing to do."""
         self._release_finished()
-        if self.policy.prefill_one_at_a_time:
+        if self.policy.static_batch:
             return self._plan_static(now)
         if self.policy.prefill_alone:
             return self._plan_prefill_first(now)
@@ -179,28 +182,40 @@ class Engine:
         """Whether waiting requests may join now (always, except behind TGI's router)."""
         p = self.policy
         decoding = sum(1 for s in self.running if not s.finished)
-        if p.max_waiting_steps is None or not decoding or self._prefill_run:
+        if p.max_waiting_tokens is None or not decoding:
             return True
+        if self._prefilled_last:
+            return False
         ratio = p.waiting_served_ratio or 0.0
-        return len(self.waiting) >= ratio * decoding or self._decode_steps_waited >= p.max_waiting_steps
+        return len(self.waiting) >= int(decoding * ratio) or self._waiting_tokens >= p.max_waiting_tokens
 
     def _plan_static(self, now: float) -> Step | None:
         t = self.timing
-        if self.waiting and len(self.running) < t.max_concurrency and self._newcomers_due():
-            self._prefill_run = True
-            self._decode_steps_waited = 0
-            seq = self.waiting.popleft()
-            self._admit(seq, now)
-            self.running.append(seq)
-            padded = t.padded(seq.to_compute)
-            return Step(t.step_s(padded, padded, 0), prefill=[(seq, seq.to_compute)], admitted=[seq], kv_tokens_read=padded)
-        self._prefill_run = False
+        free = t.max_concurrency - len(self.running)
+        if self.waiting and free > 0 and self._newcomers_due():
+            budget = self.policy.max_batched_tokens(t.max_model_len) if self.policy.prefill_token_budget else None
+            admitted: list[EngineSeq] = []
+            while self.waiting and len(admitted) < free:
+                need = self.waiting[0].to_compute
+                if budget is not None and admitted and need > budget:
+                    break
+                seq = self.waiting.popleft()
+                self._admit(seq, now)
+                self.running.append(seq)
+                admitted.append(seq)
+                if budget is not None:
+                    budget -= need
+            self._prefilled_last, self._waiting_tokens = True, 1
+            # One context-encoding pass per prompt, back to back, each padded to its bucket.
+            duration = sum(t.step_s(t.padded(s.to_compute), t.padded(s.to_compute), 0) for s in admitted)
+            return Step(duration, prefill=[(s, s.to_compute) for s in admitted], admitted=admitted,
+                        kv_tokens_read=sum(t.padded(s.to_compute) for s in admitted))  # fmt: skip
+        self._prefilled_last = False
         decode = [s for s in self.running if not s.encoding]
         if not decode:
             return None
-        self._decode_steps_waited += 1
-        kv = sum(s.context for s in decode)
-        # The compiled batch always runs max_num_seqs slots, full or not.
+        self._waiting_tokens += 1
+        kv = t.decode_kv_tokens([s.context for s in decode])
         return Step(t.step_s(kv, 0, t.max_concurrency), decode=decode, kv_tokens_read=kv)
 
     def _plan_prefill_first(self, now: float) -> Step | None:
@@ -242,9 +257,9 @@ class Engine:
                 budget -= chunk
         admitted: list[EngineSeq] = []
         if self.waiting and self._newcomers_due():
-            self._decode_steps_waited = 0
+            self._waiting_tokens = 1
         elif decode:
-            self._decode_steps_waited += 1
+            self._waiting_tokens += 1
             budget = 0
         while budget > 0 and self.waiting and len(self.running) < t.max_concurrency and self._fits(self.waiting[0]):
             seq = self.waiting.popleft()

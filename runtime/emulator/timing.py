@@ -95,5 +95,14 @@ class TimingModel:
         i = bisect.bisect_left(self.buckets, prompt_tokens)
         return self.buckets[i] if i < len(self.buckets) else prompt_tokens
 
+    def decode_kv_tokens(self, contexts: list[int]) -> int:
+        """KV tokens one decode step reads. A static-shape graph (Neuron) reads every compiled
+        slot over the bucket covering the longest live sequence; paged attention reads what lives."""
+        if not self.policy.static_batch:
+            return sum(contexts)
+        return self.max_concurrency * self.padded(max(contexts, default=1))
+
     def batch1_decode_tok_s(self, context: int = 0) -> float:
+        """The roofline's batch-1 decode rate (weights + `context` KV); a static-shape engine's
+        real step reads more (decode_kv_tokens)."""
         return 1.0 / self.step_s(context, 0, 1)

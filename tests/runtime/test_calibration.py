@@ -132,3 +132,23 @@ def test_a_published_row_replayed_live_agrees_with_simulated_time(manifest_data:
         got, want = getattr(live, metric), getattr(predicted, metric)
         assert got == pytest.approx(want, rel=0.10), (metric, got, want)
     assert isinstance(row.load, Load)
+
+
+def test_buckets_column_is_optional_and_checked(tmp_path: Path) -> None:
+    header = HEADER + ",max_model_len,buckets"
+    good = _write(tmp_path, header + "\n" + ROW + ",1024,512 1024")
+    assert cal.read_rows(good)[0].buckets == (512, 1024)
+    bad = _write(tmp_path, header + "\n" + ROW + ",1024,512 big")
+    with pytest.raises(cal.RowError, match="line 2: column 'buckets': '512 big'"):
+        cal.read_rows(bad)
+    short = _write(tmp_path, header + "\n" + ROW + ",1024,512")
+    with pytest.raises(cal.RowError, match=r"line 2: column 'buckets'.*max_model_len 1024"):
+        cal.read_rows(short)
+
+
+def test_a_loaded_ttft_below_its_single_user_ttft_is_reported_not_matchable(tmp_path: Path) -> None:
+    loaded = ROW.replace("x,", "y,").replace(",concurrency,1,31.9,137,", ",concurrency,4,110.9,120,")
+    rows = cal.read_rows(_write(tmp_path, HEADER + "\n" + ROW + "\n" + loaded))
+    assert cal.ttft_below_synchronous(rows) == {"y": "TTFT under load 120 ms is below its single-user TTFT 137 ms"}
+    report = cal.compare(rows, cal.fit(rows))
+    assert "y" in report["not_matchable"] and "x" not in report["not_matchable"]

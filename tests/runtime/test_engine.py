@@ -38,20 +38,45 @@ def run(engine: Engine, until: int = 10_000) -> list[tuple[float, list[EngineSeq
     return out
 
 
-def test_neuron_prefills_one_padded_prompt_at_a_time_with_decode_paused() -> None:
+def test_neuron_prefill_step_runs_one_padded_pass_per_prompt_and_emits_together() -> None:
     t = timing("vllm-neuron", "inf2.xlarge", 2)
     e = Engine(t)
     a, b = EngineSeq(600, 3, 0.0), EngineSeq(600, 3, 0.0)
     e.submit(a)
     e.submit(b)
     steps = run(e)
-    first, second = steps[0][2], steps[1][2]
-    # Each prompt is its own step, padded to the 1,024 bucket; nothing decodes in between.
-    assert [s for s, _ in first.prefill] == [a] and first.decode == []  # type: ignore[attr-defined]
-    assert [s for s, _ in second.prefill] == [b] and second.decode == []  # type: ignore[attr-defined]
-    assert first.duration == pytest.approx(t.step_s(1024, 1024, 0))  # type: ignore[attr-defined]
-    assert b.first_token_at == pytest.approx(2 * t.step_s(1024, 1024, 0))
+    first = steps[0][2]
+    # Both prompts in one step (vLLM admits within its token budget), encoded in two context
+    # passes of batch 1, each padded to the 1,024 bucket; no decode in that step.
+    assert [s for s, _ in first.prefill] == [a, b] and first.decode == []  # type: ignore[attr-defined]
+    assert first.duration == pytest.approx(2 * t.step_s(1024, 1024, 0))  # type: ignore[attr-defined]
+    # Every first token comes out when the whole step ends.
+    assert a.first_token_at == b.first_token_at == pytest.approx(2 * t.step_s(1024, 1024, 0))
     assert t.padded(600) == 1024 and t.padded(1024) == 1024 and t.padded(1025) == 2048
+
+
+def test_vllm_neuron_prefill_step_stays_within_max_num_batched_tokens() -> None:
+    e = Engine(timing("vllm-neuron", "inf2.xlarge", 2, max_model_len=4096))
+    seqs = [EngineSeq(1500, 2, 0.0) for _ in range(3)]
+    for s in seqs:
+        e.submit(s)
+    steps = run(e)
+    # max(max_model_len, 2048) = 4,096 unpadded prompt tokens: two prompts, then the third.
+    assert [s for s, _ in steps[0][2].prefill] == seqs[:2]  # type: ignore[attr-defined]
+    assert [s for s, _ in steps[1][2].prefill] == seqs[2:]  # type: ignore[attr-defined]
+
+
+def test_neuron_decode_runs_every_compiled_slot_over_the_bucket() -> None:
+    t = timing("vllm-neuron", "inf2.xlarge", 2, max_num_seqs=4)
+    e = Engine(t)
+    e.submit(EngineSeq(600, 3, 0.0))
+    steps = run(e)
+    decode = steps[1][2]
+    # One live sequence of 601 tokens, but the graph runs 4 slots x the 1,024 bucket.
+    assert decode.kv_tokens_read == 4 * 1024  # type: ignore[attr-defined]
+    assert decode.duration == pytest.approx(t.step_s(4 * 1024, 0, 4))  # type: ignore[attr-defined]
+    single = timing("vllm-neuron", "inf2.xlarge", 2, max_num_seqs=4, buckets=(4096,))
+    assert single.decode_kv_tokens([601]) == 4 * 4096  # optimum-neuron: one bucket, the full length
 
 
 def test_neuron_capacity_is_max_num_seqs_sequences_not_a_token_pool() -> None:
@@ -123,27 +148,44 @@ def test_data_parallel_replicas_serve_side_by_side() -> None:
     sizes = lambda i: (1500, 20)  # noqa: E731
     s1, _ = simulate(one, Load("concurrency", 3), sizes, requests=3)
     s3, _ = simulate(three, Load("concurrency", 3), sizes, requests=3)
-    # One replica encodes the three prompts one after another; three replicas at once.
-    assert s3.ttft_s == pytest.approx(one.step_s(2048, 2048, 0), rel=0.01)
-    assert s1.ttft_s == pytest.approx(2 * one.step_s(2048, 2048, 0), rel=0.01)
+    prefill = one.step_s(2048, 2048, 0)
+    # Three replicas encode the three prompts at once; one replica encodes two in its first step
+    # (4,096 prompt tokens of budget), then the third: first tokens at 2, 2 and 3 passes.
+    assert s3.ttft_s == pytest.approx(prefill, rel=0.01)
+    assert s1.ttft_s == pytest.approx(7 / 3 * prefill, rel=0.01)
 
 
-def test_tgi_router_holds_newcomers_back_while_a_batch_decodes() -> None:
+def test_tgi_router_adds_newcomers_by_its_ratio_or_after_max_waiting_tokens() -> None:
     t = timing("tgi-neuron", "inf2.xlarge", 2, max_num_seqs=8)
     e = Engine(t)
     first = EngineSeq(100, 200, 0.0)
     e.submit(first)
     run(e, until=5)  # 1 prefill + 4 decode steps
-    late = EngineSeq(100, 5, 0.0)
-    e.submit(late)
-    steps = run(e, until=40)
+    # One running: floor(1 x 1.2) = 1 waiting request is enough, at the next step.
+    e.submit(late := EngineSeq(100, 200, 0.0))
+    assert [s for s, _ in e.plan(0.0).prefill] == [late]  # type: ignore[union-attr]
+    g = Engine(t)
+    for _ in range(2):
+        g.submit(EngineSeq(100, 200, 0.0))
+    run(g, until=5)  # one prefill of both + 4 decodes
+    g.submit(EngineSeq(100, 5, 0.0))
+    steps = run(g, until=40)
+    # Two running: floor(2.4) = 2 waiting needed, so the newcomer waits until the router's
+    # waiting_tokens (1 after a prefill, +1 per decode) reaches 20: after the 19th decode.
     prefill_at = next(i for i, (_, _, st) in enumerate(steps) if st.prefill)  # type: ignore[attr-defined]
-    assert prefill_at == 16  # 20 decode steps since the last prefill run, 4 of them before it arrived
-    v = Engine(timing("vllm-neuron", "inf2.xlarge", 2, max_num_seqs=8))
-    v.submit(EngineSeq(100, 200, 0.0))
-    run(v, until=5)
-    v.submit(EngineSeq(100, 5, 0.0))
-    assert v.plan(0.0).prefill  # type: ignore[union-attr]  # vLLM on Neuron: at the next step
+    assert prefill_at == 19 - 4
+
+
+def test_tgi_neuron_prefills_every_waiting_request_up_to_the_free_slots() -> None:
+    e = Engine(timing("tgi-neuron", "inf2.xlarge", 2, max_num_seqs=3, max_model_len=4096))
+    seqs = [EngineSeq(1500, 2, 0.0) for _ in range(4)]
+    for s in seqs:
+        e.submit(s)
+    steps = run(e)
+    # No token budget short of the whole static batch: three prompts (the free slots) at once,
+    # past vLLM's 4,096; then a decode always follows a prefill.
+    assert [s for s, _ in steps[0][2].prefill] == seqs[:3]  # type: ignore[attr-defined]
+    assert steps[1][2].decode and not steps[1][2].prefill  # type: ignore[attr-defined]
 
 
 def test_admission_delay_adds_to_ttft_without_occupying_the_device() -> None:
