@@ -24,6 +24,8 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from campaign.quantiles import nearest_rank  # the report's quantile definition (why: campaign/quantiles.py)
+
 CONFIDENCE = 0.95
 BOOTSTRAP_RESAMPLES = 1000
 BOOTSTRAP_SEED = 20260
@@ -44,11 +46,6 @@ def binom_cdf_table(n: int, p: float) -> list[float]:
         if k < n:
             log_pmf += math.log((n - k) / (k + 1)) + odds
     return out
-
-
-def nearest_rank(n: int, q: float) -> int:
-    """1-based rank of the nearest-rank q-quantile (what duckdb's quantile_disc returns)."""
-    return min(max(math.ceil(n * q - 1e-12), 1), n)
 
 
 @dataclass(frozen=True)

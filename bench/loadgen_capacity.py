@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.fixed_latency_server import ServerStats, serve_in_process  # noqa: E402
+from campaign.quantiles import interpolated_quantile  # noqa: E402
 from campaign.records import RequestRecord  # noqa: E402
 
 
@@ -59,7 +60,7 @@ def _serve_pinned(ttft: float, itl: float, ports: mp.Queue[int], conn: Any) -> N
 
 
 def _q(xs: list[float], p: float) -> float:
-    return xs[min(len(xs) - 1, int(len(xs) * p))] if xs else float("nan")
+    return interpolated_quantile(xs, p, empty=math.nan)
 
 
 def _tokens_between(recs: list[RequestRecord], lo: float, hi: float) -> int:

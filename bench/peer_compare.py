@@ -52,22 +52,18 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from analysis.histogram import histogram_quantile  # noqa: E402
 from campaign.local import start_emulator  # noqa: E402
 from campaign.manifest import load_manifest  # noqa: E402
 from campaign.processes import Supervisor  # noqa: E402
+from campaign.quantiles import interpolated_quantile  # noqa: E402
 
 TTFT_METRIC = "vllm:time_to_first_token_seconds"
 
 
 def p95(xs: list[float]) -> float:
     """Linear-interpolated P95 (numpy's default), used for every tool alike."""
-    s = sorted(xs)
-    if not s:
-        return math.nan
-    k = 0.95 * (len(s) - 1)
-    lo = int(k)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+    return interpolated_quantile(xs, 0.95, empty=math.nan)
 
 
 # ---------------------------------------------------------------- ground truth: timing model
@@ -106,19 +102,10 @@ def scrape_ttft(url: str) -> tuple[list[tuple[float, float]], float, float]:
     return sorted(buckets), total, count
 
 
-def histogram_quantile(q: float, buckets: list[tuple[float, float]]) -> float:
-    """Prometheus histogram_quantile: linear interpolation inside the bucket."""
-    if not buckets or buckets[-1][1] == 0:
-        return math.nan
-    rank = q * buckets[-1][1]
-    prev_le, prev_c = 0.0, 0.0
-    for le, c in buckets:
-        if c >= rank:
-            if math.isinf(le):
-                return prev_le
-            return prev_le + (le - prev_le) * ((rank - prev_c) / (c - prev_c) if c > prev_c else 0.0)
-        prev_le, prev_c = le, c
-    return math.nan
+def server_p95(buckets: list[tuple[float, float]]) -> float:
+    """The server histogram's P95 as Prometheus computes it (analysis.histogram); NaN when empty."""
+    q = histogram_quantile(0.95, dict(buckets))
+    return math.nan if q is None else q
 
 
 # ---------------------------------------------------------------- the two tools
@@ -282,7 +269,7 @@ def main() -> int:
         t0 = time.time()
         ours, extra = run_ours(mpath, a.fleet, url, tmp / "ours")
         b, s_, c = scrape_ttft(url)
-        results["ours"] = {"p95": p95(ours), "mean": sum(ours) / max(1, len(ours)), "n": len(ours), "srv_p95": histogram_quantile(0.95, b),
+        results["ours"] = {"p95": p95(ours), "mean": sum(ours) / max(1, len(ours)), "n": len(ours), "srv_p95": server_p95(b),
                            "srv_mean": s_ / c if c else math.nan, "srv_n": c, **extra}  # fmt: skip
         print(f"ours done in {time.time() - t0:.0f} s", flush=True)
         sup.stop_all()
@@ -302,7 +289,7 @@ def main() -> int:
                     results["aiperf"] = {
                         "p95": p95(peer), "mean": sum(peer) / max(1, len(peer)), "n": len(peer),
                         "own_p95": own if own is not None else math.nan,
-                        "srv_p95": histogram_quantile(0.95, b), "srv_mean": s_ / c if c else math.nan, "srv_n": c,
+                        "srv_p95": server_p95(b), "srv_mean": s_ / c if c else math.nan, "srv_n": c,
                     }  # fmt: skip
                     print(f"aiperf done in {time.time() - t0:.0f} s", flush=True)
             except (RuntimeError, subprocess.TimeoutExpired) as exc:

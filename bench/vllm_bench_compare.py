@@ -22,7 +22,7 @@ lag). Two ITL figures per tool, both computed here from per-request values the s
   server's usage: vLLM's bench calls it TPOT (vllm/benchmarks/serve.py calculate_metrics);
 - the gaps between stream chunks: vLLM's bench's "ITL" (one gap per chunk, a chunk may carry
   several tokens); ours from the record's itl_s, whatever definition the records use.
-Prints figures only; percentiles are linear-interpolated (loadgen.summary.percentile).
+Prints figures only; percentiles are linear-interpolated (campaign.quantiles.interpolated_quantile).
 """
 
 from __future__ import annotations
@@ -45,12 +45,12 @@ sys.path.insert(0, str(ROOT))
 from campaign import engine as engines  # noqa: E402
 from campaign.manifest import load_manifest  # noqa: E402
 from campaign.processes import Supervisor  # noqa: E402
+from campaign.quantiles import interpolated_quantile  # noqa: E402
 from campaign.records import Outcome  # noqa: E402
 from loadgen.launch import run_fleet  # noqa: E402
 from loadgen.prompts import PromptBuilder  # noqa: E402
 from loadgen.recording import read_records  # noqa: E402
 from loadgen.schedule import build_schedule  # noqa: E402
-from loadgen.summary import percentile  # noqa: E402
 
 REAL_MANIFEST = ROOT / "manifests" / "tiny-llama-real-engine.yaml"
 FLEET = "g6"
@@ -74,7 +74,7 @@ class ToolFigures:
 
     def row(self) -> str:
         def p(xs: list[float], q: float) -> str:
-            return f"{percentile(xs, q) * 1000:9.1f}" if xs else f"{'n/a':>9}"
+            return f"{interpolated_quantile(xs, q) * 1000:9.1f}" if xs else f"{'n/a':>9}"
 
         return (f"{self.tool:<16}{self.completed:>5}{p(self.ttft_s, 0.5)}{p(self.ttft_s, 0.95)}"
                 f"{p(self.tpot_s, 0.5)}{p(self.tpot_s, 0.95)}{p(self.chunk_itl_s, 0.5)}{p(self.chunk_itl_s, 0.95)}")

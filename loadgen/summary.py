@@ -3,24 +3,14 @@
 from __future__ import annotations
 
 import json
-import math
 import resource
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from campaign.quantiles import interpolated_quantile
 from campaign.records import COMPLETED_OUTCOMES, Outcome, RequestRecord, RunSummary
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default); 0.0 for no data."""
-    if not values:
-        return 0.0
-    xs = sorted(values)
-    pos = (len(xs) - 1) * q
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
 class CpuMeter:
@@ -80,7 +70,7 @@ def summarize(
     reasons = list(extra_invalid)
     if not expected:
         reasons.append("the schedule is empty: nothing was measured (check workload.window against the trace)")
-    lag_p99 = percentile(lags, 0.99)
+    lag_p99 = interpolated_quantile(lags, 0.99)
     if lag_p99 > inp.max_lag_p99_s:
         reasons.append(f"schedule lag p99 {lag_p99 * 1000:.1f} ms > bound {inp.max_lag_p99_s * 1000:.1f} ms: the client was measured")
     missing = expected - set(seen)
@@ -100,7 +90,7 @@ def summarize(
         failed=failed,
         not_sent=not_sent,
         warmup_excluded=sum(r.warmup for r in recs),
-        schedule_lag_p50_s=percentile(lags, 0.5),
+        schedule_lag_p50_s=interpolated_quantile(lags, 0.5),
         schedule_lag_p99_s=lag_p99,
         client_cpu_percent=client_cpu_percent,
         valid=False,

@@ -19,6 +19,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from campaign import tokenizer as tok
+from campaign.quantiles import interpolated_quantile
 from runtime.emulator import faults as fault_draw
 from runtime.emulator.config import EmulatorConfig
 from runtime.emulator.engine import block_hashes
@@ -287,7 +288,7 @@ async def stats(request: web.Request) -> web.Response:
     def med(xs: list[float] | list[int]) -> float | None:
         return statistics.median(xs) if xs else None
 
-    p99 = sorted(lags)[int(0.99 * (len(lags) - 1))] if lags else None
+    p99 = interpolated_quantile(lags, 0.99) if lags else None  # as the loadgen's own schedule-lag P99
     return _json(
         {
             "steps": st.steps,

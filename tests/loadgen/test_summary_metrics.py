@@ -1,14 +1,17 @@
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
+import pytest
 from prometheus_client import generate_latest
 
+from campaign.quantiles import interpolated_quantile, nearest_rank
 from campaign.records import RequestRecord
 from loadgen.metrics import ClientMetrics, buckets_around
 from loadgen.recording import RecordContext, not_sent_record
 from loadgen.schedule import ScheduledRequest
-from loadgen.summary import SummaryInputs, percentile, summarize
+from loadgen.summary import SummaryInputs, summarize
 
 CTX = RecordContext("c", "d" * 64, "g6", "w0", 1000.0, 0.0, 0.5, 0.05)
 INP = SummaryInputs("c", "d" * 64, "g6", max_lag_p99_s=0.01)
@@ -84,9 +87,18 @@ def test_warmup_is_counted_but_kept_out_of_the_latency_histograms() -> None:
     assert 'loadgen_requests_total{campaign="c",fleet="g6",manifest_digest="abc",outcome="ok",slo_ok="true"} 2.0' in text
 
 
-def test_percentile() -> None:
-    assert percentile([], 0.99) == 0.0
-    assert percentile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5
+def test_interpolated_quantile() -> None:
+    assert interpolated_quantile([], 0.99) == 0.0
+    assert math.isnan(interpolated_quantile([], 0.99, empty=math.nan))
+    assert interpolated_quantile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5
+    assert interpolated_quantile([4.0, 1.0, 3.0, 2.0], 0.95) == pytest.approx(3.85)  # between ranks 3 and 4, unsorted input
+
+
+def test_nearest_rank_is_an_observed_value_where_interpolation_is_not() -> None:
+    xs = [float(i) for i in range(1, 21)]  # 1..20
+    assert xs[nearest_rank(len(xs), 0.95) - 1] == 19.0  # ceil(0.95 x 20) = 19th, as duckdb's quantile_disc
+    assert interpolated_quantile(xs, 0.95) == pytest.approx(19.05)
+    assert nearest_rank(1, 0.95) == 1 and nearest_rank(3, 0.0) == 1 and nearest_rank(100, 1.0) == 100
 
 
 def test_buckets_dense_around_slo() -> None:

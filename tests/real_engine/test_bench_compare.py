@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from loadgen.summary import percentile
+from campaign.quantiles import interpolated_quantile
 from tests.conftest import ROOT
 from tests.real_engine.conftest import RealServer
 
@@ -46,8 +46,8 @@ def test_ours_and_vllm_bench_serve_agree(real_server: RealServer, real_manifest_
     assert c.ours.completed == c.vllm.completed == N
     assert len(c.ours.tpot_s) == len(c.vllm.tpot_s) == N
     for q, rel, abs_s in ((0.5, 0.5, 0.025), (0.75, 0.5, 0.050)):
-        a, b = percentile(c.ours.ttft_s, q), percentile(c.vllm.ttft_s, q)
+        a, b = interpolated_quantile(c.ours.ttft_s, q), interpolated_quantile(c.vllm.ttft_s, q)
         assert _close(a, b, rel, abs_s), f"TTFT p{q * 100:g}: ours {a:.4f} s, vllm bench {b:.4f} s"
     for q, rel, abs_s in ((0.5, 0.30, 0.003), (0.75, 0.5, 0.050)):
-        a, b = percentile(c.ours.tpot_s, q), percentile(c.vllm.tpot_s, q)
+        a, b = interpolated_quantile(c.ours.tpot_s, q), interpolated_quantile(c.vllm.tpot_s, q)
         assert _close(a, b, rel, abs_s), f"TPOT p{q * 100:g}: ours {a:.4f} s, vllm bench {b:.4f} s"

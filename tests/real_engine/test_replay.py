@@ -19,10 +19,10 @@ from analysis.histogram import histogram_quantile
 from analysis.sources.metrics_text import Histogram, bucket_index, metric_names, parse_histograms, scrape
 from analysis.sources.prometheus import HistogramNames, PrometheusSource
 from campaign import prometheus_local
+from campaign.quantiles import interpolated_quantile
 from campaign.records import Outcome, RequestRecord, RunSummary
 from loadgen.launch import run_fleet
 from loadgen.recording import read_records
-from loadgen.summary import percentile
 from runtime.serving import VLLM_METRICS
 from tests.real_engine.conftest import REAL_MANIFEST, REQUIRED, RealServer, WriteManifest, free_port
 
@@ -102,7 +102,8 @@ def test_ttft_agrees_with_vllm_histogram(replay: Replay) -> None:
     p95_server = histogram_quantile(0.95, server.buckets)
     assert p95_server is not None
     bounds = sorted(server.buckets)
-    assert abs(bucket_index(percentile(ours, 0.95), bounds) - bucket_index(p95_server, bounds)) <= 1, (percentile(ours, 0.95), p95_server)
+    p95_ours = interpolated_quantile(ours, 0.95)
+    assert abs(bucket_index(p95_ours, bounds) - bucket_index(p95_server, bounds)) <= 1, (p95_ours, p95_server)
 
 
 def test_itl_agrees_with_vllm_histogram(replay: Replay) -> None:
@@ -132,7 +133,7 @@ def test_prometheus_merged_p95_matches_records_within_one_bucket(replay: Replay)
     buckets = src.merged_buckets(NAMES.server_ttft, labels, replay.start, replay.end)
     p95 = src.merged_quantile(0.95, NAMES.server_ttft, labels, replay.start, replay.end)
     assert p95 is not None and buckets, "Prometheus scraped no vLLM TTFT histogram"
-    ours = percentile([_from_send(r, r.ttft_s) for r in replay.records], 0.95)
+    ours = interpolated_quantile([_from_send(r, r.ttft_s) for r in replay.records], 0.95)
     bounds = sorted(buckets)
     assert abs(bucket_index(ours, bounds) - bucket_index(p95, bounds)) <= 1, (ours, p95)
 
