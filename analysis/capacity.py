@@ -81,6 +81,11 @@ class SearchStep:
     # The lifetime the next step is sized from: the median lifetime, except after a miss, where
     # queueing inflates it: then the median over the requests that met their SLO (None: none did).
     sizing_lifetime_s: float | None = None
+    # Share of the step's sent requests that met their per-request SLO (after an early stop, the
+    # requests still in flight count as not met: in overload they are the queue). A miss's share
+    # is the search's estimate of how far below it the boundary lies.
+    met_share: float | None = None
+    took_s: float | None = None  # wall seconds the step cost the search (arrivals, drain, the runner's overhead)
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)

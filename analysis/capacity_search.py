@@ -9,29 +9,48 @@ constant rates evenly spaced between them (vllm-project/guidellm@c0319b39
 src/guidellm/benchmark/profiles.py, `SweepProfile`): it maps the curve but does not aim at an
 SLO. Ours does what LoadGen does, on the trace's own requests and arrival shape:
 
-1. start at `start_multiplier` x the replay rate; while the SLO holds multiply by `growth`,
-   while it misses divide by it, until one multiplier held and a higher one missed;
+1. start at `start_multiplier` x the replay rate; while the SLO holds multiply by `growth`;
+   while it misses divide by `growth`, or, after a large miss, step down to the miss's own
+   estimate of the boundary: its multiplier x the share of its requests that met their SLO
+   (the SLO-compliant rate the fleet sustained over the rate offered), at most growth^3 down.
+   Halving from x1 to a fleet that holds only x0.1 took four steps, each at a lower rate and
+   so longer than the last (a step needs `min_requests` arrivals); the estimate lands near the
+   boundary in one. Continue until one multiplier held and a higher one missed;
 2. bisect geometrically (sqrt(held x missed)) until missed / held <= 1 + tolerance.
+
+`min_requests` defaults to the fewest requests whose P95 has a bounded 95% interval
+(`analysis.stats.min_n_bounded_upper`, 72): a step that held over fewer cannot carry the
+capacity's low end (`analysis.intervals`), so the decision could only Defer.
 
 Every step is long enough by construction: its arrival span covers `lifetimes` x the median
 request lifetime measured in the previous step (x `_MARGIN`, since lifetimes grow with load;
 after a miss, the median over the requests that met their SLO, since the overload's queue
-inflates the rest) and at least `min_requests` requests. A step that held the SLO but turned out too short by its
-own lifetime is run again, longer, once. Stop rules bound the whole search (steps, time,
-multiplier range, trace length) and the one that fired is recorded with its reason.
+inflates the rest) and at least `min_requests` requests. A step that held the SLO but turned
+out too short by its own lifetime is run again, longer, once. A step sized for a hold need not
+run its whole span to show a miss: the runner stops it once its records so far decide one
+(`certain_miss`), so a miss costs seconds, not a hold's span. Stop rules bound the whole search
+(steps, time, multiplier range, trace length) and the one that fired is recorded with its reason.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from analysis.capacity import REPLAY, STEADY_STATE_LIFETIMES, SearchPath, SearchStep, StopRule, Verdict
+from analysis.stats import min_n_bounded_upper
+from campaign.quantiles import nearest_rank
 
 # A step is sized from the previous step's median lifetime, measured at a different load:
 # lifetimes grow towards the boundary, so the step is made a quarter longer than the bare rule.
 _MARGIN = 1.25
+# The SLO's percentile (P95 TTFT and ITL): a step needs enough requests to bound its interval.
+SLO_QUANTILE = 0.95
+MIN_REQUESTS = min_n_bounded_upper(SLO_QUANTILE)
+# One estimated step down goes at most growth^3 below the miss (x8 at the default growth): the
+# share is measured at a load the fleet did not sustain, so a far estimate is checked on the way.
+_MAX_DOWN_POWER = 3
 
 
 @dataclass(frozen=True)
@@ -40,7 +59,7 @@ class SearchSettings:
     growth: float = 2.0
     tolerance: float = 0.10  # converged when missed / held <= 1 + tolerance
     lifetimes: float = STEADY_STATE_LIFETIMES
-    min_requests: int = 40
+    min_requests: int = MIN_REQUESTS
     max_steps: int = 12
     time_budget_s: float = 900.0  # arrival spans plus drains of every step, per fleet
     min_multiplier: float = 1 / 64
@@ -110,16 +129,53 @@ def next_step(settings: SearchSettings, steps: Sequence[SearchStep], lifetime_s:
                         f"max_multiplier x{st.max_multiplier:g}: capacity is at least the x{lo:.4g} figure")
         plan = StepPlan(k, step_span_s(st, lifetime_s), f"bracket up: held at x{lo:.4g}")
     elif hi is not None:
-        k = hi / st.growth
+        k, why = step_down(st, steps, hi)
+        if k < st.min_multiplier < hi:  # the floor itself is tried before the search gives up
+            k, why = st.min_multiplier, f"{why}; bounded by min_multiplier x{st.min_multiplier:g}"
         if k < st.min_multiplier:
             return Stop(StopRule.FLOOR, f"missed the SLO at x{hi:.4g}; the next step x{k:.4g} is below the search's "
                         f"min_multiplier x{st.min_multiplier:g}: no SLO-compliant capacity was measured")
-        plan = StepPlan(k, step_span_s(st, lifetime_s), f"bracket down: missed at x{hi:.4g}")
+        plan = StepPlan(k, step_span_s(st, lifetime_s), why)
     else:
         plan = StepPlan(st.start_multiplier, step_span_s(st, lifetime_s), "start")
     if len(steps) >= st.max_steps:
         return Stop(StopRule.MAX_STEPS, f"{len(steps)} steps run (max_steps {st.max_steps}); next would be {plan.label} ({plan.why})")
     return plan
+
+
+def step_down(settings: SearchSettings, steps: Sequence[SearchStep], missed: float) -> tuple[float, str]:
+    """The next multiplier below the lowest miss (no hold yet), and why: down by `growth`, or by
+    the share of the miss's requests that met their SLO when that is further (at most growth^3).
+    A near miss's share says little (an M/M/1 queue past its P95 boundary still serves 70-90% of
+    requests in time), so the share only ever steps further down than `growth`."""
+    st = settings
+    share = min((s.met_share for s in steps if s.verdict is Verdict.MISSED and s.multiplier == missed and s.met_share is not None),
+                default=None)
+    if share is None:
+        return missed / st.growth, f"bracket down: missed at x{missed:.4g}"
+    lo_factor, hi_factor = st.growth ** -_MAX_DOWN_POWER, 1 / st.growth
+    factor = min(max(share, lo_factor), hi_factor)
+    if factor == hi_factor:
+        return missed * factor, f"bracket down: missed at x{missed:.4g} ({share:.0%} of requests within their SLO)"
+    bound = "" if factor == share else f", bounded to x{factor:.3g} of it"
+    return missed * factor, f"bracket down to the estimate: missed at x{missed:.4g} with {share:.0%} of requests within their SLO{bound}"
+
+
+def certain_miss(planned: int, errors: int, ttft_over: int, itl_over: int, max_error_rate: float) -> str | None:
+    """Whether a step still running has already missed the fleet SLO, whatever its remaining
+    requests do: `planned` (an upper bound on the requests the step sends) and the counts so
+    far of errors and of requests over the TTFT / ITL targets. The P95 of m values exceeds the
+    target once more than m - rank(P95) of them do (nearest rank, as the report takes it), a bound that only grows with m; the error
+    rate exceeds the ceiling once errors > ceiling x planned. None: not decided yet."""
+    allowed = planned - nearest_rank(planned, SLO_QUANTILE) if planned > 0 else 0
+    why = []
+    if errors > max_error_rate * planned:
+        why.append(f"{errors} errors > {max_error_rate:g} x {planned} planned requests")
+    if ttft_over > allowed:
+        why.append(f"{ttft_over} requests over the TTFT target, more than the {allowed} a P95 of {planned} allows")
+    if itl_over > allowed:
+        why.append(f"{itl_over} requests over the ITL target, more than the {allowed} a P95 of {planned} allows")
+    return "; ".join(why) or None
 
 
 def over_budget(settings: SearchSettings, plan: StepPlan, lifetime_s: float, elapsed_s: float, overhead_s: float = 0.0) -> Stop | None:
@@ -163,15 +219,16 @@ def search(
         if not isinstance(nxt, Stop) and resolve is not None:
             nxt = resolve(nxt)
         if not isinstance(nxt, Stop):
-            # The runner's fixed cost per step is the least seen: a missed step's long drain is not overhead.
+            # The runner's fixed cost per step is the least seen over full steps: a miss's drain (or early stop) is not overhead.
             nxt = over_budget(settings, nxt, lifetime, elapsed, min(overheads, default=0.0)) or nxt
         if isinstance(nxt, Stop):
             break
         step, took = run_step(nxt)
-        steps.append(step)
+        steps.append(step if step.took_s is not None else replace(step, took_s=took))
         elapsed += took
         lifetime = next_lifetime(step, lifetime)
-        overheads.append(max(0.0, took - nxt.span_s - lifetime))
+        if step.verdict is not Verdict.MISSED:  # a miss may have been stopped early: its time says nothing of the overhead
+            overheads.append(max(0.0, took - nxt.span_s - lifetime))
     lo, hi = bracket(steps)
     return SearchPath(fleet, tuple(steps), lo, hi, nxt.rule, nxt.detail, settings.tolerance)
 

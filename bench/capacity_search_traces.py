@@ -6,8 +6,10 @@ For each trace, the example manifest is copied with only the trace (path, format
 for the 600 s Mooncake excerpt, the window's start changed; `capacity_search` keeps the
 example's settings. Then `python -m campaign local` runs it end to end (emulators, quality
 gate, replay, the search) and the table shows, per fleet, the rule that stopped the search, the
-bracket it ended with, the steps it ran and the capacity the report used. A figure, not a test:
-the machine is shared, so read the stop rules and brackets, not the seconds.
+bracket it ended with and its width (missed / held - 1; the search converges at `tolerance`),
+the steps it ran (the replay excluded), the seconds they cost (each step's `took_s`, summed: what
+the time budget counts), the requests they measured and the capacity the report used. A figure,
+not a test: the machine is shared, so read the stop rules and brackets before the seconds.
 """
 
 from __future__ import annotations
@@ -76,12 +78,17 @@ def main() -> int:
                 cap = f.get("capacity") or {}
                 s = cap.get("search") or {}
                 steps = s.get("steps", [])
-                rows.append((name, fleet, s.get("stop_rule", "-"), s.get("held_multiplier"), s.get("missed_multiplier"), len(steps),
-                             sum(x.get("requests", 0) for x in steps), cap.get("per_instance_tok_s"), took, rep["decision"]["state"]))
-    print(f"{'trace':9} {'fleet':5} {'stop rule':16} {'held x':>8} {'missed x':>8} {'steps':>5} {'requests':>8} "
-          f"{'tok/s/inst':>10} {'run s':>6} decision")
-    for name, fleet, rule, lo, hi, n, req, cap, took, state in rows:
-        print(f"{name:9} {fleet:5} {rule:16} {fmt(lo):>8} {fmt(hi):>8} {n:>5} {req:>8} {fmt(cap):>10} {took:>6.0f} {state}")
+                run = [x for x in steps if x.get("label") != "replay"]
+                lo, hi = s.get("held_multiplier"), s.get("missed_multiplier")
+                rows.append((name, fleet, s.get("stop_rule", "-"), lo, hi, hi / lo - 1 if lo and hi else None, len(run),
+                             sum(x.get("took_s") or 0.0 for x in run), sum(x.get("requests", 0) for x in run),
+                             cap.get("per_instance_tok_s"), took, rep["decision"]["state"]))
+    print(f"{'trace':9} {'fleet':5} {'stop rule':16} {'held x':>8} {'missed x':>8} {'width':>6} {'steps':>5} {'search s':>8} "
+          f"{'requests':>8} {'tok/s/inst':>10} {'run s':>6} decision")
+    for name, fleet, rule, lo, hi, width, n, secs, req, cap, took, state in rows:
+        w = f"{width:.0%}" if width is not None else "-"
+        print(f"{name:9} {fleet:5} {rule:16} {fmt(lo):>8} {fmt(hi):>8} {w:>6} {n:>5} {secs:>8.0f} {req:>8} {fmt(cap):>10} "
+              f"{took:>6.0f} {state}")
     return 0
 
 

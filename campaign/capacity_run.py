@@ -6,11 +6,15 @@ Locust runs and measures each step by the same rules the report uses (`analysis.
 A step replays the manifest's trace from `workload.window.start_s` at rate x k, as many trace
 seconds as its arrival span needs (`--window-s`), with every request abandoned once it can no
 longer meet its SLO; records go to `capacity/<fleet>/x<k>/` and the path to
-`capacity/<fleet>/search.json`.
+`capacity/<fleet>/search.json`. While a step runs its records (flushed every second) are
+watched, and the step is stopped as soon as it has certainly missed the SLO
+(`analysis.capacity_search.certain_miss`): an overloaded step would otherwise run its whole
+span, sized for `min_requests` holds, only to confirm a miss.
 """
 
 from __future__ import annotations
 
+import bisect
 import statistics
 import threading
 import time
@@ -22,15 +26,18 @@ from typing import TYPE_CHECKING
 
 from analysis import goodput
 from analysis.capacity import REPLAY, SearchPath, SearchStep, StopRule, write_search_path
-from analysis.capacity_search import SearchSettings, StepPlan, Stop, judge, next_lifetime, search
+from analysis.capacity_search import SearchSettings, StepPlan, Stop, certain_miss, judge, next_lifetime, search
 from analysis.sources.records import load_records
 from campaign.manifest import CapacitySearch, Manifest
+from campaign.records import ERROR_OUTCOMES
 
 if TYPE_CHECKING:
     from loadgen.launch import FleetRun
 
 # The whole trace from the window's start: a step needs as much of it as its span asks for.
 _WHOLE_TRACE_S = 1e9
+# How often a running step's records are read for a certain miss (they are flushed every second).
+_WATCH_S = 1.0
 
 
 class Interrupted(Exception):
@@ -67,6 +74,26 @@ def resolve_span(plan: StepPlan, offsets: list[float], min_requests: int) -> Ste
     return replace(plan, span_s=span)
 
 
+def planned_requests(plan: StepPlan, offsets: list[float]) -> int:
+    """An upper bound on the requests the step sends: arrivals (at x1) before span x k."""
+    return bisect.bisect_right(offsets, plan.span_s * plan.multiplier)
+
+
+def running_miss(m: Manifest, fleet: str, step_dir: Path, planned: int) -> str | None:
+    """Whether the records a running step has flushed so far already decide a miss."""
+    from loadgen.recording import read_records, records_name
+
+    slo = m.slo
+    errors = ttft_over = itl_over = 0
+    for r in read_records(sorted(step_dir.glob(records_name(fleet, "*")))):
+        if r.warmup or r.outcome == "not_sent":
+            continue
+        errors += r.outcome in ERROR_OUTCOMES
+        ttft_over += r.ttft_s is not None and r.ttft_s > slo.ttft_p95_s
+        itl_over += r.itl_s is not None and r.itl_s > slo.itl_p95_s
+    return certain_miss(planned, errors, ttft_over, itl_over, slo.max_error_rate)
+
+
 def measure_step(
     m: Manifest, fleet: str, records_dir: Path, label: str, multiplier: float, why: str, planned_span_s: float,
     settings: SearchSettings,
@@ -94,9 +121,11 @@ def measure_step(
     span = fm.window_s or None
     verdict, detail = judge(held_slo=held, requests=fm.requests, arrival_span_s=span, median_lifetime_s=life,
                             settings=settings, failed="; ".join(failed), invalid="; ".join(dict.fromkeys(invalid)))
+    sent = fm.requests - fm.not_sent
     return SearchStep(
         label, multiplier, why, planned_span_s, verdict, fm.requests, span,
         fm.requests / span if span else None, life, fm.p95_ttft_s, fm.p95_itl_s, fm.error_rate, detail, met_life,
+        fm.successful_requests / sent if sent else None,
     )
 
 
@@ -137,9 +166,18 @@ def search_fleet(
         # trace seconds whose arrivals land inside the span at rate x k (offsets are trace seconds x time_scale)
         h = handles[fleet] = start_fleet(manifest_path, fleet, url, step_dir, rate_multiplier=plan.multiplier, slo_deadline=True,
                                          warmup=False, window_s=plan.span_s * plan.multiplier / scale)
+        planned, early = planned_requests(plan, offsets), None
+        while not h.poll() and not stop.is_set():
+            early = running_miss(m, fleet, step_dir, planned)
+            if early is not None:
+                h.terminate()
+                break
+            time.sleep(_WATCH_S)
         h.wait()
         took = time.monotonic() - t0
         step = measure_step(m, fleet, step_dir, plan.label, plan.multiplier, plan.why, plan.span_s, settings)
+        if early is not None:
+            step = replace(step, detail=f"{step.detail} (stopped early, a certain miss: {early})")
         log(f"capacity search {fleet} {plan.label} ({plan.why}): {step.requests} requests over {step.arrival_span_s or 0:.1f} s, "
             f"{step.verdict}: {step.detail} [{took:.0f} s]")
         return step, took

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
+from analysis.stats import min_n_bounded_upper
 from campaign import catalog
 from campaign.errors import CampaignError
 
@@ -214,15 +215,18 @@ class CapacitySweep(_Frozen):
 
 
 class CapacitySearch(_Frozen):
-    """The default way capacity is measured: per fleet, raise (or lower) the replay rate
-    geometrically until the fleet SLO fails (or holds), then bisect until the highest holding
-    rate is known within `tolerance` (analysis.capacity_search). Each step is sized from the
-    previous step's median request lifetime (3 lifetimes of arrivals) and `min_requests`."""
+    """The default way capacity is measured: per fleet, raise the replay rate geometrically until
+    the fleet SLO fails (or lower it to each miss's own estimate of the boundary until it holds),
+    then bisect until the highest holding rate is known within `tolerance`
+    (analysis.capacity_search). Each step is sized from the previous step's median request
+    lifetime (3 lifetimes of arrivals) and `min_requests`."""
 
     start_multiplier: Pos = 1.0
     growth: Annotated[float, Field(gt=1)] = 2.0
     tolerance: Annotated[float, Field(gt=0, le=1)] = 0.10
-    min_requests: int = Field(default=40, ge=2)
+    # Default: the fewest requests whose P95 has a bounded 95% interval (analysis.stats), so a
+    # step that held can carry the capacity's interval; fewer is allowed, and the report then Defers.
+    min_requests: int = Field(default=min_n_bounded_upper(), ge=2)
     max_steps: int = Field(default=8, ge=1, le=50)
     time_budget_s: Pos = Field(default=240.0, description="per fleet: arrival spans plus drains of all its steps")
     min_multiplier: Pos = 1 / 64

@@ -4,7 +4,11 @@ The fleet is an M/M/1 queue: service rate MU req/s, arrivals at BASE x k req/s. 
 time (TTFT here) is exponential with rate MU - lambda, so P95 = ln(20) / (MU - lambda) and the
 median lifetime is ln(2) / (MU - lambda). The SLO P95 <= T holds exactly while
 lambda <= MU - ln(20) / T: with MU = 10, T = 1 s, BASE = 2, the boundary is
-k* = (10 - 2.9957) / 2 = 3.5021.
+k* = (10 - 2.9957) / 2 = 3.5021. The share of requests that meet T is 1 - exp(-(MU - lambda) T)
+while the queue is stable; past MU (the runner abandons a request once it cannot meet its SLO)
+the fleet is taken to keep serving the boundary's SLO-compliant rate, 0.95 x lambda*, so the
+share is 0.95 lambda* / lambda: a modelling assumption that makes the estimate land just under
+the boundary.
 """
 
 from __future__ import annotations
@@ -16,10 +20,25 @@ from dataclasses import replace
 import pytest
 
 from analysis.capacity import SearchPath, SearchStep, StopRule, Verdict
-from analysis.capacity_search import SearchSettings, StepPlan, Stop, judge, next_lifetime, next_step, search
+from analysis.capacity_search import (
+    MIN_REQUESTS,
+    SearchSettings,
+    StepPlan,
+    Stop,
+    certain_miss,
+    judge,
+    next_lifetime,
+    next_step,
+    search,
+    step_down,
+)
+from analysis.stats import quantile_ci
+from campaign.manifest import CapacitySearch
+from campaign.quantiles import nearest_rank
 
 MU, T, BASE = 10.0, 1.0, 2.0
-K_STAR = (MU - math.log(20) / T) / BASE
+LAM_STAR = MU - math.log(20) / T
+K_STAR = LAM_STAR / BASE
 
 
 def lengthen(settings: SearchSettings) -> Callable[[StepPlan], StepPlan]:
@@ -27,7 +46,10 @@ def lengthen(settings: SearchSettings) -> Callable[[StepPlan], StepPlan]:
     return lambda plan: replace(plan, span_s=max(plan.span_s, settings.min_requests / (BASE * plan.multiplier)))
 
 
-def mm1(settings: SearchSettings, mu: float = MU, log: list[StepPlan] | None = None) -> Callable[[StepPlan], tuple[SearchStep, float]]:
+def mm1(
+    settings: SearchSettings, mu: float = MU, log: list[StepPlan] | None = None, shares: bool = True,
+) -> Callable[[StepPlan], tuple[SearchStep, float]]:
+    """`shares=False`: the steps carry no met share (as before the search used it)."""
     def run(plan: StepPlan) -> tuple[SearchStep, float]:
         if log is not None:
             log.append(plan)
@@ -38,8 +60,9 @@ def mm1(settings: SearchSettings, mu: float = MU, log: list[StepPlan] | None = N
         p95 = math.log(20) / (mu - lam) if stable else math.inf
         life = math.log(2) / (mu - lam) if stable else None
         verdict, why = judge(held_slo=p95 <= T, requests=n, arrival_span_s=span, median_lifetime_s=life, settings=settings)
+        share = 1 - math.exp(-(mu - lam) * T) if stable else 0.95 * max(mu - math.log(20) / T, 0.0) / lam
         step = SearchStep(plan.label, plan.multiplier, plan.why, plan.span_s, verdict, n, span, n / span, life,
-                          p95 if stable else None, None, 0.0, why)
+                          p95 if stable else None, None, 0.0, why, met_share=share if shares else None)
         return step, span + (life or 0.0)
 
     return run
@@ -69,14 +92,92 @@ def test_a_tighter_tolerance_brackets_closer(tolerance: float) -> None:
     assert path.held_multiplier <= K_STAR < path.missed_multiplier <= path.held_multiplier * (1 + tolerance)
 
 
-def test_search_from_above_brackets_down() -> None:
+def test_search_from_above_halves_when_no_share_was_measured() -> None:
     st = SearchSettings(start_multiplier=16)
-    path = search("syn", st, mm1(st), first_lifetime_s=0.1, resolve=lengthen(st))
+    path = search("syn", st, mm1(st, shares=False), first_lifetime_s=0.1, resolve=lengthen(st))
     # x16 and x8 miss, x4 misses, x2 holds: then bisect as before, from below
     assert [s.multiplier for s in path.steps][:4] == pytest.approx([16, 8, 4, 2])
     assert [s.verdict for s in path.steps][:4] == [Verdict.MISSED] * 3 + [Verdict.HELD]
     assert path.stop_rule is StopRule.CONVERGED
     assert path.held_multiplier is not None and path.held_multiplier <= K_STAR < (path.missed_multiplier or 0)
+
+
+def test_a_large_miss_steps_down_to_its_own_estimate_of_the_boundary() -> None:
+    st = SearchSettings(start_multiplier=16)
+    path = search("syn", st, mm1(st), first_lifetime_s=0.1, resolve=lengthen(st))
+    # Hand-computed: x16 (lambda 32 > MU) misses with share 0.95 x 7.0043 / 32 = 0.2080, so the
+    # next step is x16 x 0.2080 = x3.327 (lambda 6.654 < lambda* 7.004: holds), not x8; then
+    # bisect: 7.296 (miss), 4.927 (miss), 4.049 (miss), 3.670 (miss), 3.494 (holds): 3.670 / 3.494 <= 1.1.
+    est = 16 * 0.95 * LAM_STAR / 32
+    assert [s.multiplier for s in path.steps] == pytest.approx(
+        [16, est, math.sqrt(est * 16), est ** 0.75 * 16 ** 0.25, est ** 0.875 * 16 ** 0.125, est ** 0.9375 * 16 ** 0.0625,
+         est ** 0.96875 * 16 ** 0.03125])
+    assert path.steps[1].verdict is Verdict.HELD and path.steps[1].why.startswith("bracket down to the estimate: missed at x16 with 21%")
+    assert path.stop_rule is StopRule.CONVERGED
+    assert path.held_multiplier is not None and path.held_multiplier <= K_STAR < (path.missed_multiplier or 0)
+    # the first hold comes one step after the miss instead of four (x8, x4, x2)
+    halving = search("syn", st, mm1(st, shares=False), first_lifetime_s=0.1, resolve=lengthen(st))
+    def first_hold(p: SearchPath) -> int:
+        return next(i for i, s in enumerate(p.steps) if s.verdict is Verdict.HELD)
+
+    assert first_hold(path) == 1 and first_hold(halving) == 3
+
+
+def _miss(k: float, share: float | None) -> SearchStep:
+    return SearchStep(f"x{k:g}", k, "seed", 10.0, Verdict.MISSED, 72, 60.0, 1.2, 9.0, 5.0, 0.3, 0.4, "hand-made", 4.0, share)
+
+
+@pytest.mark.parametrize(("share", "expected", "why"), [
+    (None, 0.5, "bracket down: missed at x1"),  # no share measured: by growth, as before
+    (0.7, 0.5, "bracket down: missed at x1 (70% of requests within their SLO)"),  # a near miss: by growth
+    (0.3, 0.3, "bracket down to the estimate: missed at x1 with 30% of requests within their SLO"),
+    (0.01, 0.125, "bracket down to the estimate: missed at x1 with 1% of requests within their SLO, bounded to x0.125 of it"),
+])
+def test_step_down_uses_the_misss_share_bounded_between_growth_and_growth_cubed(share: float | None, expected: float, why: str) -> None:
+    st = SearchSettings()
+    assert step_down(st, [_miss(1.0, share)], 1.0) == (pytest.approx(expected), why)
+    plan = next_step(st, [_miss(1.0, share)], lifetime_s=4.0)
+    assert isinstance(plan, StepPlan) and plan.multiplier == pytest.approx(expected) and plan.why == why
+
+
+def test_a_step_down_below_the_floor_tries_the_floor_first() -> None:
+    st = SearchSettings(min_multiplier=0.25)
+    plan = next_step(st, [_miss(1.0, 0.05)], lifetime_s=4.0)  # the estimate x0.125 is below the floor
+    assert isinstance(plan, StepPlan) and plan.multiplier == 0.25 and plan.why.endswith("bounded by min_multiplier x0.25")
+    stop = next_step(st, [_miss(1.0, 0.05), _miss(0.25, 0.05)], lifetime_s=4.0)
+    assert isinstance(stop, Stop) and stop.rule is StopRule.FLOOR
+
+
+def test_min_requests_is_the_fewest_requests_whose_p95_interval_is_bounded() -> None:
+    n = MIN_REQUESTS
+    assert SearchSettings().min_requests == CapacitySearch().min_requests == n
+    assert quantile_ci([float(i) for i in range(n)]).high is not None  # bounded above ...
+    assert quantile_ci([float(i) for i in range(n - 1)]).high is None  # ... and not with one request fewer
+    assert n == 72  # 0.95^72 = 0.0249 <= 0.025 < 0.95^71 (hand-computed)
+
+
+def test_certain_miss_hand_computed() -> None:
+    # 72 planned requests: the P95 is the 69th value, so 3 may exceed the target and 4 decide a miss;
+    # the 1% error ceiling allows 0.72 errors: the first error decides it
+    assert certain_miss(72, 0, 3, 3, 0.01) is None
+    assert certain_miss(72, 0, 4, 0, 0.01) == "4 requests over the TTFT target, more than the 3 a P95 of 72 allows"
+    assert certain_miss(72, 0, 0, 4, 0.01) == "4 requests over the ITL target, more than the 3 a P95 of 72 allows"
+    assert certain_miss(72, 1, 0, 0, 0.01) == "1 errors > 0.01 x 72 planned requests"
+    assert certain_miss(200, 2, 10, 0, 0.01) is None  # 2 errors = 1% of 200 is not over; 10 = 200 - 190 allowed
+    assert certain_miss(0, 0, 0, 0, 0.01) is None
+
+
+@pytest.mark.parametrize("planned", [20, 72, 73, 100, 139, 140, 400])
+def test_a_certain_miss_is_a_miss_whatever_the_rest_of_the_step_does(planned: int) -> None:
+    """Over any m <= planned requests (the step stopped, or fewer were sent), v values over the
+    target with v the least certain_miss calls decisive: the nearest-rank P95 exceeds the target."""
+    v = next(v for v in range(planned + 1) if certain_miss(planned, 0, v, 0, 0.01))
+    for m in range(v, planned + 1):
+        sample = sorted([0.5] * (m - v) + [3.0] * v)
+        assert sample[nearest_rank(m, 0.95) - 1] > T
+    # and one fewer can still hold over the whole plan
+    full = sorted([0.5] * (planned - v + 1) + [3.0] * (v - 1))
+    assert full[nearest_rank(planned, 0.95) - 1] <= T
 
 
 def test_every_step_is_long_enough_by_construction() -> None:
@@ -101,7 +202,7 @@ def test_stop_rule_max_steps() -> None:
 
 def test_stop_rule_time_budget() -> None:
     # x1 at lambda 2: 40 requests need 20 s (+ drain); x2 needs 10 s: a 35 s budget runs two steps
-    st = SearchSettings(time_budget_s=35)
+    st = SearchSettings(time_budget_s=35, min_requests=40)
     path = search("syn", st, mm1(st), first_lifetime_s=0.1, resolve=lengthen(st))
     assert path.stop_rule is StopRule.TIME_BUDGET
     assert [s.multiplier for s in path.steps] == [1.0, 2.0]
@@ -112,7 +213,8 @@ def test_stop_rule_floor_and_ceiling() -> None:
     st = SearchSettings(min_multiplier=0.25)
     path = search("syn", st, mm1(st, mu=0.5), first_lifetime_s=0.1, resolve=lengthen(st))  # misses even at x0.25 (lambda 0.5 = MU)
     assert path.stop_rule is StopRule.FLOOR and path.held_multiplier is None
-    assert [s.multiplier for s in path.steps] == [1.0, 0.5, 0.25]
+    # x1 (lambda 2 > MU) serves no request in time: the estimate x0 is bounded to x1/8, below the floor: the floor is tried
+    assert [s.multiplier for s in path.steps] == [1.0, 0.25]
     assert "no SLO-compliant capacity was measured" in path.stop_detail
 
     st = SearchSettings(max_multiplier=8)
@@ -169,7 +271,7 @@ def test_next_step_with_no_history_starts_at_the_start_multiplier() -> None:
 def test_the_time_budget_counts_the_runners_overhead_per_step() -> None:
     # each step really takes 30 s more than its span and drain (starting the load generator):
     # x1 (20 s + 30 s) = 50 s spent; x2 would cost 10 + 0.1 + 30 = 40 s more: over a 80 s budget
-    st = SearchSettings(time_budget_s=80)
+    st = SearchSettings(time_budget_s=80, min_requests=40)
     inner = mm1(st)
 
     def slow(plan: StepPlan) -> tuple[SearchStep, float]:
@@ -192,7 +294,7 @@ def test_the_replay_seeds_the_search_and_a_miss_sizes_the_next_step_from_complia
     seed = (_step("replay", 1.0, Verdict.MISSED, 40.0, 4.0),)
     path = search("syn", st, mm1(st, log=plans), first_lifetime_s=4.0, resolve=lengthen(st), seed=seed)
     assert plans[0].multiplier == 0.5 and plans[0].why == "bracket down: missed at x1"
-    assert plans[0].span_s == pytest.approx(max(3 * 4.0 * 1.25, 40 / (BASE * 0.5)))  # not 3 x 40 s
+    assert plans[0].span_s == pytest.approx(max(3 * 4.0 * 1.25, MIN_REQUESTS / (BASE * 0.5)))  # not 3 x 40 s
     assert path.steps[0].label == "replay" and path.steps[1].label == "x0.5"
 
 
