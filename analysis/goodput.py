@@ -169,7 +169,7 @@ class Saturation:
     fleet: str
     peak_in_flight: int  # whole fleet, non-warmup requests
     instances_measured: int
-    max_concurrency: int  # fleets[].max_concurrency (vLLM max_num_seqs)
+    max_concurrency: int  # sequences one instance runs at once: max_concurrency x replicas_per_instance
 
     @property
     def peak_in_flight_per_instance(self) -> float | None:

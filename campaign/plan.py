@@ -28,6 +28,7 @@ class FleetPlan:
     instance_type: str
     accelerator: str
     tensor_parallel: int
+    replicas_per_instance: int
     fits: bool
     weights_gib: float
     kv_cache_gib: float
@@ -36,7 +37,7 @@ class FleetPlan:
     bandwidth_gbs: float
     decode_ceiling_tok_s: float  # batch 1, weights only (seed formula), 100% bandwidth
     decode_expected_tok_s: float  # batch 1 at the fleet's bandwidth efficiency and step overhead
-    batch_decode_tok_s: float  # at max_concurrency, half-full contexts, with efficiency
+    batch_decode_tok_s: float  # per instance: every replica at max_concurrency, half-full contexts, with efficiency
     prefill_s: float  # max_input_tokens prompt, at the fleet's compute efficiency, plus overheads
     efficiency: str  # e.g. "bandwidth 0.58, compute 0.19, step 18.8 ms, request 121 ms"
     efficiency_source: str  # the calibration group and its rows, or "manifest (assumed)"
@@ -94,6 +95,7 @@ def plan_fleet(m: Manifest, f: Fleet) -> FleetPlan:
         instance_type=f.instance_type,
         accelerator=f"{it.accelerator.name} x{it.devices}",
         tensor_parallel=f.tensor_parallel,
+        replicas_per_instance=f.replicas_per_instance,
         fits=ft.fits,
         weights_gib=round(ft.weights_gib, 2),
         kv_cache_gib=round(ft.kv_cache_gib, 2),
@@ -102,7 +104,7 @@ def plan_fleet(m: Manifest, f: Fleet) -> FleetPlan:
         bandwidth_gbs=bw,
         decode_ceiling_tok_s=Roofline.for_fleet(m, f).decode_ceiling_tok_s(),
         decode_expected_tok_s=1.0 / (decode_step_s(m, f, 1, 0, eff.bandwidth) + step),
-        batch_decode_tok_s=f.max_concurrency / (decode_step_s(m, f, f.max_concurrency, half_ctx, eff.bandwidth) + step),
+        batch_decode_tok_s=f.sequences_per_instance / (decode_step_s(m, f, f.max_concurrency, half_ctx, eff.bandwidth) + step),
         prefill_s=prefill_s(m, f, rc.max_input_tokens, eff.compute) + step + eff.request_overhead_ms / 1000,
         efficiency=f"bandwidth {eff.bandwidth:.2f}, compute {eff.compute:.2f}, step overhead {eff.step_overhead_ms:.1f} ms, "
         f"request overhead {eff.request_overhead_ms:.0f} ms",
@@ -122,12 +124,15 @@ def render_text(m: Manifest, plans: list[FleetPlan]) -> str:
     lines = [f"campaign {m.campaign}  manifest {m.short_digest}  model {m.model.repo}@{m.model.commit[:10]}", ""]
     for p in plans:
         lines += [
-            f"{p.fleet}: {p.instance_type} ({p.accelerator}), TP={p.tensor_parallel}",
+            f"{p.fleet}: {p.instance_type} ({p.accelerator}), TP={p.tensor_parallel}"
+            + (f" x {p.replicas_per_instance} replicas" if p.replicas_per_instance > 1 else ""),
             f"  memory   {'fits' if p.fits else 'DOES NOT FIT'}: weights {p.weights_gib:.2f} + KV {p.kv_cache_gib:.2f} "
             f"+ reserve {p.reserve_gib:.2f} GiB of {p.visible_gib:.2f} GiB visible",
             f"  host     {'AT RISK: ' + p.host_memory_warning if p.host_memory_warning else f'{p.host_memory_gib:.0f} GiB host memory'}",
             f"  decode   ceiling {p.decode_ceiling_tok_s:.1f} tok/s at batch 1 ({p.bandwidth_gbs:.0f} GB/s), "
-            f"expected {p.decode_expected_tok_s:.1f}; batch {m.fleet(p.fleet).max_concurrency}: {p.batch_decode_tok_s:.0f} tok/s",
+            f"expected {p.decode_expected_tok_s:.1f}; batch {m.fleet(p.fleet).max_concurrency}"
+            + (f" on each of {p.replicas_per_instance} replicas" if p.replicas_per_instance > 1 else "")
+            + f": {p.batch_decode_tok_s:.0f} tok/s",
             f"  prefill  {p.prefill_s * 1000:.0f} ms for {m.workload.request_class.max_input_tokens} prompt tokens",
             f"  efficiency {p.efficiency}",
             f"           from {p.efficiency_source}",

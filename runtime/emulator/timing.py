@@ -74,6 +74,7 @@ class TimingModel:
             max_model_len=f.max_model_len,
             buckets=f.sequence_buckets,
             reserve_gib=f.runtime_reserve_gib,
+            replicas=f.replicas_per_instance,
         )
 
     def step_s(self, context_tokens: int, prefill_tokens: int, decoding_seqs: int) -> float:

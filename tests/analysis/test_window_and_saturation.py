@@ -162,3 +162,17 @@ def test_an_overloaded_candidate_defers_instead_of_rejecting_on_semantics(tmp_pa
     assert r["decision"]["state"] == "defer", r["decision"]
     assert not any("semantics" in x or "error rate" in x for x in r["decision"]["reasons"]), r["decision"]["reasons"]
     assert any(g["what"] == "overload.inf2" and g["blocks_go"] for g in r["gaps"])
+
+
+def test_an_instance_of_several_replicas_saturates_at_all_their_slots(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    # inf2.48xlarge as 3 x TP=8 with max_concurrency 4: one instance runs 12 sequences at once,
+    # so 4 in flight on it is a third of its capacity, not saturation.
+    manifest_data["fleets"][0].update(instance_type="inf2.48xlarge", tensor_parallel=8, replicas_per_instance=3)
+    m = _go_manifest(manifest_data, 4)
+    write_jsonl(tmp_path / "r" / "records-inf2-w0.jsonl", _overlapping(m, "inf2", 50, 900, 4))
+    write_jsonl(tmp_path / "r" / "records-g6-w0.jsonl", _overlapping(m, "g6", 50, 300, 4))
+    r = build_report(m, tmp_path / "r", quality=PASS, out_dir=tmp_path / "o", instances_measured={"inf2": 1, "g6": 1},
+                     with_sensitivity=False, with_pages=False)
+    assert r["fleets"]["inf2"]["max_concurrency"] == 12 and not r["fleets"]["inf2"]["saturated"]
+    gap = next(g for g in r["gaps"] if g["what"] == "saturation.inf2")
+    assert "peak 4 of 12 concurrent sequences" in gap["reason"]

@@ -216,3 +216,16 @@ def test_hub_token_must_be_a_full_secret_arn(tmp_path: Path, manifest_data: dict
     assert any(i.startswith("model.hub_token_secret_arn:") for i in _issues(tmp_path, manifest_data))
     manifest_data["model"]["hub_token_secret_arn"] = "arn:aws:secretsmanager:us-east-1:123456789012:secret:hf-token-AbCdEf"
     assert load_manifest(write_manifest(tmp_path, manifest_data)).model.hub_token_secret_arn
+
+
+def test_replicas_per_instance_defaults_to_one_and_fits_the_instance(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    assert all(f.replicas_per_instance == 1 for f in load_manifest(write_manifest(tmp_path, manifest_data)).fleets)
+    fleet = manifest_data["fleets"][0]
+    fleet.update(instance_type="inf2.48xlarge", tensor_parallel=8, replicas_per_instance=3)  # 24 NeuronCores: fits
+    m = load_manifest(write_manifest(tmp_path, manifest_data, "three.yaml"))
+    assert m.fleets[0].sequences_per_instance == 3 * m.fleets[0].max_concurrency
+    fleet["replicas_per_instance"] = 4
+    issues = _issues(tmp_path, manifest_data)
+    assert "fleets[0].replicas_per_instance: 4 replicas x tensor_parallel 8 need 32 NeuronCores; inf2.48xlarge has 24" in issues
+    fleet["replicas_per_instance"] = 0
+    assert any(i.startswith("fleets[0].replicas_per_instance") for i in _issues(tmp_path, manifest_data))

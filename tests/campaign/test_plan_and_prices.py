@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 
 from campaign import catalog, prices
+from campaign.cloud_checks import cloud_issues
 from campaign.manifest import ManifestError, fit, load_manifest, manifest_from_data, semantic_issues
 from campaign.plan import plan, render_text
+from runtime.emulator.timing import TimingModel
 from tests.conftest import ROOT
 
 
@@ -148,3 +150,18 @@ def test_plan_text_shows_the_host_memory_risk(example_manifest_path: Path) -> No
     out = subprocess.run([sys.executable, "-m", "campaign", "plan", str(example_manifest_path)], capture_output=True, text=True, cwd=ROOT)
     inf2 = out.stdout.split("\ng6:")[0]
     assert "host     AT RISK: weights 15.0 GiB are 93% of inf2.xlarge's 16 GiB host memory" in inf2
+
+
+def test_plan_and_emulator_run_every_replica_of_an_instance(manifest_data: dict[str, Any]) -> None:
+    one = manifest_from_data(manifest_data)
+    manifest_data["fleets"][0].update(instance_type="inf2.48xlarge", tensor_parallel=8, replicas_per_instance=3)
+    base = dict(manifest_data, fleets=[dict(manifest_data["fleets"][0], replicas_per_instance=1), manifest_data["fleets"][1]])
+    three, single = manifest_from_data(manifest_data), manifest_from_data(base)
+    p3, p1 = plan(three)[0], plan(single)[0]
+    assert p3.replicas_per_instance == 3 and p3.batch_decode_tok_s == pytest.approx(3 * p1.batch_decode_tok_s)
+    assert p3.decode_expected_tok_s == pytest.approx(p1.decode_expected_tok_s)  # one request still runs on one replica
+    assert "inf2.48xlarge (Inferentia2 x12), TP=8 x 3 replicas" in render_text(three, plan(three))
+    assert "x 3 replicas" not in render_text(one, plan(one))
+    assert TimingModel.for_fleet(three, three.fleets[0]).replicas == 3
+    issues = cloud_issues(three)
+    assert any(i.path == "fleets[0].replicas_per_instance" for i in issues)
