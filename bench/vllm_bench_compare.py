@@ -50,6 +50,7 @@ from campaign.records import Outcome  # noqa: E402
 from loadgen.launch import run_fleet  # noqa: E402
 from loadgen.prompts import PromptBuilder  # noqa: E402
 from loadgen.recording import read_records  # noqa: E402
+from loadgen.replay_options import ReplayOptions  # noqa: E402
 from loadgen.schedule import build_schedule  # noqa: E402
 
 REAL_MANIFEST = ROOT / "manifests" / "tiny-llama-real-engine.yaml"
@@ -108,7 +109,7 @@ def write_inputs(workdir: Path, manifest_data: dict[str, Any], n: int, rate: flo
 
 
 def run_ours(manifest: Path, url: str, out: Path) -> ToolFigures:
-    s = run_fleet(manifest, FLEET, url, out, api="completions")
+    s = run_fleet(manifest, FLEET, url, out, options=ReplayOptions(api="completions"))
     recs = [r for r in read_records(sorted(out.glob(f"records-{FLEET}-*.jsonl"))) if r.outcome == Outcome.OK.value]
     ttft = [r.ttft_s - r.send_lag_s for r in recs if r.ttft_s is not None and r.send_lag_s is not None]
     tpot = [(r.e2e_s - r.ttft_s) / (r.server_output_tokens - 1) for r in recs

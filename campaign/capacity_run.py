@@ -152,6 +152,7 @@ def search_fleet(
     seed: tuple[SearchStep, ...] = (),
 ) -> SearchPath:
     from loadgen.launch import start_fleet
+    from loadgen.replay_options import ReplayOptions
 
     log = log or (lambda line: print(line, flush=True))
     settings = settings_from(cfg)
@@ -164,8 +165,8 @@ def search_fleet(
         step_dir = fleet_dir / plan.label
         t0 = time.monotonic()
         # trace seconds whose arrivals land inside the span at rate x k (offsets are trace seconds x time_scale)
-        h = handles[fleet] = start_fleet(manifest_path, fleet, url, step_dir, rate_multiplier=plan.multiplier, slo_deadline=True,
-                                         warmup=False, window_s=plan.span_s * plan.multiplier / scale)
+        h = handles[fleet] = start_fleet(manifest_path, fleet, url, step_dir, ReplayOptions(
+            rate_multiplier=plan.multiplier, slo_deadline=True, warmup=False, window_s=plan.span_s * plan.multiplier / scale))
         planned, early = planned_requests(plan, offsets), None
         while not h.poll() and not stop.is_set():
             early = running_miss(m, fleet, step_dir, planned)
@@ -221,6 +222,7 @@ def run_search(
 def run_sweep(m: Manifest, manifest_path: Path, endpoints: dict[str, str], root: Path, handles: MutableMapping[str, FleetRun]) -> dict[str, Path]:
     """The explicit sweep: one short open-loop step per multiplier, fleets side by side."""
     from loadgen.launch import start_fleet
+    from loadgen.replay_options import ReplayOptions
 
     sweep = m.workload.capacity_sweep
     assert sweep is not None
@@ -231,8 +233,8 @@ def run_sweep(m: Manifest, manifest_path: Path, endpoints: dict[str, str], root:
         handles.clear()  # Ctrl-C stops the step in flight
         for name, url in endpoints.items():
             handles[name] = start_fleet(
-                manifest_path, name, url, step_dir, duration_s=sweep.step_s, rate_multiplier=k, slo_deadline=True,
-                warmup=False,  # the replay already warmed the server
+                manifest_path, name, url, step_dir,
+                ReplayOptions(duration_s=sweep.step_s, rate_multiplier=k, slo_deadline=True, warmup=False),  # the replay warmed the server
             )
         for name, h in handles.items():
             s = h.wait()

@@ -85,6 +85,7 @@ def run_local(
     engine: str = "emulator",
 ) -> LocalResult:
     from loadgen.launch import start_fleet
+    from loadgen.replay_options import ReplayOptions
     from loadgen.schedule import build_schedule
 
     m = load_manifest(manifest_path)
@@ -126,7 +127,7 @@ def run_local(
                 for name, url in endpoints.items():
                     handles[name] = start_fleet(
                         manifest_path.resolve(), name, url, records_dir,
-                        workers=workers, metrics_port=metrics_ports[name], duration_s=duration_s,
+                        ReplayOptions(duration_s=duration_s), workers=workers, metrics_port=metrics_ports[name],
                     )
                 _watch(handles, records_dir, scheduled, progress_every_s)
                 for name, h in handles.items():

@@ -20,6 +20,8 @@ from typing import IO, Any
 from campaign.manifest import Manifest, load_manifest
 from campaign.records import RunSummary
 from loadgen.recording import read_records, records_name, summary_name
+from loadgen.replay_options import ReplayOptions
+from loadgen.replay_options import to_argv as replay_argv
 from loadgen.schedule import build_schedule, span_s
 from loadgen.summary import SummaryInputs, load_summary, summarize
 
@@ -27,7 +29,7 @@ LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
 # The locustfile's exit status when a worker could not set up (bad records dir, metrics port
 # taken, prompt synthesis failed): nothing was sent, and the log names the cause.
 SETUP_FAILED = 3
-ROOT = LOCUSTFILE.parent.parent
+ROOT = LOCUSTFILE.parent.parent  # the directory holding our packages: the checkout, or site-packages when installed
 
 
 def _free_port() -> int:
@@ -121,29 +123,25 @@ def start_fleet(
     fleet: str,
     host: str,
     out_dir: Path,
+    options: ReplayOptions | None = None,
     *,
     workers: int = 1,
     metrics_port: int = 0,
-    duration_s: float | None = None,
     extra_env: Mapping[str, str] | None = None,
-    api: str = "chat",
     extra_args: Sequence[str] = (),
-    rate_multiplier: float = 1.0,
-    slo_deadline: bool = False,
-    warmup: bool = True,
-    tokenizer_check: bool = True,
-    window_s: float | None = None,
-    served_model: str | None = None,  # the model name sent (vLLM's --served-model-name); None: model.repo
 ) -> FleetRun:
+    """Start Locust replaying `options` (the defaults: the manifest's whole window, chat API,
+    warmup, tokenizer check) against `host`; returns at once with the handle."""
+    opts = options or ReplayOptions()
     m = load_manifest(manifest_path)
     m.fleet(fleet)
     out_dir.mkdir(parents=True, exist_ok=True)
     stale = list(out_dir.glob(records_name(fleet, "w*")))
     if stale:
         raise FileExistsError(f"{out_dir} already holds records for fleet {fleet} ({stale[0].name}); use a fresh directory")
-    span = span_s(build_schedule(m, window_s=window_s)) / rate_multiplier
-    if duration_s is not None:
-        span = min(span, duration_s)
+    span = span_s(build_schedule(m, window_s=opts.window_s)) / opts.rate_multiplier
+    if opts.duration_s is not None:
+        span = min(span, opts.duration_s)
     # Safety net only: the replayer stops the run itself when its schedule is done.
     run_time = int(span + m.loadgen.request_timeout_s + 60)
     common = [
@@ -159,15 +157,7 @@ def start_fleet(
         str(out_dir.resolve()),
         "--metrics-port",
         str(metrics_port),
-        "--api",
-        api,
-        *(["--replay-duration", str(duration_s)] if duration_s is not None else []),
-        *(["--rate-multiplier", str(rate_multiplier)] if rate_multiplier != 1.0 else []),
-        *(["--window-s", repr(window_s)] if window_s is not None else []),
-        *(["--slo-deadline"] if slo_deadline else []),
-        *([] if warmup else ["--no-warmup"]),
-        *([] if tokenizer_check else ["--no-tokenizer-check"]),
-        *(["--served-model", served_model] if served_model else []),
+        *replay_argv(opts),
         *extra_args,
     ]
     env = {**os.environ, **(extra_env or {})}
@@ -213,14 +203,14 @@ def start_fleet(
         procs.append(subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=str(ROOT), start_new_session=True))
         logs.append(log)
         files.append(fh)
-    return FleetRun(m, fleet, out_dir, procs, logs, files, window_s=window_s)
+    return FleetRun(m, fleet, out_dir, procs, logs, files, window_s=opts.window_s)
 
 
-def run_fleet(manifest_path: Path, fleet: str, host: str, out_dir: Path, **options: Any) -> RunSummary:
+def run_fleet(manifest_path: Path, fleet: str, host: str, out_dir: Path, **kwargs: Any) -> RunSummary:
     """Blocking: replay the manifest's schedule against `host`, return the merged summary.
-    `options` are start_fleet's (workers, metrics_port, rate_multiplier, slo_deadline, ...).
+    `kwargs` are start_fleet's (options, workers, metrics_port, ...).
     Ctrl-C stops the replay gracefully and still returns what was recorded."""
-    run = start_fleet(manifest_path, fleet, host, out_dir, **options)
+    run = start_fleet(manifest_path, fleet, host, out_dir, **kwargs)
     try:
         return run.wait()
     except KeyboardInterrupt:

@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-# Locust runs this file by path: make the repository importable (loadgen, campaign).
+# Locust runs this file by path: make the directory holding our packages importable (the
+# checkout, or site-packages for an installed copy, where this is a no-op).
 _ROOT = Path(__file__).resolve().parent.parent
 if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
@@ -34,6 +35,8 @@ from loadgen.launch import SETUP_FAILED  # noqa: E402
 from loadgen.metrics import ClientMetrics  # noqa: E402
 from loadgen.openai_request import PATHS  # noqa: E402
 from loadgen.replay import ReplayConfig, Replayer  # noqa: E402
+from loadgen.replay_options import add_arguments as add_replay_arguments  # noqa: E402
+from loadgen.replay_options import from_namespace as replay_options  # noqa: E402
 
 log = logging.getLogger("loadgen")
 DONE_MSG = "loadgen_done"
@@ -53,50 +56,7 @@ def _args(parser: Any) -> None:
     g.add_argument("--metrics-port", type=int, env_var="LOADGEN_METRICS_PORT", default=0, help="Prometheus port (worker i serves port+i; 0 = off)")
     g.add_argument("--metrics-addr", type=str, env_var="LOADGEN_METRICS_ADDR", default="127.0.0.1", help="Prometheus bind address")
     g.add_argument("--run-id", type=str, env_var="LOADGEN_RUN_ID", default="", help="label for this run (logs, S3 prefix)")
-    g.add_argument("--api", type=str, env_var="LOADGEN_API", default="chat", choices=["chat", "completions"], help="endpoint family")
-    g.add_argument("--served-model", type=str, env_var="LOADGEN_SERVED_MODEL", default="", help="model name sent (default: manifest model.repo)")
-    g.add_argument(
-        "--replay-duration",
-        type=float,
-        env_var="LOADGEN_REPLAY_DURATION",
-        default=0.0,
-        help="stop sending after N replay seconds (0 = whole schedule)",
-    )
-    g.add_argument(
-        "--rate-multiplier",
-        type=float,
-        env_var="LOADGEN_RATE_MULTIPLIER",
-        default=1.0,
-        help="capacity step: replay the same requests at rate x k (offsets / k)",
-    )
-    g.add_argument(
-        "--window-s",
-        type=float,
-        env_var="LOADGEN_WINDOW_S",
-        default=0.0,
-        help="capacity-search step: replay this many trace seconds from the window's start (0 = the manifest's window)",
-    )
-    g.add_argument(
-        "--slo-deadline",
-        action="store_true",
-        env_var="LOADGEN_SLO_DEADLINE",
-        default=False,
-        help="capacity step: abandon a request once it can no longer meet the per-request SLO",
-    )
-    g.add_argument(
-        "--no-warmup",
-        action="store_true",
-        env_var="LOADGEN_NO_WARMUP",
-        default=False,
-        help="count every request (the server is already warm, e.g. a capacity step after the replay)",
-    )
-    g.add_argument(
-        "--no-tokenizer-check",
-        action="store_true",
-        env_var="LOADGEN_NO_TOKENIZER_CHECK",
-        default=False,
-        help="do not ask the server's /tokenize to count sample prompts before the run",
-    )
+    add_replay_arguments(g)  # api, served model, duration, rate, window, SLO deadline, warmup, tokenizer check
     g.add_argument("--s3-uri", type=str, env_var="LOADGEN_S3_URI", default="", help="s3://bucket/prefix to upload records and summary to")
 
 
@@ -163,14 +123,7 @@ def _make_replayer(env: Environment) -> Replayer:
         records_dir=Path(o.records_dir),
         worker_index=index,
         n_workers=n,
-        api=o.api,
-        model=o.served_model or None,
-        duration_s=o.replay_duration or None,
-        rate_multiplier=o.rate_multiplier,
-        window_s=o.window_s or None,
-        slo_deadline=bool(o.slo_deadline),
-        warmup=not o.no_warmup,
-        tokenizer_check=not o.no_tokenizer_check,
+        options=replay_options(o),
         s3_uri=s3,
         api_key=os.environ.get("LOADGEN_API_KEY") or None,
     )

@@ -15,7 +15,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +28,9 @@ from campaign.records import RequestRecord, RunSummary
 from loadgen.client import Exchange, Stream, StreamingClient, close_watcher
 from loadgen.metrics import ClientMetrics
 from loadgen.openai_request import request_body, request_id_header
-from loadgen.prompts import Api, Prompt, PromptBuilder
+from loadgen.prompts import Prompt, PromptBuilder
 from loadgen.recording import RecordContext, RecordSink, build_record, not_sent_record, records_name, summary_name, upload_to_s3
+from loadgen.replay_options import ReplayOptions
 from loadgen.schedule import ScheduledRequest, build_schedule, partition
 from loadgen.summary import CpuMeter, SummaryInputs, summarize
 from loadgen.tokenizer_check import check_prompt_counts, pick_samples
@@ -45,19 +46,9 @@ class ReplayConfig:
     records_dir: Path
     worker_index: int = 0
     n_workers: int = 1
-    api: Api = "chat"
-    model: str | None = None  # the model name sent; defaults to the manifest's model.repo
-    duration_s: float | None = None  # stop sending after this many replay seconds
-    # Capacity steps: the same requests at rate x k (offsets / k), and each request abandoned once
-    # it can no longer meet the per-request SLO (TTFT + output tokens x ITL after its scheduled
-    # time), so an overloaded step ends within the SLO's own bound instead of draining a queue.
-    rate_multiplier: float = 1.0
-    slo_deadline: bool = False
-    warmup: bool = True  # False: no request is a warmup one (a capacity step on an already-warm server)
-    window_s: float | None = None  # trace seconds replayed from the window's start (a capacity-search step); None: the manifest's
+    options: ReplayOptions = field(default_factory=ReplayOptions)
     s3_uri: str | None = None
     api_key: str | None = None
-    tokenizer_check: bool = True  # ask the server's /tokenize to count sample prompts first
 
 
 class Replayer:
@@ -73,15 +64,14 @@ class Replayer:
         self.m = manifest
         self.cfg = cfg
         self.worker = f"w{cfg.worker_index}"
-        full = list(schedule) if schedule is not None else build_schedule(manifest, window_s=cfg.window_s)
-        if cfg.rate_multiplier <= 0:
-            raise ValueError(f"rate_multiplier must be > 0, got {cfg.rate_multiplier}")
-        if cfg.rate_multiplier != 1.0:
-            full = [replace(r, offset_s=r.offset_s / cfg.rate_multiplier) for r in full]
-        if not cfg.warmup:
+        self.options = opts = cfg.options
+        full = list(schedule) if schedule is not None else build_schedule(manifest, window_s=opts.window_s)
+        if opts.rate_multiplier != 1.0:
+            full = [replace(r, offset_s=r.offset_s / opts.rate_multiplier) for r in full]
+        if not opts.warmup:
             full = [replace(r, warmup=False) for r in full]
         self.mine = partition(full, cfg.n_workers, cfg.worker_index)
-        self.client = StreamingClient(cfg.host, api=cfg.api, timeout_s=manifest.loadgen.request_timeout_s, api_key=cfg.api_key)
+        self.client = StreamingClient(cfg.host, api=opts.api, timeout_s=manifest.loadgen.request_timeout_s, api_key=cfg.api_key)
         self.metrics = metrics
         self.on_record = on_record
         self.records: list[RequestRecord] = []
@@ -103,8 +93,8 @@ class Replayer:
         self._cpu: CpuMeter | None = None
 
     def prepare(self) -> None:
-        builder = PromptBuilder(self.m, self.cfg.api)
-        model = self.cfg.model or self.m.model.repo
+        builder = PromptBuilder(self.m, self.options.api)
+        model = self.options.served_model or self.m.model.repo
         stack = self.m.fleet(self.cfg.fleet).serving.stack
         inexact = 0
         built: list[tuple[int, Prompt]] = []
@@ -113,11 +103,11 @@ class Replayer:
             built.append((r.request_id, prompt))
             inexact += not prompt.exact
             self._prompt_tokens[r.request_id] = prompt.tokens
-            body = request_body(self.cfg.api, model, self.m.generation, prompt, r.output_tokens, stack)
+            body = request_body(self.options.api, model, self.m.generation, prompt, r.output_tokens, stack)
             self._wire[r.request_id] = self.client.encode(body, request_id_header(self.m.campaign, self.cfg.fleet, r.request_id))
         if inexact:
             log.warning("%d prompts are shorter than the chat template itself; their records carry the real length", inexact)
-        if self.cfg.tokenizer_check:
+        if self.options.tokenizer_check:
             # Raises TokenizerMismatch (the run's setup fails, nothing is sent) on a disagreement.
             res = check_prompt_counts(self.cfg.host, model, pick_samples(built), api_key=self.cfg.api_key)
             if res.skipped:
@@ -144,7 +134,7 @@ class Replayer:
     def _launch(self, req: ScheduledRequest) -> None:
         assert self.ctx is not None
         timeout = None
-        if self.cfg.slo_deadline:
+        if self.options.slo_deadline:
             bound = self.m.slo.ttft_p95_s + req.output_tokens * self.m.slo.itl_p95_s
             timeout = max(0.001, min(self.m.loadgen.request_timeout_s, self.ctx.t0 + req.offset_s + bound - time.monotonic()))
         del self._pending[req.request_id]
@@ -167,7 +157,7 @@ class Replayer:
         self._launching = True
         try:
             assert self.ctx is not None
-            t0, mine, limit = self.ctx.t0, self.mine, self.cfg.duration_s
+            t0, mine, limit = self.ctx.t0, self.mine, self.options.duration_s
             while self._next < len(mine) and not self._stopped:
                 req = mine[self._next]
                 if limit is not None and req.offset_s > limit:

@@ -13,6 +13,7 @@ from campaign.manifest import load_manifest
 from campaign.processes import Supervisor
 from loadgen.launch import start_fleet
 from loadgen.recording import read_records
+from loadgen.replay_options import ReplayOptions
 from loadgen.schedule import build_schedule
 from tests.loadgen.conftest import small_manifest_data, write
 
@@ -27,7 +28,7 @@ def test_rate_multiplier_compresses_offsets_and_deadline_bounds_each_request(tmp
     base = {r.request_id: r.offset_s for r in build_schedule(m)}
     with Supervisor(tmp_path / "logs") as sup:
         url = start_emulator(sup, path, "g6", tmp_path, [])
-        run = start_fleet(path, "g6", url, tmp_path / "step", rate_multiplier=4.0, slo_deadline=True, duration_s=3.0, warmup=False)
+        run = start_fleet(path, "g6", url, tmp_path / "step", ReplayOptions(rate_multiplier=4.0, slo_deadline=True, duration_s=3.0, warmup=False))
         summary = run.wait(timeout=120)
     recs = list(read_records(sorted((tmp_path / "step").glob("records-g6-*.jsonl"))))
     assert summary.invariant_holds()

@@ -11,6 +11,7 @@ from typing import Any
 from campaign.manifest import load_manifest
 from loadgen.launch import run_fleet, start_fleet
 from loadgen.recording import read_records
+from loadgen.replay_options import ReplayOptions
 from loadgen.schedule import build_schedule
 from tests.loadgen.conftest import small_manifest_data, write
 from tests.loadgen.sse_server import Behaviour, SSEServer
@@ -58,7 +59,7 @@ def test_duration_cut_and_lag_bound(sse_server: SSEServer, manifest_data: dict[s
     data = small_manifest_data(manifest_data)
     data["loadgen"]["max_schedule_lag_p99_s"] = 1e-6  # no real client meets this: must be flagged
     m = write(tmp_path, data)
-    s = run_fleet(m, "g6", sse_server.url, tmp_path / "d", duration_s=2.0)
+    s = run_fleet(m, "g6", sse_server.url, tmp_path / "d", options=ReplayOptions(duration_s=2.0))
     recs = _records(tmp_path / "d")
     assert s.invariant_holds() and s.not_sent > 0 and len(recs) == s.scheduled
     assert all(r.outcome == "not_sent" for r in recs if r.scheduled_s > 2.0)

@@ -8,6 +8,7 @@ from typing import Any
 
 from loadgen.launch import run_fleet
 from loadgen.recording import read_records
+from loadgen.replay_options import ReplayOptions
 from tests.loadgen.conftest import small_manifest_data, write
 from tests.loadgen.test_client import probe
 from tests.runtime.conftest import emulator_process
@@ -29,7 +30,7 @@ def test_replay_sends_the_served_model_name(tmp_path: Path, manifest_data: dict[
     m = write(tmp_path, data)
     with emulator_process(m, "g6", "--served-model-name", SERVED) as url:
         # The tokenizer check (/tokenize with the model name) and every request use the name.
-        s = run_fleet(m, "g6", url, tmp_path / "run", served_model=SERVED)
+        s = run_fleet(m, "g6", url, tmp_path / "run", options=ReplayOptions(served_model=SERVED))
         assert s.valid and s.invariant_holds() and s.completed == s.scheduled > 0, s.invalid_reasons
         recs = list(read_records(sorted((tmp_path / "run").glob("records-g6-*.jsonl"))))
         assert recs and all(r.outcome == "ok" for r in recs)
