@@ -66,8 +66,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     except ValueError as exc:  # e.g. a capacity step label that is not x<multiplier>
         print(f"report: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    state = rep["decision"]["state"]
-    print(f"{state.upper()}: " + "; ".join(rep["decision"]["reasons"]))
+    state = rep.decision.state
+    print(f"{state.upper()}: " + "; ".join(rep.decision.reasons))
     print(f"wrote {args.out}/report.json, report.md, report.html")
     return EXIT_BY_STATE[state]
 

@@ -8,7 +8,6 @@ it blocks a Go, a Defer) rather than a silent zero; evidence that contradicts th
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -24,6 +23,7 @@ from analysis.evaluate import Context, QualityResults, evaluate, outside_evidenc
 from analysis.histogram import bucket_cdf
 from analysis.ledger import payback_curve
 from analysis.provenance import Gap, Sourced, manifest_provenance, run_relative
+from analysis.report_model import Report
 from analysis.sources.billing import cost_explorer_by_fleet, read_focus
 from analysis.sources.cloudwatch import CloudWatchSource, discover_asgs, fleet_specs
 from analysis.sources.pricing import PRICING_ENDPOINT_REGION, RESERVED_KIND, PriceBook, PriceListSource
@@ -252,7 +252,7 @@ def build_report(
     with_pages: bool = True,
     capacity_dirs: Mapping[str, Path] | None = None,
     systems_under_test: str | None = None,
-) -> dict[str, Any]:
+) -> Report:
     """`capacity_dirs`: capacity-sweep steps, label ("x0.5", "x2": a multiplier of the manifest's rate)
     -> directory of that step's records; fleets are then sized from the measured capacity (see analysis.capacity).
     `systems_under_test`: what served the fleets when that is not the manifest's hardware (a local
@@ -459,21 +459,21 @@ def _add_outcomes(report: dict[str, Any], rs: RecordSet) -> None:
     report["provenance"]["itl_definition"] = {"source": "measured", "detail": ITL_DEFINITION}
 
 
-def _write(report: dict[str, Any], out_dir: str | Path, with_pages: bool) -> dict[str, Any]:
-    report = _finite(report)
+def _write(report: dict[str, Any], out_dir: str | Path, with_pages: bool) -> Report:
+    model = Report.model_validate(_finite(report))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "report.json").write_text(json.dumps(report, indent=2, sort_keys=False), encoding="utf-8")
+    (out / "report.json").write_text(model.to_json(), encoding="utf-8")
     if with_pages:
         from analysis.report_html import render_html
         from analysis.report_md import render_markdown
 
-        (out / "report.md").write_text(render_markdown(report), encoding="utf-8")
-        (out / "report.html").write_text(render_html(report), encoding="utf-8")
-    return report
+        (out / "report.md").write_text(render_markdown(model), encoding="utf-8")
+        (out / "report.html").write_text(render_html(model), encoding="utf-8")
+    return model
 
 
-def build_gate_report(manifest: Manifest, quality: QualityResults, *, out_dir: str | Path, with_pages: bool = True) -> dict[str, Any]:
+def build_gate_report(manifest: Manifest, quality: QualityResults, *, out_dir: str | Path, with_pages: bool = True) -> Report:
     """The report of a comparison that stopped at the quality gate: the gate's results and the
     decision they alone give; every figure that would need the replay is absent, not zero."""
     m = manifest

@@ -25,6 +25,7 @@ from analysis.report_md import (
     sized_cell,
     sized_from_capacity,
 )
+from analysis.report_model import Report
 from analysis.sensitivity import tornado
 
 
@@ -67,7 +68,8 @@ def _capacity_html(fleets: dict[str, Any], sweep: dict[str, list[dict[str, Any]]
     return "".join(out)
 
 
-def render_html(r: dict[str, Any]) -> str:
+def render_html(model: Report) -> str:
+    r = model.model_dump(mode="json")  # BRIDGE (analysis.report_model): the page still reads report.json's dict; read `model` typed instead
     d = r["decision"]
     series = r.get("series", {})
     fs = series.get("fleets", {})

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from analysis.report_model import Report
+
 
 def fmt(v: Any, digits: int = 3) -> str:
     if v is None:
@@ -254,7 +256,8 @@ def _outcome_lines(r: dict[str, Any]) -> list[str]:
     return ["", OUTCOMES_NOTE, "", *(f"- {name}: {outcomes}; ITL basis: {basis}" for name, outcomes, basis in rows)]
 
 
-def render_markdown(r: dict[str, Any]) -> str:
+def render_markdown(model: Report) -> str:
+    r = model.model_dump(mode="json")
     d = r["decision"]
     lines = [
         f"# {r['campaign']}: {d['state'].upper()}",

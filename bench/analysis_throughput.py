@@ -64,7 +64,7 @@ def main() -> int:
         t_gen = time.perf_counter() - t0
         size_mb = sum(p.stat().st_size for p in rec_dir.glob("records-*")) / 1e6
         t1 = time.perf_counter()
-        rep = build_report(m, rec_dir, quality=None, out_dir=Path(tmp) / "out", instances_measured={"inf2": 1, "g6": 1})
+        rep = build_report(m, rec_dir, quality=None, out_dir=Path(tmp) / "out", instances_measured={"inf2": 1, "g6": 1}).model_dump(mode="json")
         t_rep = time.perf_counter() - t1
     total = sum(f["requests"] for f in rep["fleets"].values())
     print(f"records: {args.records:,} ({args.format}, {size_mb:.0f} MB), generated in {t_gen:.1f} s")

@@ -32,6 +32,7 @@ from campaign.quality import GateResult, run_gate
 from campaign.quality_layers import DISTRIBUTION, LayerResult, distribution_layer, fleet_quality, gate_layers, replay_figures
 
 if TYPE_CHECKING:
+    from analysis.report_model import Report
     from loadgen.launch import FleetRun
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 class LocalResult:
     exit_code: int
     out_dir: Path
-    report: dict[str, Any] | None
+    report: Report | None
 
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
@@ -162,9 +163,9 @@ def run_local(
                 )
             else:
                 report = _report_gate_failure(m, quality, out_dir)
-        print(f"decision: {report['decision']['state'].upper()} — " + "; ".join(report["decision"]["reasons"]))
+        print(f"decision: {report.decision.state.upper()} — " + "; ".join(report.decision.reasons))
         print(f"report: {out_dir / 'report.html'}  ({out_dir / 'report.json'}, {out_dir / 'report.md'})")
-        return LocalResult(EXIT_BY_STATE[report["decision"]["state"]], out_dir, report)
+        return LocalResult(EXIT_BY_STATE[report.decision.state], out_dir, report)
     except KeyboardInterrupt:
         stop.set()
         for h in list(handles.values()):  # SIGTERM: Locust flushes its records and marks unsent requests
@@ -187,7 +188,7 @@ def _report_dead_servers(sup: Supervisor) -> None:
                   f"records flushed before are kept; its log: {child.log}", file=sys.stderr, flush=True)
 
 
-def _report_gate_failure(m: Manifest, quality: dict[str, dict[str, Any]], out_dir: Path) -> dict[str, Any]:
+def _report_gate_failure(m: Manifest, quality: dict[str, dict[str, Any]], out_dir: Path) -> Report:
     """A fleet did not pass layer (a) or (b): no load is replayed, and the report holds the gate's results."""
     from analysis.report import build_gate_report
 

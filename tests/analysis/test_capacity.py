@@ -76,7 +76,7 @@ def test_capacity_is_the_best_step_inside_the_slo(tmp_path: Path, manifest_data:
     m = _m(manifest_data)
     # the replay: inf2 under-loaded (1 in flight of 4, a lower bound); g6 overloaded (P95 TTFT 3 s)
     rep = _write(tmp_path / "replay", m, {"inf2": (1.0, 900, False), "g6": (1.0, 300, True)})
-    r = build_report(m, rep, out_dir=tmp_path / "o", capacity_dirs=_three_steps(tmp_path, m), **KW)
+    r = build_report(m, rep, out_dir=tmp_path / "o", capacity_dirs=_three_steps(tmp_path, m), **KW).model_dump(mode="json")
 
     # demand: 20 req/s x pooled (100 x 900 + 100 x 300) / 200 = 600 tok/request = 12,000 tok/s
     assert r["demand_tok_s"] == pytest.approx(12_000.0)
@@ -140,7 +140,7 @@ def test_top_step_note_and_no_step_blocking_gap(tmp_path: Path, manifest_data: d
         label: _write(tmp_path / label, m, {"inf2": (mult, 900, mult != 4), "g6": (mult, 300, True)})
         for label, mult in (("x0.5", 0.5), ("x2", 2.0), ("x4", 4.0))
     }
-    r = build_report(m, rep, out_dir=tmp_path / "o", capacity_dirs=dirs, **KW)
+    r = build_report(m, rep, out_dir=tmp_path / "o", capacity_dirs=dirs, **KW).model_dump(mode="json")
     inf2, g6 = r["fleets"]["inf2"], r["fleets"]["g6"]
     assert inf2["capacity"]["step"] == "x4" and inf2["capacity"]["per_instance_tok_s"] == pytest.approx(3600.0)
     # ceil(12,000 / (3,600 x 0.8)) = ceil(4.17) = 5, + 1 = 6
@@ -172,16 +172,17 @@ def test_top_step_note_and_no_step_blocking_gap(tmp_path: Path, manifest_data: d
 def test_without_a_sweep_the_report_is_unchanged(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
     m = _m(manifest_data)
     rep = _write(tmp_path / "replay", m, {"inf2": (1.0, 900, False), "g6": (1.0, 300, True)})
-    a = build_report(m, rep, out_dir=tmp_path / "a", **KW)
-    b = build_report(m, rep, out_dir=tmp_path / "b", capacity_dirs=None, **KW)
+    a = build_report(m, rep, out_dir=tmp_path / "a", **KW).model_dump(mode="json")
+    b = build_report(m, rep, out_dir=tmp_path / "b", capacity_dirs=None, **KW).model_dump(mode="json")
     assert set(a) == set(b) == {
         "campaign", "manifest_digest", "generated_at", "comparison", "slo", "horizon_months", "fleets", "demand_tok_s",
         "pooled_output_tokens_per_request", "utilization_target", "monthly_delta_usd", "migration", "migration_cost_usd",
         "payback_months", "months_to_next_refresh", "decision", "gaps", "prometheus", "prefix_cache", "cloudwatch", "billing", "quality",
         "provenance", "sensitivity", "series", "monthly_delta_ci_usd", "payback_months_ci", "headline", "time_to_ready", "systems_under_test",
+        "report_version", "stopped_at",
     }
     for name in ("inf2", "g6"):
-        assert "capacity" not in a["fleets"][name] and "sized_from" not in a["fleets"][name]
+        assert a["fleets"][name]["capacity"] is None and a["fleets"][name]["sized_from"] is None
     assert not any(k.startswith("capacity") for k in a["provenance"])
     assert not any(g["what"].startswith("capacity") for g in a["gaps"])
     assert {g["what"] for g in a["gaps"]} >= {"overload.g6", "saturation.g6", "saturation.inf2"}
@@ -196,10 +197,10 @@ def test_a_candidate_overloaded_in_the_replay_but_sized_inside_the_slo_holds_it(
     m = _m(manifest_data)
     # the replay overloads the candidate (P95 TTFT 3 s) while the baseline holds: without a sweep that defers
     rep = _write(tmp_path / "replay", m, {"inf2": (1.0, 900, True), "g6": (1.0, 300, False)})
-    no_sweep = build_report(m, rep, out_dir=tmp_path / "o1", with_sensitivity=False, with_pages=False, **KW)
+    no_sweep = build_report(m, rep, out_dir=tmp_path / "o1", with_sensitivity=False, with_pages=False, **KW).model_dump(mode="json")
     assert any("did not hold the SLO in the measured run" in x for x in no_sweep["decision"]["reasons"])
     swept = build_report(m, rep, out_dir=tmp_path / "o2", capacity_dirs=_three_steps(tmp_path, m),
-                         with_sensitivity=False, with_pages=False, **KW)
+                         with_sensitivity=False, with_pages=False, **KW).model_dump(mode="json")
     assert swept["fleets"]["inf2"]["sized_from"] == "capacity sweep step x2"
     assert not any("did not hold the SLO" in x for x in swept["decision"]["reasons"]), swept["decision"]
 
@@ -217,7 +218,8 @@ def test_a_step_shorter_than_three_request_lifetimes_is_not_a_capacity(tmp_path:
     step = tmp_path / "x4"
     write_jsonl(step / "records-g6-w0.jsonl", short("g6", 300))
     write_jsonl(step / "records-inf2-w0.jsonl", short("inf2", 900))
-    r = build_report(m, rep, out_dir=tmp_path / "o", capacity_dirs={"x4": step}, with_sensitivity=False, with_pages=False, **KW)
+    r = build_report(m, rep, out_dir=tmp_path / "o", capacity_dirs={"x4": step}, with_sensitivity=False, with_pages=False,
+                     **KW).model_dump(mode="json")
     g6 = r["fleets"]["g6"]["capacity"]
     x4 = next(s for s in g6["steps"] if s["label"] == "x4")
     assert x4["slo_pass"] and x4["window_s"] == pytest.approx(10.0) and x4["median_e2e_s"] == pytest.approx(8.0)
@@ -254,7 +256,7 @@ def test_search_steps_are_per_fleet_and_the_report_carries_the_path(tmp_path: Pa
     rep = _write(tmp_path / "replay", m, {"inf2": (1.0, 900, False), "g6": (1.0, 300, True)})
     dirs = discover_steps(_search_layout(tmp_path, m))
     assert sorted(dirs) == ["g6/x1", "g6/x2", "g6/x4", "inf2/x1", "inf2/x2", "inf2/x2.2"]
-    r = build_report(m, rep, out_dir=tmp_path / "o", capacity_dirs=dirs, **KW)
+    r = build_report(m, rep, out_dir=tmp_path / "o", capacity_dirs=dirs, **KW).model_dump(mode="json")
     g6, inf2 = r["fleets"]["g6"]["capacity"], r["fleets"]["inf2"]["capacity"]
     # each fleet's rows are its own steps only (plus the replay), never the other fleet's
     assert [s["label"] for s in g6["steps"]] == ["replay", "g6/x1", "g6/x2", "g6/x4"]
@@ -295,7 +297,7 @@ def test_a_step_whose_run_measured_the_client_is_never_the_capacity(tmp_path: Pa
     bad = RunSummary(m.campaign, m.digest, "g6", 200, 200, 0, 0, 0, 0.001, 0.16, 50.0, False,
                      ["schedule lag p99 160.0 ms > bound 50.0 ms: the client was measured"], 0.0, 0.0, 1.0)
     (dirs["x2"] / "summary-g6.json").write_text(bad.to_json())
-    r = build_report(m, rep, out_dir=tmp_path / "o", capacity_dirs=dirs, with_sensitivity=False, with_pages=False, **KW)
+    r = build_report(m, rep, out_dir=tmp_path / "o", capacity_dirs=dirs, with_sensitivity=False, with_pages=False, **KW).model_dump(mode="json")
     g6 = r["fleets"]["g6"]["capacity"]
     assert g6["step"] == "x1" and g6["per_instance_tok_s"] == pytest.approx(300.0)  # x2 (600 tok/s) held but was invalid
     assert [s["valid"] for s in g6["steps"] if s["label"] == "x2"] == [False]

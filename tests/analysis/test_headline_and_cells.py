@@ -32,7 +32,7 @@ def _data(manifest_data: dict[str, Any], max_concurrency: int) -> dict[str, Any]
 def test_figures_resting_on_a_blocking_gap_are_not_decided(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
     m = manifest(_data(manifest_data, 16))  # one request in flight of 16: both fleets unsaturated, sizes only bounds
     r = build_report(m, _records(tmp_path / "rec", m), quality=PASS, out_dir=tmp_path / "out",
-                     instances_measured={"inf2": 1, "g6": 1}, with_sensitivity=False)
+                     instances_measured={"inf2": 1, "g6": 1}, with_sensitivity=False).model_dump(mode="json")
     h = r["headline"]
     assert h["decided"] is False and any(x.startswith("saturation.inf2") for x in h["blocked_by"])
     assert h["monthly_delta_usd"] is None and h["payback_months"] is None and h["instances_required"] == {"inf2": None, "g6": None}
@@ -48,7 +48,7 @@ def test_figures_resting_on_a_blocking_gap_are_not_decided(tmp_path: Path, manif
 def test_a_valid_headline_shows_its_figures(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
     m = manifest(_data(manifest_data, 1))
     r = build_report(m, _records(tmp_path / "rec", m), quality=PASS, out_dir=tmp_path / "out",
-                     instances_measured={"inf2": 1, "g6": 1}, with_sensitivity=False)
+                     instances_measured={"inf2": 1, "g6": 1}, with_sensitivity=False).model_dump(mode="json")
     assert r["headline"]["decided"] is True and r["headline"]["monthly_delta_usd"] == r["monthly_delta_usd"]
     assert f"Monthly delta (baseline - candidate): {r['monthly_delta_usd']:,.2f} USD" in (tmp_path / "out" / "report.md").read_text()
 
@@ -56,7 +56,8 @@ def test_a_valid_headline_shows_its_figures(tmp_path: Path, manifest_data: dict[
 def test_rate_cells_without_commitments_say_so_and_every_cell_shows_its_reasons(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
     m = manifest(_data(manifest_data, 1))
     assert not m.costs.commitments
-    r = build_report(m, _records(tmp_path / "rec", m), quality=PASS, out_dir=tmp_path / "out", instances_measured={"inf2": 1, "g6": 1})
+    r = build_report(m, _records(tmp_path / "rec", m), quality=PASS, out_dir=tmp_path / "out",
+                     instances_measured={"inf2": 1, "g6": 1}).model_dump(mode="json")
     cells = {c["label"]: c for c in r["sensitivity"]["cells"]}
     for label in ("covered", "renewal"):
         c = cells[label]
@@ -80,14 +81,16 @@ def test_rate_cells_with_a_commitment_are_priced(tmp_path: Path, manifest_data: 
     data["costs"]["commitments"] = [{"fleet": "inf2", "kind": "savings-plan", "covered_instances": 2, "effective_hourly_usd": 0.5,
                                      "term_months": 12, "renewal_hourly_usd": 0.55}]
     m = manifest(data)
-    r = build_report(m, _records(tmp_path / "rec", m), quality=PASS, out_dir=tmp_path / "out", instances_measured={"inf2": 1, "g6": 1})
+    r = build_report(m, _records(tmp_path / "rec", m), quality=PASS, out_dir=tmp_path / "out",
+                     instances_measured={"inf2": 1, "g6": 1}).model_dump(mode="json")
     cells = {c["label"]: c for c in r["sensitivity"]["cells"]}
     assert cells["covered"]["reasons"] == ["no commitment in the manifest: g6 has none in costs.commitments and the price source "
                                            "lists no Reserved rate, which the covered rate needs"]
     data["costs"]["commitments"].append({"fleet": "g6", "kind": "reserved-instance", "covered_instances": 10, "effective_hourly_usd": 0.5,
                                          "term_months": 12})
     m = manifest(data)
-    r = build_report(m, _records(tmp_path / "rec", m), quality=PASS, out_dir=tmp_path / "o2", instances_measured={"inf2": 1, "g6": 1})
+    r = build_report(m, _records(tmp_path / "rec", m), quality=PASS, out_dir=tmp_path / "o2",
+                     instances_measured={"inf2": 1, "g6": 1}).model_dump(mode="json")
     covered = next(c for c in r["sensitivity"]["cells"] if c["label"] == "covered")
     # every instance at its fleet's effective covered rate: inf2 0.5/h and g6 0.5/h, so only the counts differ
     inf2_n, g6_n = (covered["fleets"][f]["instances_required"] for f in ("inf2", "g6"))
@@ -135,7 +138,7 @@ def test_rate_cells_use_the_price_sources_reserved_rate_when_the_manifest_has_no
     docs = {"inf2.xlarge": _doc("inf2.xlarge", "0.7582", {("1yr", "No Upfront", "standard"): "0.4800"}),
             "g6.xlarge": _doc("g6.xlarge", "0.8048", {("1yr", "No Upfront", "standard"): "0.5100"})}
     r = build_report(m, _records(tmp_path / "rec", m), quality=PASS, out_dir=tmp_path / "out", instances_measured={"inf2": 1, "g6": 1},
-                     aws_clients=AwsClients(pricing=_FakePricing(docs)))
+                     aws_clients=AwsClients(pricing=_FakePricing(docs))).model_dump(mode="json")
     assert r["provenance"]["prices.instance-reserved-1yr-no-upfront.inf2.xlarge"]["source"] == "pulled"
     covered = next(c for c in r["sensitivity"]["cells"] if c["label"] == "covered")
     inf2_n, g6_n = (covered["fleets"][f]["instances_required"] for f in ("inf2", "g6"))
@@ -169,7 +172,8 @@ def test_a_tighter_slo_cell_uses_the_step_that_held_it_and_no_extrapolation(tmp_
     rep = tmp_path / "replay"
     write_jsonl(rep / "records-inf2-w0.jsonl", _steps(m, "inf2", 1.0, 900, 1.8))
     write_jsonl(rep / "records-g6-w0.jsonl", _steps(m, "g6", 1.0, 300, 1.8))
-    r = build_report(m, rep, quality=PASS, out_dir=tmp_path / "out", instances_measured={"inf2": 1, "g6": 1}, capacity_dirs=dirs)
+    r = build_report(m, rep, quality=PASS, out_dir=tmp_path / "out", instances_measured={"inf2": 1, "g6": 1},
+                     capacity_dirs=dirs).model_dump(mode="json")
     demand = 20.0 * (900 + 300) / 2  # 12,000 tok/s, pooled over the replay
     # manifest SLO: x2 holds -> inf2 1,800 tok/s: ceil(12,000 / 1,440) = 9, + 1 = 10; g6 600: ceil(25) = 25, + 1 = 26
     assert r["fleets"]["inf2"]["instances_required"] == 10 and r["fleets"]["g6"]["instances_required"] == 26
@@ -185,7 +189,7 @@ def test_a_gate_that_could_not_be_evaluated_defers_and_says_so(tmp_path: Path, m
 
     m = manifest(manifest_data)
     quality = {"inf2": {"passed": None, "pass_rate": None, "failures": ["task acceptance: the scorer exited 1"]}, "g6": PASS["g6"]}
-    r = build_gate_report(m, quality, out_dir=tmp_path / "out")
+    r = build_gate_report(m, quality, out_dir=tmp_path / "out").model_dump(mode="json")
     assert r["decision"]["state"] == "defer"
     assert r["decision"]["reasons"][0] == "evidence incomplete: no quality-gate result for inf2"
     assert r["gaps"][0]["reason"] == "no load was replayed: the quality gate could not be evaluated for inf2"

@@ -98,7 +98,7 @@ def test_report_splits_ttft_by_shared_prefix_per_fleet_and_flags_mixed_caching(m
     for fleet, hit_ttft in (("g6", 0.1), ("inf2", 0.9)):
         recs += [rec(m, fleet, i, ttft=hit_ttft if shared[i] else 0.9) for i in range(12)]
     write_jsonl(tmp_path / "records" / "records-x.jsonl", recs)
-    rep = build_report(m, tmp_path / "records", out_dir=tmp_path / "out", with_sensitivity=False, with_pages=True)
+    rep = build_report(m, tmp_path / "records", out_dir=tmp_path / "out", with_sensitivity=False, with_pages=True).model_dump(mode="json")
     pc = rep["prefix_cache"]
     assert pc["fleets"]["g6"]["caching"] == "on" and pc["fleets"]["inf2"]["caching"] == "off"
     assert pc["fleets"]["g6"]["ttft_by_prefix"]["hit"] == {"requests": 6, "ttft_p50_s": 0.1, "ttft_p95_s": 0.1}

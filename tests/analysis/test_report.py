@@ -30,7 +30,8 @@ def _records(d: Path, m: Manifest) -> Path:
 
 def test_report_numbers_by_hand_and_files(tmp_path: Path, small: Manifest) -> None:
     m = small
-    r = build_report(m, _records(tmp_path / "rec", m), quality=PASS, out_dir=tmp_path / "out", instances_measured={"inf2": 1, "g6": 1})
+    r = build_report(m, _records(tmp_path / "rec", m), quality=PASS, out_dir=tmp_path / "out",
+                     instances_measured={"inf2": 1, "g6": 1}).model_dump(mode="json")
     demand = 1.0 * (100 * 600 + 100 * 450) / 200  # 525 tok/s, pooled
     assert r["demand_tok_s"] == pytest.approx(demand)
     # inf2: 525 / (600 * 0.8) -> 2, +1 redundancy = 3; g6: 525 / (450 * 0.8) -> 2, +1 = 3
@@ -65,11 +66,12 @@ def test_cheaper_candidate_with_short_payback_is_go(tmp_path: Path, manifest_dat
     d = tmp_path / "rec"
     write_jsonl(d / "records-inf2-w0.jsonl", steady(m, "inf2", 100, 900))
     write_jsonl(d / "records-g6-w0.jsonl", steady(m, "g6", 100, 300))
-    r = build_report(m, d, quality=PASS, out_dir=tmp_path / "out", instances_measured={"inf2": 1, "g6": 1}, with_pages=False)
+    r = build_report(m, d, quality=PASS, out_dir=tmp_path / "out", instances_measured={"inf2": 1, "g6": 1}, with_pages=False).model_dump(mode="json")
     assert r["monthly_delta_usd"] > 0 and r["payback_months"] < 12
     assert r["decision"]["state"] == "go", r["decision"]
     failed = build_report(m, d, quality={**PASS, "inf2": {"passed": False, "pass_rate": 0.5, "failures": ["x"]}},
-                          out_dir=tmp_path / "o2", instances_measured={"inf2": 1, "g6": 1}, with_sensitivity=False, with_pages=False)
+                          out_dir=tmp_path / "o2", instances_measured={"inf2": 1, "g6": 1}, with_sensitivity=False,
+                          with_pages=False).model_dump(mode="json")
     assert failed["decision"]["state"] == "reject"
 
 
@@ -77,7 +79,8 @@ def test_more_expensive_candidate_rejects_with_null_payback(tmp_path: Path, smal
     d = tmp_path / "rec"
     write_jsonl(d / "records-inf2-w0.jsonl", steady(small, "inf2", 100, 100))  # far slower: more instances
     write_jsonl(d / "records-g6-w0.jsonl", steady(small, "g6", 100, 900))
-    r = build_report(small, d, quality=PASS, out_dir=tmp_path / "out", instances_measured={"inf2": 1, "g6": 1}, with_pages=False)
+    r = build_report(small, d, quality=PASS, out_dir=tmp_path / "out", instances_measured={"inf2": 1, "g6": 1},
+                     with_pages=False).model_dump(mode="json")
     assert r["monthly_delta_usd"] <= 0 and r["payback_months"] is None
     assert r["decision"]["state"] == "reject"
     assert json.loads((tmp_path / "out" / "report.json").read_text())["payback_months"] is None
@@ -86,7 +89,7 @@ def test_more_expensive_candidate_rejects_with_null_payback(tmp_path: Path, smal
 def test_missing_prices_mark_gaps_not_zero(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
     manifest_data["costs"]["region"] = "eu-north-1"  # no pinned snapshot, no API asked
     m = manifest(manifest_data)
-    r = build_report(m, _records(tmp_path / "rec", m), quality=PASS, out_dir=tmp_path / "out", with_sensitivity=False)
+    r = build_report(m, _records(tmp_path / "rec", m), quality=PASS, out_dir=tmp_path / "out", with_sensitivity=False).model_dump(mode="json")
     assert r["fleets"]["inf2"]["monthly_cost_usd"] is None and r["monthly_delta_usd"] is None
     assert any(g["what"] == "prices.instance.inf2.xlarge" for g in r["gaps"])
     assert r["decision"]["state"] == "defer"
@@ -94,7 +97,8 @@ def test_missing_prices_mark_gaps_not_zero(tmp_path: Path, manifest_data: dict[s
 
 def test_unreachable_prometheus_is_a_gap(tmp_path: Path, small: Manifest) -> None:
     r = build_report(small, _records(tmp_path / "rec", small), prometheus_url="http://127.0.0.1:9", quality=PASS,
-                     out_dir=tmp_path / "out", instances_measured={"inf2": 1, "g6": 1}, with_sensitivity=False, with_pages=False)
+                     out_dir=tmp_path / "out", instances_measured={"inf2": 1, "g6": 1}, with_sensitivity=False,
+                     with_pages=False).model_dump(mode="json")
     gap = next(g for g in r["gaps"] if g["what"] == "prometheus")
     assert "unreachable" in gap["reason"] and gap["blocks_go"]
     assert any("prometheus" in x for x in r["decision"]["reasons"])
@@ -106,7 +110,8 @@ def test_sensitivity_slo_cells_recompute_goodput_from_records(tmp_path: Path, sm
     from tests.analysis.synth import rec
     write_jsonl(d / "records-inf2-w0.jsonl", [rec(small, "inf2", i, tokens=600, ttft=1.8 if i % 2 else 0.5) for i in range(100)])
     write_jsonl(d / "records-g6-w0.jsonl", steady(small, "g6", 100, 450))
-    r = build_report(small, d, quality=PASS, out_dir=tmp_path / "out", instances_measured={"inf2": 1, "g6": 1}, with_pages=False)
+    r = build_report(small, d, quality=PASS, out_dir=tmp_path / "out", instances_measured={"inf2": 1, "g6": 1},
+                     with_pages=False).model_dump(mode="json")
     tight = next(c for c in r["sensitivity"]["cells"] if c["label"].startswith("SLO tighter"))
     loose = next(c for c in r["sensitivity"]["cells"] if c["label"].startswith("SLO looser"))
     assert r["fleets"]["inf2"]["instances_required"] == 3
@@ -152,7 +157,8 @@ def test_report_counts_outcomes_and_the_itl_definition_per_fleet(tmp_path: Path,
     g6.append(rec(small, "g6", 40, outcome="timeout", ttft=None, itl=None, e2e=None, tokens=0))
     g6.append(rec(small, "g6", 41, outcome="no_text", ttft=None, itl=None, tokens=0, server_tokens=12))
     write_jsonl(d / "records-g6-w0.jsonl", g6)
-    r = build_report(small, d, quality=PASS, out_dir=tmp_path / "out", instances_measured={"inf2": 1, "g6": 1}, with_sensitivity=False)
+    r = build_report(small, d, quality=PASS, out_dir=tmp_path / "out", instances_measured={"inf2": 1, "g6": 1},
+                     with_sensitivity=False).model_dump(mode="json")
     assert r["fleets"]["g6"]["outcomes"] == {"no_text": 1, "ok": 40, "timeout": 1}
     assert r["fleets"]["g6"]["itl_basis"] == {"chunks": 1, "server_tokens": 39}
     assert r["fleets"]["inf2"]["itl_basis"] == {"unknown": 40}  # records written before the field existed

@@ -56,5 +56,5 @@ def test_records_outside_the_run_directory_are_named_relative_to_it(tmp_path: Pa
     write_jsonl(records / "records-inf2-w0.jsonl", steady(m, "inf2", 100, 600))
     write_jsonl(records / "records-g6-w0.jsonl", steady(m, "g6", 100, 450))
     r = build_report(m, records, quality=PASS, out_dir=tmp_path / "out", instances_measured={"inf2": 1, "g6": 1},
-                     with_sensitivity=False, with_pages=False)
+                     with_sensitivity=False, with_pages=False).model_dump(mode="json")
     assert r["provenance"]["records"]["detail"].endswith("under ../elsewhere/records")

@@ -91,7 +91,7 @@ def test_unsaturated_fleet_gets_a_blocking_gap_and_no_go(tmp_path: Path, manifes
     write_jsonl(unsat_dir / "records-g6-w0.jsonl", _overlapping(m, "g6", 100, 300, 2))
     kw: dict[str, Any] = {"quality": PASS, "instances_measured": {"inf2": 1, "g6": 1}, "with_sensitivity": False}
 
-    ok = build_report(m, sat_dir, out_dir=tmp_path / "o1", with_pages=False, **kw)
+    ok = build_report(m, sat_dir, out_dir=tmp_path / "o1", with_pages=False, **kw).model_dump(mode="json")
     assert not any(g["what"].startswith("saturation.") for g in ok["gaps"])
     for name in ("inf2", "g6"):
         f = ok["fleets"][name]
@@ -99,7 +99,7 @@ def test_unsaturated_fleet_gets_a_blocking_gap_and_no_go(tmp_path: Path, manifes
         assert f["per_instance_goodput_bound"] == "capacity"
     assert ok["decision"]["state"] == "go", ok["decision"]
 
-    r = build_report(m, unsat_dir, out_dir=tmp_path / "o2", **kw)
+    r = build_report(m, unsat_dir, out_dir=tmp_path / "o2", **kw).model_dump(mode="json")
     sat_gaps = [g for g in r["gaps"] if g["what"].startswith("saturation.")]
     assert [g["what"] for g in sat_gaps] == ["saturation.g6"]
     gap = sat_gaps[0]
@@ -128,7 +128,7 @@ def test_saturation_is_per_instance(tmp_path: Path, manifest_data: dict[str, Any
     write_jsonl(tmp_path / "r" / "records-inf2-w0.jsonl", _overlapping(m, "inf2", 50, 900, 4))
     write_jsonl(tmp_path / "r" / "records-g6-w0.jsonl", _overlapping(m, "g6", 50, 300, 4))
     r = build_report(m, tmp_path / "r", quality=PASS, out_dir=tmp_path / "o", instances_measured={"inf2": 2, "g6": 1},
-                     with_sensitivity=False, with_pages=False)
+                     with_sensitivity=False, with_pages=False).model_dump(mode="json")
     assert r["fleets"]["inf2"]["peak_in_flight_per_instance"] == 2 and not r["fleets"]["inf2"]["saturated"]
     assert [g["what"] for g in r["gaps"] if g["what"].startswith("saturation.")] == ["saturation.inf2"]
     assert r["decision"]["state"] != "go"
@@ -141,7 +141,7 @@ def test_fleet_measured_in_overload_gets_a_blocking_gap(tmp_path: Path, manifest
     write_jsonl(tmp_path / "r" / "records-g6-w0.jsonl",
                 [rec(m, "g6", i, tokens=300, e2e=4.0, ttft=5.0) for i in range(100)])
     r = build_report(m, tmp_path / "r", quality=PASS, out_dir=tmp_path / "o", instances_measured={"inf2": 1, "g6": 1},
-                     with_sensitivity=False, with_pages=False)
+                     with_sensitivity=False, with_pages=False).model_dump(mode="json")
     over = [g for g in r["gaps"] if g["what"].startswith("overload.")]
     assert [g["what"] for g in over] == ["overload.g6"]
     assert over[0]["blocks_go"] and "P95 TTFT 5 s > 2 s" in over[0]["reason"]
@@ -157,7 +157,7 @@ def test_an_overloaded_candidate_defers_instead_of_rejecting_on_semantics(tmp_pa
                 [rec(m, "inf2", i, tokens=300, e2e=4.0, ttft=5.0, outcome="ok" if i % 2 else "timeout") for i in range(100)])
     write_jsonl(tmp_path / "r" / "records-g6-w0.jsonl", _overlapping(m, "g6", 100, 300, 4))
     r = build_report(m, tmp_path / "r", quality=PASS, out_dir=tmp_path / "o", instances_measured={"inf2": 1, "g6": 1},
-                     with_sensitivity=False, with_pages=False)
+                     with_sensitivity=False, with_pages=False).model_dump(mode="json")
     assert r["fleets"]["inf2"]["saturated"] is True
     assert r["decision"]["state"] == "defer", r["decision"]
     assert not any("semantics" in x or "error rate" in x for x in r["decision"]["reasons"]), r["decision"]["reasons"]

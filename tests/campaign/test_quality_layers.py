@@ -145,13 +145,13 @@ def test_a_failed_layer_names_itself_in_the_decision(tmp_path: Path, manifest_da
     d = tmp_path / "rec"
     for f in ("g6", "inf2"):
         write_jsonl(d / f"records-{f}-w0.jsonl", steady(m, f, 30, 100))
-    rep = build_report(m, d, quality=quality, out_dir=tmp_path / "o", with_sensitivity=False, with_pages=False)
+    rep = build_report(m, d, quality=quality, out_dir=tmp_path / "o", with_sensitivity=False, with_pages=False).model_dump(mode="json")
     assert rep["decision"]["state"] == "reject"
     assert "inf2: quality gate failed: layer equivalence: length-exact: 31 completion tokens on inf2, 32 on g6" \
         in rep["decision"]["reasons"]
     # a layer that could not be evaluated is missing evidence: Defer, naming it
     quality["inf2"].update(passed=None, failed_layer="task_acceptance", failures=["task_acceptance: scorer `x` exited 3: boom"])
-    rep = build_report(m, d, quality=quality, out_dir=tmp_path / "o", with_sensitivity=False, with_pages=False)
+    rep = build_report(m, d, quality=quality, out_dir=tmp_path / "o", with_sensitivity=False, with_pages=False).model_dump(mode="json")
     assert rep["decision"]["state"] == "defer"
     assert "evidence incomplete: no quality-gate result for inf2: layer task_acceptance: scorer `x` exited 3: boom" \
         in rep["decision"]["reasons"]

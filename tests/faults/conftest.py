@@ -140,7 +140,7 @@ def replay(
         report = build_report(
             m, records_dir, prometheus_url=prom_url, out_dir=workdir / "report",
             instances_measured={FLEET: 1}, with_sensitivity=False, with_pages=True,
-        )
+        ).model_dump(mode="json")
     return Replay(m, workdir, records_dir, summary, report, time.monotonic() - t0, snapshots)
 
 

@@ -1,0 +1,81 @@
+"""report.json against the typed model: a generated report validates; a wrong version or bad field is refused by name."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from analysis.report import build_gate_report, build_report
+from analysis.report_model import REPORT_VERSION, Report, ReportInvalid, load_report, parse_report
+from tests.analysis.test_capacity import KW, _m, _three_steps, _write
+
+
+@pytest.fixture
+def written(tmp_path: Path, manifest_data: dict[str, Any]) -> Path:
+    """A report with every section the replay gives: a capacity sweep, intervals, sensitivity, series."""
+    m = _m(manifest_data)
+    rep = _write(tmp_path / "replay", m, {"inf2": (1.0, 900, False), "g6": (1.0, 300, True)})
+    build_report(m, rep, out_dir=tmp_path / "out", capacity_dirs=_three_steps(tmp_path, m), **KW)
+    return tmp_path / "out" / "report.json"
+
+
+def test_a_generated_report_validates_and_round_trips(written: Path) -> None:
+    on_disk = json.loads(written.read_text())
+    assert on_disk["report_version"] == REPORT_VERSION
+    r = load_report(written)
+    assert r.fleets["inf2"].capacity is not None and r.fleets["inf2"].capacity.steps
+    assert r.sensitivity is not None and r.sensitivity.cells
+    assert r.fleets["g6"].p95_ttft_ci_s is not None and r.fleets["g6"].measure is not None
+    assert r.model_dump(mode="json") == on_disk  # nothing lost or added by reading it back
+
+
+def test_a_gate_report_validates(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    m = _m(manifest_data)
+    quality = {"inf2": {"passed": False, "pass_rate": 0.5, "failures": ["x"]}, "g6": {"passed": True, "pass_rate": 1.0, "failures": []}}
+    build_gate_report(m, quality, out_dir=tmp_path / "out", with_pages=False)
+    r = load_report(tmp_path / "out" / "report.json")
+    assert r.stopped_at == "quality_gate" and r.decision.state == "reject"
+    assert r.fleets["inf2"].p95_ttft_s is None
+
+
+@pytest.mark.parametrize(
+    ("edit", "named"),
+    [
+        (lambda d: d.pop("report_version"), "report_version: missing"),
+        (lambda d: d.update(report_version="1.4"), "report_version"),
+        (lambda d: d.update(report_version="9.0"), "report_version"),
+        (lambda d: d.update(report_version=f"{REPORT_VERSION.split('.')[0]}.999"), "report_version"),
+        (lambda d: d.update(report_version="two"), "report_version"),
+        (lambda d: d["fleets"]["inf2"].update(p95_ttft_s="fast"), "fleets.inf2.p95_ttft_s"),
+        (lambda d: d["fleets"]["g6"].pop("instance_type"), "fleets.g6.instance_type"),
+        (lambda d: d["decision"].update(state="maybe"), "decision.state"),
+        (lambda d: d["fleets"]["inf2"].update(p95_ttft_secs=1.0), "fleets.inf2.p95_ttft_secs"),
+        (lambda d: d["sensitivity"]["cells"][0].update(monthly_delta_ci_usd=[1.0]), "sensitivity.cells.0.monthly_delta_ci_usd"),
+    ],
+)
+def test_a_bad_report_is_refused_naming_the_field(written: Path, edit: Any, named: str) -> None:
+    data = json.loads(written.read_text())
+    edit(data)
+    written.write_text(json.dumps(data))
+    with pytest.raises(ReportInvalid, match=named.replace(".", r"\.")):
+        load_report(written)
+
+
+def test_not_json_is_refused_naming_the_file(tmp_path: Path) -> None:
+    p = tmp_path / "report.json"
+    p.write_text("{not json")
+    with pytest.raises(ReportInvalid, match=r"report\.json"):
+        load_report(p)
+
+
+def test_nan_and_inf_are_written_as_null(written: Path) -> None:
+    r = load_report(written)
+    r.fleets["inf2"].p95_ttft_s = math.nan
+    r.monthly_delta_usd = math.inf
+    again = json.loads(r.to_json())
+    assert again["fleets"]["inf2"]["p95_ttft_s"] is None and again["monthly_delta_usd"] is None
+    assert isinstance(parse_report(again), Report)
