@@ -7,11 +7,11 @@ the analysis will see, and costs the load generators nothing.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from campaign.records import COMPLETED_OUTCOMES, Outcome
+from campaign.quantiles import nearest_rank
+from campaign.records import COMPLETED_OUTCOMES, Outcome, split_torn_tail
 
 
 @dataclass
@@ -27,12 +27,13 @@ class FleetProgress:
     def ttft_p95_s(self) -> float | None:
         if not self.ttfts:
             return None
-        xs = sorted(self.ttfts)
-        return xs[min(len(xs) - 1, math.ceil(0.95 * len(xs)) - 1)]
+        return sorted(self.ttfts)[nearest_rank(len(self.ttfts), 0.95) - 1]  # as the report computes it
 
 
 class RecordTail:
-    """Follows `records-<fleet>-*.jsonl` files, reading only what was appended since last time."""
+    """Follows `records-<fleet>-*.jsonl` files, reading only what was appended since last time
+    (the other two readers, loadgen.recording.read_records and analysis.sources.records, read
+    finished files whole)."""
 
     def __init__(self, records_dir: Path, fleet: str, scheduled: int):
         self.dir = records_dir
@@ -46,9 +47,9 @@ class RecordTail:
             with path.open("rb") as fh:
                 fh.seek(start)
                 chunk = fh.read()
-            end = chunk.rfind(b"\n") + 1  # a half-written last line waits for the next poll
-            self._offsets[path] = start + end
-            for line in chunk[:end].splitlines():
+            complete, _torn = split_torn_tail(chunk)  # a half-written last line waits for the next poll
+            self._offsets[path] = start + len(complete)
+            for line in complete.splitlines():
                 if not line.strip():
                     continue
                 r = json.loads(line)

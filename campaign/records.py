@@ -100,6 +100,15 @@ class RequestRecord:
 
 
 
+def split_torn_tail(data: bytes) -> tuple[bytes, int]:
+    """(the complete records, bytes cut): every record ends with a newline (the loadgen writes
+    whole lines), so what follows the last newline is a record cut mid-write (a worker killed,
+    a disk full), even when it happens to parse. The one rule both readers apply: the run
+    summary's (loadgen.recording.read_records) and the analysis's (analysis.sources.records)."""
+    cut = data.rfind(b"\n") + 1
+    return data[:cut], len(data) - cut
+
+
 @dataclass
 class RunSummary:
     """Written next to the records at the end of a run; the invariant is checked before it is."""

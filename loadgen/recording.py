@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from campaign.records import Outcome, RequestRecord
+from campaign.records import Outcome, RequestRecord, split_torn_tail
 from loadgen.schedule import ScheduledRequest
 from loadgen.sse import StreamState, Transport, classify
 
@@ -182,20 +182,21 @@ class RecordSink:
 
 
 def read_records(paths: Iterable[Path]) -> Iterator[RequestRecord]:
-    """Read record files; a torn last line (writer killed mid-write) is skipped, not fatal."""
+    """A run's record files as RequestRecords, for its summary. A torn last line (campaign.records.
+    split_torn_tail) is skipped, not fatal; any other bad line is an error naming file and line.
+
+    The analysis reads the same files through duckdb (analysis.sources.records: columnar, Parquet
+    too, millions of records); this reader stays because the load-generator image has no duckdb."""
     import json
 
     for p in paths:
-        with p.open(encoding="utf-8") as fh:
-            lines = fh.read().split("\n")
-        for i, line in enumerate(lines):
+        complete, _torn = split_torn_tail(p.read_bytes())
+        for i, line in enumerate(complete.decode("utf-8").split("\n")[:-1]):
             if not line.strip():
                 continue
             try:
                 yield RequestRecord.from_dict(json.loads(line))
             except (json.JSONDecodeError, ValueError, TypeError):
-                if i >= len(lines) - 2:  # only the final line may be torn
-                    continue
                 raise ValueError(f"{p}:{i + 1}: not a valid record") from None
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import duckdb
 
 from analysis.errors import AnalysisError, DigestMismatch, EmptyWindow
-from campaign.records import RunSummary
+from campaign.records import RunSummary, split_torn_tail
 
 # The subset of campaign.records.RequestRecord the analysis needs, with duckdb types.
 COLUMNS: dict[str, str] = {
@@ -101,8 +101,8 @@ def _load_summaries(records_dir: Path) -> dict[str, RunSummary]:
 
 
 def _complete_lines(jsonl: Sequence[Path], scratch: Path, records_dir: Path) -> tuple[list[Path], list[str]]:
-    """The loadgen ends every record with a newline, so a file that does not end with one was
-    cut mid-write (a worker killed, a disk full). Its complete lines are read from a copy; the
+    """A file that does not end with a newline was cut mid-write (campaign.records.split_torn_tail).
+    Its complete lines are read from a copy; the
     partial tail is left out and named (relative to `records_dir`: the name lands in reports),
     and the evidence file itself is never modified."""
     out: list[Path] = []
@@ -114,11 +114,11 @@ def _complete_lines(jsonl: Sequence[Path], scratch: Path, records_dir: Path) -> 
                 out.append(p)
                 continue
             data = p.read_bytes()
-        cut = data.rfind(b"\n") + 1
-        torn.append(f"{p.relative_to(records_dir).as_posix()}: {len(data) - cut} bytes after the last complete record")
-        if cut:
+        complete, cut = split_torn_tail(data)
+        torn.append(f"{p.relative_to(records_dir).as_posix()}: {cut} bytes after the last complete record")
+        if complete:
             copy = scratch / f"{i}-{p.name}"
-            copy.write_bytes(data[:cut])
+            copy.write_bytes(complete)
             out.append(copy)
     return out, torn
 

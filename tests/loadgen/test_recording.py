@@ -119,6 +119,22 @@ def test_torn_last_line_is_skipped_but_corruption_is_not(tmp_path: Path) -> None
         list(read_records([p]))
 
 
+def test_both_readers_agree_on_what_is_torn(tmp_path: Path) -> None:
+    """A record is whole only with its newline (RecordSink writes whole lines): a last line
+    without one was cut mid-write, even when what was cut happens to parse. The run summary
+    (read_records) and the analysis (load_records) leave out the same records."""
+    from analysis.sources.records import load_records
+
+    line = not_sent_record(CTX, REQ, "x").to_json()
+    second = line.replace('"request_id":7,', '"request_id":8,')
+    assert second != line
+    p = tmp_path / "records-g6-w0.jsonl"
+    p.write_text(line + "\n" + second)
+    assert [r.request_id for r in read_records([p])] == [7]
+    rs = load_records(tmp_path, CTX.manifest_digest)
+    assert rs.count() == 1 and rs.torn_tails == [f"{p.name}: {len(second)} bytes after the last complete record"]
+
+
 def test_records_roundtrip_contract() -> None:
     r = not_sent_record(CTX, REQ, "x")
     assert RequestRecord.from_dict(json.loads(r.to_json())) == r
