@@ -165,3 +165,13 @@ def test_plan_and_emulator_run_every_replica_of_an_instance(manifest_data: dict[
     assert TimingModel.for_fleet(three, three.fleets[0]).replicas == 3
     issues = cloud_issues(three)
     assert any(i.path == "fleets[0].replicas_per_instance" for i in issues)
+
+
+def test_plan_batch_decode_on_neuron_reads_every_compiled_slot_over_its_bucket(manifest_data: dict[str, Any]) -> None:
+    m = manifest_from_data(manifest_data)
+    f = m.fleet("inf2")  # vllm-neuron, buckets 512 1024 2048 2560, max_concurrency 16
+    rc = m.workload.request_class
+    t = TimingModel.for_fleet(m, f)
+    bucket = t.padded(int(rc.max_input_tokens + rc.max_output_tokens / 2))
+    step = t.roofline.memory_s(16 * bucket, t.efficiency.bandwidth) + t.efficiency.step_overhead_ms / 1000
+    assert {p.fleet: p for p in plan(m)}["inf2"].batch_decode_tok_s == pytest.approx(16 / step)
