@@ -172,7 +172,7 @@ def test_an_instance_of_several_replicas_saturates_at_all_their_slots(tmp_path: 
     write_jsonl(tmp_path / "r" / "records-inf2-w0.jsonl", _overlapping(m, "inf2", 50, 900, 4))
     write_jsonl(tmp_path / "r" / "records-g6-w0.jsonl", _overlapping(m, "g6", 50, 300, 4))
     r = build_report(m, tmp_path / "r", quality=PASS, out_dir=tmp_path / "o", instances_measured={"inf2": 1, "g6": 1},
-                     with_sensitivity=False, with_pages=False)
+                     with_sensitivity=False, with_pages=False).model_dump(mode="json")
     assert r["fleets"]["inf2"]["max_concurrency"] == 12 and not r["fleets"]["inf2"]["saturated"]
     gap = next(g for g in r["gaps"] if g["what"] == "saturation.inf2")
     assert "peak 4 of 12 concurrent sequences" in gap["reason"]
