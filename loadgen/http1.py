@@ -62,6 +62,16 @@ class ResponseParser:
             self._state = _DONE
             self.message_complete = True
 
+    def _take_counted(self) -> bool:
+        """Pass on up to the `_left` bytes still due (a chunk's or a Content-Length body's);
+        True once they all have been."""
+        take = self._buf[: self._left]
+        self._buf = self._buf[len(take) :]
+        self._left -= len(take)
+        if take:
+            self._on_body(take)
+        return self._left == 0
+
     def _run(self) -> None:
         while self._buf:
             before = (self._state, len(self._buf))
@@ -71,12 +81,7 @@ class ResponseParser:
             elif state == _SIZE:
                 self._size()
             elif state == _DATA:
-                take = self._buf[: self._left]
-                self._buf = self._buf[len(take) :]
-                self._left -= len(take)
-                if take:
-                    self._on_body(take)
-                if self._left == 0:
+                if self._take_counted():
                     self._state = _DATA_END
             elif state == _DATA_END:
                 if len(self._buf) < 2:
@@ -88,12 +93,7 @@ class ResponseParser:
             elif state == _TRAILER:
                 self._trailer()
             elif state == _LENGTH:
-                take = self._buf[: self._left]
-                self._buf = self._buf[len(take) :]
-                self._left -= len(take)
-                if take:
-                    self._on_body(take)
-                if self._left == 0:
+                if self._take_counted():
                     self._done()
             elif state == _CLOSE:
                 body, self._buf = self._buf, b""
