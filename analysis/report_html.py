@@ -1,11 +1,18 @@
-"""report.html: one self-contained page (inline SVG, no scripts, no network) with every figure's source."""
+"""report.html: one self-contained page (inline SVG from analysis.plots, no scripts, no network).
+
+It holds every section of report.md, in the same order and under the same headings, with each
+figure placed in the section it illustrates and captioned with where its numbers came from."""
 
 from __future__ import annotations
 
 import html
+import re
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from analysis import svg
+from analysis import plots
+from analysis.cost import cost_per_million
+from analysis.ledger import payback_curve
 from analysis.report_md import (
     OUTCOMES_NOTE,
     PREFIX_CACHE_COLUMNS,
@@ -26,146 +33,268 @@ from analysis.report_md import (
     sized_from_capacity,
 )
 from analysis.report_model import Report
-from analysis.sensitivity import tornado
+
+MEASURED_RECORDS = "per-request loadgen records, non-warmup, exact quantiles (measured)"
+CDF_MARKS = "band and whisker at 95%: each fleet's P95 with its 95% interval (order statistics); dashed: the SLO's P95 target"
 
 
-def _figure(chart: str, source: str) -> str:
-    return f"<figure>{chart}<figcaption>Source: {html.escape(source)}</figcaption></figure>"
+def _inline(text: str) -> str:
+    """Escape, then the two Markdown marks the shared sentences use: **bold** and `code`."""
+    out = html.escape(text)
+    out = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", out)
+    return re.sub(r"`(.+?)`", r"<code>\1</code>", out)
 
 
-def _upper(f: dict[str, Any]) -> str:
-    return " (upper bound)" if f.get("saturated") is False and not sized_from_capacity(f) else ""
+def _table(head: Sequence[str], rows: Iterable[Sequence[str]], bold: Sequence[bool] = ()) -> str:
+    th = "".join(f"<th>{html.escape(c)}</th>" for c in head)
+    body = []
+    for i, row in enumerate(rows):
+        style = ' style="font-weight:bold"' if i < len(bold) and bold[i] else ""
+        body.append(f"<tr{style}>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>")
+    return f"<table><thead><tr>{th}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
-def _capacity_html(fleets: dict[str, Any], sweep: dict[str, list[dict[str, Any]]]) -> str:
-    """One table per fleet of the capacity-sweep steps, the chosen step in bold."""
-    if not sweep:
+def _list(items: Iterable[str]) -> str:
+    return "<ul>" + "".join(f"<li>{x}</li>" for x in items) + "</ul>"
+
+
+def _figure(svg: str, source: str, extra: str = "") -> str:
+    return f'<figure>{svg}<figcaption>Source: {html.escape(source)}{extra}</figcaption></figure>'
+
+
+def _fleets_table(r: dict[str, Any]) -> str:
+    head = ("fleet", "requests", "successful", "successful tokens", "P95 TTFT s", "P95 ITL s", "SLO", "per-instance goodput tok/s",
+            "capacity 95% CI tok/s", "peak in flight / instance", "max concurrency", "saturated", "instances required", "monthly USD",
+            "USD per 1M successful tokens", "measured-run USD per 1M")
+    rows = []
+    for name, f in r["fleets"].items():
+        run = (f.get("measured_run") or {}).get("cost_per_million_successful_tokens")
+        bound = " (lower bound)" if f.get("saturated") is False else ""
+        upper = " (upper bound)" if (decided(r) and f.get("saturated") is False and not sized_from_capacity(f)
+                                      and f.get("instances_required") is not None) else ""
+        rows.append((
+            f"{name} ({f['instance_type']})", fmt(f["requests"]), fmt(f["successful_requests"]), fmt(f["successful_output_tokens"]),
+            p95_cell(f, "ttft"), p95_cell(f, "itl"), "pass" if f["slo_pass"] else "FAIL",
+            f"{fmt(f.get('per_instance_goodput_tok_s'), 1)}{bound}", ci_text(f.get("capacity_ci_tok_s"), 1) or "n/a",
+            fmt(f.get("peak_in_flight_per_instance"), 1), fmt(f.get("max_concurrency")), saturated_cell(f),
+            f"{sized_cell(r, f, 'instances_required')}{upper}", sized_cell(r, f, "monthly_cost_usd", 2),
+            sized_cell(r, f, "cost_per_million_successful_tokens", 4), fmt(run, 4),
+        ))
+    return _table(head, rows)
+
+
+def _outcomes(r: dict[str, Any]) -> str:
+    rows = outcome_rows(r)
+    if not rows:
         return ""
-    out = ["<h2>Capacity sweep</h2>"]
-    for n, steps in sweep.items():
-        cap = fleets[n]["capacity"]
-        chosen = cap.get("step") or "no steady-state step held the SLO; sized from the replay"
-        out.append(f"<h3>{html.escape(n)}: capacity {fmt(cap.get('per_instance_tok_s'), 1)} tok/s per instance ({html.escape(str(chosen))})</h3>")
-        out.append("<table><tr><th>step</th><th>requests</th><th>successful</th><th>P95 TTFT s</th><th>P95 ITL s</th><th>error rate</th>"
-                   "<th>SLO</th><th>per-instance goodput tok/s</th><th>peak in flight / instance</th><th>window s</th>"
-                   "<th>median request s</th><th>steady state</th><th>chosen</th></tr>")
-        for st in steps:
-            bold = ' style="font-weight:bold"' if st["chosen"] else ""
-            out.append(
-                f"<tr{bold}><td>{html.escape(st['label'])}</td><td>{fmt(st['requests'])}</td><td>{fmt(st['successful_requests'])}</td>"
-                f"<td>{p95_cell(st, 'ttft')}</td><td>{p95_cell(st, 'itl')}</td><td>{fmt(st['error_rate'], 4)}</td>"
-                f"<td>{'pass' if st['slo_pass'] else 'FAIL'}</td><td>{fmt(st['per_instance_goodput_tok_s'], 1)}</td>"
-                f"<td>{fmt(st['peak_in_flight_per_instance'], 1)}</td><td>{fmt(st.get('window_s'), 1)}</td>"
-                f"<td>{fmt(st.get('median_e2e_s'), 1)}</td><td>{'yes' if st.get('steady_state') else 'no'}</td>"
-                f"<td>{'chosen' if st['chosen'] else ''}</td></tr>"
-            )
-        out.append("</table>")
-        stop, rows = search_rows(fleets[n])
-        if rows:
-            out.append(f"<p>{html.escape(stop)}</p><table><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in SEARCH_COLUMNS) + "</tr>")
-            out += ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows]
-            out.append("</table>")
+    return f"<p>{_inline(OUTCOMES_NOTE)}</p>" + _table(("fleet", "requests by outcome", "ITL basis"), rows)
+
+
+def _latency_figures(r: dict[str, Any]) -> list[str]:
+    fs = (r.get("series") or {}).get("fleets") or {}
+    if not fs:
+        return []
+    out = []
+    for key, what, slo in (("ttft", "TTFT (s, from scheduled send)", r["slo"]["ttft_p95_s"]),
+                           ("itl", "ITL (s, mean gap per request)", r["slo"]["itl_p95_s"])):
+        cdfs = [plots.LatencyCdf(n, [tuple(p) for p in s.get(f"{key}_cdf") or []], r["fleets"][n].get(f"p95_{key}_s"),
+                                 _interval(r["fleets"][n].get(f"p95_{key}_ci_s"))) for n, s in fs.items()]
+        out.append(_figure(plots.latency_cdf(f"{key.upper()} CDF per fleet", what, cdfs, slo),
+                           f"{MEASURED_RECORDS}; {CDF_MARKS}"))
+    series = [plots.FleetSeries(n, [tuple(p) for p in s["goodput"]]) for n, s in fs.items() if s.get("goodput")]
+    if series:
+        out.append(_figure(plots.goodput_over_time("Goodput over time", series),
+                           "per-request records: ok, quality ok and per-request SLO met, binned by completion time (measured)"))
+    return out
+
+
+def _interval(ci: Any) -> plots.Interval | None:
+    return (ci[0], ci[1]) if ci else None
+
+
+def _per_million(monthly_usd: float | None, monthly_tokens: float) -> float | None:
+    return None if monthly_usd is None else cost_per_million(monthly_usd, monthly_tokens)
+
+
+def _cost_figure(r: dict[str, Any]) -> str:
+    """Cost per 1M successful tokens; its interval is the monthly cost's over the same monthly tokens."""
+    if not decided(r):
+        return ""
+    bars = []
+    for n, f in r["fleets"].items():
+        v, tokens = f.get("cost_per_million_successful_tokens"), f.get("monthly_successful_tokens")
+        if v is None:
+            continue
+        ci = f.get("monthly_cost_ci_usd")
+        iv = (_per_million(ci[0], tokens), _per_million(ci[1], tokens)) if ci and tokens else None
+        bars.append(plots.CostBar(n, v, iv))
+    if not bars:
+        return ""
+    prices = "; ".join(f"{k}: {v.get('source')} {v.get('detail')}" for k, v in r["provenance"].items() if k.startswith("prices.instance"))
+    return _figure(plots.cost_per_million("Cost per 1M successful output tokens", bars),
+                   "sized monthly fleet cost (95% interval propagated from the capacity's) / monthly successful tokens at peak "
+                   f"demand; prices: {prices}")
+
+
+def _no_cost_figure(r: dict[str, Any]) -> str:
+    if decided(r) or not (r.get("series") or {}).get("fleets"):
+        return ""
+    return "<p>No cost or payback figure: the fleet sizes they rest on are not decided (see Blocked by).</p>"
+
+
+def _capacity(r: dict[str, Any]) -> str:
+    fleets = {n: f for n, f in r["fleets"].items() if capacity_rows(f)}
+    if not fleets:
+        return ""
+    out = ["<h2>Capacity sweep</h2>",
+           "<p>Each step replays the trace's requests at a multiple of the manifest's rate; a fleet's per-instance capacity is the "
+           "highest per-instance SLO-compliant goodput among the steps that held the fleet SLO and lasted at least three median "
+           "request lifetimes (steady state) (chosen: <b>bold</b>).</p>"]
+    head = ("step", "requests", "successful", "P95 TTFT s", "P95 ITL s", "error rate", "SLO", "per-instance goodput tok/s",
+            "peak in flight / instance", "window s", "median request s", "steady state", "chosen")
+    for name, f in fleets.items():
+        cap = f["capacity"]
+        where = f" (step {cap['step']})" if cap.get("step") else " (no steady-state step held the SLO; sized from the replay)"
+        out.append(f"<h3>{html.escape(name)}: capacity {fmt(cap.get('per_instance_tok_s'), 1)} tok/s per instance{html.escape(where)}</h3>")
+        steps = capacity_rows(f)
+        rows = [(s["label"], fmt(s["requests"]), fmt(s["successful_requests"]), p95_cell(s, "ttft"), p95_cell(s, "itl"),
+                 fmt(s["error_rate"], 4), "pass" if s["slo_pass"] else "FAIL", fmt(s["per_instance_goodput_tok_s"], 1),
+                 fmt(s["peak_in_flight_per_instance"], 1), fmt(s.get("window_s"), 1), fmt(s.get("median_e2e_s"), 1),
+                 "yes" if s.get("steady_state") else "no", "chosen" if s["chosen"] else "") for s in steps]
+        out.append(_table(head, rows, [s["chosen"] for s in steps]))
+        stop, search = search_rows(f)
+        if search:
+            out.append(f"<p>{html.escape(stop)}</p>" + _table(SEARCH_COLUMNS, search))
+    points = {n: [plots.CapacityPoint(s["multiplier"], s["per_instance_goodput_tok_s"], bool(s["slo_pass"]), bool(s["chosen"]))
+                  for s in capacity_rows(f) if s["label"] != "replay" and s["per_instance_goodput_tok_s"] is not None]
+              for n, f in fleets.items()}
+    if any(points.values()):
+        out.append(_figure(plots.capacity_steps("Capacity sweep: per-instance goodput", points),
+                           "capacity step records (measured); each fleet's capacity is the best steady-state step that held the fleet SLO"))
+    tracks = [plots.SearchTrack(n, [plots.SearchPoint(s["multiplier"], s["verdict"]) for s in f["capacity"]["search"]["steps"]],
+                                f["capacity"]["search"].get("held_multiplier"))
+              for n, f in fleets.items() if (f["capacity"].get("search") or {}).get("steps")]
+    if tracks:
+        out.append(_figure(plots.search_path("Capacity search path", tracks),
+                           "capacity/<fleet>/search.json: each step's multiplier and verdict under the fleet SLO (measured)"))
     return "".join(out)
+
+
+def _histograms(prom: dict[str, Any] | None) -> str:
+    if not prom or not prom.get("fleets"):
+        return "<p>Histograms: no Prometheus source; every percentile above comes from the raw records.</p>"
+    rows = []
+    for fleet, series in prom["fleets"].items():
+        for key, h in series.items():
+            if isinstance(h, dict) and "metric" in h:
+                metric = h["metric"] or f"none: {h.get('note', 'not exported')}"
+                rows.append((fleet, key, metric, fmt(h.get("p95_s_merged_histogram")), fmt(h.get("p95_s_records")), fmt(h.get("difference_s"))))
+    return (f"<p>Histograms from Prometheus ({html.escape(str(prom.get('url')))}), buckets summed across replicas before the quantile:</p>"
+            + _table(("fleet", "histogram", "metric", "P95 s (merged histogram)", "P95 s (records)", "difference s"), rows))
+
+
+def _prefix_cache(pc: dict[str, Any] | None) -> str:
+    if not pc:
+        return ""
+    return (f"<h2>Prefix cache</h2><p>{html.escape(pc['trace'])}.</p>" + _table(PREFIX_CACHE_COLUMNS, prefix_cache_rows(pc))
+            + f"<p>{html.escape(pc['note'])}.</p>")
+
+
+def _placement(r: dict[str, Any]) -> str:
+    items = []
+    for name, f in r["fleets"].items():
+        size, mc = f.get("size"), f.get("monthly_cost")
+        if size:
+            per_az = ", ".join(f"{az} {n}" for az, n in size["per_az"].items()) if isinstance(size["per_az"], dict) else str(size["per_az"])
+            items.append(f"{html.escape(name)}: {size['busy_instances']} busy + {size['headroom_instances']} headroom + "
+                         f"{size['redundancy_instances']} redundancy + {size['asg_min_topup']} ASG-min = {size['required']} "
+                         f"({html.escape(per_az)})")
+        if mc:
+            parts = ", ".join(f"{k.removesuffix('_usd')} {fmt(v, 2)}" for k, v in mc.items() if k.endswith("_usd"))
+            items.append(f"{html.escape(name)} monthly USD: {html.escape(parts)} ({html.escape(str(mc['compute_note']))})")
+    return "<p>Per-AZ placement and cost lines:</p>" + (_list(items) if items else "<p>none (no fleet was sized)</p>")
+
+
+def _migration(r: dict[str, Any]) -> str:
+    if not r.get("migration"):
+        return ""
+    out = ["<h2>Migration ledger</h2>",
+           _table(("item", "USD"), [(k, fmt(v, 2)) for k, v in r["migration"]["items_usd"].items()]
+                  + [("total", fmt(r["migration"].get("total_usd"), 2))])]
+    curve = (r.get("series") or {}).get("payback_curve")
+    if curve and decided(r) and r.get("migration_cost_usd") is not None:
+        months = int(curve[-1][0])
+        ci = r.get("monthly_delta_ci_usd") or (None, None)
+        low = payback_curve(r["migration_cost_usd"], ci[0], months) if ci[0] is not None else None
+        high = payback_curve(r["migration_cost_usd"], ci[1], months) if ci[1] is not None else None
+        p = plots.Payback([tuple(x) for x in curve], low, high, r["migration_cost_usd"], r.get("payback_months"), r.get("horizon_months"))
+        out.append(_figure(plots.payback("Payback: cumulative net savings after cut-over", p),
+                           "migration ledger (manifest activities and the sized fleets' dual-run costs) and the monthly delta "
+                           "(computed from measured capacity and prices), with the delta's 95% interval"))
+    return "".join(out)
+
+
+def _time_to_ready(r: dict[str, Any]) -> str:
+    if not r.get("time_to_ready"):
+        return ""
+    return ("<p>Time to ready (measured in the cloud run: instance launch -> first healthy target, minute resolution):</p>"
+            + _list(f"{html.escape(n)}: {fmt(t['seconds'] / 60, 1)} min ({t['instances_launched']} instance(s) launched)"
+                    for n, t in r["time_to_ready"].items()))
+
+
+def _sensitivity(sens: dict[str, Any] | None) -> str:
+    if not sens:
+        return ""
+    out = ["<h2>Sensitivity (one input at a time)</h2>",
+           _table(("cell", "decision", "monthly delta USD (95% CI)", "payback months (95% CI)", "reasons"), sensitivity_rows(sens))]
+    base = sens["base"].get("monthly_delta_usd")
+    drawn = [plots.SensitivityBar(c["label"], c["monthly_delta_usd"], _interval(c.get("monthly_delta_ci_usd")), str(c["decision"]))
+             for c in sens["cells"] if plots.finite(c.get("monthly_delta_usd"))]
+    left = [f"{c['label']} ({c['decision']})" for c in sens["cells"] if not plots.finite(c.get("monthly_delta_usd"))]
+    if plots.finite(base) and drawn:
+        extra = f". Not drawn (no figure: outside the evidence): {'; '.join(left)}" if left else ""
+        out.append(_figure(plots.sensitivity_tornado("Sensitivity: monthly delta per cell", base, drawn),
+                           f"one-at-a-time grid ({sens.get('method', '')}); whiskers: each cell's 95% interval", html.escape(extra)))
+    return "".join(out)
+
+
+def _gaps(r: dict[str, Any]) -> str:
+    items = [f"{html.escape(g['what'])}: {html.escape(g['reason'])}{' (blocks Go)' if g['blocks_go'] else ''}" for g in r["gaps"]]
+    return "<h2>Gaps</h2>" + _list(items or ["none"])
+
+
+def _provenance(r: dict[str, Any]) -> str:
+    return "<h2>Provenance</h2>" + _list(f"<b>{html.escape(k)}</b>: {html.escape(str(p.get('source')))} - {html.escape(str(p.get('detail')))}"
+                                         for k, p in r["provenance"].items())
+
+
+STYLE = """body{font-family:sans-serif;max-width:72em;margin:2em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:.5em 0;font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px;vertical-align:top}
+th{background:#f3f3f3}figure{margin:1.2em 0}figure svg{max-width:100%;height:auto}
+figcaption{font-size:12px;color:#444}blockquote{border-left:4px solid #ccc;margin:0;padding-left:1em}"""
 
 
 def render_html(model: Report) -> str:
     r = model.model_dump(mode="json")  # BRIDGE (analysis.report_model): the page still reads report.json's dict; read `model` typed instead
     d = r["decision"]
-    series = r.get("series", {})
-    fs = series.get("fleets", {})
-    slo = r["slo"]
-    figs = [
-        _figure(
-            svg.line_chart("TTFT CDF per fleet", "TTFT (s, from scheduled send)", "fraction of requests",
-                           {n: s.get("ttft_cdf", []) for n, s in fs.items()}, vlines=[(slo["ttft_p95_s"], "SLO P95")], hlines=[(0.95, "P95")]),
-            "per-request loadgen records, non-warmup, exact quantiles (measured)",
-        ),
-        _figure(
-            svg.line_chart("ITL CDF per fleet", "ITL (s, mean gap per request)", "fraction of requests",
-                           {n: s.get("itl_cdf", []) for n, s in fs.items()}, vlines=[(slo["itl_p95_s"], "SLO P95")], hlines=[(0.95, "P95")]),
-            "per-request loadgen records, non-warmup, exact quantiles (measured)",
-        ),
-        _figure(
-            svg.line_chart("Goodput over time", "run time (s)", "successful output tokens/s", {n: s.get("goodput", []) for n, s in fs.items()}),
-            "per-request records: ok, quality ok and per-request SLO met, binned by completion time (measured)",
-        ),
-        _figure(
-            svg.bar_chart("Cost per 1M successful tokens", "USD", [(n, f["cost_per_million_successful_tokens"]) for n, f in r["fleets"].items()
-                                                                   if f.get("cost_per_million_successful_tokens") is not None]),
-            "sized monthly fleet cost / monthly successful tokens at peak demand; prices: " +
-            "; ".join(f"{k}: {v.get('source')} {v.get('detail')}" for k, v in r["provenance"].items() if k.startswith("prices.instance")),
-        ),
+    comp = r.get("comparison") or {}
+    blocked = (r.get("headline") or {}).get("blocked_by") or []
+    sut = f"<blockquote>{html.escape(r['systems_under_test'])}</blockquote>" if r.get("systems_under_test") else ""
+    body = [
+        f"<h1>{html.escape(r['campaign'])}: {html.escape(d['state'].upper())}</h1>",
+        f"<p>manifest digest <code>{html.escape(r['manifest_digest'])}</code>, generated {html.escape(r['generated_at'])}; "
+        f"baseline <b>{html.escape(str(comp.get('baseline')))}</b>, candidate <b>{html.escape(str(comp.get('candidate')))}</b>.</p>",
+        sut,
+        "<h2>Decision</h2>", _list(html.escape(x) for x in d["reasons"]), f"<p>{_inline(headline_text(r))}</p>",
+        ("<p>Blocked by:</p>" + _list(html.escape(x) for x in blocked)) if not decided(r) and blocked else "",
+        "<h2>Fleets</h2>",
+        "<p>P95s with their 95% interval (order statistics, distribution-free) and n, the requests each is taken over; "
+        "instances and monthly cost with the interval propagated from the capacity's.</p>",
+        _fleets_table(r), _outcomes(r), *_latency_figures(r), _cost_figure(r) or _no_cost_figure(r),
+        "<h2>Quality gate</h2>",
+        (_table(("fleet", "gate", "failures"), quality_rows(r)) if quality_rows(r) else "<p>No quality-gate results were given.</p>"),
+        _capacity(r), _histograms(r.get("prometheus")), _prefix_cache(r.get("prefix_cache")), _placement(r), _migration(r),
+        _time_to_ready(r), _sensitivity(r.get("sensitivity")), _gaps(r), _provenance(r),
     ]
-    if series.get("payback_curve"):
-        figs.append(_figure(
-            svg.line_chart("Payback curve", "months after cut-over", "cumulative net savings (USD)", {"net savings": series["payback_curve"]},
-                           hlines=[(0.0, "break-even")], vlines=[(r["horizon_months"], "horizon")] if r.get("horizon_months") else ()),
-            "migration ledger (manifest) and monthly delta (computed from measured throughput and prices)",
-        ))
-    if r.get("sensitivity"):
-        figs.append(_figure(
-            svg.tornado_chart("Sensitivity: monthly delta (USD)", "baseline - candidate monthly cost", tornado(r["sensitivity"])),
-            "one-at-a-time grid; every cell recomputes sizing, cost and the decision",
-        ))
-    sweep = {n: capacity_rows(f) for n, f in r["fleets"].items() if capacity_rows(f)}
-    if sweep:
-        figs.append(_figure(
-            svg.line_chart("Capacity sweep: per-instance goodput", "offered rate (x the manifest's)", "SLO-compliant tok/s per instance",
-                           {n: [(s["multiplier"], s["per_instance_goodput_tok_s"]) for s in steps
-                                if s["label"] != "replay" and s["per_instance_goodput_tok_s"] is not None] for n, steps in sweep.items()}),
-            "capacity-sweep step records (measured); each fleet's capacity is the best step that held the fleet SLO",
-        ))
-    rows = "".join(
-        f"<tr><td>{html.escape(n)} ({html.escape(f['instance_type'])})</td><td>{fmt(f['requests'])}</td><td>{fmt(f['successful_output_tokens'])}</td>"
-        f"<td>{p95_cell(f, 'ttft')}</td><td>{p95_cell(f, 'itl')}</td><td>{'pass' if f['slo_pass'] else 'FAIL'}</td>"
-        f"<td>{fmt(f.get('per_instance_goodput_tok_s'), 1)}</td><td>{ci_text(f.get('capacity_ci_tok_s'), 1) or 'n/a'}</td>"
-        f"<td>{fmt(f.get('peak_in_flight_per_instance'), 1)}</td>"
-        f"<td>{fmt(f.get('max_concurrency'))}</td><td>{saturated_cell(f)}</td>"
-        f"<td>{sized_cell(r, f, 'instances_required')}{_upper(f) if decided(r) else ''}</td><td>{sized_cell(r, f, 'monthly_cost_usd', 2)}</td>"
-        f"<td>{sized_cell(r, f, 'cost_per_million_successful_tokens', 4)}</td></tr>"
-        for n, f in r["fleets"].items()
-    )
-    cap_html = _capacity_html(r["fleets"], sweep)
-    outcomes = "".join(f"<tr>{''.join(f'<td>{html.escape(x)}</td>' for x in row)}</tr>" for row in outcome_rows(r))
-    if outcomes:
-        outcomes = (f"<p>{html.escape(OUTCOMES_NOTE).replace('`', '')}</p><table><tr><th>fleet</th><th>requests by outcome</th>"
-                    f"<th>ITL basis</th></tr>{outcomes}</table>")
-    quality = "".join(f"<tr><td>{html.escape(n)}</td><td>{html.escape(v)}</td><td>{html.escape(f)}</td></tr>" for n, v, f in quality_rows(r))
-    quality_html = (f"<h2>Quality gate</h2><table><tr><th>fleet</th><th>gate</th><th>failures</th></tr>{quality}</table>" if quality
-                    else "<h2>Quality gate</h2><p>No quality-gate results were given.</p>")
-    gaps = "".join(f"<li>{html.escape(g['what'])}: {html.escape(g['reason'])}</li>" for g in r["gaps"]) or "<li>none</li>"
-    prov = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(str(v.get('source')))} - {html.escape(str(v.get('detail')))}</li>"
-                   for k, v in r["provenance"].items())
-    reasons = "".join(f"<li>{html.escape(x)}</li>" for x in d["reasons"])
-    blocked = "".join(f"<li>{html.escape(x)}</li>" for x in (r.get("headline") or {}).get("blocked_by", []))
-    head = html.escape(headline_text(r)).replace("**", "") + (f"<br>Blocked by:<ul>{blocked}</ul>" if blocked else "")
-    pc = r.get("prefix_cache")
-    prefix_html = ""
-    if pc:
-        head_row = "".join(f"<th>{html.escape(c)}</th>" for c in PREFIX_CACHE_COLUMNS)
-        body = "".join(f"<tr>{''.join(f'<td>{html.escape(x)}</td>' for x in row)}</tr>" for row in prefix_cache_rows(pc))
-        prefix_html = (f"<h2>Prefix cache</h2><p>{html.escape(pc['trace'])}.</p><table><tr>{head_row}</tr>{body}</table>"
-                       f"<p>{html.escape(pc['note'])}.</p>")
-    sens_html = ""
-    if r.get("sensitivity"):
-        sens_html = ("<h2>Sensitivity (one input at a time)</h2><table><tr><th>cell</th><th>decision</th>"
-                     "<th>monthly delta USD (95% CI)</th><th>payback months (95% CI)</th><th>reasons</th></tr>"
-                     + "".join(f"<tr>{''.join(f'<td>{html.escape(x)}</td>' for x in row)}</tr>" for row in sensitivity_rows(r["sensitivity"]))
-                     + "</table>")
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>{html.escape(r['campaign'])}: {d['state']}</title>
-<style>body{{font-family:sans-serif;max-width:60em;margin:2em auto}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 6px}}
-figure{{margin:1em 0}}figcaption{{font-size:12px;color:#444}}</style></head><body>
-<h1>{html.escape(r['campaign'])}: {d['state'].upper()}</h1>
-<p>manifest digest <code>{r['manifest_digest']}</code>; generated {html.escape(r['generated_at'])}</p>
-{f"<p><b>{html.escape(r['systems_under_test'])}</b></p>" if r.get("systems_under_test") else ""}
-<ul>{reasons}</ul>
-<p>{head}</p>
-<p>P95s with their 95% interval (order statistics, distribution-free) and n, the requests each is taken over.</p>
-<table><tr><th>fleet</th><th>requests</th><th>successful tokens</th><th>P95 TTFT s</th><th>P95 ITL s</th><th>SLO</th>
-<th>per-instance goodput tok/s</th><th>capacity 95% CI tok/s</th><th>peak in flight / instance</th><th>max concurrency</th><th>saturated</th>
-<th>instances</th><th>monthly USD</th><th>USD / 1M successful tokens</th></tr>{rows}</table>
-{outcomes}{quality_html}{cap_html}{prefix_html}{sens_html}{''.join(figs)}
-<h2>Gaps</h2><ul>{gaps}</ul><h2>Provenance</h2><ul>{prov}</ul>
-</body></html>
-"""
+    return (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(r["campaign"])}: {html.escape(d["state"])}'
+            f"</title>\n<style>{STYLE}</style></head><body>\n" + "\n".join(x for x in body if x) + "\n</body></html>\n")

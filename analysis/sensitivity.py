@@ -67,16 +67,3 @@ def run_grid(m: Manifest, evaluate: Callable[[Scenario], dict[str, Any]]) -> dic
         out_cells.append({"dimension": c.dimension, "label": c.label, "scenario": asdict(c.scenario), **res})
     return {"base": base, "cells": out_cells, "method": "one input at a time; every cell recomputes sizing, cost, payback and the decision"}
 
-
-def tornado(sens: dict[str, Any], metric: str = "monthly_delta_usd") -> list[tuple[str, float, float, float]]:
-    """(dimension, low, high, base) of `metric` per dimension, widest swing first; cells without the metric are skipped."""
-    base = sens["base"].get(metric)
-    if base is None:
-        return []
-    spans: dict[str, list[float]] = {}
-    for c in sens["cells"]:
-        v = c.get(metric)
-        if v is not None:
-            spans.setdefault(c["dimension"], []).append(float(v))
-    rows = [(d, min(min(vs), base), max(max(vs), base), float(base)) for d, vs in spans.items()]
-    return sorted(rows, key=lambda r: r[2] - r[1], reverse=True)

@@ -1,0 +1,62 @@
+"""Reports to render in the page tests: a full one (capacity search on both fleets, sensitivity,
+ledger, payback) and one stopped at the quality gate (Reject), both written with their pages."""
+
+from __future__ import annotations
+
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+from analysis.capacity import discover_steps
+from analysis.report import build_gate_report, build_report
+from tests.analysis.synth import manifest
+from tests.analysis.test_capacity import KW, _m, _search_layout, _write
+
+# TTFT and ITL CDFs, goodput over time, cost per 1M, capacity steps, search path, payback, tornado
+FULL_REPORT_FIGURES = 8
+
+
+def full_report(tmp_path: Path, manifest_data: dict[str, Any]) -> tuple[dict[str, Any], Path]:
+    m = _m(manifest_data)
+    replay = _write(tmp_path / "replay", m, {"inf2": (1.0, 900, False), "g6": (1.0, 300, True)})
+    r = build_report(m, replay, out_dir=tmp_path / "out", capacity_dirs=discover_steps(_search_layout(tmp_path, m)), **KW)
+    return r.model_dump(mode="json"), tmp_path / "out"
+
+
+def gate_reject_report(tmp_path: Path, manifest_data: dict[str, Any]) -> tuple[dict[str, Any], Path]:
+    quality = {"inf2": {"passed": False, "pass_rate": 0.5, "failures": ["fixture json-answer: schema invalid"]},
+               "g6": {"passed": True, "pass_rate": 1.0, "failures": []}}
+    r = build_gate_report(manifest(manifest_data), quality, out_dir=tmp_path / "out")
+    return r.model_dump(mode="json"), tmp_path / "out"
+
+
+class PageText(HTMLParser):
+    """The text of a page's headings and table cells, and its <figure> elements' raw SVG."""
+
+    def __init__(self, page: str) -> None:
+        super().__init__()
+        self.headings: list[str] = []
+        self.cells: list[str] = []
+        self.text: list[str] = []
+        self._open: str | None = None
+        self._buf: list[str] = []
+        self.feed(page)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in ("h1", "h2", "h3", "td", "th"):
+            self._open, self._buf = tag, []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == self._open:
+            text = " ".join("".join(self._buf).split())
+            (self.cells if tag in ("td", "th") else self.headings).append(text)
+            self._open = None
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+        if self._open:
+            self._buf.append(data)
+
+    @property
+    def all_text(self) -> str:
+        return " ".join("".join(self.text).split())

@@ -1,0 +1,94 @@
+"""report.html holds everything report.md holds, with matplotlib figures, self-contained."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.analysis.report_pages import FULL_REPORT_FIGURES, PageText, full_report, gate_reject_report
+
+
+def _md_headings(md: str) -> list[str]:
+    return [" ".join(line.lstrip("#").replace("**", "").replace("`", "").split()) for line in md.splitlines() if line.startswith("#")]
+
+
+def _md_cells(md: str) -> list[str]:
+    """Every cell of every Markdown table, without its bold / code marks."""
+    out = []
+    for line in md.splitlines():
+        if line.startswith("|") and not line.startswith("|---"):
+            out += [" ".join(c.replace("**", "").replace("`", "").split()) for c in line.strip().strip("|").split(" | ")]
+    return [c for c in out if c]
+
+
+@pytest.mark.parametrize("build", [full_report, gate_reject_report], ids=["full", "gate-reject"])
+def test_every_markdown_heading_and_table_cell_is_in_the_html(tmp_path: Path, manifest_data: dict[str, Any], build: Any) -> None:
+    _, out = build(tmp_path, manifest_data)
+    md, page = (out / "report.md").read_text(), PageText((out / "report.html").read_text())
+    headings = _md_headings(md)
+    assert len(headings) >= 4
+    missing = [h for h in headings if h not in page.headings]
+    assert not missing, f"Markdown sections missing from the HTML: {missing}"
+    cells = set(page.cells)
+    absent = [c for c in _md_cells(md) if c not in cells]
+    assert not absent, f"Markdown table cells missing from the HTML: {absent[:10]}"
+
+
+def test_full_report_holds_ledger_placement_sensitivity_reasons_gaps_and_provenance(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    r, out = full_report(tmp_path, manifest_data)
+    page = PageText((out / "report.html").read_text())
+    text = page.all_text
+    for item in r["migration"]["items_usd"]:
+        assert item in page.cells
+    for name, f in r["fleets"].items():
+        for az, n in f["size"]["per_az"].items():
+            assert f"{az} {n}" in text, (name, az)
+        assert f"{f['size']['busy_instances']} busy + {f['size']['headroom_instances']} headroom" in text
+    for cell in r["sensitivity"]["cells"]:
+        assert "; ".join(cell["reasons"]) in page.cells, cell["label"]
+    for g in r["gaps"]:
+        assert g["reason"] in text
+    for key, p in r["provenance"].items():
+        assert f"{key}: {p['source']} - {p['detail']}" in text
+    assert all(reason in text for reason in r["decision"]["reasons"])
+
+
+def test_figures_are_inline_svg_with_unique_ids_and_no_external_reference(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    _, out = full_report(tmp_path, manifest_data)
+    page = (out / "report.html").read_text()
+    figures = re.findall(r"<figure>(.*?)</figure>", page, flags=re.S)
+    assert len(figures) == FULL_REPORT_FIGURES
+    assert all(f.count("<svg ") == 1 and "Source: " in f for f in figures)
+    assert "<script" not in page and " src=" not in page and "<link" not in page and "@import" not in page
+    assert not re.search(r'href="(?!#)', page), "a link or reference leaves the page"
+    assert "<metadata>" not in page and "<?xml" not in page and "<!DOCTYPE svg" not in page
+    dupes = [i for i, n in Counter(re.findall(r'\bid="([^"]+)"', page)).items() if n > 1]
+    assert not dupes, f"ids repeated across figures: {dupes[:5]}"
+    refs = set(re.findall(r'(?:href="#|url\(#)([^")]+)', page))
+    assert refs and refs <= set(re.findall(r'\bid="([^"]+)"', page)), "a figure references an id that is not in the page"
+
+
+def test_tornado_draws_only_cells_with_a_figure_and_lists_the_others(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    r, out = full_report(tmp_path, manifest_data)
+    left = [c for c in r["sensitivity"]["cells"] if c["monthly_delta_usd"] is None]
+    drawn = [c for c in r["sensitivity"]["cells"] if c["monthly_delta_usd"] is not None]
+    assert left and drawn  # covered / renewal: no commitment in the example manifest
+    page = (out / "report.html").read_text()
+    fig = next(f for f in re.findall(r"<figure>(.*?)</figure>", page, flags=re.S) if 'aria-label="Sensitivity' in f)
+    svg, caption = fig.split("<figcaption>")
+    labels = re.findall(r"<text[^>]*>([^<]*)</text>", svg)
+    assert all(c["label"] in labels for c in drawn)
+    assert not any(c["label"] in labels for c in left)
+    assert all(f"{c['label']} ({c['decision']})" in caption for c in left)
+
+
+def test_gate_reject_report_has_no_figures_and_says_not_decided(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    r, out = gate_reject_report(tmp_path, manifest_data)
+    assert r["decision"]["state"] == "reject"
+    page = (out / "report.html").read_text()
+    assert "<figure>" not in page and "<b>not decided</b>" in page
+    assert "fixture json-answer: schema invalid" in PageText(page).cells
