@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from campaign.errors import EXIT_BAD_INPUT, CampaignError
+from campaign.shipped import checkout_root
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ACCEPTED_FILE = REPO_ROOT / "stacks" / "checkov-accepted.yaml"
@@ -90,6 +91,7 @@ def unexplained(findings: Sequence[Finding], accepted: Sequence[Accepted]) -> tu
 
 def run_checkov(template: Path, checkov: Path = CHECKOV) -> Any:
     if not checkov.is_file():
+        checkout_root("the checkov gate (`make checkov` builds its .venv-checkov)")  # an installed copy has no Makefile
         raise GateInputError(f"{checkov} is missing: run `make checkov` (it builds .venv-checkov)")
     proc = subprocess.run(
         [str(checkov), "-f", str(template), "--framework", "cloudformation", "-o", "json", "--quiet", "--compact"],
@@ -125,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         accepted = load_accepted()
         findings = [f for t in args.templates for f in failed_findings(run_checkov(t), str(t))]
-    except GateInputError as exc:
+    except CampaignError as exc:  # a bad accepted-findings file or report, or no checkout to run checkov from
         print(f"checkov gate: {exc}", file=sys.stderr)
         return 2
     left, stale = unexplained(findings, accepted)

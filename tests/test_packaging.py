@@ -125,3 +125,5 @@ def test_wheel_installs_a_working_command(tmp_path: Path) -> None:
     r = run(cli, "local", MANIFEST, "--engine", "vllm-cpu", "--out", tmp_path / "run")
     assert r.returncode == 2 and "--engine vllm-cpu (`make engine` makes its .venv-engine) needs a checkout" in r.stderr, r.stderr
     assert not (tmp_path / "run").exists()
+    r = run(py, "-m", "stacks.checkov_gate", tmp_path / "template.json")
+    assert r.returncode == 2 and "the checkov gate (`make checkov` builds its .venv-checkov) needs a checkout" in r.stderr, r.stderr
