@@ -29,7 +29,7 @@ from analysis.capacity import REPLAY, SearchPath, SearchStep, StopRule, write_se
 from analysis.capacity_search import SearchSettings, StepPlan, Stop, certain_miss, judge, next_lifetime, search
 from analysis.sources.records import load_records
 from campaign.manifest import CapacitySearch, Manifest
-from campaign.records import ERROR_OUTCOMES
+from campaign.progress import RecordTail
 
 if TYPE_CHECKING:
     from loadgen.launch import FleetRun
@@ -79,19 +79,13 @@ def planned_requests(plan: StepPlan, offsets: list[float]) -> int:
     return bisect.bisect_right(offsets, plan.span_s * plan.multiplier)
 
 
-def running_miss(m: Manifest, fleet: str, step_dir: Path, planned: int) -> str | None:
-    """Whether the records a running step has flushed so far already decide a miss."""
-    from loadgen.recording import read_records, records_name
-
-    slo = m.slo
-    errors = ttft_over = itl_over = 0
-    for r in read_records(sorted(step_dir.glob(records_name(fleet, "*")))):
-        if r.warmup or r.outcome == "not_sent":
-            continue
-        errors += r.outcome in ERROR_OUTCOMES
-        ttft_over += r.ttft_s is not None and r.ttft_s > slo.ttft_p95_s
-        itl_over += r.itl_s is not None and r.itl_s > slo.itl_p95_s
-    return certain_miss(planned, errors, ttft_over, itl_over, slo.max_error_rate)
+def running_miss(m: Manifest, tail: RecordTail, planned: int) -> str | None:
+    """Whether the records a running step has flushed so far (read on from where `tail` last
+    stopped) already decide a miss."""
+    p, slo = tail.poll(), m.slo
+    ttft_over = sum(v > slo.ttft_p95_s for v in p.ttfts)
+    itl_over = sum(v > slo.itl_p95_s for v in p.itls)
+    return certain_miss(planned, p.errors, ttft_over, itl_over, slo.max_error_rate)
 
 
 def measure_step(
@@ -168,8 +162,9 @@ def search_fleet(
         h = handles[fleet] = start_fleet(manifest_path, fleet, url, step_dir, ReplayOptions(
             rate_multiplier=plan.multiplier, slo_deadline=True, warmup=False, window_s=plan.span_s * plan.multiplier / scale))
         planned, early = planned_requests(plan, offsets), None
+        tail = RecordTail(step_dir, fleet, planned)
         while not h.poll() and not stop.is_set():
-            early = running_miss(m, fleet, step_dir, planned)
+            early = running_miss(m, tail, planned)
             if early is not None:
                 h.terminate()
                 break

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from campaign.quantiles import nearest_rank
-from campaign.records import COMPLETED_OUTCOMES, Outcome, split_torn_tail
+from campaign.records import COMPLETED_OUTCOMES, ERROR_OUTCOMES, Outcome, split_torn_tail
 
 
 @dataclass
@@ -22,6 +22,10 @@ class FleetProgress:
     failed: int = 0
     not_sent: int = 0
     ttfts: list[float] = field(default_factory=list)
+    # what the capacity search's early stop needs (campaign.capacity_run): errors as the error
+    # rate counts them and the ITLs, non-warmup
+    errors: int = 0
+    itls: list[float] = field(default_factory=list)
 
     @property
     def ttft_p95_s(self) -> float | None:
@@ -59,8 +63,11 @@ class RecordTail:
                     p.done += 1
                     if r.get("ttft_s") is not None and not r.get("warmup"):
                         p.ttfts.append(float(r["ttft_s"]))
+                    if r.get("itl_s") is not None and not r.get("warmup"):
+                        p.itls.append(float(r["itl_s"]))
                 else:
                     p.failed += 1
+                    p.errors += r["outcome"] in ERROR_OUTCOMES and not r.get("warmup")
         return p
 
 

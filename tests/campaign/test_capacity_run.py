@@ -14,6 +14,7 @@ from campaign.capacity_run import measure_step, planned_requests, resolve_span, 
 from campaign.local import start_emulator
 from campaign.manifest import CapacitySearch, load_manifest
 from campaign.processes import Supervisor
+from campaign.progress import RecordTail
 from loadgen.recording import read_records
 from tests.analysis.synth import rec, write_jsonl
 from tests.loadgen.conftest import small_manifest_data, write
@@ -48,18 +49,27 @@ def test_a_running_step_is_a_certain_miss_once_its_records_decide_one(tmp_path: 
     # and not-sent rows do not count
     ok = [rec(m, "inf2", i) for i in range(30)]
     slow = [rec(m, "inf2", 100 + i, ttft=2.5) for i in range(3)]
-    ignored = [rec(m, "inf2", 200, ttft=9.0, warmup=True), rec(m, "inf2", 201, ttft=None, itl=None, outcome="not_sent")]
+    ignored = [rec(m, "inf2", 200, ttft=9.0, warmup=True), rec(m, "inf2", 201, ttft=None, itl=None, outcome="not_sent"),
+               rec(m, "inf2", 202, ttft=None, itl=None, outcome="timeout", warmup=True)]
     write_jsonl(d / "records-inf2-w0.jsonl", ok + slow + ignored)
-    assert running_miss(m, "inf2", d, 72) is None
+    tail = RecordTail(d, "inf2", 72)
+    assert running_miss(m, tail, 72) is None
     write_jsonl(d / "records-inf2-w1.jsonl", [rec(m, "inf2", 300, ttft=3.0)])  # a fourth, from the other worker
-    assert running_miss(m, "inf2", d, 72) == "4 requests over the TTFT target, more than the 3 a P95 of 72 allows"
-    assert running_miss(m, "g6", d, 72) is None  # another fleet's records are not read
-    # a torn last line (the writer is mid-flush) is skipped, and one timeout decides a 72-request step
-    e = tmp_path / "x0.5"
-    write_jsonl(e / "records-inf2-w0.jsonl", [*ok, rec(m, "inf2", 400, ttft=None, itl=None, outcome="timeout")])
-    with (e / "records-inf2-w0.jsonl").open("a") as fh:
+    assert running_miss(m, tail, 72) == "4 requests over the TTFT target, more than the 3 a P95 of 72 allows"
+    assert running_miss(m, RecordTail(d, "g6", 72), 72) is None  # another fleet's records are not read
+    # ITLs count the same way; a torn last line (the writer is mid-flush) waits for the next poll
+    e = tmp_path / "x0.7"
+    write_jsonl(e / "records-inf2-w0.jsonl", [*ok, *(rec(m, "inf2", 50 + i, itl=0.2) for i in range(4))])
+    assert running_miss(m, RecordTail(e, "inf2", 72), 72) == "4 requests over the ITL target, more than the 3 a P95 of 72 allows"
+    f = tmp_path / "x0.5"
+    write_jsonl(f / "records-inf2-w0.jsonl", ok)
+    with (f / "records-inf2-w0.jsonl").open("a") as fh:
         fh.write('{"campaign": "llama3')
-    assert running_miss(m, "inf2", e, 72) == "1 errors > 0.01 x 72 planned requests"
+    tail = RecordTail(f, "inf2", 72)
+    assert running_miss(m, tail, 72) is None
+    # one timeout decides a 72-request step (0.72 errors allowed)
+    write_jsonl(f / "records-inf2-w1.jsonl", [rec(m, "inf2", 400, ttft=None, itl=None, outcome="timeout")])
+    assert running_miss(m, tail, 72) == "1 errors > 0.01 x 72 planned requests"
 
 
 def test_a_measured_step_carries_the_share_of_sent_requests_that_met_their_slo(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
