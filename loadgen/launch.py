@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from campaign.manifest import Manifest, load_manifest
+from campaign.processes import free_port
 from campaign.records import RunSummary
 from loadgen.recording import read_records, records_name, summary_name
 from loadgen.replay_options import ReplayOptions
@@ -30,12 +30,6 @@ LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
 # taken, prompt synthesis failed): nothing was sent, and the log names the cause.
 SETUP_FAILED = 3
 ROOT = LOCUSTFILE.parent.parent  # the directory holding our packages: the checkout, or site-packages when installed
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def merge_worker_outputs(
@@ -183,7 +177,7 @@ def start_fleet(
     if workers == 1:
         cmds.append(("standalone", lead + common))
     else:
-        port = _free_port()
+        port = free_port()
         cmds.append(
             (
                 "master",

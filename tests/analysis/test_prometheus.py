@@ -4,7 +4,6 @@ prometheus_client exporters that play two replicas with very different latency."
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import time
 import urllib.request
@@ -16,6 +15,7 @@ from prometheus_client import CollectorRegistry, Histogram, start_http_server
 from analysis.errors import SourceUnavailable
 from analysis.histogram import histogram_quantile, merge_buckets
 from analysis.sources.prometheus import PrometheusSource
+from campaign.processes import free_port
 
 BUCKETS = (0.25, 0.5, 1.0, 2.5, 5.0)
 PROM = shutil.which("prometheus")
@@ -39,12 +39,6 @@ def test_histogram_quantile_edges() -> None:
     assert histogram_quantile(0.99, {1.0: 1.0, inf: 10.0}) == 1.0  # rank in +Inf: highest finite bound
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list[Histogram]]]:
     if PROM is None:
@@ -63,7 +57,7 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list[H
         "scrape_configs:\n  - job_name: loadgen\n    static_configs:\n"
         f"      - targets: [{', '.join(repr(t) for t in targets)}]\n        labels: {{fleet: inf2}}\n"
     )
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [PROM, f"--config.file={cfg}", f"--storage.tsdb.path={d / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
         stdout=subprocess.DEVNULL, stderr=(d / "prom.log").open("w"),
