@@ -38,7 +38,9 @@ def _source_packages() -> set[str]:
 
 
 def test_every_package_of_the_tree_is_in_the_wheel() -> None:
-    assert _source_packages() == set(WHEEL_PACKAGES) - MAPPED
+    tree, listed = _source_packages(), set(WHEEL_PACKAGES) - MAPPED
+    assert not tree - listed, f"add {sorted(tree - listed)} to [tool.setuptools] packages in pyproject.toml"
+    assert not listed - tree, f"pyproject.toml lists {sorted(listed - tree)}, which the tree does not have"
 
 
 def _imported_top_level(packages: list[str]) -> set[str]:
