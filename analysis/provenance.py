@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from campaign.manifest import Manifest
@@ -47,3 +47,16 @@ def manifest_provenance(m: Manifest) -> dict[str, str]:
     its canonical digest, which is what identifies it."""
     name = m.source.name if m.source is not None else "<in memory>"
     return {"source": "manifest", "detail": f"{name} digest {m.digest}"}
+
+
+@dataclass
+class Findings:
+    """What one report stage learned besides its result: the gaps it met and where its inputs came
+    from (provenance key -> {source, detail[, value]}). Each stage returns its own; the report
+    concatenates them with `+` in a fixed order, so no stage writes into another's."""
+
+    gaps: list[Gap] = field(default_factory=list)
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    def __add__(self, other: Findings) -> Findings:
+        return Findings([*self.gaps, *other.gaps], {**self.provenance, **other.provenance})

@@ -22,7 +22,7 @@ from analysis.errors import AnalysisError, PriceMissing, SourceUnavailable
 from analysis.evaluate import Context, QualityResults, evaluate, outside_evidence, quality_passed, summarize, unmeasured_row
 from analysis.histogram import bucket_cdf
 from analysis.ledger import payback_curve
-from analysis.provenance import Gap, Sourced, manifest_provenance, run_relative
+from analysis.provenance import Findings, Gap, Sourced, manifest_provenance, run_relative
 from analysis.report_model import Report
 from analysis.sources.billing import cost_explorer_by_fleet, read_focus
 from analysis.sources.cloudwatch import CloudWatchSource, discover_asgs, fleet_specs
@@ -72,41 +72,43 @@ def _finite(x: Any) -> Any:
     return x
 
 
-def _resolve_prices(m: Manifest, book: PriceBook, gaps: list[Gap], prov: dict[str, Any]) -> dict[str, UnitPrices]:
+def _resolve_prices(m: Manifest, book: PriceBook) -> tuple[dict[str, UnitPrices], Findings]:
+    found = Findings()
     out: dict[str, UnitPrices] = {}
     shared: dict[str, Sourced] = {}
     for kind, key, name in (("ebs", "gp3-storage", "ebs_gp3_gb_month"), ("nlb", "hour", "nlb_hour"),
                             ("nlb", "lcu-hour", "nlb_lcu_hour"), ("network", "inter-az", "inter_az_gb")):
         try:
             shared[name] = book.get(kind, key)
-            prov[f"prices.{name}"] = shared[name].as_dict()
+            found.provenance[f"prices.{name}"] = shared[name].as_dict()
         except PriceMissing as exc:
-            gaps.append(Gap(f"prices.{name}", str(exc)))
+            found.gaps.append(Gap(f"prices.{name}", str(exc)))
     for f in m.fleets:
         try:
             inst = book.get("instance", f.instance_type)
         except PriceMissing as exc:
-            gaps.append(Gap(f"prices.instance.{f.instance_type}", str(exc)))
+            found.gaps.append(Gap(f"prices.instance.{f.instance_type}", str(exc)))
             continue
-        prov[f"prices.instance.{f.instance_type}"] = inst.as_dict()
+        found.provenance[f"prices.instance.{f.instance_type}"] = inst.as_dict()
         reserved: float | None = None
         if not any(c.fleet == f.name for c in m.costs.commitments):  # only the sensitivity's rate cells use it
             key = f"prices.{RESERVED_KIND}.{f.instance_type}"
             try:
                 got = book.get(RESERVED_KIND, f.instance_type)
                 reserved = got.value
-                prov[key] = got.as_dict()
+                found.provenance[key] = got.as_dict()
             except PriceMissing as exc:
-                prov[key] = {"value": None, "source": "missing", "detail": f"{exc}: the covered / renewal cells say 'no commitment'"}
+                found.provenance[key] = {"value": None, "source": "missing", "detail": f"{exc}: the covered / renewal cells say 'no commitment'"}
         if len(shared) == 4:
             out[f.name] = UnitPrices(inst.value, shared["ebs_gp3_gb_month"].value, shared["nlb_hour"].value,
                                      shared["nlb_lcu_hour"].value, shared["inter_az_gb"].value, reserved)
-    return out
+    return out, found
 
 
 def _prometheus_section(
-    m: Manifest, url: str, given: HistogramNames | None, measures: Mapping[str, goodput.FleetMeasure], gaps: list[Gap]
-) -> dict[str, Any]:
+    m: Manifest, url: str, given: HistogramNames | None, measures: Mapping[str, goodput.FleetMeasure],
+) -> tuple[dict[str, Any], Findings]:
+    found = Findings()
     src = PrometheusSource(url)
     out: dict[str, Any] = {"url": url, "fleets": {}}
     for f in m.fleets:
@@ -138,62 +140,65 @@ def _prometheus_section(
                     entry["difference_s"] = p95 - recorded  # bucket resolution bounds this; large = a client/clock problem
                 sec[key] = entry
         except SourceUnavailable as exc:
-            gaps.append(Gap("prometheus", str(exc)))
+            found.gaps.append(Gap("prometheus", str(exc)))
             out["error"] = str(exc)
-            return out
+            return out, found
         out["fleets"][f.name] = sec
-    return out
+    return out, found
 
 
-def _time_to_ready(m: Manifest, clients: AwsClients, prov: dict[str, Any], gaps: list[Gap]) -> dict[str, Any]:
+def _time_to_ready(m: Manifest, clients: AwsClients) -> tuple[dict[str, Any], Findings]:
     """Per fleet, instance launch -> first healthy NLB target: a migration activity measured in the cloud run."""
+    found = Findings()
     if clients.autoscaling is None or clients.elbv2 is None or clients.cloudwatch is None:
-        return {}
+        return {}, found
     try:
         asgs = discover_asgs(clients.autoscaling, m.campaign)
-        found = time_to_ready(clients.autoscaling, clients.elbv2, clients.cloudwatch, m.campaign, asgs, time.time())
+        ready = time_to_ready(clients.autoscaling, clients.elbv2, clients.cloudwatch, m.campaign, asgs, time.time())
     except SourceUnavailable as exc:
-        gaps.append(Gap("time_to_ready", str(exc), blocks_go=False))
-        return {}
+        found.gaps.append(Gap("time_to_ready", str(exc), blocks_go=False))
+        return {}, found
     for f in m.fleets:
-        if f.name not in found:
-            gaps.append(Gap(f"time_to_ready.{f.name}", "no launch activity or no healthy target found for this fleet", blocks_go=False))
-    prov["time_to_ready"] = {
+        if f.name not in ready:
+            found.gaps.append(Gap(f"time_to_ready.{f.name}", "no launch activity or no healthy target found for this fleet", blocks_go=False))
+    found.provenance["time_to_ready"] = {
         "source": "pulled",
         "detail": "first 'Launching a new EC2 instance' activity (DescribeScalingActivities) to the first minute with "
                   "AWS/NetworkELB HealthyHostCount >= 1 on the fleet's target group (60 s resolution)",
     }  # fmt: skip
-    return {name: r.as_dict() for name, r in found.items()}
+    return {name: r.as_dict() for name, r in ready.items()}, found
 
 
 def _instances_measured(
-    m: Manifest, given: Mapping[str, int] | None, cw: dict[str, Any], prov: dict[str, Any], gaps: list[Gap]
-) -> dict[str, int]:
+    m: Manifest, given: Mapping[str, int] | None, cw: dict[str, Any],
+) -> tuple[dict[str, int], Findings]:
+    found = Findings()
     out: dict[str, int] = {}
     for f in m.fleets:
         if given and f.name in given:
             out[f.name] = int(given[f.name])
-            prov[f"instances_measured.{f.name}"] = {"value": out[f.name], "source": "measured", "detail": "given by the campaign runner"}
+            found.provenance[f"instances_measured.{f.name}"] = {"value": out[f.name], "source": "measured", "detail": "given by the campaign runner"}
         elif cw.get(f.name, {}).get("instances_in_service_max"):
             out[f.name] = round(cw[f.name]["instances_in_service_max"])
-            prov[f"instances_measured.{f.name}"] = {"value": out[f.name], "source": "pulled",
+            found.provenance[f"instances_measured.{f.name}"] = {"value": out[f.name], "source": "pulled",
                                                    "detail": "CloudWatch AWS/AutoScaling GroupInServiceInstances, max over the window"}
         else:
             out[f.name] = f.asg.desired
-            prov[f"instances_measured.{f.name}"] = {"value": out[f.name], "source": "manifest",
+            found.provenance[f"instances_measured.{f.name}"] = {"value": out[f.name], "source": "manifest",
                                                    "detail": "fleets[].asg.desired, assumed in service for the whole run"}
-            gaps.append(Gap(f"instances_measured.{f.name}", "instances in service not measured; assumed asg.desired", blocks_go=False))
-    return out
+            found.gaps.append(Gap(f"instances_measured.{f.name}", "instances in service not measured; assumed asg.desired", blocks_go=False))
+    return out, found
 
 
 def _saturation(
     m: Manifest, rs: RecordSet, measures: Mapping[str, goodput.FleetMeasure], inst: Mapping[str, int],
-    prov: dict[str, Any], gaps: list[Gap], measured_capacity: frozenset[str] = frozenset(),
-) -> dict[str, goodput.Saturation]:
+    measured_capacity: frozenset[str] = frozenset(),
+) -> tuple[dict[str, goodput.Saturation], Findings]:
     """Per fleet: was one instance driven to max_concurrency? If not, its goodput is a lower bound (blocking gap).
 
     Fleets in `measured_capacity` are sized from a capacity-sweep step that held the SLO, so
     the replay's saturation and overload do not bear on their size: no gap for them."""
+    found = Findings()
     peaks = goodput.peak_in_flight(rs)
     out: dict[str, goodput.Saturation] = {}
     for f in m.fleets:
@@ -203,7 +208,7 @@ def _saturation(
         sat = goodput.Saturation(f.name, peaks.get(f.name, 0), inst.get(f.name, 0), f.sequences_per_instance)
         out[f.name] = sat
         per = sat.peak_in_flight_per_instance
-        prov[f"saturation.{f.name}"] = {
+        found.provenance[f"saturation.{f.name}"] = {
             "value": sat.as_dict(), "source": "measured",
             "detail": "peak non-warmup requests in flight (send -> last token, sweep over the records) / instances_measured, "
                       "against fleets[].max_concurrency x replicas_per_instance",
@@ -212,7 +217,7 @@ def _saturation(
             continue
         if not sat.saturated:
             peak = "n/a" if per is None else f"{per:g}"
-            gaps.append(Gap(
+            found.gaps.append(Gap(
                 f"saturation.{f.name}",
                 f"{f.name}: per-instance goodput measured below saturation (peak {peak} of {f.sequences_per_instance} concurrent "
                 "sequences): throughput is a lower bound, fleet size an upper bound; raise workload.rate_scale until one "
@@ -226,13 +231,81 @@ def _saturation(
         if over:
             # Beyond its SLO capacity an instance's compliant goodput collapses (queueing); scaling
             # that figure linearly would oversize the fleet, so the size is pessimistic evidence.
-            gaps.append(Gap(
+            found.gaps.append(Gap(
                 f"overload.{f.name}",
                 f"{f.name}: fleet SLO missed at the replayed load ({', '.join(over)}): per-instance SLO-compliant goodput "
                 "was measured in overload and understates what one instance sustains inside the SLO, so its fleet size is "
                 "pessimistic; lower workload.rate_scale (or measure more instances) to size it inside the SLO",
             ))
-    return out
+    return out, found
+
+
+@dataclass(frozen=True)
+class ReportInputs:
+    """What the campaign hands the report besides the manifest (see build_report's parameters)."""
+
+    records_dir: str | Path
+    out_dir: str | Path
+    prometheus_url: str | None = None
+    aws: bool = False
+    quality: QualityResults | None = None
+    instances_measured: Mapping[str, int] | None = None
+    histogram_names: HistogramNames | None = None
+    focus_csv: str | Path | None = None
+    root_volume_gib: float = DEFAULT_ROOT_VOLUME_GIB
+    aws_clients: AwsClients | None = None
+    capacity_dirs: Mapping[str, Path] | None = None
+    systems_under_test: str | None = None
+
+
+@dataclass(frozen=True)
+class RecordEvidence:
+    """Stage 1: the replay's records (and the capacity steps'), with per-SLO-scale measures."""
+
+    records: RecordSet
+    sweep: list[capacity.SweepStep] | None
+    measures: Callable[[float], dict[str, goodput.FleetMeasure]]  # slo_scale -> per-fleet measures (cached)
+    found: Findings
+
+    @property
+    def base(self) -> dict[str, goodput.FleetMeasure]:
+        return self.measures(1.0)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Stage 2: what the cloud, the price source, the bills and Prometheus said; each source's findings apart."""
+
+    cloudwatch: dict[str, Any]
+    time_to_ready: dict[str, Any]
+    instances: dict[str, int]
+    unit_prices: dict[str, UnitPrices]
+    billing: dict[str, Any]
+    prometheus: dict[str, Any] | None
+    cloud_found: Findings
+    instances_found: Findings
+    prices_found: Findings
+    billing_found: Findings
+    prometheus_found: Findings
+
+
+@dataclass(frozen=True)
+class Measurements:
+    """Stage 3: capacity per SLO scale, saturation and the 95% intervals, from the records and instance counts."""
+
+    capacities: Callable[[float], dict[str, capacity.Capacity]] | None
+    saturation: dict[str, goodput.Saturation]
+    intervals: intervals.IntervalsFn
+    capacity_found: Findings
+    saturation_found: Findings
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Stage 4: the headline scenario (the manifest as written) and, if asked, every sensitivity cell."""
+
+    head: dict[str, Any]
+    sensitivity: dict[str, Any] | None
 
 
 def build_report(
@@ -256,16 +329,38 @@ def build_report(
     """`capacity_dirs`: capacity-sweep steps, label ("x0.5", "x2": a multiplier of the manifest's rate)
     -> directory of that step's records; fleets are then sized from the measured capacity (see analysis.capacity).
     `systems_under_test`: what served the fleets when that is not the manifest's hardware (a local
-    campaign's emulators or CPU engines); the report states it above the decision."""
+    campaign's emulators or CPU engines); the report states it above the decision.
+
+    The pipeline: records -> evidence -> measurements -> evaluation -> report; each stage returns
+    its own gaps and provenance, concatenated here in one fixed order."""
     m = manifest
-    for label in capacity_dirs or {}:  # labels are checked before anything is loaded
+    inp = ReportInputs(records_dir, out_dir, prometheus_url, aws, quality, instances_measured, histogram_names, focus_csv,
+                       root_volume_gib, aws_clients, capacity_dirs, systems_under_test)
+    rec = read_records(m, inp)
+    ev = gather_evidence(m, inp, rec)
+    meas = measure(m, rec, ev)
+    prefix = prefix_cache.for_report(m, rec.records, inp.prometheus_url, rec.base)
+    found = rec.found + ev.cloud_found + ev.instances_found + meas.capacity_found + meas.saturation_found + ev.prices_found \
+        + ev.billing_found + ev.prometheus_found + _input_provenance(m, inp)  # fmt: skip
+    ctx = Context(m, rec.measures, ev.instances, ev.unit_prices, inp.root_volume_gib, inp.quality, list(found.gaps), meas.saturation,
+                  meas.capacities, meas.intervals)
+    evaluation = evaluate_scenarios(ctx, with_sensitivity)
+    found = found + _evaluation_findings(m, inp, evaluation.head, prefix)
+    report = assemble_report(m, inp, rec, ev, evaluation, prefix, found)
+    return _write(report, out_dir, with_pages)
+
+
+def read_records(m: Manifest, inp: ReportInputs) -> RecordEvidence:
+    """Load and check the records (and capacity steps); gaps for fleets without records and for invalid runs."""
+    found = Findings()
+    for label in inp.capacity_dirs or {}:  # labels are checked before anything is loaded
         capacity.parse_label(label)
-    gaps: list[Gap] = []
-    prov: dict[str, Any] = {"manifest": manifest_provenance(m)}
-    rs: RecordSet = load_records(records_dir, m.digest)
-    prov["records"] = {"source": "measured", "detail": f"{len(rs.files)} file(s), {rs.count()} records under {run_relative(records_dir, out_dir)}"}
+    found.provenance["manifest"] = manifest_provenance(m)
+    rs: RecordSet = load_records(inp.records_dir, m.digest)
+    found.provenance["records"] = {"source": "measured",
+                                   "detail": f"{len(rs.files)} file(s), {rs.count()} records under {run_relative(inp.records_dir, inp.out_dir)}"}
     for torn in rs.torn_tails:  # a writer died mid-record: the complete records are all used
-        gaps.append(Gap("records.torn_tail", f"{torn} left out (cut mid-write)", blocks_go=False))
+        found.gaps.append(Gap("records.torn_tail", f"{torn} left out (cut mid-write)", blocks_go=False))
     unknown = sorted(set(rs.fleets()) - {f.name for f in m.fleets})
     if unknown:
         raise AnalysisError(f"records name fleet(s) {unknown} that the manifest does not define")
@@ -286,89 +381,133 @@ def build_report(
 
     base_measures = measures(1.0)
     sweep: list[capacity.SweepStep] | None = None
-    if capacity_dirs is not None:
-        sweep = capacity.load_sweep(capacity_dirs, m.digest, {f.name for f in m.fleets})
-        prov["capacity_sweep"] = {
+    if inp.capacity_dirs is not None:
+        sweep = capacity.load_sweep(inp.capacity_dirs, m.digest, {f.name for f in m.fleets})
+        found.provenance["capacity_sweep"] = {
             "source": "measured",
-            "detail": "; ".join(f"{s.label}: {len(s.records.files)} file(s), {s.records.count()} records under {run_relative(s.directory, out_dir)}"
-                                for s in sweep),
+            "detail": "; ".join(f"{s.label}: {len(s.records.files)} file(s), {s.records.count()} records under "
+                                f"{run_relative(s.directory, inp.out_dir)}" for s in sweep),
         }
     for f in m.fleets:
         fm = base_measures.get(f.name)
         if fm is None or fm.requests == 0:
-            gaps.append(Gap(f"records.{f.name}", "no non-warmup records in the window for this fleet"))
+            found.gaps.append(Gap(f"records.{f.name}", "no non-warmup records in the window for this fleet"))
         elif fm.slo_verdict_disagreements:
-            gaps.append(Gap(f"records.{f.name}.slo_ok", f"{fm.slo_verdict_disagreements} ok request(s) where loadgen's slo_ok "
-                            "differs from the SLO recomputed from ttft_s/itl_s; the recomputed verdict is used", blocks_go=False))
+            found.gaps.append(Gap(f"records.{f.name}.slo_ok", f"{fm.slo_verdict_disagreements} ok request(s) where loadgen's slo_ok "
+                                  "differs from the SLO recomputed from ttft_s/itl_s; the recomputed verdict is used", blocks_go=False))
     for key, s in rs.summaries.items():
         if not s.valid:
-            gaps.append(Gap(f"run_summary.{key}", "run marked invalid: " + "; ".join(s.invalid_reasons)))
+            found.gaps.append(Gap(f"run_summary.{key}", "run marked invalid: " + "; ".join(s.invalid_reasons)))
         if not s.invariant_holds():
-            gaps.append(Gap(f"run_summary.{key}", "scheduled != completed + failed + not_sent"))
+            found.gaps.append(Gap(f"run_summary.{key}", "scheduled != completed + failed + not_sent"))
+    return RecordEvidence(rs, sweep, measures, found)
 
-    clients = aws_clients or (AwsClients.from_session(m.costs.region) if aws else None)
-    ready: dict[str, Any] = {}
+
+def gather_evidence(m: Manifest, inp: ReportInputs, rec: RecordEvidence) -> Evidence:
+    """CloudWatch and time to ready (the cloud path), instances in service, prices, bills and Prometheus."""
+    clients = inp.aws_clients or (AwsClients.from_session(m.costs.region) if inp.aws else None)
     cw: dict[str, Any] = {}
-    billing: dict[str, Any] = {}
-    if aws and clients is not None:
-        try:
-            asgs = discover_asgs(clients.autoscaling, m.campaign)
-            src = CloudWatchSource(clients.cloudwatch)
-            for f in m.fleets:
-                fm = base_measures.get(f.name)
-                if f.name not in asgs or fm is None or fm.wall_start is None or fm.window_start_s is None or fm.window_end_s is None:
-                    gaps.append(Gap(f"cloudwatch.{f.name}", "no ASG tagged with this campaign and fleet", blocks_go=False))
-                    continue
-                vendor = catalog.instance(f.instance_type).accelerator.vendor
-                cw[f.name] = src.fetch(fleet_specs(asgs[f.name], vendor), fm.wall_start + fm.window_start_s, fm.wall_start + fm.window_end_s)
-            prov["cloudwatch"] = {"source": "pulled", "detail": "CloudWatch GetMetricData (Average/Sum/Maximum)"}
-        except SourceUnavailable as exc:
-            gaps.append(Gap("cloudwatch", str(exc), blocks_go=False))
-        ready = _time_to_ready(m, clients, prov, gaps)
-    inst = _instances_measured(m, instances_measured, cw, prov, gaps)
-    capacities = _capacity_fn(m, sweep, measures, rs, inst) if sweep is not None else None
-    measured_capacity: frozenset[str] = frozenset()
-    if capacities is not None:
-        measured_capacity = _capacity_gaps(m, capacities(1.0), prov, gaps)
-    saturation = _saturation(m, rs, base_measures, inst, prov, gaps, measured_capacity)
+    ready: dict[str, Any] = {}
+    cloud = Findings()
+    if inp.aws and clients is not None:
+        cw, cloud = _cloudwatch(m, clients, rec.base)
+        ready, found_ready = _time_to_ready(m, clients)
+        cloud = cloud + found_ready
+    inst, inst_found = _instances_measured(m, inp.instances_measured, cw)
 
-    use_api = aws or m.costs.price_source == "price-list-api"
+    use_api = inp.aws or m.costs.price_source == "price-list-api"
     api = PriceListSource(clients.pricing, m.costs.region) if use_api and clients is not None and clients.pricing is not None else None
     book = PriceBook(m.costs.region, api)
-    unit_prices = _resolve_prices(m, book, gaps, prov)
+    unit_prices, prices_found = _resolve_prices(m, book)
     for note in book.notes:
-        gaps.append(Gap("prices.api", note, blocks_go=False))
+        prices_found.gaps.append(Gap("prices.api", note, blocks_go=False))
 
-    if aws and clients is not None and clients.ce is not None:
-        walls = [fm.wall_start + (fm.window_end_s or 0) for fm in base_measures.values() if fm.wall_start is not None]
-        starts = [fm.wall_start + (fm.window_start_s or 0) for fm in base_measures.values() if fm.wall_start is not None]
+    billing, billing_found = _billing(m, inp, clients, rec.base)
+    prom: dict[str, Any] | None = None
+    prom_found = Findings()
+    if inp.prometheus_url:
+        prom, prom_found = _prometheus_section(m, inp.prometheus_url, inp.histogram_names, rec.base)
+        prom_found.provenance["prometheus"] = {"source": "measured", "detail": f"{inp.prometheus_url}: sum by (le) of increase() over "
+                                               "the window, histogram_quantile"}  # fmt: skip
+    return Evidence(cw, ready, inst, unit_prices, billing, prom, cloud, inst_found, prices_found, billing_found, prom_found)
+
+
+def _cloudwatch(m: Manifest, clients: AwsClients, base: Mapping[str, goodput.FleetMeasure]) -> tuple[dict[str, Any], Findings]:
+    """Per fleet, the ASG's and accelerator's CloudWatch figures over the measured window."""
+    found = Findings()
+    cw: dict[str, Any] = {}
+    try:
+        asgs = discover_asgs(clients.autoscaling, m.campaign)
+        src = CloudWatchSource(clients.cloudwatch)
+        for f in m.fleets:
+            fm = base.get(f.name)
+            if f.name not in asgs or fm is None or fm.wall_start is None or fm.window_start_s is None or fm.window_end_s is None:
+                found.gaps.append(Gap(f"cloudwatch.{f.name}", "no ASG tagged with this campaign and fleet", blocks_go=False))
+                continue
+            vendor = catalog.instance(f.instance_type).accelerator.vendor
+            cw[f.name] = src.fetch(fleet_specs(asgs[f.name], vendor), fm.wall_start + fm.window_start_s, fm.wall_start + fm.window_end_s)
+        found.provenance["cloudwatch"] = {"source": "pulled", "detail": "CloudWatch GetMetricData (Average/Sum/Maximum)"}
+    except SourceUnavailable as exc:
+        found.gaps.append(Gap("cloudwatch", str(exc), blocks_go=False))
+    return cw, found
+
+
+def _billing(
+    m: Manifest, inp: ReportInputs, clients: AwsClients | None, base: Mapping[str, goodput.FleetMeasure],
+) -> tuple[dict[str, Any], Findings]:
+    """Cost Explorer by fleet tag over the run's days (cloud path) and a FOCUS export, where given."""
+    found = Findings()
+    billing: dict[str, Any] = {}
+    if inp.aws and clients is not None and clients.ce is not None:
+        walls = [fm.wall_start + (fm.window_end_s or 0) for fm in base.values() if fm.wall_start is not None]
+        starts = [fm.wall_start + (fm.window_start_s or 0) for fm in base.values() if fm.wall_start is not None]
         if walls:
             d0 = dt.datetime.fromtimestamp(min(starts), dt.UTC).date()
             d1 = dt.datetime.fromtimestamp(max(walls), dt.UTC).date() + dt.timedelta(days=1)
             try:
                 billing["cost_explorer"] = cost_explorer_by_fleet(clients.ce, m.campaign, d0.isoformat(), d1.isoformat())
-                prov["billing.cost_explorer"] = {"source": "pulled", "detail": f"Cost Explorer UnblendedCost by tag fleet, {d0}..{d1}"}
+                found.provenance["billing.cost_explorer"] = {"source": "pulled", "detail": f"Cost Explorer UnblendedCost by tag fleet, {d0}..{d1}"}
             except SourceUnavailable as exc:
-                gaps.append(Gap("billing.cost_explorer", str(exc), blocks_go=False))
-    if focus_csv is not None:
-        billing["focus"] = {k: v.as_dict() for k, v in read_focus(focus_csv, m.campaign).items()}
-        prov["billing.focus"] = {"source": "pulled", "detail": f"FOCUS export {focus_csv}"}
+                found.gaps.append(Gap("billing.cost_explorer", str(exc), blocks_go=False))
+    if inp.focus_csv is not None:
+        billing["focus"] = {k: v.as_dict() for k, v in read_focus(inp.focus_csv, m.campaign).items()}
+        found.provenance["billing.focus"] = {"source": "pulled", "detail": f"FOCUS export {inp.focus_csv}"}
+    return billing, found
 
-    prom: dict[str, Any] | None = None
-    if prometheus_url:
-        prom = _prometheus_section(m, prometheus_url, histogram_names, base_measures, gaps)
-        prov["prometheus"] = {"source": "measured", "detail": f"{prometheus_url}: sum by (le) of increase() over the window, histogram_quantile"}
-    if systems_under_test:
-        prov["systems_under_test"] = {"source": "measured", "detail": systems_under_test}
-    if quality is None:
-        prov["quality"] = {"source": "missing", "detail": "no quality-gate results were given"}
-    else:
-        prov["quality"] = {"source": "measured", "detail": "quality-gate results given by the campaign runner"}
 
-    ctx = Context(m, measures, inst, unit_prices, root_volume_gib, quality, gaps, saturation, capacities,
-                  _intervals_fn(m, rs, measures, inst, sweep, capacities))
+def measure(m: Manifest, rec: RecordEvidence, ev: Evidence) -> Measurements:
+    """Capacity from the sweep (if any), then saturation (which a capacity measured inside the SLO exempts), and the intervals."""
+    capacities = _capacity_fn(m, rec.sweep, rec.measures, rec.records, ev.instances) if rec.sweep is not None else None
+    measured_capacity: frozenset[str] = frozenset()
+    capacity_found = Findings()
+    if capacities is not None:
+        measured_capacity, capacity_found = _capacity_gaps(m, capacities(1.0))
+    saturation, saturation_found = _saturation(m, rec.records, rec.base, ev.instances, measured_capacity)
+    spread = _intervals_fn(m, rec.records, rec.measures, ev.instances, rec.sweep, capacities)
+    return Measurements(capacities, saturation, spread, capacity_found, saturation_found)
+
+
+def evaluate_scenarios(ctx: Context, with_sensitivity: bool) -> Evaluation:
+    """The headline scenario, and every sensitivity cell by the same rules (analysis.evaluate)."""
     head = evaluate(ctx, sensitivity.BASE)
-    _step_percentile_intervals(head, rs, sweep)
+    grid = sensitivity.run_grid(ctx.manifest, lambda sc: _cell(ctx, sc)) if with_sensitivity else None
+    return Evaluation(head, grid)
+
+
+def _input_provenance(m: Manifest, inp: ReportInputs) -> Findings:
+    found = Findings()
+    if inp.systems_under_test:
+        found.provenance["systems_under_test"] = {"source": "measured", "detail": inp.systems_under_test}
+    if inp.quality is None:
+        found.provenance["quality"] = {"source": "missing", "detail": "no quality-gate results were given"}
+    else:
+        found.provenance["quality"] = {"source": "measured", "detail": "quality-gate results given by the campaign runner"}
+    return found
+
+
+def _evaluation_findings(m: Manifest, inp: ReportInputs, head: Mapping[str, Any], prefix: Mapping[str, Any]) -> Findings:
+    """The manifest's inputs to the evaluation, the computed demand, and the prefix-cache caveat."""
+    found = Findings()
     for key, val, detail in (
         ("slo", m.slo.model_dump(), "slo"), ("demand.peak_requests_per_s", m.workload.demand.peak_requests_per_s, "workload.demand"),
         ("hours_per_month", m.workload.demand.hours_per_month, "workload.demand"), ("utilization_target", m.costs.utilization_target, "costs"),
@@ -376,16 +515,28 @@ def build_report(
         ("horizon_months", m.horizon_months, "horizon_months"), ("network", m.costs.network.model_dump(), "costs.network"),
         ("observability_monthly_usd", m.costs.observability_monthly_usd, "costs"), ("licenses_monthly_usd", m.costs.licenses_monthly_usd, "costs"),
     ):
-        prov[key] = {"value": val, "source": "manifest", "detail": detail}
-    prov["root_volume_gib"] = {"value": root_volume_gib, "source": "pinned" if root_volume_gib == DEFAULT_ROOT_VOLUME_GIB else "assumption",
-                              "detail": "root EBS volume per instance, as the fleet stacks deploy it (campaign.catalog.ROOT_VOLUME_GIB)"}
-    prov["demand_tok_s"] = {"value": head["demand_tok_s"], "source": "computed",
-                            "detail": "manifest peak_requests_per_s x measured mean output tokens per completed request (pooled over fleets)"}
-
-    prefix = prefix_cache.for_report(m, rs, prometheus_url, base_measures)
+        found.provenance[key] = {"value": val, "source": "manifest", "detail": detail}
+    found.provenance["root_volume_gib"] = {
+        "value": inp.root_volume_gib, "source": "pinned" if inp.root_volume_gib == DEFAULT_ROOT_VOLUME_GIB else "assumption",
+        "detail": "root EBS volume per instance, as the fleet stacks deploy it (campaign.catalog.ROOT_VOLUME_GIB)",
+    }
+    found.provenance["demand_tok_s"] = {"value": head["demand_tok_s"], "source": "computed",
+                                        "detail": "manifest peak_requests_per_s x measured mean output tokens per completed request "
+                                                  "(pooled over fleets)"}  # fmt: skip
     if prefix["mixed"]:
-        gaps.append(Gap("prefix_cache", "fleets differ in prefix caching and the trace shares prefixes: compare TTFT on "
-                        "requests that miss (report section 'Prefix cache')", blocks_go=False))  # fmt: skip
+        found.gaps.append(Gap("prefix_cache", "fleets differ in prefix caching and the trace shares prefixes: compare TTFT on "
+                              "requests that miss (report section 'Prefix cache')", blocks_go=False))  # fmt: skip
+    found.provenance["itl_definition"] = {"source": "measured", "detail": ITL_DEFINITION}
+    return found
+
+
+def assemble_report(
+    m: Manifest, inp: ReportInputs, rec: RecordEvidence, ev: Evidence, evaluation: Evaluation, prefix: dict[str, Any], found: Findings,
+) -> dict[str, Any]:
+    """Stage 5: report.json's content, in its order (validated against analysis.report_model by _write)."""
+    head = dict(evaluation.head)
+    _step_percentile_intervals(head, rec.records, rec.sweep)
+    _add_outcomes(head, rec.records)
     report: dict[str, Any] = {
         "campaign": m.campaign,
         "manifest_digest": m.digest,
@@ -393,23 +544,22 @@ def build_report(
         "comparison": {"baseline": m.comparison.baseline, "candidate": m.comparison.candidate},
         "slo": m.slo.model_dump(),
         "horizon_months": m.horizon_months,
-        "systems_under_test": systems_under_test,
+        "systems_under_test": inp.systems_under_test,
         **head,
-        "gaps": [g.as_dict() for g in gaps],
-        "prometheus": prom,
+        "gaps": [g.as_dict() for g in found.gaps],
+        "prometheus": ev.prometheus,
         "prefix_cache": prefix,
-        "cloudwatch": cw or None,
-        "time_to_ready": ready or None,
-        "billing": billing or None,
-        "quality": dict(quality) if quality is not None else None,
-        "provenance": prov,
+        "cloudwatch": ev.cloudwatch or None,
+        "time_to_ready": ev.time_to_ready or None,
+        "billing": ev.billing or None,
+        "quality": dict(inp.quality) if inp.quality is not None else None,
+        "provenance": found.provenance,
+        "headline": headline(head, list(found.gaps)),
     }
-    report["headline"] = headline(head, gaps)
-    _add_outcomes(report, rs)
-    if with_sensitivity:
-        report["sensitivity"] = sensitivity.run_grid(m, lambda sc: _cell(ctx, sc))
-    report["series"] = _series(m, rs, base_measures, head)
-    return _write(report, out_dir, with_pages)
+    if evaluation.sensitivity is not None:
+        report["sensitivity"] = evaluation.sensitivity
+    report["series"] = _series(m, rec.records, rec.base, head)
+    return report
 
 
 # Gaps in the evidence a delta, fleet size or payback is computed from (by Gap.what's first part):
@@ -448,15 +598,14 @@ ITL_DEFINITION = (
 )
 
 
-def _add_outcomes(report: dict[str, Any], rs: RecordSet) -> None:
+def _add_outcomes(head: dict[str, Any], rs: RecordSet) -> None:
     """Each fleet's non-warmup requests by outcome, and how many ITLs came from which definition."""
     bases = goodput.itl_basis_counts(rs)
     for name, counts in goodput.outcome_counts(rs).items():
-        row = report["fleets"].get(name)
+        row = head["fleets"].get(name)
         if row is not None:
             row["outcomes"] = counts
             row["itl_basis"] = bases.get(name, {})
-    report["provenance"]["itl_definition"] = {"source": "measured", "detail": ITL_DEFINITION}
 
 
 def _write(report: dict[str, Any], out_dir: str | Path, with_pages: bool) -> Report:
@@ -610,8 +759,9 @@ def _intervals_fn(
     return fn
 
 
-def _capacity_gaps(m: Manifest, caps: Mapping[str, capacity.Capacity], prov: dict[str, Any], gaps: list[Gap]) -> frozenset[str]:
-    """Provenance and gaps of the sweep; returns the fleets whose capacity was measured inside the SLO."""
+def _capacity_gaps(m: Manifest, caps: Mapping[str, capacity.Capacity]) -> tuple[frozenset[str], Findings]:
+    """Provenance and gaps of the sweep, and the fleets whose capacity was measured inside the SLO."""
+    found = Findings()
     measured: set[str] = set()
     for f in m.fleets:
         cap = caps.get(f.name)
@@ -620,28 +770,30 @@ def _capacity_gaps(m: Manifest, caps: Mapping[str, capacity.Capacity], prov: dic
         tried = ", ".join(s.label for s in cap.steps)
         win = cap.winner
         if cap.search is not None:
-            measured |= _search_gaps(f.name, cap, cap.search, tried, prov, gaps)
+            held_fleets, searched = _search_gaps(f.name, cap, cap.search, tried)
+            measured |= held_fleets
+            found = found + searched
             continue
         if cap.per_instance_tok_s is None or win is None:
-            prov[f"capacity.{f.name}"] = {"value": None, "source": "missing",
+            found.provenance[f"capacity.{f.name}"] = {"value": None, "source": "missing",
                                           "detail": f"no steady-state capacity-sweep step held the fleet SLO (tried {tried}); "
                                                     "sized from the replay"}
             held = [st for st in cap.steps if st.slo_pass and st.per_instance_goodput_tok_s]
             if held:  # steps held the SLO but none ran long enough to show steady state
-                gaps.append(Gap(f"capacity.{f.name}", _short_steps_reason(m, f.name, held)))
+                found.gaps.append(Gap(f"capacity.{f.name}", _short_steps_reason(m, f.name, held)))
             else:
-                gaps.append(Gap(f"capacity.{f.name}", _no_step_held_reason(m, f.name, cap.steps)))
+                found.gaps.append(Gap(f"capacity.{f.name}", _no_step_held_reason(m, f.name, cap.steps)))
             continue
         measured.add(f.name)
-        prov[f"capacity.{f.name}"] = {
+        found.provenance[f"capacity.{f.name}"] = {
             "value": cap.per_instance_tok_s, "source": "measured",
             "detail": f"capacity-sweep step {win.label} (x{win.multiplier:g} the manifest's rate): the highest per-instance "
                       f"SLO-compliant goodput among the steps that held the fleet SLO (tried {tried})",
         }
         if win.multiplier == cap.top_multiplier:
-            gaps.append(Gap(f"capacity.{f.name}", f"{f.name}: the capacity comes from the highest multiplier tried ({win.label}); "
+            found.gaps.append(Gap(f"capacity.{f.name}", f"{f.name}: the capacity comes from the highest multiplier tried ({win.label}); "
                             "capacity may be higher: raise the sweep's top multiplier", blocks_go=False))
-    return frozenset(measured)
+    return frozenset(measured), found
 
 
 def _short_steps_reason(m: Manifest, fleet: str, held: list[capacity.StepResult]) -> str:
@@ -685,25 +837,26 @@ def _no_step_held_reason(m: Manifest, fleet: str, steps: tuple[capacity.StepResu
 
 
 def _search_gaps(
-    fleet: str, cap: capacity.Capacity, path: capacity.SearchPath, tried: str, prov: dict[str, Any], gaps: list[Gap]
-) -> set[str]:
+    fleet: str, cap: capacity.Capacity, path: capacity.SearchPath, tried: str,
+) -> tuple[set[str], Findings]:
     """Provenance and gaps of a fleet measured by the automatic search: the stop rule is named."""
+    found = Findings()
     stop = f"the capacity search stopped ({path.stop_rule}: {path.stop_detail})"
     win = cap.winner
     if cap.per_instance_tok_s is None or win is None:
-        prov[f"capacity.{fleet}"] = {"value": None, "source": "missing",
+        found.provenance[f"capacity.{fleet}"] = {"value": None, "source": "missing",
                                      "detail": f"no steady-state step held the fleet SLO (tried {tried}); sized from the replay"}
-        gaps.append(Gap(f"capacity.{fleet}", f"{fleet}: no steady-state step held the SLO; {stop}"))
-        return set()
-    prov[f"capacity.{fleet}"] = {
+        found.gaps.append(Gap(f"capacity.{fleet}", f"{fleet}: no steady-state step held the SLO; {stop}"))
+        return set(), found
+    found.provenance[f"capacity.{fleet}"] = {
         "value": cap.per_instance_tok_s, "source": "measured",
         "detail": f"capacity search step {win.label} (x{win.multiplier:.4g} the manifest's rate): the highest per-instance "
                   f"SLO-compliant goodput among the steps that held the fleet SLO (tried {tried}); {stop}",
     }
     if not path.converged:
-        gaps.append(Gap(f"capacity.{fleet}", f"{fleet}: the SLO boundary is not bracketed within {path.tolerance:.0%}: {stop}; "
+        found.gaps.append(Gap(f"capacity.{fleet}", f"{fleet}: the SLO boundary is not bracketed within {path.tolerance:.0%}: {stop}; "
                         "capacity may be higher than the figure used", blocks_go=False))
-    return {fleet}
+    return {fleet}, found
 
 
 def _series(m: Manifest, rs: RecordSet, measures: Mapping[str, goodput.FleetMeasure], head: dict[str, Any]) -> dict[str, Any]:
