@@ -37,7 +37,7 @@ class FleetPlan:
     visible_gib: float
     bandwidth_gbs: float
     decode_ceiling_tok_s: float  # batch 1, weights only (seed formula), 100% bandwidth
-    decode_expected_tok_s: float  # batch 1 at the fleet's bandwidth efficiency and step overhead
+    decode_expected_tok_s: float  # batch 1 as the stack's decode runs it, at the fleet's bandwidth efficiency and step overhead
     batch_decode_tok_s: float  # per instance: every replica at max_concurrency, half-full contexts, as the stack's decode reads them
     prefill_s: float  # max_input_tokens prompt, at the fleet's compute efficiency, plus overheads
     efficiency: str  # e.g. "bandwidth 0.58, compute 0.19, step 18.8 ms, request 121 ms"
@@ -55,11 +55,11 @@ def decode_step_s(m: Manifest, f: Fleet, batch: int, mean_context: float, effici
     return Roofline.for_fleet(m, f).memory_s(batch * mean_context, efficiency)
 
 
-def batch_kv_read_s(m: Manifest, f: Fleet, mean_context: float) -> float:
-    """Memory time of one decode step of a full replica, reading what the stack's decode reads
-    (a Neuron graph: every compiled slot over the bucket of that context; paged: the live KV)."""
-    timing = TimingModel.for_fleet(m, f)
-    kv = timing.decode_kv_tokens([round(mean_context)] * f.max_concurrency)
+def decode_read_s(m: Manifest, f: Fleet, batch: int, mean_context: float) -> float:
+    """Memory time of one decode step of `batch` sequences on one replica, reading what the
+    stack's decode reads (a Neuron graph: every compiled slot over the bucket of that context,
+    whatever the batch; paged attention: the live KV)."""
+    kv = TimingModel.for_fleet(m, f).decode_kv_tokens([round(mean_context)] * batch)
     return Roofline.for_fleet(m, f).memory_s(kv, f.efficiency.resolved().bandwidth)
 
 
@@ -112,8 +112,8 @@ def plan_fleet(m: Manifest, f: Fleet) -> FleetPlan:
         visible_gib=round(ft.visible_gib, 2),
         bandwidth_gbs=bw,
         decode_ceiling_tok_s=Roofline.for_fleet(m, f).decode_ceiling_tok_s(),
-        decode_expected_tok_s=1.0 / (decode_step_s(m, f, 1, 0, eff.bandwidth) + step),
-        batch_decode_tok_s=f.sequences_per_instance / (batch_kv_read_s(m, f, half_ctx) + step),
+        decode_expected_tok_s=1.0 / (decode_read_s(m, f, 1, 0) + step),
+        batch_decode_tok_s=f.sequences_per_instance / (decode_read_s(m, f, f.max_concurrency, half_ctx) + step),
         prefill_s=prefill_s(m, f, rc.max_input_tokens, eff.compute) + step + eff.request_overhead_ms / 1000,
         efficiency=f"bandwidth {eff.bandwidth:.2f}, compute {eff.compute:.2f}, step overhead {eff.step_overhead_ms:.1f} ms, "
         f"request overhead {eff.request_overhead_ms:.0f} ms",

@@ -38,7 +38,7 @@ def test_efficiency_scales_expected_decode(manifest_data: dict[str, Any]) -> Non
     for f in manifest_data["fleets"]:
         f["efficiency"] = {"bandwidth": 0.7, "compute": 0.5}
     m = manifest_from_data(manifest_data)
-    p = {p.fleet: p for p in plan(m)}["inf2"]
+    p = {p.fleet: p for p in plan(m)}["g6"]  # paged KV: batch 1 at context 0 reads the weights only
     assert p.decode_expected_tok_s == pytest.approx(p.decode_ceiling_tok_s * 0.7, rel=1e-6)
     assert p.efficiency_source == "manifest (assumed)"
 
@@ -50,8 +50,9 @@ def test_example_uses_the_fitted_calibration_and_plan_names_its_rows(manifest_da
     assert "on-vllm-inf2-tp2-sync" in fitted.rows
     inf2 = by["inf2"]
     assert inf2.efficiency_source == fitted.provenance and "on-vllm-inf2-tp2-sync" in inf2.efficiency_source
-    # batch-1 decode = one step: weights over the fitted bandwidth share, plus the fitted step overhead
-    step = 16.06e9 / (820 * 2**30 * fitted.bandwidth) + fitted.step_overhead_ms / 1000
+    # batch-1 decode = one step of the compiled graph: weights + 16 slots x the 512 bucket of KV
+    # (131,072 bytes a token) over the fitted bandwidth share, plus the fitted step overhead
+    step = (16.06e9 + 16 * 512 * 131072) / (820 * 2**30 * fitted.bandwidth) + fitted.step_overhead_ms / 1000
     assert inf2.decode_expected_tok_s == pytest.approx(1 / step, rel=1e-3)
     # the ceiling is physics: the calibration does not move it
     assert inf2.decode_ceiling_tok_s == pytest.approx(820 * 2**30 / 16.06e9, rel=1e-3)
