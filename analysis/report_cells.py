@@ -1,0 +1,151 @@
+"""The report's sentences and table cells, read from the typed model (analysis.report_model).
+
+report.html builds every table and sentence from these; their text is report.md's, word for
+word (tests/analysis/test_report_html.py compares the two pages cell by cell)."""
+
+from __future__ import annotations
+
+from analysis.report_md import ci_text, fmt
+from analysis.report_model import (
+    CapacityStep,
+    FleetRow,
+    Interval,
+    PrefixCache,
+    QualityResult,
+    Report,
+    SearchPath,
+    Sensitivity,
+)
+
+NOT_DECIDED = "not decided"
+
+
+def p95_cell(point: float | None, ci: Interval | None, n: int | None) -> str:
+    """P95 with its 95% interval and the number of requests it is taken over."""
+    if n is None:
+        return fmt(point)
+    return f"{fmt(point)} {ci_text(ci, 3, 'unbounded')} n={n:,}"
+
+
+def payback_ci_text(payback_ci: Interval | None, delta_ci: Interval | None) -> str:
+    """A payback interval's null high end is 'no payback' when the delta's low end is <= 0, else unknown."""
+    d_low = delta_ci[0] if delta_ci else None
+    return ci_text(payback_ci, 1, "no payback" if d_low is not None and d_low <= 0 else "unknown")
+
+
+def decided(r: Report) -> bool:
+    return r.headline.decided
+
+
+def headline_text(r: Report) -> str:
+    """The delta / migration / payback sentence, or 'not decided' when the report marks them invalid."""
+    if not decided(r):
+        return f"Monthly delta, fleet size and payback: **{NOT_DECIDED}** (the evidence they rest on is blocked; see below)."
+    delta_ci = ci_text(r.monthly_delta_ci_usd, 2)
+    pb_ci = payback_ci_text(r.payback_months_ci, r.monthly_delta_ci_usd)
+    return (f"Monthly delta (baseline - candidate): {fmt(r.monthly_delta_usd, 2)} USD{' (95% CI ' + delta_ci + ')' if delta_ci else ''}; "
+            f"migration cost {fmt(r.migration_cost_usd, 2)} USD; payback {fmt(r.payback_months, 1)} months"
+            f"{' (95% CI ' + pb_ci + ')' if pb_ci else ''}; next refresh in {fmt(r.months_to_next_refresh, 1)} months.")
+
+
+def sized_cell(r: Report, value: float | int | None, ci: Interval | tuple[int | None, int | None] | None = None, digits: int = 3) -> str:
+    """A figure computed from the fleet size ('not decided' when the headline is blocked), with its interval when known."""
+    if not decided(r):
+        return NOT_DECIDED
+    return f"{fmt(value, digits)} {ci_text(ci, digits) if ci else ''}".strip()
+
+
+def saturated_cell(f: FleetRow) -> str:
+    """yes / NO (not saturated: throughput a lower bound) / n/a."""
+    return "n/a" if f.saturated is None else ("yes" if f.saturated else "NO")
+
+
+def sized_from_capacity(f: FleetRow) -> bool:
+    """True when the fleet was sized from a capacity-sweep step that held the SLO (not from the replay)."""
+    return bool(f.capacity and f.capacity.step)
+
+
+def goodput_cell(f: FleetRow) -> str:
+    return f"{fmt(f.per_instance_goodput_tok_s, 1)}{' (lower bound)' if f.saturated is False else ''}"
+
+
+def instances_cell(r: Report, f: FleetRow) -> str:
+    """Instances required, '(upper bound)' when sized from an unsaturated replay."""
+    upper = decided(r) and f.saturated is False and not sized_from_capacity(f) and f.instances_required is not None
+    return sized_cell(r, f.instances_required, f.instances_required_ci) + (" (upper bound)" if upper else "")
+
+
+def chosen(f: FleetRow, s: CapacityStep) -> bool:
+    return f.capacity is not None and s.label == f.capacity.step
+
+
+CAPACITY_COLUMNS = ("step", "requests", "successful", "P95 TTFT s", "P95 ITL s", "error rate", "SLO", "per-instance goodput tok/s",
+                    "peak in flight / instance", "window s", "median request s", "steady state", "chosen")
+
+
+def capacity_row(f: FleetRow, s: CapacityStep) -> tuple[str, ...]:
+    return (s.label, fmt(s.requests), fmt(s.successful_requests), p95_cell(s.p95_ttft_s, s.p95_ttft_ci_s, s.p95_ttft_n),
+            p95_cell(s.p95_itl_s, s.p95_itl_ci_s, s.p95_itl_n), fmt(s.error_rate, 4), "pass" if s.slo_pass else "FAIL",
+            fmt(s.per_instance_goodput_tok_s, 1), fmt(s.peak_in_flight_per_instance, 1), fmt(s.window_s, 1), fmt(s.median_e2e_s, 1),
+            "yes" if s.steady_state else "no", "chosen" if chosen(f, s) else "")
+
+
+def capacity_heading(name: str, f: FleetRow) -> str:
+    cap = f.capacity
+    where = f" (step {cap.step})" if cap and cap.step else " (no steady-state step held the SLO; sized from the replay)"
+    return f"{name}: capacity {fmt(cap.per_instance_tok_s if cap else None, 1)} tok/s per instance{where}"
+
+
+SEARCH_COLUMNS = ("#", "step", "why", "planned span s", "arrival span s", "requests", "rate req/s", "median lifetime s",
+                  "P95 TTFT s", "verdict", "detail")
+
+
+def search_stop(path: SearchPath) -> str:
+    return f"Search stopped ({path.stop_rule}): {path.stop_detail}"
+
+
+def search_rows(path: SearchPath) -> list[tuple[str, ...]]:
+    return [(str(i), s.label, s.why, fmt(s.planned_span_s, 1), fmt(s.arrival_span_s, 1), fmt(s.requests), fmt(s.rate_req_s, 2),
+             fmt(s.median_lifetime_s, 1), fmt(s.p95_ttft_s), s.verdict, s.detail) for i, s in enumerate(path.steps, 1)]
+
+
+PREFIX_CACHE_COLUMNS = ("fleet", "stack", "prefix caching", "server hit rate", "TTFT P50 / P95 hit (n)", "TTFT P50 / P95 miss (n)")
+
+
+def prefix_cache_rows(pc: PrefixCache) -> list[tuple[str, ...]]:
+    """Per fleet, cached and uncached side by side, never pooled: TTFT split by shared-prefix hit / miss."""
+    out = []
+    for name, f in pc.fleets.items():
+        split = f.ttft_by_prefix or {}
+        cells = []
+        for kind in ("hit", "miss"):
+            x = split.get(kind)
+            cells.append(f"{fmt(x.ttft_p50_s)} / {fmt(x.ttft_p95_s)} s ({x.requests})" if x else "-")
+        rate = "-" if f.server_hit_rate is None else f"{f.server_hit_rate:.1%}"
+        out.append((name, f.stack, f.caching, rate, *cells))
+    return out
+
+
+def quality_row(name: str, q: QualityResult) -> tuple[str, str, str]:
+    """(fleet, verdict with pass rate, failures)."""
+    rate = f" ({q.pass_rate:.0%} of fixtures)" if q.pass_rate is not None else ""
+    return name, ("pass" if q.passed else "FAIL") + rate, "; ".join(q.failures) or "none"
+
+
+SENSITIVITY_COLUMNS = ("cell", "decision", "monthly delta USD (95% CI)", "payback months (95% CI)", "reasons")
+
+
+def sensitivity_rows(sens: Sensitivity) -> list[tuple[str, str, str, str, str]]:
+    """(cell, decision, delta with CI, payback with CI, reasons) for the base and every cell."""
+    cells = [("base (manifest)", sens.base), *((c.label, c) for c in sens.cells)]
+    return [(label, c.decision, f"{fmt(c.monthly_delta_usd, 2)} {ci_text(c.monthly_delta_ci_usd, 2)}".strip(),
+             f"{fmt(c.payback_months, 1)} {payback_ci_text(c.payback_months_ci, c.monthly_delta_ci_usd)}".strip(), "; ".join(c.reasons))
+            for label, c in cells]
+
+
+def outcome_row(name: str, f: FleetRow) -> tuple[str, str, str] | None:
+    """(fleet, outcome counts, ITL basis counts), None for a fleet without records."""
+    if not f.outcomes:
+        return None
+    basis = ", ".join(f"{k} {v}" for k, v in (f.itl_basis or {}).items()) or "none"
+    return name, ", ".join(f"{k} {v}" for k, v in f.outcomes.items()), basis
