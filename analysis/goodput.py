@@ -217,20 +217,23 @@ def peak_in_flight(rs: RecordSet) -> dict[str, int]:
 def goodput_series(
     rs: RecordSet, fleet: str, ttft_slo_s: float, itl_slo_s: float, start_s: float, end_s: float, bins: int = 60
 ) -> list[tuple[float, float]]:
-    """Successful output tokens/s in equal bins by completion time: (bin start offset, tok/s)."""
+    """Successful output tokens/s in equal bins by completion time: (bin start offset, tok/s).
+
+    `bins` bins span the window; requests that complete after it (the drain) get further bins of
+    the same width, up to the last completion, rather than being piled into the window's last bin."""
     if end_s <= start_s or bins < 1:
         return []
     width = (end_s - start_s) / bins
     rows = rs.con.execute(
-        f"""SELECT least(CAST(floor((scheduled_s + coalesce(e2e_s, 0) - $start) / $w) AS BIGINT), $bins - 1) AS b,
-                   sum({_TOKENS})
+        f"""SELECT CAST(floor((scheduled_s + coalesce(e2e_s, 0) - $start) / $w) AS BIGINT) AS b, sum({_TOKENS})
             FROM records
             WHERE fleet = $fleet AND NOT warmup AND outcome = 'ok' AND {_SLO_MET}
             GROUP BY b""",
-        {"start": start_s, "w": width, "bins": bins, "fleet": fleet, "ttft": ttft_slo_s, "itl": itl_slo_s},
+        {"start": start_s, "w": width, "fleet": fleet, "ttft": ttft_slo_s, "itl": itl_slo_s},
     ).fetchall()
     per_bin = {int(b): float(t) for b, t in rows if b is not None and b >= 0}
-    return [(start_s + i * width, per_bin.get(i, 0.0) / width) for i in range(bins)]
+    n = max([bins, *(b + 1 for b in per_bin)])
+    return [(start_s + i * width, per_bin.get(i, 0.0) / width) for i in range(n)]
 
 
 def latency_cdf(rs: RecordSet, fleet: str, column: str, points: int = 50) -> list[tuple[float, float]]:
