@@ -193,13 +193,16 @@ def latency_cdf(title: str, xlabel: str, cdfs: Sequence[LatencyCdf], slo_s: floa
     return to_svg(fig, title, title)
 
 
-def goodput_over_time(title: str, series: Sequence[FleetSeries]) -> str:
-    """SLO-compliant output tokens/s per fleet in equal time bins (by completion time)."""
+def goodput_over_time(title: str, series: Sequence[FleetSeries], window_end_s: float | None = None) -> str:
+    """SLO-compliant output tokens/s per fleet in equal time bins (by completion time); bins after
+    `window_end_s` hold the drain (requests sent in the window that completed after it)."""
     fig, ax = _figure()
     colours = fleet_colours([s.fleet for s in series])
     for s in series:
         if s.points:
             ax.step([x for x, _ in s.points], [y for _, y in s.points], where="post", color=colours[s.fleet], linewidth=1.6, label=s.fleet)
+    if window_end_s is not None:
+        ax.axvline(window_end_s, color="#555555", linestyle="--", linewidth=1.1, label="end of the arrival window (drain after)")
     ax.set(title=title, xlabel="run time (s)", ylabel="successful output tokens/s")
     ax.set_ylim(bottom=0)
     ax.yaxis.set_major_formatter(FuncFormatter(si))

@@ -97,8 +97,9 @@ def _latency_figures(r: Report) -> list[str]:
     out = [_figure(plots.latency_cdf("TTFT CDF per fleet", "TTFT (s, from scheduled send)", ttft, r.slo.ttft_p95_s), source),
            _figure(plots.latency_cdf("ITL CDF per fleet", "ITL (s, mean gap per request)", itl, r.slo.itl_p95_s), source)]
     series = [plots.FleetSeries(n, s.goodput) for n, s in fs.items() if s.goodput]
+    ends = [f.measure.window_end_s for n, f in r.fleets.items() if n in fs and f.measure and f.measure.window_end_s is not None]
     if series:
-        out.append(_figure(plots.goodput_over_time("Goodput over time", series),
+        out.append(_figure(plots.goodput_over_time("Goodput over time", series, max(ends, default=None)),
                            "per-request records: ok, quality ok and per-request SLO met, binned by completion time (measured)"))
     return out
 
