@@ -132,6 +132,16 @@ def quality_row(name: str, q: QualityResult) -> tuple[str, str, str]:
     return name, ("pass" if q.passed else "FAIL") + rate, "; ".join(q.failures) or "none"
 
 
+QUALITY_LAYER_COLUMNS = ("fleet", "layer", "result", "figures", "reasons")
+
+
+def quality_layer_rows(name: str, q: QualityResult) -> list[tuple[str, str, str, str, str]]:
+    """One row per layer the gate evaluated (fixtures, equivalence, task acceptance, distribution...)."""
+    return [(name, layer, "not evaluated" if x.passed is None else ("pass" if x.passed else "FAIL"),
+             ", ".join(f"{k} {fmt(v)}" for k, v in x.figures.items()), "; ".join(x.reasons) or "none")
+            for layer, x in (q.layers or {}).items()]
+
+
 SENSITIVITY_COLUMNS = ("cell", "decision", "monthly delta USD (95% CI)", "payback months (95% CI)", "reasons")
 
 

@@ -16,6 +16,7 @@ from analysis.ledger import payback_curve
 from analysis.report_cells import (
     CAPACITY_COLUMNS,
     PREFIX_CACHE_COLUMNS,
+    QUALITY_LAYER_COLUMNS,
     SEARCH_COLUMNS,
     SENSITIVITY_COLUMNS,
     capacity_heading,
@@ -28,6 +29,7 @@ from analysis.report_cells import (
     outcome_row,
     p95_cell,
     prefix_cache_rows,
+    quality_layer_rows,
     quality_row,
     saturated_cell,
     search_rows,
@@ -241,7 +243,13 @@ def _provenance(r: Report) -> str:
 
 def _quality(r: Report) -> str:
     rows = [quality_row(n, q) for n, q in (r.quality or {}).items()]
-    return "<h2>Quality gate</h2>" + (_table(("fleet", "gate", "failures"), rows) if rows else "<p>No quality-gate results were given.</p>")
+    out = "<h2>Quality gate</h2>" + (_table(("fleet", "gate", "failures"), rows) if rows else "<p>No quality-gate results were given.</p>")
+    layers = [row for n, q in (r.quality or {}).items() for row in quality_layer_rows(n, q)]
+    failed = [f"{n}: {q.failed_layer}" for n, q in (r.quality or {}).items() if q.failed_layer]
+    if layers:
+        out += "<p>By layer" + (f" (failed layer: {html.escape('; '.join(failed))})" if failed else "") + ":</p>"
+        out += _table(QUALITY_LAYER_COLUMNS, layers)
+    return out
 
 
 STYLE = """body{font-family:sans-serif;max-width:72em;margin:2em auto;padding:0 1em;color:#222}

@@ -24,7 +24,11 @@ def full_report(tmp_path: Path, manifest_data: dict[str, Any]) -> tuple[dict[str
 
 
 def gate_reject_report(tmp_path: Path, manifest_data: dict[str, Any]) -> tuple[dict[str, Any], Path]:
-    quality = {"inf2": {"passed": False, "pass_rate": 0.5, "failures": ["fixture json-answer: schema invalid"]},
+    layers = {"fixtures": {"layer": "fixtures", "passed": False, "reasons": ["fixture json-answer: schema invalid"],
+                           "figures": {"pass_rate": 0.5, "min_pass_rate": 1.0}},
+              "task_acceptance": {"layer": "task_acceptance", "passed": None, "reasons": ["the scorer exited 1"], "figures": {}}}
+    quality = {"inf2": {"passed": False, "pass_rate": 0.5, "failures": ["fixture json-answer: schema invalid"], "failed_layer": "fixtures",
+                        "layers": layers},
                "g6": {"passed": True, "pass_rate": 1.0, "failures": []}}
     r = build_gate_report(manifest(manifest_data), quality, out_dir=tmp_path / "out")
     return r.model_dump(mode="json"), tmp_path / "out"

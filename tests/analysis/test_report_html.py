@@ -91,4 +91,10 @@ def test_gate_reject_report_has_no_figures_and_says_not_decided(tmp_path: Path, 
     assert r["decision"]["state"] == "reject"
     page = (out / "report.html").read_text()
     assert "<figure>" not in page and "<b>not decided</b>" in page
-    assert "fixture json-answer: schema invalid" in PageText(page).cells
+    cells = PageText(page).cells
+    assert "fixture json-answer: schema invalid" in cells
+    # each layer the gate evaluated, with its result and figures, and the failed layer named
+    at = cells.index("fixtures")
+    assert cells[at - 1:at + 4] == ["inf2", "fixtures", "FAIL", "pass_rate 0.500, min_pass_rate 1.000", "fixture json-answer: schema invalid"]
+    assert "task_acceptance" in cells and "not evaluated" in cells and "the scorer exited 1" in cells
+    assert "(failed layer: inf2: fixtures)" in page
