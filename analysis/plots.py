@@ -120,8 +120,13 @@ def _plain(ax_axis: object) -> None:
     ax_axis.set_major_formatter(fmt)  # type: ignore[attr-defined]
 
 
-def _figure(height_in: float = HEIGHT_IN) -> tuple[Figure, Axes]:
-    fig = Figure(figsize=(WIDTH_IN, height_in), layout="constrained")
+def _figure(height_in: float = HEIGHT_IN, *, fit_labels: bool = False) -> tuple[Figure, Axes]:
+    """A figure with one axes. Its margins are fixed (the tick labels are short: '100%', '1.75k',
+    'x0.5'), except with `fit_labels` (category labels of any length on the y axis), where
+    constrained layout sizes them: it draws the figure twice, doubling the render time."""
+    fig = Figure(figsize=(WIDTH_IN, height_in), layout="constrained" if fit_labels else None)
+    if not fit_labels:
+        fig.subplots_adjust(left=0.1, right=0.97, bottom=0.55 / height_in, top=1 - 0.32 / height_in)
     ax = fig.add_subplot()
     ax.grid(True, color="#dddddd", linewidth=0.6)
     ax.set_axisbelow(True)
@@ -207,13 +212,13 @@ def goodput_over_time(title: str, series: Sequence[FleetSeries], window_end_s: f
     ax.set_ylim(bottom=0)
     ax.yaxis.set_major_formatter(FuncFormatter(si))
     _plain(ax.xaxis)
-    ax.legend(fontsize=8, loc="upper right")
+    ax.legend(fontsize=8, loc="best")
     return to_svg(fig, title, title)
 
 
 def cost_per_million(title: str, bars: Sequence[CostBar]) -> str:
     """One horizontal bar per fleet from zero, with its 95% interval as a whisker and the value written beside it."""
-    fig, ax = _figure(max(1.6, 0.55 * len(bars) + 1.2))
+    fig, ax = _figure(max(1.6, 0.55 * len(bars) + 1.2), fit_labels=True)
     colours = fleet_colours([b.fleet for b in bars])
     top = max([b.usd_per_million for b in bars] + [h for b in bars if b.interval for h in b.interval if h is not None])
     for i, b in enumerate(bars):
@@ -261,7 +266,7 @@ def sensitivity_tornado(title: str, base: float, bars: Sequence[SensitivityBar])
     with the cell's 95% interval and its decision. Only cells with a figure are drawn: the caller
     lists the others (not measured, no commitment) beside the figure."""
     rows = sorted(bars, key=lambda b: abs(b.value - base), reverse=True)
-    fig, ax = _figure(max(2.0, 0.34 * len(rows) + 1.3))
+    fig, ax = _figure(max(2.0, 0.34 * len(rows) + 1.3), fit_labels=True)
     for i, b in enumerate(rows):
         colour = "#2ca02c" if b.value >= base else "#d62728"
         ax.barh(i, b.value - base, left=base, color=colour, height=0.6, alpha=0.85)
