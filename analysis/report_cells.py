@@ -5,6 +5,8 @@ word (tests/analysis/test_report_html.py compares the two pages cell by cell).""
 
 from __future__ import annotations
 
+from typing import Any
+
 from analysis.report_md import ci_text, fmt
 from analysis.report_model import (
     CapacityStep,
@@ -135,10 +137,15 @@ def quality_row(name: str, q: QualityResult) -> tuple[str, str, str]:
 QUALITY_LAYER_COLUMNS = ("fleet", "layer", "result", "figures", "reasons")
 
 
+def _figures_text(figures: dict[str, Any]) -> str:
+    """'k v, k v', a nested mapping in parentheses (a KS test's figures: against, p-value, n, m)."""
+    return ", ".join(f"{k} ({_figures_text(v)})" if isinstance(v, dict) else f"{k} {fmt(v)}" for k, v in figures.items())
+
+
 def quality_layer_rows(name: str, q: QualityResult) -> list[tuple[str, str, str, str, str]]:
     """One row per layer the gate evaluated (fixtures, equivalence, task acceptance, distribution...)."""
     return [(name, layer, "not evaluated" if x.passed is None else ("pass" if x.passed else "FAIL"),
-             ", ".join(f"{k} {fmt(v)}" for k, v in x.figures.items()), "; ".join(x.reasons) or "none")
+             _figures_text(x.figures), "; ".join(x.reasons) or "none")
             for layer, x in (q.layers or {}).items()]
 
 

@@ -150,7 +150,7 @@ def _capacity(r: Report) -> str:
             out.append(f"<p>{html.escape(search_stop(path))}</p>" + _table(SEARCH_COLUMNS, search_rows(path)))
             tracks.append(plots.SearchTrack(name, [plots.SearchPoint(s.multiplier, s.verdict) for s in path.steps], path.held_multiplier))
         points[name] = [plots.CapacityPoint(s.multiplier, s.per_instance_goodput_tok_s, s.slo_pass, chosen(f, s))
-                        for s in f.capacity.steps if s.label != "replay" and s.per_instance_goodput_tok_s is not None]
+                        for s in f.capacity.steps if s.per_instance_goodput_tok_s is not None]  # the replay too: it can be the chosen one
     if any(points.values()):
         out.append(_figure(plots.capacity_steps("Capacity sweep: per-instance goodput", points),
                            "capacity step records (measured); each fleet's capacity is the best steady-state step that held the fleet SLO"))

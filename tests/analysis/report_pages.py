@@ -26,7 +26,9 @@ def full_report(tmp_path: Path, manifest_data: dict[str, Any]) -> tuple[dict[str
 def gate_reject_report(tmp_path: Path, manifest_data: dict[str, Any]) -> tuple[dict[str, Any], Path]:
     layers = {"fixtures": {"layer": "fixtures", "passed": False, "reasons": ["fixture json-answer: schema invalid"],
                            "figures": {"pass_rate": 0.5, "min_pass_rate": 1.0}},
-              "task_acceptance": {"layer": "task_acceptance", "passed": None, "reasons": ["the scorer exited 1"], "figures": {}}}
+              "task_acceptance": {"layer": "task_acceptance", "passed": None, "reasons": ["the scorer exited 1"], "figures": {}},
+              "distribution": {"layer": "distribution", "passed": True, "reasons": [],
+                               "figures": {"output_length_ks": {"against": "g6", "p_value": 0.5}}}}
     quality = {"inf2": {"passed": False, "pass_rate": 0.5, "failures": ["fixture json-answer: schema invalid"], "failed_layer": "fixtures",
                         "layers": layers},
                "g6": {"passed": True, "pass_rate": 1.0, "failures": []}}

@@ -98,3 +98,4 @@ def test_gate_reject_report_has_no_figures_and_says_not_decided(tmp_path: Path, 
     assert cells[at - 1:at + 4] == ["inf2", "fixtures", "FAIL", "pass_rate 0.500, min_pass_rate 1.000", "fixture json-answer: schema invalid"]
     assert "task_acceptance" in cells and "not evaluated" in cells and "the scorer exited 1" in cells
     assert "(failed layer: inf2: fixtures)" in page
+    assert "output_length_ks (against g6, p_value 0.500)" in cells  # a nested figure reads as text, not a Python dict
