@@ -337,7 +337,8 @@ def capacity_steps(title: str, fleets: Mapping[str, Sequence[CapacityPoint]]) ->
         ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _p: ""))
     else:
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"x{v:.4g}"))
-    ax.set_ylim(bottom=0)
+    top = max((p.per_instance_tok_s for pts in fleets.values() for p in pts), default=0.0)
+    ax.set_ylim(0, top * 1.15 or 1.0)  # headroom: the chosen step's star is often the highest point
     ax.yaxis.set_major_formatter(FuncFormatter(si))
     ax.set(title=title, xlabel="offered rate (x the manifest's)", ylabel="SLO-compliant tok/s per instance")
     ax.legend(fontsize=8, loc="best", ncols=2)

@@ -227,7 +227,7 @@ def _sensitivity(sens: Sensitivity | None) -> str:
     if base is not None and plots.finite(base) and drawn:
         extra = f". Not drawn (no figure: outside the evidence): {'; '.join(left)}" if left else ""
         out.append(_figure(plots.sensitivity_tornado("Sensitivity: monthly delta per cell", base, drawn),
-                           f"one-at-a-time grid ({sens.method}); whiskers: each cell's 95% interval", html.escape(extra)))
+                           f"one-at-a-time grid ({sens.method}); whiskers: each cell's 95% interval where both ends are known", html.escape(extra)))
     return "".join(out)
 
 
