@@ -1,6 +1,7 @@
-"""`python -m campaign report MANIFEST --records DIR [--prometheus URL] [--aws] --out DIR`.
+"""`python -m campaign report MANIFEST --records DIR [--prometheus URL] [--aws] --out DIR`, and
+`python -m campaign render REPORT_JSON --out DIR` (the pages again from a report.json).
 
-campaign/cli.py calls `register` to add the subcommand. Exit codes: 0 Go,
+campaign/cli.py calls `register` to add the subcommands. Exit codes: 0 Go,
 10 Defer, 11 Reject (the report was written in all three), 2 bad input (nothing written).
 Analysis errors (`AnalysisError`, a `CampaignError`) reach campaign/cli.py's `main`, which
 prints them and exits with their code (2).
@@ -72,6 +73,22 @@ def cmd_report(args: argparse.Namespace) -> int:
     return EXIT_BY_STATE[state]
 
 
+def cmd_render(args: argparse.Namespace) -> int:
+    """report.md and report.html again from a report.json, which must validate against the report model."""
+    from analysis.report import write_pages
+    from analysis.report_model import ReportInvalid, load_report
+
+    try:
+        rep = load_report(args.report_json)
+    except ReportInvalid as exc:
+        print(f"render: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    write_pages(rep, args.out)
+    print(f"{rep.decision.state.upper()}: " + "; ".join(rep.decision.reasons))
+    print(f"wrote {args.out}/report.md, report.html")
+    return EXIT_BY_STATE[rep.decision.state]
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = subparsers.add_parser("report", help="records + metrics + prices -> report.json/.md/.html and a Go/Defer/Reject")
     p.add_argument("manifest")
@@ -86,3 +103,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                    "or <fleet>/x<k>/ steps and <fleet>/search.json of the automatic search")
     p.add_argument("--out", required=True)
     p.set_defaults(handler=cmd_report)
+    r = subparsers.add_parser("render", help="report.json -> report.md/.html again (the JSON must validate against the report model)")
+    r.add_argument("report_json")
+    r.add_argument("--out", required=True)
+    r.set_defaults(handler=cmd_render)

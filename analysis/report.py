@@ -614,12 +614,19 @@ def _write(report: dict[str, Any], out_dir: str | Path, with_pages: bool) -> Rep
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(model.to_json(), encoding="utf-8")
     if with_pages:
-        from analysis.report_html import render_html
-        from analysis.report_md import render_markdown
-
-        (out / "report.md").write_text(render_markdown(model), encoding="utf-8")
-        (out / "report.html").write_text(render_html(model), encoding="utf-8")
+        write_pages(model, out)
     return model
+
+
+def write_pages(model: Report, out_dir: str | Path) -> None:
+    """report.md and report.html from the model (also `render`, from a report.json read back)."""
+    from analysis.report_html import render_html
+    from analysis.report_md import render_markdown
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.md").write_text(render_markdown(model), encoding="utf-8")
+    (out / "report.html").write_text(render_html(model), encoding="utf-8")
 
 
 def build_gate_report(manifest: Manifest, quality: QualityResults, *, out_dir: str | Path, with_pages: bool = True) -> Report:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from analysis.report_md import ci_text, fmt
 from analysis.report_model import (
     CapacityStep,
     FleetRow,
@@ -20,6 +19,35 @@ from analysis.report_model import (
 )
 
 NOT_DECIDED = "not decided"
+
+
+def fmt(v: Any, digits: int = 3) -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:,.{digits}f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+def ci_text(ci: Any, digits: int = 3, missing: str = "unknown") -> str:
+    """'[low, high]' of a 95% interval; a null end shows as `missing` (a P95's: 'unbounded' by the
+    sample; a capacity's, size's or cost's: 'unknown'; a payback's high end: 'no payback')."""
+    if not ci:
+        return ""
+    low, high = ci
+    return f"[{missing if low is None else fmt(low, digits)}, {missing if high is None else fmt(high, digits)}]"
+
+
+OUTCOMES_NOTE = (
+    "Outcomes of the non-warmup requests (`no_text`: the server reported output tokens but no chunk carried text; "
+    "not a success, its cost stays in the numerator). "
+    "ITL basis: `server_tokens` = (last - first token arrival) / (server output tokens - 1), "
+    "`chunks` = mean gap between content chunks where the server reported no usage."
+)
 
 
 def p95_cell(point: float | None, ci: Interval | None, n: int | None) -> str:

@@ -15,6 +15,7 @@ from analysis.cost import cost_per_million
 from analysis.ledger import payback_curve
 from analysis.report_cells import (
     CAPACITY_COLUMNS,
+    OUTCOMES_NOTE,
     PREFIX_CACHE_COLUMNS,
     QUALITY_LAYER_COLUMNS,
     SEARCH_COLUMNS,
@@ -22,7 +23,9 @@ from analysis.report_cells import (
     capacity_heading,
     capacity_row,
     chosen,
+    ci_text,
     decided,
+    fmt,
     goodput_cell,
     headline_text,
     instances_cell,
@@ -37,7 +40,6 @@ from analysis.report_cells import (
     sensitivity_rows,
     sized_cell,
 )
-from analysis.report_md import OUTCOMES_NOTE, ci_text, fmt
 from analysis.report_model import FleetRow, PrefixCache, PrometheusSection, Report, Sensitivity
 
 MEASURED_RECORDS = "per-request loadgen records, non-warmup, exact quantiles (measured)"

@@ -79,3 +79,25 @@ def test_nan_and_inf_are_written_as_null(written: Path) -> None:
     again = json.loads(r.to_json())
     assert again["fleets"]["inf2"]["p95_ttft_s"] is None and again["monthly_delta_usd"] is None
     assert isinstance(parse_report(again), Report)
+
+
+def test_render_rewrites_the_pages_from_report_json(written: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from analysis.cli import EXIT_BY_STATE
+    from campaign.cli import main
+
+    state = json.loads(written.read_text())["decision"]["state"]
+    assert main(["render", str(written), "--out", str(tmp_path / "again")]) == EXIT_BY_STATE[state]
+    assert (tmp_path / "again" / "report.md").read_text() == (written.parent / "report.md").read_text()
+    assert (tmp_path / "again" / "report.html").read_text() == (written.parent / "report.html").read_text()
+
+
+def test_render_refuses_a_bad_report_json_naming_the_field(written: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from campaign.cli import main
+    from campaign.errors import EXIT_BAD_INPUT
+
+    data = json.loads(written.read_text())
+    data["fleets"]["g6"]["requests"] = "many"
+    written.write_text(json.dumps(data))
+    assert main(["render", str(written), "--out", str(tmp_path / "again")]) == EXIT_BAD_INPUT
+    assert "fleets.g6.requests" in capsys.readouterr().err
+    assert not (tmp_path / "again").exists()
