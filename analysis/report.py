@@ -23,7 +23,7 @@ from analysis.evaluate import Context, QualityResults, evaluate, outside_evidenc
 from analysis.histogram import bucket_cdf
 from analysis.ledger import payback_curve
 from analysis.provenance import Findings, Gap, Sourced, manifest_provenance, run_relative
-from analysis.report_model import Report
+from analysis.report_model import Headline, Report, ScenarioEvaluation
 from analysis.sources.billing import cost_explorer_by_fleet, read_focus
 from analysis.sources.cloudwatch import CloudWatchSource, discover_asgs, fleet_specs
 from analysis.sources.pricing import PRICING_ENDPOINT_REGION, RESERVED_KIND, PriceBook, PriceListSource
@@ -304,7 +304,7 @@ class Measurements:
 class Evaluation:
     """Stage 4: the headline scenario (the manifest as written) and, if asked, every sensitivity cell."""
 
-    head: dict[str, Any]
+    head: ScenarioEvaluation
     sensitivity: dict[str, Any] | None
 
 
@@ -489,7 +489,7 @@ def measure(m: Manifest, rec: RecordEvidence, ev: Evidence) -> Measurements:
 
 def evaluate_scenarios(ctx: Context, with_sensitivity: bool) -> Evaluation:
     """The headline scenario, and every sensitivity cell by the same rules (analysis.evaluate)."""
-    head = evaluate(ctx, sensitivity.BASE)
+    head = ScenarioEvaluation.model_validate(evaluate(ctx, sensitivity.BASE))
     grid = sensitivity.run_grid(ctx.manifest, lambda sc: _cell(ctx, sc)) if with_sensitivity else None
     return Evaluation(head, grid)
 
@@ -505,7 +505,7 @@ def _input_provenance(m: Manifest, inp: ReportInputs) -> Findings:
     return found
 
 
-def _evaluation_findings(m: Manifest, inp: ReportInputs, head: Mapping[str, Any], prefix: Mapping[str, Any]) -> Findings:
+def _evaluation_findings(m: Manifest, inp: ReportInputs, head: ScenarioEvaluation, prefix: Mapping[str, Any]) -> Findings:
     """The manifest's inputs to the evaluation, the computed demand, and the prefix-cache caveat."""
     found = Findings()
     for key, val, detail in (
@@ -520,7 +520,7 @@ def _evaluation_findings(m: Manifest, inp: ReportInputs, head: Mapping[str, Any]
         "value": inp.root_volume_gib, "source": "pinned" if inp.root_volume_gib == DEFAULT_ROOT_VOLUME_GIB else "assumption",
         "detail": "root EBS volume per instance, as the fleet stacks deploy it (campaign.catalog.ROOT_VOLUME_GIB)",
     }
-    found.provenance["demand_tok_s"] = {"value": head["demand_tok_s"], "source": "computed",
+    found.provenance["demand_tok_s"] = {"value": head.demand_tok_s, "source": "computed",
                                         "detail": "manifest peak_requests_per_s x measured mean output tokens per completed request "
                                                   "(pooled over fleets)"}  # fmt: skip
     if prefix["mixed"]:
@@ -534,7 +534,7 @@ def assemble_report(
     m: Manifest, inp: ReportInputs, rec: RecordEvidence, ev: Evidence, evaluation: Evaluation, prefix: dict[str, Any], found: Findings,
 ) -> dict[str, Any]:
     """Stage 5: report.json's content, in its order (validated against analysis.report_model by _write)."""
-    head = dict(evaluation.head)
+    head = evaluation.head.model_copy(deep=True)
     _step_percentile_intervals(head, rec.records, rec.sweep)
     _add_outcomes(head, rec.records)
     report: dict[str, Any] = {
@@ -545,7 +545,7 @@ def assemble_report(
         "slo": m.slo.model_dump(),
         "horizon_months": m.horizon_months,
         "systems_under_test": inp.systems_under_test,
-        **head,
+        **head.model_dump(),
         "gaps": [g.as_dict() for g in found.gaps],
         "prometheus": ev.prometheus,
         "prefix_cache": prefix,
@@ -554,7 +554,7 @@ def assemble_report(
         "billing": ev.billing or None,
         "quality": dict(inp.quality) if inp.quality is not None else None,
         "provenance": found.provenance,
-        "headline": headline(head, list(found.gaps)),
+        "headline": headline(head, list(found.gaps)).model_dump(),
     }
     if evaluation.sensitivity is not None:
         report["sensitivity"] = evaluation.sensitivity
@@ -568,23 +568,19 @@ def assemble_report(
 FIGURE_GAPS = frozenset({"records", "run_summary", "prices", "saturation", "overload", "capacity"})
 
 
-def headline(head: Mapping[str, Any], gaps: list[Gap]) -> dict[str, Any]:
+def headline(head: ScenarioEvaluation, gaps: list[Gap]) -> Headline:
     """The figures the report may headline: all of them, or none with the gaps that block them."""
     blocked = [f"{g.what}: {g.reason}" for g in gaps if g.blocks_go and g.what.split(".", 1)[0] in FIGURE_GAPS]
-    fleets = head["fleets"]
-    figures: dict[str, Any] = {
-        "monthly_delta_usd": head["monthly_delta_usd"],
-        "monthly_delta_ci_usd": head.get("monthly_delta_ci_usd"),
-        "migration_cost_usd": head["migration_cost_usd"],
-        "payback_months": head["payback_months"],
-        "payback_months_ci": head.get("payback_months_ci"),
-        "instances_required": {n: f.get("instances_required") for n, f in fleets.items()},
-        "instances_required_ci": {n: f.get("instances_required_ci") for n, f in fleets.items()},
-        "monthly_cost_usd": {n: f.get("monthly_cost_usd") for n, f in fleets.items()},
-    }
     if blocked:
-        figures = {k: ({n: None for n in v} if isinstance(v, dict) else None) for k, v in figures.items()}
-    return {"decided": not blocked, "blocked_by": blocked, **figures}
+        return Headline(decided=False, blocked_by=blocked, instances_required=dict.fromkeys(head.fleets),
+                        instances_required_ci=dict.fromkeys(head.fleets), monthly_cost_usd=dict.fromkeys(head.fleets))
+    return Headline(
+        decided=True, blocked_by=[], monthly_delta_usd=head.monthly_delta_usd, monthly_delta_ci_usd=head.monthly_delta_ci_usd,
+        migration_cost_usd=head.migration_cost_usd, payback_months=head.payback_months, payback_months_ci=head.payback_months_ci,
+        instances_required={n: f.instances_required for n, f in head.fleets.items()},
+        instances_required_ci={n: f.instances_required_ci for n, f in head.fleets.items()},
+        monthly_cost_usd={n: f.monthly_cost_usd for n, f in head.fleets.items()},
+    )
 
 
 def _cell(ctx: Context, sc: sensitivity.Scenario) -> dict[str, Any]:
@@ -598,14 +594,14 @@ ITL_DEFINITION = (
 )
 
 
-def _add_outcomes(head: dict[str, Any], rs: RecordSet) -> None:
+def _add_outcomes(head: ScenarioEvaluation, rs: RecordSet) -> None:
     """Each fleet's non-warmup requests by outcome, and how many ITLs came from which definition."""
     bases = goodput.itl_basis_counts(rs)
     for name, counts in goodput.outcome_counts(rs).items():
-        row = head["fleets"].get(name)
+        row = head.fleets.get(name)
         if row is not None:
-            row["outcomes"] = counts
-            row["itl_basis"] = bases.get(name, {})
+            row.outcomes = counts
+            row.itl_basis = bases.get(name, {})
 
 
 def _write(report: dict[str, Any], out_dir: str | Path, with_pages: bool) -> Report:
@@ -710,17 +706,18 @@ def _capacity_fn(
     return capacities
 
 
-def _step_percentile_intervals(head: dict[str, Any], rs: RecordSet, sweep: list[capacity.SweepStep] | None) -> None:
+def _step_percentile_intervals(head: ScenarioEvaluation, rs: RecordSet, sweep: list[capacity.SweepStep] | None) -> None:
     """Every capacity step's P95s get their 95% interval and n, as the fleet rows' do."""
     by_label = {s.label: s.records for s in sweep or []}
-    for name, row in head["fleets"].items():
-        for st in (row.get("capacity") or {}).get("steps", []):
-            records = rs if st["label"] == capacity.REPLAY else by_label.get(st["label"])
+    for name, row in head.fleets.items():
+        for st in row.capacity.steps if row.capacity is not None else []:
+            records = rs if st.label == capacity.REPLAY else by_label.get(st.label)
             if records is None:
                 continue
-            for what, column in (("ttft", "ttft_s"), ("itl", "itl_s")):
-                ci = stats.quantile_ci(intervals.latency_sample(records, name, column))
-                st[f"p95_{what}_ci_s"], st[f"p95_{what}_n"] = ci.bounds, ci.n
+            ttft = stats.quantile_ci(intervals.latency_sample(records, name, "ttft_s"))
+            itl = stats.quantile_ci(intervals.latency_sample(records, name, "itl_s"))
+            st.p95_ttft_ci_s, st.p95_ttft_n = (ttft.bounds[0], ttft.bounds[1]), ttft.n
+            st.p95_itl_ci_s, st.p95_itl_n = (itl.bounds[0], itl.bounds[1]), itl.n
 
 
 def _intervals_fn(
@@ -866,7 +863,7 @@ def _search_gaps(
     return {fleet}, found
 
 
-def _series(m: Manifest, rs: RecordSet, measures: Mapping[str, goodput.FleetMeasure], head: dict[str, Any]) -> dict[str, Any]:
+def _series(m: Manifest, rs: RecordSet, measures: Mapping[str, goodput.FleetMeasure], head: ScenarioEvaluation) -> dict[str, Any]:
     """Plot data: latency CDFs and goodput over time from the records, and the payback curve."""
     out: dict[str, Any] = {"fleets": {}}
     for name, fm in measures.items():
@@ -877,8 +874,8 @@ def _series(m: Manifest, rs: RecordSet, measures: Mapping[str, goodput.FleetMeas
         if fm.window_start_s is not None and fm.window_end_s is not None:
             s["goodput"] = goodput.goodput_series(rs, name, m.slo.ttft_p95_s, m.slo.itl_p95_s, fm.window_start_s, fm.window_end_s)
         out["fleets"][name] = s
-    mig, delta = head["migration_cost_usd"], head["monthly_delta_usd"]
+    mig, delta = head.migration_cost_usd, head.monthly_delta_usd
     if mig is not None and delta is not None:
-        months = int(max(m.horizon_months * 2, (head["payback_months"] or 0) * 1.5, 12))
+        months = int(max(m.horizon_months * 2, (head.payback_months or 0) * 1.5, 12))
         out["payback_curve"] = payback_curve(mig, delta, months)
     return out

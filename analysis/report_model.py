@@ -259,6 +259,23 @@ class Ledger(_Model):
     total_usd: float
 
 
+class ScenarioEvaluation(_Model):
+    """analysis.evaluate.evaluate's result for one scenario; the headline's (the manifest as written) is part of the report."""
+
+    fleets: dict[str, FleetRow]
+    demand_tok_s: float | None
+    pooled_output_tokens_per_request: float | None
+    utilization_target: float | None
+    monthly_delta_usd: float | None
+    monthly_delta_ci_usd: Interval | None
+    migration: Ledger | None
+    migration_cost_usd: float | None
+    payback_months: float | None
+    payback_months_ci: Interval | None
+    months_to_next_refresh: float | None
+    decision: Decision
+
+
 class Headline(_Model):
     """The figures the report may headline: all of them, or none (null) with the gaps that block them."""
 
