@@ -23,7 +23,7 @@ from analysis.evaluate import Context, QualityResults, evaluate, outside_evidenc
 from analysis.histogram import bucket_cdf
 from analysis.ledger import payback_curve
 from analysis.provenance import Findings, Gap, Sourced, manifest_provenance, run_relative
-from analysis.report_model import Headline, Report, ScenarioEvaluation
+from analysis.report_model import Headline, Report, ScenarioEvaluation, Sensitivity
 from analysis.sources.billing import cost_explorer_by_fleet, read_focus
 from analysis.sources.cloudwatch import CloudWatchSource, discover_asgs, fleet_specs
 from analysis.sources.pricing import PRICING_ENDPOINT_REGION, RESERVED_KIND, PriceBook, PriceListSource
@@ -305,7 +305,7 @@ class Evaluation:
     """Stage 4: the headline scenario (the manifest as written) and, if asked, every sensitivity cell."""
 
     head: ScenarioEvaluation
-    sensitivity: dict[str, Any] | None
+    sensitivity: Sensitivity | None
 
 
 def build_report(
@@ -490,7 +490,7 @@ def measure(m: Manifest, rec: RecordEvidence, ev: Evidence) -> Measurements:
 def evaluate_scenarios(ctx: Context, with_sensitivity: bool) -> Evaluation:
     """The headline scenario, and every sensitivity cell by the same rules (analysis.evaluate)."""
     head = ScenarioEvaluation.model_validate(evaluate(ctx, sensitivity.BASE))
-    grid = sensitivity.run_grid(ctx.manifest, lambda sc: _cell(ctx, sc)) if with_sensitivity else None
+    grid = Sensitivity.model_validate(sensitivity.run_grid(ctx.manifest, lambda sc: _cell(ctx, sc))) if with_sensitivity else None
     return Evaluation(head, grid)
 
 
@@ -557,7 +557,7 @@ def assemble_report(
         "headline": headline(head, list(found.gaps)).model_dump(),
     }
     if evaluation.sensitivity is not None:
-        report["sensitivity"] = evaluation.sensitivity
+        report["sensitivity"] = evaluation.sensitivity.model_dump()
     report["series"] = _series(m, rec.records, rec.base, head)
     return report
 
