@@ -341,7 +341,7 @@ def build_report(
     meas = measure(m, rec, ev)
     prefix = prefix_cache.for_report(m, rec.records, inp.prometheus_url, rec.base)
     found = rec.found + ev.cloud_found + ev.instances_found + meas.capacity_found + meas.saturation_found + ev.prices_found \
-        + ev.billing_found + ev.prometheus_found + _input_provenance(m, inp)  # fmt: skip
+        + ev.billing_found + ev.prometheus_found + _input_provenance(inp)  # fmt: skip
     ctx = Context(m, rec.measures, ev.instances, ev.unit_prices, inp.root_volume_gib, inp.quality, list(found.gaps), meas.saturation,
                   meas.capacities, meas.intervals)
     evaluation = evaluate_scenarios(ctx, with_sensitivity)
@@ -494,7 +494,8 @@ def evaluate_scenarios(ctx: Context, with_sensitivity: bool) -> Evaluation:
     return Evaluation(head, grid)
 
 
-def _input_provenance(m: Manifest, inp: ReportInputs) -> Findings:
+def _input_provenance(inp: ReportInputs) -> Findings:
+    """What served the fleets (when not the manifest's hardware) and whether quality-gate results were given."""
     found = Findings()
     if inp.systems_under_test:
         found.provenance["systems_under_test"] = {"source": "measured", "detail": inp.systems_under_test}
