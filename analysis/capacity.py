@@ -306,9 +306,15 @@ def step_result(
 
 def choose(fleet: str, steps: list[StepResult], search: SearchPath | None = None) -> Capacity:
     """The highest per-instance goodput among the valid steady-state steps that held the fleet SLO
-    (ties: the lower multiplier)."""
+    (ties: the lower multiplier), leaving out any step the fleet's search judged and did not call
+    held (e.g. a replay with fewer than min_requests requests, which the search ran again)."""
     ordered = tuple(sorted(steps, key=lambda s: (s.multiplier, s.label != REPLAY)))
-    passing = [s for s in ordered if s.slo_pass and s.per_instance_goodput_tok_s and s.steady_state and s.valid]
+    judged = {st.label: st.verdict for st in search.steps} if search is not None else {}
+
+    def search_allows(s: StepResult) -> bool:  # search labels are the step's own ("x0.5"), rows carry the fleet ("g6/x0.5")
+        return judged.get(s.label.rsplit("/", 1)[-1], Verdict.HELD) is Verdict.HELD
+
+    passing = [s for s in ordered if s.slo_pass and s.per_instance_goodput_tok_s and s.steady_state and s.valid and search_allows(s)]
     if not passing:
         return Capacity(fleet, ordered, None, None, search)
     best = max(passing, key=lambda s: s.per_instance_goodput_tok_s or 0.0)  # max keeps the first of equals

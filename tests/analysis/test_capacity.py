@@ -302,3 +302,24 @@ def test_a_step_whose_run_measured_the_client_is_never_the_capacity(tmp_path: Pa
     assert g6["step"] == "x1" and g6["per_instance_tok_s"] == pytest.approx(300.0)  # x2 (600 tok/s) held but was invalid
     assert [s["valid"] for s in g6["steps"] if s["label"] == "x2"] == [False]
     assert r["fleets"]["inf2"]["capacity"]["step"] == "x2"  # the other fleet's run in that step was valid
+
+
+def test_a_step_the_search_judged_too_short_is_never_the_capacity() -> None:
+    """The replay held over 32 requests, which the search judged short (min_requests 72) and ran
+    again at x1 with 72, which missed; x0.5 held over 72. The fleet is sized from x0.5, not from
+    the replay's higher goodput (the report sized g6 from such a replay in the example run)."""
+    from analysis.capacity import REPLAY, StepResult, choose
+
+    def row(label: str, k: float, tok_s: float, held: bool) -> StepResult:
+        return StepResult(label, k, 72, 70, tok_s, 1.0 if held else 2.5, 0.05, 0.0, held, 4.0, 150.0, 10.0)
+
+    def step(label: str, k: float, verdict: Verdict) -> SearchStep:
+        return SearchStep(label, k, "t", 100.0, verdict, 72, 150.0, 0.5, 10.0, 1.0, 0.05, 0.0, "hand-made")
+
+    rows = [row(REPLAY, 1.0, 166.0, True), row("g6/x1", 1.0, 90.0, False), row("g6/x0.5", 0.5, 110.0, True)]
+    path = SearchPath("g6", (step(REPLAY, 1.0, Verdict.SHORT), step("x1", 1.0, Verdict.MISSED), step("x0.5", 0.5, Verdict.HELD)),
+                      0.5, 1.0, StopRule.TIME_BUDGET, "hand-made", 0.1)
+    cap = choose("g6", rows, path)
+    assert cap.step == "g6/x0.5" and cap.per_instance_tok_s == pytest.approx(110.0)
+    # without a search (a fixed sweep), the replay stays a candidate as before
+    assert choose("g6", rows).step == REPLAY
