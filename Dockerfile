@@ -1,4 +1,4 @@
-# The load generator the Fargate tasks run: Locust + loadgen + campaign (manifest types).
+# The load generator the Fargate tasks run: Locust + loadgen + core (the manifest types it reads).
 # Pinned base so a campaign next quarter measures with the same client.
 FROM python:3.11.7-slim-bookworm
 
@@ -16,7 +16,7 @@ RUN pip install -r /app/loadgen/requirements-loadgen.txt
 
 # No manifest and no trace in the image: each run's inputs are downloaded from the results
 # bucket by loadgen/task_entry.py (uploaded there by `python -m campaign run`).
-COPY campaign/ /app/campaign/
+COPY core/ /app/core/
 COPY loadgen/ /app/loadgen/
 
 RUN useradd --create-home --uid 10001 loadgen && mkdir -p /data/records && chown -R loadgen /data

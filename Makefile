@@ -49,7 +49,8 @@ checkov: install checkov-venv
 
 lint: install
 	.venv/bin/ruff check .
-	.venv/bin/mypy campaign runtime loadgen analysis stacks app.py
+	.venv/bin/mypy core campaign runtime loadgen analysis stacks app.py
+	.venv/bin/lint-imports
 
 # The real engine: vLLM's CPU build in its own venv (vLLM pins torch/transformers releases
 # the harness does not share). --no-deps: requirements-engine.txt lists every package, pinned,

@@ -19,7 +19,7 @@ SLO. Ours does what LoadGen does, on the trace's own requests and arrival shape:
 2. bisect geometrically (sqrt(held x missed)) until missed / held <= 1 + tolerance.
 
 `min_requests` defaults to the fewest requests whose P95 has a bounded 95% interval
-(`analysis.stats.min_n_bounded_upper`, 72): a step that held over fewer cannot carry the
+(`core.stats.min_n_bounded_upper`, 72): a step that held over fewer cannot carry the
 capacity's low end (`analysis.intervals`), so the decision could only Defer.
 
 Every step is long enough by construction: its arrival span covers `lifetimes` x the median
@@ -39,8 +39,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from analysis.capacity import REPLAY, STEADY_STATE_LIFETIMES, SearchPath, SearchStep, StopRule, Verdict
-from analysis.stats import min_n_bounded_upper
-from campaign.quantiles import nearest_rank
+from core.quantiles import nearest_rank
+from core.stats import min_n_bounded_upper
 
 # A step is sized from the previous step's median lifetime, measured at a different load:
 # lifetimes grow towards the boundary, so the step is made a quarter longer than the bare rule.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from campaign.errors import CampaignError
+from core.errors import CampaignError
 
 
 class AnalysisError(CampaignError):

@@ -10,14 +10,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from analysis import cost, ledger, sizing, stats
+from analysis import cost, ledger, sizing
 from analysis.capacity import Capacity
 from analysis.decision import DecisionInputs, decide
 from analysis.goodput import FleetMeasure, Saturation
 from analysis.intervals import FleetIntervals, IntervalsFn
 from analysis.provenance import Gap
 from analysis.sensitivity import Scenario
-from campaign.manifest import Manifest
+from core import stats
+from core.manifest import Manifest
 
 QualityResults = Mapping[str, Mapping[str, Any]]
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from analysis.sources.records import RecordSet
-from campaign.records import ERROR_OUTCOMES, Outcome
+from core.records import ERROR_OUTCOMES, Outcome
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from analysis import stats
 from analysis.goodput import FleetMeasure
 from analysis.sources.records import RecordSet
+from core import stats
 
 _COLUMNS = ("ttft_s", "itl_s")
 REPLAY = "replay"  # the label of the trace replay as a step (analysis.capacity.REPLAY)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from campaign.manifest import Migration
+from core.manifest import Migration
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ A fleet whose stack caches prompt prefixes (vLLM on GPU does by default; vLLM on
 not) answers a request that shares a prefix with an earlier one without encoding that prefix,
 so its TTFT is not comparable with an uncached fleet's. The seed study asks to report cached
 and uncached runs separately; per fleet this section gives
-- whether the fleet's stack caches prefixes (runtime/emulator/stacks.py, with sources),
+- whether the fleet's stack caches prefixes (core/scheduling.py, with sources),
 - the server's hit rate where Prometheus scraped it: increase(vllm:prefix_cache_hits_total)
   / increase(vllm:prefix_cache_queries_total) over the window (tokens, as vLLM counts them),
 - TTFT P50 / P95 over requests at least half of whose prompt is a prefix of blocks (Mooncake
@@ -20,12 +20,12 @@ from typing import Any
 from analysis.errors import SourceUnavailable
 from analysis.sources.prometheus import PrometheusSource
 from analysis.sources.records import RecordSet
-from campaign import catalog
-from campaign.manifest import Manifest
-from loadgen.schedule import ScheduledRequest
-from loadgen.traces import BLOCK_TOKENS
-from runtime.emulator.stacks import policy_for
-from runtime.serving import VLLM_METRICS
+from core import catalog
+from core.manifest import Manifest
+from core.schedule import ScheduledRequest
+from core.scheduling import policy_for
+from core.serving import VLLM_METRICS
+from core.traces import BLOCK_TOKENS
 
 HIT_SHARE = 0.5  # a request is a "hit" when at least this share of its prompt is a prefix seen before
 
@@ -126,8 +126,8 @@ def section(
 def for_report(m: Manifest, rs: RecordSet, prometheus_url: str | None, measures: Mapping[str, Any]) -> dict[str, Any]:
     """The section as build_report adds it: the schedule rebuilt from the manifest's trace,
     the server's hit rate from Prometheus over each fleet's measured window where given."""
-    from loadgen.schedule import ScheduleError, build_schedule
-    from loadgen.traces import TraceError
+    from core.schedule import ScheduleError, build_schedule
+    from core.traces import TraceError
 
     try:
         schedule: list[ScheduledRequest] | None = build_schedule(m)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from campaign.manifest import Manifest
+    from core.manifest import Manifest
 
 SourceKind = Literal["measured", "pulled", "snapshot", "manifest", "assumption", "computed"]
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from analysis import capacity, goodput, intervals, prefix_cache, sensitivity, stats
+from analysis import capacity, goodput, intervals, prefix_cache, sensitivity
 from analysis.cost import UnitPrices
 from analysis.decision import decide_at_gate
 from analysis.errors import AnalysisError, PriceMissing, SourceUnavailable
@@ -30,10 +30,10 @@ from analysis.sources.pricing import PRICING_ENDPOINT_REGION, RESERVED_KIND, Pri
 from analysis.sources.prometheus import HistogramNames, PrometheusSource
 from analysis.sources.records import RecordSet, load_records
 from analysis.sources.time_to_ready import time_to_ready
-from campaign import catalog
-from campaign.manifest import Manifest
+from core import catalog, stats
+from core.manifest import Manifest
 
-# The root volume the stacks deploy (campaign.catalog); the cache volume comes from fleets[].ebs_cache_gib.
+# The root volume the stacks deploy (core.catalog); the cache volume comes from fleets[].ebs_cache_gib.
 DEFAULT_ROOT_VOLUME_GIB = float(catalog.ROOT_VOLUME_GIB)
 
 
@@ -519,7 +519,7 @@ def _evaluation_findings(m: Manifest, inp: ReportInputs, head: ScenarioEvaluatio
         found.provenance[key] = {"value": val, "source": "manifest", "detail": detail}
     found.provenance["root_volume_gib"] = {
         "value": inp.root_volume_gib, "source": "pinned" if inp.root_volume_gib == DEFAULT_ROOT_VOLUME_GIB else "assumption",
-        "detail": "root EBS volume per instance, as the fleet stacks deploy it (campaign.catalog.ROOT_VOLUME_GIB)",
+        "detail": "root EBS volume per instance, as the fleet stacks deploy it (core.catalog.ROOT_VOLUME_GIB)",
     }
     found.provenance["demand_tok_s"] = {"value": head.demand_tok_s, "source": "computed",
                                         "detail": "manifest peak_requests_per_s x measured mean output tokens per completed request "

@@ -88,7 +88,7 @@ class Measure(_Model):
 
 
 class QuantileInterval(_Model):
-    """analysis.stats quantile interval: order-statistic ranks, distribution-free."""
+    """core.stats quantile interval: order-statistic ranks, distribution-free."""
 
     q: float
     n: int

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from analysis.cost import RateMode
-from campaign.manifest import Manifest
+from core.manifest import Manifest
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from analysis.report import build_report  # noqa: E402
-from campaign.manifest import load_manifest  # noqa: E402
+from core.manifest import load_manifest  # noqa: E402
 
 
 def generate(out: Path, n: int, digest: str, campaign: str, fmt: str) -> None:

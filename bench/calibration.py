@@ -32,11 +32,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from campaign import catalog  # noqa: E402
-from campaign.manifest import ResolvedEfficiency  # noqa: E402
-from campaign.roofline import Roofline  # noqa: E402
+from core import catalog  # noqa: E402
+from core.manifest import ResolvedEfficiency  # noqa: E402
+from core.roofline import Roofline  # noqa: E402
+from core.scheduling import POLICIES, policy_for  # noqa: E402
 from runtime.emulator.simulate import Load, Sizes, simulate  # noqa: E402
-from runtime.emulator.stacks import POLICIES, policy_for  # noqa: E402
 from runtime.emulator.timing import TimingModel  # noqa: E402
 
 DEFAULT_ROWS = ROOT / "data" / "calibration" / "published.csv"

@@ -40,8 +40,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.fixed_latency_server import ServerStats, serve_in_process  # noqa: E402
-from campaign.quantiles import interpolated_quantile  # noqa: E402
-from campaign.records import RequestRecord  # noqa: E402
+from core.quantiles import interpolated_quantile  # noqa: E402
+from core.records import RequestRecord  # noqa: E402
 
 
 def _pin(core: int) -> bool:

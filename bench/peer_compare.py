@@ -54,9 +54,9 @@ sys.path.insert(0, str(ROOT))
 
 from analysis.histogram import histogram_quantile  # noqa: E402
 from campaign.local import start_emulator  # noqa: E402
-from campaign.manifest import load_manifest  # noqa: E402
 from campaign.processes import Supervisor  # noqa: E402
-from campaign.quantiles import interpolated_quantile  # noqa: E402
+from core.manifest import load_manifest  # noqa: E402
+from core.quantiles import interpolated_quantile  # noqa: E402
 
 TTFT_METRIC = "vllm:time_to_first_token_seconds"
 
@@ -133,7 +133,7 @@ def write_word_tokenizer(d: Path, special_tokens: list[str]) -> Path:
     """A local Hugging Face tokenizer (WordLevel over whitespace-split words) matching the
     emulator's word tokenizer, so aiperf loads no tokenizer from a hub or the network (its
     `builtin` tokenizer fetches tiktoken's o200k_base file on first use)."""
-    from campaign.tokenizer import VOCAB
+    from core.tokenizer import VOCAB
 
     specials = ["[UNK]", *special_tokens]
     words = [*specials, *sorted(set(VOCAB) - set(specials))]
@@ -221,8 +221,8 @@ def main() -> int:
     ap.add_argument("--aiperf", help="path of the aiperf executable (else $AIPERF_BIN, else PATH)")
     a = ap.parse_args()
 
+    from core.schedule import build_schedule
     from loadgen.prompts import PromptBuilder
-    from loadgen.schedule import build_schedule
     from runtime.emulator.timing import TimingModel
 
     tmp = Path(tempfile.mkdtemp(prefix="peer-compare-"))

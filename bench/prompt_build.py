@@ -17,10 +17,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from campaign.manifest import load_manifest
-from campaign.tokenizer import HuggingFaceTokenizer, Tokenizer
+from core.manifest import load_manifest
+from core.schedule import build_schedule
+from core.tokenizer import HuggingFaceTokenizer, Tokenizer
 from loadgen.prompts import PromptBuilder
-from loadgen.schedule import build_schedule
 
 
 def main() -> None:

@@ -22,7 +22,7 @@ lag). Two ITL figures per tool, both computed here from per-request values the s
   server's usage: vLLM's bench calls it TPOT (vllm/benchmarks/serve.py calculate_metrics);
 - the gaps between stream chunks: vLLM's bench's "ITL" (one gap per chunk, a chunk may carry
   several tokens); ours from the record's itl_s, whatever definition the records use.
-Prints figures only; percentiles are linear-interpolated (campaign.quantiles.interpolated_quantile).
+Prints figures only; percentiles are linear-interpolated (core.quantiles.interpolated_quantile).
 """
 
 from __future__ import annotations
@@ -43,15 +43,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from campaign import engine as engines  # noqa: E402
-from campaign.manifest import load_manifest  # noqa: E402
 from campaign.processes import Supervisor  # noqa: E402
-from campaign.quantiles import interpolated_quantile  # noqa: E402
-from campaign.records import Outcome  # noqa: E402
+from core.manifest import load_manifest  # noqa: E402
+from core.quantiles import interpolated_quantile  # noqa: E402
+from core.records import Outcome  # noqa: E402
+from core.schedule import build_schedule  # noqa: E402
 from loadgen.launch import run_fleet  # noqa: E402
 from loadgen.prompts import PromptBuilder  # noqa: E402
 from loadgen.recording import read_records  # noqa: E402
 from loadgen.replay_options import ReplayOptions  # noqa: E402
-from loadgen.schedule import build_schedule  # noqa: E402
 
 REAL_MANIFEST = ROOT / "manifests" / "tiny-llama-real-engine.yaml"
 FLEET = "g6"

@@ -1,1 +1,1 @@
-"""Campaign: the frozen manifest, the catalog, the pinned prices and the `python -m campaign` CLI."""
+"""The top layer: the `python -m campaign` / `inf2-vs-g6` CLI and the orchestration that runs the stages in order."""

@@ -16,12 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from campaign.errors import EXIT_FAILED_STEP, CampaignError
-from campaign.manifest import Manifest
-from campaign.shipped import checkout_root
-
-# The stacks tag the results bucket with this, and teardown leaves it in place.
-RETAINED_TAG = ("lifecycle", "retained")
+from core import naming
+from core.errors import EXIT_FAILED_STEP, CampaignError
+from core.manifest import Manifest
+from core.naming import RETAINED_TAG
+from core.shipped import checkout_root
 
 
 class AwsStepFailed(CampaignError, RuntimeError):
@@ -29,7 +28,7 @@ class AwsStepFailed(CampaignError, RuntimeError):
 
 
 def stack_name(m: Manifest) -> str:
-    return f"{m.campaign}-comparison"
+    return naming.stack_name(m.campaign)
 
 
 def cdk_argv(action: str, manifest_path: Path, extra: Sequence[str] = ()) -> list[str]:

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from campaign import aws
-from campaign import cloud_contract as cc
 from campaign.cloud_run import CloudRun, CloudRunError, CloudRunResult, TaskLauncher, download_run, read_run_config
-from campaign.manifest import Manifest, load_manifest
+from core import cloud_contract as cc
+from core.manifest import Manifest, load_manifest
 
 
 def aws_session(region: str) -> Any:
@@ -24,7 +24,7 @@ def aws_session(region: str) -> Any:
 def cmd_deploy(args: argparse.Namespace) -> int:
     from campaign.cloud_checks import cloud_issues
     from campaign.dlami import cdk_parameter_args, parse_ami_overrides, resolve_amis
-    from campaign.manifest import ManifestError
+    from core.manifest import ManifestError
 
     m = load_manifest(args.manifest)  # refuses to deploy an invalid manifest (exit 2 via ManifestError)
     # Illustrative hashes/digests, a gated model without a token: refused before any spend.

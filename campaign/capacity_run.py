@@ -28,8 +28,8 @@ from analysis import goodput
 from analysis.capacity import REPLAY, SearchPath, SearchStep, StopRule, write_search_path
 from analysis.capacity_search import SearchSettings, StepPlan, Stop, certain_miss, judge, next_lifetime, search
 from analysis.sources.records import load_records
-from campaign.manifest import CapacitySearch, Manifest
 from campaign.progress import RecordTail
+from core.manifest import CapacitySearch, Manifest
 
 if TYPE_CHECKING:
     from loadgen.launch import FleetRun
@@ -53,7 +53,7 @@ def settings_from(cfg: CapacitySearch) -> SearchSettings:
 
 def arrival_offsets(m: Manifest) -> list[float]:
     """Replay offsets (at x1) of every request from the window's start to the trace's end."""
-    from loadgen.schedule import build_schedule
+    from core.schedule import build_schedule
 
     return [r.offset_s for r in build_schedule(m, window_s=_WHOLE_TRACE_S)]
 
@@ -134,7 +134,7 @@ def replay_step(m: Manifest, fleet: str, replay_dir: Path, settings: SearchSetti
 def fallback_lifetime(m: Manifest) -> float:
     """Without a replay: the SLO's own bound for the schedule's median request (TTFT + output
     tokens x ITL), an upper bound on the lifetime of a request that meets it."""
-    from loadgen.schedule import build_schedule
+    from core.schedule import build_schedule
 
     tokens = statistics.median(r.output_tokens for r in build_schedule(m))
     return m.slo.ttft_p95_s + tokens * m.slo.itl_p95_s

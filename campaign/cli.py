@@ -1,7 +1,7 @@
 """`python -m campaign` (installed: `inf2-vs-g6`): one entry point for every step of a campaign.
 
 Each subcommand registers itself here; bad input exits 2 with `field.path: reason` lines,
-never a traceback. Every project error derives from `campaign.errors.CampaignError` and is
+never a traceback. Every project error derives from `core.errors.CampaignError` and is
 caught once, in `main`, which prints it and exits with the error's own exit code.
 """
 
@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from campaign.errors import EXIT_BAD_INPUT, CampaignError
-from campaign.manifest import Manifest, ManifestError, load_manifest
+from core.errors import EXIT_BAD_INPUT, CampaignError
+from core.manifest import Manifest, ManifestError, load_manifest
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -100,10 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "(`make engine`) serving the checkpoint next to tokenizer.path (manifests/tiny-llama-real-engine.yaml)")
     lo.set_defaults(handler=cmd_local)
 
-    from analysis import cli as analysis_cli
-    from campaign import aws_cli
+    from campaign import aws_cli, report_cli
 
-    analysis_cli.register(sub)
+    report_cli.register(sub)
     aws_cli.register(sub)
     return p
 

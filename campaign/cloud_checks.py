@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from campaign.manifest import Issue, Manifest
+from core.manifest import Issue, Manifest
 
 # The made-up values in manifests/*.yaml (tests/campaign/test_cloud_checks.py keeps this list
 # complete): a copy of an example that still carries one is refused for a cloud deploy.
@@ -46,7 +46,7 @@ def cloud_issues(m: Manifest, *, weights_from_s3: bool = False) -> list[Issue]:
                                                                "(`docker buildx imagetools inspect IMAGE:TAG`)"))
         if f.replicas_per_instance > 1:
             issues.append(Issue(f"fleets[{i}].replicas_per_instance", "the fleet boot script starts one server per instance "
-                                                                       "(runtime/serving.py); data parallel is emulated and planned only"))
+                                                                       "(core/serving.py); data parallel is emulated and planned only"))
     owner = m.model.repo.split("/", 1)[0]
     if owner in GATED_REPO_OWNERS and not m.model.hub_token_secret_arn and not weights_from_s3:
         issues.append(Issue("model.hub_token_secret_arn", f"{m.model.repo} is gated on the Hugging Face Hub: name the Secrets Manager "

@@ -16,12 +16,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from campaign import cloud_contract as cc
-from campaign.errors import EXIT_FAILED_STEP, CampaignError
-from campaign.manifest import Manifest
+from core import cloud_contract as cc
+from core.errors import EXIT_FAILED_STEP, CampaignError
+from core.manifest import Manifest
 
 if TYPE_CHECKING:
-    from loadgen.schedule import ScheduledRequest
+    from core.schedule import ScheduledRequest
 
 Role = Literal["master", "worker"]
 # After the replay's own safety net (Locust --run-time), how long `run` still waits for a task
@@ -88,7 +88,7 @@ def replay_run_time_s(m: Manifest, schedule_span_s: float, duration_s: float | N
 def upload_inputs(s3: Any, m: Manifest, results_uri: str, run_id: str, schedule: Sequence[ScheduledRequest] | None = None) -> cc.RunInputs:
     """The manifest (byte for byte: its digest is what the tasks check), the trace and the
     schedule description, under <run>/inputs/."""
-    from loadgen.schedule import build_schedule, schedule_digest
+    from core.schedule import build_schedule, schedule_digest
 
     if m.source is None:
         raise CloudRunError("the manifest has no file to upload")
@@ -163,7 +163,7 @@ class CloudRun:
     # --- the run -------------------------------------------------------------------------
 
     def run(self) -> CloudRunResult:
-        from loadgen.schedule import build_schedule, span_s
+        from core.schedule import build_schedule, span_s
 
         m = self.m
         self.say(f"run {self.run_id}: uploading inputs to {cc.inputs_uri(self.cfg.results_uri, self.run_id)}/")

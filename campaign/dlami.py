@@ -4,7 +4,7 @@ The public `.../latest/image_id` SSM parameters move with every Neuron release: 
 AMI's driver needs a newer Neuron runtime than the SDK 2.28 container ships, and `nrt_init()`
 fails. So the template takes each fleet's AMI as a parameter (type AWS::EC2::Image::Id) and
 `deploy` fills it here: `describe-images` owned by Amazon, filtered by the DLAMI name and the
-description naming the SDK version (campaign.catalog.HOST_STACKS, with its source), newest
+description naming the SDK version (core.catalog.HOST_STACKS, with its source), newest
 build of that release. Where the DLAMI description names no version (the NVIDIA base DLAMI),
 the operator passes the AMI id picked from the DLAMI release notes; the boot script checks
 the driver either way.
@@ -17,9 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from campaign import catalog
-from campaign.errors import EXIT_BAD_INPUT, CampaignError
-from campaign.manifest import Manifest
+from core import catalog
+from core.errors import EXIT_BAD_INPUT, CampaignError
+from core.manifest import Manifest
+from core.naming import ami_parameter_name
 
 _AMI_ID = re.compile(r"^ami-[0-9a-f]{8,17}$")
 
@@ -39,11 +40,6 @@ class ResolvedAmi:
     how: str  # provenance: the filters used, or "given with --ami"
 
 
-def ami_parameter_name(fleet: str) -> str:
-    """Template parameter of a fleet's AMI: `Ami` + the fleet name in CamelCase (CFN allows [A-Za-z0-9])."""
-    return "Ami" + "".join(part[:1].upper() + part[1:] for part in re.split(r"[^A-Za-z0-9]+", fleet) if part)
-
-
 def parse_ami_overrides(values: list[str] | None, fleet_names: list[str]) -> dict[str, str]:
     """`--ami FLEET=ami-...` values, each checked against the manifest's fleets."""
     out: dict[str, str] = {}
@@ -59,7 +55,7 @@ def parse_ami_overrides(values: list[str] | None, fleet_names: list[str]) -> dic
 
 def resolve_amis(m: Manifest, ec2: Any, overrides: Mapping[str, str] | None = None) -> list[ResolvedAmi]:
     """One pinned AMI per fleet; raises AmiNotFound naming the fleet when none can be pinned."""
-    from runtime.serving import host_stack_for
+    from core.serving import host_stack_for
 
     out: list[ResolvedAmi] = []
     for i, fleet in enumerate(m.fleets):

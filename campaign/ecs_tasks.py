@@ -13,8 +13,8 @@ import shlex
 from collections.abc import Sequence
 from typing import Any
 
-from campaign import cloud_contract as cc
 from campaign.cloud_run import CloudRunError, TaskSpec, TaskStatus
+from core import cloud_contract as cc
 
 STARTED_BY_PREFIX = "run-"  # startedBy: up to 36 letters, digits, hyphens, underscores
 

@@ -25,10 +25,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from campaign.errors import CampaignError
-from campaign.manifest import Manifest
-from campaign.processes import Managed, ProcessFailed, Supervisor, free_port
-from campaign.shipped import checkout_root
+from campaign.processes import Managed, ProcessFailed, Supervisor
+from core.errors import CampaignError
+from core.manifest import Manifest
+from core.ports import free_port
+from core.shipped import checkout_root
 
 ROOT = Path(__file__).resolve().parent.parent
 ENGINE_VENV = ROOT / ".venv-engine"

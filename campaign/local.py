@@ -21,15 +21,16 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from analysis.cli import EXIT_BY_STATE
 from analysis.errors import AnalysisError
 from campaign import engine as engines
 from campaign import prometheus_local
-from campaign.manifest import Manifest, load_manifest
-from campaign.processes import ProcessFailed, Supervisor, free_port
+from campaign.processes import ProcessFailed, Supervisor
 from campaign.progress import RecordTail, render
 from campaign.quality import GateResult, run_gate
 from campaign.quality_layers import DISTRIBUTION, LayerResult, distribution_layer, fleet_quality, gate_layers, replay_figures
+from campaign.report_cli import EXIT_BY_STATE
+from core.manifest import Manifest, load_manifest
+from core.ports import free_port
 
 if TYPE_CHECKING:
     from analysis.report_model import Report
@@ -85,9 +86,9 @@ def run_local(
     capacity: bool = True,
     engine: str = "emulator",
 ) -> LocalResult:
+    from core.schedule import build_schedule
     from loadgen.launch import start_fleet
     from loadgen.replay_options import ReplayOptions
-    from loadgen.schedule import build_schedule
 
     m = load_manifest(manifest_path)
     if engine not in engines.ENGINES:

@@ -2,7 +2,7 @@
 
 Decode is memory-bound: every step streams all weights (plus the batch's KV cache) from
 accelerator memory, so tokens/s per sequence <= bandwidth / bytes read per step. Prefill is
-compute-bound: about 2 x params FLOPs per prompt token. These are ceilings (campaign/roofline.py),
+compute-bound: about 2 x params FLOPs per prompt token. These are ceilings (core/roofline.py),
 then scaled by the fleet's efficiency: fitted on published measurements when the manifest names
 a calibration group, else the manifest's assumed numbers. The plan says which.
 """
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from campaign import catalog, prices
-from campaign.manifest import Fleet, Manifest, fit, weight_bytes
-from campaign.roofline import Roofline
+from core import catalog, prices
+from core.manifest import Fleet, Manifest, fit, weight_bytes
+from core.roofline import Roofline
 from runtime.emulator.timing import TimingModel
 
 # Loading a checkpoint (and, on Neuron, tracing + compiling it) holds the weights in host memory

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Sequence
@@ -18,14 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from campaign.errors import EXIT_FAILED_STEP, CampaignError
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port free right now; a second campaign on the same machine gets a different one."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+from core.errors import EXIT_FAILED_STEP, CampaignError
 
 
 class ProcessFailed(CampaignError, RuntimeError):

@@ -10,8 +10,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from campaign.quantiles import nearest_rank
-from campaign.records import COMPLETED_OUTCOMES, ERROR_OUTCOMES, Outcome, split_torn_tail
+from core.quantiles import nearest_rank
+from core.records import COMPLETED_OUTCOMES, ERROR_OUTCOMES, Outcome, split_torn_tail
 
 
 @dataclass

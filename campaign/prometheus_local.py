@@ -15,7 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from campaign.processes import Managed, ProcessFailed, Supervisor, free_port
+from campaign.processes import Managed, ProcessFailed, Supervisor
+from core.ports import free_port
 
 SCRAPE_INTERVAL_S = 1.0  # short runs need fine resolution; a minute-long campaign has ~60 points
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from openai import OpenAI, OpenAIError
 
-from campaign.manifest import Manifest, QualityFixture
+from core.manifest import Manifest, QualityFixture
 
 
 @dataclass

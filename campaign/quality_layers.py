@@ -24,9 +24,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from campaign.manifest import Manifest
 from campaign.quality import GateResult
-from campaign.records import INVALID_RESPONSE_OUTCOMES
+from core.manifest import Manifest
+from core.records import INVALID_RESPONSE_OUTCOMES
 
 FIXTURES, EQUIVALENCE, TASK_ACCEPTANCE, DISTRIBUTION = "fixtures", "equivalence", "task_acceptance", "distribution"
 
@@ -108,7 +108,7 @@ class ReplayFigures:
 
     output_tokens: list[int]  # completed ok requests (server usage where reported)
     sent: int
-    invalid: int  # a response came back unusable (campaign.records.INVALID_RESPONSE_OUTCOMES)
+    invalid: int  # a response came back unusable (core.records.INVALID_RESPONSE_OUTCOMES)
     retried: int  # requests re-sent at least once
 
 

@@ -1,5 +1,5 @@
-"""Load generator: trace readers, the open-loop schedule, the streaming client, the Locust
-replayer, the per-request record sink and the Prometheus exporter.
+"""Load generator: the streaming client, the open-loop Locust
+replayer of core's schedule, the per-request record sink and the Prometheus exporter.
 
 Only `loadgen.replay`, `loadgen.client` and `loadgen.locustfile` import gevent/locust; every
 other module is plain Python so the analysis and unit tests never pull gevent in.

@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from campaign.manifest import Manifest, load_manifest
-from campaign.processes import free_port
-from campaign.records import RunSummary
+from core.manifest import Manifest, load_manifest
+from core.ports import free_port
+from core.records import RunSummary
+from core.schedule import build_schedule, span_s
 from loadgen.recording import read_records, records_name, summary_name
 from loadgen.replay_options import ReplayOptions
 from loadgen.replay_options import to_argv as replay_argv
-from loadgen.schedule import build_schedule, span_s
 from loadgen.summary import SummaryInputs, load_summary, summarize
 
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"

@@ -29,8 +29,8 @@ from locust.env import Environment  # noqa: E402
 from locust.exception import StopUser  # noqa: E402
 from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner  # noqa: E402
 
-from campaign.manifest import load_manifest  # noqa: E402
-from campaign.records import Outcome, RequestRecord  # noqa: E402
+from core.manifest import load_manifest  # noqa: E402
+from core.records import Outcome, RequestRecord  # noqa: E402
 from loadgen.launch import SETUP_FAILED  # noqa: E402
 from loadgen.metrics import ClientMetrics  # noqa: E402
 from loadgen.openai_request import PATHS  # noqa: E402
@@ -269,7 +269,7 @@ def publish_progress(env: Environment, *, final: bool = False) -> None:
     if not (o.s3_uri and o.run_id and o.fleet) or _state["progress_final"]:
         return  # nothing may overwrite the final view with an older periodic one
     _state["progress_final"] = final
-    from campaign.cloud_contract import PROGRESS_PREFIX, split_s3_uri
+    from core.cloud_contract import PROGRESS_PREFIX, split_s3_uri
 
     try:
         import boto3

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 
-from campaign.records import Outcome, RequestRecord
+from core.records import Outcome, RequestRecord
 
 _BASE_TTFT = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0)
 _BASE_ITL = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from campaign.manifest import Generation
+from core.manifest import Generation
 from loadgen.prompts import Api, Prompt
 
 PATHS: dict[str, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}

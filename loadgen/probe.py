@@ -15,12 +15,12 @@ import time
 
 import gevent
 
-from campaign.manifest import load_manifest
+from core.manifest import load_manifest
+from core.schedule import ScheduledRequest
 from loadgen.client import StreamingClient
 from loadgen.openai_request import request_body
 from loadgen.prompts import PromptBuilder
 from loadgen.recording import RecordContext, build_record
-from loadgen.schedule import ScheduledRequest
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,11 +20,11 @@ import random
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from campaign.errors import CampaignError
-from campaign.manifest import Manifest
-from campaign.tokenizer import VOCAB, Tokenizer, apply_chat_template, for_manifest
-from loadgen.schedule import ScheduledRequest
-from loadgen.traces import BLOCK_TOKENS
+from core.errors import CampaignError
+from core.manifest import Manifest
+from core.schedule import ScheduledRequest
+from core.tokenizer import VOCAB, Tokenizer, apply_chat_template, for_manifest
+from core.traces import BLOCK_TOKENS
 
 Api = Literal["chat", "completions"]
 _MARGIN = 16  # filler tokens beyond the target, so the cut can move either way

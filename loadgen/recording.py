@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from campaign.records import Outcome, RequestRecord, split_torn_tail
-from loadgen.schedule import ScheduledRequest
+from core.records import Outcome, RequestRecord, split_torn_tail
+from core.schedule import ScheduledRequest
 from loadgen.sse import StreamState, Transport, classify
 
 
@@ -182,7 +182,7 @@ class RecordSink:
 
 
 def read_records(paths: Iterable[Path]) -> Iterator[RequestRecord]:
-    """A run's record files as RequestRecords, for its summary. A torn last line (campaign.records.
+    """A run's record files as RequestRecords, for its summary. A torn last line (core.records.
     split_torn_tail) is skipped, not fatal; any other bad line is an error naming file and line.
 
     The analysis reads the same files through duckdb (analysis.sources.records: columnar, Parquet

@@ -23,15 +23,15 @@ import gevent
 from gevent import get_hub
 from gevent.event import Event
 
-from campaign.manifest import Manifest
-from campaign.records import RequestRecord, RunSummary
+from core.manifest import Manifest
+from core.records import RequestRecord, RunSummary
+from core.schedule import ScheduledRequest, build_schedule, partition
 from loadgen.client import Exchange, Stream, StreamingClient, close_watcher
 from loadgen.metrics import ClientMetrics
 from loadgen.openai_request import request_body, request_id_header
 from loadgen.prompts import Prompt, PromptBuilder
 from loadgen.recording import RecordContext, RecordSink, build_record, not_sent_record, records_name, summary_name, upload_to_s3
 from loadgen.replay_options import ReplayOptions
-from loadgen.schedule import ScheduledRequest, build_schedule, partition
 from loadgen.summary import CpuMeter, SummaryInputs, summarize
 from loadgen.tokenizer_check import check_prompt_counts, pick_samples
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, get_args
 
-from campaign import cloud_contract as cc
+from core import cloud_contract as cc
 from loadgen.prompts import Api
 
 

@@ -2,7 +2,7 @@
 
 The transport feeds raw bytes with the time they arrived; `StreamState` turns the OpenAI
 streaming chunks into token arrival times, finish reason and server usage, and `classify`
-maps what happened to a `campaign.records.Outcome`.
+maps what happened to a `core.records.Outcome`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from campaign.records import Outcome
+from core.records import Outcome
 
 
 class SSEEvent(NamedTuple):

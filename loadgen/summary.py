@@ -9,8 +9,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from campaign.quantiles import interpolated_quantile
-from campaign.records import COMPLETED_OUTCOMES, Outcome, RequestRecord, RunSummary
+from core.quantiles import interpolated_quantile
+from core.records import COMPLETED_OUTCOMES, Outcome, RequestRecord, RunSummary
 
 
 class CpuMeter:

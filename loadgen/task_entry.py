@@ -17,11 +17,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from campaign import cloud_contract as cc
-from campaign.errors import EXIT_FAILED_STEP, CampaignError
-from campaign.manifest import ManifestError, load_manifest
+from core import cloud_contract as cc
+from core.errors import EXIT_FAILED_STEP, CampaignError
+from core.manifest import ManifestError, load_manifest
+from core.schedule import ScheduleError, build_schedule, schedule_digest
 from loadgen.launch import LOCUSTFILE, SETUP_FAILED
-from loadgen.schedule import ScheduleError, build_schedule, schedule_digest
 
 
 class InputsRejected(CampaignError, RuntimeError):

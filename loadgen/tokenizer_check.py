@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from campaign.errors import CampaignError
+from core.errors import CampaignError
 from loadgen.prompts import Prompt
 
 

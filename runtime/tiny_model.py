@@ -29,7 +29,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
-from campaign.tokenizer import VOCAB
+from core.tokenizer import VOCAB
 
 SEED = 20261203
 BOS, EOS, EOT = "<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"

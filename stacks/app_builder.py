@@ -8,7 +8,8 @@ from typing import Any
 
 from aws_cdk import App, Environment
 
-from stacks.comparison_stack import ComparisonStack, stack_name
+from core.naming import stack_name
+from stacks.comparison_stack import ComparisonStack
 from stacks.compliance import add_nag_checks
 from stacks.settings import REPO_ROOT, settings_from_context
 

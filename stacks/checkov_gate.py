@@ -20,8 +20,8 @@ from typing import Any
 
 import yaml
 
-from campaign.errors import EXIT_BAD_INPUT, CampaignError
-from campaign.shipped import checkout_root
+from core.errors import EXIT_BAD_INPUT, CampaignError
+from core.shipped import checkout_root
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ACCEPTED_FILE = REPO_ROOT / "stacks" / "checkov-accepted.yaml"

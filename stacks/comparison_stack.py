@@ -15,11 +15,6 @@ from stacks.results import ResultsStore
 from stacks.settings import SynthSettings
 
 
-def stack_name(campaign: str) -> str:
-    # campaign.aws.stack_name: deploy, run and teardown find the stack by this name.
-    return f"{campaign}-comparison"
-
-
 class ComparisonStack(Stack):
     def __init__(self, scope: Construct, cid: str, *, settings: SynthSettings, **kwargs: object) -> None:
         m = settings.manifest

@@ -13,16 +13,16 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from campaign import catalog
-from campaign.dlami import ami_parameter_name
-from campaign.manifest import Fleet, Manifest
-from runtime.serving import definition_for
+from core import catalog
+from core.manifest import Fleet, Manifest
+from core.naming import ami_parameter_name
+from core.serving import definition_for
 from stacks.accelerator_telemetry import as_json, cloudwatch_agent_config, cloudwatch_namespace, neuron_monitor_config, neuron_namespace
 from stacks.compliance import acknowledge, arn_placeholder
 from stacks.fleet_boot import boot_script, ecr_image
 
 SERVING_ON_EC2_RATIONALE = """\
-The serving container runs from user data (`docker run`, rendered by runtime.serving) on a
+The serving container runs from user data (`docker run`, rendered by core.serving) on a
 plain Auto Scaling group instead of ECS on EC2. The comparison needs the exact, pinned host
 stack of each accelerator (Neuron driver + tools DLAMI vs NVIDIA driver DLAMI) with device
 flags (`--device=/dev/neuronN`, `--gpus all`) and an EBS cache mounted before start; ECS would

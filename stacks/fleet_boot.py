@@ -2,7 +2,7 @@
 
 Order matters: mount the cache volume (weights, compile and engine caches live there), start
 telemetry (so a failed boot is visible in CloudWatch), log in to ECR, stage and verify the
-weights, then `docker run` the serving container exactly as `runtime.serving` renders it.
+weights, then `docker run` the serving container exactly as `core.serving` renders it.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from runtime.serving import ServingDefinition, render_docker_run
+from core.serving import ServingDefinition, render_docker_run
 from stacks.fleet_paths import BOOT_LOG, CACHE_MOUNT, NEURON_MONITOR_CONFIG
 
 _ECR_IMAGE = re.compile(r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/(?P<repo>[^@:]+)")

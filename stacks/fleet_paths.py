@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runtime.serving import CACHE_MOUNT
+from core.serving import CACHE_MOUNT
 
 BOOT_LOG = "/var/log/harness-boot.log"
 NEURON_MONITOR_CONFIG = "/etc/harness/neuron-monitor.json"

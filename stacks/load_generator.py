@@ -23,7 +23,7 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_servicediscovery as servicediscovery
 from constructs import Construct
 
-from campaign.manifest import Manifest
+from core.manifest import Manifest
 from stacks import loadgen_contract as lg
 from stacks.compliance import acknowledge, arn_placeholder
 from stacks.network import PRIVATE

@@ -1,9 +1,9 @@
-"""The stacks' view of the load-generator contract; the one definition is campaign/cloud_contract.py
+"""The stacks' view of the load-generator contract; the one definition is core/cloud_contract.py
 (`campaign run` and the task's entry point read the same names)."""
 
 from __future__ import annotations
 
-from campaign.cloud_contract import (
+from core.cloud_contract import (
     CONTAINER_NAME,
     ENV_MANIFEST_DIGEST,
     ENV_MASTER_PORT,

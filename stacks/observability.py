@@ -22,7 +22,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_servicediscovery as servicediscovery
 from constructs import Construct
 
-from campaign.manifest import Manifest
+from core.manifest import Manifest
 from stacks import loadgen_contract as lg
 from stacks.compliance import acknowledge
 from stacks.fleet import ServingFleet

@@ -6,7 +6,7 @@ from aws_cdk import Duration, RemovalPolicy, Tags
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from campaign.aws import RETAINED_TAG  # teardown accepts only resources with this tag as "kept by design"
+from core.naming import RETAINED_TAG  # teardown accepts only resources with this tag as "kept by design"
 from stacks.compliance import acknowledge
 
 NONCURRENT_RESULTS_DAYS = 90

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from campaign.manifest import Manifest, ManifestError, load_manifest
+from core.manifest import Manifest, ManifestError, load_manifest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MANIFEST = REPO_ROOT / "manifests" / "llama3-8b-inf2-vs-g6.yaml"

@@ -49,7 +49,7 @@ def moto_server(region: str) -> Iterator[dict[str, str]]:
     that point boto3 (in this process and in child processes) at it; stopped on exit."""
     from moto.server import ThreadedMotoServer
 
-    from campaign.processes import free_port
+    from core.ports import free_port
 
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from campaign import shipped
+from core import shipped
 from tests.pins import closure, norm, pins
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -121,9 +121,9 @@ def test_wheel_installs_a_working_command(tmp_path: Path) -> None:
     r = run(py, "-m", "campaign", "validate", MANIFEST)
     assert r.returncode == 0 and r.stdout.startswith("ok: "), r.stdout + r.stderr
     # Imported from the installed copy, reading the installed copy's data.
-    r = run(py, "-c", "import campaign.catalog as c; print(c.__file__); print(c.CALIBRATION_FILE)")
+    r = run(py, "-c", "import core.catalog as c; print(c.__file__); print(c.CALIBRATION_FILE)")
     module, data = r.stdout.split()
-    assert Path(module).is_relative_to(site_dir) and Path(data) == site_dir / "campaign" / "shipped" / "calibration" / "efficiency.json"
+    assert Path(module).is_relative_to(site_dir) and Path(data) == site_dir / "core" / "shipped" / "calibration" / "efficiency.json"
     r = run(cli, "local", MANIFEST, "--engine", "vllm-cpu", "--out", tmp_path / "run")
     assert r.returncode == 2 and "--engine vllm-cpu (`make engine` makes its .venv-engine) needs a checkout" in r.stderr, r.stderr
     assert not (tmp_path / "run").exists()

@@ -15,7 +15,7 @@ from typing import Any
 
 from analysis.errors import PriceMissing, SourceUnavailable
 from analysis.provenance import Sourced
-from campaign import prices
+from core import prices
 
 # The Price List API filters on the region's long name, not its code.
 REGION_NAMES: dict[str, str] = {

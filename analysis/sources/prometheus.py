@@ -33,8 +33,8 @@ class HistogramNames:
 
     @classmethod
     def for_stack(cls, stack: str) -> HistogramNames:
-        """The serving stack's own series, as runtime.serving declares them for its fleets."""
-        from runtime.serving import METRICS_BY_STACK, VLLM_METRICS
+        """The serving stack's own series, as core.serving declares them for its fleets."""
+        from core.serving import METRICS_BY_STACK, VLLM_METRICS
 
         names = METRICS_BY_STACK.get(stack)
         if names is None:

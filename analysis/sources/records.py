@@ -16,9 +16,9 @@ from pathlib import Path
 import duckdb
 
 from analysis.errors import AnalysisError, DigestMismatch, EmptyWindow
-from campaign.records import RunSummary, split_torn_tail
+from core.records import RunSummary, split_torn_tail
 
-# The subset of campaign.records.RequestRecord the analysis needs, with duckdb types.
+# The subset of core.records.RequestRecord the analysis needs, with duckdb types.
 COLUMNS: dict[str, str] = {
     "campaign": "VARCHAR",
     "manifest_digest": "VARCHAR",
@@ -101,7 +101,7 @@ def _load_summaries(records_dir: Path) -> dict[str, RunSummary]:
 
 
 def _complete_lines(jsonl: Sequence[Path], scratch: Path, records_dir: Path) -> tuple[list[Path], list[str]]:
-    """A file that does not end with a newline was cut mid-write (campaign.records.split_torn_tail).
+    """A file that does not end with a newline was cut mid-write (core.records.split_torn_tail).
     Its complete lines are read from a copy; the
     partial tail is left out and named (relative to `records_dir`: the name lands in reports),
     and the evidence file itself is never modified."""

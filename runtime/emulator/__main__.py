@@ -10,7 +10,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from campaign.manifest import ManifestError, load_manifest
+from core.manifest import ManifestError, load_manifest
 from runtime.emulator.app import create_app
 from runtime.emulator.config import EmulatorConfig, FaultConfig
 

@@ -18,8 +18,8 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from campaign import tokenizer as tok
-from campaign.quantiles import interpolated_quantile
+from core import tokenizer as tok
+from core.quantiles import interpolated_quantile
 from runtime.emulator import faults as fault_draw
 from runtime.emulator.config import EmulatorConfig
 from runtime.emulator.engine import block_hashes

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from campaign.manifest import Fleet, Manifest
+from core.manifest import Fleet, Manifest
 
 
 @dataclass(frozen=True)

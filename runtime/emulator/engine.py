@@ -4,7 +4,7 @@ The same Engine runs the live emulator (runtime/emulator/scheduler.py sleeps eac
 duration on the event loop) and the simulated-time replays (runtime/emulator/simulate.py, used
 by bench/calibration.py), so a benchmark of the model is a benchmark of the server.
 
-What a step contains follows the stack's policy (runtime/emulator/stacks.py):
+What a step contains follows the stack's policy (core/scheduling.py):
 - Neuron (static shapes): a prefill step encodes the admitted prompts one pass each (context
   batch 1), each padded to its bucket, while every running sequence waits, and all of them emit
   their first token when the step ends; vLLM admits prompts as slots free up, within its token

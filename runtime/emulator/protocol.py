@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from campaign.tokenizer import Tokenizer, apply_chat_template
+from core.tokenizer import Tokenizer, apply_chat_template
 from runtime.emulator.config import EmulatorConfig
 
 

@@ -1,6 +1,6 @@
 """Deterministic output text and OpenAI-exact stop-string handling.
 
-Each output token is one word of campaign.tokenizer.VOCAB, chosen by a PRNG seeded from the
+Each output token is one word of core.tokenizer.VOCAB, chosen by a PRNG seeded from the
 generation seed and the prompt, so the same request always yields the same text and the
 word tokenizer counts exactly one token per word.
 """
@@ -11,7 +11,7 @@ import hashlib
 import random
 from collections.abc import Sequence
 
-from campaign.tokenizer import VOCAB
+from core.tokenizer import VOCAB
 
 
 class TokenStream:

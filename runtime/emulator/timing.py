@@ -1,4 +1,4 @@
-"""What one scheduler step of one emulated server costs, from the roofline (campaign/roofline.py).
+"""What one scheduler step of one emulated server costs, from the roofline (core/roofline.py).
 
 A step runs one forward pass over its batch and costs
     max(memory time, compute time) + step overhead
@@ -6,7 +6,7 @@ where memory time reads every weight plus the KV cache the step attends over, an
 is 2 x params x (prompt tokens encoded + one token per decoding sequence). The efficiencies and
 overheads are the fleet's (manifest numbers, or a calibration group fitted on published
 measurements); a fixed per-request host overhead delays a request's admission without occupying
-the accelerator. Which work a step contains is the serving stack's business: runtime/emulator/stacks.py
+the accelerator. Which work a step contains is the serving stack's business: core/scheduling.py
 and engine.py.
 """
 
@@ -15,10 +15,10 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
-from campaign import catalog
-from campaign.manifest import Fleet, Manifest, ResolvedEfficiency, default_reserve_gib
-from campaign.roofline import Roofline
-from runtime.emulator.stacks import StackPolicy, neuron_buckets, policy_for
+from core import catalog
+from core.manifest import Fleet, Manifest, ResolvedEfficiency, default_reserve_gib
+from core.roofline import Roofline
+from core.scheduling import StackPolicy, neuron_buckets, policy_for
 
 PAGE_TOKENS = 16  # vLLM's default KV block size; the prefix cache hashes blocks of this many tokens
 

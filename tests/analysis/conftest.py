@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from campaign.manifest import Manifest
+from core.manifest import Manifest
 from tests.analysis.synth import manifest
 
 

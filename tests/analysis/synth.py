@@ -8,8 +8,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from campaign.manifest import Manifest, manifest_from_data
-from campaign.records import RequestRecord
+from core.manifest import Manifest, manifest_from_data
+from core.records import RequestRecord
 
 
 def manifest(data: dict[str, Any]) -> Manifest:

@@ -13,8 +13,8 @@ import pytest
 from analysis.capacity import SearchPath, SearchStep, StopRule, Verdict, discover_steps, parse_label, split_label, write_search_path
 from analysis.errors import AnalysisError
 from analysis.report import build_report
-from campaign.manifest import Manifest
-from campaign.records import RequestRecord, RunSummary
+from core.manifest import Manifest
+from core.records import RequestRecord, RunSummary
 from tests.analysis.synth import manifest, rec, write_jsonl
 
 PASS = {"inf2": {"passed": True, "pass_rate": 1.0, "failures": []}, "g6": {"passed": True, "pass_rate": 1.0, "failures": []}}

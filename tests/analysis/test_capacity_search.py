@@ -32,9 +32,9 @@ from analysis.capacity_search import (
     search,
     step_down,
 )
-from analysis.stats import quantile_ci
-from campaign.manifest import CapacitySearch
-from campaign.quantiles import nearest_rank
+from core.manifest import CapacitySearch
+from core.quantiles import nearest_rank
+from core.stats import quantile_ci
 
 MU, T, BASE = 10.0, 1.0, 2.0
 LAM_STAR = MU - math.log(20) / T

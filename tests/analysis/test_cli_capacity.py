@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Any
 
 from campaign.cli import main
-from campaign.manifest import load_manifest
+from core.manifest import load_manifest
 from tests.analysis.synth import steady, write_jsonl
 from tests.conftest import write_manifest
 

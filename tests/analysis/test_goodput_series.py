@@ -8,7 +8,7 @@ import pytest
 
 from analysis.goodput import goodput_series
 from analysis.sources.records import load_records
-from campaign.manifest import Manifest
+from core.manifest import Manifest
 from tests.analysis.synth import rec, write_jsonl
 
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from analysis.decision import DecisionInputs, decide
 from analysis.ledger import migration_ledger, monthly_delta, payback_months
-from campaign.manifest import Manifest
+from core.manifest import Manifest
 
 GOOD = DecisionInputs(
     candidate="inf2", baseline="g6", candidate_successful_tokens=1000, candidate_error_rate=0.0, max_error_rate=0.01,

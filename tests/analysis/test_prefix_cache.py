@@ -16,9 +16,9 @@ from aiohttp.test_utils import TestServer
 from analysis import prefix_cache
 from analysis.report import build_report
 from analysis.sources.records import load_records
-from campaign.manifest import load_manifest
+from core.manifest import load_manifest
+from core.schedule import ScheduledRequest, build_schedule
 from loadgen.prompts import PromptBuilder
-from loadgen.schedule import ScheduledRequest, build_schedule
 from runtime.emulator import EmulatorConfig, create_app
 from tests.analysis.synth import rec, write_jsonl
 from tests.conftest import write_manifest

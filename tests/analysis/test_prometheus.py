@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, Histogram, start_http_server
 from analysis.errors import SourceUnavailable
 from analysis.histogram import histogram_quantile, merge_buckets
 from analysis.sources.prometheus import PrometheusSource
-from campaign.processes import free_port
+from core.ports import free_port
 
 BUCKETS = (0.25, 0.5, 1.0, 2.5, 5.0)
 PROM = shutil.which("prometheus")

@@ -9,7 +9,7 @@ from analysis.cost import unit_cost_per_million
 from analysis.errors import DigestMismatch, EmptyWindow
 from analysis.goodput import measure_fleets
 from analysis.sources.records import load_records
-from campaign.manifest import Manifest
+from core.manifest import Manifest
 from tests.analysis.synth import rec, steady, write_jsonl
 
 

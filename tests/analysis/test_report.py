@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from analysis import cli
 from analysis.report import build_report
-from campaign.manifest import Manifest
+from campaign import report_cli as cli
+from core.manifest import Manifest
 from tests.analysis.synth import manifest, steady, write_jsonl
 from tests.conftest import write_manifest
 
@@ -127,7 +127,7 @@ def test_sensitivity_slo_cells_recompute_goodput_from_records(tmp_path: Path, sm
 
 def test_cli_handler_writes_report_and_maps_exit_codes(tmp_path: Path, manifest_data: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
     path = write_manifest(tmp_path, manifest_data)
-    from campaign.manifest import load_manifest
+    from core.manifest import load_manifest
     m = load_manifest(path, check_files=False)
     rec_dir = _records(tmp_path / "rec", m)
     q = tmp_path / "q.json"

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from analysis.report import build_report
-from campaign.manifest import Manifest
+from core.manifest import Manifest
 from tests.analysis.synth import manifest, rec, steady, write_jsonl
 
 PASS = {"inf2": {"passed": True, "pass_rate": 1.0, "failures": []}, "g6": {"passed": True, "pass_rate": 1.0, "failures": []}}

@@ -83,6 +83,7 @@ def test_nan_and_inf_are_written_as_null(written: Path) -> None:
 
 def test_render_rewrites_the_pages_from_report_json(written: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from analysis.cli import EXIT_BY_STATE
+
     from campaign.cli import main
 
     state = json.loads(written.read_text())["decision"]["state"]
@@ -93,7 +94,7 @@ def test_render_rewrites_the_pages_from_report_json(written: Path, tmp_path: Pat
 
 def test_render_refuses_a_bad_report_json_naming_the_field(written: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from campaign.cli import main
-    from campaign.errors import EXIT_BAD_INPUT
+    from core.errors import EXIT_BAD_INPUT
 
     data = json.loads(written.read_text())
     data["fleets"]["g6"]["requests"] = "many"

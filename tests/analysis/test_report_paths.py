@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.report import build_report
-from campaign.manifest import load_manifest
+from core.manifest import load_manifest
 from tests.analysis.synth import steady, write_jsonl
 from tests.conftest import write_manifest
 

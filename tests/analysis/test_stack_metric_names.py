@@ -1,4 +1,4 @@
-"""The analysis reads each fleet's own server histograms (runtime.serving), never vLLM's for every fleet."""
+"""The analysis reads each fleet's own server histograms (core.serving), never vLLM's for every fleet."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 
 from analysis import report
 from analysis.sources.prometheus import HistogramNames
-from campaign.manifest import load_manifest
-from runtime.serving import TGI_METRICS, TRTLLM_METRICS
+from core.manifest import load_manifest
+from core.serving import TGI_METRICS, TRTLLM_METRICS
 
 
 def test_names_per_stack() -> None:
@@ -53,7 +53,7 @@ def test_report_queries_each_fleets_own_series(example_manifest_path: Path, monk
     monkeypatch.setattr(report, "PrometheusSource", _RecordingSource)
     _RecordingSource.queried = []
     measure = SimpleNamespace(wall_start=1000.0, window_start_s=0.0, window_end_s=60.0, p95_ttft_s=0.4, p95_itl_s=0.05)
-    out = report._prometheus_section(m2, "http://prom", None, {"inf2": measure, "g6": measure}, [])  # type: ignore[dict-item]
+    out, _found = report._prometheus_section(m2, "http://prom", None, {"inf2": measure, "g6": measure})  # type: ignore[dict-item]
     assert out["fleets"]["inf2"]["server_ttft"]["metric"] == "vllm:time_to_first_token_seconds_bucket"
     assert out["fleets"]["g6"]["server_itl"]["metric"] == f"{TGI_METRICS['itl']}_bucket"
     assert out["fleets"]["g6"]["server_ttft"]["metric"] is None and "tgi exports no such histogram" in out["fleets"]["g6"]["server_ttft"]["note"]

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from analysis import stats
+from core import stats
 
 
 def test_binomial_cdf_by_hand() -> None:

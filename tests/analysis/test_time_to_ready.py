@@ -94,14 +94,13 @@ def test_report_section_carries_provenance_and_a_gap_for_a_fleet_never_ready(mon
 
     from analysis import report
     from analysis.sources.time_to_ready import TimeToReady
-    from campaign.manifest import load_manifest
+    from core.manifest import load_manifest
 
     m = load_manifest(Path(__file__).resolve().parents[2] / "manifests" / "llama3-8b-inf2-vs-g6.yaml", check_files=False)
     monkeypatch.setattr(report, "discover_asgs", lambda client, campaign: {"inf2": "a", "g6": "b"})
     monkeypatch.setattr(report, "time_to_ready", lambda *a: {"inf2": TimeToReady("inf2", 100.0, 2560.0, 1)})
-    prov: dict[str, Any] = {}
-    gaps: list[Any] = []
-    out = report._time_to_ready(m, report.AwsClients(cloudwatch=object(), autoscaling=object(), elbv2=object()), prov, gaps)
+    out, found = report._time_to_ready(m, report.AwsClients(cloudwatch=object(), autoscaling=object(), elbv2=object()))
+    prov, gaps = found.provenance, found.gaps
     assert out == {"inf2": {"fleet": "inf2", "first_launch_unix": 100.0, "first_healthy_unix": 2560.0, "instances_launched": 1, "seconds": 2460.0}}
     assert prov["time_to_ready"]["source"] == "pulled" and "HealthyHostCount" in prov["time_to_ready"]["detail"]
     assert [(g.what, g.blocks_go) for g in gaps] == [("time_to_ready.g6", False)]

@@ -9,7 +9,7 @@ import pytest
 from analysis.errors import EmptyWindow
 from analysis.report import build_report
 from analysis.sources.records import load_records
-from campaign.manifest import Manifest
+from core.manifest import Manifest
 from tests.analysis.synth import steady, write_jsonl
 
 

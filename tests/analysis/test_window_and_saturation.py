@@ -11,8 +11,8 @@ import pytest
 from analysis.goodput import Saturation, measure_fleets, peak_in_flight
 from analysis.report import build_report
 from analysis.sources.records import load_records
-from campaign.manifest import Manifest
-from campaign.records import RequestRecord
+from core.manifest import Manifest
+from core.records import RequestRecord
 from tests.analysis.synth import manifest, rec, steady, write_jsonl
 
 PASS = {"inf2": {"passed": True, "pass_rate": 1.0, "failures": []}, "g6": {"passed": True, "pass_rate": 1.0, "failures": []}}

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from campaign.manifest import Manifest, load_manifest
-from runtime.serving import definition_for, render_docker_run
+from core.manifest import Manifest, load_manifest
+from core.serving import definition_for, render_docker_run
 from stacks.fleet_boot import CLOUDWATCH_AGENT_KEY_FINGERPRINT, CLOUDWATCH_AGENT_VERSION, boot_script
 from tests.conftest import EXAMPLE_MANIFEST, ROOT
 
@@ -170,7 +170,7 @@ def test_boot_script_runs_end_to_end_in_a_sandbox(example: Manifest, fleet: str,
     # Driver check before the server starts.
     probe = "modinfo" if fleet == "inf2" else "nvidia-smi"
     assert names.index(probe) < names.index("docker")
-    # The serving container: exactly the line runtime.serving renders, image by digest.
+    # The serving container: exactly the line core.serving renders, image by digest.
     serving = _docker_runs(calls)[-1]
     assert serving == shlex.split(render_docker_run(defn))[1:]
     assert f.serving.image in serving and "@sha256:" in f.serving.image

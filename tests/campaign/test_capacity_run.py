@@ -12,9 +12,9 @@ from analysis.capacity import SearchPath, StopRule, Verdict, read_search_path
 from analysis.capacity_search import StepPlan, Stop, next_lifetime
 from campaign.capacity_run import measure_step, planned_requests, resolve_span, running_miss, search_fleet, settings_from
 from campaign.local import start_emulator
-from campaign.manifest import CapacitySearch, load_manifest
 from campaign.processes import Supervisor
 from campaign.progress import RecordTail
+from core.manifest import CapacitySearch, load_manifest
 from loadgen.recording import read_records
 from tests.analysis.synth import rec, write_jsonl
 from tests.loadgen.conftest import small_manifest_data, write

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from campaign.cloud_checks import ILLUSTRATIVE_VALUES, cloud_issues
-from campaign.manifest import load_manifest, manifest_from_data
+from core.manifest import load_manifest, manifest_from_data
 from tests.conftest import ROOT
 
 TOKEN_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:harness/hf-token-AbCdEf"

@@ -9,7 +9,7 @@ import pytest
 from botocore.stub import Stubber
 
 from campaign.dlami import AmiNotFound, ami_parameter_name, cdk_parameter_args, parse_ami_overrides, resolve_amis
-from campaign.manifest import load_manifest
+from core.manifest import load_manifest
 
 NEURON_NAME = "Deep Learning Base Neuron AMI (Ubuntu 24.04)"
 NEURON_FILTERS = [

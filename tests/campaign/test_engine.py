@@ -10,7 +10,7 @@ import yaml
 
 from campaign import engine as engines
 from campaign.cli import main
-from campaign.manifest import load_manifest
+from core.manifest import load_manifest
 from runtime import tiny_model
 from tests.conftest import ROOT
 

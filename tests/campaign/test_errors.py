@@ -10,8 +10,8 @@ import pytest
 
 from analysis.errors import EmptyWindow
 from campaign import cli
-from campaign.errors import EXIT_BAD_INPUT, EXIT_FAILED_STEP, CampaignError
 from campaign.processes import ProcessFailed
+from core.errors import EXIT_BAD_INPUT, EXIT_FAILED_STEP, CampaignError
 from tests.conftest import ROOT
 
 _BUILTIN_ERRORS = {"Exception", "ValueError", "RuntimeError", "LookupError", "KeyError", "OSError"}

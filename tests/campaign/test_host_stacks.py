@@ -1,4 +1,4 @@
-"""Driver / SDK / image compatibility (campaign.catalog.HOST_STACKS), checked by `validate`."""
+"""Driver / SDK / image compatibility (core.catalog.HOST_STACKS), checked by `validate`."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from campaign import catalog
-from campaign.manifest import ManifestError, load_manifest
+from core import catalog
+from core.manifest import ManifestError, load_manifest
 from tests.conftest import write_manifest
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import psutil
 import pytest
 
-from analysis.cli import EXIT_BY_STATE
+from campaign.report_cli import EXIT_BY_STATE
 from tests.conftest import ROOT, write_manifest
 
 pytestmark = pytest.mark.slow
@@ -102,6 +102,6 @@ def test_ctrl_c_stops_every_process_and_keeps_records(tmp_path: Path, manifest_d
 
 def test_second_run_does_not_collide(tmp_path: Path) -> None:
     # Ports come from the OS per run, so two campaigns never fight over one.
-    from campaign.processes import free_port
+    from core.ports import free_port
 
     assert len({free_port() for _ in range(20)}) > 1

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from campaign.manifest import ManifestError, load_manifest
+from core.manifest import ManifestError, load_manifest
 from tests.conftest import ROOT, write_manifest
 
 

@@ -11,7 +11,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from campaign.manifest import ManifestError, load_manifest
+from core.manifest import ManifestError, load_manifest
 from tests.conftest import EXAMPLE_MANIFEST, ROOT
 
 BASE: dict[str, Any] = yaml.safe_load(EXAMPLE_MANIFEST.read_text())

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from campaign import catalog, prices
 from campaign.cloud_checks import cloud_issues
-from campaign.manifest import ManifestError, fit, load_manifest, manifest_from_data, semantic_issues
 from campaign.plan import plan, render_text
+from core import catalog, prices
+from core.manifest import ManifestError, fit, load_manifest, manifest_from_data, semantic_issues
 from runtime.emulator.timing import TimingModel
 from tests.conftest import ROOT
 

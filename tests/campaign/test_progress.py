@@ -8,8 +8,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from campaign.manifest import Manifest
 from campaign.progress import RecordTail
+from core.manifest import Manifest
 from tests.analysis.synth import manifest, rec
 
 

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from campaign.local import start_emulator
-from campaign.manifest import load_manifest
 from campaign.processes import Supervisor
 from campaign.quality import run_gate
+from core.manifest import load_manifest
 from tests.conftest import write_manifest
 
 

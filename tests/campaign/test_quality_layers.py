@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from analysis.report import build_report
-from campaign.manifest import Manifest, load_manifest
 from campaign.quality import FixtureResult, GateResult
 from campaign.quality_layers import (
     ReplayFigures,
@@ -22,6 +21,7 @@ from campaign.quality_layers import (
     replay_figures,
     task_acceptance_layer,
 )
+from core.manifest import Manifest, load_manifest
 from tests.analysis.synth import rec, steady, write_jsonl
 from tests.conftest import ROOT, write_manifest
 

@@ -6,8 +6,8 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from campaign.manifest import load_manifest
-from campaign.tokenizer import WordTokenizer, apply_chat_template, for_manifest
+from core.manifest import load_manifest
+from core.tokenizer import WordTokenizer, apply_chat_template, for_manifest
 
 
 def test_special_tokens_count_as_one(example_manifest_path: Path) -> None:

@@ -22,9 +22,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from campaign import cloud_contract as cc
 from campaign.cloud_run import TaskSpec, TaskStatus
-from campaign.processes import free_port
+from core import cloud_contract as cc
+from core.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

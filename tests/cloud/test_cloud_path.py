@@ -27,9 +27,10 @@ from typing import Any
 import pytest
 import yaml
 
-from campaign import cloud_contract as cc
-from campaign.manifest import Manifest, load_manifest
-from campaign.processes import Supervisor, free_port
+from campaign.processes import Supervisor
+from core import cloud_contract as cc
+from core.manifest import Manifest, load_manifest
+from core.ports import free_port
 from tests.cloud.local_tasks import LocalTaskLauncher, resolve
 from tests.conftest import EXAMPLE_MANIFEST, ROOT, moto_server
 
@@ -150,7 +151,7 @@ def test_two_runs_report_and_teardown_from_the_synthesized_task_definitions(
     template: dict[str, Any], deployed: dict[str, Any], manifest_path: Path, workdir: Path, aws_env: dict[str, str]
 ) -> None:
     m = load_manifest(manifest_path)
-    from loadgen.schedule import build_schedule
+    from core.schedule import build_schedule
 
     scheduled = len(build_schedule(m))
     first, launcher = _run(m, template, deployed, workdir, aws_env, "first")

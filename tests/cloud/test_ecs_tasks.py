@@ -9,9 +9,9 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from campaign import cloud_contract as cc
 from campaign.cloud_run import CloudRunError, TaskSpec
 from campaign.ecs_tasks import EcsTaskLauncher, stop_run_tasks
+from core import cloud_contract as cc
 
 CFG = cc.RunConfig(
     region="us-east-1", cluster="harness-cluster", master_task_definition="arn:td/master:3", worker_task_definition="arn:td/worker:3",

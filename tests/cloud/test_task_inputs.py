@@ -12,9 +12,9 @@ import pytest
 import yaml
 from moto import mock_aws
 
-from campaign import cloud_contract as cc
 from campaign.cloud_run import upload_inputs
-from campaign.manifest import load_manifest
+from core import cloud_contract as cc
+from core.manifest import load_manifest
 from loadgen.task_entry import InputsRejected, stage_inputs
 from tests.conftest import EXAMPLE_MANIFEST
 

@@ -19,9 +19,10 @@ import pytest
 import yaml
 
 from analysis.report import build_report
-from campaign.manifest import Manifest, load_manifest
-from campaign.processes import Supervisor, free_port
-from campaign.records import RequestRecord, RunSummary
+from campaign.processes import Supervisor
+from core.manifest import Manifest, load_manifest
+from core.ports import free_port
+from core.records import RequestRecord, RunSummary
 from tests.conftest import EXAMPLE_MANIFEST
 from tests.loadgen.conftest import small_manifest_data
 

@@ -14,7 +14,7 @@ import pytest
 
 from campaign import prometheus_local
 from campaign.processes import Supervisor
-from loadgen.schedule import build_schedule
+from core.schedule import build_schedule
 from tests.faults.conftest import Replay
 
 pytestmark = pytest.mark.faults

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from campaign.manifest import Manifest, load_manifest
-from campaign.tokenizer import for_manifest
+from core.manifest import Manifest, load_manifest
+from core.tokenizer import for_manifest
 from tests.conftest import ROOT
 from tests.loadgen.sse_server import SSEServer
 

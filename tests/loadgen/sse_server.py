@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from campaign.tokenizer import Tokenizer, apply_chat_template
+from core.tokenizer import Tokenizer, apply_chat_template
 
 
 @dataclass

@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 
 from campaign.local import start_emulator
-from campaign.manifest import load_manifest
 from campaign.processes import Supervisor
+from core.manifest import load_manifest
+from core.schedule import build_schedule
 from loadgen.launch import start_fleet
 from loadgen.recording import read_records
 from loadgen.replay_options import ReplayOptions
-from loadgen.schedule import build_schedule
 from tests.loadgen.conftest import small_manifest_data, write
 
 

@@ -8,11 +8,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from campaign.manifest import load_manifest
+from core.manifest import load_manifest
+from core.schedule import build_schedule
 from loadgen.launch import run_fleet, start_fleet
 from loadgen.recording import read_records
 from loadgen.replay_options import ReplayOptions
-from loadgen.schedule import build_schedule
 from tests.loadgen.conftest import small_manifest_data, write
 from tests.loadgen.sse_server import Behaviour, SSEServer
 

@@ -5,10 +5,10 @@ from typing import Any
 
 import pytest
 
-from campaign.manifest import Manifest, load_manifest, manifest_from_data
-from campaign.tokenizer import apply_chat_template, for_manifest
+from core.manifest import Manifest, load_manifest, manifest_from_data
+from core.schedule import ScheduledRequest
+from core.tokenizer import apply_chat_template, for_manifest
 from loadgen.prompts import PromptBuilder
-from loadgen.schedule import ScheduledRequest
 
 
 def req(i: int, n: int, hashes: tuple[int, ...] | None = None) -> ScheduledRequest:
@@ -74,7 +74,7 @@ def _hf_tokenizer_json(path: Path) -> None:
     processor that puts BOS in front of every encoded text when special tokens are added."""
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
 
-    from campaign.tokenizer import VOCAB
+    from core.tokenizer import VOCAB
 
     specials = ["<|begin_of_text|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>", "[UNK]"]
     vocab = {w: i for i, w in enumerate([*specials, *VOCAB, "user", "assistant"])}

@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
-from campaign.manifest import Manifest, manifest_from_data
+from core.manifest import Manifest, manifest_from_data
+from core.schedule import ScheduledRequest
+from core.traces import BLOCK_TOKENS
 from loadgen.prompts import Api, PromptBuilder
-from loadgen.schedule import ScheduledRequest
-from loadgen.traces import BLOCK_TOKENS
 from tests.loadgen.tokenizer_zoo import KINDS, save
 
 MAX_TOKENS = 4096
@@ -40,7 +40,7 @@ def server_count(m: Manifest, hf: Tokenizer, api: Api, text: str) -> int:
     """What vLLM's tokenizer would say, computed here without the builder's own code."""
     if api == "completions":
         return len(hf.encode(text, add_special_tokens=True).ids)
-    from campaign.tokenizer import apply_chat_template
+    from core.tokenizer import apply_chat_template
 
     rendered = apply_chat_template(m.tokenizer.chat_template, [{"role": "user", "content": text}], dict(m.tokenizer.special_tokens))
     return len(hf.encode(rendered, add_special_tokens=False).ids)
@@ -52,7 +52,7 @@ def req(i: int, n: int, hashes: tuple[int, ...] | None = None) -> ScheduledReque
 
 def test_filler_words_are_several_tokens(zoo: dict[str, tuple[Manifest, Tokenizer]]) -> None:
     # The case that broke the word-per-token builder: ~3 tokens per filler word.
-    from campaign.tokenizer import VOCAB
+    from core.tokenizer import VOCAB
 
     _, hf = zoo["byte_bpe"]
     assert len(hf.encode(" ".join(VOCAB)).ids) / len(VOCAB) > 2.5

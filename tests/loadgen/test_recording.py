@@ -7,9 +7,9 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from campaign.records import Outcome, RequestRecord
+from core.records import Outcome, RequestRecord
+from core.schedule import ScheduledRequest
 from loadgen.recording import RecordContext, RecordSink, build_record, not_sent_record, read_records, upload_to_s3
-from loadgen.schedule import ScheduledRequest
 from loadgen.sse import StreamState, Transport
 
 CTX = RecordContext("c", "d" * 64, "g6", "w0", 1000.0, 50.0, ttft_slo_s=0.5, itl_slo_s=0.05)

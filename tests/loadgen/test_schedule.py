@@ -5,9 +5,9 @@ from typing import Any
 
 import pytest
 
-from campaign.manifest import load_manifest
-from loadgen.schedule import ScheduleError, build_schedule, partition, transform
-from loadgen.traces import TraceRow
+from core.manifest import load_manifest
+from core.schedule import ScheduleError, build_schedule, partition, transform
+from core.traces import TraceRow
 from tests.loadgen.conftest import small_manifest_data, write
 
 
@@ -61,7 +61,7 @@ def test_warmup_flag_in_replay_seconds(tmp_path: Path, manifest_data: dict[str, 
 
 def test_partition_is_disjoint_cover() -> None:
     rows = [TraceRow(i + 2, i * 0.1, 10, 5) for i in range(50)]
-    from campaign.manifest import Workload
+    from core.manifest import Workload
 
     w = Workload.model_validate(
         {

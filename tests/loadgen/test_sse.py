@@ -5,7 +5,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from campaign.records import Outcome
+from core.records import Outcome
 from loadgen.sse import SSEEvent, SSEParser, StreamState, Transport, classify
 
 STREAM = (

@@ -6,11 +6,11 @@ from dataclasses import replace
 import pytest
 from prometheus_client import generate_latest
 
-from campaign.quantiles import interpolated_quantile, nearest_rank
-from campaign.records import RequestRecord
+from core.quantiles import interpolated_quantile, nearest_rank
+from core.records import RequestRecord
+from core.schedule import ScheduledRequest
 from loadgen.metrics import ClientMetrics, buckets_around
 from loadgen.recording import RecordContext, not_sent_record
-from loadgen.schedule import ScheduledRequest
 from loadgen.summary import SummaryInputs, summarize
 
 CTX = RecordContext("c", "d" * 64, "g6", "w0", 1000.0, 0.0, 0.5, 0.05)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import socket
 
-from campaign.manifest import Manifest
+from core.manifest import Manifest
+from core.schedule import ScheduledRequest
 from loadgen.prompts import Prompt, PromptBuilder
-from loadgen.schedule import ScheduledRequest
 from loadgen.tokenizer_check import check_prompt_counts, pick_samples, tokenize_url
 from tests.loadgen.sse_server import SSEServer
 

@@ -1,4 +1,4 @@
-"""Property tests for every trace reader in loadgen/traces.py.
+"""Property tests for every trace reader in core/traces.py.
 
 Well-formed files, generated in each format's own layout and unit, read back to exactly the
 rows they were written from (offsets, token counts, hash ids, source lines). A corrupted row
@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loadgen.traces import BLOCK_TOKENS, FORMATS, TraceError, TraceRow, read_trace
+from core.traces import BLOCK_TOKENS, FORMATS, TraceError, TraceRow, read_trace
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 EPOCH0 = datetime(2023, 11, 16, 18, 0, 0)

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.traces import TraceError, parse_azure_timestamp, read_trace, read_trace_text
+from core.traces import TraceError, parse_azure_timestamp, read_trace, read_trace_text
 from tests.loadgen.conftest import CONV
 
 AZ_HEAD = "TIMESTAMP,ContextTokens,GeneratedTokens\r\n"

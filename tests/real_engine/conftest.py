@@ -19,7 +19,8 @@ import yaml
 
 from campaign import engine as engines
 from campaign import prometheus_local
-from campaign.processes import Managed, Supervisor, free_port
+from campaign.processes import Managed, Supervisor
+from core.ports import free_port
 from tests.conftest import ROOT
 
 REAL_MANIFEST = ROOT / "manifests" / "tiny-llama-real-engine.yaml"
@@ -84,7 +85,7 @@ class RealServer:
 @pytest.fixture(scope="session")
 def real_server(write_real_manifest: WriteManifest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealServer]:
     need((engines.ENGINE_VENV / "bin" / "python").is_file(), f"no engine environment at {engines.ENGINE_VENV} (run `make engine`)")
-    from campaign.manifest import load_manifest
+    from core.manifest import load_manifest
 
     manifest = write_real_manifest()
     m = load_manifest(manifest)

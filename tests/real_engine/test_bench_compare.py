@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from campaign.quantiles import interpolated_quantile
+from core.quantiles import interpolated_quantile
 from tests.conftest import ROOT
 from tests.real_engine.conftest import RealServer
 

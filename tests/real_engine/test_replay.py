@@ -19,11 +19,11 @@ from analysis.histogram import histogram_quantile
 from analysis.sources.metrics_text import Histogram, bucket_index, metric_names, parse_histograms, scrape
 from analysis.sources.prometheus import HistogramNames, PrometheusSource
 from campaign import prometheus_local
-from campaign.quantiles import interpolated_quantile
-from campaign.records import Outcome, RequestRecord, RunSummary
+from core.quantiles import interpolated_quantile
+from core.records import Outcome, RequestRecord, RunSummary
+from core.serving import VLLM_METRICS
 from loadgen.launch import run_fleet
 from loadgen.recording import read_records
-from runtime.serving import VLLM_METRICS
 from tests.real_engine.conftest import REAL_MANIFEST, REQUIRED, RealServer, WriteManifest, free_port
 
 # The first test also waits for the session's engine to load (minutes on a busy machine).

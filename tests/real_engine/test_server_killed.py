@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from campaign.records import Outcome
+from core.records import Outcome
 from loadgen.launch import start_fleet
 from loadgen.recording import read_records
 from tests.real_engine.conftest import RealServer, WriteManifest

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from campaign.manifest import Manifest, load_manifest
+from core.manifest import Manifest, load_manifest
 from tests.conftest import ROOT, write_manifest
 
 MODEL = "meta-llama/Meta-Llama-3-8B-Instruct"

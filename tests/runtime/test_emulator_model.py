@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from campaign import plan
-from campaign.manifest import fit
-from campaign.tokenizer import VOCAB
+from core.manifest import fit
+from core.tokenizer import VOCAB
 from runtime.emulator.config import FaultConfig
 from runtime.emulator.faults import draw
 from runtime.emulator.textgen import TokenStream

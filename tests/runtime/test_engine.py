@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from campaign.manifest import ResolvedEfficiency
-from campaign.roofline import Roofline
+from core.manifest import ResolvedEfficiency
+from core.roofline import Roofline
 from runtime.emulator.engine import Engine, EngineSeq, block_hashes
 from runtime.emulator.simulate import Load, simulate
 from runtime.emulator.timing import TimingModel

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from campaign.manifest import Manifest, load_manifest
-from runtime.serving import (
+from core.manifest import Manifest, load_manifest
+from core.serving import (
     TRTLLM_METRICS,
     VLLM_METRICS,
     definition_for,

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from campaign.manifest import load_manifest
-from campaign.tokenizer import HuggingFaceTokenizer, apply_chat_template
+from core.manifest import load_manifest
+from core.tokenizer import HuggingFaceTokenizer, apply_chat_template
 from runtime import tiny_model
 from tests.conftest import ROOT
 

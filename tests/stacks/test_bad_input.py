@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from campaign.manifest import load_manifest
+from core.manifest import load_manifest
 from stacks.app_builder import pinned_context
 from stacks.settings import REGION_AZS_CONTEXT_KEY, SynthInputError, settings_from_context
 from tests.stacks.conftest import EXAMPLE_MANIFEST
@@ -58,7 +58,7 @@ def test_unknown_instance_type_is_refused_by_field(tmp_path: Path) -> None:
 
 
 def test_sdk_without_a_host_stack_row_is_refused_by_field(tmp_path: Path) -> None:
-    # The AMI, driver and image of a fleet come from campaign.catalog.HOST_STACKS; an SDK release
+    # The AMI, driver and image of a fleet come from core.catalog.HOST_STACKS; an SDK release
     # with no row there has no pinned AMI and fails synth by name instead of booting a `latest` AMI.
     path = _variant(tmp_path, lambda d: d["fleets"][0]["serving"].update(sdk_version="2.31.0"))
     with pytest.raises(SynthInputError, match=r"fleets\[0\]\.serving\.sdk_version: no compatibility row for aws-neuron SDK '2.31.0'"):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from campaign.manifest import load_manifest
+from core.manifest import load_manifest
 from stacks.accelerator_telemetry import cloudwatch_namespace, neuron_namespace
 from stacks.observability import PROMETHEUS_IMAGE
 from stacks.results import NONCURRENT_RESULTS_DAYS
@@ -94,7 +94,7 @@ def test_prometheus_image_is_pinned_by_digest(example: Synth) -> None:
 
 def test_template_user_data_is_the_boot_script_the_boot_tests_run(example: Synth) -> None:
     # tests/boot runs boot_script(...) in a sandbox; this ties that script to the synthesized launch templates.
-    from runtime.serving import definition_for
+    from core.serving import definition_for
     from stacks.fleet_boot import boot_script
 
     m = load_manifest(example.manifest_path, check_files=False)
@@ -120,7 +120,7 @@ def test_template_user_data_is_the_boot_script_the_boot_tests_run(example: Synth
 def test_prometheus_scrapes_each_stack_at_its_own_metrics_path(example: Synth) -> None:
     from types import SimpleNamespace
 
-    from runtime.serving import definition_for
+    from core.serving import definition_for
     from stacks.observability import prometheus_config
 
     m = load_manifest(example.manifest_path, check_files=False)

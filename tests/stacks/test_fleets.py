@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from campaign import catalog
-from campaign.dlami import ami_parameter_name
-from campaign.manifest import load_manifest
+from core import catalog
+from core.manifest import load_manifest
+from core.naming import ami_parameter_name
 from tests.stacks.conftest import EXAMPLE_MANIFEST, Synth
 
 

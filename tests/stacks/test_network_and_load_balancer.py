@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from campaign.manifest import load_manifest
+from core.manifest import load_manifest
 from tests.stacks.conftest import EXAMPLE_MANIFEST, Synth
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from campaign.manifest import load_manifest
+from core.manifest import load_manifest
 from tests.stacks.conftest import EXAMPLE_MANIFEST, Synth
 
 
@@ -48,7 +48,7 @@ def test_loadgen_master_and_workers_are_task_definitions_started_per_run(example
 
 
 def test_run_config_output_is_what_campaign_run_reads(example: Synth) -> None:
-    from campaign.cloud_contract import RUN_CONFIG_OUTPUT, RunConfig
+    from core.cloud_contract import RUN_CONFIG_OUTPUT, RunConfig
 
     def flat(v: Any) -> str:  # references become their logical ids
         if isinstance(v, str):

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from campaign.manifest import load_manifest
+from core.manifest import load_manifest
 from stacks.network import VPC_CIDR
 from tests.stacks.conftest import EXAMPLE_MANIFEST, REPO_ROOT, Synth, synthesize
 

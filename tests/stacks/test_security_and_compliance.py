@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from campaign.manifest import load_manifest
+from core.manifest import load_manifest
 from tests.stacks.conftest import EXAMPLE_MANIFEST, Synth
 
 # cfn-lint checks skipped, each for a stated reason:

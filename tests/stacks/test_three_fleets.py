@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from campaign.manifest import load_manifest
+from core.manifest import load_manifest
 from tests.stacks.conftest import THREE_FLEET_MANIFEST, Synth
 
 

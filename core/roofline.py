@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from campaign import catalog
-from campaign.manifest import Fleet, Manifest, kv_bytes_per_token, weight_bytes
+from core import catalog
+from core.manifest import Fleet, Manifest, kv_bytes_per_token, weight_bytes
 
 
 @dataclass(frozen=True)

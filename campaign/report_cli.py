@@ -16,14 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from analysis.capacity import discover_steps
-from campaign.errors import EXIT_BAD_INPUT
+from core.errors import EXIT_BAD_INPUT
 
 EXIT_BY_STATE = {"go": 0, "defer": 10, "reject": 11}
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     from analysis.report import build_report
-    from campaign.manifest import load_manifest
+    from core.manifest import load_manifest
 
     m = load_manifest(args.manifest, check_files=False)
     quality: dict[str, Any] | None = None

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from campaign.errors import CampaignError
+from core.errors import CampaignError
 
 SNAPSHOT_DIR = Path(__file__).parent / "data"
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from campaign.errors import CampaignError
-from campaign.shipped import shipped_path
+from core.errors import CampaignError
+from core.shipped import shipped_path
 
 GIB = 1024**3
 # Root EBS volume of every fleet instance: the stacks deploy it and the cost model bills it (one
@@ -189,7 +189,7 @@ BYTES_PER_PRECISION: dict[str, float] = {
 
 
 # --- Host software stacks: driver / SDK / runtime compatibility ---------------------------------
-# Owned by the fleet boot recipes (stacks/fleet*.py, runtime/serving.py); `validate` checks every
+# Owned by the fleet boot recipes (stacks/fleet*.py, core/serving.py); `validate` checks every
 # fleet's serving.sdk_version / driver_version / image against this table, and `deploy` finds the
 # DLAMI by the name and description filters below (never an unpinned `latest` parameter).
 NEURON_SDK_2_28_CONTENT = "https://awsdocs-neuron.readthedocs-hosted.com/en/v2.28.1/release-notes/releasecontent.html"
@@ -265,7 +265,7 @@ def host_stack_issues(vendor: str, sdk_version: str, driver_version: str, image:
     if row is None:
         known = sorted(v for (ven, v) in HOST_STACKS if ven == vendor)
         return [("sdk_version", f"no compatibility row for {vendor} SDK {sdk_version!r} (known: {known}); "
-                                "add one to campaign/catalog.py HOST_STACKS with its source")]
+                                "add one to core/catalog.py HOST_STACKS with its source")]
     out: list[tuple[str, str]] = []
     got, want = _version_tuple(driver_version), _version_tuple(row.driver)
     if got is None or want is None:

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from campaign.errors import CampaignError
-from campaign.manifest import Manifest, Workload
-from loadgen.traces import TraceRow, read_trace
+from core.errors import CampaignError
+from core.manifest import Manifest, Workload
+from core.traces import TraceRow, read_trace
 
 
 @dataclass(frozen=True)

@@ -149,7 +149,7 @@ class RunInputs:
     manifest_digest: str
     trace_path: str  # workload.trace.path as the manifest writes it (relative to the manifest)
     trace_file: str  # the object name under inputs/
-    schedule_digest: str  # loadgen.schedule.schedule_digest of the full schedule
+    schedule_digest: str  # core.schedule.schedule_digest of the full schedule
     requests: int
 
     def to_json(self) -> str:

@@ -42,7 +42,7 @@ Sources (checked while writing; re-check on every version bump):
   NVIDIA/TensorRT-LLM examples/serve/prometheus_metrics.py and tensorrt_llm/metrics/collector.py
   (MetricsCollector.log_metrics_dict: "Needs to include `return_perf_metrics: true` in LLM args").
 - AMIs: no unpinned `latest` parameter. Each fleet's AMI is a deploy-time template parameter
-  that `deploy` fills from campaign.dlami (the host stack row of campaign.catalog.HOST_STACKS:
+  that `deploy` fills from campaign.dlami (the host stack row of core.catalog.HOST_STACKS:
   DLAMI name + SDK-version description filter), and the boot script refuses to start the
   server when the host driver is not the manifest's serving.driver_version.
 """
@@ -56,8 +56,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from campaign import catalog
-from campaign.manifest import Fleet, Manifest
+from core import catalog
+from core.manifest import Fleet, Manifest
 
 CACHE_MOUNT = "/opt/cache"  # the fleet's EBS cache volume, mounted by the launch template
 SERVING_PORT = 8000
@@ -132,7 +132,7 @@ class ServingDefinition:
     weights_dir: str
     cache_dir: str
     weights_staging: tuple[str, ...]
-    host: catalog.HostStack  # driver / DLAMI the container needs (campaign.catalog.HOST_STACKS)
+    host: catalog.HostStack  # driver / DLAMI the container needs (core.catalog.HOST_STACKS)
     # Files the boot script writes on the host before `docker run` (path -> content); they sit
     # under CACHE_MOUNT, which the container sees at the same path.
     config_files: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
@@ -212,7 +212,7 @@ def host_stack_for(fleet: Fleet) -> catalog.HostStack:
     vendor = catalog.instance(fleet.instance_type).accelerator.vendor
     row = catalog.HOST_STACKS.get((vendor, fleet.serving.sdk_version))
     if row is None:  # `validate` refuses this manifest first; this guards direct callers
-        raise ValueError(f"no host stack for {vendor} SDK {fleet.serving.sdk_version!r} in campaign.catalog.HOST_STACKS")
+        raise ValueError(f"no host stack for {vendor} SDK {fleet.serving.sdk_version!r} in core.catalog.HOST_STACKS")
     return row
 
 

@@ -2,7 +2,7 @@
 
 - `nearest_rank` (the report): the q-quantile is an observed value, the ceil(n q)-th smallest,
   which is what duckdb's `quantile_disc` returns over the records, and what the order-statistic
-  interval of `analysis.stats` is defined on (its ends are order statistics too). A P95 SLO
+  interval of `core.stats` is defined on (its ends are order statistics too). A P95 SLO
   verdict then speaks of a request that really happened.
 - `interpolated_quantile` (the client's own summaries and the benchmarks): linear interpolation
   between the closest ranks, numpy's default and what vLLM's `bench serve` and AIPerf print, so

@@ -21,7 +21,7 @@ from typing import Protocol
 from jinja2 import Template
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from campaign.manifest import Manifest
+from core.manifest import Manifest
 
 
 class Tokenizer(Protocol):

@@ -18,9 +18,9 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from analysis.stats import min_n_bounded_upper
-from campaign import catalog
-from campaign.errors import CampaignError
+from core import catalog
+from core.errors import CampaignError
+from core.stats import min_n_bounded_upper
 
 Slug = Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$")]
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
@@ -232,7 +232,7 @@ class CapacitySearch(_Frozen):
     start_multiplier: Pos = 1.0
     growth: Annotated[float, Field(gt=1)] = 2.0
     tolerance: Annotated[float, Field(gt=0, le=1)] = 0.10
-    # Default: the fewest requests whose P95 has a bounded 95% interval (analysis.stats), so a
+    # Default: the fewest requests whose P95 has a bounded 95% interval (core.stats), so a
     # step that held can carry the capacity's interval; fewer is allowed, and the report then Defers.
     min_requests: int = Field(default=min_n_bounded_upper(), ge=2)
     max_steps: int = Field(default=8, ge=1, le=50)

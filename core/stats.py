@@ -24,7 +24,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from campaign.quantiles import nearest_rank  # the report's quantile definition (why: campaign/quantiles.py)
+from core.quantiles import nearest_rank  # the report's quantile definition (why: core/quantiles.py)
 
 CONFIDENCE = 0.95
 BOOTSTRAP_RESAMPLES = 1000

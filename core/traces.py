@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from campaign.errors import CampaignError
+from core.errors import CampaignError
 
 BLOCK_TOKENS = 512  # Mooncake hash_ids name 512-token prompt blocks
 

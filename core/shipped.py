@@ -2,7 +2,7 @@
 
 - Data files read at run time (`data/calibration/efficiency.json`): in a checkout they stay in
   the repository's `data/`, beside the benchmarks and documents that cite them; a wheel carries
-  `data/` as the package `campaign.shipped` (pyproject's package-dir). `shipped_path` picks the
+  `data/` as the package `core.shipped` (pyproject's package-dir). `shipped_path` picks the
   copy of whichever this is.
 - What only a checkout has (cdk.json and app.py for `deploy`, the Makefile's `.venv-engine`):
   `checkout_root` returns the repository root, or says that this is an installed copy.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from campaign.errors import CampaignError
+from core.errors import CampaignError
 
 # The directory holding our packages: the repository root in a checkout, site-packages when installed.
 PACKAGES_DIR = Path(__file__).resolve().parent.parent

@@ -1,0 +1,18 @@
+"""Names the stacks and the CLI must agree on: the stack, the fleets' AMI parameters, the kept-by-design tag."""
+
+from __future__ import annotations
+
+import re
+
+# The stacks tag the results bucket with this, and teardown leaves it in place.
+RETAINED_TAG = ("lifecycle", "retained")
+
+
+def stack_name(campaign: str) -> str:
+    """The CloudFormation stack: deploy synthesizes it under this name; run and teardown find it by it."""
+    return f"{campaign}-comparison"
+
+
+def ami_parameter_name(fleet: str) -> str:
+    """Template parameter of a fleet's AMI: `Ami` + the fleet name in CamelCase (CFN allows [A-Za-z0-9])."""
+    return "Ami" + "".join(part[:1].upper() + part[1:] for part in re.split(r"[^A-Za-z0-9]+", fleet) if part)
