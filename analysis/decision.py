@@ -57,6 +57,7 @@ class DecisionInputs:
     # Output tokens of every completed request, SLO met or not (None: taken as the successful
     # ones): requests that came back but were late prove the semantics work.
     candidate_completed_output_tokens: int | None = None
+    candidate_requests_sent: int | None = None  # non-warmup requests sent to the candidate (None: not counted)
     candidate_saturated: bool = False  # the replay drove one candidate instance to its batch limit
 
 
@@ -106,7 +107,10 @@ def decide(d: DecisionInputs) -> Decision:
     q_reject, q_defer = quality_reasons(c, d.baseline, d.candidate_quality_passed, d.baseline_quality_passed,
                                         {c: d.candidate_quality_failure or "", d.baseline: d.baseline_quality_failure or ""})
     completed = d.candidate_completed_output_tokens if d.candidate_completed_output_tokens is not None else d.candidate_successful_tokens
-    if completed <= 0:
+    nothing_sent = d.candidate_requests_sent == 0
+    if nothing_sent:  # nothing was measured: no finding about the model either way
+        defer.append(f"evidence insufficient: no request after the warmup was sent to {c}; replay a longer window")
+    elif completed <= 0:
         reject.append(f"{c}: no completed request returned output tokens; the model or API semantics failed")
     if d.candidate_error_rate is not None and d.candidate_error_rate > d.max_error_rate and not d.candidate_saturated:
         reject.append(f"{c}: error rate {d.candidate_error_rate:.4f} above the ceiling {d.max_error_rate}")

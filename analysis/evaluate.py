@@ -216,6 +216,7 @@ def evaluate(ctx: Context, sc: Scenario) -> dict[str, Any]:
             candidate_successful_tokens=cm.successful_output_tokens if cm else 0,
             candidate_error_rate=cm.error_rate if cm else None,
             candidate_completed_output_tokens=cm.completed_output_tokens if cm else 0,
+            candidate_requests_sent=(cm.requests - cm.not_sent) if cm else 0,
             candidate_saturated=cand in ctx.saturation and ctx.saturation[cand].saturated,
             max_error_rate=slo.max_error_rate,
             candidate_quality_passed=quality_passed(m, ctx.quality, cand),

@@ -89,3 +89,15 @@ def test_semantics_still_reject_when_nothing_came_back_or_errors_below_saturatio
     assert nothing.state == "reject" and any("no completed request returned output tokens" in r for r in nothing.reasons)
     errors = decide(replace(GOOD, candidate_error_rate=0.5, candidate_saturated=False))
     assert errors.state == "reject" and any("error rate 0.5000 above the ceiling" in r for r in errors.reasons)
+
+
+def test_no_request_sent_after_warmup_is_missing_evidence_not_a_semantics_failure() -> None:
+    # Seen with `campaign local --duration 8`: the window held only warmup requests, so nothing
+    # was measured; that is "evidence insufficient" (Defer), not "the model or API semantics failed".
+    empty = decide(replace(GOOD, candidate_successful_tokens=0, candidate_completed_output_tokens=0, candidate_requests_sent=0))
+    assert empty.state == "defer", empty.reasons
+    assert any("no request after the warmup was sent to" in r for r in empty.reasons), empty.reasons
+    assert not any("semantics" in r for r in empty.reasons), empty.reasons
+    # Requests were sent and none returned tokens: still the semantics failure.
+    failed = decide(replace(GOOD, candidate_successful_tokens=0, candidate_completed_output_tokens=0, candidate_requests_sent=12))
+    assert failed.state == "reject" and any("semantics" in r for r in failed.reasons), failed.reasons
