@@ -65,7 +65,9 @@ def _parse(path: Path) -> dict[tuple[str, str, str], Price]:
 def snapshot(region: str = "us-east-1") -> dict[tuple[str, str, str], Price]:
     path = SNAPSHOT_DIR / f"prices-{region}.csv"
     if not path.exists():
-        raise PriceNotFound(f"no pinned price snapshot for region {region!r} (looked for {path})")
+        # Named relative to the package: the message lands in reports, which name no machine's directories.
+        shipped = ", ".join(sorted(p.name for p in SNAPSHOT_DIR.glob("prices-*.csv")))
+        raise PriceNotFound(f"no pinned price snapshot for region {region!r} (looked for core/data/{path.name}; shipped: {shipped})")
     return _parse(path)
 
 
