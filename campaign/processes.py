@@ -30,15 +30,23 @@ class Managed:
     proc: subprocess.Popen[bytes]
     log: Path
     stop_signal: int = signal.SIGTERM
+    # The log is appended to across runs in one directory (an earlier run's lines are evidence);
+    # this child's own output starts here, so nothing of an earlier process is read as its own.
+    log_offset: int = 0
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def tail(self, lines: int = 20) -> str:
+    def own_log(self) -> str:
         try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+            with self.log.open("rb") as fh:
+                fh.seek(self.log_offset)
+                return fh.read().decode(errors="replace")
         except OSError:
             return ""
+
+    def tail(self, lines: int = 20) -> str:
+        return "\n".join(self.own_log().splitlines()[-lines:])
 
 
 @dataclass
@@ -60,6 +68,7 @@ class Supervisor:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log = self.log_dir / f"{name}.log"
         fh = log.open("ab")
+        offset = fh.seek(0, os.SEEK_END)
         proc = subprocess.Popen(
             list(argv),
             stdout=fh,
@@ -70,7 +79,7 @@ class Supervisor:
             start_new_session=True,  # own process group: terminal Ctrl-C does not hit it directly
         )
         fh.close()
-        m = Managed(name, proc, log, stop_signal)
+        m = Managed(name, proc, log, stop_signal, offset)
         self.children.append(m)
         return m
 
@@ -78,7 +87,7 @@ class Supervisor:
         """Wait until the child's log holds a line containing `needle`; return that line."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            for line in m.log.read_text(errors="replace").splitlines():
+            for line in m.own_log().splitlines():
                 if needle in line:
                     return line
             if not m.alive():
