@@ -93,6 +93,16 @@ class Replayer:
         self._cpu: CpuMeter | None = None
 
     def prepare(self) -> None:
+        """Build every prompt and its wire bytes, then the tokenizer check. A failure here stops
+        the run before anything is sent, and every request of this worker is still recorded
+        (not_sent, naming the cause), so the replay invariant holds for a stopped run too."""
+        try:
+            self._prepare()
+        except Exception as exc:
+            self.finalize(f"setup failed: {exc}")
+            raise
+
+    def _prepare(self) -> None:
         builder = PromptBuilder(self.m, self.options.api)
         model = self.options.served_model or self.m.model.repo
         stack = self.m.fleet(self.cfg.fleet).serving.stack

@@ -96,3 +96,12 @@ def test_a_template_the_server_does_not_use_stops_the_run_before_it_sends(emulat
     assert any("setup failed" in r and "the server counts" in r for r in s.invalid_reasons), s.invalid_reasons
     sent = json.loads(urllib.request.urlopen(f"{url}/emulator/requests", timeout=10).read())["requests"]
     assert sent == []  # /tokenize is not generation: nothing was replayed
+    # ... and every scheduled request still has its record, not_sent with the cause: the replay
+    # invariant (scheduled = ok + errors + not_sent) holds for a stopped run too.
+    from core.manifest import load_manifest
+    from core.schedule import build_schedule
+
+    scheduled = [r.request_id for r in build_schedule(load_manifest(wrong))]
+    recs = list(read_records(sorted((tmp_path / "run").glob("records-g6-*.jsonl"))))
+    assert sorted(r.request_id for r in recs) == sorted(scheduled)
+    assert all(r.outcome == "not_sent" and "setup failed" in (r.error or "") and "the server counts" in (r.error or "") for r in recs)
