@@ -82,9 +82,8 @@ def test_nan_and_inf_are_written_as_null(written: Path) -> None:
 
 
 def test_render_rewrites_the_pages_from_report_json(written: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from campaign.report_cli import EXIT_BY_STATE
-
     from campaign.cli import main
+    from campaign.report_cli import EXIT_BY_STATE
 
     state = json.loads(written.read_text())["decision"]["state"]
     assert main(["render", str(written), "--out", str(tmp_path / "again")]) == EXIT_BY_STATE[state]
