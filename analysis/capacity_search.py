@@ -39,6 +39,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from analysis.capacity import REPLAY, STEADY_STATE_LIFETIMES, SearchPath, SearchStep, StopRule, Verdict
+from core.manifest import CapacitySearch
 from core.quantiles import nearest_rank
 from core.stats import min_n_bounded_upper
 
@@ -53,17 +54,21 @@ MIN_REQUESTS = min_n_bounded_upper(SLO_QUANTILE)
 _MAX_DOWN_POWER = 3
 
 
+# The defaults are the manifest's (workload.capacity_search), defined once there.
+_MANIFEST_DEFAULTS = CapacitySearch()
+
+
 @dataclass(frozen=True)
 class SearchSettings:
-    start_multiplier: float = 1.0
-    growth: float = 2.0
-    tolerance: float = 0.10  # converged when missed / held <= 1 + tolerance
+    start_multiplier: float = _MANIFEST_DEFAULTS.start_multiplier
+    growth: float = _MANIFEST_DEFAULTS.growth
+    tolerance: float = _MANIFEST_DEFAULTS.tolerance  # converged when missed / held <= 1 + tolerance
     lifetimes: float = STEADY_STATE_LIFETIMES
-    min_requests: int = MIN_REQUESTS
-    max_steps: int = 12
-    time_budget_s: float = 900.0  # arrival spans plus drains of every step, per fleet
-    min_multiplier: float = 1 / 64
-    max_multiplier: float = 64.0
+    min_requests: int = _MANIFEST_DEFAULTS.min_requests
+    max_steps: int = _MANIFEST_DEFAULTS.max_steps
+    time_budget_s: float = _MANIFEST_DEFAULTS.time_budget_s  # arrival spans plus drains of every step, per fleet
+    min_multiplier: float = _MANIFEST_DEFAULTS.min_multiplier
+    max_multiplier: float = _MANIFEST_DEFAULTS.max_multiplier
 
     def __post_init__(self) -> None:
         if self.growth <= 1 or self.tolerance <= 0 or self.min_multiplier <= 0 or self.max_multiplier < self.start_multiplier:

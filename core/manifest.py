@@ -236,7 +236,8 @@ class CapacitySearch(_Frozen):
     # step that held can carry the capacity's interval; fewer is allowed, and the report then Defers.
     min_requests: int = Field(default=min_n_bounded_upper(), ge=2)
     max_steps: int = Field(default=8, ge=1, le=50)
-    time_budget_s: Pos = Field(default=240.0, description="per fleet: arrival spans plus drains of all its steps")
+    # 600 s: room for about four 72-request steps at the shipped traces' rates (README "Capacity search").
+    time_budget_s: Pos = Field(default=600.0, description="per fleet: arrival spans plus drains of all its steps")
     min_multiplier: Pos = 1 / 64
     max_multiplier: Pos = 64.0
 

@@ -85,7 +85,7 @@ def test_search_finds_the_analytic_boundary_within_the_tolerance() -> None:
 
 @pytest.mark.parametrize("tolerance", [0.05, 0.02])
 def test_a_tighter_tolerance_brackets_closer(tolerance: float) -> None:
-    st = SearchSettings(tolerance=tolerance)
+    st = SearchSettings(tolerance=tolerance, max_steps=12)  # a tighter bracket takes more bisections
     path = search("syn", st, mm1(st), first_lifetime_s=0.1, resolve=lengthen(st))
     assert path.stop_rule is StopRule.CONVERGED
     assert path.held_multiplier is not None and path.missed_multiplier is not None
@@ -322,3 +322,14 @@ def test_an_invalid_run_is_repeated_once_and_never_counted_as_a_miss() -> None:
     assert bracket(steps) == (1.0, None)  # the invalid run is neither a hold nor a miss
     stop = next_step(st, [*steps, _step("x2-r2", 2.0, Verdict.INVALID, 5.0)], lifetime_s=5.0)
     assert isinstance(stop, Stop) and stop.rule is StopRule.CLIENT_LIMITED and "x2 was run twice" in stop.detail
+
+
+def test_the_search_defaults_are_the_manifests() -> None:
+    # One set of defaults: the search code had max_steps 12 and a 900 s budget while a manifest
+    # without the fields got 8 and 240 s.
+    from dataclasses import fields
+
+    code, manifest = SearchSettings(), CapacitySearch()
+    shared = [f.name for f in fields(SearchSettings) if f.name in CapacitySearch.model_fields]
+    assert len(shared) == 8
+    assert {n: getattr(code, n) for n in shared} == {n: getattr(manifest, n) for n in shared}
