@@ -9,6 +9,7 @@ from typing import Any
 
 from analysis.report_model import (
     CapacityStep,
+    CellSummary,
     FleetRow,
     Interval,
     PrefixCache,
@@ -159,7 +160,8 @@ def prefix_cache_rows(pc: PrefixCache) -> list[tuple[str, ...]]:
 def quality_row(name: str, q: QualityResult) -> tuple[str, str, str]:
     """(fleet, verdict with pass rate, failures)."""
     rate = f" ({q.pass_rate:.0%} of fixtures)" if q.pass_rate is not None else ""
-    return name, ("pass" if q.passed else "FAIL") + rate, "; ".join(q.failures) or "none"
+    verdict = "not evaluated" if q.passed is None else ("pass" if q.passed else "FAIL")
+    return name, verdict + rate, "; ".join(q.failures) or "none"
 
 
 QUALITY_LAYER_COLUMNS = ("fleet", "layer", "result", "figures", "reasons")
@@ -180,12 +182,27 @@ def quality_layer_rows(name: str, q: QualityResult) -> list[tuple[str, str, str,
 SENSITIVITY_COLUMNS = ("cell", "decision", "monthly delta USD (95% CI)", "payback months (95% CI)", "reasons")
 
 
-def sensitivity_rows(sens: Sensitivity) -> list[tuple[str, str, str, str, str]]:
-    """(cell, decision, delta with CI, payback with CI, reasons) for the base and every cell."""
-    cells = [("base (manifest)", sens.base), *((c.label, c) for c in sens.cells)]
-    return [(label, c.decision, f"{fmt(c.monthly_delta_usd, 2)} {ci_text(c.monthly_delta_ci_usd, 2)}".strip(),
-             f"{fmt(c.payback_months, 1)} {payback_ci_text(c.payback_months_ci, c.monthly_delta_ci_usd)}".strip(), "; ".join(c.reasons))
-            for label, c in cells]
+def _reasons_against_base(cell: list[str], base: list[str]) -> str:
+    """A cell's reasons as what differs from the base cell's: the grid repeats the base's reasons
+    in every cell, which buries the one a cell changes (report.json keeps them all)."""
+    more = [x for x in cell if x not in base]
+    fewer = [x for x in base if x not in cell]
+    return "as base" + (f", but: {'; '.join(more)}" if more else "") + (f"; not: {'; '.join(fewer)}" if fewer else "")
+
+
+def sensitivity_rows(sens: Sensitivity, decided: bool) -> list[tuple[str, str, str, str, str]]:
+    """(cell, decision, delta with CI, payback with CI, reasons) for the base and every cell. When
+    the headline is not decided, the cells' figures rest on the same blocked evidence: none shown."""
+
+    def figures(c: CellSummary) -> tuple[str, str]:
+        if not decided:
+            return NOT_DECIDED, NOT_DECIDED
+        return (f"{fmt(c.monthly_delta_usd, 2)} {ci_text(c.monthly_delta_ci_usd, 2)}".strip(),
+                f"{fmt(c.payback_months, 1)} {payback_ci_text(c.payback_months_ci, c.monthly_delta_ci_usd)}".strip())
+
+    rows = [("base (manifest)", sens.base.decision, *figures(sens.base), "; ".join(sens.base.reasons))]
+    rows += [(c.label, c.decision, *figures(c), _reasons_against_base(c.reasons, sens.base.reasons)) for c in sens.cells]
+    return rows
 
 
 def outcome_row(name: str, f: FleetRow) -> tuple[str, str, str] | None:

@@ -40,7 +40,7 @@ from analysis.report_cells import (
     sensitivity_rows,
     sized_cell,
 )
-from analysis.report_model import FleetRow, PrefixCache, PrometheusSection, Report, Sensitivity
+from analysis.report_model import FleetRow, PrefixCache, PrometheusSection, Report
 
 MEASURED_RECORDS = "per-request loadgen records, non-warmup, exact quantiles (measured)"
 CDF_MARKS = "band and whisker at 95%: each fleet's P95 with its 95% interval (order statistics); dashed: the SLO's P95 target"
@@ -218,10 +218,13 @@ def _time_to_ready(r: Report) -> str:
                     for n, t in r.time_to_ready.items()))
 
 
-def _sensitivity(sens: Sensitivity | None) -> str:
+def _sensitivity(r: Report) -> str:
+    sens = r.sensitivity
     if not sens:
         return ""
-    out = ["<h2>Sensitivity (one input at a time)</h2>", _table(SENSITIVITY_COLUMNS, sensitivity_rows(sens))]
+    out = ["<h2>Sensitivity (one input at a time)</h2>", _table(SENSITIVITY_COLUMNS, sensitivity_rows(sens, decided(r)))]
+    if not decided(r):  # the cells' deltas rest on the blocked evidence: no tornado either
+        return "".join([*out, "<p>No sensitivity figure: the cells' deltas rest on the same blocked evidence as the headline.</p>"])
     base = sens.base.monthly_delta_usd
     drawn = [plots.SensitivityBar(c.label, c.monthly_delta_usd, c.monthly_delta_ci_usd, c.decision)
              for c in sens.cells if c.monthly_delta_usd is not None and plots.finite(c.monthly_delta_usd)]
@@ -275,7 +278,7 @@ def render_html(r: Report) -> str:
         "instances and monthly cost with the interval propagated from the capacity's.</p>",
         _table(FLEET_COLUMNS, [_fleet_row(r, n, f) for n, f in r.fleets.items()]), _outcomes(r), *_latency_figures(r), _cost_figure(r),
         _quality(r), _capacity(r), _histograms(r.prometheus), _prefix_cache(r.prefix_cache), _placement(r), _migration(r),
-        _time_to_ready(r), _sensitivity(r.sensitivity), _gaps(r), _provenance(r),
+        _time_to_ready(r), _sensitivity(r), _gaps(r), _provenance(r),
     ]
     return (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(r.campaign)}: {html.escape(d.state)}'
             f"</title>\n<style>{STYLE}</style></head><body>\n" + "\n".join(x for x in body if x) + "\n</body></html>\n")

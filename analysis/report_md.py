@@ -14,6 +14,7 @@ from analysis.report_cells import (
     capacity_row,
     chosen,
     ci_text,
+    decided,
     fmt,
     goodput_cell,
     headline_text,
@@ -168,7 +169,8 @@ def render_markdown(r: Report) -> str:
     if r.sensitivity:
         lines += ["", "## Sensitivity (one input at a time)", "",
                   "| cell | decision | monthly delta USD (95% CI) | payback months (95% CI) | reasons |", "|---|---|---|---|---|"]
-        lines += [f"| {label} | {dec} | {delta} | {payback} | {why} |" for label, dec, delta, payback, why in sensitivity_rows(r.sensitivity)]
+        rows = sensitivity_rows(r.sensitivity, decided(r))
+        lines += [f"| {label} | {dec} | {delta} | {payback} | {why} |" for label, dec, delta, payback, why in rows]
     lines += ["", "## Gaps", ""]
     lines += [f"- {g.what}: {g.reason}{' (blocks Go)' if g.blocks_go else ''}" for g in r.gaps] or ["- none"]
     lines += ["", "## Provenance", ""]

@@ -52,8 +52,9 @@ def test_report_numbers_by_hand_and_files(tmp_path: Path, small: Manifest) -> No
     on_disk = json.loads((tmp_path / "out" / "report.json").read_text())
     assert on_disk["decision"] == r["decision"]
     page = (tmp_path / "out" / "report.html").read_text()
-    # CDFs, goodput, tornado; the headline is not decided here, so no cost or payback figure is drawn
-    assert page.count("<figure>") == 4 and "<script" not in page and "src=" not in page and "Source:" in page
+    # CDFs and goodput; the headline is not decided here, so no cost, payback or sensitivity figure is
+    # drawn (the cells' deltas rest on the same blocked evidence)
+    assert page.count("<figure>") == 3 and "<script" not in page and "src=" not in page and "Source:" in page
     assert "No cost or payback figure" in page
     assert "# llama3-8b-inf2-vs-g6: DEFER" in (tmp_path / "out" / "report.md").read_text()
 
