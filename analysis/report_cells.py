@@ -211,3 +211,23 @@ def outcome_row(name: str, f: FleetRow) -> tuple[str, str, str] | None:
         return None
     basis = ", ".join(f"{k} {v}" for k, v in (f.itl_basis or {}).items()) or "none"
     return name, ", ".join(f"{k} {v}" for k, v in f.outcomes.items()), basis
+
+
+def placement_lines(r: Report) -> list[str]:
+    """Per fleet: its size by role and AZ, and its monthly cost lines; when the headline is not
+    decided the size and the costs rest on the blocked evidence, so neither is printed."""
+    lines = []
+    for name, f in r.fleets.items():
+        if not decided(r):
+            if f.size or f.monthly_cost:
+                lines.append(f"{name}: {NOT_DECIDED} (the fleet size rests on the blocked evidence)")
+            continue
+        if f.size:
+            s = f.size
+            per_az = ", ".join(f"{az} {n}" for az, n in s.per_az.items())
+            lines.append(f"{name}: {s.busy_instances} busy + {s.headroom_instances} headroom + {s.redundancy_instances} "
+                         f"redundancy + {s.asg_min_topup} ASG-min = {s.required} ({per_az})")
+        if f.monthly_cost:
+            parts = ", ".join(f"{k} {fmt(v, 2)}" for k, v in f.monthly_cost.lines_usd().items())
+            lines.append(f"{name} monthly USD: {parts} ({f.monthly_cost.compute_note})")
+    return lines

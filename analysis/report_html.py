@@ -31,6 +31,7 @@ from analysis.report_cells import (
     instances_cell,
     outcome_row,
     p95_cell,
+    placement_lines,
     prefix_cache_rows,
     quality_layer_rows,
     quality_row,
@@ -179,16 +180,7 @@ def _prefix_cache(pc: PrefixCache | None) -> str:
 
 
 def _placement(r: Report) -> str:
-    items = []
-    for name, f in r.fleets.items():
-        if f.size:
-            s = f.size
-            per_az = ", ".join(f"{az} {n}" for az, n in s.per_az.items())
-            items.append(html.escape(f"{name}: {s.busy_instances} busy + {s.headroom_instances} headroom + {s.redundancy_instances} "
-                                     f"redundancy + {s.asg_min_topup} ASG-min = {s.required} ({per_az})"))
-        if f.monthly_cost:
-            parts = ", ".join(f"{k} {fmt(v, 2)}" for k, v in f.monthly_cost.lines_usd().items())
-            items.append(html.escape(f"{name} monthly USD: {parts} ({f.monthly_cost.compute_note})"))
+    items = [html.escape(line) for line in placement_lines(r)]
     return "<p>Per-AZ placement and cost lines:</p>" + (_list(items) if items else "<p>none (no fleet was sized)</p>")
 
 

@@ -21,6 +21,7 @@ from analysis.report_cells import (
     instances_cell,
     outcome_row,
     p95_cell,
+    placement_lines,
     prefix_cache_rows,
     quality_row,
     saturated_cell,
@@ -115,16 +116,7 @@ def _fleet_row(r: Report, name: str, f: FleetRow) -> str:
 
 
 def _placement_lines(r: Report) -> list[str]:
-    lines = ["", "Per-AZ placement and cost lines:", ""]
-    for name, f in r.fleets.items():
-        size, mc = f.size, f.monthly_cost
-        if size:
-            lines.append(f"- {name}: {size.busy_instances} busy + {size.headroom_instances} headroom + "
-                         f"{size.redundancy_instances} redundancy + {size.asg_min_topup} ASG-min = {size.required} {size.per_az}")
-        if mc:
-            parts = ", ".join(f"{k} {fmt(v, 2)}" for k, v in mc.lines_usd().items())
-            lines.append(f"  - monthly USD: {parts} ({mc.compute_note})")
-    return lines
+    return ["", "Per-AZ placement and cost lines:", "", *(f"- {line}" for line in placement_lines(r))]
 
 
 def render_markdown(r: Report) -> str:

@@ -56,7 +56,11 @@ def test_report_numbers_by_hand_and_files(tmp_path: Path, small: Manifest) -> No
     # drawn (the cells' deltas rest on the same blocked evidence)
     assert page.count("<figure>") == 3 and "<script" not in page and "src=" not in page and "Source:" in page
     assert "No cost or payback figure" in page
-    assert "# llama3-8b-inf2-vs-g6: DEFER" in (tmp_path / "out" / "report.md").read_text()
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "# llama3-8b-inf2-vs-g6: DEFER" in md
+    # The fleet sizes are not decided: neither page prints them in the placement lines either.
+    for text in (md, page):
+        assert "inf2: not decided (the fleet size rests on the blocked evidence)" in text and " busy + " not in text
 
 
 def test_cheaper_candidate_with_short_payback_is_go(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
