@@ -113,6 +113,14 @@ def si(v: float, _pos: object = None) -> str:
     return f"{v:.4g}"
 
 
+def _two_and_five(v: float, _pos: object = None) -> str:
+    """Minor tick label on a log axis: 0.2, 0.5, 2, 5... labelled, the other minor ticks not."""
+    if v <= 0:
+        return ""
+    lead = v / 10 ** math.floor(math.log10(v))
+    return si(v) if round(lead, 6) in (2.0, 5.0) else ""
+
+
 def _plain(ax_axis: object) -> None:
     """Plain decimal ticks: no offset, no scientific notation."""
     fmt = ScalarFormatter(useOffset=False)
@@ -172,7 +180,8 @@ def latency_cdf(title: str, xlabel: str, cdfs: Sequence[LatencyCdf], slo_s: floa
     if log:
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(FuncFormatter(si))
-        ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _p: ""))
+        # A span of one or two decades has one or two powers of ten on it: label 2x and 5x too.
+        ax.xaxis.set_minor_formatter(FuncFormatter(_two_and_five))
     else:
         _plain(ax.xaxis)
     right = max(xs) * (1.15 if log else 1.05)
