@@ -28,6 +28,11 @@ class Ledger:
         return {"items_usd": dict(self.items), "total_usd": self.total_usd}
 
 
+# The ledger items priced from the sized fleets' monthly costs (the rest are the manifest's own
+# figures): a report whose fleet sizes are not decided cannot state these.
+FLEET_COST_ITEMS = frozenset({"dual_run", "shadow", "canary", "rollback_retention"})
+
+
 def migration_ledger(
     mig: Migration, *, candidate_monthly_usd: float, baseline_monthly_usd: float, hours_per_month: float, effort_scale: float = 1.0
 ) -> Ledger:

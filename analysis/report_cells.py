@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from analysis.ledger import FLEET_COST_ITEMS
 from analysis.report_model import (
     CapacityStep,
     CellSummary,
@@ -231,3 +232,13 @@ def placement_lines(r: Report) -> list[str]:
             parts = ", ".join(f"{k} {fmt(v, 2)}" for k, v in f.monthly_cost.lines_usd().items())
             lines.append(f"{name} monthly USD: {parts} ({f.monthly_cost.compute_note})")
     return lines
+
+
+def ledger_rows(r: Report) -> list[tuple[str, str]]:
+    """(item, USD) for the migration ledger and its total; the items priced from the fleets'
+    monthly costs, and so the total, are 'not decided' when the headline is."""
+    if r.migration is None:
+        return []
+    blocked = not decided(r)
+    rows = [(k, NOT_DECIDED if blocked and k in FLEET_COST_ITEMS else fmt(v, 2)) for k, v in r.migration.items_usd.items()]
+    return [*rows, ("total", NOT_DECIDED if blocked else fmt(r.migration.total_usd, 2))]

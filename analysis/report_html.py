@@ -29,6 +29,7 @@ from analysis.report_cells import (
     goodput_cell,
     headline_text,
     instances_cell,
+    ledger_rows,
     outcome_row,
     p95_cell,
     placement_lines,
@@ -188,7 +189,7 @@ def _migration(r: Report) -> str:
     if not r.migration:
         return ""
     out = ["<h2>Migration ledger</h2>",
-           _table(("item", "USD"), [(k, fmt(v, 2)) for k, v in r.migration.items_usd.items()] + [("total", fmt(r.migration.total_usd, 2))])]
+           _table(("item", "USD"), ledger_rows(r))]
     curve = r.series.payback_curve
     if curve and decided(r) and r.migration_cost_usd is not None:
         months = int(curve[-1][0])

@@ -7,6 +7,7 @@ come from analysis.report_cells, so both pages say the same thing.
 from __future__ import annotations
 
 from analysis.report_cells import (
+    NOT_DECIDED,
     OUTCOMES_NOTE,
     PREFIX_CACHE_COLUMNS,
     SEARCH_COLUMNS,
@@ -19,6 +20,7 @@ from analysis.report_cells import (
     goodput_cell,
     headline_text,
     instances_cell,
+    ledger_rows,
     outcome_row,
     p95_cell,
     placement_lines,
@@ -154,7 +156,7 @@ def render_markdown(r: Report) -> str:
     lines += _placement_lines(r)
     if r.migration:
         lines += ["", "## Migration ledger", ""]
-        lines += [f"- {k}: {fmt(v, 2)} USD" for k, v in r.migration.items_usd.items()]
+        lines += [f"- {k}: {v}{'' if v == NOT_DECIDED else ' USD'}" for k, v in ledger_rows(r)]
     if r.time_to_ready:
         lines += ["", "Time to ready (measured in the cloud run: instance launch -> first healthy target, minute resolution):", ""]
         lines += [f"- {name}: {fmt(t.seconds / 60, 1)} min ({t.instances_launched} instance(s) launched)" for name, t in r.time_to_ready.items()]

@@ -61,6 +61,8 @@ def test_report_numbers_by_hand_and_files(tmp_path: Path, small: Manifest) -> No
     # The fleet sizes are not decided: neither page prints them in the placement lines either.
     for text in (md, page):
         assert "inf2: not decided (the fleet size rests on the blocked evidence)" in text and " busy + " not in text
+    # The ledger keeps the manifest's own items and says not decided for those priced from the fleets.
+    assert "- dual_run: not decided" in md and "- total: not decided" in md and "- testing: " in md and "- testing: not decided" not in md
 
 
 def test_cheaper_candidate_with_short_payback_is_go(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
