@@ -188,6 +188,8 @@ def _reasons_against_base(cell: list[str], base: list[str]) -> str:
     in every cell, which buries the one a cell changes (report.json keeps them all)."""
     more = [x for x in cell if x not in base]
     fewer = [x for x in base if x not in cell]
+    if len(more) == len(cell):  # nothing in common with the base: the cell's own reasons, whole
+        return "; ".join(cell)
     return "as base" + (f", but: {'; '.join(more)}" if more else "") + (f"; not: {'; '.join(fewer)}" if fewer else "")
 
 
