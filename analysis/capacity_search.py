@@ -41,14 +41,12 @@ from dataclasses import dataclass, replace
 from analysis.capacity import REPLAY, STEADY_STATE_LIFETIMES, SearchPath, SearchStep, StopRule, Verdict
 from core.manifest import CapacitySearch
 from core.quantiles import nearest_rank
-from core.stats import min_n_bounded_upper
 
 # A step is sized from the previous step's median lifetime, measured at a different load:
 # lifetimes grow towards the boundary, so the step is made a quarter longer than the bare rule.
 _MARGIN = 1.25
-# The SLO's percentile (P95 TTFT and ITL): a step needs enough requests to bound its interval.
+# The SLO's percentile (P95 TTFT and ITL).
 SLO_QUANTILE = 0.95
-MIN_REQUESTS = min_n_bounded_upper(SLO_QUANTILE)
 # One estimated step down goes at most growth^3 below the miss (x8 at the default growth): the
 # share is measured at a load the fleet did not sustain, so a far estimate is checked on the way.
 _MAX_DOWN_POWER = 3

@@ -21,7 +21,7 @@ import pytest
 
 from analysis.capacity import SearchPath, SearchStep, StopRule, Verdict
 from analysis.capacity_search import (
-    MIN_REQUESTS,
+    SLO_QUANTILE,
     SearchSettings,
     StepPlan,
     Stop,
@@ -34,7 +34,7 @@ from analysis.capacity_search import (
 )
 from core.manifest import CapacitySearch
 from core.quantiles import nearest_rank
-from core.stats import quantile_ci
+from core.stats import min_n_bounded_upper, quantile_ci
 
 MU, T, BASE = 10.0, 1.0, 2.0
 LAM_STAR = MU - math.log(20) / T
@@ -149,7 +149,7 @@ def test_a_step_down_below_the_floor_tries_the_floor_first() -> None:
 
 
 def test_min_requests_is_the_fewest_requests_whose_p95_interval_is_bounded() -> None:
-    n = MIN_REQUESTS
+    n = min_n_bounded_upper(SLO_QUANTILE)
     assert SearchSettings().min_requests == CapacitySearch().min_requests == n
     assert quantile_ci([float(i) for i in range(n)]).high is not None  # bounded above ...
     assert quantile_ci([float(i) for i in range(n - 1)]).high is None  # ... and not with one request fewer
@@ -294,7 +294,7 @@ def test_the_replay_seeds_the_search_and_a_miss_sizes_the_next_step_from_complia
     seed = (_step("replay", 1.0, Verdict.MISSED, 40.0, 4.0),)
     path = search("syn", st, mm1(st, log=plans), first_lifetime_s=4.0, resolve=lengthen(st), seed=seed)
     assert plans[0].multiplier == 0.5 and plans[0].why == "bracket down: missed at x1"
-    assert plans[0].span_s == pytest.approx(max(3 * 4.0 * 1.25, MIN_REQUESTS / (BASE * 0.5)))  # not 3 x 40 s
+    assert plans[0].span_s == pytest.approx(max(3 * 4.0 * 1.25, min_n_bounded_upper(SLO_QUANTILE) / (BASE * 0.5)))  # not 3 x 40 s
     assert path.steps[0].label == "replay" and path.steps[1].label == "x0.5"
 
 
