@@ -106,13 +106,15 @@ def test_a_large_miss_steps_down_to_its_own_estimate_of_the_boundary() -> None:
     st = SearchSettings(start_multiplier=16)
     path = search("syn", st, mm1(st), first_lifetime_s=0.1, resolve=lengthen(st))
     # Hand-computed: x16 (lambda 32 > MU) misses with share 0.95 x 7.0043 / 32 = 0.2080, so the
-    # next step is x16 x 0.2080 = x3.327 (lambda 6.654 < lambda* 7.004: holds), not x8; then
-    # bisect: 7.296 (miss), 4.927 (miss), 4.049 (miss), 3.670 (miss), 3.494 (holds): 3.670 / 3.494 <= 1.1.
+    # next step is x16 x 0.2080 = x3.327 (lambda 6.654 < lambda* 7.004: holds), not x8; then the
+    # confirming step just above it, x3.327 x 1.1 = x3.660 (lambda 7.320 > lambda*: misses), and
+    # 3.660 / 3.327 = 1.1: converged in 3 steps. Bisection from the hold took 5 more: 7.296, 4.927,
+    # 4.049, 3.670 (misses), 3.494 (holds).
     est = 16 * 0.95 * LAM_STAR / 32
-    assert [s.multiplier for s in path.steps] == pytest.approx(
-        [16, est, math.sqrt(est * 16), est ** 0.75 * 16 ** 0.25, est ** 0.875 * 16 ** 0.125, est ** 0.9375 * 16 ** 0.0625,
-         est ** 0.96875 * 16 ** 0.03125])
+    assert [s.multiplier for s in path.steps] == pytest.approx([16, est, est * 1.1])
+    assert [s.verdict for s in path.steps] == [Verdict.MISSED, Verdict.HELD, Verdict.MISSED]
     assert path.steps[1].verdict is Verdict.HELD and path.steps[1].why.startswith("bracket down to the estimate: missed at x16 with 21%")
+    assert path.steps[2].why == "confirm: held at x3.327, reached by a miss's estimate: a miss at x3.66 converges"
     assert path.stop_rule is StopRule.CONVERGED
     assert path.held_multiplier is not None and path.held_multiplier <= K_STAR < (path.missed_multiplier or 0)
     # the first hold comes one step after the miss instead of four (x8, x4, x2)
@@ -123,17 +125,37 @@ def test_a_large_miss_steps_down_to_its_own_estimate_of_the_boundary() -> None:
     assert first_hold(path) == 1 and first_hold(halving) == 3
 
 
+def test_a_confirming_step_that_holds_is_bisected_from_as_usual() -> None:
+    # The estimate lands far under the boundary (the fleet serves more than the miss's share
+    # suggests): x16 misses with share 0.15 (an estimate of x2.4), x2.4 and x2.64 hold (lambda 4.8
+    # and 5.28 < lambda* 7.004); the estimate is spent, so the search bisects x2.64..x16 instead
+    # of walking up by 10%.
+    st = SearchSettings(start_multiplier=16)
+    plans: list[StepPlan] = []
+    path = search("syn", st, mm1(st, log=plans), first_lifetime_s=0.1, resolve=lengthen(st),
+                  seed=(_miss(16.0, 0.15),))
+    assert [p.multiplier for p in plans][:3] == pytest.approx([2.4, 2.64, math.sqrt(2.64 * 16)])
+    assert plans[1].why.startswith("confirm: held at x2.4,") and plans[2].why == "bisect x2.64..x16"
+    assert path.stop_rule is StopRule.CONVERGED
+    assert path.held_multiplier is not None and path.held_multiplier <= K_STAR < (path.missed_multiplier or 0)
+
+
 def _miss(k: float, share: float | None) -> SearchStep:
     return SearchStep(f"x{k:g}", k, "seed", 10.0, Verdict.MISSED, 72, 60.0, 1.2, 9.0, 5.0, 0.3, 0.4, "hand-made", 4.0, share)
 
 
 @pytest.mark.parametrize(("share", "expected", "why"), [
     (None, 0.5, "bracket down: missed at x1"),  # no share measured: by growth, as before
-    (0.7, 0.5, "bracket down: missed at x1 (70% of requests within their SLO)"),  # a near miss: by growth
+    # a near miss (above 1 / 1.1^2 = 0.826): by growth
+    (0.9, 0.5, "bracket down: missed at x1 (90% of requests within their SLO: a near miss)"),
+    (0.83, 0.5, "bracket down: missed at x1 (83% of requests within their SLO: a near miss)"),
+    # above 1 / growth but not a near miss: to the estimate (before, by growth: x0.5)
+    (0.82, 0.82, "bracket down to the estimate: missed at x1 with 82% of requests within their SLO"),
+    (0.55, 0.55, "bracket down to the estimate: missed at x1 with 55% of requests within their SLO"),
     (0.3, 0.3, "bracket down to the estimate: missed at x1 with 30% of requests within their SLO"),
     (0.01, 0.125, "bracket down to the estimate: missed at x1 with 1% of requests within their SLO, bounded to x0.125 of it"),
 ])
-def test_step_down_uses_the_misss_share_bounded_between_growth_and_growth_cubed(share: float | None, expected: float, why: str) -> None:
+def test_step_down_uses_the_misss_share_unless_a_near_miss_and_at_most_growth_cubed(share: float | None, expected: float, why: str) -> None:
     st = SearchSettings()
     assert step_down(st, [_miss(1.0, share)], 1.0) == (pytest.approx(expected), why)
     plan = next_step(st, [_miss(1.0, share)], lifetime_s=4.0)
