@@ -76,6 +76,20 @@ class FleetMeasure:
 
 
 _TOKENS = "coalesce(server_output_tokens, client_output_tokens)"
+_ABANDONED = f"outcome = '{Outcome.SLO_ABANDONED.value}'"
+# What each record contributes to a latency percentile, its CDF and its interval. A request a
+# capacity step abandoned on its SLO deadline (Outcome.SLO_ABANDONED, given up e2e_s after it
+# was scheduled) is censored, and enters at a lower bound: with no first token, its TTFT is
+# over e2e_s; with one, its ITL is at least the rest of e2e_s spread over the tokens it still
+# owed. Since the deadline is the TTFT target + max_tokens x the ITL target, the TTFT bound is
+# over its target, and so is the ITL bound of a request whose first token came in time: a P95
+# that is within its target is then exact, and one over it a lower bound. (One whose first token
+# came late is already over on TTFT; its ITL bound may be under target.)
+LATENCY_SQL = {
+    "ttft_s": f"CASE WHEN {_ABANDONED} AND ttft_s IS NULL THEN e2e_s ELSE ttft_s END",
+    "itl_s": f"CASE WHEN {_ABANDONED} AND ttft_s IS NOT NULL AND max_tokens > 1 "
+             "THEN greatest(coalesce(itl_s, 0), (e2e_s - ttft_s) / (max_tokens - 1)) ELSE itl_s END",
+}
 _SLO_MET = "(ttft_s IS NOT NULL AND ttft_s <= $ttft AND (itl_s IS NULL OR itl_s <= $itl))"
 
 
@@ -88,7 +102,7 @@ def measure_fleets(rs: RecordSet, ttft_slo_s: float, itl_slo_s: float, *, percen
     sql = f"""
     WITH r AS (
       SELECT fleet, warmup, outcome, slo_ok, ttft_s, itl_s, scheduled_s, sent_s, e2e_s, wall_start,
-             {_TOKENS} AS tok, {_SLO_MET} AS slo_met
+             {_TOKENS} AS tok, {_SLO_MET} AS slo_met, {LATENCY_SQL["ttft_s"]} AS ttft_v, {LATENCY_SQL["itl_s"]} AS itl_v
       FROM records)
     SELECT fleet,
       count(*) FILTER (WHERE NOT warmup),
@@ -112,8 +126,8 @@ def measure_fleets(rs: RecordSet, ttft_slo_s: float, itl_slo_s: float, *, percen
           * count(*) FILTER (WHERE NOT warmup AND outcome <> 'not_sent')
           / (count(*) FILTER (WHERE NOT warmup AND outcome <> 'not_sent') - 1)
       END,
-      {"quantile_disc(ttft_s, 0.95) FILTER (WHERE NOT warmup AND ttft_s IS NOT NULL)" if percentiles else "NULL"},
-      {"quantile_disc(itl_s, 0.95) FILTER (WHERE NOT warmup AND itl_s IS NOT NULL)" if percentiles else "NULL"}
+      {"quantile_disc(ttft_v, 0.95) FILTER (WHERE NOT warmup AND ttft_v IS NOT NULL)" if percentiles else "NULL"},
+      {"quantile_disc(itl_v, 0.95) FILTER (WHERE NOT warmup AND itl_v IS NOT NULL)" if percentiles else "NULL"}
     FROM r GROUP BY fleet ORDER BY fleet
     """
     rows = rs.con.execute(sql, {"ttft": ttft_slo_s, "itl": itl_slo_s}).fetchall()
@@ -238,11 +252,12 @@ def goodput_series(
 
 def latency_cdf(rs: RecordSet, fleet: str, column: str, points: int = 50) -> list[tuple[float, float]]:
     """(latency, cumulative fraction) pairs for a CDF plot, from raw non-warmup records."""
-    if column not in ("ttft_s", "itl_s"):
+    if column not in LATENCY_SQL:
         raise ValueError(f"no latency column {column!r}")
     qs = [round((i + 1) / points, 6) for i in range(points)]
+    v = LATENCY_SQL[column]
     row = rs.con.execute(
-        f"SELECT quantile_disc({column}, $qs) FROM records WHERE fleet = $fleet AND NOT warmup AND {column} IS NOT NULL",
+        f"SELECT quantile_disc({v}, $qs) FROM records WHERE fleet = $fleet AND NOT warmup AND {v} IS NOT NULL",
         {"qs": qs, "fleet": fleet},
     ).fetchone()
     if not row or row[0] is None:

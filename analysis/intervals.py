@@ -16,20 +16,20 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from analysis.goodput import FleetMeasure
+from analysis.goodput import LATENCY_SQL, FleetMeasure
 from analysis.sources.records import RecordSet
 from core import stats
 
-_COLUMNS = ("ttft_s", "itl_s")
 REPLAY = "replay"  # the label of the trace replay as a step (analysis.capacity.REPLAY)
 
 
 def latency_sample(rs: RecordSet, fleet: str, column: str) -> list[float]:
-    """Sorted non-warmup values of `column`: the rows goodput's P95 is taken over."""
-    if column not in _COLUMNS:
+    """Sorted non-warmup values of `column` as goodput's P95 takes them (goodput.LATENCY_SQL)."""
+    if column not in LATENCY_SQL:
         raise ValueError(f"no latency column {column!r}")
+    v = LATENCY_SQL[column]
     rows = rs.con.execute(
-        f"SELECT {column} FROM records WHERE fleet = $fleet AND NOT warmup AND {column} IS NOT NULL ORDER BY {column}",
+        f"SELECT {v} AS v FROM records WHERE fleet = $fleet AND NOT warmup AND {v} IS NOT NULL ORDER BY v",
         {"fleet": fleet},
     ).fetchall()
     return [float(r[0]) for r in rows]

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.quantiles import nearest_rank
-from core.records import COMPLETED_OUTCOMES, ERROR_OUTCOMES, Outcome, split_torn_tail
+from core.records import COMPLETED_OUTCOMES, ERROR_OUTCOMES, Outcome, latency_values, split_torn_tail
 
 
 @dataclass
@@ -68,6 +68,10 @@ class RecordTail:
                 else:
                     p.failed += 1
                     p.errors += r["outcome"] in ERROR_OUTCOMES and not r.get("warmup")
+                    if r["outcome"] == Outcome.SLO_ABANDONED.value and not r.get("warmup"):
+                        ttft, itl = latency_values(r["outcome"], r.get("ttft_s"), r.get("itl_s"), r.get("e2e_s"), int(r.get("max_tokens") or 0))
+                        p.ttfts += [ttft] if ttft is not None else []
+                        p.itls += [itl] if itl is not None else []
         return p
 
 

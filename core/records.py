@@ -27,6 +27,11 @@ class Outcome(StrEnum):
     # model emitting only special tokens): no first token to time, and nothing usable.
     NO_TEXT = "no_text"
     NOT_SENT = "not_sent"  # scheduled but never sent (run stopped, worker died)
+    # A capacity step's client gave up on the request once it could no longer meet its own SLO
+    # (`--slo-deadline`: TTFT target + output tokens x ITL target after its scheduled time). An
+    # SLO miss, not an error: left to run, it would have finished late, over a latency target,
+    # and counted against the P95 (see analysis.goodput.LATENCY_SQL), not the error ceiling.
+    SLO_ABANDONED = "slo_abandoned"
 
 
 # The one definition of the outcome groups (loadgen summary, progress, analysis, quality layers).
@@ -36,6 +41,20 @@ COMPLETED_OUTCOMES = frozenset({Outcome.OK.value, Outcome.QUALITY_FAIL.value, Ou
 ERROR_OUTCOMES = frozenset({Outcome.HTTP_ERROR.value, Outcome.TIMEOUT.value, Outcome.TRUNCATED.value, Outcome.CONNECTION_ERROR.value})
 # Invalid responses: something came back but cannot be used.
 INVALID_RESPONSE_OUTCOMES = frozenset({Outcome.TRUNCATED.value, Outcome.QUALITY_FAIL.value, Outcome.NO_TEXT.value})
+
+
+def latency_values(outcome: str, ttft_s: float | None, itl_s: float | None, e2e_s: float | None,
+                   max_tokens: int) -> tuple[float | None, float | None]:
+    """(TTFT, ITL) a record contributes to the latency percentiles: its own, or for a request
+    abandoned on its SLO deadline the lower bounds of analysis.goodput.LATENCY_SQL (the same
+    rule, for the readers that follow records as they are written)."""
+    if outcome != Outcome.SLO_ABANDONED.value or e2e_s is None:
+        return ttft_s, itl_s
+    if ttft_s is None:
+        return e2e_s, itl_s
+    if max_tokens > 1:
+        return ttft_s, max(itl_s or 0.0, (e2e_s - ttft_s) / (max_tokens - 1))
+    return ttft_s, itl_s
 
 
 @dataclass

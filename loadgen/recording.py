@@ -90,7 +90,8 @@ def build_record(
     gaps = state.gaps()
     ttft = times[0] - sched_t if times else None
     itl, itl_basis = inter_token_latency(times, state.server_output_tokens)
-    e2e = (times[-1] if times else end_t) - sched_t
+    # An abandoned request's e2e is when the client gave up: the latency bounds are read from it.
+    e2e = (times[-1] if times and outcome is not Outcome.SLO_ABANDONED else end_t) - sched_t
     slo_ok = outcome is Outcome.OK and ttft is not None and ttft <= ctx.ttft_slo_s and (itl is None or itl <= ctx.itl_slo_s)
     return RequestRecord(
         **_identity(ctx, req, prompt_tokens),

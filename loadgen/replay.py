@@ -80,6 +80,7 @@ class Replayer:
         self._prompt_tokens: dict[int, int] = {}  # what each prompt really is, for its record
         self._pending: dict[int, ScheduledRequest] = {r.request_id: r for r in self.mine}
         self._inflight: dict[int, Stream] = {}  # started, no record yet
+        self._slo_bound: set[int] = set()  # in flight with their SLO deadline as the timeout (slo_deadline)
         self._next = 0  # index in self.mine of the next request to send
         self.next_due = math.inf  # monotonic time it is due (read by every stream's read callback)
         self._launching = False
@@ -146,7 +147,10 @@ class Replayer:
         timeout = None
         if self.options.slo_deadline:
             bound = self.m.slo.ttft_p95_s + req.output_tokens * self.m.slo.itl_p95_s
-            timeout = max(0.001, min(self.m.loadgen.request_timeout_s, self.ctx.t0 + req.offset_s + bound - time.monotonic()))
+            slo_left = self.ctx.t0 + req.offset_s + bound - time.monotonic()
+            if slo_left <= self.m.loadgen.request_timeout_s:  # its SLO, not the request timeout, ends it
+                self._slo_bound.add(req.request_id)
+            timeout = max(0.001, min(self.m.loadgen.request_timeout_s, slo_left))
         del self._pending[req.request_id]
         rid = req.request_id
         st = self._inflight[rid] = self.client.open(self._wire.pop(rid), lambda ex: self._done(req, ex), timeout)
@@ -155,7 +159,11 @@ class Replayer:
     def _done(self, req: ScheduledRequest, ex: Exchange) -> None:
         assert self.ctx is not None
         self._inflight.pop(req.request_id, None)
-        self._emit(build_record(self.ctx, req, ex.sent_t, ex.end_t, ex.state, ex.transport, self._prompt_tokens.get(req.request_id)))
+        transport = ex.transport
+        if req.request_id in self._slo_bound:
+            self._slo_bound.discard(req.request_id)
+            transport = replace(transport, slo_abandoned=transport.timed_out)
+        self._emit(build_record(self.ctx, req, ex.sent_t, ex.end_t, ex.state, transport, self._prompt_tokens.get(req.request_id)))
         if not self._inflight and self._sending_over.is_set():
             self._drained.set()
 

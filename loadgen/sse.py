@@ -168,10 +168,13 @@ class Transport:
     timed_out: bool = False
     error: str | None = None  # exception text; None when the body was read to its end
     headers_received: bool = False
+    slo_abandoned: bool = False  # the timeout that ended it was the request's SLO deadline (Outcome.SLO_ABANDONED)
 
 
 def classify(t: Transport, s: StreamState, max_tokens: int) -> tuple[Outcome, str | None]:
     """Outcome and a short reason. Order matters: the most specific failure wins."""
+    if t.timed_out and t.slo_abandoned:
+        return Outcome.SLO_ABANDONED, f"abandoned: it could no longer meet its SLO ({t.error or 'deadline'})"
     if t.timed_out:
         return Outcome.TIMEOUT, t.error or "request timeout"
     if not t.headers_received:

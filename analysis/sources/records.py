@@ -31,6 +31,7 @@ COLUMNS: dict[str, str] = {
     "ttft_s": "DOUBLE",
     "itl_s": "DOUBLE",
     "e2e_s": "DOUBLE",
+    "max_tokens": "BIGINT",
     "client_output_tokens": "BIGINT",
     "server_output_tokens": "BIGINT",
     "outcome": "VARCHAR",

@@ -67,6 +67,8 @@ def test_classify() -> None:
     assert classify(Transport(503, False, None, True), s, 2)[0] is Outcome.HTTP_ERROR
     assert classify(Transport(None, False, "refused", False), StreamState(), 2)[0] is Outcome.CONNECTION_ERROR
     assert classify(Transport(200, True, None, True), s, 2)[0] is Outcome.TIMEOUT
+    # the same timeout, when it was the request's SLO deadline (a capacity step): not an error
+    assert classify(Transport(200, True, None, True, slo_abandoned=True), s, 2)[0] is Outcome.SLO_ABANDONED
     cut = _state(STREAM[: STREAM.index(b"data: [DONE]")])
     assert classify(OK_T, cut, 2) == (Outcome.TRUNCATED, "stream ended early: no [DONE]")
     assert classify(Transport(200, False, "reset", True), s, 2)[0] is Outcome.TRUNCATED
