@@ -86,6 +86,9 @@ class SearchStep:
     # is the search's estimate of how far below it the boundary lies.
     met_share: float | None = None
     took_s: float | None = None  # wall seconds the step cost the search (arrivals, drain, the runner's overhead)
+    # The step's P95 ITL was over its target: a per-token slowdown that every request in the batch
+    # shares, so its met share collapses just past the boundary and estimates nothing of it.
+    itl_missed: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)

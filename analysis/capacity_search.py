@@ -10,7 +10,7 @@ src/guidellm/benchmark/profiles.py, `SweepProfile`): it maps the curve but does 
 SLO. Ours does what LoadGen does, on the trace's own requests and arrival shape:
 
 1. start at `start_multiplier` x the replay rate; while the SLO holds multiply by `growth`;
-   while it misses divide by `growth`, or, after a miss that was not a near one, step down to
+   while it misses divide by `growth`, or, after a miss that was not a near one nor on ITL, step down to
    the miss's own estimate of the boundary: its multiplier x the share of its requests that met
    their SLO (the SLO-compliant rate the fleet sustained over the rate offered), at most
    growth^3 down (`step_down`).
@@ -178,10 +178,17 @@ def step_down(settings: SearchSettings, steps: Sequence[SearchStep], missed: flo
     miss) says little: the fleet may have fallen just short of its P95 over a few requests, and
     the 32-request replay of the example missed at x1 with 91% within their SLO where the
     boundary lay at x0.62. A larger miss's estimate lands near or under the boundary: the g6
-    fleet of the example missed at x1 with 55% and held up to x0.59 (bench/capacity_search_traces.py)."""
+    fleet of the example missed at x1 with 55% and held up to x0.59 (bench/capacity_search_traces.py).
+    The share models a queue (the fleet serves its capacity, the rest wait past their TTFT); a
+    miss on P95 ITL is a batch too large for the per-token target, which slows every request at
+    once: just past the boundary almost none meet it. The code trace's inf2 fleet missed x0.68 on
+    ITL with 8% within their SLO, an estimate of x0.055 against a boundary near x0.45 (2026-12-04),
+    so such a miss steps down by `growth`."""
     st = settings
-    share = min((s.met_share for s in steps if s.verdict is Verdict.MISSED and s.multiplier == missed and s.met_share is not None),
-                default=None)
+    misses = [s for s in steps if s.verdict is Verdict.MISSED and s.multiplier == missed]
+    if any(s.itl_missed for s in misses):
+        return missed / st.growth, f"bracket down: missed at x{missed:.4g} on P95 ITL (its share estimates nothing)"
+    share = min((s.met_share for s in misses if s.met_share is not None), default=None)
     if share is None:
         return missed / st.growth, f"bracket down: missed at x{missed:.4g}"
     if share > (1 + st.tolerance) ** -2:

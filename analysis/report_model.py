@@ -151,6 +151,7 @@ class SearchStep(_Model):
     detail: str
     met_share: float | None = None  # share of the step's sent requests that met their per-request SLO
     took_s: float | None = None  # wall seconds the step cost the search
+    itl_missed: bool = False  # its P95 ITL was over target: its met share is no estimate of the boundary
 
 
 class SearchPath(_Model):

@@ -120,6 +120,7 @@ def measure_step(
         label, multiplier, why, planned_span_s, verdict, fm.requests, span,
         fm.requests / span if span else None, life, fm.p95_ttft_s, fm.p95_itl_s, fm.error_rate, detail, met_life,
         fm.successful_requests / sent if sent else None,
+        itl_missed=fm.p95_itl_s is not None and fm.p95_itl_s > slo.itl_p95_s,
     )
 
 

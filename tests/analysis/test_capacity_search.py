@@ -140,6 +140,35 @@ def test_a_confirming_step_that_holds_is_bisected_from_as_usual() -> None:
     assert path.held_multiplier is not None and path.held_multiplier <= K_STAR < (path.missed_multiplier or 0)
 
 
+def itl_bound(settings: SearchSettings, k_star: float) -> Callable[[StepPlan], tuple[SearchStep, float]]:
+    """A fleet bound by its P95 ITL, not by a queue: past x`k_star` the batch is too large for
+    the per-token target and every request slows at once, so only 5% meet their SLO however
+    close the miss is to the boundary (TTFT holds throughout; lifetimes stay 4 s)."""
+    def run(plan: StepPlan) -> tuple[SearchStep, float]:
+        n = math.ceil(BASE * plan.multiplier * plan.span_s)
+        over = plan.multiplier > k_star
+        verdict, why = judge(held_slo=not over, requests=n, arrival_span_s=plan.span_s, median_lifetime_s=4.0,
+                             settings=settings)
+        step = SearchStep(plan.label, plan.multiplier, plan.why, plan.span_s, verdict, n, plan.span_s, BASE * plan.multiplier,
+                          4.0, 0.5, 0.2 if over else 0.1, 0.0, why, 4.0, 0.05 if over else 1.0, itl_missed=over)
+        return step, plan.span_s + 4.0
+
+    return run
+
+
+def test_a_miss_on_itl_halves_instead_of_trusting_its_share() -> None:
+    # Hand-computed, boundary x0.45: x1 and x0.5 miss on ITL, x0.25 holds; bisect: 0.3536 and
+    # 0.4204 hold, 0.4585 misses; 0.4585 / 0.4204 = 1.09: converged. Trusting the 5% share
+    # instead stepped to x0.125 (the x8 bound), 3.6x below the boundary and the longest step of
+    # the search, then took 7 more steps (the code trace's inf2 fleet ran out of time budget so).
+    st = SearchSettings()
+    path = search("itl", st, itl_bound(st, 0.45), first_lifetime_s=4.0, resolve=lengthen(st))
+    assert [s.multiplier for s in path.steps] == pytest.approx([1, 0.5, 0.25, 0.5**1.5, 0.5**1.25, 0.5**1.125])
+    assert path.steps[1].why == "bracket down: missed at x1 on P95 ITL (its share estimates nothing)"
+    assert path.stop_rule is StopRule.CONVERGED
+    assert path.held_multiplier is not None and path.held_multiplier <= 0.45 < (path.missed_multiplier or 0)
+
+
 def _miss(k: float, share: float | None) -> SearchStep:
     return SearchStep(f"x{k:g}", k, "seed", 10.0, Verdict.MISSED, 72, 60.0, 1.2, 9.0, 5.0, 0.3, 0.4, "hand-made", 4.0, share)
 

@@ -83,6 +83,12 @@ def test_a_measured_step_carries_the_share_of_sent_requests_that_met_their_slo(t
     write_jsonl(d / "records-inf2-w0.jsonl", recs)
     step = measure_step(m, "inf2", d, "x1", 1.0, "start", 30.0, settings_from(CapacitySearch()))
     assert step.verdict is Verdict.MISSED and step.met_share == pytest.approx(0.6)
+    assert not step.itl_missed  # a TTFT miss: its share is the search's estimate
+    # a miss on P95 ITL says so (its share estimates nothing: analysis.capacity_search.step_down)
+    e = tmp_path / "x2"
+    write_jsonl(e / "records-inf2-w0.jsonl", [rec(m, "inf2", i, itl=0.2 if i % 2 else 0.05) for i in range(20)])
+    step = measure_step(m, "inf2", e, "x2", 2.0, "bracket up", 30.0, settings_from(CapacitySearch()))
+    assert step.verdict is Verdict.MISSED and step.itl_missed and "P95 ITL" in step.detail
 
 
 def test_search_against_an_emulator_sizes_every_step_and_records_its_path(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
