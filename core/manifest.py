@@ -237,7 +237,7 @@ class CapacitySearch(_Frozen):
     min_requests: int = Field(default=min_n_bounded_upper(), ge=2)
     max_steps: int = Field(default=8, ge=1, le=50)
     # 1,200 s: the searches on every shipped trace converged within it at the example's rate_scale
-    # (Mooncake inf2 spent 814 s on 5 steps of 72 requests; bench/capacity_search_traces.py, README).
+    # (Mooncake inf2 spent 849 s on 5 steps of 72 requests, 2026-12-04; bench/capacity_search_traces.py, README).
     time_budget_s: Pos = Field(default=1200.0, description="per fleet: arrival spans plus drains of all its steps")
     min_multiplier: Pos = 1 / 64
     max_multiplier: Pos = 64.0
