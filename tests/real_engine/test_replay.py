@@ -84,26 +84,41 @@ def _from_send(r: RequestRecord, value: float | None) -> float:
     return value - r.send_lag_s
 
 
+# What our TTFT may add to vLLM's (x, + s): the API server's work, starved of CPU (see below).
+_OVERHEAD = (1.10, 0.15)
+
+
+def assert_within_overhead(ours: float, theirs: float, bounds: list[float]) -> None:
+    """A percentile of ours against vLLM's (interpolated in its buckets): never below vLLM's
+    bucket (one bucket of slack for the interpolation), above it by at most the API server's
+    overhead. Bucket resolution: vLLM's own value is only known to its bucket."""
+    low = bucket_index(theirs, bounds) - 1
+    high = bucket_index(theirs * _OVERHEAD[0] + _OVERHEAD[1], bounds)
+    assert low <= bucket_index(ours, bounds) <= high, (ours, theirs)
+
+
 def test_ttft_agrees_with_vllm_histogram(replay: Replay) -> None:
     """vLLM's TTFT runs from the request's arrival at its engine client (after the API server has
     parsed the HTTP body, rendered the chat template and tokenized the prompt) to the first
     token leaving the engine; ours from our send to the first token read, so ours also holds
     that API-server work and the detokenize + SSE write on the way back. Ours may never be
     below vLLM's; above it by at most 10% + 150 ms: the API server shares 2 cores with the
-    engine and Locust, and starved of CPU it added a mean 112 ms here (load average 11)."""
+    engine and Locust, and starved of CPU it added a mean 112 ms here (load average 11).
+    Each request's overhead so bounded bounds every percentile the same way: the median and the
+    P95 are checked bucket by bucket, ours from the records, vLLM's from its buckets. (P95
+    "the same bucket or the next" failed a clean-clone CI on this shared machine: 2 of 24
+    requests took 40-65 ms longer than the rest, ours 0.092 s against vLLM's 0.059 s.)"""
     server = replay.server(NAMES.server_ttft)
     recs = replay.records
     assert server.count == len(recs)  # one observation per request of this replay
     ours = [_from_send(r, r.ttft_s) for r in recs]
     ours_mean = sum(ours) / len(ours)
     assert server.mean is not None
-    assert server.mean - 0.002 <= ours_mean <= server.mean * 1.10 + 0.15, (ours_mean, server.mean)
-    # P95: the server's from its buckets, ours from the records; the same bucket or the next.
-    p95_server = histogram_quantile(0.95, server.buckets)
-    assert p95_server is not None
-    bounds = sorted(server.buckets)
-    p95_ours = interpolated_quantile(ours, 0.95)
-    assert abs(bucket_index(p95_ours, bounds) - bucket_index(p95_server, bounds)) <= 1, (p95_ours, p95_server)
+    assert server.mean - 0.002 <= ours_mean <= server.mean * _OVERHEAD[0] + _OVERHEAD[1], (ours_mean, server.mean)
+    for q in (0.5, 0.95):
+        theirs = histogram_quantile(q, server.buckets)
+        assert theirs is not None
+        assert_within_overhead(interpolated_quantile(ours, q), theirs, sorted(server.buckets))
 
 
 def test_itl_agrees_with_vllm_histogram(replay: Replay) -> None:
@@ -125,7 +140,7 @@ def test_every_metric_analysis_reads_is_exposed(replay: Replay) -> None:
     assert wanted - exposed == set(), sorted(wanted - exposed)
 
 
-def test_prometheus_merged_p95_matches_records_within_one_bucket(replay: Replay) -> None:
+def test_prometheus_merged_p95_matches_the_server_and_the_records(replay: Replay) -> None:
     if replay.prometheus is None:
         pytest.skip("prometheus is not installed")
     src = PrometheusSource(replay.prometheus)
@@ -133,9 +148,14 @@ def test_prometheus_merged_p95_matches_records_within_one_bucket(replay: Replay)
     buckets = src.merged_buckets(NAMES.server_ttft, labels, replay.start, replay.end)
     p95 = src.merged_quantile(0.95, NAMES.server_ttft, labels, replay.start, replay.end)
     assert p95 is not None and buckets, "Prometheus scraped no vLLM TTFT histogram"
-    ours = interpolated_quantile([_from_send(r, r.ttft_s) for r in replay.records], 0.95)
     bounds = sorted(buckets)
-    assert abs(bucket_index(ours, bounds) - bucket_index(p95, bounds)) <= 1, (ours, p95)
+    # Prometheus's merge of the scrapes is the server's own histogram over the replay: the same
+    # bucket as the /metrics difference, and increase()'s extrapolation scales every bucket alike.
+    scraped = histogram_quantile(0.95, replay.server(NAMES.server_ttft).buckets)
+    assert scraped is not None
+    assert bucket_index(p95, bounds) == bucket_index(scraped, bounds) and p95 == pytest.approx(scraped, rel=0.05), (p95, scraped)
+    # and the records agree with it as with the scraped histogram (test_ttft_agrees_with_vllm_histogram)
+    assert_within_overhead(interpolated_quantile([_from_send(r, r.ttft_s) for r in replay.records], 0.95), p95, bounds)
 
 
 def test_tokenizer_check_passes_against_real_tokenize(replay: Replay) -> None:
