@@ -182,7 +182,7 @@ def step_down(settings: SearchSettings, steps: Sequence[SearchStep], missed: flo
     The share models a queue (the fleet serves its capacity, the rest wait past their TTFT); a
     miss on P95 ITL is a batch too large for the per-token target, which slows every request at
     once: just past the boundary almost none meet it. The code trace's inf2 fleet missed x0.68 on
-    ITL with 8% within their SLO, an estimate of x0.055 against a boundary near x0.45 (2026-12-04),
+    ITL with 8% within their SLO, an estimate of x0.053 (bounded to x0.086) against a boundary near x0.45 (2026-12-04),
     so such a miss steps down by `growth`."""
     st = settings
     misses = [s for s in steps if s.verdict is Verdict.MISSED and s.multiplier == missed]

@@ -107,7 +107,8 @@ def measure_step(
     failed = []
     if fm.p95_ttft_s is None or fm.p95_ttft_s > slo.ttft_p95_s:
         failed.append(f"P95 TTFT {'none' if fm.p95_ttft_s is None else f'{fm.p95_ttft_s:.3g}'} s > {slo.ttft_p95_s:g} s")
-    if fm.p95_itl_s is not None and fm.p95_itl_s > slo.itl_p95_s:
+    itl_missed = fm.p95_itl_s is not None and fm.p95_itl_s > slo.itl_p95_s
+    if itl_missed:
         failed.append(f"P95 ITL {fm.p95_itl_s:.3g} s > {slo.itl_p95_s:g} s")
     if fm.error_rate is None or fm.error_rate > slo.max_error_rate:
         failed.append(f"error rate {'none' if fm.error_rate is None else f'{fm.error_rate:.3f}'} > {slo.max_error_rate:g}")
@@ -120,7 +121,7 @@ def measure_step(
         label, multiplier, why, planned_span_s, verdict, fm.requests, span,
         fm.requests / span if span else None, life, fm.p95_ttft_s, fm.p95_itl_s, fm.error_rate, detail, met_life,
         fm.successful_requests / sent if sent else None,
-        itl_missed=fm.p95_itl_s is not None and fm.p95_itl_s > slo.itl_p95_s,
+        itl_missed=itl_missed,
     )
 
 
