@@ -379,6 +379,27 @@ class Migration(_Frozen):
     months_to_next_refresh: NonNeg | None = None
 
 
+class IndifferenceMargin(_Frozen):
+    """A monthly saving at or below which a migration is not worth making (DESIGN.md: Decision):
+    the Go threshold is migration cost / horizon + this margin. Give it in USD per month or as a
+    percentage of the baseline fleet's monthly cost, not both; absent, it is 0."""
+
+    usd_per_month: NonNeg = Field(default=0.0, description="margin in USD per month")
+    percent_of_baseline: Annotated[float, Field(ge=0, le=100)] = Field(
+        default=0.0, description="margin as a percentage of the baseline fleet's monthly cost (at the point estimate)"
+    )
+
+    @model_validator(mode="after")
+    def _one_unit(self) -> IndifferenceMargin:
+        if self.usd_per_month > 0 and self.percent_of_baseline > 0:
+            raise ValueError("give usd_per_month or percent_of_baseline, not both")
+        return self
+
+    def usd(self, baseline_monthly_usd: float) -> float:
+        """The margin in USD per month, against the baseline fleet's monthly cost."""
+        return self.usd_per_month + baseline_monthly_usd * self.percent_of_baseline / 100.0
+
+
 class Comparison(_Frozen):
     baseline: str = Field(description="fleet running today (e.g. the G6 fleet)")
     candidate: str = Field(description="fleet the migration would move to (e.g. the Inf2 fleet)")
@@ -434,6 +455,7 @@ class Manifest(_Frozen):
     costs: Costs
     migration: Migration
     horizon_months: Annotated[float, Field(gt=0, le=120)]
+    indifference_margin: IndifferenceMargin = IndifferenceMargin()
     operator: Operator
     loadgen: Loadgen
 
@@ -441,8 +463,14 @@ class Manifest(_Frozen):
 
     @property
     def digest(self) -> str:
-        """sha256 of the canonical JSON form: stable across key order, whitespace and comments."""
-        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        """sha256 of the canonical JSON form: stable across key order, whitespace and comments.
+
+        A zero indifference margin is left out, so a manifest that does not set one hashes as it
+        did before the field existed (and its runs' records still match it)."""
+        data = self.model_dump(mode="json")
+        if self.indifference_margin == IndifferenceMargin():
+            del data["indifference_margin"]
+        canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 
     @property

@@ -48,6 +48,34 @@ def test_digest_changes_with_content(tmp_path: Path, manifest_data: dict[str, An
     assert a.digest != b.digest
 
 
+def test_indifference_margin_defaults_to_zero_and_leaves_the_digest_as_it_was(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    a = load_manifest(write_manifest(tmp_path, manifest_data, "a.yaml"))
+    assert a.indifference_margin.usd(10_000.0) == 0.0
+    manifest_data["indifference_margin"] = {"usd_per_month": 0}
+    b = load_manifest(write_manifest(tmp_path, manifest_data, "b.yaml"))
+    assert b.digest == a.digest  # a zero margin is the same comparison as none: old runs' records still match
+    manifest_data["indifference_margin"] = {"percent_of_baseline": 5}
+    c = load_manifest(write_manifest(tmp_path, manifest_data, "c.yaml"))
+    assert c.digest != a.digest
+    assert c.indifference_margin.usd(20_000.0) == 1_000.0  # 5% of a 20,000 USD/month baseline fleet
+    manifest_data["indifference_margin"] = {"usd_per_month": 250}
+    assert load_manifest(write_manifest(tmp_path, manifest_data, "d.yaml")).indifference_margin.usd(20_000.0) == 250.0
+
+
+@pytest.mark.parametrize(
+    ("margin", "expected"),
+    [
+        ({"usd_per_month": 100, "percent_of_baseline": 5}, "indifference_margin: give usd_per_month or percent_of_baseline, not both"),
+        ({"usd_per_month": -1}, "indifference_margin.usd_per_month: Input should be greater than or equal to 0"),
+        ({"percent_of_baseline": 120}, "indifference_margin.percent_of_baseline: Input should be less than or equal to 100"),
+        ({"usd": 100}, "indifference_margin.usd: unknown field (typo?)"),
+    ],
+)
+def test_a_bad_indifference_margin_names_the_field(tmp_path: Path, manifest_data: dict[str, Any], margin: dict[str, Any], expected: str) -> None:
+    manifest_data["indifference_margin"] = margin
+    assert expected in _issues(tmp_path, manifest_data)
+
+
 def test_unknown_instance_type(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
     manifest_data["fleets"][1]["instance_type"] = "g7.mega"
     issues = _issues(tmp_path, manifest_data)
