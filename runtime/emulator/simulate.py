@@ -9,6 +9,7 @@ hands requests out round-robin (the nginx default in the published data-parallel
 from __future__ import annotations
 
 import heapq
+import random
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +25,9 @@ LoadKind = Literal["synchronous", "concurrency", "rate"]
 class Load:
     kind: LoadKind
     value: float  # users (concurrency), requests/s (rate); 1 for synchronous
+    # Closed loops only: seconds a user waits after a response before sending its next request
+    # (a load generator that held fewer requests in flight than its users: bench/calibration.py).
+    think_s: float = 0.0
 
     @property
     def users(self) -> int:
@@ -60,14 +64,19 @@ def simulate(timing: TimingModel, load: Load, sizes: Sizes, requests: int | None
         seqs = replay(timing, [(i / load.value, *sizes(i)) for i in range(n)])
         return summarise(seqs, warmup=len(seqs) // 10), seqs
     n = requests if requests is not None else max(40, 6 * users * timing.replicas)
-    seqs = replay(timing, [(0.0, *sizes(i)) for i in range(min(users, n))], closed_loop=(n, sizes))
+    seqs = replay(timing, [(0.0, *sizes(i)) for i in range(min(users, n))], closed_loop=(n, sizes), think_s=load.think_s)
     return summarise(seqs, warmup=max(users, len(seqs) // 10)), seqs
 
 
-def replay(timing: TimingModel, arrivals: list[tuple[float, int, int]], closed_loop: tuple[int, Sizes] | None = None) -> list[EngineSeq]:
+def replay(
+    timing: TimingModel, arrivals: list[tuple[float, int, int]], closed_loop: tuple[int, Sizes] | None = None, think_s: float = 0.0
+) -> list[EngineSeq]:
     """Requests (arrival time, prompt tokens, output tokens) through the instance's replicas;
-    with `closed_loop` = (total, sizes), every finished request sends the next one at once
-    until `total` were sent. Returns every request, with its token times filled in."""
+    with `closed_loop` = (total, sizes), every finished request sends the next one after a
+    think time until `total` were sent: exponential with mean `think_s` (seeded), so users that
+    started together drift apart as a real client's do; none when `think_s` is 0. Returns every
+    request, with its token times filled in."""
+    think = random.Random(0)
     replicas = [_Replica(timing) for _ in range(max(1, timing.replicas))]
     seqs: list[EngineSeq] = []
     # (time the scheduler sees it, order, sequence): arrival + the host-side admission delay
@@ -110,7 +119,8 @@ def replay(timing: TimingModel, arrivals: list[tuple[float, int, int]], closed_l
                 if seq.generated >= seq.max_tokens:
                     seq.finish_reason = "length"
                     if closed_loop is not None and len(seqs) < closed_loop[0]:
-                        arrive(now, *closed_loop[1](len(seqs)))  # a closed-loop user sends its next request at once
+                        wait = think.expovariate(1 / think_s) if think_s > 0 else 0.0
+                        arrive(now + wait, *closed_loop[1](len(seqs)))  # a closed-loop user's next request
     return seqs
 
 
