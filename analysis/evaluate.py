@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from analysis import cost, ledger, sizing
-from analysis.capacity import Capacity
-from analysis.decision import DecisionInputs, decide
+from analysis.capacity import REPLAY, Capacity
+from analysis.decision import DecisionInputs, Economics, decide
 from analysis.goodput import FleetMeasure, Saturation
 from analysis.intervals import FleetIntervals, IntervalsFn
 from analysis.provenance import Gap
 from analysis.sensitivity import Scenario
-from core import stats
+from analysis.to_settle import FleetBasis, settle_text, to_settle
 from core.manifest import Manifest
 
 QualityResults = Mapping[str, Mapping[str, Any]]
@@ -37,6 +37,9 @@ class Context:
     capacity: Callable[[float], dict[str, Capacity]] | None = None
     # slo_scale -> per-fleet 95% intervals; None: no intervals (the report then claims none)
     intervals: IntervalsFn | None = None
+    # One load-generator task's hourly price (decision.to_settle's usd) and where it came from
+    loadgen_task_hourly_usd: float | None = None
+    loadgen_price_source: str = "no Fargate price: load-generator tasks not counted"
 
     def pooled_tokens_per_request(self, measures: Mapping[str, FleetMeasure]) -> float | None:
         """Mean output tokens of a completed request, pooled over the fleets: one demand for all.
@@ -133,6 +136,7 @@ def evaluate(ctx: Context, sc: Scenario) -> dict[str, Any]:
     monthly_ends: dict[str, tuple[float | None, float | None]] = {}  # 95% interval of each fleet's monthly cost
     intervals = ctx.intervals(sc.slo_scale) if ctx.intervals is not None else {}
     sizes: dict[str, sizing.FleetSize | None] = {}
+    basis_rates: dict[str, float | None] = {}  # request rate of the step each fleet is sized from
     for f in m.fleets:
         fm = measures.get(f.name)
         row: dict[str, Any] = {"instance_type": f.instance_type}
@@ -161,6 +165,7 @@ def evaluate(ctx: Context, sc: Scenario) -> dict[str, Any]:
             # below saturation the measured throughput is what was offered, not what one instance can do
             row["per_instance_goodput_bound"] = "capacity" if sat.saturated else "lower_bound"
         size_per_inst = per_inst
+        cap: Capacity | None = None
         if ctx.capacity is not None:
             cap = ctx.capacity(sc.slo_scale).get(f.name)
             row["capacity"] = cap.as_dict() if cap else None
@@ -179,6 +184,7 @@ def evaluate(ctx: Context, sc: Scenario) -> dict[str, Any]:
         if iv is not None:
             fields, monthly_ends[f.name] = _interval_fields(ctx, sc, f.name, iv, demand_tok_s, util)
             row.update(fields)
+            basis_rates[f.name] = _basis_rate(iv.basis, fm.requests, fm.window_s, cap)
         monthly_tokens = demand_tok_s * 3600.0 * hours if demand_tok_s is not None else 0.0
         row["monthly_successful_tokens"] = monthly_tokens if mc else None
         row["cost_per_million_successful_tokens"] = cost.cost_per_million(mc.total_usd, monthly_tokens) if mc else None
@@ -202,7 +208,10 @@ def evaluate(ctx: Context, sc: Scenario) -> dict[str, Any]:
                                       hours_per_month=hours, effort_scale=sc.effort_scale)
     mig_cost = led.total_usd if led else None
     payback = ledger.payback_months(mig_cost, delta) if mig_cost is not None and delta is not None else None
-    spread = _delta_payback_intervals(ctx, sc, delta, payback, monthly_ends, intervals) if intervals else None
+    spread = _delta_payback_intervals(ctx, sc, delta, monthly_ends) if intervals else None
+    margin = m.indifference_margin.usd(b_month) if b_month is not None else 0.0
+    econ = _economics(m.horizon_months, delta, mig_cost, margin, spread)
+    settle = _to_settle(ctx, econ, intervals, basis_rates) if econ is not None and econ.aim is not None else None
     refresh = sc.months_to_next_refresh
     if refresh is None:
         refresh = m.migration.months_to_next_refresh if m.migration.months_to_next_refresh is not None else m.migration.refresh_cadence_months
@@ -232,10 +241,11 @@ def evaluate(ctx: Context, sc: Scenario) -> dict[str, Any]:
             horizon_months=m.horizon_months,
             months_to_next_refresh=refresh,
             blocking_gaps=tuple(f"{g.what}: {g.reason}" for g in ctx.gaps if g.blocks_go),
-            insufficient=tuple(spread.insufficient) if spread else (),
-            delta_settled=spread is None or not spread.delta_straddles,
+            economics=econ,
+            settle_text=settle[1] if settle else "",
         )
     )
+    decision = {**dec.as_dict(), "to_settle": settle[0] if settle and dec.aim is not None else None}
     return {
         "fleets": fleets,
         "demand_tok_s": demand_tok_s,
@@ -248,7 +258,7 @@ def evaluate(ctx: Context, sc: Scenario) -> dict[str, Any]:
         "payback_months": payback,
         "payback_months_ci": spread.payback_ci if spread else None,
         "months_to_next_refresh": refresh,
-        "decision": dec.as_dict(),
+        "decision": decision,
     }
 
 
@@ -276,19 +286,18 @@ def _interval_fields(
 class _Spread:
     delta_ci: list[float | None]  # [low, high]; None: unknown end
     payback_ci: list[float | None]  # [low, high]; high None: no payback at the pessimistic end (or unknown)
-    delta_straddles: bool
-    insufficient: list[str]  # Defer reasons: an interval straddles a decision boundary
+    # migration cost at the pessimistic (delta low) and optimistic (delta high) ends; None: unknown end
+    migration_ends: tuple[float | None, float | None]
 
 
 def _delta_payback_intervals(
-    ctx: Context, sc: Scenario, delta: float | None, payback: float | None,
-    monthly_ends: Mapping[str, tuple[float | None, float | None]], intervals: Mapping[str, FleetIntervals],
+    ctx: Context, sc: Scenario, delta: float | None, monthly_ends: Mapping[str, tuple[float | None, float | None]],
 ) -> _Spread | None:
     """Delta and payback at the two extremes of the fleets' cost intervals (candidate dear + baseline
-    cheap, and the reverse). The interval holds the true value whenever both fleets' 95% capacity
-    intervals do, so with independent samples it covers at least 0.95^2 = 90.25%; pairing both
-    worst ends makes it wider than that bound needs (it can cover even when one fleet's interval
-    misses), which is the side a Defer should err on."""
+    cheap, and the reverse), each with the migration cost priced at that end. The interval holds the
+    true value whenever both fleets' 95% capacity intervals do, so with independent samples it
+    covers at least 0.95^2 = 90.25%; pairing both worst ends makes it wider than that bound needs
+    (it can cover even when one fleet's interval misses), which is the side a Defer should err on."""
     m = ctx.manifest
     base, cand = m.comparison.baseline, m.comparison.candidate
     if delta is None or base not in monthly_ends or cand not in monthly_ends:
@@ -296,54 +305,66 @@ def _delta_payback_intervals(
     (b_cheap, b_dear), (c_cheap, c_dear) = monthly_ends[base], monthly_ends[cand]
     hours = m.workload.demand.hours_per_month
 
-    def end(b_month: float | None, c_month: float | None) -> tuple[float | None, float | None]:
+    def end(b_month: float | None, c_month: float | None) -> tuple[float | None, float | None, float | None]:
         if b_month is None or c_month is None:
-            return None, None
+            return None, None, None
         led = ledger.migration_ledger(m.migration, candidate_monthly_usd=c_month, baseline_monthly_usd=b_month,
                                       hours_per_month=hours, effort_scale=sc.effort_scale)
         d = ledger.monthly_delta(b_month, c_month)
-        return d, ledger.payback_months(led.total_usd, d)
+        return d, ledger.payback_months(led.total_usd, d), led.total_usd
 
-    d_low, pb_high = end(b_cheap, c_dear)
-    d_high, pb_low = end(b_dear, c_cheap)
-    insufficient: list[str] = []
-    n = min(intervals[base].basis_requests, intervals[cand].basis_requests)
-    unknown = [f"{k}: {intervals[k].capacity_note}" for k in (cand, base) if (intervals[k].capacity_tok_s or (None, None))[0] is None]
-    straddles = d_low is None or d_high is None or d_low <= 0 < d_high
-    if straddles:
-        insufficient.append(
-            f"monthly delta {delta:,.2f} USD, 95% CI {_ci_text(d_low, d_high, ',.2f')} USD, straddles 0 "
-            f"(whether {cand} is cheaper is not settled); " + _settle(n, d_low, d_high, delta, 0.0, unknown)
+    d_low, pb_high, mig_pess = end(b_cheap, c_dear)
+    d_high, pb_low, mig_opt = end(b_dear, c_cheap)
+    return _Spread([d_low, d_high], [pb_low, pb_high], (mig_pess, mig_opt))
+
+
+def _economics(horizon: float, delta: float | None, mig_cost: float | None, margin: float, spread: _Spread | None) -> Economics | None:
+    """The delta against the Go threshold (migration cost / horizon + margin) and 0; each end of its
+    interval against the threshold priced with that end's own migration cost (DESIGN.md: Decision)."""
+    if delta is None or mig_cost is None:
+        return None
+    if spread is None:
+        return Economics.at_point(delta, mig_cost, horizon, margin)
+    go = mig_cost / horizon + margin
+    mig_pess, mig_opt = spread.migration_ends
+    return Economics(
+        delta, spread.delta_ci[0], spread.delta_ci[1], go,
+        go if mig_pess is None else mig_pess / horizon + margin, go if mig_opt is None else mig_opt / horizon + margin,
+        mig_cost, horizon, margin,
+    )
+
+
+def _basis_rate(basis: str, replay_requests: int, replay_window_s: float | None, cap: Capacity | None) -> float | None:
+    """Requests per second over the step a fleet is sized from (the replay or a capacity step)."""
+    if basis == REPLAY:
+        requests, window = replay_requests, replay_window_s
+    else:
+        st = next((s for s in cap.steps if s.label == basis), None) if cap is not None else None
+        requests, window = (st.requests, st.window_s) if st is not None else (0, None)
+    return requests / window if window and requests else None
+
+
+def _to_settle(
+    ctx: Context, econ: Economics, intervals: Mapping[str, FleetIntervals], rates: Mapping[str, float | None],
+) -> tuple[dict[str, Any], str] | None:
+    """decision.to_settle and the sentence a Defer reason ends with (None: no interval to size it from)."""
+    m = ctx.manifest
+    aim = econ.aim
+    names = (m.comparison.candidate, m.comparison.baseline)
+    if aim is None or any(n not in intervals for n in names):
+        return None
+    fleets = {}
+    for n in names:
+        iv, prices = intervals[n], ctx.unit_prices.get(n)
+        fleets[n] = FleetBasis(
+            requests=iv.basis_requests, rate_req_s=rates.get(n), instances=ctx.instances_measured.get(n, 0),
+            instance_hourly_usd=prices.instance_hourly_usd if prices is not None else None,
+            loadgen_tasks=m.loadgen.workers + 1, loadgen_task_hourly_usd=ctx.loadgen_task_hourly_usd,
+            end_known=iv.capacity_tok_s is not None and None not in iv.capacity_tok_s,
         )
-    horizon = m.horizon_months
-    if payback is not None and not straddles and (pb_high is None or pb_high > horizon) and (pb_low is not None and pb_low <= horizon):
-        insufficient.append(
-            f"payback {payback:.1f} months, 95% CI {_ci_text(pb_low, pb_high, '.1f')} months, straddles the "
-            f"{horizon:g}-month horizon; " + _settle(n, pb_low, pb_high, payback, horizon, unknown)
-        )
-    return _Spread([d_low, d_high], [pb_low, pb_high], straddles, insufficient)
-
-
-def _ci_text(low: float | None, high: float | None, spec: str) -> str:
-    def one(v: float | None) -> str:
-        return "unknown" if v is None else format(v, spec)
-
-    return f"[{one(low)}, {one(high)}]"
-
-
-def _settle(n: int, low: float | None, high: float | None, point: float, boundary: float, unknown: list[str]) -> str:
-    """What sample would settle the call: requests per measured step, the interval's reach toward the
-    boundary shrinking as 1/sqrt(n) (a rule of thumb for planning the next run, not a guarantee)."""
-    if unknown:
-        return (f"an end is unknown ({'; '.join(unknown)}); at least {stats.min_n_bounded_upper()} requests per step bound a "
-                "P95 at 95%, and a step must hold the SLO at its interval's high end")
-    if low is None or high is None:
-        return "an end is unknown"
-    reach = high - point if boundary > point else point - low  # the interval's reach toward the boundary
-    need = stats.n_to_settle(n, reach, abs(point - boundary))
-    if need is None:
-        return "the point estimate sits on the boundary: no sample size settles it"
-    return f"about {need:,} requests per measured step (now {n:,}) would settle it"
+    ts = to_settle(econ, aim, fleets, ctx.loadgen_price_source)
+    unknown = [f"{n}: {intervals[n].capacity_note}" for n in names if not fleets[n].end_known]
+    return ts, settle_text(ts, unknown)
 
 
 NOT_MEASURED = "not measured"

@@ -31,6 +31,7 @@ from analysis.sources.prometheus import HistogramNames, PrometheusSource
 from analysis.sources.records import RecordSet, load_records
 from analysis.sources.time_to_ready import time_to_ready
 from core import catalog, stats
+from core.cloud_contract import LOADGEN_TASK_MEMORY_GIB, LOADGEN_TASK_VCPU
 from core.manifest import Manifest
 
 # The root volume the stacks deploy (core.catalog); the cache volume comes from fleets[].ebs_cache_gib.
@@ -103,6 +104,25 @@ def _resolve_prices(m: Manifest, book: PriceBook) -> tuple[dict[str, UnitPrices]
             out[f.name] = UnitPrices(inst.value, shared["ebs_gp3_gb_month"].value, shared["nlb_hour"].value,
                                      shared["nlb_lcu_hour"].value, shared["inter_az_gb"].value, reserved)
     return out, found
+
+
+def _loadgen_task_price(book: PriceBook) -> tuple[float | None, str, Findings]:
+    """One load-generator task's hourly Fargate price (its vCPU and memory, core.cloud_contract) and
+    where it came from; only decision.to_settle uses it, so a missing price is no gap."""
+    found = Findings()
+    got: dict[str, Sourced] = {}
+    for key, name in (("vcpu-hour", "fargate_vcpu_hour"), ("gb-hour", "fargate_gb_hour")):
+        try:
+            got[key] = book.get("fargate", key)
+            found.provenance[f"prices.{name}"] = got[key].as_dict()
+        except PriceMissing as exc:
+            found.provenance[f"prices.{name}"] = {"value": None, "source": "missing",
+                                                  "detail": f"{exc}: decision.to_settle's usd leaves the load-generator tasks out"}
+    if len(got) < 2:
+        return None, "no Fargate price: load-generator tasks not counted", found
+    hourly = LOADGEN_TASK_VCPU * got["vcpu-hour"].value + LOADGEN_TASK_MEMORY_GIB * got["gb-hour"].value
+    return hourly, (f"{LOADGEN_TASK_VCPU} vCPU x {got['vcpu-hour'].value:g} + {LOADGEN_TASK_MEMORY_GIB} GiB x {got['gb-hour'].value:g} "
+                    f"USD/h per task, provenance prices.fargate_*"), found
 
 
 def _prometheus_section(
@@ -287,6 +307,8 @@ class Evidence:
     prices_found: Findings
     billing_found: Findings
     prometheus_found: Findings
+    loadgen_task_hourly_usd: float | None = None  # one load-generator task (Fargate), for decision.to_settle
+    loadgen_price_source: str = "no Fargate price: load-generator tasks not counted"
 
 
 @dataclass(frozen=True)
@@ -343,7 +365,7 @@ def build_report(
     found = rec.found + ev.cloud_found + ev.instances_found + meas.capacity_found + meas.saturation_found + ev.prices_found \
         + ev.billing_found + ev.prometheus_found + _input_provenance(inp)  # fmt: skip
     ctx = Context(m, rec.measures, ev.instances, ev.unit_prices, inp.root_volume_gib, inp.quality, list(found.gaps), meas.saturation,
-                  meas.capacities, meas.intervals)
+                  meas.capacities, meas.intervals, ev.loadgen_task_hourly_usd, ev.loadgen_price_source)
     evaluation = evaluate_scenarios(ctx, with_sensitivity)
     found = found + _evaluation_findings(m, inp, evaluation.head, prefix)
     report = assemble_report(m, inp, rec, ev, evaluation, prefix, found)
@@ -419,6 +441,8 @@ def gather_evidence(m: Manifest, inp: ReportInputs, rec: RecordEvidence) -> Evid
     api = PriceListSource(clients.pricing, m.costs.region) if use_api and clients is not None and clients.pricing is not None else None
     book = PriceBook(m.costs.region, api)
     unit_prices, prices_found = _resolve_prices(m, book)
+    task_hourly, task_source, task_found = _loadgen_task_price(book)
+    prices_found = prices_found + task_found
     for note in book.notes:
         prices_found.gaps.append(Gap("prices.api", note, blocks_go=False))
 
@@ -429,7 +453,8 @@ def gather_evidence(m: Manifest, inp: ReportInputs, rec: RecordEvidence) -> Evid
         prom, prom_found = _prometheus_section(m, inp.prometheus_url, inp.histogram_names, rec.base)
         prom_found.provenance["prometheus"] = {"source": "measured", "detail": f"{inp.prometheus_url}: sum by (le) of increase() over "
                                                "the window, histogram_quantile"}  # fmt: skip
-    return Evidence(cw, ready, inst, unit_prices, billing, prom, cloud, inst_found, prices_found, billing_found, prom_found)
+    return Evidence(cw, ready, inst, unit_prices, billing, prom, cloud, inst_found, prices_found, billing_found, prom_found,
+                    task_hourly, task_source)
 
 
 def _cloudwatch(m: Manifest, clients: AwsClients, base: Mapping[str, goodput.FleetMeasure]) -> tuple[dict[str, Any], Findings]:

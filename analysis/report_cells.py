@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from analysis.decision import RULE
 from analysis.ledger import FLEET_COST_ITEMS
 from analysis.report_model import (
     CapacityStep,
@@ -78,6 +79,25 @@ def headline_text(r: Report) -> str:
     return (f"Monthly delta (baseline - candidate): {fmt(r.monthly_delta_usd, 2)} USD{' (95% CI ' + delta_ci + ')' if delta_ci else ''}; "
             f"migration cost {fmt(r.migration_cost_usd, 2)} USD; payback {fmt(r.payback_months, 1)} months"
             f"{' (95% CI ' + pb_ci + ')' if pb_ci else ''}; next refresh in {fmt(r.months_to_next_refresh, 1)} months.")
+
+
+def decision_rule_text(r: Report) -> str:
+    """The rule every decision follows (analysis.decision.RULE, DESIGN.md: Decision), with this report's Go threshold."""
+    g = r.decision.go_threshold_usd_per_month
+    return f"Rule: {RULE}" + (f" Here the Go threshold is {fmt(g, 2)} USD/month." if g is not None else "")
+
+
+def to_settle_text(r: Report) -> str | None:
+    """What would settle an undecided decision, in requests, minutes and USD (report.json decision.to_settle); None: settled."""
+    ts = r.decision.to_settle
+    if ts is None:
+        return None
+    target = (f"the Go threshold ({fmt(ts.threshold_usd_per_month, 2)} USD/month: migrate or not)" if ts.threshold == "go"
+              else "0 (Defer or Reject; Go is ruled out)")
+    per = ", ".join(f"{name} {fmt(n)} (now {fmt(ts.by_fleet[name].requests_now)})" for name, n in ts.requests.items())
+    return (f"To settle it at {target}: {'at least ' if ts.lower_bound else ''}{per} requests at each fleet's capacity boundary; "
+            f"{'at least ' if ts.lower_bound else 'about '}{fmt(ts.minutes, 1)} min and {fmt(ts.usd, 2)} USD at the measured rates. "
+            f"How: {ts.basis}.")
 
 
 def sized_cell(r: Report, value: float | int | None, ci: Interval | tuple[int | None, int | None] | None = None, digits: int = 3) -> str:

@@ -25,6 +25,7 @@ from analysis.report_cells import (
     chosen,
     ci_text,
     decided,
+    decision_rule_text,
     fmt,
     goodput_cell,
     headline_text,
@@ -41,6 +42,7 @@ from analysis.report_cells import (
     search_stop,
     sensitivity_rows,
     sized_cell,
+    to_settle_text,
 )
 from analysis.report_model import FleetRow, PrefixCache, PrometheusSection, Report
 
@@ -264,7 +266,9 @@ def render_html(r: Report) -> str:
         f"<p>manifest digest <code>{html.escape(r.manifest_digest)}</code>, generated {html.escape(r.generated_at)}; "
         f"baseline <b>{html.escape(r.comparison.baseline)}</b>, candidate <b>{html.escape(r.comparison.candidate)}</b>.</p>",
         f"<blockquote>{html.escape(r.systems_under_test)}</blockquote>" if r.systems_under_test else "",
-        "<h2>Decision</h2>", _list(html.escape(x) for x in d.reasons), f"<p>{_inline(headline_text(r))}</p>",
+        "<h2>Decision</h2>", _list(html.escape(x) for x in d.reasons),
+        f"<p>{_inline(settle)}</p>" if (settle := to_settle_text(r)) else "", f"<p>{_inline(decision_rule_text(r))}</p>",
+        f"<p>{_inline(headline_text(r))}</p>",
         ("<p>Blocked by:</p>" + _list(html.escape(x) for x in blocked)) if not decided(r) and blocked else "",
         "<h2>Fleets</h2>",
         "<p>P95s with their 95% interval (order statistics, distribution-free) and n, the requests each is taken over; "

@@ -16,6 +16,7 @@ from analysis.report_cells import (
     chosen,
     ci_text,
     decided,
+    decision_rule_text,
     fmt,
     goodput_cell,
     headline_text,
@@ -31,6 +32,7 @@ from analysis.report_cells import (
     search_stop,
     sensitivity_rows,
     sized_cell,
+    to_settle_text,
 )
 from analysis.report_model import FleetRow, PrefixCache, PrometheusSection, Report
 
@@ -133,6 +135,9 @@ def render_markdown(r: Report) -> str:
         "## Decision",
         "",
         *(f"- {reason}" for reason in d.reasons),
+        "",
+        *([settle, ""] if (settle := to_settle_text(r)) else []),
+        decision_rule_text(r),
         "",
         headline_text(r),
         *_blocked_lines(r),

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from analysis.errors import AnalysisError
 
-REPORT_VERSION = "2.0"
+REPORT_VERSION = "2.1"
 
 Interval = tuple[float | None, float | None]  # a 95% interval's [low, high]; a null end: unbounded or unknown
 Point = tuple[float, float]  # one (x, y) of a plot series
@@ -42,9 +42,50 @@ class Comparison(_Model):
     candidate: str
 
 
+class ToSettleFleet(_Model):
+    """One fleet's share of `decision.to_settle` (analysis.to_settle)."""
+
+    requests_now: int = Field(description="requests of the step the fleet is sized from (its capacity boundary)")
+    more_requests: int | None = Field(description="requests still missing at that step; null: not computable")
+    rate_req_s: float | None = Field(description="that step's measured request rate (requests / arrival span) over the instances measured")
+    minutes: float | None = Field(description="minutes the missing requests take at that rate")
+    instances: int = Field(description="instances in service while the step was measured (instances_measured)")
+    instance_hourly_usd: float | None = Field(description="On-Demand hourly price of one instance (provenance prices.instance.*)")
+    loadgen_tasks: int = Field(description="load-generator tasks driving the fleet: one Locust master + loadgen.workers workers")
+    loadgen_task_hourly_usd: float | None = Field(description="one task's Fargate hourly price (provenance prices.fargate_*); null: none")
+    usd: float | None = Field(description="minutes x (instances x instance price + tasks x task price); null: a price or rate is missing")
+
+
+class ToSettle(_Model):
+    """The evidence that would settle an undecided decision, in the user's units (analysis.to_settle)."""
+
+    threshold: Literal["go", "zero"] = Field(
+        description="the threshold the interval straddles and this evidence aims at: 'go' (migration cost / horizon + margin: "
+                    "migrate or not), or, once Go is ruled out, 'zero' (Defer or Reject); never the delta's sign for its own sake")
+    threshold_usd_per_month: float = Field(description="that threshold's value at the point estimate (USD/month of monthly delta)")
+    factor: float | None = Field(
+        description="(the interval's reach toward the threshold / the point's distance from it)^2: the multiple of each fleet's "
+                    "sizing-step requests that would settle it, the half-width shrinking as 1/sqrt(n); null: no ratio (an end is "
+                    "unknown, or the point is on the threshold)")
+    lower_bound: bool = Field(description="true when an end of the interval is unknown: the figures are lower bounds")
+    requests: dict[str, int | None] = Field(
+        description="per fleet: requests at its capacity boundary (the step it is sized from) that would settle the threshold, "
+                    "in total; null: no sample size settles it (the point is on the threshold)")
+    minutes: float | None = Field(description="minutes to measure the missing requests at the measured rates, fleets side by side")
+    usd: float | None = Field(description="what those minutes cost: every fleet's instances and load-generator tasks (see by_fleet)")
+    by_fleet: dict[str, ToSettleFleet]
+    basis: str = Field(description="how each figure is computed and where its prices come from")
+
+
 class Decision(_Model):
     state: Literal["go", "defer", "reject"]
     reasons: list[str]
+    go_threshold_usd_per_month: float | None = Field(
+        default=None, description="migration cost / horizon + indifference margin: a Go needs the monthly delta's 95% low end above it")
+    to_settle: ToSettle | None = Field(
+        default=None,
+        description="while the decision is undecided (its interval straddles the Go threshold, or 0 once Go is ruled out): the "
+                    "requests, minutes and USD that would settle it; null when settled (or decided on semantics or quality)")
 
 
 class Gap(_Model):

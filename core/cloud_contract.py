@@ -32,6 +32,10 @@ WORKERS_SERVICE_NAME = "workers"
 CONTAINER_NAME = "locust"
 # Seconds the master's web UI stays up after the run ended (Locust --autoquit), for watching.
 UI_LINGER_S = 60
+# One load-generator task (a Locust master or worker): 1 vCPU, as gevent is single-threaded and a
+# worker sharing a core adds its own scheduling lag, and 2 GiB (the Fargate pairing for 1 vCPU).
+LOADGEN_TASK_VCPU = 1
+LOADGEN_TASK_MEMORY_GIB = 2
 
 # Set by the task definitions (deploy time).
 ENV_RESULTS_URI = "HARNESS_RESULTS_S3_URI"  # s3://bucket/campaigns/<campaign>/<digest12>/runs

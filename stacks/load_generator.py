@@ -142,7 +142,7 @@ class LoadGenerator(Construct):
     ) -> ecs.FargateTaskDefinition:
         # One Locust process per task and 1 vCPU each: gevent is single-threaded, so a worker
         # that shares a core would add its own scheduling lag to every timestamp.
-        task = ecs.FargateTaskDefinition(self, f"{cid}Task", cpu=1024, memory_limit_mib=2048)
+        task = ecs.FargateTaskDefinition(self, f"{cid}Task", cpu=1024 * lg.LOADGEN_TASK_VCPU, memory_limit_mib=1024 * lg.LOADGEN_TASK_MEMORY_GIB)
         ports = [lg.LOCUST_MASTER_PORT, lg.METRICS_PORT] if command == ["--master"] else [lg.METRICS_PORT]
         task.add_container(
             lg.CONTAINER_NAME,

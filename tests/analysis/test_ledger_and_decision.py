@@ -1,12 +1,13 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from analysis.decision import DecisionInputs, decide
+from analysis.decision import DecisionInputs, Economics, decide
 from analysis.ledger import migration_ledger, monthly_delta, payback_months
 from core.manifest import Manifest
 
@@ -14,7 +15,7 @@ GOOD = DecisionInputs(
     candidate="inf2", baseline="g6", candidate_successful_tokens=1000, candidate_error_rate=0.0, max_error_rate=0.01,
     candidate_quality_passed=True, baseline_quality_passed=True, candidate_slo_pass=True, baseline_slo_pass=True,
     same_availability=True, candidate_within_asg_max=True, monthly_delta_usd=1000.0, payback_months=6.0,
-    horizon_months=12, months_to_next_refresh=18,
+    horizon_months=12, months_to_next_refresh=18, migration_cost_usd=6000.0,
 )
 
 
@@ -44,7 +45,8 @@ def test_nonpositive_delta_gives_no_payback_and_reject() -> None:
 
 
 def test_payback_beyond_horizon_defers() -> None:
-    d = decide(replace(GOOD, payback_months=15.0, months_to_next_refresh=30))
+    # no interval: the point is both ends; 15,000 USD / 12 months = 1,250 USD/month > the 1,000 saved
+    d = decide(replace(GOOD, payback_months=15.0, migration_cost_usd=15_000.0, months_to_next_refresh=30))
     assert d.state == "defer" and any("beyond the 12-month horizon" in r for r in d.reasons)
 
 
@@ -101,3 +103,81 @@ def test_no_request_sent_after_warmup_is_missing_evidence_not_a_semantics_failur
     # Requests were sent and none returned tokens: still the semantics failure.
     failed = decide(replace(GOOD, candidate_successful_tokens=0, candidate_completed_output_tokens=0, candidate_requests_sent=12))
     assert failed.state == "reject" and any("semantics" in r for r in failed.reasons), failed.reasons
+
+
+# The three states on the decision's own quantities (DESIGN.md: Decision), by hand, on the issue's
+# own example: migration 33,297 USD over a 12-month horizon, so the Go threshold is 2,774.75 USD/month.
+MIG, HORIZON = 33_297.0, 12.0
+GO = MIG / HORIZON  # 2,774.75
+
+
+def _at(delta: float, low: float | None, high: float | None, margin: float = 0.0, **kw: Any) -> DecisionInputs:
+    econ = Economics(delta, low, high, GO + margin, GO + margin, GO + margin, MIG, HORIZON, margin)
+    return replace(GOOD, monthly_delta_usd=delta, payback_months=MIG / delta if delta > 0 else None, migration_cost_usd=MIG,
+                   economics=econ, months_to_next_refresh=80, **kw)
+
+
+def _insufficient(reasons: list[str]) -> list[str]:
+    return [r for r in reasons if r.startswith("evidence insufficient")]
+
+
+def test_go_when_the_deltas_low_end_is_above_the_go_threshold() -> None:
+    d = decide(_at(4_000.0, 3_000.0, 5_000.0))  # 3,000 > 2,774.75: pays back in 11.1 months even at the pessimistic end
+    assert d.state == "go" and d.aim is None and d.go_threshold_usd == pytest.approx(2_774.75)
+    assert "the Go threshold 2,774.75 USD/month (migration 33,297.00 USD / 12 months" in d.reasons[0]
+    # a low end exactly on the threshold pays back exactly at the horizon: not yet a Go
+    on = decide(_at(4_000.0, 2_774.75, 5_000.0))
+    assert on.state == "defer" and on.aim == "go"
+
+
+def test_defer_when_the_payback_is_beyond_the_horizon_even_at_the_optimistic_end() -> None:
+    d = decide(_at(1_500.0, 1_000.0, 2_000.0))  # 0 < 2,000 <= 2,774.75, and 1,000 > 0: settled, not insufficient
+    assert d.state == "defer" and d.aim is None
+    assert any(r.startswith("payback beyond the 12-month horizon even at the optimistic end") for r in d.reasons), d.reasons
+    assert not _insufficient(d.reasons)
+
+
+def test_the_issues_example_is_insufficient_at_the_go_threshold_not_at_zero() -> None:
+    # 476 USD/month, 95% CI [-3,033, +4,053]: it straddles 0 too, but the action turns on 2,774.75
+    d = decide(_at(476.0, -3_033.0, 4_053.0, settle_text="about 2.4x the requests"))
+    assert d.state == "defer" and d.aim == "go"
+    [why] = _insufficient(d.reasons)
+    assert why.startswith("evidence insufficient at the Go threshold: monthly delta 476.00 USD, 95% CI [-3,033.00, 4,053.00] USD "
+                          "straddles the Go threshold 2,774.75 USD/month"), why
+    assert why.endswith("; about 2.4x the requests") and "straddles 0" not in why
+
+
+def test_insufficient_at_zero_once_go_is_ruled_out() -> None:
+    # high end 1,500 <= 2,774.75: no Go even at the optimistic end; low end -500 <= 0 < 1,500: Defer or Reject is open
+    for delta in (500.0, -200.0):  # a negative point whose interval reaches above 0 does not Reject
+        d = decide(_at(delta, -500.0, 1_500.0))
+        assert d.state == "defer" and d.aim == "zero", d.reasons
+        [why] = _insufficient(d.reasons)
+        assert why.startswith("evidence insufficient at 0 (Defer or Reject): Go is ruled out"), why
+        assert any(r.startswith("payback beyond the 12-month horizon even at the optimistic end") for r in d.reasons)
+
+
+def test_reject_when_the_deltas_high_end_is_at_or_below_zero() -> None:
+    for high in (-100.0, 0.0):
+        d = decide(_at(-1_000.0, -2_000.0, high))
+        assert d.state == "reject" and d.aim is None
+        assert any("at or below 0 even at the optimistic end: inf2 is not cheaper than g6" in r for r in d.reasons), d.reasons
+
+
+def test_reject_on_quality_leaves_nothing_to_settle() -> None:
+    d = decide(_at(476.0, -3_033.0, 4_053.0, candidate_quality_passed=False))
+    assert d.state == "reject" and d.aim is None  # more load cannot undo a failed quality gate
+    assert "inf2: quality gate failed" in d.reasons
+
+
+def test_an_indifference_margin_raises_the_go_threshold() -> None:
+    d = decide(_at(4_000.0, 3_000.0, 5_000.0, margin=500.0))  # 2,774.75 + 500 = 3,274.75 > the 3,000 low end
+    assert d.state == "defer" and d.aim == "go" and d.go_threshold_usd == pytest.approx(3_274.75)
+    assert "+ indifference margin 500.00 USD/month" in _insufficient(d.reasons)[0]
+
+
+def test_each_end_meets_the_threshold_priced_at_that_end() -> None:
+    # the pessimistic end's dearer candidate fleet prices a dearer dual run: threshold 3,100 there, 2,600 at the optimistic end
+    econ = Economics(4_000.0, 3_000.0, 5_000.0, GO, 3_100.0, 2_600.0, MIG, HORIZON)
+    assert not econ.go_settled and econ.aim == "go"  # 3,000 clears 2,774.75 but not its own 3,100
+    assert Economics(2_000.0, 1_000.0, 2_700.0, GO, 3_100.0, 2_600.0, MIG, HORIZON).aim == "go"  # 2,700 > 2,600: Go not ruled out

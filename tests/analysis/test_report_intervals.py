@@ -1,5 +1,6 @@
 """95% intervals in the report: P95s with n, capacity propagated to size, cost, delta and payback,
-and Defer when an interval straddles a decision boundary."""
+and Defer when an interval straddles a decision threshold (the Go threshold first, then 0), with
+the evidence that would settle it (decision.to_settle)."""
 
 from __future__ import annotations
 
@@ -71,11 +72,16 @@ def test_capacity_interval_propagates_to_size_cost_delta_and_payback(tmp_path: P
     b_cheap, b_dear = g6["monthly_cost_ci_usd"]
     assert c_cheap <= inf2["monthly_cost_usd"] <= c_dear
     assert r["monthly_delta_ci_usd"] == pytest.approx([b_cheap - c_dear, b_dear - c_cheap])
-    # The point says the candidate is cheaper; its interval reaches below 0: Defer, naming the sample that settles it.
-    assert r["monthly_delta_usd"] > 0 > r["monthly_delta_ci_usd"][0]
+    # The point says the candidate is cheaper; its interval reaches below 0 and above the Go threshold (migration
+    # cost / 12 months): Defer at the Go threshold, the action, naming the evidence that settles it, not at 0.
+    go = r["decision"]["go_threshold_usd_per_month"]
+    assert go == pytest.approx(r["migration_cost_usd"] / 12)
+    assert r["monthly_delta_ci_usd"][0] < 0 < r["monthly_delta_usd"] < go < r["monthly_delta_ci_usd"][1]
     assert r["decision"]["state"] == "defer"
-    why = next(x for x in r["decision"]["reasons"] if x.startswith("evidence insufficient: monthly delta"))
-    assert "straddles 0" in why and "requests per measured step (now 100) would settle it" in why
+    [why] = [x for x in r["decision"]["reasons"] if x.startswith("evidence insufficient")]
+    assert why.startswith("evidence insufficient at the Go threshold") and "straddles 0" not in why
+    assert "requests at each capacity boundary would settle it: inf2 " in why and "(now 100)" in why
+    assert r["decision"]["to_settle"]["threshold"] == "go"
 
 
 def test_a_negative_delta_whose_interval_straddles_zero_defers_instead_of_rejecting(tmp_path: Path, big: Manifest) -> None:
@@ -91,8 +97,13 @@ def test_a_payback_interval_across_the_horizon_defers_a_point_go(tmp_path: Path,
     assert r["monthly_delta_ci_usd"][0] > 0  # the sign is settled
     assert low < r["payback_months"] < 12 < high  # the point is inside the horizon, the interval is not
     assert r["decision"]["state"] == "defer"
-    why = " ".join(r["decision"]["reasons"])
-    assert "straddles the 12-month horizon" in why and "would settle it" in why
+    # a payback interval across the horizon is a delta interval across the Go threshold: the low end misses the
+    # threshold priced at that end (its own migration cost, pessimistic payback x low end, over 12 months)
+    d_low = r["monthly_delta_ci_usd"][0]
+    assert d_low < high * d_low / 12
+    [why] = [x for x in r["decision"]["reasons"] if x.startswith("evidence insufficient")]
+    assert why.startswith("evidence insufficient at the Go threshold") and "would settle it" in why
+    assert r["decision"]["to_settle"]["threshold"] == "go"
 
 
 def test_too_few_requests_for_a_bounded_p95_leave_the_pessimistic_end_unknown(tmp_path: Path, big: Manifest) -> None:
@@ -150,3 +161,65 @@ def test_a_step_that_holds_the_slo_only_at_its_point_lowers_the_capacity_to_a_st
     assert x2["p95_ttft_n"] == 200 and x2["p95_ttft_ci_s"] == [0.5, 3.0]
     assert "| 0.500 [0.500, 3.000] n=200 |" in (tmp_path / "out" / "report.md").read_text()
     assert "0.500 [0.500, 3.000] n=200" in (tmp_path / "out" / "report.html").read_text()
+
+
+def _fixed_ledger(data: dict[str, Any], go_threshold: float) -> None:
+    """A migration costing 12 x `go_threshold` whatever the fleets cost: no dual run or rollback priced from them."""
+    fixed = (80 + 40 + 16) * 120 + 500 + 1000  # the example's labor, tooling and training
+    data["migration"].update(dual_run_days=0, rollback_retention_days=0, testing_usd=12 * go_threshold - fixed)
+
+
+def test_an_interval_across_the_go_threshold_is_settled_at_it_not_at_zero(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    """The issue's shape: a positive point below the Go threshold, an interval from below 0 to above it. The
+    decision is open at the Go threshold (whether to migrate), and the evidence aims there, not at the delta's sign."""
+    manifest_data["workload"]["demand"]["peak_requests_per_s"] = 20.0
+    for f in manifest_data["fleets"]:
+        f["asg"]["max"] = 40
+        f["max_concurrency"] = 1
+    first = _report(tmp_path / "a", manifest(manifest_data), 820)
+    delta, (low, high) = first["monthly_delta_usd"], first["monthly_delta_ci_usd"]
+    assert low < 0 < delta < high
+    go = delta + (high - delta) / 2  # the threshold halfway between the point and the high end
+    _fixed_ledger(manifest_data, go)
+    r = _report(tmp_path / "b", manifest(manifest_data), 820)
+    assert (r["monthly_delta_usd"], r["monthly_delta_ci_usd"]) == (delta, [low, high])  # the ledger moves no fleet cost
+    dec = r["decision"]
+    assert dec["state"] == "defer"
+    whys = [x for x in dec["reasons"] if x.startswith("evidence insufficient")]
+    assert not any("straddles 0" in x for x in whys), whys  # the old code aimed here: "about N requests ... settle it"
+    [why] = whys
+    assert why.startswith(f"evidence insufficient at the Go threshold: monthly delta {delta:,.2f} USD, 95% CI [{low:,.2f}, {high:,.2f}] "
+                          f"USD straddles the Go threshold {go:,.2f} USD/month (migration {12 * go:,.2f} USD / 12 months"), why
+    assert r["migration_cost_usd"] == pytest.approx(12 * go) and dec["go_threshold_usd_per_month"] == pytest.approx(go)
+    ts = dec["to_settle"]
+    # by hand: the high end's reach above the point over the point's distance below the threshold, squared: 2^2 = 4
+    # (about: the threshold is the ledger's sum / 12, so 100 x 4 may round up to 401)
+    factor = ((high - delta) / (dec["go_threshold_usd_per_month"] - delta)) ** 2
+    assert ts["threshold"] == "go" and ts["factor"] == pytest.approx(4.0) and ts["factor"] == pytest.approx(factor)
+    need = math.ceil(100 * factor)
+    assert need in (400, 401)
+    assert ts["requests"] == {"inf2": need, "g6": need} and not ts["lower_bound"]
+    # 100 requests over a 100 s arrival span: 1 req/s; one instance each, at the snapshot's On-Demand price, and
+    # one Locust master + 2 workers per fleet, each 1 vCPU x 0.04048 + 2 GiB x 0.004445 USD/h
+    minutes = (need - 100) / 1.0 / 60
+    task = 0.04048 + 2 * 0.004445
+    assert ts["minutes"] == pytest.approx(minutes)
+    assert ts["usd"] == pytest.approx(minutes / 60 * ((0.7582 + 3 * task) + (0.8048 + 3 * task)))
+    assert r["provenance"]["prices.fargate_vcpu_hour"]["value"] == 0.04048
+    out = tmp_path / "b" / "out-820-100"
+    for page in ("report.md", "report.html"):
+        text = (out / page).read_text()
+        assert "Rule: Go when the monthly delta&#x27;s 95% low end" in text or "Rule: Go when the monthly delta's 95% low end" in text
+        assert f"To settle it at the Go threshold ({go:,.2f} USD/month: migrate or not): inf2 {need:,} (now 100)" in text
+
+
+def test_an_indifference_margin_in_percent_of_the_baseline_raises_the_go_threshold(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    manifest_data["workload"]["demand"]["peak_requests_per_s"] = 20.0
+    for f in manifest_data["fleets"]:
+        f["asg"]["max"] = 40
+        f["max_concurrency"] = 1
+    manifest_data["indifference_margin"] = {"percent_of_baseline": 5}
+    r = _report(tmp_path, manifest(manifest_data), 640)
+    g6_month = r["fleets"]["g6"]["monthly_cost_usd"]
+    assert r["decision"]["go_threshold_usd_per_month"] == pytest.approx(r["migration_cost_usd"] / 12 + 0.05 * g6_month)
+    assert "+ indifference margin " in " ".join(r["decision"]["reasons"])

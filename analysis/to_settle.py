@@ -1,0 +1,142 @@
+"""The evidence that would settle an undecided decision, in the user's units (report.json `decision.to_settle`).
+
+Aimed at the threshold that decides the action (analysis.decision.Economics.aim): the Go
+threshold first (migrate or not), and 0 (Defer or Reject) only once Go is ruled out; never
+at the sign of the delta for its own sake. From the measured interval:
+- the interval's reach toward the threshold (point - low end when the point is above it,
+  high end - point when below; each end against the threshold priced at that end) against
+  the point's distance from it. A 95% interval's half-width shrinks as 1/sqrt(n), so
+  every fleet needs (reach / distance)^2 times the requests of the step it is sized from
+  (its capacity boundary): `requests`, per fleet, in total (core.stats.n_to_settle). A rule
+  of thumb for planning the next run, not a guarantee: fleet sizes are integers, and a
+  capacity low end taken from another step moves with that step's requests.
+- `minutes`: the requests still missing at each fleet's measured request rate on that step
+  (its requests / arrival span), the fleets measured side by side: the longest fleet's.
+- `usd`: for that time, each fleet's instances at the count measured (instances_measured)
+  and its On-Demand hourly price (the report's price source, `provenance.prices.instance.*`),
+  plus its load-generator tasks (a Locust master and loadgen.workers workers per fleet, each
+  core.cloud_contract.LOADGEN_TASK_VCPU vCPU and LOADGEN_TASK_MEMORY_GIB GiB, at the Fargate
+  prices in `provenance.prices.fargate_*`), prorated by the minute.
+When an end the threshold needs is unknown (no step held the SLO with 95% confidence), no
+ratio exists: a fleet with that unknown end needs at least core.stats.min_n_bounded_upper()
+requests at a step before its P95's upper end is bounded at all, and the figures are
+marked `lower_bound`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from analysis.decision import Aim, Economics
+from core import stats
+
+
+@dataclass(frozen=True)
+class FleetBasis:
+    """What one fleet's figures are computed from: the step it is sized from, as measured."""
+
+    requests: int  # non-warmup requests of the step the fleet is sized from (its capacity boundary)
+    rate_req_s: float | None  # that step's requests / its arrival span, over all the instances measured
+    instances: int  # instances in service while it was measured
+    instance_hourly_usd: float | None  # On-Demand, from the report's price source; None: no price
+    loadgen_tasks: int  # Fargate tasks that drive the fleet (one master + the workers)
+    loadgen_task_hourly_usd: float | None  # one task's hourly price; None: no Fargate price
+    end_known: bool = True  # False: the fleet's capacity interval has an unknown end
+
+
+def _reach(e: Economics, aim: Aim) -> tuple[float | None, float] | None:
+    """(the interval's reach toward the threshold, the point's distance from it); reach None: the end
+    it needs is unknown; None: the point is on the threshold (no sample settles it)."""
+    if aim == "go":
+        point = e.delta - e.go_threshold
+        low = None if e.low is None else e.low - e.go_threshold_low
+        high = None if e.high is None else e.high - e.go_threshold_high
+    else:
+        point, low, high = e.delta, e.low, e.high
+    if point > 0:
+        return (None if low is None else point - low), point
+    if point < 0:
+        return (None if high is None else high - point), -point
+    return None
+
+
+def to_settle(e: Economics, aim: Aim, fleets: Mapping[str, FleetBasis], loadgen_price_source: str) -> dict[str, Any]:
+    """report.json's `decision.to_settle` (analysis.report_model.ToSettle) for an undecided decision."""
+    threshold = e.go_threshold if aim == "go" else 0.0
+    rd = _reach(e, aim)
+    factor: float | None = None
+    unknown = rd is not None and rd[0] is None
+    requests: dict[str, int | None] = {}
+    for name, b in fleets.items():
+        if rd is None:
+            requests[name] = None  # on the threshold: no sample size settles it
+        elif rd[0] is None:
+            requests[name] = b.requests if b.end_known else max(b.requests, stats.min_n_bounded_upper())
+        else:
+            reach, distance = rd[0], rd[1]
+            factor = (reach / distance) ** 2
+            requests[name] = stats.n_to_settle(b.requests, reach, distance)
+    by_fleet: dict[str, dict[str, Any]] = {}
+    for name, b in fleets.items():
+        need = requests[name]
+        more = None if need is None else max(need - b.requests, 0)
+        minutes = None if more is None or not b.rate_req_s else more / b.rate_req_s / 60.0
+        usd = None
+        if minutes is not None and b.instance_hourly_usd is not None:
+            tasks = b.loadgen_tasks * (b.loadgen_task_hourly_usd or 0.0)
+            usd = minutes / 60.0 * (b.instances * b.instance_hourly_usd + tasks)
+        by_fleet[name] = {
+            "requests_now": b.requests, "more_requests": more, "rate_req_s": b.rate_req_s, "minutes": minutes,
+            "instances": b.instances, "instance_hourly_usd": b.instance_hourly_usd, "loadgen_tasks": b.loadgen_tasks,
+            "loadgen_task_hourly_usd": b.loadgen_task_hourly_usd, "usd": usd,
+        }
+    minutes_all = [f["minutes"] for f in by_fleet.values()]
+    usd_all = [f["usd"] for f in by_fleet.values()]
+    return {
+        "threshold": aim,
+        "threshold_usd_per_month": threshold,
+        "factor": factor,
+        "lower_bound": unknown,
+        "requests": requests,
+        "minutes": None if None in minutes_all or not minutes_all else max(minutes_all),
+        "usd": None if None in usd_all or not usd_all else math.fsum(usd_all),
+        "by_fleet": by_fleet,
+        "basis": _basis(aim, rd, loadgen_price_source),
+    }
+
+
+def _basis(aim: Aim, rd: tuple[float | None, float] | None, loadgen_price_source: str) -> str:
+    target = "the Go threshold (migrate or not)" if aim == "go" else "0 (Defer or Reject; Go is ruled out)"
+    if rd is None:
+        how = "the point estimate is on the threshold: no sample size settles it"
+    elif rd[0] is None:
+        how = (f"an end of the interval is unknown, so no ratio exists: a fleet whose capacity low end is unknown needs at least "
+               f"{stats.min_n_bounded_upper()} requests at a step before its P95's upper end is bounded, and that step must hold "
+               "the SLO at its P95 intervals' high ends (lower bounds)")
+    else:
+        how = ("requests = the sizing step's requests x (the interval's reach toward the threshold / the point's distance from it)^2, "
+               "the half-width shrinking as 1/sqrt(n): a planning rule of thumb")
+    return (f"aimed at {target}; {how}; minutes: the missing requests at each fleet's measured rate on its sizing step, fleets "
+            "side by side (the longest); usd: that time of each fleet's instances as measured at its On-Demand price "
+            f"(provenance prices.instance.*) plus its load-generator tasks ({loadgen_price_source})")
+
+
+def settle_text(ts: Mapping[str, Any], unknown: list[str] | None = None) -> str:
+    """The sentence a Defer reason ends with: what would settle it, in the user's units; `unknown`:
+    why a fleet's capacity end is unknown (the interval's notes)."""
+    req = ts["requests"]
+    now = {name: f["requests_now"] for name, f in ts["by_fleet"].items()}
+    if all(v is None for v in req.values()):
+        return "the point estimate is on the threshold: no sample size settles it"
+    per = ", ".join(f"{name} {'?' if n is None else f'{n:,}'} (now {now[name]:,})" for name, n in req.items())
+    cost = ""
+    if ts["minutes"] is not None:
+        cost = f": about {ts['minutes']:,.1f} min" + (f" and {ts['usd']:,.2f} USD" if ts["usd"] is not None else "") + " at the measured rates"
+    if ts["lower_bound"]:
+        why = f" ({'; '.join(unknown)})" if unknown else ""
+        return (f"an end is unknown{why}; at least {stats.min_n_bounded_upper()} requests per step bound a P95 at 95%, and a step must hold "
+                f"the SLO at its interval's high end: at least {per} requests at each capacity boundary{cost} (decision.to_settle)")
+    return (f"about {ts['factor']:.1f}x the requests at each capacity boundary would settle it: {per}{cost} (decision.to_settle)")
