@@ -27,6 +27,12 @@ demo: install
 plan: install
 	$(PY) -m campaign plan $(MANIFEST)
 
+# The analysis bench at 1 million synthetic records: build_report's seconds and records/s
+# (RECORDS=10000000 for the README's figure).
+RECORDS ?= 1000000
+bench: install
+	$(PY) bench/analysis_throughput.py --records $(RECORDS)
+
 # The CDK tests run in their own pytest process: jsii (node) and gevent's monkey-patching
 # (imported by Locust) deadlock when they share one.
 # tests/stacks run in a pytest process of their own (jsii's node child and gevent's monkey-patching

@@ -14,9 +14,11 @@ the fleet is sized from (a capacity step, or the replay):
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from analysis.goodput import LATENCY_SQL, FleetMeasure
+import numpy as np
+
+from analysis.goodput import FleetMeasure, latency_array
 from analysis.sources.records import RecordSet
 from core import stats
 
@@ -24,32 +26,47 @@ REPLAY = "replay"  # the label of the trace replay as a step (analysis.capacity.
 
 
 def latency_sample(rs: RecordSet, fleet: str, column: str) -> list[float]:
-    """Sorted non-warmup values of `column` as goodput's P95 takes them (goodput.LATENCY_SQL)."""
-    if column not in LATENCY_SQL:
-        raise ValueError(f"no latency column {column!r}")
-    v = LATENCY_SQL[column]
-    rows = rs.con.execute(
-        f"SELECT {v} AS v FROM records WHERE fleet = $fleet AND NOT warmup AND {v} IS NOT NULL ORDER BY v",
-        {"fleet": fleet},
-    ).fetchall()
-    return [float(r[0]) for r in rows]
+    """The same values sorted, as a list."""
+    return sorted(latency_array(rs, fleet, column).tolist())
 
 
-def successful_tokens_per_request(rs: RecordSet, fleet: str, ttft_slo_s: float, itl_slo_s: float) -> list[float]:
-    """One value per non-warmup request that was sent: its successful output tokens (0 unless it
-    completed ok inside the per-request SLO). Their sum is what goodput divides by the window."""
-    rows = rs.con.execute(
-        """SELECT CASE WHEN outcome = 'ok' AND ttft_s IS NOT NULL AND ttft_s <= $ttft AND (itl_s IS NULL OR itl_s <= $itl)
-                       THEN coalesce(server_output_tokens, client_output_tokens, 0) ELSE 0 END
-           FROM records WHERE fleet = $fleet AND NOT warmup AND outcome <> 'not_sent'""",
-        {"fleet": fleet, "ttft": ttft_slo_s, "itl": itl_slo_s},
-    ).fetchall()
-    return [float(r[0]) for r in rows]
+def latency_cis(rs: RecordSet, fleet: str) -> tuple[stats.QuantileCI, stats.QuantileCI]:
+    """The P95 TTFT and P95 ITL intervals of one fleet's records."""
+    return (stats.quantile_ci_unsorted(latency_array(rs, fleet, "ttft_s")),
+            stats.quantile_ci_unsorted(latency_array(rs, fleet, "itl_s")))
+
+
+# One value per non-warmup request that was sent: its successful output tokens (0 unless it
+# completed ok inside the per-request SLO). Their sum is what goodput divides by the window.
+_SUCCESSFUL_TOKENS = """CASE WHEN outcome = 'ok' AND ttft_s IS NOT NULL AND ttft_s <= $ttft AND (itl_s IS NULL OR itl_s <= $itl)
+                           THEN coalesce(server_output_tokens, client_output_tokens, 0) ELSE 0 END"""
+_SENT = "fleet = $fleet AND NOT warmup AND outcome <> 'not_sent'"
+
+
+def successful_tokens_per_request(rs: RecordSet, fleet: str, ttft_slo_s: float, itl_slo_s: float) -> stats.FloatArray:
+    got = rs.con.execute(f"SELECT CAST({_SUCCESSFUL_TOKENS} AS DOUBLE) AS v FROM records WHERE {_SENT}",
+                         {"fleet": fleet, "ttft": ttft_slo_s, "itl": itl_slo_s}).fetchnumpy()["v"]
+    return np.asarray(got, dtype=np.float64)
+
+
+def successful_tokens_ci(rs: RecordSet, fleet: str, ttft_slo_s: float, itl_slo_s: float) -> stats.SumInterval | None:
+    """95% interval of the step's successful output tokens (core.stats.sum_ci): n, the sum and
+    the variance come from one duckdb pass; the per-request values are read only to bootstrap."""
+    row = rs.con.execute(
+        f"SELECT count(*), coalesce(sum(v), 0), coalesce(var_pop(v), 0) FROM (SELECT CAST({_SUCCESSFUL_TOKENS} AS DOUBLE) AS v "
+        f"FROM records WHERE {_SENT})", {"fleet": fleet, "ttft": ttft_slo_s, "itl": itl_slo_s},
+    ).fetchone()
+    n, total, var = (int(row[0]), float(row[1]), float(row[2])) if row else (0, 0.0, 0.0)
+    return stats.sum_ci(n, total, var, lambda: successful_tokens_per_request(rs, fleet, ttft_slo_s, itl_slo_s))
 
 
 @dataclass(frozen=True)
 class StepEvidence:
-    """One measured step (a capacity step or the replay) of one fleet, with its P95 intervals."""
+    """One measured step (a capacity step or the replay) of one fleet, with its P95 intervals.
+
+    Its capacity interval depends only on the step's records and the SLO it is judged by, so it
+    is computed once per SLO and shared by every copy (dataclasses.replace keeps the cache):
+    the sensitivity grid's cells that keep the SLO reuse it."""
 
     label: str
     requests: int
@@ -59,6 +76,7 @@ class StepEvidence:
     records: RecordSet
     window_s: float
     instances: int
+    _capacity_cache: dict[tuple[str, float, float], stats.SumInterval | None] = field(default_factory=dict, compare=False, repr=False)
 
     def surely_holds(self, ttft_slo_s: float, itl_slo_s: float) -> bool:
         """Both P95 intervals' high ends are bounded and within the targets (an ITL-less step has no ITL bound)."""
@@ -66,21 +84,26 @@ class StepEvidence:
         itl_ok = self.p95_itl.n == 0 or (self.p95_itl.high is not None and self.p95_itl.high <= itl_slo_s)
         return ttft_ok and itl_ok
 
+    def tokens_ci(self, fleet: str, ttft_slo_s: float, itl_slo_s: float) -> stats.SumInterval | None:
+        key = (fleet, ttft_slo_s, itl_slo_s)
+        if key not in self._capacity_cache:
+            self._capacity_cache[key] = successful_tokens_ci(self.records, fleet, ttft_slo_s, itl_slo_s)
+        return self._capacity_cache[key]
+
     def capacity_ci(self, fleet: str, ttft_slo_s: float, itl_slo_s: float) -> tuple[float, float] | None:
         if self.window_s <= 0 or self.instances <= 0:
             return None
-        ci = stats.bootstrap_sum_ci(successful_tokens_per_request(self.records, fleet, ttft_slo_s, itl_slo_s))
+        ci = self.tokens_ci(fleet, ttft_slo_s, itl_slo_s)
         if ci is None:
             return None
         scale = self.window_s * self.instances
-        return ci[0] / scale, ci[1] / scale
+        return ci.low / scale, ci.high / scale
 
 
 def step_evidence(
     label: str, rs: RecordSet, fleet: str, *, requests: int, per_instance_tok_s: float | None, window_s: float | None, instances: int,
 ) -> StepEvidence:
-    ttft = stats.quantile_ci(latency_sample(rs, fleet, "ttft_s"))
-    itl = stats.quantile_ci(latency_sample(rs, fleet, "itl_s"))
+    ttft, itl = latency_cis(rs, fleet)
     return StepEvidence(label, requests, per_instance_tok_s, ttft, itl, rs, window_s or 0.0, instances)
 
 
@@ -135,6 +158,8 @@ def fleet_intervals(
             low = min(best_ci[0], high_ci[0]) if best_ci else None
             note = (f"step {basis} held the SLO only at its point estimate; the low end is step {best.label}, "
                     "the best that held it with 95% confidence")
+    how = b.tokens_ci(fleet, ttft_slo_s, itl_slo_s)
+    note += f" (successful tokens' interval: {how.method})" if how is not None else ""
     return FleetIntervals(replay.p95_ttft, replay.p95_itl, basis, b.requests, (low, high_ci[1]), note, b.p95_ttft, b.p95_itl)
 
 

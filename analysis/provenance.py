@@ -38,7 +38,9 @@ class Gap:
 def run_relative(path: str | Path, run_dir: str | Path) -> str:
     """`path` as a report prints it: relative to the run directory the report is written to (a
     directory outside it gets `../`), so a report names no directory of the machine that ran it
-    and stays true when the run directory is copied or archived."""
+    and stays true when the run directory is copied or archived. An s3:// URI is printed whole."""
+    if str(path).startswith("s3://"):
+        return str(path)
     return Path(os.path.relpath(Path(path).resolve(), Path(run_dir).resolve())).as_posix()
 
 

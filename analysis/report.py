@@ -30,7 +30,7 @@ from analysis.sources.pricing import PRICING_ENDPOINT_REGION, RESERVED_KIND, Pri
 from analysis.sources.prometheus import HistogramNames, PrometheusSource
 from analysis.sources.records import RecordSet, load_records
 from analysis.sources.time_to_ready import time_to_ready
-from core import catalog, stats
+from core import catalog
 from core.cloud_contract import LOADGEN_TASK_MEMORY_GIB, LOADGEN_TASK_VCPU
 from core.manifest import Manifest
 
@@ -740,8 +740,7 @@ def _step_percentile_intervals(head: ScenarioEvaluation, rs: RecordSet, sweep: l
             records = rs if st.label == capacity.REPLAY else by_label.get(st.label)
             if records is None:
                 continue
-            ttft = stats.quantile_ci(intervals.latency_sample(records, name, "ttft_s"))
-            itl = stats.quantile_ci(intervals.latency_sample(records, name, "itl_s"))
+            ttft, itl = intervals.latency_cis(records, name)
             st.p95_ttft_ci_s, st.p95_ttft_n = (ttft.bounds[0], ttft.bounds[1]), ttft.n
             st.p95_itl_ci_s, st.p95_itl_n = (itl.bounds[0], itl.bounds[1]), itl.n
 
@@ -750,7 +749,9 @@ def _intervals_fn(
     m: Manifest, rs: RecordSet, measures: Callable[[float], dict[str, goodput.FleetMeasure]], inst: Mapping[str, int],
     sweep: list[capacity.SweepStep] | None, capacities: Callable[[float], dict[str, capacity.Capacity]] | None,
 ) -> intervals.IntervalsFn:
-    """slo_scale -> per-fleet 95% intervals (cached): the P95s of every step once, the capacity per SLO scale."""
+    """slo_scale -> per-fleet 95% intervals (cached). Each step's P95 intervals are computed once,
+    and its capacity interval once per SLO (intervals.StepEvidence): the sensitivity cells that
+    keep the SLO only re-read them."""
     evidence: dict[tuple[str, str], intervals.StepEvidence] = {}
     cache: dict[float, dict[str, intervals.FleetIntervals]] = {}
     by_label = {s.label: s for s in sweep or []}
@@ -766,6 +767,16 @@ def _intervals_fn(
                                                     instances=inst.get(fleet, 0))
         return evidence[key]
 
+    def replay(fleet: str, fm: goodput.FleetMeasure) -> intervals.StepEvidence:
+        """The replay's evidence under this scale's goodput; its P95s and capacity cache are the base scale's."""
+        key = (fleet, intervals.REPLAY)
+        if key not in evidence:
+            evidence[key] = intervals.replay_evidence(rs, fleet, fm, inst.get(fleet, 0))
+        base = evidence[key]
+        n = inst.get(fleet, 0)
+        per = fm.goodput_tok_s / n if fm.goodput_tok_s is not None and n > 0 else None
+        return replace(base, requests=fm.requests, per_instance_tok_s=per, window_s=fm.window_s or 0.0)
+
     def fn(scale: float) -> dict[str, intervals.FleetIntervals]:
         if scale not in cache:
             ttft, itl = m.slo.ttft_p95_s * scale, m.slo.itl_p95_s * scale
@@ -773,16 +784,16 @@ def _intervals_fn(
             for name, fm in measures(scale).items():
                 if fm.requests == 0:
                     continue
-                replay = intervals.replay_evidence(rs, name, fm, inst.get(name, 0))
+                rep = replay(name, fm)
                 cap = capacities(scale).get(name) if capacities is not None else None
                 basis = cap.step if cap is not None and cap.step else intervals.REPLAY
                 held: dict[str, intervals.StepEvidence] = {}
                 for st in cap.steps if cap is not None else ():
                     if st.slo_pass and st.steady_state and st.per_instance_goodput_tok_s:
-                        ev = replay if st.label == capacity.REPLAY else step(name, st)
+                        ev = rep if st.label == capacity.REPLAY else step(name, st)
                         if ev is not None:
                             held[st.label] = ev
-                out[name] = intervals.fleet_intervals(name, replay, held, basis, ttft, itl)
+                out[name] = intervals.fleet_intervals(name, rep, held, basis, ttft, itl)
             cache[scale] = out
         return cache[scale]
 

@@ -92,7 +92,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = subparsers.add_parser("report", help="records + metrics + prices -> report.json/.md/.html and a Go/Defer/Reject")
     p.add_argument("manifest")
-    p.add_argument("--records", help="directory holding records-*.jsonl / records-*.parquet")
+    p.add_argument("--records", help="directory holding records-*.jsonl / records-*.parquet, or an s3://BUCKET/PREFIX read in place")
     p.add_argument("--run-id", help="a cloud run (as `campaign run` printed it, or its s3:// URI): its records are downloaded into OUT/records")
     p.add_argument("--prometheus", help="Prometheus base URL for merged-histogram percentiles")
     p.add_argument("--aws", action="store_true", help="pull prices, CloudWatch and Cost Explorer from AWS")

@@ -8,6 +8,7 @@ manifest before any number is computed from it.
 from __future__ import annotations
 
 import json
+import posixpath
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from pathlib import Path
 import duckdb
 
 from analysis.errors import AnalysisError, DigestMismatch, EmptyWindow
+from analysis.sources.locations import RecordsLocation, open_location
 from core.records import RunSummary, split_torn_tail
 
 # The subset of core.records.RequestRecord the analysis needs, with duckdb types.
@@ -49,7 +51,7 @@ class RecordSet:
     """The records of one campaign, loaded into an in-memory duckdb table named `records`."""
 
     con: duckdb.DuckDBPyConnection
-    files: list[Path]
+    files: list[str]  # as duckdb read them: local paths or s3:// URIs
     summaries: dict[str, RunSummary] = field(default_factory=dict)
     torn_tails: list[str] = field(default_factory=list)  # "file: N bytes" left out, see _complete_lines
 
@@ -61,11 +63,11 @@ class RecordSet:
         return int(row[0]) if row else 0
 
 
-def _sql_list(paths: Sequence[Path]) -> str:
+def _sql_list(paths: Sequence[str | Path]) -> str:
     return "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths) + "]"
 
 
-def _scan(jsonl: Sequence[Path], parquet: Sequence[Path], parquet_columns: frozenset[str] = frozenset(COLUMNS)) -> str:
+def _scan(jsonl: Sequence[str], parquet: Sequence[str], parquet_columns: frozenset[str] = frozenset(COLUMNS)) -> str:
     cols = ", ".join(COLUMNS)
     parts = []
     if jsonl:
@@ -83,66 +85,66 @@ def _scan(jsonl: Sequence[Path], parquet: Sequence[Path], parquet_columns: froze
     return " UNION ALL ".join(parts)
 
 
-def find_record_files(records_dir: Path) -> tuple[list[Path], list[Path]]:
-    jsonl = sorted(p for p in records_dir.rglob("records-*.jsonl") if p.is_file() and p.stat().st_size > 0)
-    parquet = sorted(p for p in records_dir.rglob("records-*.parquet") if p.is_file())
-    return jsonl, parquet
+def find_record_files(loc: RecordsLocation) -> tuple[list[str], list[str]]:
+    """(non-empty JSONL, Parquet) record files below the location, as duckdb reads them."""
+    return ([loc.url(p) for p in loc.find("records-*.jsonl", non_empty=True)],
+            [loc.url(p) for p in loc.find("records-*.parquet")])
 
 
-def _load_summaries(records_dir: Path) -> dict[str, RunSummary]:
+def _load_summaries(loc: RecordsLocation) -> dict[str, RunSummary]:
     out: dict[str, RunSummary] = {}
-    for p in sorted(records_dir.rglob("*summary*.json")):
+    for p in loc.find("*summary*.json"):
         try:
-            data = json.loads(p.read_text(encoding="utf-8"))
+            data = json.loads(loc.read_bytes(p).decode("utf-8"))
             s = RunSummary(**data)
         except (OSError, ValueError, TypeError) as exc:
-            raise AnalysisError(f"{p}: not a RunSummary: {exc}") from None
-        out[f"{s.fleet}:{p.name}"] = s
+            raise AnalysisError(f"{loc.url(p)}: not a RunSummary: {exc}") from None
+        out[f"{s.fleet}:{posixpath.basename(p)}"] = s
     return out
 
 
-def _complete_lines(jsonl: Sequence[Path], scratch: Path, records_dir: Path) -> tuple[list[Path], list[str]]:
+def _complete_lines(loc: RecordsLocation, jsonl: Sequence[str], scratch: Path) -> tuple[list[str], list[str]]:
     """A file that does not end with a newline was cut mid-write (core.records.split_torn_tail).
-    Its complete lines are read from a copy; the
-    partial tail is left out and named (relative to `records_dir`: the name lands in reports),
-    and the evidence file itself is never modified."""
-    out: list[Path] = []
+    Its complete lines are read from a local copy; the partial tail is left out and named
+    (relative to the location: the name lands in reports), and the evidence file itself is
+    never modified."""
+    out: list[str] = []
     torn: list[str] = []
-    for i, p in enumerate(jsonl):
-        with p.open("rb") as fh:
-            fh.seek(-1, 2)
-            if fh.read(1) == b"\n":
-                out.append(p)
-                continue
-            data = p.read_bytes()
-        complete, cut = split_torn_tail(data)
-        torn.append(f"{p.relative_to(records_dir).as_posix()}: {cut} bytes after the last complete record")
+    for i, url in enumerate(jsonl):
+        path = url[len(loc.scheme):]
+        if loc.last_byte(path) == b"\n":
+            out.append(url)
+            continue
+        complete, cut = split_torn_tail(loc.read_bytes(path))
+        torn.append(f"{loc.relative(path)}: {cut} bytes after the last complete record")
         if complete:
-            copy = scratch / f"{i}-{p.name}"
+            copy = scratch / f"{i}-{posixpath.basename(path)}"
             copy.write_bytes(complete)
-            out.append(copy)
+            out.append(str(copy))
     return out, torn
 
 
 def load_records(records_dir: str | Path, manifest_digest: str, *, threads: int | None = None) -> RecordSet:
-    """Load every record file under `records_dir`; refuse records from another manifest.
+    """Load every record file under `records_dir` (a directory, or an s3://bucket/prefix read in
+    place: analysis.sources.locations); refuse records from another manifest.
 
     Raises EmptyWindow when there is nothing to measure and DigestMismatch naming the
     first offending file, so a report can never be built from mixed or absent evidence.
     """
-    d = Path(records_dir)
-    if not d.is_dir():
-        raise EmptyWindow(f"records directory {d} does not exist")
-    jsonl, parquet = find_record_files(d)
+    loc = open_location(records_dir)
+    d = loc.url(loc.root)
+    jsonl, parquet = find_record_files(loc)
     if not jsonl and not parquet:
         raise EmptyWindow(f"no records-*.jsonl or records-*.parquet files under {d}: the campaign window is empty")
     con = duckdb.connect(":memory:")
+    loc.register(con)
     if threads:
         con.execute(f"SET threads = {int(threads)}")
-    # Parquet is already columnar: a view scans it in parallel on demand. JSON is parsed once into a table.
-    kind = "TABLE" if jsonl else "VIEW"
+    # Local Parquet is already columnar: a view scans it in parallel on demand. JSON, and
+    # anything on S3 (one read, not one per query), is read once into a table.
+    kind = "TABLE" if jsonl or loc.remote else "VIEW"
     with tempfile.TemporaryDirectory(prefix="records-") as scratch:
-        readable, torn = _complete_lines(jsonl, Path(scratch), d)
+        readable, torn = _complete_lines(loc, jsonl, Path(scratch))
         if not readable and not parquet:
             raise EmptyWindow(f"record files under {d} hold no complete record: the campaign window is empty")
         try:
@@ -152,11 +154,9 @@ def load_records(records_dir: str | Path, manifest_digest: str, *, threads: int 
                 per_file = con.execute(f"SELECT file_name, list(name) FROM parquet_schema({_sql_list(parquet)}) GROUP BY ALL").fetchall()
                 have |= frozenset.intersection(*(frozenset(names) for _, names in per_file)) & LATER_COLUMNS
             scan = _scan(readable, parquet, have)
-            con.execute(f"CREATE TABLE raw AS {scan}" if readable else f"CREATE VIEW raw AS {scan}")
+            con.execute(f"CREATE {kind} raw AS {scan}")
         except duckdb.Error as exc:
             raise AnalysisError(f"cannot read records under {d}: {exc}") from None
-        if not readable:
-            kind = "VIEW"
     bad = con.execute(
         "SELECT filename, coalesce(manifest_digest, '<missing>'), count(*) FROM raw "
         "WHERE manifest_digest IS DISTINCT FROM ? GROUP BY ALL ORDER BY 1 LIMIT 1",
@@ -165,7 +165,7 @@ def load_records(records_dir: str | Path, manifest_digest: str, *, threads: int 
     if bad:
         raise DigestMismatch(str(bad[0]), str(bad[1]), manifest_digest, int(bad[2]))
     con.execute(f"ALTER {kind} raw RENAME TO records")  # no copy
-    rs = RecordSet(con, [*jsonl, *parquet], _load_summaries(d), torn)
+    rs = RecordSet(con, [*jsonl, *parquet], _load_summaries(loc), torn)
     if rs.count() == 0:
         raise EmptyWindow(f"record files under {d} hold no records: the campaign window is empty")
     return rs

@@ -1,0 +1,180 @@
+"""The analysis's large-sample paths (issue 31) against their definitions.
+
+Each fast path is checked against a slow one that is obviously right: the windowed binomial
+CDF against the full table, the partial-sort order statistics against a full sort, the
+normal interval of a sum against the bootstrap, the sorted-starts peak against a brute-force
+sweep, and the grouped measure against per-record Python sums.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from analysis import goodput, intervals
+from analysis.sources.records import load_records
+from core import stats
+from core.records import ERROR_OUTCOMES
+from tests.analysis.synth import manifest, rec, write_jsonl
+
+
+@pytest.mark.parametrize("n", [1, 2, 20, 71, 72, 100, 500, 3_000, 40_000])
+def test_windowed_ranks_equal_the_full_binomial_table(n: int) -> None:
+    """quantile_ranks sums the CDF over +-12 sd only; the full table (binom_cdf_table) gives the same ranks."""
+    cdf = stats.binom_cdf_table(n, 0.95)
+    alpha = 0.05
+
+    def F(k: int) -> float:
+        return 0.0 if k < 0 else 1.0 if k >= n else cdf[k]
+
+    low = sum(1 for k in range(n) if F(k) <= alpha / 2)  # ranks r with F(r-1) <= alpha/2: 1..low
+    high = next((k + 1 for k in range(n + 1) if F(k) >= 1 - alpha / 2), n + 1)
+    lo, hi, cov = stats.quantile_ranks(n, 0.95)
+    assert (lo, hi) == (low, min(high, n + 1))
+    assert cov == pytest.approx(F(hi - 1) - F(lo - 1), abs=1e-8)  # the full table sums n terms of rounding
+
+
+def test_window_of_a_large_binomial_is_narrow_and_holds_its_mass() -> None:
+    n = 5_000_000
+    k0, cdf = stats.binom_cdf_window(n, 0.95)
+    assert len(cdf) < 20_000  # O(sqrt(n)) terms, not n
+    assert cdf[0] < 1e-25 and cdf[-1] == pytest.approx(1.0, abs=1e-12)
+    lo, hi, cov = stats.quantile_ranks(n, 0.95)
+    assert k0 < lo < n * 0.95 < hi < n and cov >= 0.95
+
+
+def test_unsorted_interval_equals_the_sorted_one() -> None:
+    rng = np.random.default_rng(3)
+    for n in (1, 5, 71, 72, 1_000, 25_000):
+        x = rng.lognormal(0.0, 1.0, n).round(3)  # ties included
+        assert stats.quantile_ci_unsorted(x) == stats.quantile_ci(sorted(x.tolist()))
+    assert stats.quantile_ci_unsorted(np.array([], dtype=np.float64)).n == 0
+
+
+def _tokens(values: list[int], copies: int) -> np.ndarray:
+    return np.tile(np.asarray(values, dtype=np.float64), copies)
+
+
+def test_normal_interval_agrees_with_the_bootstrap_at_the_switch(recorded_tokens: list[int]) -> None:
+    """On recorded per-request successful tokens (a real emulated run, tests/analysis/data), at
+    the sample size where sum_ci switches method, the two intervals' ends differ by less than
+    the bootstrap's own Monte Carlo noise (the spread of its ends over seeds)."""
+    x = _tokens(recorded_tokens, stats.BOOTSTRAP_MAX_N // len(recorded_tokens) + 1)
+    normal = stats.normal_sum_ci(len(x), float(x.sum()), float(x.var()))
+    assert normal is not None
+    boots = [stats.bootstrap_sum_ci(x, seed=s) for s in range(8)]
+    ends = np.array([b for b in boots if b is not None])
+    noise = ends.std(axis=0, ddof=1)
+    mean = ends.mean(axis=0)
+    for i in (0, 1):
+        assert abs(normal[i] - mean[i]) < 3 * noise[i] + 1e-9, (normal, mean, noise)
+    # and the switch is where the module says
+    small = stats.sum_ci(stats.BOOTSTRAP_MAX_N, 1.0, 1.0, lambda: x[: stats.BOOTSTRAP_MAX_N])
+    large = stats.sum_ci(len(x), float(x.sum()), float(x.var()), lambda: pytest.fail("the normal interval reads no sample"))
+    assert small is not None and "bootstrap" in small.method
+    assert large is not None and "normal" in large.method and (large.low, large.high) == pytest.approx(normal)
+
+
+def test_bootstrap_is_seeded_and_vectorized_in_blocks() -> None:
+    x = np.arange(50_000, dtype=np.float64) % 97  # 50,000 x 1,000 draws: several blocks
+    a, b = stats.bootstrap_sum_ci(x), stats.bootstrap_sum_ci(x)
+    assert a == b and a is not None
+    assert a[0] < x.sum() < a[1]
+    assert stats.bootstrap_sum_ci(x, seed=1) != a
+
+
+def _brute_peak(spans: list[tuple[float, float]]) -> int:
+    events = sorted([(t0, 1) for t0, _ in spans] + [(t1, -1) for _, t1 in spans], key=lambda e: (e[0], e[1]))
+    level = peak = 0
+    for _, d in events:
+        level += d
+        peak = max(peak, level)
+    return peak
+
+
+def test_peak_in_flight_equals_a_brute_force_sweep(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    m = manifest(manifest_data)
+    rng = random.Random(5)
+    recs, spans = [], []
+    for i in range(400):
+        sched = float(rng.randrange(0, 60))  # whole seconds: many ties between starts and ends
+        e2e = float(rng.randrange(1, 8))
+        lag = rng.choice([0.0, 0.0, 1.0])
+        r = rec(m, "g6", i, scheduled=sched, e2e=e2e)
+        r.send_lag_s = lag
+        recs.append(r)
+        if sched + e2e > sched + lag:
+            spans.append((sched + lag, sched + e2e))
+    write_jsonl(tmp_path / "records-g6-w0.jsonl", recs)
+    rs = load_records(tmp_path, m.digest)
+    assert goodput.peak_in_flight(rs) == {"g6": _brute_peak(spans)}
+
+
+def test_grouped_measure_equals_per_record_sums(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    m = manifest(manifest_data)
+    rng = random.Random(9)
+    outcomes = ["ok"] * 6 + sorted(ERROR_OUTCOMES) + ["quality_fail", "no_text", "not_sent"]
+    recs = []
+    for i in range(600):
+        outcome = rng.choice(outcomes)
+        ttft = None if outcome != "ok" and rng.random() < 0.5 else rng.uniform(0.05, 3.0)
+        r = rec(m, "inf2" if i % 3 else "g6", i, scheduled=i * 0.1 + rng.random(), ttft=ttft, itl=rng.choice([None, rng.uniform(0.01, 0.2)]),
+                tokens=rng.randrange(1, 400), server_tokens=rng.choice([None, rng.randrange(1, 400)]), outcome=outcome,
+                warmup=i < 30, slo_ok=rng.random() < 0.5)
+        recs.append(r)
+    write_jsonl(tmp_path / "records-w0.jsonl", recs)
+    rs = load_records(tmp_path, m.digest)
+    ttft_slo, itl_slo = 1.5, 0.1
+    got = goodput.measure_fleets(rs, ttft_slo, itl_slo, percentiles=False)
+    for fleet in ("inf2", "g6"):
+        mine = [r for r in recs if r.fleet == fleet]
+        live = [r for r in mine if not r.warmup]
+        ok = [r for r in live if r.outcome == "ok"]
+
+        def met(r: Any) -> bool:
+            return r.ttft_s is not None and r.ttft_s <= ttft_slo and (r.itl_s is None or r.itl_s <= itl_slo)
+
+        def tok(r: Any) -> int:
+            return r.server_output_tokens if r.server_output_tokens is not None else r.client_output_tokens
+
+        sent = sorted(r.scheduled_s for r in live if r.outcome != "not_sent")
+        fm = got[fleet]
+        assert (fm.requests, fm.warmup_excluded, fm.completed_ok) == (len(live), len(mine) - len(live), len(ok))
+        assert fm.errors == sum(r.outcome in ERROR_OUTCOMES for r in live)
+        assert (fm.quality_failed, fm.no_text) == (sum(r.outcome == "quality_fail" for r in live), sum(r.outcome == "no_text" for r in live))
+        assert fm.not_sent == sum(r.outcome == "not_sent" for r in live)
+        assert fm.successful_requests == sum(met(r) for r in ok) and fm.slo_violations == sum(not met(r) for r in ok)
+        assert fm.successful_output_tokens == sum(tok(r) for r in ok if met(r))
+        assert fm.completed_output_tokens == sum(tok(r) for r in ok)
+        assert fm.slo_verdict_disagreements == sum(met(r) != r.slo_ok for r in ok)
+        assert fm.window_start_s == sent[0]
+        assert fm.window_end_s == pytest.approx(sent[0] + (sent[-1] - sent[0]) * len(sent) / (len(sent) - 1))
+
+
+def test_a_capacity_interval_is_computed_once_per_step_and_slo(
+    tmp_path: Path, manifest_data: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The sensitivity grid re-reads the intervals of cells that keep the SLO: the successful
+    tokens' interval of a step runs once per (fleet, SLO), not once per cell."""
+    from analysis.report import build_report
+
+    m = manifest(manifest_data)
+    for fleet in (f.name for f in m.fleets):
+        write_jsonl(tmp_path / "rec" / f"records-{fleet}-w0.jsonl",
+                    [rec(m, fleet, i, ttft=0.2 + (i % 10) / 100, tokens=100 + i % 50) for i in range(200)])
+    calls: list[tuple[str, float, float]] = []
+    real = intervals.successful_tokens_ci
+
+    def counting(rs: Any, fleet: str, ttft: float, itl: float) -> stats.SumInterval | None:
+        calls.append((fleet, ttft, itl))
+        return real(rs, fleet, ttft, itl)
+
+    monkeypatch.setattr(intervals, "successful_tokens_ci", counting)
+    rep = build_report(m, tmp_path / "rec", out_dir=tmp_path / "out", with_pages=False)
+    assert rep.sensitivity is not None and len(rep.sensitivity.cells) > 5
+    assert calls and len(calls) == len(set(calls))  # each (fleet, SLO) once
+    assert len(calls) <= len(m.fleets) * 3  # the base SLO and the grid's two SLO cells
