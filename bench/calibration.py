@@ -1,6 +1,8 @@
 """How far the emulator is from published measurements: every row replayed in simulated time.
 
-    python bench/calibration.py [--rows CSV] [--json]     # predicted vs published, per row and metric
+    python bench/calibration.py [--rows CSV] [--json]     # in sample: the committed fit vs every row
+    python bench/calibration.py --loso [--json]           # out of sample: each configuration left out in turn
+    python bench/calibration.py --loso source             # ... or each source (one published file) left out
     python bench/calibration.py --fit                     # refit data/calibration/efficiency.json
 
 Each row of the CSV (data/calibration/published.csv by default; columns in its SOURCES.md) is a
@@ -10,10 +12,18 @@ emulated server with its calibration group's fitted efficiencies and replayed th
 emulator's own engine (runtime/emulator/simulate.py); output tok/s, mean TTFT and mean ITL are
 compared with the published figures.
 
-`--fit` derives each group's efficiencies from its single-user rows only (synchronous or
-concurrency 1): ITL = weights / (bandwidth x e_bw) + step overhead, by least squares over the
-rows' different bandwidths; TTFT = 2 x params x padded prompt / (FLOP/s x e_c) + overheads,
-likewise. Rows under load are never fitted: they are the test.
+`--fit` is physics with few free parameters, fitted on single-user rows only (rows under load
+are never fitted: they are the test). Per vendor family (every stack on Inferentia2 shares them,
+every stack on NVIDIA GPUs shares theirs): one bandwidth fraction and one per-step overhead
+(ITL = bytes a decode step reads / (peak bandwidth x fraction) + overhead) and one compute
+fraction (TTFT = prefill FLOPs / (peak FLOP/s x fraction) + overhead + request overhead); per
+serving stack only the per-request host overhead. Each fraction is bounded by the published
+range in PHYSICS (sources there) and, where the rows cannot tell two parameters apart (one TP
+degree only), held near the middle of that range by a weak prior. `--loso` refits with this same
+fit() on all rows but one configuration (or source) and predicts the rows left out: the
+out-of-sample error, which the README quotes first and `--fit` stores with each group for
+`campaign plan` to print. Rows marked `use=test` are never fitted: published measurements kept
+unseen, reported apart.
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import random
 import statistics
 import sys
@@ -36,6 +47,7 @@ from core import catalog  # noqa: E402
 from core.manifest import ResolvedEfficiency  # noqa: E402
 from core.roofline import Roofline  # noqa: E402
 from core.scheduling import POLICIES, policy_for  # noqa: E402
+from runtime.emulator.engine import Engine, EngineSeq  # noqa: E402
 from runtime.emulator.simulate import Load, Sizes, simulate  # noqa: E402
 from runtime.emulator.timing import TimingModel  # noqa: E402
 
@@ -45,16 +57,19 @@ METRICS = ("output_tok_s", "ttft_ms", "itl_ms")
 REQUIRED = ("id", "source", "date", "instance_type", "serving_stack", "tensor_parallel", "replicas_per_instance", "max_num_seqs",
             "params_b", "weights_precision", "input_tokens", "output_tokens", "load_kind", "load_value", "output_tok_s",
             "ttft_ms", "itl_ms", "statistic")  # fmt: skip
+# Optional columns: requests_per_s and request_latency_s (as published, or derived as SOURCES.md
+# says) give the load a row really held; use = fit (default) or test (never fitted).
 # Llama-3-8B's attention shape: every published row is a Llama-3/3.1-8B measurement. A row for
 # another model needs these columns (optional: layers, kv_heads, head_dim).
 LLAMA3_8B_SHAPE = {"layers": 32, "kv_heads": 8, "head_dim": 128}
 
-LOAD_SHORTFALL = 0.8  # below this share of the stated load a row is reported as not matchable
+LOAD_SHORTFALL = 0.8  # below this share of the stated load a row did not hold its load (Little's law)
 
 # Which fitted group a stack's rows belong to. TGI on Neuron ran optimum-neuron v0.1.0's HLO backend,
 # vLLM on Neuron its NxD backend (data/calibration/SOURCES.md), so they are fitted apart.
 GROUP_OF_STACK = {"vllm-neuron": "neuron-nxd", "tgi-neuron": "neuron-hlo-tgi", "vllm": "nvidia-vllm", "vllm-v0": "nvidia-vllm",
                   "tgi": "nvidia-tgi", "tensorrt-llm": "nvidia-tensorrt-llm"}  # fmt: skip
+USES = ("fit", "test")
 
 
 class RowError(ValueError):
@@ -82,6 +97,10 @@ class Row:
     distribution: str  # how lengths vary around the means: uniform +- spread, or normal (spread = stddev)
     load: Load
     published: dict[str, float]
+    source: str = ""
+    requests_per_s: float | None = None  # completed requests/s over the measurement
+    request_latency_s: float | None = None  # mean end-to-end latency of a request
+    use: str = "fit"
 
     @property
     def vendor(self) -> str:
@@ -91,23 +110,51 @@ class Row:
     def group(self) -> str:
         return GROUP_OF_STACK[self.serving_stack]
 
-    def load_shortfall(self) -> str | None:
-        """Little's law on the published figures: did the load generator hold the stated load?
-
-        requests in flight = completion rate x mean latency, with completion rate = output tok/s
-        / output tokens and latency = TTFT + (output tokens - 1) x ITL. Far below the stated
-        users (or the stated rate) means the measurement is not of that load, so no model of the
-        server can match it.
-        """
+    def in_flight(self) -> float:
+        """Little's law on the published figures: requests in flight on average = completion
+        rate x mean latency. From the published requests/s and request latency when the row has
+        them; else completion rate = output tok/s / output tokens and latency = TTFT + (output
+        tokens - 1) x ITL."""
         p = self.published
-        rate = p["output_tok_s"] / self.output_tokens
+        rate = self.requests_per_s if self.requests_per_s is not None else p["output_tok_s"] / self.output_tokens
+        latency = self.request_latency_s if self.request_latency_s is not None else (p["ttft_ms"] + (self.output_tokens - 1) * p["itl_ms"]) / 1000
+        return rate * latency
+
+    @property
+    def held_load(self) -> Load:
+        """The load to replay: the stated one, or, for a closed loop whose users held fewer
+        requests in flight than their number, the same users each waiting the think time that
+        explains the published rate: users / rate - latency (so the replay holds what the
+        measurement held). Needs the published requests/s and latency."""
+        base = self.load
+        if base.kind == "rate" or self.requests_per_s is None or self.request_latency_s is None:
+            return base
+        think = base.users / self.requests_per_s - self.request_latency_s
+        return Load(base.kind, base.value, round(think, 3)) if think > 0.001 else base
+
+    def load_shortfall(self) -> str | None:
+        """Did the load generator hold the stated load? None when it did (or when the row is
+        replayed at the load it held); else why no server model can match the row."""
         if self.load.kind == "rate":
+            rate = self.requests_per_s if self.requests_per_s is not None else self.published["output_tok_s"] / self.output_tokens
             share = rate / self.load.value
-            what = f"completed {rate:.2f} req/s of the {self.load.value:g} offered"
-        else:
-            share = rate * (p["ttft_ms"] + (self.output_tokens - 1) * p["itl_ms"]) / 1000 / self.load.users
-            what = f"{share * self.load.users:.1f} requests in flight on average, not {self.load.users}"
-        return f"Little's law: {what}" if share < LOAD_SHORTFALL else None
+            return f"Little's law: completed {rate:.2f} req/s of the {self.load.value:g} offered" if share < LOAD_SHORTFALL else None
+        held = self.in_flight()
+        if held >= LOAD_SHORTFALL * self.load.users or self.held_load.think_s > 0:
+            return None
+        return f"Little's law: {held:.1f} requests in flight on average, not {self.load.users}"
+
+    def held_note(self) -> str | None:
+        """Said of a row replayed at the load it held rather than the one it stated."""
+        think = self.held_load.think_s
+        if think <= 0 or (self.load.users == 1 and think < 1):
+            return None
+        return f"held {self.in_flight():.1f} of {self.load.users} users in flight: replayed with {think:.2f} s think time"
+
+    @property
+    def source_key(self) -> str:
+        """The published file a row comes from: its source up to the row or column it names."""
+        return " ".join(self.source.split()[:2])
 
     @property
     def configuration(self) -> tuple[object, ...]:
@@ -118,6 +165,11 @@ class Row:
     @property
     def single_user(self) -> bool:
         return self.load.users == 1 and self.load.kind != "rate"
+
+    @property
+    def fitted(self) -> bool:
+        """Whether fit() may use the row (a single-user row not kept unseen)."""
+        return self.single_user and self.use == "fit"
 
     def sizes(self, seed: int = 0) -> Sizes:
         """Request lengths as the row's load generator drew them (fixed seed: reproducible)."""
@@ -235,6 +287,10 @@ def _row(raw: dict[str, str], line: int) -> Row:
     if max_len < inp + out:
         raise RowError(f"line {line}: column 'max_model_len': {max_len} < input + output tokens ({inp + out})")
     buckets = _buckets(raw, line, max_len)
+    held = [_num(raw, c, line, float) if (raw.get(c) or "").strip() else None for c in ("requests_per_s", "request_latency_s")]
+    use = (raw.get("use") or "fit").strip()
+    if use not in USES:
+        raise RowError(f"line {line}: column 'use': {use!r} is not {' or '.join(USES)}")
     return Row(
         line=line, id=rid, instance_type=it, serving_stack=stack, tensor_parallel=tp, replicas=replicas,
         max_num_seqs=_num(raw, "max_num_seqs", line, int), max_model_len=max_len, buckets=buckets, params_b=_num(raw, "params_b", line, float),
@@ -242,7 +298,8 @@ def _row(raw: dict[str, str], line: int) -> Row:
         kv_bytes_per_token=2.0 * shape["layers"] * shape["kv_heads"] * shape["head_dim"] * 2,  # BF16 KV cache
         input_tokens=inp, output_tokens=out, input_spread=spreads[0], output_spread=spreads[1], distribution=distribution,
         load=Load(kind, value),  # type: ignore[arg-type]
-        published={m: _num(raw, m, line, float) for m in METRICS},
+        published={m: _num(raw, m, line, float) for m in METRICS}, source=raw["source"].strip(),
+        requests_per_s=held[0], request_latency_s=held[1], use=use,
     )  # fmt: skip
 
 
@@ -263,42 +320,169 @@ def _buckets(raw: dict[str, str], line: int, max_len: int) -> tuple[int, ...]:
 # --- fitting ----------------------------------------------------------------------------------
 
 
-def _line_fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
-    """Least-squares slope and intercept (>= 0); through the origin when all xs are equal."""
-    if len({round(x, 9) for x in xs}) < 2:
-        return sum(x * y for x, y in zip(xs, ys, strict=True)) / sum(x * x for x in xs), 0.0
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
-    intercept = my - slope * mx
-    if intercept < 0:
-        return sum(x * y for x, y in zip(xs, ys, strict=True)) / sum(x * x for x in xs), 0.0
-    return slope, intercept
+@dataclass(frozen=True)
+class Range:
+    """A published range for one efficiency of one vendor family: the fit stays within it, and
+    where the rows cannot pin the parameter down a weak prior holds it near the geometric middle."""
+
+    low: float
+    high: float
+    sources: tuple[str, ...]
+
+    @property
+    def prior(self) -> float:
+        return math.sqrt(self.low * self.high)
+
+
+RETRIEVED = "retrieved 2026-12-04"
+_ROOFLINE_RULE = (
+    "https://www.open-source-ai.tech/glossary/model-bandwidth-utilization: 'Real systems land around 60 to 85 percent' of peak "
+    f"bandwidth in decode, 'a rule of thumb rather than a published constant' ({RETRIEVED})"
+)
+_A100_MBU = (
+    "https://johnmusgrave.com/p/vllm-throughput-latency-sweep-on: vLLM, Llama-3.1-8B-Instruct BF16 on one A100 40GB, batch-1 "
+    f"decode 'roughly 77% of the GPU's memory-bandwidth ceiling' ({RETRIEVED})"
+)
+_NEURON_BS1 = (
+    "huggingface/optimum-neuron@55ecce60 docs/source/benchmarks/inferentia-llama3.1-8b.mdx and docs/assets/benchmarks/"
+    "inferentia-llama3.1-8b/latency.png, ttft.png (2025-06-04): Llama-3.1-8B on inf2.48xlarge, TP=8, sequence length 4096, "
+    "batch 1: 10-11 ms per token and 0.3 s to the first token for 512-1792 prompt tokens. One decode step streams the "
+    "16.06 GB of weights plus 4,096 tokens of KV over 8 x 410 GiB/s in 4.7 ms at full bandwidth: the fraction is at "
+    "least 4.7 / 10.5 = 0.45; one 4,096-token context pass is 65.8 TFLOP, 87 ms at the 760 TFLOPS of 8 NeuronCores: "
+    "at least 87 / 300 = 0.29 of it"
+)
+_PALM_MFU = (
+    "Pope et al., 'Efficiently Scaling Transformer Inference', arXiv:2211.05102 (2022): 76% model FLOPs utilization "
+    "during large-batch prefill of PaLM 540B on TPU v4, the highest published prefill figure found; an upper bound here"
+)
+_FLOOR = "lower bound 0.2: no published floor; it keeps a fit on few rows off zero"
+PHYSICS: dict[str, dict[str, Range]] = {
+    "aws-neuron": {
+        "bandwidth": Range(0.45, 0.85, (_NEURON_BS1, "upper bound 0.85: " + _ROOFLINE_RULE)),
+        "compute": Range(0.29, 0.76, (_NEURON_BS1, _PALM_MFU)),
+    },
+    "nvidia": {
+        "bandwidth": Range(0.60, 0.85, (_ROOFLINE_RULE, _A100_MBU)),
+        "compute": Range(0.20, 0.76, (_FLOOR, _PALM_MFU)),
+    },
+}
+STEP_OVERHEAD_MS = (0.0, 15.0)  # per decode/prefill step, host side (scheduling, sampling); bounds only
+REQUEST_OVERHEAD_MS = (0.0, 500.0)  # per request, before the scheduler sees it (HTTP, tokenization, routing)
+LOG_SIGMA = 0.1  # a row's error, in log units (about 10%), that weighs as much as ...
+PRIOR_SIGMA = 0.5  # ... this distance of a fraction from its prior (a factor of 1.65)
+GRID_STEP = 0.0025
+
+
+def _grid(r: Range) -> list[float]:
+    n = round((r.high - r.low) / GRID_STEP)
+    return [r.low + i * (r.high - r.low) / n for i in range(n + 1)]
+
+
+def _prior_cost(value: float, r: Range) -> float:
+    return ((math.log(value) - math.log(r.prior)) / PRIOR_SIGMA) ** 2
+
+
+def _log_cost(predicted: float, published: float) -> float:
+    return (math.log(max(predicted, 1e-9) / published) / LOG_SIGMA) ** 2
+
+
+def _clip(x: float, bounds: tuple[float, float]) -> float:
+    return min(max(x, bounds[0]), bounds[1])
+
+
+def _offset(residuals: list[tuple[float, float]], bounds: tuple[float, float]) -> float:
+    """The constant that best fits (residual, published) pairs in relative terms, within bounds
+    (the fit's cost is in log terms; for the errors that matter the two agree)."""
+    w = [1 / y**2 for _, y in residuals]
+    return _clip(sum(wi * r for wi, (r, _) in zip(w, residuals, strict=True)) / sum(w), bounds)
+
+
+_UNIT = ResolvedEfficiency(1.0, 1.0, 0.0, 0.0, "probe")
+_NO_MEMORY = ResolvedEfficiency(1e12, 1.0, 0.0, 0.0, "probe")
+_NO_COMPUTE = ResolvedEfficiency(1.0, 1e12, 0.0, 0.0, "probe")
+
+
+def decode_read_s(r: Row) -> float:
+    """One single-user decode step's memory time at full bandwidth: weights plus the KV the
+    stack's decode step reads at mid-generation (every compiled slot on a static-shape engine)."""
+    return r.roofline().memory_s(r.timing(_UNIT).decode_kv_tokens([r.input_tokens + r.output_tokens // 2]), 1.0)
+
+
+def prefill_parts_s(r: Row) -> tuple[float, float]:
+    """(memory, compute) seconds of the row's mean prompt's prefill step at full efficiency, as
+    the engine plans it (padded to the compiled bucket on Neuron)."""
+
+    def step(eff: ResolvedEfficiency) -> float:
+        engine = Engine(r.timing(eff))
+        engine.submit(EngineSeq(r.input_tokens, r.output_tokens, 0.0))
+        planned = engine.plan(0.0)
+        assert planned is not None
+        return planned.duration
+
+    return step(_NO_COMPUTE), step(_NO_MEMORY)
+
+
+def _fit_vendor(vendor: str, rs: list[Row]) -> dict[str, Any]:
+    """Bandwidth fraction and step overhead from the rows' ITL, then the compute fraction and each
+    stack's request overhead from their TTFT: bounded, least squares in log error, plus the prior."""
+    ranges = PHYSICS[vendor]
+    dec = [(decode_read_s(r), r.published["itl_ms"] / 1000) for r in rs]
+    best: tuple[float, float, float] | None = None
+    for e in _grid(ranges["bandwidth"]):
+        s = _offset([(y - x / e, y) for x, y in dec], (STEP_OVERHEAD_MS[0] / 1000, STEP_OVERHEAD_MS[1] / 1000))
+        cost = sum(_log_cost(x / e + s, y) for x, y in dec) + _prior_cost(e, ranges["bandwidth"])
+        if best is None or cost < best[0]:
+            best = (cost, e, s)
+    assert best is not None
+    _, e_bw, step = best
+    parts = [(prefill_parts_s(r), r.published["ttft_ms"] / 1000, r.group) for r in rs]
+    groups = sorted({g for _, _, g in parts})
+    fit_c: tuple[float, float, dict[str, float]] | None = None
+    req_bounds = (REQUEST_OVERHEAD_MS[0] / 1000, REQUEST_OVERHEAD_MS[1] / 1000)
+    for e_c in _grid(ranges["compute"]):
+        steps = [(max(m / e_bw, c / e_c) + step, y, g) for (m, c), y, g in parts]
+        req = {g: _offset([(y - t, y) for t, y, gg in steps if gg == g], req_bounds) for g in groups}
+        cost = sum(_log_cost(t + req[g], y) for t, y, g in steps) + _prior_cost(e_c, ranges["compute"])
+        if fit_c is None or cost < fit_c[0]:
+            fit_c = (cost, e_c, req)
+    assert fit_c is not None
+    _, e_c, req = fit_c
+    at_bound = [name for name, v in (("bandwidth", e_bw), ("compute", e_c)) if v in (ranges[name].low, ranges[name].high)]
+    return {"bandwidth": round(e_bw, 4), "compute": round(e_c, 4), "step_overhead_ms": round(step * 1000, 2),
+            "request_overhead_ms": {g: round(v * 1000, 1) for g, v in req.items()}, "rows": [r.id for r in rs],
+            "accelerators": sorted({catalog.instance(r.instance_type).accelerator.name for r in rs}), "at_bound": at_bound}  # fmt: skip
+
+
+METHOD = (
+    "bench/calibration.py --fit: per vendor family one bandwidth fraction and one step overhead (ITL of its single-user rows) "
+    "and one compute fraction (their TTFT), each within the published range in PHYSICS; per stack one request overhead"
+)
 
 
 def fit(rows: list[Row]) -> dict[str, Any]:
-    groups: dict[str, list[Row]] = {}
+    """Calibration groups from the single-user rows marked use=fit: every group of a vendor family
+    carries the family's fractions and step overhead and its own request overhead."""
+    by_vendor: dict[str, list[Row]] = {}
     for r in rows:
-        if r.single_user:
-            groups.setdefault(r.group, []).append(r)
+        if r.fitted:
+            by_vendor.setdefault(r.vendor, []).append(r)
     out: dict[str, Any] = {}
-    for name, rs in sorted(groups.items()):
-        unit = ResolvedEfficiency(1.0, 1.0, 0.0, 0.0, "probe")
-        # Decode: one sequence at mid-generation context, reading what the stack's decode step reads.
-        dec_x = [r.roofline().memory_s(r.timing(unit).decode_kv_tokens([r.input_tokens + r.output_tokens // 2]), 1.0) for r in rs]
-        slope_d, step_overhead = _line_fit(dec_x, [r.published["itl_ms"] / 1000 for r in rs])
-        pre_x = [r.roofline().compute_s(r.timing(unit).padded(r.input_tokens), 1.0) for r in rs]
-        slope_p, pre_intercept = _line_fit(pre_x, [r.published["ttft_ms"] / 1000 - step_overhead for r in rs])
-        out[name] = {
-            "vendor": rs[0].vendor,
-            "stacks": sorted({r.serving_stack for r in rs}),
-            "bandwidth": round(min(1.0, 1.0 / slope_d), 4),
-            "compute": round(min(1.0, 1.0 / slope_p), 4),
-            "step_overhead_ms": round(step_overhead * 1000, 2),
-            "request_overhead_ms": round(pre_intercept * 1000, 2),
-            "rows": [r.id for r in rs],
-            "method": "bench/calibration.py --fit: least squares on single-user rows (ITL vs weight+KV read time; "
-            "TTFT vs padded-prompt compute time); intercepts only where the rows span more than one TP degree",
-        }
+    for vendor, rs in sorted(by_vendor.items()):
+        v = _fit_vendor(vendor, rs)
+        for name in sorted({r.group for r in rs}):
+            out[name] = {
+                "vendor": vendor,
+                "stacks": sorted({r.serving_stack for r in rs if r.group == name}),
+                "bandwidth": v["bandwidth"],
+                "compute": v["compute"],
+                "step_overhead_ms": v["step_overhead_ms"],
+                "request_overhead_ms": v["request_overhead_ms"][name],
+                "rows": v["rows"],
+                "accelerators": v["accelerators"],
+                "own_rows": [r.id for r in rs if r.group == name],
+                "at_bound": v["at_bound"],
+                "method": METHOD,
+            }
     return out
 
 
@@ -322,62 +506,141 @@ def ttft_below_synchronous(rows: list[Row]) -> dict[str, str]:
 
 
 def efficiency_of(row: Row, groups: dict[str, Any]) -> ResolvedEfficiency:
+    """The row's group; for a stack no fitted row covers, its vendor family's fractions and step
+    overhead with the median request overhead of the family's other stacks; for a family with no
+    fitted row at all, the middle of each published range and no overheads."""
     g = groups.get(row.group)
-    if g is None:
-        raise RowError(
-            f"line {row.line}: row {row.id!r}: no fitted efficiency for group {row.group!r} (its stack has no single-user row); "
-            "run --fit on a file that has one"
-        )
-    return ResolvedEfficiency(g["bandwidth"], g["compute"], g["step_overhead_ms"], g["request_overhead_ms"], row.group)
+    if g is not None:
+        return ResolvedEfficiency(g["bandwidth"], g["compute"], g["step_overhead_ms"], g["request_overhead_ms"], row.group)
+    kin = [x for x in groups.values() if x["vendor"] == row.vendor]
+    if kin:
+        req = statistics.median(x["request_overhead_ms"] for x in kin)
+        return ResolvedEfficiency(kin[0]["bandwidth"], kin[0]["compute"], kin[0]["step_overhead_ms"], req, f"{row.vendor} family")
+    ranges = PHYSICS[row.vendor]
+    return ResolvedEfficiency(ranges["bandwidth"].prior, ranges["compute"].prior, 0.0, 0.0, f"{row.vendor} prior")
 
 
-def compare(rows: list[Row], groups: dict[str, Any]) -> dict[str, Any]:
+def predict(row: Row, groups: dict[str, Any]) -> dict[str, float]:
+    policy_for(row.serving_stack, row.vendor)
+    summary, _ = simulate(row.timing(efficiency_of(row, groups)), row.held_load, row.sizes())
+    return {"output_tok_s": summary.output_tok_s, "ttft_ms": summary.ttft_s * 1000, "itl_ms": summary.itl_s * 1000}
+
+
+def _agg(fn: Any, sel: list[dict[str, Any]]) -> dict[str, float]:
+    return {m: round(fn([abs(x["rel_error"]) for x in sel if x["metric"] == m]), 4) for m in METRICS if any(x["metric"] == m for x in sel)}
+
+
+def _band(sel: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"median_abs_rel_error": _agg(statistics.median, sel), "max_abs_rel_error": _agg(max, sel),
+            "rows": len({x["id"] for x in sel})}  # fmt: skip
+
+
+def report(rows: list[Row], predicted: dict[str, dict[str, float]], fitted: set[str]) -> dict[str, Any]:
+    """Per row and metric the published and predicted figures; the median and maximum absolute
+    relative error over all rows, per vendor family, over the rows a server model can match and
+    over the rows kept unseen (use=test)."""
     results: list[dict[str, Any]] = []
     unmatchable = {r.id: why for r in rows if (why := r.load_shortfall()) is not None}
     for rid, why in ttft_below_synchronous(rows).items():
         unmatchable[rid] = f"{unmatchable[rid]}; {why}" if rid in unmatchable else why
     for r in rows:
-        policy_for(r.serving_stack, r.vendor)
-        summary, _ = simulate(r.timing(efficiency_of(r, groups)), r.load, r.sizes())
-        predicted = {"output_tok_s": summary.output_tok_s, "ttft_ms": summary.ttft_s * 1000, "itl_ms": summary.itl_s * 1000}
         for metric in METRICS:
-            pub = r.published[metric]
-            results.append({"id": r.id, "vendor": r.vendor, "fitted": r.single_user, "metric": metric, "published": pub,
-                            "predicted": round(predicted[metric], 3), "rel_error": round((predicted[metric] - pub) / pub, 4)})  # fmt: skip
-
-    def agg(fn: Any, sel: list[dict[str, Any]]) -> dict[str, float]:
-        return {m: round(fn([abs(x["rel_error"]) for x in sel if x["metric"] == m]), 4) for m in METRICS if any(x["metric"] == m for x in sel)}
-
+            pub, pred = r.published[metric], predicted[r.id][metric]
+            results.append({"id": r.id, "vendor": r.vendor, "use": r.use, "metric": metric, "published": pub,
+                            "predicted": round(pred, 3), "rel_error": round((pred - pub) / pub, 4)})  # fmt: skip
     matchable = [x for x in results if x["id"] not in unmatchable]
-    by_vendor = {v: {"median_abs_rel_error": agg(statistics.median, [x for x in results if x["vendor"] == v]),
-                     "max_abs_rel_error": agg(max, [x for x in results if x["vendor"] == v])}
-                 for v in sorted({x["vendor"] for x in results})}  # fmt: skip
     return {
         "rows": [{k: x[k] for k in ("id", "metric", "published", "predicted", "rel_error")} for x in results],
-        "median_abs_rel_error": agg(statistics.median, results),
-        "max_abs_rel_error": agg(max, results),
-        "by_vendor": by_vendor,
-        "fitted_rows": sorted({x["id"] for x in results if x["fitted"]}),
+        "median_abs_rel_error": _agg(statistics.median, results),
+        "max_abs_rel_error": _agg(max, results),
+        "by_vendor": {v: _band([x for x in results if x["vendor"] == v]) for v in sorted({x["vendor"] for x in results})},
+        "fitted_rows": sorted(fitted),
         "not_matchable": unmatchable,
-        "matchable_rows": {"median_abs_rel_error": agg(statistics.median, matchable), "max_abs_rel_error": agg(max, matchable)},
+        "held_load": {r.id: note for r in rows if (note := r.held_note()) is not None},
+        "matchable_rows": _band(matchable),
+        "unseen_rows": _band([x for x in results if x["use"] == "test"]),
+        "unseen": sorted(r.id for r in rows if r.use == "test"),
     }
 
 
-def render(report: dict[str, Any], elapsed: float) -> str:
+def compare(rows: list[Row], groups: dict[str, Any]) -> dict[str, Any]:
+    """In sample: every row against one set of groups (the committed fit, or one fitted here)."""
+    fitted = {rid for g in groups.values() for rid in g.get("rows", ())}
+    return report(rows, {r.id: predict(r, groups) for r in rows}, fitted)
+
+
+HOLDOUTS = ("configuration", "source")
+
+
+def holdout_key(row: Row, by: str) -> str:
+    if by == "configuration":
+        return f"{row.instance_type} {row.serving_stack} TP={row.tensor_parallel} x{row.replicas} batch {row.max_num_seqs}"
+    if by == "source":
+        return row.source_key or row.id
+    raise ValueError(f"holdout {by!r} is not one of {', '.join(HOLDOUTS)}")
+
+
+def folds(rows: list[Row], by: str = "configuration") -> dict[str, list[Row]]:
+    out: dict[str, list[Row]] = {}
+    for r in rows:
+        out.setdefault(holdout_key(r, by), []).append(r)
+    return out
+
+
+def loso(rows: list[Row], by: str = "configuration") -> dict[str, Any]:
+    """Out of sample: for each configuration (or source), fit() on every other row and predict
+    the ones left out; rows kept unseen (use=test) are predicted by the fit on all rows, which
+    never sees them either. Same shape as compare(), plus the folds and what each fold's fit was."""
+    predicted: dict[str, dict[str, float]] = {}
+    fold_fits: dict[str, dict[str, Any]] = {}
+    full = fit(rows)
+    for key, held in folds(rows, by).items():
+        train = [r for r in rows if holdout_key(r, by) != key]
+        groups = fit(train)
+        fold_fits[key] = {"rows": [r.id for r in held], "groups": {g: {k: v[k] for k in ("bandwidth", "compute", "step_overhead_ms",
+                          "request_overhead_ms")} for g, v in groups.items()}}  # fmt: skip
+        for r in held:
+            predicted[r.id] = predict(r, groups if r.use == "fit" else full)
+    out = report(rows, predicted, set())
+    out["holdout"] = by
+    out["folds"] = fold_fits
+    return out
+
+
+def out_of_sample_bands(report_: dict[str, Any], groups: dict[str, Any]) -> dict[str, Any]:
+    """Per group, the out-of-sample band of its vendor family's rows, as efficiency.json stores it."""
+    return {name: dict(report_["by_vendor"][g["vendor"]], holdout=report_["holdout"]) for name, g in groups.items()
+            if g["vendor"] in report_["by_vendor"]}  # fmt: skip
+
+
+def render(report_: dict[str, Any], elapsed: float) -> str:
+    out_of_sample = "holdout" in report_
     lines = [f"{'row':28} {'metric':13} {'published':>10} {'predicted':>10} {'error':>8}"]
-    fitted = set(report["fitted_rows"])
-    for x in report["rows"]:
-        mark = "  (fit)" if x["id"] in fitted else "  (not matchable)" if x["id"] in report["not_matchable"] else ""
+    fitted, unseen = set(report_["fitted_rows"]), set(report_["unseen"])
+    for x in report_["rows"]:
+        mark = "  (fit)" if x["id"] in fitted else "  (unseen)" if x["id"] in unseen else ""
+        mark += "  (not matchable)" if x["id"] in report_["not_matchable"] else ""
         lines.append(f"{x['id']:28} {x['metric']:13} {x['published']:10.1f} {x['predicted']:10.1f} {x['rel_error'] * 100:+7.1f}%{mark}")
     lines.append("")
-    for scope, agg in [("all rows", report), *report["by_vendor"].items(), ("matchable", report["matchable_rows"])]:
+    scopes = [("all rows", report_), *report_["by_vendor"].items(), ("matchable", report_["matchable_rows"])]
+    if report_["unseen_rows"]["rows"]:
+        scopes.append(("unseen", report_["unseen_rows"]))
+    for scope, agg in scopes:
         med, worst = agg["median_abs_rel_error"], agg["max_abs_rel_error"]
         lines.append(f"{scope:12} " + "  ".join(f"{m}: median {med[m] * 100:.1f}% max {worst[m] * 100:.1f}%" for m in METRICS))
-    if report["not_matchable"]:
+    if report_["held_load"]:
+        lines.append("")
+        lines.append("rows replayed at the load they held (Little's law on their published requests/s and latency):")
+        lines += [f"  {rid}: {why}" for rid, why in report_["held_load"].items()]
+    if report_["not_matchable"]:
         lines.append("")
         lines.append("rows no server model can match, by their own published figures:")
-        lines += [f"  {rid}: {why}" for rid, why in report["not_matchable"].items()]
-    lines.append(f"targets: median <= 15%, max <= 30% per metric; (fit) rows were used to fit the efficiencies. {elapsed:.1f} s")
+        lines += [f"  {rid}: {why}" for rid, why in report_["not_matchable"].items()]
+    if out_of_sample:
+        lines.append(f"out of sample: each {report_['holdout']} left out of the fit in turn ({len(report_['folds'])} folds); "
+                     f"unseen rows (use=test) are never fitted. {elapsed:.1f} s")  # fmt: skip
+    else:
+        lines.append(f"in sample: (fit) rows were used to fit the efficiencies; `--loso` gives the out-of-sample error. {elapsed:.1f} s")
     return "\n".join(lines)
 
 
@@ -386,6 +649,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", type=Path, default=DEFAULT_ROWS, help="CSV of published rows (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
     p.add_argument("--fit", action="store_true", help=f"fit the efficiencies on the rows and write {EFFICIENCY_FILE.relative_to(ROOT)}")
+    p.add_argument("--loso", nargs="?", const="configuration", choices=HOLDOUTS,
+                   help="out of sample: leave each configuration (default) or source out of the fit in turn and predict it")  # fmt: skip
     p.add_argument("--efficiency", type=Path, default=EFFICIENCY_FILE, help="fitted efficiencies to compare with (default: %(default)s)")
     a = p.parse_args(argv)
     t0 = time.perf_counter()
@@ -393,17 +658,24 @@ def main(argv: list[str] | None = None) -> int:
         rows = read_rows(a.rows)
         if a.fit:
             groups = fit(rows)
+            oos = loso(rows)
+            for name, band in out_of_sample_bands(oos, groups).items():
+                groups[name]["out_of_sample"] = band
             src = a.rows.resolve()
             name = str(src.relative_to(ROOT)) if src.is_relative_to(ROOT) else src.name
-            a.efficiency.write_text(json.dumps({"source": name, "groups": groups}, indent=2) + "\n")
+            physics = {v: {k: {"low": r.low, "high": r.high, "prior": round(r.prior, 4), "sources": list(r.sources)} for k, r in rs.items()}
+                       for v, rs in PHYSICS.items()}  # fmt: skip
+            a.efficiency.write_text(json.dumps({"source": name, "physics": physics, "groups": groups}, indent=2) + "\n")
             print(f"wrote {a.efficiency}")
+        if a.loso:
+            out = loso(rows, a.loso)
         else:
-            groups = json.loads(a.efficiency.read_text())["groups"] if a.efficiency.is_file() else fit(rows)
-        report = compare(rows, groups)
+            groups = json.loads(a.efficiency.read_text())["groups"] if a.efficiency.is_file() and not a.fit else fit(rows)
+            out = compare(rows, groups)
     except RowError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(report, indent=2) if a.json else render(report, time.perf_counter() - t0))
+    print(json.dumps(out, indent=2) if a.json else render(out, time.perf_counter() - t0))
     return 0
 
 

@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from core.errors import CampaignError
 from core.shipped import shipped_path
@@ -54,9 +55,10 @@ INFERENTIA2 = Accelerator(
     shards_per_device=2,
     tdp_watts=None,
     sources=(
-        "AWS Neuron docs, Inferentia2 architecture (latest and v2.29.1): 32 GiB HBM, 820 GiB/sec, "
-        "2 NeuronCores-v2 and 190 FP16/BF16 TFLOPS per chip: https://awsdocs-neuron.readthedocs-hosted.com/"
-        "en/latest/general/arch/neuron-hardware/inferentia2.html",
+        "AWS Neuron docs, Inferentia2 architecture: 'Two NeuronCore-v2 cores, delivering ... 190 FP16/BF16/cFP8/TF32 TFLOPS', "
+        "'32GiB of high-bandwidth device memory (HBM) ... with 820 GiB/sec of bandwidth' per chip: "
+        "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/general/arch/neuron-hardware/inferentia2.html "
+        "(same figures at en/v1.12.0; en/v2.9.1 wrote '32GB' and '820 GB/sec'; retrieved 2026-12-04)",
         "AWS EC2 Inf2 product page: up to 2.3 PFLOPS FP16/BF16 on inf2.48xlarge (12 chips)",
     ),
 )
@@ -68,11 +70,17 @@ NVIDIA_L4 = Accelerator(
     # nvidia-smi on g6.xlarge reports ~22.5 GiB usable; the seed pins 22 GiB.
     shard_visible_gib=22.0,
     shard_bandwidth_gbs=300.0,
-    shard_bf16_tflops=121.0,  # dense; 242 with sparsity
+    shard_bf16_tflops=121.0,  # dense; the datasheet's 242 is with 2:4 sparsity
     shards_per_device=1,
     tdp_watts=72.0,
     sources=(
-        "NVIDIA L4 datasheet: 24 GB GDDR6, 300 GB/s, 72 W, BF16 242 TFLOPS with sparsity (121 dense)",
+        "NVIDIA L4 datasheet and product page https://www.nvidia.com/en-us/data-center/l4/: 24 GB GDDR6, 300 GB/s, 72 W, "
+        "FP16/BF16 Tensor Core 242 TFLOPS 'with sparsity', so 121 dense (the page itself was not in the stored corpus on "
+        "2026-12-04; the same figures: https://grokipedia.com/page/NVIDIA_L4_vs_L40S '242 TFLOPS in FP16 Tensor Core "
+        "operations (with sparsity)', '24 GB GDDR6 memory at 300 GB/s'; https://hmc-tech.com/gpu/nvidia-l4-vs-nvidia-l40 "
+        "BF16 125.34 TFLOPS Tensor dense at the 2,040 MHz boost clock; both retrieved 2026-12-04)",
+        "the 72 W power cap: sustained tensor throughput may sit well below the boost-clock peak; no published L4 "
+        "measurement of Llama-3-8B serving was found to check the fraction carried over from the A10G rows",
         "seed: L4 on g6.xlarge shows 22 GiB visible, not 24 GB",
     ),
 )
@@ -83,14 +91,21 @@ NVIDIA_A10G = Accelerator(
     board_memory_gb=24.0,
     shard_visible_gib=22.0,
     shard_bandwidth_gbs=600.0,
-    # NVIDIA publishes no A10G datasheet; 70 TFLOPS dense BF16 is the commonly quoted
-    # figure for the AWS variant (below the A10's 125). Treat as an estimate.
+    # NVIDIA publishes no A10G datasheet and AWS no tensor figure for it; 70 TFLOPS dense FP16/BF16
+    # is the figure quoted for the AWS variant (the A10's datasheet says 125). The published A10G
+    # rows bound it from below: vLLM's 137 ms to the first token for ~480 prompt tokens at one
+    # user needs >= 57 TFLOPS delivered, so the fit's compute fraction sits at its upper bound.
     shard_bf16_tflops=70.0,
     shards_per_device=1,
     tdp_watts=300.0,
     sources=(
         "AWS EC2 G5 product page: A10G, 24 GB GDDR6 per GPU",
-        "600 GB/s memory bandwidth: AWS G5 documentation; BF16 70 TFLOPS dense: estimate, no NVIDIA datasheet",
+        "https://www.baseten.co/blog/nvidia-a10-vs-a10g-for-ml-model-inference/ (retrieved 2026-12-04): the A10 and A10G "
+        "'share the same GPU memory and bandwidth', '24 gigabytes of GDDR6 VRAM with a memory bandwidth of 600 gigabytes per "
+        "second', and differ 'most notably around tensor compute'; its spec table (an image, not in the stored text) is "
+        "the usual source of the A10G's 70 TFLOPS dense FP16 tensor figure. Treat 70 as a lower-confidence figure",
+        "bench/calibration.py: the A10G rows need >= 57 TFLOPS delivered at one user (0.81 of 70), above the 0.76 "
+        "upper bound on a prefill's compute fraction (data/calibration/SOURCES.md)",
     ),
 )
 
@@ -300,10 +315,28 @@ class CalibratedEfficiency:
     request_overhead_ms: float
     rows: tuple[str, ...]  # ids in data/calibration/published.csv
     method: str
+    # bench/calibration.py --loso over the group's vendor family, as --fit stored it: holdout,
+    # rows, median_abs_rel_error and max_abs_rel_error per metric (output_tok_s, ttft_ms, itl_ms)
+    out_of_sample: dict[str, Any] | None = None
+    accelerators: tuple[str, ...] = ()  # of the rows it was fitted on
+
+    @property
+    def error_band(self) -> str | None:
+        """The out-of-sample error in one line: median and worst absolute error per metric."""
+        o = self.out_of_sample
+        if not o:
+            return None
+        med, worst = o["median_abs_rel_error"], o["max_abs_rel_error"]
+        metrics = (("TTFT", "ttft_ms"), ("ITL", "itl_ms"), ("tok/s", "output_tok_s"))
+        figures = ", ".join(f"{label} {med[k]:.0%} (worst {worst[k]:.0%})" for label, k in metrics if k in med)
+        return f"out of sample (each {o['holdout']} left out of the fit in turn, {o['rows']} {self.vendor} rows): median error {figures}"
 
     @property
     def provenance(self) -> str:
-        return f"calibration {self.name!r}: fitted on {', '.join(self.rows)} (data/calibration/published.csv)"
+        shown = ", ".join(self.rows[:2]) + (f" and {len(self.rows) - 2} more {self.vendor} rows" if len(self.rows) > 2 else "")
+        band = self.error_band
+        on = f"{' and '.join(self.accelerators)} rows, " if self.accelerators else ""
+        return f"calibration {self.name!r}: fitted on {shown} ({on}data/calibration/published.csv)" + (f"; {band}" if band else "")
 
 
 def calibrated_efficiency(name: str, path: Path = CALIBRATION_FILE) -> CalibratedEfficiency:
@@ -331,5 +364,7 @@ def _calibration_groups(path: Path) -> dict[str, CalibratedEfficiency]:
             request_overhead_ms=float(g["request_overhead_ms"]),
             rows=tuple(g["rows"]),
             method=g["method"],
+            out_of_sample=g.get("out_of_sample"),
+            accelerators=tuple(g.get("accelerators", ())),
         )
     return out

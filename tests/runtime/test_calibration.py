@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import subprocess
 import sys
@@ -45,6 +46,8 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
         (HEADER + "\n" + ROW.replace(",vllm-v0,", ",vllm-neuron,"), "line 2: column 'serving_stack': vllm-neuron does not run on g5.2xlarge"),
         (HEADER + "\n" + ROW + "\n" + ROW, "line 3: column 'id': 'x' is used twice"),
         (HEADER + "\n" + ROW.replace("vllm-v0,1,1,", "vllm-v0,2,1,"), "line 2: column 'tensor_parallel': 2 is not a TP degree of g5.2xlarge"),
+        (HEADER + ",use\n" + ROW + ",train", "line 2: column 'use': 'train' is not fit or test"),
+        (HEADER + ",requests_per_s\n" + ROW + ",-1", "line 2: column 'requests_per_s': must be > 0"),
     ],
 )
 def test_a_bad_rows_file_names_the_line_and_column(tmp_path: Path, text: str, message: str) -> None:
@@ -73,10 +76,104 @@ def test_fit_uses_only_single_user_rows_and_records_them() -> None:
     rows = cal.read_rows(cal.DEFAULT_ROWS)
     groups = cal.fit(rows)
     neuron = groups["neuron-nxd"]
-    assert set(neuron["rows"]) == {r.id for r in rows if r.group == "neuron-nxd" and r.single_user}
-    assert "on-vllm-inf2-tp2-c4" not in neuron["rows"]
-    # the committed file is what --fit writes from the committed rows
-    assert json.loads(cal.EFFICIENCY_FILE.read_text())["groups"] == json.loads(json.dumps(groups))
+    # one vendor family, one set of fractions: every single-user Inferentia2 row not kept unseen
+    assert set(neuron["rows"]) == {r.id for r in rows if r.vendor == "aws-neuron" and r.single_user and r.use == "fit"}
+    assert set(neuron["own_rows"]) == {r.id for r in rows if r.group == "neuron-nxd" and r.single_user and r.use == "fit"}
+    assert "on-vllm-inf2-tp2-c4" not in neuron["rows"] and not any(rid.startswith("inf2xl-") for rid in neuron["rows"])
+    assert groups["neuron-hlo-tgi"]["bandwidth"] == neuron["bandwidth"] and groups["neuron-hlo-tgi"]["compute"] == neuron["compute"]
+    # the committed file is what --fit writes from the committed rows (its out-of-sample band: test below)
+    committed = json.loads(cal.EFFICIENCY_FILE.read_text())["groups"]
+    assert {k: {f: v for f, v in g.items() if f != "out_of_sample"} for k, g in committed.items()} == json.loads(json.dumps(groups))
+    assert all(set(g["out_of_sample"]["median_abs_rel_error"]) == set(cal.METRICS) for g in committed.values())
+
+
+def _rows(tmp_path: Path, lines: list[str], header: str = HEADER) -> list[cal.Row]:
+    return cal.read_rows(_write(tmp_path, header + "\n" + "\n".join(lines) + "\n"))
+
+
+def test_every_fitted_efficiency_stays_within_its_published_range(tmp_path: Path) -> None:
+    # A first token in 20 ms for 550 prompt tokens would need 2.2 x the A10G's peak FLOP/s, and an
+    # ITL of 5 ms 5 x its memory bandwidth: the fit stops at the published bounds and says so.
+    fast = ROW.replace(",31.9,137,30.7,", ",200,20,5,")
+    g = cal.fit(_rows(tmp_path, [fast]))["nvidia-vllm"]
+    ranges = cal.PHYSICS["nvidia"]
+    assert g["compute"] == ranges["compute"].high and g["bandwidth"] == ranges["bandwidth"].high
+    assert set(g["at_bound"]) == {"compute", "bandwidth"}
+    slow = ROW.replace(",31.9,137,30.7,", ",1,40000,3000,")
+    g = cal.fit(_rows(tmp_path, [slow]))["nvidia-vllm"]
+    assert g["compute"] == ranges["compute"].low and g["bandwidth"] == ranges["bandwidth"].low
+    assert g["step_overhead_ms"] <= cal.STEP_OVERHEAD_MS[1] and g["request_overhead_ms"] <= cal.REQUEST_OVERHEAD_MS[1]
+    # every committed group: fractions strictly inside (0, 1) and inside their vendor's range
+    for group in json.loads(cal.EFFICIENCY_FILE.read_text())["groups"].values():
+        for name in ("bandwidth", "compute"):
+            r = cal.PHYSICS[group["vendor"]][name]
+            assert 0 < r.low <= group[name] <= r.high < 1 and r.sources
+
+
+def test_loso_fits_without_the_configuration_it_predicts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two GPU configurations (vLLM V0 and TensorRT-LLM on the A10G), one single-user row each.
+    # The TensorRT-LLM row's ITL is made twice the vLLM row's: fitted in sample, the shared
+    # bandwidth fraction splits the difference; left out, it is predicted from vLLM's row alone.
+    trt = ROW.replace("x,", "t,").replace(",vllm-v0,", ",tensorrt-llm,").replace(",31.9,137,30.7,", ",16,137,61.4,")
+    rows = _rows(tmp_path, [ROW, trt])
+    seen: list[set[str]] = []
+    real_fit = cal.fit
+    monkeypatch.setattr(cal, "fit", lambda rs: seen.append({r.id for r in rs}) or real_fit(rs))
+    out = cal.loso(rows)
+    folds = cal.folds(rows)
+    assert len(folds) == 2 and seen[0] == {"x", "t"}  # the first fit: all rows, for the unseen ones
+    for key, held in folds.items():
+        trained = set(out["folds"][key]["groups"])
+        assert not {r.id for r in held} & seen[1 + list(folds).index(key)]  # the held-out rows are not in its fit
+        assert cal.GROUP_OF_STACK[held[0].serving_stack] not in trained  # so neither is their group
+    in_sample = {x["id"]: x for x in cal.compare(rows, real_fit(rows))["rows"] if x["metric"] == "itl_ms"}
+    held_out = {x["id"]: x for x in out["rows"] if x["metric"] == "itl_ms"}
+    assert abs(held_out["t"]["rel_error"]) > abs(in_sample["t"]["rel_error"]) + 0.1
+    assert held_out["t"]["predicted"] == pytest.approx(held_out["x"]["published"], rel=0.05)  # vLLM's figure, transferred
+    assert set(out) >= {"rows", "median_abs_rel_error", "max_abs_rel_error", "by_vendor", "holdout", "folds"}
+
+
+def test_loso_json_keeps_the_shape_of_the_in_sample_json(tmp_path: Path) -> None:
+    trt = ROW.replace("x,", "t,").replace(",vllm-v0,", ",tensorrt-llm,")
+    path = _write(tmp_path, HEADER + "\n" + ROW + "\n" + trt + "\n")
+    a, b = (json.loads(_run("--rows", str(path), "--json", *extra, "--efficiency", str(tmp_path / "no.json")).stdout) for extra in ((), ("--loso",)))
+    for key in ("median_abs_rel_error", "max_abs_rel_error"):
+        assert set(a[key]) == set(b[key]) == set(cal.METRICS)
+    assert [(x["id"], x["metric"]) for x in a["rows"]] == [(x["id"], x["metric"]) for x in b["rows"]]
+    assert b["holdout"] == "configuration" and a["fitted_rows"] and not b["fitted_rows"]
+
+
+def test_a_row_that_held_fewer_users_is_replayed_with_their_think_time(tmp_path: Path) -> None:
+    header = HEADER + ",requests_per_s,request_latency_s"
+    # 16 users, 0.5 requests/s completed at 8 s each: 4 in flight on average, so each user
+    # thought 16 / 0.5 - 8 = 24 s between a response and its next request.
+    loaded = ROW.replace(",concurrency,1,31.9,137,30.7,", ",concurrency,16,75,300,40,") + ",0.5,8"
+    r = _rows(tmp_path, [loaded], header)[0]
+    assert r.in_flight() == pytest.approx(4.0)
+    assert r.held_load == Load("concurrency", 16, 24.0)
+    assert r.load_shortfall() is None and "held 4.0 of 16 users" in (r.held_note() or "")
+    timing = r.timing(cal.efficiency_of(r, cal.fit(_rows(tmp_path, [ROW]))))
+    held, _ = simulate(timing, r.held_load, r.sizes())
+    stated, _ = simulate(timing, r.load, r.sizes())
+    assert held.output_tok_s < 0.5 * stated.output_tok_s  # a quarter of the requests in flight
+    # without the published rate and latency the shortfall can only be reported
+    bare = _rows(tmp_path, [ROW.replace(",concurrency,1,31.9,137,30.7,", ",concurrency,16,75,300,40,")])[0]
+    assert bare.held_load == bare.load and (bare.load_shortfall() or "").startswith("Little's law")
+
+
+def test_plan_prints_the_out_of_sample_band_with_the_fitted_efficiency(manifest_data: dict[str, Any], tmp_path: Path) -> None:
+    from campaign.plan import plan, render_text
+    from core import catalog
+
+    _, m = load(tmp_path, manifest_data)
+    text = render_text(m, plan(m))
+    for fleet in m.fleets:
+        c = catalog.calibrated_efficiency(fleet.efficiency.calibration or "")
+        band = c.out_of_sample
+        assert band is not None and c.error_band is not None and c.error_band in text
+        # the printed medians are the stored ones
+        assert f"TTFT {band['median_abs_rel_error']['ttft_ms']:.0%}" in c.error_band
+    assert "NVIDIA A10G rows" in text  # the g6 fleet's band was measured on another GPU, and says so
 
 
 @pytest.mark.parametrize(
@@ -93,6 +190,10 @@ def test_a_published_row_replayed_live_agrees_with_simulated_time(
 ) -> None:
     """The row's configuration through the HTTP server (sockets, streaming) vs simulated time."""
     row = next(r for r in cal.read_rows(cal.DEFAULT_ROWS) if r.id == row_id)
+    if not row.input_spread:
+        # Identical requests keep the users in lockstep, where a millisecond of HTTP decides whether
+        # a newcomer joins a prefill step: spread the prompts as a client's would be.
+        row = dataclasses.replace(row, input_spread=100, output_spread=10)
     groups = json.loads(cal.EFFICIENCY_FILE.read_text())["groups"]
     timing = row.timing(cal.efficiency_of(row, groups))
     n = 12
