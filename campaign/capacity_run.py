@@ -18,11 +18,11 @@ import bisect
 import statistics
 import threading
 import time
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from analysis import goodput
 from analysis.capacity import REPLAY, SearchPath, SearchStep, StopRule, write_search_path
@@ -142,37 +142,67 @@ def fallback_lifetime(m: Manifest) -> float:
     return m.slo.ttft_p95_s + tokens * m.slo.itl_p95_s
 
 
-def search_fleet(
-    m: Manifest, manifest_path: Path, fleet: str, url: str, fleet_dir: Path, cfg: CapacitySearch, first_lifetime_s: float,
-    handles: MutableMapping[str, FleetRun], stop: threading.Event, log: Callable[[str], None] | None = None,
-    seed: tuple[SearchStep, ...] = (),
-) -> SearchPath:
-    from loadgen.launch import start_fleet
-    from loadgen.replay_options import ReplayOptions
+class StepRunner(Protocol):
+    """How a capacity step reaches a fleet: the seam between the search (the same for every
+    runner) and what serves the load. `LocalSteps` replays it with Locust against a live
+    endpoint; `campaign.simulated_steps.SimulatedSteps` through the emulator's engine in
+    simulated time (`campaign plan`). Either writes the step's records into `step_dir`, which
+    `measure_step` then judges by the report's rules."""
 
-    log = log or (lambda line: print(line, flush=True))
-    settings = settings_from(cfg)
-    offsets = arrival_offsets(m)
-    scale = m.workload.time_scale
+    def run(self, fleet: str, plan: StepPlan, step_dir: Path, planned: int, stop: threading.Event) -> tuple[float, str | None]:
+        """Run the step; (seconds it took, the certain miss it was stopped on, if any)."""
+        ...
 
-    def run(plan: StepPlan) -> tuple[SearchStep, float]:
-        if stop.is_set():
-            raise Interrupted
-        step_dir = fleet_dir / plan.label
+    def abort(self) -> None:
+        """Stop every step in flight (Ctrl-C)."""
+        ...
+
+
+class LocalSteps:
+    """Steps replayed by the real Locust (loadgen.launch) against each fleet's endpoint, watched
+    as they run and stopped on a certain miss."""
+
+    def __init__(self, m: Manifest, manifest_path: Path, endpoints: Mapping[str, str], handles: MutableMapping[str, FleetRun]):
+        self.m, self.manifest_path, self.endpoints, self.handles = m, manifest_path, endpoints, handles
+
+    def run(self, fleet: str, plan: StepPlan, step_dir: Path, planned: int, stop: threading.Event) -> tuple[float, str | None]:
+        from loadgen.launch import start_fleet
+        from loadgen.replay_options import ReplayOptions
+
         t0 = time.monotonic()
         # trace seconds whose arrivals land inside the span at rate x k (offsets are trace seconds x time_scale)
-        h = handles[fleet] = start_fleet(manifest_path, fleet, url, step_dir, ReplayOptions(
-            rate_multiplier=plan.multiplier, slo_deadline=True, warmup=False, window_s=plan.span_s * plan.multiplier / scale))
-        planned, early = planned_requests(plan, offsets), None
+        h = self.handles[fleet] = start_fleet(self.manifest_path, fleet, self.endpoints[fleet], step_dir, ReplayOptions(
+            rate_multiplier=plan.multiplier, slo_deadline=True, warmup=False,
+            window_s=plan.span_s * plan.multiplier / self.m.workload.time_scale))
+        early = None
         tail = RecordTail(step_dir, fleet, planned)
         while not h.poll() and not stop.is_set():
-            early = running_miss(m, tail, planned)
+            early = running_miss(self.m, tail, planned)
             if early is not None:
                 h.terminate()
                 break
             time.sleep(_WATCH_S)
         h.wait()
-        took = time.monotonic() - t0
+        return time.monotonic() - t0, early
+
+    def abort(self) -> None:
+        for h in list(self.handles.values()):
+            h.terminate()
+
+
+def search_fleet(
+    m: Manifest, fleet: str, fleet_dir: Path, cfg: CapacitySearch, first_lifetime_s: float, runner: StepRunner,
+    stop: threading.Event, log: Callable[[str], None] | None = None, seed: tuple[SearchStep, ...] = (),
+) -> SearchPath:
+    log = log or (lambda line: print(line, flush=True))
+    settings = settings_from(cfg)
+    offsets = arrival_offsets(m)
+
+    def run(plan: StepPlan) -> tuple[SearchStep, float]:
+        if stop.is_set():
+            raise Interrupted
+        step_dir = fleet_dir / plan.label
+        took, early = runner.run(fleet, plan, step_dir, planned_requests(plan, offsets), stop)
         step = measure_step(m, fleet, step_dir, plan.label, plan.multiplier, plan.why, plan.span_s, settings)
         if early is not None:
             step = replace(step, detail=f"{step.detail} (stopped early, a certain miss: {early})")
@@ -189,27 +219,26 @@ def search_fleet(
 
 
 def run_search(
-    m: Manifest, manifest_path: Path, endpoints: dict[str, str], root: Path, replay_dir: Path | None,
-    handles: MutableMapping[str, FleetRun], stop: threading.Event,
+    m: Manifest, fleets: list[str], runner: StepRunner, root: Path, replay_dir: Path | None, stop: threading.Event,
+    log: Callable[[str], None] | None = None,
 ) -> dict[str, Path]:
     """Every fleet's search, side by side; returns the report's capacity steps ("<fleet>/x<k>" -> directory)."""
     cfg = m.workload.capacity_search or CapacitySearch()
     settings = settings_from(cfg)
-    seeds = {name: replay_step(m, name, replay_dir, settings) if replay_dir is not None else None for name in endpoints}
+    seeds = {name: replay_step(m, name, replay_dir, settings) if replay_dir is not None else None for name in fleets}
     fallback = fallback_lifetime(m)
     lives = {name: next_lifetime(st, fallback) if st is not None else fallback for name, st in seeds.items()}
-    pool = ThreadPoolExecutor(max_workers=len(endpoints))
+    pool = ThreadPoolExecutor(max_workers=len(fleets))
     try:
         futures = {
-            name: pool.submit(search_fleet, m, manifest_path, name, url, root / name, cfg, lives[name], handles, stop,
-                              None, tuple(st for st in (seeds[name],) if st is not None))
-            for name, url in endpoints.items()
+            name: pool.submit(search_fleet, m, name, root / name, cfg, lives[name], runner, stop, log,
+                              tuple(st for st in (seeds[name],) if st is not None))
+            for name in fleets
         }
         paths = {name: f.result() for name, f in futures.items()}
     except BaseException:  # Ctrl-C: stop the steps in flight, so the searches end now, not after their steps
         stop.set()
-        for h in list(handles.values()):
-            h.terminate()
+        runner.abort()
         raise
     finally:
         pool.shutdown(wait=True)

@@ -41,12 +41,23 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     m = _load(args.manifest)
     plans = plan(m)
+    fits = all(p.fits for p in plans)
+    prediction = None
+    if fits and not args.no_simulate:
+        from campaign.plan_campaign import predict, render
+
+        prediction = predict(m)
     if args.json:
-        out = {"campaign": m.campaign, "manifest_digest": m.digest, "fleets": [p.as_dict() for p in plans]}
+        out: dict[str, object] = {"campaign": m.campaign, "manifest_digest": m.digest, "fleets": [p.as_dict() for p in plans]}
+        if prediction is not None:
+            out.update(campaign_minutes=prediction.campaign_minutes, campaign_usd=prediction.campaign_usd,
+                       predicted_decision=prediction.predicted_decision, prediction=prediction.as_dict())
         print(json.dumps(out, indent=2))
     else:
         print(render_text(m, plans))
-    return 0 if all(p.fits for p in plans) else 1
+        if prediction is not None:
+            print(render(prediction))
+    return 0 if fits else 1
 
 
 def cmd_local(args: argparse.Namespace) -> int:
@@ -84,9 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--weights-s3-uri", metavar="S3_URI", help="with --for cloud: the weights come from S3, so a gated model needs no hub token")
     v.set_defaults(handler=cmd_validate)
 
-    pl = sub.add_parser("plan", help="memory fit, roofline decode ceiling, prefill estimate and price per fleet")
+    pl = sub.add_parser("plan", help="memory fit, roofline ceilings and price per fleet, then the whole campaign in simulated time: "
+                        "predicted capacity, fleet size, decision, and the cloud campaign's minutes and cost")
     pl.add_argument("manifest")
-    pl.add_argument("--json", action="store_true", help="machine-readable output")
+    pl.add_argument("--json", action="store_true", help="machine-readable output (campaign_minutes, campaign_usd, predicted_decision)")
+    pl.add_argument("--no-simulate", action="store_true", help="only the back-of-envelope figures: no simulated campaign")
     pl.set_defaults(handler=cmd_plan)
 
     lo = sub.add_parser("local", help="run the whole campaign on this machine against emulated accelerators (or real vLLM on the CPU)")

@@ -219,12 +219,12 @@ def _capacity(
     stop: threading.Event,
 ) -> dict[str, Path]:
     """The explicit sweep when the manifest has workload.capacity_sweep, else the automatic search."""
-    from campaign.capacity_run import run_search, run_sweep
+    from campaign.capacity_run import LocalSteps, run_search, run_sweep
 
     if m.workload.capacity_sweep is not None:
         return run_sweep(m, manifest_path, endpoints, root, handles)
     handles.clear()
-    return run_search(m, manifest_path, endpoints, root, replay_dir, handles, stop)
+    return run_search(m, list(endpoints), LocalSteps(m, manifest_path, endpoints, handles), root, replay_dir, stop)
 
 
 def _quality(out_dir: Path, gates: dict[str, GateResult], layers: dict[str, list[LayerResult]]) -> dict[str, dict[str, Any]]:

@@ -24,6 +24,11 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 
+# How long a fleet's first boot may take before its NLB health check counts (minutes, by
+# accelerator vendor): it downloads ~16 GB of weights, and Neuron then compiles every sequence
+# bucket (tens of minutes for an 8B model). The fleet stacks set it as the ASG's health-check
+# grace; `campaign plan` takes it as the longest a fleet can take to be ready.
+HEALTH_GRACE_MIN = {"aws-neuron": 75, "nvidia": 30}
 LOCUST_WEB_PORT = 8089
 LOCUST_MASTER_PORT = 5557  # workers connect to the master here (Locust default)
 METRICS_PORT = 9646  # the loadgen Prometheus exporter (histograms) on master and workers

@@ -11,7 +11,10 @@ from __future__ import annotations
 import json
 from dataclasses import MISSING, asdict, dataclass, fields
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from core.manifest import Slo
 
 RECORD_VERSION = 1
 
@@ -117,6 +120,13 @@ class RequestRecord:
             raise ValueError(f"record is missing fields: {', '.join(sorted(missing))}")
         return cls(**{k: v for k, v in d.items() if k in names})
 
+
+
+def slo_deadline_s(slo: Slo, output_tokens: int) -> float:
+    """Seconds after its scheduled send by which a request has certainly missed its SLO: the TTFT
+    target plus every output token at the ITL target. A capacity step
+    abandons a request then (loadgen's slo_deadline), and so does its simulation."""
+    return float(slo.ttft_p95_s + output_tokens * slo.itl_p95_s)
 
 
 def split_torn_tail(data: bytes) -> tuple[bytes, int]:

@@ -14,6 +14,7 @@ from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from core import catalog
+from core.cloud_contract import HEALTH_GRACE_MIN
 from core.manifest import Fleet, Manifest
 from core.naming import ami_parameter_name
 from core.serving import definition_for
@@ -34,9 +35,8 @@ instance out of rotation."""
 
 ROOT_DEVICE = "/dev/sda1"  # root device name of the Ubuntu DLAMIs
 CACHE_DEVICE = "/dev/sdf"
-# First boot downloads ~16 GB of weights; Neuron then compiles every sequence bucket (tens of
-# minutes for an 8B model), so the load balancer health check must not kill it meanwhile.
-HEALTH_GRACE = {"aws-neuron": Duration.minutes(75), "nvidia": Duration.minutes(30)}
+# The load balancer health check must not kill a first boot that is still downloading or compiling (core.cloud_contract).
+HEALTH_GRACE = {vendor: Duration.minutes(minutes) for vendor, minutes in HEALTH_GRACE_MIN.items()}
 
 
 def ami_parameter(scope: Construct, fleet: Fleet, defn_host: catalog.HostStack) -> CfnParameter:

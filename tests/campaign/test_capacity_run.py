@@ -10,7 +10,7 @@ import pytest
 
 from analysis.capacity import SearchPath, StopRule, Verdict, read_search_path
 from analysis.capacity_search import StepPlan, Stop, next_lifetime
-from campaign.capacity_run import measure_step, planned_requests, resolve_span, running_miss, search_fleet, settings_from
+from campaign.capacity_run import LocalSteps, measure_step, planned_requests, resolve_span, running_miss, search_fleet, settings_from
 from campaign.local import start_emulator
 from campaign.processes import Supervisor
 from campaign.progress import RecordTail
@@ -102,7 +102,7 @@ def test_search_against_an_emulator_sizes_every_step_and_records_its_path(tmp_pa
     lines: list[str] = []
     with Supervisor(tmp_path / "logs") as sup:
         url = start_emulator(sup, path, "g6", tmp_path, [])
-        result = search_fleet(m, path, "g6", url, fleet_dir, CapacitySearch(**cfg), 0.5, {}, threading.Event(), lines.append)
+        result = search_fleet(m, "g6", fleet_dir, CapacitySearch(**cfg), 0.5, LocalSteps(m, path, {"g6": url}, {}), threading.Event(), lines.append)
     assert read_search_path(fleet_dir) == result
     assert isinstance(result, SearchPath) and result.steps and result.stop_detail
     assert lines[-1].startswith(f"capacity search g6: stopped ({result.stop_rule})")

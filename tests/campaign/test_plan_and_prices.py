@@ -134,6 +134,17 @@ def test_cli_plan_json(example_manifest_path: Path) -> None:
     fleets = {f["fleet"]: f for f in out["fleets"]}
     assert fleets["inf2"]["hourly_usd"] == 0.7582 and fleets["inf2"]["fits"]
     assert fleets["g6"]["decode_ceiling_tok_s"] == pytest.approx(300e9 / (8.03e9 * 2), rel=1e-6)
+    # the campaign in simulated time: its minutes, cost and decision, each the sum of its parts
+    pred = out["prediction"]
+    assert out["predicted_decision"] in ("go", "defer", "reject") and out["predicted_decision"] == pred["predicted_decision"]
+    assert out["campaign_minutes"] == pytest.approx(sum(pred["minutes"].values()), abs=0.1)
+    assert out["campaign_usd"] == pytest.approx(sum(pred["usd"].values()), abs=0.01)
+    assert pred["minutes"]["ready_at_most"] == 75  # the Neuron fleet's health-check grace bounds the wait
+    for name in ("inf2", "g6"):
+        f = pred["fleets"][name]
+        assert f["search_steps"] >= 2 and f["search_minutes"] > 0 and f["capacity_tok_s"] > 0
+        assert "out of sample" in f["error_band"]  # the emulator's calibration error beside its prediction
+    assert pred["minutes"]["capacity_searches"] == pytest.approx(max(f["search_minutes"] for f in pred["fleets"].values()), abs=0.1)
 
 
 def test_plan_flags_weights_close_to_inf2_host_memory(manifest_data: dict[str, Any]) -> None:

@@ -1,0 +1,194 @@
+"""`campaign plan`'s prediction: the whole campaign run in simulated time, before any spend.
+
+The trace replay and each fleet's capacity search run through the emulator's engine in simulated
+time (`campaign.simulated_steps`), by the same search, records and report code as a live
+campaign (`campaign.capacity_run`, `analysis.report.build_report`). From that predicted report
+come each fleet's per-instance capacity and size, the likely decision with its interval and
+what would settle it; from the simulated steps' durations and the price snapshot, how long the
+cloud campaign will take and what it will cost.
+
+Every figure here is a prediction of the emulator, whose out-of-sample error the plan prints
+beside it (the calibration band in each fleet's efficiency provenance, bench/calibration.py
+--loso). The quality gate is assumed to pass: it is not predicted.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from analysis.capacity import REPLAY, read_search_path
+from campaign.capacity_run import run_search
+from campaign.simulated_steps import SimulatedSteps, simulate_requests, write_records
+from core import catalog, prices
+from core.cloud_contract import HEALTH_GRACE_MIN, LOADGEN_TASK_MEMORY_GIB, LOADGEN_TASK_VCPU
+from core.manifest import Manifest
+from core.schedule import build_schedule
+
+# Assumptions of the cloud campaign's time outside the measured load (minutes). Each is printed
+# with the plan as an assumption, not a measurement.
+DEPLOY_MIN = 15.0  # cdk deploy of the VPC, NLB, fleets, ECS cluster and bucket before instances boot
+QUALITY_GATE_MIN = 5.0  # the manifest's fixtures and the tokenizer check on every fleet
+REPORT_AND_TEARDOWN_MIN = 15.0  # report, cdk destroy and the leftover check
+STEP_OVERHEAD_S = 60.0  # each capacity step's load-generator tasks started on Fargate (RunTask to running)
+
+
+@dataclass(frozen=True)
+class FleetPrediction:
+    fleet: str
+    instance_type: str
+    capacity_tok_s: float | None  # per instance, SLO-compliant
+    capacity_ci_tok_s: list[float | None] | None
+    instances_required: int | None
+    instances_required_ci: list[int | None] | None
+    search_steps: int
+    search_bracket: list[float | None]
+    search_stop: str
+    search_minutes: float
+    instances_deployed: int  # asg.desired: what the stacks run for the whole campaign
+    hourly_usd: float | None
+    error_band: str  # the emulator's calibration and its out-of-sample error, as the fleet's efficiency states it
+
+
+@dataclass(frozen=True)
+class CampaignPrediction:
+    campaign_minutes: float
+    campaign_usd: float | None
+    predicted_decision: str
+    decision_reasons: list[str]
+    monthly_delta_usd: float | None
+    monthly_delta_ci_usd: list[float | None] | None
+    to_settle: dict[str, Any] | None
+    fleets: dict[str, FleetPrediction]
+    minutes: dict[str, float]  # the campaign_minutes breakdown
+    usd: dict[str, float]  # the campaign_usd breakdown
+    assumptions: list[str]
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def predict(m: Manifest, work_dir: Path | None = None) -> CampaignPrediction:
+    """Run the campaign in simulated time under `work_dir` (a temporary directory by default)."""
+    if work_dir is None:
+        with tempfile.TemporaryDirectory(prefix="plan-") as tmp:
+            return predict(m, Path(tmp))
+    from analysis.report import build_report
+
+    fleets = [f.name for f in m.fleets]
+    replay_min = 0.0
+    for name in fleets:
+        run = simulate_requests(m, name, build_schedule(m))
+        write_records(run.records, work_dir / "records", name)
+        replay_min = max(replay_min, run.duration_s / 60)
+    log: list[str] = []
+    capacity_dirs = run_search(m, fleets, SimulatedSteps(m, STEP_OVERHEAD_S), work_dir / "capacity", work_dir / "records",
+                               threading.Event(), log.append) if m.workload.capacity_sweep is None else None
+    quality = {name: {"passed": True, "pass_rate": 1.0, "failures": [], "assumed": "campaign plan assumes the quality gate passes"}
+               for name in fleets}
+    # One simulated instance per fleet served every step (as the local campaign's one emulator does).
+    rep = build_report(m, work_dir / "records", quality=quality, out_dir=work_dir / "report", instances_measured=dict.fromkeys(fleets, 1),
+                       capacity_dirs=capacity_dirs, with_sensitivity=False, with_pages=False,
+                       systems_under_test="campaign plan: the emulator in simulated time (a prediction)")
+    searches = {f.name: read_search_path(work_dir / "capacity" / f.name) for f in m.fleets}
+    preds: dict[str, FleetPrediction] = {}
+    for f in m.fleets:
+        row = rep.fleets[f.name]
+        path = searches.get(f.name)
+        steps = [s for s in path.steps if s.label != REPLAY] if path is not None else []
+        try:
+            hourly: float | None = prices.instance_hourly(f.instance_type, m.costs.region).usd
+        except prices.PriceNotFound:
+            hourly = None
+        preds[f.name] = FleetPrediction(
+            fleet=f.name, instance_type=f.instance_type,
+            capacity_tok_s=row.capacity.per_instance_tok_s if row.capacity is not None else None,
+            capacity_ci_tok_s=list(row.capacity_ci_tok_s) if row.capacity_ci_tok_s else None,
+            instances_required=row.instances_required,
+            instances_required_ci=list(row.instances_required_ci) if row.instances_required_ci else None,
+            search_steps=len(steps),
+            search_bracket=[path.held_multiplier, path.missed_multiplier] if path is not None else [None, None],
+            search_stop=str(path.stop_rule) if path is not None else "no search",
+            search_minutes=sum(s.took_s or 0.0 for s in steps) / 60,
+            instances_deployed=f.asg.desired, hourly_usd=hourly,
+            error_band=f.efficiency.resolved().provenance,
+        )
+    ready_min = max(HEALTH_GRACE_MIN[catalog.instance(f.instance_type).accelerator.vendor] for f in m.fleets)
+    search_min = max((p.search_minutes for p in preds.values()), default=0.0)  # fleets side by side
+    settle_min = (rep.decision.to_settle.minutes or 0.0) if rep.decision.to_settle is not None else 0.0
+    minutes = {"deploy": DEPLOY_MIN, "ready_at_most": ready_min, "quality_gate": QUALITY_GATE_MIN, "replay": replay_min,
+               "capacity_searches": search_min, "to_settle": settle_min, "report_and_teardown": REPORT_AND_TEARDOWN_MIN}
+    total_min = sum(minutes.values())
+    usd = _cost(m, preds, total_min, replay_min + search_min + settle_min)
+    return CampaignPrediction(
+        campaign_minutes=round(total_min, 1), campaign_usd=round(sum(usd.values()), 2) if usd else None,
+        predicted_decision=rep.decision.state, decision_reasons=list(rep.decision.reasons),
+        monthly_delta_usd=rep.monthly_delta_usd,
+        monthly_delta_ci_usd=list(rep.monthly_delta_ci_usd) if rep.monthly_delta_ci_usd else None,
+        to_settle=rep.decision.to_settle.model_dump(mode="json") if rep.decision.to_settle is not None else None,
+        fleets=preds, minutes={k: round(v, 1) for k, v in minutes.items()}, usd={k: round(v, 2) for k, v in usd.items()},
+        assumptions=[
+            f"deploy {DEPLOY_MIN:g} min, quality gate {QUALITY_GATE_MIN:g} min, report and teardown {REPORT_AND_TEARDOWN_MIN:g} min, "
+            f"{STEP_OVERHEAD_S:g} s to start each step's load-generator tasks: assumed",
+            "ready: at most the fleets' health-check grace (core.cloud_contract.HEALTH_GRACE_MIN), the time the stacks allow "
+            "a first boot (weights, Neuron compile)",
+            "one instance per fleet measured, as simulated; every fleet's asg.desired instances run (and are paid) for the whole "
+            "campaign; load-generator tasks (a master and loadgen.workers workers per fleet) while load runs; one NLB",
+            "the quality gate passes (not predicted)",
+            "the settle phase as decision.to_settle sizes it",
+        ],
+    )
+
+
+def _cost(m: Manifest, preds: dict[str, FleetPrediction], total_min: float, load_min: float) -> dict[str, float]:
+    """USD of the campaign: instance-hours of every fleet for its whole length, load-generator
+    tasks while load runs, the NLB's hours; empty when a price is missing from the snapshot."""
+    out: dict[str, float] = {}
+    for p in preds.values():
+        if p.hourly_usd is None:
+            return {}
+        out[f"instances.{p.fleet}"] = p.hourly_usd * p.instances_deployed * total_min / 60
+    try:
+        vcpu = prices.lookup("fargate", "vcpu-hour", m.costs.region).usd
+        gib = prices.lookup("fargate", "gb-hour", m.costs.region).usd
+        nlb = prices.lookup("nlb", "hour", m.costs.region).usd
+    except prices.PriceNotFound:
+        return {}
+    tasks = len(preds) * (1 + m.loadgen.workers)
+    out["loadgen_tasks"] = tasks * (LOADGEN_TASK_VCPU * vcpu + LOADGEN_TASK_MEMORY_GIB * gib) * load_min / 60
+    out["nlb"] = nlb * total_min / 60
+    return out
+
+
+def _x(k: float | None) -> str:
+    return "none" if k is None else f"x{k:.4g}"
+
+
+def render(p: CampaignPrediction) -> str:
+    lines = ["", "Predicted campaign (the emulator in simulated time: the same search, records and report code)"]
+    for f in p.fleets.values():
+        cap = "n/a" if f.capacity_tok_s is None else f"{f.capacity_tok_s:.0f}"
+        ci = "" if not f.capacity_ci_tok_s else " [" + ", ".join("?" if v is None else f"{v:.0f}" for v in f.capacity_ci_tok_s) + "]"
+        size = "n/a" if f.instances_required is None else str(f.instances_required)
+        lo, hi = f.search_bracket
+        lines += [
+            f"  {f.fleet}: capacity {cap}{ci} tok/s per instance, fleet {size} x {f.instance_type}; search {f.search_steps} steps, "
+            f"{f.search_minutes:.1f} min, stopped {f.search_stop} (held {_x(lo)}, missed {_x(hi)})",
+            f"    error band: {f.error_band}",
+        ]
+    delta = "n/a" if p.monthly_delta_usd is None else f"{p.monthly_delta_usd:+,.0f} USD/month"
+    ci = "" if not p.monthly_delta_ci_usd else " [" + ", ".join("?" if v is None else f"{v:+,.0f}" for v in p.monthly_delta_ci_usd) + "]"
+    lines += [f"  likely decision: {p.predicted_decision.upper()}, monthly delta {delta}{ci}"]
+    lines += [f"    {r}" for r in p.decision_reasons[:3]]
+    usd = "n/a (a price is missing)" if p.campaign_usd is None else f"{p.campaign_usd:,.2f} USD"
+    lines += [
+        f"  cloud campaign: about {p.campaign_minutes:.0f} min, {usd}",
+        "    minutes: " + ", ".join(f"{k} {v:g}" for k, v in p.minutes.items()),
+        "    usd: " + ", ".join(f"{k} {v:,.2f}" for k, v in p.usd.items()),
+    ]
+    lines += [f"  assumed: {a}" for a in p.assumptions]
+    return "\n".join(lines)
+

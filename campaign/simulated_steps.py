@@ -1,0 +1,126 @@
+"""Capacity steps (and the trace replay) run through the emulator's engine in simulated time.
+
+The step runner behind `campaign plan`: the same search (`campaign.capacity_run.search_fleet`),
+the same records and the same judging and report code as a live campaign, but each step's
+requests go through `runtime.emulator.simulate.replay` (the engine the live emulator runs, its
+clock jumping from event to event) instead of Locust and a server. A step of minutes takes
+milliseconds, so a plan runs a whole campaign's searches before anything is deployed.
+
+What a simulated step does not model: a request abandoned on its SLO deadline (the live step's
+`slo_deadline`) is recorded as abandoned at its deadline, but it kept its place in the
+simulated engine to the end, so an overloaded step queues somewhat longer than a live one; the
+load generator's own lag and the network add nothing. A step stopped early on a certain miss
+stops at the completion that decided it, as the live watch would within its one-second poll.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from analysis.capacity_search import StepPlan, certain_miss
+from core.manifest import Manifest
+from core.records import Outcome, RequestRecord, slo_deadline_s
+from core.schedule import ScheduledRequest, build_schedule
+from runtime.emulator.engine import EngineSeq
+from runtime.emulator.simulate import replay
+from runtime.emulator.timing import TimingModel
+
+SIMULATED_WALL_START = 1_700_000_000.0  # records need a run start; a plan's is nominal
+
+
+@dataclass(frozen=True)
+class SimulatedRun:
+    """What one simulated replay took: its records and the time a live one would have run."""
+
+    records: list[RequestRecord]
+    duration_s: float  # from the first arrival to the last completion (or the early stop)
+    stopped_early: str | None
+
+
+def simulate_requests(
+    m: Manifest, fleet: str, schedule: list[ScheduledRequest], *, multiplier: float = 1.0, slo_deadline: bool = False,
+    planned: int | None = None,
+) -> SimulatedRun:
+    """The schedule at rate x `multiplier` through one instance of the fleet (its replicas behind
+    one endpoint); records as the live replayer writes them."""
+    f = m.fleet(fleet)
+    timing = TimingModel.for_fleet(m, f)
+    reqs = sorted(schedule, key=lambda r: r.offset_s)
+    seqs = replay(timing, [(r.offset_s / multiplier, r.input_tokens, r.output_tokens) for r in reqs])
+    records = [_record(m, fleet, r, s, slo_deadline) for r, s in zip(reqs, seqs, strict=True)]
+    stop_at, early = None, None
+    if slo_deadline and planned is not None:
+        stop_at, early = _early_stop(m, records, planned)
+    ends = [rec.scheduled_s + (rec.e2e_s or 0.0) for rec in records]
+    first = min((rec.scheduled_s for rec in records), default=0.0)
+    duration = (stop_at if stop_at is not None else max(ends, default=first)) - first
+    return SimulatedRun(records, duration, early)
+
+
+def _record(m: Manifest, fleet: str, req: ScheduledRequest, seq: EngineSeq, slo_deadline: bool) -> RequestRecord:
+    at = seq.arrival
+    ttft = None if seq.first_token_at is None else seq.first_token_at - at
+    e2e = seq.last_token_at - at
+    itl = (seq.last_token_at - seq.first_token_at) / (seq.generated - 1) if seq.first_token_at is not None and seq.generated > 1 else None
+    outcome, tokens = Outcome.OK.value, seq.generated
+    deadline = slo_deadline_s(m.slo, req.output_tokens)
+    if slo_deadline and e2e > min(deadline, m.loadgen.request_timeout_s):
+        # Given up at its deadline, as the live step's client does: the first token only if it came in time.
+        e2e = min(deadline, m.loadgen.request_timeout_s)
+        ttft = ttft if ttft is not None and ttft <= e2e else None
+        itl, outcome, tokens = None, Outcome.SLO_ABANDONED.value, 0
+    slo_ok = outcome == Outcome.OK.value and ttft is not None and ttft <= m.slo.ttft_p95_s and (itl is None or itl <= m.slo.itl_p95_s)
+    return RequestRecord(
+        campaign=m.campaign, manifest_digest=m.digest, fleet=fleet, request_id=req.request_id, worker="sim",
+        wall_start=SIMULATED_WALL_START, scheduled_s=at, sent_s=at, send_lag_s=0.0, ttft_s=ttft, itl_s=itl, itl_max_s=itl,
+        e2e_s=e2e, input_tokens=req.input_tokens, max_tokens=req.output_tokens, client_output_tokens=tokens,
+        server_prompt_tokens=req.input_tokens if outcome == Outcome.OK.value else None,
+        server_output_tokens=tokens if outcome == Outcome.OK.value else None,
+        finish_reason="length" if outcome == Outcome.OK.value else None, outcome=outcome, http_status=200, error=None,
+        slo_ok=slo_ok, warmup=req.warmup, client_prompt_tokens=req.input_tokens,
+        itl_basis="server_tokens" if itl is not None else None,
+    )
+
+
+def _early_stop(m: Manifest, records: list[RequestRecord], planned: int) -> tuple[float | None, str | None]:
+    """The completion at which the live watch would have called a certain miss, if any."""
+    slo = m.slo
+    done = sorted(records, key=lambda r: r.scheduled_s + (r.e2e_s or 0.0))
+    ttft_over = itl_over = 0
+    for r in done:
+        ttft = r.ttft_s if r.ttft_s is not None else r.e2e_s  # an abandoned request enters at its bound
+        ttft_over += ttft is not None and ttft > slo.ttft_p95_s
+        itl_over += r.itl_s is not None and r.itl_s > slo.itl_p95_s
+        why = certain_miss(planned, 0, ttft_over, itl_over, slo.max_error_rate)
+        if why is not None:
+            return r.scheduled_s + (r.e2e_s or 0.0), why
+    return None, None
+
+
+def write_records(records: list[RequestRecord], step_dir: Path, fleet: str) -> Path:
+    step_dir.mkdir(parents=True, exist_ok=True)
+    path = step_dir / f"records-{fleet}-sim.jsonl"
+    path.write_text("".join(r.to_json() + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+class SimulatedSteps:
+    """campaign.capacity_run.StepRunner in simulated time. `overhead_s`: what each step costs
+    beyond its requests where it runs for real (launching the load generator), added to the time
+    it reports, so the search spends its time budget as the live one would."""
+
+    def __init__(self, m: Manifest, overhead_s: float = 0.0):
+        self.m, self.overhead_s = m, overhead_s
+
+    def run(self, fleet: str, plan: StepPlan, step_dir: Path, planned: int, stop: threading.Event) -> tuple[float, str | None]:
+        window_s = plan.span_s * plan.multiplier / self.m.workload.time_scale
+        # As the live step: the trace seconds whose arrivals land inside the span at rate x k, none a warmup
+        schedule = [replace(r, warmup=False) for r in build_schedule(self.m, window_s=window_s)]
+        run = simulate_requests(self.m, fleet, schedule, multiplier=plan.multiplier, slo_deadline=True, planned=planned)
+        write_records(run.records, step_dir, fleet)
+        return run.duration_s + self.overhead_s, run.stopped_early
+
+    def abort(self) -> None:
+        """Nothing runs outside the caller's thread."""
