@@ -44,8 +44,9 @@ def copies_of(rate_scale: float, seed: int, line: int) -> int:
     return whole + (1 if frac > 0 and _unit(seed, line) < frac else 0)
 
 
-def transform(rows: Sequence[TraceRow], w: Workload, window_s: float | None = None) -> list[ScheduledRequest]:
-    start, end = w.window.start_s, w.window.start_s + (w.window.duration_s if window_s is None else window_s)
+def transform(rows: Sequence[TraceRow], w: Workload, window_s: float | None = None, skip_s: float = 0.0) -> list[ScheduledRequest]:
+    start = w.window.start_s + skip_s
+    end = start + (w.window.duration_s if window_s is None else window_s)
     rc = w.request_class
     out: list[ScheduledRequest] = []
     for row in rows:
@@ -75,21 +76,28 @@ class ScheduleError(CampaignError, ValueError):
     pass
 
 
-def build_schedule(manifest: Manifest, trace_path: Path | None = None, *, window_s: float | None = None) -> list[ScheduledRequest]:
+def build_schedule(
+    manifest: Manifest, trace_path: Path | None = None, *, window_s: float | None = None, skip_s: float = 0.0,
+) -> list[ScheduledRequest]:
     """Raises ScheduleError, naming the manifest field, when nothing would be replayed: a run
     that measures nothing must not pass for a valid one. `window_s` (trace seconds from the
     window's start) replaces workload.window.duration_s: a capacity-search step replays as much
-    of the trace as its length needs; everything else stays the manifest's."""
+    of the trace as its length needs; `skip_s` (trace seconds) starts that much later, offsets
+    counted from there: a settle segment continues its step with the requests that follow the
+    ones already replayed. Everything else stays the manifest's."""
     w = manifest.workload
     path = trace_path or manifest.trace_path
     rows = read_trace(path, w.trace.format)
     if window_s is not None and window_s <= 0:
         raise ScheduleError(f"window_s must be > 0 trace seconds, got {window_s}")
-    out = transform(rows, w, window_s)
+    if skip_s < 0:
+        raise ScheduleError(f"skip_s must be >= 0 trace seconds, got {skip_s}")
+    out = transform(rows, w, window_s, skip_s)
     if not out:
         if not rows:
             raise ScheduleError(f"workload.trace: {path} has no requests")
-        start, end = w.window.start_s, w.window.start_s + (w.window.duration_s if window_s is None else window_s)
+        start = w.window.start_s + skip_s
+        end = start + (w.window.duration_s if window_s is None else window_s)
         inside = sum(start <= r.offset_s < end for r in rows)
         if not inside:
             span = rows[-1].offset_s

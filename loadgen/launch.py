@@ -33,7 +33,7 @@ ROOT = LOCUSTFILE.parent.parent  # the directory holding our packages: the check
 
 
 def merge_worker_outputs(
-    m: Manifest, fleet: str, out_dir: Path, *, extra_invalid: Sequence[str] = (), window_s: float | None = None
+    m: Manifest, fleet: str, out_dir: Path, *, extra_invalid: Sequence[str] = (), window_s: float | None = None, skip_s: float = 0.0,
 ) -> RunSummary:
     """One fleet summary from every worker's raw records (percentiles are never averaged).
 
@@ -44,7 +44,7 @@ def merge_worker_outputs(
     reasons = list(extra_invalid)
     if not worker_sums:
         reasons.append("no worker summary: a worker died before finishing")
-    schedule = build_schedule(m, window_s=window_s)
+    schedule = build_schedule(m, window_s=window_s, skip_s=skip_s)
     s = summarize(
         SummaryInputs(m.campaign, m.digest, fleet, m.loadgen.max_schedule_lag_p99_s),
         read_records(rec_paths),
@@ -70,6 +70,7 @@ class FleetRun:
     _files: list[IO[bytes]] = field(default_factory=list)
     _summary: RunSummary | None = None
     window_s: float | None = None
+    skip_s: float = 0.0
 
     def poll(self) -> bool:
         """True when every process has exited."""
@@ -85,7 +86,8 @@ class FleetRun:
         for f in self._files:
             f.close()
         bad = [_exit_reason(p.returncode, log) for p, log in zip(self.procs, self.logs, strict=True) if p.returncode not in (0, 1)]
-        self._summary = merge_worker_outputs(self.manifest, self.fleet, self.out_dir, extra_invalid=bad, window_s=self.window_s)
+        self._summary = merge_worker_outputs(self.manifest, self.fleet, self.out_dir, extra_invalid=bad, window_s=self.window_s,
+                                               skip_s=self.skip_s)
         return self._summary
 
     def terminate(self, grace_s: float = 20.0) -> RunSummary:
@@ -133,7 +135,7 @@ def start_fleet(
     stale = list(out_dir.glob(records_name(fleet, "w*")))
     if stale:
         raise FileExistsError(f"{out_dir} already holds records for fleet {fleet} ({stale[0].name}); use a fresh directory")
-    span = span_s(build_schedule(m, window_s=opts.window_s)) / opts.rate_multiplier
+    span = span_s(build_schedule(m, window_s=opts.window_s, skip_s=opts.skip_s)) / opts.rate_multiplier
     if opts.duration_s is not None:
         span = min(span, opts.duration_s)
     # Safety net only: the replayer stops the run itself when its schedule is done.
@@ -197,7 +199,7 @@ def start_fleet(
         procs.append(subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=str(ROOT), start_new_session=True))
         logs.append(log)
         files.append(fh)
-    return FleetRun(m, fleet, out_dir, procs, logs, files, window_s=opts.window_s)
+    return FleetRun(m, fleet, out_dir, procs, logs, files, window_s=opts.window_s, skip_s=opts.skip_s)
 
 
 def run_fleet(manifest_path: Path, fleet: str, host: str, out_dir: Path, **kwargs: Any) -> RunSummary:

@@ -65,7 +65,7 @@ class Replayer:
         self.cfg = cfg
         self.worker = f"w{cfg.worker_index}"
         self.options = opts = cfg.options
-        full = list(schedule) if schedule is not None else build_schedule(manifest, window_s=opts.window_s)
+        full = list(schedule) if schedule is not None else build_schedule(manifest, window_s=opts.window_s, skip_s=opts.skip_s)
         if opts.rate_multiplier != 1.0:
             full = [replace(r, offset_s=r.offset_s / opts.rate_multiplier) for r in full]
         if not opts.warmup:

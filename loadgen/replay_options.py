@@ -27,6 +27,7 @@ class ReplayOptions:
     rate_multiplier: float = 1.0
     slo_deadline: bool = False
     window_s: float | None = None  # trace seconds replayed from the window's start (a capacity-search step); None: the manifest's
+    skip_s: float = 0.0  # trace seconds skipped at the window's start first (a settle segment: the requests after its step's)
     warmup: bool = True  # False: no request is a warmup one (a capacity step on an already-warm server)
     tokenizer_check: bool = True  # ask the server's /tokenize to count sample prompts first
 
@@ -35,6 +36,8 @@ class ReplayOptions:
             raise ValueError(f"api: {self.api!r} is not one of {', '.join(get_args(Api))}")
         if not self.rate_multiplier > 0:
             raise ValueError(f"rate_multiplier must be > 0, got {self.rate_multiplier}")
+        if self.skip_s < 0:
+            raise ValueError(f"skip_s must be >= 0, got {self.skip_s}")
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,8 @@ _FLAGS = (
           "capacity step: abandon a request once it can no longer meet the per-request SLO"),
     _Flag("window_s", "--window-s", "LOADGEN_WINDOW_S",
           "capacity-search step: replay this many trace seconds from the window's start (0 = the manifest's window)"),
+    _Flag("skip_s", "--skip-s", "LOADGEN_SKIP_S",
+          "settle segment: skip this many trace seconds at the window's start (the requests its step already replayed)"),
     _Flag("warmup", "--no-warmup", "LOADGEN_NO_WARMUP", "count every request (the server is already warm, e.g. a capacity step after the replay)"),
     _Flag("tokenizer_check", "--no-tokenizer-check", "LOADGEN_NO_TOKENIZER_CHECK",
           "do not ask the server's /tokenize to count sample prompts before the run"),

@@ -18,6 +18,7 @@ CASES = [
     ReplayOptions(),
     ReplayOptions(api="completions", served_model="local/tiny", duration_s=2.5),
     ReplayOptions(rate_multiplier=0.354, slo_deadline=True, warmup=False, window_s=123.456789, tokenizer_check=False),
+    ReplayOptions(rate_multiplier=0.5, slo_deadline=True, warmup=False, window_s=60.0, skip_s=240.5),
 ]
 
 

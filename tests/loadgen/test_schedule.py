@@ -106,3 +106,17 @@ def test_window_s_replays_more_of_the_trace_and_keeps_the_manifest_window_prefix
     assert shorter == [r for r in base if r.offset_s < m.workload.window.duration_s / 2]
     with pytest.raises(ScheduleError, match="window_s must be > 0"):
         build_schedule(m, window_s=0)
+
+
+def test_skip_s_continues_the_trace_after_the_requests_already_replayed(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    """A settle segment: the requests of [skip, skip + window) trace seconds, offsets counted from
+    the skip, exactly those a longer window would have replayed after it."""
+    m = _m(tmp_path, manifest_data, time_scale=2.0, rate_scale=1.0)
+    w = m.workload.window.duration_s
+    whole = build_schedule(m, window_s=2 * w)
+    later = build_schedule(m, window_s=w, skip_s=w)
+    after = [r for r in whole if r.offset_s >= w * 2.0]  # offsets are trace seconds x time_scale
+    assert [(r.trace_line, r.input_tokens, r.output_tokens) for r in later] == [(r.trace_line, r.input_tokens, r.output_tokens) for r in after]
+    assert [r.offset_s for r in later] == pytest.approx([r.offset_s - w * 2.0 for r in after])
+    with pytest.raises(ScheduleError, match="skip_s must be >= 0"):
+        build_schedule(m, skip_s=-1)
