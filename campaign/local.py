@@ -5,7 +5,7 @@ one real vLLM process per fleet (campaign/engine.py), a real Prometheus on loopb
 when installed, the quality gate, the real Locust replaying the same schedule against every
 fleet at once, then the same analysis and report a cloud campaign uses, priced from the
 pinned snapshot. Every process started here is stopped on exit, Ctrl-C included, and records
-already flushed stay on disk. The exit code is `report`'s: 0 Go, 10 Defer, 11 Reject.
+already flushed stay on disk. The exit code is `report`'s: 0 Go, 10 Defer, 11 Reject (core/errors.py's table).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from campaign.processes import ProcessFailed, Supervisor
 from campaign.progress import RecordTail, render
 from campaign.quality import GateResult, run_gate
 from campaign.quality_layers import DISTRIBUTION, LayerResult, distribution_layer, fleet_quality, gate_layers, replay_figures
-from campaign.report_cli import EXIT_BY_STATE
+from core.errors import EXIT_BY_DECISION, EXIT_FAILED_STEP, EXIT_INTERRUPTED
 from core.manifest import Manifest, load_manifest
 from core.ports import free_port
 
@@ -166,16 +166,16 @@ def run_local(
                 report = _report_gate_failure(m, quality, out_dir)
         print(f"decision: {report.decision.state.upper()} — " + "; ".join(report.decision.reasons))
         print(f"report: {out_dir / 'report.html'}  ({out_dir / 'report.json'}, {out_dir / 'report.md'})")
-        return LocalResult(EXIT_BY_STATE[report.decision.state], out_dir, report)
+        return LocalResult(EXIT_BY_DECISION[report.decision.state], out_dir, report)
     except KeyboardInterrupt:
         stop.set()
         for h in list(handles.values()):  # SIGTERM: Locust flushes its records and marks unsent requests
             h.terminate()
         print(f"\ninterrupted: every process stopped; records flushed so far are in {records_dir}", file=sys.stderr)
-        return LocalResult(130, out_dir, None)
+        return LocalResult(EXIT_INTERRUPTED, out_dir, None)
     except ProcessFailed as exc:
         print(f"a campaign process failed: {exc}", file=sys.stderr)
-        return LocalResult(1, out_dir, None)
+        return LocalResult(EXIT_FAILED_STEP, out_dir, None)
     finally:
         signal.signal(signal.SIGTERM, previous)
 
