@@ -1,0 +1,70 @@
+"""report.json's contract: every field of analysis/report_model.py described, and the JSON Schema
+generated from the model committed as schemas/report-v<major>.json."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from analysis import report_model
+from analysis.report_model import REPORT_VERSION, Report
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _models(schema: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The top-level model and every nested one ($defs), by name."""
+    yield "Report", schema
+    yield from schema.get("$defs", {}).items()
+
+
+def _fields(schema: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every property of every model, as 'Model.field' and its schema."""
+    for name, model in _models(schema):
+        for field, prop in model.get("properties", {}).items():
+            yield f"{name}.{field}", prop
+
+
+def test_every_field_of_every_model_says_what_it_is() -> None:
+    schema = Report.model_json_schema()
+    fields = dict(_fields(schema))
+    assert len(fields) > 250  # every model reached, nested ones included
+    missing = [name for name, prop in fields.items() if not str(prop.get("description", "")).strip()]
+    assert not missing, f"{len(missing)} field(s) without a description: {missing[:20]}"
+    undocumented = [name for name, model in _models(schema) if not str(model.get("description", "")).strip()]
+    assert not undocumented, f"models without a description: {undocumented}"
+
+
+def test_the_committed_schema_is_the_models() -> None:
+    major = REPORT_VERSION.split(".")[0]
+    path = ROOT / "schemas" / f"report-v{major}.json"
+    assert report_model.schema_path() == path
+    assert path.is_file(), f"{path} missing: run `python -m analysis.report_model --schema --write`"
+    committed = json.loads(path.read_text(encoding="utf-8"))
+    assert committed == report_model.json_schema(), f"{path} is stale: run `python -m analysis.report_model --schema --write`"
+    assert path.read_text(encoding="utf-8") == report_model.schema_text()  # byte for byte, as the generator writes it
+    assert committed["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert REPORT_VERSION in committed["description"]
+
+
+def test_the_generator_prints_the_schema() -> None:
+    out = subprocess.run([sys.executable, "-m", "analysis.report_model", "--schema"], cwd=ROOT, capture_output=True, text=True,
+                         check=True, timeout=120).stdout
+    assert json.loads(out) == report_model.json_schema()
+
+
+def test_a_generated_report_is_valid_under_the_committed_schema(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    from tests.analysis.report_pages import full_report, gate_reject_report
+
+    schema = json.loads(report_model.schema_path().read_text(encoding="utf-8"))
+    for build in (full_report, gate_reject_report):
+        data, out = build(tmp_path / build.__name__, manifest_data)
+        jsonschema.validate(json.loads((out / "report.json").read_text(encoding="utf-8")), schema)
+        assert data["report_version"] == REPORT_VERSION
