@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis import goodput
-from analysis.errors import AnalysisError
+from analysis.errors import AnalysisError, BadCapacityStep
 from analysis.sources.records import RecordSet, load_records
 
 REPLAY = "replay"
@@ -36,19 +36,19 @@ _LABEL = re.compile(r"(?:([a-z][a-z0-9-]*[a-z0-9])/)?x([0-9.eE+-]+?)(?:-r([0-9]+
 
 
 def split_label(label: str) -> tuple[str | None, float]:
-    """'x0.5' -> (None, 0.5); 'g6/x2' -> ('g6', 2.0); any other label is a ValueError naming it."""
+    """'x0.5' -> (None, 0.5); 'g6/x2' -> ('g6', 2.0); any other label is a BadCapacityStep naming it."""
     m = _LABEL.fullmatch(label)
     try:
         mult = float(m.group(2)) if m else math.nan
     except ValueError:
         mult = math.nan
     if m is None or not math.isfinite(mult) or mult <= 0:
-        raise ValueError(f"capacity sweep step label {label!r} is not '[<fleet>/]x<positive multiplier>' (e.g. 'x0.5', 'g6/x2')")
+        raise BadCapacityStep(f"capacity sweep step label {label!r} is not '[<fleet>/]x<positive multiplier>' (e.g. 'x0.5', 'g6/x2')")
     return m.group(1), mult
 
 
 def parse_label(label: str) -> float:
-    """'x0.5' -> 0.5; any other label is a ValueError naming it."""
+    """'x0.5' -> 0.5; any other label is a BadCapacityStep naming it."""
     return split_label(label)[1]
 
 
@@ -188,9 +188,9 @@ def load_sweep(capacity_dirs: Mapping[str, str | Path], manifest_digest: str, fl
     seen: dict[tuple[str | None, float], str] = {}
     for (scope, mult), label, _ in parsed:
         if scope is not None and scope not in fleets:
-            raise ValueError(f"capacity sweep step {label!r} names fleet {scope!r}, which the manifest does not define")
+            raise BadCapacityStep(f"capacity sweep step {label!r} names fleet {scope!r}, which the manifest does not define")
         if scope is None and (scope, mult) in seen:  # a search may repeat a multiplier (-r2); a shared sweep may not
-            raise ValueError(f"capacity sweep steps {seen[(scope, mult)]!r} and {label!r} have the same multiplier")
+            raise BadCapacityStep(f"capacity sweep steps {seen[(scope, mult)]!r} and {label!r} have the same multiplier")
         seen[(scope, mult)] = label
     out = []
     for (scope, mult), label, d in parsed:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from core.errors import CampaignError
+from core.errors import EXIT_FAILED_STEP, CampaignError
 
 
 class AnalysisError(CampaignError):
@@ -23,7 +23,15 @@ class EmptyWindow(AnalysisError):
 
 
 class SourceUnavailable(AnalysisError):
-    """A remote source (Prometheus, AWS API) could not be reached or answered with an error."""
+    """A remote source (Prometheus, AWS API) could not be reached or answered with an error: a
+    failed step (exit 1), not bad input."""
+
+    exit_code = EXIT_FAILED_STEP
+
+
+class BadCapacityStep(AnalysisError):
+    """A capacity step directory whose label is not `[<fleet>/]x<multiplier>`, names an unknown
+    fleet, or repeats a multiplier: bad input (exit 2), found before any record is read."""
 
 
 class PriceMissing(AnalysisError):

@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from campaign import aws
-from campaign.cloud_run import CloudRun, CloudRunError, CloudRunResult, TaskLauncher, download_run, read_run_config
+from campaign.cloud_run import CloudRun, CloudRunResult, TaskLauncher, download_run, read_run_config
 from core import cloud_contract as cc
+from core.errors import EXIT_FAILED_STEP, EXIT_OK, BadArgument, CampaignError
 from core.manifest import Manifest, load_manifest
 
 
@@ -37,7 +38,10 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         print(f"{a.fleet}: AMI {a.image_id} {a.name!r} ({a.how})")
     print(f"deploying {aws.stack_name(m)} (manifest {m.short_digest}) to {m.costs.region}")
     context = ["-c", f"weights_s3_uri={args.weights_s3_uri}"] if args.weights_s3_uri else []
-    return aws.deploy(Path(args.manifest), approve=args.yes, extra=[*context, *cdk_parameter_args(amis)])
+    rc = aws.deploy(Path(args.manifest), approve=args.yes, extra=[*context, *cdk_parameter_args(amis)])
+    if rc != 0:
+        raise aws.AwsStepFailed(f"cdk deploy exited {rc} (its output above says why)")
+    return EXIT_OK
 
 
 def run_campaign(
@@ -60,11 +64,7 @@ def run_campaign(
 
 def cmd_run(args: argparse.Namespace) -> int:
     m = load_manifest(args.manifest)
-    try:
-        result = run_campaign(aws_session(m.costs.region), m, Path(args.out), duration_s=args.duration)
-    except CloudRunError as exc:
-        print(f"run: {exc}", file=sys.stderr)
-        return 1
+    result = run_campaign(aws_session(m.costs.region), m, Path(args.out), duration_s=args.duration)  # CloudRunError: exit 1
     print(f"next: python -m campaign report {args.manifest} --run-id {result.run_id} --aws --out {Path(args.out) / result.run_id}")
     return result.exit_code
 
@@ -72,15 +72,21 @@ def cmd_run(args: argparse.Namespace) -> int:
 def fetch_run_records(session: Any, m: Manifest, source: str, dest: Path) -> Path:
     """Records of one run into `dest`: `source` is a run id (found through the stack's results
     prefix) or the run's s3:// URI as `run` printed it (works after teardown too)."""
+    try:  # a malformed id or URI is refused before any AWS call
+        if source.startswith("s3://"):
+            cc.split_s3_uri(source)
+        else:
+            cc.check_run_id(source)
+    except ValueError as exc:
+        raise BadArgument(f"--run-id: {exc}") from None
     if source.startswith("s3://"):
         uri = source.rstrip("/")
     else:
-        cc.check_run_id(source)
         cfg = read_run_config(session.client("cloudformation"), aws.stack_name(m))
         uri = cc.run_uri(cfg.results_uri, source)
     files = download_run(session.client("s3"), uri, dest)
     if not any(p.name.startswith("records-") for p in files):
-        raise CloudRunError(f"no records under {uri}/ (is the run id right? `campaign run` prints it)")
+        raise BadArgument(f"--run-id: no records under {uri}/ (is the run id right? `campaign run` prints it)")
     return dest
 
 
@@ -93,9 +99,9 @@ def cmd_teardown(args: argparse.Namespace) -> int:
         if args.run_id:
             try:
                 records = fetch_run_records(session, m, args.run_id, out / "records")
-            except (CloudRunError, ValueError) as exc:
-                print(f"teardown: {exc}; nothing was destroyed", file=sys.stderr)
-                return 1
+            except CampaignError as exc:  # main prints it, and this note, and exits with its code
+                exc.add_note("nothing was destroyed")
+                raise
         if records:
             from analysis.report import build_report
 
@@ -114,9 +120,9 @@ def cmd_teardown(args: argparse.Namespace) -> int:
         print(f"{len(left)} resource(s) still tagged campaign={m.campaign}:", file=sys.stderr)
         for x in left:
             print(f"  LEFT RUNNING: {x.arn} {json.dumps(x.tags, sort_keys=True)}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED_STEP
     print(f"nothing tagged campaign={m.campaign} is left running")
-    return 0
+    return EXIT_OK
 
 
 def _stop_left_tasks(session: Any, m: Manifest) -> None:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from core.errors import EXIT_BAD_INPUT, CampaignError
+from core.errors import EXIT_FAILED_STEP, EXIT_INTERRUPTED, EXIT_OK, CampaignError, exit_code_table
 from core.manifest import Manifest, ManifestError, load_manifest
 
 Handler = Callable[[argparse.Namespace], int]
@@ -33,7 +33,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         if issues:
             raise ManifestError(issues, args.manifest)
     print(f"ok: {args.manifest} campaign={m.campaign} digest={m.digest} (checked for a {args.target} campaign)")
-    return 0
+    return EXIT_OK
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -57,7 +57,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(render_text(m, plans))
         if prediction is not None:
             print(render(prediction))
-    return 0 if fits else 1
+    return EXIT_OK if fits else EXIT_FAILED_STEP
 
 
 def cmd_local(args: argparse.Namespace) -> int:
@@ -82,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=_prog(),
         description="Decide, with evidence, whether an LLM endpoint should run on Inf2 or G6.",
+        epilog=exit_code_table(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # the epilog's table keeps its lines
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -129,10 +131,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"invalid manifest {exc.source or args.manifest}:", file=sys.stderr)
         for issue in exc.issues:
             print(f"  {issue}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return exc.exit_code
     except CampaignError as exc:
         print(f"{args.command}: {exc}", file=sys.stderr)
+        for note in getattr(exc, "__notes__", ()):  # added on the way up, e.g. teardown's "nothing was destroyed"
+            print(f"{args.command}: {note}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED

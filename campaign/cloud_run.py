@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from core import cloud_contract as cc
-from core.errors import EXIT_FAILED_STEP, CampaignError
+from core.errors import EXIT_FAILED_STEP, EXIT_OK, EXIT_SETUP_FAILED, CampaignError
 from core.manifest import Manifest
 
 if TYPE_CHECKING:
@@ -75,7 +75,9 @@ class CloudRunResult:
     run_id: str
     uri: str  # s3://bucket/<runs prefix>/<run id>
     records_dir: Path  # local copy of the records
-    exit_code: int  # 0: every task ended cleanly; 1: a task failed; 3: a task refused its inputs
+    # `run`'s exit code (core/errors.py): EXIT_OK every task ended cleanly, EXIT_FAILED_STEP a task failed,
+    # EXIT_SETUP_FAILED a task refused its inputs (nothing was sent)
+    exit_code: int
     summaries: dict[str, Any] = field(default_factory=dict)
 
 
@@ -306,18 +308,16 @@ class CloudRun:
 
     def _task_problems(self, fleet: str) -> tuple[list[str], bool]:
         """(reasons this fleet's run is invalid, whether a task refused its inputs)."""
-        from loadgen.launch import SETUP_FAILED
-
         reasons: list[str] = []
         refused = False
         for t in self.tasks:
             if t.spec.fleet != fleet:
                 continue
             code = t.status.exit_code
-            if code in (0, 1):  # Locust exits 1 for failed requests without --exit-code-on-error 0
+            if code in (0, 1):  # Locust's own statuses: 1 is failed requests (no --exit-code-on-error 0), which are records
                 continue
-            refused |= code == SETUP_FAILED
-            what = "setup failed, nothing was sent" if code == SETUP_FAILED else f"exited {code}"
+            refused |= code == EXIT_SETUP_FAILED
+            what = "setup failed, nothing was sent" if code == EXIT_SETUP_FAILED else f"exited {code}"
             reasons.append(f"{t.spec.role} task {t.handle.rsplit('/', 1)[-1]} {what}{': ' + t.status.reason if t.status.reason else ''}")
         return reasons, refused
 
@@ -330,7 +330,7 @@ class CloudRun:
         self.say(f"run {self.run_id}: {len(files)} record/summary file(s) downloaded to {records}")
         bucket, prefix = cc.split_s3_uri(self.uri)
         summaries: dict[str, Any] = {}
-        code = 0
+        code = EXIT_OK
         for f in self.m.fleets:
             reasons, refused = self._task_problems(f.name)
             s = merge_worker_outputs(self.m, f.name, records, extra_invalid=reasons)
@@ -342,10 +342,10 @@ class CloudRun:
                 f"schedule lag p99 {s.schedule_lag_p99_s * 1000:.1f} ms{verdict}"
             )
             if refused:
-                code = 3
-            elif reasons and code == 0:
-                code = 1
-        self._write_run_record("finished" if code == 0 else "failed", started, summaries)
+                code = EXIT_SETUP_FAILED
+            elif reasons and code == EXIT_OK:
+                code = EXIT_FAILED_STEP
+        self._write_run_record("finished" if code == EXIT_OK else "failed", started, summaries)
         self.say(f"records of run {self.run_id}: {self.uri}/")
         return CloudRunResult(self.run_id, self.uri, records, code, summaries)
 

@@ -1,92 +1,79 @@
 """`python -m campaign report MANIFEST --records DIR [--prometheus URL] [--aws] --out DIR`, and
 `python -m campaign render REPORT_JSON --out DIR` (the pages again from a report.json).
 
-campaign/cli.py calls `register` to add the subcommands. Exit codes: 0 Go,
-10 Defer, 11 Reject (the report was written in all three), 2 bad input (nothing written).
-Analysis errors (`AnalysisError`, a `CampaignError`) reach campaign/cli.py's `main`, which
-prints them and exits with their code (2).
+campaign/cli.py calls `register` to add the subcommands. Exit codes (core/errors.py's table):
+0 Go, 10 Defer, 11 Reject (the report was written in all three), 2 bad input (nothing written),
+1 a remote source failed. Every error is raised, never printed here: campaign/cli.py's `main`
+prints it and exits with its code.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-from analysis.capacity import discover_steps
-from core.errors import EXIT_BAD_INPUT
+from core.errors import EXIT_BAD_INPUT as EXIT_BAD_INPUT  # re-exported: tests and callers read the codes from here too
+from core.errors import EXIT_BY_DECISION, BadArgument
 
-EXIT_BY_STATE = {"go": 0, "defer": 10, "reject": 11}
+EXIT_BY_STATE = EXIT_BY_DECISION  # the decision's exit code (core/errors.py)
+
+
+def _quality(path: str) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            quality: dict[str, Any] = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise BadArgument(f"--quality {path}: {exc}") from None
+    return quality
+
+
+def _instances(pairs: list[str]) -> dict[str, int]:
+    try:
+        return {k: int(v) for k, v in (pair.split("=", 1) for pair in pairs)}
+    except ValueError:
+        raise BadArgument(f"--instances takes FLEET=N pairs, got {' '.join(pairs)}") from None
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from analysis.capacity import discover_steps
     from analysis.report import build_report
     from core.manifest import load_manifest
 
     m = load_manifest(args.manifest, check_files=False)
-    quality: dict[str, Any] | None = None
-    if args.quality:
-        try:
-            with open(args.quality, encoding="utf-8") as fh:
-                quality = json.load(fh)
-        except (OSError, ValueError) as exc:
-            print(f"--quality {args.quality}: {exc}", file=sys.stderr)
-            return EXIT_BAD_INPUT
-    instances = None
-    if args.instances:
-        try:
-            instances = {k: int(v) for k, v in (pair.split("=", 1) for pair in args.instances)}
-        except ValueError:
-            print("--instances takes FLEET=N pairs", file=sys.stderr)
-            return EXIT_BAD_INPUT
+    quality = _quality(args.quality) if args.quality else None
+    instances = _instances(args.instances) if args.instances else None
     capacity = None
     if args.capacity:
-        root = Path(args.capacity)
-        capacity = discover_steps(root)
+        capacity = discover_steps(Path(args.capacity))
         if not capacity:
-            print(f"--capacity {root}: no step directories (x<k>/ or <fleet>/x<k>/) found", file=sys.stderr)
-            return EXIT_BAD_INPUT
+            raise BadArgument(f"--capacity {args.capacity}: no step directories (x<k>/ or <fleet>/x<k>/) found")
     records = args.records
     if args.run_id:  # the run's records are downloaded from the results bucket first
         from campaign.aws_cli import aws_session, fetch_run_records
-        from campaign.cloud_run import CloudRunError
 
-        try:
-            records = fetch_run_records(aws_session(m.costs.region), m, args.run_id, Path(args.out) / "records")
-        except (CloudRunError, ValueError) as exc:
-            print(f"report: {exc}", file=sys.stderr)
-            return EXIT_BAD_INPUT
+        records = fetch_run_records(aws_session(m.costs.region), m, args.run_id, Path(args.out) / "records")
     elif not records:
-        print("report: give --records DIR or --run-id RUN_ID", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    try:
-        rep = build_report(m, records, prometheus_url=args.prometheus, aws=args.aws, quality=quality, out_dir=args.out,
-                           instances_measured=instances, focus_csv=args.focus, capacity_dirs=capacity)
-    except ValueError as exc:  # e.g. a capacity step label that is not x<multiplier>
-        print(f"report: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        raise BadArgument("give --records DIR or --run-id RUN_ID")
+    rep = build_report(m, records, prometheus_url=args.prometheus, aws=args.aws, quality=quality, out_dir=args.out,
+                       instances_measured=instances, focus_csv=args.focus, capacity_dirs=capacity)
     state = rep.decision.state
     print(f"{state.upper()}: " + "; ".join(rep.decision.reasons))
     print(f"wrote {args.out}/report.json, report.md, report.html")
-    return EXIT_BY_STATE[state]
+    return EXIT_BY_DECISION[state]
 
 
 def cmd_render(args: argparse.Namespace) -> int:
     """report.md and report.html again from a report.json, which must validate against the report model."""
     from analysis.report import write_pages
-    from analysis.report_model import ReportInvalid, load_report
+    from analysis.report_model import load_report
 
-    try:
-        rep = load_report(args.report_json)
-    except ReportInvalid as exc:
-        print(f"render: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    rep = load_report(args.report_json)  # ReportInvalid: exit 2, printed by main
     write_pages(rep, args.out)
     print(f"{rep.decision.state.upper()}: " + "; ".join(rep.decision.reasons))
     print(f"wrote {args.out}/report.md, report.html")
-    return EXIT_BY_STATE[rep.decision.state]
+    return EXIT_BY_DECISION[rep.decision.state]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

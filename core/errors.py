@@ -8,6 +8,8 @@ an exit code as a literal: each comes from this table, which `--help` prints in 
 
 from __future__ import annotations
 
+import textwrap
+
 EXIT_OK = 0  # Go (the report was written), or the command did what it was asked
 EXIT_FAILED_STEP = 1  # a process, an AWS step or a remote source failed while running
 EXIT_BAD_INPUT = 2  # the input (manifest, trace, records, flags) is wrong; nothing was started or written
@@ -32,9 +34,12 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
 EXIT_BY_DECISION: dict[str, int] = {"go": EXIT_OK, "defer": EXIT_DEFER, "reject": EXIT_REJECT}
 
 
-def exit_code_table() -> str:
-    """The table as `--help` prints it: one `  CODE  meaning` line per code."""
-    return "exit codes:\n" + "\n".join(f"  {code:>3}  {meaning}" for code, meaning in EXIT_CODES)
+def exit_code_table(width: int = 100) -> str:
+    """The table as `--help` prints it: `  CODE  meaning` per code, wrapped to `width`."""
+    lines = ["exit codes:"]
+    for code, meaning in EXIT_CODES:
+        lines += textwrap.wrap(meaning, width, initial_indent=f"  {code:>3}  ", subsequent_indent=" " * 7)
+    return "\n".join(lines)
 
 
 class CampaignError(Exception):

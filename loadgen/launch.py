@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from core.errors import EXIT_SETUP_FAILED
 from core.manifest import Manifest, load_manifest
 from core.ports import free_port
 from core.records import RunSummary
@@ -27,8 +28,9 @@ from loadgen.summary import SummaryInputs, load_summary, summarize
 
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
 # The locustfile's exit status when a worker could not set up (bad records dir, metrics port
-# taken, prompt synthesis failed): nothing was sent, and the log names the cause.
-SETUP_FAILED = 3
+# taken, prompt synthesis failed): nothing was sent, and the log names the cause. `run` exits
+# with the same code (core/errors.py's table).
+SETUP_FAILED = EXIT_SETUP_FAILED
 ROOT = LOCUSTFILE.parent.parent  # the directory holding our packages: the checkout, or site-packages when installed
 
 

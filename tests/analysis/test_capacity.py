@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from analysis.capacity import SearchPath, SearchStep, StopRule, Verdict, discover_steps, parse_label, split_label, write_search_path
-from analysis.errors import AnalysisError
+from analysis.errors import AnalysisError, BadCapacityStep
 from analysis.report import build_report
 from core.manifest import Manifest
 from core.records import RequestRecord, RunSummary
@@ -60,14 +60,14 @@ def _three_steps(tmp_path: Path, m: Manifest) -> dict[str, Path]:
 def test_parse_label() -> None:
     assert parse_label("x0.5") == 0.5 and parse_label("x2") == 2.0 and parse_label("x1e1") == 10.0
     for bad in ("2x", "x", "x0", "x-1", "xfoo", "X2", "replay", "x2 ", "xnan", "xinf"):
-        with pytest.raises(ValueError, match=re.escape(repr(bad))):
+        with pytest.raises(BadCapacityStep, match=re.escape(repr(bad))):
             parse_label(bad)
 
 
 def test_bad_label_is_rejected_before_anything_is_loaded(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
     m = _m(manifest_data)
     rep = _write(tmp_path / "replay", m, {"inf2": (1.0, 900, False), "g6": (1.0, 300, False)})
-    with pytest.raises(ValueError, match="'2x'"):
+    with pytest.raises(BadCapacityStep, match="'2x'"):
         build_report(m, rep, out_dir=tmp_path / "o", capacity_dirs={"x1": rep, "2x": tmp_path / "missing"}, **KW)
     assert not (tmp_path / "o").exists()
 
@@ -283,7 +283,7 @@ def test_search_labels_are_checked(tmp_path: Path, manifest_data: dict[str, Any]
     m = _m(manifest_data)
     rep = _write(tmp_path / "replay", m, {"inf2": (1.0, 900, False), "g6": (1.0, 300, False)})
     assert split_label("g6/x1.414") == ("g6", 1.414) and split_label("g6/x2-r2") == ("g6", 2.0) and split_label("x1e-1") == (None, 0.1)
-    with pytest.raises(ValueError, match="names fleet 'a100'"):
+    with pytest.raises(BadCapacityStep, match="names fleet 'a100'"):
         build_report(m, rep, out_dir=tmp_path / "o", capacity_dirs={"a100/x1": rep}, **KW)
     # a fleet's step holding another fleet's records is refused
     with pytest.raises(AnalysisError, match=r"are not the step's fleet g6"):

@@ -1,0 +1,95 @@
+"""The CLI's conventions (issue 27): one exit-code table, shown in `--help`; errors raised where
+they happen and printed once, by `main`."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+from pathlib import Path
+
+import pytest
+
+from analysis.errors import SourceUnavailable
+from campaign import cli, report_cli
+from core.errors import EXIT_BAD_INPUT, EXIT_CODES, EXIT_FAILED_STEP, CampaignError
+from tests.conftest import EXAMPLE_MANIFEST, ROOT
+
+
+def test_help_lists_every_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as ei:
+        cli.main(["--help"])
+    assert ei.value.code == 0
+    out = capsys.readouterr().out
+    epilog = out[out.index("exit codes:") :]
+    flat = " ".join(epilog.split())
+    for code, meaning in EXIT_CODES:
+        assert f" {code} {' '.join(meaning.split())}" in flat, (code, epilog)
+
+
+# The modules that decide a command's exit code. Every code comes from core/errors.py's table.
+_EXIT_CODE_MODULES = ["campaign/cli.py", "campaign/report_cli.py", "campaign/aws_cli.py", "campaign/cloud_run.py", "campaign/local.py"]
+
+
+_CODE_NAMES = ("code", "rc", "exit_code")
+
+
+def _literal_exit_codes(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        value: ast.expr | None = None
+        names = [t.id for t in node.targets if isinstance(t, ast.Name)] if isinstance(node, ast.Assign) else []
+        if isinstance(node, ast.Return | ast.Assign) and (isinstance(node, ast.Return) or set(names) & set(_CODE_NAMES)):
+            value = node.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id.endswith("Result") and node.args:
+            value = node.args[0] if node.func.id == "LocalResult" else node.args[3] if len(node.args) > 3 else None
+        elif isinstance(node, ast.Dict) and {getattr(k, "value", None) for k in node.keys} >= {"go", "defer", "reject"}:
+            found += [f"{path.name}:{node.lineno}: decision table" for v in node.values if isinstance(v, ast.Constant)][:1]
+        if isinstance(value, ast.Constant) and type(value.value) is int:
+            found.append(f"{path.name}:{node.lineno}: {value.value}")
+    return found
+
+
+def test_no_command_spells_an_exit_code_as_a_literal() -> None:
+    assert [hit for rel in _EXIT_CODE_MODULES for hit in _literal_exit_codes(ROOT / rel)] == []
+
+
+def test_a_failed_source_exits_as_a_failed_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """core/errors.py: a source that fails while running exits 1, not 2 (nothing about the input is wrong)."""
+
+    def unreachable(*_a: object, **_k: object) -> None:
+        raise SourceUnavailable("Prometheus at http://127.0.0.1:9 is unreachable: connection refused")
+
+    monkeypatch.setattr("analysis.report.build_report", unreachable)
+    (tmp_path / "rec").mkdir()
+    rc = cli.main(["report", str(EXAMPLE_MANIFEST), "--records", str(tmp_path / "rec"), "--prometheus", "http://127.0.0.1:9",
+                   "--out", str(tmp_path / "out")])  # fmt: skip
+    assert rc == EXIT_FAILED_STEP == SourceUnavailable.exit_code
+    assert "report: Prometheus at http://127.0.0.1:9 is unreachable" in capsys.readouterr().err
+
+
+def _report_args(tmp_path: Path, *extra: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    report_cli.register(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["report", str(EXAMPLE_MANIFEST), *extra, "--out", str(tmp_path / "out")])
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--records", "{tmp}", "--quality", "{tmp}/missing.json"], "--quality {tmp}/missing.json: "),
+        (["--records", "{tmp}", "--instances", "inf2"], "--instances takes FLEET=N pairs"),
+        (["--records", "{tmp}", "--capacity", "{tmp}"], "--capacity {tmp}: no step directories"),
+        ([], "give --records DIR or --run-id RUN_ID"),
+        (["--run-id", "latest"], "--run-id: run id 'latest' is not of the form"),
+    ],
+)
+def test_report_raises_bad_input_for_main_to_print(tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str) -> None:
+    """cmd_report raises; it neither prints nor returns 2 itself. main prints it once and exits 2."""
+    argv = [a.format(tmp=tmp_path) for a in extra]
+    with pytest.raises(CampaignError) as ei:
+        report_cli.cmd_report(_report_args(tmp_path, *argv))
+    assert ei.value.exit_code == EXIT_BAD_INPUT and str(ei.value).startswith(message.format(tmp=tmp_path))
+    assert capsys.readouterr().err == ""
+    assert cli.main(["report", str(EXAMPLE_MANIFEST), *argv, "--out", str(tmp_path / "out")]) == EXIT_BAD_INPUT
+    assert capsys.readouterr().err.startswith("report: " + message.format(tmp=tmp_path))
+    assert not (tmp_path / "out" / "report.json").exists()
