@@ -93,6 +93,9 @@ class StepPlan:
     span_s: float  # arrival span the step must cover (replay seconds); the runner lengthens it to min_requests
     why: str
     repeat: int = 1  # 2: the same multiplier again, longer (its label gets "-r2")
+    # Replay seconds (at x1) of the trace skipped first: a settle segment continues its step with
+    # the requests after the ones the step already replayed (campaign.settle).
+    skip_s: float = 0.0
 
     @property
     def label(self) -> str:

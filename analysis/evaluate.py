@@ -360,7 +360,7 @@ def _to_settle(
             requests=iv.basis_requests, rate_req_s=rates.get(n), instances=ctx.instances_measured.get(n, 0),
             instance_hourly_usd=prices.instance_hourly_usd if prices is not None else None,
             loadgen_tasks=m.loadgen.workers + 1, loadgen_task_hourly_usd=ctx.loadgen_task_hourly_usd,
-            end_known=iv.capacity_tok_s is not None and None not in iv.capacity_tok_s,
+            end_known=iv.capacity_tok_s is not None and None not in iv.capacity_tok_s, hold_requests=iv.hold_requests,
         )
     ts = to_settle(econ, aim, fleets, ctx.loadgen_price_source)
     unknown = [f"{n}: {intervals[n].capacity_note}" for n in names if not fleets[n].end_known]

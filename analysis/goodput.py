@@ -19,7 +19,7 @@ a first token (duckdb quantile_disc), i.e. over raw records, never averaged per 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -95,6 +95,11 @@ LATENCY_SQL = {
              "THEN greatest(coalesce(itl_s, 0), (e2e_s - ttft_s) / (max_tokens - 1)) ELSE itl_s END",
 }
 _SLO_MET = "(ttft_s IS NOT NULL AND ttft_s <= $ttft AND (itl_s IS NULL OR itl_s <= $itl))"
+# A capacity step's settle segments (campaign.settle) sit in its directory as settle-<n>/: more
+# requests at the same rate, replayed after the step, each with its own schedule from 0. Records
+# of the step itself are segment "".
+SETTLE_DIR = "settle-"
+SEGMENT_SQL = f"regexp_extract(filename, '/{SETTLE_DIR}([0-9]+)/', 1)"
 
 
 def measure_fleets(rs: RecordSet, ttft_slo_s: float, itl_slo_s: float, *, percentiles: bool = True) -> dict[str, FleetMeasure]:
@@ -107,7 +112,7 @@ def measure_fleets(rs: RecordSet, ttft_slo_s: float, itl_slo_s: float, *, percen
     re-evaluate goodput under another SLO and already hold them."""
     groups = rs.con.execute(
         f"""SELECT fleet, warmup, outcome, {_SLO_MET} AS met, {_SLO_MET} IS DISTINCT FROM slo_ok AS differs,
-                   count(*), coalesce(sum({_TOKENS}), 0), min(wall_start), min(scheduled_s), max(scheduled_s)
+                   count(*), coalesce(sum({_TOKENS}), 0), min(wall_start), min(scheduled_s), max(scheduled_s), {SEGMENT_SQL} AS segment
             FROM records GROUP BY ALL""",
         {"ttft": ttft_slo_s, "itl": itl_slo_s},
     ).fetchall()
@@ -120,8 +125,9 @@ def measure_fleets(rs: RecordSet, ttft_slo_s: float, itl_slo_s: float, *, percen
         ).fetchall():
             p95s[str(fleet)] = (None if ttft is None else float(ttft), None if itl is None else float(itl))
     acc: dict[str, _Tally] = {}
-    for fleet, warmup, outcome, met, differs, n, tok, wall, first, last in groups:
-        acc.setdefault(str(fleet), _Tally()).add(bool(warmup), str(outcome), bool(met), bool(differs), int(n), int(tok), wall, first, last)
+    for fleet, warmup, outcome, met, differs, n, tok, wall, first, last, segment in groups:
+        acc.setdefault(str(fleet), _Tally()).add(bool(warmup), str(outcome), bool(met), bool(differs), int(n), int(tok), wall, first, last,
+                                                 str(segment))
     return {fleet: t.measure(fleet, *p95s.get(fleet, (None, None))) for fleet, t in sorted(acc.items())}
 
 
@@ -142,12 +148,11 @@ class _Tally:
     ok_tokens: int = 0
     disagreements: int = 0
     wall_start: float | None = None
-    sent: int = 0  # non-warmup requests sent: the window is theirs
-    first: float | None = None
-    last: float | None = None
+    # Per segment (SEGMENT_SQL): non-warmup requests sent, first and last scheduled send
+    spans: dict[str, _Span] = field(default_factory=dict)
 
     def add(self, warmup: bool, outcome: str, met: bool, differs: bool, n: int, tok: int,
-            wall: float | None, first: float | None, last: float | None) -> None:
+            wall: float | None, first: float | None, last: float | None, segment: str = "") -> None:
         if wall is not None:
             self.wall_start = wall if self.wall_start is None else min(self.wall_start, wall)
         if warmup:
@@ -160,10 +165,7 @@ class _Tally:
         if outcome == "not_sent":
             self.not_sent += n
         else:
-            self.sent += n
-            if first is not None and last is not None:
-                self.first = first if self.first is None else min(self.first, first)
-                self.last = last if self.last is None else max(self.last, last)
+            self.spans.setdefault(segment, _Span()).add(n, first, last)
         if outcome == "ok":
             self.ok += n
             self.ok_tokens += tok
@@ -175,12 +177,33 @@ class _Tally:
                 self.slo_violations += n
 
     def measure(self, fleet: str, p95_ttft: float | None, p95_itl: float | None) -> FleetMeasure:
-        # The window spans the sent requests' schedule plus one mean inter-arrival gap (n - 1 gaps over n arrivals).
-        end = self.first + (self.last - self.first) * self.sent / (self.sent - 1) \
-            if self.sent > 1 and self.first is not None and self.last is not None else None  # fmt: skip
+        # A step continued by settle segments ran them one after another: its window is the first
+        # segment's start plus every segment's window.
+        first = self.spans[""].first if "" in self.spans else None
+        windows = [s.window_s() for s in self.spans.values()]
+        end = first + sum(w for w in windows if w is not None) if first is not None and all(w is not None for w in windows) else None
         return FleetMeasure(fleet, self.requests, self.warmup, self.ok, self.errors, self.quality_failed, self.no_text, self.not_sent,
                             self.slo_violations, self.successful, self.successful_tokens, self.ok_tokens, self.disagreements,
-                            self.wall_start, self.first, end, p95_ttft, p95_itl)
+                            self.wall_start, first, end, p95_ttft, p95_itl)
+
+
+@dataclass
+class _Span:
+    sent: int = 0
+    first: float | None = None
+    last: float | None = None
+
+    def add(self, n: int, first: float | None, last: float | None) -> None:
+        self.sent += n
+        if first is not None and last is not None:
+            self.first = first if self.first is None else min(self.first, first)
+            self.last = last if self.last is None else max(self.last, last)
+
+    def window_s(self) -> float | None:
+        """The sent requests' schedule plus one mean inter-arrival gap (n - 1 gaps over n arrivals)."""
+        if self.sent > 1 and self.first is not None and self.last is not None:
+            return (self.last - self.first) * self.sent / (self.sent - 1)
+        return None
 
 
 def outcome_counts(rs: RecordSet) -> dict[str, dict[str, int]]:

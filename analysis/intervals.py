@@ -84,6 +84,16 @@ class StepEvidence:
         itl_ok = self.p95_itl.n == 0 or (self.p95_itl.high is not None and self.p95_itl.high <= itl_slo_s)
         return ttft_ok and itl_ok
 
+    def requests_to_hold(self, fleet: str, ttft_slo_s: float, itl_slo_s: float) -> int | None:
+        """Requests at which this step would hold the SLO with 95% confidence if its requests keep
+        missing the targets at the shares they did (core.stats.n_to_hold); None: it cannot."""
+        need = []
+        for column, target in (("ttft_s", ttft_slo_s), ("itl_s", itl_slo_s)):
+            x = latency_array(self.records, fleet, column)
+            if len(x):
+                need.append(stats.n_to_hold(len(x), int((x > target).sum())))
+        return None if not need or None in need else max(n for n in need if n is not None)
+
     def tokens_ci(self, fleet: str, ttft_slo_s: float, itl_slo_s: float) -> stats.SumInterval | None:
         key = (fleet, ttft_slo_s, itl_slo_s)
         if key not in self._capacity_cache:
@@ -123,6 +133,9 @@ class FleetIntervals:
     capacity_note: str  # how the low end was found, or why it is unknown
     basis_ttft: stats.QuantileCI
     basis_itl: stats.QuantileCI
+    # Requests the basis step would need to hold the SLO with 95% confidence at the shares it
+    # missed by (StepEvidence.requests_to_hold); None: it cannot, or it already does.
+    hold_requests: int | None = None
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -160,7 +173,8 @@ def fleet_intervals(
                     "the best that held it with 95% confidence")
     how = b.tokens_ci(fleet, ttft_slo_s, itl_slo_s)
     note += f" (successful tokens' interval: {how.method})" if how is not None else ""
-    return FleetIntervals(replay.p95_ttft, replay.p95_itl, basis, b.requests, (low, high_ci[1]), note, b.p95_ttft, b.p95_itl)
+    hold = None if low is not None else b.requests_to_hold(fleet, ttft_slo_s, itl_slo_s)
+    return FleetIntervals(replay.p95_ttft, replay.p95_itl, basis, b.requests, (low, high_ci[1]), note, b.p95_ttft, b.p95_itl, hold)
 
 
 def _point_holds(s: StepEvidence, ttft_slo_s: float, itl_slo_s: float) -> bool:

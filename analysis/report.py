@@ -276,6 +276,7 @@ class ReportInputs:
     aws_clients: AwsClients | None = None
     capacity_dirs: Mapping[str, Path] | None = None
     systems_under_test: str | None = None
+    settle: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -347,17 +348,20 @@ def build_report(
     with_pages: bool = True,
     capacity_dirs: Mapping[str, Path] | None = None,
     systems_under_test: str | None = None,
+    settle: Mapping[str, Any] | None = None,
 ) -> Report:
     """`capacity_dirs`: capacity-sweep steps, label ("x0.5", "x2": a multiplier of the manifest's rate)
     -> directory of that step's records; fleets are then sized from the measured capacity (see analysis.capacity).
     `systems_under_test`: what served the fleets when that is not the manifest's hardware (a local
     campaign's emulators or CPU engines); the report states it above the decision.
+    `settle`: what the campaign's settle phase did (campaign.settle.SettleOutcome.as_dict()):
+    its segments are already in the capacity steps' records; this says what they bought.
 
     The pipeline: records -> evidence -> measurements -> evaluation -> report; each stage returns
     its own gaps and provenance, concatenated here in one fixed order."""
     m = manifest
     inp = ReportInputs(records_dir, out_dir, prometheus_url, aws, quality, instances_measured, histogram_names, focus_csv,
-                       root_volume_gib, aws_clients, capacity_dirs, systems_under_test)
+                       root_volume_gib, aws_clients, capacity_dirs, systems_under_test, settle)
     rec = read_records(m, inp)
     ev = gather_evidence(m, inp, rec)
     meas = measure(m, rec, ev)
@@ -524,6 +528,14 @@ def _input_provenance(inp: ReportInputs) -> Findings:
     found = Findings()
     if inp.systems_under_test:
         found.provenance["systems_under_test"] = {"source": "measured", "detail": inp.systems_under_test}
+    if inp.settle is not None:
+        s = inp.settle
+        found.provenance["settle"] = {
+            "source": "measured", "value": dict(s),
+            "detail": f"settle phase: {s.get('stopped')} ({s.get('detail')}); {len(s.get('segments') or [])} segment(s) over "
+                      f"{float(s.get('seconds') or 0):.0f} s; monthly delta 95% CI {s.get('delta_ci_before')} before, "
+                      f"{s.get('delta_ci_after')} after; decision {s.get('decision_before')} -> {s.get('decision_after')}",
+        }  # fmt: skip
     if inp.quality is None:
         found.provenance["quality"] = {"source": "missing", "detail": "no quality-gate results were given"}
     else:

@@ -18,9 +18,11 @@ at the sign of the delta for its own sake. From the measured interval:
   core.cloud_contract.LOADGEN_TASK_VCPU vCPU and LOADGEN_TASK_MEMORY_GIB GiB, at the Fargate
   prices in `provenance.prices.fargate_*`), prorated by the minute.
 When an end the threshold needs is unknown (no step held the SLO with 95% confidence), no
-ratio exists: a fleet with that unknown end needs at least core.stats.min_n_bounded_upper()
-requests at a step before its P95's upper end is bounded at all, and the figures are
-marked `lower_bound`.
+ratio exists: a fleet with that unknown end needs the requests at which its sizing step would
+hold the SLO with 95% confidence if its requests keep missing the targets at the shares they
+did (core.stats.n_to_hold: the P95's upper bound, an order statistic, falls within the target
+once enough requests lie below it), at least core.stats.min_n_bounded_upper(); the figures are
+marked `lower_bound`: the interval's width after that is not yet known.
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ class FleetBasis:
     loadgen_tasks: int  # Fargate tasks that drive the fleet (one master + the workers)
     loadgen_task_hourly_usd: float | None  # one task's hourly price; None: no Fargate price
     end_known: bool = True  # False: the fleet's capacity interval has an unknown end
+    # With an unknown end: the requests at which its sizing step would hold the SLO with 95%
+    # confidence at the shares of requests it missed the targets by (core.stats.n_to_hold).
+    hold_requests: int | None = None
 
 
 def _reach(e: Economics, aim: Aim) -> tuple[float | None, float] | None:
@@ -74,7 +79,7 @@ def to_settle(e: Economics, aim: Aim, fleets: Mapping[str, FleetBasis], loadgen_
         if rd is None:
             requests[name] = None  # on the threshold: no sample size settles it
         elif rd[0] is None:
-            requests[name] = b.requests if b.end_known else max(b.requests, stats.min_n_bounded_upper())
+            requests[name] = b.requests if b.end_known else max(b.requests, b.hold_requests or stats.min_n_bounded_upper())
         else:
             reach, distance = rd[0], rd[1]
             factor = (reach / distance) ** 2
@@ -113,9 +118,10 @@ def _basis(aim: Aim, rd: tuple[float | None, float] | None, loadgen_price_source
     if rd is None:
         how = "the point estimate is on the threshold: no sample size settles it"
     elif rd[0] is None:
-        how = (f"an end of the interval is unknown, so no ratio exists: a fleet whose capacity low end is unknown needs at least "
-               f"{stats.min_n_bounded_upper()} requests at a step before its P95's upper end is bounded, and that step must hold "
-               "the SLO at its P95 intervals' high ends (lower bounds)")
+        how = ("an end of the interval is unknown, so no ratio exists: a fleet whose capacity low end is unknown needs its sizing "
+               "step to hold the SLO at its P95 intervals' high ends, which takes the requests at which the order-statistic bound "
+               "falls within the target if requests keep missing it at the shares they did (core.stats.n_to_hold), at least "
+               f"{stats.min_n_bounded_upper()} (lower bounds)")
     else:
         how = ("requests = the sizing step's requests x (the interval's reach toward the threshold / the point's distance from it)^2, "
                "the half-width shrinking as 1/sqrt(n): a planning rule of thumb")
@@ -137,6 +143,7 @@ def settle_text(ts: Mapping[str, Any], unknown: list[str] | None = None) -> str:
         cost = f": about {ts['minutes']:,.1f} min" + (f" and {ts['usd']:,.2f} USD" if ts["usd"] is not None else "") + " at the measured rates"
     if ts["lower_bound"]:
         why = f" ({'; '.join(unknown)})" if unknown else ""
-        return (f"an end is unknown{why}; at least {stats.min_n_bounded_upper()} requests per step bound a P95 at 95%, and a step must hold "
-                f"the SLO at its interval's high end: at least {per} requests at each capacity boundary{cost} (decision.to_settle)")
+        return (f"an end is unknown{why}; a sizing step holds the SLO with 95% confidence once its P95 intervals' high ends are "
+                f"within the targets, which at the shares of requests that missed them takes at least {per} requests at each capacity "
+                f"boundary{cost} (decision.to_settle)")
     return (f"about {ts['factor']:.1f}x the requests at each capacity boundary would settle it: {per}{cost} (decision.to_settle)")

@@ -173,7 +173,7 @@ class LocalSteps:
         # trace seconds whose arrivals land inside the span at rate x k (offsets are trace seconds x time_scale)
         h = self.handles[fleet] = start_fleet(self.manifest_path, fleet, self.endpoints[fleet], step_dir, ReplayOptions(
             rate_multiplier=plan.multiplier, slo_deadline=True, warmup=False,
-            window_s=plan.span_s * plan.multiplier / self.m.workload.time_scale))
+            window_s=plan.span_s * plan.multiplier / self.m.workload.time_scale, skip_s=plan.skip_s / self.m.workload.time_scale))
         early = None
         tail = RecordTail(step_dir, fleet, planned)
         while not h.poll() and not stop.is_set():

@@ -152,6 +152,8 @@ def run_local(
                     capacity_dirs = _capacity(m, manifest_path.resolve(), endpoints, out_dir / "capacity", records_dir, handles, stop)
                 from analysis.report import build_report
 
+                sut = engines.VLLM_CPU_NOTE if engine == "vllm-cpu" else engines.EMULATOR_NOTE
+                settled = _settle(m, manifest_path.resolve(), endpoints, out_dir, records_dir, quality, capacity_dirs, handles, stop, sut)
                 report = build_report(
                     m,
                     records_dir,
@@ -160,7 +162,8 @@ def run_local(
                     out_dir=out_dir,
                     instances_measured=dict.fromkeys(endpoints, 1),  # one server process per fleet
                     capacity_dirs=capacity_dirs or None,
-                    systems_under_test=engines.VLLM_CPU_NOTE if engine == "vllm-cpu" else engines.EMULATOR_NOTE,
+                    systems_under_test=sut,
+                    settle=settled,
                 )
             else:
                 report = _report_gate_failure(m, quality, out_dir)
@@ -225,6 +228,28 @@ def _capacity(
         return run_sweep(m, manifest_path, endpoints, root, handles)
     handles.clear()
     return run_search(m, list(endpoints), LocalSteps(m, manifest_path, endpoints, handles), root, replay_dir, stop)
+
+
+def _settle(
+    m: Manifest, manifest_path: Path, endpoints: dict[str, str], out_dir: Path, records_dir: Path, quality: dict[str, dict[str, Any]],
+    capacity_dirs: dict[str, Path], handles: dict[str, FleetRun], stop: threading.Event, sut: str,
+) -> dict[str, Any] | None:
+    """The settle phase after an automatic search (campaign.settle), when its budget allows one."""
+    from analysis.report import build_report
+    from campaign.capacity_run import LocalSteps
+    from campaign.settle import settle
+
+    cfg = m.workload.capacity_search
+    if not capacity_dirs or m.workload.capacity_sweep is not None or cfg is None or cfg.settle_budget_s <= 0:
+        return None
+
+    def interim() -> Report:  # the decision as the records stand: what the next round must settle
+        return build_report(m, records_dir, quality=quality, out_dir=out_dir / "settle-interim", with_sensitivity=False,
+                            with_pages=False, instances_measured=dict.fromkeys(endpoints, 1), capacity_dirs=capacity_dirs,
+                            systems_under_test=sut)
+
+    handles.clear()
+    return settle(m, LocalSteps(m, manifest_path, endpoints, handles), out_dir / "capacity", capacity_dirs, interim, stop).as_dict()
 
 
 def _quality(out_dir: Path, gates: dict[str, GateResult], layers: dict[str, list[LayerResult]]) -> dict[str, dict[str, Any]]:

@@ -21,11 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from analysis.capacity import REPLAY, read_search_path
+from analysis.report_model import Report
 from campaign.capacity_run import run_search
+from campaign.settle import settle
 from campaign.simulated_steps import SimulatedSteps, simulate_requests, write_records
 from core import catalog, prices
 from core.cloud_contract import HEALTH_GRACE_MIN, LOADGEN_TASK_MEMORY_GIB, LOADGEN_TASK_VCPU
-from core.manifest import Manifest
+from core.manifest import CapacitySearch, Manifest
 from core.schedule import build_schedule
 
 # Assumptions of the cloud campaign's time outside the measured load (minutes). Each is printed
@@ -61,7 +63,8 @@ class CampaignPrediction:
     decision_reasons: list[str]
     monthly_delta_usd: float | None
     monthly_delta_ci_usd: list[float | None] | None
-    to_settle: dict[str, Any] | None
+    to_settle: dict[str, Any] | None  # what would still settle the decision after the settle phase's budget
+    settle: dict[str, Any] | None  # the settle phase as simulated (campaign.settle.SettleOutcome)
     fleets: dict[str, FleetPrediction]
     minutes: dict[str, float]  # the campaign_minutes breakdown
     usd: dict[str, float]  # the campaign_usd breakdown
@@ -89,10 +92,19 @@ def predict(m: Manifest, work_dir: Path | None = None) -> CampaignPrediction:
                                threading.Event(), log.append) if m.workload.capacity_sweep is None else None
     quality = {name: {"passed": True, "pass_rate": 1.0, "failures": [], "assumed": "campaign plan assumes the quality gate passes"}
                for name in fleets}
-    # One simulated instance per fleet served every step (as the local campaign's one emulator does).
-    rep = build_report(m, work_dir / "records", quality=quality, out_dir=work_dir / "report", instances_measured=dict.fromkeys(fleets, 1),
-                       capacity_dirs=capacity_dirs, with_sensitivity=False, with_pages=False,
-                       systems_under_test="campaign plan: the emulator in simulated time (a prediction)")
+    sut = "campaign plan: the emulator in simulated time (a prediction)"
+
+    def report(out: str, settled: dict[str, Any] | None = None) -> Report:
+        # One simulated instance per fleet served every step (as the local campaign's one emulator does).
+        return build_report(m, work_dir / "records", quality=quality, out_dir=work_dir / out, instances_measured=dict.fromkeys(fleets, 1),
+                            capacity_dirs=capacity_dirs, with_sensitivity=False, with_pages=False, systems_under_test=sut, settle=settled)
+
+    cfg = m.workload.capacity_search or CapacitySearch()
+    outcome = None
+    if capacity_dirs and cfg.settle_budget_s > 0:
+        outcome = settle(m, SimulatedSteps(m, STEP_OVERHEAD_S), work_dir / "capacity", capacity_dirs, lambda: report("interim"),
+                         threading.Event(), log.append)
+    rep = report("report", outcome.as_dict() if outcome is not None else None)
     searches = {f.name: read_search_path(work_dir / "capacity" / f.name) for f in m.fleets}
     preds: dict[str, FleetPrediction] = {}
     for f in m.fleets:
@@ -118,9 +130,12 @@ def predict(m: Manifest, work_dir: Path | None = None) -> CampaignPrediction:
         )
     ready_min = max(HEALTH_GRACE_MIN[catalog.instance(f.instance_type).accelerator.vendor] for f in m.fleets)
     search_min = max((p.search_minutes for p in preds.values()), default=0.0)  # fleets side by side
-    settle_min = (rep.decision.to_settle.minutes or 0.0) if rep.decision.to_settle is not None else 0.0
+    settle_min = 0.0
+    if outcome is not None and outcome.segments:  # its rounds, fleets side by side; each round starts load-generator tasks too
+        rounds = max(sum(seg.fleet == name for seg in outcome.segments) for name in fleets)
+        settle_min = outcome.seconds / 60 + rounds * STEP_OVERHEAD_S / 60
     minutes = {"deploy": DEPLOY_MIN, "ready_at_most": ready_min, "quality_gate": QUALITY_GATE_MIN, "replay": replay_min,
-               "capacity_searches": search_min, "to_settle": settle_min, "report_and_teardown": REPORT_AND_TEARDOWN_MIN}
+               "capacity_searches": search_min, "settle_phase": settle_min, "report_and_teardown": REPORT_AND_TEARDOWN_MIN}
     total_min = sum(minutes.values())
     usd = _cost(m, preds, total_min, replay_min + search_min + settle_min)
     return CampaignPrediction(
@@ -129,6 +144,7 @@ def predict(m: Manifest, work_dir: Path | None = None) -> CampaignPrediction:
         monthly_delta_usd=rep.monthly_delta_usd,
         monthly_delta_ci_usd=list(rep.monthly_delta_ci_usd) if rep.monthly_delta_ci_usd else None,
         to_settle=rep.decision.to_settle.model_dump(mode="json") if rep.decision.to_settle is not None else None,
+        settle=outcome.as_dict() if outcome is not None else None,
         fleets=preds, minutes={k: round(v, 1) for k, v in minutes.items()}, usd={k: round(v, 2) for k, v in usd.items()},
         assumptions=[
             f"deploy {DEPLOY_MIN:g} min, quality gate {QUALITY_GATE_MIN:g} min, report and teardown {REPORT_AND_TEARDOWN_MIN:g} min, "
@@ -138,7 +154,7 @@ def predict(m: Manifest, work_dir: Path | None = None) -> CampaignPrediction:
             "one instance per fleet measured, as simulated; every fleet's asg.desired instances run (and are paid) for the whole "
             "campaign; load-generator tasks (a master and loadgen.workers workers per fleet) while load runs; one NLB",
             "the quality gate passes (not predicted)",
-            "the settle phase as decision.to_settle sizes it",
+            f"the settle phase within capacity_search.settle_budget_s ({cfg.settle_budget_s:g} s of arrivals) as simulated",
         ],
     )
 

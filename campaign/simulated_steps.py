@@ -117,7 +117,8 @@ class SimulatedSteps:
     def run(self, fleet: str, plan: StepPlan, step_dir: Path, planned: int, stop: threading.Event) -> tuple[float, str | None]:
         window_s = plan.span_s * plan.multiplier / self.m.workload.time_scale
         # As the live step: the trace seconds whose arrivals land inside the span at rate x k, none a warmup
-        schedule = [replace(r, warmup=False) for r in build_schedule(self.m, window_s=window_s)]
+        skip = plan.skip_s / self.m.workload.time_scale
+        schedule = [replace(r, warmup=False) for r in build_schedule(self.m, window_s=window_s, skip_s=skip)]
         run = simulate_requests(self.m, fleet, schedule, multiplier=plan.multiplier, slo_deadline=True, planned=planned)
         write_records(run.records, step_dir, fleet)
         return run.duration_s + self.overhead_s, run.stopped_early

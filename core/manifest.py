@@ -241,6 +241,12 @@ class CapacitySearch(_Frozen):
     time_budget_s: Pos = Field(default=1200.0, description="per fleet: arrival spans plus drains of all its steps")
     min_multiplier: Pos = 1 / 64
     max_multiplier: Pos = 64.0
+    # The settle phase (campaign.settle): after the searches, more requests at each fleet's
+    # sizing step until the decision settles or this budget is spent. Seconds: of arrivals and
+    # drains, fleets side by side; 0 turns the phase off. USD: what those seconds cost on the
+    # cloud fleets at the report's prices (decision.to_settle.usd); None: no USD cap.
+    settle_budget_s: float = Field(default=600.0, ge=0, description="settle phase: seconds of extra requests, fleets side by side")
+    settle_budget_usd: float | None = Field(default=None, ge=0, description="settle phase: USD those seconds may cost on the cloud fleets")
 
     @model_validator(mode="after")
     def _range(self) -> CapacitySearch:
@@ -248,6 +254,10 @@ class CapacitySearch(_Frozen):
             raise ValueError(f"need min_multiplier <= start_multiplier <= max_multiplier, got "
                              f"{self.min_multiplier:g} <= {self.start_multiplier:g} <= {self.max_multiplier:g}")
         return self
+
+
+# CapacitySearch fields added later, left out of the digest at their defaults (Manifest.digest).
+_LATER_SEARCH_FIELDS = ("settle_budget_s", "settle_budget_usd")
 
 
 class Workload(_Frozen):
@@ -465,11 +475,17 @@ class Manifest(_Frozen):
     def digest(self) -> str:
         """sha256 of the canonical JSON form: stable across key order, whitespace and comments.
 
-        A zero indifference margin is left out, so a manifest that does not set one hashes as it
-        did before the field existed (and its runs' records still match it)."""
+        Fields added after the first campaigns are left out while they hold their defaults (a
+        zero indifference margin, the default settle budget), so a manifest that does not set
+        them hashes as it did before they existed (and its runs' records still match it)."""
         data = self.model_dump(mode="json")
         if self.indifference_margin == IndifferenceMargin():
             del data["indifference_margin"]
+        search = data["workload"].get("capacity_search")
+        if search is not None:
+            for name in _LATER_SEARCH_FIELDS:
+                if search.get(name) == CapacitySearch.model_fields[name].default:
+                    search.pop(name, None)
         canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 

@@ -161,6 +161,37 @@ def min_n_bounded_upper(q: float = 0.95, confidence: float = CONFIDENCE) -> int:
     return math.ceil(math.log((1 - confidence) / 2) / math.log(q))
 
 
+def n_to_hold(n: int, over: int, q: float = 0.95, confidence: float = CONFIDENCE, limit: int = 10_000_000) -> int | None:
+    """Fewest requests at which a step whose n requests had `over` of them above the target would
+    bound its q-quantile within the target at `confidence`, if requests keep missing at that
+    share: the interval's high end X_(u) is within the target when at most N - u of N requests
+    are over it. None: the share is q's complement or more (the point estimate itself misses, and
+    no sample size makes it hold), or more than `limit` requests would be needed."""
+    if n <= 0 or over < 0 or over / n >= 1 - q:
+        return None
+    share = over / n
+
+    def holds(size: int) -> bool:
+        u = quantile_ranks(size, q, confidence)[1]
+        return u <= size and size - u >= math.ceil(share * size - 1e-9)
+
+    lo = max(n, min_n_bounded_upper(q, confidence))
+    if holds(lo):
+        return lo
+    hi = lo
+    while not holds(hi):  # the bound's rank nears q n as n grows; the misses stay at share n < (1 - q) n
+        if hi >= limit:
+            return None
+        lo, hi = hi, min(limit, hi * 2)
+    while hi - lo > 1:  # the smallest size that holds, to within the ranks' own steps
+        mid = (lo + hi) // 2
+        if holds(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
 def n_to_settle(n: int, half_width: float, distance: float) -> int | None:
     """Requests an interval of half-width `half_width` from n requests needs to exclude a boundary
     `distance` away from the point, assuming the width shrinks as 1/sqrt(n); None: the point is on it."""

@@ -8,7 +8,6 @@ manifest before any number is computed from it.
 from __future__ import annotations
 
 import json
-import posixpath
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -99,7 +98,7 @@ def _load_summaries(loc: RecordsLocation) -> dict[str, RunSummary]:
             s = RunSummary(**data)
         except (OSError, ValueError, TypeError) as exc:
             raise AnalysisError(f"{loc.url(p)}: not a RunSummary: {exc}") from None
-        out[f"{s.fleet}:{posixpath.basename(p)}"] = s
+        out[f"{s.fleet}:{loc.relative(p)}"] = s
     return out
 
 
@@ -118,7 +117,8 @@ def _complete_lines(loc: RecordsLocation, jsonl: Sequence[str], scratch: Path) -
         complete, cut = split_torn_tail(loc.read_bytes(path))
         torn.append(f"{loc.relative(path)}: {cut} bytes after the last complete record")
         if complete:
-            copy = scratch / f"{i}-{posixpath.basename(path)}"
+            copy = scratch / str(i) / loc.relative(path)  # its folders kept: a settle segment is known by its folder
+            copy.parent.mkdir(parents=True, exist_ok=True)
             copy.write_bytes(complete)
             out.append(str(copy))
     return out, torn

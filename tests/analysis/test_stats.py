@@ -79,3 +79,19 @@ def test_bootstrap_is_reproducible() -> None:
     values = [float(i % 7) for i in range(50)]
     assert stats.bootstrap_sum_ci(values) == stats.bootstrap_sum_ci(values)
     assert stats.bootstrap_sum_ci([]) is None
+
+
+def test_requests_for_a_step_to_hold_its_p95_by_hand() -> None:
+    # nothing over the target: 72 requests already bound the P95 at the sample maximum, within it
+    assert stats.n_to_hold(72, 0) == 72
+    # one of 72 over: at N the bound is X_(u(N)), within the target while N - u(N) >= ceil(N/72);
+    # N = 142: u = 140, 2 above it, ceil(142/72) = 2 over: holds; N = 141: u = 140, 1 above, 2 over: does not
+    n = stats.n_to_hold(72, 1)
+    assert n == 142
+    u = stats.quantile_ranks(n, 0.95)[1]
+    assert n - u >= -(-n // 72)
+    u1 = stats.quantile_ranks(n - 1, 0.95)[1]
+    assert (n - 1) - u1 < -(-(n - 1) // 72)
+    # the more requests missed, the more it takes; at 5% or more no sample size makes the point hold
+    assert stats.n_to_hold(72, 1) < stats.n_to_hold(72, 2) < stats.n_to_hold(72, 3)  # type: ignore[operator]
+    assert stats.n_to_hold(72, 4) is None and stats.n_to_hold(100, 5) is None

@@ -78,7 +78,19 @@ def test_an_unknown_end_gives_lower_bounds_from_the_requests_a_bounded_p95_needs
     assert ts["requests"] == {"inf2": 72, "g6": 40}  # inf2's capacity low end is unknown: 72 requests bound a P95 at 95%
     assert ts["minutes"] == pytest.approx(32 / 0.2 / 60)
     text = settle_text(ts, ["inf2: no step held it with 95% confidence"])
-    assert text.startswith("an end is unknown (inf2: no step held it with 95% confidence); at least 72 requests per step")
+    assert text.startswith("an end is unknown (inf2: no step held it with 95% confidence); a sizing step holds the SLO with 95% "
+                           "confidence once its P95 intervals' high ends are within the targets")
+    assert "at least inf2 72 (now 40), g6 40 (now 40) requests" in text
+
+
+def test_an_unknown_end_asks_for_the_requests_its_step_needs_to_hold() -> None:
+    """A 72-request step with one request over the TTFT target bounds its P95 within the target
+    only at 142 requests (core.stats.n_to_hold): the settle phase needs 70 more, not 0."""
+    fleets = _fleets(n=72, known=False)
+    fleets["inf2"] = FleetBasis(72, 0.2, 1, 0.7582, 3, TASK, end_known=False, hold_requests=142)
+    ts = to_settle(_econ(4_000.0, None, 6_000.0), "go", fleets, SRC)
+    assert ts["requests"]["inf2"] == 142 and ts["by_fleet"]["inf2"]["more_requests"] == 70
+    assert ts["minutes"] == pytest.approx(70 / 0.2 / 60)
 
 
 def test_a_point_on_the_threshold_has_no_sample_size() -> None:

@@ -1,0 +1,186 @@
+"""The settle phase: after the capacity searches, more requests where the decision needs them.
+
+The searches bracket each fleet's SLO boundary with steps of `min_requests` (72) requests, and
+with 72 requests the upper 95% bound of a P95 is the step's largest value: one slow request
+leaves the capacity's low end unknown and the decision undecided. The report says what would
+settle it (`decision.to_settle`: requests per fleet at its sizing step, aimed at the threshold
+that decides the action). This phase collects exactly that: each round continues every fleet's
+sizing step with a segment of the requests that follow in the trace (`settle-<n>/` in the
+step's directory, pooled with the step by the analysis: analysis.goodput.SEGMENT_SQL), then
+recomputes the report, until the decision settles, the manifest's settle budget (seconds of
+arrivals and drains, and the USD those cost on the cloud fleets) is spent, or the trace has no
+more requests. The segments run through the same step runner as the search
+(`campaign.capacity_run.StepRunner`): Locust locally, the emulator in simulated time in a plan.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from analysis.capacity import read_search_path
+from analysis.capacity_search import StepPlan
+from analysis.goodput import SETTLE_DIR
+from analysis.report_model import Report
+from campaign.capacity_run import StepRunner, arrival_offsets
+from core.manifest import CapacitySearch, Manifest
+
+MAX_ROUNDS = 4  # the rule of thumb behind to_settle is 1/sqrt(n): a few rounds correct its misses
+SETTLE_FILE = "settle.json"
+
+
+@dataclass(frozen=True)
+class Segment:
+    fleet: str
+    step: str  # the capacity step it continues ("<fleet>/x<k>")
+    directory: str  # relative to the capacity root
+    multiplier: float
+    skip_s: float  # replay seconds at x1 of the trace skipped (what the step and earlier segments replayed)
+    span_s: float
+    planned_requests: int
+    took_s: float
+
+
+@dataclass
+class SettleOutcome:
+    stopped: str  # "settled", "nothing to settle", "budget", "trace exhausted", "rounds", "no search step to continue"
+    detail: str
+    delta_ci_before: list[float | None] | None
+    delta_ci_after: list[float | None] | None
+    decision_before: str
+    decision_after: str
+    seconds: float = 0.0
+    usd: float = 0.0
+    segments: list[Segment] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def settle(
+    m: Manifest, runner: StepRunner, capacity_root: Path, capacity_dirs: Mapping[str, Path], report: Callable[[], Report],
+    stop: threading.Event, log: Callable[[str], None] | None = None,
+) -> SettleOutcome:
+    """Rounds of segments until the report's decision settles or the budget is spent; writes
+    capacity_root/settle.json. `report()` builds the report from the records as they are now."""
+    log = log or (lambda line: print(line, flush=True))
+    cfg = m.workload.capacity_search or CapacitySearch()
+    offsets = arrival_offsets(m)
+    rep = report()
+    out = SettleOutcome("nothing to settle", "the decision is settled without it", _ci(rep), _ci(rep), rep.decision.state,
+                        rep.decision.state)
+    for _ in range(MAX_ROUNDS):
+        ts = rep.decision.to_settle
+        if ts is None:
+            out.stopped, out.detail = ("settled", f"after {len(out.segments)} segment(s)") if out.segments else (out.stopped, out.detail)
+            break
+        plans: dict[str, tuple[str, StepPlan, Path]] = {}
+        why_not: list[str] = []
+        for name, need in ts.by_fleet.items():
+            got = _plan(m, name, need.more_requests or 0, rep, capacity_root, capacity_dirs, offsets, why_not)
+            if got is not None:
+                plans[name] = got
+        if not plans:
+            out.stopped, out.detail = ("no search step to continue" if not out.segments else "trace exhausted"), "; ".join(why_not)
+            break
+        need_s = max(p.span_s for _, p, _ in plans.values())
+        if out.seconds + need_s > cfg.settle_budget_s:
+            out.stopped = "budget"
+            out.detail = (f"the next round needs about {need_s:.0f} s of arrivals; {out.seconds:.0f} s of the {cfg.settle_budget_s:g} s "
+                          "settle budget are spent")
+            break
+        round_usd = (ts.usd or 0.0) * min(1.0, need_s / 60 / ts.minutes) if ts.minutes else 0.0
+        if cfg.settle_budget_usd is not None and out.usd + round_usd > cfg.settle_budget_usd:
+            out.stopped = "budget"
+            out.detail = f"the next round would cost about {round_usd:.2f} USD on the cloud fleets; {out.usd:.2f} of {cfg.settle_budget_usd:g} spent"
+            break
+        took = _run_round(runner, plans, offsets, stop)
+        for name, (step, plan, seg_dir) in plans.items():
+            seg = Segment(name, step, seg_dir.relative_to(capacity_root).as_posix(), plan.multiplier, plan.skip_s, plan.span_s,
+                          _arrivals(offsets, plan), took[name])
+            out.segments.append(seg)
+            log(f"settle {name}: {seg.planned_requests} more requests at x{plan.multiplier:.4g} continuing {step} "
+                f"({plan.why}) [{took[name]:.0f} s]")
+        out.seconds += max(took.values())
+        out.usd += round_usd
+        rep = report()
+        log(f"settle: monthly delta 95% CI now {_fmt(_ci(rep))}; decision {rep.decision.state}")
+    else:
+        out.stopped, out.detail = "rounds", f"{MAX_ROUNDS} rounds without settling"
+    out.delta_ci_after, out.decision_after = _ci(rep), rep.decision.state
+    (capacity_root / SETTLE_FILE).write_text(json.dumps(out.as_dict(), indent=2), encoding="utf-8")
+    log(f"settle phase: {out.stopped} ({out.detail}); monthly delta 95% CI {_fmt(out.delta_ci_before)} -> {_fmt(out.delta_ci_after)}")
+    return out
+
+
+def _plan(
+    m: Manifest, fleet: str, more: int, rep: Report, root: Path, dirs: Mapping[str, Path], offsets: list[float], why_not: list[str],
+) -> tuple[str, StepPlan, Path] | None:
+    """The next segment of the fleet's sizing step: `more` arrivals after what it already replayed."""
+    row = rep.fleets.get(fleet)
+    basis = row.intervals.basis if row is not None and row.intervals is not None else None
+    if more <= 0:
+        return None
+    if basis is None or basis not in dirs:
+        why_not.append(f"{fleet}: sized from {basis or 'nothing'}, not a capacity step")
+        return None
+    path = read_search_path(root / fleet)
+    label = basis.split("/", 1)[1]
+    step = next((s for s in path.steps if s.label == label), None) if path is not None else None
+    if step is None:
+        why_not.append(f"{fleet}: no search step {label}")
+        return None
+    k = step.multiplier
+    step_dir = dirs[basis]
+    done = sorted(step_dir.glob(f"{SETTLE_DIR}*"))
+    # the step and every earlier segment replayed the arrivals of their spans at x k, one after another
+    skip = step.planned_span_s * k + sum(_segment_span(d) * k for d in done)
+    after = [o - skip for o in offsets if o >= skip]
+    if len(after) < more:
+        why_not.append(f"{fleet}: the trace has {len(after)} requests after {skip:.0f} s, {more} needed")
+        return None
+    span = after[more - 1] / k + 1e-3
+    plan = StepPlan(k, span, f"settle: {more} more requests for decision.to_settle", skip_s=skip)
+    return basis, plan, step_dir / f"{SETTLE_DIR}{len(done) + 1}"
+
+
+def _segment_span(seg_dir: Path) -> float:
+    meta = seg_dir / "segment.json"
+    return float(json.loads(meta.read_text(encoding="utf-8"))["span_s"]) if meta.is_file() else 0.0
+
+
+def _arrivals(offsets: list[float], plan: StepPlan) -> int:
+    return sum(1 for o in offsets if plan.skip_s <= o < plan.skip_s + plan.span_s * plan.multiplier)
+
+
+def _run_round(runner: StepRunner, plans: Mapping[str, tuple[str, StepPlan, Path]], offsets: list[float],
+               stop: threading.Event) -> dict[str, float]:
+    """Every fleet's segment side by side; each segment's span is written beside its records."""
+
+    def one(name: str, plan: StepPlan, seg_dir: Path) -> float:
+        seg_dir.mkdir(parents=True, exist_ok=True)
+        (seg_dir / "segment.json").write_text(json.dumps({"span_s": plan.span_s, "skip_s": plan.skip_s, "multiplier": plan.multiplier}),
+                                              encoding="utf-8")
+        took, _ = runner.run(name, plan, seg_dir, _arrivals(offsets, plan), stop)
+        return took
+
+    with ThreadPoolExecutor(max_workers=len(plans)) as pool:
+        futures = {name: pool.submit(one, name, plan, seg_dir) for name, (_, plan, seg_dir) in plans.items()}
+        try:
+            return {name: f.result() for name, f in futures.items()}
+        except BaseException:
+            stop.set()
+            runner.abort()
+            raise
+
+
+def _ci(rep: Report) -> list[float | None] | None:
+    return list(rep.monthly_delta_ci_usd) if rep.monthly_delta_ci_usd else None
+
+
+def _fmt(ci: list[float | None] | None) -> str:
+    return "n/a" if not ci else "[" + ", ".join("unknown" if v is None else f"{v:+,.0f}" for v in ci) + "] USD"

@@ -1,0 +1,110 @@
+"""The settle phase: segments that continue a sizing step with the trace's next requests, pooled
+with it by the analysis, until the decision settles or the budget is spent."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from analysis import goodput
+from analysis.capacity import SearchPath, SearchStep, StopRule, Verdict, write_search_path
+from analysis.capacity_search import StepPlan
+from analysis.sources.records import load_records
+from campaign.capacity_run import arrival_offsets
+from campaign.settle import SETTLE_FILE, settle
+from core.manifest import Manifest, load_manifest
+from tests.analysis.synth import rec, write_jsonl
+from tests.conftest import EXAMPLE_MANIFEST, write_manifest
+
+STEP_SPAN_S = 120.0
+
+
+class FakeRunner:
+    """Records what it was asked to run and writes one record per planned request."""
+
+    def __init__(self, m: Manifest):
+        self.m = m
+        self.calls: list[tuple[str, StepPlan, Path, int]] = []
+
+    def run(self, fleet: str, plan: StepPlan, step_dir: Path, planned: int, stop: threading.Event) -> tuple[float, str | None]:
+        self.calls.append((fleet, plan, step_dir, planned))
+        write_jsonl(step_dir / f"records-{fleet}-w0.jsonl", [rec(self.m, fleet, i, scheduled=i * 2.0) for i in range(planned)])
+        return plan.span_s + 5.0, None
+
+    def abort(self) -> None:
+        pass
+
+
+def _report(more: int | None, state: str = "defer", ci: tuple[float | None, float | None] = (None, 5000.0)) -> Any:
+    """The parts of a Report the settle phase reads."""
+    ts = None if more is None else SimpleNamespace(
+        by_fleet={"inf2": SimpleNamespace(more_requests=more)}, usd=1.0, minutes=10.0)
+    return SimpleNamespace(
+        decision=SimpleNamespace(to_settle=ts, state=state), monthly_delta_ci_usd=list(ci),
+        fleets={"inf2": SimpleNamespace(intervals=SimpleNamespace(basis="inf2/x0.5"))},
+    )
+
+
+def _search(root: Path) -> dict[str, Path]:
+    step = SearchStep("x0.5", 0.5, "bisect", STEP_SPAN_S, Verdict.HELD, 72, STEP_SPAN_S, 0.6, 20.0, 1.5, 0.08, 0.0)
+    write_search_path(SearchPath("inf2", (step,), 0.5, 0.55, StopRule.CONVERGED, "within 10%", 0.1), root / "inf2")
+    (root / "inf2" / "x0.5").mkdir(parents=True, exist_ok=True)
+    return {"inf2/x0.5": root / "inf2" / "x0.5"}
+
+
+@pytest.fixture
+def m() -> Manifest:
+    return load_manifest(EXAMPLE_MANIFEST, check_files=False)
+
+
+def test_a_segment_continues_the_sizing_step_with_the_next_requests(tmp_path: Path, m: Manifest) -> None:
+    dirs = _search(tmp_path)
+    reports = iter([_report(10), _report(None, "go", (3500.0, 5000.0))])
+    runner = FakeRunner(m)
+    out = settle(m, runner, tmp_path, dirs, lambda: next(reports), threading.Event(), lambda _: None)
+    assert out.stopped == "settled" and out.decision_before == "defer" and out.decision_after == "go"
+    assert out.delta_ci_before == [None, 5000.0] and out.delta_ci_after == [3500.0, 5000.0]
+    [(fleet, plan, seg_dir, planned)] = runner.calls
+    assert fleet == "inf2" and seg_dir == tmp_path / "inf2" / "x0.5" / "settle-1"
+    # the step replayed STEP_SPAN_S x 0.5 of x1 offsets: the segment skips exactly those
+    assert plan.multiplier == 0.5 and plan.skip_s == pytest.approx(STEP_SPAN_S * 0.5)
+    offsets = arrival_offsets(m)
+    assert planned == 10 == sum(1 for o in offsets if plan.skip_s <= o < plan.skip_s + plan.span_s * plan.multiplier)
+    saved = json.loads((tmp_path / SETTLE_FILE).read_text())
+    assert saved["stopped"] == "settled" and saved["segments"][0]["directory"] == "inf2/x0.5/settle-1"
+
+
+def test_a_second_segment_skips_the_first_one_too(tmp_path: Path, m: Manifest) -> None:
+    dirs = _search(tmp_path)
+    reports = iter([_report(10), _report(6), _report(None)])
+    runner = FakeRunner(m)
+    settle(m, runner, tmp_path, dirs, lambda: next(reports), threading.Event(), lambda _: None)
+    (_, first, _, _), (_, second, seg2, _) = runner.calls
+    assert seg2.name == "settle-2"
+    assert second.skip_s == pytest.approx(first.skip_s + first.span_s * first.multiplier)
+
+
+def test_the_budget_stops_a_round_before_it_starts(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    manifest_data["workload"]["capacity_search"] = {**manifest_data["workload"].get("capacity_search", {}), "settle_budget_s": 5}
+    m = load_manifest(write_manifest(tmp_path, manifest_data), check_files=False)
+    dirs = _search(tmp_path / "cap")
+    runner = FakeRunner(m)
+    out = settle(m, runner, tmp_path / "cap", dirs, lambda: _report(10), threading.Event(), lambda _: None)
+    assert out.stopped == "budget" and "5 s settle budget" in out.detail and not runner.calls
+
+
+def test_the_analysis_pools_a_step_with_its_segments(tmp_path: Path, m: Manifest) -> None:
+    """Each segment's schedule starts at 0: the step's window is the sum of their windows, not the
+    widest one, and every request counts once."""
+    step = tmp_path / "x0.5"
+    write_jsonl(step / "records-inf2-w0.jsonl", [rec(m, "inf2", i, scheduled=i * 2.0) for i in range(72)])  # 72 x 2 s
+    write_jsonl(step / "settle-1" / "records-inf2-w0.jsonl", [rec(m, "inf2", i, scheduled=i * 2.0) for i in range(36)])
+    fm = goodput.measure_fleets(load_records(step, m.digest), m.slo.ttft_p95_s, m.slo.itl_p95_s)["inf2"]
+    assert fm.requests == 108
+    # windows: 71 gaps x 2 s x 72/71 = 144 s, and 35 x 2 x 36/35 = 72 s
+    assert fm.window_s == pytest.approx(144.0 + 72.0)
