@@ -140,8 +140,10 @@ def _stop_left_tasks(session: Any, m: Manifest) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from campaign.cli import MANIFEST_HELP
+
     d = sub.add_parser("deploy", help="npx cdk deploy the comparison environment (refuses an invalid manifest)")
-    d.add_argument("manifest")
+    d.add_argument("manifest", help=MANIFEST_HELP)
     d.add_argument("--yes", action="store_true", help="do not ask to approve IAM / security-group changes")
     d.add_argument("--ami", action="append", metavar="FLEET=AMI_ID",
                    help="the fleet's AMI id (repeatable); needed for NVIDIA fleets, whose DLAMI description names no driver")
@@ -153,7 +155,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "run",
         help="replay the trace against every deployed fleet (fresh Fargate master + workers per fleet), wait, print the records' S3 prefix",
     )
-    r.add_argument("manifest")
+    r.add_argument("manifest", help=MANIFEST_HELP + "; the one its stack was deployed from")
     r.add_argument("--duration", type=float, help="replay only the first S seconds of the schedule (default: the whole window)")
     r.add_argument("--out", default=f"runs/aws-{time.strftime('%Y%m%d')}", help="where a local copy of the run's records goes (under <run id>/)")
     r.set_defaults(handler=cmd_run)
@@ -161,7 +163,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     t = sub.add_parser(
         "teardown", help="report first, then stop a run's tasks and delete the stack, then list anything still tagged with the campaign"
     )
-    t.add_argument("manifest")
+    t.add_argument("manifest", help=MANIFEST_HELP + "; the one its stack was deployed from")
     t.add_argument("--run-id", help="the run to report on (as `run` printed it), or its s3:// URI; its records are downloaded first")
     t.add_argument("--records", help="a local records directory instead of --run-id")
     t.add_argument("--out", default="runs/aws-report", help="where the report goes")

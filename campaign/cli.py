@@ -70,6 +70,9 @@ def cmd_local(args: argparse.Namespace) -> int:
     ).exit_code
 
 
+# The positional every campaign command takes (report_cli and aws_cli register theirs with it too).
+MANIFEST_HELP = "the campaign's manifest (YAML: model, fleets, workload trace, SLOs, prices; e.g. manifests/llama3-8b-inf2-vs-g6.yaml)"
+
 CONSOLE_SCRIPT = "inf2-vs-g6"  # pyproject's [project.scripts] entry: the same main as `python -m campaign`
 
 
@@ -88,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     v = sub.add_parser("validate", help="check a manifest; exit 2 listing every bad field")
-    v.add_argument("manifest")
+    v.add_argument("manifest", help=MANIFEST_HELP)
     v.add_argument(
         "--for", dest="target", choices=("local", "cloud"), default="local",
         help="cloud: also refuse what a deploy cannot use (illustrative hashes/digests, a gated model without a token ARN, "
@@ -99,13 +102,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     pl = sub.add_parser("plan", help="memory fit, roofline ceilings and price per fleet, then the whole campaign in simulated time: "
                         "predicted capacity, fleet size, decision, and the cloud campaign's minutes and cost")
-    pl.add_argument("manifest")
+    pl.add_argument("manifest", help=MANIFEST_HELP)
     pl.add_argument("--json", action="store_true", help="machine-readable output (campaign_minutes, campaign_usd, predicted_decision)")
     pl.add_argument("--no-simulate", action="store_true", help="only the back-of-envelope figures: no simulated campaign")
     pl.set_defaults(handler=cmd_plan)
 
     lo = sub.add_parser("local", help="run the whole campaign on this machine against emulated accelerators (or real vLLM on the CPU)")
-    lo.add_argument("manifest")
+    lo.add_argument("manifest", help=MANIFEST_HELP)
     lo.add_argument("--duration", type=float, help="replay only the first S seconds of the schedule (default: the whole window)")
     lo.add_argument("--out", help="output directory (default: runs/local-TIMESTAMP)")
     lo.add_argument("--workers", type=int, default=1, help="Locust worker processes per fleet (default 1)")

@@ -77,10 +77,12 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from campaign.cli import MANIFEST_HELP
+
     p = subparsers.add_parser("report", help="records + metrics + prices -> report.json/.md/.html and a Go/Defer/Reject")
-    p.add_argument("manifest")
+    p.add_argument("manifest", help=MANIFEST_HELP + "; the one the records were made with (their digest must match)")
     p.add_argument("--records", help="directory holding records-*.jsonl / records-*.parquet, or an s3://BUCKET/PREFIX read in place")
-    p.add_argument("--run-id", help="a cloud run (as `campaign run` printed it, or its s3:// URI): its records are downloaded into OUT/records")
+    p.add_argument("--run-id", help="a cloud run (as `campaign run` printed it, or its s3:// URI): its records are downloaded into --out DIR/records")
     p.add_argument("--prometheus", help="Prometheus base URL for merged-histogram percentiles")
     p.add_argument("--aws", action="store_true", help="pull prices, CloudWatch and Cost Explorer from AWS")
     p.add_argument("--quality", help="JSON file: {fleet: {passed, pass_rate, failures}}")
@@ -88,9 +90,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--focus", help="FOCUS billing export CSV")
     p.add_argument("--capacity", help="capacity directory: x<k>/ steps of a fixed sweep, "
                    "or <fleet>/x<k>/ steps and <fleet>/search.json of the automatic search")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True, metavar="DIR", help="directory for report.json, report.md and report.html (created if missing)")
     p.set_defaults(handler=cmd_report)
     r = subparsers.add_parser("render", help="report.json -> report.md/.html again (the JSON must validate against the report model)")
-    r.add_argument("report_json")
-    r.add_argument("--out", required=True)
+    r.add_argument("report_json", help="a report.json that `report` (or `local`) wrote")
+    r.add_argument("--out", required=True, metavar="DIR", help="directory for the new report.md and report.html (created if missing)")
     r.set_defaults(handler=cmd_render)

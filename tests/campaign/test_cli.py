@@ -93,3 +93,27 @@ def test_report_raises_bad_input_for_main_to_print(tmp_path: Path, capsys: pytes
     assert cli.main(["report", str(EXAMPLE_MANIFEST), *argv, "--out", str(tmp_path / "out")]) == EXIT_BAD_INPUT
     assert capsys.readouterr().err.startswith("report: " + message.format(tmp=tmp_path))
     assert not (tmp_path / "out" / "report.json").exists()
+
+
+def _parsers(parser: argparse.ArgumentParser, path: str = "") -> list[tuple[str, argparse.ArgumentParser]]:
+    """The parser and every subparser under it, each with its command path."""
+    out = [(path or parser.prog, parser)]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                out += _parsers(sub, f"{path} {name}".strip())
+    return out
+
+
+def test_every_argument_of_every_command_has_help() -> None:
+    parser = cli.build_parser()
+    parsers = _parsers(parser)
+    assert {p for p, _ in parsers} >= {"validate", "plan", "local", "report", "render", "deploy", "run", "teardown"}
+    missing = []
+    for path, p in parsers:
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                missing += [f"{path} {c.dest}" for c in action._choices_actions if not (c.help or "").strip()]  # each command's one-liner
+            elif not (action.help or "").strip() or action.help == argparse.SUPPRESS:
+                missing.append(f"{path} {'/'.join(action.option_strings) or action.dest}")
+    assert missing == []
