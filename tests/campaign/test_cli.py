@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -117,3 +119,16 @@ def test_every_argument_of_every_command_has_help() -> None:
             elif not (action.help or "").strip() or action.help == argparse.SUPPRESS:
                 missing.append(f"{path} {'/'.join(action.option_strings) or action.dest}")
     assert missing == []
+
+
+HEAVY = ("duckdb", "boto3", "locust", "aws_cdk")  # each takes a noticeable part of a second to import
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["report", "--help"], ["deploy", "--help"], ["local", "--help"]])
+def test_help_imports_none_of_the_heavy_packages(argv: list[str]) -> None:
+    """`python -m campaign --help` as the user runs it; -X importtime lists every module it loaded."""
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "campaign", *argv], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.startswith("usage: "), r.stdout + r.stderr
+    loaded = {line.rsplit("|", 1)[1].strip() for line in r.stderr.splitlines() if line.startswith("import time:") and "|" in line}
+    assert "campaign.cli" in loaded  # the listing is there to be read
+    assert sorted(m for m in loaded if m.split(".")[0] in HEAVY) == []
