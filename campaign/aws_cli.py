@@ -14,6 +14,7 @@ from campaign.cloud_run import CloudRun, CloudRunResult, TaskLauncher, download_
 from core import cloud_contract as cc
 from core.errors import EXIT_FAILED_STEP, EXIT_OK, BadArgument, CampaignError
 from core.manifest import Manifest, load_manifest
+from core.schedule import check_workload
 
 
 def aws_session(region: str) -> Any:
@@ -32,6 +33,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     issues = cloud_issues(m, weights_from_s3=bool(args.weights_s3_uri))
     if issues:
         raise ManifestError(issues, args.manifest)
+    check_workload(m)  # every bad trace row, before any AWS call
     overrides = parse_ami_overrides(args.ami, [f.name for f in m.fleets])
     amis = resolve_amis(m, aws_session(m.costs.region).client("ec2"), overrides)
     for a in amis:
@@ -64,6 +66,7 @@ def run_campaign(
 
 def cmd_run(args: argparse.Namespace) -> int:
     m = load_manifest(args.manifest)
+    check_workload(m)  # every bad trace row, before any task starts
     result = run_campaign(aws_session(m.costs.region), m, Path(args.out), duration_s=args.duration)  # CloudRunError: exit 1
     print(f"next: python -m campaign report {args.manifest} --run-id {result.run_id} --aws --out {Path(args.out) / result.run_id}")
     return result.exit_code

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from core.errors import EXIT_FAILED_STEP, EXIT_INTERRUPTED, EXIT_OK, CampaignError, exit_code_table
 from core.manifest import Manifest, ManifestError, load_manifest
+from core.traces import TraceError
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -25,6 +26,8 @@ def _load(path: str) -> Manifest:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from core.schedule import check_workload
+
     m = _load(args.manifest)
     if args.target == "cloud":
         from campaign.cloud_checks import cloud_issues
@@ -32,7 +35,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
         issues = cloud_issues(m, weights_from_s3=bool(args.weights_s3_uri))
         if issues:
             raise ManifestError(issues, args.manifest)
-    print(f"ok: {args.manifest} campaign={m.campaign} digest={m.digest} (checked for a {args.target} campaign)")
+    scheduled = len(check_workload(m))  # the whole trace: every bad row listed (TraceError), exit 2
+    print(f"ok: {args.manifest} campaign={m.campaign} digest={m.digest} (checked for a {args.target} campaign); "
+          f"trace {m.trace_path.name}: {scheduled} requests scheduled")
     return EXIT_OK
 
 
@@ -62,7 +67,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_local(args: argparse.Namespace) -> int:
     from campaign.local import run_local
+    from core.schedule import check_workload
 
+    check_workload(_load(args.manifest))  # a bad trace row stops it here, before any fleet starts
     out = Path(args.out) if args.out else Path("runs") / time.strftime("local-%Y%m%d-%H%M%S")
     return run_local(
         Path(args.manifest), out, duration_s=args.duration, workers=args.workers, capacity=not args.skip_capacity,
@@ -134,6 +141,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"invalid manifest {exc.source or args.manifest}:", file=sys.stderr)
         for issue in exc.issues:
             print(f"  {issue}", file=sys.stderr)
+        return exc.exit_code
+    except TraceError as exc:
+        print(f"invalid trace {exc.path}: {len(exc.problems)} bad row(s):", file=sys.stderr)
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)  # path:line: field: reason
         return exc.exit_code
     except CampaignError as exc:
         print(f"{args.command}: {exc}", file=sys.stderr)

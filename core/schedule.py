@@ -108,6 +108,13 @@ def build_schedule(
     return out
 
 
+def check_workload(manifest: Manifest) -> list[ScheduledRequest]:
+    """The check `validate`, `local`, `deploy` and `run` make before anything starts: the whole
+    trace read (a TraceError lists every bad row, `path:line: field: reason`) and the schedule
+    built from it (a ScheduleError names the manifest field when nothing would be replayed)."""
+    return build_schedule(manifest)
+
+
 def partition(schedule: Sequence[ScheduledRequest], n_workers: int, index: int) -> list[ScheduledRequest]:
     """Worker `index` of `n_workers` replays request_id % n_workers == index: interleaved, so
     every worker sees the whole time span and the same burst shape."""

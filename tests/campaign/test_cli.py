@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import argparse
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from analysis.errors import SourceUnavailable
 from campaign import cli, report_cli
 from core.errors import EXIT_BAD_INPUT, EXIT_CODES, EXIT_FAILED_STEP, CampaignError
-from tests.conftest import EXAMPLE_MANIFEST, ROOT
+from tests.conftest import EXAMPLE_MANIFEST, ROOT, write_manifest
+from tests.loadgen.test_traces import BAD_ROWS, BAD_ROWS_FOUND
 
 
 def test_help_lists_every_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
@@ -132,3 +135,58 @@ def test_help_imports_none_of_the_heavy_packages(argv: list[str]) -> None:
     loaded = {line.rsplit("|", 1)[1].strip() for line in r.stderr.splitlines() if line.startswith("import time:") and "|" in line}
     assert "campaign.cli" in loaded  # the listing is there to be read
     assert sorted(m for m in loaded if m.split(".")[0] in HEAVY) == []
+
+
+def _bad_trace_manifest(tmp_path: Path, manifest_data: dict[str, Any]) -> tuple[Path, Path]:
+    """A valid manifest whose trace (beside it) has five bad rows, lines 3-7 (tests/loadgen/test_traces.py)."""
+    trace = tmp_path / "bad.csv"
+    trace.write_text(BAD_ROWS)
+    manifest_data["workload"]["trace"]["path"] = "bad.csv"  # relative to the manifest
+    del manifest_data["workload"]["trace"]["sha256"]
+    return write_manifest(tmp_path, manifest_data), trace.resolve()
+
+
+def _every_bad_row_listed(stderr: str, trace: Path) -> None:
+    lines = stderr.splitlines()
+    assert [f"{trace}:{line}: {field}: {reason}" for line, field, reason in BAD_ROWS_FOUND] == [ln for ln in lines if ln.startswith(f"{trace}:")]
+
+
+def test_validate_from_outside_the_repository_lists_every_bad_trace_row(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    """The installed command (`make install` puts it in .venv), run from a directory that is not the checkout."""
+    script = Path(sys.executable).parent / cli.CONSOLE_SCRIPT
+    assert script.is_file(), f"no {script}: `make install` installs the project (editable) into .venv, its console script with it"
+    manifest, trace = _bad_trace_manifest(tmp_path, manifest_data)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([str(script), "validate", str(manifest)], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == EXIT_BAD_INPUT and r.stdout == "", r.stdout + r.stderr
+    assert f"invalid trace {trace}: 5 bad row(s):" in r.stderr and "Traceback" not in r.stderr
+    _every_bad_row_listed(r.stderr, trace)
+
+
+def test_local_stops_on_a_bad_trace_row_before_anything_starts(
+    tmp_path: Path, manifest_data: dict[str, Any], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    def started(*_a: object, **_k: object) -> None:
+        raise AssertionError("run_local started the campaign on a trace with bad rows")
+
+    monkeypatch.setattr("campaign.local.run_local", started)
+    manifest, trace = _bad_trace_manifest(tmp_path, manifest_data)
+    assert cli.main(["local", str(manifest), "--out", str(tmp_path / "run")]) == EXIT_BAD_INPUT
+    _every_bad_row_listed(capsys.readouterr().err, trace)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("command", ["deploy", "run"])
+def test_deploy_and_run_stop_on_a_bad_trace_row_before_any_aws_call(
+    tmp_path: Path, manifest_data: dict[str, Any], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], command: str,
+) -> None:
+    def no_aws(*_a: object, **_k: object) -> None:
+        raise AssertionError(f"{command} reached AWS with a trace with bad rows")
+
+    monkeypatch.setattr("campaign.aws_cli.aws_session", no_aws)
+    monkeypatch.setattr("campaign.cloud_checks.cloud_issues", lambda *_a, **_k: [])  # the example's illustrative hashes aside
+    manifest, trace = _bad_trace_manifest(tmp_path, manifest_data)
+    assert cli.main([command, str(manifest)]) == EXIT_BAD_INPUT
+    _every_bad_row_listed(capsys.readouterr().err, trace)

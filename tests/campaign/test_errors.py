@@ -47,7 +47,8 @@ def test_main_prints_a_project_error_and_exits_with_its_code(
         raise exc
 
     monkeypatch.setattr("campaign.local.run_local", boom)
-    assert cli.main(["local", "whatever.yaml"]) == code
+    # A real manifest: `local` reads it and checks its whole trace before it calls run_local.
+    assert cli.main(["local", str(ROOT / "manifests" / "llama3-8b-inf2-vs-g6.yaml")]) == code
     err = capsys.readouterr().err
     assert str(exc) in err and "Traceback" not in err
 

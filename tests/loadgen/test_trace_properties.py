@@ -33,7 +33,12 @@ class Gen:
     hashes: tuple[int, ...] | None
 
 
-tokens = st.integers(min_value=0, max_value=20_000)
+# A request needs a token each way; only BurstGPT logs 0 response tokens (a failed request).
+tokens = st.integers(min_value=1, max_value=20_000)
+
+
+def out_tokens(fmt: str) -> st.SearchStrategy[int]:
+    return st.integers(min_value=0 if fmt == "burstgpt" else 1, max_value=20_000)
 
 
 @st.composite
@@ -59,7 +64,7 @@ def gen_rows(draw: st.DrawFn, fmt: str) -> list[Gen]:
         if fmt in ("mooncake", "plain-csv", "plain-jsonl") and draw(st.booleans()):
             k = -(-inp // BLOCK_TOKENS)  # enough blocks to cover the prompt (an empty list reads as "none" in CSV)
             hashes = tuple(draw(st.lists(st.integers(0, 2**40), min_size=max(k, 1), max_size=k + 3)))
-        rows.append(Gen(t, inp, draw(tokens), hashes))
+        rows.append(Gen(t, inp, draw(out_tokens(fmt)), hashes))
     return rows
 
 
