@@ -269,6 +269,53 @@ HOST_STACKS: dict[tuple[str, str], HostStack] = {
 }
 
 
+# --- prefix caching: each serving stack's documented default ------------------------------------
+# A fleet's `serving.prefix_caching` (core.manifest) defaults to its stack's row here. On vLLM on
+# Neuron the setting also picks the KV layout, so it is never left to the engine's own default.
+NEURON_VLLM_GUIDE_2_28 = (
+    f"{NEURON_DOCS_2_28} libraries/nxd-inference/developer_guides/vllm-user-guide-v1.rst "
+    "(https://awsdocs-neuron.readthedocs-hosted.com/en/v2.28.0/libraries/nxd-inference/developer_guides/vllm-user-guide-v1.html)"
+)
+PREFIX_CACHING_DEFAULT: dict[str, bool] = {
+    # vLLM V1 (>= 0.8) turns automatic prefix caching on unless --no-enable-prefix-caching.
+    "vllm": True,
+    # Off: the 2.28 guide describes NxD Inference's integration as the contiguous KV layout
+    # ("Scheduling and K/V Cache"), presents prefix caching as a feature to enable (Feature
+    # Configuration: "to enable prefix caching", is_prefix_caching + is_block_kv_layout, "Both
+    # arguments need to be enabled"), and the calibration rows and the emulator's Neuron model are
+    # contiguous. vLLM's own default (on) would switch the plugin to the block layout unasked.
+    "vllm-neuron": False,
+    # TGI v3 and TensorRT-LLM (KV block reuse) cache prefixes by default; core.serving passes no
+    # flag for them, so a manifest may not turn it off there (core.manifest.semantic_issues).
+    "tgi": True,
+    "tensorrt-llm": True,
+}
+PREFIX_CACHING_SOURCES: dict[str, tuple[str, ...]] = {
+    "vllm": (
+        "https://docs.vllm.ai/en/latest/design/prefix_caching.html and https://docs.vllm.ai/en/latest/cli/serve.html "
+        "(--enable-prefix-caching, --no-enable-prefix-caching; V1 enables it by default)",
+    ),
+    "vllm-neuron": (
+        f"{NEURON_VLLM_GUIDE_2_28}, Known Issues 2: 'With either chunked prefill or prefix caching: NxDI will internally "
+        "use blockwise kv cache layout. Set num_gpu_blocks_override to at least ceil(max_model_len / block_size) * "
+        "max_num_seqs'; 'With neither chunked prefill nor prefix caching: NxDI will internally use contiguous kv cache "
+        "layout, and overwrite block_size to max_model_len. Set num_gpu_blocks_override to exactly max_num_seqs'",
+        f"{NEURON_VLLM_GUIDE_2_28}, Feature Configuration, Prefix Caching row: 'is_prefix_caching and is_block_kv_layout "
+        "enable prefix caching and block KV Cache layout respectively. Both arguments need to be enabled for automatic "
+        "prefix caching. For optimal performance with Neuron, it's recommended to set pa_block_size=32 or 16. Also set "
+        "num_gpu_blocks_override to the same value as pa_num_blocks.'",
+        "vllm-project/vllm-neuron@a5ef7c88c3e4e44bea9af9051d8fb113588c0a21 vllm_neuron/worker/"
+        "neuronx_distributed_model_loader.py _get_default_neuron_config: is_block_kv_layout = chunked_prefill_enabled "
+        "or enable_prefix_caching, is_prefix_caching = enable_prefix_caching; vllm_neuron/platform.py: block_size = "
+        "max_model_len only 'if not vllm_config.cache_config.enable_prefix_caching'",
+    ),
+    "tgi": ("https://huggingface.co/docs/text-generation-inference/conceptual/chunking (prefix caching on by default in v3)",),
+    "tensorrt-llm": ("core/scheduling.py: trtllm-serve's KV cache block reuse is on by default",),
+}
+# pa_block_size when prefix caching is on (the guide recommends 32 or 16; its examples use 32).
+NEURON_PREFIX_BLOCK_TOKENS = 32
+
+
 def _version_tuple(v: str) -> tuple[int, ...] | None:
     parts = v.split(".")
     return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else None

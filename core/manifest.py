@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, ValidationError, field_validator, model_validator
 
 from core import catalog
 from core.errors import CampaignError
@@ -104,6 +104,16 @@ class Serving(_Frozen):
     driver_version: str = Field(min_length=1)
     framework_versions: dict[str, str] = Field(default_factory=dict)
     extra_args: tuple[str, ...] = ()
+    # Automatic prefix caching. None: the stack's documented default (core.catalog.PREFIX_CACHING_DEFAULT:
+    # on for vLLM on GPU, TGI and TensorRT-LLM; off for vLLM on Neuron, where it also picks the KV
+    # layout: block with it, contiguous without). core.serving passes the matching flags and the
+    # emulator models the same layout. Left out of the digest at the stack's default.
+    prefix_caching: StrictBool | None = Field(default=None, description="automatic prefix caching; default: the stack's")
+
+    @property
+    def resolved_prefix_caching(self) -> bool:
+        """The setting the fleet runs with: the manifest's, else the stack's documented default."""
+        return catalog.PREFIX_CACHING_DEFAULT[self.stack] if self.prefix_caching is None else self.prefix_caching
 
 
 class Asg(_Frozen):
@@ -477,10 +487,14 @@ class Manifest(_Frozen):
 
         Fields added after the first campaigns are left out while they hold their defaults (a
         zero indifference margin, the default settle budget), so a manifest that does not set
-        them hashes as it did before they existed (and its runs' records still match it)."""
+        them hashes as it did before they existed (and its runs' records still match it). A fleet's
+        serving.prefix_caching is left out while it is its stack's documented default, given or not."""
         data = self.model_dump(mode="json")
         if self.indifference_margin == IndifferenceMargin():
             del data["indifference_margin"]
+        for fleet, dumped in zip(self.fleets, data["fleets"], strict=True):
+            if fleet.serving.resolved_prefix_caching == catalog.PREFIX_CACHING_DEFAULT[fleet.serving.stack]:
+                dumped["serving"].pop("prefix_caching", None)
         search = data["workload"].get("capacity_search")
         if search is not None:
             for name in _LATER_SEARCH_FIELDS:
@@ -738,6 +752,10 @@ def semantic_issues(m: Manifest, *, check_files: bool = True) -> list[Issue]:
         stack_ok = {"aws-neuron": {"vllm-neuron"}, "nvidia": {"vllm", "tensorrt-llm", "tgi"}}[it.accelerator.vendor]
         if f.serving.stack not in stack_ok:
             issues.append(Issue(f"{at}.serving.stack", f"{f.serving.stack} does not run on {it.accelerator.name}; use one of {sorted(stack_ok)}"))
+        pc = f.serving.prefix_caching
+        if pc is not None and f.serving.stack not in ("vllm", "vllm-neuron") and pc != catalog.PREFIX_CACHING_DEFAULT[f.serving.stack]:
+            issues.append(Issue(f"{at}.serving.prefix_caching", f"{f.serving.stack} is deployed with its default (prefix caching "
+                                f"{'on' if catalog.PREFIX_CACHING_DEFAULT[f.serving.stack] else 'off'}); only vLLM fleets can set it"))
         for field, reason in catalog.host_stack_issues(it.accelerator.vendor, f.serving.sdk_version, f.serving.driver_version, f.serving.image):
             issues.append(Issue(f"{at}.serving.{field}", reason))
         if f.max_model_len < max_seq:

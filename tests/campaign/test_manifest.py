@@ -257,3 +257,35 @@ def test_replicas_per_instance_defaults_to_one_and_fits_the_instance(tmp_path: P
     assert "fleets[0].replicas_per_instance: 4 replicas x tensor_parallel 8 need 32 NeuronCores; inf2.48xlarge has 24" in issues
     fleet["replicas_per_instance"] = 0
     assert any(i.startswith("fleets[0].replicas_per_instance") for i in _issues(tmp_path, manifest_data))
+
+
+def test_prefix_caching_is_explicit_in_the_examples_and_left_out_of_the_digest_at_the_stacks_default(
+    tmp_path: Path, manifest_data: dict[str, Any]
+) -> None:
+    from core import catalog
+
+    for name in ("llama3-8b-inf2-vs-g6.yaml", "llama3-8b-three-fleets.yaml"):
+        m = load_manifest(ROOT / "manifests" / name, check_files=False)
+        for f in m.fleets:
+            assert f.serving.prefix_caching is not None, f"{name}: {f.name} leaves prefix caching to the engine"
+            assert f.serving.prefix_caching == catalog.PREFIX_CACHING_DEFAULT[f.serving.stack]
+    a = load_manifest(write_manifest(tmp_path, manifest_data, "a.yaml"))
+    for fleet in manifest_data["fleets"]:
+        fleet["serving"].pop("prefix_caching", None)
+    b = load_manifest(write_manifest(tmp_path, manifest_data, "b.yaml"))
+    # Omitted or written out at the stack's default: the same digest (the example run's records still match).
+    assert a.digest == b.digest
+    assert [f.serving.resolved_prefix_caching for f in b.fleets] == [False, True]  # inf2 (vllm-neuron), g6 (vllm)
+    manifest_data["fleets"][0]["serving"]["prefix_caching"] = True
+    c = load_manifest(write_manifest(tmp_path, manifest_data, "c.yaml"))
+    assert c.digest != a.digest and c.fleet("inf2").serving.resolved_prefix_caching
+
+
+def test_prefix_caching_is_validated_with_its_path(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    manifest_data["fleets"][0]["serving"]["prefix_caching"] = "sometimes"
+    assert any(i.startswith("fleets[0].serving.prefix_caching: ") for i in _issues(tmp_path, manifest_data))
+    manifest_data["fleets"][0]["serving"]["prefix_caching"] = False
+    manifest_data["fleets"][1]["serving"]["stack"] = "tgi"
+    manifest_data["fleets"][1]["serving"]["prefix_caching"] = False
+    issues = _issues(tmp_path, manifest_data)
+    assert any(i.startswith("fleets[1].serving.prefix_caching: tgi") for i in issues), issues
