@@ -8,7 +8,9 @@ commit, TP degree, lengths, buckets), so two fleets differ only where the manife
 Sources (checked while writing; re-check on every version bump):
 - vLLM CLI (`vllm serve`): --revision, --tokenizer-revision, --tensor-parallel-size,
   --max-model-len, --max-num-seqs, --served-model-name, --download-dir, --seed, --dtype,
-  --additional-config.  https://docs.vllm.ai/en/latest/cli/serve.html
+  --additional-config, --enable-prefix-caching / --no-enable-prefix-caching (V1 turns it on when
+  neither is given, so every vLLM fleet passes one: the fleet's serving.prefix_caching).
+  https://docs.vllm.ai/en/latest/cli/serve.html
 - vLLM metrics (v1 engine, vllm/v1/metrics/loggers.py): vllm:time_to_first_token_seconds,
   vllm:inter_token_latency_seconds (replaces vllm:time_per_output_token_seconds, deprecated
   in 0.11), vllm:e2e_request_latency_seconds, vllm:request_queue_time_seconds,
@@ -19,9 +21,21 @@ Sources (checked while writing; re-check on every version bump):
   https://docs.vllm.ai/en/latest/design/metrics.html
 - vLLM on Neuron, SDK 2.28.0 (aws-neuron/aws-neuron-sdk@86a9286833dc2a1cd23b674f7081061924aa587a, tag v2.28.0):
   libraries/nxd-inference/developer_guides/vllm-user-guide-v1.rst: Neuron options go through
-  --additional-config '{"override_neuron_config": {...}}'; "Known Issues" 2: without chunked
-  prefill or prefix caching NxDI uses the contiguous KV layout, overwrites block_size with
-  max_model_len, and `num_gpu_blocks_override` must be exactly max_num_seqs (else OOB errors);
+  --additional-config '{"override_neuron_config": {...}}'. The KV layout follows prefix caching
+  (Known Issues 2; core.catalog.PREFIX_CACHING_SOURCES quotes it):
+  * off (--no-enable-prefix-caching): "With neither chunked prefill nor prefix caching: NxDI will
+    internally use contiguous kv cache layout, and overwrite block_size to max_model_len. Set
+    num_gpu_blocks_override to exactly max_num_seqs". No --block-size is passed: the plugin sets
+    it (vllm-neuron platform.py), and vLLM's --block-size only takes 1..256 (vllm/config/cache.py
+    BlockSize, a Literal that vllm/engine/arg_utils.py turns into argparse choices), so
+    max_model_len there would be refused before the plugin runs.
+  * on (--enable-prefix-caching): "With either chunked prefill or prefix caching: NxDI will
+    internally use blockwise kv cache layout. Set num_gpu_blocks_override to at least
+    ceil(max_model_len / block_size) * max_num_seqs"; Feature Configuration, Prefix Caching:
+    override_neuron_config "is_prefix_caching": true, "is_block_kv_layout": true ("Both arguments
+    need to be enabled"), "pa_block_size" 32 or 16 (32 here, as the guide's examples), and
+    "num_gpu_blocks_override to the same value as pa_num_blocks". Chunked prefill: "not supported
+    on Neuron" (Known Issues 1), so prefix caching alone picks the layout.
   containers/get-started/quickstart-configure-deploy-dlc.rst: image
   public.ecr.aws/neuron/pytorch-inference-vllm-neuronx:0.13.0-neuronx-py312-sdk2.28.0-ubuntu24.04,
   run with one --device=/dev/neuronN per chip plus `--cap-add SYS_ADMIN --cap-add IPC_LOCK`.
@@ -195,11 +209,35 @@ def _vllm_common(manifest: Manifest, fleet: Fleet, weights_dir: str) -> list[str
         "bfloat16" if manifest.precision.activations == "bf16" else "float16",
         "--seed",
         str(manifest.generation.seed),
+        # Explicit either way: vLLM V1 turns prefix caching on when neither flag is given, and on
+        # Neuron the setting picks the KV layout (SDK 2.28 vLLM user guide, Known Issues 2).
+        "--enable-prefix-caching" if fleet.serving.resolved_prefix_caching else "--no-enable-prefix-caching",
         "--host",
         "0.0.0.0",
         "--port",
         str(SERVING_PORT),
     ]
+
+
+@dataclass(frozen=True)
+class NeuronKvLayout:
+    """The KV cache vLLM on Neuron is started with (SDK 2.28 vLLM user guide, Known Issues 2)."""
+
+    block_tokens: int | None  # None: contiguous, one max_model_len block per sequence slot
+    num_blocks: int  # --num-gpu-blocks-override (and pa_num_blocks in the block layout)
+
+    @property
+    def name(self) -> str:
+        return "contiguous" if self.block_tokens is None else "block"
+
+
+def neuron_kv_layout(fleet: Fleet) -> NeuronKvLayout:
+    """Contiguous without prefix caching (exactly max_num_seqs blocks); with it, the block layout
+    of catalog.NEURON_PREFIX_BLOCK_TOKENS-token blocks, ceil(max_model_len / block) per sequence."""
+    if not fleet.serving.resolved_prefix_caching:
+        return NeuronKvLayout(None, fleet.max_concurrency)
+    block = catalog.NEURON_PREFIX_BLOCK_TOKENS
+    return NeuronKvLayout(block, math.ceil(fleet.max_model_len / block) * fleet.max_concurrency)
 
 
 def _neuron_devices(fleet: Fleet) -> tuple[str, ...]:
@@ -229,21 +267,28 @@ def definition_for(manifest: Manifest, fleet: Fleet, *, weights_s3_uri: str | No
 
     if stack == "vllm-neuron":
         buckets = list(fleet.sequence_buckets)
-        neuron_cfg = {
-            "override_neuron_config": {
-                "enable_bucketing": True,
-                "context_encoding_buckets": buckets,
-                "token_generation_buckets": buckets,
-            }
+        override: dict[str, object] = {
+            "enable_bucketing": True,
+            "context_encoding_buckets": buckets,
+            "token_generation_buckets": buckets,
         }
+        layout = neuron_kv_layout(fleet)
+        if layout.block_tokens is None:
+            # Contiguous (SDK 2.28 vLLM user guide, Known Issues 2): NxDI overwrites block_size
+            # with max_model_len; num_gpu_blocks_override exactly max_num_seqs.
+            kv_flags = ["--num-gpu-blocks-override", str(layout.num_blocks)]
+        else:
+            # Block layout (same guide, Known Issues 2 and Feature Configuration / Prefix Caching):
+            # is_prefix_caching + is_block_kv_layout, pa_block_size 32, and pa_num_blocks equal to
+            # num_gpu_blocks_override, at least ceil(max_model_len / block_size) * max_num_seqs.
+            override |= {"is_prefix_caching": True, "is_block_kv_layout": True,
+                         "pa_block_size": layout.block_tokens, "pa_num_blocks": layout.num_blocks}  # fmt: skip
+            kv_flags = ["--block-size", str(layout.block_tokens), "--num-gpu-blocks-override", str(layout.num_blocks)]
         command = [
             *_vllm_common(manifest, fleet, wdir),
-            "--block-size",
-            str(fleet.max_model_len),  # NxDI contiguous KV: one block per sequence
-            "--num-gpu-blocks-override",
-            str(fleet.max_concurrency),  # contiguous layout: exactly max_num_seqs (v1 guide, Known Issues 2)
+            *kv_flags,
             "--additional-config",
-            json.dumps(neuron_cfg, separators=(",", ":")),
+            json.dumps({"override_neuron_config": override}, separators=(",", ":")),
         ]
         env = {
             "NEURON_COMPILED_ARTIFACTS": cache,  # compiled once, reused on every boot from EBS

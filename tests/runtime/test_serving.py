@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from core.manifest import Manifest, load_manifest
+from core.manifest import Fleet, Manifest, load_manifest
 from core.serving import (
     TRTLLM_METRICS,
     VLLM_METRICS,
@@ -49,8 +49,13 @@ def test_inf2_vllm_neuron_command_follows_manifest(manifest: Manifest) -> None:
     assert defn.cache_dir.startswith("/opt/cache/") and manifest.model.commit in defn.cache_dir
     assert f"NEURON_COMPILED_ARTIFACTS={defn.cache_dir}" in argv
     assert (defn.host.vendor, defn.host.sdk_version, defn.host.driver) == ("aws-neuron", "2.28.0", "2.26.5.0")
-    # SDK 2.28 vLLM user guide v1, Known Issues 2: contiguous KV layout -> exactly max_num_seqs blocks.
+    # SDK 2.28 vLLM user guide v1, Known Issues 2: contiguous KV layout -> exactly max_num_seqs blocks,
+    # and only without prefix caching (vLLM V1 turns it on unless told not to).
+    assert fleet.serving.prefix_caching is False
+    assert "--no-enable-prefix-caching" in argv and "--enable-prefix-caching" not in argv
     assert _flag(argv, "--num-gpu-blocks-override") == str(fleet.max_concurrency)
+    assert "--block-size" not in argv  # the plugin sets max_model_len itself; vLLM's CLI takes 1..256 only
+    assert not {"is_prefix_caching", "is_block_kv_layout", "pa_block_size", "pa_num_blocks"} & set(cfg)
     # SDK 2.28 DLC quickstart: both capabilities, next to the devices.
     assert argv[argv.index("--cap-add") + 1] == "SYS_ADMIN" and argv[argv.index("IPC_LOCK") - 1] == "--cap-add"
     assert defn.metric_names["ttft"] == "vllm:time_to_first_token_seconds"
@@ -132,3 +137,31 @@ def test_hub_token_comes_from_secrets_manager_never_inline(manifest: Manifest) -
     assert f"--region us-east-1 --secret-id {arn}" in script
     assert " -e HF_TOKEN " in script  # passed by name from the environment
     assert "HF_TOKEN=hf_" not in script and "HF_TOKEN" not in render_docker_run(defn)
+
+
+def _with_prefix_caching(manifest: Manifest, name: str, on: bool) -> Fleet:
+    f = manifest.fleet(name)
+    return f.model_copy(update={"serving": f.serving.model_copy(update={"prefix_caching": on})})
+
+
+def test_inf2_with_prefix_caching_gets_the_guides_block_layout(manifest: Manifest) -> None:
+    fleet = _with_prefix_caching(manifest, "inf2", True)
+    argv = _argv(render_docker_run(definition_for(manifest, fleet)))
+    assert "--enable-prefix-caching" in argv and "--no-enable-prefix-caching" not in argv
+    # SDK 2.28 vLLM user guide, Feature Configuration (Prefix Caching) and Known Issues 2: both
+    # overrides on, pa_block_size 32, pa_num_blocks = num_gpu_blocks_override >= ceil(len / block) x seqs.
+    blocks = -(-fleet.max_model_len // 32) * fleet.max_concurrency
+    assert _flag(argv, "--block-size") == "32"
+    assert _flag(argv, "--num-gpu-blocks-override") == str(blocks) == "1280"
+    cfg = json.loads(_flag(argv, "--additional-config"))["override_neuron_config"]
+    assert cfg["is_prefix_caching"] is True and cfg["is_block_kv_layout"] is True
+    assert (cfg["pa_block_size"], cfg["pa_num_blocks"]) == (32, blocks)
+    assert cfg["context_encoding_buckets"] == list(fleet.sequence_buckets)
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_gpu_vllm_passes_prefix_caching_explicitly(manifest: Manifest, on: bool) -> None:
+    argv = _argv(render_docker_run(definition_for(manifest, _with_prefix_caching(manifest, "g6", on))))
+    flags = [a for a in argv if a.endswith("enable-prefix-caching")]
+    assert flags == ["--enable-prefix-caching" if on else "--no-enable-prefix-caching"]
+    assert "--block-size" not in argv and "--num-gpu-blocks-override" not in argv
