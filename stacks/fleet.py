@@ -118,6 +118,8 @@ class ServingFleet(Construct):
         user_data.add_commands(
             *boot_script(
                 defn,
+                manifest=manifest,
+                weights_s3_uri=weights_s3_uri,
                 driver_version=fleet.serving.driver_version,
                 region=region,
                 agent_param=agent_param.parameter_name,
@@ -162,6 +164,15 @@ class ServingFleet(Construct):
             vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, availability_zones=list(fleet.availability_zones)),
             health_checks=autoscaling.HealthChecks.with_additional_checks(
                 additional_types=[autoscaling.AdditionalHealthCheckType.ELB], grace_period=HEALTH_GRACE[vendor]
+            ),
+            # A changed manifest is a new launch template version (its digest is in the user data,
+            # stacks/fleet_boot.py), and CloudFormation's AutoScalingRollingUpdate replaces every
+            # instance of the old version on `deploy`: all at once (no instance of the old
+            # manifest keeps serving), without waiting for signals (the NLB health check and the
+            # health grace decide when a new one serves). Without it, a redeploy changes the
+            # template and leaves the running instances on the old one.
+            update_policy=autoscaling.UpdatePolicy.rolling_update(
+                max_batch_size=fleet.asg.max, min_instances_in_service=0, pause_time=Duration.seconds(0)
             ),
         )
         # The manifest pins desired; a redeploy resetting it to the manifest value is the intent.

@@ -1,16 +1,19 @@
 """The boot script of a fleet instance, rendered from the runtime's serving definition.
 
 Order matters: mount the cache volume (weights, compile and engine caches live there), start
-telemetry (so a failed boot is visible in CloudWatch), log in to ECR, stage and verify the
-weights, then `docker run` the serving container exactly as `core.serving` renders it.
+telemetry (so a failed boot is visible in CloudWatch), install the pinned Docker if the AMI has
+none, log in to ECR, stage and verify the weights, then `docker run` the serving container
+exactly as `core.serving` renders it.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from dataclasses import dataclass
 
+from core.manifest import Manifest
 from core.serving import ServingDefinition, render_docker_run
 from stacks.fleet_paths import BOOT_LOG, CACHE_MOUNT, NEURON_MONITOR_CONFIG
 
@@ -74,14 +77,111 @@ def _cloudwatch_agent(region: str, agent_param: str) -> list[str]:
         f'  curl -fsSL -o "$CW_DIR/agent.gpg" {bucket}/assets/amazon-cloudwatch-agent.gpg',
         '  export GNUPGHOME="$CW_DIR/gnupg"; mkdir -m 700 "$GNUPGHOME"',
         '  gpg --batch --quiet --import "$CW_DIR/agent.gpg"',
-        f'  gpg --batch --with-colons --fingerprint | grep -q "^fpr:::::::::{CLOUDWATCH_AGENT_KEY_FINGERPRINT}:" '
-        '|| { echo "CloudWatch agent key fingerprint mismatch"; exit 1; }',
+        # Captured, then matched: `gpg | grep -q` under pipefail fails when grep exits before gpg
+        # has written its last line (SIGPIPE), i.e. whenever the match is not the last line.
+        '  CW_FPRS="$(gpg --batch --with-colons --fingerprint)"',
+        f'  case "$CW_FPRS" in *"fpr:::::::::{CLOUDWATCH_AGENT_KEY_FINGERPRINT}:"*) ;; '
+        '*) echo "CloudWatch agent key fingerprint mismatch"; exit 1;; esac',
         '  gpg --batch --verify "$CW_DIR/agent.deb.sig" "$CW_DIR/agent.deb"',
         '  dpkg -i -E "$CW_DIR/agent.deb"',
         '  unset GNUPGHOME; rm -rf "$CW_DIR"',
         "fi",
         f"{ctl} -a fetch-config -m ec2 -s -c ssm:{shlex.quote(agent_param)}",
     ]
+
+
+# Docker on the host. The Base Neuron DLAMI's release notes list the Neuron driver, runtime and
+# tools and no container engine, while the NVIDIA base DLAMI ships Docker Engine from Docker's
+# own apt repository. So when the host has no `docker`, it is installed the way Docker's Ubuntu
+# guide does it ("Install using the apt repository": download.docker.com, the repository key
+# checked against Docker's published release-key fingerprint; "Install a specific version": the
+# apt version string is 5:<version>-1~ubuntu.<VERSION_ID>~<codename>), at one pinned release:
+# the docker-ce and containerd.io versions of the NVIDIA Deep Learning Base AMI (Ubuntu 24.04)
+# 20260717, so both fleets run the same engine. A host that has docker keeps its own.
+# Sources: https://docs.docker.com/engine/install/ubuntu/ ;
+# https://docs.aws.amazon.com/dlami/latest/devguide/aws-deep-learning-ami-gpubasesinglecuda-ul2404-2026-07-17.html
+# (docker-ce-cli 29.6.2-1~ubuntu.24.04~noble, containerd v2.2.6);
+# Neuron DLAMI release notes: https://awsdocs-neuron.readthedocs-hosted.com/en/latest/release-notes/prev/by-component/dlami.html
+DOCKER_VERSION = "29.6.2"
+CONTAINERD_VERSION = "2.2.6"
+DOCKER_APT_URL = "https://download.docker.com/linux/ubuntu"
+DOCKER_KEY_FINGERPRINT = "9DC858229FC7DD38854AE2D88D81803C0EBFCD88"
+DOCKER_KEYRING = "/etc/apt/keyrings/docker.asc"
+
+
+def _docker_engine() -> list[str]:
+    pkg = f"5:{DOCKER_VERSION}-1~ubuntu.${{OS_VERSION}}~${{OS_CODENAME}}"
+    containerd = f"{CONTAINERD_VERSION}-1~ubuntu.${{OS_VERSION}}~${{OS_CODENAME}}"
+    return [
+        "if command -v docker >/dev/null 2>&1; then",
+        '  echo "docker present: $(command -v docker)"',
+        "else",
+        f'  echo "no docker on this host: installing Docker Engine {DOCKER_VERSION}"',
+        "  OS_CODENAME=\"$(sed -n 's/^VERSION_CODENAME=//p' /etc/os-release)\"",
+        "  OS_VERSION=\"$(sed -n 's/^VERSION_ID=//p' /etc/os-release | tr -d '\"')\"",
+        f"  install -m 0755 -d {DOCKER_KEYRING.rsplit('/', 1)[0]}",
+        f"  curl -fsSL -o {DOCKER_KEYRING} {DOCKER_APT_URL}/gpg",
+        f'  DOCKER_KEY_FPRS="$(gpg --batch --with-colons --show-keys --fingerprint {DOCKER_KEYRING})"',
+        f'  case "$DOCKER_KEY_FPRS" in *"fpr:::::::::{DOCKER_KEY_FINGERPRINT}:"*) ;; '
+        '*) echo "Docker apt key fingerprint mismatch"; exit 1;; esac',
+        f'  echo "deb [arch=amd64 signed-by={DOCKER_KEYRING}] {DOCKER_APT_URL} $OS_CODENAME stable" > /etc/apt/sources.list.d/docker.list',
+        "  apt-get update -q",
+        f'  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "docker-ce={pkg}" "docker-ce-cli={pkg}" "containerd.io={containerd}"',
+        "  systemctl enable --now docker",
+        "fi",
+    ]
+
+
+# The server reads these small files of the checkpoint besides the weights (model config,
+# tokenizer, generation defaults), at the same pinned commit. Nothing else of the repository is
+# fetched: the weights are exactly the files model.weight_files pins, so a repository that also
+# carries another copy of them (Meta's original/consolidated.*.pth, 16 GB for an 8B model) or
+# another format costs no download, disk or time to ready.
+CHECKPOINT_METADATA = (
+    "config.json", "generation_config.json", "model.safetensors.index.json", "special_tokens_map.json",
+    "tokenizer.json", "tokenizer.model", "tokenizer_config.json",
+)  # fmt: skip
+
+
+def checkpoint_files(manifest: Manifest) -> list[str]:
+    """What the boot script fetches: the pinned weight files, then the metadata the server reads."""
+    pinned = sorted(manifest.model.weight_files)
+    return pinned + [f for f in CHECKPOINT_METADATA if f not in pinned]
+
+
+def weights_staging(manifest: Manifest, defn: ServingDefinition, weights_s3_uri: str | None) -> list[str]:
+    """Put the pinned checkpoint files (and only those) on the cache volume and check their hashes."""
+    m = manifest.model
+    q = shlex.quote
+    wdir = defn.weights_dir
+    files = checkpoint_files(manifest)
+    steps: list[str] = [f"mkdir -p {q(wdir)}"]
+    if weights_s3_uri:
+        includes = " ".join(f"--include {q(f)}" for f in files)
+        steps.append(f"aws s3 sync {q(weights_s3_uri.rstrip('/') + '/' + m.commit + '/')} {q(wdir)} --only-show-errors --exclude '*' {includes}")
+    else:
+        if m.hub_token_secret_arn:
+            # Token read at boot into the environment, never written into the template. The ARN
+            # names the secret's region; assigned before the export so `set -e` sees a failed read.
+            steps.append(
+                f'HF_TOKEN="$(aws secretsmanager get-secret-value --region {q(m.hub_token_secret_arn.split(":")[3])} '
+                f'--secret-id {q(m.hub_token_secret_arn)} --query SecretString --output text)"'
+            )
+            steps.append("export HF_TOKEN")
+        # allow_patterns are fnmatch patterns; a plain file name matches that path only.
+        py = (
+            "from huggingface_hub import snapshot_download; "
+            f"snapshot_download(repo_id={json.dumps(m.repo)}, revision={json.dumps(m.commit)}, local_dir={json.dumps(wdir)}, "
+            f"allow_patterns={json.dumps(files)})"
+        )
+        token_env = " -e HF_TOKEN" if m.hub_token_secret_arn else ""
+        # The serving image already ships huggingface_hub; the host DLAMI may not.
+        steps.append(f"docker run --rm --entrypoint python3 -v {CACHE_MOUNT}:{CACHE_MOUNT}{token_env} {q(defn.image)} -c {q(py)}")
+    checks = "\\n".join(f"{digest}  {name}" for name, digest in sorted(m.weight_files.items()))
+    steps.append(f"(cd {q(wdir)} && printf '{checks}\\n' | sha256sum --check --strict -)")
+    if m.hub_token_secret_arn and not weights_s3_uri:
+        steps.append("unset HF_TOKEN")
+    return steps
 
 
 def _driver_check(defn: ServingDefinition, driver_version: str) -> list[str]:
@@ -140,6 +240,8 @@ def _neuron_monitor(region: str, config_param: str, namespace: str) -> list[str]
 def boot_script(
     defn: ServingDefinition,
     *,
+    manifest: Manifest,
+    weights_s3_uri: str | None = None,
     driver_version: str,
     region: str,
     agent_param: str,
@@ -149,16 +251,20 @@ def boot_script(
     lines = [
         "set -euo pipefail",
         f"exec > >(tee -a {BOOT_LOG}) 2>&1",
+        # The manifest's digest is part of the launch template: a changed manifest is a new
+        # template version, which the ASG's rolling update (stacks/fleet.py) rolls out on deploy.
+        f"echo {shlex.quote(f'boot: campaign {manifest.campaign}, manifest {manifest.digest}')}",
         *_mount_cache_volume(),
         *_cloudwatch_agent(region, agent_param),
         *_driver_check(defn, driver_version),
+        *_docker_engine(),
     ]
     if neuron_monitor_param:
         lines += _neuron_monitor(region, neuron_monitor_param, neuron_namespace)
     ecr = ecr_image(defn.image)
     if ecr:
         lines.append(f"aws ecr get-login-password --region {ecr.region} | docker login --username AWS --password-stdin {ecr.registry}")
-    lines += [f"docker pull {shlex.quote(defn.image)}", *defn.weights_staging, f"mkdir -p {shlex.quote(defn.cache_dir)}"]
+    lines += [f"docker pull {shlex.quote(defn.image)}", *weights_staging(manifest, defn, weights_s3_uri), f"mkdir -p {shlex.quote(defn.cache_dir)}"]
     lines += _config_files(defn)
     lines.append(render_docker_run(defn))
     lines += _health_wait(defn)

@@ -21,7 +21,14 @@ import pytest
 
 from core.manifest import Manifest, load_manifest
 from core.serving import definition_for, render_docker_run
-from stacks.fleet_boot import CLOUDWATCH_AGENT_KEY_FINGERPRINT, CLOUDWATCH_AGENT_VERSION, boot_script
+from stacks.fleet_boot import (
+    CLOUDWATCH_AGENT_KEY_FINGERPRINT,
+    CLOUDWATCH_AGENT_VERSION,
+    CONTAINERD_VERSION,
+    DOCKER_KEY_FINGERPRINT,
+    DOCKER_VERSION,
+    boot_script,
+)
 from tests.conftest import EXAMPLE_MANIFEST, ROOT
 
 pytestmark = pytest.mark.boot_script
@@ -29,6 +36,7 @@ pytestmark = pytest.mark.boot_script
 THREE_FLEETS = ROOT / "manifests" / "llama3-8b-three-fleets.yaml"
 TOKEN_ARN = "arn:aws:secretsmanager:us-west-2:123456789012:secret:harness/hf-token-AbCdEf"
 FAKE_TOKEN = "hf_sandboxtokenvalue"
+S3_WEIGHTS = "s3://weights-bucket/llama"
 HOST_PATH = re.compile(r"(^|[\s(>'\":=])/(etc|opt|var/log)/", re.MULTILINE)
 SEP = "\x1f"
 
@@ -42,7 +50,8 @@ case "$name" in
   blkid|mountpoint) exit 1;;
   modinfo) echo "$HOST_NEURON_DRIVER";;
   nvidia-smi) echo "$HOST_NVIDIA_DRIVER";;
-  gpg) case "$*" in *--fingerprint*) echo "fpr:::::::::$CW_FPR:";; esac;;
+  gpg) case "$*" in *--fingerprint*) echo "fpr:::::::::$CW_FPR:"; echo "fpr:::::::::$DOCKER_FPR:";; esac;;
+  apt-get) case "$*" in *docker-ce=*) cp "$0" "$STUB_BIN/docker";; esac;;  # the install puts docker on PATH
   dpkg) mkdir -p "$SANDBOX/opt/aws/amazon-cloudwatch-agent/bin"; cp "$0" "$SANDBOX/opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl";;
   aws) case "$*" in *secretsmanager*) echo "$FAKE_TOKEN";; *ssm\ get-parameter*) echo '{}';; *get-login-password*) echo pw;; esac;;
   docker) echo "docker-env${STUB_SEP}HF_TOKEN=${HF_TOKEN:-<unset>}" >> "$STUB_LOG"; [ "$1" = login ] && cat >/dev/null; true;;
@@ -56,19 +65,23 @@ case "$name" in
 esac
 """
 STUBBED = ("docker", "aws", "nvidia-smi", "neuron-ls", "modinfo", "mount", "mountpoint", "mkfs.ext4", "blkid", "lsblk",
-           "findmnt", "curl", "gpg", "dpkg", "systemctl", "sha256sum", "sleep")  # fmt: skip
+           "findmnt", "curl", "gpg", "dpkg", "systemctl", "sha256sum", "sleep", "apt-get")  # fmt: skip
+OS_RELEASE = 'PRETTY_NAME="Ubuntu 24.04.3 LTS"\nVERSION_ID="24.04"\nVERSION_CODENAME=noble\nID=ubuntu\n'
 
 
-def _fleet_scripts(manifest: Manifest) -> dict[str, str]:
+
+def _fleet_scripts(manifest: Manifest, weights_s3_uri: str | None = None) -> dict[str, str]:
     """user data of every fleet, with the arguments stacks/fleet.py passes."""
     from stacks.accelerator_telemetry import neuron_namespace
 
     out = {}
     for f in manifest.fleets:
-        defn = definition_for(manifest, f)
+        defn = definition_for(manifest, f, weights_s3_uri=weights_s3_uri)
         neuron = defn.host.vendor == "aws-neuron"
         lines = boot_script(
             defn,
+            manifest=manifest,
+            weights_s3_uri=weights_s3_uri,
             driver_version=f.serving.driver_version,
             region=manifest.costs.region,
             agent_param=f"/harness/{manifest.campaign}/{f.name}/cloudwatch-agent",
@@ -92,6 +105,7 @@ def _all_scripts(example: Manifest) -> dict[str, str]:
     scripts = {f"example/{k}": v for k, v in _fleet_scripts(example).items()}
     scripts |= {f"three/{k}": v for k, v in _fleet_scripts(load_manifest(THREE_FLEETS, check_files=False)).items()}
     scripts |= {f"gated/{k}": v for k, v in _fleet_scripts(_gated(example)).items()}
+    scripts |= {f"s3/{k}": v for k, v in _fleet_scripts(example, S3_WEIGHTS).items()}
     return scripts
 
 
@@ -116,14 +130,19 @@ def test_shellcheck_gate_is_live(tmp_path: Path) -> None:
     assert subprocess.run(["shellcheck", "--shell=bash", str(bad)], capture_output=True).returncode != 0
 
 
-def _run(script: str, tmp_path: Path, *, neuron_driver: str = "2.26.5.0", nvidia_driver: str = "570.172.08") -> tuple[int, list[list[str]], str]:
+def _run(
+    script: str, tmp_path: Path, *, neuron_driver: str = "2.26.5.0", nvidia_driver: str = "570.172.08", docker_on_host: bool = True
+) -> tuple[int, list[list[str]], str]:
     sandbox = tmp_path / "root"
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for d in ("etc/systemd/system", "opt", "var/log"):
+    for d in ("etc/systemd/system", "etc/apt/sources.list.d", "opt", "var/log"):
         (sandbox / d).mkdir(parents=True, exist_ok=True)
     (sandbox / "etc" / "fstab").write_text("", encoding="utf-8")
+    (sandbox / "etc" / "os-release").write_text(OS_RELEASE, encoding="utf-8")
     for name in STUBBED:
+        if name == "docker" and not docker_on_host:
+            continue
         (bin_dir / name).write_text(STUB, encoding="utf-8")
         (bin_dir / name).chmod(0o755)
     # Host files the script writes land in the sandbox: every absolute /etc, /opt, /var/log path is
@@ -135,7 +154,7 @@ def _run(script: str, tmp_path: Path, *, neuron_driver: str = "2.26.5.0", nvidia
     env = {
         "PATH": f"{bin_dir}:/usr/bin:/bin", "STUB_LOG": str(log), "STUB_SEP": SEP, "SANDBOX": str(sandbox),
         "HOST_NEURON_DRIVER": neuron_driver, "HOST_NVIDIA_DRIVER": nvidia_driver, "FAKE_TOKEN": FAKE_TOKEN,
-        "CW_FPR": CLOUDWATCH_AGENT_KEY_FINGERPRINT, "HOME": str(tmp_path),
+        "CW_FPR": CLOUDWATCH_AGENT_KEY_FINGERPRINT, "DOCKER_FPR": DOCKER_KEY_FINGERPRINT, "HOME": str(tmp_path), "STUB_BIN": str(bin_dir),
     }  # fmt: skip
     proc = subprocess.run(["bash", str(path)], env=env, capture_output=True, text=True, timeout=60)
     calls = [line.replace(str(sandbox), "").split(SEP) for line in log.read_text(encoding="utf-8").splitlines()] if log.exists() else []
@@ -229,3 +248,113 @@ def test_sandbox_rewrite_leaves_no_host_path(example: Manifest, tmp_path: Path) 
     before = {p: os.stat(p).st_mtime for p in ("/etc/fstab",) if os.path.exists(p)}
     _run(_fleet_scripts(example)["inf2"], tmp_path)
     assert {p: os.stat(p).st_mtime for p in before} == before
+
+
+# --- Docker on the host (issue 25, item 5): installed, pinned, when the AMI has none -------------
+
+
+def test_boot_installs_the_pinned_docker_when_the_host_has_none(example: Manifest, tmp_path: Path) -> None:
+    if shutil.which("docker", path="/usr/bin:/bin"):
+        pytest.skip("this machine has docker in /usr/bin or /bin, which the sandbox's PATH keeps")
+    rc, calls, output = _run(_fleet_scripts(example)["inf2"], tmp_path, docker_on_host=False)
+    assert rc == 0, output
+    names = [c[0] for c in calls]
+    pkg = f"5:{DOCKER_VERSION}-1~ubuntu.24.04~noble"  # from the sandbox's /etc/os-release
+    install = next(c for c in calls if c[0] == "apt-get" and "install" in c)
+    assert install[-3:] == [f"docker-ce={pkg}", f"docker-ce-cli={pkg}", f"containerd.io={CONTAINERD_VERSION}-1~ubuntu.24.04~noble"]
+    # Docker's repository key is fetched and its fingerprint checked before apt reads the repository.
+    key = next(i for i, c in enumerate(calls) if c[0] == "curl" and c[-1] == "https://download.docker.com/linux/ubuntu/gpg")
+    check = next(i for i, c in enumerate(calls) if c[0] == "gpg" and "--show-keys" in c)
+    update = next(i for i, c in enumerate(calls) if c[:2] == ["apt-get", "update"])
+    assert key < check < update < calls.index(install)
+    sources = (tmp_path / "root" / "etc" / "apt" / "sources.list.d" / "docker.list").read_text(encoding="utf-8")
+    assert sources.strip() == "deb [arch=amd64 signed-by=/etc/apt/keyrings/docker.asc] https://download.docker.com/linux/ubuntu noble stable".replace(
+        "/etc/", f"{tmp_path / 'root'}/etc/"
+    )
+    assert ["systemctl", "enable", "--now", "docker"] in calls
+    # ... and then the installed docker pulls and runs the server.
+    assert calls.index(install) < names.index("docker")
+    assert _docker_runs(calls)[-1] == shlex.split(render_docker_run(definition_for(example, example.fleet("inf2"))))[1:]
+
+
+def test_boot_refuses_a_docker_repository_key_with_another_fingerprint(example: Manifest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if shutil.which("docker", path="/usr/bin:/bin"):
+        pytest.skip("this machine has docker in /usr/bin or /bin, which the sandbox's PATH keeps")
+    import stacks.fleet_boot
+
+    monkeypatch.setattr(stacks.fleet_boot, "DOCKER_KEY_FINGERPRINT", "0" * 40)
+    rc, calls, output = _run(_fleet_scripts(example)["inf2"], tmp_path, docker_on_host=False)
+    assert rc == 1 and "Docker apt key fingerprint mismatch" in output
+    assert not [c for c in calls if c[0] == "apt-get"]
+
+
+@pytest.mark.parametrize("fleet", ["inf2", "g6"])
+def test_boot_leaves_a_hosts_own_docker_alone(example: Manifest, fleet: str, tmp_path: Path) -> None:
+    rc, calls, output = _run(_fleet_scripts(example)[fleet], tmp_path)
+    assert rc == 0, output
+    assert not [c for c in calls if c[0] == "apt-get"]
+    assert not [c for c in calls if c[0] == "curl" and "download.docker.com" in c[-1]]
+    assert not (tmp_path / "root" / "etc" / "apt" / "sources.list.d" / "docker.list").exists()
+    assert "docker present:" in output
+
+
+# --- Weight download (issue 25, item 5): only the pinned files, never original/*.pth -----------
+
+# The files of meta-llama/Meta-Llama-3-8B-Instruct at the example's commit (the Hub's file list).
+LLAMA3_8B_INSTRUCT_FILES = (
+    ".gitattributes", "LICENSE", "README.md", "USE_POLICY.md", "config.json", "generation_config.json",
+    "model-00001-of-00004.safetensors", "model-00002-of-00004.safetensors", "model-00003-of-00004.safetensors",
+    "model-00004-of-00004.safetensors", "model.safetensors.index.json", "original/consolidated.00.pth",
+    "original/params.json", "original/tokenizer.model", "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json",
+)  # fmt: skip
+
+
+def _hub_download_kwargs(calls: list[list[str]]) -> dict[str, object]:
+    """Run the download container's python with a stand-in huggingface_hub; what it was asked for."""
+    import sys
+    import types
+
+    download = next(c for c in calls if c[0] == "docker" and c[1] == "run" and "--rm" in c)
+    code = download[download.index("-c") + 1]
+    seen: dict[str, object] = {}
+    fake = types.ModuleType("huggingface_hub")
+    fake.snapshot_download = lambda **kw: seen.update(kw)  # type: ignore[attr-defined]
+    saved = sys.modules.get("huggingface_hub")
+    sys.modules["huggingface_hub"] = fake
+    try:
+        exec(code, {})  # the script's own one-liner, run against the stand-in
+    finally:
+        if saved is not None:
+            sys.modules["huggingface_hub"] = saved
+        else:
+            del sys.modules["huggingface_hub"]
+    return seen
+
+
+@pytest.mark.parametrize("fleet", ["inf2", "g6"])
+def test_hub_download_fetches_only_the_pinned_weight_files(example: Manifest, fleet: str, tmp_path: Path) -> None:
+    from huggingface_hub.utils import filter_repo_objects
+
+    rc, calls, output = _run(_fleet_scripts(example)[fleet], tmp_path)
+    assert rc == 0, output
+    kw = _hub_download_kwargs(calls)
+    assert kw["repo_id"] == example.model.repo and kw["revision"] == example.model.commit
+    # What snapshot_download would fetch of the real repository, by the Hub client's own filter.
+    fetched = set(filter_repo_objects(LLAMA3_8B_INSTRUCT_FILES, allow_patterns=kw["allow_patterns"]))  # type: ignore[arg-type]
+    weights = {f for f in fetched if f.endswith((".safetensors", ".pth", ".bin", ".pt", ".gguf"))}
+    assert weights == set(example.model.weight_files)
+    assert not any(f.startswith("original/") for f in fetched)
+    assert {"config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json"} <= fetched  # what the server reads
+
+
+def test_s3_staging_syncs_only_the_pinned_weight_files(example: Manifest, tmp_path: Path) -> None:
+    rc, calls, output = _run(_fleet_scripts(example, S3_WEIGHTS)["g6"], tmp_path)
+    assert rc == 0, output
+    sync = next(c for c in calls if c[:3] == ["aws", "s3", "sync"])
+    assert sync[3] == f"{S3_WEIGHTS}/{example.model.commit}/"
+    # `aws s3 sync --exclude '*' --include A --include B`: later filters win, so only A and B are copied.
+    assert sync[sync.index("--exclude") + 1] == "*" and sync.index("--exclude") < sync.index("--include")
+    includes = {sync[i + 1] for i, a in enumerate(sync) if a == "--include"}
+    assert set(example.model.weight_files) <= includes
+    assert not any(i.startswith("original/") or "*" in i for i in includes)
+    assert not [c for c in calls if c[0] == "docker" and "--rm" in c]  # no Hub download at all

@@ -108,6 +108,7 @@ def test_template_user_data_is_the_boot_script_the_boot_tests_run(example: Synth
         neuron = fleet.name == "inf2"
         expected = boot_script(
             definition_for(m, fleet),
+            manifest=m,
             driver_version=fleet.serving.driver_version,
             region=m.costs.region,
             agent_param=f"/harness/{m.campaign}/{fleet.name}/cloudwatch-agent",
