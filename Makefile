@@ -6,10 +6,15 @@ MANIFEST ?= manifests/llama3-8b-inf2-vs-g6.yaml
 
 install: .venv/.installed
 
-.venv/.installed: requirements.txt requirements-runtime.txt
+# The project itself goes in last, editable (no deps: requirements.txt pinned them; no build
+# isolation: the pinned setuptools is already here, so it installs offline): `.venv/bin/inf2-vs-g6`
+# and `.venv/bin/python -m campaign` then work from any directory, running this checkout's code.
+# (PYTHONWARNINGS: setuptools' generic "editable installation" banner, not a problem here.)
+.venv/.installed: requirements.txt requirements-runtime.txt pyproject.toml
 	python3 -m venv .venv
 	.venv/bin/pip install -q --upgrade pip
 	.venv/bin/pip install -q -r requirements.txt
+	PYTHONWARNINGS=ignore::UserWarning .venv/bin/pip install -q --no-deps --no-build-isolation -e .
 	@if [ -f package-lock.json ]; then npm ci --no-audit --no-fund --loglevel=error; fi
 	touch $@
 

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import ast
 import importlib.metadata as md
+import itertools
+import json
 import os
+import re
 import shutil
 import site
 import subprocess
@@ -76,6 +79,28 @@ def test_checkout_only_steps_name_what_they_need(tmp_path: Path, monkeypatch: py
 def test_shipped_data_comes_from_the_checkout_here() -> None:
     assert shipped.shipped_path("calibration/efficiency.json") == ROOT / "data" / "calibration" / "efficiency.json"
     assert shipped.shipped_path("calibration/efficiency.json").is_file()
+
+
+def _recipe(target: str) -> list[str]:
+    """The Makefile's recipe lines for `target`."""
+    lines = (ROOT / "Makefile").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"{target}:"))
+    return [line.strip() for line in itertools.takewhile(lambda line: line.startswith("\t"), lines[start + 1 :])]
+
+
+def test_make_install_installs_the_project_into_the_venv() -> None:
+    """`make install` installs the project itself, editable, after the pinned requirements: the
+    `inf2-vs-g6` command and `python -m campaign` then run from any directory (before, only a
+    separate `pip install .` made the command, and `-m campaign` failed outside the checkout)."""
+    recipe = _recipe(".venv/.installed")
+    editable = [i for i, line in enumerate(recipe) if re.search(r"\.venv/bin/pip install .*--no-deps .*-e \.$", line)]
+    requirements = [i for i, line in enumerate(recipe) if "-r requirements.txt" in line]
+    assert editable and requirements and requirements[0] < editable[0], recipe
+    assert "pyproject.toml" in next(line for line in (ROOT / "Makefile").read_text().splitlines() if line.startswith(".venv/.installed:"))
+    # ... and this venv (the one `make test` runs) has it so.
+    dist = md.distribution(PYPROJECT["project"]["name"])
+    assert json.loads(dist.read_text("direct_url.json") or "{}").get("dir_info", {}).get("editable") is True, "run `make install`"
+    assert (Path(sys.executable).parent / "inf2-vs-g6").is_file()
 
 
 def _copy_sources(dest: Path) -> Path:
