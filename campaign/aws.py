@@ -38,8 +38,35 @@ def cdk_argv(action: str, manifest_path: Path, extra: Sequence[str] = ()) -> lis
     return [npx, "cdk", action, "-c", f"manifest={manifest_path.resolve()}", *extra]
 
 
-def deploy(manifest_path: Path, *, approve: bool = False, extra: Sequence[str] = ()) -> int:
-    """`extra`: more `cdk deploy` arguments (the fleets' AMI parameters from campaign.dlami)."""
+class QuotaTooLow(AwsStepFailed):
+    """The account's Service Quotas cannot run what the manifest asks for: refused before any spend."""
+
+
+def check_quotas(session: Any, m: Manifest, *, say: Any = print) -> None:
+    """Pre-flight: every vCPU quota the manifest needs (campaign.cloud_checks.quota_needs) against
+    the account's applied value; QuotaTooLow names each short one with both numbers."""
+    from campaign.cloud_checks import quota_needs, quota_shortfalls, unchecked_families
+
+    client = session.client("service-quotas")
+    short = quota_shortfalls(m, client)
+    if short:
+        raise QuotaTooLow("Service Quotas too low for this manifest; nothing was deployed:\n  " + "\n  ".join(short))
+    say("Service Quotas: " + ", ".join(f"{n.name} needs {n.vcpus} vCPU" for n in quota_needs(m)) + " - within the account's quotas")
+    for t in unchecked_families(m):
+        say(f"Service Quotas: no vCPU quota mapped for {t} (campaign.cloud_checks.EC2_VCPU_QUOTAS); not checked")
+
+
+def deploy(manifest_path: Path, *, approve: bool = False, extra: Sequence[str] = (), session: Any = None) -> int:
+    """`extra`: more `cdk deploy` arguments (the fleets' AMI parameters from campaign.dlami).
+    The account's Service Quotas are checked first (QuotaTooLow before `cdk deploy` runs)."""
+    from core.manifest import load_manifest
+
+    m = load_manifest(manifest_path)
+    if session is None:
+        import boto3
+
+        session = boto3.session.Session(region_name=m.costs.region)
+    check_quotas(session, m)
     root = checkout_root("deploy (cdk synthesizes the stacks from the repository's app.py)")
     argv = cdk_argv("deploy", manifest_path, [*(["--require-approval", "never"] if approve else []), *extra])
     return subprocess.call(argv, cwd=root)

@@ -10,6 +10,9 @@ Auto Scaling groups replace billed instances after every grace period until tear
 from __future__ import annotations
 
 import ipaddress
+import re
+from dataclasses import dataclass
+from typing import Any
 
 from core.manifest import Issue, Manifest
 
@@ -55,3 +58,76 @@ def cloud_issues(m: Manifest, *, weights_from_s3: bool = False) -> list[Issue]:
     if any(net.version == d.version and net.subnet_of(d) for d in DOCUMENTATION_NETWORKS):  # type: ignore[arg-type]
         issues.append(Issue("operator.cidr", f"{m.operator.cidr} is a documentation range; set your office or VPN range"))
     return issues
+
+
+# --- Service Quotas pre-flight: what the manifest needs against what the account may run ---------
+# Quota codes (Service Quotas, `aws service-quotas get-service-quota --service-code ... --quota-code ...`):
+#   ec2 L-1945791B  Running On-Demand Inf instances (vCPUs)
+#   ec2 L-DB2E81BA  Running On-Demand G and VT instances (vCPUs)
+#   fargate L-3032A538  Fargate On-Demand vCPU resource count
+# Names and codes as the Service Quotas console and API list them; the Fargate one is the quota
+# https://docs.aws.amazon.com/AmazonECS/latest/developerguide/service-quotas.html#service-quotas-fargate
+# names; the EC2 codes cross-checked with aws-quota-checker's EC2 checks (github.com/brennerm/aws-quota-checker).
+EC2_VCPU_QUOTAS: dict[str, tuple[str, str]] = {
+    "inf": ("L-1945791B", "Running On-Demand Inf instances"),
+    "g": ("L-DB2E81BA", "Running On-Demand G and VT instances"),
+    "vt": ("L-DB2E81BA", "Running On-Demand G and VT instances"),
+}
+FARGATE_VCPU_QUOTA = ("L-3032A538", "Fargate On-Demand vCPU resource count")
+PROMETHEUS_TASK_VCPU = 1  # stacks/observability.py: the Prometheus Fargate task (cpu=1024)
+
+
+@dataclass(frozen=True)
+class QuotaNeed:
+    service: str
+    code: str
+    name: str
+    vcpus: int
+    why: str
+
+
+def quota_needs(m: Manifest) -> list[QuotaNeed]:
+    """vCPUs per quota: asg.max x the instance's vCPUs per fleet family; one vCPU per load-generator task."""
+    from core import catalog
+    from core.cloud_contract import LOADGEN_TASK_VCPU
+
+    by_code: dict[str, QuotaNeed] = {}
+    for f in m.fleets:
+        fam = re.match(r"^[a-z]+", f.instance_type)[0]  # type: ignore[index]
+        if fam not in EC2_VCPU_QUOTAS:
+            continue  # no quota mapped for this family: `deploy` says so (unchecked_families)
+        code, name = EC2_VCPU_QUOTAS[fam]
+        vcpus = f.asg.max * catalog.instance(f.instance_type).vcpus
+        why = f"{f.name}: asg.max {f.asg.max} x {catalog.instance(f.instance_type).vcpus} vCPU ({f.instance_type})"
+        prev = by_code.get(code)
+        by_code[code] = QuotaNeed("ec2", code, name, vcpus + (prev.vcpus if prev else 0), f"{prev.why} + {why}" if prev else why)
+    tasks = len(m.fleets) * (1 + m.loadgen.workers)
+    fargate = tasks * LOADGEN_TASK_VCPU + PROMETHEUS_TASK_VCPU
+    why = f"{len(m.fleets)} fleets x (1 master + {m.loadgen.workers} workers) x {LOADGEN_TASK_VCPU} vCPU + Prometheus {PROMETHEUS_TASK_VCPU} vCPU"
+    return [*by_code.values(), QuotaNeed("fargate", FARGATE_VCPU_QUOTA[0], FARGATE_VCPU_QUOTA[1], fargate, why)]
+
+
+def unchecked_families(m: Manifest) -> list[str]:
+    return sorted({f.instance_type for f in m.fleets if re.match(r"^[a-z]+", f.instance_type)[0] not in EC2_VCPU_QUOTAS})  # type: ignore[index]
+
+
+def quota_value(client: Any, service: str, code: str) -> float:
+    """The account's applied value; AWS's default where the account has none applied (NoSuchResourceException)."""
+    try:
+        return float(client.get_service_quota(ServiceCode=service, QuotaCode=code)["Quota"]["Value"])
+    except client.exceptions.NoSuchResourceException:
+        return float(client.get_aws_default_service_quota(ServiceCode=service, QuotaCode=code)["Quota"]["Value"])
+
+
+def quota_shortfalls(m: Manifest, client: Any) -> list[str]:
+    """One line per quota below what the manifest needs, with both numbers; empty when all fit.
+    The quotas bound vCPUs running at once in the region, so anything else running there counts too."""
+    short = []
+    for need in quota_needs(m):
+        have = quota_value(client, need.service, need.code)
+        if have < need.vcpus:
+            short.append(
+                f"{need.name} ({need.service} {need.code}): the manifest needs {need.vcpus} vCPU ({need.why}), "
+                f"the account's quota in {m.costs.region} is {have:g}; request an increase in Service Quotas or lower asg.max / loadgen.workers"
+            )
+    return short
