@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 MANIFEST ?= manifests/llama3-8b-inf2-vs-g6.yaml
 
-.PHONY: install demo plan test lint bench clean checkov checkov-venv engine tiny-model real-engine report-screenshot
+.PHONY: install demo plan test lint bench docs clean checkov checkov-venv engine tiny-model real-engine report-screenshot
 
 install: .venv/.installed
 
@@ -62,6 +62,10 @@ checkov-venv: .venv-checkov/.installed
 
 checkov: install checkov-venv
 	$(PY) -m stacks.checkov_gate --manifest manifests/llama3-8b-inf2-vs-g6.yaml --manifest manifests/llama3-8b-three-fleets.yaml
+
+# The method pages (docs/, mkdocs.yml) into .site/; --strict fails on a broken link or page.
+docs: install
+	NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet
 
 lint: install
 	.venv/bin/ruff check .

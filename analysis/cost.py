@@ -1,4 +1,4 @@
-"""The cost numerator (DESIGN.md) and cost per 10^6 successful tokens.
+"""The cost numerator (docs/design.md) and cost per 10^6 successful tokens.
 
 Monthly fleet cost = compute for every required instance (busy + idle headroom + redundancy
 + ASG-minimum top-up) at the effective rate + EBS GB-month (root + cache volume) + NLB hours
@@ -147,7 +147,7 @@ def monthly_fleet_cost(size: FleetSize, prices: UnitPrices, inp: FleetCostInputs
 
 
 def cost_per_million(total_usd: float, successful_tokens: float) -> float | None:
-    """DESIGN.md: total metered serving cost / successful tokens * 10^6; None when nothing succeeded."""
+    """docs/design.md: total metered serving cost / successful tokens * 10^6; None when nothing succeeded."""
     if successful_tokens <= 0:
         return None
     return total_usd / successful_tokens * 1e6

@@ -1,4 +1,4 @@
-"""Go / Defer / Reject, exactly per DESIGN.md (Decision), with every reason that applied.
+"""Go / Defer / Reject, exactly per docs/design.md (Decision), with every reason that applied.
 
 Rule (precedence Reject > Defer > Go; all reasons are reported, not just the first). The
 monthly delta (baseline - candidate) carries a 95% interval [low, high]; the Go threshold is
@@ -41,7 +41,7 @@ from typing import Literal
 State = Literal["go", "defer", "reject"]
 Aim = Literal["go", "zero"]  # the threshold the evidence must still settle: the Go threshold, or 0
 
-# The rule as the report states it (DESIGN.md: Decision says the same).
+# The rule as the report states it (docs/design.md: Decision says the same).
 RULE = (
     "Go when the monthly delta's 95% low end is above the Go threshold (migration cost / horizon + indifference margin: "
     "payback inside the horizon even at the pessimistic end) and feasibility, quality, the SLO within the ASG maximum and "

@@ -320,7 +320,7 @@ def _delta_payback_intervals(
 
 def _economics(horizon: float, delta: float | None, mig_cost: float | None, margin: float, spread: _Spread | None) -> Economics | None:
     """The delta against the Go threshold (migration cost / horizon + margin) and 0; each end of its
-    interval against the threshold priced with that end's own migration cost (DESIGN.md: Decision)."""
+    interval against the threshold priced with that end's own migration cost (docs/design.md: Decision)."""
     if delta is None or mig_cost is None:
         return None
     if spread is None:

@@ -1,6 +1,6 @@
 """Successful output tokens, fleet percentiles and SLO-compliant throughput, from per-request records.
 
-DESIGN.md: a token is successful when its request completed without error, passed the
+docs/design.md: a token is successful when its request completed without error, passed the
 quality gate and met the per-request SLO; server usage counts where the server reported it.
 Warmup requests are excluded from everything. The per-request SLO is recomputed here from
 the measured TTFT and ITL (ttft <= slo.ttft and itl <= slo.itl; a request with one token has

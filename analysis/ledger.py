@@ -1,6 +1,6 @@
-"""Migration ledger and payback (DESIGN.md: migration cost, monthly delta, payback months).
+"""Migration ledger and payback (docs/design.md: migration cost, monthly delta, payback months).
 
-Rule for the capacity items (documented because DESIGN.md names them but not their formula):
+Rule for the capacity items (documented because docs/design.md names them but not their formula):
 - dual_run: the full candidate fleet runs for dual_run_days while the baseline still serves.
 - shadow: shadow_capacity_fraction of the candidate fleet on top, during the dual run.
 - canary: canary_capacity_fraction of the candidate fleet on top, during the dual run.

@@ -100,7 +100,7 @@ class ToSettle(_Model):
 
 
 class Decision(_Model):
-    """Go / Defer / Reject by the rule of analysis.decision (DESIGN.md: Decision), with every reason that applied."""
+    """Go / Defer / Reject by the rule of analysis.decision (docs/design.md: Decision), with every reason that applied."""
 
     state: Literal["go", "defer", "reject"] = Field(
         description="the verdict: 'go' (migrate), 'defer' (not yet: the reasons say what is missing) or 'reject' (do not migrate)")
@@ -277,7 +277,7 @@ class CapacityModel(_Model):
 
 
 class FleetSize(_Model):
-    """The fleet sized for peak demand from one per-instance capacity (analysis.sizing, DESIGN.md: required fleet)."""
+    """The fleet sized for peak demand from one per-instance capacity (analysis.sizing, docs/design.md: required fleet)."""
 
     demand_tok_s: float = Field(description="peak demand, successful output tokens per second (see demand_tok_s at the top level)")
     per_instance_tok_s: float = Field(description="per-instance SLO-compliant capacity it is sized from, tokens per second")

@@ -1,4 +1,4 @@
-"""Fleet size from measured SLO-compliant throughput (DESIGN.md: required fleet).
+"""Fleet size from measured SLO-compliant throughput (docs/design.md: required fleet).
 
 required = ceil(peak demand / (per-instance SLO-compliant throughput x utilization target))
            + redundancy, never below the ASG minimum, spread round-robin over the AZs.

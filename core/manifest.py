@@ -400,7 +400,7 @@ class Migration(_Frozen):
 
 
 class IndifferenceMargin(_Frozen):
-    """A monthly saving at or below which a migration is not worth making (DESIGN.md: Decision):
+    """A monthly saving at or below which a migration is not worth making (docs/design.md: Decision):
     the Go threshold is migration cost / horizon + this margin. Give it in USD per month or as a
     percentage of the baseline fleet's monthly cost, not both; absent, it is 0."""
 

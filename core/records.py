@@ -71,7 +71,7 @@ class RequestRecord:
     scheduled_s: float
     sent_s: float | None
     send_lag_s: float | None  # sent_s - scheduled_s: the client's own queueing, kept visible
-    ttft_s: float | None  # scheduled send -> first output token (DESIGN.md)
+    ttft_s: float | None  # scheduled send -> first output token (docs/design.md)
     # Mean interval between consecutive output tokens: (last token - first token) / (server
     # output tokens - 1); see `itl_basis` and loadgen.recording.inter_token_latency.
     itl_s: float | None

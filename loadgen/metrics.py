@@ -1,6 +1,6 @@
 """Client-side Prometheus histograms (TTFT, ITL, E2E) served by each worker.
 
-Histograms, not summaries: fleet percentiles must come from merged buckets (DESIGN.md), and
+Histograms, not summaries: fleet percentiles must come from merged buckets (docs/design.md), and
 buckets are dense around the manifest's SLOs so "share under the SLO" is read off exactly.
 """
 

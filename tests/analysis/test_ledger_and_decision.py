@@ -105,7 +105,7 @@ def test_no_request_sent_after_warmup_is_missing_evidence_not_a_semantics_failur
     assert failed.state == "reject" and any("semantics" in r for r in failed.reasons), failed.reasons
 
 
-# The three states on the decision's own quantities (DESIGN.md: Decision), by hand, on the issue's
+# The three states on the decision's own quantities (docs/design.md: Decision), by hand, on the issue's
 # own example: migration 33,297 USD over a 12-month horizon, so the Go threshold is 2,774.75 USD/month.
 MIG, HORIZON = 33_297.0, 12.0
 GO = MIG / HORIZON  # 2,774.75
