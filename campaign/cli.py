@@ -143,7 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  {issue}", file=sys.stderr)
         return exc.exit_code
     except TraceError as exc:
-        print(f"invalid trace {exc.path}: {len(exc.problems)} bad row(s):", file=sys.stderr)
+        lines = len({p.line for p in exc.problems})
+        print(f"invalid trace {exc.path}: {len(exc.problems)} problem(s) on {lines} line(s):", file=sys.stderr)
         for problem in exc.problems:
             print(problem, file=sys.stderr)  # path:line: field: reason
         return exc.exit_code

@@ -50,8 +50,9 @@ class TraceProblem:
 
 
 class TraceError(CampaignError, ValueError):
-    """Every problem found in one trace, in line order (`problems`). `path`, `line`, `field`
-    and `reason` are the first one's; the message is its line and how many more there are."""
+    """Every problem found in one trace, in line order (`problems`; a row may have several).
+    `path`, `line`, `field` and `reason` are the first one's; the message is its line and how
+    many more there are."""
 
     def __init__(self, problems: Sequence[TraceProblem]):
         if not problems:
@@ -60,7 +61,7 @@ class TraceError(CampaignError, ValueError):
         first = self.problems[0]
         self.path, self.line, self.field, self.reason = first.path, first.line, first.field, first.reason
         more = len(self.problems) - 1
-        super().__init__(str(first) + (f" (and {more} more bad row(s) in this trace)" if more else ""))
+        super().__init__(str(first) + (f" (and {more} more problem(s) in this trace)" if more else ""))
 
 
 _AZURE_TS = re.compile(r"^(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:\.(\d{1,7}))?$")

@@ -161,7 +161,7 @@ def test_validate_from_outside_the_repository_lists_every_bad_trace_row(tmp_path
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     r = subprocess.run([str(script), "validate", str(manifest)], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == EXIT_BAD_INPUT and r.stdout == "", r.stdout + r.stderr
-    assert f"invalid trace {trace}: 5 bad row(s):" in r.stderr and "Traceback" not in r.stderr
+    assert f"invalid trace {trace}: 5 problem(s) on 5 line(s):" in r.stderr and "Traceback" not in r.stderr
     _every_bad_row_listed(r.stderr, trace)
 
 

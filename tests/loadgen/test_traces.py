@@ -137,7 +137,7 @@ def test_every_bad_row_is_listed_with_its_line_field_and_rule(tmp_path: Path) ->
     with pytest.raises(TraceError) as ei:
         read_trace(p, "azure")
     assert ei.value.problems == found and (ei.value.line, ei.value.field) == (3, "GeneratedTokens")
-    assert str(ei.value) == f"{p}:3: GeneratedTokens: missing column (and 4 more bad row(s) in this trace)"
+    assert str(ei.value) == f"{p}:3: GeneratedTokens: missing column (and 4 more problem(s) in this trace)"
     assert check_trace(CONV, "azure") == []
 
 
