@@ -85,6 +85,7 @@ def destroy(session: Any, stack: str, *, say: Any = print) -> int:
             say(f"stack {stack} does not exist (already destroyed)")
             return 0
         raise
+    deregister_discovery_instances(session, cfn, stack, say=say)
     say(f"deleting stack {stack} ...")
     cfn.delete_stack(StackName=stack)
     try:
@@ -100,7 +101,52 @@ def destroy(session: Any, stack: str, *, say: Any = print) -> int:
         say(f"stack {stack} was not deleted: {exc}" + "".join(f"\n  {f}" for f in failed[:10]))
         return 1
     say(f"stack {stack} deleted")
+    delete_container_insights_logs(session, stack, say=say)
     return 0
+
+
+def deregister_discovery_instances(session: Any, cfn: Any, stack: str, *, say: Any = print) -> list[str]:
+    """Cloud Map instances a killed `run` left registered (it deregisters its own tasks when it
+    ends): CloudFormation cannot delete a service that still has instances, so they go first."""
+    from botocore.exceptions import ClientError
+
+    from campaign.cloud_run import read_run_config
+
+    try:
+        cfg = read_run_config(cfn, stack)
+    except Exception as exc:  # a stack without the run config output has no discovery services of ours
+        say(f"no Cloud Map services to clean ({type(exc).__name__}: {exc})")
+        return []
+    sd = session.client("servicediscovery")
+    gone: list[str] = []
+    for service in (cfg.master_discovery_service, cfg.workers_discovery_service):
+        if not service:
+            continue
+        try:
+            for page in sd.get_paginator("list_instances").paginate(ServiceId=service):
+                for inst in page.get("Instances", []):
+                    sd.deregister_instance(ServiceId=service, InstanceId=inst["Id"])
+                    gone.append(f"{service}/{inst['Id']}")
+                    say(f"deregistered Cloud Map instance {inst['Id']} left in {service} by an earlier run")
+        except ClientError as exc:
+            say(f"Cloud Map service {service}: {exc}")
+    return gone
+
+
+def container_insights_log_groups(session: Any, stack: str) -> list[str]:
+    """ECS creates /aws/ecs/containerinsights/<cluster>/performance itself: no stack resource, no
+    campaign tag, so neither the stack's deletion nor the Tagging API sees it. The cluster's
+    name is CloudFormation's generated <stack>-<logical id>-<suffix>."""
+    logs = session.client("logs")
+    prefix = f"/aws/ecs/containerinsights/{stack}-"
+    return [g["logGroupName"] for page in logs.get_paginator("describe_log_groups").paginate(logGroupNamePrefix=prefix)
+            for g in page.get("logGroups", [])]  # fmt: skip
+
+
+def delete_container_insights_logs(session: Any, stack: str, *, say: Any = print) -> None:
+    for name in container_insights_log_groups(session, stack):
+        session.client("logs").delete_log_group(logGroupName=name)
+        say(f"deleted log group {name} (Container Insights, created by ECS outside the stack)")
 
 
 @dataclass(frozen=True)
@@ -137,12 +183,55 @@ def tagged_leftovers(session: Any, campaign: str) -> list[Leftover]:
         ec2 = session.client("ec2")
         for res in ec2.describe_instances(InstanceIds=ids).get("Reservations", []):
             for inst in res.get("Instances", []):
-                if inst["State"]["Name"] in ("terminated", "shutting-down"):
+                if inst["State"]["Name"] == "terminated":
                     gone.add(inst["InstanceId"])
     return [x for x in found if _instance_id(x.arn) not in gone]
 
 
+def untagged_api_instances(session: Any, campaign: str, seen: set[str]) -> list[Leftover]:
+    """Instances EC2 itself lists with the campaign tag in any state but terminated, that the
+    Tagging API (which lags behind EC2) did not list."""
+    ec2 = session.client("ec2")
+    states = ["pending", "running", "shutting-down", "stopping", "stopped"]
+    out = []
+    filters = [{"Name": "tag:campaign", "Values": [campaign]}, {"Name": "instance-state-name", "Values": states}]
+    for page in ec2.get_paginator("describe_instances").paginate(Filters=filters):
+        for res in page.get("Reservations", []):
+            for inst in res.get("Instances", []):
+                if inst["InstanceId"] not in seen:
+                    tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
+                    tags["state"] = inst["State"]["Name"]
+                    out.append(Leftover(f"arn:aws:ec2:{ec2.meta.region_name}::instance/{inst['InstanceId']}", tags))
+    return out
+
+
+def unprotected_retained_buckets(session: Any, kept: list[Leftover]) -> list[Leftover]:
+    """Retained buckets whose policy no longer denies plain-HTTP access (aws:SecureTransport false)."""
+    from botocore.exceptions import ClientError
+
+    s3 = session.client("s3")
+    bad = []
+    for x in kept:
+        if not x.arn.startswith("arn:aws:s3:::"):
+            continue
+        try:
+            policy = s3.get_bucket_policy(Bucket=x.arn.rsplit(":", 1)[1])["Policy"]
+        except ClientError:
+            policy = ""
+        if '"aws:SecureTransport"' not in policy or '"Deny"' not in policy:
+            bad.append(Leftover(x.arn, {**x.tags, "problem": "retained without its TLS-only bucket policy"}))
+    return bad
+
+
 def check_nothing_left(session: Any, campaign: str) -> tuple[list[Leftover], list[Leftover]]:
-    """(left running, kept by design)."""
-    left = tagged_leftovers(session, campaign)
-    return [x for x in left if not x.retained], [x for x in left if x.retained]
+    """(left running, kept by design). Left: whatever the Tagging API lists with the campaign tag
+    (terminated instances dropped), instances EC2 lists with the tag that are not terminated, the
+    cluster's Container Insights log group, and a retained bucket that lost its TLS-only policy."""
+    tagged = tagged_leftovers(session, campaign)
+    left = [x for x in tagged if not x.retained]
+    kept = [x for x in tagged if x.retained]
+    left += untagged_api_instances(session, campaign, {i for i in (_instance_id(x.arn) for x in tagged) if i})
+    insights = container_insights_log_groups(session, naming.stack_name(campaign))
+    left += [Leftover(f"log-group:{g}", {"created-by": "ECS Container Insights"}) for g in insights]
+    left += unprotected_retained_buckets(session, kept)
+    return left, kept

@@ -55,6 +55,11 @@ class ResultsStore(Construct):
         )
         for bucket in (self.logs, self.results):
             Tags.of(bucket).add(*RETAINED_TAG)
+            # The bucket outlives the stack, and so must its policy (TLS-only deny, the log
+            # delivery grant): the AWS::S3::BucketPolicy is a resource of its own, deleted with
+            # the stack unless retained, which would leave the kept evidence without TLS-only.
+            assert bucket.policy is not None  # enforce_ssl=True created it
+            bucket.policy.apply_removal_policy(RemovalPolicy.RETAIN)
 
     @staticmethod
     def campaign_prefix(campaign: str, digest: str) -> str:
