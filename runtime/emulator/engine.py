@@ -10,7 +10,9 @@ What a step contains follows the stack's policy (core/scheduling.py):
   their first token when the step ends; vLLM admits prompts as slots free up, within its token
   budget, TGI's router when its rule says so (stacks.py). Otherwise all max_num_seqs slots
   decode over the bucket covering the longest live sequence. Capacity is max_num_seqs
-  sequences (contiguous KV).
+  sequences: contiguous KV without prefix caching; with it (the fleet's serving.prefix_caching)
+  the plugin's block layout, ceil(max_model_len / 32) 32-token blocks per slot, where a prompt's
+  cached blocks are not encoded again (SDK 2.28 vLLM user guide, Known Issues 2).
 - vLLM V0: all waiting prompts that fit the token budget are encoded together, decode paused.
 - Chunked prefill (vLLM V1, TGI v3, TensorRT-LLM): every decoding sequence gets one token,
   then partial prompts and newcomers share what is left of max_num_batched_tokens.
@@ -206,12 +208,14 @@ class Engine:
                 if budget is not None:
                     budget -= need
             self._prefilled_last, self._waiting_tokens = True, 1
-            # One context-encoding pass per prompt, back to back, each padded to its bucket.
-            duration = sum(t.step_s(t.padded(s.to_compute), t.padded(s.to_compute), 0) for s in admitted)
-            return Step(duration, prefill=[(s, s.to_compute) for s in admitted], admitted=admitted,
-                        kv_tokens_read=sum(t.padded(s.to_compute) for s in admitted))  # fmt: skip
+            # One context-encoding pass per prompt, back to back, each padded to its bucket; with
+            # prefix caching only the uncached part is encoded, attending over the cached blocks.
+            new = [(s, s.to_compute - s.computed) for s in admitted]
+            duration = sum(t.step_s(t.padded(n) + s.computed, t.padded(n), 0) for s, n in new)
+            return Step(duration, prefill=new, admitted=admitted,
+                        kv_tokens_read=sum(t.padded(n) + s.computed for s, n in new))  # fmt: skip
         self._prefilled_last = False
-        decode = [s for s in self.running if not s.encoding]
+        decode = self._grow_for_decode([s for s in self.running if not s.encoding])
         if not decode:
             return None
         self._waiting_tokens += 1
@@ -282,8 +286,10 @@ class Engine:
         if self.prefix is None or seq.generated:
             return 0
         blocks = self.prefix.hit_blocks(seq.block_hashes)
-        # At least the prompt's last token is always computed (it yields the first logits).
-        hit = min(blocks * PAGE_TOKENS, seq.prompt_tokens - 1) if blocks else 0
+        # Hits come in whole KV blocks (32 tokens on Neuron's block layout, 16 on GPU vLLM); at
+        # least the prompt's last token is always computed (it yields the first logits).
+        whole = blocks * PAGE_TOKENS // self.timing.prefix_block_tokens * self.timing.prefix_block_tokens
+        hit = min(whole, seq.prompt_tokens - 1) if whole else 0
         if count:
             self.prefix_queries += seq.prompt_tokens
             self.prefix_hits += hit

@@ -15,12 +15,29 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
+import dataclasses
+import math
+
 from core import catalog
 from core.manifest import Fleet, Manifest, ResolvedEfficiency, default_reserve_gib
 from core.roofline import Roofline
 from core.scheduling import StackPolicy, neuron_buckets, policy_for
 
 PAGE_TOKENS = 16  # vLLM's default KV block size; the prefix cache hashes blocks of this many tokens
+
+
+def policy_with_prefix_caching(policy: StackPolicy, prefix_caching: bool | None) -> StackPolicy:
+    """The stack's policy with the fleet's prefix-caching setting (core.manifest Serving.prefix_caching).
+
+    On Neuron the setting also picks the KV layout, as the vllm-neuron plugin does (SDK 2.28 vLLM
+    user guide, Known Issues 2: block layout with prefix caching, contiguous without; sources in
+    core.catalog.PREFIX_CACHING_SOURCES). The block layout is modelled as paged: blocks are taken
+    as sequences grow, and cached prompt blocks are reused. None keeps the stack's own policy."""
+    if prefix_caching is None or prefix_caching == policy.prefix_caching:
+        return policy
+    if policy.static_batch:
+        return dataclasses.replace(policy, prefix_caching=prefix_caching, kv_layout="paged" if prefix_caching else "contiguous")
+    return dataclasses.replace(policy, prefix_caching=prefix_caching)
 
 
 @dataclass(frozen=True)
@@ -33,6 +50,9 @@ class TimingModel:
     buckets: tuple[int, ...]  # compiled prefill buckets (Neuron); empty: no padding
     kv_capacity_tokens: int  # one replica's KV cache, in tokens
     replicas: int = 1  # data-parallel servers behind the instance's one endpoint
+    # Granularity of a prefix-cache hit: the KV block size (vLLM on GPU: 16; Neuron's block layout:
+    # pa_block_size, catalog.NEURON_PREFIX_BLOCK_TOKENS). A multiple of PAGE_TOKENS.
+    prefix_block_tokens: int = PAGE_TOKENS
 
     @classmethod
     def build(
@@ -48,19 +68,28 @@ class TimingModel:
         buckets: tuple[int, ...] = (),
         reserve_gib: float | None = None,
         replicas: int = 1,
+        prefix_caching: bool | None = None,
     ) -> TimingModel:
+        """`prefix_caching`: the fleet's setting (None: the stack's policy as core.scheduling has it)."""
         it = catalog.instance(instance_type)
-        policy = policy_for(stack, it.accelerator.vendor)
+        policy = policy_with_prefix_caching(policy_for(stack, it.accelerator.vendor), prefix_caching)
+        prefix_block = PAGE_TOKENS
         if policy.kv_layout == "contiguous":
             # One max_model_len block per compiled batch slot: capacity is max_num_seqs sequences.
             kv = max_num_seqs * max_model_len
+        elif policy.static_batch:
+            # Neuron's block layout: the blocks core.serving allocates (--num-gpu-blocks-override =
+            # pa_num_blocks = ceil(max_model_len / block) x max_num_seqs), never a memory-sized pool.
+            prefix_block = catalog.NEURON_PREFIX_BLOCK_TOKENS
+            kv = math.ceil(max_model_len / prefix_block) * max_num_seqs * prefix_block
         else:
             reserve = reserve_gib if reserve_gib is not None else default_reserve_gib(it, tensor_parallel)
             usable = it.visible_gib(tensor_parallel) * policy.memory_utilization - reserve
             kv = max(0, int((usable * catalog.GIB - roofline.weight_bytes) // roofline.kv_bytes_per_token))
         if policy.pad_to_bucket and not buckets:
             buckets = neuron_buckets(max_model_len)
-        return cls(roofline, efficiency, policy, max_num_seqs, max_model_len, tuple(buckets) if policy.pad_to_bucket else (), kv, replicas)
+        return cls(roofline, efficiency, policy, max_num_seqs, max_model_len, tuple(buckets) if policy.pad_to_bucket else (), kv, replicas,
+                   prefix_block)  # fmt: skip
 
     @classmethod
     def for_fleet(cls, m: Manifest, f: Fleet) -> TimingModel:
@@ -75,6 +104,7 @@ class TimingModel:
             buckets=f.sequence_buckets,
             reserve_gib=f.runtime_reserve_gib,
             replicas=f.replicas_per_instance,
+            prefix_caching=f.serving.resolved_prefix_caching,
         )
 
     def step_s(self, context_tokens: int, prefill_tokens: int, decoding_seqs: int) -> float:
