@@ -13,10 +13,9 @@ and engine.py.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
-
 import dataclasses
 import math
+from dataclasses import dataclass
 
 from core import catalog
 from core.manifest import Fleet, Manifest, ResolvedEfficiency, default_reserve_gib
