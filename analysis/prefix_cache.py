@@ -20,10 +20,8 @@ from typing import Any
 from analysis.errors import SourceUnavailable
 from analysis.sources.prometheus import PrometheusSource
 from analysis.sources.records import RecordSet
-from core import catalog
 from core.manifest import Manifest
 from core.schedule import ScheduledRequest
-from core.scheduling import policy_for
 from core.serving import VLLM_METRICS
 from core.traces import BLOCK_TOKENS
 
@@ -95,8 +93,7 @@ def section(
     shared = None if tokens is None else {rid: sh >= HIT_SHARE * total for rid, (total, sh) in tokens.items()}
     fleets: dict[str, Any] = {}
     for f in m.fleets:
-        vendor = catalog.instance(f.instance_type).accelerator.vendor
-        caching = policy_for(f.serving.stack, vendor).prefix_caching
+        caching = f.serving.resolved_prefix_caching  # the manifest's setting, else the stack's documented default
         entry: dict[str, Any] = {"caching": "on" if caching else "off", "stack": f.serving.stack}
         entry["server_hit_rate"] = (server_rates or {}).get(f.name)
         if shared is not None:

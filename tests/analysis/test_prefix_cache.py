@@ -119,3 +119,16 @@ def test_a_hit_reuses_at_least_half_its_prompt_within_the_blocks_it_covers() -> 
     # request 0's blocks 4 and 5 lie beyond its 1,500 tokens (3 blocks): never seen by the server
     assert tokens == {0: (1500, 0), 1: (1500, 512), 2: (1500, 1024), 3: (1200, 1200)}
     assert prefix_cache.shared_prefix_requests(sched) == {0: False, 1: False, 2: True, 3: True}
+
+
+def test_the_report_says_what_the_manifest_sets_not_the_stacks_default(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    """A vLLM GPU fleet whose manifest turns prefix caching off (its stack's default is on) is
+    reported as not caching: the section reads serving.prefix_caching, as the flags do."""
+    for f in manifest_data["fleets"]:
+        if f["name"] == "g6":
+            f["serving"]["prefix_caching"] = False
+    m = load_manifest(write_manifest(tmp_path, manifest_data), check_files=False)
+    write_jsonl(tmp_path / "r" / "records-g6-w0.jsonl", [rec(m, "g6", i) for i in range(5)])
+    got = prefix_cache.section(m, load_records(tmp_path / "r", m.digest), None)
+    assert got["fleets"]["g6"]["caching"] == "off"
+    assert got["fleets"]["inf2"]["caching"] == ("on" if m.fleet("inf2").serving.resolved_prefix_caching else "off")
