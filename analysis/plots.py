@@ -45,9 +45,21 @@ class LatencyCdf:
 
 
 @dataclass(frozen=True)
-class FleetSeries:
+class GoodputSteps:
+    """One fleet's successful output tokens/s per time step (rate_steps)."""
+
     fleet: str
-    points: Sequence[tuple[float, float]]
+    steps: Sequence[tuple[float, float, float]]  # (step start s, step length s, successful output tokens/s over the step)
+
+
+def rate_steps(points: Sequence[tuple[float, float]], bin_s: float, bins_per_step: int) -> list[tuple[float, float, float]]:
+    """Equal bins of a rate, (bin start, rate), merged `bins_per_step` at a time into (step start,
+    step length, rate over the step): each step's tokens over its length, so the tokens are kept.
+    The series ends with the last completion, so a last step the bins do not fill is padded with
+    empty bins (nothing completed there) rather than shortened: a short step would show the last
+    few requests as a spike."""
+    k = max(1, bins_per_step)
+    return [(points[i][0], k * bin_s, sum(y for _, y in points[i:i + k]) / k) for i in range(0, len(points), k)]
 
 
 @dataclass(frozen=True)
@@ -207,21 +219,30 @@ def latency_cdf(title: str, xlabel: str, cdfs: Sequence[LatencyCdf], slo_s: floa
     return to_svg(fig, title, title)
 
 
-def goodput_over_time(title: str, series: Sequence[FleetSeries], window_end_s: float | None = None) -> str:
-    """SLO-compliant output tokens/s per fleet in equal time bins (by completion time); bins after
-    `window_end_s` hold the drain (requests sent in the window that completed after it)."""
+def goodput_over_time(title: str, series: Sequence[GoodputSteps], window_end_s: float | None = None) -> str:
+    """SLO-compliant output tokens/s per fleet and time step (by completion time), fleets side by side
+    in each step; steps after `window_end_s` hold the drain (requests sent in the window that
+    completed after it), shaded."""
     fig, ax = _figure()
     colours = fleet_colours([s.fleet for s in series])
-    for s in series:
-        if s.points:
-            ax.step([x for x, _ in s.points], [y for _, y in s.points], where="post", color=colours[s.fleet], linewidth=1.6, label=s.fleet)
-    if window_end_s is not None:
-        ax.axvline(window_end_s, color="#555555", linestyle="--", linewidth=1.1, label="end of the arrival window (drain after)")
+    n = max(len(series), 1)
+    right = max((x + w for s in series for x, w, _ in s.steps), default=1.0)
+    left = min((x for s in series for x, _, _ in s.steps), default=0.0)
+    for i, s in enumerate(series):
+        col = colours[s.fleet]
+        if s.steps:
+            ax.bar([x + w * i / n for x, w, _ in s.steps], [y for _, _, y in s.steps], width=[w / n for _, w, _ in s.steps],
+                   align="edge", color=col, alpha=0.85, label=s.fleet)
+    if window_end_s is not None and window_end_s < right:
+        ax.axvspan(window_end_s, right, color="#888888", alpha=0.12, linewidth=0,
+                   label="drain: sent in the window, completed after it")
+    ax.set_xlim(left, right)
     ax.set(title=title, xlabel="run time (s)", ylabel="successful output tokens/s")
-    ax.set_ylim(bottom=0)
+    top = max((y for s in series for _, _, y in s.steps), default=0.0)
+    ax.set_ylim(0, top * 1.25 or 1.0)  # headroom: the legend sits above the bars
     ax.yaxis.set_major_formatter(FuncFormatter(si))
     _plain(ax.xaxis)
-    ax.legend(fontsize=8, loc="best")
+    ax.legend(fontsize=8, loc="upper left", ncols=3)
     return to_svg(fig, title, title)
 
 

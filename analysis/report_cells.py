@@ -5,6 +5,7 @@ word (tests/analysis/test_report_html.py compares the two pages cell by cell).""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from analysis.decision import RULE
@@ -82,7 +83,7 @@ def headline_text(r: Report) -> str:
 
 
 def decision_rule_text(r: Report) -> str:
-    """The rule every decision follows (analysis.decision.RULE, DESIGN.md: Decision), with this report's Go threshold."""
+    """The rule every decision follows (analysis.decision.RULE, docs/design.md: Decision), with this report's Go threshold."""
     g = r.decision.go_threshold_usd_per_month
     return f"Rule: {RULE}" + (f" Here the Go threshold is {fmt(g, 2)} USD/month." if g is not None else "")
 
@@ -98,6 +99,88 @@ def to_settle_text(r: Report) -> str | None:
     return (f"To settle it at {target}: {'at least ' if ts.lower_bound else ''}{per} requests at each fleet's capacity boundary; "
             f"{'at least ' if ts.lower_bound else 'about '}{fmt(ts.minutes, 1)} min and {fmt(ts.usd, 2)} USD at the measured rates. "
             f"How: {ts.basis}.")
+
+
+@dataclass(frozen=True)
+class FirstScreen:
+    """What the top of both pages says: the verdict and why, the delta and the payback with their
+    intervals, and what would change the verdict (decision.to_settle), or what blocks the figures."""
+
+    verdict: str  # GO / DEFER / REJECT
+    why: str  # one sentence
+    lines: list[tuple[str, str]]  # (label, text), in order: monthly delta, payback, then what would change it or what blocks it
+    others: list[str] = field(default_factory=list)  # the decision's other reasons
+
+
+CHANGE_LABEL = "What would change the verdict"
+BLOCKED_LABEL = "Not decided: blocked by"
+
+
+def _sentence(text: str) -> str:
+    return text if text.endswith((".", ")", "!", "?")) else text + "."
+
+
+def _why(r: Report) -> tuple[str, str | None]:
+    """(one sentence saying why, the reason it stands for), from the decision and the figures it rests on."""
+    d, ts = r.decision, r.decision.to_settle
+    ci = ci_text(r.monthly_delta_ci_usd, 2)
+    h = f"{r.horizon_months:g}"
+    if decided(r) and ts is not None and ci:
+        stands_for = next((x for x in d.reasons if x.startswith("evidence insufficient")), None)
+        if ts.threshold == "go":
+            return (f"The monthly delta's 95% interval {ci} USD/month straddles the Go threshold "
+                    f"({fmt(ts.threshold_usd_per_month, 2)} USD/month), so whether the migration pays back inside the {h}-month "
+                    "horizon is not settled.", stands_for)
+        return (f"Go is ruled out, but the monthly delta's 95% interval {ci} USD/month straddles 0, so whether "
+                f"{r.comparison.candidate} is cheaper at all is not settled.", stands_for)
+    g = d.go_threshold_usd_per_month
+    if d.state == "go" and decided(r) and r.monthly_delta_ci_usd and r.monthly_delta_ci_usd[0] is not None and g is not None:
+        return (f"The monthly delta's 95% low end ({fmt(r.monthly_delta_ci_usd[0], 2)} USD/month) is above the Go threshold "
+                f"({fmt(g, 2)} USD/month): the migration pays back inside the {h}-month horizon even at the pessimistic end.",
+                d.reasons[0] if d.reasons else None)
+    if not decided(r):  # the reason that says what is missing, when one does
+        first = next((x for x in d.reasons if x.startswith("evidence incomplete")), d.reasons[0] if d.reasons else None)
+        return (_sentence(first) if first else ""), first
+    return (_sentence(d.reasons[0]), d.reasons[0]) if d.reasons else ("", None)
+
+
+def _change_text(r: Report) -> str:
+    """decision.to_settle in a sentence: the requests per fleet, the minutes and USD, and the threshold they aim at."""
+    ts = r.decision.to_settle
+    if ts is not None:
+        per = " and ".join(f"{name} {'no sample size (the point is on the threshold)' if n is None else fmt(n)} "
+                           f"(now {fmt(ts.by_fleet[name].requests_now)})" for name, n in ts.requests.items())
+        about = "at least" if ts.lower_bound else "about"
+        aim = (f"the Go threshold, {fmt(ts.threshold_usd_per_month, 2)} USD/month (migrate or not" if ts.threshold == "go"
+               else "0 (Defer or Reject; Go is ruled out")
+        return (f"Measure {'at least ' if ts.lower_bound else ''}{per} requests at each fleet's capacity boundary: {about} "
+                f"{fmt(ts.minutes, 1)} min and {fmt(ts.usd, 2)} USD at the measured rates. That settles whether the monthly delta "
+                f"clears {aim}; decision.to_settle).")
+    if r.stopped_at == "quality_gate":
+        return "A quality gate that passes: no load was replayed, so nothing was measured after it."
+    if r.monthly_delta_usd is None:
+        return "Nothing to measure more of: the monthly delta was not computed (see the reasons)."
+    return ("No more requests at these inputs: the monthly delta's 95% interval does not straddle the Go threshold or 0. "
+            "Other inputs would (see Sensitivity).")
+
+
+def first_screen(r: Report) -> FirstScreen:
+    d = r.decision
+    why, stands_for = _why(r)
+    others = [x for x in d.reasons if x != stands_for]
+    delta_label = f"Monthly delta (baseline {r.comparison.baseline} - candidate {r.comparison.candidate})"
+    if not decided(r):  # the other reasons may quote the blocked figures: the Decision section below lists them
+        lines = [(delta_label, NOT_DECIDED), ("Payback", NOT_DECIDED), (BLOCKED_LABEL, "; ".join(r.headline.blocked_by) or "n/a")]
+        return FirstScreen(d.state.upper(), why, lines)
+    delta_ci = ci_text(r.monthly_delta_ci_usd, 2)
+    delta = (f"{fmt(r.monthly_delta_usd, 2)} USD/month{', 95% CI ' + delta_ci if delta_ci else ''} "
+             f"(> 0: {r.comparison.candidate} saves)")
+    pb_ci = payback_ci_text(r.payback_months_ci, r.monthly_delta_ci_usd)
+    point = "none (no saving at the point estimate)" if r.payback_months is None else f"{fmt(r.payback_months, 1)} months"
+    g = d.go_threshold_usd_per_month
+    payback = (f"{point}{', 95% CI ' + pb_ci if pb_ci else ''}; horizon {r.horizon_months:g} months, migration cost "
+               f"{fmt(r.migration_cost_usd, 2)} USD" + (f", Go threshold {fmt(g, 2)} USD/month" if g is not None else ""))
+    return FirstScreen(d.state.upper(), why, [(delta_label, delta), ("Payback", payback), (CHANGE_LABEL, _change_text(r))], others)
 
 
 def sized_cell(r: Report, value: float | int | None, ci: Interval | tuple[int | None, int | None] | None = None, digits: int = 3) -> str:
@@ -125,6 +208,71 @@ def instances_cell(r: Report, f: FleetRow) -> str:
     """Instances required, '(upper bound)' when sized from an unsaturated replay."""
     upper = decided(r) and f.saturated is False and not sized_from_capacity(f) and f.instances_required is not None
     return sized_cell(r, f.instances_required, f.instances_required_ci) + (" (upper bound)" if upper else "")
+
+
+def sizing_capacity(f: FleetRow) -> float | None:
+    """The per-instance capacity the fleet is sized from (tok/s): the size's own, else the capacity
+    step's, else the replay's goodput (evaluate.py sizes from the same, in that order)."""
+    if f.size is not None:
+        return f.size.per_instance_tok_s
+    if f.capacity is not None and f.capacity.per_instance_tok_s:
+        return f.capacity.per_instance_tok_s
+    return f.per_instance_goodput_tok_s
+
+
+def sized_from_cell(f: FleetRow) -> str:
+    if sized_from_capacity(f):
+        assert f.capacity is not None  # sized_from_capacity
+        return f"step {f.capacity.step}"
+    return "replay (x1)" if f.measure is not None else "n/a"
+
+
+FLEETS_NOTE = (
+    "Each fleet as sized for peak demand: the per-instance capacity it is sized from (the capacity search's chosen step when "
+    "one ran, else the trace replay) with its 95% interval; instances and monthly cost with the interval propagated from it. "
+    "Saturated: whether the replay a fleet is sized from drove one instance to its batch limit (NO: the capacity is a lower "
+    "bound); a capacity step is bounded by the search instead."
+)
+FLEET_COLUMNS = ("fleet", "sized from", "capacity tok/s per instance", "capacity 95% CI tok/s", "saturated", "instances required",
+                 "monthly USD", "USD per 1M successful tokens")
+
+
+def fleet_row(r: Report, name: str, f: FleetRow) -> tuple[str, ...]:
+    """One fleet as sized: never the replay's own figures next to a capacity step's interval."""
+    from_step = sized_from_capacity(f)
+    cap = fmt(sizing_capacity(f), 1) + (" (lower bound)" if not from_step and f.saturated is False else "")
+    return (f"{name} ({f.instance_type})", sized_from_cell(f), cap, ci_text(f.capacity_ci_tok_s, 1) or "n/a",
+            "n/a (capacity step)" if from_step else saturated_cell(f), instances_cell(r, f),
+            sized_cell(r, f.monthly_cost_usd, f.monthly_cost_ci_usd, 2), sized_cell(r, f.cost_per_million_successful_tokens, None, 4))
+
+
+def capacity_notes(r: Report) -> list[str]:
+    """Per fleet: the step its capacity interval comes from and how its low end was found."""
+    return [f"{name}: sized from {'the replay' if iv.basis == 'replay' else 'step ' + iv.basis} ({fmt(iv.basis_requests)} requests); "
+            f"{iv.capacity_note}" for name, f in r.fleets.items() if (iv := f.intervals) is not None]
+
+
+def replay_note(r: Report) -> str:
+    if r.stopped_at == "quality_gate":
+        return "No load was replayed: the comparison stopped at the quality gate."
+    searched = any(sized_from_capacity(f) for f in r.fleets.values())
+    sized = ("The fleets sized from a capacity step (Fleets above, Capacity sweep below) are not sized from this replay. " if searched
+             else "The fleets are sized from this replay (Fleets above). ")
+    return ("The trace replayed once at the manifest's rate (x1), every fleet at once: what that run measured. " + sized
+            + "P95s with their 95% interval (order statistics, distribution-free) and n, the requests each is taken over.")
+
+
+REPLAY_COLUMNS = ("fleet", "requests", "successful", "successful tokens", "P95 TTFT s", "P95 ITL s", "error rate", "SLO",
+                  "goodput tok/s per instance", "peak in flight / instance", "max concurrency", "saturated", "window s",
+                  "measured-run USD per 1M")
+
+
+def replay_row(name: str, f: FleetRow) -> tuple[str, ...]:
+    run = f.measured_run.cost_per_million_successful_tokens if f.measured_run else None
+    return (f"{name} ({f.instance_type})", fmt(f.requests), fmt(f.successful_requests), fmt(f.successful_output_tokens),
+            p95_cell(f.p95_ttft_s, f.p95_ttft_ci_s, f.p95_ttft_n), p95_cell(f.p95_itl_s, f.p95_itl_ci_s, f.p95_itl_n),
+            fmt(f.error_rate, 4), "pass" if f.slo_pass else "FAIL", goodput_cell(f), fmt(f.peak_in_flight_per_instance, 1),
+            fmt(f.max_concurrency), saturated_cell(f), fmt(f.measure.window_s if f.measure else None, 1), fmt(run, 4))
 
 
 def chosen(f: FleetRow, s: CapacityStep) -> bool:

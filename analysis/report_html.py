@@ -1,12 +1,16 @@
 """report.html: one self-contained page (inline SVG from analysis.plots, no scripts, no network).
 
-It holds every section of report.md, in the same order and under the same headings, with each
-figure placed in the section it illustrates and captioned with where its numbers came from.
+Its first screen answers: the verdict and why, the monthly delta and the payback with their 95%
+intervals, and what would change the verdict (decision.to_settle), or what blocks the figures.
+Then every section of report.md, in the same order and under the same headings, with each
+figure placed in the section it illustrates, captioned with where its numbers came from and
+linked to those inputs' entries in the Provenance section (anchors `prov-<key>`).
 It reads the typed report model (analysis.report_model) only."""
 
 from __future__ import annotations
 
 import html
+import math
 import re
 from collections.abc import Iterable, Sequence
 
@@ -15,36 +19,38 @@ from analysis.cost import cost_per_million
 from analysis.ledger import payback_curve
 from analysis.report_cells import (
     CAPACITY_COLUMNS,
+    FLEET_COLUMNS,
+    FLEETS_NOTE,
     OUTCOMES_NOTE,
     PREFIX_CACHE_COLUMNS,
     QUALITY_LAYER_COLUMNS,
+    REPLAY_COLUMNS,
     SEARCH_COLUMNS,
     SENSITIVITY_COLUMNS,
     capacity_heading,
+    capacity_notes,
     capacity_row,
     chosen,
-    ci_text,
     decided,
     decision_rule_text,
+    first_screen,
+    fleet_row,
     fmt,
-    goodput_cell,
     headline_text,
-    instances_cell,
     ledger_rows,
     outcome_row,
-    p95_cell,
     placement_lines,
     prefix_cache_rows,
     quality_layer_rows,
     quality_row,
-    saturated_cell,
+    replay_note,
+    replay_row,
     search_rows,
     search_stop,
     sensitivity_rows,
-    sized_cell,
     to_settle_text,
 )
-from analysis.report_model import FleetRow, PrefixCache, PrometheusSection, Report
+from analysis.report_model import PrefixCache, PrometheusSection, Report
 
 MEASURED_RECORDS = "per-request loadgen records, non-warmup, exact quantiles (measured)"
 CDF_MARKS = "band and whisker at 95%: each fleet's P95 with its 95% interval (order statistics); dashed: the SLO's P95 target"
@@ -70,22 +76,34 @@ def _list(items: Iterable[str]) -> str:
     return "<ul>" + "".join(f"<li>{x}</li>" for x in items) + "</ul>"
 
 
-def _figure(svg: str, source: str, extra: str = "") -> str:
-    return f'<figure>{svg}<figcaption>Source: {html.escape(source)}{extra}</figcaption></figure>'
+def prov_id(key: str) -> str:
+    """The id of a provenance entry's list item: `prov-` and the key, any character outside [A-Za-z0-9._-] as '-'."""
+    return "prov-" + re.sub(r"[^A-Za-z0-9._-]", "-", key)
 
 
-FLEET_COLUMNS = ("fleet", "requests", "successful", "successful tokens", "P95 TTFT s", "P95 ITL s", "SLO", "per-instance goodput tok/s",
-                 "capacity 95% CI tok/s", "peak in flight / instance", "max concurrency", "saturated", "instances required", "monthly USD",
-                 "USD per 1M successful tokens", "measured-run USD per 1M")
+def _prov_links(r: Report, keys: Iterable[str]) -> str:
+    """Links to the provenance entries of `keys` that the report has (a trailing '*' matches a prefix), in order, once each."""
+    found: list[str] = []
+    for k in keys:
+        hits = [p for p in r.provenance if p.startswith(k[:-1])] if k.endswith("*") else [k] if k in r.provenance else []
+        found += [h for h in hits if h not in found]
+    if not found:
+        return ""
+    return ". Provenance: " + ", ".join(f'<a href="#{prov_id(k)}">{html.escape(k)}</a>' for k in found)
 
 
-def _fleet_row(r: Report, name: str, f: FleetRow) -> tuple[str, ...]:
-    run = f.measured_run.cost_per_million_successful_tokens if f.measured_run else None
-    return (f"{name} ({f.instance_type})", fmt(f.requests), fmt(f.successful_requests), fmt(f.successful_output_tokens),
-            p95_cell(f.p95_ttft_s, f.p95_ttft_ci_s, f.p95_ttft_n), p95_cell(f.p95_itl_s, f.p95_itl_ci_s, f.p95_itl_n),
-            "pass" if f.slo_pass else "FAIL", goodput_cell(f), ci_text(f.capacity_ci_tok_s, 1) or "n/a", fmt(f.peak_in_flight_per_instance, 1),
-            fmt(f.max_concurrency), saturated_cell(f), instances_cell(r, f), sized_cell(r, f.monthly_cost_usd, f.monthly_cost_ci_usd, 2),
-            sized_cell(r, f.cost_per_million_successful_tokens, None, 4), fmt(run, 4))
+def _figure(svg: str, source: str, extra: str = "", links: str = "") -> str:
+    return f'<figure>{svg}<figcaption>Source: {html.escape(source)}{extra}{links}</figcaption></figure>'
+
+
+def _first_screen(r: Report) -> str:
+    """The verdict and why, the delta and the payback with their intervals, what would change it (or what blocks it)."""
+    fs = first_screen(r)
+    rows = "".join(f"<dt>{html.escape(label)}</dt><dd>{_inline(text)}</dd>" for label, text in fs.lines)
+    if fs.others:
+        rows += f"<dt>Other reasons for {html.escape(fs.verdict)}</dt><dd>{html.escape('; '.join(fs.others))}</dd>"
+    return (f'<section id="verdict" class="verdict {html.escape(fs.verdict.lower())}">'
+            f'<p class="why"><b class="state">{html.escape(fs.verdict)}</b> {html.escape(fs.why)}</p><dl>{rows}</dl></section>')
 
 
 def _outcomes(r: Report) -> str:
@@ -95,6 +113,43 @@ def _outcomes(r: Report) -> str:
     return f"<p>{_inline(OUTCOMES_NOTE)}</p>" + _table(("fleet", "requests by outcome", "ITL basis"), rows)
 
 
+# A goodput step holds about this many of the replay's arrivals: a request's tokens all land at its
+# completion, so steps that hold one or two requests show each request as a spike.
+STEP_ARRIVALS = 8
+
+
+def goodput_bins_per_step(requests: int, bins_in_window: int) -> int:
+    """The goodput series' equal bins merged into one step: the fewest that hold STEP_ARRIVALS of the
+    replay's arrivals on average, rounded up to a divisor of the window's bins so a step ends where
+    the arrival window ends (and the drain begins)."""
+    if bins_in_window < 1:
+        return 1
+    need = max(1, math.ceil(STEP_ARRIVALS * bins_in_window / max(requests, 1)))
+    return next((k for k in range(need, bins_in_window + 1) if bins_in_window % k == 0), bins_in_window)
+
+
+def _goodput_figure(r: Report) -> str:
+    measures = {n: m for n, s in r.series.fleets.items() if s.goodput and n in r.fleets and (m := r.fleets[n].measure) is not None}
+    if not measures:
+        return ""
+    sent = min(m.requests - m.not_sent for m in measures.values())
+    series, step_s = [], []
+    for n, m in measures.items():
+        pts = r.series.fleets[n].goodput or []
+        bin_s = pts[1][0] - pts[0][0] if len(pts) > 1 else (m.window_s or 1.0)
+        k = goodput_bins_per_step(sent, round((m.window_s or 0.0) / bin_s) if bin_s > 0 else 0)
+        series.append(plots.GoodputSteps(n, plots.rate_steps(pts, bin_s, k)))
+        step_s.append(k * bin_s)
+    ends = [m.window_end_s for m in measures.values() if m.window_end_s is not None]
+    lo, hi = fmt(min(step_s), 1), fmt(max(step_s), 1)
+    return _figure(plots.goodput_over_time("Goodput over time", series, max(ends, default=None)),
+                   "per-request records: ok, quality ok and per-request SLO met, by completion time (measured); each bar: a "
+                   f"fleet's successful output tokens that completed in a {lo if lo == hi else lo + '-' + hi} s step (about "
+                   f"{STEP_ARRIVALS} of the replay's arrivals) over the step's length. The replay's goodput (Trace replay table) "
+                   "counts the requests sent in the arrival window, over its length, the drain's completions included",
+                   links=_prov_links(r, ("records", "slo", "instances_measured.*")))
+
+
 def _latency_figures(r: Report) -> list[str]:
     fs = r.series.fleets
     if not fs:
@@ -102,14 +157,12 @@ def _latency_figures(r: Report) -> list[str]:
     ttft = [plots.LatencyCdf(n, s.ttft_cdf, r.fleets[n].p95_ttft_s, r.fleets[n].p95_ttft_ci_s) for n, s in fs.items()]
     itl = [plots.LatencyCdf(n, s.itl_cdf, r.fleets[n].p95_itl_s, r.fleets[n].p95_itl_ci_s) for n, s in fs.items()]
     source = f"{MEASURED_RECORDS}; {CDF_MARKS}"
-    out = [_figure(plots.latency_cdf("TTFT CDF per fleet", "TTFT (s, from scheduled send)", ttft, r.slo.ttft_p95_s), source),
-           _figure(plots.latency_cdf("ITL CDF per fleet", "ITL (s, mean gap per request)", itl, r.slo.itl_p95_s), source)]
-    series = [plots.FleetSeries(n, s.goodput) for n, s in fs.items() if s.goodput]
-    ends = [f.measure.window_end_s for n, f in r.fleets.items() if n in fs and f.measure and f.measure.window_end_s is not None]
-    if series:
-        out.append(_figure(plots.goodput_over_time("Goodput over time", series, max(ends, default=None)),
-                           "per-request records: ok, quality ok and per-request SLO met, binned by completion time (measured)"))
-    return out
+    out = [_figure(plots.latency_cdf("TTFT CDF per fleet", "TTFT (s, from scheduled send)", ttft, r.slo.ttft_p95_s), source,
+                   links=_prov_links(r, ("records", "slo"))),
+           _figure(plots.latency_cdf("ITL CDF per fleet", "ITL (s, mean gap per request)", itl, r.slo.itl_p95_s), source,
+                   links=_prov_links(r, ("records", "itl_definition", "slo")))]
+    goodput = _goodput_figure(r)
+    return [*out, goodput] if goodput else out
 
 
 def _per_million(monthly_usd: float | None, monthly_tokens: float) -> float | None:
@@ -134,7 +187,9 @@ def _cost_figure(r: Report) -> str:
     prices = "; ".join(f"{k}: {p.source} {p.detail}" for k, p in r.provenance.items() if k.startswith("prices.instance"))
     return _figure(plots.cost_per_million("Cost per 1M successful output tokens", bars),
                    "sized monthly fleet cost (95% interval propagated from the capacity's) / monthly successful tokens at peak "
-                   f"demand; prices: {prices}")
+                   f"demand; prices: {prices}",
+                   links=_prov_links(r, ("prices.instance.*", "capacity.*", "saturation.*", "demand_tok_s", "utilization_target",
+                                         "hours_per_month", "commitments")))
 
 
 def _capacity(r: Report) -> str:
@@ -159,10 +214,12 @@ def _capacity(r: Report) -> str:
                         for s in f.capacity.steps if s.per_instance_goodput_tok_s is not None]  # the replay too: it can be the chosen one
     if any(points.values()):
         out.append(_figure(plots.capacity_steps("Capacity sweep: per-instance goodput", points),
-                           "capacity step records (measured); each fleet's capacity is the best steady-state step that held the fleet SLO"))
+                           "capacity step records (measured); each fleet's capacity is the best steady-state step that held the fleet SLO",
+                           links=_prov_links(r, ("capacity_sweep", "capacity.*", "records", "slo", "instances_measured.*"))))
     if tracks:
         out.append(_figure(plots.search_path("Capacity search path", tracks),
-                           "capacity/<fleet>/search.json: each step's multiplier and verdict under the fleet SLO (measured)"))
+                           "capacity/<fleet>/search.json: each step's multiplier and verdict under the fleet SLO (measured)",
+                           links=_prov_links(r, ("capacity_sweep", "capacity.*", "slo"))))
     return "".join(out)
 
 
@@ -201,7 +258,8 @@ def _migration(r: Report) -> str:
                           r.migration_cost_usd, r.payback_months, r.horizon_months)
         out.append(_figure(plots.payback("Payback: cumulative net savings after cut-over", p),
                            "migration ledger (manifest activities and the sized fleets' dual-run costs) and the monthly delta "
-                           "(computed from measured capacity and prices), with the delta's 95% interval"))
+                           "(computed from measured capacity and prices), with the delta's 95% interval",
+                           links=_prov_links(r, ("migration", "horizon_months", "prices.instance.*", "capacity.*"))))
     return "".join(out)
 
 
@@ -227,7 +285,9 @@ def _sensitivity(r: Report) -> str:
     if base is not None and plots.finite(base) and drawn:
         extra = f". Not drawn (no figure: outside the evidence): {'; '.join(left)}" if left else ""
         out.append(_figure(plots.sensitivity_tornado("Sensitivity: monthly delta per cell", base, drawn),
-                           f"one-at-a-time grid ({sens.method}); whiskers: each cell's 95% interval where both ends are known", html.escape(extra)))
+                           f"one-at-a-time grid ({sens.method}); whiskers: each cell's 95% interval where both ends are known", html.escape(extra),
+                           links=_prov_links(r, ("demand.peak_requests_per_s", "utilization_target", "commitments", "prices.instance*",
+                                                 "slo", "migration", "horizon_months"))))
     return "".join(out)
 
 
@@ -237,8 +297,21 @@ def _gaps(r: Report) -> str:
 
 
 def _provenance(r: Report) -> str:
-    return "<h2>Provenance</h2>" + _list(f"<b>{html.escape(k)}</b>: {html.escape(p.source)} - {html.escape(p.detail)}"
-                                         for k, p in r.provenance.items())
+    items = "".join(f'<li id="{prov_id(k)}"><b>{html.escape(k)}</b>: {html.escape(p.source)} - {html.escape(p.detail)}</li>'
+                    for k, p in r.provenance.items())
+    return f'<h2 id="provenance">Provenance</h2><ul>{items}</ul>'
+
+
+def _fleets(r: Report) -> str:
+    notes = capacity_notes(r)
+    return ("<h2>Fleets</h2>" + f"<p>{html.escape(FLEETS_NOTE)}</p>"
+            + _table(FLEET_COLUMNS, [fleet_row(r, n, f) for n, f in r.fleets.items()])
+            + (_list(html.escape(x) for x in notes) if notes else "") + _cost_figure(r))
+
+
+def _replay(r: Report) -> str:
+    return ("<h2>Trace replay</h2>" + f"<p>{html.escape(replay_note(r))}</p>"
+            + _table(REPLAY_COLUMNS, [replay_row(n, f) for n, f in r.fleets.items()]) + _outcomes(r) + "".join(_latency_figures(r)))
 
 
 def _quality(r: Report) -> str:
@@ -252,10 +325,16 @@ def _quality(r: Report) -> str:
     return out
 
 
-STYLE = """body{font-family:sans-serif;max-width:72em;margin:2em auto;padding:0 1em;color:#222}
+STYLE = """body{font-family:sans-serif;max-width:72em;margin:1.2em auto;padding:0 1em;color:#222}
+h1{margin:.2em 0 .4em}
 table{border-collapse:collapse;margin:.5em 0;font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px;vertical-align:top}
 th{background:#f3f3f3}figure{margin:1.2em 0}figure svg{max-width:100%;height:auto}
-figcaption{font-size:12px;color:#444}blockquote{border-left:4px solid #ccc;margin:0;padding-left:1em}"""
+figcaption{font-size:12px;color:#444}blockquote{border-left:4px solid #ccc;margin:0;padding-left:1em}
+.verdict{border:1px solid #ccc;border-left:8px solid #999;border-radius:4px;padding:.6em 1em;margin:0 0 1em;background:#fafafa}
+.verdict.go{border-left-color:#2ca02c}.verdict.defer{border-left-color:#e6a700}.verdict.reject{border-left-color:#d62728}
+.verdict .why{font-size:1.1em;margin:.2em 0 .6em}.verdict .state{font-size:1.2em;margin-right:.3em}
+.verdict dl{display:grid;grid-template-columns:max-content 1fr;gap:.3em 1em;margin:0}.verdict dt{font-weight:bold}.verdict dd{margin:0}
+li:target{background:#fff3c4}"""
 
 
 def render_html(r: Report) -> str:
@@ -263,6 +342,7 @@ def render_html(r: Report) -> str:
     blocked = r.headline.blocked_by
     body = [
         f"<h1>{html.escape(r.campaign)}: {html.escape(d.state.upper())}</h1>",
+        _first_screen(r),
         f"<p>manifest digest <code>{html.escape(r.manifest_digest)}</code>, generated {html.escape(r.generated_at)}; "
         f"baseline <b>{html.escape(r.comparison.baseline)}</b>, candidate <b>{html.escape(r.comparison.candidate)}</b>.</p>",
         f"<blockquote>{html.escape(r.systems_under_test)}</blockquote>" if r.systems_under_test else "",
@@ -270,10 +350,7 @@ def render_html(r: Report) -> str:
         f"<p>{_inline(settle)}</p>" if (settle := to_settle_text(r)) else "", f"<p>{_inline(decision_rule_text(r))}</p>",
         f"<p>{_inline(headline_text(r))}</p>",
         ("<p>Blocked by:</p>" + _list(html.escape(x) for x in blocked)) if not decided(r) and blocked else "",
-        "<h2>Fleets</h2>",
-        "<p>P95s with their 95% interval (order statistics, distribution-free) and n, the requests each is taken over; "
-        "instances and monthly cost with the interval propagated from the capacity's.</p>",
-        _table(FLEET_COLUMNS, [_fleet_row(r, n, f) for n, f in r.fleets.items()]), _outcomes(r), *_latency_figures(r), _cost_figure(r),
+        _fleets(r), _replay(r),
         _quality(r), _capacity(r), _histograms(r.prometheus), _prefix_cache(r.prefix_cache), _placement(r), _migration(r),
         _time_to_ready(r), _sensitivity(r), _gaps(r), _provenance(r),
     ]

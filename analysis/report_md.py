@@ -1,4 +1,5 @@
-"""report.md: the decision first, then the per-fleet table, gaps and where every input came from.
+"""report.md: the verdict first (why, the delta and the payback with their intervals, what would change it),
+then the decision's reasons, the fleets as sized, the trace replay, gaps and where every input came from.
 
 Reads the typed report (analysis.report_model); the sentences and cells it shares with report.html
 come from analysis.report_cells, so both pages say the same thing.
@@ -7,34 +8,36 @@ come from analysis.report_cells, so both pages say the same thing.
 from __future__ import annotations
 
 from analysis.report_cells import (
+    FLEET_COLUMNS,
+    FLEETS_NOTE,
     NOT_DECIDED,
     OUTCOMES_NOTE,
     PREFIX_CACHE_COLUMNS,
+    REPLAY_COLUMNS,
     SEARCH_COLUMNS,
     capacity_heading,
+    capacity_notes,
     capacity_row,
     chosen,
-    ci_text,
     decided,
     decision_rule_text,
+    first_screen,
+    fleet_row,
     fmt,
-    goodput_cell,
     headline_text,
-    instances_cell,
     ledger_rows,
     outcome_row,
-    p95_cell,
     placement_lines,
     prefix_cache_rows,
     quality_row,
-    saturated_cell,
+    replay_note,
+    replay_row,
     search_rows,
     search_stop,
     sensitivity_rows,
-    sized_cell,
     to_settle_text,
 )
-from analysis.report_model import FleetRow, PrefixCache, PrometheusSection, Report
+from analysis.report_model import PrefixCache, PrometheusSection, Report
 
 
 def _capacity_lines(r: Report) -> list[str]:
@@ -107,16 +110,17 @@ def _outcome_lines(r: Report) -> list[str]:
     return ["", OUTCOMES_NOTE, "", *(f"- {name}: {outcomes}; ITL basis: {basis}" for name, outcomes, basis in rows)]
 
 
-def _fleet_row(r: Report, name: str, f: FleetRow) -> str:
-    run = f.measured_run.cost_per_million_successful_tokens if f.measured_run else None
-    return (
-        f"| {name} ({f.instance_type}) | {fmt(f.requests)} | {fmt(f.successful_requests)} | {fmt(f.successful_output_tokens)} "
-        f"| {p95_cell(f.p95_ttft_s, f.p95_ttft_ci_s, f.p95_ttft_n)} | {p95_cell(f.p95_itl_s, f.p95_itl_ci_s, f.p95_itl_n)} "
-        f"| {'pass' if f.slo_pass else 'FAIL'} | {goodput_cell(f)} | {ci_text(f.capacity_ci_tok_s, 1) or 'n/a'} "
-        f"| {fmt(f.peak_in_flight_per_instance, 1)} | {fmt(f.max_concurrency)} | {saturated_cell(f)} | {instances_cell(r, f)} "
-        f"| {sized_cell(r, f.monthly_cost_usd, f.monthly_cost_ci_usd, 2)} "
-        f"| {sized_cell(r, f.cost_per_million_successful_tokens, None, 4)} | {fmt(run, 4)} |"
-    )
+def _table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *("| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in rows)]
+
+
+def first_screen_lines(r: Report) -> list[str]:
+    """The verdict and why, the delta and the payback with their intervals, what would change it."""
+    fs = first_screen(r)
+    out = [f"**Verdict: {fs.verdict}.** {fs.why}", "", *(f"- **{label}**: {text}" for label, text in fs.lines)]
+    if fs.others:
+        out.append(f"- **Other reasons for {fs.verdict}**: " + "; ".join(fs.others))
+    return out
 
 
 def _placement_lines(r: Report) -> list[str]:
@@ -127,6 +131,8 @@ def render_markdown(r: Report) -> str:
     d = r.decision
     lines = [
         f"# {r.campaign}: {d.state.upper()}",
+        "",
+        *first_screen_lines(r),
         "",
         f"manifest digest `{r.manifest_digest}`, generated {r.generated_at}; "
         f"baseline **{r.comparison.baseline}**, candidate **{r.comparison.candidate}**.",
@@ -144,14 +150,16 @@ def render_markdown(r: Report) -> str:
         "",
         "## Fleets",
         "",
-        "P95s with their 95% interval (order statistics, distribution-free) and n, the requests each is taken over; "
-        "instances and monthly cost with the interval propagated from the capacity's.",
+        FLEETS_NOTE,
         "",
-        "| fleet | requests | successful | successful tokens | P95 TTFT s | P95 ITL s | SLO | per-instance goodput tok/s "
-        "| capacity 95% CI tok/s | peak in flight / instance | max concurrency | saturated "
-        "| instances required | monthly USD | USD per 1M successful tokens | measured-run USD per 1M |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-        *(_fleet_row(r, name, f) for name, f in r.fleets.items()),
+        *_table(FLEET_COLUMNS, [fleet_row(r, name, f) for name, f in r.fleets.items()]),
+        *(["", *(f"- {note}" for note in notes)] if (notes := capacity_notes(r)) else []),
+        "",
+        "## Trace replay",
+        "",
+        replay_note(r),
+        "",
+        *_table(REPLAY_COLUMNS, [replay_row(name, f) for name, f in r.fleets.items()]),
     ]
     lines += _outcome_lines(r)
     lines += _quality_lines(r)
