@@ -73,7 +73,7 @@ def cmd_local(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("runs") / time.strftime("local-%Y%m%d-%H%M%S")
     return run_local(
         Path(args.manifest), out, duration_s=args.duration, workers=args.workers, capacity=not args.skip_capacity,
-        engine=args.engine,
+        engine=args.engine, ui=args.ui,
     ).exit_code
 
 
@@ -123,6 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
     lo.add_argument("--engine", choices=["emulator", "vllm-cpu"], default="emulator",
                     help="what serves each fleet: the accelerator emulator (default) or a real vLLM CPU process from .venv-engine "
                          "(`make engine`) serving the checkpoint next to tokenizer.path (manifests/tiny-llama-real-engine.yaml)")
+    lo.add_argument("--ui", action="store_true",
+                    help="serve each fleet's Locust web UI on loopback during the trace replay, as the cloud master does "
+                         "(the URLs are printed at the start; each stays up 10 s after its replay)")
     lo.set_defaults(handler=cmd_local)
 
     from campaign import aws_cli, report_cli

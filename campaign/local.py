@@ -85,6 +85,7 @@ def run_local(
     progress_every_s: float = 2.0,
     capacity: bool = True,
     engine: str = "emulator",
+    ui: bool = False,
 ) -> LocalResult:
     from core.schedule import build_schedule
     from loadgen.launch import start_fleet
@@ -126,11 +127,15 @@ def run_local(
 
             if all(q["passed"] is True for q in quality.values()):
                 scheduled = len([r for r in build_schedule(m) if duration_s is None or r.offset_s <= duration_s])
+                ui_ports = {name: free_port() for name in endpoints} if ui else {}
                 for name, url in endpoints.items():
                     handles[name] = start_fleet(
                         manifest_path.resolve(), name, url, records_dir,
                         ReplayOptions(duration_s=duration_s), workers=workers, metrics_port=metrics_ports[name],
+                        ui_port=ui_ports.get(name),
                     )
+                for name, port in ui_ports.items():  # loopback only, as the cloud master's UI
+                    print(f"locust web UI {name}: http://127.0.0.1:{port}/", flush=True)
                 _watch(handles, records_dir, scheduled, progress_every_s)
                 for name, h in handles.items():
                     s = h.wait()

@@ -31,6 +31,8 @@ LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
 # taken, prompt synthesis failed): nothing was sent, and the log names the cause. `run` exits
 # with the same code (core/errors.py's table).
 SETUP_FAILED = EXIT_SETUP_FAILED
+# Seconds a local run's Locust web UI (`ui_port`) stays up after the replay, for its final figures.
+LOCAL_UI_LINGER_S = 10
 ROOT = LOCUSTFILE.parent.parent  # the directory holding our packages: the checkout, or site-packages when installed
 
 
@@ -127,6 +129,7 @@ def start_fleet(
     metrics_port: int = 0,
     extra_env: Mapping[str, str] | None = None,
     extra_args: Sequence[str] = (),
+    ui_port: int | None = None,
 ) -> FleetRun:
     """Start Locust replaying `options` (the defaults: the manifest's whole window, chat API,
     warmup, tokenizer check) against `host`; returns at once with the handle."""
@@ -160,12 +163,15 @@ def start_fleet(
     ]
     env = {**os.environ, **(extra_env or {})}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    # Headless, or (`ui_port`) as the cloud master runs: the replay starts by itself and the web UI
+    # (loopback only) shows it live, staying UI_LINGER_S after the run (stacks/load_generator.py).
+    mode = ["--headless", "--only-summary"] if ui_port is None else [
+        "--autostart", "--autoquit", str(LOCAL_UI_LINGER_S), "--web-host", "127.0.0.1", "--web-port", str(ui_port)]
     lead = [
         sys.executable,
         "-m",
         "locust",
-        "--headless",
-        "--only-summary",
+        *mode,
         "--exit-code-on-error",
         "0",
         "-u",

@@ -1,0 +1,70 @@
+"""The live Locust web UI locally (`campaign local --ui`): the same replay, watched in a real
+browser mid-run, with the rows the cloud master's UI shows; the records are as complete as a
+headless run's."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.report_browser import CHROMIUM, FLAGS, chromium_available
+from core.ports import free_port
+from loadgen.launch import start_fleet
+from tests.loadgen.conftest import small_manifest_data, write
+from tests.loadgen.sse_server import SSEServer
+
+pytestmark = pytest.mark.browser
+
+
+def _stats(port: int) -> dict[str, Any]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/stats/requests", timeout=5) as r:
+        return dict(json.loads(r.read()))
+
+
+@pytest.mark.timeout(180)
+def test_the_local_ui_shows_the_replay_live(sse_server: SSEServer, manifest_data: dict[str, Any], tmp_path: Path) -> None:
+    why = chromium_available()
+    if why is not None:
+        if os.environ.get("BROWSER_REQUIRED") == "1":
+            pytest.fail(f"BROWSER_REQUIRED=1 but {why}")
+        pytest.skip(why)
+    from playwright.sync_api import sync_playwright
+
+    # 60 trace seconds at time_scale 0.3: an 18 s replay, long enough to look at it running
+    manifest = write(tmp_path, small_manifest_data(manifest_data, time_scale=0.3))
+    port = free_port()
+    run = start_fleet(manifest, "g6", sse_server.url, tmp_path / "rec", ui_port=port)
+    try:
+        rows: set[str] = set()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not {"SSE ttft", "SSE itl", "SLO goodput"} <= rows:
+            with contextlib.suppress(OSError):  # the UI is not up yet
+                rows = {f"{s['method']} {s['name']}" for s in _stats(port)["stats"] if s["num_requests"] > 0}
+            time.sleep(0.5)
+        assert {"SSE ttft", "SSE itl", "SLO goodput"} <= rows, rows
+        assert not run.poll(), "the replay should still be running while it is watched"
+        with tempfile.TemporaryDirectory(prefix="ui-browser-") as profile, sync_playwright() as pw:
+            ctx = pw.chromium.launch_persistent_context(profile, executable_path=CHROMIUM, headless=True, args=list(FLAGS),
+                                                        viewport={"width": 1280, "height": 800})
+            try:
+                page = ctx.new_page()
+                page.goto(f"http://127.0.0.1:{port}/", wait_until="networkidle")
+                page.wait_for_function("() => document.body.innerText.includes('ttft')", timeout=20_000)
+                text = page.inner_text("body")
+                page.screenshot(path=str(tmp_path / "locust-ui.png"))
+            finally:
+                ctx.close()
+        assert "ttft" in text and "goodput" in text
+        assert (tmp_path / "locust-ui.png").stat().st_size > 10_000
+    finally:
+        summary = run.wait(timeout=120)
+    assert summary.invariant_holds() and summary.scheduled == summary.completed + summary.failed + summary.not_sent
+    assert summary.completed > 0
