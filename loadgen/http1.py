@@ -40,8 +40,7 @@ class ResponseParser:
         self.message_complete = False
 
     def feed(self, data: bytes) -> None:
-        state = self._state
-        if state == _SIZE and not self._buf:
+        if self._state == _SIZE and not self._buf:
             # Fast path: exactly one whole chunk, e.g. b"8f\r\n<143 bytes>\r\n".
             i = data.find(b"\r\n")
             if 0 < i <= 8 and not data[:i].strip(_HEX):
@@ -49,10 +48,6 @@ class ResponseParser:
                 if size > 0 and len(data) == i + 4 + size and data.endswith(b"\r\n"):
                     self._on_body(data[i + 2 : i + 2 + size])
                     return
-        elif state == _DONE:
-            if data:
-                raise HTTPParseError("bytes after the end of the response")
-            return
         self._buf = self._buf + data if self._buf else data
         self._run()
 
@@ -62,55 +57,97 @@ class ResponseParser:
             self._state = _DONE
             self.message_complete = True
 
-    def _take_counted(self) -> bool:
-        """Pass on up to the `_left` bytes still due (a chunk's or a Content-Length body's);
-        True once they all have been."""
-        take = self._buf[: self._left]
-        self._buf = self._buf[len(take) :]
-        self._left -= len(take)
-        if take:
-            self._on_body(take)
-        return self._left == 0
-
     def _run(self) -> None:
-        while self._buf:
-            before = (self._state, len(self._buf))
-            state = self._state
-            if state == _HEAD:
-                self._head()
-            elif state == _SIZE:
-                self._size()
-            elif state == _DATA:
-                if self._take_counted():
-                    self._state = _DATA_END
-            elif state == _DATA_END:
-                if len(self._buf) < 2:
-                    return
-                if self._buf[:2] != b"\r\n":
-                    raise HTTPParseError("chunk data not followed by CRLF (chunk size wrong?)")
-                self._buf = self._buf[2:]
-                self._state = _SIZE
-            elif state == _TRAILER:
-                self._trailer()
-            elif state == _LENGTH:
-                if self._take_counted():
-                    self._done()
-            elif state == _CLOSE:
-                body, self._buf = self._buf, b""
-                self._on_body(body)
-            else:  # _DONE
-                raise HTTPParseError("bytes after the end of the response")
-            if (self._state, len(self._buf)) == before:
-                return  # waiting for more bytes
+        """Parse what `_buf` holds, in one pass: a position moves through it (nothing is copied
+        but the pieces of body), so a read holding many chunks, which a client that fell behind
+        gets, costs in proportion to its length. The body bytes found go to `on_body` in one
+        call, before any error is raised."""
+        buf, pos, n = self._buf, 0, len(self._buf)
+        parts: list[bytes] = []
+        try:
+            while pos < n:
+                state = self._state
+                if state == _SIZE:
+                    pos = self._whole_chunks(buf, pos, n, parts)
+                    if pos == n:
+                        break
+                    i = buf.find(b"\r\n", pos)
+                    if i < 0:
+                        if n - pos > MAX_SIZE_LINE:
+                            raise HTTPParseError("chunk-size line too long")
+                        break
+                    line, pos = buf[pos:i], i + 2
+                    digits = line.split(b";", 1)[0].rstrip(b" \t")  # chunk extensions are ignored
+                    if not digits or digits.strip(_HEX) or len(digits) > 16:
+                        raise HTTPParseError(f"bad chunk size {line[:40]!r}")
+                    size = int(digits, 16)
+                    if size == 0:
+                        self._state = _TRAILER
+                    else:
+                        self._left = size
+                        self._state = _DATA
+                elif state in (_DATA, _LENGTH):
+                    take = min(self._left, n - pos)
+                    parts.append(buf[pos : pos + take])
+                    pos += take
+                    self._left -= take
+                    if self._left == 0:
+                        if state == _DATA:
+                            self._state = _DATA_END
+                        else:
+                            self._done()
+                elif state == _DATA_END:
+                    if n - pos < 2:
+                        break
+                    if buf[pos : pos + 2] != b"\r\n":
+                        raise HTTPParseError("chunk data not followed by CRLF (chunk size wrong?)")
+                    pos += 2
+                    self._state = _SIZE
+                elif state == _TRAILER:
+                    i = buf.find(b"\r\n", pos)
+                    if i < 0:
+                        if n - pos > MAX_HEAD:
+                            raise HTTPParseError("trailer section too long")
+                        break
+                    empty, pos = i == pos, i + 2
+                    if empty:
+                        self._done()
+                elif state == _CLOSE:
+                    parts.append(buf[pos:])
+                    pos = n
+                elif state == _HEAD:
+                    end = buf.find(b"\r\n\r\n", pos)
+                    if end < 0:
+                        if n - pos > MAX_HEAD:
+                            raise HTTPParseError(f"response head longer than {MAX_HEAD} bytes")
+                        break
+                    self._head(buf[pos:end])
+                    pos = end + 4
+                else:  # _DONE
+                    raise HTTPParseError("bytes after the end of the response")
+        finally:
+            self._buf = buf[pos:] if pos < n else b""
+            if parts:
+                self._on_body(parts[0] if len(parts) == 1 else b"".join(parts))
 
-    def _head(self) -> None:
-        end = self._buf.find(b"\r\n\r\n")
-        if end < 0:
-            if len(self._buf) > MAX_HEAD:
-                raise HTTPParseError(f"response head longer than {MAX_HEAD} bytes")
-            return
-        head, self._buf = self._buf[:end], self._buf[end + 4 :]
-        lines = head.decode("latin-1").split("\r\n")
+    @staticmethod
+    def _whole_chunks(buf: bytes, pos: int, n: int, parts: list[bytes]) -> int:
+        """Whole non-empty chunks from `pos` on (the usual case), their data appended to `parts`;
+        returns where the first one that is not whole, or not plain, begins."""
+        while pos < n:
+            i = buf.find(b"\r\n", pos, pos + 18)  # a size line of up to 16 hex digits
+            if i <= pos or buf[pos:i].strip(_HEX):
+                return pos
+            size = int(buf[pos:i], 16)
+            end = i + 2 + size
+            if size == 0 or end + 2 > n or buf[end : end + 2] != b"\r\n":
+                return pos
+            parts.append(buf[i + 2 : end])
+            pos = end + 2
+        return pos
+
+    def _head(self, head_bytes: bytes) -> None:
+        lines = head_bytes.decode("latin-1").split("\r\n")
         parts = lines[0].split(" ", 2)
         if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not (parts[1].isdigit() and len(parts[1]) == 3):
             raise HTTPParseError(f"bad status line {lines[0][:80]!r}")
@@ -145,33 +182,6 @@ class ResponseParser:
                 self._done()
         else:
             self._state = _CLOSE
-
-    def _size(self) -> None:
-        i = self._buf.find(b"\r\n")
-        if i < 0:
-            if len(self._buf) > MAX_SIZE_LINE:
-                raise HTTPParseError("chunk-size line too long")
-            return
-        line, self._buf = self._buf[:i], self._buf[i + 2 :]
-        digits = line.split(b";", 1)[0].rstrip(b" \t")  # chunk extensions are ignored
-        if not digits or digits.strip(_HEX) or len(digits) > 16:
-            raise HTTPParseError(f"bad chunk size {line[:40]!r}")
-        size = int(digits, 16)
-        if size == 0:
-            self._state = _TRAILER
-        else:
-            self._left = size
-            self._state = _DATA
-
-    def _trailer(self) -> None:
-        i = self._buf.find(b"\r\n")
-        if i < 0:
-            if len(self._buf) > MAX_HEAD:
-                raise HTTPParseError("trailer section too long")
-            return
-        line, self._buf = self._buf[:i], self._buf[i + 2 :]
-        if not line:
-            self._done()
 
     def _done(self) -> None:
         self._state = _DONE

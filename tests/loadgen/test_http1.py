@@ -4,6 +4,7 @@ as an independent oracle on generated responses split at arbitrary points."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 
 import pytest
 from geventhttpclient.response import HTTPResponse
@@ -125,3 +126,27 @@ def test_malformed_responses_name_the_problem(wire: bytes, message: str) -> None
     cut = wire.index(b"\r\n\r\n") + 4
     with pytest.raises(HTTPParseError, match=message):
         _ours([wire[:cut], wire[cut:]], eof=False)
+
+
+def test_a_read_holding_many_chunks_is_one_body_delivery() -> None:
+    # A client that fell behind reads many frames at once, split anywhere: each read's body must
+    # come out whole and in order, in one on_body call (its bytes share one timestamp), and a
+    # read that begins inside a chunk must not push the rest of it to the next read.
+    frames = [f"data: {i}\n\n".encode() * (1 + i % 3) for i in range(60)]
+    wire = b"".join(f"{len(f):x}\r\n".encode() + f + b"\r\n" for f in frames) + b"0\r\n\r\n"
+    calls: list[bytes] = []
+    p = ResponseParser(calls.append)
+    p.feed(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+    cuts = [0, 1, 700, 701, 703, 2000, 2001, 2002, len(wire)]  # mid size line, mid data, mid CRLF, whole chunks
+    got: list[bytes] = []
+    for a, b in itertools.pairwise(cuts):
+        before = len(calls)
+        p.feed(wire[a:b])
+        assert len(calls) - before <= 1
+        got.extend(calls[before:])
+        # whatever the read completed is delivered now: at most a partial chunk's own bytes wait
+        delivered = b"".join(got)
+        assert b"".join(frames).startswith(delivered)
+        whole = wire[:b].count(b"\n\n\r\n")  # chunks that ended in this read or before
+        assert delivered.count(b"\n\n") >= sum(f.count(b"\n\n") for f in frames[:whole])
+    assert p.message_complete and b"".join(got) == b"".join(frames)
