@@ -101,6 +101,35 @@ class SSEParser:
         return bool(self._buf.strip()) or bool(self._data)
 
 
+def feed_events(parser: SSEParser, state: StreamState, chunk: bytes, now: float) -> None:
+    """`state.on_event(ev, now)` for every event `parser.feed(chunk)` dispatches, without the
+    parser where that changes nothing: when the parser holds nothing back and `chunk` is whole
+    one-line `data: ` events, LF-terminated (what vLLM and most servers send, usually one per
+    read), each event's line goes straight to `state.on_data`. Anything else (a line or event
+    split across reads, CR line ends, comments, other fields, multi-line data) takes the parser."""
+    if (
+        chunk.endswith(b"\n\n")
+        and chunk.startswith(b"data: ")
+        and not parser._buf
+        and not parser._data
+        and not parser._event
+        and not parser._cr_pending
+        and b"\r" not in chunk
+    ):
+        events = chunk[:-2].split(b"\n\n")
+        for ev in events:
+            if not ev.startswith(b"data: ") or b"\n" in ev:
+                break
+        else:
+            on_data = state.on_data
+            for ev in events:
+                on_data(ev[6:], now)
+            return
+    on_event = state.on_event
+    for ev_ in parser.feed(chunk):
+        on_event(ev_, now)
+
+
 @dataclass
 class StreamState:
     """What one streamed response delivered, with monotonic arrival times."""
@@ -127,6 +156,28 @@ class StreamState:
         except orjson.JSONDecodeError:
             self.bad_chunks += 1
             return
+        self._on_object(obj, now)
+
+    def on_data(self, raw: bytes, now: float) -> None:
+        """`on_event` for an event whose data is the one line `raw` (bytes, not decoded): the
+        same outcome, with the decoding and stripping left out where they change nothing. A JSON
+        object orjson reads from the bytes as they are is the object `on_event` reads from their
+        decoded, stripped text (orjson rejects invalid UTF-8, and the only whitespace it skips is
+        JSON's, which strip() removes too); anything else takes `on_event` itself."""
+        if raw[:1] == b"{":
+            try:
+                obj = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                pass
+            else:
+                self._on_object(obj, now)
+                return
+        elif raw == b"[DONE]":
+            self.done = True
+            return
+        self.on_event(SSEEvent(raw.decode("utf-8", errors="replace")), now)
+
+    def _on_object(self, obj: Any, now: float) -> None:
         if not isinstance(obj, dict):
             self.bad_chunks += 1
             return

@@ -154,3 +154,82 @@ def test_error_null_in_a_chunk_is_not_a_failure() -> None:
     )
     assert s.server_error is None and s.content_chunks == 2
     assert classify(OK_T, s, 2) == (Outcome.OK, None)
+
+
+# -- feed_events: the client's path, which skips the parser for whole one-line data events --------
+
+_FRAMES = [
+    b'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":" tok"},"finish_reason":null}]}\n\n',
+    b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n',  # no text: not a token
+    b'data: {"choices":[{"index":0,"text":"h\xc3\xa9","logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":null}\n\n',
+    b'data: {"choices":[{"index":0,"text":"x","finish_reason":"length"}]}\n\n',
+    b'data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3}}\n\n',
+    b'data: {"error": null, "choices":[{"index":0,"text":"e"}]}\n\n',
+    b'data: {"error": {"message": "boom"}}\n\n',
+    b"data: [DONE]\n\n",
+    b"data:  [DONE] \n\n",  # stripped to [DONE] by on_event
+    b'data: {"choices":[{"index":0,"text":"t"}]}\x0b\n\n',  # not JSON whitespace: strip() takes it, orjson would not
+    b'data: {"choices":[{"index":0,"text":"\xff\xfe"}]}\n\n',  # invalid UTF-8: decoded with U+FFFD, still a token
+    b"data: [1, 2]\n\n",  # JSON, not an object
+    b"data: {not json}\n\n",
+    b"data: \n\n",
+    b'data: {"choices":[{"index":0,"text":"a"}]}\r\n\r\n',  # CR LF line ends: the parser's path
+    b'data: {"choices":[{"index":0,"text":"cr"}]}\rid: 1\n\n',  # a lone CR ends the data line
+    b": keep-alive\n\n",
+    b'event: note\ndata: {"choices":[{"index":0,"text":"n"}]}\n\n',
+    b'data: {"choices":[{"index":0,\ndata: "text":"two lines"}]}\n\n',  # multi-line data: joined with LF
+    b'data:{"choices":[{"index":0,"text":"no space"}]}\n\n',
+    b"\n",  # a stray blank line
+]
+
+
+def _reference_state(reads: list[tuple[bytes, float]]) -> StreamState:
+    """What the client did before feed_events: every read through the parser, every event to on_event."""
+    p, s = SSEParser(), StreamState()
+    for chunk, now in reads:
+        for ev in p.feed(chunk):
+            s.on_event(ev, now)
+    return s
+
+
+def _fast_state(reads: list[tuple[bytes, float]]) -> StreamState:
+    from loadgen.sse import feed_events
+
+    p, s = SSEParser(), StreamState()
+    for chunk, now in reads:
+        feed_events(p, s, chunk, now)
+    return s
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(st.sampled_from(range(len(_FRAMES))), min_size=1, max_size=14),
+    st.lists(st.integers(min_value=0, max_value=1200), max_size=8),
+    st.booleans(),
+)
+def test_feed_events_is_the_parser_and_on_event_exactly(picks: list[int], cuts: list[int], whole_frames: bool) -> None:
+    # Every read keeps its own time, so a token stamped with another read's time shows as a
+    # difference in chunk_times; text, finish reason, usage, errors, [DONE] and bad chunks too.
+    stream = b"".join(_FRAMES[i] for i in picks)
+    if whole_frames:  # reads that end on frame boundaries (the fast path), several frames per read
+        ends = sorted({len(b"".join(_FRAMES[i] for i in picks[:k])) for k in range(1, len(picks) + 1) if k % 2 == 0 or k == len(picks)})
+    else:
+        ends = sorted({c for c in cuts if 0 < c < len(stream)} | {len(stream)})
+    reads = [(stream[a:b], float(i)) for i, (a, b) in enumerate(zip([0, *ends[:-1]], ends, strict=True))]
+    assert _fast_state(reads) == _reference_state(reads)
+
+
+def test_feed_events_takes_the_fast_path_on_whole_frames() -> None:
+    # The equivalence above would also hold if feed_events always used the parser: check that
+    # whole one-line frames never reach it (the point of the function).
+    from loadgen.sse import feed_events
+
+    class NoParser(SSEParser):
+        def feed(self, chunk: bytes) -> list[SSEEvent]:
+            raise AssertionError(f"parser used for {chunk!r}")
+
+    s = StreamState()
+    feed_events(NoParser(), s, _FRAMES[0] * 3 + _FRAMES[3], 1.0)
+    feed_events(NoParser(), s, _FRAMES[4] + _FRAMES[7], 2.0)
+    assert s.chunk_times == [1.0, 1.0, 1.0, 1.0] and s.text_parts == [" tok", " tok", " tok", "x"]
+    assert (s.finish_reason, s.server_output_tokens, s.done) == ("length", 3, True)
