@@ -157,13 +157,33 @@ def weights_dir_for(manifest: Manifest) -> str:
     return f"{CACHE_MOUNT}/weights/{manifest.model.repo}/{manifest.model.commit}"
 
 
+# The server reads these small files of the checkpoint besides the weights (model config,
+# tokenizer, generation defaults), at the same pinned commit. Nothing else of the repository is
+# fetched: the weights are exactly the files model.weight_files pins, so a repository that also
+# carries another copy of them (Meta's original/consolidated.*.pth, 16 GB for an 8B model) or
+# another format costs no download, disk or time to ready.
+CHECKPOINT_METADATA = (
+    "config.json", "generation_config.json", "model.safetensors.index.json", "special_tokens_map.json",
+    "tokenizer.json", "tokenizer.model", "tokenizer_config.json",
+)  # fmt: skip
+
+
+def checkpoint_files(manifest: Manifest) -> list[str]:
+    """What a fleet fetches: the pinned weight files, then the metadata the server reads."""
+    pinned = sorted(manifest.model.weight_files)
+    return pinned + [f for f in CHECKPOINT_METADATA if f not in pinned]
+
+
 def _staging(manifest: Manifest, image: str, weights_dir: str, weights_s3_uri: str | None) -> tuple[str, ...]:
-    """Shell lines that put the pinned checkpoint on the cache volume and verify its hashes."""
+    """Shell lines that put the pinned checkpoint files (and only those) on the cache volume and verify their hashes."""
     m = manifest.model
     q = shlex.quote
+    files = checkpoint_files(manifest)
     steps: list[str] = [f"mkdir -p {q(weights_dir)}"]
     if weights_s3_uri:
-        steps.append(f"aws s3 sync {q(weights_s3_uri.rstrip('/') + '/' + m.commit + '/')} {q(weights_dir)} --only-show-errors")
+        includes = " ".join(f"--include {q(f)}" for f in files)
+        steps.append(f"aws s3 sync {q(weights_s3_uri.rstrip('/') + '/' + m.commit + '/')} {q(weights_dir)} --only-show-errors "
+                     f"--exclude '*' {includes}")
     else:
         if m.hub_token_secret_arn:
             # Token read at boot into the environment, never written into the template.
@@ -174,9 +194,11 @@ def _staging(manifest: Manifest, image: str, weights_dir: str, weights_s3_uri: s
                 f'--secret-id {q(m.hub_token_secret_arn)} --query SecretString --output text)"'
             )
             steps.append("export HF_TOKEN")
+        # allow_patterns are fnmatch patterns; a plain file name matches that path only.
         py = (
             "from huggingface_hub import snapshot_download; "
-            f"snapshot_download(repo_id={json.dumps(m.repo)}, revision={json.dumps(m.commit)}, local_dir={json.dumps(weights_dir)})"
+            f"snapshot_download(repo_id={json.dumps(m.repo)}, revision={json.dumps(m.commit)}, local_dir={json.dumps(weights_dir)}, "
+            f"allow_patterns={json.dumps(files)})"
         )
         token_env = " -e HF_TOKEN" if m.hub_token_secret_arn else ""
         # The serving image already ships huggingface_hub; the host DLAMI may not.

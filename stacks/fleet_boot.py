@@ -8,7 +8,6 @@ exactly as `core.serving` renders it.
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from dataclasses import dataclass
@@ -132,56 +131,10 @@ def _docker_engine() -> list[str]:
     ]
 
 
-# The server reads these small files of the checkpoint besides the weights (model config,
-# tokenizer, generation defaults), at the same pinned commit. Nothing else of the repository is
-# fetched: the weights are exactly the files model.weight_files pins, so a repository that also
-# carries another copy of them (Meta's original/consolidated.*.pth, 16 GB for an 8B model) or
-# another format costs no download, disk or time to ready.
-CHECKPOINT_METADATA = (
-    "config.json", "generation_config.json", "model.safetensors.index.json", "special_tokens_map.json",
-    "tokenizer.json", "tokenizer.model", "tokenizer_config.json",
-)  # fmt: skip
-
-
-def checkpoint_files(manifest: Manifest) -> list[str]:
-    """What the boot script fetches: the pinned weight files, then the metadata the server reads."""
-    pinned = sorted(manifest.model.weight_files)
-    return pinned + [f for f in CHECKPOINT_METADATA if f not in pinned]
-
-
-def weights_staging(manifest: Manifest, defn: ServingDefinition, weights_s3_uri: str | None) -> list[str]:
-    """Put the pinned checkpoint files (and only those) on the cache volume and check their hashes."""
-    m = manifest.model
-    q = shlex.quote
-    wdir = defn.weights_dir
-    files = checkpoint_files(manifest)
-    steps: list[str] = [f"mkdir -p {q(wdir)}"]
-    if weights_s3_uri:
-        includes = " ".join(f"--include {q(f)}" for f in files)
-        steps.append(f"aws s3 sync {q(weights_s3_uri.rstrip('/') + '/' + m.commit + '/')} {q(wdir)} --only-show-errors --exclude '*' {includes}")
-    else:
-        if m.hub_token_secret_arn:
-            # Token read at boot into the environment, never written into the template. The ARN
-            # names the secret's region; assigned before the export so `set -e` sees a failed read.
-            steps.append(
-                f'HF_TOKEN="$(aws secretsmanager get-secret-value --region {q(m.hub_token_secret_arn.split(":")[3])} '
-                f'--secret-id {q(m.hub_token_secret_arn)} --query SecretString --output text)"'
-            )
-            steps.append("export HF_TOKEN")
-        # allow_patterns are fnmatch patterns; a plain file name matches that path only.
-        py = (
-            "from huggingface_hub import snapshot_download; "
-            f"snapshot_download(repo_id={json.dumps(m.repo)}, revision={json.dumps(m.commit)}, local_dir={json.dumps(wdir)}, "
-            f"allow_patterns={json.dumps(files)})"
-        )
-        token_env = " -e HF_TOKEN" if m.hub_token_secret_arn else ""
-        # The serving image already ships huggingface_hub; the host DLAMI may not.
-        steps.append(f"docker run --rm --entrypoint python3 -v {CACHE_MOUNT}:{CACHE_MOUNT}{token_env} {q(defn.image)} -c {q(py)}")
-    checks = "\\n".join(f"{digest}  {name}" for name, digest in sorted(m.weight_files.items()))
-    steps.append(f"(cd {q(wdir)} && printf '{checks}\\n' | sha256sum --check --strict -)")
-    if m.hub_token_secret_arn and not weights_s3_uri:
-        steps.append("unset HF_TOKEN")
-    return steps
+def weights_staging(defn: ServingDefinition) -> list[str]:
+    """The pinned checkpoint files (and only those) onto the cache volume, hashes checked
+    (core.serving builds the lines, from the Hub or from S3 as the fleet's definition says)."""
+    return list(defn.weights_staging)
 
 
 def _driver_check(defn: ServingDefinition, driver_version: str) -> list[str]:
@@ -264,7 +217,7 @@ def boot_script(
     ecr = ecr_image(defn.image)
     if ecr:
         lines.append(f"aws ecr get-login-password --region {ecr.region} | docker login --username AWS --password-stdin {ecr.registry}")
-    lines += [f"docker pull {shlex.quote(defn.image)}", *weights_staging(manifest, defn, weights_s3_uri), f"mkdir -p {shlex.quote(defn.cache_dir)}"]
+    lines += [f"docker pull {shlex.quote(defn.image)}", *weights_staging(defn), f"mkdir -p {shlex.quote(defn.cache_dir)}"]
     lines += _config_files(defn)
     lines.append(render_docker_run(defn))
     lines += _health_wait(defn)
