@@ -16,6 +16,8 @@ import ipaddress
 import json
 import logging
 import os
+import struct
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,13 +31,23 @@ from gevent.event import Event
 from loadgen.http1 import ResponseParser
 from loadgen.openai_request import PATHS
 from loadgen.prompts import Api
-from loadgen.sse import SSEParser, StreamState, Transport
+from loadgen.sse import SSEParser, StreamState, Transport, feed_events
 
 _ERR_BODY_MAX = 2048
 # A token frame is ~200-400 bytes; a small buffer is cheaper to allocate on every recv (about
 # 1 us less than 64 KiB here), and a level-triggered watcher calls again if more is waiting.
 _RECV_BYTES = 4096
 _READ, _WRITE = 1, 2  # libev event masks
+# libev runs the pending callbacks of one loop iteration highest priority first: the replayer's
+# send timer runs at 2, a stream still waiting for its connection or its first token at 1, one
+# already streaming at 0, so under load a first token is read before the iteration's other reads.
+_URGENT = 1
+# The kernel's receive time of each read (Linux SO_TIMESTAMPNS, on CLOCK_REALTIME): the moment
+# the newest byte in it reached this host, however long the event loop took to get to it.
+_SO_TIMESTAMPNS: int = getattr(_socket, "SO_TIMESTAMPNS", 35)  # Python leaves out the name; 35 on Linux
+_CMSG_SPACE = _socket.CMSG_SPACE(16) if sys.platform == "linux" else 0
+_timespec = struct.Struct("qq").unpack_from
+_stamp_keeper: _socket.socket | None = None  # keeps the kernel stamping from the first packet on
 
 log = logging.getLogger("loadgen.client")
 
@@ -68,6 +80,7 @@ class StreamingClient:
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
         self.hook: DueHook | None = None
+        self.kernel_stamps = kernel_stamps()
         try:
             ip = ipaddress.ip_address(self.host)
         except ValueError:  # a name (an NLB's DNS name): resolved by resolve(), again and again
@@ -135,6 +148,24 @@ class StreamingClient:
         return box[0]
 
 
+def kernel_stamps() -> bool:
+    """Whether reads get the kernel's receive time (once per process: a socket with the option
+    set is kept open, so the kernel stamps packets from the first stream's first one on)."""
+    global _stamp_keeper
+    if _stamp_keeper is not None:
+        return True
+    if not _CMSG_SPACE:
+        return False
+    s = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+    try:
+        s.setsockopt(_socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+    except OSError:
+        s.close()
+        return False
+    _stamp_keeper = s
+    return True
+
+
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:300]
 
@@ -155,11 +186,18 @@ class Stream:
     """One request's whole life, driven by callbacks in gevent's hub: connect (each address in
     turn), send, read until the response ends, then `on_done` exactly once.
 
-    Each read callback takes what the kernel holds, stamps it with the monotonic clock and feeds
-    the HTTP/1.1 parser (chunked framing) and then the SSE parser. Timers bound the connect
-    (connect_timeout_s per address) and the whole exchange (the deadline). After reading, a
-    callback gives the client's `hook` (the replayer) a chance to send requests that came due,
-    so a send never waits behind a whole loop iteration of other streams' tokens."""
+    Each read callback takes what the kernel holds and stamps it: with the kernel's receive time
+    of the newest byte read where the kernel gives it (`kernel_stamps`; never before the request
+    was started nor after the read), else the monotonic clock at the read. A frame's stamp is
+    then when it reached this host, not when a busy event loop got to it, and never early: the
+    bytes of one read share the stamp of its newest byte, as they shared the read's time. The
+    bytes feed the HTTP/1.1 parser (chunked framing), then the SSE events (`feed_events`).
+    Until its first token a stream's watchers run at a higher priority than streaming ones'
+    (`_URGENT`), and the request is written as soon as the non-blocking connect returns when the
+    connection is already up (always, on loopback) instead of one loop iteration later. Timers
+    bound the connect (connect_timeout_s per address) and the whole exchange (the deadline).
+    After reading, a callback gives the client's `hook` (the replayer) a chance to send requests
+    that came due, so a send never waits behind a whole loop iteration of other streams' tokens."""
 
     __slots__ = (
         "_addr",
@@ -168,6 +206,7 @@ class Stream:
         "_deadline_timer",
         "_events",
         "_last_error",
+        "_urgent",
         "_view",
         "_watcher",
         "client",
@@ -205,6 +244,7 @@ class Stream:
         self._last_error: str | None = None
         self._watcher: Any = None
         self._events = 0
+        self._urgent = False
         self._connect_timer: Any = None
         self._deadline_timer: Any = None
 
@@ -235,13 +275,25 @@ class Stream:
                 self._last_error = _describe(exc)
                 continue
             s.setblocking(False)
+            if self.client.kernel_stamps:
+                s.setsockopt(_socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
             err = s.connect_ex(addr)
             self.sock = s
             if err == 0:
                 self._send()
                 return
             if err in (errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EALREADY):
-                self._watch(_WRITE, self._on_connected)
+                try:  # the handshake may be done already: then write now, not an iteration later
+                    self._view = self._view[s.send(self._view) :]
+                except BlockingIOError:
+                    pass  # not yet connected: wait until writable
+                except OSError as exc:  # refused, unreachable: this address failed
+                    self._drop_socket(_connect_error(addr, exc.errno or 0))
+                    continue
+                else:
+                    self._send()
+                    return
+                self._watch(_WRITE, self._on_connected, _URGENT)
                 left = self.deadline - time.monotonic()
                 if self.client.connect_timeout_s < left:  # else the deadline comes first
                     loop = get_hub().loop
@@ -283,18 +335,48 @@ class Stream:
                 self._view = self._view[self.sock.send(self._view) :]
         except BlockingIOError:
             if self._events != _WRITE or self._watcher.callback != self._send:
-                self._watch(_WRITE, self._send)
+                self._watch(_WRITE, self._send, _URGENT)
             return
         except OSError as exc:
             self._finish(_describe(exc))
             return
-        self._watch(_READ, self._on_readable)
+        self._watch(_READ, self._on_stamped if self.client.kernel_stamps else self._on_readable, _URGENT)
+
+    def _on_stamped(self) -> None:
+        try:
+            data, anc, _flags, _addr = self.sock.recvmsg(_RECV_BYTES, _CMSG_SPACE)  # type: ignore[union-attr]
+        except BlockingIOError:
+            return  # spurious readiness
+        except Exception as exc:  # a reset: this stream fails, the hub goes on
+            self._finish(_describe(exc))
+            return
+        now = time.monotonic()
+        stamp = now
+        if anc:
+            level, kind, ts = anc[0]
+            if kind == _SO_TIMESTAMPNS and level == _socket.SOL_SOCKET and len(ts) >= 16:
+                sec, ns = _timespec(ts)
+                k = sec + ns * 1e-9 - (time.time() - now)  # CLOCK_REALTIME -> CLOCK_MONOTONIC, now
+                if self.sent_t <= k < now:  # a clock step between the packet and the read: the read's time
+                    stamp = k
+        self._consume(data, stamp, now)
 
     def _on_readable(self) -> None:
-        resp = self.resp
         try:
             data = self.sock.recv(_RECV_BYTES)  # type: ignore[union-attr]
-            self.now = now = time.monotonic()
+        except BlockingIOError:
+            return  # spurious readiness
+        except Exception as exc:  # a reset: this stream fails, the hub goes on
+            self._finish(_describe(exc))
+            return
+        now = time.monotonic()
+        self._consume(data, now, now)
+
+    def _consume(self, data: bytes, stamp: float, now: float) -> None:
+        """Parse one read whose bytes arrived by `stamp` (their timestamp), read at `now`."""
+        resp = self.resp
+        self.now = stamp
+        try:
             if data:
                 resp.feed(data)
                 if resp.message_complete:
@@ -302,20 +384,18 @@ class Stream:
             else:
                 resp.feed_eof()  # completes a close-delimited body
                 self._finish(None if resp.message_complete else "connection closed before the response ended")
-        except BlockingIOError:
-            return  # spurious readiness
-        except Exception as exc:  # a reset, or bytes the parser rejects: this stream fails, the hub goes on
+        except Exception as exc:  # bytes the parser rejects: this stream fails, the hub goes on
             self._finish(_describe(exc))
             return
+        if self._urgent and self.state.chunk_times and not self.finished:
+            self._watch(_READ, self._watcher.callback)  # streaming now: back to the default priority
         hook = self.client.hook
         if hook is not None and now >= hook.next_due:
             hook.launch_due(now)
 
     def _on_body(self, data: bytes) -> None:
         if self.resp.status_code == 200:
-            on_event, now = self.state.on_event, self.now
-            for ev in self.parser.feed(data):
-                on_event(ev, now)
+            feed_events(self.parser, self.state, data, self.now)
         elif len(self.err_body) < _ERR_BODY_MAX:
             self.err_body.extend(data[: _ERR_BODY_MAX - len(self.err_body)])
 
@@ -346,18 +426,20 @@ class Stream:
 
     # -- watchers ----------------------------------------------------------------------------
 
-    def _watch(self, events: int, callback: Callable[[], None]) -> None:
+    def _watch(self, events: int, callback: Callable[[], None], priority: int = 0) -> None:
         """Level-triggered readiness watcher on the socket (one at a time)."""
         assert self.sock is not None
         self._unwatch()
-        self._watcher = get_hub().loop.io(self.sock.fileno(), events)
+        self._watcher = get_hub().loop.io(self.sock.fileno(), events, True, priority)
         self._events = events
+        self._urgent = priority > 0
         self._watcher.start(callback)
 
     def _unwatch(self) -> None:
         close_watcher(self._watcher)
         self._watcher = None
         self._events = 0
+        self._urgent = False
 
     def _stop_connect_timer(self) -> None:
         close_watcher(self._connect_timer)

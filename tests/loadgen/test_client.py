@@ -262,3 +262,80 @@ def test_request_larger_than_the_socket_buffers_is_sent_whole() -> None:
     assert r == {"status": 200, "error": None, "tokens": 2, "done": True, "finish": "length"}
     body = len(json.dumps({"prompt": "x" * size}, separators=(",", ":")))
     assert got == [body, body]
+
+
+_FIRST_TOKEN = r"""
+import json, socket, sys, threading, time
+import gevent
+from gevent.event import Event
+from loadgen.client import StreamingClient
+
+lst = socket.socket()
+lst.bind(("127.0.0.1", 0))
+lst.listen(4)
+go = threading.Event()
+box = {}
+
+def chunk(payload):
+    return b"%x\r\n%s\r\n" % (len(payload), payload)
+
+def event(obj):
+    return chunk(b"data: " + json.dumps(obj).encode() + b"\n\n")
+
+def serve():
+    c, _ = lst.accept()
+    c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        buf += c.recv(65536)
+    box["request_seen"] = time.monotonic()
+    c.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
+    box["first_write"] = time.monotonic()
+    c.sendall(event({"choices": [{"index": 0, "text": "a", "finish_reason": None}]}))
+    go.wait(10)
+    box["last_write"] = time.monotonic()
+    c.sendall(event({"choices": [{"index": 0, "text": "b", "finish_reason": "length"}]})
+              + event({"choices": [], "usage": {"completion_tokens": 2}}) + chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+    c.close()
+
+threading.Thread(target=serve, daemon=True).start()
+client = StreamingClient(f"http://127.0.0.1:{lst.getsockname()[1]}", api="completions", timeout_s=10)
+client.kernel_stamps = client.kernel_stamps and sys.argv[1] == "kernel"
+done, out = Event(), []
+st = client.open(client.encode({"prompt": "x", "max_tokens": 2, "stream": True}), lambda ex: (out.append(ex), done.set()))
+st.begin()
+priority_waiting = st._watcher.priority
+time.sleep(0.5)  # the hub is blocked: the head and the first token arrive meanwhile, unread
+unblocked = time.monotonic()
+while not st.state.chunk_times:
+    gevent.sleep(0.001)
+priority_streaming = st._watcher.priority
+go.set()
+done.wait(10)
+ex = out[0]
+print(json.dumps({**box, "unblocked": unblocked, "sent": ex.sent_t, "times": ex.state.chunk_times, "kernel": client.kernel_stamps,
+                  "priorities": [priority_waiting, priority_streaming], "error": ex.transport.error,
+                  "tokens": [ex.state.content_chunks, ex.state.server_output_tokens], "done": ex.state.done}))
+"""
+
+
+@pytest.mark.parametrize("stamps", ["kernel", "read"])
+def test_first_token_is_stamped_when_it_arrived_not_when_the_loop_read_it(stamps: str) -> None:
+    # The hub is kept from running for 0.5 s while the first token arrives. With the kernel's
+    # receive time (Linux) its stamp is the arrival, not the read 0.5 s later; the bytes of a
+    # read are never stamped before their newest byte was written. Also: the request is on the
+    # wire when begin() returns (the server saw it while the hub was blocked), and a stream waits
+    # for its first token at a higher priority than it streams at.
+    out = subprocess.run([sys.executable, "-c", _FIRST_TOKEN, stamps], capture_output=True, text=True, cwd=ROOT, timeout=60, check=True)
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    if stamps == "kernel" and not r["kernel"]:
+        pytest.skip("no kernel receive timestamps on this platform")
+    assert r["error"] is None and r["tokens"] == [2, 2] and r["done"]
+    assert r["sent"] <= r["request_seen"] < r["unblocked"]  # sent from begin(), not a loop iteration later
+    assert r["priorities"] == [1, 0]
+    first, last = r["times"]
+    if stamps == "kernel":
+        assert r["first_write"] <= first < r["first_write"] + (r["unblocked"] - r["first_write"]) / 2
+    else:
+        assert first >= r["unblocked"]  # the read's own time: what the kernel's stamp replaces
+    assert last >= r["last_write"]
