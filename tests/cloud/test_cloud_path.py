@@ -6,7 +6,7 @@ template. A moto server stands in for S3, CloudFormation (the deployed stack's o
 ECS and the Tagging API; one emulator per fleet stands in for the NLB targets (the one value
 of the run config replaced). Two `campaign run`s go through campaign.aws_cli.run_campaign,
 the function `python -m campaign run` calls, with LocalTaskLauncher in place of ECS RunTask;
-then `python -m campaign report --aws --run-id` and `teardown --run-id` run as the operator
+then `python -m campaign report --aws --run-id` and `teardown --records` (the second run as `run` downloaded it, under the bucket's TLS-only policy) run as the operator
 would type them. The Prometheus task's command line runs too, with a local prometheus binary.
 """
 
@@ -196,9 +196,16 @@ def test_two_runs_report_and_teardown_from_the_synthesized_task_definitions(
     report = json.loads((out / "report.json").read_text(encoding="utf-8"))
     assert f"{scheduled * len(m.fleets)} records" in json.dumps(report["provenance"]["records"])
 
+    # The evidence outlives the stack: both runs stay in the results bucket. Listed now, because
+    # the bucket's policy below (the stack's: TLS only) refuses moto's plain-HTTP requests.
+    second_objects = _objects(prefix2 + "/")
+    s3 = _session().client("s3")
+    s3.put_bucket_policy(Bucket=BUCKET, Policy=json.dumps({"Version": "2012-10-17", "Statement": [{
+        "Effect": "Deny", "Principal": {"AWS": "*"}, "Action": "s3:*", "Resource": [f"arn:aws:s3:::{BUCKET}", f"arn:aws:s3:::{BUCKET}/*"],
+        "Condition": {"Bool": {"aws:SecureTransport": "false"}}}]}))  # fmt: skip
     down = workdir / "teardown"
-    td = subprocess.run(
-        [sys.executable, "-m", "campaign", "teardown", str(manifest_path), "--run-id", second.run_id, "--out", str(down)],
+    td = subprocess.run(  # the second run's records as `run` downloaded them: the policy refuses plain-HTTP reads
+        [sys.executable, "-m", "campaign", "teardown", str(manifest_path), "--records", str(second.records_dir), "--out", str(down)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert td.returncode == 0, td.stdout[-2000:] + td.stderr[-3000:]
@@ -206,8 +213,8 @@ def test_two_runs_report_and_teardown_from_the_synthesized_task_definitions(
     assert f"kept by design: arn:aws:s3:::{BUCKET}" in td.stdout
     with pytest.raises(Exception, match="does not exist"):
         _session().client("cloudformation").describe_stacks(StackName=f"{m.campaign}-comparison")
-    # The evidence outlives the stack: both runs are still in the results bucket.
-    assert _objects(prefix + "/") == first_objects and _objects(prefix2 + "/")
+    s3.delete_bucket_policy(Bucket=BUCKET)
+    assert _objects(prefix + "/") == first_objects and _objects(prefix2 + "/") == second_objects and second_objects
 
 
 def test_the_synthesized_prometheus_task_loads_its_config_in_a_real_prometheus(template: dict[str, Any], workdir: Path) -> None:
