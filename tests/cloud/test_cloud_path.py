@@ -6,7 +6,8 @@ template. A moto server stands in for S3, CloudFormation (the deployed stack's o
 ECS and the Tagging API; one emulator per fleet stands in for the NLB targets (the one value
 of the run config replaced). Two `campaign run`s go through campaign.aws_cli.run_campaign,
 the function `python -m campaign run` calls, with LocalTaskLauncher in place of ECS RunTask;
-then `python -m campaign report --aws --run-id` and `teardown --records` (the second run as `run` downloaded it, under the bucket's TLS-only policy) run as the operator
+then `python -m campaign report --aws --run-id` and `teardown --records` (the second run as `run`
+downloaded it, under the bucket's TLS-only policy) run as the operator
 would type them. The Prometheus task's command line runs too, with a local prometheus binary.
 """
 
