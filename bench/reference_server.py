@@ -7,8 +7,9 @@ Every request's token k (0-based) is due at arrival + ttft + k x itl. One thread
 loop, plain non-blocking sockets (no asyncio, no framework), and every frame pre-encoded: a
 token costs one `send` and a little bookkeeping, so one core streams well over 150k tokens/s
 (`--ceiling` measures it). Tokens come out on a 1 ms tick wheel (epoll waits whole
-milliseconds), so a token is written 0-2 ms after it is due; the server writes down what it
-really did instead of trusting its schedule:
+milliseconds; `--spin`, which the benches use, polls instead while streams are open, as this
+VM wakes a sleeping process 2-5 ms late at P99), so a token is written 0-2 ms after it is due;
+the server writes down what it really did instead of trusting its schedule:
 
 - `arrival`: the kernel's receive time of the request's bytes (SO_TIMESTAMPNS, converted to
   CLOCK_MONOTONIC), so the server's own read lateness is not charged to the client; the
@@ -121,11 +122,12 @@ class _Conn:
 class ReferenceServer:
     """Run with `serve_forever()` (blocks; one thread). Counters are read through TRUTH_PATH."""
 
-    def __init__(self, ttft_s: float, itl_s: float, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, ttft_s: float, itl_s: float, host: str = "127.0.0.1", port: int = 0, *, spin: bool = False) -> None:
         if itl_s <= 0 or ttft_s < 0:
             raise ValueError("need itl > 0 and ttft >= 0")
         self.ttft_s = ttft_s
         self.itl_s = itl_s
+        self.spin = spin
         self.lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         with contextlib.suppress(OSError):  # turns on the kernel's receive stamps now, not with the first request
@@ -164,7 +166,7 @@ class ReferenceServer:
         conns, wheel, mono = self._conns, self._wheel, time.monotonic
         while not self._stop:
             if wheel:
-                timeout = max(0.0, (self._tick + 1) / 1000 - mono())
+                timeout = 0.0 if self.spin else max(0.0, (self._tick + 1) / 1000 - mono())
             else:
                 self._tick = int(mono() * 1000)
                 timeout = 0.5
@@ -382,8 +384,8 @@ class ReferenceServer:
 def lateness_summary(xs: array[float] | list[float]) -> dict[str, float | int]:
     s = sorted(xs)
     if not s:
-        return {"n": 0, "p50": 0.0, "p99": 0.0, "max": 0.0}
-    return {"n": len(s), "p50": s[len(s) // 2], "p99": s[min(len(s) - 1, int(len(s) * 0.99))], "max": s[-1]}
+        return {"n": 0, "p50": 0.0, "p90": 0.0, "p99": 0.0, "max": 0.0}
+    return {"n": len(s), "p50": s[len(s) // 2], "p90": s[int(len(s) * 0.9)], "p99": s[min(len(s) - 1, int(len(s) * 0.99))], "max": s[-1]}
 
 
 # -- running it in another process, pinned ---------------------------------------------------------
@@ -413,12 +415,16 @@ class ServerProcess:
             self.proc.wait(timeout=10)
 
 
-def start(ttft_s: float, itl_s: float, workdir: Path, core: int | None = 1) -> ServerProcess:
+def start(ttft_s: float, itl_s: float, workdir: Path, core: int | None = 1, *, spin: bool = True) -> ServerProcess:
+    """The server in a child process, pinned to `core` (None: anywhere); `spin` where it has the
+    core to itself."""
     import shutil
     import subprocess
 
     port_file = workdir / f"reference-server-{os.getpid()}-{time.monotonic_ns()}.port"
     cmd = [sys.executable, str(Path(__file__).resolve()), "--ttft", str(ttft_s), "--itl", str(itl_s), "--port-file", str(port_file)]
+    if spin:
+        cmd.append("--spin")
     if core is not None and shutil.which("taskset") and core < (os.cpu_count() or 1):
         cmd = ["taskset", "-c", str(core), *cmd]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
@@ -498,41 +504,55 @@ class ServerProbe:
     tokens_per_s: float  # offered
     req_s: float
     held: bool
+    late_p90_s: float  # token writes against their due times
     late_p99_s: float
+    first_late_p90_s: float  # first tokens' writes
     first_late_p99_s: float
-    cpu_share: float  # of one core, over the probe
+    cpu_share: float  # of one core, from the first arrival to the last stream's end
     ok: int
     expected: int
 
     def line(self) -> str:
         return (
             f"  {self.tokens_per_s / 1000:6.0f}k tokens/s ({self.req_s:g} req/s): {'held' if self.held else 'MISSED'}"
-            f"  writes late p99 {self.late_p99_s * 1000:.2f} ms, first token p99 {self.first_late_p99_s * 1000:.2f} ms,"
-            f" server CPU {self.cpu_share:.0%}, streams ok {self.ok}/{self.expected}"
+            f"  writes late p90 {self.late_p90_s * 1000:.2f} p99 {self.late_p99_s * 1000:.2f} ms, first tokens p90"
+            f" {self.first_late_p90_s * 1000:.2f} p99 {self.first_late_p99_s * 1000:.2f} ms, server CPU {self.cpu_share:.0%},"
+            f" streams ok {self.ok}/{self.expected}"
         )
 
 
-MAX_LATE_S = 0.005  # a token written more than this after its due time is late
+# The server keeps its schedule while 90% of its token writes (first ones too) leave within this
+# of their due time: a server short of CPU falls behind on most writes (at 70k tokens/s here,
+# P90 6 ms), while this shared 2-vCPU VM preempts a process now and then for tens of ms, which
+# moves the P99 at any load (the lines print it).
+MAX_LATE_P90_S = 0.002
+
+
+def kept_schedule(truth: dict[str, Any]) -> bool:
+    return bool(truth["late_s"]["p90"] < MAX_LATE_P90_S and truth["first_late_s"]["p90"] < MAX_LATE_P90_S)
 
 
 def probe_server(server: ServerProcess, tokens_per_s: float, *, tokens: int = 500, seconds: float = 8.0) -> ServerProbe:
     """Offer `tokens_per_s` (streams of `tokens`) for `seconds` of arrivals, read in bulk. It holds
-    when every stream ends whole and token writes are late by under MAX_LATE_S at P99."""
+    when every stream ends whole and the server kept its schedule (`kept_schedule`)."""
     rate = tokens_per_s / tokens
     server.truth()  # forget what came before
+    t0 = time.monotonic()
     res = bulk_read(server.port, rate, seconds, tokens)
+    wall = time.monotonic() - t0
     t = server.truth()
-    late, first = t["late_s"]["p99"], t["first_late_s"]["p99"]
+    late, first = t["late_s"], t["first_late_s"]
     expected = int(rate * seconds)
-    held = res["ok"] == expected and late < MAX_LATE_S and first < MAX_LATE_S
-    return ServerProbe(tokens_per_s, rate, held, late, first, t["cpu_s"] / max(t["wall_s"], 1e-9), res["ok"], expected)
+    held = res["ok"] == expected and kept_schedule(t)
+    return ServerProbe(tokens_per_s, rate, held, late["p90"], late["p99"], first["p90"], first["p99"], t["cpu_s"] / wall, res["ok"], expected)
 
 
 def server_ceiling(
-    server: ServerProcess, *, start_tokens_per_s: float = 150_000, growth: float = 1.3, probes: int = 3, log: Callable[[str], None] = print
+    server: ServerProcess, *, start_tokens_per_s: float = 40_000, growth: float = 1.25, probes: int = 3, log: Callable[[str], None] = print
 ) -> tuple[float, list[ServerProbe]]:
-    """Offer growing token rates from `start_tokens_per_s` until one misses or `probes` ran; the
-    ceiling is the highest that held (0 when the first missed)."""
+    """From `start_tokens_per_s`, x`growth` while a rate holds, /`growth` while none has held, at
+    most `probes` rates; stops at the first miss above a hold. The ceiling is the highest rate
+    that held (0 if none did)."""
     best = 0.0
     out: list[ServerProbe] = []
     rate = start_tokens_per_s
@@ -540,10 +560,13 @@ def server_ceiling(
         p = probe_server(server, rate)
         out.append(p)
         log(p.line())
-        if not p.held:
+        if p.held:
+            best = max(best, rate)
+            rate *= growth
+        elif best:
             break
-        best = rate
-        rate *= growth
+        else:
+            rate /= growth
     return best, out
 
 
@@ -564,10 +587,11 @@ def main() -> int:
     ap.add_argument("--port-file", type=Path, help="write the bound port here once listening")
     ap.add_argument("--ttft", type=float, default=0.05, help="time to first token, from the request's arrival (s)")
     ap.add_argument("--itl", type=float, default=0.025, help="inter-token latency (s)")
+    ap.add_argument("--spin", action="store_true", help="poll without sleeping while streams are open (a core of its own)")
     ap.add_argument("--ceiling", action="store_true", help="measure this server's own ceiling and exit")
     ap.add_argument("--json", action="store_true", help="with --ceiling: print one JSON object")
-    ap.add_argument("--start", type=float, default=150_000, help="with --ceiling: the first token rate offered (tokens/s)")
-    ap.add_argument("--probes", type=int, default=3, help="with --ceiling: at most this many rates, each x1.3 the last")
+    ap.add_argument("--start", type=float, default=40_000, help="with --ceiling: the first token rate offered (tokens/s)")
+    ap.add_argument("--probes", type=int, default=3, help="with --ceiling: at most this many rates (x1.25 up after a hold, /1.25 down before one)")
     a = ap.parse_args()
     if a.ceiling:
         import tempfile
@@ -584,7 +608,7 @@ def main() -> int:
         else:
             print(f"reference server ceiling: {best:,.0f} tokens/s on one core (highest offered rate that held)")
         return 0
-    srv = ReferenceServer(a.ttft, a.itl, a.host, a.port)
+    srv = ReferenceServer(a.ttft, a.itl, a.host, a.port, spin=a.spin)
     if a.port_file:
         tmp_file = a.port_file.with_suffix(".tmp")
         tmp_file.write_text(str(srv.port))

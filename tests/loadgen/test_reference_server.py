@@ -47,7 +47,7 @@ print(json.dumps(out))
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[refsrv.ServerProcess]:
-    s = refsrv.start(0.02, 0.004, tmp_path, core=None)
+    s = refsrv.start(0.02, 0.004, tmp_path, core=None, spin=False)
     yield s
     s.close()
 

@@ -1,0 +1,576 @@
+"""The load generator's ceiling, ours and `vllm bench serve`'s, found in the same run.
+
+    .venv/bin/python bench/loadgen_ceiling.py [--json] [--tokens 500] [--itl 0.025] [--ttft 0.05]
+        [--steady 5] [--probes 4] [--ours-start 60] [--vllm-start 6] [--no-vllm] [--baseline REF] [--keep DIR]
+
+The ceiling of a load generator is the highest offered rate (requests/s, evenly spaced, each
+request streaming `--tokens` tokens) at which, on one core:
+- the achieved rate is at least 98% of the offered one: requests that ended whole and reached
+  the server, over the span of their arrivals at the server (+ one interval);
+- the schedule lag P99 is under 5 ms: each request's send against the time it was due;
+- the TTFT error P99 is under 10 ms: the tool's TTFT (from its own send to the first token)
+  minus the server's ground truth (first token written - request arrived, both on the
+  machine's one CLOCK_MONOTONIC; bench/reference_server.py);
+and the server kept its schedule (90% of its token writes, first ones too, within 2 ms of
+their due time: reference_server.kept_schedule), else the probe is "server-limited" and is no
+pass either.
+Lag and TTFT error are taken over the requests sent once the first streams have run their
+whole length (offset >= ttft + tokens x itl), when the most streams are open: `--steady`
+seconds of them, and at least 30; the achieved rate over all of them. Each probe also prints
+the TTFT error split in two: the send side (the request's arrival at the server - the tool's
+send) and the read side (the tool's first-token stamp - the server's write).
+
+One reference server (bench/reference_server.py) runs on core 1 for the whole run; it first
+measures its own ceiling with a bulk reader (`server_tokens_per_s`). Then each tool runs on
+core 0, taking turns probe by probe so a noisy spell of this shared machine falls on both:
+- ours: one Locust worker (loadgen.launch.run_fleet), completions API, the same prompts;
+- vLLM's: `vllm bench serve` (vllm.benchmarks.serve's add_cli_args + main, from .venv-engine,
+  as bench/vllm_bench_compare.py runs it) in one process that imports vLLM once and runs each
+  probe as its own benchmark: `--dataset-name custom` (the same prompt texts and output
+  lengths), `--request-rate R --burstiness inf` (evenly spaced), `--ignore-eos`,
+  `--request-id-prefix` (joined to the server's truth by X-Request-Id), no ready check.
+  Its TTFT runs from its own send (time.perf_counter, CLOCK_MONOTONIC on Linux) as ours
+  does; its schedule lag is each request's start against the evenly spaced schedule through
+  its most punctual request (a lower bound: vLLM records no due times).
+
+The search per tool: from its start rate, x1.5 up while probes pass (/1.5 down while they
+fail) until a pass and a fail bracket the ceiling, then geometric bisection until the bracket
+is within 10% or the tool's probes are spent (4 each by default: about 5 minutes in all, a
+probe being a stream's length of ramp, the steady seconds and a stream's length of drain). Prints `ours_req_s`, `vllm_req_s` and their
+ratio; `--json` prints one object. `--baseline REF` also probes our load generator as it was
+at git revision REF (its loadgen/, extracted to a temporary directory, with this core/), in the same
+interleaved run: before/after figures for a change. `--no-vllm` skips vLLM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench import reference_server as refsrv  # noqa: E402
+from core.manifest import load_manifest  # noqa: E402
+from core.quantiles import interpolated_quantile  # noqa: E402
+from core.schedule import build_schedule  # noqa: E402
+from loadgen.openai_request import request_id_header  # noqa: E402
+from loadgen.prompts import PromptBuilder  # noqa: E402
+from loadgen.recording import read_records  # noqa: E402
+from loadgen.summary import load_summary  # noqa: E402
+
+CLIENT_CORE, SERVER_CORE = 0, 1
+FLEET = "g6"  # the reference server ignores the fleet; records need one
+MIN_ACHIEVED_SHARE = 0.98
+MAX_LAG_P99_S = 0.005
+MAX_TTFT_ERROR_P99_S = 0.010
+GROWTH = 1.5
+TOLERANCE = 1.10  # stop bisecting once the bracket's high end is within this factor of its low end
+VLLM_DRIVER = r"""
+import json, sys, traceback
+from vllm.benchmarks.serve import add_cli_args, main
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+print("__driver_ready__", flush=True)
+for line in sys.stdin:
+    argv = json.loads(line)
+    p = FlexibleArgumentParser(prog="vllm bench serve")
+    add_cli_args(p)
+    try:
+        main(p.parse_args(argv))
+        status = "ok"
+    except BaseException:
+        traceback.print_exc()
+        status = "failed"
+    print("__probe_done__ " + status, flush=True)
+"""
+
+
+def _q(xs: list[float], p: float) -> float:
+    return interpolated_quantile(xs, p, empty=math.nan)
+
+
+def _pin(core: int) -> bool:
+    try:
+        if core >= (os.cpu_count() or 1):
+            return False
+        os.sched_setaffinity(0, {core})
+        return True
+    except (AttributeError, OSError):
+        return False
+
+
+@dataclass(frozen=True)
+class Shape:
+    tokens: int
+    ttft_s: float
+    itl_s: float
+    steady_s: float
+    input_tokens: int = 128
+
+    min_steady_requests: int = 30
+
+    @property
+    def stream_s(self) -> float:
+        return self.ttft_s + self.tokens * self.itl_s
+
+    def requests(self, rate: float) -> int:
+        """Enough for `steady_s` of sends at full concurrency, and at least `min_steady_requests`
+        of them (a P99 over fewer is its maximum anyway)."""
+        return math.ceil(rate * self.stream_s) + max(math.ceil(rate * self.steady_s), self.min_steady_requests)
+
+
+@dataclass
+class Probe:
+    tool: str
+    offered: float
+    requests: int
+    ok: int
+    achieved: float  # req/s: requests that ended whole and reached the server, over their arrivals' span
+    lag_p50_s: float
+    lag_p99_s: float
+    ttft_err_p50_s: float
+    ttft_err_p99_s: float
+    steady_requests: int  # how many requests the lag and TTFT error percentiles are over
+    client_cpu: float | None  # share of one core over the replay (ours: its own meter)
+    server_late_p99_s: float  # the server's token writes against their due times
+    server_tokens: int
+    wall_s: float
+    send_side_p99_s: float  # request arrival at the server - the tool's send
+    read_side_p50_s: float  # the tool's first-token timestamp - the server's write
+    read_side_p99_s: float
+    passed: bool = False
+    why: list[str] = field(default_factory=list)
+
+    def judge(self) -> None:
+        self.why = []
+        if not self.achieved >= MIN_ACHIEVED_SHARE * self.offered:
+            self.why.append(f"achieved {self.achieved:.1f} < {MIN_ACHIEVED_SHARE:.0%} of offered")
+        if not self.lag_p99_s < MAX_LAG_P99_S:
+            self.why.append(f"lag p99 {self.lag_p99_s * 1000:.1f} ms")
+        if not self.ttft_err_p99_s < MAX_TTFT_ERROR_P99_S:
+            self.why.append(f"TTFT error p99 {self.ttft_err_p99_s * 1000:.1f} ms")
+        self.passed = not self.why
+
+    def line(self) -> str:
+        cpu = f", client CPU {self.client_cpu:.0%}" if self.client_cpu is not None else ""
+        verdict = "pass" if self.passed else "FAIL (" + "; ".join(self.why) + ")"
+        return (
+            f"  {self.tool:<14}{self.offered:7.1f} req/s: {verdict}\n"
+            f"  {'':<14}        achieved {self.achieved:.1f} req/s ({self.ok}/{self.requests} ok), lag p50 {self.lag_p50_s * 1000:.2f} "
+            f"p99 {self.lag_p99_s * 1000:.2f} ms, TTFT error p50 {self.ttft_err_p50_s * 1000:.2f} p99 {self.ttft_err_p99_s * 1000:.2f} ms "
+            f"(over {self.steady_requests}): send side p99 {self.send_side_p99_s * 1000:.2f} ms, read side p50 {self.read_side_p50_s * 1000:.2f} "
+            f"p99 {self.read_side_p99_s * 1000:.2f} ms{cpu}; server writes late p99 {self.server_late_p99_s * 1000:.1f} ms; {self.wall_s:.0f} s"
+        )
+
+
+def _truth_rows(truth: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {r["id"]: r for r in truth["requests"] if r["id"]}
+
+
+def _achieved(arrivals: list[float], rate: float) -> float:
+    if not arrivals:
+        return 0.0
+    return len(arrivals) / (max(arrivals) - min(arrivals) + 1.0 / rate)
+
+
+def _probe(
+    tool: str, rate: float, shape: Shape, truth: dict[str, Any], rows: list[tuple[float, str, float | None, float | None, bool, float]],
+    client_cpu: float | None, wall: float, *, sent_monotonic: bool,
+) -> Probe:
+    """rows: (scheduled offset, request id, tool TTFT from its send, schedule lag, ended whole,
+    its send time on CLOCK_MONOTONIC or, where the tool does not record it, its send time on
+    some other fixed origin)."""
+    by_id = _truth_rows(truth)
+    arrivals: list[float] = []
+    lags: list[float] = []
+    errs: list[float] = []
+    send_side: list[float] = []
+    ok = 0
+    for offset, rid, ttft, lag, whole, sent in rows:
+        g = by_id.get(rid)
+        if not whole or g is None or ttft is None:
+            continue
+        ok += 1
+        arrivals.append(g["arrival"])
+        if offset >= shape.stream_s:
+            errs.append(ttft - (g["first_write"] - g["arrival"]))
+            send_side.append(g["arrival"] - sent)
+            if lag is not None:
+                lags.append(lag)
+    steady = sum(1 for r in rows if r[0] >= shape.stream_s)
+    # The error in two: from the send to the request's arrival at the server (connect, write),
+    # and from the first token's write to the tool's timestamp (the read). With a send time on
+    # another origin, the send side is counted from the quickest request's.
+    base = 0.0 if sent_monotonic else min(send_side, default=0.0)
+    read_side = sorted(e - (s - base) for e, s in zip(errs, send_side, strict=True))
+    send_side = sorted(s - base for s in send_side)
+    lags.sort()
+    errs.sort()
+    p = Probe(
+        tool, rate, len(rows), ok, _achieved(arrivals, rate),
+        _q(lags, 0.5), _q(lags, 0.99), _q(errs, 0.5), _q(errs, 0.99), steady, client_cpu,
+        float(truth["late_s"]["p99"]), int(truth["tokens"]), wall,
+        _q(send_side, 0.99), _q(read_side, 0.5), _q(read_side, 0.99),
+    )
+    p.judge()
+    if not refsrv.kept_schedule(truth):  # the offered load was not the server's schedule: no verdict on the tool
+        late = max(truth["late_s"]["p90"], truth["first_late_s"]["p90"])
+        p.why.append(f"server-limited: its writes late p90 {late * 1000:.1f} ms")
+        p.passed = False
+    if len(errs) < steady:  # a steady request that failed has no error in the P99: it cannot pass
+        p.why.insert(0, f"{steady - len(errs)} of the {steady} steady requests failed")
+        p.passed = False
+    return p
+
+
+# -- the tools ------------------------------------------------------------------------------------
+
+
+class Tool(Protocol):
+    name: str
+
+    def probe(self, rate: float) -> Probe: ...
+
+
+def _manifest(workdir: Path, shape: Shape, rate: float) -> Path:
+    n = shape.requests(rate)
+    trace = workdir / "trace.jsonl"
+    rows = ({"offset_s": i / rate, "input_tokens": shape.input_tokens, "output_tokens": shape.tokens} for i in range(n))
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    d = yaml.safe_load((ROOT / "manifests" / "llama3-8b-inf2-vs-g6.yaml").read_text())
+    d["workload"].update(
+        trace={"path": str(trace), "format": "plain-jsonl"},
+        window={"start_s": 0, "duration_s": n / rate + 1},
+        time_scale=1.0,
+        rate_scale=1.0,
+        warmup_s=0,
+        request_class={"max_input_tokens": shape.input_tokens, "max_output_tokens": shape.tokens, "mode": "clip"},
+    )
+    d["workload"].pop("capacity_sweep", None)
+    d["loadgen"]["request_timeout_s"] = 120
+    path = workdir / "bench.yaml"
+    path.write_text(yaml.safe_dump(d))
+    return path
+
+
+_RUN_OURS = (
+    "import sys\n"
+    "sys.path.insert(0, sys.argv[1])\n"
+    "from pathlib import Path\n"
+    "from loadgen.launch import run_fleet\n"
+    "from loadgen.replay_options import ReplayOptions\n"
+    "opts = ReplayOptions(api='completions', warmup=False, tokenizer_check=False)\n"
+    "run_fleet(Path(sys.argv[2]), sys.argv[3], sys.argv[4], Path(sys.argv[5]), options=opts)\n"
+)
+
+
+@dataclass
+class Ours:
+    """Our replayer, from this checkout or from another (a baseline revision's loadgen/ and core/)."""
+
+    name: str
+    root: Path
+    server: refsrv.ServerProcess
+    shape: Shape
+    workdir: Path
+    runs: int = 0
+
+    def probe(self, rate: float) -> Probe:
+        self.runs += 1
+        wd = self.workdir / f"{self.name.replace('@', '-')}-{self.runs}"
+        wd.mkdir(parents=True)
+        mpath = _manifest(wd, self.shape, rate)
+        m = load_manifest(mpath)
+        self.server.truth()  # forget what came before
+        t = time.monotonic()
+        proc = subprocess.run(
+            [sys.executable, "-c", _RUN_OURS, str(self.root), str(mpath), FLEET, self.server.url, str(wd / "run")],
+            cwd=self.root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False,
+        )
+        wall = time.monotonic() - t
+        truth = self.server.truth()
+        (wd / "truth.json").write_text(json.dumps(truth))
+        if proc.returncode != 0:
+            raise RuntimeError(f"{self.name}: the replay failed ({proc.returncode}): {proc.stderr.decode(errors='replace')[-2000:]}")
+        recs = list(read_records(sorted((wd / "run").glob(f"records-{FLEET}-*.jsonl"))))
+        rows = [
+            (
+                r.scheduled_s,
+                request_id_header(m.campaign, FLEET, r.request_id),
+                (r.ttft_s - r.send_lag_s) if r.ttft_s is not None and r.send_lag_s is not None else None,
+                r.send_lag_s,
+                r.outcome == "ok",
+                r.sent_s or 0.0,  # from the replay's t0, which the records do not place on CLOCK_MONOTONIC
+            )
+            for r in recs
+        ]
+        cpu = load_summary(wd / "run" / f"summary-{FLEET}.json").client_cpu_percent / 100
+        return _probe(self.name, rate, self.shape, truth, rows, cpu, wall, sent_monotonic=False)
+
+
+def _tokenizer_dir(path: Path) -> Path:
+    """An HF tokenizer vLLM's dataset code can load (it counts prompt tokens with it): the tiny
+    real-engine checkpoint's (runtime/tiny_model.py), trained here, nothing downloaded."""
+    from runtime.tiny_model import BOS, EOT, build_tokenizer
+    from runtime.tiny_model import Shape as ModelShape
+
+    path.mkdir(parents=True, exist_ok=True)
+    build_tokenizer(ModelShape()).save(str(path / "tokenizer.json"))
+    cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": BOS, "eos_token": EOT, "model_max_length": 8192}
+    (path / "tokenizer_config.json").write_text(json.dumps(cfg))
+    return path
+
+
+class Vllm:
+    """`vllm bench serve` in one long-lived process: vLLM is imported once (half a minute here),
+    then every probe is a whole benchmark run of its own (its main(), fresh arguments)."""
+
+    name = "vllm bench"
+
+    def __init__(self, server: refsrv.ServerProcess, shape: Shape, workdir: Path) -> None:
+        from campaign import engine as engines
+
+        self.server = server
+        self.shape = shape
+        self.workdir = workdir
+        self.runs = 0
+        self.tokenizer = _tokenizer_dir(workdir / "tokenizer")
+        env = {**os.environ, **engines.vllm_env(engines.EngineSettings()), "PYTHONUNBUFFERED": "1"}
+        env.pop("PYTHONPATH", None)
+        self.log = (workdir / "vllm-driver.log").open("w")
+        self.proc = subprocess.Popen(
+            [str(engines.engine_python()), "-c", VLLM_DRIVER],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True, cwd=workdir,
+        )
+        self._wait_for("__driver_ready__", 300)
+
+    def _wait_for(self, marker: str, timeout_s: float) -> str:
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError(f"vllm bench driver exited ({self.proc.poll()}); log {self.log.name}")
+            self.log.write(line)
+            if line.startswith(marker):
+                self.log.flush()
+                return line.strip()
+        raise RuntimeError(f"vllm bench driver: no {marker} within {timeout_s:.0f} s; log {self.log.name}")
+
+    def probe(self, rate: float) -> Probe:
+        self.runs += 1
+        wd = self.workdir / f"vllm-{self.runs}"
+        wd.mkdir(parents=True)
+        mpath = _manifest(wd, self.shape, rate)
+        m = load_manifest(mpath)
+        builder = PromptBuilder(m, "completions")
+        sched = build_schedule(m)
+        with (wd / "dataset.jsonl").open("w") as fh:
+            for r in sched:
+                fh.write(json.dumps({"prompt": builder.build(r).text, "output_tokens": r.output_tokens}) + "\n")
+        prefix = f"vllm{self.runs}-"
+        argv = [
+            "--backend", "openai", "--base-url", self.server.url, "--endpoint", "/v1/completions",
+            "--model", "reference", "--tokenizer", str(self.tokenizer),
+            "--dataset-name", "custom", "--dataset-path", str(wd / "dataset.jsonl"), "--num-prompts", str(len(sched)),
+            "--skip-chat-template", "--disable-shuffle", "--ignore-eos",
+            "--request-rate", str(rate), "--burstiness", "inf", "--seed", "0",
+            "--ready-check-timeout-sec", "0", "--request-id-prefix", prefix,
+            "--save-result", "--save-detailed", "--result-dir", str(wd), "--result-filename", "vllm-bench.json",
+            "--disable-tqdm",
+        ]  # fmt: skip
+        self.server.truth()
+        t = time.monotonic()
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(argv) + "\n")
+        self.proc.stdin.flush()
+        status = self._wait_for("__probe_done__", 600)
+        wall = time.monotonic() - t
+        truth = self.server.truth()
+        (wd / "truth.json").write_text(json.dumps(truth))
+        if not status.endswith("ok"):
+            raise RuntimeError(f"vllm bench serve failed at {rate:g} req/s; log {self.log.name}")
+        res = json.loads((wd / "vllm-bench.json").read_text())
+        starts, ttfts, errors = res["start_times"], res["ttfts"], res["errors"]
+        # Its schedule: evenly spaced from an unrecorded start; placed through its most punctual request.
+        t0 = min(s - (i + 1) / rate for i, s in enumerate(starts))
+        rows = [
+            (r.offset_s, f"{prefix}{i}", ttfts[i] if not errors[i] else None, starts[i] - t0 - (i + 1) / rate, not errors[i], starts[i])
+            for i, r in enumerate(sched)
+        ]
+        return _probe(self.name, rate, self.shape, truth, rows, None, wall, sent_monotonic=True)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+# -- the search ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Search:
+    """Bracket the ceiling: lo = highest rate that passed, hi = lowest that failed."""
+
+    start: float
+    probes_left: int
+    lo: float = 0.0
+    hi: float = math.inf
+
+    def next_rate(self) -> float | None:
+        if self.probes_left <= 0 or (self.lo > 0 and self.hi < math.inf and self.hi <= self.lo * TOLERANCE):
+            return None
+        if self.lo == 0 and self.hi == math.inf:
+            return self.start
+        if self.hi == math.inf:
+            return self.lo * GROWTH
+        if self.lo == 0:
+            return self.hi / GROWTH
+        return math.sqrt(self.lo * self.hi)
+
+    def record(self, rate: float, passed: bool) -> None:
+        self.probes_left -= 1
+        if passed:
+            self.lo = max(self.lo, rate)
+        else:
+            self.hi = min(self.hi, rate)
+
+
+def run_searches(tools: list[tuple[Tool, Search]], log: Callable[[str], None]) -> list[Probe]:
+    """One probe per tool in turn, until every search is done."""
+    probes: list[Probe] = []
+    active = list(tools)
+    while active:
+        for tool, search in list(active):
+            rate = search.next_rate()
+            if rate is None:
+                active.remove((tool, search))
+                continue
+            rate = round(rate, 1)
+            p = tool.probe(rate)
+            search.record(rate, p.passed)
+            probes.append(p)
+            log(p.line())
+    return probes
+
+
+def _extract(ref: str, dest: Path) -> Path:
+    """A root holding loadgen/ as it was at `ref` (git archive: nothing in the working tree is
+    touched) and this checkout's core/ (a link): the comparison is of the load generator alone."""
+    dest.mkdir(parents=True)
+    archive = subprocess.run(["git", "archive", ref, "loadgen"], cwd=ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    (dest / "core").symlink_to(ROOT / "core", target_is_directory=True)
+    return dest
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--json", action="store_true", help="print one JSON object (progress goes to stderr)")
+    ap.add_argument("--tokens", type=int, default=500, help="output tokens per request")
+    ap.add_argument("--ttft", type=float, default=0.05, help="the reference server's time to first token (s)")
+    ap.add_argument("--itl", type=float, default=0.025, help="the reference server's inter-token latency (s)")
+    ap.add_argument("--steady", type=float, default=5.0, help="seconds of sends at full concurrency per probe")
+    ap.add_argument("--probes", type=int, default=4, help="probes per tool")
+    ap.add_argument("--ours-start", type=float, default=60.0, help="our first offered rate (req/s)")
+    ap.add_argument("--vllm-start", type=float, default=6.0, help="vLLM's first offered rate (req/s)")
+    ap.add_argument("--server-start", type=float, default=40_000, help="the server's first offered token rate (tokens/s)")
+    ap.add_argument("--server-probes", type=int, default=3, help="server ceiling probes (0: skip)")
+    ap.add_argument("--no-vllm", action="store_true", help="probe only our load generator")
+    ap.add_argument("--no-ours", action="store_true", help="probe only vLLM's (and --baseline's)")
+    ap.add_argument("--baseline", metavar="REF", help="also probe our load generator as of git revision REF")
+    ap.add_argument("--keep", type=Path, help="keep every probe's files (records, vLLM results) in this new directory")
+    a = ap.parse_args()
+    out = sys.stderr if a.json else sys.stdout
+
+    def log(s: str) -> None:
+        print(s, file=out, flush=True)
+
+    shape = Shape(a.tokens, a.ttft, a.itl, a.steady)
+    t_start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="loadgen-ceiling-") as tmp_name:
+        tmp = Path(tmp_name)
+        if a.keep:
+            a.keep.mkdir(parents=True)
+            tmp = a.keep
+        server = refsrv.start(a.ttft, a.itl, tmp, core=SERVER_CORE)
+        pinned = _pin(CLIENT_CORE)
+        vllm: Vllm | None = None
+        try:
+            log(f"reference server on core {SERVER_CORE}, tools on core {CLIENT_CORE} (pinned: {pinned}); "
+                f"{a.tokens} tokens per request, TTFT {a.ttft * 1000:g} ms, ITL {a.itl * 1000:g} ms, streams of {shape.stream_s:.2f} s")
+            server_best = 0.0
+            server_probes: list[refsrv.ServerProbe] = []
+            if a.server_probes > 0:
+                log("reference server's own ceiling (bulk reader on core 0):")
+                server_best, server_probes = refsrv.server_ceiling(server, start_tokens_per_s=a.server_start, probes=a.server_probes, log=log)
+            tools: list[tuple[Tool, Search]] = []
+            if not a.no_ours:
+                tools.append((Ours("ours", ROOT, server, shape, tmp), Search(a.ours_start, a.probes)))
+            if a.baseline:
+                base = Ours(f"ours@{a.baseline}", _extract(a.baseline, tmp / "baseline"), server, shape, tmp)
+                tools.append((base, Search(a.ours_start, a.probes)))
+            if not a.no_vllm:
+                log("starting vllm bench serve (imports vLLM once) ...")
+                vllm = Vllm(server, shape, tmp)
+                tools.append((vllm, Search(a.vllm_start, a.probes)))
+            log("probes (one tool at a time on core 0, in turn):")
+            probes = run_searches(tools, log)
+        finally:
+            if vllm is not None:
+                vllm.close()
+            server.close()
+    ceilings = {tool.name: search.lo for tool, search in tools}
+    ours = ceilings.get("ours")
+    theirs = ceilings.get(Vllm.name)
+    ratio = ours / theirs if ours is not None and theirs else None
+    result: dict[str, Any] = {
+        "ours_req_s": ours,
+        "vllm_req_s": theirs,
+        "ratio": ratio,
+        "ceilings_req_s": ceilings,
+        "brackets": {tool.name: [search.lo, None if search.hi == math.inf else search.hi] for tool, search in tools},
+        "server_tokens_per_s": server_best,
+        "tokens_per_request": a.tokens,
+        "criteria": {"min_achieved_share": MIN_ACHIEVED_SHARE, "max_lag_p99_s": MAX_LAG_P99_S, "max_ttft_error_p99_s": MAX_TTFT_ERROR_P99_S},
+        "shape": asdict(shape),
+        "probes": [asdict(p) for p in probes],
+        "server_probes": [asdict(p) for p in server_probes],
+        "wall_s": round(time.monotonic() - t_start, 1),
+    }
+    if a.json:
+        print(json.dumps(result))
+        return 0
+    print(f"reference server: {server_best:,.0f} tokens/s held on one core (highest offered that held)")
+    for tool, search in tools:
+        hi = "" if search.hi == math.inf else f", failed at {search.hi:g}"
+        print(f"{tool.name}: ceiling {search.lo:g} req/s ({search.lo * a.tokens:,.0f} tokens/s{hi})")
+    def show(x: float | None, fmt: str = "g") -> str:
+        return "n/a" if x is None else format(x, fmt)
+
+    print(f"ours_req_s {show(ours)}  vllm_req_s {show(theirs)}  ratio {show(ratio, '.1f')}")
+    print(f"whole bench {result['wall_s']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
