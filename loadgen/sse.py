@@ -108,14 +108,14 @@ def feed_events(parser: SSEParser, state: StreamState, chunk: bytes, now: float)
     read), each event's line goes straight to `state.on_data`. Anything else (a line or event
     split across reads, CR line ends, comments, other fields, multi-line data) takes the parser."""
     if (
-        chunk.endswith(b"\n\n")
-        and chunk.startswith(b"data: ")
-        and not parser._buf
-        and not parser._data
-        and not parser._event
-        and not parser._cr_pending
+        chunk.startswith(b"data: ")
+        and chunk.endswith(b"\n\n")
+        and not (parser._buf or parser._data or parser._event or parser._cr_pending)
         and b"\r" not in chunk
     ):
+        if chunk.find(b"\n") == len(chunk) - 2:  # one event: the usual read
+            state.on_data(chunk[6:-2], now)
+            return
         events = chunk[:-2].split(b"\n\n")
         for ev in events:
             if not ev.startswith(b"data: ") or b"\n" in ev:
