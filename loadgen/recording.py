@@ -87,7 +87,6 @@ def build_record(
     sched_t = ctx.t0 + req.offset_s  # TTFT and E2E count from here: client queueing included
     outcome, reason = classify(transport, state, req.output_tokens)
     times = state.chunk_times
-    gaps = state.gaps()
     ttft = times[0] - sched_t if times else None
     itl, itl_basis = inter_token_latency(times, state.server_output_tokens)
     # An abandoned request's e2e is when the client gave up: the latency bounds are read from it.
@@ -99,7 +98,7 @@ def build_record(
         send_lag_s=sent_t - sched_t,
         ttft_s=ttft,
         itl_s=itl,
-        itl_max_s=max(gaps) if gaps else None,
+        itl_max_s=state.max_gap(),
         e2e_s=e2e,
         client_output_tokens=state.content_chunks,
         server_prompt_tokens=state.server_prompt_tokens,

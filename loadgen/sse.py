@@ -8,6 +8,7 @@ maps what happened to a `core.records.Outcome`.
 from __future__ import annotations
 
 import itertools
+import operator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -209,6 +210,11 @@ class StreamState:
         """Gaps between content chunks: how output arrived, not the inter-token latency."""
         t = self.chunk_times
         return [b - a for a, b in itertools.pairwise(t)]
+
+    def max_gap(self) -> float | None:
+        """max(gaps()) without building the list (once per request, over every token)."""
+        t = self.chunk_times
+        return max(map(operator.sub, t[1:], t[:-1])) if len(t) > 1 else None
 
 
 @dataclass(frozen=True)

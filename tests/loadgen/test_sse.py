@@ -233,3 +233,10 @@ def test_feed_events_takes_the_fast_path_on_whole_frames() -> None:
     feed_events(NoParser(), s, _FRAMES[4] + _FRAMES[7], 2.0)
     assert s.chunk_times == [1.0, 1.0, 1.0, 1.0] and s.text_parts == [" tok", " tok", " tok", "x"]
     assert (s.finish_reason, s.server_output_tokens, s.done) == ("length", 3, True)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.floats(min_value=0, max_value=1e6, allow_nan=False), max_size=30))
+def test_max_gap_is_the_largest_gap(times: list[float]) -> None:
+    s = StreamState(chunk_times=sorted(times))
+    assert s.max_gap() == (max(s.gaps()) if s.gaps() else None)
