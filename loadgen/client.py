@@ -3,9 +3,11 @@
 gevent-based (imports gevent; never import it from the analysis). One TCP connection per
 request: a stream abandoned on timeout can never poison a pooled connection, and the cost
 (one loopback/VPC handshake) is part of what a real client pays. The HTTP/1.1 response is
-parsed by `loadgen.http1`, fed straight from `recv` so each chunk is timestamped the moment
-it arrives; it costs a fraction of a general-purpose parser's per-chunk callbacks, which
-matters at tens of thousands of chunks per second (bench/loadgen_capacity.py).
+parsed by `loadgen.http1`, fed straight from each read, which is timestamped with the
+kernel's receive time of its newest byte where Linux gives it (see `Stream`), so a token is
+timed when it reached this host however late the event loop reads it; the parser costs a
+fraction of a general-purpose one's per-chunk callbacks, which matters at tens of thousands of
+chunks per second (bench/loadgen_ceiling.py).
 """
 
 from __future__ import annotations
@@ -357,7 +359,7 @@ class Stream:
             if kind == _SO_TIMESTAMPNS and level == _socket.SOL_SOCKET and len(ts) >= 16:
                 sec, ns = _timespec(ts)
                 k = sec + ns * 1e-9 - (time.time() - now)  # CLOCK_REALTIME -> CLOCK_MONOTONIC, now
-                if self.sent_t <= k < now:  # a clock step between the packet and the read: the read's time
+                if self.sent_t <= k < now:  # else a clock step came between the packet and the read
                     stamp = k
         self._consume(data, stamp, now)
 
