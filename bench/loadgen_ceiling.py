@@ -144,6 +144,7 @@ class Probe:
     ttft_err_p99_s: float
     steady_requests: int  # how many requests the lag and TTFT error percentiles are over
     client_cpu: float | None  # share of one core over the replay (ours: its own meter)
+    client_cpu_steady: float | None  # share of one core while the steady requests were sent (CpuSampler)
     server_late_p99_s: float  # the server's token writes against their due times
     server_tokens: int
     wall_s: float
@@ -164,7 +165,9 @@ class Probe:
         self.passed = not self.why
 
     def line(self) -> str:
-        cpu = f", client CPU {self.client_cpu:.0%}" if self.client_cpu is not None else ""
+        cpu = f", client CPU {self.client_cpu:.0%} over the replay" if self.client_cpu is not None else ""
+        if self.client_cpu_steady is not None:
+            cpu += f", client CPU {self.client_cpu_steady:.0%} while the steady requests were sent"
         verdict = "pass" if self.passed else "FAIL (" + "; ".join(self.why) + ")"
         return (
             f"  {self.tool:<14}{self.offered:7.1f} req/s: {verdict}\n"
@@ -187,7 +190,7 @@ def _achieved(arrivals: list[float], rate: float) -> float:
 
 def _probe(
     tool: str, rate: float, shape: Shape, truth: dict[str, Any], rows: list[tuple[float, str, float | None, float | None, bool, float]],
-    client_cpu: float | None, wall: float, *, sent_monotonic: bool,
+    client_cpu: float | None, cpu: CpuSampler, wall: float, *, sent_monotonic: bool,
 ) -> Probe:
     """rows: (scheduled offset, request id, tool TTFT from its send, schedule lag, ended whole,
     its send time on CLOCK_MONOTONIC or, where the tool does not record it, its send time on
@@ -210,6 +213,8 @@ def _probe(
             if lag is not None:
                 lags.append(lag)
     steady = sum(1 for r in rows if r[0] >= shape.stream_s)
+    steady_arrivals = [by_id[r[1]]["arrival"] for r in rows if r[0] >= shape.stream_s and r[1] in by_id]
+    steady_span = (min(steady_arrivals), max(steady_arrivals)) if steady_arrivals else (0.0, 0.0)
     # The error in two: from the send to the request's arrival at the server (connect, write),
     # and from the first token's write to the tool's timestamp (the read). With a send time on
     # another origin, the send side is counted from the quickest request's.
@@ -220,7 +225,7 @@ def _probe(
     errs.sort()
     p = Probe(
         tool, rate, len(rows), ok, _achieved(arrivals, rate),
-        _q(lags, 0.5), _q(lags, 0.99), _q(errs, 0.5), _q(errs, 0.99), steady, client_cpu,
+        _q(lags, 0.5), _q(lags, 0.99), _q(errs, 0.5), _q(errs, 0.99), steady, client_cpu, cpu.share(*steady_span),
         float(truth["late_s"]["p99"]), int(truth["tokens"]), wall,
         _q(send_side, 0.99), _q(read_side, 0.5), _q(read_side, 0.99),
     )
@@ -236,6 +241,57 @@ def _probe(
 
 
 # -- the tools ------------------------------------------------------------------------------------
+
+
+class CpuSampler:
+    """A process tree's CPU seconds, sampled from /proc every 0.2 s while a probe runs, so the
+    share of the core it used while the most streams were open can be read off (`share`): a
+    replay's own average includes its start (prompt synthesis), ramp up and drain."""
+
+    def __init__(self, root_pid: int) -> None:
+        import threading
+
+        self.root = root_pid
+        self.samples: list[tuple[float, float]] = []  # (monotonic, CPU seconds of the tree)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def _tree_cpu(root: int) -> float:
+        children: dict[int, list[int]] = {}
+        ticks: dict[int, int] = {}
+        for d in Path("/proc").iterdir():
+            if not d.name.isdigit():
+                continue
+            try:
+                f = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            children.setdefault(int(f[1]), []).append(int(d.name))
+            ticks[int(d.name)] = int(f[11]) + int(f[12])  # utime + stime
+        total, todo = 0, [root]
+        while todo:
+            pid = todo.pop()
+            total += ticks.get(pid, 0)
+            todo.extend(children.get(pid, ()))
+        return total / os.sysconf("SC_CLK_TCK")
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            self.samples.append((time.monotonic(), self._tree_cpu(self.root)))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def share(self, start: float, end: float) -> float | None:
+        """CPU seconds per second between the samples nearest `start` and `end` (monotonic)."""
+        inside = [x for x in self.samples if start <= x[0] <= end]
+        if len(inside) < 2:
+            return None
+        (t0, c0), (t1, c1) = inside[0], inside[-1]
+        return (c1 - c0) / (t1 - t0)
 
 
 class Tool(Protocol):
@@ -295,15 +351,18 @@ class Ours:
         m = load_manifest(mpath)
         self.server.truth()  # forget what came before
         t = time.monotonic()
-        proc = subprocess.run(
+        proc = subprocess.Popen(
             [sys.executable, "-c", _RUN_OURS, str(self.root), str(mpath), FLEET, self.server.url, str(wd / "run")],
-            cwd=self.root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False,
+            cwd=self.root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         )
+        sampler = CpuSampler(proc.pid)
+        _out, err = proc.communicate()
         wall = time.monotonic() - t
+        sampler.stop()
         truth = self.server.truth()
         (wd / "truth.json").write_text(json.dumps(truth))
         if proc.returncode != 0:
-            raise RuntimeError(f"{self.name}: the replay failed ({proc.returncode}): {proc.stderr.decode(errors='replace')[-2000:]}")
+            raise RuntimeError(f"{self.name}: the replay failed ({proc.returncode}): {err.decode(errors='replace')[-2000:]}")
         recs = list(read_records(sorted((wd / "run").glob(f"records-{FLEET}-*.jsonl"))))
         rows = [
             (
@@ -317,7 +376,7 @@ class Ours:
             for r in recs
         ]
         cpu = load_summary(wd / "run" / f"summary-{FLEET}.json").client_cpu_percent / 100
-        return _probe(self.name, rate, self.shape, truth, rows, cpu, wall, sent_monotonic=False)
+        return _probe(self.name, rate, self.shape, truth, rows, cpu, sampler, wall, sent_monotonic=False)
 
 
 def _tokenizer_dir(path: Path) -> Path:
@@ -394,10 +453,12 @@ class Vllm:
         self.server.truth()
         t = time.monotonic()
         assert self.proc.stdin is not None
+        sampler = CpuSampler(self.proc.pid)
         self.proc.stdin.write(json.dumps(argv) + "\n")
         self.proc.stdin.flush()
         status = self._wait_for("__probe_done__", 600)
         wall = time.monotonic() - t
+        sampler.stop()
         truth = self.server.truth()
         (wd / "truth.json").write_text(json.dumps(truth))
         if not status.endswith("ok"):
@@ -410,7 +471,7 @@ class Vllm:
             (r.offset_s, f"{prefix}{i}", ttfts[i] if not errors[i] else None, starts[i] - t0 - (i + 1) / rate, not errors[i], starts[i])
             for i, r in enumerate(sched)
         ]
-        return _probe(self.name, rate, self.shape, truth, rows, None, wall, sent_monotonic=True)
+        return _probe(self.name, rate, self.shape, truth, rows, None, sampler, wall, sent_monotonic=True)
 
     def close(self) -> None:
         if self.proc.poll() is None:
