@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 from gevent import get_hub
 from gevent import socket as gsocket
 from gevent.event import Event
+from gevent.monkey import get_original
 
 from loadgen.http1 import ResponseParser
 from loadgen.openai_request import PATHS
@@ -44,6 +45,11 @@ _READ, _WRITE = 1, 2  # libev event masks
 # send timer runs at 2, a stream still waiting for its connection or its first token at 1, one
 # already streaming at 0, so under load a first token is read before the iteration's other reads.
 _URGENT = 1
+# ... and a loop iteration can be long: a saturated client reads hundreds of streams in one, and
+# a first token that arrives meanwhile would wait for the next (past its stream's second token,
+# whose arrival would then stamp it). So while reads go on, the streams still waiting for their
+# first token are polled on their own (one epoll set, without blocking) every _URGENT_POLL_S.
+_URGENT_POLL_S = 0.002
 # The kernel's receive time of each read (Linux SO_TIMESTAMPNS, on CLOCK_REALTIME): the moment
 # the newest byte in it reached this host, however long the event loop took to get to it.
 _SO_TIMESTAMPNS: int = getattr(_socket, "SO_TIMESTAMPNS", 35)  # Python leaves out the name; 35 on Linux
@@ -83,6 +89,10 @@ class StreamingClient:
         self.connect_timeout_s = connect_timeout_s
         self.hook: DueHook | None = None
         self.kernel_stamps = kernel_stamps()
+        self._waiting: dict[int, Stream] = {}  # fd -> a stream waiting for its first token
+        self._waiting_ep: Any = None  # their epoll set (the real one: gevent's monkey-patching removes select.epoll)
+        self._waiting_polled = 0.0
+        self._polling = False
         try:
             ip = ipaddress.ip_address(self.host)
         except ValueError:  # a name (an NLB's DNS name): resolved by resolve(), again and again
@@ -116,6 +126,37 @@ class StreamingClient:
         if self._literal:
             return
         self._addresses = [(fam, addr) for fam, _, _, _, addr in gsocket.getaddrinfo(self.host, self.port, 0, _socket.SOCK_STREAM)]
+
+    def wait_first_token(self, st: Stream, fd: int) -> bool:
+        """Add a stream to the set polled between reads (False where there is no epoll)."""
+        if self._waiting_ep is None:
+            try:
+                self._waiting_ep = get_original("select", "epoll")()
+            except (AttributeError, OSError):  # not Linux
+                return False
+        self._waiting_ep.register(fd, _READ)  # EPOLLIN
+        self._waiting[fd] = st
+        return True
+
+    def stop_waiting(self, fd: int) -> None:
+        self._waiting.pop(fd, None)
+        self._waiting_ep.unregister(fd)
+
+    def poll_waiting(self, now: float) -> None:
+        """Read the streams whose first token has arrived, if _URGENT_POLL_S has passed since the
+        last time; called after every read (a read callback of theirs that libev queues in the
+        same iteration then finds nothing and returns)."""
+        if self._polling or now - self._waiting_polled < _URGENT_POLL_S or not self._waiting:
+            return
+        self._waiting_polled = now
+        self._polling = True
+        try:
+            for fd, _ev in self._waiting_ep.poll(0):
+                st = self._waiting.get(fd)
+                if st is not None:
+                    st.read()
+        finally:
+            self._polling = False
 
     def open(self, wire: bytes, on_done: Callable[[Exchange], None], timeout_s: float | None = None) -> Stream:
         """A request for pre-encoded bytes (see `encode`), sent by `Stream.begin()`; `on_done`
@@ -208,6 +249,7 @@ class Stream:
         "_deadline_timer",
         "_events",
         "_last_error",
+        "_polled",
         "_urgent",
         "_view",
         "_watcher",
@@ -247,6 +289,7 @@ class Stream:
         self._watcher: Any = None
         self._events = 0
         self._urgent = False
+        self._polled = False  # in the client's set of streams waiting for their first token
         self._connect_timer: Any = None
         self._deadline_timer: Any = None
 
@@ -391,9 +434,19 @@ class Stream:
             return
         if self._urgent and self.state.chunk_times and not self.finished:
             self._watch(_READ, self._watcher.callback)  # streaming now: back to the default priority
-        hook = self.client.hook
+        client = self.client
+        hook = client.hook
         if hook is not None and now >= hook.next_due:
             hook.launch_due(now)
+        if client._waiting:
+            client.poll_waiting(now)
+
+    def read(self) -> None:
+        """Read what the socket holds now (the watcher's callback)."""
+        if self.client.kernel_stamps:
+            self._on_stamped()
+        else:
+            self._on_readable()
 
     def _on_body(self, data: bytes) -> None:
         if self.resp.status_code == 200:
@@ -432,12 +485,18 @@ class Stream:
         """Level-triggered readiness watcher on the socket (one at a time)."""
         assert self.sock is not None
         self._unwatch()
-        self._watcher = get_hub().loop.io(self.sock.fileno(), events, True, priority)
+        fd = self.sock.fileno()
+        self._watcher = get_hub().loop.io(fd, events, True, priority)
         self._events = events
         self._urgent = priority > 0
         self._watcher.start(callback)
+        if self._urgent and events == _READ:
+            self._polled = self.client.wait_first_token(self, fd)
 
     def _unwatch(self) -> None:
+        if self._polled:
+            self._polled = False
+            self.client.stop_waiting(self.sock.fileno())  # type: ignore[union-attr]
         close_watcher(self._watcher)
         self._watcher = None
         self._events = 0
