@@ -339,3 +339,98 @@ def test_first_token_is_stamped_when_it_arrived_not_when_the_loop_read_it(stamps
     else:
         assert first >= r["unblocked"]  # the read's own time: what the kernel's stamp replaces
     assert last >= r["last_write"]
+
+
+_BUSY_LOOP = r"""
+import json, socket, sys, threading, time
+import gevent
+from gevent.event import Event
+import loadgen.client as lc
+
+lst = socket.socket()
+lst.bind(("127.0.0.1", 0))
+lst.listen(16)
+conns, ready, slow_started, box = {}, threading.Event(), threading.Event(), {}
+
+def chunk(payload):
+    return b"%x\r\n%s\r\n" % (len(payload), payload)
+
+def token(text, finish=None):
+    return chunk(b"data: " + json.dumps({"choices": [{"index": 0, "text": text, "finish_reason": finish}]}).encode() + b"\n\n")
+
+def end(n):
+    return chunk(b'data: {"choices":[],"usage":{"completion_tokens":%d}}\n\n' % n) + chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
+
+HEAD = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+
+def serve():
+    while len(conns) < 5:
+        c, _ = lst.accept()
+        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        req = b""
+        while b"\r\n\r\n" not in req:
+            req += c.recv(65536)
+        rid = req.split(b"X-Request-Id: ")[1].split(b"\r\n")[0].decode()
+        conns[rid] = c
+        c.sendall(HEAD + (token("x") if rid.startswith("busy") else b""))  # the busy ones are streaming already
+    ready.wait(10)
+    for i in range(4):  # while the hub is blocked: four streams readable at once, one loop iteration
+        conns[f"busy{i}"].sendall(token("slow"))
+    slow_started.wait(10)
+    box["t1"] = time.monotonic()
+    conns["first"].sendall(token("a"))  # arrives while the first slow read runs
+    time.sleep(0.045)
+    box["t2"] = time.monotonic()
+    conns["first"].sendall(token("b", "length") + end(2))
+    time.sleep(0.3)
+    for i in range(4):
+        conns[f"busy{i}"].sendall(token("x", "length") + end(3))
+
+_feed = lc.feed_events
+def slow_feed(parser, state, chunk, now):
+    if b'"slow"' in chunk:
+        slow_started.set()
+        time.sleep(0.03)  # a heavy read: the iteration of four of them lasts 120 ms
+    _feed(parser, state, chunk, now)
+lc.feed_events = slow_feed
+
+threading.Thread(target=serve, daemon=True).start()
+client = lc.StreamingClient(f"http://127.0.0.1:{lst.getsockname()[1]}", api="completions", timeout_s=10)
+if sys.argv[1] == "no-poll":
+    client.poll_waiting = lambda now: None
+out, done = {}, Event()
+def finished(rid, ex):
+    out[rid] = ex
+    if len(out) == 5:
+        done.set()
+for rid in ["busy0", "busy1", "busy2", "busy3", "first"]:
+    client.open(client.encode({"prompt": "x", "max_tokens": 2, "stream": True}, rid), lambda ex, rid=rid: finished(rid, ex)).begin()
+while len(conns) < 5:
+    gevent.sleep(0.01)
+gevent.sleep(0.05)  # every head and the busy ones' first tokens read
+ready.set()
+time.sleep(0.1)  # the hub is blocked while the four slow frames arrive
+done.wait(10)
+ex = out["first"]
+print(json.dumps({**box, "times": ex.state.chunk_times, "kernel": client.kernel_stamps, "error": ex.transport.error,
+                  "busy_ok": [out[f"busy{i}"].transport.error is None and out[f"busy{i}"].state.content_chunks == 3 for i in range(4)]}))
+"""
+
+
+@pytest.mark.parametrize("poll", ["poll", "no-poll"])
+def test_a_first_token_is_read_between_the_reads_of_a_long_iteration(poll: str) -> None:
+    # Four streaming streams become readable together and each of their reads takes 30 ms; a
+    # fifth stream's first token arrives during the first of them, its second 45 ms later. The
+    # waiting stream is read between two slow reads, so its first token has its own stamp;
+    # left to the next loop iteration (no-poll) it is read after its second, which stamps both.
+    out = subprocess.run([sys.executable, "-c", _BUSY_LOOP, poll], capture_output=True, text=True, cwd=ROOT, timeout=60, check=True)
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    if not r["kernel"]:
+        pytest.skip("no kernel receive timestamps on this platform: the read's time stamps every token")
+    assert r["error"] is None and len(r["times"]) == 2 and all(r["busy_ok"])
+    first, second = r["times"]
+    assert second >= r["t2"]
+    if poll == "poll":
+        assert r["t1"] <= first < r["t2"]
+    else:
+        assert first >= r["t2"]  # what the poll prevents
