@@ -36,10 +36,12 @@ core 0, taking turns probe by probe so a noisy spell of this shared machine fall
 The search per tool: from its start rate, x1.5 up while probes pass (/1.5 down while they
 fail) until a pass and a fail bracket the ceiling, then geometric bisection until the bracket
 is within 10% or the tool's probes are spent (4 each by default: about 5 minutes in all, a
-probe being a stream's length of ramp, the steady seconds and a stream's length of drain). Prints `ours_req_s`, `vllm_req_s` and their
-ratio; `--json` prints one object. `--baseline REF` also probes our load generator as it was
-at git revision REF (its loadgen/, extracted to a temporary directory, with this core/), in the same
-interleaved run: before/after figures for a change. `--no-vllm` skips vLLM.
+probe being a stream's length of ramp, the steady seconds and a stream's length of drain).
+Prints `ours_req_s`, `vllm_req_s` and their ratio, and whether a ceiling is only a lower
+bound (the probe just above it was server-limited); `--json` prints one object.
+`--baseline REF` also probes our load generator as it was at git revision REF (its loadgen/,
+extracted to a temporary directory, with this core/), in the same interleaved run:
+before/after figures for a change. `--no-vllm` skips vLLM, `--no-ours` ours.
 """
 
 from __future__ import annotations
@@ -152,6 +154,7 @@ class Probe:
     read_side_p50_s: float  # the tool's first-token timestamp - the server's write
     read_side_p99_s: float
     passed: bool = False
+    server_limited: bool = False  # the server fell behind its schedule: no verdict on the tool
     why: list[str] = field(default_factory=list)
 
     def judge(self) -> None:
@@ -233,7 +236,7 @@ def _probe(
     if not refsrv.kept_schedule(truth):  # the offered load was not the server's schedule: no verdict on the tool
         late = max(truth["late_s"]["p90"], truth["first_late_s"]["p90"])
         p.why.append(f"server-limited: its writes late p90 {late * 1000:.1f} ms")
-        p.passed = False
+        p.passed, p.server_limited = False, True
     if len(errs) < steady:  # a steady request that failed has no error in the P99: it cannot pass
         p.why.insert(0, f"{steady - len(errs)} of the {steady} steady requests failed")
         p.passed = False
@@ -610,6 +613,10 @@ def main() -> int:
         "ratio": ratio,
         "ceilings_req_s": ceilings,
         "brackets": {tool.name: [search.lo, None if search.hi == math.inf else search.hi] for tool, search in tools},
+        # the probe just above the ceiling failed because the server fell behind: the tool's own ceiling is higher
+        "bounded_by_server": {
+            tool.name: any(p.tool == tool.name and p.offered == search.hi and p.server_limited for p in probes) for tool, search in tools
+        },
         "server_tokens_per_s": server_best,
         "tokens_per_request": a.tokens,
         "criteria": {"min_achieved_share": MIN_ACHIEVED_SHARE, "max_lag_p99_s": MAX_LAG_P99_S, "max_ttft_error_p99_s": MAX_TTFT_ERROR_P99_S},
@@ -624,6 +631,8 @@ def main() -> int:
     print(f"reference server: {server_best:,.0f} tokens/s held on one core (highest offered that held)")
     for tool, search in tools:
         hi = "" if search.hi == math.inf else f", failed at {search.hi:g}"
+        if result["bounded_by_server"][tool.name]:
+            hi += " where the server, not the tool, fell behind: a lower bound"
         print(f"{tool.name}: ceiling {search.lo:g} req/s ({search.lo * a.tokens:,.0f} tokens/s{hi})")
     def show(x: float | None, fmt: str = "g") -> str:
         return "n/a" if x is None else format(x, fmt)
