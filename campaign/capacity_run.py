@@ -245,25 +245,32 @@ def run_search(
     return {f"{name}/{s.label}": root / name / s.label for name, p in paths.items() for s in p.steps if s.label != REPLAY}
 
 
-def run_sweep(m: Manifest, manifest_path: Path, endpoints: dict[str, str], root: Path, handles: MutableMapping[str, FleetRun]) -> dict[str, Path]:
-    """The explicit sweep: one short open-loop step per multiplier, fleets side by side."""
-    from loadgen.launch import start_fleet
-    from loadgen.replay_options import ReplayOptions
-
+def run_sweep(m: Manifest, fleets: list[str], runner: StepRunner, root: Path, stop: threading.Event,
+              log: Callable[[str], None] | None = None) -> dict[str, Path]:
+    """The explicit sweep: one open-loop step of `step_s` replay seconds per multiplier, fleets side
+    by side, each step's records in `root/x<k>/` (shared by the fleets), through the same runner as
+    the search (so a step stops early on a certain miss here too)."""
+    log = log or (lambda line: print(line, flush=True))
     sweep = m.workload.capacity_sweep
     assert sweep is not None
+    offsets = arrival_offsets(m)
     dirs: dict[str, Path] = {}
-    for k in sweep.multipliers:
-        label = f"x{k:g}"
-        step_dir = root / label
-        handles.clear()  # Ctrl-C stops the step in flight
-        for name, url in endpoints.items():
-            handles[name] = start_fleet(
-                manifest_path, name, url, step_dir,
-                ReplayOptions(duration_s=sweep.step_s, rate_multiplier=k, slo_deadline=True, warmup=False),  # the replay warmed the server
-            )
-        for name, h in handles.items():
-            s = h.wait()
-            print(f"capacity step {label} {name}: {s.scheduled - s.not_sent} sent, {s.completed} completed, {s.failed} failed", flush=True)
-        dirs[label] = step_dir
+    pool = ThreadPoolExecutor(max_workers=len(fleets))
+    try:
+        for k in sweep.multipliers:
+            if stop.is_set():
+                raise Interrupted
+            plan = StepPlan(k, sweep.step_s, "the manifest's fixed sweep")
+            step_dir = root / plan.label
+            futures = {name: pool.submit(runner.run, name, plan, step_dir, planned_requests(plan, offsets), stop) for name in fleets}
+            for name, f in futures.items():
+                took, early = f.result()
+                log(f"capacity step {plan.label} {name}: [{took:.0f} s]" + (f" stopped early, a certain miss: {early}" if early else ""))
+            dirs[plan.label] = step_dir
+    except BaseException:
+        stop.set()
+        runner.abort()
+        raise
+    finally:
+        pool.shutdown(wait=True)
     return dirs

@@ -1,6 +1,6 @@
 """The quality gate's three layers, as the seed study sets them, and their verdict per fleet.
 
-(a) fixtures: each fleet's greedy fixture checks (`campaign.quality.run_gate`), plus
+(a) fixtures: each fleet's greedy fixture checks (`loadgen.fixtures.run_gate`), plus
     cross-fleet equivalence against the baseline: same completion token counts, the same stop
     behaviour (finish reason) and the same schema validity on every fixture;
 (b) task acceptance: the buyer's own scorer (`quality.task_acceptance.command`) reads a fleet's
@@ -24,9 +24,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from campaign.quality import GateResult
 from core.manifest import Manifest
 from core.records import INVALID_RESPONSE_OUTCOMES
+from loadgen.fixtures import GateResult
 
 FIXTURES, EQUIVALENCE, TASK_ACCEPTANCE, DISTRIBUTION = "fixtures", "equivalence", "task_acceptance", "distribution"
 

@@ -10,8 +10,8 @@ import pytest
 
 from campaign.local import start_emulator
 from campaign.processes import Supervisor
-from campaign.quality import run_gate
 from core.manifest import load_manifest
+from loadgen.fixtures import run_gate
 from tests.conftest import write_manifest
 
 

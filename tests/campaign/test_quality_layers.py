@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from analysis.report import build_report
-from campaign.quality import FixtureResult, GateResult
 from campaign.quality_layers import (
     ReplayFigures,
     distribution_layer,
@@ -22,6 +21,7 @@ from campaign.quality_layers import (
     task_acceptance_layer,
 )
 from core.manifest import Manifest, load_manifest
+from loadgen.fixtures import FixtureResult, GateResult
 from tests.analysis.synth import rec, steady, write_jsonl
 from tests.conftest import ROOT, write_manifest
 

@@ -5,6 +5,9 @@ makes the decision Reject whatever the cost says. Each fixture is sent twice: gr
 with a fixed seed must give the same text both times (API semantics), the token count must
 match what was asked for, the finish reason and stop behaviour must be the expected ones, and
 the text must satisfy the fixture's regex / JSON rule.
+
+It lives with the load generator because a cloud campaign runs it inside the VPC, in a task of
+the load-generator image (loadgen/gate_task.py): the fleets' NLB is internal.
 """
 
 from __future__ import annotations
@@ -46,6 +49,12 @@ class GateResult:
         d = asdict(self)
         d["failures"] = self.failures
         return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> GateResult:
+        """The inverse of `as_dict` (a gate task's result, read back from S3)."""
+        fixtures = [FixtureResult(**{k: v for k, v in f.items()}) for f in d["fixtures"]]
+        return cls(str(d["fleet"]), bool(d["passed"]), float(d["pass_rate"]), float(d["min_pass_rate"]), fixtures)
 
 
 def _ask(client: OpenAI, m: Manifest, fx: QualityFixture) -> tuple[str, str | None, int | None]:

@@ -1,0 +1,241 @@
+"""A campaign's stages, written once for `campaign local` and `campaign run`.
+
+    quality gate (fixtures, task acceptance) -> trace replay -> distribution checks
+    -> capacity search per fleet (or the fixed sweep) -> settle phase -> report
+
+Where the fleets run is behind one seam, `Fleets`: local processes (campaign.local.LocalFleets:
+emulators or CPU engines, Locust on this machine) or the deployed stack (campaign.cloud_run.
+CloudFleets: Fargate tasks inside the VPC). A capacity step reaches a fleet through the same
+`StepRunner` on both sides, so the search, the settle phase and the report cannot differ.
+
+Everything a report is built from lands in one run directory, laid out the same on both sides
+(and, for a cloud run, in S3 under the run's prefix):
+
+    records/                         the trace replay's records and summaries
+    quality.json                     the gate's layers per fleet
+    capacity/<fleet>/search.json, capacity/<fleet>/x<k>/ (records; settle-<n>/ segments)
+    capacity/settle.json             what the settle phase did
+    campaign.json                    instances measured, what served the fleets, readiness
+    report.json, report.md, report.html
+
+`report_from_run_dir` rebuilds the report from such a directory (`campaign report --run-id`).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from analysis.errors import AnalysisError
+from campaign.quality_layers import DISTRIBUTION, LayerResult, distribution_layer, fleet_quality, gate_layers, replay_figures
+from core.manifest import Manifest
+
+if TYPE_CHECKING:
+    from analysis.report_model import Report
+    from campaign.capacity_run import StepRunner
+    from core.records import RunSummary
+    from loadgen.fixtures import GateResult
+    from loadgen.replay_options import ReplayOptions
+
+CAMPAIGN_FILE = "campaign.json"
+QUALITY_FILE = "quality.json"
+RECORDS_DIR = "records"
+CAPACITY_DIR = "capacity"
+
+
+@dataclass
+class RunFacts:
+    """What the report needs to know about where the fleets ran (campaign.json)."""
+
+    instances_measured: dict[str, int]
+    systems_under_test: str | None = None  # None: the manifest's own hardware (a cloud run)
+    aws: bool = False  # pull prices, CloudWatch and billing from AWS
+    prometheus_url: str | None = None
+    ready_after_s: dict[str, float] = field(default_factory=dict)
+
+    def write(self, run_dir: Path) -> None:
+        body = {"instances_measured": self.instances_measured, "systems_under_test": self.systems_under_test, "aws": self.aws,
+                "ready_after_s": self.ready_after_s}
+        (run_dir / CAMPAIGN_FILE).write_text(json.dumps(body, indent=2), encoding="utf-8")
+
+    @classmethod
+    def read(cls, run_dir: Path) -> RunFacts | None:
+        path = run_dir / CAMPAIGN_FILE
+        if not path.is_file():
+            return None
+        d = json.loads(path.read_text(encoding="utf-8"))
+        return cls({k: int(v) for k, v in d["instances_measured"].items()}, d.get("systems_under_test"), bool(d.get("aws")),
+                   None, {k: float(v) for k, v in (d.get("ready_after_s") or {}).items()})
+
+
+class Fleets(Protocol):
+    """Where the fleets serve and how load reaches them: the seam between the stages and a backend."""
+
+    names: list[str]
+
+    def facts(self) -> RunFacts:
+        """Instances measured, what served, where metrics come from (after `gate`: readiness too)."""
+        ...
+
+    def gate(self) -> dict[str, GateResult]:
+        """Wait until every fleet serves, then run the quality gate's fixtures against each."""
+        ...
+
+    def replay(self, records_dir: Path, options: ReplayOptions) -> dict[str, RunSummary]:
+        """The trace replay against every fleet at once; records into `records_dir`."""
+        ...
+
+    def steps(self) -> StepRunner:
+        """How a capacity step or settle segment reaches one fleet."""
+        ...
+
+    def abort(self) -> None:
+        """Stop everything in flight (Ctrl-C); records flushed so far stay."""
+        ...
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+def run_stages(
+    m: Manifest, fleets: Fleets, run_dir: Path, stop: threading.Event, *, duration_s: float | None = None, capacity: bool = True,
+    log: Callable[[str], None] = say,
+) -> Report:
+    """Every stage in order, into `run_dir`; returns the report (also written there)."""
+    from loadgen.replay_options import ReplayOptions
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    records_dir = run_dir / RECORDS_DIR
+    records_dir.mkdir(exist_ok=True)
+    gates = fleets.gate()
+    layers = gate_layers(m, gates)  # (a) fixtures + equivalence, (b) task acceptance
+    quality = write_quality(run_dir, gates, layers)
+    print_gates(gates, quality, log)
+    facts = fleets.facts()
+    facts.write(run_dir)
+    if not all(q["passed"] is True for q in quality.values()):
+        from analysis.report import build_gate_report
+
+        log("quality gate failed: no load is replayed; the report is decided on the gate alone")
+        return build_gate_report(m, quality, out_dir=run_dir)
+
+    summaries = fleets.replay(records_dir, ReplayOptions(duration_s=duration_s))
+    for name, s in summaries.items():
+        log(f"{name}: scheduled {s.scheduled} = completed {s.completed} + failed {s.failed} + not sent {s.not_sent}"
+            f"; schedule lag p99 {s.schedule_lag_p99_s * 1000:.1f} ms{'' if s.valid else ' INVALID: ' + '; '.join(s.invalid_reasons)}")
+    try:  # (c) distribution checks over the replayed requests
+        figs = replay_figures(records_dir, m)
+    except AnalysisError as exc:  # nothing replayed: the layer says so (not evaluated)
+        log(f"distribution checks: {exc}")
+        figs = {}
+    for name in layers:
+        layers[name].append(distribution_layer(m, name, figs))
+    quality = write_quality(run_dir, gates, layers)
+    print_layer(quality, DISTRIBUTION, log)
+
+    capacity_dirs: dict[str, Path] = {}
+    settled: dict[str, Any] | None = None
+    if capacity and not all(q["passed"] is True for q in quality.values()):
+        log("a quality layer failed: the comparison stops here; no capacity is measured")
+    elif capacity:
+        capacity_dirs = measure_capacity(m, fleets, run_dir / CAPACITY_DIR, records_dir, stop, log)
+        settled = settle_phase(m, fleets, run_dir, quality, facts, capacity_dirs, stop, log)
+    return _report(m, run_dir, quality, facts, capacity_dirs, settled)
+
+
+def measure_capacity(m: Manifest, fleets: Fleets, root: Path, replay_dir: Path, stop: threading.Event,
+                     log: Callable[[str], None]) -> dict[str, Path]:
+    """The fixed sweep when the manifest has workload.capacity_sweep, else the automatic search."""
+    from campaign.capacity_run import run_search, run_sweep
+
+    if m.workload.capacity_sweep is not None:
+        return run_sweep(m, fleets.names, fleets.steps(), root, stop, log)
+    return run_search(m, fleets.names, fleets.steps(), root, replay_dir, stop, log)
+
+
+def settle_phase(
+    m: Manifest, fleets: Fleets, run_dir: Path, quality: dict[str, dict[str, Any]], facts: RunFacts, capacity_dirs: dict[str, Path],
+    stop: threading.Event, log: Callable[[str], None],
+) -> dict[str, Any] | None:
+    """The settle phase after an automatic search (campaign.settle), when its budget allows one."""
+    from analysis.report import build_report
+    from campaign.settle import settle
+
+    cfg = m.workload.capacity_search
+    if not capacity_dirs or m.workload.capacity_sweep is not None or cfg is None or cfg.settle_budget_s <= 0:
+        return None
+
+    def interim() -> Report:  # the decision as the records stand: what the next round must settle
+        return build_report(m, run_dir / RECORDS_DIR, quality=quality, out_dir=run_dir / "settle-interim", with_sensitivity=False,
+                            with_pages=False, instances_measured=facts.instances_measured, capacity_dirs=capacity_dirs,
+                            systems_under_test=facts.systems_under_test)
+
+    return settle(m, fleets.steps(), run_dir / CAPACITY_DIR, capacity_dirs, interim, stop, log).as_dict()
+
+
+def _report(m: Manifest, run_dir: Path, quality: dict[str, dict[str, Any]], facts: RunFacts, capacity_dirs: dict[str, Path] | None,
+            settled: dict[str, Any] | None) -> Report:
+    from analysis.report import build_report
+
+    return build_report(m, run_dir / RECORDS_DIR, prometheus_url=facts.prometheus_url, aws=facts.aws, quality=quality, out_dir=run_dir,
+                        instances_measured=facts.instances_measured, capacity_dirs=capacity_dirs or None,
+                        systems_under_test=facts.systems_under_test, settle=settled)
+
+
+def report_from_run_dir(m: Manifest, run_dir: Path, out_dir: Path | None = None, *, prometheus_url: str | None = None) -> Report:
+    """The report again from a run directory as `run_stages` left it (or as downloaded from S3)."""
+    from analysis.capacity import discover_steps
+    from analysis.report import build_gate_report
+
+    facts = RunFacts.read(run_dir)
+    if facts is None:
+        raise AnalysisError(f"{run_dir}: no {CAMPAIGN_FILE} (not a run directory written by `campaign local` or `campaign run`)")
+    facts.prometheus_url = prometheus_url
+    qpath = run_dir / QUALITY_FILE
+    quality = json.loads(qpath.read_text(encoding="utf-8")) if qpath.is_file() else None
+    out = out_dir or run_dir
+    if quality is not None and not any((run_dir / RECORDS_DIR).glob("records-*")):  # the gate failed: nothing was replayed
+        return build_gate_report(m, quality, out_dir=out)
+    steps = discover_steps(run_dir / CAPACITY_DIR)
+    settle_file = run_dir / CAPACITY_DIR / "settle.json"
+    settled = json.loads(settle_file.read_text(encoding="utf-8")) if settle_file.is_file() else None
+    from analysis.report import build_report
+
+    return build_report(m, run_dir / RECORDS_DIR, prometheus_url=facts.prometheus_url, aws=facts.aws, quality=quality, out_dir=out,
+                        instances_measured=facts.instances_measured, capacity_dirs=steps or None,
+                        systems_under_test=facts.systems_under_test, settle=settled)
+
+
+def write_quality(run_dir: Path, gates: dict[str, GateResult], layers: dict[str, list[LayerResult]]) -> dict[str, dict[str, Any]]:
+    quality = {k: fleet_quality(g, layers[k]) for k, g in gates.items()}
+    (run_dir / QUALITY_FILE).write_text(json.dumps(quality, indent=2))
+    return quality
+
+
+def print_gates(gates: dict[str, GateResult], quality: dict[str, dict[str, Any]], log: Callable[[str], None] = say) -> None:
+    for name, g in gates.items():
+        q = quality[name]
+        verdict = {True: "pass", False: "FAIL", None: "NOT EVALUATED"}[q["passed"]]
+        layer = f", layer {q['failed_layer']}" if q["failed_layer"] else ""
+        log(f"quality gate {name}: {verdict} ({g.pass_rate:.0%} of {len(g.fixtures)} fixtures{layer})")
+        for f in q["failures"]:
+            log(f"  {f}")
+
+
+def print_layer(quality: dict[str, dict[str, Any]], layer: str, log: Callable[[str], None] = say) -> None:
+    for name, q in quality.items():
+        res = q["layers"].get(layer)
+        if res is None:
+            continue
+        verdict = {True: "pass", False: "FAIL", None: "NOT EVALUATED"}[res["passed"]]
+        ks = res["figures"].get("output_length_ks")
+        test = f", output lengths vs {ks['against']}: KS p = {ks['p_value']:.3g} (n = {ks['n']}, {ks['m']})" if ks else ""
+        log(f"quality {layer} {name}: {verdict} (invalid {res['figures'].get('invalid_rate', 0):.3f}, "
+            f"retried {res['figures'].get('retry_rate', 0):.3f}{test})")
+        for r in res["reasons"]:
+            log(f"  {r}")
