@@ -48,7 +48,7 @@ from core.manifest import ResolvedEfficiency  # noqa: E402
 from core.roofline import Roofline  # noqa: E402
 from core.scheduling import POLICIES, policy_for  # noqa: E402
 from runtime.emulator.engine import Engine, EngineSeq  # noqa: E402
-from runtime.emulator.simulate import Load, Sizes, simulate  # noqa: E402
+from runtime.emulator.simulate import Load, Sizes, replay, simulate  # noqa: E402
 from runtime.emulator.timing import TimingModel  # noqa: E402
 
 DEFAULT_ROWS = ROOT / "data" / "calibration" / "published.csv"
@@ -70,6 +70,39 @@ LOAD_SHORTFALL = 0.8  # below this share of the stated load a row did not hold i
 GROUP_OF_STACK = {"vllm-neuron": "neuron-nxd", "tgi-neuron": "neuron-hlo-tgi", "vllm": "nvidia-vllm", "vllm-v0": "nvidia-vllm",
                   "tgi": "nvidia-tgi", "tensorrt-llm": "nvidia-tensorrt-llm"}  # fmt: skip
 USES = ("fit", "test")
+
+# How a row's load generator sent its requests and averaged its figures (column `client`). Each
+# protocol is replayed as the tool's code runs it, so a row is compared with what its tool
+# measured, start-up and cut-off included, not with a server's steady state:
+# - guidellm-0.1: guidellm v0.1.0 (neuralmagic/guidellm@v0.1.0, the `guidellm --data-type
+#   emulated` CLI that optimum-neuron's performance.sh / benchmark.sh call). Every benchmark of its
+#   sweep runs --max-seconds 120 (main.py default); nothing is sent at or after the end and a
+#   request still running then is timed out and not counted (scheduler/base.py
+#   _submit_task_coroutine: wait_for(timeout=end_time - now)). "throughput" sends requests at
+#   once while fewer than GUIDELLM__MAX_CONCURRENCY - 1 are outstanding, polling every 0.1 s
+#   (_run_async: `while (index + 1 - completed) >= max_concurrency: sleep(0.1)`); "constant"
+#   sends at start + i / rate. Means over the completed requests; the request rate and token
+#   throughput divide by the span from the first completed request's start to the last one's
+#   end; ITL pools every token gap (core/result.py TextGenerationBenchmark).
+# - llmperf-waves: ray-project/llmperf before #59 (f1d6bed, 2024-12-09), as the 2024 reports ran
+#   it (token_benchmark_ray.py and src/llmperf/requests_launcher.py @e22c8303): N requests are
+#   launched, then get_next_ready() waits on ActorPool.get_next_unordered() until every one of
+#   them is back (#59's title: "subsequent requests cannot be sent until 'num_concurrent_requests'
+#   requests have all finished"); waves of N until >= 100 (max_num_completed_requests) are
+#   done; throughput and requests/min over the whole run; figures per request. Within a wave the
+#   launches are LLMPERF_LAUNCH_S apart: that loop drew each prompt (tokenizing sonnet lines)
+#   before launching it, until #54 (03872a4, 2024-06-18) moved it out of the loop.
+# - steady (default): a server's steady state, the first tenth (at least one per user) dropped.
+CLIENTS = ("steady", "guidellm-0.1", "llmperf-waves")
+GUIDELLM_SECONDS = 120.0  # guidellm 0.1.0 --max-seconds default (main.py)
+GUIDELLM_POLL_S = 0.1  # _run_async's sleep while the concurrency cap is reached
+LLMPERF_REQUESTS = 100  # scripts/benchmark.py num_requests (ray-project/llmperf@85db0905)
+# The client's time per launched request, from each llmperf file's own one-user row: 60 /
+# requests per minute - mean request latency = 121 ms (A10G vLLM), 117 ms (NIM), 136 ms
+# (inf2.xlarge TGI). The same figure from the 4-16-user rows, (run time / waves - latency) /
+# (users - 1), is 126-185 ms, and 216-421 ms at 32-64 users, where the client shared the
+# instance's 8 vCPUs with the server: not modelled, so those rows' loads are overstated.
+LLMPERF_LAUNCH_S = 0.12
 
 
 class RowError(ValueError):
@@ -101,6 +134,8 @@ class Row:
     requests_per_s: float | None = None  # completed requests/s over the measurement
     request_latency_s: float | None = None  # mean end-to-end latency of a request
     use: str = "fit"
+    statistic: str = "mean"  # of TTFT and ITL: mean or p50
+    client: str = "steady"  # the load generator's protocol (CLIENTS)
 
     @property
     def vendor(self) -> str:
@@ -127,14 +162,17 @@ class Row:
         explains the published rate: users / rate - latency (so the replay holds what the
         measurement held). Needs the published requests/s and latency."""
         base = self.load
-        if base.kind == "rate" or self.requests_per_s is None or self.request_latency_s is None:
+        if self.client != "steady" or base.kind == "rate" or self.requests_per_s is None or self.request_latency_s is None:
             return base
         think = base.users / self.requests_per_s - self.request_latency_s
         return Load(base.kind, base.value, round(think, 3)) if think > 0.001 else base
 
     def load_shortfall(self) -> str | None:
         """Did the load generator hold the stated load? None when it did (or when the row is
-        replayed at the load it held); else why no server model can match the row."""
+        replayed at the load it held, or as its load generator sent it); else why no server model
+        can match the row."""
+        if self.client != "steady":
+            return None
         if self.load.kind == "rate":
             rate = self.requests_per_s if self.requests_per_s is not None else self.published["output_tok_s"] / self.output_tokens
             share = rate / self.load.value
@@ -291,6 +329,9 @@ def _row(raw: dict[str, str], line: int) -> Row:
     use = (raw.get("use") or "fit").strip()
     if use not in USES:
         raise RowError(f"line {line}: column 'use': {use!r} is not {' or '.join(USES)}")
+    client = (raw.get("client") or "steady").strip()
+    if client not in CLIENTS:
+        raise RowError(f"line {line}: column 'client': {client!r} is not one of {', '.join(CLIENTS)}")
     return Row(
         line=line, id=rid, instance_type=it, serving_stack=stack, tensor_parallel=tp, replicas=replicas,
         max_num_seqs=_num(raw, "max_num_seqs", line, int), max_model_len=max_len, buckets=buckets, params_b=_num(raw, "params_b", line, float),
@@ -299,7 +340,7 @@ def _row(raw: dict[str, str], line: int) -> Row:
         input_tokens=inp, output_tokens=out, input_spread=spreads[0], output_spread=spreads[1], distribution=distribution,
         load=Load(kind, value),  # type: ignore[arg-type]
         published={m: _num(raw, m, line, float) for m in METRICS}, source=raw["source"].strip(),
-        requests_per_s=held[0], request_latency_s=held[1], use=use,
+        requests_per_s=held[0], request_latency_s=held[1], use=use, statistic=statistic, client=client,
     )  # fmt: skip
 
 
@@ -520,9 +561,76 @@ def efficiency_of(row: Row, groups: dict[str, Any]) -> ResolvedEfficiency:
     return ResolvedEfficiency(ranges["bandwidth"].prior, ranges["compute"].prior, 0.0, 0.0, f"{row.vendor} prior")
 
 
+@dataclass(frozen=True)
+class ClientRun:
+    """What a row's load generator counted: its requests on one clock, the span it divided
+    tokens by, and whether its ITL pools every token gap (guidellm) or averages per request."""
+
+    counted: list[EngineSeq]
+    span_s: float
+    pooled_itl: bool
+
+
+def guidellm_run(r: Row, timing: TimingModel) -> ClientRun:
+    """guidellm 0.1.0's benchmark of the row's load (CLIENTS): 120 s, the requests done by then."""
+    sizes = r.sizes()
+    end = GUIDELLM_SECONDS
+    if r.load.kind == "rate":
+        n = int(end * r.load.value) + 1
+        seqs = replay(timing, [(i / r.load.value, *sizes(i)) for i in range(n)], until=end)
+    else:
+        # at most max_concurrency - 1 outstanding; a freed slot is refilled at the next 0.1 s poll
+        users = max(1, r.load.users - 1) if r.load.kind == "concurrency" else 1
+        poll = GUIDELLM_POLL_S / 2 if users > 1 else 0.0
+        seqs = replay(timing, [(0.0, *sizes(i)) for i in range(users)], closed_loop=(10**9, sizes), think_s=poll, until=end)
+    done = [s for s in seqs if s.finish_reason is not None]
+    if not done:
+        return ClientRun([], 0.0, True)
+    first = min(done, key=lambda s: s.last_token_at or 0.0)  # results[0]: the first request to complete
+    return ClientRun(done, max(s.last_token_at or 0.0 for s in done) - first.arrival, True)
+
+
+def llmperf_waves_run(r: Row, timing: TimingModel) -> ClientRun:
+    """llmperf before #59 (CLIENTS): waves of N requests launched LLMPERF_LAUNCH_S apart, the next
+    wave after the last of this one is back."""
+    sizes = r.sizes()
+    n = r.load.users
+    done: list[EngineSeq] = []
+    clock = 0.0
+    for w in range(math.ceil(LLMPERF_REQUESTS / n)):
+        wave = replay(timing, [(i * LLMPERF_LAUNCH_S, *sizes(w * n + i)) for i in range(n)])
+        for s in wave:  # onto the run's clock
+            s.arrival += clock
+            s.first_token_at = None if s.first_token_at is None else s.first_token_at + clock
+            s.last_token_at = None if s.last_token_at is None else s.last_token_at + clock
+        clock = max(s.last_token_at or clock for s in wave) + LLMPERF_LAUNCH_S
+        done += wave
+    return ClientRun(done, clock, False)
+
+
+def _stat(r: Row, xs: list[float]) -> float:
+    return statistics.median(xs) if r.statistic == "p50" else statistics.fmean(xs)
+
+
+def _figures(r: Row, run: ClientRun) -> dict[str, float]:
+    done = [s for s in run.counted if s.first_token_at is not None and s.last_token_at is not None]
+    if not done or run.span_s <= 0:
+        return {"output_tok_s": 0.0, "ttft_ms": GUIDELLM_SECONDS * 1000, "itl_ms": 0.0}
+    span = [(s.last_token_at - s.first_token_at, s.generated - 1) for s in done if s.generated > 1]  # type: ignore[operator]
+    itl = sum(t for t, _ in span) / max(1, sum(g for _, g in span)) if run.pooled_itl else _stat(r, [t / g for t, g in span] or [0.0])
+    return {"output_tok_s": sum(s.generated for s in done) / run.span_s,
+            "ttft_ms": _stat(r, [s.first_token_at - s.arrival for s in done]) * 1000,  # type: ignore[operator]
+            "itl_ms": itl * 1000}  # fmt: skip
+
+
 def predict(row: Row, groups: dict[str, Any]) -> dict[str, float]:
     policy_for(row.serving_stack, row.vendor)
-    summary, _ = simulate(row.timing(efficiency_of(row, groups)), row.held_load, row.sizes())
+    timing = row.timing(efficiency_of(row, groups))
+    if row.client == "guidellm-0.1":
+        return _figures(row, guidellm_run(row, timing))
+    if row.client == "llmperf-waves":
+        return _figures(row, llmperf_waves_run(row, timing))
+    summary, _ = simulate(timing, row.held_load, row.sizes())
     return {"output_tok_s": summary.output_tok_s, "ttft_ms": summary.ttft_s * 1000, "itl_ms": summary.itl_s * 1000}
 
 

@@ -69,13 +69,19 @@ def simulate(timing: TimingModel, load: Load, sizes: Sizes, requests: int | None
 
 
 def replay(
-    timing: TimingModel, arrivals: list[tuple[float, int, int]], closed_loop: tuple[int, Sizes] | None = None, think_s: float = 0.0
+    timing: TimingModel,
+    arrivals: list[tuple[float, int, int]],
+    closed_loop: tuple[int, Sizes] | None = None,
+    think_s: float = 0.0,
+    until: float | None = None,
 ) -> list[EngineSeq]:
     """Requests (arrival time, prompt tokens, output tokens) through the instance's replicas;
     with `closed_loop` = (total, sizes), every finished request sends the next one after a
     think time until `total` were sent: exponential with mean `think_s` (seeded), so users that
-    started together drift apart as a real client's do; none when `think_s` is 0. Returns every
-    request, with its token times filled in."""
+    started together drift apart as a real client's do; none when `think_s` is 0. `until`: a
+    load generator's end time: nothing arrives at or after it and the replay stops there
+    (requests still running keep the token times they had). Returns every request, with its
+    token times filled in."""
     think = random.Random(0)
     replicas = [_Replica(timing) for _ in range(max(1, timing.replicas))]
     seqs: list[EngineSeq] = []
@@ -84,6 +90,8 @@ def replay(
     delay = timing.admission_delay_s
 
     def arrive(at: float, inp: int, out: int) -> None:
+        if until is not None and at >= until:
+            return
         seq = EngineSeq(inp, out, at)
         seqs.append(seq)
         heapq.heappush(pending, (at + delay, len(seqs), seq))
@@ -105,7 +113,7 @@ def replay(
             replicas[rr % len(replicas)].engine.submit(seq)
             rr += 1
             continue
-        if step_end is None:
+        if step_end is None or (until is not None and step_end > until):
             break
         now = step_end
         for r in busy:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import json
 import subprocess
 import sys
@@ -48,6 +49,7 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
         (HEADER + "\n" + ROW.replace("vllm-v0,1,1,", "vllm-v0,2,1,"), "line 2: column 'tensor_parallel': 2 is not a TP degree of g5.2xlarge"),
         (HEADER + ",use\n" + ROW + ",train", "line 2: column 'use': 'train' is not fit or test"),
         (HEADER + ",requests_per_s\n" + ROW + ",-1", "line 2: column 'requests_per_s': must be > 0"),
+        (HEADER + ",client\n" + ROW + ",locust", "line 2: column 'client': 'locust' is not one of steady, guidellm-0.1, llmperf-waves"),
     ],
 )
 def test_a_bad_rows_file_names_the_line_and_column(tmp_path: Path, text: str, message: str) -> None:
@@ -159,6 +161,46 @@ def test_a_row_that_held_fewer_users_is_replayed_with_their_think_time(tmp_path:
     # without the published rate and latency the shortfall can only be reported
     bare = _rows(tmp_path, [ROW.replace(",concurrency,1,31.9,137,30.7,", ",concurrency,16,75,300,40,")])[0]
     assert bare.held_load == bare.load and (bare.load_shortfall() or "").startswith("Little's law")
+
+
+def test_the_stored_out_of_sample_bands_are_what_loso_gives_on_the_committed_rows() -> None:
+    # plan and the report print the band efficiency.json pins; refitting must reproduce it, so a
+    # change to the rows, the fit or the engine cannot leave a stale band behind (--fit rewrites it)
+    rows = cal.read_rows(cal.DEFAULT_ROWS)
+    bands = cal.out_of_sample_bands(cal.loso(rows), cal.fit(rows))
+    committed = json.loads(cal.EFFICIENCY_FILE.read_text())["groups"]
+    assert {k: g["out_of_sample"] for k, g in committed.items()} == json.loads(json.dumps(bands))
+
+
+def test_a_guidellm_row_is_replayed_as_guidellm_0_1_sends_and_counts(tmp_path: Path) -> None:
+    # 8 users with 400-token outputs on the A10G: guidellm keeps at most 7 outstanding, sends
+    # nothing after 120 s and drops what is still running then.
+    row = ROW.replace(",concurrency,1,", ",concurrency,8,").replace(",550,150,", ",550,400,")
+    r = _rows(tmp_path, [row + ",guidellm-0.1"], HEADER + ",client")[0]
+    run = cal.guidellm_run(r, r.timing(cal.efficiency_of(r, cal.fit(_rows(tmp_path, [ROW])))))
+    assert run.counted and run.pooled_itl
+    assert all(s.finish_reason == "length" and (s.last_token_at or 0) <= cal.GUIDELLM_SECONDS for s in run.counted)
+    events = sorted([(s.arrival, 1) for s in run.counted] + [(s.last_token_at or 0.0, -1) for s in run.counted])
+    outstanding = max(sum(d for _, d in events[: i + 1]) for i in range(len(events)))
+    assert outstanding == 7
+    # the last requests sent were still running at 120 s: not counted, so the span ends before it
+    last = max(s.last_token_at or 0.0 for s in run.counted)
+    assert last < cal.GUIDELLM_SECONDS and run.span_s == pytest.approx(last - min(s.arrival for s in run.counted))
+    figures = cal.predict(r, cal.fit(_rows(tmp_path, [ROW])))
+    assert figures["output_tok_s"] == pytest.approx(sum(s.generated for s in run.counted) / run.span_s)
+
+
+def test_an_llmperf_row_is_replayed_in_waves_as_llmperf_before_its_fix_sent_them(tmp_path: Path) -> None:
+    r = _rows(tmp_path, [ROW.replace(",concurrency,1,", ",concurrency,8,") + ",llmperf-waves"], HEADER + ",client")[0]
+    run = cal.llmperf_waves_run(r, r.timing(cal.efficiency_of(r, cal.fit(_rows(tmp_path, [ROW])))))
+    assert len(run.counted) == 104 and not run.pooled_itl  # 13 waves of 8: the first count >= 100
+    waves = [run.counted[i : i + 8] for i in range(0, 104, 8)]
+    for before, wave in itertools.pairwise(waves):
+        # a wave starts once the last request of the one before is back, one launch later
+        assert min(s.arrival for s in wave) == pytest.approx(max(s.last_token_at or 0.0 for s in before) + cal.LLMPERF_LAUNCH_S)
+        gaps = [b.arrival - a.arrival for a, b in itertools.pairwise(wave)]
+        assert gaps == pytest.approx([cal.LLMPERF_LAUNCH_S] * 7)
+    assert run.span_s == pytest.approx(max(s.last_token_at or 0.0 for s in waves[-1]) + cal.LLMPERF_LAUNCH_S)
 
 
 def test_plan_prints_the_out_of_sample_band_with_the_fitted_efficiency(manifest_data: dict[str, Any], tmp_path: Path) -> None:
