@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from campaign.processes import Managed, ProcessFailed, Supervisor
+from core import catalog
 from core.errors import CampaignError
 from core.manifest import Manifest
 from core.ports import free_port
@@ -42,10 +43,37 @@ VLLM_CPU_NOTE = (
     "/metrics are real; the hardware is not: every latency, throughput and capacity figure is a CPU figure, "
     "not an Inf2 or an L4 figure, and the decision exercises the pipeline, it is no verdict on either accelerator."
 )
-EMULATOR_NOTE = (
-    "Systems under test: one emulator process per fleet (runtime/emulator), calibrated from the catalog. "
-    "Latencies are emulated, not measured on Inf2 or L4 hardware."
-)
+
+
+def emulator_error(m: Manifest | None = None) -> str:
+    """The emulator's out-of-sample error as `bench/calibration.py --fit` pinned it in
+    data/calibration/efficiency.json (each group's --loso band): per fleet of `m` (a fleet whose
+    efficiency the manifest assumes has none), else per vendor family of the fitted groups.
+    Read from the file, never refitted here."""
+    if m is not None:
+        parts = []
+        for f in m.fleets:
+            name = f.efficiency.calibration
+            band = catalog.calibrated_efficiency(name).error_band if name else None
+            parts.append(f"{f.name} (calibration {name!r}): {band}" if band else f"{f.name}: efficiency assumed by the manifest, error not measured")
+        return "; ".join(parts)
+    bands: dict[str, str] = {}
+    for g in catalog.calibration_groups().values():
+        if g.error_band and g.vendor not in bands:
+            bands[g.vendor] = f"{' and '.join(g.accelerators) or g.vendor} rows: {g.error_band}"
+    return "; ".join(bands.values()) or "no out-of-sample error is pinned (bench/calibration.py --fit)"
+
+
+def emulator_note(m: Manifest | None = None) -> str:
+    """What the report says about a campaign run against emulators, with the emulator's error."""
+    return (
+        "Systems under test: one emulator process per fleet (runtime/emulator), its timing fitted on published measurements "
+        "(data/calibration). Latencies are emulated, not measured on Inf2 or L4 hardware; every latency, throughput, capacity "
+        f"and the decision carry the emulator's error against published measurements it was not fitted on: {emulator_error(m)}."
+    )
+
+
+EMULATOR_NOTE = emulator_note()
 
 
 class EngineUnavailable(CampaignError):

@@ -394,6 +394,11 @@ def calibrated_efficiency(name: str, path: Path = CALIBRATION_FILE) -> Calibrate
         raise KeyError(f"no calibration group {name!r} in {path.name}; known: {', '.join(sorted(groups)) or 'none'}") from None
 
 
+def calibration_groups(path: Path = CALIBRATION_FILE) -> dict[str, CalibratedEfficiency]:
+    """Every fitted group, by name (empty when the file is absent)."""
+    return dict(_calibration_groups(path))
+
+
 @lru_cache(maxsize=4)
 def _calibration_groups(path: Path) -> dict[str, CalibratedEfficiency]:
     if not path.is_file():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import itertools
 import json
@@ -216,6 +217,23 @@ def test_plan_prints_the_out_of_sample_band_with_the_fitted_efficiency(manifest_
         # the printed medians are the stored ones
         assert f"TTFT {band['median_abs_rel_error']['ttft_ms']:.0%}" in c.error_band
     assert "NVIDIA A10G rows" in text  # the g6 fleet's band was measured on another GPU, and says so
+
+
+def test_the_report_note_carries_each_fleets_pinned_out_of_sample_band(manifest_data: dict[str, Any], tmp_path: Path) -> None:
+    from campaign import engine
+    from core import catalog
+
+    data = copy.deepcopy(manifest_data)
+    data["fleets"][1]["efficiency"] = {"bandwidth": 0.7, "compute": 0.5}  # assumed by the manifest: no measured error
+    _, m = load(tmp_path, data)
+    note = engine.emulator_note(m)
+    calibrated, assumed = m.fleets
+    band = catalog.calibrated_efficiency(calibrated.efficiency.calibration or "").error_band
+    assert band and f"{calibrated.name} (calibration {calibrated.efficiency.calibration!r}): {band}" in note
+    assert f"{assumed.name}: efficiency assumed by the manifest, error not measured" in note
+    # the campaign-wide note (campaign local) names every fitted vendor family's band, as pinned
+    for g in catalog.calibration_groups().values():
+        assert g.error_band and g.error_band in engine.EMULATOR_NOTE
 
 
 @pytest.mark.parametrize(
