@@ -23,7 +23,8 @@ degree only), held near the middle of that range by a weak prior. `--loso` refit
 fit() on all rows but one configuration (or source) and predicts the rows left out: the
 out-of-sample error, which the README quotes first and `--fit` stores with each group for
 `campaign plan` to print. Rows marked `use=test` are never fitted: published measurements kept
-unseen, reported apart.
+unseen, reported apart. Each row is replayed as its load generator sent and averaged it (column
+`client`, CLIENTS below): guidellm 0.1's 120 s benchmarks, llmperf's waves.
 """
 
 from __future__ import annotations
