@@ -666,6 +666,7 @@ def report(rows: list[Row], predicted: dict[str, dict[str, float]], fitted: set[
         "fitted_rows": sorted(fitted),
         "not_matchable": unmatchable,
         "held_load": {r.id: note for r in rows if (note := r.held_note()) is not None},
+        "clients": {c: [r.id for r in rows if r.client == c] for c in CLIENTS if any(r.client == c for r in rows)},
         "matchable_rows": _band(matchable),
         "unseen_rows": _band([x for x in results if x["use"] == "test"]),
         "unseen": sorted(r.id for r in rows if r.use == "test"),
@@ -737,6 +738,8 @@ def render(report_: dict[str, Any], elapsed: float) -> str:
     for scope, agg in scopes:
         med, worst = agg["median_abs_rel_error"], agg["max_abs_rel_error"]
         lines.append(f"{scope:12} " + "  ".join(f"{m}: median {med[m] * 100:.1f}% max {worst[m] * 100:.1f}%" for m in METRICS))
+    lines.append("replayed as their load generator ran them (column client): "
+                 + ", ".join(f"{c} {len(ids)} rows" for c, ids in report_["clients"].items()))  # fmt: skip
     if report_["held_load"]:
         lines.append("")
         lines.append("rows replayed at the load they held (Little's law on their published requests/s and latency):")
