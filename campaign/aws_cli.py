@@ -5,14 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from campaign import aws
-from campaign.cloud_run import CloudRun, CloudRunResult, TaskLauncher, download_run, read_run_config
+from campaign.cloud_run import CloudFleets, CloudRun, CloudRunResult, TaskLauncher, download_tree, read_run_config
 from core import cloud_contract as cc
-from core.errors import EXIT_FAILED_STEP, EXIT_OK, BadArgument, CampaignError
+from core.errors import EXIT_BY_DECISION, EXIT_FAILED_STEP, EXIT_OK, BadArgument, CampaignError
 from core.manifest import Manifest, load_manifest
 from core.schedule import check_workload
 
@@ -47,10 +48,14 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 
 
 def run_campaign(
-    session: Any, m: Manifest, out_dir: Path, *, duration_s: float | None = None, launcher: TaskLauncher | None = None, poll_s: float = 10.0
+    session: Any, m: Manifest, out_dir: Path, *, duration_s: float | None = None, launcher: TaskLauncher | None = None,
+    poll_s: float = 10.0, capacity: bool = True, final_report: bool = True,
 ) -> CloudRunResult:
-    """What `campaign run` does; `launcher` replaces ECS RunTask (the offline cloud-path test)."""
+    """What `campaign run` does: the campaign's stages (campaign.orchestration) on the deployed
+    fleets, the run directory uploaded under the run's prefix; `launcher` replaces ECS RunTask
+    (the offline cloud-path test)."""
     from campaign.ecs_tasks import EcsTaskLauncher
+    from campaign.orchestration import run_stages
 
     cfg = read_run_config(session.client("cloudformation"), aws.stack_name(m))
     run_id = cc.new_run_id()
@@ -59,22 +64,50 @@ def run_campaign(
         discovery = session.client("servicediscovery")
     else:
         discovery = None
-    run = CloudRun(m, cfg, launcher, session.client("s3"), out_dir=out_dir, duration_s=duration_s, poll_s=poll_s,
-                   discovery=discovery, run_id=run_id)  # fmt: skip
-    return run.run()
+    run = CloudRun(m, cfg, launcher, session.client("s3"), out_dir=out_dir, poll_s=poll_s, discovery=discovery, run_id=run_id)
+    fleets = CloudFleets(run)
+    stop = threading.Event()
+    status = "failed"
+    try:
+        run.upload_inputs()
+        report = run_stages(m, fleets, run.run_dir, stop, duration_s=duration_s, capacity=capacity, final_report=final_report)
+        status = "finished"
+    except KeyboardInterrupt:
+        stop.set()
+        run.say("interrupted: stopping every task of this run (workers flush and upload what they recorded)")
+        fleets.abort()
+        run.wait_all_stopped()
+        status = "interrupted"
+        raise
+    finally:
+        run.deregister()
+        if run.run_dir.is_dir():
+            run.say(f"run {run_id}: {run.publish()} file(s) of the run directory uploaded to {run.uri}/")
+        run.write_run_record(status)
+    code = EXIT_BY_DECISION[report.decision.state] if report is not None else EXIT_OK
+    return CloudRunResult(run_id, run.uri, run.run_dir, code, report)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     m = load_manifest(args.manifest)
     check_workload(m)  # every bad trace row, before any task starts
-    result = run_campaign(aws_session(m.costs.region), m, Path(args.out), duration_s=args.duration)  # CloudRunError: exit 1
-    print(f"next: python -m campaign report {args.manifest} --run-id {result.run_id} --aws --out {Path(args.out) / result.run_id}")
+    result = run_campaign(aws_session(m.costs.region), m, Path(args.out), duration_s=args.duration, capacity=not args.no_capacity,
+                          final_report=not args.no_report)  # CloudRunError: exit 1
+    if result.report is not None:
+        rep = result.report
+        print(f"decision: {rep.decision.state.upper()} — " + "; ".join(rep.decision.reasons))
+        print(f"report: {result.run_dir / 'report.html'} (and under {result.uri}/)")
+    else:
+        print(f"next: python -m campaign report {args.manifest} --run-id {result.run_id} --aws --out {result.run_dir}")
     return result.exit_code
 
 
-def fetch_run_records(session: Any, m: Manifest, source: str, dest: Path) -> Path:
-    """Records of one run into `dest`: `source` is a run id (found through the stack's results
-    prefix) or the run's s3:// URI as `run` printed it (works after teardown too)."""
+def fetch_run(session: Any, m: Manifest, source: str, dest: Path) -> Path:
+    """One run's directory (records, capacity steps, quality, campaign.json) into `dest`:
+    `source` is a run id (found through the stack's results prefix) or the run's s3:// URI as
+    `run` printed it (works after teardown too)."""
+    from campaign.orchestration import CAMPAIGN_FILE
+
     try:  # a malformed id or URI is refused before any AWS call
         if source.startswith("s3://"):
             cc.split_s3_uri(source)
@@ -87,9 +120,10 @@ def fetch_run_records(session: Any, m: Manifest, source: str, dest: Path) -> Pat
     else:
         cfg = read_run_config(session.client("cloudformation"), aws.stack_name(m))
         uri = cc.run_uri(cfg.results_uri, source)
-    files = download_run(session.client("s3"), uri, dest)
-    if not any(p.name.startswith("records-") for p in files):
-        raise BadArgument(f"--run-id: no records under {uri}/ (is the run id right? `campaign run` prints it)")
+    dest.mkdir(parents=True, exist_ok=True)
+    files = download_tree(session.client("s3"), uri, dest)
+    if not any(p.name == CAMPAIGN_FILE for p in files):
+        raise BadArgument(f"--run-id: no run directory under {uri}/ (is the run id right? `campaign run` prints it)")
     return dest
 
 
@@ -98,20 +132,20 @@ def cmd_teardown(args: argparse.Namespace) -> int:
     session = aws_session(m.costs.region)
     if not args.check_only:
         out = Path(args.out)
-        records = args.records
+        run_dir = Path(args.run_dir) if args.run_dir else None
         if args.run_id:
             try:
-                records = fetch_run_records(session, m, args.run_id, out / "records")
+                run_dir = fetch_run(session, m, args.run_id, out / "run")
             except CampaignError as exc:  # main prints it, and this note, and exits with its code
                 exc.add_note("nothing was destroyed")
                 raise
-        if records:
-            from analysis.report import build_report
+        if run_dir is not None:
+            from campaign.orchestration import report_from_run_dir
 
-            build_report(m, Path(records), aws=True, out_dir=out)
+            report_from_run_dir(m, run_dir, out)
             print(f"report written first: {out / 'report.html'}")
         else:
-            print("no --run-id or --records given: no report written before teardown", file=sys.stderr)
+            print("no --run-id or --run-dir given: no report written before teardown", file=sys.stderr)
         _stop_left_tasks(session, m)
         rc = aws.destroy(session, aws.stack_name(m))
         if rc != 0:
@@ -156,11 +190,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     r = sub.add_parser(
         "run",
-        help="replay the trace against every deployed fleet (fresh Fargate master + workers per fleet), wait, print the records' S3 prefix",
+        help="the whole campaign on the deployed fleets: readiness and quality gate, trace replay, capacity search and settle "
+             "phase per fleet (fresh Fargate master + workers per step), then the report",
     )
     r.add_argument("manifest", help=MANIFEST_HELP + "; the one its stack was deployed from")
     r.add_argument("--duration", type=float, help="replay only the first S seconds of the schedule (default: the whole window)")
-    r.add_argument("--out", default=f"runs/aws-{time.strftime('%Y%m%d')}", help="where a local copy of the run's records goes (under <run id>/)")
+    r.add_argument("--out", default=f"runs/aws-{time.strftime('%Y%m%d')}", help="where the run's local copy goes (under <run id>/)")
+    r.add_argument("--no-capacity", action="store_true", help="stop after the trace replay: no capacity search, no settle phase")
+    r.add_argument("--no-report", action="store_true", help="do not build the report at the end (`campaign report --run-id` builds it)")
     r.set_defaults(handler=cmd_run)
 
     t = sub.add_parser(
@@ -168,7 +205,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     t.add_argument("manifest", help=MANIFEST_HELP + "; the one its stack was deployed from")
     t.add_argument("--run-id", help="the run to report on (as `run` printed it), or its s3:// URI; its records are downloaded first")
-    t.add_argument("--records", help="a local records directory instead of --run-id")
+    t.add_argument("--run-dir", help="a run's local directory (as `run` left it under --out) instead of --run-id")
     t.add_argument("--out", default="runs/aws-report", help="where the report goes")
     t.add_argument("--check-only", action="store_true", help="skip report and destroy; only list what is still tagged")
     t.set_defaults(handler=cmd_teardown)

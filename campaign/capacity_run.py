@@ -33,6 +33,7 @@ from core.manifest import CapacitySearch, Manifest
 
 if TYPE_CHECKING:
     from loadgen.launch import FleetRun
+    from loadgen.replay_options import ReplayOptions
 
 # The whole trace from the window's start: a step needs as much of it as its span asks for.
 _WHOLE_TRACE_S = 1e9
@@ -142,6 +143,17 @@ def fallback_lifetime(m: Manifest) -> float:
     return m.slo.ttft_p95_s + tokens * m.slo.itl_p95_s
 
 
+def step_options(m: Manifest, plan: StepPlan) -> ReplayOptions:
+    """A step's replay: the trace seconds whose arrivals land inside its span at rate x k
+    (offsets are trace seconds x time_scale), every request abandoned at its SLO deadline, no
+    warmup (the replay warmed the server); the same for every runner."""
+    from loadgen.replay_options import ReplayOptions
+
+    ts = m.workload.time_scale
+    return ReplayOptions(rate_multiplier=plan.multiplier, slo_deadline=True, warmup=False,
+                         window_s=plan.span_s * plan.multiplier / ts, skip_s=plan.skip_s / ts)
+
+
 class StepRunner(Protocol):
     """How a capacity step reaches a fleet: the seam between the search (the same for every
     runner) and what serves the load. `LocalSteps` replays it with Locust against a live
@@ -167,13 +179,10 @@ class LocalSteps:
 
     def run(self, fleet: str, plan: StepPlan, step_dir: Path, planned: int, stop: threading.Event) -> tuple[float, str | None]:
         from loadgen.launch import start_fleet
-        from loadgen.replay_options import ReplayOptions
 
         t0 = time.monotonic()
         # trace seconds whose arrivals land inside the span at rate x k (offsets are trace seconds x time_scale)
-        h = self.handles[fleet] = start_fleet(self.manifest_path, fleet, self.endpoints[fleet], step_dir, ReplayOptions(
-            rate_multiplier=plan.multiplier, slo_deadline=True, warmup=False,
-            window_s=plan.span_s * plan.multiplier / self.m.workload.time_scale, skip_s=plan.skip_s / self.m.workload.time_scale))
+        h = self.handles[fleet] = start_fleet(self.manifest_path, fleet, self.endpoints[fleet], step_dir, step_options(self.m, plan))
         early = None
         tail = RecordTail(step_dir, fleet, planned)
         while not h.poll() and not stop.is_set():

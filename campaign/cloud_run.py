@@ -1,29 +1,39 @@
-"""`campaign run` on AWS: upload the run's inputs, start a fresh Locust master + workers per
-fleet, wait for them, and collect the records under the run id.
+"""`campaign run` on AWS: the campaign's stages (campaign.orchestration) against the deployed
+fleets, through Fargate tasks inside the VPC.
 
-The orchestration talks to tasks only through a `TaskLauncher` (ECS RunTask in a campaign,
-local processes in the offline cloud-path test), so the same code path is exercised by both.
-Fleets run side by side, as in the local campaign: each has its own master and workers and
-replays the same schedule against its own endpoint.
+`CloudFleets` is the orchestration's `Fleets` seam on AWS: per fleet, a gate task waits until
+the fleet serves and runs the quality gate (loadgen/gate_task.py); the trace replay and every
+capacity step or settle segment start a fresh Locust master + workers per fleet (`FargateSteps`),
+whose records stream to S3 as they are written and are read back while the step runs, so a
+step stops early on a certain miss exactly as a local one does. Tasks are reached only through
+a `TaskLauncher` (ECS RunTask in a campaign, local processes in the offline cloud-path test),
+so the same code path is exercised by both. Fleets run side by side, as in the local campaign.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from analysis.capacity_search import StepPlan
+from campaign.orchestration import RunFacts
 from core import cloud_contract as cc
-from core.errors import EXIT_FAILED_STEP, EXIT_OK, EXIT_SETUP_FAILED, CampaignError
+from core.errors import EXIT_FAILED_STEP, EXIT_SETUP_FAILED, CampaignError
 from core.manifest import Manifest
+from loadgen.replay_options import ReplayOptions, to_env
 
 if TYPE_CHECKING:
+    from analysis.report_model import Report
+    from core.records import RunSummary
     from core.schedule import ScheduledRequest
+    from loadgen.fixtures import GateResult
 
-Role = Literal["master", "worker"]
+Role = Literal["master", "worker", "gate"]
 # After the replay's own safety net (Locust --run-time), how long `run` still waits for a task
 # to stop before it stops it: Fargate provisioning, the workers' connect wait, the UI linger.
 PROVISIONING_MARGIN_S = 600.0
@@ -39,6 +49,7 @@ class TaskSpec:
     fleet: str
     task_definition: str
     environment: dict[str, str]  # overrides on top of the task definition's own
+    command: tuple[str, ...] | None = None  # None: the task definition's command
 
 
 @dataclass(frozen=True)
@@ -74,11 +85,9 @@ class RunningTask:
 class CloudRunResult:
     run_id: str
     uri: str  # s3://bucket/<runs prefix>/<run id>
-    records_dir: Path  # local copy of the records
-    # `run`'s exit code (core/errors.py): EXIT_OK every task ended cleanly, EXIT_FAILED_STEP a task failed,
-    # EXIT_SETUP_FAILED a task refused its inputs (nothing was sent)
-    exit_code: int
-    summaries: dict[str, Any] = field(default_factory=dict)
+    run_dir: Path  # the run's local copy (campaign.orchestration's layout; records/ is the trace replay's)
+    exit_code: int  # the decision's (core/errors.py), or EXIT_OK when no report was asked for
+    report: Report | None = None
 
 
 def replay_run_time_s(m: Manifest, schedule_span_s: float, duration_s: float | None) -> int:
@@ -106,7 +115,8 @@ def upload_inputs(s3: Any, m: Manifest, results_uri: str, run_id: str, schedule:
 
 
 def download_run(s3: Any, uri: str, dest: Path) -> list[Path]:
-    """Records and summaries of one run (not its inputs) into `dest`; returns the files."""
+    """Records and summaries directly under `uri` (one replay or step, not its inputs) into `dest`;
+    returns the files. boto3 writes each to a temporary name first, so a reader never sees half a download."""
     bucket, prefix = cc.split_s3_uri(uri)
     dest.mkdir(parents=True, exist_ok=True)
     got: list[Path] = []
@@ -121,7 +131,40 @@ def download_run(s3: Any, uri: str, dest: Path) -> list[Path]:
     return sorted(got)
 
 
+def download_tree(s3: Any, uri: str, dest: Path, skip: Sequence[str] = (cc.INPUTS_DIR + "/",)) -> list[Path]:
+    """Everything under `uri` (a whole run: records, capacity steps, quality, report) into `dest`,
+    in the same layout, except the prefixes in `skip`."""
+    bucket, prefix = cc.split_s3_uri(uri)
+    got: list[Path] = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/"):
+        for obj in page.get("Contents", []):
+            rel = obj["Key"][len(prefix) + 1 :]
+            if not rel or rel.endswith("/") or any(rel.startswith(s) for s in skip) or ".." in rel.split("/"):
+                continue
+            path = dest / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            s3.download_file(bucket, obj["Key"], str(path))
+            got.append(path)
+    return sorted(got)
+
+
+def upload_tree(s3: Any, src: Path, uri: str, skip: Callable[[Path], bool] = lambda p: False) -> int:
+    """Every file under `src` to `uri`/<relative path>; returns how many."""
+    bucket, prefix = cc.split_s3_uri(uri)
+    n = 0
+    for path in sorted(p for p in src.rglob("*") if p.is_file()):
+        rel = path.relative_to(src).as_posix()
+        if skip(path):
+            continue
+        s3.upload_file(str(path), bucket, f"{prefix}/{rel}")
+        n += 1
+    return n
+
+
 class CloudRun:
+    """One `campaign run`: its id and S3 prefix, and every task it started (for the run record,
+    Cloud Map and Ctrl-C). Replays and steps of several fleets may run from several threads."""
+
     def __init__(
         self,
         m: Manifest,
@@ -130,7 +173,6 @@ class CloudRun:
         s3: Any,
         *,
         out_dir: Path,
-        duration_s: float | None = None,
         poll_s: float = 10.0,
         discovery: Any = None,
         say: Callable[[str], None] = lambda line: print(line, flush=True),
@@ -140,15 +182,16 @@ class CloudRun:
         self.cfg = cfg
         self.launcher = launcher
         self.s3 = s3
-        self.duration_s = duration_s
         self.poll_s = poll_s
         self.discovery = discovery
         self.say = say
         self.run_id = run_id or cc.new_run_id()
         self.uri = cc.run_uri(cfg.results_uri, self.run_id)
-        self.out_dir = out_dir
+        self.run_dir = out_dir / self.run_id  # the run's local copy: the same layout as under self.uri
         self.tasks: list[RunningTask] = []
+        self._lock = threading.Lock()
         self._registered: list[tuple[str, str]] = []  # (Cloud Map service id, instance id)
+        self.started = time.time()
         self._check_stack_matches()
 
     def _check_stack_matches(self) -> None:
@@ -162,52 +205,30 @@ class CloudRun:
                 f"loadgen.workers: the manifest asks for {self.m.loadgen.workers}, the deployed master expects {self.cfg.workers}; deploy again"
             )
 
-    # --- the run -------------------------------------------------------------------------
+    def upload_inputs(self) -> cc.RunInputs:
+        from core.schedule import build_schedule
 
-    def run(self) -> CloudRunResult:
-        from core.schedule import build_schedule, span_s
-
-        m = self.m
         self.say(f"run {self.run_id}: uploading inputs to {cc.inputs_uri(self.cfg.results_uri, self.run_id)}/")
-        schedule = build_schedule(m)
-        desc = upload_inputs(self.s3, m, self.cfg.results_uri, self.run_id, schedule)
-        run_time = replay_run_time_s(m, span_s(schedule), self.duration_s)
-        self.say(f"run {self.run_id}: {desc.requests} scheduled requests per fleet (schedule {desc.schedule_digest[:12]}), safety net {run_time} s")
-        started = time.time()
-        self._write_run_record("starting", started)
-        try:
-            masters = {f.name: self._start(self._spec("master", f.name, {cc.ENV_RUN_TIME: f"{run_time}s"})) for f in m.fleets}
-            self._wait_for_masters(masters)
-            for f in m.fleets:
-                master = masters[f.name].status
-                assert master.address is not None
-                extra = {cc.ENV_MASTER_HOST: master.address, cc.ENV_MASTER_PORT: str(master.ports.get(cc.LOCUST_MASTER_PORT, cc.LOCUST_MASTER_PORT))}
-                for _ in range(self.cfg.workers):
-                    self._start(self._spec("worker", f.name, extra))
-                self.say(f"{f.name}: master {masters[f.name].handle} at {master.address}; web UI: {master.ui_hint or '(not reachable)'}")
-            self._wait_all(deadline=time.monotonic() + run_time + PROVISIONING_MARGIN_S)
-        except KeyboardInterrupt:
-            self.say("interrupted: stopping every task of this run (workers flush and upload what they recorded)")
-            self._stop_all("operator interrupted the run")
-            self._wait_all(deadline=time.monotonic() + 120)
-        finally:
-            self._deregister()
-        return self._collect(started)
+        desc = upload_inputs(self.s3, self.m, self.cfg.results_uri, self.run_id, build_schedule(self.m))
+        self.say(f"run {self.run_id}: {desc.requests} scheduled requests per fleet (schedule {desc.schedule_digest[:12]})")
+        self.write_run_record("starting")
+        return desc
 
-    def _spec(self, role: Role, fleet: str, extra: Mapping[str, str]) -> TaskSpec:
+    # --- tasks ------------------------------------------------------------------------------
+
+    def _spec(self, role: Role, fleet: str, extra: Mapping[str, str], command: tuple[str, ...] | None = None) -> TaskSpec:
         env = {cc.ENV_RUN_ID: self.run_id, cc.ENV_FLEET: fleet, cc.ENV_HOST: self.cfg.targets[fleet], **extra}
-        if self.duration_s is not None:
-            env[cc.ENV_REPLAY_DURATION] = f"{self.duration_s:g}"
         definition = self.cfg.master_task_definition if role == "master" else self.cfg.worker_task_definition
-        return TaskSpec(role, fleet, definition, env)
+        return TaskSpec(role, fleet, definition, env, command)
 
     def _start(self, spec: TaskSpec) -> RunningTask:
         task = RunningTask(spec, self.launcher.start(spec))
-        self.tasks.append(task)
+        with self._lock:
+            self.tasks.append(task)
         return task
 
-    def _refresh(self) -> None:
-        live = [t for t in self.tasks if not t.status.stopped]
+    def _refresh(self, group: Sequence[RunningTask]) -> None:
+        live = [t for t in group if not t.status.stopped]
         if not live:
             return
         statuses = self.launcher.describe([t.handle for t in live])
@@ -220,97 +241,131 @@ class CloudRun:
                 if new.stopped:
                     line += f" (exit {new.exit_code}{', ' + new.reason if new.reason else ''})"
                 self.say(line)
-                if new.state == "RUNNING" and new.address:
+                if new.state == "RUNNING" and new.address and t.spec.role != "gate":
                     self._register(t, new.address)
             t.status = new
 
-    def _wait_for_masters(self, masters: Mapping[str, RunningTask]) -> None:
-        deadline = time.monotonic() + PROVISIONING_MARGIN_S
-        while True:
-            self._refresh()
-            dead = [f"{fleet}: {t.status.reason or 'exit ' + str(t.status.exit_code)}" for fleet, t in masters.items() if t.status.stopped]
-            if dead:
-                self._stop_all("a master stopped before its workers started")
-                raise CloudRunError("master task stopped before it ran: " + "; ".join(dead))
-            if all(t.status.state == "RUNNING" and t.status.address for t in masters.values()):
-                return
-            if time.monotonic() > deadline:
-                self._stop_all("masters did not start in time")
-                raise CloudRunError(f"masters not running after {PROVISIONING_MARGIN_S:.0f} s")
-            time.sleep(min(self.poll_s, 2.0))
-
-    def _wait_all(self, deadline: float) -> None:
+    def _wait_stopped(self, group: Sequence[RunningTask], deadline: float, on_poll: Callable[[], bool] | None = None,
+                      progress: Callable[[float], None] | None = None) -> None:
+        """Until every task of `group` stopped; `on_poll()` returning True stops them early."""
         t0 = time.monotonic()
         last = 0.0
+        stopping = False
         while True:
-            self._refresh()
-            if all(t.status.stopped for t in self.tasks):
+            self._refresh(group)
+            if all(t.status.stopped for t in group):
                 return
             now = time.monotonic()
             if now > deadline:
-                self.say("tasks still running past the safety net: stopping them")
-                self._stop_all("run exceeded its safety net")
+                self.say("tasks still running past their safety net: stopping them")
+                self.stop(group, "past its safety net")
                 deadline = now + 120
-            if now - last >= max(self.poll_s, 30.0):
+            if not stopping and on_poll is not None and on_poll():
+                stopping = True
+                self.stop(group, "the step is decided (a certain miss) or the run was stopped")
+            if progress is not None and now - last >= max(self.poll_s, 30.0):
                 last = now
-                for f in self.m.fleets:
-                    self.say(f"[{now - t0:5.0f} s] {f.name}: {self._fleet_state(f.name)}{self._progress(f.name)}")
+                progress(now - t0)
             time.sleep(self.poll_s)
 
-    def _fleet_state(self, fleet: str) -> str:
-        tasks = [t for t in self.tasks if t.spec.fleet == fleet]
-        running = sum(t.status.state == "RUNNING" for t in tasks)
-        stopped = sum(t.status.stopped for t in tasks)
-        return f"{running} running / {stopped} stopped of {len(tasks)} tasks"
-
-    def _progress(self, fleet: str) -> str:
-        """The master's progress object (its Locust stats, merged from the workers' reports)."""
-        bucket, prefix = cc.split_s3_uri(self.uri)
-        try:
-            body = self.s3.get_object(Bucket=bucket, Key=f"{prefix}/{cc.PROGRESS_PREFIX}{fleet}.json")["Body"].read()
-            p = json.loads(body)
-            done, misses, ttft = p["goodput"]["count"], p["goodput"]["failures"], p["ttft"]["p95_ms"]
-        except Exception:  # not written yet (the replay has not started), or unreadable
-            return ""
-        share = f", {1 - misses / done:.0%} within the SLO" if done else ""
-        return f"; {done} requests done{share}, TTFT p95 {ttft or 0:.0f} ms"
-
-    def _stop_all(self, reason: str) -> None:
-        for t in self.tasks:
+    def stop(self, group: Sequence[RunningTask] | None, reason: str) -> None:
+        for t in list(self.tasks if group is None else group):
             if not t.status.stopped:
                 try:
                     self.launcher.stop(t.handle, reason)
                 except Exception as exc:  # keep stopping the others
                     self.say(f"could not stop {t.handle}: {exc}")
 
-    # --- Cloud Map: Prometheus finds the tasks at master.<ns> / workers.<ns> ---------------
+    def wait_all_stopped(self, timeout_s: float = 120.0) -> None:
+        self._wait_stopped(list(self.tasks), time.monotonic() + timeout_s)
 
-    def _register(self, t: RunningTask, address: str) -> None:
-        service = self.cfg.master_discovery_service if t.spec.role == "master" else self.cfg.workers_discovery_service
-        if self.discovery is None or not service:
-            return
-        instance = t.handle.rsplit("/", 1)[-1]
-        try:
-            self.discovery.register_instance(ServiceId=service, InstanceId=instance, Attributes={"AWS_INSTANCE_IPV4": address})
-            self._registered.append((service, instance))
-        except Exception as exc:  # Prometheus misses this task's histograms; the records are unaffected
-            self.say(f"warning: Cloud Map registration of {instance} failed ({exc}); Prometheus will not scrape it")
+    # --- the gate task: readiness and quality, inside the VPC --------------------------------
 
-    def _deregister(self) -> None:
-        for service, instance in self._registered:
+    def gate(self, ready_timeout_s: Mapping[str, float]) -> dict[str, dict[str, Any]]:
+        """One gate task per fleet (loadgen/gate_task.py); their results from S3."""
+        from loadgen.gate_task import ENV_READY_TIMEOUT, gate_key
+
+        group = [self._start(self._spec("gate", f, {ENV_READY_TIMEOUT: f"{t:g}"}, ("--gate",))) for f, t in ready_timeout_s.items()]
+        self.say("waiting for every fleet to serve the model through its NLB, then the quality gate: " +
+                 ", ".join(f"{f} (up to {t / 60:.0f} min)" for f, t in ready_timeout_s.items()))
+        self._wait_stopped(group, time.monotonic() + max(ready_timeout_s.values()) + PROVISIONING_MARGIN_S)
+        bucket, prefix = cc.split_s3_uri(self.uri)
+        out: dict[str, dict[str, Any]] = {}
+        for t in group:
             try:
-                self.discovery.deregister_instance(ServiceId=service, InstanceId=instance)
+                out[t.spec.fleet] = json.loads(self.s3.get_object(Bucket=bucket, Key=f"{prefix}/{gate_key(t.spec.fleet)}")["Body"].read())
             except Exception as exc:
-                self.say(f"warning: Cloud Map deregistration of {instance} failed: {exc}")
-        self._registered.clear()
+                raise CloudRunError(f"fleet {t.spec.fleet}: its gate task wrote no result (exit {t.status.exit_code}"
+                                    f"{', ' + t.status.reason if t.status.reason else ''}; {type(exc).__name__})") from None
+        return out
 
-    # --- after the run ---------------------------------------------------------------------
+    # --- a replay (the trace at x1, a capacity step, a settle segment) -------------------------
 
-    def _task_problems(self, fleet: str) -> tuple[list[str], bool]:
-        """(reasons this fleet's run is invalid, whether a task refused its inputs)."""
+    def replay(self, fleets: Sequence[str], options: ReplayOptions, prefix: str, dest: Path, run_time_s: int,
+               on_poll: Callable[[], bool] | None = None) -> dict[str, RunSummary]:
+        """A fresh master + workers per fleet replaying `options`, records under <run>/<prefix>/,
+        downloaded into `dest` once every task stopped; `on_poll()` True stops them early."""
+        env = {cc.ENV_RUN_TIME: f"{run_time_s}s", cc.ENV_RECORDS_PREFIX: prefix, **to_env(options)}
+        masters = {f: self._start(self._spec("master", f, env)) for f in fleets}
+        group = list(masters.values())
+        try:
+            self._wait_for_masters(masters)
+            for f in fleets:
+                master = masters[f].status
+                assert master.address is not None
+                extra = {**env, cc.ENV_MASTER_HOST: master.address,
+                         cc.ENV_MASTER_PORT: str(master.ports.get(cc.LOCUST_MASTER_PORT, cc.LOCUST_MASTER_PORT))}
+                group += [self._start(self._spec("worker", f, extra)) for _ in range(self.cfg.workers)]
+                self.say(f"{f} [{prefix}]: master {masters[f].handle} at {master.address}; web UI: {master.ui_hint or '(not reachable)'}")
+
+            def progress(elapsed: float) -> None:
+                for f in fleets:
+                    self.say(f"[{elapsed:5.0f} s] {f} [{prefix}]: {self._group_state(group, f)}{self._progress(f, prefix)}")
+
+            self._wait_stopped(group, time.monotonic() + run_time_s + PROVISIONING_MARGIN_S, on_poll, progress)
+        except BaseException:  # Ctrl-C or a failed start: this replay's tasks stop and flush what they recorded
+            self.stop(group, "the run was interrupted")
+            raise
+        return self._collect(group, fleets, prefix, dest)
+
+    def _wait_for_masters(self, masters: Mapping[str, RunningTask]) -> None:
+        deadline = time.monotonic() + PROVISIONING_MARGIN_S
+        while True:
+            self._refresh(list(masters.values()))
+            dead = [f"{fleet}: {t.status.reason or 'exit ' + str(t.status.exit_code)}" for fleet, t in masters.items() if t.status.stopped]
+            if dead:
+                self.stop(list(masters.values()), "a master stopped before its workers started")
+                raise CloudRunError("master task stopped before it ran: " + "; ".join(dead))
+            if all(t.status.state == "RUNNING" and t.status.address for t in masters.values()):
+                return
+            if time.monotonic() > deadline:
+                self.stop(list(masters.values()), "masters did not start in time")
+                raise CloudRunError(f"masters not running after {PROVISIONING_MARGIN_S:.0f} s")
+            time.sleep(min(self.poll_s, 2.0))
+
+    @staticmethod
+    def _group_state(group: Sequence[RunningTask], fleet: str) -> str:
+        tasks = [t for t in group if t.spec.fleet == fleet]
+        running = sum(t.status.state == "RUNNING" for t in tasks)
+        stopped = sum(t.status.stopped for t in tasks)
+        return f"{running} running / {stopped} stopped of {len(tasks)} tasks"
+
+    def _progress(self, fleet: str, prefix: str) -> str:
+        """The master's progress object (its Locust stats, merged from the workers' reports)."""
+        bucket, key = cc.split_s3_uri(f"{self.uri}/{prefix}/{cc.PROGRESS_PREFIX}{fleet}.json")
+        try:
+            p = json.loads(self.s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+            done, misses, ttft = p["goodput"]["count"], p["goodput"]["failures"], p["ttft"]["p95_ms"]
+        except Exception:  # not written yet (the replay has not started), or unreadable
+            return ""
+        share = f", {1 - misses / done:.0%} within the SLO" if done else ""
+        return f"; {done} requests done{share}, TTFT p95 {ttft or 0:.0f} ms"
+
+    def _task_problems(self, group: Sequence[RunningTask], fleet: str) -> tuple[list[str], bool]:
+        """(reasons this fleet's replay is invalid, whether a task refused its inputs)."""
         reasons: list[str] = []
         refused = False
-        for t in self.tasks:
+        for t in group:
             if t.spec.fleet != fleet:
                 continue
             code = t.status.exit_code
@@ -321,52 +376,147 @@ class CloudRun:
             reasons.append(f"{t.spec.role} task {t.handle.rsplit('/', 1)[-1]} {what}{': ' + t.status.reason if t.status.reason else ''}")
         return reasons, refused
 
-    def _collect(self, started: float) -> CloudRunResult:
+    def _collect(self, group: Sequence[RunningTask], fleets: Sequence[str], prefix: str, dest: Path) -> dict[str, RunSummary]:
         from loadgen.launch import merge_worker_outputs
         from loadgen.recording import summary_name
 
-        records = self.out_dir / self.run_id / "records"
-        files = download_run(self.s3, self.uri, records)
-        self.say(f"run {self.run_id}: {len(files)} record/summary file(s) downloaded to {records}")
-        bucket, prefix = cc.split_s3_uri(self.uri)
-        summaries: dict[str, Any] = {}
-        code = EXIT_OK
-        for f in self.m.fleets:
-            reasons, refused = self._task_problems(f.name)
-            s = merge_worker_outputs(self.m, f.name, records, extra_invalid=reasons)
-            self.s3.upload_file(str(records / summary_name(f.name)), bucket, f"{prefix}/{summary_name(f.name)}")
-            summaries[f.name] = asdict(s)
-            verdict = "" if s.valid else " INVALID: " + "; ".join(s.invalid_reasons)
-            self.say(
-                f"{f.name}: scheduled {s.scheduled} = completed {s.completed} + failed {s.failed} + not sent {s.not_sent}; "
-                f"schedule lag p99 {s.schedule_lag_p99_s * 1000:.1f} ms{verdict}"
-            )
+        uri = f"{self.uri}/{prefix}"
+        download_run(self.s3, uri, dest)
+        bucket, key_prefix = cc.split_s3_uri(uri)
+        summaries: dict[str, RunSummary] = {}
+        refusals: list[str] = []
+        for f in fleets:
+            reasons, refused = self._task_problems(group, f)
+            summaries[f] = merge_worker_outputs(self.m, f, dest, extra_invalid=reasons)
+            self.s3.upload_file(str(dest / summary_name(f)), bucket, f"{key_prefix}/{summary_name(f)}")
             if refused:
-                code = EXIT_SETUP_FAILED
-            elif reasons and code == EXIT_OK:
-                code = EXIT_FAILED_STEP
-        self._write_run_record("finished" if code == EXIT_OK else "failed", started, summaries)
-        self.say(f"records of run {self.run_id}: {self.uri}/")
-        return CloudRunResult(self.run_id, self.uri, records, code, summaries)
+                refusals += reasons
+        self.write_run_record("running")
+        if refusals:
+            raise TaskRefused("a load-generator task refused its inputs, nothing was sent: " + "; ".join(refusals))
+        return summaries
 
-    def _write_run_record(self, status: str, started: float, summaries: Mapping[str, Any] | None = None) -> None:
+    # --- Cloud Map: Prometheus finds the tasks at master.<ns> / workers.<ns> ---------------
+
+    def _register(self, t: RunningTask, address: str) -> None:
+        service = self.cfg.master_discovery_service if t.spec.role == "master" else self.cfg.workers_discovery_service
+        if self.discovery is None or not service:
+            return
+        instance = t.handle.rsplit("/", 1)[-1]
+        try:
+            self.discovery.register_instance(ServiceId=service, InstanceId=instance, Attributes={"AWS_INSTANCE_IPV4": address})
+            with self._lock:
+                self._registered.append((service, instance))
+        except Exception as exc:  # Prometheus misses this task's histograms; the records are unaffected
+            self.say(f"warning: Cloud Map registration of {instance} failed ({exc}); Prometheus will not scrape it")
+
+    def deregister(self) -> None:
+        with self._lock:
+            registered, self._registered = self._registered, []
+        for service, instance in registered:
+            try:
+                self.discovery.deregister_instance(ServiceId=service, InstanceId=instance)
+            except Exception as exc:
+                self.say(f"warning: Cloud Map deregistration of {instance} failed: {exc}")
+
+    # --- the run's record and its files ----------------------------------------------------------
+
+    def publish(self) -> int:
+        """The run directory's own files (quality, capacity paths, settle, report) to the run's
+        prefix; the records are there already (the tasks wrote them)."""
+        return upload_tree(self.s3, self.run_dir, self.uri, skip=lambda p: p.name.startswith("records-"))
+
+    def write_run_record(self, status: str) -> None:
         bucket, prefix = cc.split_s3_uri(self.uri)
-        body = {
-            "run_id": self.run_id,
-            "status": status,
-            "campaign": self.m.campaign,
-            "manifest_digest": self.m.digest,
-            "started_at": started,
-            "updated_at": time.time(),
-            "duration_s": self.duration_s,
-            "tasks": [
-                {"fleet": t.spec.fleet, "role": t.spec.role, "task": t.handle, "state": t.status.state, "exit_code": t.status.exit_code,
-                 "reason": t.status.reason}
-                for t in self.tasks
-            ],
-            "summaries": dict(summaries or {}),
-        }  # fmt: skip
+        with self._lock:
+            tasks = [{"fleet": t.spec.fleet, "role": t.spec.role, "task": t.handle, "state": t.status.state,
+                      "exit_code": t.status.exit_code, "reason": t.status.reason} for t in self.tasks]
+        body = {"run_id": self.run_id, "status": status, "campaign": self.m.campaign, "manifest_digest": self.m.digest,
+                "started_at": self.started, "updated_at": time.time(), "tasks": tasks}
         self.s3.put_object(Bucket=bucket, Key=f"{prefix}/{cc.RUN_RECORD}", Body=json.dumps(body, indent=2).encode())
+
+
+class TaskRefused(CloudRunError):
+    exit_code = EXIT_SETUP_FAILED
+
+
+def measured_instances(m: Manifest) -> dict[str, int]:
+    """Instances serving per fleet during the campaign: the ASG's desired size."""
+    return {f.name: f.asg.desired for f in m.fleets}
+
+
+class CloudFleets:
+    """The orchestration's `Fleets` seam on AWS (campaign.orchestration)."""
+
+    def __init__(self, run: CloudRun) -> None:
+        self.run = run
+        self.names = [f.name for f in run.m.fleets]
+        self.ready_after_s: dict[str, float] = {}
+        self._steps = FargateSteps(run)
+
+    def facts(self) -> RunFacts:
+        return RunFacts(measured_instances(self.run.m), None, aws=True, ready_after_s=dict(self.ready_after_s))
+
+    def gate(self) -> dict[str, GateResult]:
+        from core import catalog
+        from loadgen.fixtures import GateResult
+
+        grace = {f.name: cc.HEALTH_GRACE_MIN[catalog.instance(f.instance_type).accelerator.vendor] * 60.0 for f in self.run.m.fleets}
+        results = self.run.gate(grace)
+        never = [f"fleet {name}: not serving {self.run.m.model.repo} after {d['ready_after_s']:.0f} s (its health grace); "
+                 f"last seen: {d['seen']}" for name, d in results.items() if not d["ready"]]
+        if never:
+            raise CloudRunError("; ".join(never) + " (the ASG's activities and the target group's health say why)")
+        for name, d in results.items():
+            self.ready_after_s[name] = float(d["ready_after_s"])
+            self.run.say(f"{name}: serving after {d['ready_after_s']:.0f} s")
+        return {name: GateResult.from_dict(d["gate"]) for name, d in results.items()}
+
+    def replay(self, records_dir: Path, options: ReplayOptions) -> dict[str, RunSummary]:
+        from core.schedule import build_schedule, span_s
+
+        run_time = replay_run_time_s(self.run.m, span_s(build_schedule(self.run.m)), options.duration_s)
+        prefix = records_dir.relative_to(self.run.run_dir).as_posix()
+        return self.run.replay(self.names, options, prefix, records_dir, run_time)
+
+    def steps(self) -> FargateSteps:
+        return self._steps
+
+    def abort(self) -> None:
+        self.run.stop(None, "operator interrupted the run")
+
+
+class FargateSteps:
+    """A capacity step or settle segment on Fargate: a fresh master + workers for the fleet, the
+    step's records read back from S3 as the workers upload them, stopped on a certain miss."""
+
+    def __init__(self, run: CloudRun) -> None:
+        self.cloud = run
+
+    def run(self, fleet: str, plan: StepPlan, step_dir: Path, planned: int, stop: threading.Event) -> tuple[float, str | None]:
+        from campaign.capacity_run import running_miss, step_options
+        from campaign.progress import RecordTail
+
+        m, t0 = self.cloud.m, time.monotonic()
+        prefix = step_dir.relative_to(self.cloud.run_dir).as_posix()
+        tail = RecordTail(step_dir, fleet, planned)
+        early: list[str] = []
+
+        def decided() -> bool:
+            if stop.is_set():
+                return True
+            download_run(self.cloud.s3, f"{self.cloud.uri}/{prefix}", step_dir)  # the records as the workers last uploaded them
+            miss = running_miss(m, tail, planned)
+            if miss is not None:
+                early.append(miss)
+            return miss is not None
+
+        run_time = int(plan.span_s + m.loadgen.request_timeout_s + 60)
+        self.cloud.replay([fleet], step_options(m, plan), prefix, step_dir, run_time, decided)
+        return time.monotonic() - t0, early[0] if early else None
+
+    def abort(self) -> None:
+        self.cloud.stop(None, "operator interrupted the run")
 
 
 def read_run_config(cfn: Any, stack: str) -> cc.RunConfig:

@@ -28,13 +28,16 @@ class EcsTaskLauncher:
     def start(self, spec: TaskSpec) -> str:
         network = {"subnets": list(self.cfg.subnets), "securityGroups": list(self.cfg.security_groups), "assignPublicIp": "DISABLED"}
         environment = [{"name": k, "value": v} for k, v in spec.environment.items()]
+        container: dict[str, Any] = {"name": cc.CONTAINER_NAME, "environment": environment}
+        if spec.command is not None:  # the gate task: the worker definition with `--gate` for its command
+            container["command"] = list(spec.command)
         resp = self.ecs.run_task(
             cluster=self.cfg.cluster,
             taskDefinition=spec.task_definition,
             launchType="FARGATE",
             count=1,
             networkConfiguration={"awsvpcConfiguration": network},
-            overrides={"containerOverrides": [{"name": cc.CONTAINER_NAME, "environment": environment}]},
+            overrides={"containerOverrides": [container]},
             enableExecuteCommand=True,
             startedBy=f"{STARTED_BY_PREFIX}{self.run_id}"[:36],
             propagateTags="TASK_DEFINITION",

@@ -165,6 +165,7 @@ def run_local(
             fleets = LocalFleets(sup, m, manifest_path.resolve(), endpoints, metrics_ports=metrics_ports, prometheus_url=prom_url,
                                  systems_under_test=sut, workers=workers, progress_every_s=progress_every_s, ui=ui)
             report = run_stages(m, fleets, out_dir, stop, duration_s=duration_s, capacity=capacity)
+            assert report is not None  # final_report defaults to True
         print(f"decision: {report.decision.state.upper()} — " + "; ".join(report.decision.reasons))
         print(f"report: {out_dir / 'report.html'}  ({out_dir / 'report.json'}, {out_dir / 'report.md'})")
         return LocalResult(EXIT_BY_DECISION[report.decision.state], out_dir, report)

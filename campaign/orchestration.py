@@ -104,9 +104,10 @@ def say(line: str) -> None:
 
 def run_stages(
     m: Manifest, fleets: Fleets, run_dir: Path, stop: threading.Event, *, duration_s: float | None = None, capacity: bool = True,
-    log: Callable[[str], None] = say,
-) -> Report:
-    """Every stage in order, into `run_dir`; returns the report (also written there)."""
+    final_report: bool = True, log: Callable[[str], None] = say,
+) -> Report | None:
+    """Every stage in order, into `run_dir`; returns the report (also written there), or None
+    with `final_report=False` (`campaign run --no-report`: `campaign report --run-id` builds it later)."""
     from loadgen.replay_options import ReplayOptions
 
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -145,6 +146,8 @@ def run_stages(
     elif capacity:
         capacity_dirs = measure_capacity(m, fleets, run_dir / CAPACITY_DIR, records_dir, stop, log)
         settled = settle_phase(m, fleets, run_dir, quality, facts, capacity_dirs, stop, log)
+    if not final_report:
+        return None
     return _report(m, run_dir, quality, facts, capacity_dirs, settled)
 
 
@@ -191,6 +194,7 @@ def report_from_run_dir(m: Manifest, run_dir: Path, out_dir: Path | None = None,
     """The report again from a run directory as `run_stages` left it (or as downloaded from S3)."""
     from analysis.capacity import discover_steps
     from analysis.report import build_gate_report
+    from campaign.settle import SETTLE_FILE
 
     facts = RunFacts.read(run_dir)
     if facts is None:
@@ -202,7 +206,7 @@ def report_from_run_dir(m: Manifest, run_dir: Path, out_dir: Path | None = None,
     if quality is not None and not any((run_dir / RECORDS_DIR).glob("records-*")):  # the gate failed: nothing was replayed
         return build_gate_report(m, quality, out_dir=out)
     steps = discover_steps(run_dir / CAPACITY_DIR)
-    settle_file = run_dir / CAPACITY_DIR / "settle.json"
+    settle_file = run_dir / CAPACITY_DIR / SETTLE_FILE
     settled = json.loads(settle_file.read_text(encoding="utf-8")) if settle_file.is_file() else None
     from analysis.report import build_report
 

@@ -50,12 +50,23 @@ def cmd_report(args: argparse.Namespace) -> int:
         if not capacity:
             raise BadArgument(f"--capacity {args.capacity}: no step directories (x<k>/ or <fleet>/x<k>/) found")
     records = args.records
-    if args.run_id:  # the run's records are downloaded from the results bucket first
-        from campaign.aws_cli import aws_session, fetch_run_records
+    run_dir = Path(args.run_dir) if args.run_dir else None
+    if args.run_id:  # the run's directory is downloaded from the results bucket first
+        from campaign.aws_cli import aws_session, fetch_run
 
-        records = fetch_run_records(aws_session(m.costs.region), m, args.run_id, Path(args.out) / "records")
-    elif not records:
-        raise BadArgument("give --records DIR or --run-id RUN_ID")
+        run_dir = fetch_run(aws_session(m.costs.region), m, args.run_id, Path(args.out) / "run")
+    if run_dir is not None:  # the same report the run itself built, from the same files
+        from campaign.orchestration import report_from_run_dir
+
+        if records or capacity or quality or instances:
+            raise BadArgument("--run-id / --run-dir take the records, capacity, quality and instances from the run: drop "
+                              "--records, --capacity, --quality and --instances")
+        rep = report_from_run_dir(m, run_dir, Path(args.out), prometheus_url=args.prometheus)
+        print(f"{rep.decision.state.upper()}: " + "; ".join(rep.decision.reasons))
+        print(f"wrote {args.out}/report.json, report.md, report.html")
+        return EXIT_BY_DECISION[rep.decision.state]
+    if not records:
+        raise BadArgument("give --records DIR, --run-dir DIR or --run-id RUN_ID")
     rep = build_report(m, records, prometheus_url=args.prometheus, aws=args.aws, quality=quality, out_dir=args.out,
                        instances_measured=instances, focus_csv=args.focus, capacity_dirs=capacity)
     state = rep.decision.state
@@ -82,7 +93,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p = subparsers.add_parser("report", help="records + metrics + prices -> report.json/.md/.html and a Go/Defer/Reject")
     p.add_argument("manifest", help=MANIFEST_HELP + "; the one the records were made with (their digest must match)")
     p.add_argument("--records", help="directory holding records-*.jsonl / records-*.parquet, or an s3://BUCKET/PREFIX read in place")
-    p.add_argument("--run-id", help="a cloud run (as `campaign run` printed it, or its s3:// URI): its records are downloaded into --out DIR/records")
+    p.add_argument("--run-id", help="a cloud run (as `campaign run` printed it, or its s3:// URI): its directory is downloaded into "
+                   "--out DIR/run and reported as `campaign run` did")
+    p.add_argument("--run-dir", help="a run's directory as `campaign local` or `campaign run` left it (records/, capacity/, "
+                   "quality.json, campaign.json): the report again from the same files")
     p.add_argument("--prometheus", help="Prometheus base URL for merged-histogram percentiles")
     p.add_argument("--aws", action="store_true", help="pull prices, CloudWatch and Cost Explorer from AWS")
     p.add_argument("--quality", help="JSON file: {fleet: {passed, pass_rate, failures}}")

@@ -7,11 +7,16 @@ overrides; `loadgen.task_entry` reads both. Everything of one run lives under on
     <runs prefix>/<run id>/inputs/manifest.yaml     uploaded by `run` before any task starts
     <runs prefix>/<run id>/inputs/schedule.json     trace file name + path, schedule digest
     <runs prefix>/<run id>/inputs/<trace file>
+    <runs prefix>/<run id>/gate/<fleet>.json       each fleet's readiness and quality gate (loadgen/gate_task.py)
     <runs prefix>/<run id>/records-<fleet>-w<i>.jsonl, summary-<fleet>-w<i>.json   (workers)
+    <runs prefix>/<run id>/capacity/<fleet>/x<k>/records-...   a capacity step's (LOADGEN_RECORDS_PREFIX)
+    <runs prefix>/<run id>/report/...              report.json/.md/.html, quality.json, capacity/*.json
     <runs prefix>/<run id>/progress-<fleet>.json    the master's live Locust stats, for `run`'s progress lines
     <runs prefix>/<run id>/summary-<fleet>.json     merged by `run` once the tasks stopped
     <runs prefix>/<run id>/run.json                 what `run` started and how it ended
 
+Workers upload their records file every RECORDS_UPLOAD_EVERY_S while they run (a whole-file
+put: S3 has no append), so `run` reads a step's records as they stream and can stop it early.
 A run id is new for every `run`, so a second run never overwrites the first.
 """
 
@@ -56,12 +61,16 @@ ENV_REPLAY_DURATION = "LOADGEN_REPLAY_DURATION"
 ENV_RUN_TIME = "LOCUST_RUN_TIME"  # the master's safety net; the replay ends the run itself
 ENV_MASTER_HOST = "LOCUST_MASTER_NODE_HOST"
 ENV_MASTER_PORT = "LOCUST_MASTER_NODE_PORT"
+ENV_RECORDS_PREFIX = "LOADGEN_RECORDS_PREFIX"  # a capacity step's records: <run id>/<this prefix>/
 
 RUN_CONFIG_OUTPUT = "LoadgenRunConfig"  # stack output: JSON of RunConfig
 INPUTS_DIR = "inputs"
 INPUT_MANIFEST = "manifest.yaml"
 INPUT_SCHEDULE = "schedule.json"
 RUN_RECORD = "run.json"
+GATE_PREFIX = "gate/"  # + <fleet>.json, written by the gate task (loadgen/gate_task.py)
+REPORT_DIR = "report"  # the report and the files it was built from, uploaded by `run`
+RECORDS_UPLOAD_EVERY_S = 10.0
 PROGRESS_PREFIX = "progress-"  # + <fleet>.json, written by the master (loadgen/locustfile.py)
 
 _RUN_ID = re.compile(r"^[0-9]{8}T[0-9]{6}Z-[0-9a-f]{6}$")

@@ -58,6 +58,8 @@ def _args(parser: Any) -> None:
     g.add_argument("--run-id", type=str, env_var="LOADGEN_RUN_ID", default="", help="label for this run (logs, S3 prefix)")
     add_replay_arguments(g)  # api, served model, duration, rate, window, SLO deadline, warmup, tokenizer check
     g.add_argument("--s3-uri", type=str, env_var="LOADGEN_S3_URI", default="", help="s3://bucket/prefix to upload records and summary to")
+    g.add_argument("--records-prefix", type=str, env_var="LOADGEN_RECORDS_PREFIX", default="",
+                   help="a capacity step's sub-prefix under <s3-uri>/<run id>/ (its records, summaries and progress)")
 
 
 _state: dict[str, Any] = {"replayer": None, "started": False, "done_workers": set(), "done_nodes": set(), "progress_final": False}
@@ -102,6 +104,14 @@ def _fire(env: Environment, rec: RequestRecord) -> None:
     )
 
 
+def _run_uri(o: Any) -> str | None:
+    """Where this replay's files go: <s3-uri>/<run id>[/<records prefix>] (a capacity step's own prefix)."""
+    if not o.s3_uri:
+        return None
+    parts = [o.s3_uri.rstrip("/"), *(p.strip("/") for p in (o.run_id, o.records_prefix) if p.strip("/"))]
+    return "/".join(parts)
+
+
 def _make_replayer(env: Environment) -> Replayer:
     o: Any = env.parsed_options  # argparse.Namespace with our custom args
     if not o.manifest or not o.fleet:
@@ -116,7 +126,7 @@ def _make_replayer(env: Environment) -> Replayer:
         metrics = ClientMetrics(fleet=o.fleet, campaign=m.campaign, manifest_digest=m.digest, ttft_slo_s=m.slo.ttft_p95_s, itl_slo_s=m.slo.itl_p95_s)
         port = metrics.serve(o.metrics_port + index, o.metrics_addr)
         log.info("loadgen metrics on %s:%d", o.metrics_addr, port)
-    s3 = o.s3_uri.rstrip("/") + (f"/{o.run_id}" if o.run_id else "") if o.s3_uri else None
+    s3 = _run_uri(o)
     cfg = ReplayConfig(
         fleet=o.fleet,
         host=env.host,
@@ -274,7 +284,7 @@ def publish_progress(env: Environment, *, final: bool = False) -> None:
     try:
         import boto3
 
-        bucket, prefix = split_s3_uri(f"{o.s3_uri.rstrip('/')}/{o.run_id}/{PROGRESS_PREFIX}{o.fleet}.json")
+        bucket, prefix = split_s3_uri(f"{_run_uri(o)}/{PROGRESS_PREFIX}{o.fleet}.json")
         runner = env.runner
         body = {"fleet": o.fleet, "final": final, "at": time.time(), "state": getattr(runner, "state", None), **loadgen_stats(env)}
         boto3.client("s3").put_object(Bucket=bucket, Key=prefix, Body=json.dumps(body).encode())

@@ -231,6 +231,20 @@ class Replayer:
             gevent.sleep(0.25)
             self.sink.maybe_flush()
 
+    def _uploader(self) -> None:
+        """A cloud worker's records as they are, every RECORDS_UPLOAD_EVERY_S: `campaign run`
+        reads a capacity step's records while it runs (to stop it on a certain miss)."""
+        from core.cloud_contract import RECORDS_UPLOAD_EVERY_S
+
+        assert self.cfg.s3_uri
+        while True:
+            gevent.sleep(RECORDS_UPLOAD_EVERY_S)
+            self.sink.maybe_flush()
+            try:
+                upload_to_s3([self.sink.path], self.cfg.s3_uri)
+            except Exception as exc:  # the final upload in finalize() is the one that counts
+                log.warning("periodic S3 upload to %s failed: %s", self.cfg.s3_uri, exc)
+
     def _resolver(self) -> None:
         """Keep a host name's addresses fresh (an NLB's change); streams read the last list."""
         while True:
@@ -258,6 +272,8 @@ class Replayer:
         self._cpu = CpuMeter()
         self.ctx = self._context(t0)
         helpers = [gevent.spawn(self._flusher), gevent.spawn(self._resolver)]
+        if self.cfg.s3_uri:
+            helpers.append(gevent.spawn(self._uploader))
         self.client.hook = self
         try:
             if not self._stopped:

@@ -97,6 +97,18 @@ def to_argv(options: ReplayOptions) -> list[str]:
     return argv
 
 
+def to_env(options: ReplayOptions) -> dict[str, str]:
+    """The same options as environment variables (a cloud task's RunTask overrides): only what
+    differs from the defaults; a boolean flag is set by "true" (configargparse's store_true)."""
+    env: dict[str, str] = {}
+    for f in _FLAGS:
+        value = getattr(options, f.field)
+        if value == getattr(_DEFAULTS, f.field):
+            continue
+        env[f.env] = "true" if isinstance(value, bool) else repr(value) if isinstance(value, float) else str(value)
+    return env
+
+
 def from_namespace(ns: Any) -> ReplayOptions:
     """The options Locust parsed (command line or environment); ValueError names a bad one."""
     values: dict[str, Any] = {}

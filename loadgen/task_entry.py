@@ -1,6 +1,7 @@
 """Entry point of the load-generator image: stage this run's inputs from S3, check them, run Locust.
 
-`python -m loadgen.task_entry --master|--worker [locust options]`. The task definition gives
+`python -m loadgen.task_entry --master|--worker [locust options]`, or `--gate` (the fleet's
+readiness wait and quality gate, loadgen/gate_task.py, instead of Locust). The task definition gives
 the results prefix and the manifest digest the stack was built from; `campaign run` gives
 the run id (and fleet, host, master address). The task downloads the run's manifest,
 schedule description and trace from `<results>/<run id>/inputs/`, and refuses to start
@@ -99,6 +100,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"loadgen task: setup failed, nothing was sent: {exc}", file=sys.stderr, flush=True)
         return SETUP_FAILED
     print(f"loadgen task: inputs of run {os.environ[cc.ENV_RUN_ID]} staged and checked ({manifest_path})", flush=True)
+    if args == ["--gate"]:
+        from loadgen import gate_task
+
+        out = gate_task.run(load_manifest(manifest_path), os.environ, boto3.client("s3"))
+        print(f"loadgen task: gate of fleet {out['fleet']}: ready {out['ready']} after {out['ready_after_s']:.0f} s ({out['seen']}); "
+              f"gate {'not run' if out['gate'] is None else 'passed' if out['gate']['passed'] else 'FAILED'}", flush=True)
+        return 0
     cmd = locust_argv(manifest_path, args)
     os.execv(cmd[0], cmd)
     return 0  # not reached

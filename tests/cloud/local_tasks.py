@@ -108,7 +108,7 @@ class LocalTaskLauncher:
                         "LOADGEN_METRICS_PORT": str(_bindable_pair())})  # fmt: skip
             assert env["LOCUST_AUTOQUIT"] == str(cc.UI_LINGER_S)
             env["LOCUST_AUTOQUIT"] = "1"  # the UI's linger after the run: nobody watches it here
-        argv = [*self.entrypoint, *c["Command"]]
+        argv = [*self.entrypoint, *(c["Command"] if spec.command is None else spec.command)]  # RunTask's command override
         home.mkdir(parents=True)
         log = home / "task.log"
         fh = log.open("wb")

@@ -5,10 +5,11 @@ task definitions' Command and Environment and the run-config stack output are re
 template. A moto server stands in for S3, CloudFormation (the deployed stack's outputs),
 ECS and the Tagging API; one emulator per fleet stands in for the NLB targets (the one value
 of the run config replaced). Two `campaign run`s go through campaign.aws_cli.run_campaign,
-the function `python -m campaign run` calls, with LocalTaskLauncher in place of ECS RunTask;
-then `python -m campaign report --aws --run-id` and `teardown --records` (the second run as `run`
-downloaded it, under the bucket's TLS-only policy) run as the operator
-would type them. The Prometheus task's command line runs too, with a local prometheus binary.
+the function `python -m campaign run` calls, with LocalTaskLauncher in place of ECS RunTask:
+the first runs every stage (gate tasks, replay, a short capacity search and the settle phase,
+each step on its own master + workers, records streamed through S3, the report), the second
+only the replay. Then `python -m campaign report --run-id` and `teardown --run-dir` (the
+second run's local copy, under the bucket's TLS-only policy) run as the operator would type them. The Prometheus task's command line runs too, with a local prometheus binary.
 """
 
 from __future__ import annotations
@@ -63,10 +64,16 @@ def manifest_path(workdir: Path) -> Path:
     # the manifest's statement about a 1-vCPU Fargate worker, not about this host, and the
     # plumbing under test is the same at any bound (the lag check itself: tests/loadgen).
     data["loadgen"]["max_schedule_lag_p99_s"] = 0.5
+    # A short search (steps of 12 requests, two at most) and a settle phase that may run one
+    # short round: the stages and their S3 plumbing are under test, not the search's precision.
+    data["quality"]["distribution"]["min_samples"] = 10  # the 12 s replay sends 13 requests per fleet
+    data["workload"]["capacity_search"] = {"start_multiplier": 1.0, "tolerance": 0.5, "max_steps": 2, "min_requests": 12,
+                                           "time_budget_s": 120, "settle_budget_s": 20}
     trace = EXAMPLE_MANIFEST.parent / data["workload"]["trace"]["path"]
     (workdir / "data" / "traces").mkdir(parents=True)
     shutil.copy(trace, workdir / "data" / "traces" / trace.name)
     (workdir / "manifests").mkdir()
+    shutil.copytree(EXAMPLE_MANIFEST.parent / "scorers", workdir / "manifests" / "scorers")  # the buyer's scorer (task acceptance)
     path = workdir / "manifests" / "offline.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     return path
@@ -137,15 +144,20 @@ def _objects(prefix: str) -> dict[str, str]:
     return out
 
 
-def _run(m: Manifest, template: dict[str, Any], deployed: dict[str, Any], workdir: Path, aws_env: dict[str, str], name: str) -> Any:
+def _run(m: Manifest, template: dict[str, Any], deployed: dict[str, Any], workdir: Path, aws_env: dict[str, str], name: str,
+         **kwargs: Any) -> Any:
     from campaign.aws_cli import run_campaign
 
     launcher = LocalTaskLauncher(template, deployed["refs"], workdir / f"tasks-{name}", aws_env)
     try:
-        result = run_campaign(_session(), m, workdir / "runs", launcher=launcher, poll_s=0.5)
+        result = run_campaign(_session(), m, workdir / "runs", launcher=launcher, poll_s=0.5, **kwargs)
     finally:
         launcher.close()
     return result, launcher
+
+
+def _json(key: str) -> Any:
+    return json.loads(_session().client("s3").get_object(Bucket=BUCKET, Key=key)["Body"].read())
 
 
 def test_two_runs_report_and_teardown_from_the_synthesized_task_definitions(
@@ -156,46 +168,61 @@ def test_two_runs_report_and_teardown_from_the_synthesized_task_definitions(
 
     scheduled = len(build_schedule(m))
     first, launcher = _run(m, template, deployed, workdir, aws_env, "first")
-    assert first.exit_code == 0, launcher.log_tail()
-    # One fresh master and loadgen.workers workers per fleet, each from its task definition.
-    assert sorted((s.fleet, s.role) for s in launcher.started) == sorted(
-        [(f.name, "master") for f in m.fleets] + [(f.name, "worker") for f in m.fleets for _ in range(m.loadgen.workers)]
-    )
+    assert first.report is not None, launcher.log_tail()
+    roles = [(s.fleet, s.role) for s in launcher.started]
+    # A gate task per fleet, then a fresh master and loadgen.workers workers per fleet for the
+    # replay and for every capacity step (and settle segment), each from its task definition.
+    for f in m.fleets:
+        assert roles.count((f.name, "gate")) == 1
+        masters = roles.count((f.name, "master"))
+        assert masters >= 2 and roles.count((f.name, "worker")) == masters * m.loadgen.workers
+    assert all(s.command == ("--gate",) for s in launcher.started if s.role == "gate")
     results_uri = deployed["run_config"]["results_uri"]
     assert first.uri == f"{results_uri}/{first.run_id}"
     _, prefix = cc.split_s3_uri(first.uri)
     first_objects = _objects(prefix + "/")
     names = {k[len(prefix) + 1 :] for k in first_objects}
     for f in m.fleets:
-        assert {f"records-{f.name}-w{i}.jsonl" for i in range(m.loadgen.workers)} <= names
-        assert f"summary-{f.name}.json" in names
-        s = first.summaries[f.name]
+        assert {f"records/records-{f.name}-w{i}.jsonl" for i in range(m.loadgen.workers)} <= names
+        assert f"records/summary-{f.name}.json" in names
+        s = _json(f"{prefix}/records/summary-{f.name}.json")
         assert s["scheduled"] == scheduled and s["scheduled"] == s["completed"] + s["failed"] + s["not_sent"]
         assert s["completed"] == scheduled, (s, launcher.log_tail())  # the emulators answer every request
         assert s["valid"], (s["invalid_reasons"], launcher.log_tail())
-    assert {"inputs/manifest.yaml", "inputs/schedule.json", f"inputs/{m.trace_path.name}", "run.json"} <= names
-    for f in m.fleets:  # the master's final progress view, from its merged Locust stats
-        progress = json.loads(_session().client("s3").get_object(Bucket=BUCKET, Key=f"{prefix}/progress-{f.name}.json")["Body"].read())
-        assert progress["final"] and 0 < progress["goodput"]["count"] <= scheduled
-    run_record = json.loads(_session().client("s3").get_object(Bucket=BUCKET, Key=f"{prefix}/run.json")["Body"].read())
+        gate = _json(f"{prefix}/gate/{f.name}.json")  # readiness through the "NLB", then the fixtures, from inside the "VPC"
+        assert gate["ready"] and gate["gate"]["passed"], gate
+        search = _json(f"{prefix}/capacity/{f.name}/search.json")
+        steps = [st for st in search["steps"] if st["label"] != "replay"]
+        assert steps, search
+        for st in steps:  # each step's records, as its workers uploaded them, beside the step's merged summary
+            assert f"capacity/{f.name}/{st['label']}/records-{f.name}-w0.jsonl" in names
+            assert f"capacity/{f.name}/{st['label']}/summary-{f.name}.json" in names
+            assert st["requests"] >= 12 or "certain miss" in st["detail"], st
+    assert {"inputs/manifest.yaml", "inputs/schedule.json", f"inputs/{m.trace_path.name}", "run.json", "campaign.json", "quality.json",
+            "report.json", "report.html", "capacity/settle.json"} <= names
+    run_record = _json(f"{prefix}/run.json")
     assert run_record["status"] == "finished" and len(run_record["tasks"]) == len(launcher.started)
+    report = _json(f"{prefix}/report.json")
+    assert report["decision"]["state"] == first.report.decision.state
 
-    second, launcher2 = _run(m, template, deployed, workdir, aws_env, "second")
-    assert second.exit_code == 0, launcher2.log_tail()
+    second, launcher2 = _run(m, template, deployed, workdir, aws_env, "second", capacity=False, final_report=False)
+    assert second.exit_code == 0 and second.report is None, launcher2.log_tail()
     assert second.run_id != first.run_id
     assert _objects(prefix + "/") == first_objects  # nothing of the first run was overwritten
     _, prefix2 = cc.split_s3_uri(second.uri)
-    assert any(k.endswith("records-inf2-w0.jsonl") for k in _objects(prefix2 + "/"))
+    assert any(k.endswith("records/records-inf2-w0.jsonl") for k in _objects(prefix2 + "/"))
 
     env = {**os.environ, **aws_env}
     out = workdir / "report"
     rep = subprocess.run(
-        [sys.executable, "-m", "campaign", "report", str(manifest_path), "--run-id", first.run_id, "--aws", "--out", str(out)],
+        [sys.executable, "-m", "campaign", "report", str(manifest_path), "--run-id", first.run_id, "--out", str(out)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert rep.returncode in (0, 10, 11), rep.stderr[-3000:]
-    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
-    assert f"{scheduled * len(m.fleets)} records" in json.dumps(report["provenance"]["records"])
+    again = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    # The same report from the run's files in S3 as the run built (its creation time and paths aside).
+    assert again["decision"] == report["decision"] and again["fleets"] == report["fleets"]
+    assert f"{scheduled * len(m.fleets)} records" in json.dumps(again["provenance"]["records"])
 
     # The evidence outlives the stack: both runs stay in the results bucket. Listed now, because
     # the bucket's policy below (the stack's: TLS only) refuses moto's plain-HTTP requests.
@@ -205,8 +232,8 @@ def test_two_runs_report_and_teardown_from_the_synthesized_task_definitions(
         "Effect": "Deny", "Principal": {"AWS": "*"}, "Action": "s3:*", "Resource": [f"arn:aws:s3:::{BUCKET}", f"arn:aws:s3:::{BUCKET}/*"],
         "Condition": {"Bool": {"aws:SecureTransport": "false"}}}]}))  # fmt: skip
     down = workdir / "teardown"
-    td = subprocess.run(  # the second run's records as `run` downloaded them: the policy refuses plain-HTTP reads
-        [sys.executable, "-m", "campaign", "teardown", str(manifest_path), "--records", str(second.records_dir), "--out", str(down)],
+    td = subprocess.run(  # the second run as `run` left it locally: the policy refuses plain-HTTP reads
+        [sys.executable, "-m", "campaign", "teardown", str(manifest_path), "--run-dir", str(second.run_dir), "--out", str(down)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert td.returncode == 0, td.stdout[-2000:] + td.stderr[-3000:]
