@@ -9,7 +9,8 @@ the function `python -m campaign run` calls, with LocalTaskLauncher in place of 
 the first runs every stage (gate tasks, replay, a short capacity search and the settle phase,
 each step on its own master + workers, records streamed through S3, the report), the second
 only the replay. Then `python -m campaign report --run-id` and `teardown --run-dir` (the
-second run's local copy, under the bucket's TLS-only policy) run as the operator would type them. The Prometheus task's command line runs too, with a local prometheus binary.
+second run's local copy, under the bucket's TLS-only policy) run as the operator would type
+them. The Prometheus task's command line runs too, with a local prometheus binary.
 """
 
 from __future__ import annotations
