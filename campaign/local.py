@@ -63,13 +63,36 @@ def start_emulator(sup: Supervisor, manifest_path: Path, fleet: str, workdir: Pa
     return line.split("listening on ", 1)[1].strip()
 
 
-def start_engines(sup: Supervisor, m: Manifest) -> dict[str, str]:
-    """One real vLLM per fleet, loading at once; each bound to its own core when there are
-    enough, so two fleets do not share one core while the other idles."""
-    ncpu = engines.cpu_count()
+@dataclass(frozen=True)
+class CorePlan:
+    """Where each CPU engine and its load generator run, so neither measures the other."""
+
+    engine_core: dict[str, int | None]  # VLLM_CPU_OMP_THREADS_BIND per fleet (None: vLLM's default)
+    client_cpus: dict[str, set[int]]  # the cores each fleet's Locust may use (empty: any)
+    concurrent: int  # fleets measured at once by the search and the settle phase
+
+
+def core_plan(fleets: list[str], ncpu: int) -> CorePlan:
+    """With a core per engine and one more per fleet's client, fleets are measured side by side
+    (engines on cores 0..n-1, clients on the rest). With a core per engine only, one fleet at a
+    time: while it is measured its client runs on the other engines' cores, which sit idle. Two
+    engines searched side by side on 2 cores starved the client (schedule lag P99 past 250 ms at
+    x8, issue 26). With fewer cores than engines, nothing is pinned and fleets go one at a time."""
+    n = len(fleets)
+    if ncpu < n:
+        return CorePlan(dict.fromkeys(fleets), {name: set() for name in fleets}, 1)
+    engine = {name: i for i, name in enumerate(fleets)}
+    if ncpu >= 2 * n:
+        return CorePlan(dict(engine), {name: set(range(n, ncpu)) for name in fleets}, n)
+    return CorePlan(dict(engine), {name: set(range(ncpu)) - {engine[name]} for name in fleets}, 1)
+
+
+def start_engines(sup: Supervisor, m: Manifest, plan: CorePlan) -> dict[str, str]:
+    """One real vLLM per fleet, loading at once, each on the core `plan` gives it."""
     started = {}
-    for i, f in enumerate(m.fleets):
-        settings = engines.EngineSettings(threads_bind=str(i % ncpu) if ncpu >= len(m.fleets) else None)
+    for f in m.fleets:
+        core = plan.engine_core[f.name]
+        settings = engines.EngineSettings(threads_bind=None if core is None else str(core))
         started[f.name] = engines.start_vllm_cpu(sup, m, f.name, settings)
     for proc, _ in started.values():
         engines.wait_ready(sup, proc)
@@ -82,8 +105,11 @@ class LocalFleets:
     capacity step (campaign.capacity_run.LocalSteps)."""
 
     def __init__(self, sup: Supervisor, m: Manifest, manifest_path: Path, endpoints: dict[str, str], *, metrics_ports: dict[str, int],
-                 prometheus_url: str | None, systems_under_test: str, workers: int = 1, progress_every_s: float = 2.0, ui: bool = False):
+                 prometheus_url: str | None, systems_under_test: str, workers: int = 1, progress_every_s: float = 2.0, ui: bool = False,
+                 cores: CorePlan | None = None):
         self.sup, self.m, self.manifest_path, self.endpoints = sup, m, manifest_path, endpoints
+        self.cores = cores
+        self.concurrent = cores.concurrent if cores is not None else len(endpoints)  # emulators: side by side
         self.names = list(endpoints)
         self.metrics_ports, self.prometheus_url, self.sut = metrics_ports, prometheus_url, systems_under_test
         self.workers, self.progress_every_s, self.ui = workers, progress_every_s, ui
@@ -118,7 +144,7 @@ class LocalFleets:
         from campaign.capacity_run import LocalSteps
 
         self.handles.clear()
-        return LocalSteps(self.m, self.manifest_path, self.endpoints, self.handles)
+        return LocalSteps(self.m, self.manifest_path, self.endpoints, self.handles, self.cores.client_cpus if self.cores else None)
 
     def abort(self) -> None:
         for h in list(self.handles.values()):  # SIGTERM: Locust flushes its records and marks unsent requests
@@ -149,12 +175,16 @@ def run_local(
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     sup = Supervisor(out_dir / "logs")
     fleets: LocalFleets | None = None
+    cores: CorePlan | None = None  # CPU engines only
     stop = threading.Event()  # set on Ctrl-C: a capacity search starts no further step
     try:
         with sup:
             if engine == "vllm-cpu":
                 print("starting one vLLM (CPU build) per fleet; each takes a minute or more to load", flush=True)
-                endpoints = start_engines(sup, m)
+                cores = core_plan([f.name for f in m.fleets], engines.cpu_count())
+                endpoints = start_engines(sup, m, cores)
+                print(f"cores: engines {cores.engine_core}, load generators {cores.client_cpus}; "
+                      f"{'fleets measured side by side' if cores.concurrent > 1 else 'fleets measured one after another'}", flush=True)
                 print("vLLM engines: " + ", ".join(f"{k} {v}" for k, v in endpoints.items()), flush=True)
             else:
                 endpoints = {f.name: start_emulator(sup, manifest_path.resolve(), f.name, out_dir, emulator_faults or []) for f in m.fleets}
@@ -163,7 +193,8 @@ def run_local(
             prom_url = _maybe_prometheus(sup, out_dir, m, endpoints, metrics_ports)
             sut = engines.VLLM_CPU_NOTE if engine == "vllm-cpu" else engines.EMULATOR_NOTE
             fleets = LocalFleets(sup, m, manifest_path.resolve(), endpoints, metrics_ports=metrics_ports, prometheus_url=prom_url,
-                                 systems_under_test=sut, workers=workers, progress_every_s=progress_every_s, ui=ui)
+                                 systems_under_test=sut, workers=workers, progress_every_s=progress_every_s, ui=ui,
+                                 cores=cores)
             report = run_stages(m, fleets, out_dir, stop, duration_s=duration_s, capacity=capacity)
             assert report is not None  # final_report defaults to True
         print(f"decision: {report.decision.state.upper()} — " + "; ".join(report.decision.reasons))

@@ -76,6 +76,7 @@ class Fleets(Protocol):
     """Where the fleets serve and how load reaches them: the seam between the stages and a backend."""
 
     names: list[str]
+    concurrent: int  # fleets measured at once by the search and the settle phase (1: one after another)
 
     def facts(self) -> RunFacts:
         """Instances measured, what served, where metrics come from (after `gate`: readiness too)."""
@@ -157,8 +158,8 @@ def measure_capacity(m: Manifest, fleets: Fleets, root: Path, replay_dir: Path, 
     from campaign.capacity_run import run_search, run_sweep
 
     if m.workload.capacity_sweep is not None:
-        return run_sweep(m, fleets.names, fleets.steps(), root, stop, log)
-    return run_search(m, fleets.names, fleets.steps(), root, replay_dir, stop, log)
+        return run_sweep(m, fleets.names, fleets.steps(), root, stop, log, fleets.concurrent)
+    return run_search(m, fleets.names, fleets.steps(), root, replay_dir, stop, log, fleets.concurrent)
 
 
 def settle_phase(
@@ -178,7 +179,7 @@ def settle_phase(
                             with_pages=False, instances_measured=facts.instances_measured, capacity_dirs=capacity_dirs,
                             systems_under_test=facts.systems_under_test)
 
-    return settle(m, fleets.steps(), run_dir / CAPACITY_DIR, capacity_dirs, interim, stop, log).as_dict()
+    return settle(m, fleets.steps(), run_dir / CAPACITY_DIR, capacity_dirs, interim, stop, log, fleets.concurrent).as_dict()
 
 
 def _report(m: Manifest, run_dir: Path, quality: dict[str, dict[str, Any]], facts: RunFacts, capacity_dirs: dict[str, Path] | None,

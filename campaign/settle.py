@@ -63,7 +63,7 @@ class SettleOutcome:
 
 def settle(
     m: Manifest, runner: StepRunner, capacity_root: Path, capacity_dirs: Mapping[str, Path], report: Callable[[], Report],
-    stop: threading.Event, log: Callable[[str], None] | None = None,
+    stop: threading.Event, log: Callable[[str], None] | None = None, concurrent: int | None = None,
 ) -> SettleOutcome:
     """Rounds of segments until the report's decision settles or the budget is spent; writes
     capacity_root/settle.json. `report()` builds the report from the records as they are now."""
@@ -98,7 +98,7 @@ def settle(
             out.stopped = "budget"
             out.detail = f"the next round would cost about {round_usd:.2f} USD on the cloud fleets; {out.usd:.2f} of {cfg.settle_budget_usd:g} spent"
             break
-        took = _run_round(runner, plans, offsets, stop)
+        took = _run_round(runner, plans, offsets, stop, concurrent)
         for name, (step, plan, seg_dir) in plans.items():
             seg = Segment(name, step, seg_dir.relative_to(capacity_root).as_posix(), plan.multiplier, plan.skip_s, plan.span_s,
                           _arrivals(offsets, plan), took[name])
@@ -158,8 +158,9 @@ def _arrivals(offsets: list[float], plan: StepPlan) -> int:
 
 
 def _run_round(runner: StepRunner, plans: Mapping[str, tuple[str, StepPlan, Path]], offsets: list[float],
-               stop: threading.Event) -> dict[str, float]:
-    """Every fleet's segment side by side; each segment's span is written beside its records."""
+               stop: threading.Event, concurrent: int | None = None) -> dict[str, float]:
+    """Every fleet's segment, `concurrent` at a time (default: side by side); each segment's span
+    is written beside its records."""
 
     def one(name: str, plan: StepPlan, seg_dir: Path) -> float:
         seg_dir.mkdir(parents=True, exist_ok=True)
@@ -168,7 +169,7 @@ def _run_round(runner: StepRunner, plans: Mapping[str, tuple[str, StepPlan, Path
         took, _ = runner.run(name, plan, seg_dir, _arrivals(offsets, plan), stop)
         return took
 
-    with ThreadPoolExecutor(max_workers=len(plans)) as pool:
+    with ThreadPoolExecutor(max_workers=min(concurrent or len(plans), len(plans))) as pool:
         futures = {name: pool.submit(one, name, plan, seg_dir) for name, (_, plan, seg_dir) in plans.items()}
         try:
             return {name: f.result() for name, f in futures.items()}

@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -130,9 +130,11 @@ def start_fleet(
     extra_env: Mapping[str, str] | None = None,
     extra_args: Sequence[str] = (),
     ui_port: int | None = None,
+    cpus: Collection[int] | None = None,
 ) -> FleetRun:
     """Start Locust replaying `options` (the defaults: the manifest's whole window, chat API,
-    warmup, tokenizer check) against `host`; returns at once with the handle."""
+    warmup, tokenizer check) against `host`; returns at once with the handle. `cpus`: the cores
+    its processes may run on (a CPU engine on the same machine keeps its own)."""
     opts = options or ReplayOptions()
     m = load_manifest(manifest_path)
     m.fleet(fleet)
@@ -204,7 +206,10 @@ def start_fleet(
     for name, cmd in cmds:
         log = out_dir / f"locust-{fleet}-{name}.log"
         fh = log.open("wb")
-        procs.append(subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=str(ROOT), start_new_session=True))
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=str(ROOT), start_new_session=True)
+        if cpus:  # set after the start (preexec_fn is unsafe with threads): threads started later inherit it
+            os.sched_setaffinity(proc.pid, set(cpus))
+        procs.append(proc)
         logs.append(log)
         files.append(fh)
     return FleetRun(m, fleet, out_dir, procs, logs, files, window_s=opts.window_s, skip_s=opts.skip_s)

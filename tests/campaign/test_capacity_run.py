@@ -122,3 +122,38 @@ def test_search_against_an_emulator_sizes_every_step_and_records_its_path(tmp_pa
         k = result.steps[1].multiplier
         assert k == 2.0 or 1 / 8 - 1e-9 <= k <= 0.5
     assert all(st.took_s is not None and st.took_s > 0 for st in result.steps)
+
+
+class _TimedSteps:
+    """A StepRunner that only records when each fleet's step ran."""
+
+    def __init__(self) -> None:
+        self.spans: list[tuple[str, float, float]] = []
+        self.lock = threading.Lock()
+
+    def run(self, fleet: str, plan: StepPlan, step_dir: Path, planned: int, stop: threading.Event) -> tuple[float, str | None]:
+        import time
+
+        t0 = time.monotonic()
+        time.sleep(0.2)
+        with self.lock:
+            self.spans.append((fleet, t0, time.monotonic()))
+        return 0.2, None
+
+    def abort(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("concurrent", [None, 1])
+def test_fleets_are_measured_side_by_side_or_one_after_another(tmp_path: Path, manifest_data: dict[str, Any], concurrent: int | None) -> None:
+    from campaign.capacity_run import run_sweep
+    from tests.conftest import write_manifest
+
+    manifest_data["workload"].pop("capacity_search", None)
+    manifest_data["workload"]["capacity_sweep"] = {"multipliers": [1.0, 2.0], "step_s": 5}
+    m = load_manifest(write_manifest(tmp_path, manifest_data))
+    runner = _TimedSteps()
+    dirs = run_sweep(m, ["inf2", "g6"], runner, tmp_path / "capacity", threading.Event(), log=lambda _: None, concurrent=concurrent)
+    assert set(dirs) == {"x1", "x2"} and len(runner.spans) == 4
+    overlaps = sum(a[1] < b[2] and b[1] < a[2] for i, a in enumerate(runner.spans) for b in runner.spans[i + 1 :])
+    assert overlaps == (0 if concurrent == 1 else 2)  # side by side: each multiplier's two steps overlap

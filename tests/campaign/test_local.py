@@ -105,3 +105,20 @@ def test_second_run_does_not_collide(tmp_path: Path) -> None:
     from core.ports import free_port
 
     assert len({free_port() for _ in range(20)}) > 1
+
+
+def test_cpu_engines_and_their_load_generators_never_share_a_core() -> None:
+    from campaign.local import core_plan
+
+    wide = core_plan(["inf2", "g6"], 8)  # a core per engine and spare ones: side by side, clients on the spare cores
+    assert wide.concurrent == 2 and wide.engine_core == {"inf2": 0, "g6": 1}
+    assert wide.client_cpus == {"inf2": set(range(2, 8)), "g6": set(range(2, 8))}
+    two = core_plan(["inf2", "g6"], 2)  # this machine: one fleet at a time, its client on the idle engine's core
+    assert two.concurrent == 1 and two.engine_core == {"inf2": 0, "g6": 1}
+    assert two.client_cpus == {"inf2": {1}, "g6": {0}}
+    three = core_plan(["inf2", "g6"], 3)
+    assert three.concurrent == 1 and three.client_cpus == {"inf2": {1, 2}, "g6": {0, 2}}
+    for plan in (wide, two, three):
+        assert all(plan.engine_core[f] not in plan.client_cpus[f] for f in plan.engine_core)
+    one = core_plan(["inf2", "g6"], 1)  # fewer cores than engines: nothing pinned, one at a time
+    assert one.concurrent == 1 and one.engine_core == {"inf2": None, "g6": None} and one.client_cpus == {"inf2": set(), "g6": set()}
