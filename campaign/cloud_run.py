@@ -326,7 +326,7 @@ class CloudRun:
         except BaseException:  # Ctrl-C or a failed start: this replay's tasks stop and flush what they recorded
             self.stop(group, "the run was interrupted")
             raise
-        return self._collect(group, fleets, prefix, dest)
+        return self._collect(group, fleets, prefix, dest, options)
 
     def _wait_for_masters(self, masters: Mapping[str, RunningTask]) -> None:
         deadline = time.monotonic() + PROVISIONING_MARGIN_S
@@ -376,7 +376,8 @@ class CloudRun:
             reasons.append(f"{t.spec.role} task {t.handle.rsplit('/', 1)[-1]} {what}{': ' + t.status.reason if t.status.reason else ''}")
         return reasons, refused
 
-    def _collect(self, group: Sequence[RunningTask], fleets: Sequence[str], prefix: str, dest: Path) -> dict[str, RunSummary]:
+    def _collect(self, group: Sequence[RunningTask], fleets: Sequence[str], prefix: str, dest: Path,
+                 options: ReplayOptions) -> dict[str, RunSummary]:
         from loadgen.launch import merge_worker_outputs
         from loadgen.recording import summary_name
 
@@ -387,7 +388,8 @@ class CloudRun:
         refusals: list[str] = []
         for f in fleets:
             reasons, refused = self._task_problems(group, f)
-            summaries[f] = merge_worker_outputs(self.m, f, dest, extra_invalid=reasons)
+            # against the schedule this replay had (a step's window and skip), as the tasks built it
+            summaries[f] = merge_worker_outputs(self.m, f, dest, extra_invalid=reasons, window_s=options.window_s, skip_s=options.skip_s)
             self.s3.upload_file(str(dest / summary_name(f)), bucket, f"{key_prefix}/{summary_name(f)}")
             if refused:
                 refusals += reasons
@@ -440,11 +442,6 @@ class TaskRefused(CloudRunError):
     exit_code = EXIT_SETUP_FAILED
 
 
-def measured_instances(m: Manifest) -> dict[str, int]:
-    """Instances serving per fleet during the campaign: the ASG's desired size."""
-    return {f.name: f.asg.desired for f in m.fleets}
-
-
 class CloudFleets:
     """The orchestration's `Fleets` seam on AWS (campaign.orchestration)."""
 
@@ -456,7 +453,9 @@ class CloudFleets:
         self._steps = FargateSteps(run)
 
     def facts(self) -> RunFacts:
-        return RunFacts(measured_instances(self.run.m), None, aws=True, ready_after_s=dict(self.ready_after_s))
+        # No instance count is given: the report pulls each fleet's in-service instances from
+        # CloudWatch (GroupInServiceInstances over the run) rather than assume the ASG's desired size.
+        return RunFacts({}, None, aws=True, ready_after_s=dict(self.ready_after_s))
 
     def gate(self) -> dict[str, GateResult]:
         from core import catalog

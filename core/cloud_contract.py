@@ -7,7 +7,7 @@ overrides; `loadgen.task_entry` reads both. Everything of one run lives under on
     <runs prefix>/<run id>/inputs/manifest.yaml     uploaded by `run` before any task starts
     <runs prefix>/<run id>/inputs/schedule.json     trace file name + path, schedule digest
     <runs prefix>/<run id>/inputs/<trace file>
-    <runs prefix>/<run id>/gate/<fleet>.json       each fleet's readiness and quality gate (loadgen/gate_task.py)
+    <runs prefix>/<run id>/gate-<fleet>.json       each fleet's readiness and quality gate (loadgen/gate_task.py)
     <runs prefix>/<run id>/records-<fleet>-w<i>.jsonl, summary-<fleet>-w<i>.json   (workers)
     <runs prefix>/<run id>/capacity/<fleet>/x<k>/records-...   a capacity step's (LOADGEN_RECORDS_PREFIX)
     <runs prefix>/<run id>/report/...              report.json/.md/.html, quality.json, capacity/*.json
@@ -68,7 +68,7 @@ INPUTS_DIR = "inputs"
 INPUT_MANIFEST = "manifest.yaml"
 INPUT_SCHEDULE = "schedule.json"
 RUN_RECORD = "run.json"
-GATE_PREFIX = "gate/"  # + <fleet>.json, written by the gate task (loadgen/gate_task.py)
+GATE_PREFIX = "gate-"  # + <fleet>.json, written by the gate task (loadgen/gate_task.py)
 REPORT_DIR = "report"  # the report and the files it was built from, uploaded by `run`
 RECORDS_UPLOAD_EVERY_S = 10.0
 PROGRESS_PREFIX = "progress-"  # + <fleet>.json, written by the master (loadgen/locustfile.py)

@@ -8,7 +8,7 @@ Ready means: `GET <host>/v1/models` through the NLB answers 200 and names the ma
 model (`--served-model-name` is `model.repo`, core/serving.py). An ASG can report healthy
 targets while the server still loads or compiles; the model list answers only once vLLM is up.
 The wait ends after `LOADGEN_READY_TIMEOUT_S` (set by `campaign run` from the fleet's health
-grace). The result, `<run>/gate/<fleet>.json`, says how long it took (`ready_after_s`) and what
+grace). The result, `<run>/gate-<fleet>.json`, says how long it took (`ready_after_s`) and what
 the last probe saw, and holds the gate's `GateResult` when the fleet became ready.
 """
 
@@ -71,7 +71,7 @@ def gate_key(fleet: str) -> str:
 
 
 def run(m: Manifest, env: Mapping[str, str], s3: Any) -> dict[str, Any]:
-    """Readiness, then the gate (when ready); writes and returns `<run>/gate/<fleet>.json`."""
+    """Readiness, then the gate (when ready); writes and returns `<run>/gate-<fleet>.json`."""
     from loadgen.fixtures import run_gate
 
     fleet, host = env[cc.ENV_FLEET], env[cc.ENV_HOST]

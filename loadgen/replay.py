@@ -51,6 +51,9 @@ class ReplayConfig:
     api_key: str | None = None
 
 
+_FINAL_UPLOAD_S = 60.0  # the longest a stopping worker waits for its final S3 upload
+
+
 class Replayer:
     def __init__(
         self,
@@ -90,6 +93,8 @@ class Replayer:
         self._drained = Event()  # ... and nothing is in flight any more
         self._stopped = False
         self._finalized: RunSummary | None = None
+        self._periodic: gevent.Greenlet | None = None  # the records' periodic S3 upload (a cloud worker)
+        self._final_upload: gevent.Greenlet | None = None
         self.ctx: RecordContext | None = None
         self._cpu: CpuMeter | None = None
 
@@ -273,7 +278,8 @@ class Replayer:
         self.ctx = self._context(t0)
         helpers = [gevent.spawn(self._flusher), gevent.spawn(self._resolver)]
         if self.cfg.s3_uri:
-            helpers.append(gevent.spawn(self._uploader))
+            self._periodic = gevent.spawn(self._uploader)
+            helpers.append(self._periodic)
         self.client.hook = self
         try:
             if not self._stopped:
@@ -287,8 +293,13 @@ class Replayer:
         return self.finalize("schedule ended" if not self._stopped else "run stopped")
 
     def finalize(self, why: str = "run stopped") -> RunSummary:
-        """Idempotent: abort what is in flight, record what was never sent, write the summary."""
+        """Idempotent: abort what is in flight, record what was never sent, write the summary and
+        (a cloud worker) upload both. Every call returns only once that upload is over: Locust
+        calls this from its stop and quit hooks and exits right after, and a SIGTERM'd worker
+        that exited mid-upload left a stale records file and no summary in S3 (seen offline)."""
         if self._finalized is not None:
+            if self._final_upload is not None:
+                self._final_upload.join(timeout=_FINAL_UPLOAD_S)
             return self._finalized
         self._stopped = True
         self.next_due = math.inf
@@ -315,8 +326,16 @@ class Replayer:
         out.write_text(summary.to_json(), encoding="utf-8")
         self._finalized = summary
         if self.cfg.s3_uri:
-            try:
-                upload_to_s3([self.sink.path, out], self.cfg.s3_uri)
-            except Exception:
-                log.exception("S3 upload to %s failed", self.cfg.s3_uri)
+            if self._periodic is not None:  # no older snapshot may land after the final files
+                self._periodic.kill()
+            # Its own greenlet: Locust kills the user greenlets that may call this, not this one.
+            self._final_upload = gevent.spawn(self._upload_final, [self.sink.path, out], self.cfg.s3_uri)
+            self._final_upload.join(timeout=_FINAL_UPLOAD_S)
         return summary
+
+    @staticmethod
+    def _upload_final(paths: list[Path], s3_uri: str) -> None:
+        try:
+            upload_to_s3(paths, s3_uri)
+        except Exception:
+            log.exception("S3 upload to %s failed", s3_uri)

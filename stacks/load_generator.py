@@ -153,13 +153,14 @@ class LoadGenerator(Construct):
             port_mappings=[ecs.PortMapping(container_port=p) for p in ports],
         )
         bucket_arn = results.bucket_arn
-        # Read: the run's inputs only. Write: record, summary and progress files only; no List, no Delete,
+        # Read: the run's inputs only. Write: record, summary, progress and gate-result files only (IAM's
+        # * spans "/", so a capacity step's capacity/<fleet>/x<k>/records-* is covered); no List, no Delete,
         # so a task can neither read another prefix nor overwrite the inputs it was given.
         task.add_to_task_role_policy(iam.PolicyStatement(actions=["s3:GetObject"], resources=[f"{bucket_arn}/{self.runs_prefix}/*/inputs/*"]))
         task.add_to_task_role_policy(
             iam.PolicyStatement(
                 actions=["s3:PutObject", "s3:AbortMultipartUpload"],
-                resources=[f"{bucket_arn}/{self.runs_prefix}/*/{name}-*" for name in ("records", "summary", "progress")],
+                resources=[f"{bucket_arn}/{self.runs_prefix}/*/{name}-*" for name in ("records", "summary", "progress", "gate")],
             )
         )
         task.add_to_task_role_policy(iam.PolicyStatement(actions=ECS_EXEC_ACTIONS, resources=["*"]))
@@ -171,6 +172,8 @@ class LoadGenerator(Construct):
         acknowledge(task, f"AwsSolutions-IAM5[Resource::{bucket}/{self.runs_prefix}/*/records-*]", "PutObject of a worker's record file, any run id.")
         acknowledge(task, f"AwsSolutions-IAM5[Resource::{bucket}/{self.runs_prefix}/*/summary-*]", "PutObject of a worker's run summary, any run id.")
         acknowledge(task, f"AwsSolutions-IAM5[Resource::{bucket}/{self.runs_prefix}/*/progress-*]", "PutObject of the master's progress, any run id.")
+        acknowledge(task, f"AwsSolutions-IAM5[Resource::{bucket}/{self.runs_prefix}/*/gate-*]",
+                    "PutObject of a gate task's readiness and quality result, any run id.")
         acknowledge(
             task,
             "AwsSolutions-IAM5[Resource::*]",

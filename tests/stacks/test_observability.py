@@ -90,4 +90,4 @@ def test_loadgen_task_roles_read_only_the_run_inputs_and_write_only_their_own_fi
     # No List*, no GetBucket*, no Delete*: the bucket-wide read grant is gone.
     assert set(s3) == {"s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"}
     assert all(r.endswith('/runs/*/inputs/*"]]}') for r in s3["s3:GetObject"])
-    assert {r.rsplit("/", 1)[1] for r in s3["s3:PutObject"]} == {'records-*"]]}', 'summary-*"]]}', 'progress-*"]]}'}
+    assert {r.rsplit("/", 1)[1] for r in s3["s3:PutObject"]} == {'records-*"]]}', 'summary-*"]]}', 'progress-*"]]}', 'gate-*"]]}'}
