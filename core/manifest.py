@@ -184,11 +184,20 @@ class Fleet(_Frozen):
     ebs_cache_gib: int = Field(ge=20, le=16384)
     runtime_reserve_gib: NonNeg | None = None
     efficiency: Efficiency = Efficiency()
+    # Instances serving while the campaign measures, behind the fleet's one endpoint (cloud: the
+    # NLB's targets, each billed for the campaign; local: emulated behind one port). Capacity per
+    # instance = the fleet's goodput / this. None: asg.desired (at least 1). Checked <= asg.max.
+    measure_instances: int | None = Field(default=None, ge=1)
 
     @property
     def sequences_per_instance(self) -> int:
         """What one instance can run at once: max_concurrency on each of its replicas."""
         return self.max_concurrency * self.replicas_per_instance
+
+    @property
+    def instances_measured(self) -> int:
+        """measure_instances, or its default: the ASG's desired size, at least one."""
+        return self.measure_instances if self.measure_instances is not None else max(1, self.asg.desired)
 
 
 class Trace(_Frozen):
@@ -488,13 +497,16 @@ class Manifest(_Frozen):
         Fields added after the first campaigns are left out while they hold their defaults (a
         zero indifference margin, the default settle budget), so a manifest that does not set
         them hashes as it did before they existed (and its runs' records still match it). A fleet's
-        serving.prefix_caching is left out while it is its stack's documented default, given or not."""
+        serving.prefix_caching is left out while it is its stack's documented default, given or not,
+        and its measure_instances while it is its default (asg.desired), given or not."""
         data = self.model_dump(mode="json")
         if self.indifference_margin == IndifferenceMargin():
             del data["indifference_margin"]
         for fleet, dumped in zip(self.fleets, data["fleets"], strict=True):
             if fleet.serving.resolved_prefix_caching == catalog.PREFIX_CACHING_DEFAULT[fleet.serving.stack]:
                 dumped["serving"].pop("prefix_caching", None)
+            if fleet.instances_measured == max(1, fleet.asg.desired):
+                dumped.pop("measure_instances", None)
         search = data["workload"].get("capacity_search")
         if search is not None:
             for name in _LATER_SEARCH_FIELDS:
@@ -739,6 +751,8 @@ def semantic_issues(m: Manifest, *, check_files: bool = True) -> list[Issue]:
 
     for i, f in enumerate(m.fleets):
         at = f"fleets[{i}]"
+        if f.instances_measured > f.asg.max:
+            issues.append(Issue(f"{at}.measure_instances", f"{f.instances_measured} instances measured, more than asg.max {f.asg.max}"))
         cat_issues = _catalog_issues(at, f.instance_type, f.tensor_parallel, m.model.attention_heads)
         issues += cat_issues
         if cat_issues:

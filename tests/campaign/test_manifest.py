@@ -289,3 +289,26 @@ def test_prefix_caching_is_validated_with_its_path(tmp_path: Path, manifest_data
     manifest_data["fleets"][1]["serving"]["prefix_caching"] = False
     issues = _issues(tmp_path, manifest_data)
     assert any(i.startswith("fleets[1].serving.prefix_caching: tgi") for i in issues), issues
+
+
+def test_measure_instances_defaults_to_asg_desired_and_is_bounded_by_asg_max(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    for fleet in manifest_data["fleets"]:
+        fleet.pop("measure_instances", None)
+    fleet = manifest_data["fleets"][1]
+    fleet["asg"] = {"min": 1, "max": 8, "desired": 3}
+    a = load_manifest(write_manifest(tmp_path, manifest_data, "a.yaml"))
+    assert a.fleets[1].measure_instances is None and a.fleets[1].instances_measured == 3
+    fleet["asg"] = {"min": 0, "max": 8, "desired": 0}  # an ASG parked at 0 still measures one instance
+    assert load_manifest(write_manifest(tmp_path, manifest_data, "z.yaml")).fleets[1].instances_measured == 1
+    fleet["asg"] = {"min": 1, "max": 8, "desired": 3}
+    fleet["measure_instances"] = 3  # written out at its default: the same digest (recorded runs still match)
+    assert load_manifest(write_manifest(tmp_path, manifest_data, "b.yaml")).digest == a.digest
+    fleet["measure_instances"] = 8
+    c = load_manifest(write_manifest(tmp_path, manifest_data, "c.yaml"))
+    assert c.fleets[1].instances_measured == 8 and c.digest != a.digest
+    fleet["measure_instances"] = 9
+    assert "fleets[1].measure_instances: 9 instances measured, more than asg.max 8" in _issues(tmp_path, manifest_data)
+    fleet["measure_instances"] = 0
+    assert any(i.startswith("fleets[1].measure_instances: ") for i in _issues(tmp_path, manifest_data))
+    fleet["measure_instances"] = "two"
+    assert any(i.startswith("fleets[1].measure_instances: ") for i in _issues(tmp_path, manifest_data))
