@@ -50,7 +50,8 @@ class FleetPrediction:
     search_bracket: list[float | None]
     search_stop: str
     search_minutes: float
-    instances_deployed: int  # asg.desired: what the stacks run for the whole campaign
+    instances_measured: int  # measure_instances: behind the endpoint while load runs, as simulated
+    instances_deployed: int  # what runs (and is paid) for the whole campaign: asg.desired, or measure_instances when more
     hourly_usd: float | None
     error_band: str  # the emulator's calibration and its out-of-sample error, as the fleet's efficiency states it
 
@@ -95,8 +96,9 @@ def predict(m: Manifest, work_dir: Path | None = None) -> CampaignPrediction:
     sut = "campaign plan: the emulator in simulated time (a prediction)"
 
     def report(out: str, settled: dict[str, Any] | None = None) -> Report:
-        # One simulated instance per fleet served every step (as the local campaign's one emulator does).
-        return build_report(m, work_dir / "records", quality=quality, out_dir=work_dir / out, instances_measured=dict.fromkeys(fleets, 1),
+        # measure_instances per fleet served every step, as simulated (and as the local campaign's emulator serves them).
+        return build_report(m, work_dir / "records", quality=quality, out_dir=work_dir / out,
+                            instances_measured={f.name: f.instances_measured for f in m.fleets},
                             capacity_dirs=capacity_dirs, with_sensitivity=False, with_pages=False, systems_under_test=sut, settle=settled)
 
     cfg = m.workload.capacity_search or CapacitySearch()
@@ -125,7 +127,7 @@ def predict(m: Manifest, work_dir: Path | None = None) -> CampaignPrediction:
             search_bracket=[path.held_multiplier, path.missed_multiplier] if path is not None else [None, None],
             search_stop=str(path.stop_rule) if path is not None else "no search",
             search_minutes=sum(s.took_s or 0.0 for s in steps) / 60,
-            instances_deployed=f.asg.desired, hourly_usd=hourly,
+            instances_measured=f.instances_measured, instances_deployed=max(f.asg.desired, f.instances_measured), hourly_usd=hourly,
             error_band=f.efficiency.resolved().provenance,
         )
     ready_min = max(HEALTH_GRACE_MIN[catalog.instance(f.instance_type).accelerator.vendor] for f in m.fleets)
@@ -151,8 +153,9 @@ def predict(m: Manifest, work_dir: Path | None = None) -> CampaignPrediction:
             f"{STEP_OVERHEAD_S:g} s to start each step's load-generator tasks: assumed",
             "ready: at most the fleets' health-check grace (core.cloud_contract.HEALTH_GRACE_MIN), the time the stacks allow "
             "a first boot (weights, Neuron compile)",
-            "one instance per fleet measured, as simulated; every fleet's asg.desired instances run (and are paid) for the whole "
-            "campaign; load-generator tasks (a master and loadgen.workers workers per fleet) while load runs; one NLB",
+            "each fleet's measure_instances measured behind its NLB, as simulated; asg.desired instances (measure_instances when "
+            "more) run and are paid for the whole campaign; load-generator tasks (a master and loadgen.workers workers per fleet) "
+            "while load runs; one NLB",
             "the quality gate passes (not predicted)",
             f"the settle phase within capacity_search.settle_budget_s ({cfg.settle_budget_s:g} s of arrivals) as simulated",
         ],
@@ -191,8 +194,8 @@ def render(p: CampaignPrediction) -> str:
         size = "n/a" if f.instances_required is None else str(f.instances_required)
         lo, hi = f.search_bracket
         lines += [
-            f"  {f.fleet}: capacity {cap}{ci} tok/s per instance, fleet {size} x {f.instance_type}; search {f.search_steps} steps, "
-            f"{f.search_minutes:.1f} min, stopped {f.search_stop} (held {_x(lo)}, missed {_x(hi)})",
+            f"  {f.fleet}: capacity {cap}{ci} tok/s per instance ({f.instances_measured} measured), fleet {size} x {f.instance_type}; "
+            f"search {f.search_steps} steps, {f.search_minutes:.1f} min, stopped {f.search_stop} (held {_x(lo)}, missed {_x(hi)})",
             f"    error band: {f.error_band}",
         ]
     delta = "n/a" if p.monthly_delta_usd is None else f"{p.monthly_delta_usd:+,.0f} USD/month"

@@ -23,6 +23,7 @@ from analysis.capacity_search import StepPlan, certain_miss
 from core.manifest import Manifest
 from core.records import Outcome, RequestRecord, slo_deadline_s
 from core.schedule import ScheduledRequest, build_schedule
+from runtime.emulator.balancer import FlowHash
 from runtime.emulator.engine import EngineSeq
 from runtime.emulator.simulate import replay
 from runtime.emulator.timing import TimingModel
@@ -43,12 +44,13 @@ def simulate_requests(
     m: Manifest, fleet: str, schedule: list[ScheduledRequest], *, multiplier: float = 1.0, slo_deadline: bool = False,
     planned: int | None = None,
 ) -> SimulatedRun:
-    """The schedule at rate x `multiplier` through one instance of the fleet (its replicas behind
-    one endpoint); records as the live replayer writes them."""
+    """The schedule at rate x `multiplier` through the fleet's measured instances behind one
+    endpoint (measure_instances, each with its replicas), spread as the live emulator spreads
+    them (runtime.emulator.balancer); records as the live replayer writes them."""
     f = m.fleet(fleet)
     timing = TimingModel.for_fleet(m, f)
     reqs = sorted(schedule, key=lambda r: r.offset_s)
-    seqs = replay(timing, [(r.offset_s / multiplier, r.input_tokens, r.output_tokens) for r in reqs])
+    seqs = spread_replay(timing, [(r.offset_s / multiplier, r.input_tokens, r.output_tokens) for r in reqs], f.instances_measured)
     records = [_record(m, fleet, r, s, slo_deadline) for r, s in zip(reqs, seqs, strict=True)]
     stop_at, early = None, None
     if slo_deadline and planned is not None:
@@ -57,6 +59,19 @@ def simulate_requests(
     first = min((rec.scheduled_s for rec in records), default=0.0)
     duration = (stop_at if stop_at is not None else max(ends, default=first)) - first
     return SimulatedRun(records, duration, early)
+
+
+def spread_replay(timing: TimingModel, arrivals: list[tuple[float, int, int]], instances: int) -> list[EngineSeq]:
+    """`arrivals` (in time order) over `instances` independent instances: each request drawn to
+    one as the NLB's flow hash does, each instance's share replayed on its own (instances share
+    nothing); the sequences come back in the arrivals' order."""
+    flow = FlowHash(instances)
+    picks = [flow.pick() for _ in arrivals]
+    out: dict[int, EngineSeq] = {}
+    for k in range(instances):
+        idx = [i for i, p in enumerate(picks) if p == k]
+        out.update(zip(idx, replay(timing, [arrivals[i] for i in idx]), strict=True))
+    return [out[i] for i in range(len(arrivals))]
 
 
 def _record(m: Manifest, fleet: str, req: ScheduledRequest, seq: EngineSeq, slo_deadline: bool) -> RequestRecord:

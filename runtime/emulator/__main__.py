@@ -1,4 +1,5 @@
-"""python -m runtime.emulator --manifest PATH --fleet NAME [...]: one emulated instance."""
+"""python -m runtime.emulator --manifest PATH --fleet NAME [--instances N] [...]: one emulated
+instance of the fleet, or N behind one port as the cloud's NLB spreads requests over them."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0, help="0 binds a free port")
     p.add_argument("--port-file", type=Path, help="write the bound port here once ready")
+    p.add_argument("--instances", type=int, default=1, help="instances served behind the port, each with its own replicas (default 1)")
     p.add_argument("--error-rate", type=float, default=0.0)
     p.add_argument("--stall-rate", type=float, default=0.0)
     p.add_argument("--stall-s", type=float, default=0.0)
@@ -66,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
             error_rate=a.error_rate, stall_rate=a.stall_rate, stall_s=a.stall_s, truncate_rate=a.truncate_rate,
             reset_rate=a.reset_rate, slow_start_s=a.slow_start_s, slow_start_rate=a.slow_start_rate, fault_seed=a.fault_seed,
         )  # fmt: skip
-        cfg = EmulatorConfig(manifest, manifest.fleet(a.fleet), faults, a.served_model_name)
+        cfg = EmulatorConfig(manifest, manifest.fleet(a.fleet), faults, a.served_model_name, a.instances)
     except (ManifestError, KeyError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -1,4 +1,9 @@
-"""The aiohttp application: OpenAI-compatible routes over one Scheduler."""
+"""The aiohttp application: OpenAI-compatible routes over one Scheduler.
+
+/metrics describes the whole endpoint: with several instances behind it (EmulatorConfig.instances)
+the counters and histograms are their sums, as `sum` over a cloud fleet's scrape targets gives,
+the running and waiting gauges their totals, the KV-cache gauge the fullest replica's, and
+`emulator_instances` says how many instances they cover."""
 
 from __future__ import annotations
 
@@ -313,7 +318,7 @@ async def ground_truth(request: web.Request) -> web.Response:
 
 async def _scheduler_ctx(app: web.Application) -> AsyncIterator[None]:
     # Created inside the running loop so its asyncio primitives belong to it.
-    app[SCHEDULER] = Scheduler(app[TIMING], app[METRICS])
+    app[SCHEDULER] = Scheduler(app[TIMING], app[METRICS], app[CONFIG].instances)
     task = asyncio.create_task(app[SCHEDULER].run())
     yield
     task.cancel()

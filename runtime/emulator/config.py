@@ -1,4 +1,5 @@
-"""What one emulated accelerator instance is: the manifest, one fleet, and the faults to inject."""
+"""What one emulated fleet endpoint is: the manifest, one fleet, how many of its instances serve
+behind the endpoint, and the faults to inject."""
 
 from __future__ import annotations
 
@@ -38,6 +39,13 @@ class EmulatorConfig:
     faults: FaultConfig = field(default_factory=FaultConfig)
     # The name requests must carry, as vLLM's --served-model-name; None: the manifest's model.repo.
     served_model_name: str | None = None
+    # Instances behind the one port, spread as the NLB does (the local campaign passes the fleet's
+    # measure_instances); 1 by default, so a bench or test serves one instance unless it asks.
+    instances: int = 1
+
+    def __post_init__(self) -> None:
+        if self.instances < 1:
+            raise ValueError(f"instances must be >= 1, got {self.instances}")
 
     @classmethod
     def from_manifest(cls, manifest: Manifest, fleet_name: str, **faults: float) -> EmulatorConfig:

@@ -46,6 +46,9 @@ class EmulatorMetrics:
         self.prefix_hits = Counter(_base(n["prefix_cache_hits"]), "Prefix cache hits, in terms of number of cached tokens.", lbl,
                                    registry=r).labels(model_name)  # fmt: skip
         self.kv_usage = Gauge(n["kv_cache_usage"], "KV-cache usage. 1 means 100 percent usage.", lbl, registry=r).labels(model_name)
+        # Emulator-only: instances behind this endpoint, whose sums the series above are (app.py).
+        self.instances = Gauge("emulator_instances", "Emulated instances behind this endpoint.", lbl, registry=r).labels(model_name)
+        self.instances.set(1)
         # Emulator-only: how late the scheduler woke against the model's step schedule.
         self.step_lag = Histogram("emulator_step_lag_seconds", "Actual minus scheduled step end.", lbl, registry=r, buckets=STEP_LAG_BUCKETS).labels(
             model_name

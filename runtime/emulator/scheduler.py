@@ -1,10 +1,13 @@
 """The live emulator's scheduler: the clock-free Engine (engine.py) paced by the event loop.
 
-Each data-parallel replica is one Engine with its own loop task; requests are handed out
-round-robin. A loop plans a step, sleeps until the step's scheduled end, completes it and
-emits the tokens it produced. The next step is scheduled from the previous step's *scheduled*
-end, so wake-up jitter never accumulates into drift; the gap between actual and scheduled end
-is recorded as step lag. A request reaches its replica after the fleet's per-request host
+Each data-parallel replica is one Engine with its own loop task. The scheduler serves the
+fleet's measured instances behind one port (`instances`, each with `timing.replicas` replicas
+and their own batch and KV limits): a request goes to an instance drawn as the NLB's flow hash
+does (runtime/emulator/balancer.py), then round-robin to that instance's replicas. A loop
+plans a step, sleeps until the step's scheduled end, completes it and emits the tokens it
+produced. The next step is scheduled from the previous step's *scheduled* end, so wake-up
+jitter never accumulates into drift; the gap between actual and scheduled end is recorded as
+step lag. A request reaches its replica after the fleet's per-request host
 overhead (TimingModel.admission_delay_s), exactly as in the simulated-time replays.
 """
 
@@ -14,6 +17,7 @@ import asyncio
 from collections import deque
 from dataclasses import dataclass, field
 
+from runtime.emulator.balancer import FlowHash
 from runtime.emulator.engine import Engine, EngineSeq
 from runtime.emulator.faults import RequestFaults
 from runtime.emulator.metrics import EmulatorMetrics
@@ -63,18 +67,27 @@ class StepStats:
 
 
 class Scheduler:
-    def __init__(self, timing: TimingModel, metrics: EmulatorMetrics):
+    def __init__(self, timing: TimingModel, metrics: EmulatorMetrics, instances: int = 1):
         self.timing = timing
         self.metrics = metrics
-        self.engines = [Engine(timing) for _ in range(max(1, timing.replicas))]
+        self.replicas = max(1, timing.replicas)
+        self.flow = FlowHash(instances)
+        # instance k's replicas are engines[k * replicas:(k + 1) * replicas]
+        self.engines = [Engine(timing) for _ in range(instances * self.replicas)]
         self.stats = StepStats()
         self._wakeups = [asyncio.Event() for _ in self.engines]
-        self._next = 0
+        self._next = [0] * instances  # per instance: its replicas' round-robin turn
         self._reported = [(0, 0) for _ in self.engines]  # prefix-cache (queries, hits) already counted
+        metrics.instances.set(instances)
+
+    @property
+    def instances(self) -> int:
+        return self.flow.instances
 
     def submit(self, seq: LiveSequence) -> None:
-        i = self._next % len(self.engines)
-        self._next += 1
+        k = self.flow.pick()
+        i = k * self.replicas + self._next[k] % self.replicas
+        self._next[k] += 1
         delay = self.timing.admission_delay_s
         if delay > 0:
             asyncio.get_running_loop().call_at(seq.arrival + delay, self._enqueue, i, seq)
