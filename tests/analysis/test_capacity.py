@@ -132,6 +132,24 @@ def test_capacity_is_the_best_step_inside_the_slo(tmp_path: Path, manifest_data:
     assert '<tr style="font-weight:bold"><td>x2</td><td>200</td>' in page
 
 
+def test_capacity_per_instance_is_the_fleet_goodput_over_the_instances_measured(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    # The same records served by 2 g6 instances (measure_instances: 2): each instance held half of them.
+    m = _m(manifest_data)
+    rep = _write(tmp_path / "replay", m, {"inf2": (1.0, 900, False), "g6": (1.0, 300, True)})
+    steps = _three_steps(tmp_path, m)
+    kw: dict[str, Any] = {"quality": PASS, "capacity_dirs": steps, "with_sensitivity": False, "with_pages": False}
+    one = build_report(m, rep, out_dir=tmp_path / "o1", instances_measured={"inf2": 1, "g6": 1}, **kw).model_dump(mode="json")
+    two = build_report(m, rep, out_dir=tmp_path / "o2", instances_measured={"inf2": 1, "g6": 2}, **kw).model_dump(mode="json")
+    g1, g2 = one["fleets"]["g6"], two["fleets"]["g6"]
+    assert g1["capacity"]["per_instance_tok_s"] == pytest.approx(600.0)
+    assert g2["capacity"]["step"] == "x2" and g2["capacity"]["per_instance_tok_s"] == pytest.approx(300.0)
+    assert [s["per_instance_goodput_tok_s"] for s in g2["capacity"]["steps"]] == pytest.approx([135.0, 150.0, 300.0, 540.0])
+    assert g2["capacity_ci_tok_s"] == pytest.approx([v / 2 for v in g1["capacity_ci_tok_s"]])
+    # 12,000 tok/s of demand: ceil(12,000 / (300 x 0.8)) = 50, + 1 redundancy = 51 (26 from one instance's 600)
+    assert (g1["instances_required"], g2["instances_required"]) == (26, 51)
+    assert two["fleets"]["inf2"]["capacity"]["per_instance_tok_s"] == pytest.approx(1800.0)  # untouched
+
+
 def test_top_step_note_and_no_step_blocking_gap(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
     m = _m(manifest_data)
     rep = _write(tmp_path / "replay", m, {"inf2": (1.0, 900, True), "g6": (1.0, 300, True)})
