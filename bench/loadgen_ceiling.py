@@ -557,7 +557,7 @@ def main() -> int:
     ap.add_argument("--probes", type=int, default=4, help="probes per tool")
     ap.add_argument("--ours-start", type=float, default=60.0, help="our first offered rate (req/s)")
     ap.add_argument("--vllm-start", type=float, default=6.0, help="vLLM's first offered rate (req/s)")
-    ap.add_argument("--server-start", type=float, default=40_000, help="the server's first offered token rate (tokens/s)")
+    ap.add_argument("--server-start", type=float, default=80_000, help="the server's first offered token rate (tokens/s)")
     ap.add_argument("--server-probes", type=int, default=3, help="server ceiling probes (0: skip)")
     ap.add_argument("--no-vllm", action="store_true", help="probe only our load generator")
     ap.add_argument("--no-ours", action="store_true", help="probe only vLLM's (and --baseline's)")
