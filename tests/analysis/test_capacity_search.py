@@ -30,6 +30,7 @@ from analysis.capacity_search import (
     next_lifetime,
     next_step,
     search,
+    sizing_lifetime,
     step_down,
 )
 from core.manifest import CapacitySearch
@@ -355,6 +356,26 @@ def test_a_short_replay_is_repeated_at_x1_as_the_first_real_step() -> None:
     assert isinstance(plan, StepPlan) and plan.label == "x1" and plan.span_s == pytest.approx(30.0)
     stop = next_step(SearchSettings(), [_step("replay", 1.0, Verdict.SHORT, 8.0), _step("x1", 1.0, Verdict.SHORT, 8.0)], lifetime_s=8.0)
     assert isinstance(stop, Stop) and stop.rule is StopRule.NEVER_STEADY
+
+
+def test_a_step_between_a_hold_and_a_miss_is_sized_from_the_hold_not_from_the_miss_s_fastest_requests() -> None:
+    st = SearchSettings(max_steps=3)
+    plans: list[StepPlan] = []
+
+    def run(plan: StepPlan) -> tuple[SearchStep, float]:
+        # holds below x1.5 with requests living 10 s; above, a miss whose SLO-compliant requests lived 4 s
+        plans.append(plan)
+        held = plan.multiplier < 1.5
+        step = SearchStep(plan.label, plan.multiplier, plan.why, plan.span_s, Verdict.HELD if held else Verdict.MISSED, 100, plan.span_s,
+                          100 / plan.span_s, 10.0 if held else 30.0, 0.5 if held else 5.0, 0.05, 0.0, "synthetic",
+                          None if held else 4.0)
+        return step, plan.span_s
+
+    search("syn", st, run, first_lifetime_s=10.0)
+    assert [p.multiplier for p in plans] == pytest.approx([1.0, 2.0, math.sqrt(2)])
+    assert plans[2].why.startswith("bisect") and plans[2].span_s == pytest.approx(3 * 10.0 * 1.25)  # was 3 x 4 s x 1.25
+    # below a miss with no hold under it, the miss's compliant requests still size the step down
+    assert sizing_lifetime([_step("replay", 1.0, Verdict.MISSED, 40.0, 4.0)], 26.0) == 4.0
 
 
 def test_a_miss_with_no_compliant_request_keeps_the_previous_lifetime() -> None:
