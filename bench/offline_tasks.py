@@ -1,4 +1,5 @@
-"""Stand-ins for what AWS does around the load-generator tasks, for the offline cloud-path test.
+"""Stand-ins for what AWS does around the load-generator tasks, for the offline cloud path
+(bench/cloud_offline.py, `make cloud-offline`, and its test).
 
 `LocalTaskLauncher` implements campaign.cloud_run.TaskLauncher with local processes: each
 "task" runs the container exactly as the synthesized task definition describes it (the
@@ -26,7 +27,7 @@ from campaign.cloud_run import TaskSpec, TaskStatus
 from core import cloud_contract as cc
 from core.ports import free_port
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def resolve(value: Any, refs: Mapping[str, str]) -> Any:
@@ -57,19 +58,15 @@ def dockerfile_entrypoint(dockerfile: Path) -> list[str]:
     return [sys.executable if a == "python" else a for a in argv]
 
 
-def _bindable_pair() -> int:
-    """A port p with p+1 free too: worker i of a master serves the metrics port + i."""
+def _bindable(port: int) -> bool:
     import socket
 
-    for _ in range(50):
-        p = free_port()
+    with socket.socket() as s:
         try:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", p + 1))
-            return p
+            s.bind(("127.0.0.1", port))
         except OSError:
-            continue
-    raise RuntimeError("no free port pair")
+            return False
+    return True
 
 
 class LocalTaskLauncher:
@@ -85,6 +82,19 @@ class LocalTaskLauncher:
         self.logs: dict[str, Path] = {}
         self._files: list[IO[bytes]] = []
         self.started: list[TaskSpec] = []
+        # Ports handed out stay reserved: a port found free is not bound until its task starts,
+        # and two masters' ports once collided (a worker's metrics port = its master's + index).
+        self._reserved: set[int] = set()
+
+    def _port(self, width: int = 1) -> int:
+        """A free loopback port p (with p+1 .. p+width-1 free too), reserved for this launcher."""
+        for _ in range(100):
+            p = free_port()
+            span = set(range(p, p + width))
+            if not span & self._reserved and all(_bindable(q) for q in span):
+                self._reserved |= span
+                return p
+        raise RuntimeError("no free port range")
 
     def container(self, task_definition: str) -> dict[str, Any]:
         # The run config's task-definition "ARN" is its unresolved Ref: the logical id.
@@ -102,10 +112,10 @@ class LocalTaskLauncher:
         env.update({cc.ENV_WORK_DIR: str(home), "LOADGEN_RECORDS_DIR": str(home / "records"), "PYTHONPATH": str(ROOT)})
         ports: dict[int, int] = {}
         if spec.role == "master":
-            ports[cc.LOCUST_MASTER_PORT] = free_port()
-            self.web[handle] = free_port()
+            ports[cc.LOCUST_MASTER_PORT] = self._port()
+            self.web[handle] = self._port()
             env.update({"LOCUST_MASTER_BIND_PORT": str(ports[cc.LOCUST_MASTER_PORT]), "LOCUST_WEB_PORT": str(self.web[handle]),
-                        "LOADGEN_METRICS_PORT": str(_bindable_pair())})  # fmt: skip
+                        "LOADGEN_METRICS_PORT": str(self._port(1 + int(env.get("LOCUST_EXPECT_WORKERS", "2"))))})  # fmt: skip
             assert env["LOCUST_AUTOQUIT"] == str(cc.UI_LINGER_S)
             env["LOCUST_AUTOQUIT"] = "1"  # the UI's linger after the run: nobody watches it here
         argv = [*self.entrypoint, *(c["Command"] if spec.command is None else spec.command)]  # RunTask's command override

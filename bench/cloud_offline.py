@@ -1,0 +1,240 @@
+"""`make cloud-offline`: `campaign run` end to end on this machine, through the Fargate seam.
+
+    .venv/bin/python bench/cloud_offline.py [MANIFEST] [--out DIR]
+
+What AWS would be is stood in for, and nothing else:
+- the stacks: `cdk synth` of MANIFEST (in a subprocess: jsii and gevent cannot share one); the
+  load-generator task definitions' command lines and environment are what the tasks run;
+- ECS RunTask: bench/offline_tasks.LocalTaskLauncher runs each task as a local process, exactly
+  as its synthesized definition describes it (the Dockerfile's ENTRYPOINT + the Command);
+- the fleets behind their NLBs: one emulator per fleet serving `measure_instances` instances
+  behind one port (runtime/emulator's balancer), the NLB endpoint being the
+  one value of the run config replaced;
+- S3, CloudFormation (the deployed stack's outputs), Auto Scaling and CloudWatch: a moto server.
+  Each fleet's Auto Scaling group exists there, in the stand-in stack, with the stacks' tags; its
+  `GroupInServiceInstances` metric is fed every 30 s with the instances the emulator serves, so
+  the report measures instances in service as it would on AWS;
+- the operator's credentials: moto's.
+Then `campaign.aws_cli.run_campaign` (what `python -m campaign run` calls) runs every stage: the
+gate tasks (readiness, quality), the trace replay, both capacity searches, the settle phase and
+the report, written under DIR/runs/<run id>/ and uploaded to the stand-in bucket. Not stood in: the
+Auto Scaling activities and the NLB's HealthyHostCount behind `time_to_ready` (moto records no
+activities), so the report names that gap; the gate task's own wait is printed per fleet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "manifests" / "llama3-8b-inf2-vs-g6.yaml"
+BUCKET = "harness-results-offline"
+SYNTH = (
+    "import sys\n"
+    "from stacks.app_builder import build_app\n"
+    "app, _ = build_app(context={'manifest': sys.argv[1]}, outdir=sys.argv[2])\n"
+    "app.synth()\n"
+)
+METRIC_EVERY_S = 30.0
+
+
+@contextmanager
+def moto_server(region: str) -> Iterator[dict[str, str]]:
+    """A moto server on a free loopback port, reset to an empty account, with the AWS_* variables
+    that point boto3 (in this process and in child processes) at it; stopped on exit."""
+    from moto.server import ThreadedMotoServer
+
+    from core.ports import free_port
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+           "AWS_DEFAULT_REGION": region}
+    saved = {k: os.environ.get(k) for k in env}
+    try:
+        # Backends are process-global in moto: start from an empty account.
+        urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/moto-api/reset", method="POST"), timeout=10)
+        os.environ.update(env)
+        yield env
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        server.stop()
+
+
+def synth(manifest_path: Path, outdir: Path) -> dict[str, Any]:
+    """The comparison stack's template, synthesized from the manifest in a subprocess."""
+    proc = subprocess.run([sys.executable, "-c", SYNTH, str(manifest_path), str(outdir)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
+    if proc.returncode != 0:
+        raise RuntimeError(f"cdk synth failed: {proc.stderr[-3000:]}")
+    template: dict[str, Any] = json.loads((outdir / "Comparison.template.json").read_text(encoding="utf-8"))
+    return template
+
+
+def group_name(m: Any, fleet: str) -> str:
+    return f"{m.campaign}-{fleet}-offline"
+
+
+def deploy_stand_in(session: Any, m: Any, template: Mapping[str, Any], endpoints: Mapping[str, str]) -> dict[str, Any]:
+    """What `deploy` would leave: the results bucket, and a stack whose outputs are the synthesized
+    ones (references resolved to the offline names; the fleet endpoints are the emulators) and
+    whose resources include one Auto Scaling group per fleet, tagged as the stacks tag them
+    (campaign, fleet) and sized to the instances measured, so that deleting the stack (teardown)
+    terminates their instances as CloudFormation would."""
+    from bench.offline_tasks import resolve
+    from core import cloud_contract as cc
+
+    outputs = template["Outputs"]
+    refs = {outputs["ResultsBucketName"]["Value"]["Ref"]: BUCKET}
+    run_config = json.loads(resolve(outputs[cc.RUN_CONFIG_OUTPUT]["Value"], refs))
+    if set(run_config["targets"]) != {f.name for f in m.fleets}:
+        raise RuntimeError(f"synthesized targets {sorted(run_config['targets'])} are not the manifest's fleets")
+    run_config["targets"] = dict(endpoints)
+    s3 = session.client("s3")
+    s3.create_bucket(Bucket=BUCKET)
+    s3.put_bucket_tagging(Bucket=BUCKET, Tagging={"TagSet": [{"Key": "campaign", "Value": m.campaign}, {"Key": "lifecycle", "Value": "retained"}]})
+    resources: dict[str, Any] = {
+        "Marker": {"Type": "AWS::SQS::Queue", "Properties": {"Tags": [{"Key": "campaign", "Value": m.campaign}]}},
+        "Vpc": {"Type": "AWS::EC2::VPC", "Properties": {"CidrBlock": "10.0.0.0/16"}},
+        "Subnet": {"Type": "AWS::EC2::Subnet", "Properties": {"VpcId": {"Ref": "Vpc"}, "CidrBlock": "10.0.1.0/24",
+                                                              "AvailabilityZone": f"{m.costs.region}a"}},
+    }
+    for i, f in enumerate(m.fleets):
+        tags = [{"Key": "campaign", "Value": m.campaign, "PropagateAtLaunch": True}, {"Key": "fleet", "Value": f.name, "PropagateAtLaunch": True}]
+        resources[f"Template{i}"] = {"Type": "AWS::EC2::LaunchTemplate", "Properties": {
+            "LaunchTemplateName": f"lt-{group_name(m, f.name)}", "LaunchTemplateData": {"ImageId": "ami-12345678", "InstanceType": f.instance_type}}}
+        resources[f"Group{i}"] = {"Type": "AWS::AutoScaling::AutoScalingGroup", "Properties": {
+            "AutoScalingGroupName": group_name(m, f.name), "MinSize": str(f.asg.min), "MaxSize": str(f.asg.max),
+            "DesiredCapacity": str(f.instances_measured), "LaunchTemplate": {"LaunchTemplateId": {"Ref": f"Template{i}"}, "Version": "1"},
+            "VPCZoneIdentifier": [{"Ref": "Subnet"}],
+            "Tags": tags}}
+    stack = {"Resources": resources,
+             "Outputs": {cc.RUN_CONFIG_OUTPUT: {"Value": json.dumps(run_config)}, "ResultsBucketName": {"Value": BUCKET}}}
+    session.client("cloudformation").create_stack(StackName=f"{m.campaign}-comparison", TemplateBody=json.dumps(stack))
+    return {"refs": refs, "run_config": run_config}
+
+
+class InServiceFeed:
+    """Puts each group's AWS/AutoScaling GroupInServiceInstances (the instances the emulator
+    serves) every METRIC_EVERY_S, as Auto Scaling group metrics collection would."""
+
+    def __init__(self, session: Any, groups: Mapping[str, str], instances: Mapping[str, int]) -> None:
+        self.cw = session.client("cloudwatch")
+        self.groups, self.instances = dict(groups), dict(instances)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _put(self) -> None:
+        import datetime as dt
+
+        now = dt.datetime.now(dt.UTC)
+        for fleet, name in self.groups.items():
+            self.cw.put_metric_data(Namespace="AWS/AutoScaling", MetricData=[{
+                "MetricName": "GroupInServiceInstances", "Dimensions": [{"Name": "AutoScalingGroupName", "Value": name}],
+                "Timestamp": now, "Value": float(self.instances[fleet]), "Unit": "None"}])  # fmt: skip
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._put()
+            self._stop.wait(METRIC_EVERY_S)
+
+    def __enter__(self) -> InServiceFeed:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self._put()
+
+
+@dataclass
+class OfflineAws:
+    env: dict[str, str]  # AWS_* variables pointing at the moto server (set in os.environ meanwhile)
+    session: Any
+    template: dict[str, Any]
+    refs: dict[str, str]
+    run_config: dict[str, Any]
+    endpoints: dict[str, str]
+
+
+@contextmanager
+def offline_aws(manifest_path: Path, out: Path, say: Any = print) -> Iterator[OfflineAws]:
+    """The stand-ins for a deployed stack (see the module's docstring), up until the block ends."""
+    import boto3
+
+    from campaign.local import start_emulator
+    from campaign.processes import Supervisor
+    from core.manifest import load_manifest
+
+    m = load_manifest(manifest_path)
+    out.mkdir(parents=True, exist_ok=True)
+    with moto_server(m.costs.region) as env:
+        say(f"moto server at {env['AWS_ENDPOINT_URL']}; synthesizing the stacks (cdk synth) ...")
+        template = synth(manifest_path, out / "cdk.out")
+        session = boto3.session.Session(region_name=m.costs.region)
+        with Supervisor(out / "emulator-logs") as sup:
+            endpoints = {f.name: start_emulator(sup, manifest_path, f.name, out, [], f.instances_measured) for f in m.fleets}
+            say("fleets (emulated, behind one port each): " + ", ".join(f"{f.name} x{f.instances_measured} {endpoints[f.name]}" for f in m.fleets))
+            deployed = deploy_stand_in(session, m, template, endpoints)
+            groups = {f.name: group_name(m, f.name) for f in m.fleets}
+            with InServiceFeed(session, groups, {f.name: f.instances_measured for f in m.fleets}):
+                yield OfflineAws(env, session, template, deployed["refs"], deployed["run_config"], endpoints)
+
+
+def run_once(aws: OfflineAws, manifest_path: Path, out: Path, name: str, **kwargs: Any) -> Any:
+    """One `campaign run` (campaign.aws_cli.run_campaign) with local task processes; returns its
+    CloudRunResult and the launcher (its task logs)."""
+    from bench.offline_tasks import LocalTaskLauncher
+    from campaign.aws_cli import run_campaign
+    from core.manifest import load_manifest
+
+    launcher = LocalTaskLauncher(aws.template, aws.refs, out / f"tasks-{name}", aws.env)
+    try:
+        result = run_campaign(aws.session, load_manifest(manifest_path), out / "runs", launcher=launcher, **{"poll_s": 1.0, **kwargs})
+    finally:
+        launcher.close()
+    return result, launcher
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="bench/cloud_offline.py", description=__doc__.split("\n\n", 1)[0] if __doc__ else None)
+    ap.add_argument("manifest", nargs="?", default=str(EXAMPLE), help="campaign manifest (default: the example)")
+    ap.add_argument("--out", default="runs/cloud-offline", help="where the run directory, task logs and cdk.out go")
+    a = ap.parse_args(argv)
+    t0 = time.monotonic()
+    path, out = Path(a.manifest).resolve(), Path(a.out)
+    with offline_aws(path, out) as aws:
+        result, _ = run_once(aws, path, out, "run")
+    rep = result.report
+    print(f"run {result.run_id}: {time.monotonic() - t0:.0f} s; report {result.run_dir / 'report.json'}")
+    if rep is not None:
+        for name, f in rep.fleets.items():
+            search = f.capacity.search if f.capacity is not None else None
+            steps = f"{len(search.steps)} search steps, stopped: {search.stop_rule}" if search is not None else "no search"
+            source = rep.provenance.get(f"instances_measured.{name}")
+            print(f"  {name}: {steps}; instances measured {f.instances_measured} ({source.source if source else 'unknown'}); "
+                  f"time to ready {'n/a' if not rep.time_to_ready or name not in rep.time_to_ready else rep.time_to_ready[name].seconds}")
+        print(f"decision: {rep.decision.state.upper()} — " + "; ".join(rep.decision.reasons))
+    return int(result.exit_code)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
