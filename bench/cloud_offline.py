@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run as a script: `bench` (bench/offline_tasks.py) is importable
 EXAMPLE = ROOT / "manifests" / "llama3-8b-inf2-vs-g6.yaml"
 BUCKET = "harness-results-offline"
 SYNTH = (
