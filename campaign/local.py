@@ -194,7 +194,7 @@ def run_local(
                 print("emulators: " + ", ".join(f"{k} {v}" for k, v in endpoints.items()), flush=True)
             metrics_ports = {f.name: free_port() for f in m.fleets}
             prom_url = _maybe_prometheus(sup, out_dir, m, endpoints, metrics_ports)
-            sut = engines.VLLM_CPU_NOTE if engine == "vllm-cpu" else engines.EMULATOR_NOTE
+            sut = engines.VLLM_CPU_NOTE if engine == "vllm-cpu" else engines.emulator_note(m)  # each fleet's own calibration band
             fleets = LocalFleets(sup, m, manifest_path.resolve(), endpoints, metrics_ports=metrics_ports, prometheus_url=prom_url,
                                  systems_under_test=sut, workers=workers, progress_every_s=progress_every_s, ui=ui,
                                  instances={f.name: f.instances_measured for f in m.fleets} if engine == "emulator" else None,  # vLLM: one process
