@@ -2,9 +2,10 @@
 PY := .venv/bin/python
 MANIFEST ?= manifests/llama3-8b-inf2-vs-g6.yaml
 
-.PHONY: install demo plan test lint bench docs clean checkov checkov-venv engine tiny-model real-engine cloud-offline report-screenshot
+.PHONY: install install-runtime demo plan test lint bench docs clean checkov checkov-venv engine tiny-model real-engine cloud-offline report-screenshot
 
 install: .venv/.installed
+install-runtime: .venv/.runtime-installed
 
 # The project itself goes in last, editable (no deps: requirements.txt pinned them; no build
 # isolation: the pinned setuptools is already here, so it installs offline): `.venv/bin/inf2-vs-g6`
@@ -16,6 +17,18 @@ install: .venv/.installed
 	.venv/bin/pip install -q -r requirements.txt
 	PYTHONWARNINGS=ignore::UserWarning .venv/bin/pip install -q --no-deps --no-build-isolation -e .
 	@if [ -f package-lock.json ]; then npm ci --no-audit --no-fund --loglevel=error; fi
+	touch .venv/.runtime-installed $@
+
+# What `make demo` needs, no more: the runtime pins, the build backend's pinned setuptools (the
+# venv's own is too old to build the editable install) and the project; no test tools, no npm.
+# Not byte-compiled at install: pip compiles every module it installs by default, aws-cdk-lib's
+# bindings included, about half the install's time on 2 cores; Python compiles what the demo
+# imports as it first imports it. `make install` adds the rest on top.
+.venv/.runtime-installed: requirements.txt requirements-runtime.txt pyproject.toml
+	python3 -m venv .venv
+	.venv/bin/pip install -q --upgrade pip
+	.venv/bin/pip install -q --no-compile -r requirements-runtime.txt $$(grep '^setuptools==' requirements.txt)
+	PYTHONWARNINGS=ignore::UserWarning .venv/bin/pip install -q --no-compile --no-deps --no-build-isolation -e .
 	touch $@
 
 # The local campaign: emulated Inf2 and G6, real Locust, real Prometheus when installed.
@@ -25,7 +38,7 @@ decision_ok = rc=0; $(1) || rc=$$?; \
 	if [ $$rc -eq 10 ] || [ $$rc -eq 11 ]; then echo "(exit $$rc is the decision, not a failure: see the report)"; rc=0; fi; \
 	exit $$rc
 
-demo: install
+demo: install-runtime
 	$(PY) -m campaign plan $(MANIFEST)
 	@$(call decision_ok,$(PY) -m campaign local $(MANIFEST))
 

@@ -19,7 +19,7 @@ from campaign.capacity_run import arrival_offsets
 from campaign.settle import SETTLE_FILE, settle
 from core.manifest import Manifest, load_manifest
 from tests.analysis.synth import rec, write_jsonl
-from tests.conftest import EXAMPLE_MANIFEST, write_manifest
+from tests.conftest import write_manifest
 
 STEP_SPAN_S = 120.0
 
@@ -58,8 +58,10 @@ def _search(root: Path) -> dict[str, Path]:
 
 
 @pytest.fixture
-def m() -> Manifest:
-    return load_manifest(EXAMPLE_MANIFEST, check_files=False)
+def m(tmp_path: Path, manifest_data: dict[str, Any]) -> Manifest:
+    # The settle phase at its default budget: the example turns it off so `make demo` stays short.
+    manifest_data["workload"]["capacity_search"].pop("settle_budget_s", None)
+    return load_manifest(write_manifest(tmp_path, manifest_data, "settle.yaml"), check_files=False)
 
 
 def test_a_segment_continues_the_sizing_step_with_the_next_requests(tmp_path: Path, m: Manifest) -> None:
