@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -79,3 +80,65 @@ def test_anything_but_a_post_is_answered_and_closed(server: refsrv.ServerProcess
         urllib.request.urlopen(server.url + "/metrics", timeout=10)  # vllm bench serve asks for it
     assert e.value.code == 404
     assert server.truth()["requests"] == []
+
+
+class _FakeSocket:
+    """What the server's write loop sees of a client: a send that takes at most `take` bytes (the
+    kernel's buffer full) or fails (the client gone)."""
+
+    def __init__(self, fd: int, take: int | None = None, fail: bool = False) -> None:
+        self.fd, self.take, self.fail = fd, take, fail
+        self.got = bytearray()
+        self.closed = False
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def send(self, data: bytes) -> int:
+        if self.fail:
+            raise ConnectionResetError
+        n = len(data) if self.take is None else min(self.take, len(data))
+        self.got += data[:n]
+        return n
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.fixture
+def inproc() -> Iterator[refsrv.ReferenceServer]:
+    s = refsrv.ReferenceServer(0.0, 1.0)  # 1 s ITL: the test places each stream's due times itself
+    yield s
+    s.lsock.close()
+    s._ep.close()
+
+
+def _streaming(server: refsrv.ReferenceServer, sock: _FakeSocket, tokens: int) -> refsrv._Conn:
+    """A stream whose first token is written and whose second is due now (the write loop's
+    common case)."""
+    c = refsrv._Conn(sock)  # type: ignore[arg-type]
+    c.n, c.k, c.frame = tokens, 1, refsrv.TOKEN_FRAME[False]
+    c.due0 = time.monotonic() - 1.5 * server.itl_s
+    server._conns[c.fd] = c
+    return c
+
+
+def test_a_short_send_keeps_every_byte_in_order(inproc: refsrv.ReferenceServer) -> None:
+    sock = _FakeSocket(100_000, take=100)
+    c = _streaming(inproc, sock, 10)
+    inproc._write_due([c], int(time.monotonic() * 1000))
+    assert bytes(sock.got) == c.frame[:100] and c.out == c.frame[100:] and c.k == 2  # the token is written, its rest kept
+    assert list(inproc._wheel.values()) == [[c]]  # back on the wheel for its next token
+    sock.take = None
+    c.due0 -= inproc.itl_s  # the third token is due
+    inproc._write_due(inproc._wheel.pop(min(inproc._wheel)), int(time.monotonic() * 1000))
+    assert bytes(sock.got) == c.frame * 2 and c.out == b"" and c.k == 3  # the rest first, then the next frame
+    assert inproc.tokens == 2 and inproc.dropped == 0 and list(inproc._wheel.values()) == [[c]]
+
+
+def test_a_client_gone_mid_stream_is_dropped_and_closed(inproc: refsrv.ReferenceServer) -> None:
+    sock = _FakeSocket(100_001, fail=True)
+    c = _streaming(inproc, sock, 10)
+    inproc._write_due([c], int(time.monotonic() * 1000))
+    assert inproc.dropped == 1 and sock.closed and c.fd not in inproc._conns
+    assert not any(inproc._wheel.values()) and inproc.tokens == 0
