@@ -6,6 +6,7 @@ from records and merged histograms)."""
 from __future__ import annotations
 
 import datetime as dt
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,7 +47,13 @@ class CloudWatchSource:
         self.client = client
 
     def fetch(self, specs: list[MetricSpec], start: float, end: float, period_s: int = 60) -> dict[str, float | None]:
-        """Aggregate each metric over the window: mean of Average points, sum of Sum points, max of Maximum."""
+        """Aggregate each metric over the window: mean of Average points, sum of Sum points, max of Maximum.
+        The query covers every whole period the window touches: a datapoint is stamped with its
+        period's start, so a window shorter than a period (a 12 s replay) would otherwise hold
+        none. CloudWatch rounds the start down this way itself (GetMetricStatistics: "rounded
+        down to the nearest whole minute" for a 60 s period); asking for it makes moto agree."""
+        start = math.floor(start / period_s) * period_s
+        end = max(math.ceil(end / period_s) * period_s, start + period_s)
         queries = [
             {
                 "Id": f"m{i}",

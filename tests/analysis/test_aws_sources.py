@@ -113,6 +113,11 @@ def test_cloudwatch_window_aggregates_and_asg_discovery() -> None:
     assert empty["instances_in_service"] is None  # no datapoints: a gap, never 0
     with pytest.raises(ValueError, match="percentiles"):
         MetricSpec("x", "AWS/EC2", "CPUUtilization", (), "p95")
+    # A window shorter than the 60 s period (a 12 s replay) still finds the minute it falls in:
+    # the datapoint stamped at that minute's start (2026-12-04: without the alignment, a gap).
+    minute = now - dt.timedelta(minutes=4)
+    short = CloudWatchSource(cw).fetch(fleet_specs("asg-inf2", "aws-neuron"), minute.timestamp() + 20, minute.timestamp() + 32)
+    assert short["instances_in_service_max"] == pytest.approx(4.0)
 
 
 @mock_aws
