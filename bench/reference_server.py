@@ -1,4 +1,4 @@
-"""The reference server of the load-generator benches: OpenAI-style SSE with known timing, never the limit.
+"""The reference server of the load-generator benches: OpenAI-style SSE with known timing, as cheap as Python makes it.
 
     .venv/bin/python bench/reference_server.py [--port 0] [--port-file F] [--ttft 0.05] [--itl 0.025]
     .venv/bin/python bench/reference_server.py --ceiling [--json]   # its own ceiling: server on core 1, a bulk reader on core 0
@@ -10,9 +10,10 @@ kernel runs the receiver's side of each segment on the sender's core too, so a P
 doing nothing but sends of 230-byte frames round 1,000 sockets managed 73-93k sends/s on this
 VM's core (9.5-11 us each, 88% in the kernel). Streams at 25 ms ITL get one token per send, so
 that is about this server's ceiling too; `--ceiling` measures it ("server busy": the share of
-its core spent working rather than polling, in the window at full concurrency). Tokens come out on a 1 ms tick wheel (epoll waits whole
-milliseconds; `--spin`, which the benches use, polls instead while streams are open, as this
-VM wakes a sleeping process 2-5 ms late at P99), so a token is written 0-2 ms after it is due;
+its core spent working rather than polling, in the window at full concurrency). Tokens come out
+on a 1 ms tick wheel (epoll waits whole milliseconds; `--spin`, which the benches use, polls
+instead while streams are open, as this VM wakes a sleeping process 2-5 ms late at P99), so a
+token is written 0-2 ms after it is due;
 the server writes down what it really did instead of trusting its schedule:
 
 - `arrival`: the kernel's receive time of the request's bytes (SO_TIMESTAMPNS, converted to
