@@ -20,15 +20,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from analysis.capacity_search import StepPlan
-from campaign.orchestration import RunFacts
 from core import cloud_contract as cc
 from core.errors import EXIT_FAILED_STEP, EXIT_SETUP_FAILED, CampaignError
 from core.manifest import Manifest
 from loadgen.replay_options import ReplayOptions, to_env
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the analysis stack (duckdb) stays out of `--help` (tests/campaign/test_cli.py)
+    from analysis.capacity_search import StepPlan
     from analysis.report_model import Report
+    from campaign.orchestration import RunFacts
     from core.records import RunSummary
     from core.schedule import ScheduledRequest
     from loadgen.fixtures import GateResult
@@ -453,6 +453,8 @@ class CloudFleets:
         self._steps = FargateSteps(run)
 
     def facts(self) -> RunFacts:
+        from campaign.orchestration import RunFacts
+
         # No instance count is given: the report pulls each fleet's in-service instances from
         # CloudWatch (GroupInServiceInstances over the run) rather than assume the ASG's desired size.
         return RunFacts({}, None, aws=True, ready_after_s=dict(self.ready_after_s))

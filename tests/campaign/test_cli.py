@@ -84,7 +84,7 @@ def _report_args(tmp_path: Path, *extra: str) -> argparse.Namespace:
         (["--records", "{tmp}", "--quality", "{tmp}/missing.json"], "--quality {tmp}/missing.json: "),
         (["--records", "{tmp}", "--instances", "inf2"], "--instances takes FLEET=N pairs"),
         (["--records", "{tmp}", "--capacity", "{tmp}"], "--capacity {tmp}: no step directories"),
-        ([], "give --records DIR or --run-id RUN_ID"),
+        ([], "give --records DIR, --run-dir DIR or --run-id RUN_ID"),
         (["--run-id", "latest"], "--run-id: run id 'latest' is not of the form"),
     ],
 )
