@@ -160,7 +160,9 @@ class ServingFleet(Construct):
             launch_template=self.launch_template,
             min_capacity=fleet.asg.min,
             max_capacity=fleet.asg.max,
-            desired_capacity=fleet.asg.desired,
+            # The campaign measures fleets[].measure_instances behind the NLB (default asg.desired):
+            # the group starts with that many in service, never fewer than asg.desired.
+            desired_capacity=max(fleet.asg.desired, fleet.instances_measured),
             vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, availability_zones=list(fleet.availability_zones)),
             health_checks=autoscaling.HealthChecks.with_additional_checks(
                 additional_types=[autoscaling.AdditionalHealthCheckType.ELB], grace_period=HEALTH_GRACE[vendor]
