@@ -81,6 +81,10 @@ def test_ctrl_c_stops_every_process_and_keeps_records(tmp_path: Path, manifest_d
     proc = subprocess.Popen(
         [sys.executable, "-m", "campaign", "local", str(manifest), "--out", str(out), "--skip-capacity"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        # A shell without job control starts background commands with SIGINT ignored, and a child
+        # inherits that (Python then installs no KeyboardInterrupt handler): `make test &` lost
+        # this test its Ctrl-C. The terminal's default disposition, whoever launched pytest.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not any(

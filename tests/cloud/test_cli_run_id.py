@@ -13,7 +13,7 @@ from tests.conftest import EXAMPLE_MANIFEST
 
 def test_report_needs_records_or_a_run_id(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["report", str(EXAMPLE_MANIFEST), "--out", str(tmp_path / "out")]) == 2
-    assert "give --records DIR or --run-id RUN_ID" in capsys.readouterr().err
+    assert "give --records DIR, --run-dir DIR or --run-id RUN_ID" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
 
