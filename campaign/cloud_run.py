@@ -513,8 +513,7 @@ class FargateSteps:
                 early.append(miss)
             return miss is not None
 
-        run_time = int(plan.span_s + m.loadgen.request_timeout_s + 60)
-        self.cloud.replay([fleet], step_options(m, plan), prefix, step_dir, run_time, decided)
+        self.cloud.replay([fleet], step_options(m, plan), prefix, step_dir, replay_run_time_s(m, plan.span_s, None), decided)
         return time.monotonic() - t0, early[0] if early else None
 
     def abort(self) -> None:

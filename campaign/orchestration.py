@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -149,7 +149,7 @@ def run_stages(
         settled = settle_phase(m, fleets, run_dir, quality, facts, capacity_dirs, stop, log)
     if not final_report:
         return None
-    return _report(m, run_dir, quality, facts, capacity_dirs, settled)
+    return _report(m, run_dir, run_dir, quality, facts, capacity_dirs, settled)
 
 
 def measure_capacity(m: Manifest, fleets: Fleets, root: Path, replay_dir: Path, stop: threading.Event,
@@ -182,11 +182,12 @@ def settle_phase(
     return settle(m, fleets.steps(), run_dir / CAPACITY_DIR, capacity_dirs, interim, stop, log, fleets.concurrent).as_dict()
 
 
-def _report(m: Manifest, run_dir: Path, quality: dict[str, dict[str, Any]], facts: RunFacts, capacity_dirs: dict[str, Path] | None,
-            settled: dict[str, Any] | None) -> Report:
+def _report(m: Manifest, run_dir: Path, out_dir: Path, quality: dict[str, dict[str, Any]] | None, facts: RunFacts,
+            capacity_dirs: Mapping[str, Path] | None, settled: Mapping[str, Any] | None) -> Report:
+    """The final report from a run directory's records and what the stages found, into `out_dir`."""
     from analysis.report import build_report
 
-    return build_report(m, run_dir / RECORDS_DIR, prometheus_url=facts.prometheus_url, aws=facts.aws, quality=quality, out_dir=run_dir,
+    return build_report(m, run_dir / RECORDS_DIR, prometheus_url=facts.prometheus_url, aws=facts.aws, quality=quality, out_dir=out_dir,
                         instances_measured=facts.instances_measured, capacity_dirs=capacity_dirs or None,
                         systems_under_test=facts.systems_under_test, settle=settled)
 
@@ -209,11 +210,7 @@ def report_from_run_dir(m: Manifest, run_dir: Path, out_dir: Path | None = None,
     steps = discover_steps(run_dir / CAPACITY_DIR)
     settle_file = run_dir / CAPACITY_DIR / SETTLE_FILE
     settled = json.loads(settle_file.read_text(encoding="utf-8")) if settle_file.is_file() else None
-    from analysis.report import build_report
-
-    return build_report(m, run_dir / RECORDS_DIR, prometheus_url=facts.prometheus_url, aws=facts.aws, quality=quality, out_dir=out,
-                        instances_measured=facts.instances_measured, capacity_dirs=steps or None,
-                        systems_under_test=facts.systems_under_test, settle=settled)
+    return _report(m, run_dir, out, quality, facts, steps or None, settled)
 
 
 def write_quality(run_dir: Path, gates: dict[str, GateResult], layers: dict[str, list[LayerResult]]) -> dict[str, dict[str, Any]]:

@@ -2,14 +2,15 @@ from __future__ import annotations
 
 import copy
 import sys
-import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+# One moto server for the tests and `make cloud-offline`: a free loopback port, an empty account,
+# the AWS_* variables set for this process and its children (tests import it from here).
+from bench.cloud_offline import moto_server as moto_server
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_MANIFEST = ROOT / "manifests" / "llama3-8b-inf2-vs-g6.yaml"
@@ -42,30 +43,3 @@ def write_manifest(tmp_path: Path, data: dict[str, Any], name: str = "m.yaml") -
     p.write_text(yaml.safe_dump(data, sort_keys=False))
     return p
 
-
-@contextmanager
-def moto_server(region: str) -> Iterator[dict[str, str]]:
-    """A moto server on a free loopback port, reset to an empty account, with the AWS_* variables
-    that point boto3 (in this process and in child processes) at it; stopped on exit."""
-    from moto.server import ThreadedMotoServer
-
-    from core.ports import free_port
-
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        # Backends are process-global in moto: start from an empty account.
-        urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/moto-api/reset", method="POST"), timeout=10)
-        env = {
-            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_DEFAULT_REGION": region,
-        }
-        with pytest.MonkeyPatch.context() as mp:
-            for k, v in env.items():
-                mp.setenv(k, v)
-            yield env
-    finally:
-        server.stop()
