@@ -83,6 +83,7 @@ docs: install
 
 lint: install
 	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
 	.venv/bin/mypy core campaign runtime loadgen analysis stacks app.py
 	.venv/bin/lint-imports
 

@@ -43,7 +43,9 @@ def split_label(label: str) -> tuple[str | None, float]:
     except ValueError:
         mult = math.nan
     if m is None or not math.isfinite(mult) or mult <= 0:
-        raise BadCapacityStep(f"capacity sweep step label {label!r} is not '[<fleet>/]x<positive multiplier>' (e.g. 'x0.5', 'g6/x2')")
+        raise BadCapacityStep(
+            f"capacity sweep step label {label!r} is not '[<fleet>/]x<positive multiplier>' (e.g. 'x0.5', 'g6/x2')"
+        )
     return m.group(1), mult
 
 
@@ -58,7 +60,9 @@ class Verdict(StrEnum):
     HELD = "held"  # the SLO held over a steady-state step
     MISSED = "missed"  # the SLO failed (a miss in a short step is still a miss: overload only grows)
     SHORT = "short"  # the SLO held, but the step was too short or too small to show steady state
-    INVALID = "invalid"  # the run measured the client (schedule lag over the manifest's bound): no verdict on the server
+    INVALID = (
+        "invalid"  # the run measured the client (schedule lag over the manifest's bound): no verdict on the server
+    )
 
 
 @dataclass(frozen=True)
@@ -131,16 +135,25 @@ class SearchPath:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "fleet": self.fleet, "steps": [s.as_dict() for s in self.steps], "held_multiplier": self.held_multiplier,
-            "missed_multiplier": self.missed_multiplier, "stop_rule": str(self.stop_rule), "stop_detail": self.stop_detail,
+            "fleet": self.fleet,
+            "steps": [s.as_dict() for s in self.steps],
+            "held_multiplier": self.held_multiplier,
+            "missed_multiplier": self.missed_multiplier,
+            "stop_rule": str(self.stop_rule),
+            "stop_detail": self.stop_detail,
             "tolerance": self.tolerance,
         }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> SearchPath:
         return cls(
-            str(d["fleet"]), tuple(SearchStep.from_dict(s) for s in d["steps"]), d.get("held_multiplier"), d.get("missed_multiplier"),
-            StopRule(d["stop_rule"]), str(d["stop_detail"]), float(d["tolerance"]),
+            str(d["fleet"]),
+            tuple(SearchStep.from_dict(s) for s in d["steps"]),
+            d.get("held_multiplier"),
+            d.get("missed_multiplier"),
+            StopRule(d["stop_rule"]),
+            str(d["stop_detail"]),
+            float(d["tolerance"]),
         )
 
 
@@ -188,9 +201,13 @@ def load_sweep(capacity_dirs: Mapping[str, str | Path], manifest_digest: str, fl
     seen: dict[tuple[str | None, float], str] = {}
     for (scope, mult), label, _ in parsed:
         if scope is not None and scope not in fleets:
-            raise BadCapacityStep(f"capacity sweep step {label!r} names fleet {scope!r}, which the manifest does not define")
+            raise BadCapacityStep(
+                f"capacity sweep step {label!r} names fleet {scope!r}, which the manifest does not define"
+            )
         if scope is None and (scope, mult) in seen:  # a search may repeat a multiplier (-r2); a shared sweep may not
-            raise BadCapacityStep(f"capacity sweep steps {seen[(scope, mult)]!r} and {label!r} have the same multiplier")
+            raise BadCapacityStep(
+                f"capacity sweep steps {seen[(scope, mult)]!r} and {label!r} have the same multiplier"
+            )
         seen[(scope, mult)] = label
     out = []
     for (scope, mult), label, d in parsed:
@@ -198,8 +215,10 @@ def load_sweep(capacity_dirs: Mapping[str, str | Path], manifest_digest: str, fl
         allowed = fleets if scope is None else {scope}
         unknown = sorted(set(rs.fleets()) - allowed)
         if unknown:
-            raise AnalysisError(f"capacity sweep step {label} ({d}): records name fleet(s) {unknown} that "
-                                + ("the manifest does not define" if scope is None else f"are not the step's fleet {scope}"))
+            raise AnalysisError(
+                f"capacity sweep step {label} ({d}): records name fleet(s) {unknown} that "
+                + ("the manifest does not define" if scope is None else f"are not the step's fleet {scope}")
+            )
         invalid = frozenset(sm.fleet for sm in rs.summaries.values() if not sm.valid)
         out.append(SweepStep(label, mult, d, rs, goodput.peak_in_flight(rs), goodput.median_e2e(rs), scope, invalid))
     return out
@@ -286,19 +305,38 @@ class Capacity:
         return next((s for s in self.steps if s.label == self.step), None)
 
     def as_dict(self) -> dict[str, object]:
-        return {"steps": [s.as_dict() for s in self.steps], "per_instance_tok_s": self.per_instance_tok_s, "step": self.step,
-                "search": self.search.as_dict() if self.search is not None else None}
+        return {
+            "steps": [s.as_dict() for s in self.steps],
+            "per_instance_tok_s": self.per_instance_tok_s,
+            "step": self.step,
+            "search": self.search.as_dict() if self.search is not None else None,
+        }
 
 
 def step_result(
-    label: str, multiplier: float, fm: goodput.FleetMeasure | None, peak: int | None, instances: int,
-    ttft_slo_s: float, itl_slo_s: float, max_error_rate: float, median_e2e_s: float | None = None, valid: bool = True,
+    label: str,
+    multiplier: float,
+    fm: goodput.FleetMeasure | None,
+    peak: int | None,
+    instances: int,
+    ttft_slo_s: float,
+    itl_slo_s: float,
+    max_error_rate: float,
+    median_e2e_s: float | None = None,
+    valid: bool = True,
 ) -> StepResult:
     if fm is None:  # the step has no records for this fleet
         return StepResult(label, multiplier, 0, 0, None, None, None, None, False, None)
     per = fm.goodput_tok_s / instances if fm.goodput_tok_s is not None and instances > 0 else None
     return StepResult(
-        label, multiplier, fm.requests, fm.successful_requests, per, fm.p95_ttft_s, fm.p95_itl_s, fm.error_rate,
+        label,
+        multiplier,
+        fm.requests,
+        fm.successful_requests,
+        per,
+        fm.p95_ttft_s,
+        fm.p95_itl_s,
+        fm.error_rate,
         fm.slo_pass(ttft_slo_s, itl_slo_s, max_error_rate),
         None if peak is None or instances <= 0 else peak / instances,
         fm.window_s or None,
@@ -314,10 +352,16 @@ def choose(fleet: str, steps: list[StepResult], search: SearchPath | None = None
     ordered = tuple(sorted(steps, key=lambda s: (s.multiplier, s.label != REPLAY)))
     judged = {st.label: st.verdict for st in search.steps} if search is not None else {}
 
-    def search_allows(s: StepResult) -> bool:  # search labels are the step's own ("x0.5"), rows carry the fleet ("g6/x0.5")
+    def search_allows(
+        s: StepResult,
+    ) -> bool:  # search labels are the step's own ("x0.5"), rows carry the fleet ("g6/x0.5")
         return judged.get(s.label.rsplit("/", 1)[-1], Verdict.HELD) is Verdict.HELD
 
-    passing = [s for s in ordered if s.slo_pass and s.per_instance_goodput_tok_s and s.steady_state and s.valid and search_allows(s)]
+    passing = [
+        s
+        for s in ordered
+        if s.slo_pass and s.per_instance_goodput_tok_s and s.steady_state and s.valid and search_allows(s)
+    ]
     if not passing:
         return Capacity(fleet, ordered, None, None, search)
     best = max(passing, key=lambda s: s.per_instance_goodput_tok_s or 0.0)  # max keeps the first of equals
@@ -346,19 +390,43 @@ def measure_capacity(
     A step of one fleet's search (label "<fleet>/x<k>") is a row of that fleet only; `searches`
     (fleet -> its search path) rides along so the report can show how the steps were chosen."""
     per_step = {
-        s.label: step_measures[s.label] if step_measures is not None else goodput.measure_fleets(s.records, ttft_slo_s, itl_slo_s)
+        s.label: step_measures[s.label]
+        if step_measures is not None
+        else goodput.measure_fleets(s.records, ttft_slo_s, itl_slo_s)
         for s in sweep
     }
     out: dict[str, Capacity] = {}
     for f in fleets:
         inst = instances.get(f, 0)
         rows = [
-            step_result(s.label, s.multiplier, per_step[s.label].get(f), s.peaks.get(f), inst, ttft_slo_s, itl_slo_s, max_error_rate,
-                        s.median_e2e.get(f), f not in s.invalid)
-            for s in sweep if s.covers(f)
+            step_result(
+                s.label,
+                s.multiplier,
+                per_step[s.label].get(f),
+                s.peaks.get(f),
+                inst,
+                ttft_slo_s,
+                itl_slo_s,
+                max_error_rate,
+                s.median_e2e.get(f),
+                f not in s.invalid,
+            )
+            for s in sweep
+            if s.covers(f)
         ]
         if replay is not None and f in replay and replay[f].requests > 0:
-            rows.append(step_result(REPLAY, 1.0, replay[f], (replay_peaks or {}).get(f), inst, ttft_slo_s, itl_slo_s, max_error_rate,
-                                    (replay_median_e2e or {}).get(f)))
+            rows.append(
+                step_result(
+                    REPLAY,
+                    1.0,
+                    replay[f],
+                    (replay_peaks or {}).get(f),
+                    inst,
+                    ttft_slo_s,
+                    itl_slo_s,
+                    max_error_rate,
+                    (replay_median_e2e or {}).get(f),
+                )
+            )
         out[f] = choose(f, rows, (searches or {}).get(f))
     return out

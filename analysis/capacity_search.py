@@ -84,7 +84,12 @@ class SearchSettings:
     max_multiplier: float = _MANIFEST_DEFAULTS.max_multiplier
 
     def __post_init__(self) -> None:
-        if self.growth <= 1 or self.tolerance <= 0 or self.min_multiplier <= 0 or self.max_multiplier < self.start_multiplier:
+        if (
+            self.growth <= 1
+            or self.tolerance <= 0
+            or self.min_multiplier <= 0
+            or self.max_multiplier < self.start_multiplier
+        ):
             raise ValueError(f"capacity search settings out of range: {self}")
 
 
@@ -131,41 +136,63 @@ def next_step(settings: SearchSettings, steps: Sequence[SearchStep], lifetime_s:
     if last is not None and last.verdict in (Verdict.SHORT, Verdict.INVALID):
         tries = [s for s in steps if s.multiplier == last.multiplier and s.verdict is last.verdict]
         if len(tries) >= 2 and last.verdict is Verdict.SHORT:
-            return Stop(StopRule.NEVER_STEADY, f"x{last.multiplier:.4g} held the SLO but stayed too short for steady state "
-                        f"after it was lengthened: {last.detail}")
+            return Stop(
+                StopRule.NEVER_STEADY,
+                f"x{last.multiplier:.4g} held the SLO but stayed too short for steady state "
+                f"after it was lengthened: {last.detail}",
+            )
         if len(tries) >= 2:
-            return Stop(StopRule.CLIENT_LIMITED, f"x{last.multiplier:.4g} was run twice and both runs measured the client, "
-                        f"not the server: {last.detail}")
+            return Stop(
+                StopRule.CLIENT_LIMITED,
+                f"x{last.multiplier:.4g} was run twice and both runs measured the client, "
+                f"not the server: {last.detail}",
+            )
         again = 1 + sum(1 for s in steps if s.multiplier == last.multiplier and s.label != REPLAY)
-        why = "repeat longer: the last step was too short" if last.verdict is Verdict.SHORT else "repeat: the last run was invalid"
+        why = (
+            "repeat longer: the last step was too short"
+            if last.verdict is Verdict.SHORT
+            else "repeat: the last run was invalid"
+        )
         plan = StepPlan(last.multiplier, step_span_s(st, lifetime_s), why, again)
     elif lo is not None and hi is not None:
         if hi / lo <= (1 + st.tolerance) * _ROUNDING:
             return Stop(StopRule.CONVERGED, f"held at x{lo:.4g}, missed at x{hi:.4g}: within {st.tolerance:.0%}")
         confirm = lo * (1 + st.tolerance)
         if _reached_by_estimate(steps, lo) and confirm < hi:
-            plan = StepPlan(confirm, step_span_s(st, lifetime_s), f"{CONFIRM_WHY} x{lo:.4g}, reached by a miss's estimate: "
-                            f"a miss at x{confirm:.4g} converges")
+            plan = StepPlan(
+                confirm,
+                step_span_s(st, lifetime_s),
+                f"{CONFIRM_WHY} x{lo:.4g}, reached by a miss's estimate: a miss at x{confirm:.4g} converges",
+            )
         else:
             plan = StepPlan(math.sqrt(lo * hi), step_span_s(st, lifetime_s), f"bisect x{lo:.4g}..x{hi:.4g}")
     elif lo is not None:
         k = lo * st.growth
         if k > st.max_multiplier:
-            return Stop(StopRule.CEILING, f"held the SLO at x{lo:.4g}; the next step x{k:.4g} is above the search's "
-                        f"max_multiplier x{st.max_multiplier:g}: capacity is at least the x{lo:.4g} figure")
+            return Stop(
+                StopRule.CEILING,
+                f"held the SLO at x{lo:.4g}; the next step x{k:.4g} is above the search's "
+                f"max_multiplier x{st.max_multiplier:g}: capacity is at least the x{lo:.4g} figure",
+            )
         plan = StepPlan(k, step_span_s(st, lifetime_s), f"bracket up: held at x{lo:.4g}")
     elif hi is not None:
         k, why = step_down(st, steps, hi)
         if k < st.min_multiplier < hi:  # the floor itself is tried before the search gives up
             k, why = st.min_multiplier, f"{why}; bounded by min_multiplier x{st.min_multiplier:g}"
         if k < st.min_multiplier:
-            return Stop(StopRule.FLOOR, f"missed the SLO at x{hi:.4g}; the next step x{k:.4g} is below the search's "
-                        f"min_multiplier x{st.min_multiplier:g}: no SLO-compliant capacity was measured")
+            return Stop(
+                StopRule.FLOOR,
+                f"missed the SLO at x{hi:.4g}; the next step x{k:.4g} is below the search's "
+                f"min_multiplier x{st.min_multiplier:g}: no SLO-compliant capacity was measured",
+            )
         plan = StepPlan(k, step_span_s(st, lifetime_s), why)
     else:
         plan = StepPlan(st.start_multiplier, step_span_s(st, lifetime_s), "start")
     if len(steps) >= st.max_steps:
-        return Stop(StopRule.MAX_STEPS, f"{len(steps)} steps run (max_steps {st.max_steps}); next would be {plan.label} ({plan.why})")
+        return Stop(
+            StopRule.MAX_STEPS,
+            f"{len(steps)} steps run (max_steps {st.max_steps}); next would be {plan.label} ({plan.why})",
+        )
     return plan
 
 
@@ -196,10 +223,16 @@ def step_down(settings: SearchSettings, steps: Sequence[SearchStep], missed: flo
     if share is None:
         return missed / st.growth, f"bracket down: missed at x{missed:.4g}"
     if share > (1 + st.tolerance) ** -2:
-        return missed / st.growth, f"bracket down: missed at x{missed:.4g} ({share:.0%} of requests within their SLO: a near miss)"
-    factor = max(share, st.growth ** -_MAX_DOWN_POWER)
+        return (
+            missed / st.growth,
+            f"bracket down: missed at x{missed:.4g} ({share:.0%} of requests within their SLO: a near miss)",
+        )
+    factor = max(share, st.growth**-_MAX_DOWN_POWER)
     bound = "" if factor == share else f", bounded to x{factor:.3g} of it"
-    return missed * factor, f"{ESTIMATE_WHY}: missed at x{missed:.4g} with {share:.0%} of requests within their SLO{bound}"
+    return (
+        missed * factor,
+        f"{ESTIMATE_WHY}: missed at x{missed:.4g} with {share:.0%} of requests within their SLO{bound}",
+    )
 
 
 def certain_miss(planned: int, errors: int, ttft_over: int, itl_over: int, max_error_rate: float) -> str | None:
@@ -219,13 +252,18 @@ def certain_miss(planned: int, errors: int, ttft_over: int, itl_over: int, max_e
     return "; ".join(why) or None
 
 
-def over_budget(settings: SearchSettings, plan: StepPlan, lifetime_s: float, elapsed_s: float, overhead_s: float = 0.0) -> Stop | None:
+def over_budget(
+    settings: SearchSettings, plan: StepPlan, lifetime_s: float, elapsed_s: float, overhead_s: float = 0.0
+) -> Stop | None:
     """A step costs its arrival span, the drain of its last requests (about one lifetime) and the
     runner's own overhead per step (starting the load generator, measuring), as last observed."""
     cost = plan.span_s + lifetime_s + overhead_s
     if elapsed_s + cost > settings.time_budget_s:
-        return Stop(StopRule.TIME_BUDGET, f"the next step {plan.label} ({plan.why}) needs about {cost:.0f} s; "
-                    f"{elapsed_s:.0f} s of the {settings.time_budget_s:.0f} s time budget are spent")
+        return Stop(
+            StopRule.TIME_BUDGET,
+            f"the next step {plan.label} ({plan.why}) needs about {cost:.0f} s; "
+            f"{elapsed_s:.0f} s of the {settings.time_budget_s:.0f} s time budget are spent",
+        )
     return None
 
 
@@ -253,13 +291,21 @@ def sizing_lifetime(steps: Sequence[SearchStep], previous_s: float) -> float:
     life = next_lifetime(steps[-1], previous_s)
     if steps[-1].verdict is Verdict.MISSED:
         lo, _ = bracket(steps)
-        held = [s.median_lifetime_s for s in steps if s.verdict is Verdict.HELD and s.multiplier == lo and s.median_lifetime_s]
+        held = [
+            s.median_lifetime_s
+            for s in steps
+            if s.verdict is Verdict.HELD and s.multiplier == lo and s.median_lifetime_s
+        ]
         life = max([life, *held])
     return life
 
 
 def search(
-    fleet: str, settings: SearchSettings, run_step: RunStep, first_lifetime_s: float, resolve: Resolve | None = None,
+    fleet: str,
+    settings: SearchSettings,
+    run_step: RunStep,
+    first_lifetime_s: float,
+    resolve: Resolve | None = None,
     seed: Sequence[SearchStep] = (),
 ) -> SearchPath:
     """Run the search to a stop rule; `first_lifetime_s` sizes the first step (e.g. the replay's
@@ -283,15 +329,23 @@ def search(
         steps.append(step if step.took_s is not None else replace(step, took_s=took))
         elapsed += took
         lifetime = sizing_lifetime(steps, lifetime)
-        if step.verdict is not Verdict.MISSED:  # a miss may have been stopped early: its time says nothing of the overhead
+        if (
+            step.verdict is not Verdict.MISSED
+        ):  # a miss may have been stopped early: its time says nothing of the overhead
             overheads.append(max(0.0, took - nxt.span_s - lifetime))
     lo, hi = bracket(steps)
     return SearchPath(fleet, tuple(steps), lo, hi, nxt.rule, nxt.detail, settings.tolerance)
 
 
 def judge(
-    *, held_slo: bool, requests: int, arrival_span_s: float | None, median_lifetime_s: float | None,
-    settings: SearchSettings, failed: str = "", invalid: str = "",
+    *,
+    held_slo: bool,
+    requests: int,
+    arrival_span_s: float | None,
+    median_lifetime_s: float | None,
+    settings: SearchSettings,
+    failed: str = "",
+    invalid: str = "",
 ) -> tuple[Verdict, str]:
     """A measured step's verdict: a run that measured the client says nothing about the server
     (it is run again); a miss is a miss at any length; a hold counts only over a steady-state
@@ -305,8 +359,10 @@ def judge(
         short.append(f"{requests} requests < min_requests {settings.min_requests}")
     need = settings.lifetimes * (median_lifetime_s or 0.0)
     if not arrival_span_s or arrival_span_s < need:
-        short.append(f"arrival span {arrival_span_s or 0:.1f} s < {settings.lifetimes:g} x median lifetime "
-                     f"{median_lifetime_s or 0:.1f} s = {need:.1f} s")
+        short.append(
+            f"arrival span {arrival_span_s or 0:.1f} s < {settings.lifetimes:g} x median lifetime "
+            f"{median_lifetime_s or 0:.1f} s = {need:.1f} s"
+        )
     if short:
         return Verdict.SHORT, "; ".join(short)
     return Verdict.HELD, f"held over {requests} requests and {arrival_span_s:.1f} s of arrivals"

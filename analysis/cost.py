@@ -63,7 +63,11 @@ class ComputeCost:
 
 
 def compute_monthly(
-    required: int, hours: float, on_demand_hourly: float, commitments: tuple[CommitmentRate, ...], mode: RateMode,
+    required: int,
+    hours: float,
+    on_demand_hourly: float,
+    commitments: tuple[CommitmentRate, ...],
+    mode: RateMode,
     listed_commitment_hourly: float | None = None,
 ) -> ComputeCost | None:
     """Monthly compute cost of `required` instances; None when `mode` needs a commitment that neither
@@ -74,9 +78,12 @@ def compute_monthly(
         if listed_commitment_hourly is None:
             return None
         # nothing committed yet: buying exactly the required instances at today's listed rate, renewal included
-        return ComputeCost(required * listed_commitment_hourly * hours, 0.0,
-                           f"no commitment in the manifest: every instance at the price source's 1-yr No Upfront Standard "
-                           f"Reserved rate {listed_commitment_hourly:.4f}/h")
+        return ComputeCost(
+            required * listed_commitment_hourly * hours,
+            0.0,
+            f"no commitment in the manifest: every instance at the price source's 1-yr No Upfront Standard "
+            f"Reserved rate {listed_commitment_hourly:.4f}/h",
+        )
     if mode == "covered":
         covered = sum(c.covered_instances for c in commitments)
         if covered == 0:
@@ -86,7 +93,9 @@ def compute_monthly(
     usd = unused = 0.0
     left = required
     for c in commitments:
-        rate = c.renewal_hourly_usd if mode == "renewal" and c.renewal_hourly_usd is not None else c.effective_hourly_usd
+        rate = (
+            c.renewal_hourly_usd if mode == "renewal" and c.renewal_hourly_usd is not None else c.effective_hourly_usd
+        )
         usd += c.covered_instances * rate * hours  # paid whether used or not
         used = min(left, c.covered_instances)
         unused += (c.covered_instances - used) * rate * hours
@@ -112,7 +121,12 @@ class MonthlyCost:
     @property
     def total_usd(self) -> float:
         return (
-            self.compute_usd + self.ebs_usd + self.nlb_usd + self.inter_az_usd + self.observability_usd + self.licenses_usd
+            self.compute_usd
+            + self.ebs_usd
+            + self.nlb_usd
+            + self.inter_az_usd
+            + self.observability_usd
+            + self.licenses_usd
         )
 
     @property
@@ -125,9 +139,13 @@ class MonthlyCost:
         return d
 
 
-def monthly_fleet_cost(size: FleetSize, prices: UnitPrices, inp: FleetCostInputs, mode: RateMode = "manifest") -> MonthlyCost | None:
+def monthly_fleet_cost(
+    size: FleetSize, prices: UnitPrices, inp: FleetCostInputs, mode: RateMode = "manifest"
+) -> MonthlyCost | None:
     h = inp.hours_per_month
-    compute = compute_monthly(size.required, h, prices.instance_hourly_usd, inp.commitments, mode, prices.listed_commitment_hourly_usd)
+    compute = compute_monthly(
+        size.required, h, prices.instance_hourly_usd, inp.commitments, mode, prices.listed_commitment_hourly_usd
+    )
     if compute is None:
         return None
     blended = compute.usd / size.required if size.required else 0.0
@@ -158,7 +176,9 @@ def unit_cost_per_million(hourly_usd: float, successful_tok_s: float) -> float |
     return cost_per_million(hourly_usd, successful_tok_s * 3600.0)
 
 
-def run_cost(instances: int, window_s: float, hourly_usd: float, monthly_non_compute_usd: float, hours_per_month: float) -> float:
+def run_cost(
+    instances: int, window_s: float, hourly_usd: float, monthly_non_compute_usd: float, hours_per_month: float
+) -> float:
     """Metered cost of the measured run: whole instances, each billed at least 60 s, plus the
     window's share of the fleet's non-compute monthly cost."""
     billed_s = max(window_s, MIN_BILLED_SECONDS)

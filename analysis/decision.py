@@ -70,7 +70,9 @@ class Economics:
     margin_usd: float = 0.0
 
     @classmethod
-    def at_point(cls, delta: float, migration_cost_usd: float, horizon_months: float, margin_usd: float = 0.0) -> Economics:
+    def at_point(
+        cls, delta: float, migration_cost_usd: float, horizon_months: float, margin_usd: float = 0.0
+    ) -> Economics:
         """No interval: the point is both ends, and one threshold."""
         g = migration_cost_usd / horizon_months + margin_usd
         return cls(delta, delta, delta, g, g, g, migration_cost_usd, horizon_months, margin_usd)
@@ -102,10 +104,14 @@ class Economics:
     def threshold_text(self) -> str:
         ends = ""
         if (self.go_threshold_low, self.go_threshold_high) != (self.go_threshold, self.go_threshold):
-            ends = (f"; {self.go_threshold_low:,.2f} at the pessimistic end and {self.go_threshold_high:,.2f} at the optimistic "
-                    "end, whose fleet costs price the ledger's dual-run and rollback items")
-        return (f"the Go threshold {self.go_threshold:,.2f} USD/month (migration {self.migration_cost_usd:,.2f} USD / "
-                f"{self.horizon_months:g} months + indifference margin {self.margin_usd:,.2f} USD/month{ends})")
+            ends = (
+                f"; {self.go_threshold_low:,.2f} at the pessimistic end and {self.go_threshold_high:,.2f} at the optimistic "
+                "end, whose fleet costs price the ledger's dual-run and rollback items"
+            )
+        return (
+            f"the Go threshold {self.go_threshold:,.2f} USD/month (migration {self.migration_cost_usd:,.2f} USD / "
+            f"{self.horizon_months:g} months + indifference margin {self.margin_usd:,.2f} USD/month{ends})"
+        )
 
     def ci_text(self) -> str:
         def one(v: float | None) -> str:
@@ -161,7 +167,11 @@ class Decision:
 
 
 def quality_reasons(
-    candidate: str, baseline: str, candidate_passed: bool | None, baseline_passed: bool | None, detail: Mapping[str, str] | None = None,
+    candidate: str,
+    baseline: str,
+    candidate_passed: bool | None,
+    baseline_passed: bool | None,
+    detail: Mapping[str, str] | None = None,
 ) -> tuple[list[str], list[str]]:
     """(reject, defer) reasons from the quality gate alone; `detail`: fleet -> what failed, appended to its reason."""
     more = detail or {}
@@ -174,12 +184,18 @@ def quality_reasons(
     if candidate_passed is None:  # no results, or a layer that could not be evaluated (detail names it)
         defer.append(f"evidence incomplete: no quality-gate result for {candidate}{why(candidate)}")
     if baseline_passed is False:
-        defer.append(f"{baseline}: the baseline's own quality gate failed{why(baseline)}; the comparison is not like for like")
+        defer.append(
+            f"{baseline}: the baseline's own quality gate failed{why(baseline)}; the comparison is not like for like"
+        )
     return reject, defer
 
 
 def decide_at_gate(
-    candidate: str, baseline: str, candidate_passed: bool | None, baseline_passed: bool | None, detail: Mapping[str, str] | None = None,
+    candidate: str,
+    baseline: str,
+    candidate_passed: bool | None,
+    baseline_passed: bool | None,
+    detail: Mapping[str, str] | None = None,
 ) -> Decision:
     """The decision when the comparison stopped at the quality gate: nothing after it was measured,
     so only the gate's own rules apply (a failing candidate rejects, a failing baseline defers)."""
@@ -202,18 +218,26 @@ def _economic_reasons(d: DecisionInputs, e: Economics) -> tuple[list[str], list[
     """(reject, defer) reasons from the delta against the Go threshold and 0."""
     c, settle = d.candidate, (f"; {d.settle_text}" if d.settle_text else "")
     if e.reject_settled:
-        return [f"{e.ci_text()}: at or below 0 even at the optimistic end: {c} is not cheaper than {d.baseline}; no payback"], []
+        return [
+            f"{e.ci_text()}: at or below 0 even at the optimistic end: {c} is not cheaper than {d.baseline}; no payback"
+        ], []
     defer: list[str] = []
     if e.go_ruled_out:
-        defer.append(f"payback beyond the {d.horizon_months:g}-month horizon even at the optimistic end: {e.ci_text()}, "
-                     f"high end at or below {e.threshold_text()}")
+        defer.append(
+            f"payback beyond the {d.horizon_months:g}-month horizon even at the optimistic end: {e.ci_text()}, "
+            f"high end at or below {e.threshold_text()}"
+        )
     aim = e.aim
     if aim == "go":
-        defer.append(f"evidence insufficient at the Go threshold: {e.ci_text()} straddles {e.threshold_text()}, so whether the "
-                     f"migration pays back inside the {d.horizon_months:g}-month horizon is not settled{settle}")
+        defer.append(
+            f"evidence insufficient at the Go threshold: {e.ci_text()} straddles {e.threshold_text()}, so whether the "
+            f"migration pays back inside the {d.horizon_months:g}-month horizon is not settled{settle}"
+        )
     elif aim == "zero":
-        defer.append(f"evidence insufficient at 0 (Defer or Reject): Go is ruled out, but {e.ci_text()} straddles 0, so "
-                     f"whether {c} is cheaper at all is not settled{settle}")
+        defer.append(
+            f"evidence insufficient at 0 (Defer or Reject): Go is ruled out, but {e.ci_text()} straddles 0, so "
+            f"whether {c} is cheaper at all is not settled{settle}"
+        )
     return [], defer
 
 
@@ -221,9 +245,18 @@ def decide(d: DecisionInputs) -> Decision:
     reject: list[str] = []
     defer: list[str] = []
     c = d.candidate
-    q_reject, q_defer = quality_reasons(c, d.baseline, d.candidate_quality_passed, d.baseline_quality_passed,
-                                        {c: d.candidate_quality_failure or "", d.baseline: d.baseline_quality_failure or ""})
-    completed = d.candidate_completed_output_tokens if d.candidate_completed_output_tokens is not None else d.candidate_successful_tokens
+    q_reject, q_defer = quality_reasons(
+        c,
+        d.baseline,
+        d.candidate_quality_passed,
+        d.baseline_quality_passed,
+        {c: d.candidate_quality_failure or "", d.baseline: d.baseline_quality_failure or ""},
+    )
+    completed = (
+        d.candidate_completed_output_tokens
+        if d.candidate_completed_output_tokens is not None
+        else d.candidate_successful_tokens
+    )
     nothing_sent = d.candidate_requests_sent == 0
     if nothing_sent:  # nothing was measured: no finding about the model either way
         defer.append(f"evidence insufficient: no request after the warmup was sent to {c}; replay a longer window")

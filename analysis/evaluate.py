@@ -55,7 +55,9 @@ def quality_passed(m: Manifest, quality: QualityResults | None, fleet: str) -> b
     if quality is None or fleet not in quality:
         return None
     q = quality[fleet]
-    if "passed" in q and q["passed"] is None:  # a layer could not be evaluated (campaign.quality_layers): evidence missing
+    if (
+        "passed" in q and q["passed"] is None
+    ):  # a layer could not be evaluated (campaign.quality_layers): evidence missing
         return None
     passed = bool(q.get("passed", False))
     rate = q.get("pass_rate")
@@ -93,26 +95,47 @@ def _cost_inputs(m: Manifest, fleet: str, root_gib: float) -> cost.FleetCostInpu
 
 def unmeasured_row(instance_type: str) -> dict[str, Any]:
     """A fleet row with nothing measured: zero counts, and no figure that would need a measurement."""
-    return {"instance_type": instance_type, "requests": 0, "successful_requests": 0, "successful_output_tokens": 0,
-            "p95_ttft_s": None, "p95_itl_s": None, "slo_pass": False, "instances_required": None, "monthly_cost_usd": None,
-            "cost_per_million_successful_tokens": None}
+    return {
+        "instance_type": instance_type,
+        "requests": 0,
+        "successful_requests": 0,
+        "successful_output_tokens": 0,
+        "p95_ttft_s": None,
+        "p95_itl_s": None,
+        "slo_pass": False,
+        "instances_required": None,
+        "monthly_cost_usd": None,
+        "cost_per_million_successful_tokens": None,
+    }
 
 
 def _size_and_cost(
-    ctx: Context, sc: Scenario, fleet: str, demand_tok_s: float | None, per_instance_tok_s: float | None, util: float,
+    ctx: Context,
+    sc: Scenario,
+    fleet: str,
+    demand_tok_s: float | None,
+    per_instance_tok_s: float | None,
+    util: float,
 ) -> tuple[sizing.FleetSize | None, cost.MonthlyCost | None]:
     """The fleet sized for the demand from one per-instance capacity, and its monthly cost (None where unknown)."""
     if demand_tok_s is None or not per_instance_tok_s:
         return None, None
     f = ctx.manifest.fleet(fleet)
     size = sizing.size_fleet(
-        demand_tok_s, per_instance_tok_s, utilization_target=util, redundancy=f.redundancy,
-        asg_min=f.asg.min, asg_max=f.asg.max, azs=f.availability_zones,
+        demand_tok_s,
+        per_instance_tok_s,
+        utilization_target=util,
+        redundancy=f.redundancy,
+        asg_min=f.asg.min,
+        asg_max=f.asg.max,
+        azs=f.availability_zones,
     )
     prices = ctx.unit_prices.get(fleet)
     if prices is None:
         return size, None
-    return size, cost.monthly_fleet_cost(size, prices, _cost_inputs(ctx.manifest, fleet, ctx.root_volume_gib), sc.rate_mode)
+    return size, cost.monthly_fleet_cost(
+        size, prices, _cost_inputs(ctx.manifest, fleet, ctx.root_volume_gib), sc.rate_mode
+    )
 
 
 def _holds_slo(row: dict[str, Any]) -> bool:
@@ -130,7 +153,9 @@ def evaluate(ctx: Context, sc: Scenario) -> dict[str, Any]:
     util = sc.utilization_target if sc.utilization_target is not None else m.costs.utilization_target
     hours = m.workload.demand.hours_per_month
     tok_per_req = ctx.pooled_tokens_per_request(measures)
-    demand_tok_s = None if tok_per_req is None else m.workload.demand.peak_requests_per_s * sc.demand_scale * tok_per_req
+    demand_tok_s = (
+        None if tok_per_req is None else m.workload.demand.peak_requests_per_s * sc.demand_scale * tok_per_req
+    )
     fleets: dict[str, dict[str, Any]] = {}
     monthly: dict[str, float | None] = {}
     monthly_ends: dict[str, tuple[float | None, float | None]] = {}  # 95% interval of each fleet's monthly cost
@@ -204,8 +229,13 @@ def evaluate(ctx: Context, sc: Scenario) -> dict[str, Any]:
     delta = ledger.monthly_delta(b_month, c_month) if b_month is not None and c_month is not None else None
     led = None
     if b_month is not None and c_month is not None:
-        led = ledger.migration_ledger(m.migration, candidate_monthly_usd=c_month, baseline_monthly_usd=b_month,
-                                      hours_per_month=hours, effort_scale=sc.effort_scale)
+        led = ledger.migration_ledger(
+            m.migration,
+            candidate_monthly_usd=c_month,
+            baseline_monthly_usd=b_month,
+            hours_per_month=hours,
+            effort_scale=sc.effort_scale,
+        )
     mig_cost = led.total_usd if led else None
     payback = ledger.payback_months(mig_cost, delta) if mig_cost is not None and delta is not None else None
     spread = _delta_payback_intervals(ctx, sc, delta, monthly_ends) if intervals else None
@@ -214,7 +244,11 @@ def evaluate(ctx: Context, sc: Scenario) -> dict[str, Any]:
     settle = _to_settle(ctx, econ, intervals, basis_rates) if econ is not None and econ.aim is not None else None
     refresh = sc.months_to_next_refresh
     if refresh is None:
-        refresh = m.migration.months_to_next_refresh if m.migration.months_to_next_refresh is not None else m.migration.refresh_cadence_months
+        refresh = (
+            m.migration.months_to_next_refresh
+            if m.migration.months_to_next_refresh is not None
+            else m.migration.refresh_cadence_months
+        )
     cf, bf = m.fleet(cand), m.fleet(base)
     cm = measures.get(cand)
     c_size = sizes.get(cand)
@@ -234,7 +268,8 @@ def evaluate(ctx: Context, sc: Scenario) -> dict[str, Any]:
             baseline_quality_failure=quality_failure(ctx.quality, base),
             candidate_slo_pass=_holds_slo(fleets[cand]),
             baseline_slo_pass=_holds_slo(fleets[base]),
-            same_availability=len(set(cf.availability_zones)) >= len(set(bf.availability_zones)) and cf.redundancy >= bf.redundancy,
+            same_availability=len(set(cf.availability_zones)) >= len(set(bf.availability_zones))
+            and cf.redundancy >= bf.redundancy,
             candidate_within_asg_max=c_size is None or not c_size.exceeds_asg_max,
             monthly_delta_usd=delta,
             payback_months=payback,
@@ -263,13 +298,20 @@ def evaluate(ctx: Context, sc: Scenario) -> dict[str, Any]:
 
 
 def _interval_fields(
-    ctx: Context, sc: Scenario, fleet: str, iv: FleetIntervals, demand_tok_s: float | None, util: float,
+    ctx: Context,
+    sc: Scenario,
+    fleet: str,
+    iv: FleetIntervals,
+    demand_tok_s: float | None,
+    util: float,
 ) -> tuple[dict[str, Any], tuple[float | None, float | None]]:
     """The fleet row's interval fields, and its monthly cost at the capacity interval's ends
     (the high capacity end gives the low cost; an unknown capacity end, an unknown cost)."""
     out: dict[str, Any] = {
-        "p95_ttft_ci_s": iv.replay_ttft.bounds, "p95_ttft_n": iv.replay_ttft.n,
-        "p95_itl_ci_s": iv.replay_itl.bounds, "p95_itl_n": iv.replay_itl.n,
+        "p95_ttft_ci_s": iv.replay_ttft.bounds,
+        "p95_ttft_n": iv.replay_ttft.n,
+        "p95_itl_ci_s": iv.replay_itl.bounds,
+        "p95_itl_n": iv.replay_itl.n,
         "capacity_ci_tok_s": list(iv.capacity_tok_s) if iv.capacity_tok_s else None,
         "intervals": iv.as_dict(),
     }
@@ -291,7 +333,10 @@ class _Spread:
 
 
 def _delta_payback_intervals(
-    ctx: Context, sc: Scenario, delta: float | None, monthly_ends: Mapping[str, tuple[float | None, float | None]],
+    ctx: Context,
+    sc: Scenario,
+    delta: float | None,
+    monthly_ends: Mapping[str, tuple[float | None, float | None]],
 ) -> _Spread | None:
     """Delta and payback at the two extremes of the fleets' cost intervals (candidate dear + baseline
     cheap, and the reverse), each with the migration cost priced at that end. The interval holds the
@@ -308,8 +353,13 @@ def _delta_payback_intervals(
     def end(b_month: float | None, c_month: float | None) -> tuple[float | None, float | None, float | None]:
         if b_month is None or c_month is None:
             return None, None, None
-        led = ledger.migration_ledger(m.migration, candidate_monthly_usd=c_month, baseline_monthly_usd=b_month,
-                                      hours_per_month=hours, effort_scale=sc.effort_scale)
+        led = ledger.migration_ledger(
+            m.migration,
+            candidate_monthly_usd=c_month,
+            baseline_monthly_usd=b_month,
+            hours_per_month=hours,
+            effort_scale=sc.effort_scale,
+        )
         d = ledger.monthly_delta(b_month, c_month)
         return d, ledger.payback_months(led.total_usd, d), led.total_usd
 
@@ -318,7 +368,9 @@ def _delta_payback_intervals(
     return _Spread([d_low, d_high], [pb_low, pb_high], (mig_pess, mig_opt))
 
 
-def _economics(horizon: float, delta: float | None, mig_cost: float | None, margin: float, spread: _Spread | None) -> Economics | None:
+def _economics(
+    horizon: float, delta: float | None, mig_cost: float | None, margin: float, spread: _Spread | None
+) -> Economics | None:
     """The delta against the Go threshold (migration cost / horizon + margin) and 0; each end of its
     interval against the threshold priced with that end's own migration cost (docs/design.md: Decision)."""
     if delta is None or mig_cost is None:
@@ -328,9 +380,15 @@ def _economics(horizon: float, delta: float | None, mig_cost: float | None, marg
     go = mig_cost / horizon + margin
     mig_pess, mig_opt = spread.migration_ends
     return Economics(
-        delta, spread.delta_ci[0], spread.delta_ci[1], go,
-        go if mig_pess is None else mig_pess / horizon + margin, go if mig_opt is None else mig_opt / horizon + margin,
-        mig_cost, horizon, margin,
+        delta,
+        spread.delta_ci[0],
+        spread.delta_ci[1],
+        go,
+        go if mig_pess is None else mig_pess / horizon + margin,
+        go if mig_opt is None else mig_opt / horizon + margin,
+        mig_cost,
+        horizon,
+        margin,
     )
 
 
@@ -345,7 +403,10 @@ def _basis_rate(basis: str, replay_requests: int, replay_window_s: float | None,
 
 
 def _to_settle(
-    ctx: Context, econ: Economics, intervals: Mapping[str, FleetIntervals], rates: Mapping[str, float | None],
+    ctx: Context,
+    econ: Economics,
+    intervals: Mapping[str, FleetIntervals],
+    rates: Mapping[str, float | None],
 ) -> tuple[dict[str, Any], str] | None:
     """decision.to_settle and the sentence a Defer reason ends with (None: no interval to size it from)."""
     m = ctx.manifest
@@ -357,10 +418,14 @@ def _to_settle(
     for n in names:
         iv, prices = intervals[n], ctx.unit_prices.get(n)
         fleets[n] = FleetBasis(
-            requests=iv.basis_requests, rate_req_s=rates.get(n), instances=ctx.instances_measured.get(n, 0),
+            requests=iv.basis_requests,
+            rate_req_s=rates.get(n),
+            instances=ctx.instances_measured.get(n, 0),
             instance_hourly_usd=prices.instance_hourly_usd if prices is not None else None,
-            loadgen_tasks=m.loadgen.workers + 1, loadgen_task_hourly_usd=ctx.loadgen_task_hourly_usd,
-            end_known=iv.capacity_tok_s is not None and None not in iv.capacity_tok_s, hold_requests=iv.hold_requests,
+            loadgen_tasks=m.loadgen.workers + 1,
+            loadgen_task_hourly_usd=ctx.loadgen_task_hourly_usd,
+            end_known=iv.capacity_tok_s is not None and None not in iv.capacity_tok_s,
+            hold_requests=iv.hold_requests,
         )
     ts = to_settle(econ, aim, fleets, ctx.loadgen_price_source)
     unknown = [f"{n}: {intervals[n].capacity_note}" for n in names if not fleets[n].end_known]
@@ -381,13 +446,20 @@ def outside_evidence(ctx: Context, sc: Scenario, res: dict[str, Any]) -> list[st
       Reserved rate from the price source."""
     out = []
     if sc.slo_scale != 1.0:
-        out += [f"{NOT_MEASURED}: {name} never held the SLO at x{sc.slo_scale:g}"
-                for name, row in res["fleets"].items() if row.get("requests") and not _holds_slo(row)]
+        out += [
+            f"{NOT_MEASURED}: {name} never held the SLO at x{sc.slo_scale:g}"
+            for name, row in res["fleets"].items()
+            if row.get("requests") and not _holds_slo(row)
+        ]
     if sc.rate_mode in ("covered", "renewal"):
         committed = {c.fleet for c in ctx.manifest.costs.commitments}
         listed = {name for name, p in ctx.unit_prices.items() if p.listed_commitment_hourly_usd is not None}
-        out += [f"{NO_COMMITMENT}: {f.name} has none in costs.commitments and the price source lists no Reserved rate, "
-                f"which the {sc.rate_mode} rate needs" for f in ctx.manifest.fleets if f.name not in committed | listed]
+        out += [
+            f"{NO_COMMITMENT}: {f.name} has none in costs.commitments and the price source lists no Reserved rate, "
+            f"which the {sc.rate_mode} rate needs"
+            for f in ctx.manifest.fleets
+            if f.name not in committed | listed
+        ]
     return out
 
 
@@ -395,10 +467,19 @@ def summarize(res: dict[str, Any], outside: list[str] | None = None) -> dict[str
     """The few numbers a sensitivity cell shows; a cell `outside` the evidence shows none, and no decision."""
     if outside:
         state = NO_COMMITMENT if all(x.startswith(NO_COMMITMENT) for x in outside) else NOT_MEASURED
-        return {"decision": state, "reasons": list(outside), "monthly_delta_usd": None, "monthly_delta_ci_usd": None,
-                "migration_cost_usd": None, "payback_months": None, "payback_months_ci": None,
-                "fleets": {name: {"instances_required": None, "monthly_cost_usd": None, "cost_per_million_successful_tokens": None}
-                           for name in res["fleets"]}}
+        return {
+            "decision": state,
+            "reasons": list(outside),
+            "monthly_delta_usd": None,
+            "monthly_delta_ci_usd": None,
+            "migration_cost_usd": None,
+            "payback_months": None,
+            "payback_months_ci": None,
+            "fleets": {
+                name: {"instances_required": None, "monthly_cost_usd": None, "cost_per_million_successful_tokens": None}
+                for name in res["fleets"]
+            },
+        }
     return {
         "decision": res["decision"]["state"],
         "reasons": res["decision"]["reasons"],

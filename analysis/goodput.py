@@ -92,7 +92,7 @@ _ABANDONED = f"outcome = '{Outcome.SLO_ABANDONED.value}'"
 LATENCY_SQL = {
     "ttft_s": f"CASE WHEN {_ABANDONED} AND ttft_s IS NULL THEN e2e_s ELSE ttft_s END",
     "itl_s": f"CASE WHEN {_ABANDONED} AND ttft_s IS NOT NULL AND max_tokens > 1 "
-             "THEN greatest(coalesce(itl_s, 0), (e2e_s - ttft_s) / (max_tokens - 1)) ELSE itl_s END",
+    "THEN greatest(coalesce(itl_s, 0), (e2e_s - ttft_s) / (max_tokens - 1)) ELSE itl_s END",
 }
 _SLO_MET = "(ttft_s IS NOT NULL AND ttft_s <= $ttft AND (itl_s IS NULL OR itl_s <= $itl))"
 # A capacity step's settle segments (campaign.settle) sit in its directory as settle-<n>/: more
@@ -102,7 +102,9 @@ SETTLE_DIR = "settle-"
 SEGMENT_SQL = f"regexp_extract(filename, '/{SETTLE_DIR}([0-9]+)/', 1)"
 
 
-def measure_fleets(rs: RecordSet, ttft_slo_s: float, itl_slo_s: float, *, percentiles: bool = True) -> dict[str, FleetMeasure]:
+def measure_fleets(
+    rs: RecordSet, ttft_slo_s: float, itl_slo_s: float, *, percentiles: bool = True
+) -> dict[str, FleetMeasure]:
     """Every fleet's counts, tokens, window and P95s.
 
     One scan groups the records by (fleet, warmup, outcome, SLO met, verdict disagrees): a few
@@ -126,8 +128,9 @@ def measure_fleets(rs: RecordSet, ttft_slo_s: float, itl_slo_s: float, *, percen
             p95s[str(fleet)] = (None if ttft is None else float(ttft), None if itl is None else float(itl))
     acc: dict[str, _Tally] = {}
     for fleet, warmup, outcome, met, differs, n, tok, wall, first, last, segment in groups:
-        acc.setdefault(str(fleet), _Tally()).add(bool(warmup), str(outcome), bool(met), bool(differs), int(n), int(tok), wall, first, last,
-                                                 str(segment))
+        acc.setdefault(str(fleet), _Tally()).add(
+            bool(warmup), str(outcome), bool(met), bool(differs), int(n), int(tok), wall, first, last, str(segment)
+        )
     return {fleet: t.measure(fleet, *p95s.get(fleet, (None, None))) for fleet, t in sorted(acc.items())}
 
 
@@ -151,8 +154,19 @@ class _Tally:
     # Per segment (SEGMENT_SQL): non-warmup requests sent, first and last scheduled send
     spans: dict[str, _Span] = field(default_factory=dict)
 
-    def add(self, warmup: bool, outcome: str, met: bool, differs: bool, n: int, tok: int,
-            wall: float | None, first: float | None, last: float | None, segment: str = "") -> None:
+    def add(
+        self,
+        warmup: bool,
+        outcome: str,
+        met: bool,
+        differs: bool,
+        n: int,
+        tok: int,
+        wall: float | None,
+        first: float | None,
+        last: float | None,
+        segment: str = "",
+    ) -> None:
         if wall is not None:
             self.wall_start = wall if self.wall_start is None else min(self.wall_start, wall)
         if warmup:
@@ -181,10 +195,31 @@ class _Tally:
         # segment's start plus every segment's window.
         first = self.spans[""].first if "" in self.spans else None
         windows = [s.window_s() for s in self.spans.values()]
-        end = first + sum(w for w in windows if w is not None) if first is not None and all(w is not None for w in windows) else None
-        return FleetMeasure(fleet, self.requests, self.warmup, self.ok, self.errors, self.quality_failed, self.no_text, self.not_sent,
-                            self.slo_violations, self.successful, self.successful_tokens, self.ok_tokens, self.disagreements,
-                            self.wall_start, first, end, p95_ttft, p95_itl)
+        end = (
+            first + sum(w for w in windows if w is not None)
+            if first is not None and all(w is not None for w in windows)
+            else None
+        )
+        return FleetMeasure(
+            fleet,
+            self.requests,
+            self.warmup,
+            self.ok,
+            self.errors,
+            self.quality_failed,
+            self.no_text,
+            self.not_sent,
+            self.slo_violations,
+            self.successful,
+            self.successful_tokens,
+            self.ok_tokens,
+            self.disagreements,
+            self.wall_start,
+            first,
+            end,
+            p95_ttft,
+            p95_itl,
+        )
 
 
 @dataclass
@@ -208,7 +243,9 @@ class _Span:
 
 def outcome_counts(rs: RecordSet) -> dict[str, dict[str, int]]:
     """Non-warmup requests per fleet and outcome (every outcome value present, zeros omitted)."""
-    rows = rs.con.execute("SELECT fleet, outcome, count(*) FROM records WHERE NOT warmup GROUP BY fleet, outcome ORDER BY fleet, outcome").fetchall()
+    rows = rs.con.execute(
+        "SELECT fleet, outcome, count(*) FROM records WHERE NOT warmup GROUP BY fleet, outcome ORDER BY fleet, outcome"
+    ).fetchall()
     out: dict[str, dict[str, int]] = {}
     for fleet, outcome, n in rows:
         out.setdefault(str(fleet), {})[str(outcome)] = int(n)
@@ -330,7 +367,8 @@ def latency_array(rs: RecordSet, fleet: str, column: str) -> npt.NDArray[np.floa
         raise ValueError(f"no latency column {column!r}")
     v = LATENCY_SQL[column]
     got = rs.con.execute(
-        f"SELECT CAST({v} AS DOUBLE) AS v FROM records WHERE fleet = $fleet AND NOT warmup AND {v} IS NOT NULL", {"fleet": fleet},
+        f"SELECT CAST({v} AS DOUBLE) AS v FROM records WHERE fleet = $fleet AND NOT warmup AND {v} IS NOT NULL",
+        {"fleet": fleet},
     ).fetchnumpy()["v"]
     return np.asarray(got, dtype=np.float64)
 

@@ -32,8 +32,10 @@ def latency_sample(rs: RecordSet, fleet: str, column: str) -> list[float]:
 
 def latency_cis(rs: RecordSet, fleet: str) -> tuple[stats.QuantileCI, stats.QuantileCI]:
     """The P95 TTFT and P95 ITL intervals of one fleet's records."""
-    return (stats.quantile_ci_unsorted(latency_array(rs, fleet, "ttft_s")),
-            stats.quantile_ci_unsorted(latency_array(rs, fleet, "itl_s")))
+    return (
+        stats.quantile_ci_unsorted(latency_array(rs, fleet, "ttft_s")),
+        stats.quantile_ci_unsorted(latency_array(rs, fleet, "itl_s")),
+    )
 
 
 # One value per non-warmup request that was sent: its successful output tokens (0 unless it
@@ -44,8 +46,10 @@ _SENT = "fleet = $fleet AND NOT warmup AND outcome <> 'not_sent'"
 
 
 def successful_tokens_per_request(rs: RecordSet, fleet: str, ttft_slo_s: float, itl_slo_s: float) -> stats.FloatArray:
-    got = rs.con.execute(f"SELECT CAST({_SUCCESSFUL_TOKENS} AS DOUBLE) AS v FROM records WHERE {_SENT}",
-                         {"fleet": fleet, "ttft": ttft_slo_s, "itl": itl_slo_s}).fetchnumpy()["v"]
+    got = rs.con.execute(
+        f"SELECT CAST({_SUCCESSFUL_TOKENS} AS DOUBLE) AS v FROM records WHERE {_SENT}",
+        {"fleet": fleet, "ttft": ttft_slo_s, "itl": itl_slo_s},
+    ).fetchnumpy()["v"]
     return np.asarray(got, dtype=np.float64)
 
 
@@ -54,7 +58,8 @@ def successful_tokens_ci(rs: RecordSet, fleet: str, ttft_slo_s: float, itl_slo_s
     the variance come from one duckdb pass; the per-request values are read only to bootstrap."""
     row = rs.con.execute(
         f"SELECT count(*), coalesce(sum(v), 0), coalesce(var_pop(v), 0) FROM (SELECT CAST({_SUCCESSFUL_TOKENS} AS DOUBLE) AS v "
-        f"FROM records WHERE {_SENT})", {"fleet": fleet, "ttft": ttft_slo_s, "itl": itl_slo_s},
+        f"FROM records WHERE {_SENT})",
+        {"fleet": fleet, "ttft": ttft_slo_s, "itl": itl_slo_s},
     ).fetchone()
     n, total, var = (int(row[0]), float(row[1]), float(row[2])) if row else (0, 0.0, 0.0)
     return stats.sum_ci(n, total, var, lambda: successful_tokens_per_request(rs, fleet, ttft_slo_s, itl_slo_s))
@@ -76,7 +81,9 @@ class StepEvidence:
     records: RecordSet
     window_s: float
     instances: int
-    _capacity_cache: dict[tuple[str, float, float], stats.SumInterval | None] = field(default_factory=dict, compare=False, repr=False)
+    _capacity_cache: dict[tuple[str, float, float], stats.SumInterval | None] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     def surely_holds(self, ttft_slo_s: float, itl_slo_s: float) -> bool:
         """Both P95 intervals' high ends are bounded and within the targets (an ITL-less step has no ITL bound)."""
@@ -111,7 +118,14 @@ class StepEvidence:
 
 
 def step_evidence(
-    label: str, rs: RecordSet, fleet: str, *, requests: int, per_instance_tok_s: float | None, window_s: float | None, instances: int,
+    label: str,
+    rs: RecordSet,
+    fleet: str,
+    *,
+    requests: int,
+    per_instance_tok_s: float | None,
+    window_s: float | None,
+    instances: int,
 ) -> StepEvidence:
     ttft, itl = latency_cis(rs, fleet)
     return StepEvidence(label, requests, per_instance_tok_s, ttft, itl, rs, window_s or 0.0, instances)
@@ -119,8 +133,15 @@ def step_evidence(
 
 def replay_evidence(rs: RecordSet, fleet: str, fm: FleetMeasure | None, instances: int) -> StepEvidence:
     per = fm.goodput_tok_s / instances if fm is not None and fm.goodput_tok_s is not None and instances > 0 else None
-    return step_evidence(REPLAY, rs, fleet, requests=fm.requests if fm else 0, per_instance_tok_s=per,
-                         window_s=fm.window_s if fm else 0.0, instances=instances)
+    return step_evidence(
+        REPLAY,
+        rs,
+        fleet,
+        requests=fm.requests if fm else 0,
+        per_instance_tok_s=per,
+        window_s=fm.window_s if fm else 0.0,
+        instances=instances,
+    )
 
 
 @dataclass(frozen=True)
@@ -139,23 +160,35 @@ class FleetIntervals:
 
     def as_dict(self) -> dict[str, object]:
         return {
-            "basis": self.basis, "basis_requests": self.basis_requests, "capacity_note": self.capacity_note,
-            "p95_ttft": self.replay_ttft.as_dict(), "p95_itl": self.replay_itl.as_dict(),
-            "basis_p95_ttft": self.basis_ttft.as_dict(), "basis_p95_itl": self.basis_itl.as_dict(),
+            "basis": self.basis,
+            "basis_requests": self.basis_requests,
+            "capacity_note": self.capacity_note,
+            "p95_ttft": self.replay_ttft.as_dict(),
+            "p95_itl": self.replay_itl.as_dict(),
+            "basis_p95_ttft": self.basis_ttft.as_dict(),
+            "basis_p95_itl": self.basis_itl.as_dict(),
         }
 
 
 def fleet_intervals(
-    fleet: str, replay: StepEvidence, steps: Mapping[str, StepEvidence], basis: str, ttft_slo_s: float, itl_slo_s: float,
+    fleet: str,
+    replay: StepEvidence,
+    steps: Mapping[str, StepEvidence],
+    basis: str,
+    ttft_slo_s: float,
+    itl_slo_s: float,
 ) -> FleetIntervals:
     """`steps`: every steady-state step that held the SLO at its point estimate (label -> evidence),
     the basis among them when it is a capacity step; `basis`: the label the fleet is sized from."""
     b = steps.get(basis, replay)
     high_ci = b.capacity_ci(fleet, ttft_slo_s, itl_slo_s)
     if high_ci is None:
-        return FleetIntervals(replay.p95_ttft, replay.p95_itl, basis, b.requests, None, "no requests to size from",
-                              b.p95_ttft, b.p95_itl)
-    if b.surely_holds(ttft_slo_s, itl_slo_s) or (b is replay and basis == REPLAY and not _point_holds(b, ttft_slo_s, itl_slo_s)):
+        return FleetIntervals(
+            replay.p95_ttft, replay.p95_itl, basis, b.requests, None, "no requests to size from", b.p95_ttft, b.p95_itl
+        )
+    if b.surely_holds(ttft_slo_s, itl_slo_s) or (
+        b is replay and basis == REPLAY and not _point_holds(b, ttft_slo_s, itl_slo_s)
+    ):
         # the replay in overload is sized from its (pessimistic) goodput: no SLO verdict to doubt
         low: float | None = high_ci[0]
         note = f"step {basis} held the SLO with 95% confidence"
@@ -164,17 +197,23 @@ def fleet_intervals(
         best = max(sure, key=lambda s: s.per_instance_tok_s or 0.0, default=None)
         if best is None:
             low = None
-            note = (f"step {basis} held the SLO only at its point estimate (P95 TTFT 95% CI {_fmt_ci(b.p95_ttft)} s, "
-                    f"P95 ITL 95% CI {_fmt_ci(b.p95_itl)} s, n={b.requests}) and no step held it with 95% confidence")
+            note = (
+                f"step {basis} held the SLO only at its point estimate (P95 TTFT 95% CI {_fmt_ci(b.p95_ttft)} s, "
+                f"P95 ITL 95% CI {_fmt_ci(b.p95_itl)} s, n={b.requests}) and no step held it with 95% confidence"
+            )
         else:
             best_ci = best.capacity_ci(fleet, ttft_slo_s, itl_slo_s)
             low = min(best_ci[0], high_ci[0]) if best_ci else None
-            note = (f"step {basis} held the SLO only at its point estimate; the low end is step {best.label}, "
-                    "the best that held it with 95% confidence")
+            note = (
+                f"step {basis} held the SLO only at its point estimate; the low end is step {best.label}, "
+                "the best that held it with 95% confidence"
+            )
     how = b.tokens_ci(fleet, ttft_slo_s, itl_slo_s)
     note += f" (successful tokens' interval: {how.method})" if how is not None else ""
     hold = None if low is not None else b.requests_to_hold(fleet, ttft_slo_s, itl_slo_s)
-    return FleetIntervals(replay.p95_ttft, replay.p95_itl, basis, b.requests, (low, high_ci[1]), note, b.p95_ttft, b.p95_itl, hold)
+    return FleetIntervals(
+        replay.p95_ttft, replay.p95_itl, basis, b.requests, (low, high_ci[1]), note, b.p95_ttft, b.p95_itl, hold
+    )
 
 
 def _point_holds(s: StepEvidence, ttft_slo_s: float, itl_slo_s: float) -> bool:

@@ -34,12 +34,20 @@ FLEET_COST_ITEMS = frozenset({"dual_run", "shadow", "canary", "rollback_retentio
 
 
 def migration_ledger(
-    mig: Migration, *, candidate_monthly_usd: float, baseline_monthly_usd: float, hours_per_month: float, effort_scale: float = 1.0
+    mig: Migration,
+    *,
+    candidate_monthly_usd: float,
+    baseline_monthly_usd: float,
+    hours_per_month: float,
+    effort_scale: float = 1.0,
 ) -> Ledger:
     days_per_month = hours_per_month / 24.0
     cand_day = candidate_monthly_usd / days_per_month
     base_day = baseline_monthly_usd / days_per_month
-    items = {f"labor:{name}": hours * effort_scale * mig.loaded_rate_usd_per_hour for name, hours in mig.activities_hours.items()}
+    items = {
+        f"labor:{name}": hours * effort_scale * mig.loaded_rate_usd_per_hour
+        for name, hours in mig.activities_hours.items()
+    }
     items.update(
         testing=mig.testing_usd,
         tooling=mig.tooling_usd,

@@ -49,17 +49,21 @@ class GoodputSteps:
     """One fleet's successful output tokens/s per time step (rate_steps)."""
 
     fleet: str
-    steps: Sequence[tuple[float, float, float]]  # (step start s, step length s, successful output tokens/s over the step)
+    steps: Sequence[
+        tuple[float, float, float]
+    ]  # (step start s, step length s, successful output tokens/s over the step)
 
 
-def rate_steps(points: Sequence[tuple[float, float]], bin_s: float, bins_per_step: int) -> list[tuple[float, float, float]]:
+def rate_steps(
+    points: Sequence[tuple[float, float]], bin_s: float, bins_per_step: int
+) -> list[tuple[float, float, float]]:
     """Equal bins of a rate, (bin start, rate), merged `bins_per_step` at a time into (step start,
     step length, rate over the step): each step's tokens over its length, so the tokens are kept.
     The series ends with the last completion, so a last step the bins do not fill is padded with
     empty bins (nothing completed there) rather than shortened: a short step would show the last
     few requests as a spike."""
     k = max(1, bins_per_step)
-    return [(points[i][0], k * bin_s, sum(y for _, y in points[i:i + k]) / k) for i in range(0, len(points), k)]
+    return [(points[i][0], k * bin_s, sum(y for _, y in points[i : i + k]) / k) for i in range(0, len(points), k)]
 
 
 @dataclass(frozen=True)
@@ -162,7 +166,9 @@ def to_svg(fig: Figure, title: str, key: str) -> str:
     with rc_context({"svg.hashsalt": f"inf2-vs-g6:{key}", "svg.fonttype": "none"}):
         fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None, "Title": title})
     text = buf.getvalue()
-    svg = re.sub(r"\s*<metadata>.*?</metadata>", "", text[text.index("<svg"):], count=1, flags=re.S)  # namespace URLs only
+    svg = re.sub(
+        r"\s*<metadata>.*?</metadata>", "", text[text.index("<svg") :], count=1, flags=re.S
+    )  # namespace URLs only
     # matplotlib numbers its element ids per figure (figure_1, axes_1, ...): prefix them, and every
     # reference to them, so the ids stay unique in a page that inlines several figures.
     slug = re.sub(r"[^a-z0-9]+", "-", key.lower()).strip("-")
@@ -200,15 +206,30 @@ def latency_cdf(title: str, xlabel: str, cdfs: Sequence[LatencyCdf], slo_s: floa
     for c in cdfs:
         col = colours[c.fleet]
         if c.points:
-            ax.step([x for x, _ in c.points], [y for _, y in c.points], where="post", color=col, linewidth=1.8, label=c.fleet)
+            ax.step(
+                [x for x, _ in c.points],
+                [y for _, y in c.points],
+                where="post",
+                color=col,
+                linewidth=1.8,
+                label=c.fleet,
+            )
         if c.p95_s is not None:
             low, high = _ends(c.p95_ci_s, c.p95_s, right)
             open_end = " (upper end unbounded)" if c.p95_ci_s and c.p95_ci_s[1] is None else ""
             # A band at the P95's own height, not a full-height span: two fleets' intervals (an
             # unbounded one reaches the right edge) would otherwise cover each other's curves.
             ax.fill_between([low, high], 0.93, 0.97, color=col, alpha=0.25, linewidth=0)
-            ax.errorbar([c.p95_s], [0.95], xerr=[[c.p95_s - low], [high - c.p95_s]], fmt="o", color=col, capsize=3, markersize=4,
-                        label=f"{c.fleet} P95 {si(c.p95_s)} s, 95% CI [{si(low)}, {'∞' if open_end else si(high)}]")
+            ax.errorbar(
+                [c.p95_s],
+                [0.95],
+                xerr=[[c.p95_s - low], [high - c.p95_s]],
+                fmt="o",
+                color=col,
+                capsize=3,
+                markersize=4,
+                label=f"{c.fleet} P95 {si(c.p95_s)} s, 95% CI [{si(low)}, {'∞' if open_end else si(high)}]",
+            )
     ax.axvline(slo_s, color="#333333", linestyle="--", linewidth=1.2, label=f"SLO: P95 ≤ {si(slo_s)} s")
     ax.axhline(0.95, color="#999999", linestyle=":", linewidth=1)
     ax.set_xlim(right=right)
@@ -231,11 +252,24 @@ def goodput_over_time(title: str, series: Sequence[GoodputSteps], window_end_s: 
     for i, s in enumerate(series):
         col = colours[s.fleet]
         if s.steps:
-            ax.bar([x + w * i / n for x, w, _ in s.steps], [y for _, _, y in s.steps], width=[w / n for _, w, _ in s.steps],
-                   align="edge", color=col, alpha=0.85, label=s.fleet)
+            ax.bar(
+                [x + w * i / n for x, w, _ in s.steps],
+                [y for _, _, y in s.steps],
+                width=[w / n for _, w, _ in s.steps],
+                align="edge",
+                color=col,
+                alpha=0.85,
+                label=s.fleet,
+            )
     if window_end_s is not None and window_end_s < right:
-        ax.axvspan(window_end_s, right, color="#888888", alpha=0.12, linewidth=0,
-                   label="drain: sent in the window, completed after it")
+        ax.axvspan(
+            window_end_s,
+            right,
+            color="#888888",
+            alpha=0.12,
+            linewidth=0,
+            label="drain: sent in the window, completed after it",
+        )
     ax.set_xlim(left, right)
     ax.set(title=title, xlabel="run time (s)", ylabel="successful output tokens/s")
     top = max((y for s in series for _, _, y in s.steps), default=0.0)
@@ -256,8 +290,14 @@ def cost_per_million(title: str, bars: Sequence[CostBar]) -> str:
         text = f"{si(b.usd_per_million)} USD"
         if b.interval:
             low, high = _ends(b.interval, b.usd_per_million, b.usd_per_million)
-            ax.errorbar([b.usd_per_million], [i], xerr=[[b.usd_per_million - low], [high - b.usd_per_million]], fmt="none",
-                        ecolor="#222222", capsize=4)
+            ax.errorbar(
+                [b.usd_per_million],
+                [i],
+                xerr=[[b.usd_per_million - low], [high - b.usd_per_million]],
+                fmt="none",
+                ecolor="#222222",
+                capsize=4,
+            )
             text += f"  (95% CI {si(low) if b.interval[0] is not None else 'unknown'}–{si(high) if b.interval[1] is not None else 'unknown'})"
         right = max([b.usd_per_million] + [h for h in (b.interval or ()) if h is not None])
         ax.text(right + top * 0.03, i, text, fontsize=8, va="center")
@@ -276,15 +316,40 @@ def payback(title: str, p: Payback) -> str:
     months = [x for x, _ in p.curve]
     ax.plot(months, [y for _, y in p.curve], color="#1f77b4", linewidth=1.8, label="cumulative net savings")
     if p.low and p.high:
-        ax.fill_between(months, [y for _, y in p.low], [y for _, y in p.high], color="#1f77b4", alpha=0.15, linewidth=0,
-                        label="95% CI of the monthly delta")
+        ax.fill_between(
+            months,
+            [y for _, y in p.low],
+            [y for _, y in p.high],
+            color="#1f77b4",
+            alpha=0.15,
+            linewidth=0,
+            label="95% CI of the monthly delta",
+        )
     ax.axhline(0, color="#333333", linewidth=1)
-    ax.axhline(-p.migration_cost_usd, color="#d62728", linestyle=":", linewidth=1.2,
-               label=f"migration cost {si(p.migration_cost_usd)} USD")
+    ax.axhline(
+        -p.migration_cost_usd,
+        color="#d62728",
+        linestyle=":",
+        linewidth=1.2,
+        label=f"migration cost {si(p.migration_cost_usd)} USD",
+    )
     if p.payback_months is not None and months and p.payback_months <= months[-1]:
-        ax.plot([p.payback_months], [0], marker="o", color="#2ca02c", linestyle="none", label=f"payback {p.payback_months:.1f} months")
+        ax.plot(
+            [p.payback_months],
+            [0],
+            marker="o",
+            color="#2ca02c",
+            linestyle="none",
+            label=f"payback {p.payback_months:.1f} months",
+        )
     if p.horizon_months is not None:
-        ax.axvline(p.horizon_months, color="#555555", linestyle="--", linewidth=1.2, label=f"horizon {p.horizon_months:g} months")
+        ax.axvline(
+            p.horizon_months,
+            color="#555555",
+            linestyle="--",
+            linewidth=1.2,
+            label=f"horizon {p.horizon_months:g} months",
+        )
     ax.set(title=title, xlabel="months after cut-over", ylabel="USD")
     ax.yaxis.set_major_formatter(FuncFormatter(si))
     ax.legend(fontsize=8, loc="best")
@@ -302,8 +367,15 @@ def sensitivity_tornado(title: str, base: float, bars: Sequence[SensitivityBar])
         ax.barh(i, b.value - base, left=base, color=colour, height=0.6, alpha=0.85)
         ax.plot([b.value], [i], marker="|", markersize=12, color=colour)  # a cell equal to the base still shows
         if b.interval and b.interval[0] is not None and b.interval[1] is not None:
-            ax.errorbar([b.value], [i], xerr=[[b.value - b.interval[0]], [b.interval[1] - b.value]], fmt="none", ecolor="#222222",
-                        capsize=2, linewidth=0.8)
+            ax.errorbar(
+                [b.value],
+                [i],
+                xerr=[[b.value - b.interval[0]], [b.interval[1] - b.value]],
+                fmt="none",
+                ecolor="#222222",
+                capsize=2,
+                linewidth=0.8,
+            )
         ax.text(1.01, i, b.decision, transform=ax.get_yaxis_transform(), fontsize=8, va="center")
     ax.axvline(base, color="#333333", linewidth=1.2, label=f"base (manifest) {si(base)} USD/month")
     ax.axvline(0, color="#999999", linestyle=":", linewidth=1)
@@ -325,16 +397,40 @@ def search_path(title: str, tracks: Sequence[SearchTrack]) -> str:
     colours = fleet_colours([t.fleet for t in tracks])
     for k, t in enumerate(tracks):
         col = colours[t.fleet]
-        dodge = 0.08 * (k - (len(tracks) - 1) / 2)  # fleets that tried the same multiplier at the same step stay visible
+        dodge = 0.08 * (
+            k - (len(tracks) - 1) / 2
+        )  # fleets that tried the same multiplier at the same step stay visible
         xs = [i + dodge for i in range(1, len(t.steps) + 1)]
         ax.plot(xs, [s.multiplier for s in t.steps], color=col, linewidth=1.2, label=t.fleet)
         for x, s in zip(xs, t.steps, strict=True):
             marker, filled = VERDICT_MARKERS.get(s.verdict, ("o", False))
-            ax.plot([x], [s.multiplier], marker=marker, markersize=7, color=col, markerfacecolor=col if filled else "white", linestyle="none")
+            ax.plot(
+                [x],
+                [s.multiplier],
+                marker=marker,
+                markersize=7,
+                color=col,
+                markerfacecolor=col if filled else "white",
+                linestyle="none",
+            )
         if t.held_multiplier is not None:
-            ax.axhline(t.held_multiplier, color=col, linestyle=":", linewidth=1, label=f"{t.fleet} held up to x{t.held_multiplier:.4g}")
+            ax.axhline(
+                t.held_multiplier,
+                color=col,
+                linestyle=":",
+                linewidth=1,
+                label=f"{t.fleet} held up to x{t.held_multiplier:.4g}",
+            )
     for verdict, (marker, filled) in VERDICT_MARKERS.items():
-        ax.plot([], [], marker=marker, color="#555555", markerfacecolor="#555555" if filled else "white", linestyle="none", label=verdict)
+        ax.plot(
+            [],
+            [],
+            marker=marker,
+            color="#555555",
+            markerfacecolor="#555555" if filled else "white",
+            linestyle="none",
+            label=verdict,
+        )
     ax.set_yscale("log", base=2)
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"x{v:.4g}"))
     ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _p: ""))
@@ -353,10 +449,23 @@ def capacity_steps(title: str, fleets: Mapping[str, Sequence[CapacityPoint]]) ->
     for name, pts in fleets.items():
         col = colours[name]
         ordered = sorted(pts, key=lambda p: p.multiplier)
-        ax.plot([p.multiplier for p in ordered], [p.per_instance_tok_s for p in ordered], color=col, linewidth=1.2, label=name)
+        ax.plot(
+            [p.multiplier for p in ordered],
+            [p.per_instance_tok_s for p in ordered],
+            color=col,
+            linewidth=1.2,
+            label=name,
+        )
         for p in ordered:
-            ax.plot([p.multiplier], [p.per_instance_tok_s], marker="*" if p.chosen else "o", markersize=12 if p.chosen else 6,
-                    color=col, markerfacecolor=col if p.slo_pass else "white", linestyle="none")
+            ax.plot(
+                [p.multiplier],
+                [p.per_instance_tok_s],
+                marker="*" if p.chosen else "o",
+                markersize=12 if p.chosen else 6,
+                color=col,
+                markerfacecolor=col if p.slo_pass else "white",
+                linestyle="none",
+            )
     ax.plot([], [], marker="o", color="#555555", linestyle="none", label="held the SLO")
     ax.plot([], [], marker="o", color="#555555", markerfacecolor="white", linestyle="none", label="missed the SLO")
     ax.plot([], [], marker="*", color="#555555", markersize=12, linestyle="none", label="chosen capacity")

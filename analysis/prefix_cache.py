@@ -107,14 +107,18 @@ def section(
         assert tokens is not None
         total = sum(t for t, _ in tokens.values())
         reuse = sum(sh for _, sh in tokens.values()) / total if total else 0.0
-        trace = (f"{sum(shared.values())} of {len(shared)} requests reuse at least half their prompt as a prefix seen before (hit); "
-                 f"{reuse:.1%} of all prompt tokens are such prefixes, the hit rate an unbounded cache would reach")
+        trace = (
+            f"{sum(shared.values())} of {len(shared)} requests reuse at least half their prompt as a prefix seen before (hit); "
+            f"{reuse:.1%} of all prompt tokens are such prefixes, the hit rate an unbounded cache would reach"
+        )
     differs = len({e["caching"] for e in fleets.values()}) > 1
     return {
         "trace": trace,
         "fleets": fleets,
         "mixed": differs and shared is not None and any(shared.values()),
-        "trace_reuse": None if tokens is None else sum(sh for _, sh in tokens.values()) / max(1, sum(t for t, _ in tokens.values())),
+        "trace_reuse": None
+        if tokens is None
+        else sum(sh for _, sh in tokens.values()) / max(1, sum(t for t, _ in tokens.values())),
         "note": "a fleet with prefix caching on skips the shared blocks of a 'hit' request: compare fleets on the 'miss' rows, "
         "and read 'hit' rows as what caching buys",
     }
@@ -137,7 +141,9 @@ def for_report(m: Manifest, rs: RecordSet, prometheus_url: str | None, measures:
             if fm.wall_start is None or fm.window_start_s is None or fm.window_end_s is None:
                 continue
             try:
-                rates[name] = server_hit_rate(src, "fleet", name, fm.wall_start + fm.window_start_s, fm.wall_start + fm.window_end_s)
+                rates[name] = server_hit_rate(
+                    src, "fleet", name, fm.wall_start + fm.window_start_s, fm.wall_start + fm.window_end_s
+                )
             except SourceUnavailable:  # the histogram section reports Prometheus's own failure as a gap
                 rates[name] = None
     return section(m, rs, schedule, rates)

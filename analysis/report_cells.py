@@ -77,9 +77,11 @@ def headline_text(r: Report) -> str:
         return f"Monthly delta, fleet size and payback: **{NOT_DECIDED}** (the evidence they rest on is blocked; see below)."
     delta_ci = ci_text(r.monthly_delta_ci_usd, 2)
     pb_ci = payback_ci_text(r.payback_months_ci, r.monthly_delta_ci_usd)
-    return (f"Monthly delta (baseline - candidate): {fmt(r.monthly_delta_usd, 2)} USD{' (95% CI ' + delta_ci + ')' if delta_ci else ''}; "
-            f"migration cost {fmt(r.migration_cost_usd, 2)} USD; payback {fmt(r.payback_months, 1)} months"
-            f"{' (95% CI ' + pb_ci + ')' if pb_ci else ''}; next refresh in {fmt(r.months_to_next_refresh, 1)} months.")
+    return (
+        f"Monthly delta (baseline - candidate): {fmt(r.monthly_delta_usd, 2)} USD{' (95% CI ' + delta_ci + ')' if delta_ci else ''}; "
+        f"migration cost {fmt(r.migration_cost_usd, 2)} USD; payback {fmt(r.payback_months, 1)} months"
+        f"{' (95% CI ' + pb_ci + ')' if pb_ci else ''}; next refresh in {fmt(r.months_to_next_refresh, 1)} months."
+    )
 
 
 def decision_rule_text(r: Report) -> str:
@@ -93,12 +95,17 @@ def to_settle_text(r: Report) -> str | None:
     ts = r.decision.to_settle
     if ts is None:
         return None
-    target = (f"the Go threshold ({fmt(ts.threshold_usd_per_month, 2)} USD/month: migrate or not)" if ts.threshold == "go"
-              else "0 (Defer or Reject; Go is ruled out)")
+    target = (
+        f"the Go threshold ({fmt(ts.threshold_usd_per_month, 2)} USD/month: migrate or not)"
+        if ts.threshold == "go"
+        else "0 (Defer or Reject; Go is ruled out)"
+    )
     per = ", ".join(f"{name} {fmt(n)} (now {fmt(ts.by_fleet[name].requests_now)})" for name, n in ts.requests.items())
-    return (f"To settle it at {target}: {'at least ' if ts.lower_bound else ''}{per} requests at each fleet's capacity boundary; "
-            f"{'at least ' if ts.lower_bound else 'about '}{fmt(ts.minutes, 1)} min and {fmt(ts.usd, 2)} USD at the measured rates. "
-            f"How: {ts.basis}.")
+    return (
+        f"To settle it at {target}: {'at least ' if ts.lower_bound else ''}{per} requests at each fleet's capacity boundary; "
+        f"{'at least ' if ts.lower_bound else 'about '}{fmt(ts.minutes, 1)} min and {fmt(ts.usd, 2)} USD at the measured rates. "
+        f"How: {ts.basis}."
+    )
 
 
 @dataclass(frozen=True)
@@ -108,7 +115,9 @@ class FirstScreen:
 
     verdict: str  # GO / DEFER / REJECT
     why: str  # one sentence
-    lines: list[tuple[str, str]]  # (label, text), in order: monthly delta, payback, then what would change it or what blocks it
+    lines: list[
+        tuple[str, str]
+    ]  # (label, text), in order: monthly delta, payback, then what would change it or what blocks it
     others: list[str] = field(default_factory=list)  # the decision's other reasons
 
 
@@ -128,16 +137,30 @@ def _why(r: Report) -> tuple[str, str | None]:
     if decided(r) and ts is not None and ci:
         stands_for = next((x for x in d.reasons if x.startswith("evidence insufficient")), None)
         if ts.threshold == "go":
-            return (f"The monthly delta's 95% interval {ci} USD/month straddles the Go threshold "
-                    f"({fmt(ts.threshold_usd_per_month, 2)} USD/month), so whether the migration pays back inside the {h}-month "
-                    "horizon is not settled.", stands_for)
-        return (f"Go is ruled out, but the monthly delta's 95% interval {ci} USD/month straddles 0, so whether "
-                f"{r.comparison.candidate} is cheaper at all is not settled.", stands_for)
+            return (
+                f"The monthly delta's 95% interval {ci} USD/month straddles the Go threshold "
+                f"({fmt(ts.threshold_usd_per_month, 2)} USD/month), so whether the migration pays back inside the {h}-month "
+                "horizon is not settled.",
+                stands_for,
+            )
+        return (
+            f"Go is ruled out, but the monthly delta's 95% interval {ci} USD/month straddles 0, so whether "
+            f"{r.comparison.candidate} is cheaper at all is not settled.",
+            stands_for,
+        )
     g = d.go_threshold_usd_per_month
-    if d.state == "go" and decided(r) and r.monthly_delta_ci_usd and r.monthly_delta_ci_usd[0] is not None and g is not None:
-        return (f"The monthly delta's 95% low end ({fmt(r.monthly_delta_ci_usd[0], 2)} USD/month) is above the Go threshold "
-                f"({fmt(g, 2)} USD/month): the migration pays back inside the {h}-month horizon even at the pessimistic end.",
-                d.reasons[0] if d.reasons else None)
+    if (
+        d.state == "go"
+        and decided(r)
+        and r.monthly_delta_ci_usd
+        and r.monthly_delta_ci_usd[0] is not None
+        and g is not None
+    ):
+        return (
+            f"The monthly delta's 95% low end ({fmt(r.monthly_delta_ci_usd[0], 2)} USD/month) is above the Go threshold "
+            f"({fmt(g, 2)} USD/month): the migration pays back inside the {h}-month horizon even at the pessimistic end.",
+            d.reasons[0] if d.reasons else None,
+        )
     if not decided(r):  # the reason that says what is missing, when one does
         first = next((x for x in d.reasons if x.startswith("evidence incomplete")), d.reasons[0] if d.reasons else None)
         return (_sentence(first) if first else ""), first
@@ -148,20 +171,30 @@ def _change_text(r: Report) -> str:
     """decision.to_settle in a sentence: the requests per fleet, the minutes and USD, and the threshold they aim at."""
     ts = r.decision.to_settle
     if ts is not None:
-        per = " and ".join(f"{name} {'no sample size (the point is on the threshold)' if n is None else fmt(n)} "
-                           f"(now {fmt(ts.by_fleet[name].requests_now)})" for name, n in ts.requests.items())
+        per = " and ".join(
+            f"{name} {'no sample size (the point is on the threshold)' if n is None else fmt(n)} "
+            f"(now {fmt(ts.by_fleet[name].requests_now)})"
+            for name, n in ts.requests.items()
+        )
         about = "at least" if ts.lower_bound else "about"
-        aim = (f"the Go threshold, {fmt(ts.threshold_usd_per_month, 2)} USD/month (migrate or not" if ts.threshold == "go"
-               else "0 (Defer or Reject; Go is ruled out")
-        return (f"Measure {'at least ' if ts.lower_bound else ''}{per} requests at each fleet's capacity boundary: {about} "
-                f"{fmt(ts.minutes, 1)} min and {fmt(ts.usd, 2)} USD at the measured rates. That settles whether the monthly delta "
-                f"clears {aim}; decision.to_settle).")
+        aim = (
+            f"the Go threshold, {fmt(ts.threshold_usd_per_month, 2)} USD/month (migrate or not"
+            if ts.threshold == "go"
+            else "0 (Defer or Reject; Go is ruled out"
+        )
+        return (
+            f"Measure {'at least ' if ts.lower_bound else ''}{per} requests at each fleet's capacity boundary: {about} "
+            f"{fmt(ts.minutes, 1)} min and {fmt(ts.usd, 2)} USD at the measured rates. That settles whether the monthly delta "
+            f"clears {aim}; decision.to_settle)."
+        )
     if r.stopped_at == "quality_gate":
         return "A quality gate that passes: no load was replayed, so nothing was measured after it."
     if r.monthly_delta_usd is None:
         return "Nothing to measure more of: the monthly delta was not computed (see the reasons)."
-    return ("No more requests at these inputs: the monthly delta's 95% interval does not straddle the Go threshold or 0. "
-            "Other inputs would (see Sensitivity).")
+    return (
+        "No more requests at these inputs: the monthly delta's 95% interval does not straddle the Go threshold or 0. "
+        "Other inputs would (see Sensitivity)."
+    )
 
 
 def first_screen(r: Report) -> FirstScreen:
@@ -170,20 +203,34 @@ def first_screen(r: Report) -> FirstScreen:
     others = [x for x in d.reasons if x != stands_for]
     delta_label = f"Monthly delta (baseline {r.comparison.baseline} - candidate {r.comparison.candidate})"
     if not decided(r):  # the other reasons may quote the blocked figures: the Decision section below lists them
-        lines = [(delta_label, NOT_DECIDED), ("Payback", NOT_DECIDED), (BLOCKED_LABEL, "; ".join(r.headline.blocked_by) or "n/a")]
+        lines = [
+            (delta_label, NOT_DECIDED),
+            ("Payback", NOT_DECIDED),
+            (BLOCKED_LABEL, "; ".join(r.headline.blocked_by) or "n/a"),
+        ]
         return FirstScreen(d.state.upper(), why, lines)
     delta_ci = ci_text(r.monthly_delta_ci_usd, 2)
-    delta = (f"{fmt(r.monthly_delta_usd, 2)} USD/month{', 95% CI ' + delta_ci if delta_ci else ''} "
-             f"(> 0: {r.comparison.candidate} saves)")
+    delta = (
+        f"{fmt(r.monthly_delta_usd, 2)} USD/month{', 95% CI ' + delta_ci if delta_ci else ''} "
+        f"(> 0: {r.comparison.candidate} saves)"
+    )
     pb_ci = payback_ci_text(r.payback_months_ci, r.monthly_delta_ci_usd)
-    point = "none (no saving at the point estimate)" if r.payback_months is None else f"{fmt(r.payback_months, 1)} months"
+    point = (
+        "none (no saving at the point estimate)" if r.payback_months is None else f"{fmt(r.payback_months, 1)} months"
+    )
     g = d.go_threshold_usd_per_month
-    payback = (f"{point}{', 95% CI ' + pb_ci if pb_ci else ''}; horizon {r.horizon_months:g} months, migration cost "
-               f"{fmt(r.migration_cost_usd, 2)} USD" + (f", Go threshold {fmt(g, 2)} USD/month" if g is not None else ""))
-    return FirstScreen(d.state.upper(), why, [(delta_label, delta), ("Payback", payback), (CHANGE_LABEL, _change_text(r))], others)
+    payback = (
+        f"{point}{', 95% CI ' + pb_ci if pb_ci else ''}; horizon {r.horizon_months:g} months, migration cost "
+        f"{fmt(r.migration_cost_usd, 2)} USD" + (f", Go threshold {fmt(g, 2)} USD/month" if g is not None else "")
+    )
+    return FirstScreen(
+        d.state.upper(), why, [(delta_label, delta), ("Payback", payback), (CHANGE_LABEL, _change_text(r))], others
+    )
 
 
-def sized_cell(r: Report, value: float | int | None, ci: Interval | tuple[int | None, int | None] | None = None, digits: int = 3) -> str:
+def sized_cell(
+    r: Report, value: float | int | None, ci: Interval | tuple[int | None, int | None] | None = None, digits: int = 3
+) -> str:
     """A figure computed from the fleet size ('not decided' when the headline is blocked), with its interval when known."""
     if not decided(r):
         return NOT_DECIDED
@@ -233,61 +280,135 @@ FLEETS_NOTE = (
     "Saturated: whether the replay a fleet is sized from drove one instance to its batch limit (NO: the capacity is a lower "
     "bound); a capacity step is bounded by the search instead."
 )
-FLEET_COLUMNS = ("fleet", "sized from", "capacity tok/s per instance", "capacity 95% CI tok/s", "saturated", "instances required",
-                 "monthly USD", "USD per 1M successful tokens")
+FLEET_COLUMNS = (
+    "fleet",
+    "sized from",
+    "capacity tok/s per instance",
+    "capacity 95% CI tok/s",
+    "saturated",
+    "instances required",
+    "monthly USD",
+    "USD per 1M successful tokens",
+)
 
 
 def fleet_row(r: Report, name: str, f: FleetRow) -> tuple[str, ...]:
     """One fleet as sized: never the replay's own figures next to a capacity step's interval."""
     from_step = sized_from_capacity(f)
     cap = fmt(sizing_capacity(f), 1) + (" (lower bound)" if not from_step and f.saturated is False else "")
-    return (f"{name} ({f.instance_type})", sized_from_cell(f), cap, ci_text(f.capacity_ci_tok_s, 1) or "n/a",
-            "n/a (capacity step)" if from_step else saturated_cell(f), instances_cell(r, f),
-            sized_cell(r, f.monthly_cost_usd, f.monthly_cost_ci_usd, 2), sized_cell(r, f.cost_per_million_successful_tokens, None, 4))
+    return (
+        f"{name} ({f.instance_type})",
+        sized_from_cell(f),
+        cap,
+        ci_text(f.capacity_ci_tok_s, 1) or "n/a",
+        "n/a (capacity step)" if from_step else saturated_cell(f),
+        instances_cell(r, f),
+        sized_cell(r, f.monthly_cost_usd, f.monthly_cost_ci_usd, 2),
+        sized_cell(r, f.cost_per_million_successful_tokens, None, 4),
+    )
 
 
 def capacity_notes(r: Report) -> list[str]:
     """Per fleet: the step its capacity interval comes from and how its low end was found."""
-    return [f"{name}: sized from {'the replay' if iv.basis == 'replay' else 'step ' + iv.basis} ({fmt(iv.basis_requests)} requests); "
-            f"{iv.capacity_note}" for name, f in r.fleets.items() if (iv := f.intervals) is not None]
+    return [
+        f"{name}: sized from {'the replay' if iv.basis == 'replay' else 'step ' + iv.basis} ({fmt(iv.basis_requests)} requests); "
+        f"{iv.capacity_note}"
+        for name, f in r.fleets.items()
+        if (iv := f.intervals) is not None
+    ]
 
 
 def replay_note(r: Report) -> str:
     if r.stopped_at == "quality_gate":
         return "No load was replayed: the comparison stopped at the quality gate."
     searched = any(sized_from_capacity(f) for f in r.fleets.values())
-    sized = ("The fleets sized from a capacity step (Fleets above, Capacity sweep below) are not sized from this replay. " if searched
-             else "The fleets are sized from this replay (Fleets above). ")
-    return ("The trace replayed once at the manifest's rate (x1), every fleet at once: what that run measured. " + sized
-            + "P95s with their 95% interval (order statistics, distribution-free) and n, the requests each is taken over.")
+    sized = (
+        "The fleets sized from a capacity step (Fleets above, Capacity sweep below) are not sized from this replay. "
+        if searched
+        else "The fleets are sized from this replay (Fleets above). "
+    )
+    return (
+        "The trace replayed once at the manifest's rate (x1), every fleet at once: what that run measured. "
+        + sized
+        + "P95s with their 95% interval (order statistics, distribution-free) and n, the requests each is taken over."
+    )
 
 
-REPLAY_COLUMNS = ("fleet", "requests", "successful", "successful tokens", "P95 TTFT s", "P95 ITL s", "error rate", "SLO",
-                  "goodput tok/s per instance", "peak in flight / instance", "max concurrency", "saturated", "window s",
-                  "measured-run USD per 1M")
+REPLAY_COLUMNS = (
+    "fleet",
+    "requests",
+    "successful",
+    "successful tokens",
+    "P95 TTFT s",
+    "P95 ITL s",
+    "error rate",
+    "SLO",
+    "goodput tok/s per instance",
+    "peak in flight / instance",
+    "max concurrency",
+    "saturated",
+    "window s",
+    "measured-run USD per 1M",
+)
 
 
 def replay_row(name: str, f: FleetRow) -> tuple[str, ...]:
     run = f.measured_run.cost_per_million_successful_tokens if f.measured_run else None
-    return (f"{name} ({f.instance_type})", fmt(f.requests), fmt(f.successful_requests), fmt(f.successful_output_tokens),
-            p95_cell(f.p95_ttft_s, f.p95_ttft_ci_s, f.p95_ttft_n), p95_cell(f.p95_itl_s, f.p95_itl_ci_s, f.p95_itl_n),
-            fmt(f.error_rate, 4), "pass" if f.slo_pass else "FAIL", goodput_cell(f), fmt(f.peak_in_flight_per_instance, 1),
-            fmt(f.max_concurrency), saturated_cell(f), fmt(f.measure.window_s if f.measure else None, 1), fmt(run, 4))
+    return (
+        f"{name} ({f.instance_type})",
+        fmt(f.requests),
+        fmt(f.successful_requests),
+        fmt(f.successful_output_tokens),
+        p95_cell(f.p95_ttft_s, f.p95_ttft_ci_s, f.p95_ttft_n),
+        p95_cell(f.p95_itl_s, f.p95_itl_ci_s, f.p95_itl_n),
+        fmt(f.error_rate, 4),
+        "pass" if f.slo_pass else "FAIL",
+        goodput_cell(f),
+        fmt(f.peak_in_flight_per_instance, 1),
+        fmt(f.max_concurrency),
+        saturated_cell(f),
+        fmt(f.measure.window_s if f.measure else None, 1),
+        fmt(run, 4),
+    )
 
 
 def chosen(f: FleetRow, s: CapacityStep) -> bool:
     return f.capacity is not None and s.label == f.capacity.step
 
 
-CAPACITY_COLUMNS = ("step", "requests", "successful", "P95 TTFT s", "P95 ITL s", "error rate", "SLO", "per-instance goodput tok/s",
-                    "peak in flight / instance", "window s", "median request s", "steady state", "chosen")
+CAPACITY_COLUMNS = (
+    "step",
+    "requests",
+    "successful",
+    "P95 TTFT s",
+    "P95 ITL s",
+    "error rate",
+    "SLO",
+    "per-instance goodput tok/s",
+    "peak in flight / instance",
+    "window s",
+    "median request s",
+    "steady state",
+    "chosen",
+)
 
 
 def capacity_row(f: FleetRow, s: CapacityStep) -> tuple[str, ...]:
-    return (s.label, fmt(s.requests), fmt(s.successful_requests), p95_cell(s.p95_ttft_s, s.p95_ttft_ci_s, s.p95_ttft_n),
-            p95_cell(s.p95_itl_s, s.p95_itl_ci_s, s.p95_itl_n), fmt(s.error_rate, 4), "pass" if s.slo_pass else "FAIL",
-            fmt(s.per_instance_goodput_tok_s, 1), fmt(s.peak_in_flight_per_instance, 1), fmt(s.window_s, 1), fmt(s.median_e2e_s, 1),
-            "yes" if s.steady_state else "no", "chosen" if chosen(f, s) else "")
+    return (
+        s.label,
+        fmt(s.requests),
+        fmt(s.successful_requests),
+        p95_cell(s.p95_ttft_s, s.p95_ttft_ci_s, s.p95_ttft_n),
+        p95_cell(s.p95_itl_s, s.p95_itl_ci_s, s.p95_itl_n),
+        fmt(s.error_rate, 4),
+        "pass" if s.slo_pass else "FAIL",
+        fmt(s.per_instance_goodput_tok_s, 1),
+        fmt(s.peak_in_flight_per_instance, 1),
+        fmt(s.window_s, 1),
+        fmt(s.median_e2e_s, 1),
+        "yes" if s.steady_state else "no",
+        "chosen" if chosen(f, s) else "",
+    )
 
 
 def capacity_heading(name: str, f: FleetRow) -> str:
@@ -296,8 +417,19 @@ def capacity_heading(name: str, f: FleetRow) -> str:
     return f"{name}: capacity {fmt(cap.per_instance_tok_s if cap else None, 1)} tok/s per instance{where}"
 
 
-SEARCH_COLUMNS = ("#", "step", "why", "planned span s", "arrival span s", "requests", "rate req/s", "median lifetime s",
-                  "P95 TTFT s", "verdict", "detail")
+SEARCH_COLUMNS = (
+    "#",
+    "step",
+    "why",
+    "planned span s",
+    "arrival span s",
+    "requests",
+    "rate req/s",
+    "median lifetime s",
+    "P95 TTFT s",
+    "verdict",
+    "detail",
+)
 
 
 def search_stop(path: SearchPath) -> str:
@@ -305,11 +437,32 @@ def search_stop(path: SearchPath) -> str:
 
 
 def search_rows(path: SearchPath) -> list[tuple[str, ...]]:
-    return [(str(i), s.label, s.why, fmt(s.planned_span_s, 1), fmt(s.arrival_span_s, 1), fmt(s.requests), fmt(s.rate_req_s, 2),
-             fmt(s.median_lifetime_s, 1), fmt(s.p95_ttft_s), s.verdict, s.detail) for i, s in enumerate(path.steps, 1)]
+    return [
+        (
+            str(i),
+            s.label,
+            s.why,
+            fmt(s.planned_span_s, 1),
+            fmt(s.arrival_span_s, 1),
+            fmt(s.requests),
+            fmt(s.rate_req_s, 2),
+            fmt(s.median_lifetime_s, 1),
+            fmt(s.p95_ttft_s),
+            s.verdict,
+            s.detail,
+        )
+        for i, s in enumerate(path.steps, 1)
+    ]
 
 
-PREFIX_CACHE_COLUMNS = ("fleet", "stack", "prefix caching", "server hit rate", "TTFT P50 / P95 hit (n)", "TTFT P50 / P95 miss (n)")
+PREFIX_CACHE_COLUMNS = (
+    "fleet",
+    "stack",
+    "prefix caching",
+    "server hit rate",
+    "TTFT P50 / P95 hit (n)",
+    "TTFT P50 / P95 miss (n)",
+)
 
 
 def prefix_cache_rows(pc: PrefixCache) -> list[tuple[str, ...]]:
@@ -338,14 +491,23 @@ QUALITY_LAYER_COLUMNS = ("fleet", "layer", "result", "figures", "reasons")
 
 def _figures_text(figures: dict[str, Any]) -> str:
     """'k v, k v', a nested mapping in parentheses (a KS test's figures: against, p-value, n, m)."""
-    return ", ".join(f"{k} ({_figures_text(v)})" if isinstance(v, dict) else f"{k} {fmt(v)}" for k, v in figures.items())
+    return ", ".join(
+        f"{k} ({_figures_text(v)})" if isinstance(v, dict) else f"{k} {fmt(v)}" for k, v in figures.items()
+    )
 
 
 def quality_layer_rows(name: str, q: QualityResult) -> list[tuple[str, str, str, str, str]]:
     """One row per layer the gate evaluated (fixtures, equivalence, task acceptance, distribution...)."""
-    return [(name, layer, "not evaluated" if x.passed is None else ("pass" if x.passed else "FAIL"),
-             _figures_text(x.figures), "; ".join(x.reasons) or "none")
-            for layer, x in (q.layers or {}).items()]
+    return [
+        (
+            name,
+            layer,
+            "not evaluated" if x.passed is None else ("pass" if x.passed else "FAIL"),
+            _figures_text(x.figures),
+            "; ".join(x.reasons) or "none",
+        )
+        for layer, x in (q.layers or {}).items()
+    ]
 
 
 SENSITIVITY_COLUMNS = ("cell", "decision", "monthly delta USD (95% CI)", "payback months (95% CI)", "reasons")
@@ -368,11 +530,15 @@ def sensitivity_rows(sens: Sensitivity, decided: bool) -> list[tuple[str, str, s
     def figures(c: CellSummary) -> tuple[str, str]:
         if not decided:
             return NOT_DECIDED, NOT_DECIDED
-        return (f"{fmt(c.monthly_delta_usd, 2)} {ci_text(c.monthly_delta_ci_usd, 2)}".strip(),
-                f"{fmt(c.payback_months, 1)} {payback_ci_text(c.payback_months_ci, c.monthly_delta_ci_usd)}".strip())
+        return (
+            f"{fmt(c.monthly_delta_usd, 2)} {ci_text(c.monthly_delta_ci_usd, 2)}".strip(),
+            f"{fmt(c.payback_months, 1)} {payback_ci_text(c.payback_months_ci, c.monthly_delta_ci_usd)}".strip(),
+        )
 
     rows = [("base (manifest)", sens.base.decision, *figures(sens.base), "; ".join(sens.base.reasons))]
-    rows += [(c.label, c.decision, *figures(c), _reasons_against_base(c.reasons, sens.base.reasons)) for c in sens.cells]
+    rows += [
+        (c.label, c.decision, *figures(c), _reasons_against_base(c.reasons, sens.base.reasons)) for c in sens.cells
+    ]
     return rows
 
 
@@ -396,8 +562,10 @@ def placement_lines(r: Report) -> list[str]:
         if f.size:
             s = f.size
             per_az = ", ".join(f"{az} {n}" for az, n in s.per_az.items())
-            lines.append(f"{name}: {s.busy_instances} busy + {s.headroom_instances} headroom + {s.redundancy_instances} "
-                         f"redundancy + {s.asg_min_topup} ASG-min = {s.required} ({per_az})")
+            lines.append(
+                f"{name}: {s.busy_instances} busy + {s.headroom_instances} headroom + {s.redundancy_instances} "
+                f"redundancy + {s.asg_min_topup} ASG-min = {s.required} ({per_az})"
+            )
         if f.monthly_cost:
             parts = ", ".join(f"{k} {fmt(v, 2)}" for k, v in f.monthly_cost.lines_usd().items())
             lines.append(f"{name} monthly USD: {parts} ({f.monthly_cost.compute_note})")
@@ -410,5 +578,7 @@ def ledger_rows(r: Report) -> list[tuple[str, str]]:
     if r.migration is None:
         return []
     blocked = not decided(r)
-    rows = [(k, NOT_DECIDED if blocked and k in FLEET_COST_ITEMS else fmt(v, 2)) for k, v in r.migration.items_usd.items()]
+    rows = [
+        (k, NOT_DECIDED if blocked and k in FLEET_COST_ITEMS else fmt(v, 2)) for k, v in r.migration.items_usd.items()
+    ]
     return [*rows, ("total", NOT_DECIDED if blocked else fmt(r.migration.total_usd, 2))]

@@ -53,7 +53,9 @@ from analysis.report_cells import (
 from analysis.report_model import PrefixCache, PrometheusSection, Report
 
 MEASURED_RECORDS = "per-request loadgen records, non-warmup, exact quantiles (measured)"
-CDF_MARKS = "band and whisker at 95%: each fleet's P95 with its 95% interval (order statistics); dashed: the SLO's P95 target"
+CDF_MARKS = (
+    "band and whisker at 95%: each fleet's P95 with its 95% interval (order statistics); dashed: the SLO's P95 target"
+)
 
 
 def _inline(text: str) -> str:
@@ -85,7 +87,9 @@ def _prov_links(r: Report, keys: Iterable[str]) -> str:
     """Links to the provenance entries of `keys` that the report has (a trailing '*' matches a prefix), in order, once each."""
     found: list[str] = []
     for k in keys:
-        hits = [p for p in r.provenance if p.startswith(k[:-1])] if k.endswith("*") else [k] if k in r.provenance else []
+        hits = (
+            [p for p in r.provenance if p.startswith(k[:-1])] if k.endswith("*") else [k] if k in r.provenance else []
+        )
         found += [h for h in hits if h not in found]
     if not found:
         return ""
@@ -93,7 +97,7 @@ def _prov_links(r: Report, keys: Iterable[str]) -> str:
 
 
 def _figure(svg: str, source: str, extra: str = "", links: str = "") -> str:
-    return f'<figure>{svg}<figcaption>Source: {html.escape(source)}{extra}{links}</figcaption></figure>'
+    return f"<figure>{svg}<figcaption>Source: {html.escape(source)}{extra}{links}</figcaption></figure>"
 
 
 def _first_screen(r: Report) -> str:
@@ -102,8 +106,10 @@ def _first_screen(r: Report) -> str:
     rows = "".join(f"<dt>{html.escape(label)}</dt><dd>{_inline(text)}</dd>" for label, text in fs.lines)
     if fs.others:
         rows += f"<dt>Other reasons for {html.escape(fs.verdict)}</dt><dd>{html.escape('; '.join(fs.others))}</dd>"
-    return (f'<section id="verdict" class="verdict {html.escape(fs.verdict.lower())}">'
-            f'<p class="why"><b class="state">{html.escape(fs.verdict)}</b> {html.escape(fs.why)}</p><dl>{rows}</dl></section>')
+    return (
+        f'<section id="verdict" class="verdict {html.escape(fs.verdict.lower())}">'
+        f'<p class="why"><b class="state">{html.escape(fs.verdict)}</b> {html.escape(fs.why)}</p><dl>{rows}</dl></section>'
+    )
 
 
 def _outcomes(r: Report) -> str:
@@ -129,7 +135,11 @@ def goodput_bins_per_step(requests: int, bins_in_window: int) -> int:
 
 
 def _goodput_figure(r: Report) -> str:
-    measures = {n: m for n, s in r.series.fleets.items() if s.goodput and n in r.fleets and (m := r.fleets[n].measure) is not None}
+    measures = {
+        n: m
+        for n, s in r.series.fleets.items()
+        if s.goodput and n in r.fleets and (m := r.fleets[n].measure) is not None
+    }
     if not measures:
         return ""
     sent = min(m.requests - m.not_sent for m in measures.values())
@@ -142,12 +152,14 @@ def _goodput_figure(r: Report) -> str:
         step_s.append(k * bin_s)
     ends = [m.window_end_s for m in measures.values() if m.window_end_s is not None]
     lo, hi = fmt(min(step_s), 1), fmt(max(step_s), 1)
-    return _figure(plots.goodput_over_time("Goodput over time", series, max(ends, default=None)),
-                   "per-request records: ok, quality ok and per-request SLO met, by completion time (measured); each bar: a "
-                   f"fleet's successful output tokens that completed in a {lo if lo == hi else lo + '-' + hi} s step (about "
-                   f"{STEP_ARRIVALS} of the replay's arrivals) over the step's length. The replay's goodput (Trace replay table) "
-                   "counts the requests sent in the arrival window, over its length, the drain's completions included",
-                   links=_prov_links(r, ("records", "slo", "instances_measured.*")))
+    return _figure(
+        plots.goodput_over_time("Goodput over time", series, max(ends, default=None)),
+        "per-request records: ok, quality ok and per-request SLO met, by completion time (measured); each bar: a "
+        f"fleet's successful output tokens that completed in a {lo if lo == hi else lo + '-' + hi} s step (about "
+        f"{STEP_ARRIVALS} of the replay's arrivals) over the step's length. The replay's goodput (Trace replay table) "
+        "counts the requests sent in the arrival window, over its length, the drain's completions included",
+        links=_prov_links(r, ("records", "slo", "instances_measured.*")),
+    )
 
 
 def _latency_figures(r: Report) -> list[str]:
@@ -157,10 +169,18 @@ def _latency_figures(r: Report) -> list[str]:
     ttft = [plots.LatencyCdf(n, s.ttft_cdf, r.fleets[n].p95_ttft_s, r.fleets[n].p95_ttft_ci_s) for n, s in fs.items()]
     itl = [plots.LatencyCdf(n, s.itl_cdf, r.fleets[n].p95_itl_s, r.fleets[n].p95_itl_ci_s) for n, s in fs.items()]
     source = f"{MEASURED_RECORDS}; {CDF_MARKS}"
-    out = [_figure(plots.latency_cdf("TTFT CDF per fleet", "TTFT (s, from scheduled send)", ttft, r.slo.ttft_p95_s), source,
-                   links=_prov_links(r, ("records", "slo"))),
-           _figure(plots.latency_cdf("ITL CDF per fleet", "ITL (s, mean gap per request)", itl, r.slo.itl_p95_s), source,
-                   links=_prov_links(r, ("records", "itl_definition", "slo")))]
+    out = [
+        _figure(
+            plots.latency_cdf("TTFT CDF per fleet", "TTFT (s, from scheduled send)", ttft, r.slo.ttft_p95_s),
+            source,
+            links=_prov_links(r, ("records", "slo")),
+        ),
+        _figure(
+            plots.latency_cdf("ITL CDF per fleet", "ITL (s, mean gap per request)", itl, r.slo.itl_p95_s),
+            source,
+            links=_prov_links(r, ("records", "itl_definition", "slo")),
+        ),
+    ]
     goodput = _goodput_figure(r)
     return [*out, goodput] if goodput else out
 
@@ -184,59 +204,111 @@ def _cost_figure(r: Report) -> str:
         bars.append(plots.CostBar(n, f.cost_per_million_successful_tokens, iv))
     if not bars:
         return ""
-    prices = "; ".join(f"{k}: {p.source} {p.detail}" for k, p in r.provenance.items() if k.startswith("prices.instance"))
-    return _figure(plots.cost_per_million("Cost per 1M successful output tokens", bars),
-                   "sized monthly fleet cost (95% interval propagated from the capacity's) / monthly successful tokens at peak "
-                   f"demand; prices: {prices}",
-                   links=_prov_links(r, ("prices.instance.*", "capacity.*", "saturation.*", "demand_tok_s", "utilization_target",
-                                         "hours_per_month", "commitments")))
+    prices = "; ".join(
+        f"{k}: {p.source} {p.detail}" for k, p in r.provenance.items() if k.startswith("prices.instance")
+    )
+    return _figure(
+        plots.cost_per_million("Cost per 1M successful output tokens", bars),
+        "sized monthly fleet cost (95% interval propagated from the capacity's) / monthly successful tokens at peak "
+        f"demand; prices: {prices}",
+        links=_prov_links(
+            r,
+            (
+                "prices.instance.*",
+                "capacity.*",
+                "saturation.*",
+                "demand_tok_s",
+                "utilization_target",
+                "hours_per_month",
+                "commitments",
+            ),
+        ),
+    )
 
 
 def _capacity(r: Report) -> str:
     fleets = {n: f for n, f in r.fleets.items() if f.capacity and f.capacity.steps}
     if not fleets:
         return ""
-    out = ["<h2>Capacity sweep</h2>",
-           "<p>Each step replays the trace's requests at a multiple of the manifest's rate; a fleet's per-instance capacity is the "
-           "highest per-instance SLO-compliant goodput among the steps that held the fleet SLO and lasted at least three median "
-           "request lifetimes (steady state) (chosen: <b>bold</b>).</p>"]
+    out = [
+        "<h2>Capacity sweep</h2>",
+        "<p>Each step replays the trace's requests at a multiple of the manifest's rate; a fleet's per-instance capacity is the "
+        "highest per-instance SLO-compliant goodput among the steps that held the fleet SLO and lasted at least three median "
+        "request lifetimes (steady state) (chosen: <b>bold</b>).</p>",
+    ]
     points: dict[str, list[plots.CapacityPoint]] = {}
     tracks = []
     for name, f in fleets.items():
         assert f.capacity is not None  # filtered above
         out.append(f"<h3>{html.escape(capacity_heading(name, f))}</h3>")
-        out.append(_table(CAPACITY_COLUMNS, [capacity_row(f, s) for s in f.capacity.steps], [chosen(f, s) for s in f.capacity.steps]))
+        out.append(
+            _table(
+                CAPACITY_COLUMNS,
+                [capacity_row(f, s) for s in f.capacity.steps],
+                [chosen(f, s) for s in f.capacity.steps],
+            )
+        )
         path = f.capacity.search
         if path and path.steps:
             out.append(f"<p>{html.escape(search_stop(path))}</p>" + _table(SEARCH_COLUMNS, search_rows(path)))
-            tracks.append(plots.SearchTrack(name, [plots.SearchPoint(s.multiplier, s.verdict) for s in path.steps], path.held_multiplier))
-        points[name] = [plots.CapacityPoint(s.multiplier, s.per_instance_goodput_tok_s, s.slo_pass, chosen(f, s))
-                        for s in f.capacity.steps if s.per_instance_goodput_tok_s is not None]  # the replay too: it can be the chosen one
+            tracks.append(
+                plots.SearchTrack(
+                    name, [plots.SearchPoint(s.multiplier, s.verdict) for s in path.steps], path.held_multiplier
+                )
+            )
+        points[name] = [
+            plots.CapacityPoint(s.multiplier, s.per_instance_goodput_tok_s, s.slo_pass, chosen(f, s))
+            for s in f.capacity.steps
+            if s.per_instance_goodput_tok_s is not None
+        ]  # the replay too: it can be the chosen one
     if any(points.values()):
-        out.append(_figure(plots.capacity_steps("Capacity sweep: per-instance goodput", points),
-                           "capacity step records (measured); each fleet's capacity is the best steady-state step that held the fleet SLO",
-                           links=_prov_links(r, ("capacity_sweep", "capacity.*", "records", "slo", "instances_measured.*"))))
+        out.append(
+            _figure(
+                plots.capacity_steps("Capacity sweep: per-instance goodput", points),
+                "capacity step records (measured); each fleet's capacity is the best steady-state step that held the fleet SLO",
+                links=_prov_links(r, ("capacity_sweep", "capacity.*", "records", "slo", "instances_measured.*")),
+            )
+        )
     if tracks:
-        out.append(_figure(plots.search_path("Capacity search path", tracks),
-                           "capacity/<fleet>/search.json: each step's multiplier and verdict under the fleet SLO (measured)",
-                           links=_prov_links(r, ("capacity_sweep", "capacity.*", "slo"))))
+        out.append(
+            _figure(
+                plots.search_path("Capacity search path", tracks),
+                "capacity/<fleet>/search.json: each step's multiplier and verdict under the fleet SLO (measured)",
+                links=_prov_links(r, ("capacity_sweep", "capacity.*", "slo")),
+            )
+        )
     return "".join(out)
 
 
 def _histograms(prom: PrometheusSection | None) -> str:
     if not prom or not prom.fleets:
         return "<p>Histograms: no Prometheus source; every percentile above comes from the raw records.</p>"
-    rows = [(fleet, key, h.metric or f"none: {h.note or 'not exported'}", fmt(h.p95_s_merged_histogram), fmt(h.p95_s_records),
-             fmt(h.difference_s)) for fleet, pf in prom.fleets.items() for key, h in pf.histograms().items()]
-    return (f"<p>Histograms from Prometheus ({html.escape(prom.url)}), buckets summed across replicas before the quantile:</p>"
-            + _table(("fleet", "histogram", "metric", "P95 s (merged histogram)", "P95 s (records)", "difference s"), rows))
+    rows = [
+        (
+            fleet,
+            key,
+            h.metric or f"none: {h.note or 'not exported'}",
+            fmt(h.p95_s_merged_histogram),
+            fmt(h.p95_s_records),
+            fmt(h.difference_s),
+        )
+        for fleet, pf in prom.fleets.items()
+        for key, h in pf.histograms().items()
+    ]
+    return (
+        f"<p>Histograms from Prometheus ({html.escape(prom.url)}), buckets summed across replicas before the quantile:</p>"
+        + _table(("fleet", "histogram", "metric", "P95 s (merged histogram)", "P95 s (records)", "difference s"), rows)
+    )
 
 
 def _prefix_cache(pc: PrefixCache | None) -> str:
     if not pc:
         return ""
-    return (f"<h2>Prefix cache</h2><p>{html.escape(pc.trace)}.</p>" + _table(PREFIX_CACHE_COLUMNS, prefix_cache_rows(pc))
-            + f"<p>{html.escape(pc.note)}.</p>")
+    return (
+        f"<h2>Prefix cache</h2><p>{html.escape(pc.trace)}.</p>"
+        + _table(PREFIX_CACHE_COLUMNS, prefix_cache_rows(pc))
+        + f"<p>{html.escape(pc.note)}.</p>"
+    )
 
 
 def _placement(r: Report) -> str:
@@ -247,47 +319,82 @@ def _placement(r: Report) -> str:
 def _migration(r: Report) -> str:
     if not r.migration:
         return ""
-    out = ["<h2>Migration ledger</h2>",
-           _table(("item", "USD"), ledger_rows(r))]
+    out = ["<h2>Migration ledger</h2>", _table(("item", "USD"), ledger_rows(r))]
     curve = r.series.payback_curve
     if curve and decided(r) and r.migration_cost_usd is not None:
         months = int(curve[-1][0])
         low_delta, high_delta = r.monthly_delta_ci_usd or (None, None)
-        p = plots.Payback(curve, None if low_delta is None else payback_curve(r.migration_cost_usd, low_delta, months),
-                          None if high_delta is None else payback_curve(r.migration_cost_usd, high_delta, months),
-                          r.migration_cost_usd, r.payback_months, r.horizon_months)
-        out.append(_figure(plots.payback("Payback: cumulative net savings after cut-over", p),
-                           "migration ledger (manifest activities and the sized fleets' dual-run costs) and the monthly delta "
-                           "(computed from measured capacity and prices), with the delta's 95% interval",
-                           links=_prov_links(r, ("migration", "horizon_months", "prices.instance.*", "capacity.*"))))
+        p = plots.Payback(
+            curve,
+            None if low_delta is None else payback_curve(r.migration_cost_usd, low_delta, months),
+            None if high_delta is None else payback_curve(r.migration_cost_usd, high_delta, months),
+            r.migration_cost_usd,
+            r.payback_months,
+            r.horizon_months,
+        )
+        out.append(
+            _figure(
+                plots.payback("Payback: cumulative net savings after cut-over", p),
+                "migration ledger (manifest activities and the sized fleets' dual-run costs) and the monthly delta "
+                "(computed from measured capacity and prices), with the delta's 95% interval",
+                links=_prov_links(r, ("migration", "horizon_months", "prices.instance.*", "capacity.*")),
+            )
+        )
     return "".join(out)
 
 
 def _time_to_ready(r: Report) -> str:
     if not r.time_to_ready:
         return ""
-    return ("<p>Time to ready (measured in the cloud run: instance launch -> first healthy target, minute resolution):</p>"
-            + _list(html.escape(f"{n}: {fmt(t.seconds / 60, 1)} min ({t.instances_launched} instance(s) launched)")
-                    for n, t in r.time_to_ready.items()))
+    return (
+        "<p>Time to ready (measured in the cloud run: instance launch -> first healthy target, minute resolution):</p>"
+        + _list(
+            html.escape(f"{n}: {fmt(t.seconds / 60, 1)} min ({t.instances_launched} instance(s) launched)")
+            for n, t in r.time_to_ready.items()
+        )
+    )
 
 
 def _sensitivity(r: Report) -> str:
     sens = r.sensitivity
     if not sens:
         return ""
-    out = ["<h2>Sensitivity (one input at a time)</h2>", _table(SENSITIVITY_COLUMNS, sensitivity_rows(sens, decided(r)))]
+    out = [
+        "<h2>Sensitivity (one input at a time)</h2>",
+        _table(SENSITIVITY_COLUMNS, sensitivity_rows(sens, decided(r))),
+    ]
     if not decided(r):  # the cells' deltas rest on the blocked evidence: no tornado either
-        return "".join([*out, "<p>No sensitivity figure: the cells' deltas rest on the same blocked evidence as the headline.</p>"])
+        return "".join(
+            [*out, "<p>No sensitivity figure: the cells' deltas rest on the same blocked evidence as the headline.</p>"]
+        )
     base = sens.base.monthly_delta_usd
-    drawn = [plots.SensitivityBar(c.label, c.monthly_delta_usd, c.monthly_delta_ci_usd, c.decision)
-             for c in sens.cells if c.monthly_delta_usd is not None and plots.finite(c.monthly_delta_usd)]
+    drawn = [
+        plots.SensitivityBar(c.label, c.monthly_delta_usd, c.monthly_delta_ci_usd, c.decision)
+        for c in sens.cells
+        if c.monthly_delta_usd is not None and plots.finite(c.monthly_delta_usd)
+    ]
     left = [f"{c.label} ({c.decision})" for c in sens.cells if not plots.finite(c.monthly_delta_usd)]
     if base is not None and plots.finite(base) and drawn:
         extra = f". Not drawn (no figure: outside the evidence): {'; '.join(left)}" if left else ""
-        out.append(_figure(plots.sensitivity_tornado("Sensitivity: monthly delta per cell", base, drawn),
-                           f"one-at-a-time grid ({sens.method}); whiskers: each cell's 95% interval where both ends are known", html.escape(extra),
-                           links=_prov_links(r, ("demand.peak_requests_per_s", "utilization_target", "commitments", "prices.instance*",
-                                                 "slo", "migration", "horizon_months"))))
+        out.append(
+            _figure(
+                plots.sensitivity_tornado("Sensitivity: monthly delta per cell", base, drawn),
+                f"one-at-a-time grid ({sens.method}); whiskers: each cell's 95% interval where both ends are known",
+                html.escape(extra),
+                links=_prov_links(
+                    r,
+                    (
+                        "demand.peak_requests_per_s",
+                        "utilization_target",
+                        "commitments",
+                        "prices.instance*",
+                        "slo",
+                        "migration",
+                        "horizon_months",
+                    ),
+                ),
+            )
+        )
     return "".join(out)
 
 
@@ -297,26 +404,39 @@ def _gaps(r: Report) -> str:
 
 
 def _provenance(r: Report) -> str:
-    items = "".join(f'<li id="{prov_id(k)}"><b>{html.escape(k)}</b>: {html.escape(p.source)} - {html.escape(p.detail)}</li>'
-                    for k, p in r.provenance.items())
+    items = "".join(
+        f'<li id="{prov_id(k)}"><b>{html.escape(k)}</b>: {html.escape(p.source)} - {html.escape(p.detail)}</li>'
+        for k, p in r.provenance.items()
+    )
     return f'<h2 id="provenance">Provenance</h2><ul>{items}</ul>'
 
 
 def _fleets(r: Report) -> str:
     notes = capacity_notes(r)
-    return ("<h2>Fleets</h2>" + f"<p>{html.escape(FLEETS_NOTE)}</p>"
-            + _table(FLEET_COLUMNS, [fleet_row(r, n, f) for n, f in r.fleets.items()])
-            + (_list(html.escape(x) for x in notes) if notes else "") + _cost_figure(r))
+    return (
+        "<h2>Fleets</h2>"
+        + f"<p>{html.escape(FLEETS_NOTE)}</p>"
+        + _table(FLEET_COLUMNS, [fleet_row(r, n, f) for n, f in r.fleets.items()])
+        + (_list(html.escape(x) for x in notes) if notes else "")
+        + _cost_figure(r)
+    )
 
 
 def _replay(r: Report) -> str:
-    return ("<h2>Trace replay</h2>" + f"<p>{html.escape(replay_note(r))}</p>"
-            + _table(REPLAY_COLUMNS, [replay_row(n, f) for n, f in r.fleets.items()]) + _outcomes(r) + "".join(_latency_figures(r)))
+    return (
+        "<h2>Trace replay</h2>"
+        + f"<p>{html.escape(replay_note(r))}</p>"
+        + _table(REPLAY_COLUMNS, [replay_row(n, f) for n, f in r.fleets.items()])
+        + _outcomes(r)
+        + "".join(_latency_figures(r))
+    )
 
 
 def _quality(r: Report) -> str:
     rows = [quality_row(n, q) for n, q in (r.quality or {}).items()]
-    out = "<h2>Quality gate</h2>" + (_table(("fleet", "gate", "failures"), rows) if rows else "<p>No quality-gate results were given.</p>")
+    out = "<h2>Quality gate</h2>" + (
+        _table(("fleet", "gate", "failures"), rows) if rows else "<p>No quality-gate results were given.</p>"
+    )
     layers = [row for n, q in (r.quality or {}).items() for row in quality_layer_rows(n, q)]
     failed = [f"{n}: {q.failed_layer}" for n, q in (r.quality or {}).items() if q.failed_layer]
     if layers:
@@ -346,13 +466,26 @@ def render_html(r: Report) -> str:
         f"<p>manifest digest <code>{html.escape(r.manifest_digest)}</code>, generated {html.escape(r.generated_at)}; "
         f"baseline <b>{html.escape(r.comparison.baseline)}</b>, candidate <b>{html.escape(r.comparison.candidate)}</b>.</p>",
         f"<blockquote>{html.escape(r.systems_under_test)}</blockquote>" if r.systems_under_test else "",
-        "<h2>Decision</h2>", _list(html.escape(x) for x in d.reasons),
-        f"<p>{_inline(settle)}</p>" if (settle := to_settle_text(r)) else "", f"<p>{_inline(decision_rule_text(r))}</p>",
+        "<h2>Decision</h2>",
+        _list(html.escape(x) for x in d.reasons),
+        f"<p>{_inline(settle)}</p>" if (settle := to_settle_text(r)) else "",
+        f"<p>{_inline(decision_rule_text(r))}</p>",
         f"<p>{_inline(headline_text(r))}</p>",
         ("<p>Blocked by:</p>" + _list(html.escape(x) for x in blocked)) if not decided(r) and blocked else "",
-        _fleets(r), _replay(r),
-        _quality(r), _capacity(r), _histograms(r.prometheus), _prefix_cache(r.prefix_cache), _placement(r), _migration(r),
-        _time_to_ready(r), _sensitivity(r), _gaps(r), _provenance(r),
+        _fleets(r),
+        _replay(r),
+        _quality(r),
+        _capacity(r),
+        _histograms(r.prometheus),
+        _prefix_cache(r.prefix_cache),
+        _placement(r),
+        _migration(r),
+        _time_to_ready(r),
+        _sensitivity(r),
+        _gaps(r),
+        _provenance(r),
     ]
-    return (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(r.campaign)}: {html.escape(d.state)}'
-            f"</title>\n<style>{STYLE}</style></head><body>\n" + "\n".join(x for x in body if x) + "\n</body></html>\n")
+    return (
+        f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(r.campaign)}: {html.escape(d.state)}'
+        f"</title>\n<style>{STYLE}</style></head><body>\n" + "\n".join(x for x in body if x) + "\n</body></html>\n"
+    )

@@ -44,22 +44,38 @@ def _capacity_lines(r: Report) -> list[str]:
     fleets = {n: f for n, f in r.fleets.items() if f.capacity is not None and f.capacity.steps}
     if not fleets:
         return []
-    out = ["", "## Capacity sweep", "",
-           "Each step replays the trace's requests at a multiple of the manifest's rate; a fleet's per-instance capacity is the "
-           "highest per-instance SLO-compliant goodput among the steps that held the fleet SLO and lasted at least three median "
-           "request lifetimes (steady state) (chosen: **bold**)."]
+    out = [
+        "",
+        "## Capacity sweep",
+        "",
+        "Each step replays the trace's requests at a multiple of the manifest's rate; a fleet's per-instance capacity is the "
+        "highest per-instance SLO-compliant goodput among the steps that held the fleet SLO and lasted at least three median "
+        "request lifetimes (steady state) (chosen: **bold**).",
+    ]
     for name, f in fleets.items():
         assert f.capacity is not None  # kept above
-        out += ["", f"### {capacity_heading(name, f)}", "",
-                "| step | requests | successful | P95 TTFT s | P95 ITL s | error rate | SLO | per-instance goodput tok/s "
-                "| peak in flight / instance | window s | median request s | steady state | chosen |",
-                "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        out += [
+            "",
+            f"### {capacity_heading(name, f)}",
+            "",
+            "| step | requests | successful | P95 TTFT s | P95 ITL s | error rate | SLO | per-instance goodput tok/s "
+            "| peak in flight / instance | window s | median request s | steady state | chosen |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for s in f.capacity.steps:
             label, *cells = capacity_row(f, s)
             out.append("| " + " | ".join((f"**{label}**" if chosen(f, s) else label, *cells)) + " |")
         if f.capacity.search is not None:
-            out += ["", search_stop(f.capacity.search), "", "| " + " | ".join(SEARCH_COLUMNS) + " |", "|" + "---|" * len(SEARCH_COLUMNS)]
-            out += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in search_rows(f.capacity.search)]
+            out += [
+                "",
+                search_stop(f.capacity.search),
+                "",
+                "| " + " | ".join(SEARCH_COLUMNS) + " |",
+                "|" + "---|" * len(SEARCH_COLUMNS),
+            ]
+            out += [
+                "| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in search_rows(f.capacity.search)
+            ]
     return out
 
 
@@ -77,14 +93,23 @@ def _histogram_lines(prom: PrometheusSection | None) -> list[str]:
     for fleet, series in prom.fleets.items():
         for key, h in series.histograms().items():
             metric = f"`{h.metric}`" if h.metric else f"none: {h.note or 'not exported'}"
-            out.append(f"| {fleet} | {key} | {metric} | {fmt(h.p95_s_merged_histogram)} | {fmt(h.p95_s_records)} | {fmt(h.difference_s)} |")
+            out.append(
+                f"| {fleet} | {key} | {metric} | {fmt(h.p95_s_merged_histogram)} | {fmt(h.p95_s_records)} | {fmt(h.difference_s)} |"
+            )
     return out
 
 
 def prefix_cache_lines(pc: PrefixCache | None) -> list[str]:
     if pc is None:
         return []
-    lines = ["## Prefix cache", "", pc.trace + ".", "", "| " + " | ".join(PREFIX_CACHE_COLUMNS) + " |", "|---" * len(PREFIX_CACHE_COLUMNS) + "|"]
+    lines = [
+        "## Prefix cache",
+        "",
+        pc.trace + ".",
+        "",
+        "| " + " | ".join(PREFIX_CACHE_COLUMNS) + " |",
+        "|---" * len(PREFIX_CACHE_COLUMNS) + "|",
+    ]
     lines += ["| " + " | ".join(row) + " |" for row in prefix_cache_rows(pc)]
     return [*lines, "", pc.note + ".", ""]
 
@@ -93,8 +118,14 @@ def _quality_lines(r: Report) -> list[str]:
     rows = [quality_row(name, q) for name, q in (r.quality or {}).items()]
     if not rows:
         return ["", "## Quality gate", "", "No quality-gate results were given."]
-    return ["", "## Quality gate", "", "| fleet | gate | failures |", "|---|---|---|",
-            *(f"| {n} | {v} | {f} |" for n, v, f in rows)]
+    return [
+        "",
+        "## Quality gate",
+        "",
+        "| fleet | gate | failures |",
+        "|---|---|---|",
+        *(f"| {n} | {v} | {f} |" for n, v, f in rows),
+    ]
 
 
 def _blocked_lines(r: Report) -> list[str]:
@@ -111,7 +142,11 @@ def _outcome_lines(r: Report) -> list[str]:
 
 
 def _table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
-    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *("| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in rows)]
+    return [
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+        *("| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in rows),
+    ]
 
 
 def first_screen_lines(r: Report) -> list[str]:
@@ -171,11 +206,23 @@ def render_markdown(r: Report) -> str:
         lines += ["", "## Migration ledger", ""]
         lines += [f"- {k}: {v}{'' if v == NOT_DECIDED else ' USD'}" for k, v in ledger_rows(r)]
     if r.time_to_ready:
-        lines += ["", "Time to ready (measured in the cloud run: instance launch -> first healthy target, minute resolution):", ""]
-        lines += [f"- {name}: {fmt(t.seconds / 60, 1)} min ({t.instances_launched} instance(s) launched)" for name, t in r.time_to_ready.items()]
+        lines += [
+            "",
+            "Time to ready (measured in the cloud run: instance launch -> first healthy target, minute resolution):",
+            "",
+        ]
+        lines += [
+            f"- {name}: {fmt(t.seconds / 60, 1)} min ({t.instances_launched} instance(s) launched)"
+            for name, t in r.time_to_ready.items()
+        ]
     if r.sensitivity:
-        lines += ["", "## Sensitivity (one input at a time)", "",
-                  "| cell | decision | monthly delta USD (95% CI) | payback months (95% CI) | reasons |", "|---|---|---|---|---|"]
+        lines += [
+            "",
+            "## Sensitivity (one input at a time)",
+            "",
+            "| cell | decision | monthly delta USD (95% CI) | payback months (95% CI) | reasons |",
+            "|---|---|---|---|---|",
+        ]
         rows = sensitivity_rows(r.sensitivity, decided(r))
         lines += [f"| {label} | {dec} | {delta} | {payback} | {why} |" for label, dec, delta, payback, why in rows]
     lines += ["", "## Gaps", ""]

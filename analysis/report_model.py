@@ -42,40 +42,60 @@ class Slo(_Model):
 
     ttft_p95_s: float = Field(
         description="target for a fleet's P95 time to first token, seconds from the request's scheduled send (manifest "
-                    "slo.ttft_p95_s); a request meets its per-request SLO when its own TTFT is at or below it")
+        "slo.ttft_p95_s); a request meets its per-request SLO when its own TTFT is at or below it"
+    )
     itl_p95_s: float = Field(
         description="target for a fleet's P95 inter-token latency, seconds per output token (manifest slo.itl_p95_s; ITL as "
-                    "provenance.itl_definition); a request meets its per-request SLO when its own ITL is at or below it")
+        "provenance.itl_definition); a request meets its per-request SLO when its own ITL is at or below it"
+    )
     max_error_rate: float = Field(
         description="highest share of sent requests that may end in an error for the fleet SLO to hold, a fraction 0..1 "
-                    "(manifest slo.max_error_rate)")
+        "(manifest slo.max_error_rate)"
+    )
     max_retry_rate: float | None = Field(
-        default=None, description="highest share of requests the client may retry, a fraction 0..1, held by the quality gate "
-                                  "(manifest slo.max_retry_rate); null: a report written before the field")
+        default=None,
+        description="highest share of requests the client may retry, a fraction 0..1, held by the quality gate "
+        "(manifest slo.max_retry_rate); null: a report written before the field",
+    )
 
 
 class Comparison(_Model):
     """Which fleet runs today and which the migration would move to (the manifest's `comparison`)."""
 
-    baseline: str = Field(description="name of the fleet running today (manifest comparison.baseline, a key of `fleets`)")
-    candidate: str = Field(description="name of the fleet the migration would move to (manifest comparison.candidate, a key of `fleets`)")
+    baseline: str = Field(
+        description="name of the fleet running today (manifest comparison.baseline, a key of `fleets`)"
+    )
+    candidate: str = Field(
+        description="name of the fleet the migration would move to (manifest comparison.candidate, a key of `fleets`)"
+    )
 
 
 class ToSettleFleet(_Model):
     """One fleet's share of `decision.to_settle` (analysis.to_settle)."""
 
-    requests_now: int = Field(description="requests of the step the fleet is sized from (its capacity boundary), counted from its records")
-    more_requests: int | None = Field(description="requests still missing at that step (requests to settle - requests_now); null: not computable")
+    requests_now: int = Field(
+        description="requests of the step the fleet is sized from (its capacity boundary), counted from its records"
+    )
+    more_requests: int | None = Field(
+        description="requests still missing at that step (requests to settle - requests_now); null: not computable"
+    )
     rate_req_s: float | None = Field(
-        description="that step's measured request rate, requests per second (requests / arrival span) over the instances measured")
+        description="that step's measured request rate, requests per second (requests / arrival span) over the instances measured"
+    )
     minutes: float | None = Field(description="minutes the missing requests take at that rate")
     instances: int = Field(description="instances in service while the step was measured (instances_measured)")
-    instance_hourly_usd: float | None = Field(description="On-Demand price of one instance, USD per hour (provenance prices.instance.*)")
-    loadgen_tasks: int = Field(description="load-generator tasks driving the fleet: one Locust master + loadgen.workers workers (manifest)")
+    instance_hourly_usd: float | None = Field(
+        description="On-Demand price of one instance, USD per hour (provenance prices.instance.*)"
+    )
+    loadgen_tasks: int = Field(
+        description="load-generator tasks driving the fleet: one Locust master + loadgen.workers workers (manifest)"
+    )
     loadgen_task_hourly_usd: float | None = Field(
-        description="one load-generator task's Fargate price, USD per hour (provenance prices.fargate_*); null: no price")
+        description="one load-generator task's Fargate price, USD per hour (provenance prices.fargate_*); null: no price"
+    )
     usd: float | None = Field(
-        description="USD: minutes / 60 x (instances x instance price + tasks x task price); null: a price or rate is missing")
+        description="USD: minutes / 60 x (instances x instance price + tasks x task price); null: a price or rate is missing"
+    )
 
 
 class ToSettle(_Model):
@@ -83,18 +103,27 @@ class ToSettle(_Model):
 
     threshold: Literal["go", "zero"] = Field(
         description="the threshold the interval straddles and this evidence aims at: 'go' (migration cost / horizon + margin: "
-                    "migrate or not), or, once Go is ruled out, 'zero' (Defer or Reject); never the delta's sign for its own sake")
-    threshold_usd_per_month: float = Field(description="that threshold's value at the point estimate (USD/month of monthly delta)")
+        "migrate or not), or, once Go is ruled out, 'zero' (Defer or Reject); never the delta's sign for its own sake"
+    )
+    threshold_usd_per_month: float = Field(
+        description="that threshold's value at the point estimate (USD/month of monthly delta)"
+    )
     factor: float | None = Field(
         description="(the interval's reach toward the threshold / the point's distance from it)^2: the multiple of each fleet's "
-                    "sizing-step requests that would settle it, the half-width shrinking as 1/sqrt(n); null: no ratio (an end is "
-                    "unknown, or the point is on the threshold)")
+        "sizing-step requests that would settle it, the half-width shrinking as 1/sqrt(n); null: no ratio (an end is "
+        "unknown, or the point is on the threshold)"
+    )
     lower_bound: bool = Field(description="true when an end of the interval is unknown: the figures are lower bounds")
     requests: dict[str, int | None] = Field(
         description="per fleet: requests at its capacity boundary (the step it is sized from) that would settle the threshold, "
-                    "in total; null: no sample size settles it (the point is on the threshold)")
-    minutes: float | None = Field(description="minutes to measure the missing requests at the measured rates, fleets side by side")
-    usd: float | None = Field(description="what those minutes cost, USD: every fleet's instances and load-generator tasks (see by_fleet)")
+        "in total; null: no sample size settles it (the point is on the threshold)"
+    )
+    minutes: float | None = Field(
+        description="minutes to measure the missing requests at the measured rates, fleets side by side"
+    )
+    usd: float | None = Field(
+        description="what those minutes cost, USD: every fleet's instances and load-generator tasks (see by_fleet)"
+    )
     by_fleet: dict[str, ToSettleFleet] = Field(description="per fleet name: the figures each total above is made of")
     basis: str = Field(description="how each figure is computed and where its prices come from")
 
@@ -103,27 +132,35 @@ class Decision(_Model):
     """Go / Defer / Reject by the rule of analysis.decision (docs/design.md: Decision), with every reason that applied."""
 
     state: Literal["go", "defer", "reject"] = Field(
-        description="the verdict: 'go' (migrate), 'defer' (not yet: the reasons say what is missing) or 'reject' (do not migrate)")
+        description="the verdict: 'go' (migrate), 'defer' (not yet: the reasons say what is missing) or 'reject' (do not migrate)"
+    )
     reasons: list[str] = Field(
         description="every reason that applied, Reject's before Defer's, each a sentence with the figures it rests on "
-                    "(computed by analysis.decision from the evaluation below)")
+        "(computed by analysis.decision from the evaluation below)"
+    )
     go_threshold_usd_per_month: float | None = Field(
-        default=None, description="migration cost / horizon + indifference margin, USD/month: a Go needs the monthly delta's 95% "
-                                  "low end above it; null: the migration cost could not be computed")
+        default=None,
+        description="migration cost / horizon + indifference margin, USD/month: a Go needs the monthly delta's 95% "
+        "low end above it; null: the migration cost could not be computed",
+    )
     to_settle: ToSettle | None = Field(
         default=None,
         description="while the decision is undecided (its interval straddles the Go threshold, or 0 once Go is ruled out): the "
-                    "requests, minutes and USD that would settle it; null when settled (or decided on semantics or quality)")
+        "requests, minutes and USD that would settle it; null when settled (or decided on semantics or quality)",
+    )
 
 
 class Gap(_Model):
     """A piece of evidence the report lacks or doubts, and whether it blocks a Go."""
 
-    what: str = Field(description="the evidence concerned, as a dotted key (e.g. 'saturation.g6', 'capacity.inf2', 'prometheus')")
+    what: str = Field(
+        description="the evidence concerned, as a dotted key (e.g. 'saturation.g6', 'capacity.inf2', 'prometheus')"
+    )
     reason: str = Field(description="what is missing or doubtful and what to do about it")
     blocks_go: bool = Field(
         description="true: the decision cannot be Go while this gap stands (and a gap in the evidence the figures rest on also "
-                    "keeps them out of the headline); false: a caveat only")
+        "keeps them out of the headline); false: a caveat only"
+    )
 
 
 class ProvenanceEntry(_Model):
@@ -131,10 +168,13 @@ class ProvenanceEntry(_Model):
 
     source: str = Field(
         description="kind of source: 'measured' (this run's records), 'pulled' (an AWS or Prometheus API at report time), "
-                    "'snapshot' (a dated price snapshot in the repository), 'pinned' (a constant in the code), 'manifest', "
-                    "'assumption', 'computed' (from other entries) or 'missing'")
+        "'snapshot' (a dated price snapshot in the repository), 'pinned' (a constant in the code), 'manifest', "
+        "'assumption', 'computed' (from other entries) or 'missing'"
+    )
     detail: str = Field(description="which file, API, manifest field or formula, in words")
-    value: Any = Field(default=None, description="the value used, in the unit its key names; null: not a single value, or missing")
+    value: Any = Field(
+        default=None, description="the value used, in the unit its key names; null: not a single value, or missing"
+    )
 
 
 class Measure(_Model):
@@ -142,35 +182,60 @@ class Measure(_Model):
 
     fleet: str = Field(description="fleet name (a key of `fleets`)")
     requests: int = Field(description="non-warmup requests scheduled in the replay, whatever their outcome")
-    successful_requests: int = Field(description="requests that completed ok, passed the quality gate and met the per-request SLO")
+    successful_requests: int = Field(
+        description="requests that completed ok, passed the quality gate and met the per-request SLO"
+    )
     successful_output_tokens: int = Field(
-        description="output tokens of the successful requests (server-reported usage where given, else counted by the client)")
+        description="output tokens of the successful requests (server-reported usage where given, else counted by the client)"
+    )
     completed_ok: int = Field(description="requests that completed without error, SLO met or not")
-    completed_output_tokens: int = Field(description="output tokens of every request that completed ok, SLO met or not (the work done)")
-    errors: int = Field(description="requests that ended in an error outcome: http_error, timeout, truncated or connection_error")
-    no_text: int = Field(description="requests whose server reported output tokens but no chunk carried text: not a success")
-    not_sent: int = Field(description="requests scheduled but never sent (a duration cut, a dead worker); they do not stretch the window")
-    quality_failed: int = Field(description="requests whose outcome is quality_fail (a response that came back but failed the per-request check)")
-    slo_violations: int = Field(description="requests that completed ok but missed the per-request SLO (TTFT or ITL over its target)")
+    completed_output_tokens: int = Field(
+        description="output tokens of every request that completed ok, SLO met or not (the work done)"
+    )
+    errors: int = Field(
+        description="requests that ended in an error outcome: http_error, timeout, truncated or connection_error"
+    )
+    no_text: int = Field(
+        description="requests whose server reported output tokens but no chunk carried text: not a success"
+    )
+    not_sent: int = Field(
+        description="requests scheduled but never sent (a duration cut, a dead worker); they do not stretch the window"
+    )
+    quality_failed: int = Field(
+        description="requests whose outcome is quality_fail (a response that came back but failed the per-request check)"
+    )
+    slo_violations: int = Field(
+        description="requests that completed ok but missed the per-request SLO (TTFT or ITL over its target)"
+    )
     slo_verdict_disagreements: int = Field(
         description="ok requests where the load generator's own slo_ok differs from the SLO recomputed from ttft_s / itl_s "
-                    "(the recomputed verdict is used; a gap reports any)")
+        "(the recomputed verdict is used; a gap reports any)"
+    )
     warmup_excluded: int = Field(description="warmup requests, excluded from every figure")
     p95_ttft_s: float | None = Field(
         description="P95 time to first token, seconds from the scheduled send: exact nearest-rank quantile over the non-warmup "
-                    "requests with a first token; null: none")
+        "requests with a first token; null: none"
+    )
     p95_itl_s: float | None = Field(
         description="P95 inter-token latency, seconds per token (provenance.itl_definition), nearest-rank over the requests with "
-                    "an ITL; null: none")
-    wall_start: float | None = Field(description="the run's start, Unix seconds (the records' wall_start; the earliest of its files)")
+        "an ITL; null: none"
+    )
+    wall_start: float | None = Field(
+        description="the run's start, Unix seconds (the records' wall_start; the earliest of its files)"
+    )
     window_start_s: float | None = Field(
-        description="first scheduled send of a sent request, seconds after wall_start (the loadgen's monotonic clock)")
+        description="first scheduled send of a sent request, seconds after wall_start (the loadgen's monotonic clock)"
+    )
     window_end_s: float | None = Field(
-        description="end of the arrival window, seconds after wall_start: the last scheduled send, the span widened by n/(n-1)")
-    window_s: float | None = Field(description="the arrival window's length, seconds (window_end_s - window_start_s); goodput divides by it")
+        description="end of the arrival window, seconds after wall_start: the last scheduled send, the span widened by n/(n-1)"
+    )
+    window_s: float | None = Field(
+        description="the arrival window's length, seconds (window_end_s - window_start_s); goodput divides by it"
+    )
     error_rate: float | None = Field(description="errors / sent requests, a fraction 0..1; null: nothing sent")
     goodput_tok_s: float | None = Field(
-        description="successful output tokens / window_s, tokens per second for the whole fleet (all instances measured)")
+        description="successful output tokens / window_s, tokens per second for the whole fleet (all instances measured)"
+    )
 
 
 class QuantileInterval(_Model):
@@ -180,75 +245,114 @@ class QuantileInterval(_Model):
     n: int = Field(description="requests the quantile is taken over")
     point: float | None = Field(description="the nearest-rank quantile itself, seconds; null: no requests")
     ci: Interval = Field(
-        description="its 95% interval [low, high], seconds: the order statistics at `ranks`; a null end: too few requests to bound it")
-    ranks: tuple[int, int] = Field(description="1-based order statistics of the ends; 0 / n + 1 where an end is unbounded")
-    coverage: float | None = Field(description="exact coverage probability of the interval between those order statistics, 0..1")
+        description="its 95% interval [low, high], seconds: the order statistics at `ranks`; a null end: too few requests to bound it"
+    )
+    ranks: tuple[int, int] = Field(
+        description="1-based order statistics of the ends; 0 / n + 1 where an end is unbounded"
+    )
+    coverage: float | None = Field(
+        description="exact coverage probability of the interval between those order statistics, 0..1"
+    )
     method: str = Field(description="how the interval is computed, in words")
 
 
 class FleetIntervalsModel(_Model):
     """A fleet's 95% intervals: the replay's P95s and the capacity of the step it is sized from (analysis.intervals)."""
 
-    basis: str = Field(description="label of the step the fleet is sized from: 'replay' or a capacity step (e.g. 'inf2/x0.5946')")
+    basis: str = Field(
+        description="label of the step the fleet is sized from: 'replay' or a capacity step (e.g. 'inf2/x0.5946')"
+    )
     basis_requests: int = Field(description="non-warmup requests of that step")
     capacity_note: str = Field(description="how the capacity interval's low end was found, or why it is unknown")
     p95_ttft: QuantileInterval = Field(description="the replay's P95 TTFT with its interval (seconds)")
     p95_itl: QuantileInterval = Field(description="the replay's P95 ITL with its interval (seconds per token)")
     basis_p95_ttft: QuantileInterval = Field(description="the sizing step's P95 TTFT with its interval (seconds)")
-    basis_p95_itl: QuantileInterval = Field(description="the sizing step's P95 ITL with its interval (seconds per token)")
+    basis_p95_itl: QuantileInterval = Field(
+        description="the sizing step's P95 ITL with its interval (seconds per token)"
+    )
 
 
 class CapacityStep(_Model):
     """One capacity-sweep step (or the replay) of one fleet; the P95 intervals are added per step."""
 
-    label: str = Field(description="'replay' (the trace replay) or the step's directory label ('x<multiplier>' or '<fleet>/x<multiplier>')")
+    label: str = Field(
+        description="'replay' (the trace replay) or the step's directory label ('x<multiplier>' or '<fleet>/x<multiplier>')"
+    )
     multiplier: float = Field(description="offered rate as a multiple of the manifest's replay rate (the replay is 1)")
     requests: int = Field(description="non-warmup requests of the step")
     successful_requests: int = Field(description="of those, completed ok, quality ok and within the per-request SLO")
     per_instance_goodput_tok_s: float | None = Field(
         description="successful output tokens per second per instance over the step's arrival window (goodput / instances "
-                    "measured); null: no records")
+        "measured); null: no records"
+    )
     p95_ttft_s: float | None = Field(description="the step's P95 time to first token, seconds (nearest rank)")
     p95_itl_s: float | None = Field(description="the step's P95 inter-token latency, seconds per token (nearest rank)")
     error_rate: float | None = Field(description="errors / sent requests of the step, a fraction 0..1")
-    slo_pass: bool = Field(description="the fleet SLO held over the step: P95 TTFT and P95 ITL within target and the error ceiling kept")
+    slo_pass: bool = Field(
+        description="the fleet SLO held over the step: P95 TTFT and P95 ITL within target and the error ceiling kept"
+    )
     peak_in_flight_per_instance: float | None = Field(
-        description="most requests in flight at once during the step, per instance measured (send to last token)")
+        description="most requests in flight at once during the step, per instance measured (send to last token)"
+    )
     window_s: float | None = Field(description="the step's arrival window, seconds")
-    median_e2e_s: float | None = Field(description="median request lifetime (scheduled send to last token) of its completed requests, seconds")
-    steady_state: bool = Field(description="the window lasted at least three median request lifetimes: a capacity candidate")
-    valid: bool = Field(description="false: the run measured the client (schedule lag over the manifest's bound); never a capacity")
-    p95_ttft_ci_s: Interval | None = Field(default=None, description="95% interval of p95_ttft_s, seconds (order statistics); null: not computed")
+    median_e2e_s: float | None = Field(
+        description="median request lifetime (scheduled send to last token) of its completed requests, seconds"
+    )
+    steady_state: bool = Field(
+        description="the window lasted at least three median request lifetimes: a capacity candidate"
+    )
+    valid: bool = Field(
+        description="false: the run measured the client (schedule lag over the manifest's bound); never a capacity"
+    )
+    p95_ttft_ci_s: Interval | None = Field(
+        default=None, description="95% interval of p95_ttft_s, seconds (order statistics); null: not computed"
+    )
     p95_ttft_n: int | None = Field(default=None, description="requests p95_ttft_s is taken over")
-    p95_itl_ci_s: Interval | None = Field(default=None, description="95% interval of p95_itl_s, seconds per token (order statistics)")
+    p95_itl_ci_s: Interval | None = Field(
+        default=None, description="95% interval of p95_itl_s, seconds per token (order statistics)"
+    )
     p95_itl_n: int | None = Field(default=None, description="requests p95_itl_s is taken over")
 
 
 class SearchStep(_Model):
     """One step of the automatic capacity search (analysis.capacity.SearchStep), read from capacity/<fleet>/search.json."""
 
-    label: str = Field(description="'x<multiplier>', the step's directory under capacity/<fleet>/ ('replay' for the trace replay)")
+    label: str = Field(
+        description="'x<multiplier>', the step's directory under capacity/<fleet>/ ('replay' for the trace replay)"
+    )
     multiplier: float = Field(description="offered rate as a multiple of the manifest's replay rate")
     why: str = Field(description="what the search wanted from this step ('bracket up', 'bisect', ...)")
     planned_span_s: float = Field(description="arrival span the step was sized to, seconds of replay")
-    arrival_span_s: float | None = Field(description="measured arrival window, seconds (first to last arrival, widened by n/(n-1))")
+    arrival_span_s: float | None = Field(
+        description="measured arrival window, seconds (first to last arrival, widened by n/(n-1))"
+    )
     requests: int = Field(description="non-warmup requests measured")
     rate_req_s: float | None = Field(description="requests / arrival span, requests per second")
-    median_lifetime_s: float | None = Field(description="median scheduled send -> last token of its completed requests, seconds")
+    median_lifetime_s: float | None = Field(
+        description="median scheduled send -> last token of its completed requests, seconds"
+    )
     sizing_lifetime_s: float | None = Field(
         description="the lifetime the next step was sized from, seconds: the median, except after a miss, the median over the "
-                    "requests that met their SLO (null: none did)")
+        "requests that met their SLO (null: none did)"
+    )
     p95_ttft_s: float | None = Field(description="P95 time to first token, seconds")
     p95_itl_s: float | None = Field(description="P95 inter-token latency, seconds per token")
     error_rate: float | None = Field(description="errors / sent requests, a fraction 0..1")
-    verdict: str = Field(description="'held', 'missed', 'short' (held but too short for steady state) or 'invalid' (measured the client)")
+    verdict: str = Field(
+        description="'held', 'missed', 'short' (held but too short for steady state) or 'invalid' (measured the client)"
+    )
     detail: str = Field(description="why the verdict: which figure failed, which length was short")
     met_share: float | None = Field(
-        default=None, description="share of the step's sent requests that met their per-request SLO, 0..1 (requests still in "
-                                  "flight after an early stop count as not met)")
-    took_s: float | None = Field(default=None, description="wall seconds the step cost the search (arrivals, drain, the runner's overhead)")
+        default=None,
+        description="share of the step's sent requests that met their per-request SLO, 0..1 (requests still in "
+        "flight after an early stop count as not met)",
+    )
+    took_s: float | None = Field(
+        default=None, description="wall seconds the step cost the search (arrivals, drain, the runner's overhead)"
+    )
     itl_missed: bool = Field(
-        default=False, description="its P95 ITL was over target: its met share is no estimate of the boundary")
+        default=False, description="its P95 ITL was over target: its met share is no estimate of the boundary"
+    )
 
 
 class SearchPath(_Model):
@@ -256,13 +360,18 @@ class SearchPath(_Model):
 
     fleet: str = Field(description="fleet name")
     steps: list[SearchStep] = Field(description="the steps in the order they ran")
-    held_multiplier: float | None = Field(description="highest multiplier that held the SLO below the lowest miss; null: none held")
+    held_multiplier: float | None = Field(
+        description="highest multiplier that held the SLO below the lowest miss; null: none held"
+    )
     missed_multiplier: float | None = Field(description="lowest multiplier that missed the SLO; null: none missed")
     stop_rule: str = Field(
         description="why the search ended: converged, ceiling, floor, max_steps, time_budget, never_steady, client_limited or "
-                    "trace_exhausted (analysis.capacity.StopRule)")
+        "trace_exhausted (analysis.capacity.StopRule)"
+    )
     stop_detail: str = Field(description="the stop rule's figures, in words")
-    tolerance: float = Field(description="converged when missed / held <= 1 + tolerance (manifest workload.capacity_search.tolerance)")
+    tolerance: float = Field(
+        description="converged when missed / held <= 1 + tolerance (manifest workload.capacity_search.tolerance)"
+    )
 
 
 class CapacityModel(_Model):
@@ -271,17 +380,26 @@ class CapacityModel(_Model):
     steps: list[CapacityStep] = Field(description="the replay and every capacity step of the fleet, by multiplier")
     per_instance_tok_s: float | None = Field(
         description="the capacity: highest per-instance SLO-compliant goodput (tokens/s) among the valid steady-state steps that "
-                    "held the fleet SLO; null: none held")
+        "held the fleet SLO; null: none held"
+    )
     step: str | None = Field(description="label of the step chosen as the capacity; null: none")
-    search: SearchPath | None = Field(default=None, description="the automatic search that chose the steps; null: a fixed sweep or none")
+    search: SearchPath | None = Field(
+        default=None, description="the automatic search that chose the steps; null: a fixed sweep or none"
+    )
 
 
 class FleetSize(_Model):
     """The fleet sized for peak demand from one per-instance capacity (analysis.sizing, docs/design.md: required fleet)."""
 
-    demand_tok_s: float = Field(description="peak demand, successful output tokens per second (see demand_tok_s at the top level)")
-    per_instance_tok_s: float = Field(description="per-instance SLO-compliant capacity it is sized from, tokens per second")
-    utilization_target: float = Field(description="highest share of that capacity an instance may run at, 0..1 (manifest costs)")
+    demand_tok_s: float = Field(
+        description="peak demand, successful output tokens per second (see demand_tok_s at the top level)"
+    )
+    per_instance_tok_s: float = Field(
+        description="per-instance SLO-compliant capacity it is sized from, tokens per second"
+    )
+    utilization_target: float = Field(
+        description="highest share of that capacity an instance may run at, 0..1 (manifest costs)"
+    )
     busy_instances: int = Field(description="ceil(demand / per-instance capacity)")
     headroom_instances: int = Field(description="added so no instance runs above the utilization target")
     redundancy_instances: int = Field(description="added for redundancy (manifest fleets[].redundancy)")
@@ -295,13 +413,21 @@ class FleetSize(_Model):
 class MonthlyCost(_Model):
     """A sized fleet's monthly cost by line, USD per month (analysis.cost)."""
 
-    compute_usd: float = Field(description="instances x hours per month x hourly rate (On-Demand, or the manifest's commitments)")
+    compute_usd: float = Field(
+        description="instances x hours per month x hourly rate (On-Demand, or the manifest's commitments)"
+    )
     idle_headroom_usd: float = Field(description="the part of compute_usd paying for headroom instances")
-    redundancy_usd: float = Field(description="the part of compute_usd paying for redundancy and the ASG-minimum top-up")
-    unused_commitment_usd: float = Field(description="the part of compute_usd paying for committed instances the fleet does not use")
+    redundancy_usd: float = Field(
+        description="the part of compute_usd paying for redundancy and the ASG-minimum top-up"
+    )
+    unused_commitment_usd: float = Field(
+        description="the part of compute_usd paying for committed instances the fleet does not use"
+    )
     ebs_usd: float = Field(description="root and cache volumes: GiB x gp3 price (provenance prices.ebs_gp3_gb_month)")
     nlb_usd: float = Field(description="the load balancer: hours + LCU-hours at their prices (provenance prices.nlb_*)")
-    inter_az_usd: float = Field(description="inter-AZ traffic: GB per month (manifest costs.network) x price x 2 directions")
+    inter_az_usd: float = Field(
+        description="inter-AZ traffic: GB per month (manifest costs.network) x price x 2 directions"
+    )
     observability_usd: float = Field(description="manifest costs.observability_monthly_usd")
     licenses_usd: float = Field(description="manifest costs.licenses_monthly_usd")
     compute_note: str = Field(description="which rate priced compute_usd (On-Demand, covered, renewal), in words")
@@ -316,10 +442,12 @@ class MeasuredRun(_Model):
     """What the measured replay itself cost: its instances for its window, and its share of the fleet's non-compute cost."""
 
     cost_usd: float = Field(
-        description="USD: instances measured x On-Demand hourly x max(window, 60 s) + the window's share of the monthly non-compute cost")
+        description="USD: instances measured x On-Demand hourly x max(window, 60 s) + the window's share of the monthly non-compute cost"
+    )
     window_s: float | None = Field(description="the replay's arrival window, seconds")
     cost_per_million_successful_tokens: float | None = Field(
-        description="cost_usd / the replay's successful output tokens x 10^6, USD; null: nothing succeeded")
+        description="cost_usd / the replay's successful output tokens x 10^6, USD; null: nothing succeeded"
+    )
     basis: str = Field(description="the formula, in words")
 
 
@@ -328,57 +456,97 @@ class FleetRow(_Model):
 
     instance_type: str = Field(description="EC2 instance type (manifest fleets[].instance_type)")
     requests: int = Field(description="non-warmup requests scheduled in the trace replay")
-    successful_requests: int = Field(description="replay requests that completed ok, quality ok and within the per-request SLO")
+    successful_requests: int = Field(
+        description="replay requests that completed ok, quality ok and within the per-request SLO"
+    )
     successful_output_tokens: int = Field(description="output tokens of those requests (server usage where reported)")
-    p95_ttft_s: float | None = Field(description="the replay's P95 time to first token, seconds (nearest rank over its records)")
+    p95_ttft_s: float | None = Field(
+        description="the replay's P95 time to first token, seconds (nearest rank over its records)"
+    )
     p95_itl_s: float | None = Field(description="the replay's P95 inter-token latency, seconds per token")
     slo_pass: bool = Field(description="the fleet SLO held over the replay (P95s within target, error ceiling kept)")
     instances_required: int | None = Field(
-        description="instances the fleet needs at peak demand, from the capacity it is sized from (size.required); null: not sized")
-    monthly_cost_usd: float | None = Field(description="that fleet's monthly cost, USD (monthly_cost.total_usd); null: not priced")
+        description="instances the fleet needs at peak demand, from the capacity it is sized from (size.required); null: not sized"
+    )
+    monthly_cost_usd: float | None = Field(
+        description="that fleet's monthly cost, USD (monthly_cost.total_usd); null: not priced"
+    )
     cost_per_million_successful_tokens: float | None = Field(
-        description="monthly cost / monthly successful tokens at peak demand x 10^6, USD")
+        description="monthly cost / monthly successful tokens at peak demand x 10^6, USD"
+    )
     error_rate: float | None = Field(default=None, description="errors / sent requests of the replay, a fraction 0..1")
     instances_measured: int | None = Field(
-        default=None, description="instances in service during the replay (provenance instances_measured.<fleet>)")
+        default=None, description="instances in service during the replay (provenance instances_measured.<fleet>)"
+    )
     per_instance_goodput_tok_s: float | None = Field(
-        default=None, description="the replay's successful output tokens per second per instance measured; a lower bound of the "
-                                  "capacity when one instance was not saturated")
+        default=None,
+        description="the replay's successful output tokens per second per instance measured; a lower bound of the "
+        "capacity when one instance was not saturated",
+    )
     measure: Measure | None = Field(default=None, description="the replay's counts, window and P95s")
-    peak_in_flight: int | None = Field(default=None, description="most non-warmup requests in flight at once during the replay, whole fleet")
+    peak_in_flight: int | None = Field(
+        default=None, description="most non-warmup requests in flight at once during the replay, whole fleet"
+    )
     peak_in_flight_per_instance: float | None = Field(default=None, description="peak_in_flight / instances measured")
     max_concurrency: int | None = Field(
-        default=None, description="sequences one instance runs at once (manifest max_concurrency x replicas per instance)")
+        default=None,
+        description="sequences one instance runs at once (manifest max_concurrency x replicas per instance)",
+    )
     saturated: bool | None = Field(
-        default=None, description="peak in flight per instance reached max_concurrency during the replay; null: not measured")
+        default=None,
+        description="peak in flight per instance reached max_concurrency during the replay; null: not measured",
+    )
     per_instance_goodput_bound: Literal["capacity", "lower_bound"] | None = Field(
-        default=None, description="'capacity' when the replay saturated an instance, 'lower_bound' when not (the goodput is "
-                                  "what was offered)")
+        default=None,
+        description="'capacity' when the replay saturated an instance, 'lower_bound' when not (the goodput is "
+        "what was offered)",
+    )
     capacity: CapacityModel | None = Field(default=None, description="the capacity sweep or search; null: none ran")
     sized_from: str | None = Field(
-        default=None, description="what the fleet is sized from: 'capacity sweep step <label>' or 'replay'; null: no sweep ran "
-                                  "(the replay)")
+        default=None,
+        description="what the fleet is sized from: 'capacity sweep step <label>' or 'replay'; null: no sweep ran "
+        "(the replay)",
+    )
     size: FleetSize | None = Field(default=None, description="the fleet size and how it adds up; null: not sized")
     monthly_cost: MonthlyCost | None = Field(default=None, description="the monthly cost by line; null: not priced")
-    p95_ttft_ci_s: Interval | None = Field(default=None, description="95% interval of p95_ttft_s, seconds (order statistics, distribution-free)")
+    p95_ttft_ci_s: Interval | None = Field(
+        default=None, description="95% interval of p95_ttft_s, seconds (order statistics, distribution-free)"
+    )
     p95_ttft_n: int | None = Field(default=None, description="requests p95_ttft_s is taken over")
-    p95_itl_ci_s: Interval | None = Field(default=None, description="95% interval of p95_itl_s, seconds per token (order statistics)")
+    p95_itl_ci_s: Interval | None = Field(
+        default=None, description="95% interval of p95_itl_s, seconds per token (order statistics)"
+    )
     p95_itl_n: int | None = Field(default=None, description="requests p95_itl_s is taken over")
     capacity_ci_tok_s: Interval | None = Field(
-        default=None, description="95% interval of the per-instance capacity the fleet is sized from, tokens/s (intervals.capacity_note "
-                                  "says how); a null end: unknown")
-    intervals: FleetIntervalsModel | None = Field(default=None, description="the intervals' details: basis, notes, order statistics")
+        default=None,
+        description="95% interval of the per-instance capacity the fleet is sized from, tokens/s (intervals.capacity_note "
+        "says how); a null end: unknown",
+    )
+    intervals: FleetIntervalsModel | None = Field(
+        default=None, description="the intervals' details: basis, notes, order statistics"
+    )
     instances_required_ci: tuple[int | None, int | None] | None = Field(
-        default=None, description="instances required at the capacity interval's high and low ends [fewest, most]; a null end: unknown")
+        default=None,
+        description="instances required at the capacity interval's high and low ends [fewest, most]; a null end: unknown",
+    )
     monthly_cost_ci_usd: Interval | None = Field(
-        default=None, description="monthly cost at those two sizes, USD [low, high]; a null end: unknown")
+        default=None, description="monthly cost at those two sizes, USD [low, high]; a null end: unknown"
+    )
     monthly_successful_tokens: float | None = Field(
-        default=None, description="successful output tokens a month at peak demand: demand_tok_s x 3600 x hours per month")
-    measured_run: MeasuredRun | None = Field(default=None, description="what the replay itself cost; null: no price or no instances")
+        default=None,
+        description="successful output tokens a month at peak demand: demand_tok_s x 3600 x hours per month",
+    )
+    measured_run: MeasuredRun | None = Field(
+        default=None, description="what the replay itself cost; null: no price or no instances"
+    )
     outcomes: dict[str, int] | None = Field(
-        default=None, description="non-warmup replay requests by outcome (ok, error, timeout, no_text, ...), zeros omitted")
+        default=None,
+        description="non-warmup replay requests by outcome (ok, error, timeout, no_text, ...), zeros omitted",
+    )
     itl_basis: dict[str, int] | None = Field(
-        default=None, description="completed replay requests by how their ITL was computed: 'server_tokens', 'chunks' or 'unknown'")
+        default=None,
+        description="completed replay requests by how their ITL was computed: 'server_tokens', 'chunks' or 'unknown'",
+    )
 
 
 class Ledger(_Model):
@@ -386,8 +554,9 @@ class Ledger(_Model):
 
     items_usd: dict[str, float] = Field(
         description="one-off migration costs by item, USD: 'labor:<activity>' (hours x loaded rate, manifest migration), testing, "
-                    "tooling, training (manifest), dual_run, shadow, canary, rollback_retention (priced from the sized fleets' "
-                    "monthly costs)")
+        "tooling, training (manifest), dual_run, shadow, canary, rollback_retention (priced from the sized fleets' "
+        "monthly costs)"
+    )
     total_usd: float = Field(description="the items' sum, USD")
 
 
@@ -396,14 +565,20 @@ class ScenarioEvaluation(_Model):
 
     fleets: dict[str, FleetRow] = Field(description="per fleet name: its row")
     demand_tok_s: float | None = Field(description="peak demand, output tokens/s (see Report.demand_tok_s)")
-    pooled_output_tokens_per_request: float | None = Field(description="mean output tokens per completed request, pooled over fleets")
+    pooled_output_tokens_per_request: float | None = Field(
+        description="mean output tokens per completed request, pooled over fleets"
+    )
     utilization_target: float | None = Field(description="utilization target used, 0..1")
     monthly_delta_usd: float | None = Field(description="baseline monthly cost - candidate monthly cost, USD/month")
     monthly_delta_ci_usd: Interval | None = Field(description="its 95% interval, USD/month")
     migration: Ledger | None = Field(description="the migration ledger")
     migration_cost_usd: float | None = Field(description="the ledger's total, USD")
-    payback_months: float | None = Field(description="migration cost / monthly delta, months; null: the delta is not positive")
-    payback_months_ci: Interval | None = Field(description="its 95% interval, months; a null high end: no payback at the pessimistic end")
+    payback_months: float | None = Field(
+        description="migration cost / monthly delta, months; null: the delta is not positive"
+    )
+    payback_months_ci: Interval | None = Field(
+        description="its 95% interval, months; a null high end: no payback at the pessimistic end"
+    )
     months_to_next_refresh: float | None = Field(description="months until the next hardware refresh")
     decision: Decision = Field(description="the decision under this scenario")
 
@@ -412,33 +587,47 @@ class Headline(_Model):
     """The figures the report may headline: all of them, or none (null) with the gaps that block them."""
 
     decided: bool = Field(
-        description="true: no blocking gap touches the evidence the figures rest on, and they are headlined; false: all are null")
-    blocked_by: list[str] = Field(description="'<gap>: <reason>' of each blocking gap in that evidence; empty when decided")
-    monthly_delta_usd: float | None = Field(default=None, description="the report's monthly_delta_usd when decided, else null (USD/month)")
+        description="true: no blocking gap touches the evidence the figures rest on, and they are headlined; false: all are null"
+    )
+    blocked_by: list[str] = Field(
+        description="'<gap>: <reason>' of each blocking gap in that evidence; empty when decided"
+    )
+    monthly_delta_usd: float | None = Field(
+        default=None, description="the report's monthly_delta_usd when decided, else null (USD/month)"
+    )
     monthly_delta_ci_usd: Interval | None = Field(default=None, description="its 95% interval when decided, USD/month")
     migration_cost_usd: float | None = Field(default=None, description="the migration ledger's total when decided, USD")
     payback_months: float | None = Field(default=None, description="the payback when decided, months")
     payback_months_ci: Interval | None = Field(default=None, description="its 95% interval when decided, months")
     instances_required: dict[str, int | None] = Field(
-        default_factory=dict, description="per fleet: instances required when decided, else null")
+        default_factory=dict, description="per fleet: instances required when decided, else null"
+    )
     instances_required_ci: dict[str, tuple[int | None, int | None] | None] = Field(
-        default_factory=dict, description="per fleet: their 95% interval [fewest, most] when decided, else null")
-    monthly_cost_usd: dict[str, float | None] = Field(default_factory=dict, description="per fleet: monthly cost when decided, USD, else null")
+        default_factory=dict, description="per fleet: their 95% interval [fewest, most] when decided, else null"
+    )
+    monthly_cost_usd: dict[str, float | None] = Field(
+        default_factory=dict, description="per fleet: monthly cost when decided, USD, else null"
+    )
 
 
 class CellFleet(_Model):
     """One fleet's figures in a sensitivity cell."""
 
-    instances_required: int | None = Field(description="instances required in this cell; null: outside the evidence or not sized")
+    instances_required: int | None = Field(
+        description="instances required in this cell; null: outside the evidence or not sized"
+    )
     monthly_cost_usd: float | None = Field(description="monthly cost in this cell, USD")
-    cost_per_million_successful_tokens: float | None = Field(description="USD per million successful output tokens in this cell")
+    cost_per_million_successful_tokens: float | None = Field(
+        description="USD per million successful output tokens in this cell"
+    )
 
 
 class CellSummary(_Model):
     """The few numbers a sensitivity cell shows; a cell outside the evidence shows none, and its reasons."""
 
     decision: str = Field(
-        description="go / defer / reject, or why the cell is outside the evidence ('not measured', 'no commitment in the manifest')")
+        description="go / defer / reject, or why the cell is outside the evidence ('not measured', 'no commitment in the manifest')"
+    )
     reasons: list[str] = Field(description="the decision's reasons in this cell, or why it is outside the evidence")
     monthly_delta_usd: float | None = Field(description="monthly delta in this cell, USD/month (baseline - candidate)")
     monthly_delta_ci_usd: Interval | None = Field(description="its 95% interval, USD/month")
@@ -481,14 +670,23 @@ class HistogramEntry(_Model):
     metric: str | None = Field(description="the Prometheus histogram's _bucket series; null: the stack exports none")
     note: str | None = Field(default=None, description="why there is no histogram, when there is none")
     p95_s_merged_histogram: float | None = Field(
-        default=None, description="P95 from the buckets summed across replicas over the window (histogram_quantile), seconds")
-    cdf: list[Point] | None = Field(default=None, description="(bucket upper bound s, cumulative fraction) of the merged buckets")
-    per_replica_p95_s: dict[str, float | None] | None = Field(default=None, description="each replica's own P95, seconds (shown, not used)")
+        default=None,
+        description="P95 from the buckets summed across replicas over the window (histogram_quantile), seconds",
+    )
+    cdf: list[Point] | None = Field(
+        default=None, description="(bucket upper bound s, cumulative fraction) of the merged buckets"
+    )
+    per_replica_p95_s: dict[str, float | None] | None = Field(
+        default=None, description="each replica's own P95, seconds (shown, not used)"
+    )
     mean_of_replica_p95_s_not_used: float | None = Field(
-        default=None, description="the mean of the replicas' P95s, seconds: not a fleet P95, shown to say so")
+        default=None, description="the mean of the replicas' P95s, seconds: not a fleet P95, shown to say so"
+    )
     p95_s_records: float | None = Field(default=None, description="the same P95 from the per-request records, seconds")
     difference_s: float | None = Field(
-        default=None, description="merged-histogram P95 - records P95, seconds: bucket resolution bounds it; large means a client or clock problem")
+        default=None,
+        description="merged-histogram P95 - records P95, seconds: bucket resolution bounds it; large means a client or clock problem",
+    )
 
 
 class PrometheusFleet(_Model):
@@ -498,11 +696,21 @@ class PrometheusFleet(_Model):
     client_ttft: HistogramEntry | None = Field(default=None, description="the load generator's TTFT histogram")
     client_itl: HistogramEntry | None = Field(default=None, description="the load generator's ITL histogram")
     server_ttft: HistogramEntry | None = Field(default=None, description="the serving stack's own TTFT histogram")
-    server_itl: HistogramEntry | None = Field(default=None, description="the serving stack's own per-token latency histogram")
+    server_itl: HistogramEntry | None = Field(
+        default=None, description="the serving stack's own per-token latency histogram"
+    )
 
     def histograms(self) -> dict[str, HistogramEntry]:
-        return {k: v for k, v in (("client_ttft", self.client_ttft), ("client_itl", self.client_itl),
-                                  ("server_ttft", self.server_ttft), ("server_itl", self.server_itl)) if v is not None}
+        return {
+            k: v
+            for k, v in (
+                ("client_ttft", self.client_ttft),
+                ("client_itl", self.client_itl),
+                ("server_ttft", self.server_ttft),
+                ("server_itl", self.server_itl),
+            )
+            if v is not None
+        }
 
 
 class PrometheusSection(_Model):
@@ -524,13 +732,18 @@ class PrefixSplit(_Model):
 class PrefixCacheFleet(_Model):
     """One fleet's prefix caching and its TTFT split by shared-prefix hit / miss."""
 
-    caching: Literal["on", "off"] = Field(description="whether the fleet's stack caches prompt prefixes (core.scheduling)")
+    caching: Literal["on", "off"] = Field(
+        description="whether the fleet's stack caches prompt prefixes (core.scheduling)"
+    )
     stack: str = Field(description="serving stack (manifest fleets[].serving.stack)")
     server_hit_rate: float | None = Field(
-        description="the server's prefix-cache hit rate over the window, 0..1 (Prometheus, tokens as vLLM counts them); null: not scraped")
+        description="the server's prefix-cache hit rate over the window, 0..1 (Prometheus, tokens as vLLM counts them); null: not scraped"
+    )
     ttft_by_prefix: dict[Literal["hit", "miss"], PrefixSplit] | None = Field(
-        default=None, description="TTFT over requests at least half of whose prompt is a prefix seen before (hit) and the rest "
-                                  "(miss); null: the trace has no block ids")
+        default=None,
+        description="TTFT over requests at least half of whose prompt is a prefix seen before (hit) and the rest "
+        "(miss); null: the trace has no block ids",
+    )
 
 
 class PrefixCache(_Model):
@@ -538,9 +751,12 @@ class PrefixCache(_Model):
 
     trace: str = Field(description="how much of the trace shares prefixes, in words")
     fleets: dict[str, PrefixCacheFleet] = Field(description="per fleet name: its caching and TTFT split")
-    mixed: bool = Field(description="fleets differ in prefix caching and the trace shares prefixes (a gap says to compare misses)")
+    mixed: bool = Field(
+        description="fleets differ in prefix caching and the trace shares prefixes (a gap says to compare misses)"
+    )
     trace_reuse: float | None = Field(
-        description="share of all prompt tokens that are a prefix seen before, 0..1: the hit rate an unbounded cache reaches")
+        description="share of all prompt tokens that are a prefix seen before, 0..1: the hit rate an unbounded cache reaches"
+    )
     note: str = Field(description="how to read the split")
 
 
@@ -548,8 +764,12 @@ class TimeToReadyModel(_Model):
     """Instance launch to first healthy target, measured in the cloud run (analysis.sources.time_to_ready)."""
 
     fleet: str = Field(description="fleet name")
-    first_launch_unix: float = Field(description="first 'Launching a new EC2 instance' activity of the fleet's ASG, Unix seconds")
-    first_healthy_unix: float = Field(description="first minute with a healthy NLB target, Unix seconds (60 s resolution)")
+    first_launch_unix: float = Field(
+        description="first 'Launching a new EC2 instance' activity of the fleet's ASG, Unix seconds"
+    )
+    first_healthy_unix: float = Field(
+        description="first minute with a healthy NLB target, Unix seconds (60 s resolution)"
+    )
     instances_launched: int = Field(description="instances the ASG launched")
     seconds: float = Field(description="first_healthy_unix - first_launch_unix, seconds")
 
@@ -560,7 +780,9 @@ class FocusBill(_Model):
     effective_usd: float = Field(description="sum of EffectiveCost, USD")
     billed_usd: float = Field(description="sum of BilledCost, USD")
     rows: int = Field(description="export rows tagged with the campaign and fleet")
-    commitment_rows: int = Field(description="of those, rows covered by a Savings Plan or Reserved Instance (CommitmentDiscountId set)")
+    commitment_rows: int = Field(
+        description="of those, rows covered by a Savings Plan or Reserved Instance (CommitmentDiscountId set)"
+    )
     resources: int = Field(description="distinct resources among the rows")
 
 
@@ -568,7 +790,8 @@ class Billing(_Model):
     """What was actually billed for the run, where a billing source was given."""
 
     cost_explorer: dict[str, float] | None = Field(
-        default=None, description="per fleet tag: Cost Explorer UnblendedCost over the run's days, USD")
+        default=None, description="per fleet tag: Cost Explorer UnblendedCost over the run's days, USD"
+    )
     focus: dict[str, FocusBill] | None = Field(default=None, description="per fleet tag: the FOCUS export's sums")
 
 
@@ -578,7 +801,9 @@ class QualityLayer(_Model):
     layer: str = Field(description="the layer's name")
     passed: bool | None = Field(description="true / false; null: the layer could not be evaluated")
     reasons: list[str] = Field(description="why it failed or could not be evaluated; empty when it passed")
-    figures: dict[str, Any] = Field(default_factory=dict, description="the layer's own figures (pass rates, p-values, counts)")
+    figures: dict[str, Any] = Field(
+        default_factory=dict, description="the layer's own figures (pass rates, p-values, counts)"
+    )
 
 
 class QualityResult(BaseModel):
@@ -598,10 +823,14 @@ class FleetSeries(_Model):
     """One fleet's plot data, from the replay's per-request records."""
 
     ttft_cdf: list[Point] = Field(description="(TTFT s, cumulative fraction of requests): 50 nearest-rank quantiles")
-    itl_cdf: list[Point] = Field(description="(ITL s per token, cumulative fraction of requests): 50 nearest-rank quantiles")
+    itl_cdf: list[Point] = Field(
+        description="(ITL s per token, cumulative fraction of requests): 50 nearest-rank quantiles"
+    )
     goodput: list[Point] | None = Field(
-        default=None, description="(bin start, seconds after wall_start; successful output tokens/s): 60 equal bins of the arrival "
-                                  "window by completion time, then bins of the same width for the drain")
+        default=None,
+        description="(bin start, seconds after wall_start; successful output tokens/s): 60 equal bins of the arrival "
+        "window by completion time, then bins of the same width for the drain",
+    )
 
 
 class Series(_Model):
@@ -609,53 +838,81 @@ class Series(_Model):
 
     fleets: dict[str, FleetSeries] = Field(description="per fleet name: its series")
     payback_curve: list[Point] | None = Field(
-        default=None, description="(months after cut-over, cumulative net savings USD = -migration cost + months x monthly delta)")
+        default=None,
+        description="(months after cut-over, cumulative net savings USD = -migration cost + months x monthly delta)",
+    )
 
 
 class Report(_Model):
     """report.json: the comparison of two fleets serving one model, and the migration decision it supports."""
 
-    report_version: str = Field(default=REPORT_VERSION, description="MAJOR.MINOR of this model (see the compatibility rule)")
+    report_version: str = Field(
+        default=REPORT_VERSION, description="MAJOR.MINOR of this model (see the compatibility rule)"
+    )
     campaign: str = Field(description="the campaign's name (manifest campaign)")
     manifest_digest: str = Field(description="SHA-256 of the manifest's canonical form; every record carries the same")
     generated_at: str = Field(description="when the report was built, ISO 8601 UTC")
     comparison: Comparison = Field(description="which fleet is the baseline and which the candidate")
     slo: Slo = Field(description="the SLO both fleets are held to")
-    horizon_months: float = Field(description="months within which the migration must pay back (manifest horizon_months)")
+    horizon_months: float = Field(
+        description="months within which the migration must pay back (manifest horizon_months)"
+    )
     systems_under_test: str | None = Field(
-        default=None, description="what actually served the fleets when not the manifest's hardware (e.g. the emulator)")
+        default=None, description="what actually served the fleets when not the manifest's hardware (e.g. the emulator)"
+    )
     stopped_at: Literal["quality_gate"] | None = Field(
-        default=None, description="set when the comparison stopped before any load: nothing after the gate was measured")
+        default=None, description="set when the comparison stopped before any load: nothing after the gate was measured"
+    )
     fleets: dict[str, FleetRow] = Field(description="per fleet name: the headline evaluation's row")
     demand_tok_s: float | None = Field(
         description="peak demand, output tokens/s: manifest peak_requests_per_s x mean output tokens per completed request "
-                    "(pooled over fleets)")
-    pooled_output_tokens_per_request: float | None = Field(default=None, description="that mean, output tokens per completed request")
+        "(pooled over fleets)"
+    )
+    pooled_output_tokens_per_request: float | None = Field(
+        default=None, description="that mean, output tokens per completed request"
+    )
     utilization_target: float | None = Field(default=None, description="the manifest's utilization target, 0..1")
     monthly_delta_usd: float | None = Field(
         description="baseline monthly cost - candidate monthly cost, USD/month (> 0: the candidate saves); computed whether or not "
-                    "the headline shows it")
+        "the headline shows it"
+    )
     monthly_delta_ci_usd: Interval | None = Field(
-        default=None, description="its 95% interval, USD/month: both fleets' cost intervals paired at their worst ends")
+        default=None, description="its 95% interval, USD/month: both fleets' cost intervals paired at their worst ends"
+    )
     migration: Ledger | None = Field(description="the migration ledger; null: a fleet is not priced")
     migration_cost_usd: float | None = Field(description="the ledger's total, USD")
-    payback_months: float | None = Field(description="migration cost / monthly delta, months; null: the delta is not positive")
+    payback_months: float | None = Field(
+        description="migration cost / monthly delta, months; null: the delta is not positive"
+    )
     payback_months_ci: Interval | None = Field(
-        default=None, description="its 95% interval, months; a null high end: no payback at the pessimistic end (or unknown)")
-    months_to_next_refresh: float | None = Field(description="months until the next hardware refresh (manifest migration)")
+        default=None,
+        description="its 95% interval, months; a null high end: no payback at the pessimistic end (or unknown)",
+    )
+    months_to_next_refresh: float | None = Field(
+        description="months until the next hardware refresh (manifest migration)"
+    )
     decision: Decision = Field(description="Go / Defer / Reject and why")
     headline: Headline = Field(description="the figures the pages headline, or none with what blocks them")
     gaps: list[Gap] = Field(description="evidence the report lacks or doubts")
-    prometheus: PrometheusSection | None = Field(default=None, description="the Prometheus cross-check; null: no Prometheus source")
+    prometheus: PrometheusSection | None = Field(
+        default=None, description="the Prometheus cross-check; null: no Prometheus source"
+    )
     prefix_cache: PrefixCache | None = Field(default=None, description="prefix caching per fleet; null: not computed")
     cloudwatch: dict[str, dict[str, float | None]] | None = Field(
-        default=None, description="per fleet: CloudWatch figures over the window (instances in service, accelerator utilization "
-                                  "%, NLB bytes), pulled; null: not a cloud run")
-    time_to_ready: dict[str, TimeToReadyModel] | None = Field(default=None, description="per fleet: launch to first healthy target")
+        default=None,
+        description="per fleet: CloudWatch figures over the window (instances in service, accelerator utilization "
+        "%, NLB bytes), pulled; null: not a cloud run",
+    )
+    time_to_ready: dict[str, TimeToReadyModel] | None = Field(
+        default=None, description="per fleet: launch to first healthy target"
+    )
     billing: Billing | None = Field(default=None, description="what was billed; null: no billing source")
-    quality: dict[str, QualityResult] | None = Field(default=None, description="per fleet: the quality gate's results; null: none given")
+    quality: dict[str, QualityResult] | None = Field(
+        default=None, description="per fleet: the quality gate's results; null: none given"
+    )
     provenance: dict[str, ProvenanceEntry] = Field(
-        description="per input (a dotted key such as 'prices.instance.g6.xlarge' or 'capacity.inf2'): where it came from")
+        description="per input (a dotted key such as 'prices.instance.g6.xlarge' or 'capacity.inf2'): where it came from"
+    )
     sensitivity: Sensitivity | None = Field(default=None, description="the one-at-a-time grid; null: not computed")
     series: Series = Field(description="the figures' plot data")
 
@@ -688,7 +945,9 @@ class ReportInvalid(AnalysisError):
 def parse_report(data: Any, where: str = "report.json") -> Report:
     """A report from its JSON object; a missing `report_version` or any bad field raises ReportInvalid naming it."""
     if isinstance(data, dict) and "report_version" not in data:
-        raise ReportInvalid(f"{where}: report_version: missing (a report written before the versioned model, or not a report)")
+        raise ReportInvalid(
+            f"{where}: report_version: missing (a report written before the versioned model, or not a report)"
+        )
     try:
         return Report.model_validate(data)
     except ValidationError as exc:
@@ -716,8 +975,10 @@ def schema_path() -> Path:
 def json_schema() -> dict[str, Any]:
     """report.json's JSON Schema (draft 2020-12), generated from the model."""
     schema = Report.model_json_schema()
-    schema["description"] = (f"{schema.get('description', '')} report_version {REPORT_VERSION}; generated from "
-                             "analysis/report_model.py. A float that is not finite is written as null.")
+    schema["description"] = (
+        f"{schema.get('description', '')} report_version {REPORT_VERSION}; generated from "
+        "analysis/report_model.py. A float that is not finite is written as null."
+    )
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
 
 
@@ -727,9 +988,15 @@ def schema_text() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m analysis.report_model", description="report.json's JSON Schema, generated from the model.")
+    ap = argparse.ArgumentParser(
+        prog="python -m analysis.report_model", description="report.json's JSON Schema, generated from the model."
+    )
     ap.add_argument("--schema", action="store_true", help="print the JSON Schema of report.json")
-    ap.add_argument("--write", action="store_true", help=f"with --schema: write it to schemas/report-v<MAJOR>.json ({schema_path().name})")
+    ap.add_argument(
+        "--write",
+        action="store_true",
+        help=f"with --schema: write it to schemas/report-v<MAJOR>.json ({schema_path().name})",
+    )
     args = ap.parse_args(argv)
     if not args.schema:
         ap.print_help()

@@ -43,8 +43,16 @@ def grid(m: Manifest) -> list[Cell]:
         Cell("demand", "demand x0.5", replace(BASE, demand_scale=0.5)),
         Cell("demand", "demand x1.5", replace(BASE, demand_scale=1.5)),
         Cell("demand", "demand x2", replace(BASE, demand_scale=2.0)),
-        Cell("utilization", f"utilization {max(util - 0.2, 0.1):.2f}", replace(BASE, utilization_target=max(util - 0.2, 0.1))),
-        Cell("utilization", f"utilization {min(util + 0.1, 1.0):.2f}", replace(BASE, utilization_target=min(util + 0.1, 1.0))),
+        Cell(
+            "utilization",
+            f"utilization {max(util - 0.2, 0.1):.2f}",
+            replace(BASE, utilization_target=max(util - 0.2, 0.1)),
+        ),
+        Cell(
+            "utilization",
+            f"utilization {min(util + 0.1, 1.0):.2f}",
+            replace(BASE, utilization_target=min(util + 0.1, 1.0)),
+        ),
         Cell("rate", "On-Demand", replace(BASE, rate_mode="on-demand")),
         Cell("rate", "covered", replace(BASE, rate_mode="covered")),
         Cell("rate", "renewal", replace(BASE, rate_mode="renewal")),
@@ -65,5 +73,8 @@ def run_grid(m: Manifest, evaluate: Callable[[Scenario], dict[str, Any]]) -> dic
     for c in grid(m):
         res = evaluate(c.scenario)
         out_cells.append({"dimension": c.dimension, "label": c.label, "scenario": asdict(c.scenario), **res})
-    return {"base": base, "cells": out_cells, "method": "one input at a time; every cell recomputes sizing, cost, payback and the decision"}
-
+    return {
+        "base": base,
+        "cells": out_cells,
+        "method": "one input at a time; every cell recomputes sizing, cost, payback and the decision",
+    }

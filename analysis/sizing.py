@@ -71,6 +71,14 @@ def size_fleet(
     topup = max(asg_min - n, 0)
     required = n + topup
     return FleetSize(
-        demand_tok_s, per_instance_tok_s, utilization_target, busy, with_headroom - busy, redundancy, topup,
-        required, spread_over_azs(required, azs), asg_max,
+        demand_tok_s,
+        per_instance_tok_s,
+        utilization_target,
+        busy,
+        with_headroom - busy,
+        redundancy,
+        topup,
+        required,
+        spread_over_azs(required, azs),
+        asg_max,
     )

@@ -79,7 +79,9 @@ def to_settle(e: Economics, aim: Aim, fleets: Mapping[str, FleetBasis], loadgen_
         if rd is None:
             requests[name] = None  # on the threshold: no sample size settles it
         elif rd[0] is None:
-            requests[name] = b.requests if b.end_known else max(b.requests, b.hold_requests or stats.min_n_bounded_upper())
+            requests[name] = (
+                b.requests if b.end_known else max(b.requests, b.hold_requests or stats.min_n_bounded_upper())
+            )
         else:
             reach, distance = rd[0], rd[1]
             factor = (reach / distance) ** 2
@@ -94,9 +96,15 @@ def to_settle(e: Economics, aim: Aim, fleets: Mapping[str, FleetBasis], loadgen_
             tasks = b.loadgen_tasks * (b.loadgen_task_hourly_usd or 0.0)
             usd = minutes / 60.0 * (b.instances * b.instance_hourly_usd + tasks)
         by_fleet[name] = {
-            "requests_now": b.requests, "more_requests": more, "rate_req_s": b.rate_req_s, "minutes": minutes,
-            "instances": b.instances, "instance_hourly_usd": b.instance_hourly_usd, "loadgen_tasks": b.loadgen_tasks,
-            "loadgen_task_hourly_usd": b.loadgen_task_hourly_usd, "usd": usd,
+            "requests_now": b.requests,
+            "more_requests": more,
+            "rate_req_s": b.rate_req_s,
+            "minutes": minutes,
+            "instances": b.instances,
+            "instance_hourly_usd": b.instance_hourly_usd,
+            "loadgen_tasks": b.loadgen_tasks,
+            "loadgen_task_hourly_usd": b.loadgen_task_hourly_usd,
+            "usd": usd,
         }
     minutes_all = [f["minutes"] for f in by_fleet.values()]
     usd_all = [f["usd"] for f in by_fleet.values()]
@@ -118,16 +126,22 @@ def _basis(aim: Aim, rd: tuple[float | None, float] | None, loadgen_price_source
     if rd is None:
         how = "the point estimate is on the threshold: no sample size settles it"
     elif rd[0] is None:
-        how = ("an end of the interval is unknown, so no ratio exists: a fleet whose capacity low end is unknown needs its sizing "
-               "step to hold the SLO at its P95 intervals' high ends, which takes the requests at which the order-statistic bound "
-               "falls within the target if requests keep missing it at the shares they did (core.stats.n_to_hold), at least "
-               f"{stats.min_n_bounded_upper()} (lower bounds)")
+        how = (
+            "an end of the interval is unknown, so no ratio exists: a fleet whose capacity low end is unknown needs its sizing "
+            "step to hold the SLO at its P95 intervals' high ends, which takes the requests at which the order-statistic bound "
+            "falls within the target if requests keep missing it at the shares they did (core.stats.n_to_hold), at least "
+            f"{stats.min_n_bounded_upper()} (lower bounds)"
+        )
     else:
-        how = ("requests = the sizing step's requests x (the interval's reach toward the threshold / the point's distance from it)^2, "
-               "the half-width shrinking as 1/sqrt(n): a planning rule of thumb")
-    return (f"aimed at {target}; {how}; minutes: the missing requests at each fleet's measured rate on its sizing step, fleets "
-            "side by side (the longest); usd: that time of each fleet's instances as measured at its On-Demand price "
-            f"(provenance prices.instance.*) plus its load-generator tasks ({loadgen_price_source})")
+        how = (
+            "requests = the sizing step's requests x (the interval's reach toward the threshold / the point's distance from it)^2, "
+            "the half-width shrinking as 1/sqrt(n): a planning rule of thumb"
+        )
+    return (
+        f"aimed at {target}; {how}; minutes: the missing requests at each fleet's measured rate on its sizing step, fleets "
+        "side by side (the longest); usd: that time of each fleet's instances as measured at its On-Demand price "
+        f"(provenance prices.instance.*) plus its load-generator tasks ({loadgen_price_source})"
+    )
 
 
 def settle_text(ts: Mapping[str, Any], unknown: list[str] | None = None) -> str:
@@ -140,10 +154,16 @@ def settle_text(ts: Mapping[str, Any], unknown: list[str] | None = None) -> str:
     per = ", ".join(f"{name} {'?' if n is None else f'{n:,}'} (now {now[name]:,})" for name, n in req.items())
     cost = ""
     if ts["minutes"] is not None:
-        cost = f": about {ts['minutes']:,.1f} min" + (f" and {ts['usd']:,.2f} USD" if ts["usd"] is not None else "") + " at the measured rates"
+        cost = (
+            f": about {ts['minutes']:,.1f} min"
+            + (f" and {ts['usd']:,.2f} USD" if ts["usd"] is not None else "")
+            + " at the measured rates"
+        )
     if ts["lower_bound"]:
         why = f" ({'; '.join(unknown)})" if unknown else ""
-        return (f"an end is unknown{why}; a sizing step holds the SLO with 95% confidence once its P95 intervals' high ends are "
-                f"within the targets, which at the shares of requests that missed them takes at least {per} requests at each capacity "
-                f"boundary{cost} (decision.to_settle)")
-    return (f"about {ts['factor']:.1f}x the requests at each capacity boundary would settle it: {per}{cost} (decision.to_settle)")
+        return (
+            f"an end is unknown{why}; a sizing step holds the SLO with 95% confidence once its P95 intervals' high ends are "
+            f"within the targets, which at the shares of requests that missed them takes at least {per} requests at each capacity "
+            f"boundary{cost} (decision.to_settle)"
+        )
+    return f"about {ts['factor']:.1f}x the requests at each capacity boundary would settle it: {per}{cost} (decision.to_settle)"

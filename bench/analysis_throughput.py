@@ -64,15 +64,21 @@ def main() -> int:
         t_gen = time.perf_counter() - t0
         size_mb = sum(p.stat().st_size for p in rec_dir.glob("records-*")) / 1e6
         t1 = time.perf_counter()
-        rep = build_report(m, rec_dir, quality=None, out_dir=Path(tmp) / "out", instances_measured={"inf2": 1, "g6": 1}).model_dump(mode="json")
+        rep = build_report(
+            m, rec_dir, quality=None, out_dir=Path(tmp) / "out", instances_measured={"inf2": 1, "g6": 1}
+        ).model_dump(mode="json")
         t_rep = time.perf_counter() - t1
     total = sum(f["requests"] for f in rep["fleets"].values())
     print(f"records: {args.records:,} ({args.format}, {size_mb:.0f} MB), generated in {t_gen:.1f} s")
     cells = len(rep["sensitivity"]["cells"])
-    print(f"build_report: {t_rep:.2f} s -> {total / t_rep / 1e6:.2f} M records/s (report.json + md + html, {cells} sensitivity cells)")
+    print(
+        f"build_report: {t_rep:.2f} s -> {total / t_rep / 1e6:.2f} M records/s (report.json + md + html, {cells} sensitivity cells)"
+    )
     for name, f in rep["fleets"].items():
-        print(f"  {name}: requests {f['requests']:,}, successful tokens {f['successful_output_tokens']:,}, p95 TTFT {f['p95_ttft_s']:.3f} s, "
-              f"p95 ITL {f['p95_itl_s']:.4f} s")
+        print(
+            f"  {name}: requests {f['requests']:,}, successful tokens {f['successful_output_tokens']:,}, p95 TTFT {f['p95_ttft_s']:.3f} s, "
+            f"p95 ITL {f['p95_itl_s']:.4f} s"
+        )
     return 0
 
 

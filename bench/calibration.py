@@ -55,9 +55,26 @@ from runtime.emulator.timing import TimingModel  # noqa: E402
 DEFAULT_ROWS = ROOT / "data" / "calibration" / "published.csv"
 EFFICIENCY_FILE = catalog.CALIBRATION_FILE
 METRICS = ("output_tok_s", "ttft_ms", "itl_ms")
-REQUIRED = ("id", "source", "date", "instance_type", "serving_stack", "tensor_parallel", "replicas_per_instance", "max_num_seqs",
-            "params_b", "weights_precision", "input_tokens", "output_tokens", "load_kind", "load_value", "output_tok_s",
-            "ttft_ms", "itl_ms", "statistic")  # fmt: skip
+REQUIRED = (
+    "id",
+    "source",
+    "date",
+    "instance_type",
+    "serving_stack",
+    "tensor_parallel",
+    "replicas_per_instance",
+    "max_num_seqs",
+    "params_b",
+    "weights_precision",
+    "input_tokens",
+    "output_tokens",
+    "load_kind",
+    "load_value",
+    "output_tok_s",
+    "ttft_ms",
+    "itl_ms",
+    "statistic",
+)
 # Optional columns: requests_per_s and request_latency_s (as published, or derived as SOURCES.md
 # says) give the load a row really held; use = fit (default) or test (never fitted).
 # Llama-3-8B's attention shape: every published row is a Llama-3/3.1-8B measurement. A row for
@@ -68,8 +85,14 @@ LOAD_SHORTFALL = 0.8  # below this share of the stated load a row did not hold i
 
 # Which fitted group a stack's rows belong to. TGI on Neuron ran optimum-neuron v0.1.0's HLO backend,
 # vLLM on Neuron its NxD backend (data/calibration/SOURCES.md), so they are fitted apart.
-GROUP_OF_STACK = {"vllm-neuron": "neuron-nxd", "tgi-neuron": "neuron-hlo-tgi", "vllm": "nvidia-vllm", "vllm-v0": "nvidia-vllm",
-                  "tgi": "nvidia-tgi", "tensorrt-llm": "nvidia-tensorrt-llm"}  # fmt: skip
+GROUP_OF_STACK = {
+    "vllm-neuron": "neuron-nxd",
+    "tgi-neuron": "neuron-hlo-tgi",
+    "vllm": "nvidia-vllm",
+    "vllm-v0": "nvidia-vllm",
+    "tgi": "nvidia-tgi",
+    "tensorrt-llm": "nvidia-tensorrt-llm",
+}
 USES = ("fit", "test")
 
 # How a row's load generator sent its requests and averaged its figures (column `client`). Each
@@ -153,7 +176,11 @@ class Row:
         tokens - 1) x ITL."""
         p = self.published
         rate = self.requests_per_s if self.requests_per_s is not None else p["output_tok_s"] / self.output_tokens
-        latency = self.request_latency_s if self.request_latency_s is not None else (p["ttft_ms"] + (self.output_tokens - 1) * p["itl_ms"]) / 1000
+        latency = (
+            self.request_latency_s
+            if self.request_latency_s is not None
+            else (p["ttft_ms"] + (self.output_tokens - 1) * p["itl_ms"]) / 1000
+        )
         return rate * latency
 
     @property
@@ -163,7 +190,12 @@ class Row:
         explains the published rate: users / rate - latency (so the replay holds what the
         measurement held). Needs the published requests/s and latency."""
         base = self.load
-        if self.client != "steady" or base.kind == "rate" or self.requests_per_s is None or self.request_latency_s is None:
+        if (
+            self.client != "steady"
+            or base.kind == "rate"
+            or self.requests_per_s is None
+            or self.request_latency_s is None
+        ):
             return base
         think = base.users / self.requests_per_s - self.request_latency_s
         return Load(base.kind, base.value, round(think, 3)) if think > 0.001 else base
@@ -175,9 +207,17 @@ class Row:
         if self.client != "steady":
             return None
         if self.load.kind == "rate":
-            rate = self.requests_per_s if self.requests_per_s is not None else self.published["output_tok_s"] / self.output_tokens
+            rate = (
+                self.requests_per_s
+                if self.requests_per_s is not None
+                else self.published["output_tok_s"] / self.output_tokens
+            )
             share = rate / self.load.value
-            return f"Little's law: completed {rate:.2f} req/s of the {self.load.value:g} offered" if share < LOAD_SHORTFALL else None
+            return (
+                f"Little's law: completed {rate:.2f} req/s of the {self.load.value:g} offered"
+                if share < LOAD_SHORTFALL
+                else None
+            )
         held = self.in_flight()
         if held >= LOAD_SHORTFALL * self.load.users or self.held_load.think_s > 0:
             return None
@@ -188,7 +228,9 @@ class Row:
         think = self.held_load.think_s
         if think <= 0 or (self.load.users == 1 and think < 1):
             return None
-        return f"held {self.in_flight():.1f} of {self.load.users} users in flight: replayed with {think:.2f} s think time"
+        return (
+            f"held {self.in_flight():.1f} of {self.load.users} users in flight: replayed with {think:.2f} s think time"
+        )
 
     @property
     def source_key(self) -> str:
@@ -198,8 +240,16 @@ class Row:
     @property
     def configuration(self) -> tuple[object, ...]:
         """What makes two rows the same server under the same request sizes, at different loads."""
-        return (self.instance_type, self.serving_stack, self.tensor_parallel, self.replicas, self.max_num_seqs,
-                self.max_model_len, self.buckets, self.input_tokens)  # fmt: skip
+        return (
+            self.instance_type,
+            self.serving_stack,
+            self.tensor_parallel,
+            self.replicas,
+            self.max_num_seqs,
+            self.max_model_len,
+            self.buckets,
+            self.input_tokens,
+        )
 
     @property
     def single_user(self) -> bool:
@@ -224,8 +274,10 @@ class Row:
 
         def size(i: int) -> tuple[int, int]:
             if i not in cache:
-                cache[i] = (min(draw(self.input_tokens, self.input_spread), self.max_model_len - 1),
-                            draw(self.output_tokens, self.output_spread))  # fmt: skip
+                cache[i] = (
+                    min(draw(self.input_tokens, self.input_spread), self.max_model_len - 1),
+                    draw(self.output_tokens, self.output_spread),
+                )
                 cache[i] = (cache[i][0], max(1, min(cache[i][1], self.max_model_len - cache[i][0])))
             return cache[i]
 
@@ -233,14 +285,22 @@ class Row:
 
     def roofline(self) -> Roofline:
         params = self.params_b * 1e9
-        return Roofline.of(self.instance_type, self.tensor_parallel, params * self.bytes_per_param, self.kv_bytes_per_token, params)
+        return Roofline.of(
+            self.instance_type, self.tensor_parallel, params * self.bytes_per_param, self.kv_bytes_per_token, params
+        )
 
     def timing(self, eff: ResolvedEfficiency) -> TimingModel:
         return TimingModel.build(
-            instance_type=self.instance_type, tensor_parallel=self.tensor_parallel, roofline=self.roofline(), efficiency=eff,
-            stack=self.serving_stack, max_num_seqs=self.max_num_seqs, max_model_len=self.max_model_len, replicas=self.replicas,
+            instance_type=self.instance_type,
+            tensor_parallel=self.tensor_parallel,
+            roofline=self.roofline(),
+            efficiency=eff,
+            stack=self.serving_stack,
+            max_num_seqs=self.max_num_seqs,
+            max_model_len=self.max_model_len,
+            replicas=self.replicas,
             buckets=self.buckets,
-        )  # fmt: skip
+        )
 
 
 def _num(raw: dict[str, str], col: str, line: int, kind: type, positive: bool = True) -> Any:
@@ -248,7 +308,9 @@ def _num(raw: dict[str, str], col: str, line: int, kind: type, positive: bool = 
     try:
         out = kind(value)
     except ValueError:
-        raise RowError(f"line {line}: column {col!r}: {value!r} is not a {'number' if kind is float else 'whole number'}") from None
+        raise RowError(
+            f"line {line}: column {col!r}: {value!r} is not a {'number' if kind is float else 'whole number'}"
+        ) from None
     if positive and out <= 0:
         raise RowError(f"line {line}: column {col!r}: must be > 0, got {value!r}")
     return out
@@ -297,14 +359,20 @@ def _row(raw: dict[str, str], line: int) -> Row:
         raise RowError(f"line {line}: column 'serving_stack': {stack} does not run on {it}")
     tp = _num(raw, "tensor_parallel", line, int)
     if tp not in catalog.instance(it).tp_degrees:
-        raise RowError(f"line {line}: column 'tensor_parallel': {tp} is not a TP degree of {it} ({list(catalog.instance(it).tp_degrees)})")
+        raise RowError(
+            f"line {line}: column 'tensor_parallel': {tp} is not a TP degree of {it} ({list(catalog.instance(it).tp_degrees)})"
+        )
     replicas = _num(raw, "replicas_per_instance", line, int)
     if replicas * tp > catalog.instance(it).shards:
         shards = catalog.instance(it).shards
-        raise RowError(f"line {line}: column 'replicas_per_instance': {replicas} x TP {tp} needs more than the {shards} devices/cores of {it}")
+        raise RowError(
+            f"line {line}: column 'replicas_per_instance': {replicas} x TP {tp} needs more than the {shards} devices/cores of {it}"
+        )
     precision = raw["weights_precision"].strip()
     if precision not in catalog.BYTES_PER_PRECISION:
-        raise RowError(f"line {line}: column 'weights_precision': {precision!r} is not one of {', '.join(catalog.BYTES_PER_PRECISION)}")
+        raise RowError(
+            f"line {line}: column 'weights_precision': {precision!r} is not one of {', '.join(catalog.BYTES_PER_PRECISION)}"
+        )
     kind = raw["load_kind"].strip()
     if kind not in ("synchronous", "concurrency", "rate"):
         raise RowError(f"line {line}: column 'load_kind': {kind!r} is not synchronous, concurrency or rate")
@@ -316,7 +384,10 @@ def _row(raw: dict[str, str], line: int) -> Row:
         raise RowError(f"line {line}: column 'statistic': {statistic!r} is not mean or p50")
     inp, out = _num(raw, "input_tokens", line, int), _num(raw, "output_tokens", line, int)
     shape = {k: (_num(raw, k, line, int) if (raw.get(k) or "").strip() else v) for k, v in LLAMA3_8B_SHAPE.items()}
-    spreads = [_num(raw, c, line, int, positive=False) if (raw.get(c) or "").strip() else 0 for c in ("input_tokens_spread", "output_tokens_spread")]
+    spreads = [
+        _num(raw, c, line, int, positive=False) if (raw.get(c) or "").strip() else 0
+        for c in ("input_tokens_spread", "output_tokens_spread")
+    ]
     if min(spreads) < 0:
         raise RowError(f"line {line}: columns 'input_tokens_spread'/'output_tokens_spread' must be >= 0")
     distribution = (raw.get("length_distribution") or "uniform").strip()
@@ -326,7 +397,10 @@ def _row(raw: dict[str, str], line: int) -> Row:
     if max_len < inp + out:
         raise RowError(f"line {line}: column 'max_model_len': {max_len} < input + output tokens ({inp + out})")
     buckets = _buckets(raw, line, max_len)
-    held = [_num(raw, c, line, float) if (raw.get(c) or "").strip() else None for c in ("requests_per_s", "request_latency_s")]
+    held = [
+        _num(raw, c, line, float) if (raw.get(c) or "").strip() else None
+        for c in ("requests_per_s", "request_latency_s")
+    ]
     use = (raw.get("use") or "fit").strip()
     if use not in USES:
         raise RowError(f"line {line}: column 'use': {use!r} is not {' or '.join(USES)}")
@@ -334,15 +408,32 @@ def _row(raw: dict[str, str], line: int) -> Row:
     if client not in CLIENTS:
         raise RowError(f"line {line}: column 'client': {client!r} is not one of {', '.join(CLIENTS)}")
     return Row(
-        line=line, id=rid, instance_type=it, serving_stack=stack, tensor_parallel=tp, replicas=replicas,
-        max_num_seqs=_num(raw, "max_num_seqs", line, int), max_model_len=max_len, buckets=buckets, params_b=_num(raw, "params_b", line, float),
+        line=line,
+        id=rid,
+        instance_type=it,
+        serving_stack=stack,
+        tensor_parallel=tp,
+        replicas=replicas,
+        max_num_seqs=_num(raw, "max_num_seqs", line, int),
+        max_model_len=max_len,
+        buckets=buckets,
+        params_b=_num(raw, "params_b", line, float),
         bytes_per_param=catalog.BYTES_PER_PRECISION[precision],
         kv_bytes_per_token=2.0 * shape["layers"] * shape["kv_heads"] * shape["head_dim"] * 2,  # BF16 KV cache
-        input_tokens=inp, output_tokens=out, input_spread=spreads[0], output_spread=spreads[1], distribution=distribution,
+        input_tokens=inp,
+        output_tokens=out,
+        input_spread=spreads[0],
+        output_spread=spreads[1],
+        distribution=distribution,
         load=Load(kind, value),  # type: ignore[arg-type]
-        published={m: _num(raw, m, line, float) for m in METRICS}, source=raw["source"].strip(),
-        requests_per_s=held[0], request_latency_s=held[1], use=use, statistic=statistic, client=client,
-    )  # fmt: skip
+        published={m: _num(raw, m, line, float) for m in METRICS},
+        source=raw["source"].strip(),
+        requests_per_s=held[0],
+        request_latency_s=held[1],
+        use=use,
+        statistic=statistic,
+        client=client,
+    )
 
 
 def _buckets(raw: dict[str, str], line: int, max_len: int) -> tuple[int, ...]:
@@ -353,9 +444,13 @@ def _buckets(raw: dict[str, str], line: int, max_len: int) -> tuple[int, ...]:
     try:
         out = tuple(int(x) for x in text.split())
     except ValueError:
-        raise RowError(f"line {line}: column 'buckets': {text!r} is not a space-separated list of whole numbers") from None
+        raise RowError(
+            f"line {line}: column 'buckets': {text!r} is not a space-separated list of whole numbers"
+        ) from None
     if list(out) != sorted(set(out)) or out[0] <= 0 or out[-1] < max_len:
-        raise RowError(f"line {line}: column 'buckets': {text!r} must ascend, be > 0 and end at or above max_model_len {max_len}")
+        raise RowError(
+            f"line {line}: column 'buckets': {text!r} must ascend, be > 0 and end at or above max_model_len {max_len}"
+        )
     return out
 
 
@@ -489,10 +584,18 @@ def _fit_vendor(vendor: str, rs: list[Row]) -> dict[str, Any]:
             fit_c = (cost, e_c, req)
     assert fit_c is not None
     _, e_c, req = fit_c
-    at_bound = [name for name, v in (("bandwidth", e_bw), ("compute", e_c)) if v in (ranges[name].low, ranges[name].high)]
-    return {"bandwidth": round(e_bw, 4), "compute": round(e_c, 4), "step_overhead_ms": round(step * 1000, 2),
-            "request_overhead_ms": {g: round(v * 1000, 1) for g, v in req.items()}, "rows": [r.id for r in rs],
-            "accelerators": sorted({catalog.instance(r.instance_type).accelerator.name for r in rs}), "at_bound": at_bound}  # fmt: skip
+    at_bound = [
+        name for name, v in (("bandwidth", e_bw), ("compute", e_c)) if v in (ranges[name].low, ranges[name].high)
+    ]
+    return {
+        "bandwidth": round(e_bw, 4),
+        "compute": round(e_c, 4),
+        "step_overhead_ms": round(step * 1000, 2),
+        "request_overhead_ms": {g: round(v * 1000, 1) for g, v in req.items()},
+        "rows": [r.id for r in rs],
+        "accelerators": sorted({catalog.instance(r.instance_type).accelerator.name for r in rs}),
+        "at_bound": at_bound,
+    }
 
 
 METHOD = (
@@ -553,11 +656,15 @@ def efficiency_of(row: Row, groups: dict[str, Any]) -> ResolvedEfficiency:
     fitted row at all, the middle of each published range and no overheads."""
     g = groups.get(row.group)
     if g is not None:
-        return ResolvedEfficiency(g["bandwidth"], g["compute"], g["step_overhead_ms"], g["request_overhead_ms"], row.group)
+        return ResolvedEfficiency(
+            g["bandwidth"], g["compute"], g["step_overhead_ms"], g["request_overhead_ms"], row.group
+        )
     kin = [x for x in groups.values() if x["vendor"] == row.vendor]
     if kin:
         req = statistics.median(x["request_overhead_ms"] for x in kin)
-        return ResolvedEfficiency(kin[0]["bandwidth"], kin[0]["compute"], kin[0]["step_overhead_ms"], req, f"{row.vendor} family")
+        return ResolvedEfficiency(
+            kin[0]["bandwidth"], kin[0]["compute"], kin[0]["step_overhead_ms"], req, f"{row.vendor} family"
+        )
     ranges = PHYSICS[row.vendor]
     return ResolvedEfficiency(ranges["bandwidth"].prior, ranges["compute"].prior, 0.0, 0.0, f"{row.vendor} prior")
 
@@ -583,7 +690,9 @@ def guidellm_run(r: Row, timing: TimingModel) -> ClientRun:
         # at most max_concurrency - 1 outstanding; a freed slot is refilled at the next 0.1 s poll
         users = max(1, r.load.users - 1) if r.load.kind == "concurrency" else 1
         poll = GUIDELLM_POLL_S / 2 if users > 1 else 0.0
-        seqs = replay(timing, [(0.0, *sizes(i)) for i in range(users)], closed_loop=(10**9, sizes), think_s=poll, until=end)
+        seqs = replay(
+            timing, [(0.0, *sizes(i)) for i in range(users)], closed_loop=(10**9, sizes), think_s=poll, until=end
+        )
     done = [s for s in seqs if s.finish_reason is not None]
     if not done:
         return ClientRun([], 0.0, True)
@@ -618,10 +727,16 @@ def _figures(r: Row, run: ClientRun) -> dict[str, float]:
     if not done or run.span_s <= 0:
         return {"output_tok_s": 0.0, "ttft_ms": GUIDELLM_SECONDS * 1000, "itl_ms": 0.0}
     span = [(s.last_token_at - s.first_token_at, s.generated - 1) for s in done if s.generated > 1]  # type: ignore[operator]
-    itl = sum(t for t, _ in span) / max(1, sum(g for _, g in span)) if run.pooled_itl else _stat(r, [t / g for t, g in span] or [0.0])
-    return {"output_tok_s": sum(s.generated for s in done) / run.span_s,
-            "ttft_ms": _stat(r, [s.first_token_at - s.arrival for s in done]) * 1000,  # type: ignore[operator]
-            "itl_ms": itl * 1000}  # fmt: skip
+    itl = (
+        sum(t for t, _ in span) / max(1, sum(g for _, g in span))
+        if run.pooled_itl
+        else _stat(r, [t / g for t, g in span] or [0.0])
+    )
+    return {
+        "output_tok_s": sum(s.generated for s in done) / run.span_s,
+        "ttft_ms": _stat(r, [s.first_token_at - s.arrival for s in done]) * 1000,  # type: ignore[operator]
+        "itl_ms": itl * 1000,
+    }
 
 
 def predict(row: Row, groups: dict[str, Any]) -> dict[str, float]:
@@ -636,12 +751,19 @@ def predict(row: Row, groups: dict[str, Any]) -> dict[str, float]:
 
 
 def _agg(fn: Any, sel: list[dict[str, Any]]) -> dict[str, float]:
-    return {m: round(fn([abs(x["rel_error"]) for x in sel if x["metric"] == m]), 4) for m in METRICS if any(x["metric"] == m for x in sel)}
+    return {
+        m: round(fn([abs(x["rel_error"]) for x in sel if x["metric"] == m]), 4)
+        for m in METRICS
+        if any(x["metric"] == m for x in sel)
+    }
 
 
 def _band(sel: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"median_abs_rel_error": _agg(statistics.median, sel), "max_abs_rel_error": _agg(max, sel),
-            "rows": len({x["id"] for x in sel})}  # fmt: skip
+    return {
+        "median_abs_rel_error": _agg(statistics.median, sel),
+        "max_abs_rel_error": _agg(max, sel),
+        "rows": len({x["id"] for x in sel}),
+    }
 
 
 def report(rows: list[Row], predicted: dict[str, dict[str, float]], fitted: set[str]) -> dict[str, Any]:
@@ -655,14 +777,25 @@ def report(rows: list[Row], predicted: dict[str, dict[str, float]], fitted: set[
     for r in rows:
         for metric in METRICS:
             pub, pred = r.published[metric], predicted[r.id][metric]
-            results.append({"id": r.id, "vendor": r.vendor, "use": r.use, "metric": metric, "published": pub,
-                            "predicted": round(pred, 3), "rel_error": round((pred - pub) / pub, 4)})  # fmt: skip
+            results.append(
+                {
+                    "id": r.id,
+                    "vendor": r.vendor,
+                    "use": r.use,
+                    "metric": metric,
+                    "published": pub,
+                    "predicted": round(pred, 3),
+                    "rel_error": round((pred - pub) / pub, 4),
+                }
+            )
     matchable = [x for x in results if x["id"] not in unmatchable]
     return {
         "rows": [{k: x[k] for k in ("id", "metric", "published", "predicted", "rel_error")} for x in results],
         "median_abs_rel_error": _agg(statistics.median, results),
         "max_abs_rel_error": _agg(max, results),
-        "by_vendor": {v: _band([x for x in results if x["vendor"] == v]) for v in sorted({x["vendor"] for x in results})},
+        "by_vendor": {
+            v: _band([x for x in results if x["vendor"] == v]) for v in sorted({x["vendor"] for x in results})
+        },
         "fitted_rows": sorted(fitted),
         "not_matchable": unmatchable,
         "held_load": {r.id: note for r in rows if (note := r.held_note()) is not None},
@@ -684,7 +817,9 @@ HOLDOUTS = ("configuration", "source")
 
 def holdout_key(row: Row, by: str) -> str:
     if by == "configuration":
-        return f"{row.instance_type} {row.serving_stack} TP={row.tensor_parallel} x{row.replicas} batch {row.max_num_seqs}"
+        return (
+            f"{row.instance_type} {row.serving_stack} TP={row.tensor_parallel} x{row.replicas} batch {row.max_num_seqs}"
+        )
     if by == "source":
         return row.source_key or row.id
     raise ValueError(f"holdout {by!r} is not one of {', '.join(HOLDOUTS)}")
@@ -707,8 +842,13 @@ def loso(rows: list[Row], by: str = "configuration") -> dict[str, Any]:
     for key, held in folds(rows, by).items():
         train = [r for r in rows if holdout_key(r, by) != key]
         groups = fit(train)
-        fold_fits[key] = {"rows": [r.id for r in held], "groups": {g: {k: v[k] for k in ("bandwidth", "compute", "step_overhead_ms",
-                          "request_overhead_ms")} for g, v in groups.items()}}  # fmt: skip
+        fold_fits[key] = {
+            "rows": [r.id for r in held],
+            "groups": {
+                g: {k: v[k] for k in ("bandwidth", "compute", "step_overhead_ms", "request_overhead_ms")}
+                for g, v in groups.items()
+            },
+        }
         for r in held:
             predicted[r.id] = predict(r, groups if r.use == "fit" else full)
     out = report(rows, predicted, set())
@@ -719,8 +859,11 @@ def loso(rows: list[Row], by: str = "configuration") -> dict[str, Any]:
 
 def out_of_sample_bands(report_: dict[str, Any], groups: dict[str, Any]) -> dict[str, Any]:
     """Per group, the out-of-sample band of its vendor family's rows, as efficiency.json stores it."""
-    return {name: dict(report_["by_vendor"][g["vendor"]], holdout=report_["holdout"]) for name, g in groups.items()
-            if g["vendor"] in report_["by_vendor"]}  # fmt: skip
+    return {
+        name: dict(report_["by_vendor"][g["vendor"]], holdout=report_["holdout"])
+        for name, g in groups.items()
+        if g["vendor"] in report_["by_vendor"]
+    }
 
 
 def render(report_: dict[str, Any], elapsed: float) -> str:
@@ -730,16 +873,22 @@ def render(report_: dict[str, Any], elapsed: float) -> str:
     for x in report_["rows"]:
         mark = "  (fit)" if x["id"] in fitted else "  (unseen)" if x["id"] in unseen else ""
         mark += "  (not matchable)" if x["id"] in report_["not_matchable"] else ""
-        lines.append(f"{x['id']:28} {x['metric']:13} {x['published']:10.1f} {x['predicted']:10.1f} {x['rel_error'] * 100:+7.1f}%{mark}")
+        lines.append(
+            f"{x['id']:28} {x['metric']:13} {x['published']:10.1f} {x['predicted']:10.1f} {x['rel_error'] * 100:+7.1f}%{mark}"
+        )
     lines.append("")
     scopes = [("all rows", report_), *report_["by_vendor"].items(), ("matchable", report_["matchable_rows"])]
     if report_["unseen_rows"]["rows"]:
         scopes.append(("unseen", report_["unseen_rows"]))
     for scope, agg in scopes:
         med, worst = agg["median_abs_rel_error"], agg["max_abs_rel_error"]
-        lines.append(f"{scope:12} " + "  ".join(f"{m}: median {med[m] * 100:.1f}% max {worst[m] * 100:.1f}%" for m in METRICS))
-    lines.append("replayed as their load generator ran them (column client): "
-                 + ", ".join(f"{c} {len(ids)} rows" for c, ids in report_["clients"].items()))  # fmt: skip
+        lines.append(
+            f"{scope:12} " + "  ".join(f"{m}: median {med[m] * 100:.1f}% max {worst[m] * 100:.1f}%" for m in METRICS)
+        )
+    lines.append(
+        "replayed as their load generator ran them (column client): "
+        + ", ".join(f"{c} {len(ids)} rows" for c, ids in report_["clients"].items())
+    )
     if report_["held_load"]:
         lines.append("")
         lines.append("rows replayed at the load they held (Little's law on their published requests/s and latency):")
@@ -749,21 +898,41 @@ def render(report_: dict[str, Any], elapsed: float) -> str:
         lines.append("rows no server model can match, by their own published figures:")
         lines += [f"  {rid}: {why}" for rid, why in report_["not_matchable"].items()]
     if out_of_sample:
-        lines.append(f"out of sample: each {report_['holdout']} left out of the fit in turn ({len(report_['folds'])} folds); "
-                     f"unseen rows (use=test) are never fitted. {elapsed:.1f} s")  # fmt: skip
+        lines.append(
+            f"out of sample: each {report_['holdout']} left out of the fit in turn ({len(report_['folds'])} folds); "
+            f"unseen rows (use=test) are never fitted. {elapsed:.1f} s"
+        )
     else:
-        lines.append(f"in sample: (fit) rows were used to fit the efficiencies; `--loso` gives the out-of-sample error. {elapsed:.1f} s")
+        lines.append(
+            f"in sample: (fit) rows were used to fit the efficiencies; `--loso` gives the out-of-sample error. {elapsed:.1f} s"
+        )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="bench/calibration.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="bench/calibration.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--rows", type=Path, default=DEFAULT_ROWS, help="CSV of published rows (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
-    p.add_argument("--fit", action="store_true", help=f"fit the efficiencies on the rows and write {EFFICIENCY_FILE.relative_to(ROOT)}")
-    p.add_argument("--loso", nargs="?", const="configuration", choices=HOLDOUTS,
-                   help="out of sample: leave each configuration (default) or source out of the fit in turn and predict it")  # fmt: skip
-    p.add_argument("--efficiency", type=Path, default=EFFICIENCY_FILE, help="fitted efficiencies to compare with (default: %(default)s)")
+    p.add_argument(
+        "--fit",
+        action="store_true",
+        help=f"fit the efficiencies on the rows and write {EFFICIENCY_FILE.relative_to(ROOT)}",
+    )
+    p.add_argument(
+        "--loso",
+        nargs="?",
+        const="configuration",
+        choices=HOLDOUTS,
+        help="out of sample: leave each configuration (default) or source out of the fit in turn and predict it",
+    )
+    p.add_argument(
+        "--efficiency",
+        type=Path,
+        default=EFFICIENCY_FILE,
+        help="fitted efficiencies to compare with (default: %(default)s)",
+    )
     a = p.parse_args(argv)
     t0 = time.perf_counter()
     try:
@@ -775,14 +944,21 @@ def main(argv: list[str] | None = None) -> int:
                 groups[name]["out_of_sample"] = band
             src = a.rows.resolve()
             name = str(src.relative_to(ROOT)) if src.is_relative_to(ROOT) else src.name
-            physics = {v: {k: {"low": r.low, "high": r.high, "prior": round(r.prior, 4), "sources": list(r.sources)} for k, r in rs.items()}
-                       for v, rs in PHYSICS.items()}  # fmt: skip
+            physics = {
+                v: {
+                    k: {"low": r.low, "high": r.high, "prior": round(r.prior, 4), "sources": list(r.sources)}
+                    for k, r in rs.items()
+                }
+                for v, rs in PHYSICS.items()
+            }
             a.efficiency.write_text(json.dumps({"source": name, "physics": physics, "groups": groups}, indent=2) + "\n")
             print(f"wrote {a.efficiency}")
         if a.loso:
             out = loso(rows, a.loso)
         else:
-            groups = json.loads(a.efficiency.read_text())["groups"] if a.efficiency.is_file() and not a.fit else fit(rows)
+            groups = (
+                json.loads(a.efficiency.read_text())["groups"] if a.efficiency.is_file() and not a.fit else fit(rows)
+            )
             out = compare(rows, groups)
     except RowError as exc:
         print(f"error: {exc}", file=sys.stderr)

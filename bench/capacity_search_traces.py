@@ -40,11 +40,18 @@ def variant(name: str, tmp: Path) -> Path:
     path, fmt, start = TRACES[name]
     data: dict[str, Any] = copy.deepcopy(yaml.safe_load(EXAMPLE.read_text()))
     w = data["workload"]
-    w["trace"] = {"path": str(path), "format": fmt, "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-                  "source": f"data/traces/{path.name} (see data/traces/SOURCES.md)"}
+    w["trace"] = {
+        "path": str(path),
+        "format": fmt,
+        "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        "source": f"data/traces/{path.name} (see data/traces/SOURCES.md)",
+    }
     w["window"]["start_s"] = start
     # The scorer runs in the manifest's directory: point at the shipped one from the temp copy.
-    data["quality"]["task_acceptance"]["command"] = [sys.executable, str(ROOT / "manifests" / "scorers" / "answers_nonempty.py")]
+    data["quality"]["task_acceptance"]["command"] = [
+        sys.executable,
+        str(ROOT / "manifests" / "scorers" / "answers_nonempty.py"),
+    ]
     out = tmp / f"{name}.yaml"
     out.write_text(yaml.safe_dump(data, sort_keys=False))
     return out
@@ -66,12 +73,18 @@ def main() -> int:
         for name in args.traces:
             out = base / name
             t0 = time.monotonic()
-            r = subprocess.run([sys.executable, "-m", "campaign", "local", str(variant(name, tmp)), "--out", str(out)],
-                               cwd=ROOT, capture_output=True, text=True)
+            r = subprocess.run(
+                [sys.executable, "-m", "campaign", "local", str(variant(name, tmp)), "--out", str(out)],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+            )
             took = time.monotonic() - t0
             report = out / "report.json"
             if not report.is_file():
-                print(f"{name}: campaign local exited {r.returncode} without a report:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
+                print(
+                    f"{name}: campaign local exited {r.returncode} without a report:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
+                )
                 continue
             rep = json.loads(report.read_text())
             for fleet, f in rep["fleets"].items():
@@ -80,15 +93,32 @@ def main() -> int:
                 steps = s.get("steps", [])
                 run = [x for x in steps if x.get("label") != "replay"]
                 lo, hi = s.get("held_multiplier"), s.get("missed_multiplier")
-                rows.append((name, fleet, s.get("stop_rule", "-"), lo, hi, hi / lo - 1 if lo and hi else None, len(run),
-                             sum(x.get("took_s") or 0.0 for x in run), sum(x.get("requests", 0) for x in run),
-                             cap.get("per_instance_tok_s"), took, rep["decision"]["state"]))
-    print(f"{'trace':9} {'fleet':5} {'stop rule':16} {'held x':>8} {'missed x':>8} {'width':>6} {'steps':>5} {'search s':>8} "
-          f"{'requests':>8} {'tok/s/inst':>10} {'run s':>6} decision")
+                rows.append(
+                    (
+                        name,
+                        fleet,
+                        s.get("stop_rule", "-"),
+                        lo,
+                        hi,
+                        hi / lo - 1 if lo and hi else None,
+                        len(run),
+                        sum(x.get("took_s") or 0.0 for x in run),
+                        sum(x.get("requests", 0) for x in run),
+                        cap.get("per_instance_tok_s"),
+                        took,
+                        rep["decision"]["state"],
+                    )
+                )
+    print(
+        f"{'trace':9} {'fleet':5} {'stop rule':16} {'held x':>8} {'missed x':>8} {'width':>6} {'steps':>5} {'search s':>8} "
+        f"{'requests':>8} {'tok/s/inst':>10} {'run s':>6} decision"
+    )
     for name, fleet, rule, lo, hi, width, n, secs, req, cap, took, state in rows:
         w = f"{width:.0%}" if width is not None else "-"
-        print(f"{name:9} {fleet:5} {rule:16} {fmt(lo):>8} {fmt(hi):>8} {w:>6} {n:>5} {secs:>8.0f} {req:>8} {fmt(cap):>10} "
-              f"{took:>6.0f} {state}")
+        print(
+            f"{name:9} {fleet:5} {rule:16} {fmt(lo):>8} {fmt(hi):>8} {w:>6} {n:>5} {secs:>8.0f} {req:>8} {fmt(cap):>10} "
+            f"{took:>6.0f} {state}"
+        )
     return 0
 
 

@@ -64,12 +64,18 @@ def moto_server(region: str) -> Iterator[dict[str, str]]:
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
-    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-           "AWS_DEFAULT_REGION": region}
+    env = {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": region,
+    }
     saved = {k: os.environ.get(k) for k in env}
     try:
         # Backends are process-global in moto: start from an empty account.
-        urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/moto-api/reset", method="POST"), timeout=10)
+        urllib.request.urlopen(
+            urllib.request.Request(f"http://127.0.0.1:{port}/moto-api/reset", method="POST"), timeout=10
+        )
         os.environ.update(env)
         yield env
     finally:
@@ -83,8 +89,13 @@ def moto_server(region: str) -> Iterator[dict[str, str]]:
 
 def synth(manifest_path: Path, outdir: Path) -> dict[str, Any]:
     """The comparison stack's template, synthesized from the manifest in a subprocess."""
-    proc = subprocess.run([sys.executable, "-c", SYNTH, str(manifest_path), str(outdir)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", SYNTH, str(manifest_path), str(outdir)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"cdk synth failed: {proc.stderr[-3000:]}")
     template: dict[str, Any] = json.loads((outdir / "Comparison.template.json").read_text(encoding="utf-8"))
@@ -112,24 +123,50 @@ def deploy_stand_in(session: Any, m: Any, template: Mapping[str, Any], endpoints
     run_config["targets"] = dict(endpoints)
     s3 = session.client("s3")
     s3.create_bucket(Bucket=BUCKET)
-    s3.put_bucket_tagging(Bucket=BUCKET, Tagging={"TagSet": [{"Key": "campaign", "Value": m.campaign}, {"Key": "lifecycle", "Value": "retained"}]})
+    s3.put_bucket_tagging(
+        Bucket=BUCKET,
+        Tagging={"TagSet": [{"Key": "campaign", "Value": m.campaign}, {"Key": "lifecycle", "Value": "retained"}]},
+    )
     resources: dict[str, Any] = {
         "Marker": {"Type": "AWS::SQS::Queue", "Properties": {"Tags": [{"Key": "campaign", "Value": m.campaign}]}},
         "Vpc": {"Type": "AWS::EC2::VPC", "Properties": {"CidrBlock": "10.0.0.0/16"}},
-        "Subnet": {"Type": "AWS::EC2::Subnet", "Properties": {"VpcId": {"Ref": "Vpc"}, "CidrBlock": "10.0.1.0/24",
-                                                              "AvailabilityZone": f"{m.costs.region}a"}},
+        "Subnet": {
+            "Type": "AWS::EC2::Subnet",
+            "Properties": {
+                "VpcId": {"Ref": "Vpc"},
+                "CidrBlock": "10.0.1.0/24",
+                "AvailabilityZone": f"{m.costs.region}a",
+            },
+        },
     }
     for i, f in enumerate(m.fleets):
-        tags = [{"Key": "campaign", "Value": m.campaign, "PropagateAtLaunch": True}, {"Key": "fleet", "Value": f.name, "PropagateAtLaunch": True}]
-        resources[f"Template{i}"] = {"Type": "AWS::EC2::LaunchTemplate", "Properties": {
-            "LaunchTemplateName": f"lt-{group_name(m, f.name)}", "LaunchTemplateData": {"ImageId": "ami-12345678", "InstanceType": f.instance_type}}}
-        resources[f"Group{i}"] = {"Type": "AWS::AutoScaling::AutoScalingGroup", "Properties": {
-            "AutoScalingGroupName": group_name(m, f.name), "MinSize": str(f.asg.min), "MaxSize": str(f.asg.max),
-            "DesiredCapacity": str(f.instances_measured), "LaunchTemplate": {"LaunchTemplateId": {"Ref": f"Template{i}"}, "Version": "1"},
-            "VPCZoneIdentifier": [{"Ref": "Subnet"}],
-            "Tags": tags}}
-    stack = {"Resources": resources,
-             "Outputs": {cc.RUN_CONFIG_OUTPUT: {"Value": json.dumps(run_config)}, "ResultsBucketName": {"Value": BUCKET}}}
+        tags = [
+            {"Key": "campaign", "Value": m.campaign, "PropagateAtLaunch": True},
+            {"Key": "fleet", "Value": f.name, "PropagateAtLaunch": True},
+        ]
+        resources[f"Template{i}"] = {
+            "Type": "AWS::EC2::LaunchTemplate",
+            "Properties": {
+                "LaunchTemplateName": f"lt-{group_name(m, f.name)}",
+                "LaunchTemplateData": {"ImageId": "ami-12345678", "InstanceType": f.instance_type},
+            },
+        }
+        resources[f"Group{i}"] = {
+            "Type": "AWS::AutoScaling::AutoScalingGroup",
+            "Properties": {
+                "AutoScalingGroupName": group_name(m, f.name),
+                "MinSize": str(f.asg.min),
+                "MaxSize": str(f.asg.max),
+                "DesiredCapacity": str(f.instances_measured),
+                "LaunchTemplate": {"LaunchTemplateId": {"Ref": f"Template{i}"}, "Version": "1"},
+                "VPCZoneIdentifier": [{"Ref": "Subnet"}],
+                "Tags": tags,
+            },
+        }
+    stack = {
+        "Resources": resources,
+        "Outputs": {cc.RUN_CONFIG_OUTPUT: {"Value": json.dumps(run_config)}, "ResultsBucketName": {"Value": BUCKET}},
+    }
     session.client("cloudformation").create_stack(StackName=f"{m.campaign}-comparison", TemplateBody=json.dumps(stack))
     return {"refs": refs, "run_config": run_config}
 
@@ -149,9 +186,18 @@ class InServiceFeed:
 
         now = dt.datetime.now(dt.UTC)
         for fleet, name in self.groups.items():
-            self.cw.put_metric_data(Namespace="AWS/AutoScaling", MetricData=[{
-                "MetricName": "GroupInServiceInstances", "Dimensions": [{"Name": "AutoScalingGroupName", "Value": name}],
-                "Timestamp": now, "Value": float(self.instances[fleet]), "Unit": "None"}])  # fmt: skip
+            self.cw.put_metric_data(
+                Namespace="AWS/AutoScaling",
+                MetricData=[
+                    {
+                        "MetricName": "GroupInServiceInstances",
+                        "Dimensions": [{"Name": "AutoScalingGroupName", "Value": name}],
+                        "Timestamp": now,
+                        "Value": float(self.instances[fleet]),
+                        "Unit": "None",
+                    }
+                ],
+            )
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -223,8 +269,13 @@ def offline_aws(manifest_path: Path, out: Path, say: Any = print) -> Iterator[Of
         template = synth(manifest_path, out / "cdk.out")
         session = boto3.session.Session(region_name=m.costs.region)
         with Supervisor(out / "emulator-logs") as sup:
-            endpoints = {f.name: start_emulator(sup, manifest_path, f.name, out, [], f.instances_measured) for f in m.fleets}
-            say("fleets (emulated, behind one port each): " + ", ".join(f"{f.name} x{f.instances_measured} {endpoints[f.name]}" for f in m.fleets))
+            endpoints = {
+                f.name: start_emulator(sup, manifest_path, f.name, out, [], f.instances_measured) for f in m.fleets
+            }
+            say(
+                "fleets (emulated, behind one port each): "
+                + ", ".join(f"{f.name} x{f.instances_measured} {endpoints[f.name]}" for f in m.fleets)
+            )
             deployed = deploy_stand_in(session, m, template, endpoints)
             groups = {f.name: group_name(m, f.name) for f in m.fleets}
             with InServiceFeed(session, groups, {f.name: f.instances_measured for f in m.fleets}):
@@ -240,14 +291,18 @@ def run_once(aws: OfflineAws, manifest_path: Path, out: Path, name: str, **kwarg
 
     launcher = LocalTaskLauncher(aws.template, aws.refs, out / f"tasks-{name}", aws.env)
     try:
-        result = run_campaign(aws.session, load_manifest(manifest_path), out / "runs", launcher=launcher, **{"poll_s": 1.0, **kwargs})
+        result = run_campaign(
+            aws.session, load_manifest(manifest_path), out / "runs", launcher=launcher, **{"poll_s": 1.0, **kwargs}
+        )
     finally:
         launcher.close()
     return result, launcher
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="bench/cloud_offline.py", description=__doc__.split("\n\n", 1)[0] if __doc__ else None)
+    ap = argparse.ArgumentParser(
+        prog="bench/cloud_offline.py", description=__doc__.split("\n\n", 1)[0] if __doc__ else None
+    )
     ap.add_argument("manifest", nargs="?", default=str(EXAMPLE), help="campaign manifest (default: the example)")
     ap.add_argument("--out", default="runs/cloud-offline", help="where the run directory, task logs and cdk.out go")
     a = ap.parse_args(argv)
@@ -262,10 +317,14 @@ def main(argv: list[str] | None = None) -> int:
     if rep is not None:
         for name, f in rep.fleets.items():
             search = f.capacity.search if f.capacity is not None else None
-            steps = f"{len(search.steps)} search steps, stopped: {search.stop_rule}" if search is not None else "no search"
+            steps = (
+                f"{len(search.steps)} search steps, stopped: {search.stop_rule}" if search is not None else "no search"
+            )
             source = rep.provenance.get(f"instances_measured.{name}")
-            print(f"  {name}: {steps}; instances measured {f.instances_measured} ({source.source if source else 'unknown'}); "
-                  f"time to ready {'n/a' if not rep.time_to_ready or name not in rep.time_to_ready else rep.time_to_ready[name].seconds}")
+            print(
+                f"  {name}: {steps}; instances measured {f.instances_measured} ({source.source if source else 'unknown'}); "
+                f"time to ready {'n/a' if not rep.time_to_ready or name not in rep.time_to_ready else rep.time_to_ready[name].seconds}"
+            )
         print(f"decision: {rep.decision.state.upper()} — " + "; ".join(rep.decision.reasons))
     return int(result.exit_code)
 

@@ -68,7 +68,16 @@ def main() -> int:
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as td:
         path = write_variant(Path(td), a.streams, a.fleet)
-        cmd = [sys.executable, "-m", "runtime.emulator", "--manifest", str(path), "--fleet", a.fleet, "--no-check-files"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "runtime.emulator",
+            "--manifest",
+            str(path),
+            "--fleet",
+            a.fleet,
+            "--no-check-files",
+        ]
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True)  # stderr shows manifest errors
         try:
             assert proc.stdout is not None
@@ -84,7 +93,9 @@ def main() -> int:
         finally:
             proc.terminate()
             proc.wait(timeout=10)
-    print(f"streams {a.streams}  max_tokens {a.max_tokens}  fleet {a.fleet}  tokens received {tokens}  wall {wall:.2f} s")
+    print(
+        f"streams {a.streams}  max_tokens {a.max_tokens}  fleet {a.fleet}  tokens received {tokens}  wall {wall:.2f} s"
+    )
     print(f"steps {st['steps']}  batch median {st['batch_median']}  batch max {st['batch_max']}")
     print(f"model step median      {st['step_median_s'] * 1000:.2f} ms")
     print(f"emulator lag median    {st['lag_median_s'] * 1000:.3f} ms  p99 {st['lag_p99_s'] * 1000:.3f} ms")

@@ -35,7 +35,13 @@ def _choice(chat: bool, text: str, finish: str | None) -> dict[str, Any]:
     c: dict[str, Any] = {"index": 0, "delta": {"content": text}} if chat else {"index": 0, "text": text}
     c["finish_reason"] = finish
     # vLLM's chunk carries id/object/created/model too: the client parses frames of that size.
-    return {"id": "cmpl-bench", "object": "chat.completion.chunk" if chat else "text_completion", "created": 0, "model": "bench", "choices": [c]}
+    return {
+        "id": "cmpl-bench",
+        "object": "chat.completion.chunk" if chat else "text_completion",
+        "created": 0,
+        "model": "bench",
+        "choices": [c],
+    }
 
 
 _FRAMES = {chat: _event(_choice(chat, " tok", None)) for chat in (True, False)}
@@ -117,7 +123,9 @@ class FixedLatencyServer:
         self.loop = asyncio.new_event_loop()
 
     def serve(self, port: int = 0) -> int:
-        srv = self.loop.run_until_complete(self.loop.create_server(lambda: _Stream(self), "127.0.0.1", port, backlog=4096))
+        srv = self.loop.run_until_complete(
+            self.loop.create_server(lambda: _Stream(self), "127.0.0.1", port, backlog=4096)
+        )
         self.server = srv
         return int(srv.sockets[0].getsockname()[1])
 

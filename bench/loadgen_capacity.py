@@ -85,7 +85,17 @@ def _tokens_between(recs: list[RequestRecord], lo: float, hi: float) -> int:
 def _emulator(mpath: Path, fleet: str, tmp: Path) -> tuple[subprocess.Popen[bytes], int]:
     port_file = tmp / "emulator.port"
     cmd = ["taskset", "-c", "1"] if shutil.which("taskset") and (os.cpu_count() or 1) > 1 else []
-    cmd += [sys.executable, "-m", "runtime.emulator", "--manifest", str(mpath), "--fleet", fleet, "--port-file", str(port_file)]
+    cmd += [
+        sys.executable,
+        "-m",
+        "runtime.emulator",
+        "--manifest",
+        str(mpath),
+        "--fleet",
+        fleet,
+        "--port-file",
+        str(port_file),
+    ]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while not port_file.exists() or not port_file.read_text().strip():
@@ -102,11 +112,18 @@ def _get_json(url: str) -> Any:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--server", choices=["fixed", "emulator"], default="fixed", help="fixed-latency server (default) or the emulator")
+    ap.add_argument(
+        "--server",
+        choices=["fixed", "emulator"],
+        default="fixed",
+        help="fixed-latency server (default) or the emulator",
+    )
     ap.add_argument("--fleet", default="inf2", help="with --server emulator: the manifest fleet it emulates")
     ap.add_argument("--rate", type=float, default=None, help="requests per second (default 42; 2 with the emulator)")
     ap.add_argument("--seconds", type=float, default=40.0)
-    ap.add_argument("--tokens", type=int, default=None, help="output tokens per request (default 500; 200 with the emulator)")
+    ap.add_argument(
+        "--tokens", type=int, default=None, help="output tokens per request (default 500; 200 with the emulator)"
+    )
     ap.add_argument("--input", type=int, default=128)
     ap.add_argument("--ttft", type=float, default=0.05, help="fixed server: time to first token")
     ap.add_argument("--itl", type=float, default=0.025, help="fixed server: inter-token latency")
@@ -121,7 +138,12 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="loadgen-bench-"))
     n = int(rate * a.seconds)
     trace = tmp / "trace.jsonl"
-    trace.write_text("".join(json.dumps({"offset_s": i / rate, "input_tokens": a.input, "output_tokens": tokens}) + "\n" for i in range(n)))
+    trace.write_text(
+        "".join(
+            json.dumps({"offset_s": i / rate, "input_tokens": a.input, "output_tokens": tokens}) + "\n"
+            for i in range(n)
+        )
+    )
     d = yaml.safe_load((ROOT / "manifests" / "llama3-8b-inf2-vs-g6.yaml").read_text())
     d["workload"].update(
         trace={"path": str(trace), "format": "plain-jsonl"},
@@ -175,7 +197,9 @@ def main() -> int:
         cur += d_
         peak = max(peak, cur)
     print(f"server {a.server}{' (' + fleet + ')' if emu else ''}: {rate:g} req/s x {tokens} tokens for {a.seconds:g} s")
-    print(f"requests ok {len(recs)}/{s.scheduled}  wall {wall:.1f} s  valid={s.valid}  worker pinned to one core: {pinned}")
+    print(
+        f"requests ok {len(recs)}/{s.scheduled}  wall {wall:.1f} s  valid={s.valid}  worker pinned to one core: {pinned}"
+    )
     print(f"peak concurrent streams {peak}")
     if not emu:
         # Steady state: from the end of the first streams to the last send, arrivals and
@@ -196,8 +220,12 @@ def main() -> int:
     if server is not None:
         ttft_err = sorted((r.ttft_s or 0) - a.ttft for r in recs)
         itl_err = sorted((r.itl_s or 0) - a.itl for r in recs)
-        print(f"TTFT error vs ground truth: p50 {_q(ttft_err, 0.5) * 1000:.2f} ms  p99 {_q(ttft_err, 0.99) * 1000:.2f} ms")
-        print(f"ITL error vs ground truth:  p50 {_q(itl_err, 0.5) * 1000:.3f} ms  p99 {_q(itl_err, 0.99) * 1000:.3f} ms")
+        print(
+            f"TTFT error vs ground truth: p50 {_q(ttft_err, 0.5) * 1000:.2f} ms  p99 {_q(ttft_err, 0.99) * 1000:.2f} ms"
+        )
+        print(
+            f"ITL error vs ground truth:  p50 {_q(itl_err, 0.5) * 1000:.3f} ms  p99 {_q(itl_err, 0.99) * 1000:.3f} ms"
+        )
         fl, tl = sorted(server.first_token_late_s), sorted(server.token_late_s)
         print(
             f"server's own lateness (part of the errors above): first token p50 {_q(fl, 0.5) * 1000:.2f} ms p99 {_q(fl, 0.99) * 1000:.2f} ms;"

@@ -192,8 +192,16 @@ def _achieved(arrivals: list[float], rate: float) -> float:
 
 
 def _probe(
-    tool: str, rate: float, shape: Shape, truth: dict[str, Any], rows: list[tuple[float, str, float | None, float | None, bool, float]],
-    client_cpu: float | None, cpu: CpuSampler, wall: float, *, sent_monotonic: bool,
+    tool: str,
+    rate: float,
+    shape: Shape,
+    truth: dict[str, Any],
+    rows: list[tuple[float, str, float | None, float | None, bool, float]],
+    client_cpu: float | None,
+    cpu: CpuSampler,
+    wall: float,
+    *,
+    sent_monotonic: bool,
 ) -> Probe:
     """rows: (scheduled offset, request id, tool TTFT from its send, schedule lag, ended whole,
     its send time on CLOCK_MONOTONIC or, where the tool does not record it, its send time on
@@ -227,10 +235,24 @@ def _probe(
     lags.sort()
     errs.sort()
     p = Probe(
-        tool, rate, len(rows), ok, _achieved(arrivals, rate),
-        _q(lags, 0.5), _q(lags, 0.99), _q(errs, 0.5), _q(errs, 0.99), steady, client_cpu, cpu.share(*steady_span),
-        float(truth["late_s"]["p99"]), int(truth["tokens"]), wall,
-        _q(send_side, 0.99), _q(read_side, 0.5), _q(read_side, 0.99),
+        tool,
+        rate,
+        len(rows),
+        ok,
+        _achieved(arrivals, rate),
+        _q(lags, 0.5),
+        _q(lags, 0.99),
+        _q(errs, 0.5),
+        _q(errs, 0.99),
+        steady,
+        client_cpu,
+        cpu.share(*steady_span),
+        float(truth["late_s"]["p99"]),
+        int(truth["tokens"]),
+        wall,
+        _q(send_side, 0.99),
+        _q(read_side, 0.5),
+        _q(read_side, 0.99),
     )
     p.judge()
     if not refsrv.kept_schedule(truth):  # the offered load was not the server's schedule: no verdict on the tool
@@ -356,7 +378,9 @@ class Ours:
         t = time.monotonic()
         proc = subprocess.Popen(
             [sys.executable, "-c", _RUN_OURS, str(self.root), str(mpath), FLEET, self.server.url, str(wd / "run")],
-            cwd=self.root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            cwd=self.root,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
         )
         sampler = CpuSampler(proc.pid)
         _out, err = proc.communicate()
@@ -365,7 +389,9 @@ class Ours:
         truth = self.server.truth()
         (wd / "truth.json").write_text(json.dumps(truth))
         if proc.returncode != 0:
-            raise RuntimeError(f"{self.name}: the replay failed ({proc.returncode}): {err.decode(errors='replace')[-2000:]}")
+            raise RuntimeError(
+                f"{self.name}: the replay failed ({proc.returncode}): {err.decode(errors='replace')[-2000:]}"
+            )
         recs = list(read_records(sorted((wd / "run").glob(f"records-{FLEET}-*.jsonl"))))
         rows = [
             (
@@ -414,7 +440,12 @@ class Vllm:
         self.log = (workdir / "vllm-driver.log").open("w")
         self.proc = subprocess.Popen(
             [str(engines.engine_python()), "-c", VLLM_DRIVER],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True, cwd=workdir,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=env,
+            text=True,
+            cwd=workdir,
         )
         self._wait_for("__driver_ready__", 300)
 
@@ -444,15 +475,43 @@ class Vllm:
                 fh.write(json.dumps({"prompt": builder.build(r).text, "output_tokens": r.output_tokens}) + "\n")
         prefix = f"vllm{self.runs}-"
         argv = [
-            "--backend", "openai", "--base-url", self.server.url, "--endpoint", "/v1/completions",
-            "--model", "reference", "--tokenizer", str(self.tokenizer),
-            "--dataset-name", "custom", "--dataset-path", str(wd / "dataset.jsonl"), "--num-prompts", str(len(sched)),
-            "--skip-chat-template", "--disable-shuffle", "--ignore-eos",
-            "--request-rate", str(rate), "--burstiness", "inf", "--seed", "0",
-            "--ready-check-timeout-sec", "0", "--request-id-prefix", prefix,
-            "--save-result", "--save-detailed", "--result-dir", str(wd), "--result-filename", "vllm-bench.json",
+            "--backend",
+            "openai",
+            "--base-url",
+            self.server.url,
+            "--endpoint",
+            "/v1/completions",
+            "--model",
+            "reference",
+            "--tokenizer",
+            str(self.tokenizer),
+            "--dataset-name",
+            "custom",
+            "--dataset-path",
+            str(wd / "dataset.jsonl"),
+            "--num-prompts",
+            str(len(sched)),
+            "--skip-chat-template",
+            "--disable-shuffle",
+            "--ignore-eos",
+            "--request-rate",
+            str(rate),
+            "--burstiness",
+            "inf",
+            "--seed",
+            "0",
+            "--ready-check-timeout-sec",
+            "0",
+            "--request-id-prefix",
+            prefix,
+            "--save-result",
+            "--save-detailed",
+            "--result-dir",
+            str(wd),
+            "--result-filename",
+            "vllm-bench.json",
             "--disable-tqdm",
-        ]  # fmt: skip
+        ]
         self.server.truth()
         t = time.monotonic()
         assert self.proc.stdin is not None
@@ -471,7 +530,14 @@ class Vllm:
         # Its schedule: evenly spaced from an unrecorded start; placed through its most punctual request.
         t0 = min(s - (i + 1) / rate for i, s in enumerate(starts))
         rows = [
-            (r.offset_s, f"{prefix}{i}", ttfts[i] if not errors[i] else None, starts[i] - t0 - (i + 1) / rate, not errors[i], starts[i])
+            (
+                r.offset_s,
+                f"{prefix}{i}",
+                ttfts[i] if not errors[i] else None,
+                starts[i] - t0 - (i + 1) / rate,
+                not errors[i],
+                starts[i],
+            )
             for i, r in enumerate(sched)
         ]
         return _probe(self.name, rate, self.shape, truth, rows, None, sampler, wall, sent_monotonic=True)
@@ -557,7 +623,9 @@ def main() -> int:
     ap.add_argument("--probes", type=int, default=4, help="probes per tool")
     ap.add_argument("--ours-start", type=float, default=60.0, help="our first offered rate (req/s)")
     ap.add_argument("--vllm-start", type=float, default=6.0, help="vLLM's first offered rate (req/s)")
-    ap.add_argument("--server-start", type=float, default=80_000, help="the server's first offered token rate (tokens/s)")
+    ap.add_argument(
+        "--server-start", type=float, default=80_000, help="the server's first offered token rate (tokens/s)"
+    )
     ap.add_argument("--server-probes", type=int, default=3, help="server ceiling probes (0: skip)")
     ap.add_argument("--no-vllm", action="store_true", help="probe only our load generator")
     ap.add_argument("--no-ours", action="store_true", help="probe only vLLM's (and --baseline's)")
@@ -580,13 +648,17 @@ def main() -> int:
         pinned = _pin(CLIENT_CORE)
         vllm: Vllm | None = None
         try:
-            log(f"reference server on core {SERVER_CORE}, tools on core {CLIENT_CORE} (pinned: {pinned}); "
-                f"{a.tokens} tokens per request, TTFT {a.ttft * 1000:g} ms, ITL {a.itl * 1000:g} ms, streams of {shape.stream_s:.2f} s")
+            log(
+                f"reference server on core {SERVER_CORE}, tools on core {CLIENT_CORE} (pinned: {pinned}); "
+                f"{a.tokens} tokens per request, TTFT {a.ttft * 1000:g} ms, ITL {a.itl * 1000:g} ms, streams of {shape.stream_s:.2f} s"
+            )
             server_best = 0.0
             server_probes: list[refsrv.ServerProbe] = []
             if a.server_probes > 0:
                 log("reference server's own ceiling (bulk reader on core 0):")
-                server_best, server_probes = refsrv.server_ceiling(server, start_tokens_per_s=a.server_start, probes=a.server_probes, log=log)
+                server_best, server_probes = refsrv.server_ceiling(
+                    server, start_tokens_per_s=a.server_start, probes=a.server_probes, log=log
+                )
             tools: list[tuple[Tool, Search]] = []
             if not a.no_ours:
                 tools.append((Ours("ours", ROOT, server, shape, tmp), Search(a.ours_start, a.probes)))
@@ -615,11 +687,16 @@ def main() -> int:
         "brackets": {tool.name: [search.lo, None if search.hi == math.inf else search.hi] for tool, search in tools},
         # the probe just above the ceiling failed because the server fell behind: the tool's own ceiling is higher
         "bounded_by_server": {
-            tool.name: any(p.tool == tool.name and p.offered == search.hi and p.server_limited for p in probes) for tool, search in tools
+            tool.name: any(p.tool == tool.name and p.offered == search.hi and p.server_limited for p in probes)
+            for tool, search in tools
         },
         "server_tokens_per_s": server_best,
         "tokens_per_request": a.tokens,
-        "criteria": {"min_achieved_share": MIN_ACHIEVED_SHARE, "max_lag_p99_s": MAX_LAG_P99_S, "max_ttft_error_p99_s": MAX_TTFT_ERROR_P99_S},
+        "criteria": {
+            "min_achieved_share": MIN_ACHIEVED_SHARE,
+            "max_lag_p99_s": MAX_LAG_P99_S,
+            "max_ttft_error_p99_s": MAX_TTFT_ERROR_P99_S,
+        },
         "shape": asdict(shape),
         "probes": [asdict(p) for p in probes],
         "server_probes": [asdict(p) for p in server_probes],
@@ -634,6 +711,7 @@ def main() -> int:
         if result["bounded_by_server"][tool.name]:
             hi += " where the server, not the tool, fell behind: a lower bound"
         print(f"{tool.name}: ceiling {search.lo:g} req/s ({search.lo * a.tokens:,.0f} tokens/s{hi})")
+
     def show(x: float | None, fmt: str = "g") -> str:
         return "n/a" if x is None else format(x, fmt)
 

@@ -38,7 +38,7 @@ def resolve(value: Any, refs: Mapping[str, str]) -> Any:
     if isinstance(value, list):
         return [resolve(v, refs) for v in value]
     if isinstance(value, dict) and len(value) == 1:
-        (fn, arg), = value.items()
+        ((fn, arg),) = value.items()
         if fn == "Ref":
             return refs.get(arg, arg)
         if fn == "Fn::GetAtt":
@@ -70,7 +70,9 @@ def _bindable(port: int) -> bool:
 
 
 class LocalTaskLauncher:
-    def __init__(self, template: Mapping[str, Any], refs: Mapping[str, str], workdir: Path, env: Mapping[str, str]) -> None:
+    def __init__(
+        self, template: Mapping[str, Any], refs: Mapping[str, str], workdir: Path, env: Mapping[str, str]
+    ) -> None:
         self.template = template
         self.refs = refs
         self.workdir = workdir
@@ -114,17 +116,30 @@ class LocalTaskLauncher:
         if spec.role == "master":
             ports[cc.LOCUST_MASTER_PORT] = self._port()
             self.web[handle] = self._port()
-            env.update({"LOCUST_MASTER_BIND_PORT": str(ports[cc.LOCUST_MASTER_PORT]), "LOCUST_WEB_PORT": str(self.web[handle]),
-                        "LOADGEN_METRICS_PORT": str(self._port(1 + int(env.get("LOCUST_EXPECT_WORKERS", "2"))))})  # fmt: skip
+            env.update(
+                {
+                    "LOCUST_MASTER_BIND_PORT": str(ports[cc.LOCUST_MASTER_PORT]),
+                    "LOCUST_WEB_PORT": str(self.web[handle]),
+                    "LOADGEN_METRICS_PORT": str(self._port(1 + int(env.get("LOCUST_EXPECT_WORKERS", "2")))),
+                }
+            )
             assert env["LOCUST_AUTOQUIT"] == str(cc.UI_LINGER_S)
             env["LOCUST_AUTOQUIT"] = "1"  # the UI's linger after the run: nobody watches it here
-        argv = [*self.entrypoint, *(c["Command"] if spec.command is None else spec.command)]  # RunTask's command override
+        argv = [
+            *self.entrypoint,
+            *(c["Command"] if spec.command is None else spec.command),
+        ]  # RunTask's command override
         home.mkdir(parents=True)
         log = home / "task.log"
         fh = log.open("wb")
         self._files.append(fh)
         self.procs[handle] = subprocess.Popen(
-            argv, env={**os.environ, **self.env, **env}, cwd=str(ROOT), stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
+            argv,
+            env={**os.environ, **self.env, **env},
+            cwd=str(ROOT),
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         self.ports[handle] = ports
         self.logs[handle] = log

@@ -138,13 +138,33 @@ def write_word_tokenizer(d: Path, special_tokens: list[str]) -> Path:
     specials = ["[UNK]", *special_tokens]
     words = [*specials, *sorted(set(VOCAB) - set(specials))]
     d.mkdir(parents=True, exist_ok=True)
-    added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False, "special": True}
-             for i, t in enumerate(specials)]  # fmt: skip
-    (d / "tokenizer.json").write_text(json.dumps({
-        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
-        "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": None, "decoder": None,
-        "model": {"type": "WordLevel", "vocab": {w: i for i, w in enumerate(words)}, "unk_token": "[UNK]"},
-    }))  # fmt: skip
+    added = [
+        {
+            "id": i,
+            "content": t,
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
+        for i, t in enumerate(specials)
+    ]
+    (d / "tokenizer.json").write_text(
+        json.dumps(
+            {
+                "version": "1.0",
+                "truncation": None,
+                "padding": None,
+                "added_tokens": added,
+                "normalizer": None,
+                "pre_tokenizer": {"type": "WhitespaceSplit"},
+                "post_processor": None,
+                "decoder": None,
+                "model": {"type": "WordLevel", "vocab": {w: i for i, w in enumerate(words)}, "unk_token": "[UNK]"},
+            }
+        )
+    )
     (d / "tokenizer_config.json").write_text(
         json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "[UNK]", "model_max_length": 8192})
     )
@@ -163,7 +183,10 @@ def aiperf_version(exe: str) -> str:
     try:
         return (
             subprocess.run(
-                [str(py), "-c", "import importlib.metadata as m; print(m.version('aiperf'))"], capture_output=True, text=True, timeout=60
+                [str(py), "-c", "import importlib.metadata as m; print(m.version('aiperf'))"],
+                capture_output=True,
+                text=True,
+                timeout=60,
             ).stdout.strip()
             or "?"
         )
@@ -171,16 +194,39 @@ def aiperf_version(exe: str) -> str:
         return "?"
 
 
-def run_aiperf(exe: str, model: str, url: str, trace: Path, tokenizer: Path, out: Path, timeout_s: float) -> tuple[list[float], float | None, str]:
+def run_aiperf(
+    exe: str, model: str, url: str, trace: Path, tokenizer: Path, out: Path, timeout_s: float
+) -> tuple[list[float], float | None, str]:
     cmd = [
-        exe, "profile",
-        "--model", model, "--url", url, "--endpoint-type", "chat", "--streaming",
-        "--input-file", str(trace), "--custom-dataset-type", "mooncake_trace", "--fixed-schedule",
-        "--tokenizer", str(tokenizer), "--use-server-token-count",
-        "--extra-inputs", "ignore_eos:true", "temperature:0.0", "top_p:1.0",
-        "--random-seed", "0", "--no-server-metrics", "--ui-type", "none",
-        "--artifact-dir", str(out),
-    ]  # fmt: skip
+        exe,
+        "profile",
+        "--model",
+        model,
+        "--url",
+        url,
+        "--endpoint-type",
+        "chat",
+        "--streaming",
+        "--input-file",
+        str(trace),
+        "--custom-dataset-type",
+        "mooncake_trace",
+        "--fixed-schedule",
+        "--tokenizer",
+        str(tokenizer),
+        "--use-server-token-count",
+        "--extra-inputs",
+        "ignore_eos:true",
+        "temperature:0.0",
+        "top_p:1.0",
+        "--random-seed",
+        "0",
+        "--no-server-metrics",
+        "--ui-type",
+        "none",
+        "--artifact-dir",
+        str(out),
+    ]
     out.mkdir(parents=True, exist_ok=True)
     # Not HF_HUB_OFFLINE: aiperf 0.13.0's offline branch looks a local tokenizer *directory* up
     # in the hub cache and fails; a local path loads without any network access anyway.
@@ -228,14 +274,21 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="peer-compare-"))
     n = int(a.rate * a.seconds)
     trace = tmp / "trace.jsonl"
-    trace.write_text("".join(json.dumps({"offset_s": i / a.rate, "input_tokens": a.input, "output_tokens": a.output}) + "\n" for i in range(n)))
+    trace.write_text(
+        "".join(
+            json.dumps({"offset_s": i / a.rate, "input_tokens": a.input, "output_tokens": a.output}) + "\n"
+            for i in range(n)
+        )
+    )
     d = yaml.safe_load((ROOT / "manifests" / "llama3-8b-inf2-vs-g6.yaml").read_text())
     d["workload"].update(
         trace={"path": str(trace), "format": "plain-jsonl"},
         window={"start_s": 0, "duration_s": a.seconds + 1},
-        time_scale=1.0, rate_scale=1.0, warmup_s=0,
+        time_scale=1.0,
+        rate_scale=1.0,
+        warmup_s=0,
         request_class={"max_input_tokens": a.input, "max_output_tokens": a.output, "mode": "clip"},
-    )  # fmt: skip
+    )
     d["loadgen"]["request_timeout_s"] = 60
     mpath = tmp / "bench.yaml"
     mpath.write_text(yaml.safe_dump(d))
@@ -247,7 +300,12 @@ def main() -> int:
         for r in schedule:
             pr = builder.build(r)
             assert pr.exact and pr.tokens == a.input, (r.request_id, pr.tokens)
-            fh.write(json.dumps({"timestamp": round(r.offset_s * 1000), "text_input": pr.text, "output_length": r.output_tokens}) + "\n")
+            fh.write(
+                json.dumps(
+                    {"timestamp": round(r.offset_s * 1000), "text_input": pr.text, "output_length": r.output_tokens}
+                )
+                + "\n"
+            )
 
     timing = TimingModel.for_fleet(m, m.fleet(a.fleet))
     model_ttft = simulate_ttft([r.offset_s for r in schedule], a.input, a.output, timing)
@@ -269,13 +327,22 @@ def main() -> int:
         t0 = time.time()
         ours, extra = run_ours(mpath, a.fleet, url, tmp / "ours")
         b, s_, c = scrape_ttft(url)
-        results["ours"] = {"p95": p95(ours), "mean": sum(ours) / max(1, len(ours)), "n": len(ours), "srv_p95": server_p95(b),
-                           "srv_mean": s_ / c if c else math.nan, "srv_n": c, **extra}  # fmt: skip
+        results["ours"] = {
+            "p95": p95(ours),
+            "mean": sum(ours) / max(1, len(ours)),
+            "n": len(ours),
+            "srv_p95": server_p95(b),
+            "srv_mean": s_ / c if c else math.nan,
+            "srv_n": c,
+            **extra,
+        }
         print(f"ours done in {time.time() - t0:.0f} s", flush=True)
         sup.stop_all()
         if exe is None:
-            peer_note = ("aiperf not found: install it in its own venv (see this file's docstring and "
-                         "bench/requirements-peer.txt), then pass --aiperf PATH or set AIPERF_BIN")  # fmt: skip
+            peer_note = (
+                "aiperf not found: install it in its own venv (see this file's docstring and "
+                "bench/requirements-peer.txt), then pass --aiperf PATH or set AIPERF_BIN"
+            )
         else:
             (tmp / "peer").mkdir()
             # A fresh emulator of the same fleet, under its own Supervisor: reusing the name in
@@ -284,21 +351,29 @@ def main() -> int:
             try:
                 with Supervisor(tmp / "peer" / "logs") as sup2:
                     url2 = start_emulator(sup2, mpath, a.fleet, tmp / "peer", ["--no-check-files"])
-                    peer, own, peer_cmd = run_aiperf(exe, m.model.repo, url2, peer_trace, tok_dir, tmp / "aiperf", a.seconds + 240)
+                    peer, own, peer_cmd = run_aiperf(
+                        exe, m.model.repo, url2, peer_trace, tok_dir, tmp / "aiperf", a.seconds + 240
+                    )
                     b, s_, c = scrape_ttft(url2)
                     results["aiperf"] = {
-                        "p95": p95(peer), "mean": sum(peer) / max(1, len(peer)), "n": len(peer),
+                        "p95": p95(peer),
+                        "mean": sum(peer) / max(1, len(peer)),
+                        "n": len(peer),
                         "own_p95": own if own is not None else math.nan,
-                        "srv_p95": server_p95(b), "srv_mean": s_ / c if c else math.nan, "srv_n": c,
-                    }  # fmt: skip
+                        "srv_p95": server_p95(b),
+                        "srv_mean": s_ / c if c else math.nan,
+                        "srv_n": c,
+                    }
                     print(f"aiperf done in {time.time() - t0:.0f} s", flush=True)
             except (RuntimeError, subprocess.TimeoutExpired) as exc:
                 peer_note = f"aiperf failed: {exc}"
 
     gt = p95(model_ttft)
     print()
-    print(f"ground truth (timing model, ideal schedule): TTFT P95 {gt * 1000:.1f} ms, mean {sum(model_ttft) / len(model_ttft) * 1000:.1f} ms, "
-          f"{len(model_ttft)} requests")  # fmt: skip
+    print(
+        f"ground truth (timing model, ideal schedule): TTFT P95 {gt * 1000:.1f} ms, mean {sum(model_ttft) / len(model_ttft) * 1000:.1f} ms, "
+        f"{len(model_ttft)} requests"
+    )
     hdr = f"{'tool':<22}{'ok/sched':>9}{'P95 ms':>9}{'/model':>8}{'mean ms':>9}{'srv P95*':>10}{'srv mean':>10}{'/srv P95':>10}"
     print(hdr)
     print("-" * len(hdr))
@@ -309,13 +384,19 @@ def main() -> int:
     if "aiperf" in results:
         rows.append(("aiperf (from send)", results["aiperf"], results["aiperf"]["p95"], results["aiperf"]["mean"]))
     for name, row, v, mean in rows:
-        print(f"{name:<22}{int(row['n']):>4}/{len(schedule):<4}{v * 1000:>9.1f}{v / gt:>8.2f}{mean * 1000:>9.1f}"
-              f"{row['srv_p95'] * 1000:>10.1f}{row['srv_mean'] * 1000:>10.1f}{v / row['srv_p95']:>10.2f}")  # fmt: skip
+        print(
+            f"{name:<22}{int(row['n']):>4}/{len(schedule):<4}{v * 1000:>9.1f}{v / gt:>8.2f}{mean * 1000:>9.1f}"
+            f"{row['srv_p95'] * 1000:>10.1f}{row['srv_mean'] * 1000:>10.1f}{v / row['srv_p95']:>10.2f}"
+        )
     print("* srv = that run's own emulator /metrics histogram (P95 bucket-interpolated, mean exact = sum/count)")
     print(f"ours: schedule lag p99 {o['lag_p99_ms']:.2f} ms")
     if "aiperf" in results:
         own = results["aiperf"]["own_p95"]
-        print(f"aiperf's own reported TTFT P95: {own * 1000:.1f} ms" if not math.isnan(own) else "aiperf's own P95: not found in its export")
+        print(
+            f"aiperf's own reported TTFT P95: {own * 1000:.1f} ms"
+            if not math.isnan(own)
+            else "aiperf's own P95: not found in its export"
+        )
         print(f"peer: aiperf {aiperf_version(exe or '')}; command: {peer_cmd}")
     if peer_note:
         print(f"PEER NOT RUN: {peer_note}")

@@ -33,7 +33,9 @@ def main() -> None:
     tok: Tokenizer | None = HuggingFaceTokenizer(a.tokenizer) if a.tokenizer else None
     schedule = build_schedule(m)
     tokens = sum(r.input_tokens for r in schedule)
-    print(f"{a.manifest}: {len(schedule)} requests, {tokens:,} prompt tokens; tokenizer {a.tokenizer or m.tokenizer.kind}")
+    print(
+        f"{a.manifest}: {len(schedule)} requests, {tokens:,} prompt tokens; tokenizer {a.tokenizer or m.tokenizer.kind}"
+    )
     for api in ("chat", "completions"):
         times = []
         for _ in range(a.runs):
@@ -43,8 +45,10 @@ def main() -> None:
                 b.build(r)
             times.append(time.perf_counter() - t)
         med = statistics.median(times)
-        print(f"  {api:<11} median {med * 1e3:7.1f} ms over {a.runs} runs (range {min(times) * 1e3:.1f}-{max(times) * 1e3:.1f}); "
-              f"{med / len(schedule) * 1e3:.2f} ms per request, {tokens / med / 1e6:.2f} M prompt tokens/s")
+        print(
+            f"  {api:<11} median {med * 1e3:7.1f} ms over {a.runs} runs (range {min(times) * 1e3:.1f}-{max(times) * 1e3:.1f}); "
+            f"{med / len(schedule) * 1e3:.2f} ms per request, {tokens / med / 1e6:.2f} M prompt tokens/s"
+        )
 
 
 if __name__ == "__main__":

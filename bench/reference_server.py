@@ -91,7 +91,10 @@ def final_frames(chat: bool, n: int, prompt_tokens: int | None) -> bytes:
 
 
 def _plain(status: str, body: bytes = b"", ctype: str = "text/plain") -> bytes:
-    return f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body
+    return (
+        f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+        + body
+    )
 
 
 def _kernel_stamp(anc: list[tuple[int, int, bytes]], now: float) -> float:
@@ -106,7 +109,23 @@ def _kernel_stamp(anc: list[tuple[int, int, bytes]], now: float) -> float:
 
 
 class _Conn:
-    __slots__ = ("arrival", "buf", "chat", "closing", "due0", "fd", "first_write", "frame", "k", "n", "out", "prompt_tokens", "rid", "send", "sock")
+    __slots__ = (
+        "arrival",
+        "buf",
+        "chat",
+        "closing",
+        "due0",
+        "fd",
+        "first_write",
+        "frame",
+        "k",
+        "n",
+        "out",
+        "prompt_tokens",
+        "rid",
+        "send",
+        "sock",
+    )
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
@@ -129,7 +148,9 @@ class _Conn:
 class ReferenceServer:
     """Run with `serve_forever()` (blocks; one thread). Counters are read through TRUTH_PATH."""
 
-    def __init__(self, ttft_s: float, itl_s: float, host: str = "127.0.0.1", port: int = 0, *, spin: bool = False) -> None:
+    def __init__(
+        self, ttft_s: float, itl_s: float, host: str = "127.0.0.1", port: int = 0, *, spin: bool = False
+    ) -> None:
         if itl_s <= 0 or ttft_s < 0:
             raise ValueError("need itl > 0 and ttft >= 0")
         self.ttft_s = ttft_s
@@ -441,7 +462,13 @@ def lateness_summary(xs: array[float] | list[float]) -> dict[str, float | int]:
     s = sorted(xs)
     if not s:
         return {"n": 0, "p50": 0.0, "p90": 0.0, "p99": 0.0, "max": 0.0}
-    return {"n": len(s), "p50": s[len(s) // 2], "p90": s[int(len(s) * 0.9)], "p99": s[min(len(s) - 1, int(len(s) * 0.99))], "max": s[-1]}
+    return {
+        "n": len(s),
+        "p50": s[len(s) // 2],
+        "p90": s[int(len(s) * 0.9)],
+        "p99": s[min(len(s) - 1, int(len(s) * 0.99))],
+        "max": s[-1],
+    }
 
 
 # -- running it in another process, pinned ---------------------------------------------------------
@@ -480,7 +507,16 @@ def start(ttft_s: float, itl_s: float, workdir: Path, core: int | None = 1, *, s
     import subprocess
 
     port_file = workdir / f"reference-server-{os.getpid()}-{time.monotonic_ns()}.port"
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--ttft", str(ttft_s), "--itl", str(itl_s), "--port-file", str(port_file)]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--ttft",
+        str(ttft_s),
+        "--itl",
+        str(itl_s),
+        "--port-file",
+        str(port_file),
+    ]
     if spin:
         cmd.append("--spin")
     if core is not None and shutil.which("taskset") and core < (os.cpu_count() or 1):
@@ -498,7 +534,9 @@ def start(ttft_s: float, itl_s: float, workdir: Path, core: int | None = 1, *, s
 # -- its own ceiling: a bulk reader that costs the client side next to nothing ---------------------
 
 
-def bulk_read(port: int, rate: float, seconds: float, tokens: int, *, read_every_s: float = 0.05, timeout_s: float = 120.0) -> dict[str, int]:
+def bulk_read(
+    port: int, rate: float, seconds: float, tokens: int, *, read_every_s: float = 0.05, timeout_s: float = 120.0
+) -> dict[str, int]:
     """Open `rate x seconds` streams on schedule (completions API, `tokens` each) and read them in
     bulk: every `read_every_s` each readable socket is emptied with one large recv, so a
     token costs this side a fraction of a recv and the server, not the reader, is measured.
@@ -591,7 +629,9 @@ def kept_schedule(truth: dict[str, Any]) -> bool:
     return bool(truth["late_s"]["p90"] < MAX_LATE_P90_S and truth["first_late_s"]["p90"] < MAX_LATE_P90_S)
 
 
-def probe_server(server: ServerProcess, tokens_per_s: float, *, tokens: int = 500, steady_s: float = 4.0) -> ServerProbe:
+def probe_server(
+    server: ServerProcess, tokens_per_s: float, *, tokens: int = 500, steady_s: float = 4.0
+) -> ServerProbe:
     """Offer `tokens_per_s` (streams of `tokens`) read in bulk, long enough that the offered rate
     is reached: a stream's length of arrivals to fill up, then `steady_s` at full concurrency,
     the window the figures are taken over (an earlier version judged all arrivals of 8 s, which
@@ -621,12 +661,27 @@ def probe_server(server: ServerProcess, tokens_per_s: float, *, tokens: int = 50
     expected = int(rate * (stream_s + steady_s))
     held = res["ok"] == expected and kept_schedule(t)
     return ServerProbe(
-        tokens_per_s, rate, held, t["tokens"] / wall, late["p90"], late["p99"], first["p90"], first["p99"], t["busy_s"] / wall, res["ok"], expected
+        tokens_per_s,
+        rate,
+        held,
+        t["tokens"] / wall,
+        late["p90"],
+        late["p99"],
+        first["p90"],
+        first["p99"],
+        t["busy_s"] / wall,
+        res["ok"],
+        expected,
     )
 
 
 def server_ceiling(
-    server: ServerProcess, *, start_tokens_per_s: float = 80_000, growth: float = 1.25, probes: int = 3, log: Callable[[str], None] = print
+    server: ServerProcess,
+    *,
+    start_tokens_per_s: float = 80_000,
+    growth: float = 1.25,
+    probes: int = 3,
+    log: Callable[[str], None] = print,
 ) -> tuple[float, list[ServerProbe]]:
     """From `start_tokens_per_s`, x`growth` while a rate holds, /`growth` while none has held, at
     most `probes` rates; stops at the first miss above a hold. The ceiling is the highest rate
@@ -665,11 +720,20 @@ def main() -> int:
     ap.add_argument("--port-file", type=Path, help="write the bound port here once listening")
     ap.add_argument("--ttft", type=float, default=0.05, help="time to first token, from the request's arrival (s)")
     ap.add_argument("--itl", type=float, default=0.025, help="inter-token latency (s)")
-    ap.add_argument("--spin", action="store_true", help="poll without sleeping while streams are open (a core of its own)")
+    ap.add_argument(
+        "--spin", action="store_true", help="poll without sleeping while streams are open (a core of its own)"
+    )
     ap.add_argument("--ceiling", action="store_true", help="measure this server's own ceiling and exit")
     ap.add_argument("--json", action="store_true", help="with --ceiling: print one JSON object")
-    ap.add_argument("--start", type=float, default=80_000, help="with --ceiling: the first token rate offered (tokens/s)")
-    ap.add_argument("--probes", type=int, default=3, help="with --ceiling: at most this many rates (x1.25 up after a hold, /1.25 down before one)")
+    ap.add_argument(
+        "--start", type=float, default=80_000, help="with --ceiling: the first token rate offered (tokens/s)"
+    )
+    ap.add_argument(
+        "--probes",
+        type=int,
+        default=3,
+        help="with --ceiling: at most this many rates (x1.25 up after a hold, /1.25 down before one)",
+    )
     a = ap.parse_args()
     if a.ceiling:
         import tempfile
@@ -678,7 +742,9 @@ def main() -> int:
             child = start(a.ttft, a.itl, Path(tmp))
             _pin(0)
             try:
-                best, probes = server_ceiling(child, start_tokens_per_s=a.start, probes=a.probes, log=(lambda _s: None) if a.json else print)
+                best, probes = server_ceiling(
+                    child, start_tokens_per_s=a.start, probes=a.probes, log=(lambda _s: None) if a.json else print
+                )
             finally:
                 child.close()
         if a.json:

@@ -23,15 +23,24 @@ from urllib.parse import unquote
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 # No sandbox (containers run as root), no GPU, and nothing that phones home: QUIC, first-run,
 # background networking, component updates and sync are the requests a fresh profile would make.
-FLAGS = ("--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync")
+FLAGS = (
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
 
 
 @dataclass
 class PageReport:
     """What one page load showed."""
 
-    figures: list[tuple[float, float]] = field(default_factory=list)  # each <figure> <svg>'s rendered width, height (CSS px)
+    figures: list[tuple[float, float]] = field(
+        default_factory=list
+    )  # each <figure> <svg>'s rendered width, height (CSS px)
     headings: list[str] = field(default_factory=list)  # h1/h2/h3 text, in order
     console_errors: list[str] = field(default_factory=list)
     page_errors: list[str] = field(default_factory=list)
@@ -39,9 +48,13 @@ class PageReport:
     top_text: str = ""  # the text drawn wholly inside the first viewport (the first screen), whitespace collapsed
     links: list[str] = field(default_factory=list)  # every in-page link's href ('#...')
     broken_links: list[str] = field(default_factory=list)  # of those, the ones no element's id matches
-    figures_unlinked: list[str] = field(default_factory=list)  # figures (aria-label) whose caption links to no provenance entry
+    figures_unlinked: list[str] = field(
+        default_factory=list
+    )  # figures (aria-label) whose caption links to no provenance entry
     first_link_lands: bool | None = None  # following the first figure's provenance link scrolls its entry into view
-    boxes: dict[str, tuple[float, float]] = field(default_factory=dict)  # selector -> its first element's (top, bottom), CSS px
+    boxes: dict[str, tuple[float, float]] = field(
+        default_factory=dict
+    )  # selector -> its first element's (top, bottom), CSS px
 
 
 def chromium_available() -> str | None:
@@ -70,8 +83,14 @@ _UNLINKED = """() => [...document.querySelectorAll('figure')].filter(f => !f.que
   .map(f => (f.querySelector('svg') || f).getAttribute('aria-label') || '?')"""
 
 
-def load(report: Path, png: Path | None = None, width: int = 1280, height: int = 800, top_png: Path | None = None,
-         measure: tuple[str, ...] = ("#verdict",)) -> PageReport:
+def load(
+    report: Path,
+    png: Path | None = None,
+    width: int = 1280,
+    height: int = 800,
+    top_png: Path | None = None,
+    measure: tuple[str, ...] = ("#verdict",),
+) -> PageReport:
     """Load `report` from file:// once; requests to anything but file:// are recorded and aborted.
     `png`: a full-page screenshot; `top_png`: the first screen only (width x height); `measure`: CSS
     selectors whose first element's top and bottom to record (before any scrolling)."""
@@ -79,8 +98,13 @@ def load(report: Path, png: Path | None = None, width: int = 1280, height: int =
 
     seen = PageReport()
     with tempfile.TemporaryDirectory(prefix="report-browser-") as profile, sync_playwright() as pw:
-        ctx = pw.chromium.launch_persistent_context(profile, executable_path=CHROMIUM, headless=True, args=list(FLAGS),
-                                                    viewport={"width": width, "height": height})
+        ctx = pw.chromium.launch_persistent_context(
+            profile,
+            executable_path=CHROMIUM,
+            headless=True,
+            args=list(FLAGS),
+            viewport={"width": width, "height": height},
+        )
         try:
             page = ctx.new_page()
             page.on("console", lambda m: seen.console_errors.append(m.text) if m.type == "error" else None)
@@ -99,11 +123,16 @@ def load(report: Path, png: Path | None = None, width: int = 1280, height: int =
             size = "els => els.map(e => { const b = e.getBoundingClientRect(); return [b.width, b.height]; })"
             boxes = page.eval_on_selector_all("figure svg", size)
             seen.figures = [(float(w), float(h)) for w, h in boxes]
-            seen.headings = [t.strip() for t in page.eval_on_selector_all("h1, h2, h3", "els => els.map(e => e.textContent)")]
+            seen.headings = [
+                t.strip() for t in page.eval_on_selector_all("h1, h2, h3", "els => els.map(e => e.textContent)")
+            ]
             seen.top_text = " ".join(str(page.evaluate(_TOP_TEXT)).split())
             for sel in measure:
-                box = page.evaluate("s => { const e = document.querySelector(s); if (!e) return null; "
-                                    "const b = e.getBoundingClientRect(); return [b.top, b.bottom]; }", sel)
+                box = page.evaluate(
+                    "s => { const e = document.querySelector(s); if (!e) return null; "
+                    "const b = e.getBoundingClientRect(); return [b.top, b.bottom]; }",
+                    sel,
+                )
                 if box is not None:
                     seen.boxes[sel] = (float(box[0]), float(box[1]))
             if top_png is not None:
@@ -111,15 +140,21 @@ def load(report: Path, png: Path | None = None, width: int = 1280, height: int =
             if png is not None:
                 page.screenshot(path=str(png), full_page=True)
             seen.links = [str(h) for h in page.evaluate(_LINKS)]
-            seen.broken_links = [h for h in seen.links if not page.evaluate("id => !!document.getElementById(id)", unquote(h[1:]))]
+            seen.broken_links = [
+                h for h in seen.links if not page.evaluate("id => !!document.getElementById(id)", unquote(h[1:]))
+            ]
             seen.figures_unlinked = [str(x) for x in page.evaluate(_UNLINKED)]
             first = page.locator('figcaption a[href^="#prov-"]').first
             if first.count():
                 target = unquote(str(first.get_attribute("href"))[1:])
                 first.click()
-                seen.first_link_lands = bool(page.evaluate(
-                    "id => { const b = document.getElementById(id).getBoundingClientRect(); "
-                    "return b.top >= 0 && b.top < window.innerHeight; }", target))
+                seen.first_link_lands = bool(
+                    page.evaluate(
+                        "id => { const b = document.getElementById(id).getBoundingClientRect(); "
+                        "return b.top >= 0 && b.top < window.innerHeight; }",
+                        target,
+                    )
+                )
         finally:
             ctx.close()
     return seen
@@ -147,8 +182,12 @@ def main(argv: list[str] | None = None) -> int:
     seen = load(report, png)
     outside = [u for u in seen.requests if not u.startswith("file://")]
     print(f"{report}: {len(seen.figures)} figures, sizes (px) {', '.join(f'{w:.0f}x{h:.0f}' for w, h in seen.figures)}")
-    print(f"console errors {len(seen.console_errors)}, page errors {len(seen.page_errors)}, requests outside file:// {len(outside)}")
-    print(f"in-page links {len(seen.links)}, broken {len(seen.broken_links)}; figures without a provenance link {len(seen.figures_unlinked)}")
+    print(
+        f"console errors {len(seen.console_errors)}, page errors {len(seen.page_errors)}, requests outside file:// {len(outside)}"
+    )
+    print(
+        f"in-page links {len(seen.links)}, broken {len(seen.broken_links)}; figures without a provenance link {len(seen.figures_unlinked)}"
+    )
     for x in seen.console_errors + seen.page_errors + outside:
         print(f"  {x}")
     print(f"screenshot: {png}")

@@ -32,8 +32,13 @@ def synth_seconds(runs: int = 3) -> list[float]:
     for _ in range(runs):
         with tempfile.TemporaryDirectory() as out:
             t0 = time.perf_counter()
-            subprocess.run([sys.executable, "app.py"], cwd=ROOT, env={**os.environ, "CDK_OUTDIR": out},
-                           check=True, capture_output=True)
+            subprocess.run(
+                [sys.executable, "app.py"],
+                cwd=ROOT,
+                env={**os.environ, "CDK_OUTDIR": out},
+                check=True,
+                capture_output=True,
+            )
             times.append(time.perf_counter() - t0)
     return times
 
@@ -44,17 +49,25 @@ def main() -> int:
     a = ap.parse_args()
     py = sys.executable
     _run("emulator capacity", [py, "bench/emulator_capacity.py", *(["--streams", "200"] if a.quick else [])])
-    _run("loadgen capacity", [py, "bench/loadgen_capacity.py", *(["--rate", "10", "--seconds", "5"] if a.quick else [])])
+    _run(
+        "loadgen capacity", [py, "bench/loadgen_capacity.py", *(["--rate", "10", "--seconds", "5"] if a.quick else [])]
+    )
     _run("TTFT vs peer tool (aiperf)", [py, "bench/peer_compare.py", *(["--seconds", "10"] if a.quick else [])])
     if (ROOT / ".venv-engine" / "bin" / "python").is_file():  # `make engine`; it starts one real vLLM (CPU)
-        _run("TTFT/TPOT vs vllm bench serve (real vLLM, CPU)", [py, "bench/vllm_bench_compare.py", *(["--requests", "10"] if a.quick else [])])
+        _run(
+            "TTFT/TPOT vs vllm bench serve (real vLLM, CPU)",
+            [py, "bench/vllm_bench_compare.py", *(["--requests", "10"] if a.quick else [])],
+        )
     else:
         print("\n=== TTFT/TPOT vs vllm bench serve: skipped, no .venv-engine (make engine)", flush=True)
     _run("emulator vs published measurements", [py, "bench/calibration.py"])
     _run("analysis throughput", [py, "bench/analysis_throughput.py", *(["--records", "200000"] if a.quick else [])])
     _run("prompt synthesis", [py, "bench/prompt_build.py", *(["--runs", "1"] if a.quick else [])])
     # about 10 min per trace (a whole local campaign each): --quick runs the Mooncake excerpt only
-    _run("capacity search on every shipped trace", [py, "bench/capacity_search_traces.py", *(["--traces", "mooncake"] if a.quick else [])])
+    _run(
+        "capacity search on every shipped trace",
+        [py, "bench/capacity_search_traces.py", *(["--traces", "mooncake"] if a.quick else [])],
+    )
     t = synth_seconds(1 if a.quick else 3)
     print(f"\n=== cdk synth (python app.py): median {statistics.median(t):.1f} s over {len(t)} run(s)")
     return 0

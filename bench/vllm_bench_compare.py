@@ -77,14 +77,18 @@ class ToolFigures:
         def p(xs: list[float], q: float) -> str:
             return f"{interpolated_quantile(xs, q) * 1000:9.1f}" if xs else f"{'n/a':>9}"
 
-        return (f"{self.tool:<16}{self.completed:>5}{p(self.ttft_s, 0.5)}{p(self.ttft_s, 0.95)}"
-                f"{p(self.tpot_s, 0.5)}{p(self.tpot_s, 0.95)}{p(self.chunk_itl_s, 0.5)}{p(self.chunk_itl_s, 0.95)}")
+        return (
+            f"{self.tool:<16}{self.completed:>5}{p(self.ttft_s, 0.5)}{p(self.ttft_s, 0.95)}"
+            f"{p(self.tpot_s, 0.5)}{p(self.tpot_s, 0.95)}{p(self.chunk_itl_s, 0.5)}{p(self.chunk_itl_s, 0.95)}"
+        )
 
 
 HEADER = f"{'tool':<16}{'ok':>5}{'TTFT p50':>9}{'p95':>9}{'TPOT p50':>9}{'p95':>9}{'ITL p50':>9}{'p95':>9}   (ms)"
 
 
-def write_inputs(workdir: Path, manifest_data: dict[str, Any], n: int, rate: float, input_tokens: int, output_tokens: int) -> tuple[Path, Path]:
+def write_inputs(
+    workdir: Path, manifest_data: dict[str, Any], n: int, rate: float, input_tokens: int, output_tokens: int
+) -> tuple[Path, Path]:
     """The request set, twice: a manifest over a plain-jsonl trace (ours) and vLLM's custom
     dataset (prompt text + output_tokens) with the same prompts, in the same order."""
     trace = workdir / "trace.jsonl"
@@ -93,7 +97,10 @@ def write_inputs(workdir: Path, manifest_data: dict[str, Any], n: int, rate: flo
     data = json.loads(json.dumps(manifest_data))
     data["workload"].update(
         trace={"path": str(trace), "format": "plain-jsonl", "source": "bench/vllm_bench_compare.py constant rate"},
-        time_scale=1.0, rate_scale=1.0, window={"start_s": 0, "duration_s": n / rate + 1}, warmup_s=0,
+        time_scale=1.0,
+        rate_scale=1.0,
+        window={"start_s": 0, "duration_s": n / rate + 1},
+        warmup_s=0,
         request_class={"max_input_tokens": input_tokens, "max_output_tokens": output_tokens, "mode": "clip"},
     )
     data["workload"].pop("capacity_sweep", None)
@@ -112,24 +119,59 @@ def run_ours(manifest: Path, url: str, out: Path) -> ToolFigures:
     s = run_fleet(manifest, FLEET, url, out, options=ReplayOptions(api="completions"))
     recs = [r for r in read_records(sorted(out.glob(f"records-{FLEET}-*.jsonl"))) if r.outcome == Outcome.OK.value]
     ttft = [r.ttft_s - r.send_lag_s for r in recs if r.ttft_s is not None and r.send_lag_s is not None]
-    tpot = [(r.e2e_s - r.ttft_s) / (r.server_output_tokens - 1) for r in recs
-            if r.e2e_s is not None and r.ttft_s is not None and r.server_output_tokens and r.server_output_tokens > 1]
+    tpot = [
+        (r.e2e_s - r.ttft_s) / (r.server_output_tokens - 1)
+        for r in recs
+        if r.e2e_s is not None and r.ttft_s is not None and r.server_output_tokens and r.server_output_tokens > 1
+    ]
     itl = [r.itl_s for r in recs if r.itl_s is not None]
     assert s.invariant_holds(), s
     return ToolFigures("ours (loadgen)", len(recs), ttft, tpot, itl)
 
 
-def start_vllm_bench(dataset: Path, url: str, m_data: dict[str, Any], n: int, rate: float, checkpoint: Path, out: Path) -> subprocess.Popen[bytes]:
+def start_vllm_bench(
+    dataset: Path, url: str, m_data: dict[str, Any], n: int, rate: float, checkpoint: Path, out: Path
+) -> subprocess.Popen[bytes]:
     out.mkdir(parents=True, exist_ok=True)
     cmd = [
-        str(engines.engine_python()), "-c", VLLM_BENCH_SERVE,
-        "--backend", "openai", "--base-url", url, "--endpoint", "/v1/completions",
-        "--model", m_data["model"]["repo"], "--tokenizer", str(checkpoint),
-        "--dataset-name", "custom", "--dataset-path", str(dataset), "--num-prompts", str(n),
-        "--skip-chat-template", "--disable-shuffle", "--ignore-eos",
-        "--request-rate", str(rate), "--burstiness", "1000", "--seed", "0",
-        "--percentile-metrics", "ttft,tpot,itl", "--metric-percentiles", "50,95",
-        "--save-result", "--save-detailed", "--result-dir", str(out), "--result-filename", "vllm-bench.json",
+        str(engines.engine_python()),
+        "-c",
+        VLLM_BENCH_SERVE,
+        "--backend",
+        "openai",
+        "--base-url",
+        url,
+        "--endpoint",
+        "/v1/completions",
+        "--model",
+        m_data["model"]["repo"],
+        "--tokenizer",
+        str(checkpoint),
+        "--dataset-name",
+        "custom",
+        "--dataset-path",
+        str(dataset),
+        "--num-prompts",
+        str(n),
+        "--skip-chat-template",
+        "--disable-shuffle",
+        "--ignore-eos",
+        "--request-rate",
+        str(rate),
+        "--burstiness",
+        "1000",
+        "--seed",
+        "0",
+        "--percentile-metrics",
+        "ttft,tpot,itl",
+        "--metric-percentiles",
+        "50,95",
+        "--save-result",
+        "--save-detailed",
+        "--result-dir",
+        str(out),
+        "--result-filename",
+        "vllm-bench.json",
         "--disable-tqdm",
     ]
     env = {**engines.vllm_env(engines.EngineSettings()), "PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1"}
@@ -144,7 +186,9 @@ def wait_until_sending(proc: subprocess.Popen[bytes], log: Path, timeout_s: floa
         if "Burstiness factor" in log.read_text(errors="replace"):
             return
         if proc.poll() is not None:
-            raise RuntimeError(f"vllm bench serve exited {proc.returncode} before sending; log {log}:\n{log.read_text()[-3000:]}")
+            raise RuntimeError(
+                f"vllm bench serve exited {proc.returncode} before sending; log {log}:\n{log.read_text()[-3000:]}"
+            )
         time.sleep(0.2)
     proc.kill()
     raise RuntimeError(f"vllm bench serve did not start sending within {timeout_s:.0f} s; log {log}")
@@ -158,7 +202,9 @@ def finish_vllm_bench(proc: subprocess.Popen[bytes], out: Path) -> ToolFigures:
     res = json.loads((out / "vllm-bench.json").read_text())
     ok = [i for i, e in enumerate(res["errors"]) if not e]
     ttft = [res["ttfts"][i] for i in ok]
-    tpot = [(res["latencies"][i] - res["ttfts"][i]) / (res["output_lens"][i] - 1) for i in ok if res["output_lens"][i] > 1]
+    tpot = [
+        (res["latencies"][i] - res["ttfts"][i]) / (res["output_lens"][i] - 1) for i in ok if res["output_lens"][i] > 1
+    ]
     itl = [g for i in ok for g in res["itls"][i]]
     return ToolFigures("vllm bench serve", len(ok), ttft, tpot, itl)
 
@@ -170,7 +216,15 @@ class Comparison:
 
 
 def compare(
-    url: str, manifest_data: dict[str, Any], checkpoint: Path, workdir: Path, *, n: int, rate: float, input_tokens: int, output_tokens: int
+    url: str,
+    manifest_data: dict[str, Any],
+    checkpoint: Path,
+    workdir: Path,
+    *,
+    n: int,
+    rate: float,
+    input_tokens: int,
+    output_tokens: int,
 ) -> Comparison:
     """Both tools at once, ours starting as vLLM's begins its main run, so the shared machine's
     load at the moment weighs on both alike (one after the other, TPOT medians differed 6x here
@@ -191,7 +245,9 @@ def compare(
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument("--url", help="a running vLLM serving the real-engine manifest's checkpoint (default: start one here)")
+    ap.add_argument(
+        "--url", help="a running vLLM serving the real-engine manifest's checkpoint (default: start one here)"
+    )
     ap.add_argument("--manifest", default=str(REAL_MANIFEST))
     ap.add_argument("--requests", type=int, default=30)
     ap.add_argument("--rate", type=float, default=1.0, help="requests per second per tool, evenly spaced")
@@ -208,10 +264,16 @@ def main() -> int:
         if url is None:
             proc, url = engines.start_vllm_cpu(sup, m, FLEET)
             engines.wait_ready(sup, proc)
-        c = compare(url, data, checkpoint, Path(tmp), n=a.requests, rate=a.rate, input_tokens=a.input, output_tokens=a.output)
-    print(f"{a.requests} requests at {a.rate:g}/s from each tool at once, {a.input} prompt + {a.output} output tokens, one vLLM (CPU) at {url}")
-    print("TTFT from each tool's send; TPOT = (last - first token) / (server output tokens - 1); ITL = each tool's own per-request "
-          "value (ours: the record's itl_s; vLLM bench: every chunk gap)")
+        c = compare(
+            url, data, checkpoint, Path(tmp), n=a.requests, rate=a.rate, input_tokens=a.input, output_tokens=a.output
+        )
+    print(
+        f"{a.requests} requests at {a.rate:g}/s from each tool at once, {a.input} prompt + {a.output} output tokens, one vLLM (CPU) at {url}"
+    )
+    print(
+        "TTFT from each tool's send; TPOT = (last - first token) / (server output tokens - 1); ITL = each tool's own per-request "
+        "value (ours: the record's itl_s; vLLM bench: every chunk gap)"
+    )
     print(HEADER)
     print(c.ours.row())
     print(c.vllm.row())

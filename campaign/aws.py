@@ -51,7 +51,11 @@ def check_quotas(session: Any, m: Manifest, *, say: Any = print) -> None:
     short = quota_shortfalls(m, client)
     if short:
         raise QuotaTooLow("Service Quotas too low for this manifest; nothing was deployed:\n  " + "\n  ".join(short))
-    say("Service Quotas: " + ", ".join(f"{n.name} needs {n.vcpus} vCPU" for n in quota_needs(m)) + " - within the account's quotas")
+    say(
+        "Service Quotas: "
+        + ", ".join(f"{n.name} needs {n.vcpus} vCPU" for n in quota_needs(m))
+        + " - within the account's quotas"
+    )
     for t in unchecked_families(m):
         say(f"Service Quotas: no vCPU quota mapped for {t} (campaign.cloud_checks.EC2_VCPU_QUOTAS); not checked")
 
@@ -139,8 +143,11 @@ def container_insights_log_groups(session: Any, stack: str) -> list[str]:
     name is CloudFormation's generated <stack>-<logical id>-<suffix>."""
     logs = session.client("logs")
     prefix = f"/aws/ecs/containerinsights/{stack}-"
-    return [g["logGroupName"] for page in logs.get_paginator("describe_log_groups").paginate(logGroupNamePrefix=prefix)
-            for g in page.get("logGroups", [])]  # fmt: skip
+    return [
+        g["logGroupName"]
+        for page in logs.get_paginator("describe_log_groups").paginate(logGroupNamePrefix=prefix)
+        for g in page.get("logGroups", [])
+    ]
 
 
 def delete_container_insights_logs(session: Any, stack: str, *, say: Any = print) -> None:

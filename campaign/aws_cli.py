@@ -48,8 +48,15 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 
 
 def run_campaign(
-    session: Any, m: Manifest, out_dir: Path, *, duration_s: float | None = None, launcher: TaskLauncher | None = None,
-    poll_s: float = 10.0, capacity: bool = True, final_report: bool = True,
+    session: Any,
+    m: Manifest,
+    out_dir: Path,
+    *,
+    duration_s: float | None = None,
+    launcher: TaskLauncher | None = None,
+    poll_s: float = 10.0,
+    capacity: bool = True,
+    final_report: bool = True,
 ) -> CloudRunResult:
     """What `campaign run` does: the campaign's stages (campaign.orchestration) on the deployed
     fleets, the run directory uploaded under the run's prefix; `launcher` replaces ECS RunTask
@@ -64,13 +71,17 @@ def run_campaign(
         discovery = session.client("servicediscovery")
     else:
         discovery = None
-    run = CloudRun(m, cfg, launcher, session.client("s3"), out_dir=out_dir, poll_s=poll_s, discovery=discovery, run_id=run_id)
+    run = CloudRun(
+        m, cfg, launcher, session.client("s3"), out_dir=out_dir, poll_s=poll_s, discovery=discovery, run_id=run_id
+    )
     fleets = CloudFleets(run)
     stop = threading.Event()
     status = "failed"
     try:
         run.upload_inputs()
-        report = run_stages(m, fleets, run.run_dir, stop, duration_s=duration_s, capacity=capacity, final_report=final_report)
+        report = run_stages(
+            m, fleets, run.run_dir, stop, duration_s=duration_s, capacity=capacity, final_report=final_report
+        )
         status = "finished"
     except KeyboardInterrupt:
         stop.set()
@@ -91,8 +102,14 @@ def run_campaign(
 def cmd_run(args: argparse.Namespace) -> int:
     m = load_manifest(args.manifest)
     check_workload(m)  # every bad trace row, before any task starts
-    result = run_campaign(aws_session(m.costs.region), m, Path(args.out), duration_s=args.duration, capacity=not args.no_capacity,
-                          final_report=not args.no_report)  # CloudRunError: exit 1
+    result = run_campaign(
+        aws_session(m.costs.region),
+        m,
+        Path(args.out),
+        duration_s=args.duration,
+        capacity=not args.no_capacity,
+        final_report=not args.no_report,
+    )  # CloudRunError: exit 1
     if result.report is not None:
         rep = result.report
         print(f"decision: {rep.decision.state.upper()} — " + "; ".join(rep.decision.reasons))
@@ -182,29 +199,50 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     d = sub.add_parser("deploy", help="npx cdk deploy the comparison environment (refuses an invalid manifest)")
     d.add_argument("manifest", help=MANIFEST_HELP)
     d.add_argument("--yes", action="store_true", help="do not ask to approve IAM / security-group changes")
-    d.add_argument("--ami", action="append", metavar="FLEET=AMI_ID",
-                   help="the fleet's AMI id (repeatable); needed for NVIDIA fleets, whose DLAMI description names no driver")
-    d.add_argument("--weights-s3-uri", metavar="S3_URI",
-                   help="stage the checkpoint from s3://bucket/prefix/<commit>/ instead of the Hub (no hub token needed)")
+    d.add_argument(
+        "--ami",
+        action="append",
+        metavar="FLEET=AMI_ID",
+        help="the fleet's AMI id (repeatable); needed for NVIDIA fleets, whose DLAMI description names no driver",
+    )
+    d.add_argument(
+        "--weights-s3-uri",
+        metavar="S3_URI",
+        help="stage the checkpoint from s3://bucket/prefix/<commit>/ instead of the Hub (no hub token needed)",
+    )
     d.set_defaults(handler=cmd_deploy)
 
     r = sub.add_parser(
         "run",
         help="the whole campaign on the deployed fleets: readiness and quality gate, trace replay, capacity search and settle "
-             "phase per fleet (fresh Fargate master + workers per step), then the report",
+        "phase per fleet (fresh Fargate master + workers per step), then the report",
     )
     r.add_argument("manifest", help=MANIFEST_HELP + "; the one its stack was deployed from")
-    r.add_argument("--duration", type=float, help="replay only the first S seconds of the schedule (default: the whole window)")
-    r.add_argument("--out", default=f"runs/aws-{time.strftime('%Y%m%d')}", help="where the run's local copy goes (under <run id>/)")
-    r.add_argument("--no-capacity", action="store_true", help="stop after the trace replay: no capacity search, no settle phase")
-    r.add_argument("--no-report", action="store_true", help="do not build the report at the end (`campaign report --run-id` builds it)")
+    r.add_argument(
+        "--duration", type=float, help="replay only the first S seconds of the schedule (default: the whole window)"
+    )
+    r.add_argument(
+        "--out", default=f"runs/aws-{time.strftime('%Y%m%d')}", help="where the run's local copy goes (under <run id>/)"
+    )
+    r.add_argument(
+        "--no-capacity", action="store_true", help="stop after the trace replay: no capacity search, no settle phase"
+    )
+    r.add_argument(
+        "--no-report",
+        action="store_true",
+        help="do not build the report at the end (`campaign report --run-id` builds it)",
+    )
     r.set_defaults(handler=cmd_run)
 
     t = sub.add_parser(
-        "teardown", help="report first, then stop a run's tasks and delete the stack, then list anything still tagged with the campaign"
+        "teardown",
+        help="report first, then stop a run's tasks and delete the stack, then list anything still tagged with the campaign",
     )
     t.add_argument("manifest", help=MANIFEST_HELP + "; the one its stack was deployed from")
-    t.add_argument("--run-id", help="the run to report on (as `run` printed it), or its s3:// URI; its records are downloaded first")
+    t.add_argument(
+        "--run-id",
+        help="the run to report on (as `run` printed it), or its s3:// URI; its records are downloaded first",
+    )
     t.add_argument("--run-dir", help="a run's local directory (as `run` left it under --out) instead of --run-id")
     t.add_argument("--out", default="runs/aws-report", help="where the report goes")
     t.add_argument("--check-only", action="store_true", help="skip report and destroy; only list what is still tagged")

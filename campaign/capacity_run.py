@@ -47,8 +47,14 @@ class Interrupted(Exception):
 
 def settings_from(cfg: CapacitySearch) -> SearchSettings:
     return SearchSettings(
-        start_multiplier=cfg.start_multiplier, growth=cfg.growth, tolerance=cfg.tolerance, min_requests=cfg.min_requests,
-        max_steps=cfg.max_steps, time_budget_s=cfg.time_budget_s, min_multiplier=cfg.min_multiplier, max_multiplier=cfg.max_multiplier,
+        start_multiplier=cfg.start_multiplier,
+        growth=cfg.growth,
+        tolerance=cfg.tolerance,
+        min_requests=cfg.min_requests,
+        max_steps=cfg.max_steps,
+        time_budget_s=cfg.time_budget_s,
+        min_multiplier=cfg.min_multiplier,
+        max_multiplier=cfg.max_multiplier,
     )
 
 
@@ -64,14 +70,20 @@ def resolve_span(plan: StepPlan, offsets: list[float], min_requests: int) -> Ste
     why the trace cannot give the step its span and requests."""
     k = plan.multiplier
     if len(offsets) < min_requests:
-        return Stop(StopRule.TRACE_EXHAUSTED, f"{plan.label}: the trace has {len(offsets)} requests from the window's start, "
-                    f"fewer than min_requests {min_requests}")
+        return Stop(
+            StopRule.TRACE_EXHAUSTED,
+            f"{plan.label}: the trace has {len(offsets)} requests from the window's start, "
+            f"fewer than min_requests {min_requests}",
+        )
     # The n-th arrival must fall strictly inside [0, span): nudge past it.
     span = max(plan.span_s, offsets[min_requests - 1] / k + 1e-3)
     available = offsets[-1] / k
     if span > available:
-        return Stop(StopRule.TRACE_EXHAUSTED, f"{plan.label} ({plan.why}) needs {span:.1f} s of arrivals; at x{k:.4g} the trace "
-                    f"from the window's start gives {available:.1f} s: use a longer trace or a later window.start_s")
+        return Stop(
+            StopRule.TRACE_EXHAUSTED,
+            f"{plan.label} ({plan.why}) needs {span:.1f} s of arrivals; at x{k:.4g} the trace "
+            f"from the window's start gives {available:.1f} s: use a longer trace or a later window.start_s",
+        )
     return replace(plan, span_s=span)
 
 
@@ -90,7 +102,13 @@ def running_miss(m: Manifest, tail: RecordTail, planned: int) -> str | None:
 
 
 def measure_step(
-    m: Manifest, fleet: str, records_dir: Path, label: str, multiplier: float, why: str, planned_span_s: float,
+    m: Manifest,
+    fleet: str,
+    records_dir: Path,
+    label: str,
+    multiplier: float,
+    why: str,
+    planned_span_s: float,
     settings: SearchSettings,
 ) -> SearchStep:
     """A step's verdict from its records, by the report's rules (`analysis.goodput`); a run its
@@ -102,25 +120,56 @@ def measure_step(
     met_life = goodput.median_e2e(rs, slo.ttft_p95_s, slo.itl_p95_s).get(fleet)
     invalid = [r for s in rs.summaries.values() if s.fleet == fleet and not s.valid for r in s.invalid_reasons]
     if fm is None or fm.requests == 0:
-        verdict, detail = judge(held_slo=False, requests=0, arrival_span_s=None, median_lifetime_s=None, settings=settings,
-                                failed="no records: " + ("; ".join(invalid) or "nothing was measured"))
-        return SearchStep(label, multiplier, why, planned_span_s, verdict, 0, None, None, None, None, None, None, detail)
+        verdict, detail = judge(
+            held_slo=False,
+            requests=0,
+            arrival_span_s=None,
+            median_lifetime_s=None,
+            settings=settings,
+            failed="no records: " + ("; ".join(invalid) or "nothing was measured"),
+        )
+        return SearchStep(
+            label, multiplier, why, planned_span_s, verdict, 0, None, None, None, None, None, None, detail
+        )
     failed = []
     if fm.p95_ttft_s is None or fm.p95_ttft_s > slo.ttft_p95_s:
-        failed.append(f"P95 TTFT {'none' if fm.p95_ttft_s is None else f'{fm.p95_ttft_s:.3g}'} s > {slo.ttft_p95_s:g} s")
+        failed.append(
+            f"P95 TTFT {'none' if fm.p95_ttft_s is None else f'{fm.p95_ttft_s:.3g}'} s > {slo.ttft_p95_s:g} s"
+        )
     itl_missed = fm.p95_itl_s is not None and fm.p95_itl_s > slo.itl_p95_s
     if itl_missed:
         failed.append(f"P95 ITL {fm.p95_itl_s:.3g} s > {slo.itl_p95_s:g} s")
     if fm.error_rate is None or fm.error_rate > slo.max_error_rate:
-        failed.append(f"error rate {'none' if fm.error_rate is None else f'{fm.error_rate:.3f}'} > {slo.max_error_rate:g}")
+        failed.append(
+            f"error rate {'none' if fm.error_rate is None else f'{fm.error_rate:.3f}'} > {slo.max_error_rate:g}"
+        )
     held = fm.slo_pass(slo.ttft_p95_s, slo.itl_p95_s, slo.max_error_rate)
     span = fm.window_s or None
-    verdict, detail = judge(held_slo=held, requests=fm.requests, arrival_span_s=span, median_lifetime_s=life,
-                            settings=settings, failed="; ".join(failed), invalid="; ".join(dict.fromkeys(invalid)))
+    verdict, detail = judge(
+        held_slo=held,
+        requests=fm.requests,
+        arrival_span_s=span,
+        median_lifetime_s=life,
+        settings=settings,
+        failed="; ".join(failed),
+        invalid="; ".join(dict.fromkeys(invalid)),
+    )
     sent = fm.requests - fm.not_sent
     return SearchStep(
-        label, multiplier, why, planned_span_s, verdict, fm.requests, span,
-        fm.requests / span if span else None, life, fm.p95_ttft_s, fm.p95_itl_s, fm.error_rate, detail, met_life,
+        label,
+        multiplier,
+        why,
+        planned_span_s,
+        verdict,
+        fm.requests,
+        span,
+        fm.requests / span if span else None,
+        life,
+        fm.p95_ttft_s,
+        fm.p95_itl_s,
+        fm.error_rate,
+        detail,
+        met_life,
         fm.successful_requests / sent if sent else None,
         itl_missed=itl_missed,
     )
@@ -150,8 +199,13 @@ def step_options(m: Manifest, plan: StepPlan) -> ReplayOptions:
     from loadgen.replay_options import ReplayOptions
 
     ts = m.workload.time_scale
-    return ReplayOptions(rate_multiplier=plan.multiplier, slo_deadline=True, warmup=False,
-                         window_s=plan.span_s * plan.multiplier / ts, skip_s=plan.skip_s / ts)
+    return ReplayOptions(
+        rate_multiplier=plan.multiplier,
+        slo_deadline=True,
+        warmup=False,
+        window_s=plan.span_s * plan.multiplier / ts,
+        skip_s=plan.skip_s / ts,
+    )
 
 
 class StepRunner(Protocol):
@@ -161,7 +215,9 @@ class StepRunner(Protocol):
     simulated time (`campaign plan`). Either writes the step's records into `step_dir`, which
     `measure_step` then judges by the report's rules."""
 
-    def run(self, fleet: str, plan: StepPlan, step_dir: Path, planned: int, stop: threading.Event) -> tuple[float, str | None]:
+    def run(
+        self, fleet: str, plan: StepPlan, step_dir: Path, planned: int, stop: threading.Event
+    ) -> tuple[float, str | None]:
         """Run the step; (seconds it took, the certain miss it was stopped on, if any)."""
         ...
 
@@ -174,18 +230,32 @@ class LocalSteps:
     """Steps replayed by the real Locust (loadgen.launch) against each fleet's endpoint, watched
     as they run and stopped on a certain miss."""
 
-    def __init__(self, m: Manifest, manifest_path: Path, endpoints: Mapping[str, str], handles: MutableMapping[str, FleetRun],
-                 cpus: Mapping[str, set[int]] | None = None):
+    def __init__(
+        self,
+        m: Manifest,
+        manifest_path: Path,
+        endpoints: Mapping[str, str],
+        handles: MutableMapping[str, FleetRun],
+        cpus: Mapping[str, set[int]] | None = None,
+    ):
         self.m, self.manifest_path, self.endpoints, self.handles = m, manifest_path, endpoints, handles
         self.cpus = cpus or {}  # per fleet: the cores its Locust may use (kept off a CPU engine's core)
 
-    def run(self, fleet: str, plan: StepPlan, step_dir: Path, planned: int, stop: threading.Event) -> tuple[float, str | None]:
+    def run(
+        self, fleet: str, plan: StepPlan, step_dir: Path, planned: int, stop: threading.Event
+    ) -> tuple[float, str | None]:
         from loadgen.launch import start_fleet
 
         t0 = time.monotonic()
         # trace seconds whose arrivals land inside the span at rate x k (offsets are trace seconds x time_scale)
-        h = self.handles[fleet] = start_fleet(self.manifest_path, fleet, self.endpoints[fleet], step_dir, step_options(self.m, plan),
-                                              cpus=self.cpus.get(fleet))
+        h = self.handles[fleet] = start_fleet(
+            self.manifest_path,
+            fleet,
+            self.endpoints[fleet],
+            step_dir,
+            step_options(self.m, plan),
+            cpus=self.cpus.get(fleet),
+        )
         early = None
         tail = RecordTail(step_dir, fleet, planned)
         while not h.poll() and not stop.is_set():
@@ -203,8 +273,15 @@ class LocalSteps:
 
 
 def search_fleet(
-    m: Manifest, fleet: str, fleet_dir: Path, cfg: CapacitySearch, first_lifetime_s: float, runner: StepRunner,
-    stop: threading.Event, log: Callable[[str], None] | None = None, seed: tuple[SearchStep, ...] = (),
+    m: Manifest,
+    fleet: str,
+    fleet_dir: Path,
+    cfg: CapacitySearch,
+    first_lifetime_s: float,
+    runner: StepRunner,
+    stop: threading.Event,
+    log: Callable[[str], None] | None = None,
+    seed: tuple[SearchStep, ...] = (),
 ) -> SearchPath:
     log = log or (lambda line: print(line, flush=True))
     settings = settings_from(cfg)
@@ -218,21 +295,38 @@ def search_fleet(
         step = measure_step(m, fleet, step_dir, plan.label, plan.multiplier, plan.why, plan.span_s, settings)
         if early is not None:
             step = replace(step, detail=f"{step.detail} (stopped early, a certain miss: {early})")
-        log(f"capacity search {fleet} {plan.label} ({plan.why}): {step.requests} requests over {step.arrival_span_s or 0:.1f} s, "
-            f"{step.verdict}: {step.detail} [{took:.0f} s]")
+        log(
+            f"capacity search {fleet} {plan.label} ({plan.why}): {step.requests} requests over {step.arrival_span_s or 0:.1f} s, "
+            f"{step.verdict}: {step.detail} [{took:.0f} s]"
+        )
         return step, took
 
     for st in seed:
-        log(f"capacity search {fleet} starts from {st.label} (x{st.multiplier:g}): {st.requests} requests, {st.verdict}: {st.detail}")
-    path = search(fleet, settings, run, first_lifetime_s, resolve=lambda p: resolve_span(p, offsets, settings.min_requests), seed=seed)
+        log(
+            f"capacity search {fleet} starts from {st.label} (x{st.multiplier:g}): {st.requests} requests, {st.verdict}: {st.detail}"
+        )
+    path = search(
+        fleet,
+        settings,
+        run,
+        first_lifetime_s,
+        resolve=lambda p: resolve_span(p, offsets, settings.min_requests),
+        seed=seed,
+    )
     write_search_path(path, fleet_dir)
     log(f"capacity search {fleet}: stopped ({path.stop_rule}): {path.stop_detail}")
     return path
 
 
 def run_search(
-    m: Manifest, fleets: list[str], runner: StepRunner, root: Path, replay_dir: Path | None, stop: threading.Event,
-    log: Callable[[str], None] | None = None, concurrent: int | None = None,
+    m: Manifest,
+    fleets: list[str],
+    runner: StepRunner,
+    root: Path,
+    replay_dir: Path | None,
+    stop: threading.Event,
+    log: Callable[[str], None] | None = None,
+    concurrent: int | None = None,
 ) -> dict[str, Path]:
     """Every fleet's search, `concurrent` at a time (default: all side by side); returns the
     report's capacity steps ("<fleet>/x<k>" -> directory)."""
@@ -244,8 +338,18 @@ def run_search(
     pool = ThreadPoolExecutor(max_workers=concurrent or len(fleets))
     try:
         futures = {
-            name: pool.submit(search_fleet, m, name, root / name, cfg, lives[name], runner, stop, log,
-                              tuple(st for st in (seeds[name],) if st is not None))
+            name: pool.submit(
+                search_fleet,
+                m,
+                name,
+                root / name,
+                cfg,
+                lives[name],
+                runner,
+                stop,
+                log,
+                tuple(st for st in (seeds[name],) if st is not None),
+            )
             for name in fleets
         }
         paths = {name: f.result() for name, f in futures.items()}
@@ -255,11 +359,20 @@ def run_search(
         raise
     finally:
         pool.shutdown(wait=True)
-    return {f"{name}/{s.label}": root / name / s.label for name, p in paths.items() for s in p.steps if s.label != REPLAY}
+    return {
+        f"{name}/{s.label}": root / name / s.label for name, p in paths.items() for s in p.steps if s.label != REPLAY
+    }
 
 
-def run_sweep(m: Manifest, fleets: list[str], runner: StepRunner, root: Path, stop: threading.Event,
-              log: Callable[[str], None] | None = None, concurrent: int | None = None) -> dict[str, Path]:
+def run_sweep(
+    m: Manifest,
+    fleets: list[str],
+    runner: StepRunner,
+    root: Path,
+    stop: threading.Event,
+    log: Callable[[str], None] | None = None,
+    concurrent: int | None = None,
+) -> dict[str, Path]:
     """The explicit sweep: one open-loop step of `step_s` replay seconds per multiplier, fleets side
     by side, each step's records in `root/x<k>/` (shared by the fleets), through the same runner as
     the search (so a step stops early on a certain miss here too)."""
@@ -275,10 +388,16 @@ def run_sweep(m: Manifest, fleets: list[str], runner: StepRunner, root: Path, st
                 raise Interrupted
             plan = StepPlan(k, sweep.step_s, "the manifest's fixed sweep")
             step_dir = root / plan.label
-            futures = {name: pool.submit(runner.run, name, plan, step_dir, planned_requests(plan, offsets), stop) for name in fleets}
+            futures = {
+                name: pool.submit(runner.run, name, plan, step_dir, planned_requests(plan, offsets), stop)
+                for name in fleets
+            }
             for name, f in futures.items():
                 took, early = f.result()
-                log(f"capacity step {plan.label} {name}: [{took:.0f} s]" + (f" stopped early, a certain miss: {early}" if early else ""))
+                log(
+                    f"capacity step {plan.label} {name}: [{took:.0f} s]"
+                    + (f" stopped early, a certain miss: {early}" if early else "")
+                )
             dirs[plan.label] = step_dir
     except BaseException:
         stop.set()

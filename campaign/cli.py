@@ -36,8 +36,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
         if issues:
             raise ManifestError(issues, args.manifest)
     scheduled = len(check_workload(m))  # the whole trace: every bad row listed (TraceError), exit 2
-    print(f"ok: {args.manifest} campaign={m.campaign} digest={m.digest} (checked for a {args.target} campaign); "
-          f"trace {m.trace_path.name}: {scheduled} requests scheduled")
+    print(
+        f"ok: {args.manifest} campaign={m.campaign} digest={m.digest} (checked for a {args.target} campaign); "
+        f"trace {m.trace_path.name}: {scheduled} requests scheduled"
+    )
     return EXIT_OK
 
 
@@ -53,10 +55,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
         prediction = predict(m)
     if args.json:
-        out: dict[str, object] = {"campaign": m.campaign, "manifest_digest": m.digest, "fleets": [p.as_dict() for p in plans]}
+        out: dict[str, object] = {
+            "campaign": m.campaign,
+            "manifest_digest": m.digest,
+            "fleets": [p.as_dict() for p in plans],
+        }
         if prediction is not None:
-            out.update(campaign_minutes=prediction.campaign_minutes, campaign_usd=prediction.campaign_usd,
-                       predicted_decision=prediction.predicted_decision, prediction=prediction.as_dict())
+            out.update(
+                campaign_minutes=prediction.campaign_minutes,
+                campaign_usd=prediction.campaign_usd,
+                predicted_decision=prediction.predicted_decision,
+                prediction=prediction.as_dict(),
+            )
         print(json.dumps(out, indent=2))
     else:
         print(render_text(m, plans))
@@ -72,8 +82,13 @@ def cmd_local(args: argparse.Namespace) -> int:
     check_workload(_load(args.manifest))  # a bad trace row stops it here, before any fleet starts
     out = Path(args.out) if args.out else Path("runs") / time.strftime("local-%Y%m%d-%H%M%S")
     return run_local(
-        Path(args.manifest), out, duration_s=args.duration, workers=args.workers, capacity=not args.skip_capacity,
-        engine=args.engine, ui=args.ui,
+        Path(args.manifest),
+        out,
+        duration_s=args.duration,
+        workers=args.workers,
+        capacity=not args.skip_capacity,
+        engine=args.engine,
+        ui=args.ui,
     ).exit_code
 
 
@@ -100,32 +115,63 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("validate", help="check a manifest; exit 2 listing every bad field")
     v.add_argument("manifest", help=MANIFEST_HELP)
     v.add_argument(
-        "--for", dest="target", choices=("local", "cloud"), default="local",
+        "--for",
+        dest="target",
+        choices=("local", "cloud"),
+        default="local",
         help="cloud: also refuse what a deploy cannot use (illustrative hashes/digests, a gated model without a token ARN, "
-             "a documentation-range operator CIDR); `deploy` runs these checks itself",
-    )  # fmt: skip
-    v.add_argument("--weights-s3-uri", metavar="S3_URI", help="with --for cloud: the weights come from S3, so a gated model needs no hub token")
+        "a documentation-range operator CIDR); `deploy` runs these checks itself",
+    )
+    v.add_argument(
+        "--weights-s3-uri",
+        metavar="S3_URI",
+        help="with --for cloud: the weights come from S3, so a gated model needs no hub token",
+    )
     v.set_defaults(handler=cmd_validate)
 
-    pl = sub.add_parser("plan", help="memory fit, roofline ceilings and price per fleet, then the whole campaign in simulated time: "
-                        "predicted capacity, fleet size, decision, and the cloud campaign's minutes and cost")
+    pl = sub.add_parser(
+        "plan",
+        help="memory fit, roofline ceilings and price per fleet, then the whole campaign in simulated time: "
+        "predicted capacity, fleet size, decision, and the cloud campaign's minutes and cost",
+    )
     pl.add_argument("manifest", help=MANIFEST_HELP)
-    pl.add_argument("--json", action="store_true", help="machine-readable output (campaign_minutes, campaign_usd, predicted_decision)")
-    pl.add_argument("--no-simulate", action="store_true", help="only the back-of-envelope figures: no simulated campaign")
+    pl.add_argument(
+        "--json",
+        action="store_true",
+        help="machine-readable output (campaign_minutes, campaign_usd, predicted_decision)",
+    )
+    pl.add_argument(
+        "--no-simulate", action="store_true", help="only the back-of-envelope figures: no simulated campaign"
+    )
     pl.set_defaults(handler=cmd_plan)
 
-    lo = sub.add_parser("local", help="run the whole campaign on this machine against emulated accelerators (or real vLLM on the CPU)")
+    lo = sub.add_parser(
+        "local", help="run the whole campaign on this machine against emulated accelerators (or real vLLM on the CPU)"
+    )
     lo.add_argument("manifest", help=MANIFEST_HELP)
-    lo.add_argument("--duration", type=float, help="replay only the first S seconds of the schedule (default: the whole window)")
+    lo.add_argument(
+        "--duration", type=float, help="replay only the first S seconds of the schedule (default: the whole window)"
+    )
     lo.add_argument("--out", help="output directory (default: runs/local-TIMESTAMP)")
     lo.add_argument("--workers", type=int, default=1, help="Locust worker processes per fleet (default 1)")
-    lo.add_argument("--skip-capacity", action="store_true", help="skip the manifest's capacity sweep (sizing then rests on the replay)")
-    lo.add_argument("--engine", choices=["emulator", "vllm-cpu"], default="emulator",
-                    help="what serves each fleet: the accelerator emulator (default) or a real vLLM CPU process from .venv-engine "
-                         "(`make engine`) serving the checkpoint next to tokenizer.path (manifests/tiny-llama-real-engine.yaml)")
-    lo.add_argument("--ui", action="store_true",
-                    help="serve each fleet's Locust web UI on loopback during the trace replay, as the cloud master does "
-                         "(the URLs are printed at the start; each stays up 10 s after its replay)")
+    lo.add_argument(
+        "--skip-capacity",
+        action="store_true",
+        help="skip the manifest's capacity sweep (sizing then rests on the replay)",
+    )
+    lo.add_argument(
+        "--engine",
+        choices=["emulator", "vllm-cpu"],
+        default="emulator",
+        help="what serves each fleet: the accelerator emulator (default) or a real vLLM CPU process from .venv-engine "
+        "(`make engine`) serving the checkpoint next to tokenizer.path (manifests/tiny-llama-real-engine.yaml)",
+    )
+    lo.add_argument(
+        "--ui",
+        action="store_true",
+        help="serve each fleet's Locust web UI on loopback during the trace replay, as the cloud master does "
+        "(the URLs are printed at the start; each stays up 10 s after its replay)",
+    )
     lo.set_defaults(handler=cmd_local)
 
     from campaign import aws_cli, report_cli

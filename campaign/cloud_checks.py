@@ -41,22 +41,44 @@ def cloud_issues(m: Manifest, *, weights_from_s3: bool = False) -> list[Issue]:
     issues: list[Issue] = []
     for name, digest in sorted(m.model.weight_files.items()):
         if digest in ILLUSTRATIVE_VALUES:
-            issues.append(Issue(f"model.weight_files.{name}", "illustrative hash from the example; put `sha256sum` of this file at model.commit"))
+            issues.append(
+                Issue(
+                    f"model.weight_files.{name}",
+                    "illustrative hash from the example; put `sha256sum` of this file at model.commit",
+                )
+            )
     for i, f in enumerate(m.fleets):
         digest = f.serving.image.rsplit("@sha256:", 1)[-1]
         if digest in ILLUSTRATIVE_VALUES:
-            issues.append(Issue(f"fleets[{i}].serving.image", "illustrative digest from the example; pin the image's real digest "
-                                                               "(`docker buildx imagetools inspect IMAGE:TAG`)"))
+            issues.append(
+                Issue(
+                    f"fleets[{i}].serving.image",
+                    "illustrative digest from the example; pin the image's real digest "
+                    "(`docker buildx imagetools inspect IMAGE:TAG`)",
+                )
+            )
         if f.replicas_per_instance > 1:
-            issues.append(Issue(f"fleets[{i}].replicas_per_instance", "the fleet boot script starts one server per instance "
-                                                                       "(core/serving.py); data parallel is emulated and planned only"))
+            issues.append(
+                Issue(
+                    f"fleets[{i}].replicas_per_instance",
+                    "the fleet boot script starts one server per instance "
+                    "(core/serving.py); data parallel is emulated and planned only",
+                )
+            )
     owner = m.model.repo.split("/", 1)[0]
     if owner in GATED_REPO_OWNERS and not m.model.hub_token_secret_arn and not weights_from_s3:
-        issues.append(Issue("model.hub_token_secret_arn", f"{m.model.repo} is gated on the Hugging Face Hub: name the Secrets Manager "
-                                                          "secret holding a read token, or stage the weights in S3 (--weights-s3-uri)"))
+        issues.append(
+            Issue(
+                "model.hub_token_secret_arn",
+                f"{m.model.repo} is gated on the Hugging Face Hub: name the Secrets Manager "
+                "secret holding a read token, or stage the weights in S3 (--weights-s3-uri)",
+            )
+        )
     net = ipaddress.ip_network(m.operator.cidr, strict=False)
     if any(net.version == d.version and net.subnet_of(d) for d in DOCUMENTATION_NETWORKS):  # type: ignore[arg-type]
-        issues.append(Issue("operator.cidr", f"{m.operator.cidr} is a documentation range; set your office or VPN range"))
+        issues.append(
+            Issue("operator.cidr", f"{m.operator.cidr} is a documentation range; set your office or VPN range")
+        )
     return issues
 
 
@@ -93,22 +115,30 @@ def quota_needs(m: Manifest) -> list[QuotaNeed]:
 
     by_code: dict[str, QuotaNeed] = {}
     for f in m.fleets:
-        fam = re.match(r"^[a-z]+", f.instance_type)[0]  # type: ignore[index]
+        fam = _family(f.instance_type)
         if fam not in EC2_VCPU_QUOTAS:
             continue  # no quota mapped for this family: `deploy` says so (unchecked_families)
         code, name = EC2_VCPU_QUOTAS[fam]
         vcpus = f.asg.max * catalog.instance(f.instance_type).vcpus
         why = f"{f.name}: asg.max {f.asg.max} x {catalog.instance(f.instance_type).vcpus} vCPU ({f.instance_type})"
         prev = by_code.get(code)
-        by_code[code] = QuotaNeed("ec2", code, name, vcpus + (prev.vcpus if prev else 0), f"{prev.why} + {why}" if prev else why)
+        by_code[code] = QuotaNeed(
+            "ec2", code, name, vcpus + (prev.vcpus if prev else 0), f"{prev.why} + {why}" if prev else why
+        )
     tasks = len(m.fleets) * (1 + m.loadgen.workers)
     fargate = tasks * LOADGEN_TASK_VCPU + PROMETHEUS_TASK_VCPU
     why = f"{len(m.fleets)} fleets x (1 master + {m.loadgen.workers} workers) x {LOADGEN_TASK_VCPU} vCPU + Prometheus {PROMETHEUS_TASK_VCPU} vCPU"
     return [*by_code.values(), QuotaNeed("fargate", FARGATE_VCPU_QUOTA[0], FARGATE_VCPU_QUOTA[1], fargate, why)]
 
 
+def _family(instance_type: str) -> str:
+    """The quota family: the type's leading letters ("inf2.xlarge" -> "inf", "g6e.xlarge" -> "g")."""
+    match = re.match(r"[a-z]*", instance_type)
+    return match[0] if match else ""
+
+
 def unchecked_families(m: Manifest) -> list[str]:
-    return sorted({f.instance_type for f in m.fleets if re.match(r"^[a-z]+", f.instance_type)[0] not in EC2_VCPU_QUOTAS})  # type: ignore[index]
+    return sorted({f.instance_type for f in m.fleets if _family(f.instance_type) not in EC2_VCPU_QUOTAS})
 
 
 def quota_value(client: Any, service: str, code: str) -> float:

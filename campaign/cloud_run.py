@@ -96,7 +96,9 @@ def replay_run_time_s(m: Manifest, schedule_span_s: float, duration_s: float | N
     return int(span + m.loadgen.request_timeout_s + 60)
 
 
-def upload_inputs(s3: Any, m: Manifest, results_uri: str, run_id: str, schedule: Sequence[ScheduledRequest] | None = None) -> cc.RunInputs:
+def upload_inputs(
+    s3: Any, m: Manifest, results_uri: str, run_id: str, schedule: Sequence[ScheduledRequest] | None = None
+) -> cc.RunInputs:
     """The manifest (byte for byte: its digest is what the tasks check), the trace and the
     schedule description, under <run>/inputs/."""
     from core.schedule import build_schedule, schedule_digest
@@ -210,13 +212,17 @@ class CloudRun:
 
         self.say(f"run {self.run_id}: uploading inputs to {cc.inputs_uri(self.cfg.results_uri, self.run_id)}/")
         desc = upload_inputs(self.s3, self.m, self.cfg.results_uri, self.run_id, build_schedule(self.m))
-        self.say(f"run {self.run_id}: {desc.requests} scheduled requests per fleet (schedule {desc.schedule_digest[:12]})")
+        self.say(
+            f"run {self.run_id}: {desc.requests} scheduled requests per fleet (schedule {desc.schedule_digest[:12]})"
+        )
         self.write_run_record("starting")
         return desc
 
     # --- tasks ------------------------------------------------------------------------------
 
-    def _spec(self, role: Role, fleet: str, extra: Mapping[str, str], command: tuple[str, ...] | None = None) -> TaskSpec:
+    def _spec(
+        self, role: Role, fleet: str, extra: Mapping[str, str], command: tuple[str, ...] | None = None
+    ) -> TaskSpec:
         env = {cc.ENV_RUN_ID: self.run_id, cc.ENV_FLEET: fleet, cc.ENV_HOST: self.cfg.targets[fleet], **extra}
         definition = self.cfg.master_task_definition if role == "master" else self.cfg.worker_task_definition
         return TaskSpec(role, fleet, definition, env, command)
@@ -245,8 +251,13 @@ class CloudRun:
                     self._register(t, new.address)
             t.status = new
 
-    def _wait_stopped(self, group: Sequence[RunningTask], deadline: float, on_poll: Callable[[], bool] | None = None,
-                      progress: Callable[[float], None] | None = None) -> None:
+    def _wait_stopped(
+        self,
+        group: Sequence[RunningTask],
+        deadline: float,
+        on_poll: Callable[[], bool] | None = None,
+        progress: Callable[[float], None] | None = None,
+    ) -> None:
         """Until every task of `group` stopped; `on_poll()` returning True stops them early."""
         t0 = time.monotonic()
         last = 0.0
@@ -285,24 +296,40 @@ class CloudRun:
         """One gate task per fleet (loadgen/gate_task.py); their results from S3."""
         from loadgen.gate_task import ENV_READY_TIMEOUT, gate_key
 
-        group = [self._start(self._spec("gate", f, {ENV_READY_TIMEOUT: f"{t:g}"}, ("--gate",))) for f, t in ready_timeout_s.items()]
-        self.say("waiting for every fleet to serve the model through its NLB, then the quality gate: " +
-                 ", ".join(f"{f} (up to {t / 60:.0f} min)" for f, t in ready_timeout_s.items()))
+        group = [
+            self._start(self._spec("gate", f, {ENV_READY_TIMEOUT: f"{t:g}"}, ("--gate",)))
+            for f, t in ready_timeout_s.items()
+        ]
+        self.say(
+            "waiting for every fleet to serve the model through its NLB, then the quality gate: "
+            + ", ".join(f"{f} (up to {t / 60:.0f} min)" for f, t in ready_timeout_s.items())
+        )
         self._wait_stopped(group, time.monotonic() + max(ready_timeout_s.values()) + PROVISIONING_MARGIN_S)
         bucket, prefix = cc.split_s3_uri(self.uri)
         out: dict[str, dict[str, Any]] = {}
         for t in group:
             try:
-                out[t.spec.fleet] = json.loads(self.s3.get_object(Bucket=bucket, Key=f"{prefix}/{gate_key(t.spec.fleet)}")["Body"].read())
+                out[t.spec.fleet] = json.loads(
+                    self.s3.get_object(Bucket=bucket, Key=f"{prefix}/{gate_key(t.spec.fleet)}")["Body"].read()
+                )
             except Exception as exc:
-                raise CloudRunError(f"fleet {t.spec.fleet}: its gate task wrote no result (exit {t.status.exit_code}"
-                                    f"{', ' + t.status.reason if t.status.reason else ''}; {type(exc).__name__})") from None
+                raise CloudRunError(
+                    f"fleet {t.spec.fleet}: its gate task wrote no result (exit {t.status.exit_code}"
+                    f"{', ' + t.status.reason if t.status.reason else ''}; {type(exc).__name__})"
+                ) from None
         return out
 
     # --- a replay (the trace at x1, a capacity step, a settle segment) -------------------------
 
-    def replay(self, fleets: Sequence[str], options: ReplayOptions, prefix: str, dest: Path, run_time_s: int,
-               on_poll: Callable[[], bool] | None = None) -> dict[str, RunSummary]:
+    def replay(
+        self,
+        fleets: Sequence[str],
+        options: ReplayOptions,
+        prefix: str,
+        dest: Path,
+        run_time_s: int,
+        on_poll: Callable[[], bool] | None = None,
+    ) -> dict[str, RunSummary]:
         """A fresh master + workers per fleet replaying `options`, records under <run>/<prefix>/,
         downloaded into `dest` once every task stopped; `on_poll()` True stops them early."""
         env = {cc.ENV_RUN_TIME: f"{run_time_s}s", cc.ENV_RECORDS_PREFIX: prefix, **to_env(options)}
@@ -313,14 +340,21 @@ class CloudRun:
             for f in fleets:
                 master = masters[f].status
                 assert master.address is not None
-                extra = {**env, cc.ENV_MASTER_HOST: master.address,
-                         cc.ENV_MASTER_PORT: str(master.ports.get(cc.LOCUST_MASTER_PORT, cc.LOCUST_MASTER_PORT))}
+                extra = {
+                    **env,
+                    cc.ENV_MASTER_HOST: master.address,
+                    cc.ENV_MASTER_PORT: str(master.ports.get(cc.LOCUST_MASTER_PORT, cc.LOCUST_MASTER_PORT)),
+                }
                 group += [self._start(self._spec("worker", f, extra)) for _ in range(self.cfg.workers)]
-                self.say(f"{f} [{prefix}]: master {masters[f].handle} at {master.address}; web UI: {master.ui_hint or '(not reachable)'}")
+                self.say(
+                    f"{f} [{prefix}]: master {masters[f].handle} at {master.address}; web UI: {master.ui_hint or '(not reachable)'}"
+                )
 
             def progress(elapsed: float) -> None:
                 for f in fleets:
-                    self.say(f"[{elapsed:5.0f} s] {f} [{prefix}]: {self._group_state(group, f)}{self._progress(f, prefix)}")
+                    self.say(
+                        f"[{elapsed:5.0f} s] {f} [{prefix}]: {self._group_state(group, f)}{self._progress(f, prefix)}"
+                    )
 
             self._wait_stopped(group, time.monotonic() + run_time_s + PROVISIONING_MARGIN_S, on_poll, progress)
         except BaseException:  # Ctrl-C or a failed start: this replay's tasks stop and flush what they recorded
@@ -332,7 +366,11 @@ class CloudRun:
         deadline = time.monotonic() + PROVISIONING_MARGIN_S
         while True:
             self._refresh(list(masters.values()))
-            dead = [f"{fleet}: {t.status.reason or 'exit ' + str(t.status.exit_code)}" for fleet, t in masters.items() if t.status.stopped]
+            dead = [
+                f"{fleet}: {t.status.reason or 'exit ' + str(t.status.exit_code)}"
+                for fleet, t in masters.items()
+                if t.status.stopped
+            ]
             if dead:
                 self.stop(list(masters.values()), "a master stopped before its workers started")
                 raise CloudRunError("master task stopped before it ran: " + "; ".join(dead))
@@ -369,15 +407,21 @@ class CloudRun:
             if t.spec.fleet != fleet:
                 continue
             code = t.status.exit_code
-            if code in (0, 1):  # Locust's own statuses: 1 is failed requests (no --exit-code-on-error 0), which are records
+            if code in (
+                0,
+                1,
+            ):  # Locust's own statuses: 1 is failed requests (no --exit-code-on-error 0), which are records
                 continue
             refused |= code == EXIT_SETUP_FAILED
             what = "setup failed, nothing was sent" if code == EXIT_SETUP_FAILED else f"exited {code}"
-            reasons.append(f"{t.spec.role} task {t.handle.rsplit('/', 1)[-1]} {what}{': ' + t.status.reason if t.status.reason else ''}")
+            reasons.append(
+                f"{t.spec.role} task {t.handle.rsplit('/', 1)[-1]} {what}{': ' + t.status.reason if t.status.reason else ''}"
+            )
         return reasons, refused
 
-    def _collect(self, group: Sequence[RunningTask], fleets: Sequence[str], prefix: str, dest: Path,
-                 options: ReplayOptions) -> dict[str, RunSummary]:
+    def _collect(
+        self, group: Sequence[RunningTask], fleets: Sequence[str], prefix: str, dest: Path, options: ReplayOptions
+    ) -> dict[str, RunSummary]:
         from loadgen.launch import merge_worker_outputs
         from loadgen.recording import summary_name
 
@@ -389,7 +433,9 @@ class CloudRun:
         for f in fleets:
             reasons, refused = self._task_problems(group, f)
             # against the schedule this replay had (a step's window and skip), as the tasks built it
-            summaries[f] = merge_worker_outputs(self.m, f, dest, extra_invalid=reasons, window_s=options.window_s, skip_s=options.skip_s)
+            summaries[f] = merge_worker_outputs(
+                self.m, f, dest, extra_invalid=reasons, window_s=options.window_s, skip_s=options.skip_s
+            )
             self.s3.upload_file(str(dest / summary_name(f)), bucket, f"{key_prefix}/{summary_name(f)}")
             if refused:
                 refusals += reasons
@@ -406,7 +452,9 @@ class CloudRun:
             return
         instance = t.handle.rsplit("/", 1)[-1]
         try:
-            self.discovery.register_instance(ServiceId=service, InstanceId=instance, Attributes={"AWS_INSTANCE_IPV4": address})
+            self.discovery.register_instance(
+                ServiceId=service, InstanceId=instance, Attributes={"AWS_INSTANCE_IPV4": address}
+            )
             with self._lock:
                 self._registered.append((service, instance))
         except Exception as exc:  # Prometheus misses this task's histograms; the records are unaffected
@@ -431,10 +479,26 @@ class CloudRun:
     def write_run_record(self, status: str) -> None:
         bucket, prefix = cc.split_s3_uri(self.uri)
         with self._lock:
-            tasks = [{"fleet": t.spec.fleet, "role": t.spec.role, "task": t.handle, "state": t.status.state,
-                      "exit_code": t.status.exit_code, "reason": t.status.reason} for t in self.tasks]
-        body = {"run_id": self.run_id, "status": status, "campaign": self.m.campaign, "manifest_digest": self.m.digest,
-                "started_at": self.started, "updated_at": time.time(), "tasks": tasks}
+            tasks = [
+                {
+                    "fleet": t.spec.fleet,
+                    "role": t.spec.role,
+                    "task": t.handle,
+                    "state": t.status.state,
+                    "exit_code": t.status.exit_code,
+                    "reason": t.status.reason,
+                }
+                for t in self.tasks
+            ]
+        body = {
+            "run_id": self.run_id,
+            "status": status,
+            "campaign": self.m.campaign,
+            "manifest_digest": self.m.digest,
+            "started_at": self.started,
+            "updated_at": time.time(),
+            "tasks": tasks,
+        }
         self.s3.put_object(Bucket=bucket, Key=f"{prefix}/{cc.RUN_RECORD}", Body=json.dumps(body, indent=2).encode())
 
 
@@ -463,10 +527,17 @@ class CloudFleets:
         from core import catalog
         from loadgen.fixtures import GateResult
 
-        grace = {f.name: cc.HEALTH_GRACE_MIN[catalog.instance(f.instance_type).accelerator.vendor] * 60.0 for f in self.run.m.fleets}
+        grace = {
+            f.name: cc.HEALTH_GRACE_MIN[catalog.instance(f.instance_type).accelerator.vendor] * 60.0
+            for f in self.run.m.fleets
+        }
         results = self.run.gate(grace)
-        never = [f"fleet {name}: not serving {self.run.m.model.repo} after {d['ready_after_s']:.0f} s (its health grace); "
-                 f"last seen: {d['seen']}" for name, d in results.items() if not d["ready"]]
+        never = [
+            f"fleet {name}: not serving {self.run.m.model.repo} after {d['ready_after_s']:.0f} s (its health grace); "
+            f"last seen: {d['seen']}"
+            for name, d in results.items()
+            if not d["ready"]
+        ]
         if never:
             raise CloudRunError("; ".join(never) + " (the ASG's activities and the target group's health say why)")
         for name, d in results.items():
@@ -495,7 +566,9 @@ class FargateSteps:
     def __init__(self, run: CloudRun) -> None:
         self.cloud = run
 
-    def run(self, fleet: str, plan: StepPlan, step_dir: Path, planned: int, stop: threading.Event) -> tuple[float, str | None]:
+    def run(
+        self, fleet: str, plan: StepPlan, step_dir: Path, planned: int, stop: threading.Event
+    ) -> tuple[float, str | None]:
         from campaign.capacity_run import running_miss, step_options
         from campaign.progress import RecordTail
 
@@ -507,13 +580,17 @@ class FargateSteps:
         def decided() -> bool:
             if stop.is_set():
                 return True
-            download_run(self.cloud.s3, f"{self.cloud.uri}/{prefix}", step_dir)  # the records as the workers last uploaded them
+            download_run(
+                self.cloud.s3, f"{self.cloud.uri}/{prefix}", step_dir
+            )  # the records as the workers last uploaded them
             miss = running_miss(m, tail, planned)
             if miss is not None:
                 early.append(miss)
             return miss is not None
 
-        self.cloud.replay([fleet], step_options(m, plan), prefix, step_dir, replay_run_time_s(m, plan.span_s, None), decided)
+        self.cloud.replay(
+            [fleet], step_options(m, plan), prefix, step_dir, replay_run_time_s(m, plan.span_s, None), decided
+        )
         return time.monotonic() - t0, early[0] if early else None
 
     def abort(self) -> None:
@@ -527,7 +604,9 @@ def read_run_config(cfn: Any, stack: str) -> cc.RunConfig:
         raise CloudRunError(f"cannot read stack {stack}: {exc}") from None
     outputs = {o["OutputKey"]: o["OutputValue"] for o in described.get("Outputs", [])}
     if cc.RUN_CONFIG_OUTPUT not in outputs:
-        raise CloudRunError(f"stack {stack} has no {cc.RUN_CONFIG_OUTPUT} output (outputs: {sorted(outputs)}): deploy with this version")
+        raise CloudRunError(
+            f"stack {stack} has no {cc.RUN_CONFIG_OUTPUT} output (outputs: {sorted(outputs)}): deploy with this version"
+        )
     try:
         return cc.RunConfig.from_json(outputs[cc.RUN_CONFIG_OUTPUT])
     except ValueError as exc:

@@ -26,7 +26,11 @@ class EcsTaskLauncher:
         self.run_id = run_id
 
     def start(self, spec: TaskSpec) -> str:
-        network = {"subnets": list(self.cfg.subnets), "securityGroups": list(self.cfg.security_groups), "assignPublicIp": "DISABLED"}
+        network = {
+            "subnets": list(self.cfg.subnets),
+            "securityGroups": list(self.cfg.security_groups),
+            "assignPublicIp": "DISABLED",
+        }
         environment = [{"name": k, "value": v} for k, v in spec.environment.items()]
         container: dict[str, Any] = {"name": cc.CONTAINER_NAME, "environment": environment}
         if spec.command is not None:  # the gate task: the worker definition with `--gate` for its command
@@ -41,7 +45,11 @@ class EcsTaskLauncher:
             enableExecuteCommand=True,
             startedBy=f"{STARTED_BY_PREFIX}{self.run_id}"[:36],
             propagateTags="TASK_DEFINITION",
-            tags=[{"key": "run-id", "value": self.run_id}, {"key": "fleet", "value": spec.fleet}, {"key": "loadgen-role", "value": spec.role}],
+            tags=[
+                {"key": "run-id", "value": self.run_id},
+                {"key": "fleet", "value": spec.fleet},
+                {"key": "loadgen-role", "value": spec.role},
+            ],
         )
         failures = resp.get("failures") or []
         tasks = resp.get("tasks") or []
@@ -58,7 +66,9 @@ class EcsTaskLauncher:
         return out
 
     def _status(self, task: dict[str, Any]) -> TaskStatus:
-        container: dict[str, Any] = next((c for c in task.get("containers", []) if c.get("name") == cc.CONTAINER_NAME), {})
+        container: dict[str, Any] = next(
+            (c for c in task.get("containers", []) if c.get("name") == cc.CONTAINER_NAME), {}
+        )
         address = None
         for att in task.get("attachments", []):
             for d in att.get("details", []):
@@ -70,13 +80,17 @@ class EcsTaskLauncher:
         hint = ""
         if runtime:
             hint = port_forward_command(self.cfg.region, self.cfg.cluster, task_id, runtime)
-        return TaskStatus(str(task.get("lastStatus", "PROVISIONING")), container.get("exitCode"), reason, address, {}, hint)
+        return TaskStatus(
+            str(task.get("lastStatus", "PROVISIONING")), container.get("exitCode"), reason, address, {}, hint
+        )
 
     def stop(self, handle: str, reason: str) -> None:
         self.ecs.stop_task(cluster=self.cfg.cluster, task=handle, reason=reason[:255])
 
 
-def port_forward_command(region: str, cluster: str, task_id: str, runtime_id: str, local_port: int = cc.LOCUST_WEB_PORT) -> str:
+def port_forward_command(
+    region: str, cluster: str, task_id: str, runtime_id: str, local_port: int = cc.LOCUST_WEB_PORT
+) -> str:
     """The Session Manager port forward to the master's UI (needs the session-manager-plugin and
     the stack's OperatorUiPolicyArn on the caller): then open http://localhost:<local_port>."""
     params = json.dumps({"portNumber": [str(cc.LOCUST_WEB_PORT)], "localPortNumber": [str(local_port)]})

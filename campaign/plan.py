@@ -37,8 +37,12 @@ class FleetPlan:
     visible_gib: float
     bandwidth_gbs: float
     decode_ceiling_tok_s: float  # batch 1, weights only (seed formula), 100% bandwidth
-    decode_expected_tok_s: float  # batch 1 as the stack's decode runs it, at the fleet's bandwidth efficiency and step overhead
-    batch_decode_tok_s: float  # per instance: every replica at max_concurrency, half-full contexts, as the stack's decode reads them
+    decode_expected_tok_s: (
+        float  # batch 1 as the stack's decode runs it, at the fleet's bandwidth efficiency and step overhead
+    )
+    batch_decode_tok_s: (
+        float  # per instance: every replica at max_concurrency, half-full contexts, as the stack's decode reads them
+    )
     prefill_s: float  # max_input_tokens prompt, at the fleet's compute efficiency, plus overheads
     efficiency: str  # e.g. "bandwidth 0.58, compute 0.19, step 18.8 ms, request 121 ms"
     efficiency_source: str  # the calibration group and its rows, or "manifest (assumed)"
@@ -145,7 +149,8 @@ def render_text(m: Manifest, plans: list[FleetPlan]) -> str:
             f"  prefill  {p.prefill_s * 1000:.0f} ms for {m.workload.request_class.max_input_tokens} prompt tokens",
             f"  efficiency {p.efficiency}",
             f"           from {p.efficiency_source}",
-            "  price    " + (f"${p.hourly_usd:.4f}/h ({p.price_provenance})" if p.hourly_usd is not None else p.price_provenance),
+            "  price    "
+            + (f"${p.hourly_usd:.4f}/h ({p.price_provenance})" if p.hourly_usd is not None else p.price_provenance),
             "",
         ]
     return "\n".join(lines)

@@ -51,7 +51,9 @@ class FleetPrediction:
     search_stop: str
     search_minutes: float
     instances_measured: int  # measure_instances: behind the endpoint while load runs, as simulated
-    instances_deployed: int  # what runs (and is paid) for the whole campaign: asg.desired, or measure_instances when more
+    instances_deployed: (
+        int  # what runs (and is paid) for the whole campaign: asg.desired, or measure_instances when more
+    )
     hourly_usd: float | None
     error_band: str  # the emulator's calibration and its out-of-sample error, as the fleet's efficiency states it
 
@@ -89,23 +91,57 @@ def predict(m: Manifest, work_dir: Path | None = None) -> CampaignPrediction:
         write_records(run.records, work_dir / "records", name)
         replay_min = max(replay_min, run.duration_s / 60)
     log: list[str] = []
-    capacity_dirs = run_search(m, fleets, SimulatedSteps(m, STEP_OVERHEAD_S), work_dir / "capacity", work_dir / "records",
-                               threading.Event(), log.append) if m.workload.capacity_sweep is None else None
-    quality = {name: {"passed": True, "pass_rate": 1.0, "failures": [], "assumed": "campaign plan assumes the quality gate passes"}
-               for name in fleets}
+    capacity_dirs = (
+        run_search(
+            m,
+            fleets,
+            SimulatedSteps(m, STEP_OVERHEAD_S),
+            work_dir / "capacity",
+            work_dir / "records",
+            threading.Event(),
+            log.append,
+        )
+        if m.workload.capacity_sweep is None
+        else None
+    )
+    quality = {
+        name: {
+            "passed": True,
+            "pass_rate": 1.0,
+            "failures": [],
+            "assumed": "campaign plan assumes the quality gate passes",
+        }
+        for name in fleets
+    }
     sut = "campaign plan: the emulator in simulated time (a prediction)"
 
     def report(out: str, settled: dict[str, Any] | None = None) -> Report:
         # measure_instances per fleet served every step, as simulated (and as the local campaign's emulator serves them).
-        return build_report(m, work_dir / "records", quality=quality, out_dir=work_dir / out,
-                            instances_measured={f.name: f.instances_measured for f in m.fleets},
-                            capacity_dirs=capacity_dirs, with_sensitivity=False, with_pages=False, systems_under_test=sut, settle=settled)
+        return build_report(
+            m,
+            work_dir / "records",
+            quality=quality,
+            out_dir=work_dir / out,
+            instances_measured={f.name: f.instances_measured for f in m.fleets},
+            capacity_dirs=capacity_dirs,
+            with_sensitivity=False,
+            with_pages=False,
+            systems_under_test=sut,
+            settle=settled,
+        )
 
     cfg = m.workload.capacity_search or CapacitySearch()
     outcome = None
     if capacity_dirs and cfg.settle_budget_s > 0:
-        outcome = settle(m, SimulatedSteps(m, STEP_OVERHEAD_S), work_dir / "capacity", capacity_dirs, lambda: report("interim"),
-                         threading.Event(), log.append)
+        outcome = settle(
+            m,
+            SimulatedSteps(m, STEP_OVERHEAD_S),
+            work_dir / "capacity",
+            capacity_dirs,
+            lambda: report("interim"),
+            threading.Event(),
+            log.append,
+        )
     rep = report("report", outcome.as_dict() if outcome is not None else None)
     searches = {f.name: read_search_path(work_dir / "capacity" / f.name) for f in m.fleets}
     preds: dict[str, FleetPrediction] = {}
@@ -118,7 +154,8 @@ def predict(m: Manifest, work_dir: Path | None = None) -> CampaignPrediction:
         except prices.PriceNotFound:
             hourly = None
         preds[f.name] = FleetPrediction(
-            fleet=f.name, instance_type=f.instance_type,
+            fleet=f.name,
+            instance_type=f.instance_type,
             capacity_tok_s=row.capacity.per_instance_tok_s if row.capacity is not None else None,
             capacity_ci_tok_s=list(row.capacity_ci_tok_s) if row.capacity_ci_tok_s else None,
             instances_required=row.instances_required,
@@ -127,27 +164,42 @@ def predict(m: Manifest, work_dir: Path | None = None) -> CampaignPrediction:
             search_bracket=[path.held_multiplier, path.missed_multiplier] if path is not None else [None, None],
             search_stop=str(path.stop_rule) if path is not None else "no search",
             search_minutes=sum(s.took_s or 0.0 for s in steps) / 60,
-            instances_measured=f.instances_measured, instances_deployed=max(f.asg.desired, f.instances_measured), hourly_usd=hourly,
+            instances_measured=f.instances_measured,
+            instances_deployed=max(f.asg.desired, f.instances_measured),
+            hourly_usd=hourly,
             error_band=f.efficiency.resolved().provenance,
         )
     ready_min = max(HEALTH_GRACE_MIN[catalog.instance(f.instance_type).accelerator.vendor] for f in m.fleets)
     search_min = max((p.search_minutes for p in preds.values()), default=0.0)  # fleets side by side
     settle_min = 0.0
-    if outcome is not None and outcome.segments:  # its rounds, fleets side by side; each round starts load-generator tasks too
+    if (
+        outcome is not None and outcome.segments
+    ):  # its rounds, fleets side by side; each round starts load-generator tasks too
         rounds = max(sum(seg.fleet == name for seg in outcome.segments) for name in fleets)
         settle_min = outcome.seconds / 60 + rounds * STEP_OVERHEAD_S / 60
-    minutes = {"deploy": DEPLOY_MIN, "ready_at_most": ready_min, "quality_gate": QUALITY_GATE_MIN, "replay": replay_min,
-               "capacity_searches": search_min, "settle_phase": settle_min, "report_and_teardown": REPORT_AND_TEARDOWN_MIN}
+    minutes = {
+        "deploy": DEPLOY_MIN,
+        "ready_at_most": ready_min,
+        "quality_gate": QUALITY_GATE_MIN,
+        "replay": replay_min,
+        "capacity_searches": search_min,
+        "settle_phase": settle_min,
+        "report_and_teardown": REPORT_AND_TEARDOWN_MIN,
+    }
     total_min = sum(minutes.values())
     usd = _cost(m, preds, total_min, replay_min + search_min + settle_min)
     return CampaignPrediction(
-        campaign_minutes=round(total_min, 1), campaign_usd=round(sum(usd.values()), 2) if usd else None,
-        predicted_decision=rep.decision.state, decision_reasons=list(rep.decision.reasons),
+        campaign_minutes=round(total_min, 1),
+        campaign_usd=round(sum(usd.values()), 2) if usd else None,
+        predicted_decision=rep.decision.state,
+        decision_reasons=list(rep.decision.reasons),
         monthly_delta_usd=rep.monthly_delta_usd,
         monthly_delta_ci_usd=list(rep.monthly_delta_ci_usd) if rep.monthly_delta_ci_usd else None,
         to_settle=rep.decision.to_settle.model_dump(mode="json") if rep.decision.to_settle is not None else None,
         settle=outcome.as_dict() if outcome is not None else None,
-        fleets=preds, minutes={k: round(v, 1) for k, v in minutes.items()}, usd={k: round(v, 2) for k, v in usd.items()},
+        fleets=preds,
+        minutes={k: round(v, 1) for k, v in minutes.items()},
+        usd={k: round(v, 2) for k, v in usd.items()},
         assumptions=[
             f"deploy {DEPLOY_MIN:g} min, quality gate {QUALITY_GATE_MIN:g} min, report and teardown {REPORT_AND_TEARDOWN_MIN:g} min, "
             f"{STEP_OVERHEAD_S:g} s to start each step's load-generator tasks: assumed",
@@ -190,7 +242,11 @@ def render(p: CampaignPrediction) -> str:
     lines = ["", "Predicted campaign (the emulator in simulated time: the same search, records and report code)"]
     for f in p.fleets.values():
         cap = "n/a" if f.capacity_tok_s is None else f"{f.capacity_tok_s:.0f}"
-        ci = "" if not f.capacity_ci_tok_s else " [" + ", ".join("?" if v is None else f"{v:.0f}" for v in f.capacity_ci_tok_s) + "]"
+        ci = (
+            ""
+            if not f.capacity_ci_tok_s
+            else " [" + ", ".join("?" if v is None else f"{v:.0f}" for v in f.capacity_ci_tok_s) + "]"
+        )
         size = "n/a" if f.instances_required is None else str(f.instances_required)
         lo, hi = f.search_bracket
         lines += [
@@ -199,7 +255,11 @@ def render(p: CampaignPrediction) -> str:
             f"    error band: {f.error_band}",
         ]
     delta = "n/a" if p.monthly_delta_usd is None else f"{p.monthly_delta_usd:+,.0f} USD/month"
-    ci = "" if not p.monthly_delta_ci_usd else " [" + ", ".join("?" if v is None else f"{v:+,.0f}" for v in p.monthly_delta_ci_usd) + "]"
+    ci = (
+        ""
+        if not p.monthly_delta_ci_usd
+        else " [" + ", ".join("?" if v is None else f"{v:+,.0f}" for v in p.monthly_delta_ci_usd) + "]"
+    )
     lines += [f"  likely decision: {p.predicted_decision.upper()}, monthly delta {delta}{ci}"]
     lines += [f"    {r}" for r in p.decision_reasons[:3]]
     usd = "n/a (a price is missing)" if p.campaign_usd is None else f"{p.campaign_usd:,.2f} USD"
@@ -210,4 +270,3 @@ def render(p: CampaignPrediction) -> str:
     ]
     lines += [f"  assumed: {a}" for a in p.assumptions]
     return "\n".join(lines)
-

@@ -69,7 +69,9 @@ class RecordTail:
                     p.failed += 1
                     p.errors += r["outcome"] in ERROR_OUTCOMES and not r.get("warmup")
                     if r["outcome"] == Outcome.SLO_ABANDONED.value and not r.get("warmup"):
-                        ttft, itl = latency_values(r["outcome"], r.get("ttft_s"), r.get("itl_s"), r.get("e2e_s"), int(r.get("max_tokens") or 0))
+                        ttft, itl = latency_values(
+                            r["outcome"], r.get("ttft_s"), r.get("itl_s"), r.get("e2e_s"), int(r.get("max_tokens") or 0)
+                        )
                         p.ttfts += [ttft] if ttft is not None else []
                         p.itls += [itl] if itl is not None else []
         return p

@@ -49,7 +49,9 @@ def render_config(targets: Sequence[ScrapeTarget]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def start(sup: Supervisor, workdir: Path, targets: Sequence[ScrapeTarget], timeout_s: float = 30.0) -> tuple[Managed, str]:
+def start(
+    sup: Supervisor, workdir: Path, targets: Sequence[ScrapeTarget], timeout_s: float = 30.0
+) -> tuple[Managed, str]:
     """Start Prometheus; return the process and its base URL once /-/ready answers."""
     exe = binary()
     if exe is None:

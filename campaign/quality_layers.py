@@ -40,8 +40,12 @@ class LayerResult:
 
 
 def fixtures_layer(gate: GateResult) -> LayerResult:
-    return LayerResult(FIXTURES, gate.passed, [f"{FIXTURES}: {f}" for f in gate.failures],
-                       {"pass_rate": gate.pass_rate, "min_pass_rate": gate.min_pass_rate})
+    return LayerResult(
+        FIXTURES,
+        gate.passed,
+        [f"{FIXTURES}: {f}" for f in gate.failures],
+        {"pass_rate": gate.pass_rate, "min_pass_rate": gate.min_pass_rate},
+    )
 
 
 def equivalence_layer(gate: GateResult, baseline: GateResult) -> LayerResult:
@@ -54,20 +58,35 @@ def equivalence_layer(gate: GateResult, baseline: GateResult) -> LayerResult:
             reasons.append(f"{f.id}: the baseline {baseline.fleet} has no answer to compare with")
             continue
         if f.completion_tokens != b.completion_tokens:
-            reasons.append(f"{f.id}: {f.completion_tokens} completion tokens on {gate.fleet}, {b.completion_tokens} on {baseline.fleet}")
+            reasons.append(
+                f"{f.id}: {f.completion_tokens} completion tokens on {gate.fleet}, {b.completion_tokens} on {baseline.fleet}"
+            )
         if f.finish_reason != b.finish_reason:
-            reasons.append(f"{f.id}: finish_reason {f.finish_reason!r} on {gate.fleet}, {b.finish_reason!r} on {baseline.fleet}")
+            reasons.append(
+                f"{f.id}: finish_reason {f.finish_reason!r} on {gate.fleet}, {b.finish_reason!r} on {baseline.fleet}"
+            )
         if f.schema_ok != b.schema_ok:
-            reasons.append(f"{f.id}: schema {'valid' if f.schema_ok else 'invalid'} on {gate.fleet}, "
-                           f"{'valid' if b.schema_ok else 'invalid'} on {baseline.fleet}")
+            reasons.append(
+                f"{f.id}: schema {'valid' if f.schema_ok else 'invalid'} on {gate.fleet}, "
+                f"{'valid' if b.schema_ok else 'invalid'} on {baseline.fleet}"
+            )
     return LayerResult(EQUIVALENCE, not reasons, [f"{EQUIVALENCE}: {r}" for r in reasons], {"against": baseline.fleet})
 
 
 def scorer_input(gate: GateResult, m: Manifest) -> str:
     prompts = {fx.id: fx.prompt for fx in m.quality.fixtures}
     return "".join(
-        json.dumps({"fleet": gate.fleet, "id": f.id, "prompt": prompts.get(f.id, ""), "output": f.output,
-                    "finish_reason": f.finish_reason, "completion_tokens": f.completion_tokens}) + "\n"
+        json.dumps(
+            {
+                "fleet": gate.fleet,
+                "id": f.id,
+                "prompt": prompts.get(f.id, ""),
+                "output": f.output,
+                "finish_reason": f.finish_reason,
+                "completion_tokens": f.completion_tokens,
+            }
+        )
+        + "\n"
         for f in gate.fixtures
     )
 
@@ -75,7 +94,9 @@ def scorer_input(gate: GateResult, m: Manifest) -> str:
 def task_acceptance_layer(m: Manifest, gate: GateResult) -> LayerResult:
     ta = m.quality.task_acceptance
     if ta is None:
-        return LayerResult(TASK_ACCEPTANCE, True, [], {"scorer": None, "note": "no quality.task_acceptance in the manifest"})
+        return LayerResult(
+            TASK_ACCEPTANCE, True, [], {"scorer": None, "note": "no quality.task_acceptance in the manifest"}
+        )
     cwd = m.source.parent if m.source is not None else Path.cwd()
     cmd = " ".join(ta.command)
     figures: dict[str, Any] = {"scorer": cmd, "threshold": ta.threshold}
@@ -84,7 +105,9 @@ def task_acceptance_layer(m: Manifest, gate: GateResult) -> LayerResult:
         return LayerResult(TASK_ACCEPTANCE, None, [f"{TASK_ACCEPTANCE}: scorer `{cmd}` {why}"], figures)
 
     try:
-        r = subprocess.run(list(ta.command), input=scorer_input(gate, m), capture_output=True, text=True, cwd=cwd, timeout=ta.timeout_s)
+        r = subprocess.run(
+            list(ta.command), input=scorer_input(gate, m), capture_output=True, text=True, cwd=cwd, timeout=ta.timeout_s
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return missing(f"could not run: {exc}")
     if r.returncode != 0:
@@ -98,8 +121,12 @@ def task_acceptance_layer(m: Manifest, gate: GateResult) -> LayerResult:
         return missing(f"printed {lines[-1] if lines else 'nothing'!r} as its last line, not a pass rate in [0, 1]")
     figures["pass_rate"] = rate
     ok = rate >= ta.threshold
-    return LayerResult(TASK_ACCEPTANCE, ok, [] if ok else [f"{TASK_ACCEPTANCE}: pass rate {rate:.3f} < threshold {ta.threshold:g} "
-                                                             f"(scorer `{cmd}`)"], figures)
+    return LayerResult(
+        TASK_ACCEPTANCE,
+        ok,
+        [] if ok else [f"{TASK_ACCEPTANCE}: pass rate {rate:.3f} < threshold {ta.threshold:g} (scorer `{cmd}`)"],
+        figures,
+    )
 
 
 @dataclass(frozen=True)
@@ -118,14 +145,20 @@ def replay_figures(records_dir: Path, m: Manifest) -> dict[str, ReplayFigures]:
     rs = load_records(records_dir, m.digest)
     out: dict[str, ReplayFigures] = {}
     for fleet in rs.fleets():
-        toks = [int(t) for (t,) in rs.con.execute(
-            "SELECT coalesce(server_output_tokens, client_output_tokens) FROM records "
-            "WHERE fleet = ? AND NOT warmup AND outcome = 'ok' ORDER BY request_id", [fleet]).fetchall()]
+        toks = [
+            int(t)
+            for (t,) in rs.con.execute(
+                "SELECT coalesce(server_output_tokens, client_output_tokens) FROM records "
+                "WHERE fleet = ? AND NOT warmup AND outcome = 'ok' ORDER BY request_id",
+                [fleet],
+            ).fetchall()
+        ]
         invalid = ", ".join(f"'{o}'" for o in sorted(INVALID_RESPONSE_OUTCOMES))
         row = rs.con.execute(
             f"SELECT count(*) FILTER (WHERE outcome <> 'not_sent'), count(*) FILTER (WHERE outcome IN ({invalid})), "
             "count(*) FILTER (WHERE outcome <> 'not_sent' AND coalesce(retries, 0) > 0) FROM records WHERE fleet = ? AND NOT warmup",
-            [fleet]).fetchone()
+            [fleet],
+        ).fetchone()
         assert row is not None
         out[fleet] = ReplayFigures(toks, int(row[0]), int(row[1]), int(row[2]))
     return out
@@ -142,24 +175,43 @@ def distribution_layer(m: Manifest, fleet: str, figs: Mapping[str, ReplayFigures
     reasons: list[str] = []
     missing: list[str] = []
     invalid_rate, retry_rate = mine.invalid / mine.sent, mine.retried / mine.sent
-    figures: dict[str, Any] = {"sent": mine.sent, "invalid_rate": invalid_rate, "max_invalid_rate": dc.max_invalid_rate,
-                               "retry_rate": retry_rate, "max_retry_rate": m.slo.max_retry_rate}
+    figures: dict[str, Any] = {
+        "sent": mine.sent,
+        "invalid_rate": invalid_rate,
+        "max_invalid_rate": dc.max_invalid_rate,
+        "retry_rate": retry_rate,
+        "max_retry_rate": m.slo.max_retry_rate,
+    }
     if invalid_rate > dc.max_invalid_rate:
-        reasons.append(f"invalid-response rate {invalid_rate:.4f} ({mine.invalid} of {mine.sent}) > {dc.max_invalid_rate:g}")
+        reasons.append(
+            f"invalid-response rate {invalid_rate:.4f} ({mine.invalid} of {mine.sent}) > {dc.max_invalid_rate:g}"
+        )
     if retry_rate > m.slo.max_retry_rate:
-        reasons.append(f"retry rate {retry_rate:.4f} ({mine.retried} of {mine.sent}) > slo.max_retry_rate {m.slo.max_retry_rate:g}")
+        reasons.append(
+            f"retry rate {retry_rate:.4f} ({mine.retried} of {mine.sent}) > slo.max_retry_rate {m.slo.max_retry_rate:g}"
+        )
     other = figs.get(base)
     if fleet != base:
         n, k = len(mine.output_tokens), len(other.output_tokens) if other else 0
         if min(n, k) < dc.min_samples:
-            missing.append(f"output-length test needs {dc.min_samples} completed requests per fleet; {fleet} has {n}, {base} {k}")
+            missing.append(
+                f"output-length test needs {dc.min_samples} completed requests per fleet; {fleet} has {n}, {base} {k}"
+            )
         elif other is not None:
             ks = ks_2samp(mine.output_tokens, other.output_tokens)
-            figures["output_length_ks"] = {"against": base, "statistic": ks.statistic, "p_value": ks.p_value, "n": ks.n, "m": ks.m,
-                                           "min_p_value": dc.min_p_value}
+            figures["output_length_ks"] = {
+                "against": base,
+                "statistic": ks.statistic,
+                "p_value": ks.p_value,
+                "n": ks.n,
+                "m": ks.m,
+                "min_p_value": dc.min_p_value,
+            }
             if ks.p_value < dc.min_p_value:
-                reasons.append(f"output lengths differ from {base}'s: KS D = {ks.statistic:.3f}, p = {ks.p_value:.2g} "
-                               f"< {dc.min_p_value:g} (n = {ks.n}, {ks.m})")
+                reasons.append(
+                    f"output lengths differ from {base}'s: KS D = {ks.statistic:.3f}, p = {ks.p_value:.2g} "
+                    f"< {dc.min_p_value:g} (n = {ks.n}, {ks.m})"
+                )
     passed: bool | None = False if reasons else (None if missing else True)
     return LayerResult(DISTRIBUTION, passed, [f"{DISTRIBUTION}: {r}" for r in reasons + missing], figures)
 
@@ -176,8 +228,12 @@ def fleet_quality(gate: GateResult, layers: list[LayerResult]) -> dict[str, Any]
     the layers' verdict and `failed_layer` names the first one that did not pass."""
     d = gate.as_dict()
     failed = next((x for x in layers if x.passed is not True), None)
-    d.update(passed=verdict(layers), failed_layer=failed.layer if failed else None,
-             failures=[r for x in layers for r in x.reasons], layers={x.layer: asdict(x) for x in layers})
+    d.update(
+        passed=verdict(layers),
+        failed_layer=failed.layer if failed else None,
+        failures=[r for x in layers for r in x.reasons],
+        layers={x.layer: asdict(x) for x in layers},
+    )
     return d
 
 

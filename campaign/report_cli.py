@@ -59,16 +59,27 @@ def cmd_report(args: argparse.Namespace) -> int:
         from campaign.orchestration import report_from_run_dir
 
         if records or capacity or quality or instances:
-            raise BadArgument("--run-id / --run-dir take the records, capacity, quality and instances from the run: drop "
-                              "--records, --capacity, --quality and --instances")
+            raise BadArgument(
+                "--run-id / --run-dir take the records, capacity, quality and instances from the run: drop "
+                "--records, --capacity, --quality and --instances"
+            )
         rep = report_from_run_dir(m, run_dir, Path(args.out), prometheus_url=args.prometheus)
         print(f"{rep.decision.state.upper()}: " + "; ".join(rep.decision.reasons))
         print(f"wrote {args.out}/report.json, report.md, report.html")
         return EXIT_BY_DECISION[rep.decision.state]
     if not records:
         raise BadArgument("give --records DIR, --run-dir DIR or --run-id RUN_ID")
-    rep = build_report(m, records, prometheus_url=args.prometheus, aws=args.aws, quality=quality, out_dir=args.out,
-                       instances_measured=instances, focus_csv=args.focus, capacity_dirs=capacity)
+    rep = build_report(
+        m,
+        records,
+        prometheus_url=args.prometheus,
+        aws=args.aws,
+        quality=quality,
+        out_dir=args.out,
+        instances_measured=instances,
+        focus_csv=args.focus,
+        capacity_dirs=capacity,
+    )
     state = rep.decision.state
     print(f"{state.upper()}: " + "; ".join(rep.decision.reasons))
     print(f"wrote {args.out}/report.json, report.md, report.html")
@@ -90,23 +101,49 @@ def cmd_render(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     from campaign.cli import MANIFEST_HELP
 
-    p = subparsers.add_parser("report", help="records + metrics + prices -> report.json/.md/.html and a Go/Defer/Reject")
+    p = subparsers.add_parser(
+        "report", help="records + metrics + prices -> report.json/.md/.html and a Go/Defer/Reject"
+    )
     p.add_argument("manifest", help=MANIFEST_HELP + "; the one the records were made with (their digest must match)")
-    p.add_argument("--records", help="directory holding records-*.jsonl / records-*.parquet, or an s3://BUCKET/PREFIX read in place")
-    p.add_argument("--run-id", help="a cloud run (as `campaign run` printed it, or its s3:// URI): its directory is downloaded into "
-                   "--out DIR/run and reported as `campaign run` did")
-    p.add_argument("--run-dir", help="a run's directory as `campaign local` or `campaign run` left it (records/, capacity/, "
-                   "quality.json, campaign.json): the report again from the same files")
+    p.add_argument(
+        "--records",
+        help="directory holding records-*.jsonl / records-*.parquet, or an s3://BUCKET/PREFIX read in place",
+    )
+    p.add_argument(
+        "--run-id",
+        help="a cloud run (as `campaign run` printed it, or its s3:// URI): its directory is downloaded into "
+        "--out DIR/run and reported as `campaign run` did",
+    )
+    p.add_argument(
+        "--run-dir",
+        help="a run's directory as `campaign local` or `campaign run` left it (records/, capacity/, "
+        "quality.json, campaign.json): the report again from the same files",
+    )
     p.add_argument("--prometheus", help="Prometheus base URL for merged-histogram percentiles")
     p.add_argument("--aws", action="store_true", help="pull prices, CloudWatch and Cost Explorer from AWS")
     p.add_argument("--quality", help="JSON file: {fleet: {passed, pass_rate, failures}}")
     p.add_argument("--instances", nargs="*", metavar="FLEET=N", help="instances in service per fleet during the run")
     p.add_argument("--focus", help="FOCUS billing export CSV")
-    p.add_argument("--capacity", help="capacity directory: x<k>/ steps of a fixed sweep, "
-                   "or <fleet>/x<k>/ steps and <fleet>/search.json of the automatic search")
-    p.add_argument("--out", required=True, metavar="DIR", help="directory for report.json, report.md and report.html (created if missing)")
+    p.add_argument(
+        "--capacity",
+        help="capacity directory: x<k>/ steps of a fixed sweep, "
+        "or <fleet>/x<k>/ steps and <fleet>/search.json of the automatic search",
+    )
+    p.add_argument(
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="directory for report.json, report.md and report.html (created if missing)",
+    )
     p.set_defaults(handler=cmd_report)
-    r = subparsers.add_parser("render", help="report.json -> report.md/.html again (the JSON must validate against the report model)")
+    r = subparsers.add_parser(
+        "render", help="report.json -> report.md/.html again (the JSON must validate against the report model)"
+    )
     r.add_argument("report_json", help="a report.json that `report` (or `local`) wrote")
-    r.add_argument("--out", required=True, metavar="DIR", help="directory for the new report.md and report.html (created if missing)")
+    r.add_argument(
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="directory for the new report.md and report.html (created if missing)",
+    )
     r.set_defaults(handler=cmd_render)

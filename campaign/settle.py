@@ -62,8 +62,14 @@ class SettleOutcome:
 
 
 def settle(
-    m: Manifest, runner: StepRunner, capacity_root: Path, capacity_dirs: Mapping[str, Path], report: Callable[[], Report],
-    stop: threading.Event, log: Callable[[str], None] | None = None, concurrent: int | None = None,
+    m: Manifest,
+    runner: StepRunner,
+    capacity_root: Path,
+    capacity_dirs: Mapping[str, Path],
+    report: Callable[[], Report],
+    stop: threading.Event,
+    log: Callable[[str], None] | None = None,
+    concurrent: int | None = None,
 ) -> SettleOutcome:
     """Rounds of segments until the report's decision settles or the budget is spent; writes
     capacity_root/settle.json. `report()` builds the report from the records as they are now."""
@@ -71,12 +77,20 @@ def settle(
     cfg = m.workload.capacity_search or CapacitySearch()
     offsets = arrival_offsets(m)
     rep = report()
-    out = SettleOutcome("nothing to settle", "the decision is settled without it", _ci(rep), _ci(rep), rep.decision.state,
-                        rep.decision.state)
+    out = SettleOutcome(
+        "nothing to settle",
+        "the decision is settled without it",
+        _ci(rep),
+        _ci(rep),
+        rep.decision.state,
+        rep.decision.state,
+    )
     for _ in range(MAX_ROUNDS):
         ts = rep.decision.to_settle
         if ts is None:
-            out.stopped, out.detail = ("settled", f"after {len(out.segments)} segment(s)") if out.segments else (out.stopped, out.detail)
+            out.stopped, out.detail = (
+                ("settled", f"after {len(out.segments)} segment(s)") if out.segments else (out.stopped, out.detail)
+            )
             break
         plans: dict[str, tuple[str, StepPlan, Path]] = {}
         why_not: list[str] = []
@@ -85,13 +99,18 @@ def settle(
             if got is not None:
                 plans[name] = got
         if not plans:
-            out.stopped, out.detail = ("no search step to continue" if not out.segments else "trace exhausted"), "; ".join(why_not)
+            out.stopped, out.detail = (
+                ("no search step to continue" if not out.segments else "trace exhausted"),
+                "; ".join(why_not),
+            )
             break
         need_s = max(p.span_s for _, p, _ in plans.values())
         if out.seconds + need_s > cfg.settle_budget_s:
             out.stopped = "budget"
-            out.detail = (f"the next round needs about {need_s:.0f} s of arrivals; {out.seconds:.0f} s of the {cfg.settle_budget_s:g} s "
-                          "settle budget are spent")
+            out.detail = (
+                f"the next round needs about {need_s:.0f} s of arrivals; {out.seconds:.0f} s of the {cfg.settle_budget_s:g} s "
+                "settle budget are spent"
+            )
             break
         round_usd = (ts.usd or 0.0) * min(1.0, need_s / 60 / ts.minutes) if ts.minutes else 0.0
         if cfg.settle_budget_usd is not None and out.usd + round_usd > cfg.settle_budget_usd:
@@ -100,11 +119,21 @@ def settle(
             break
         took = _run_round(runner, plans, offsets, stop, concurrent)
         for name, (step, plan, seg_dir) in plans.items():
-            seg = Segment(name, step, seg_dir.relative_to(capacity_root).as_posix(), plan.multiplier, plan.skip_s, plan.span_s,
-                          _arrivals(offsets, plan), took[name])
+            seg = Segment(
+                name,
+                step,
+                seg_dir.relative_to(capacity_root).as_posix(),
+                plan.multiplier,
+                plan.skip_s,
+                plan.span_s,
+                _arrivals(offsets, plan),
+                took[name],
+            )
             out.segments.append(seg)
-            log(f"settle {name}: {seg.planned_requests} more requests at x{plan.multiplier:.4g} continuing {step} "
-                f"({plan.why}) [{took[name]:.0f} s]")
+            log(
+                f"settle {name}: {seg.planned_requests} more requests at x{plan.multiplier:.4g} continuing {step} "
+                f"({plan.why}) [{took[name]:.0f} s]"
+            )
         out.seconds += max(took.values())
         out.usd += round_usd
         rep = report()
@@ -113,12 +142,21 @@ def settle(
         out.stopped, out.detail = "rounds", f"{MAX_ROUNDS} rounds without settling"
     out.delta_ci_after, out.decision_after = _ci(rep), rep.decision.state
     (capacity_root / SETTLE_FILE).write_text(json.dumps(out.as_dict(), indent=2), encoding="utf-8")
-    log(f"settle phase: {out.stopped} ({out.detail}); monthly delta 95% CI {_fmt(out.delta_ci_before)} -> {_fmt(out.delta_ci_after)}")
+    log(
+        f"settle phase: {out.stopped} ({out.detail}); monthly delta 95% CI {_fmt(out.delta_ci_before)} -> {_fmt(out.delta_ci_after)}"
+    )
     return out
 
 
 def _plan(
-    m: Manifest, fleet: str, more: int, rep: Report, root: Path, dirs: Mapping[str, Path], offsets: list[float], why_not: list[str],
+    m: Manifest,
+    fleet: str,
+    more: int,
+    rep: Report,
+    root: Path,
+    dirs: Mapping[str, Path],
+    offsets: list[float],
+    why_not: list[str],
 ) -> tuple[str, StepPlan, Path] | None:
     """The next segment of the fleet's sizing step: `more` arrivals after what it already replayed."""
     row = rep.fleets.get(fleet)
@@ -157,15 +195,21 @@ def _arrivals(offsets: list[float], plan: StepPlan) -> int:
     return sum(1 for o in offsets if plan.skip_s <= o < plan.skip_s + plan.span_s * plan.multiplier)
 
 
-def _run_round(runner: StepRunner, plans: Mapping[str, tuple[str, StepPlan, Path]], offsets: list[float],
-               stop: threading.Event, concurrent: int | None = None) -> dict[str, float]:
+def _run_round(
+    runner: StepRunner,
+    plans: Mapping[str, tuple[str, StepPlan, Path]],
+    offsets: list[float],
+    stop: threading.Event,
+    concurrent: int | None = None,
+) -> dict[str, float]:
     """Every fleet's segment, `concurrent` at a time (default: side by side); each segment's span
     is written beside its records."""
 
     def one(name: str, plan: StepPlan, seg_dir: Path) -> float:
         seg_dir.mkdir(parents=True, exist_ok=True)
-        (seg_dir / "segment.json").write_text(json.dumps({"span_s": plan.span_s, "skip_s": plan.skip_s, "multiplier": plan.multiplier}),
-                                              encoding="utf-8")
+        (seg_dir / "segment.json").write_text(
+            json.dumps({"span_s": plan.span_s, "skip_s": plan.skip_s, "multiplier": plan.multiplier}), encoding="utf-8"
+        )
         took, _ = runner.run(name, plan, seg_dir, _arrivals(offsets, plan), stop)
         return took
 

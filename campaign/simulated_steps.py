@@ -41,7 +41,12 @@ class SimulatedRun:
 
 
 def simulate_requests(
-    m: Manifest, fleet: str, schedule: list[ScheduledRequest], *, multiplier: float = 1.0, slo_deadline: bool = False,
+    m: Manifest,
+    fleet: str,
+    schedule: list[ScheduledRequest],
+    *,
+    multiplier: float = 1.0,
+    slo_deadline: bool = False,
     planned: int | None = None,
 ) -> SimulatedRun:
     """The schedule at rate x `multiplier` through the fleet's measured instances behind one
@@ -50,7 +55,9 @@ def simulate_requests(
     f = m.fleet(fleet)
     timing = TimingModel.for_fleet(m, f)
     reqs = sorted(schedule, key=lambda r: r.offset_s)
-    seqs = spread_replay(timing, [(r.offset_s / multiplier, r.input_tokens, r.output_tokens) for r in reqs], f.instances_measured)
+    seqs = spread_replay(
+        timing, [(r.offset_s / multiplier, r.input_tokens, r.output_tokens) for r in reqs], f.instances_measured
+    )
     records = [_record(m, fleet, r, s, slo_deadline) for r, s in zip(reqs, seqs, strict=True)]
     stop_at, early = None, None
     if slo_deadline and planned is not None:
@@ -78,7 +85,11 @@ def _record(m: Manifest, fleet: str, req: ScheduledRequest, seq: EngineSeq, slo_
     at = seq.arrival
     ttft = None if seq.first_token_at is None else seq.first_token_at - at
     e2e = seq.last_token_at - at
-    itl = (seq.last_token_at - seq.first_token_at) / (seq.generated - 1) if seq.first_token_at is not None and seq.generated > 1 else None
+    itl = (
+        (seq.last_token_at - seq.first_token_at) / (seq.generated - 1)
+        if seq.first_token_at is not None and seq.generated > 1
+        else None
+    )
     outcome, tokens = Outcome.OK.value, seq.generated
     deadline = slo_deadline_s(m.slo, req.output_tokens)
     if slo_deadline and e2e > min(deadline, m.loadgen.request_timeout_s):
@@ -86,15 +97,38 @@ def _record(m: Manifest, fleet: str, req: ScheduledRequest, seq: EngineSeq, slo_
         e2e = min(deadline, m.loadgen.request_timeout_s)
         ttft = ttft if ttft is not None and ttft <= e2e else None
         itl, outcome, tokens = None, Outcome.SLO_ABANDONED.value, 0
-    slo_ok = outcome == Outcome.OK.value and ttft is not None and ttft <= m.slo.ttft_p95_s and (itl is None or itl <= m.slo.itl_p95_s)
+    slo_ok = (
+        outcome == Outcome.OK.value
+        and ttft is not None
+        and ttft <= m.slo.ttft_p95_s
+        and (itl is None or itl <= m.slo.itl_p95_s)
+    )
     return RequestRecord(
-        campaign=m.campaign, manifest_digest=m.digest, fleet=fleet, request_id=req.request_id, worker="sim",
-        wall_start=SIMULATED_WALL_START, scheduled_s=at, sent_s=at, send_lag_s=0.0, ttft_s=ttft, itl_s=itl, itl_max_s=itl,
-        e2e_s=e2e, input_tokens=req.input_tokens, max_tokens=req.output_tokens, client_output_tokens=tokens,
+        campaign=m.campaign,
+        manifest_digest=m.digest,
+        fleet=fleet,
+        request_id=req.request_id,
+        worker="sim",
+        wall_start=SIMULATED_WALL_START,
+        scheduled_s=at,
+        sent_s=at,
+        send_lag_s=0.0,
+        ttft_s=ttft,
+        itl_s=itl,
+        itl_max_s=itl,
+        e2e_s=e2e,
+        input_tokens=req.input_tokens,
+        max_tokens=req.output_tokens,
+        client_output_tokens=tokens,
         server_prompt_tokens=req.input_tokens if outcome == Outcome.OK.value else None,
         server_output_tokens=tokens if outcome == Outcome.OK.value else None,
-        finish_reason="length" if outcome == Outcome.OK.value else None, outcome=outcome, http_status=200, error=None,
-        slo_ok=slo_ok, warmup=req.warmup, client_prompt_tokens=req.input_tokens,
+        finish_reason="length" if outcome == Outcome.OK.value else None,
+        outcome=outcome,
+        http_status=200,
+        error=None,
+        slo_ok=slo_ok,
+        warmup=req.warmup,
+        client_prompt_tokens=req.input_tokens,
         itl_basis="server_tokens" if itl is not None else None,
     )
 
@@ -129,7 +163,9 @@ class SimulatedSteps:
     def __init__(self, m: Manifest, overhead_s: float = 0.0):
         self.m, self.overhead_s = m, overhead_s
 
-    def run(self, fleet: str, plan: StepPlan, step_dir: Path, planned: int, stop: threading.Event) -> tuple[float, str | None]:
+    def run(
+        self, fleet: str, plan: StepPlan, step_dir: Path, planned: int, stop: threading.Event
+    ) -> tuple[float, str | None]:
         window_s = plan.span_s * plan.multiplier / self.m.workload.time_scale
         # As the live step: the trace seconds whose arrivals land inside the span at rate x k, none a warmup
         skip = plan.skip_s / self.m.workload.time_scale

@@ -188,9 +188,7 @@ def instance(name: str) -> InstanceType:
     try:
         return CATALOG[name]
     except KeyError:
-        raise UnknownInstanceType(
-            f"unknown instance type {name!r}; known: {', '.join(sorted(CATALOG))}"
-        ) from None
+        raise UnknownInstanceType(f"unknown instance type {name!r}; known: {', '.join(sorted(CATALOG))}") from None
 
 
 BYTES_PER_PRECISION: dict[str, float] = {
@@ -217,7 +215,9 @@ CUDA_DRIVER_TABLE = (
     "https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/index.html "
     "(Table 3, CUDA Toolkit and Corresponding Driver Versions: CUDA 12.8 GA needs Linux driver >= 570.26)"
 )
-NVIDIA_DLAMI_NAMES = "https://docs.aws.amazon.com/dlami/latest/devguide/find-dlami-id.html (describe-images by DLAMI name)"
+NVIDIA_DLAMI_NAMES = (
+    "https://docs.aws.amazon.com/dlami/latest/devguide/find-dlami-id.html (describe-images by DLAMI name)"
+)
 
 
 @dataclass(frozen=True)
@@ -309,7 +309,9 @@ PREFIX_CACHING_SOURCES: dict[str, tuple[str, ...]] = {
         "or enable_prefix_caching, is_prefix_caching = enable_prefix_caching; vllm_neuron/platform.py: block_size = "
         "max_model_len only 'if not vllm_config.cache_config.enable_prefix_caching'",
     ),
-    "tgi": ("https://huggingface.co/docs/text-generation-inference/conceptual/chunking (prefix caching on by default in v3)",),
+    "tgi": (
+        "https://huggingface.co/docs/text-generation-inference/conceptual/chunking (prefix caching on by default in v3)",
+    ),
     "tensorrt-llm": ("core/scheduling.py: trtllm-serve's KV cache block reuse is on by default",),
 }
 # pa_block_size when prefix caching is on (the guide recommends 32 or 16; its examples use 32).
@@ -326,18 +328,33 @@ def host_stack_issues(vendor: str, sdk_version: str, driver_version: str, image:
     row = HOST_STACKS.get((vendor, sdk_version))
     if row is None:
         known = sorted(v for (ven, v) in HOST_STACKS if ven == vendor)
-        return [("sdk_version", f"no compatibility row for {vendor} SDK {sdk_version!r} (known: {known}); "
-                                "add one to core/catalog.py HOST_STACKS with its source")]
+        return [
+            (
+                "sdk_version",
+                f"no compatibility row for {vendor} SDK {sdk_version!r} (known: {known}); "
+                "add one to core/catalog.py HOST_STACKS with its source",
+            )
+        ]
     out: list[tuple[str, str]] = []
     got, want = _version_tuple(driver_version), _version_tuple(row.driver)
     if got is None or want is None:
         out.append(("driver_version", f"{driver_version!r} is not a dotted version number"))
     elif row.driver_is_minimum:
         if got + (0,) * (len(want) - len(got)) < want:
-            out.append(("driver_version", f"{driver_version} is older than the {row.driver} that {vendor} SDK {sdk_version} needs"))
+            out.append(
+                (
+                    "driver_version",
+                    f"{driver_version} is older than the {row.driver} that {vendor} SDK {sdk_version} needs",
+                )
+            )
     elif len(got) < 2 or want[: len(got)] != got:
-        out.append(("driver_version", f"{driver_version} is not the driver Neuron SDK {sdk_version} ships ({row.driver}); "
-                                      "the DLAMI of that release carries it"))
+        out.append(
+            (
+                "driver_version",
+                f"{driver_version} is not the driver Neuron SDK {sdk_version} ships ({row.driver}); "
+                "the DLAMI of that release carries it",
+            )
+        )
     tag = image.split("@", 1)[0].rsplit("/", 1)[-1].partition(":")[2]
     if row.image_tag_marker and tag and row.image_tag_marker not in tag:
         out.append(("image", f"tag {tag!r} is not an SDK {sdk_version} image (documented: {row.documented_image})"))
@@ -380,10 +397,14 @@ class CalibratedEfficiency:
 
     @property
     def provenance(self) -> str:
-        shown = ", ".join(self.rows[:2]) + (f" and {len(self.rows) - 2} more {self.vendor} rows" if len(self.rows) > 2 else "")
+        shown = ", ".join(self.rows[:2]) + (
+            f" and {len(self.rows) - 2} more {self.vendor} rows" if len(self.rows) > 2 else ""
+        )
         band = self.error_band
         on = f"{' and '.join(self.accelerators)} rows, " if self.accelerators else ""
-        return f"calibration {self.name!r}: fitted on {shown} ({on}data/calibration/published.csv)" + (f"; {band}" if band else "")
+        return f"calibration {self.name!r}: fitted on {shown} ({on}data/calibration/published.csv)" + (
+            f"; {band}" if band else ""
+        )
 
 
 def calibrated_efficiency(name: str, path: Path = CALIBRATION_FILE) -> CalibratedEfficiency:
@@ -391,7 +412,9 @@ def calibrated_efficiency(name: str, path: Path = CALIBRATION_FILE) -> Calibrate
     try:
         return groups[name]
     except KeyError:
-        raise KeyError(f"no calibration group {name!r} in {path.name}; known: {', '.join(sorted(groups)) or 'none'}") from None
+        raise KeyError(
+            f"no calibration group {name!r} in {path.name}; known: {', '.join(sorted(groups)) or 'none'}"
+        ) from None
 
 
 def calibration_groups(path: Path = CALIBRATION_FILE) -> dict[str, CalibratedEfficiency]:

@@ -131,10 +131,25 @@ class RunConfig:
             raise ValueError(f"stack output {RUN_CONFIG_OUTPUT} is not JSON: {exc}") from None
         if not isinstance(data, dict):
             raise ValueError(f"stack output {RUN_CONFIG_OUTPUT}: expected a JSON object")
-        missing = [k for k in ("region", "cluster", "master_task_definition", "worker_task_definition", "subnets", "security_groups",
-                               "results_uri", "targets", "workers") if k not in data]
+        missing = [
+            k
+            for k in (
+                "region",
+                "cluster",
+                "master_task_definition",
+                "worker_task_definition",
+                "subnets",
+                "security_groups",
+                "results_uri",
+                "targets",
+                "workers",
+            )
+            if k not in data
+        ]
         if missing:
-            raise ValueError(f"stack output {RUN_CONFIG_OUTPUT} lacks {', '.join(missing)}: redeploy with this version of the stacks")
+            raise ValueError(
+                f"stack output {RUN_CONFIG_OUTPUT} lacks {', '.join(missing)}: redeploy with this version of the stacks"
+            )
         subnets = data["subnets"]
         if isinstance(subnets, str):  # CloudFormation joins a subnet list into one string
             subnets = [s for s in subnets.split(",") if s]
@@ -177,7 +192,9 @@ class RunInputs:
     def from_json(cls, text: str) -> RunInputs:
         try:
             data = json.loads(text)
-            return cls(**{k: data[k] for k in ("manifest_digest", "trace_path", "trace_file", "schedule_digest", "requests")})
+            return cls(
+                **{k: data[k] for k in ("manifest_digest", "trace_path", "trace_file", "schedule_digest", "requests")}
+            )
         except (ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"{INPUT_SCHEDULE}: not a run-inputs description ({type(exc).__name__}: {exc})") from None
 
@@ -188,7 +205,9 @@ def staged_paths(root: Path, trace_path: str) -> tuple[Path, Path]:
     byte-identical to the operator's and keeps its digest."""
     rel = PurePosixPath(trace_path)
     if rel.is_absolute():
-        raise ValueError(f"workload.trace.path: {trace_path} is absolute; a cloud run needs a path relative to the manifest")
+        raise ValueError(
+            f"workload.trace.path: {trace_path} is absolute; a cloud run needs a path relative to the manifest"
+        )
     depth = sum(part == ".." for part in rel.parts)
     manifest_dir = root.joinpath("manifest", *(["m"] * depth))
     trace = (manifest_dir / Path(*rel.parts)).resolve()

@@ -21,14 +21,23 @@ EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM: every process stopped, records flus
 # (code, meaning) in the order `--help` lists them; README's exit-code table is this one.
 EXIT_CODES: tuple[tuple[int, str], ...] = (
     (EXIT_OK, "Go; or the command succeeded"),
-    (EXIT_FAILED_STEP, "a step failed while running: a process, an AWS call or a remote source (Prometheus, CloudWatch, "
-                       "Price List); `plan`: a fleet cannot hold the model; `teardown`: something is still left running"),
+    (
+        EXIT_FAILED_STEP,
+        "a step failed while running: a process, an AWS call or a remote source (Prometheus, CloudWatch, "
+        "Price List); `plan`: a fleet cannot hold the model; `teardown`: something is still left running",
+    ),
     (EXIT_BAD_INPUT, "bad input (manifest, trace, records, flags): every problem is listed; nothing was started"),
     (EXIT_SETUP_FAILED, "`run`: a load-generator task refused its inputs and sent nothing (its log names the cause)"),
-    (EXIT_DEFER, "Defer: the report was written; more evidence is needed (report.json decision.to_settle says how much)"),
-    (EXIT_REJECT, "Reject: the report was written; the migration does not pay, or the candidate failed its quality gate"),
+    (
+        EXIT_DEFER,
+        "Defer: the report was written; more evidence is needed (report.json decision.to_settle says how much)",
+    ),
+    (
+        EXIT_REJECT,
+        "Reject: the report was written; the migration does not pay, or the candidate failed its quality gate",
+    ),
     (EXIT_INTERRUPTED, "interrupted (Ctrl-C / SIGTERM): every process was stopped; records flushed so far are kept"),
-)  # fmt: skip
+)
 
 # A report's decision -> the exit code of `report`, `render` and `local`.
 EXIT_BY_DECISION: dict[str, int] = {"go": EXIT_OK, "defer": EXIT_DEFER, "reject": EXIT_REJECT}

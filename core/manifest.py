@@ -16,7 +16,16 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StrictBool,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from core import catalog
 from core.errors import CampaignError
@@ -108,7 +117,9 @@ class Serving(_Frozen):
     # on for vLLM on GPU, TGI and TensorRT-LLM; off for vLLM on Neuron, where it also picks the KV
     # layout: block with it, contiguous without). core.serving passes the matching flags and the
     # emulator models the same layout. Left out of the digest at the stack's default.
-    prefix_caching: StrictBool | None = Field(default=None, description="automatic prefix caching; default: the stack's")
+    prefix_caching: StrictBool | None = Field(
+        default=None, description="automatic prefix caching; default: the stack's"
+    )
 
     @property
     def resolved_prefix_caching(self) -> bool:
@@ -148,12 +159,16 @@ class Efficiency(_Frozen):
     def _either_calibration_or_numbers(self) -> Efficiency:
         numbers = self.model_fields_set - {"calibration"}
         if self.calibration is not None and numbers:
-            raise ValueError(f"calibration {self.calibration!r} supplies the figures; drop {', '.join(sorted(numbers))}")
+            raise ValueError(
+                f"calibration {self.calibration!r} supplies the figures; drop {', '.join(sorted(numbers))}"
+            )
         return self
 
     def resolved(self) -> ResolvedEfficiency:
         if self.calibration is None:
-            return ResolvedEfficiency(self.bandwidth, self.compute, self.step_overhead_ms, self.request_overhead_ms, "manifest (assumed)")
+            return ResolvedEfficiency(
+                self.bandwidth, self.compute, self.step_overhead_ms, self.request_overhead_ms, "manifest (assumed)"
+            )
         c = catalog.calibrated_efficiency(self.calibration)
         return ResolvedEfficiency(c.bandwidth, c.compute, c.step_overhead_ms, c.request_overhead_ms, c.provenance)
 
@@ -264,14 +279,20 @@ class CapacitySearch(_Frozen):
     # sizing step until the decision settles or this budget is spent. Seconds: of arrivals and
     # drains, fleets side by side; 0 turns the phase off. USD: what those seconds cost on the
     # cloud fleets at the report's prices (decision.to_settle.usd); None: no USD cap.
-    settle_budget_s: float = Field(default=600.0, ge=0, description="settle phase: seconds of extra requests, fleets side by side")
-    settle_budget_usd: float | None = Field(default=None, ge=0, description="settle phase: USD those seconds may cost on the cloud fleets")
+    settle_budget_s: float = Field(
+        default=600.0, ge=0, description="settle phase: seconds of extra requests, fleets side by side"
+    )
+    settle_budget_usd: float | None = Field(
+        default=None, ge=0, description="settle phase: USD those seconds may cost on the cloud fleets"
+    )
 
     @model_validator(mode="after")
     def _range(self) -> CapacitySearch:
         if not self.min_multiplier <= self.start_multiplier <= self.max_multiplier:
-            raise ValueError(f"need min_multiplier <= start_multiplier <= max_multiplier, got "
-                             f"{self.min_multiplier:g} <= {self.start_multiplier:g} <= {self.max_multiplier:g}")
+            raise ValueError(
+                f"need min_multiplier <= start_multiplier <= max_multiplier, got "
+                f"{self.min_multiplier:g} <= {self.start_multiplier:g} <= {self.max_multiplier:g}"
+            )
         return self
 
 
@@ -304,7 +325,9 @@ class Workload(_Frozen):
     @model_validator(mode="after")
     def _one_capacity_method(self) -> Workload:
         if self.capacity_sweep is not None and self.capacity_search is not None:
-            raise ValueError("capacity_sweep (fixed multipliers) and capacity_search (automatic) are alternatives; give one")
+            raise ValueError(
+                "capacity_sweep (fixed multipliers) and capacity_search (automatic) are alternatives; give one"
+            )
         return self
 
     @property
@@ -675,7 +698,6 @@ class Fit:
         return self.needed_gib <= self.visible_gib
 
 
-
 def weight_bytes(m: Manifest) -> float:
     return m.model.params_b * 1e9 * catalog.BYTES_PER_PRECISION[m.precision.weights]
 
@@ -710,7 +732,9 @@ def _catalog_issues(at: str, instance_type: str, tp: int, attention_heads: int |
             )
         ]
     if attention_heads and attention_heads % tp:
-        return [Issue(f"{at}.tensor_parallel", f"degree {tp} does not divide the model's {attention_heads} attention heads")]
+        return [
+            Issue(f"{at}.tensor_parallel", f"degree {tp} does not divide the model's {attention_heads} attention heads")
+        ]
     return []
 
 
@@ -724,7 +748,11 @@ def _raw_fleet_issues(data: dict[str, Any]) -> list[Issue]:
     if not isinstance(fleets, list):
         return issues
     for i, f in enumerate(fleets):
-        if isinstance(f, dict) and isinstance(f.get("instance_type"), str) and isinstance(f.get("tensor_parallel"), int):
+        if (
+            isinstance(f, dict)
+            and isinstance(f.get("instance_type"), str)
+            and isinstance(f.get("tensor_parallel"), int)
+        ):
             issues += _catalog_issues(f"fleets[{i}]", f["instance_type"], f["tensor_parallel"], heads)
     return issues
 
@@ -747,12 +775,22 @@ def semantic_issues(m: Manifest, *, check_files: bool = True) -> list[Issue]:
     if m.generation.max_output_tokens < m.workload.request_class.max_output_tokens:
         issues.append(Issue("generation.max_output_tokens", "smaller than workload.request_class.max_output_tokens"))
     if max_seq > m.tokenizer.max_length:
-        issues.append(Issue("workload.request_class", f"input + output = {max_seq} exceeds tokenizer.max_length {m.tokenizer.max_length}"))
+        issues.append(
+            Issue(
+                "workload.request_class",
+                f"input + output = {max_seq} exceeds tokenizer.max_length {m.tokenizer.max_length}",
+            )
+        )
 
     for i, f in enumerate(m.fleets):
         at = f"fleets[{i}]"
         if f.instances_measured > f.asg.max:
-            issues.append(Issue(f"{at}.measure_instances", f"{f.instances_measured} instances measured, more than asg.max {f.asg.max}"))
+            issues.append(
+                Issue(
+                    f"{at}.measure_instances",
+                    f"{f.instances_measured} instances measured, more than asg.max {f.asg.max}",
+                )
+            )
         cat_issues = _catalog_issues(at, f.instance_type, f.tensor_parallel, m.model.attention_heads)
         issues += cat_issues
         if cat_issues:
@@ -761,24 +799,52 @@ def semantic_issues(m: Manifest, *, check_files: bool = True) -> list[Issue]:
         tp = f.tensor_parallel
         if f.replicas_per_instance * tp > it.shards:
             unit = "NeuronCores" if it.accelerator.vendor == "aws-neuron" else "GPUs"
-            issues.append(Issue(f"{at}.replicas_per_instance", f"{f.replicas_per_instance} replicas x tensor_parallel {tp} need "
-                                f"{f.replicas_per_instance * tp} {unit}; {it.name} has {it.shards}"))  # fmt: skip
+            issues.append(
+                Issue(
+                    f"{at}.replicas_per_instance",
+                    f"{f.replicas_per_instance} replicas x tensor_parallel {tp} need "
+                    f"{f.replicas_per_instance * tp} {unit}; {it.name} has {it.shards}",
+                )
+            )
         stack_ok = {"aws-neuron": {"vllm-neuron"}, "nvidia": {"vllm", "tensorrt-llm", "tgi"}}[it.accelerator.vendor]
         if f.serving.stack not in stack_ok:
-            issues.append(Issue(f"{at}.serving.stack", f"{f.serving.stack} does not run on {it.accelerator.name}; use one of {sorted(stack_ok)}"))
+            issues.append(
+                Issue(
+                    f"{at}.serving.stack",
+                    f"{f.serving.stack} does not run on {it.accelerator.name}; use one of {sorted(stack_ok)}",
+                )
+            )
         pc = f.serving.prefix_caching
-        if pc is not None and f.serving.stack not in ("vllm", "vllm-neuron") and pc != catalog.PREFIX_CACHING_DEFAULT[f.serving.stack]:
-            issues.append(Issue(f"{at}.serving.prefix_caching", f"{f.serving.stack} is deployed with its default (prefix caching "
-                                f"{'on' if catalog.PREFIX_CACHING_DEFAULT[f.serving.stack] else 'off'}); only vLLM fleets can set it"))
-        for field, reason in catalog.host_stack_issues(it.accelerator.vendor, f.serving.sdk_version, f.serving.driver_version, f.serving.image):
+        if (
+            pc is not None
+            and f.serving.stack not in ("vllm", "vllm-neuron")
+            and pc != catalog.PREFIX_CACHING_DEFAULT[f.serving.stack]
+        ):
+            issues.append(
+                Issue(
+                    f"{at}.serving.prefix_caching",
+                    f"{f.serving.stack} is deployed with its default (prefix caching "
+                    f"{'on' if catalog.PREFIX_CACHING_DEFAULT[f.serving.stack] else 'off'}); only vLLM fleets can set it",
+                )
+            )
+        for field, reason in catalog.host_stack_issues(
+            it.accelerator.vendor, f.serving.sdk_version, f.serving.driver_version, f.serving.image
+        ):
             issues.append(Issue(f"{at}.serving.{field}", reason))
         if f.max_model_len < max_seq:
-            issues.append(Issue(f"{at}.max_model_len", f"{f.max_model_len} is shorter than the request class ({max_seq} tokens)"))
+            issues.append(
+                Issue(f"{at}.max_model_len", f"{f.max_model_len} is shorter than the request class ({max_seq} tokens)")
+            )
         if f.sequence_buckets:
             if list(f.sequence_buckets) != sorted(set(f.sequence_buckets)):
                 issues.append(Issue(f"{at}.sequence_buckets", "must be strictly increasing"))
             elif f.sequence_buckets[-1] < f.max_model_len:
-                issues.append(Issue(f"{at}.sequence_buckets", f"largest bucket {f.sequence_buckets[-1]} < max_model_len {f.max_model_len}"))
+                issues.append(
+                    Issue(
+                        f"{at}.sequence_buckets",
+                        f"largest bucket {f.sequence_buckets[-1]} < max_model_len {f.max_model_len}",
+                    )
+                )
         elif it.accelerator.vendor == "aws-neuron":
             issues.append(Issue(f"{at}.sequence_buckets", "Neuron compiles per sequence bucket; list them"))
         cal = f.efficiency.calibration
@@ -789,7 +855,12 @@ def semantic_issues(m: Manifest, *, check_files: bool = True) -> list[Issue]:
                 issues.append(Issue(f"{at}.efficiency.calibration", str(exc.args[0])))
             else:
                 if group.vendor != it.accelerator.vendor:
-                    issues.append(Issue(f"{at}.efficiency.calibration", f"{cal!r} was fitted on {group.vendor} rows, not {it.accelerator.name}"))
+                    issues.append(
+                        Issue(
+                            f"{at}.efficiency.calibration",
+                            f"{cal!r} was fitted on {group.vendor} rows, not {it.accelerator.name}",
+                        )
+                    )
         ft = fit(m, f)
         if not ft.fits:
             issues.append(
@@ -804,7 +875,12 @@ def semantic_issues(m: Manifest, *, check_files: bool = True) -> list[Issue]:
         if len(set(azs)) != len(azs):
             issues.append(Issue(f"{at}.availability_zones", "listed twice"))
         if f.redundancy > 0 and len(set(azs)) < 2:
-            issues.append(Issue(f"{at}.availability_zones", f"redundancy {f.redundancy} asks for at least two AZs, got {len(set(azs))}"))
+            issues.append(
+                Issue(
+                    f"{at}.availability_zones",
+                    f"redundancy {f.redundancy} asks for at least two AZs, got {len(set(azs))}",
+                )
+            )
         for j, az in enumerate(azs):
             if not re.fullmatch(re.escape(m.costs.region) + r"[a-z]", az):
                 issues.append(Issue(f"{at}.availability_zones[{j}]", f"{az!r} is not an AZ of region {m.costs.region}"))
@@ -816,7 +892,11 @@ def semantic_issues(m: Manifest, *, check_files: bool = True) -> list[Issue]:
         elif m.workload.trace.sha256:
             got = hashlib.sha256(tp_path.read_bytes()).hexdigest()
             if got != m.workload.trace.sha256:
-                issues.append(Issue("workload.trace.sha256", f"file hash {got} does not match the pinned {m.workload.trace.sha256}"))
+                issues.append(
+                    Issue(
+                        "workload.trace.sha256", f"file hash {got} does not match the pinned {m.workload.trace.sha256}"
+                    )
+                )
         if m.tokenizer.path and not m.resolve_path(m.tokenizer.path).is_file():
             issues.append(Issue("tokenizer.path", f"no such file: {m.resolve_path(m.tokenizer.path)}"))
     return issues

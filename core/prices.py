@@ -67,7 +67,9 @@ def snapshot(region: str = "us-east-1") -> dict[tuple[str, str, str], Price]:
     if not path.exists():
         # Named relative to the package: the message lands in reports, which name no machine's directories.
         shipped = ", ".join(sorted(p.name for p in SNAPSHOT_DIR.glob("prices-*.csv")))
-        raise PriceNotFound(f"no pinned price snapshot for region {region!r} (looked for core/data/{path.name}; shipped: {shipped})")
+        raise PriceNotFound(
+            f"no pinned price snapshot for region {region!r} (looked for core/data/{path.name}; shipped: {shipped})"
+        )
     return _parse(path)
 
 
@@ -81,4 +83,3 @@ def lookup(kind: str, key: str, region: str = "us-east-1") -> Price:
 
 def instance_hourly(instance_type: str, region: str = "us-east-1") -> Price:
     return lookup("instance", instance_type, region)
-

@@ -41,13 +41,16 @@ class Outcome(StrEnum):
 # Completed: a whole response came back (finish reason, [DONE]), usable or not.
 COMPLETED_OUTCOMES = frozenset({Outcome.OK.value, Outcome.QUALITY_FAIL.value, Outcome.NO_TEXT.value})
 # Errors: the exchange itself failed (they make the fleet's error rate).
-ERROR_OUTCOMES = frozenset({Outcome.HTTP_ERROR.value, Outcome.TIMEOUT.value, Outcome.TRUNCATED.value, Outcome.CONNECTION_ERROR.value})
+ERROR_OUTCOMES = frozenset(
+    {Outcome.HTTP_ERROR.value, Outcome.TIMEOUT.value, Outcome.TRUNCATED.value, Outcome.CONNECTION_ERROR.value}
+)
 # Invalid responses: something came back but cannot be used.
 INVALID_RESPONSE_OUTCOMES = frozenset({Outcome.TRUNCATED.value, Outcome.QUALITY_FAIL.value, Outcome.NO_TEXT.value})
 
 
-def latency_values(outcome: str, ttft_s: float | None, itl_s: float | None, e2e_s: float | None,
-                   max_tokens: int) -> tuple[float | None, float | None]:
+def latency_values(
+    outcome: str, ttft_s: float | None, itl_s: float | None, e2e_s: float | None, max_tokens: int
+) -> tuple[float | None, float | None]:
     """(TTFT, ITL) a record contributes to the latency percentiles: its own, or for a request
     abandoned on its SLO deadline the lower bounds of analysis.goodput.LATENCY_SQL (the same
     rule, for the readers that follow records as they are written)."""
@@ -119,7 +122,6 @@ class RequestRecord:
         if missing:
             raise ValueError(f"record is missing fields: {', '.join(sorted(missing))}")
         return cls(**{k: v for k, v in d.items() if k in names})
-
 
 
 def slo_deadline_s(slo: Slo, output_tokens: int) -> float:

@@ -28,7 +28,9 @@ class Roofline:
     flops: float  # peak dense BF16 FLOP/s, summed over the TP shards
 
     @classmethod
-    def of(cls, instance_type: str, tensor_parallel: int, weight_bytes: float, kv_bytes_per_token: float, params: float) -> Roofline:
+    def of(
+        cls, instance_type: str, tensor_parallel: int, weight_bytes: float, kv_bytes_per_token: float, params: float
+    ) -> Roofline:
         it = catalog.instance(instance_type)
         return cls(
             weight_bytes=weight_bytes,
@@ -40,11 +42,15 @@ class Roofline:
 
     @classmethod
     def for_fleet(cls, m: Manifest, f: Fleet) -> Roofline:
-        return cls.of(f.instance_type, f.tensor_parallel, weight_bytes(m), kv_bytes_per_token(m), m.model.params_b * 1e9)
+        return cls.of(
+            f.instance_type, f.tensor_parallel, weight_bytes(m), kv_bytes_per_token(m), m.model.params_b * 1e9
+        )
 
     def memory_s(self, kv_tokens_read: float, bandwidth_efficiency: float) -> float:
         """Time to stream every weight once plus `kv_tokens_read` tokens of KV cache."""
-        return (self.weight_bytes + self.kv_bytes_per_token * kv_tokens_read) / (self.bandwidth_bytes_s * bandwidth_efficiency)
+        return (self.weight_bytes + self.kv_bytes_per_token * kv_tokens_read) / (
+            self.bandwidth_bytes_s * bandwidth_efficiency
+        )
 
     def compute_s(self, tokens: float, compute_efficiency: float) -> float:
         """Time for the matmuls of `tokens` tokens (2 FLOPs per parameter per token)."""

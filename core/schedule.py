@@ -44,7 +44,9 @@ def copies_of(rate_scale: float, seed: int, line: int) -> int:
     return whole + (1 if frac > 0 and _unit(seed, line) < frac else 0)
 
 
-def transform(rows: Sequence[TraceRow], w: Workload, window_s: float | None = None, skip_s: float = 0.0) -> list[ScheduledRequest]:
+def transform(
+    rows: Sequence[TraceRow], w: Workload, window_s: float | None = None, skip_s: float = 0.0
+) -> list[ScheduledRequest]:
     start = w.window.start_s + skip_s
     end = start + (w.window.duration_s if window_s is None else window_s)
     rc = w.request_class
@@ -77,7 +79,11 @@ class ScheduleError(CampaignError, ValueError):
 
 
 def build_schedule(
-    manifest: Manifest, trace_path: Path | None = None, *, window_s: float | None = None, skip_s: float = 0.0,
+    manifest: Manifest,
+    trace_path: Path | None = None,
+    *,
+    window_s: float | None = None,
+    skip_s: float = 0.0,
 ) -> list[ScheduledRequest]:
     """Raises ScheduleError, naming the manifest field, when nothing would be replayed: a run
     that measures nothing must not pass for a valid one. `window_s` (trace seconds from the
@@ -101,7 +107,9 @@ def build_schedule(
         inside = sum(start <= r.offset_s < end for r in rows)
         if not inside:
             span = rows[-1].offset_s
-            raise ScheduleError(f"workload.window: [{start:.1f}, {end:.1f}) s selects no request; {Path(path).name} spans 0 to {span:.1f} s")
+            raise ScheduleError(
+                f"workload.window: [{start:.1f}, {end:.1f}) s selects no request; {Path(path).name} spans 0 to {span:.1f} s"
+            )
         raise ScheduleError(
             f"workload: {inside} requests in the window, none left after rate_scale {w.rate_scale:g} and request_class {w.request_class.mode}"
         )

@@ -62,7 +62,9 @@ from typing import Literal
 @dataclass(frozen=True)
 class StackPolicy:
     name: str
-    static_batch: bool  # compiled shapes: decode runs max_num_seqs slots over a bucket; prompts are encoded one pass each
+    static_batch: (
+        bool  # compiled shapes: decode runs max_num_seqs slots over a bucket; prompts are encoded one pass each
+    )
     prefill_alone: bool  # a step that encodes prompts does no decode
     chunked_prefill: bool
     pad_to_bucket: bool  # prompts padded to the next compiled prefill bucket
@@ -84,8 +86,15 @@ class StackPolicy:
 
 
 _TGI_ROUTER = dict(waiting_served_ratio=1.2, max_waiting_tokens=20)
-_NEURON = dict(static_batch=True, prefill_alone=True, chunked_prefill=False, pad_to_bucket=True, kv_layout="contiguous",
-               prefix_caching=False, memory_utilization=1.0)  # fmt: skip
+_NEURON = dict(
+    static_batch=True,
+    prefill_alone=True,
+    chunked_prefill=False,
+    pad_to_bucket=True,
+    kv_layout="contiguous",
+    prefix_caching=False,
+    memory_utilization=1.0,
+)
 
 POLICIES: dict[str, StackPolicy] = {
     "vllm-neuron": StackPolicy("vllm-neuron", **_NEURON),  # type: ignore[arg-type]

@@ -163,9 +163,14 @@ def weights_dir_for(manifest: Manifest) -> str:
 # carries another copy of them (Meta's original/consolidated.*.pth, 16 GB for an 8B model) or
 # another format costs no download, disk or time to ready.
 CHECKPOINT_METADATA = (
-    "config.json", "generation_config.json", "model.safetensors.index.json", "special_tokens_map.json",
-    "tokenizer.json", "tokenizer.model", "tokenizer_config.json",
-)  # fmt: skip
+    "config.json",
+    "generation_config.json",
+    "model.safetensors.index.json",
+    "special_tokens_map.json",
+    "tokenizer.json",
+    "tokenizer.model",
+    "tokenizer_config.json",
+)
 
 
 def checkpoint_files(manifest: Manifest) -> list[str]:
@@ -182,8 +187,10 @@ def _staging(manifest: Manifest, image: str, weights_dir: str, weights_s3_uri: s
     steps: list[str] = [f"mkdir -p {q(weights_dir)}"]
     if weights_s3_uri:
         includes = " ".join(f"--include {q(f)}" for f in files)
-        steps.append(f"aws s3 sync {q(weights_s3_uri.rstrip('/') + '/' + m.commit + '/')} {q(weights_dir)} --only-show-errors "
-                     f"--exclude '*' {includes}")
+        steps.append(
+            f"aws s3 sync {q(weights_s3_uri.rstrip('/') + '/' + m.commit + '/')} {q(weights_dir)} --only-show-errors "
+            f"--exclude '*' {includes}"
+        )
     else:
         if m.hub_token_secret_arn:
             # Token read at boot into the environment, never written into the template.
@@ -202,7 +209,9 @@ def _staging(manifest: Manifest, image: str, weights_dir: str, weights_s3_uri: s
         )
         token_env = " -e HF_TOKEN" if m.hub_token_secret_arn else ""
         # The serving image already ships huggingface_hub; the host DLAMI may not.
-        steps.append(f"docker run --rm --entrypoint python3 -v {CACHE_MOUNT}:{CACHE_MOUNT}{token_env} {q(image)} -c {q(py)}")
+        steps.append(
+            f"docker run --rm --entrypoint python3 -v {CACHE_MOUNT}:{CACHE_MOUNT}{token_env} {q(image)} -c {q(py)}"
+        )
     checks = "\\n".join(f"{digest}  {name}" for name, digest in sorted(m.weight_files.items()))
     steps.append(f"(cd {q(weights_dir)} && printf '{checks}\\n' | sha256sum --check --strict -)")
     if m.hub_token_secret_arn and not weights_s3_uri:
@@ -303,8 +312,12 @@ def definition_for(manifest: Manifest, fleet: Fleet, *, weights_s3_uri: str | No
             # Block layout (same guide, Known Issues 2 and Feature Configuration / Prefix Caching):
             # is_prefix_caching + is_block_kv_layout, pa_block_size 32, and pa_num_blocks equal to
             # num_gpu_blocks_override, at least ceil(max_model_len / block_size) * max_num_seqs.
-            override |= {"is_prefix_caching": True, "is_block_kv_layout": True,
-                         "pa_block_size": layout.block_tokens, "pa_num_blocks": layout.num_blocks}  # fmt: skip
+            override |= {
+                "is_prefix_caching": True,
+                "is_block_kv_layout": True,
+                "pa_block_size": layout.block_tokens,
+                "pa_num_blocks": layout.num_blocks,
+            }
             kv_flags = ["--block-size", str(layout.block_tokens), "--num-gpu-blocks-override", str(layout.num_blocks)]
         command = [
             *_vllm_common(manifest, fleet, wdir),
@@ -319,60 +332,122 @@ def definition_for(manifest: Manifest, fleet: Fleet, *, weights_s3_uri: str | No
             "VLLM_NEURON_FRAMEWORK": "neuronx-distributed-inference",
         }
         return ServingDefinition(
-            stack, image, (*command, *extra), MappingProxyType(env), (*_neuron_devices(fleet), *NEURON_CAPABILITIES),
-            SERVING_PORT, "/health", "/metrics", METRICS_BY_STACK[stack], wdir, cache, staging, host,
-        )  # fmt: skip
+            stack,
+            image,
+            (*command, *extra),
+            MappingProxyType(env),
+            (*_neuron_devices(fleet), *NEURON_CAPABILITIES),
+            SERVING_PORT,
+            "/health",
+            "/metrics",
+            METRICS_BY_STACK[stack],
+            wdir,
+            cache,
+            staging,
+            host,
+        )
 
     if stack == "vllm":
         command = _vllm_common(manifest, fleet, wdir)
         env = {"VLLM_CACHE_ROOT": cache, "HF_HUB_OFFLINE": "1"}
         return ServingDefinition(
-            stack, image, (*command, *extra), MappingProxyType(env), ("--gpus", "all"), SERVING_PORT,
-            "/health", "/metrics", METRICS_BY_STACK[stack], wdir, cache, staging, host,
-        )  # fmt: skip
+            stack,
+            image,
+            (*command, *extra),
+            MappingProxyType(env),
+            ("--gpus", "all"),
+            SERVING_PORT,
+            "/health",
+            "/metrics",
+            METRICS_BY_STACK[stack],
+            wdir,
+            cache,
+            staging,
+            host,
+        )
 
     if stack == "tgi":
         max_input = manifest.workload.request_class.max_input_tokens
         command = [
             "text-generation-launcher",
-            "--model-id", wdir,
-            "--revision", manifest.model.commit,
-            "--num-shard", str(fleet.tensor_parallel),
-            "--max-input-tokens", str(max_input),
-            "--max-total-tokens", str(fleet.max_model_len),
-            "--max-batch-size", str(fleet.max_concurrency),
-            "--max-concurrent-requests", str(max(128, 8 * fleet.max_concurrency)),
-            "--dtype", "bfloat16" if manifest.precision.activations == "bf16" else "float16",
-            "--huggingface-hub-cache", cache,
-            "--hostname", "0.0.0.0",
-            "--port", str(SERVING_PORT),
-        ]  # fmt: skip
+            "--model-id",
+            wdir,
+            "--revision",
+            manifest.model.commit,
+            "--num-shard",
+            str(fleet.tensor_parallel),
+            "--max-input-tokens",
+            str(max_input),
+            "--max-total-tokens",
+            str(fleet.max_model_len),
+            "--max-batch-size",
+            str(fleet.max_concurrency),
+            "--max-concurrent-requests",
+            str(max(128, 8 * fleet.max_concurrency)),
+            "--dtype",
+            "bfloat16" if manifest.precision.activations == "bf16" else "float16",
+            "--huggingface-hub-cache",
+            cache,
+            "--hostname",
+            "0.0.0.0",
+            "--port",
+            str(SERVING_PORT),
+        ]
         env = {"HF_HUB_OFFLINE": "1"}
         return ServingDefinition(
-            stack, image, (*command, *extra), MappingProxyType(env), ("--gpus", "all"), SERVING_PORT,
-            "/health", "/metrics", METRICS_BY_STACK[stack], wdir, cache, staging, host,
-        )  # fmt: skip
+            stack,
+            image,
+            (*command, *extra),
+            MappingProxyType(env),
+            ("--gpus", "all"),
+            SERVING_PORT,
+            "/health",
+            "/metrics",
+            METRICS_BY_STACK[stack],
+            wdir,
+            cache,
+            staging,
+            host,
+        )
 
     if stack == "tensorrt-llm":
         options_path = f"{cache}/trtllm-options.yaml"
         command = [
             "trtllm-serve",
             wdir,
-            "--backend", "pytorch",
-            "--tp_size", str(fleet.tensor_parallel),
-            "--max_batch_size", str(fleet.max_concurrency),
-            "--max_seq_len", str(fleet.max_model_len),
-            "--extra_llm_api_options", options_path,
-            "--host", "0.0.0.0",
-            "--port", str(SERVING_PORT),
-        ]  # fmt: skip
+            "--backend",
+            "pytorch",
+            "--tp_size",
+            str(fleet.tensor_parallel),
+            "--max_batch_size",
+            str(fleet.max_concurrency),
+            "--max_seq_len",
+            str(fleet.max_model_len),
+            "--extra_llm_api_options",
+            options_path,
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(SERVING_PORT),
+        ]
         env = {"HF_HUB_OFFLINE": "1", "TRTLLM_CACHE_DIR": cache}
         return ServingDefinition(
-            stack, image, (*command, *extra), MappingProxyType(env), ("--gpus", "all"), SERVING_PORT,
-            "/health", "/prometheus/metrics", METRICS_BY_STACK[stack], wdir, cache, staging, host,
+            stack,
+            image,
+            (*command, *extra),
+            MappingProxyType(env),
+            ("--gpus", "all"),
+            SERVING_PORT,
+            "/health",
+            "/prometheus/metrics",
+            METRICS_BY_STACK[stack],
+            wdir,
+            cache,
+            staging,
+            host,
             # YAML is a superset of JSON: one dependency-free rendering of the options file.
             MappingProxyType({options_path: json.dumps(TRTLLM_OPTIONS, sort_keys=True) + "\n"}),
-        )  # fmt: skip
+        )
 
     raise ValueError(f"unknown serving stack {stack!r}")
 
@@ -381,12 +456,23 @@ def render_docker_run(defn: ServingDefinition, name: str = "llm") -> str:
     """One shell line for user data: detached, restart on failure, cache volume mounted."""
     q = shlex.quote
     parts = [
-        "docker", "run", "-d", "--name", q(name), "--restart", "unless-stopped",
-        "--shm-size", "16g", "--ipc", "host",
-        "-p", f"{defn.port}:{defn.port}",
-        "-v", f"{CACHE_MOUNT}:{CACHE_MOUNT}",
+        "docker",
+        "run",
+        "-d",
+        "--name",
+        q(name),
+        "--restart",
+        "unless-stopped",
+        "--shm-size",
+        "16g",
+        "--ipc",
+        "host",
+        "-p",
+        f"{defn.port}:{defn.port}",
+        "-v",
+        f"{CACHE_MOUNT}:{CACHE_MOUNT}",
         *defn.device_args,
-    ]  # fmt: skip
+    ]
     for key, value in sorted(defn.environment.items()):
         parts += ["-e", q(f"{key}={value}")]
     parts += ["--entrypoint", q(defn.command[0]), q(defn.image), *(q(a) for a in defn.command[1:])]

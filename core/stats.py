@@ -86,8 +86,15 @@ class QuantileCI:
         return [self.low, self.high]
 
     def as_dict(self) -> dict[str, object]:
-        return {"q": self.q, "n": self.n, "point": self.point, "ci": self.bounds, "ranks": [self.low_rank, self.high_rank],
-                "coverage": self.coverage, "method": "order-statistic (binomial) interval, distribution-free"}
+        return {
+            "q": self.q,
+            "n": self.n,
+            "point": self.point,
+            "ci": self.bounds,
+            "ranks": [self.low_rank, self.high_rank],
+            "coverage": self.coverage,
+            "method": "order-statistic (binomial) interval, distribution-free",
+        }
 
 
 def binom_cdf_window(n: int, p: float) -> tuple[int, list[float]]:
@@ -101,7 +108,13 @@ def binom_cdf_window(n: int, p: float) -> tuple[int, list[float]]:
     reach = _CDF_WINDOW_SD * math.sqrt(n * p * (1 - p)) + 10
     k0, k1 = max(0, math.floor(n * p - reach)), min(n, math.ceil(n * p + reach))
     odds = math.log(p) - math.log1p(-p)
-    log_pmf = math.lgamma(n + 1) - math.lgamma(k0 + 1) - math.lgamma(n - k0 + 1) + k0 * math.log(p) + (n - k0) * math.log1p(-p)
+    log_pmf = (
+        math.lgamma(n + 1)
+        - math.lgamma(k0 + 1)
+        - math.lgamma(n - k0 + 1)
+        + k0 * math.log(p)
+        + (n - k0) * math.log1p(-p)
+    )
     out, acc = [], 0.0
     for k in range(k0, k1 + 1):
         acc += math.exp(log_pmf)
@@ -132,7 +145,9 @@ def quantile_ranks(n: int, q: float, confidence: float = CONFIDENCE) -> tuple[in
 
 def quantile_ci(sorted_values: Sequence[float], q: float = 0.95, confidence: float = CONFIDENCE) -> QuantileCI:
     """The interval over an already sorted sample."""
-    return _quantile_ci(len(sorted_values), q, confidence, lambda ranks: {r: float(sorted_values[r - 1]) for r in ranks})
+    return _quantile_ci(
+        len(sorted_values), q, confidence, lambda ranks: {r: float(sorted_values[r - 1]) for r in ranks}
+    )
 
 
 def quantile_ci_unsorted(values: FloatArray, q: float = 0.95, confidence: float = CONFIDENCE) -> QuantileCI:
@@ -161,7 +176,9 @@ def min_n_bounded_upper(q: float = 0.95, confidence: float = CONFIDENCE) -> int:
     return math.ceil(math.log((1 - confidence) / 2) / math.log(q))
 
 
-def n_to_hold(n: int, over: int, q: float = 0.95, confidence: float = CONFIDENCE, limit: int = 10_000_000) -> int | None:
+def n_to_hold(
+    n: int, over: int, q: float = 0.95, confidence: float = CONFIDENCE, limit: int = 10_000_000
+) -> int | None:
     """Fewest requests at which a step whose n requests had `over` of them above the target would
     bound its q-quantile within the target at `confidence`, if requests keep missing at that
     share: the interval's high end X_(u) is within the target when at most N - u of N requests
@@ -203,7 +220,10 @@ def n_to_settle(n: int, half_width: float, distance: float) -> int | None:
 
 
 def bootstrap_sum_ci(
-    values: Sequence[float] | FloatArray, confidence: float = CONFIDENCE, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED,
+    values: Sequence[float] | FloatArray,
+    confidence: float = CONFIDENCE,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
 ) -> tuple[float, float] | None:
     """Percentile bootstrap interval of sum(values), requests resampled with replacement.
 
@@ -218,7 +238,7 @@ def bootstrap_sum_ci(
     block = max(1, min(resamples, _BOOTSTRAP_BLOCK // n))
     for start in range(0, resamples, block):
         k = min(block, resamples - start)
-        sums[start:start + k] = x[rng.integers(0, n, size=(k, n))].sum(axis=1)
+        sums[start : start + k] = x[rng.integers(0, n, size=(k, n))].sum(axis=1)
     sums.sort()
     alpha = 1.0 - confidence
     lo = sums[max(math.floor(alpha / 2 * resamples), 0)]
@@ -243,7 +263,9 @@ class SumInterval:
     method: str  # how it was computed, for the report
 
 
-def sum_ci(n: int, total: float, variance: float, sample: Callable[[], Sequence[float] | FloatArray]) -> SumInterval | None:
+def sum_ci(
+    n: int, total: float, variance: float, sample: Callable[[], Sequence[float] | FloatArray]
+) -> SumInterval | None:
     """The 95% interval of a sum of n per-request values: bootstrapped up to BOOTSTRAP_MAX_N
     requests (`sample()` is read only then), the normal interval above (module docstring)."""
     if n == 0:

@@ -144,14 +144,20 @@ def _text_lines(path: Path, problems: list[TraceProblem], *, strip_bom: bool) ->
                 try:
                     yield n, raw.decode("utf-8")
                 except UnicodeDecodeError as exc:
-                    problems.append(TraceProblem(str(path), n, ROW, f"not UTF-8: byte {raw[exc.start]:#04x} at column {exc.start + 1}"))
+                    problems.append(
+                        TraceProblem(
+                            str(path), n, ROW, f"not UTF-8: byte {raw[exc.start]:#04x} at column {exc.start + 1}"
+                        )
+                    )
                     yield n, None
 
 
 RowSource = Callable[[Path, list[TraceProblem], Sequence[str]], Iterator[tuple[int, dict[str, Any]]]]
 
 
-def _csv_rows(path: Path, problems: list[TraceProblem], required: Sequence[str]) -> Iterator[tuple[int, dict[str, Any]]]:
+def _csv_rows(
+    path: Path, problems: list[TraceProblem], required: Sequence[str]
+) -> Iterator[tuple[int, dict[str, Any]]]:
     fed = [0]  # the last physical line handed to the csv module: where its rows and errors are
 
     def lines() -> Iterator[str]:
@@ -204,7 +210,9 @@ def _csv_rows(path: Path, problems: list[TraceProblem], required: Sequence[str])
         yield fed[0], row
 
 
-def _jsonl_rows(path: Path, problems: list[TraceProblem], required: Sequence[str]) -> Iterator[tuple[int, dict[str, Any]]]:
+def _jsonl_rows(
+    path: Path, problems: list[TraceProblem], required: Sequence[str]
+) -> Iterator[tuple[int, dict[str, Any]]]:
     for n, raw in _text_lines(path, problems, strip_bom=False):
         if raw is None or not raw.strip():
             continue
@@ -231,13 +239,17 @@ class _Format:
     input: str
     output: str
     hashes: str | None = None
-    zero_output_ok: bool = False  # BurstGPT logs a failed request with 0 response tokens (replayed as 1: core/schedule.py)
+    zero_output_ok: bool = (
+        False  # BurstGPT logs a failed request with 0 response tokens (replayed as 1: core/schedule.py)
+    )
 
 
 _FORMATS: dict[str, _Format] = {
     "azure": _Format(_csv_rows, "TIMESTAMP", parse_azure_timestamp, 1e-7, "ContextTokens", "GeneratedTokens"),
     "burstgpt": _Format(_csv_rows, "Timestamp", _number, 1.0, "Request tokens", "Response tokens", zero_output_ok=True),
-    "mooncake": _Format(_jsonl_rows, "timestamp", _number, 1e-3, "input_length", "output_length", "hash_ids"),  # milliseconds
+    "mooncake": _Format(
+        _jsonl_rows, "timestamp", _number, 1e-3, "input_length", "output_length", "hash_ids"
+    ),  # milliseconds
     "plain-csv": _Format(_csv_rows, "offset_s", _number, 1.0, "input_tokens", "output_tokens", "hash_ids"),
     "plain-jsonl": _Format(_jsonl_rows, "offset_s", _number, 1.0, "input_tokens", "output_tokens", "hash_ids"),
 }
@@ -258,7 +270,13 @@ def _scan(path: Path, fmt: str) -> tuple[list[TraceRow], list[TraceProblem]]:
     for line, row in f.rows(path, problems, (f.time, f.input, f.output)):
         bad: list[TraceProblem] = []
 
-        def value(name: str, parse: Callable[[Any], Any], row: dict[str, Any] = row, line: int = line, bad: list[TraceProblem] = bad) -> Any:
+        def value(
+            name: str,
+            parse: Callable[[Any], Any],
+            row: dict[str, Any] = row,
+            line: int = line,
+            bad: list[TraceProblem] = bad,
+        ) -> Any:
             """The parsed column, or None with its problem added to `bad`."""
             v = row.get(name)
             reason = ""
@@ -275,19 +293,33 @@ def _scan(path: Path, fmt: str) -> tuple[list[TraceRow], list[TraceProblem]]:
             return None
 
         t, inp, outp = value(f.time, f.parse_time), value(f.input, _count), value(f.output, _count)
-        blank = f.hashes is None or row.get(f.hashes) is None or str(row.get(f.hashes)).strip() == ""  # optional: none given
+        blank = (
+            f.hashes is None or row.get(f.hashes) is None or str(row.get(f.hashes)).strip() == ""
+        )  # optional: none given
         hashes = None if blank or f.hashes is None else value(f.hashes, _hash_ids)
         if inp == 0:
             bad.append(TraceProblem(str(path), line, f.input, "zero: a request needs at least one prompt token"))
         if outp == 0 and not f.zero_output_ok:
             bad.append(TraceProblem(str(path), line, f.output, "zero: a request needs at least one output token"))
         if hashes is not None and inp is not None and len(hashes) * BLOCK_TOKENS < inp:
-            bad.append(TraceProblem(str(path), line, f.hashes or ROW,
-                                    f"{len(hashes)} hash_ids cover {len(hashes) * BLOCK_TOKENS} tokens < input length {inp}"))  # fmt: skip
+            bad.append(
+                TraceProblem(
+                    str(path),
+                    line,
+                    f.hashes or ROW,
+                    f"{len(hashes)} hash_ids cover {len(hashes) * BLOCK_TOKENS} tokens < input length {inp}",
+                )
+            )
         if t is not None:
             if t < prev:  # the format lists arrivals in order: offsets count from the first row
-                bad.append(TraceProblem(str(path), line, f.time,
-                                        f"arrivals not sorted: {(prev - t) * f.scale:.6f} s before the arrival on line {prev_line}"))  # fmt: skip
+                bad.append(
+                    TraceProblem(
+                        str(path),
+                        line,
+                        f.time,
+                        f"arrivals not sorted: {(prev - t) * f.scale:.6f} s before the arrival on line {prev_line}",
+                    )
+                )
             else:
                 prev, prev_line = t, line
         problems += bad
@@ -327,6 +359,14 @@ def read_trace_text(text: str, fmt: str, name: str = "<text>") -> list[TraceRow]
 
 
 __all__ = [
-    "BLOCK_TOKENS", "FORMATS", "ROW", "TraceError", "TraceProblem", "TraceRow", "check_trace", "parse_azure_timestamp", "read_trace",
+    "BLOCK_TOKENS",
+    "FORMATS",
+    "ROW",
+    "TraceError",
+    "TraceProblem",
+    "TraceRow",
+    "check_trace",
+    "parse_azure_timestamp",
+    "read_trace",
     "read_trace_text",
-]  # fmt: skip
+]

@@ -77,7 +77,9 @@ class DueHook(Protocol):
 
 
 class StreamingClient:
-    def __init__(self, base_url: str, *, api: Api, timeout_s: float, connect_timeout_s: float = 10.0, api_key: str | None = None):
+    def __init__(
+        self, base_url: str, *, api: Api, timeout_s: float, connect_timeout_s: float = 10.0, api_key: str | None = None
+    ):
         u = urlsplit(base_url)
         if u.scheme != "http" or not u.hostname:
             raise ValueError(f"need an http://host:port URL, got {base_url!r}")
@@ -125,7 +127,9 @@ class StreamingClient:
         it from a hub callback). A name is an NLB's DNS name, whose addresses change."""
         if self._literal:
             return
-        self._addresses = [(fam, addr) for fam, _, _, _, addr in gsocket.getaddrinfo(self.host, self.port, 0, _socket.SOCK_STREAM)]
+        self._addresses = [
+            (fam, addr) for fam, _, _, _, addr in gsocket.getaddrinfo(self.host, self.port, 0, _socket.SOCK_STREAM)
+        ]
 
     def wait_first_token(self, st: Stream, fd: int) -> bool:
         """Add a stream to the set polled between reads (False where there is no epoll)."""
@@ -268,7 +272,14 @@ class Stream:
         "timed_out",
     )
 
-    def __init__(self, client: StreamingClient, wire: bytes, limit: float, on_done: Callable[[Exchange], None], sent_t: float | None = None):
+    def __init__(
+        self,
+        client: StreamingClient,
+        wire: bytes,
+        limit: float,
+        on_done: Callable[[Exchange], None],
+        sent_t: float | None = None,
+    ):
         self.client = client
         self.limit = limit
         self.sent_t = time.monotonic() if sent_t is None else sent_t
@@ -369,7 +380,9 @@ class Stream:
 
     def _on_connect_timeout(self) -> None:
         addr = self._addr
-        self._drop_socket(f"TimeoutError: connect to {addr[0]}:{addr[1]} timed out after {self.client.connect_timeout_s:g} s")
+        self._drop_socket(
+            f"TimeoutError: connect to {addr[0]}:{addr[1]} timed out after {self.client.connect_timeout_s:g} s"
+        )
         self._connect_next()
 
     def _send(self) -> None:

@@ -107,7 +107,9 @@ def check_fixture(client: OpenAI, m: Manifest, fx: QualityFixture) -> FixtureRes
 
 
 def run_gate(m: Manifest, fleet: str, base_url: str, timeout_s: float = 60.0) -> GateResult:
-    client = OpenAI(base_url=base_url.rstrip("/") + "/v1", api_key="not-needed-locally", timeout=timeout_s, max_retries=0)
+    client = OpenAI(
+        base_url=base_url.rstrip("/") + "/v1", api_key="not-needed-locally", timeout=timeout_s, max_retries=0
+    )
     results = [check_fixture(client, m, fx) for fx in m.quality.fixtures]
     rate = sum(r.passed for r in results) / len(results)
     return GateResult(fleet, rate >= m.quality.min_pass_rate, rate, m.quality.min_pass_rate, results)

@@ -51,8 +51,13 @@ def probe_models(host: str, timeout_s: float = 5.0) -> tuple[list[str] | None, s
 
 
 def wait_until_serving(
-    host: str, model: str, timeout_s: float, *, poll_s: float = READY_POLL_S,
-    clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+    host: str,
+    model: str,
+    timeout_s: float,
+    *,
+    poll_s: float = READY_POLL_S,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> Readiness:
     t0 = clock()
     while True:
@@ -76,7 +81,13 @@ def run(m: Manifest, env: Mapping[str, str], s3: Any) -> dict[str, Any]:
 
     fleet, host = env[cc.ENV_FLEET], env[cc.ENV_HOST]
     ready = wait_until_serving(host, m.model.repo, float(env.get(ENV_READY_TIMEOUT) or 600))
-    out: dict[str, Any] = {"fleet": fleet, "ready": ready.ready, "ready_after_s": ready.after_s, "seen": ready.seen, "gate": None}
+    out: dict[str, Any] = {
+        "fleet": fleet,
+        "ready": ready.ready,
+        "ready_after_s": ready.after_s,
+        "seen": ready.seen,
+        "gate": None,
+    }
     if ready.ready:
         out["gate"] = run_gate(m, fleet, host).as_dict()
     bucket, prefix = cc.split_s3_uri(cc.run_uri(env[cc.ENV_RESULTS_URI], env[cc.ENV_RUN_ID]))

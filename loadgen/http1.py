@@ -27,7 +27,16 @@ class ResponseParser:
     """Feed bytes with `feed`, and `feed_eof` when the peer closed. Body bytes (transfer
     coding removed) go to `on_body` as soon as they are parsed."""
 
-    __slots__ = ("_buf", "_left", "_on_body", "_state", "headers", "headers_complete", "message_complete", "status_code")
+    __slots__ = (
+        "_buf",
+        "_left",
+        "_on_body",
+        "_state",
+        "headers",
+        "headers_complete",
+        "message_complete",
+        "status_code",
+    )
 
     def __init__(self, on_body: Callable[[bytes], None]) -> None:
         self._on_body = on_body

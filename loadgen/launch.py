@@ -37,7 +37,13 @@ ROOT = LOCUSTFILE.parent.parent  # the directory holding our packages: the check
 
 
 def merge_worker_outputs(
-    m: Manifest, fleet: str, out_dir: Path, *, extra_invalid: Sequence[str] = (), window_s: float | None = None, skip_s: float = 0.0,
+    m: Manifest,
+    fleet: str,
+    out_dir: Path,
+    *,
+    extra_invalid: Sequence[str] = (),
+    window_s: float | None = None,
+    skip_s: float = 0.0,
 ) -> RunSummary:
     """One fleet summary from every worker's raw records (percentiles are never averaged).
 
@@ -89,9 +95,14 @@ class FleetRun:
             p.wait(left)
         for f in self._files:
             f.close()
-        bad = [_exit_reason(p.returncode, log) for p, log in zip(self.procs, self.logs, strict=True) if p.returncode not in (0, 1)]
-        self._summary = merge_worker_outputs(self.manifest, self.fleet, self.out_dir, extra_invalid=bad, window_s=self.window_s,
-                                               skip_s=self.skip_s)
+        bad = [
+            _exit_reason(p.returncode, log)
+            for p, log in zip(self.procs, self.logs, strict=True)
+            if p.returncode not in (0, 1)
+        ]
+        self._summary = merge_worker_outputs(
+            self.manifest, self.fleet, self.out_dir, extra_invalid=bad, window_s=self.window_s, skip_s=self.skip_s
+        )
         return self._summary
 
     def terminate(self, grace_s: float = 20.0) -> RunSummary:
@@ -113,7 +124,9 @@ class FleetRun:
 def _exit_reason(code: int, log: Path) -> str:
     if code == SETUP_FAILED:
         lines = log.read_text(encoding="utf-8", errors="replace").splitlines() if log.is_file() else []
-        cause = next((ln.split("setup failed", 1)[1].lstrip(" :,") for ln in lines if "setup failed" in ln), "see the log")
+        cause = next(
+            (ln.split("setup failed", 1)[1].lstrip(" :,") for ln in lines if "setup failed" in ln), "see the log"
+        )
         return f"setup failed, nothing was sent: {cause} (log: {log})"
     return f"locust process exited {code} (log: {log})"
 
@@ -141,7 +154,9 @@ def start_fleet(
     out_dir.mkdir(parents=True, exist_ok=True)
     stale = list(out_dir.glob(records_name(fleet, "w*")))
     if stale:
-        raise FileExistsError(f"{out_dir} already holds records for fleet {fleet} ({stale[0].name}); use a fresh directory")
+        raise FileExistsError(
+            f"{out_dir} already holds records for fleet {fleet} ({stale[0].name}); use a fresh directory"
+        )
     span = span_s(build_schedule(m, window_s=opts.window_s, skip_s=opts.skip_s)) / opts.rate_multiplier
     if opts.duration_s is not None:
         span = min(span, opts.duration_s)
@@ -167,8 +182,19 @@ def start_fleet(
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     # Headless, or (`ui_port`) as the cloud master runs: the replay starts by itself and the web UI
     # (loopback only) shows it live, staying UI_LINGER_S after the run (stacks/load_generator.py).
-    mode = ["--headless", "--only-summary"] if ui_port is None else [
-        "--autostart", "--autoquit", str(LOCAL_UI_LINGER_S), "--web-host", "127.0.0.1", "--web-port", str(ui_port)]
+    mode = (
+        ["--headless", "--only-summary"]
+        if ui_port is None
+        else [
+            "--autostart",
+            "--autoquit",
+            str(LOCAL_UI_LINGER_S),
+            "--web-host",
+            "127.0.0.1",
+            "--web-port",
+            str(ui_port),
+        ]
+    )
     lead = [
         sys.executable,
         "-m",
@@ -193,12 +219,35 @@ def start_fleet(
         cmds.append(
             (
                 "master",
-                [*lead, "--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port), "--expect-workers", str(workers), *common],
+                [
+                    *lead,
+                    "--master",
+                    "--master-bind-host",
+                    "127.0.0.1",
+                    "--master-bind-port",
+                    str(port),
+                    "--expect-workers",
+                    str(workers),
+                    *common,
+                ],
             )
         )
         for i in range(workers):
             cmds.append(
-                (f"worker{i}", [sys.executable, "-m", "locust", "--worker", "--master-host", "127.0.0.1", "--master-port", str(port), *common])
+                (
+                    f"worker{i}",
+                    [
+                        sys.executable,
+                        "-m",
+                        "locust",
+                        "--worker",
+                        "--master-host",
+                        "127.0.0.1",
+                        "--master-port",
+                        str(port),
+                        *common,
+                    ],
+                )
             )
     procs: list[subprocess.Popen[bytes]] = []
     logs: list[Path] = []
@@ -206,7 +255,9 @@ def start_fleet(
     for name, cmd in cmds:
         log = out_dir / f"locust-{fleet}-{name}.log"
         fh = log.open("wb")
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=str(ROOT), start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=str(ROOT), start_new_session=True
+        )
         if cpus:  # set after the start (preexec_fn is unsafe with threads): threads started later inherit it
             os.sched_setaffinity(proc.pid, set(cpus))
         procs.append(proc)

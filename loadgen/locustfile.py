@@ -50,19 +50,54 @@ def _args(parser: Any) -> None:
     # added through its parser's own add_argument (args_included_in_web_ui); options of an argparse
     # group never show (tests/loadgen/test_locust_ui_args.py checks it).
     g = parser.add_argument_group("loadgen")
-    g.add_argument("--manifest", type=str, env_var="LOADGEN_MANIFEST", default="", help="frozen campaign manifest (YAML)")
+    g.add_argument(
+        "--manifest", type=str, env_var="LOADGEN_MANIFEST", default="", help="frozen campaign manifest (YAML)"
+    )
     g.add_argument("--fleet", type=str, env_var="LOADGEN_FLEET", default="", help="fleet name in the manifest")
-    g.add_argument("--records-dir", type=str, env_var="LOADGEN_RECORDS_DIR", default="runs/records", help="where records-<fleet>-<worker>.jsonl go")
-    g.add_argument("--metrics-port", type=int, env_var="LOADGEN_METRICS_PORT", default=0, help="Prometheus port (worker i serves port+i; 0 = off)")
-    g.add_argument("--metrics-addr", type=str, env_var="LOADGEN_METRICS_ADDR", default="127.0.0.1", help="Prometheus bind address")
-    g.add_argument("--run-id", type=str, env_var="LOADGEN_RUN_ID", default="", help="label for this run (logs, S3 prefix)")
+    g.add_argument(
+        "--records-dir",
+        type=str,
+        env_var="LOADGEN_RECORDS_DIR",
+        default="runs/records",
+        help="where records-<fleet>-<worker>.jsonl go",
+    )
+    g.add_argument(
+        "--metrics-port",
+        type=int,
+        env_var="LOADGEN_METRICS_PORT",
+        default=0,
+        help="Prometheus port (worker i serves port+i; 0 = off)",
+    )
+    g.add_argument(
+        "--metrics-addr", type=str, env_var="LOADGEN_METRICS_ADDR", default="127.0.0.1", help="Prometheus bind address"
+    )
+    g.add_argument(
+        "--run-id", type=str, env_var="LOADGEN_RUN_ID", default="", help="label for this run (logs, S3 prefix)"
+    )
     add_replay_arguments(g)  # api, served model, duration, rate, window, SLO deadline, warmup, tokenizer check
-    g.add_argument("--s3-uri", type=str, env_var="LOADGEN_S3_URI", default="", help="s3://bucket/prefix to upload records and summary to")
-    g.add_argument("--records-prefix", type=str, env_var="LOADGEN_RECORDS_PREFIX", default="",
-                   help="a capacity step's sub-prefix under <s3-uri>/<run id>/ (its records, summaries and progress)")
+    g.add_argument(
+        "--s3-uri",
+        type=str,
+        env_var="LOADGEN_S3_URI",
+        default="",
+        help="s3://bucket/prefix to upload records and summary to",
+    )
+    g.add_argument(
+        "--records-prefix",
+        type=str,
+        env_var="LOADGEN_RECORDS_PREFIX",
+        default="",
+        help="a capacity step's sub-prefix under <s3-uri>/<run id>/ (its records, summaries and progress)",
+    )
 
 
-_state: dict[str, Any] = {"replayer": None, "started": False, "done_workers": set(), "done_nodes": set(), "progress_final": False}
+_state: dict[str, Any] = {
+    "replayer": None,
+    "started": False,
+    "done_workers": set(),
+    "done_nodes": set(),
+    "progress_final": False,
+}
 
 
 def _n_workers(env: Environment) -> tuple[int, int]:
@@ -91,9 +126,23 @@ def _fire(env: Environment, rec: RequestRecord) -> None:
     if rec.warmup:
         return
     if ok and rec.ttft_s is not None:
-        fire(request_type="SSE", name="ttft", response_time=rec.ttft_s * 1000, response_length=0, exception=None, context={})
+        fire(
+            request_type="SSE",
+            name="ttft",
+            response_time=rec.ttft_s * 1000,
+            response_length=0,
+            exception=None,
+            context={},
+        )
     if ok and rec.itl_s is not None:
-        fire(request_type="SSE", name="itl", response_time=rec.itl_s * 1000, response_length=0, exception=None, context={})
+        fire(
+            request_type="SSE",
+            name="itl",
+            response_time=rec.itl_s * 1000,
+            response_length=0,
+            exception=None,
+            context={},
+        )
     fire(
         request_type="SLO",
         name="goodput",
@@ -123,7 +172,13 @@ def _make_replayer(env: Environment) -> Replayer:
     index, n = _n_workers(env)
     metrics = None
     if o.metrics_port:
-        metrics = ClientMetrics(fleet=o.fleet, campaign=m.campaign, manifest_digest=m.digest, ttft_slo_s=m.slo.ttft_p95_s, itl_slo_s=m.slo.itl_p95_s)
+        metrics = ClientMetrics(
+            fleet=o.fleet,
+            campaign=m.campaign,
+            manifest_digest=m.digest,
+            ttft_slo_s=m.slo.ttft_p95_s,
+            itl_slo_s=m.slo.itl_p95_s,
+        )
         port = metrics.serve(o.metrics_port + index, o.metrics_addr)
         log.info("loadgen metrics on %s:%d", o.metrics_addr, port)
     s3 = _run_uri(o)
@@ -173,7 +228,9 @@ def _setup_failed(env: Environment, exc: BaseException) -> None:
     """Nothing was sent: stop the whole run now with SETUP_FAILED, once, naming the cause
     (a retried task would loop on the same error, and a port bound by the first try would
     hide the real cause behind "address in use")."""
-    log.error("loadgen: setup failed, stopping before any request is sent: %s", exc, exc_info=not isinstance(exc, SystemExit))
+    log.error(
+        "loadgen: setup failed, stopping before any request is sent: %s", exc, exc_info=not isinstance(exc, SystemExit)
+    )
     env.process_exit_code = SETUP_FAILED
     runner = env.runner
     if isinstance(runner, WorkerRunner):
@@ -205,7 +262,9 @@ def _quit(env: Environment) -> None:
 
 def _on_done(env: Environment, msg: Any, **_: Any) -> None:
     if msg.data.get("error"):
-        log.error("loadgen: %s setup failed: %s", msg.data["worker"], msg.data["error"])  # the marker _exit_reason reads
+        log.error(
+            "loadgen: %s setup failed: %s", msg.data["worker"], msg.data["error"]
+        )  # the marker _exit_reason reads
         env.process_exit_code = SETUP_FAILED
         _quit(env)  # the others would measure a partial schedule
         return
@@ -286,7 +345,13 @@ def publish_progress(env: Environment, *, final: bool = False) -> None:
 
         bucket, prefix = split_s3_uri(f"{_run_uri(o)}/{PROGRESS_PREFIX}{o.fleet}.json")
         runner = env.runner
-        body = {"fleet": o.fleet, "final": final, "at": time.time(), "state": getattr(runner, "state", None), **loadgen_stats(env)}
+        body = {
+            "fleet": o.fleet,
+            "final": final,
+            "at": time.time(),
+            "state": getattr(runner, "state", None),
+            **loadgen_stats(env),
+        }
         boto3.client("s3").put_object(Bucket=bucket, Key=prefix, Body=json.dumps(body).encode())
     except Exception as exc:  # progress is a convenience: the run goes on
         log.warning("loadgen: progress not written: %s", exc)

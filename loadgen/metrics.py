@@ -12,8 +12,53 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 
 from core.records import Outcome, RequestRecord
 
-_BASE_TTFT = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0)
-_BASE_ITL = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0)
+_BASE_TTFT = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    1.5,
+    2.0,
+    3.0,
+    5.0,
+    7.5,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    60.0,
+    120.0,
+)
+_BASE_ITL = (
+    0.001,
+    0.0025,
+    0.005,
+    0.0075,
+    0.01,
+    0.015,
+    0.02,
+    0.03,
+    0.04,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.5,
+    1.0,
+    2.0,
+    5.0,
+)
 _BASE_E2E = (0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0)
 _AROUND_SLO = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0, 1.05, 1.1, 1.2, 1.3, 1.5, 2.0)
 
@@ -27,18 +72,35 @@ class ClientMetrics:
     LABELS = ("fleet", "campaign", "manifest_digest")
 
     def __init__(
-        self, *, fleet: str, campaign: str, manifest_digest: str, ttft_slo_s: float, itl_slo_s: float, registry: CollectorRegistry | None = None
+        self,
+        *,
+        fleet: str,
+        campaign: str,
+        manifest_digest: str,
+        ttft_slo_s: float,
+        itl_slo_s: float,
+        registry: CollectorRegistry | None = None,
     ):
         self.registry = registry or CollectorRegistry()
         labels = {"fleet": fleet, "campaign": campaign, "manifest_digest": manifest_digest}
         r = self.registry
         self.ttft = Histogram(
-            "loadgen_ttft_seconds", "Scheduled send -> first token", self.LABELS, buckets=buckets_around(_BASE_TTFT, ttft_slo_s), registry=r
+            "loadgen_ttft_seconds",
+            "Scheduled send -> first token",
+            self.LABELS,
+            buckets=buckets_around(_BASE_TTFT, ttft_slo_s),
+            registry=r,
         ).labels(**labels)
         self.itl = Histogram(
-            "loadgen_itl_seconds", "Mean inter-token gap per request", self.LABELS, buckets=buckets_around(_BASE_ITL, itl_slo_s), registry=r
+            "loadgen_itl_seconds",
+            "Mean inter-token gap per request",
+            self.LABELS,
+            buckets=buckets_around(_BASE_ITL, itl_slo_s),
+            registry=r,
         ).labels(**labels)
-        self.e2e = Histogram("loadgen_e2e_seconds", "Scheduled send -> last token", self.LABELS, buckets=_BASE_E2E, registry=r).labels(**labels)
+        self.e2e = Histogram(
+            "loadgen_e2e_seconds", "Scheduled send -> last token", self.LABELS, buckets=_BASE_E2E, registry=r
+        ).labels(**labels)
         self.lag = Histogram(
             "loadgen_schedule_lag_seconds",
             "Actual send - scheduled send",
@@ -46,10 +108,15 @@ class ClientMetrics:
             buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1.0),
             registry=r,
         ).labels(**labels)
-        self._outcomes = Counter("loadgen_requests", "Requests by outcome", (*self.LABELS, "outcome", "slo_ok"), registry=r)
+        self._outcomes = Counter(
+            "loadgen_requests", "Requests by outcome", (*self.LABELS, "outcome", "slo_ok"), registry=r
+        )
         self._labels = labels
         self.good_tokens = Counter(
-            "loadgen_successful_output_tokens", "Output tokens of ok, SLO-compliant, non-warmup requests", self.LABELS, registry=r
+            "loadgen_successful_output_tokens",
+            "Output tokens of ok, SLO-compliant, non-warmup requests",
+            self.LABELS,
+            registry=r,
         ).labels(**labels)
 
     def observe(self, rec: RequestRecord) -> None:

@@ -19,7 +19,9 @@ PATHS: dict[str, str] = {"chat": "/v1/chat/completions", "completions": "/v1/com
 _VLLM_EXTENSIONS = frozenset({"vllm", "vllm-neuron"})
 
 
-def request_body(api: Api, model: str, gen: Generation, prompt: Prompt, max_tokens: int, stack: str = "vllm") -> dict[str, Any]:
+def request_body(
+    api: Api, model: str, gen: Generation, prompt: Prompt, max_tokens: int, stack: str = "vllm"
+) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": model,
         **prompt.payload_fields(),

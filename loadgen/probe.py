@@ -34,14 +34,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--delay-s", type=float, default=0.0)
     ap.add_argument("--timeout-s", type=float, default=None)
     ap.add_argument("--connect-timeout-s", type=float, default=10.0)
-    ap.add_argument("--served-model", default=None, help="model name sent in requests (vLLM's --served-model-name); default: model.repo")
+    ap.add_argument(
+        "--served-model",
+        default=None,
+        help="model name sent in requests (vLLM's --served-model-name); default: model.repo",
+    )
     a = ap.parse_args(argv)
     m = load_manifest(a.manifest)
     req = ScheduledRequest(0, 0.0, a.input_tokens, a.output_tokens, None, 0, False)
     prompt = PromptBuilder(m, a.api).build(req)
-    client = StreamingClient(a.host, api=a.api, timeout_s=a.timeout_s or m.loadgen.request_timeout_s, connect_timeout_s=a.connect_timeout_s)
+    client = StreamingClient(
+        a.host, api=a.api, timeout_s=a.timeout_s or m.loadgen.request_timeout_s, connect_timeout_s=a.connect_timeout_s
+    )
     model = a.served_model or m.model.repo
-    wire = client.encode(request_body(a.api, model, m.generation, prompt, req.output_tokens, m.fleet(a.fleet).serving.stack))
+    wire = client.encode(
+        request_body(a.api, model, m.generation, prompt, req.output_tokens, m.fleet(a.fleet).serving.stack)
+    )
     t0 = time.monotonic()
     ctx = RecordContext(m.campaign, m.digest, a.fleet, "probe", time.time(), t0, m.slo.ttft_p95_s, m.slo.itl_p95_s)
     if a.delay_s:

@@ -91,7 +91,9 @@ def build_record(
     itl, itl_basis = inter_token_latency(times, state.server_output_tokens)
     # An abandoned request's e2e is when the client gave up: the latency bounds are read from it.
     e2e = (times[-1] if times and outcome is not Outcome.SLO_ABANDONED else end_t) - sched_t
-    slo_ok = outcome is Outcome.OK and ttft is not None and ttft <= ctx.ttft_slo_s and (itl is None or itl <= ctx.itl_slo_s)
+    slo_ok = (
+        outcome is Outcome.OK and ttft is not None and ttft <= ctx.ttft_slo_s and (itl is None or itl <= ctx.itl_slo_s)
+    )
     return RequestRecord(
         **_identity(ctx, req, prompt_tokens),
         sent_s=sent_t - ctx.t0,
@@ -113,7 +115,9 @@ def build_record(
     )
 
 
-def not_sent_record(ctx: RecordContext, req: ScheduledRequest, why: str, prompt_tokens: int | None = None) -> RequestRecord:
+def not_sent_record(
+    ctx: RecordContext, req: ScheduledRequest, why: str, prompt_tokens: int | None = None
+) -> RequestRecord:
     return RequestRecord(
         **_identity(ctx, req, prompt_tokens),
         sent_s=None,

@@ -30,7 +30,15 @@ from loadgen.client import Exchange, Stream, StreamingClient, close_watcher
 from loadgen.metrics import ClientMetrics
 from loadgen.openai_request import request_body, request_id_header
 from loadgen.prompts import Prompt, PromptBuilder
-from loadgen.recording import RecordContext, RecordSink, build_record, not_sent_record, records_name, summary_name, upload_to_s3
+from loadgen.recording import (
+    RecordContext,
+    RecordSink,
+    build_record,
+    not_sent_record,
+    records_name,
+    summary_name,
+    upload_to_s3,
+)
 from loadgen.replay_options import ReplayOptions
 from loadgen.summary import CpuMeter, SummaryInputs, summarize
 from loadgen.tokenizer_check import check_prompt_counts, pick_samples
@@ -68,13 +76,19 @@ class Replayer:
         self.cfg = cfg
         self.worker = f"w{cfg.worker_index}"
         self.options = opts = cfg.options
-        full = list(schedule) if schedule is not None else build_schedule(manifest, window_s=opts.window_s, skip_s=opts.skip_s)
+        full = (
+            list(schedule)
+            if schedule is not None
+            else build_schedule(manifest, window_s=opts.window_s, skip_s=opts.skip_s)
+        )
         if opts.rate_multiplier != 1.0:
             full = [replace(r, offset_s=r.offset_s / opts.rate_multiplier) for r in full]
         if not opts.warmup:
             full = [replace(r, warmup=False) for r in full]
         self.mine = partition(full, cfg.n_workers, cfg.worker_index)
-        self.client = StreamingClient(cfg.host, api=opts.api, timeout_s=manifest.loadgen.request_timeout_s, api_key=cfg.api_key)
+        self.client = StreamingClient(
+            cfg.host, api=opts.api, timeout_s=manifest.loadgen.request_timeout_s, api_key=cfg.api_key
+        )
         self.metrics = metrics
         self.on_record = on_record
         self.records: list[RequestRecord] = []
@@ -120,9 +134,13 @@ class Replayer:
             inexact += not prompt.exact
             self._prompt_tokens[r.request_id] = prompt.tokens
             body = request_body(self.options.api, model, self.m.generation, prompt, r.output_tokens, stack)
-            self._wire[r.request_id] = self.client.encode(body, request_id_header(self.m.campaign, self.cfg.fleet, r.request_id))
+            self._wire[r.request_id] = self.client.encode(
+                body, request_id_header(self.m.campaign, self.cfg.fleet, r.request_id)
+            )
         if inexact:
-            log.warning("%d prompts are shorter than the chat template itself; their records carry the real length", inexact)
+            log.warning(
+                "%d prompts are shorter than the chat template itself; their records carry the real length", inexact
+            )
         if self.options.tokenizer_check:
             # Raises TokenizerMismatch (the run's setup fails, nothing is sent) on a disagreement.
             res = check_prompt_counts(self.cfg.host, model, pick_samples(built), api_key=self.cfg.api_key)
@@ -134,7 +152,9 @@ class Replayer:
     def _context(self, t0: float) -> RecordContext:
         """What every record of this run carries; offsets count from monotonic `t0` (now)."""
         m = self.m
-        return RecordContext(m.campaign, m.digest, self.cfg.fleet, self.worker, time.time(), t0, m.slo.ttft_p95_s, m.slo.itl_p95_s)
+        return RecordContext(
+            m.campaign, m.digest, self.cfg.fleet, self.worker, time.time(), t0, m.slo.ttft_p95_s, m.slo.itl_p95_s
+        )
 
     def _emit(self, rec: RequestRecord) -> None:
         self.records.append(rec)
@@ -168,7 +188,11 @@ class Replayer:
         if req.request_id in self._slo_bound:
             self._slo_bound.discard(req.request_id)
             transport = replace(transport, slo_abandoned=transport.timed_out)
-        self._emit(build_record(self.ctx, req, ex.sent_t, ex.end_t, ex.state, transport, self._prompt_tokens.get(req.request_id)))
+        self._emit(
+            build_record(
+                self.ctx, req, ex.sent_t, ex.end_t, ex.state, transport, self._prompt_tokens.get(req.request_id)
+            )
+        )
         if not self._inflight and self._sending_over.is_set():
             self._drained.set()
 

@@ -26,8 +26,12 @@ class ReplayOptions:
     # time), so an overloaded step ends within the SLO's own bound instead of draining a queue.
     rate_multiplier: float = 1.0
     slo_deadline: bool = False
-    window_s: float | None = None  # trace seconds replayed from the window's start (a capacity-search step); None: the manifest's
-    skip_s: float = 0.0  # trace seconds skipped at the window's start first (a settle segment: the requests after its step's)
+    window_s: float | None = (
+        None  # trace seconds replayed from the window's start (a capacity-search step); None: the manifest's
+    )
+    skip_s: float = (
+        0.0  # trace seconds skipped at the window's start first (a settle segment: the requests after its step's)
+    )
     warmup: bool = True  # False: no request is a warmup one (a capacity step on an already-warm server)
     tokenizer_check: bool = True  # ask the server's /tokenize to count sample prompts first
 
@@ -51,17 +55,48 @@ class _Flag:
 _FLAGS = (
     _Flag("api", "--api", "LOADGEN_API", "endpoint family"),
     _Flag("served_model", "--served-model", "LOADGEN_SERVED_MODEL", "model name sent (default: manifest model.repo)"),
-    _Flag("duration_s", "--replay-duration", cc.ENV_REPLAY_DURATION, "stop sending after N replay seconds (0 = whole schedule)"),
-    _Flag("rate_multiplier", "--rate-multiplier", "LOADGEN_RATE_MULTIPLIER", "capacity step: replay the same requests at rate x k (offsets / k)"),
-    _Flag("slo_deadline", "--slo-deadline", "LOADGEN_SLO_DEADLINE",
-          "capacity step: abandon a request once it can no longer meet the per-request SLO"),
-    _Flag("window_s", "--window-s", "LOADGEN_WINDOW_S",
-          "capacity-search step: replay this many trace seconds from the window's start (0 = the manifest's window)"),
-    _Flag("skip_s", "--skip-s", "LOADGEN_SKIP_S",
-          "settle segment: skip this many trace seconds at the window's start (the requests its step already replayed)"),
-    _Flag("warmup", "--no-warmup", "LOADGEN_NO_WARMUP", "count every request (the server is already warm, e.g. a capacity step after the replay)"),
-    _Flag("tokenizer_check", "--no-tokenizer-check", "LOADGEN_NO_TOKENIZER_CHECK",
-          "do not ask the server's /tokenize to count sample prompts before the run"),
+    _Flag(
+        "duration_s",
+        "--replay-duration",
+        cc.ENV_REPLAY_DURATION,
+        "stop sending after N replay seconds (0 = whole schedule)",
+    ),
+    _Flag(
+        "rate_multiplier",
+        "--rate-multiplier",
+        "LOADGEN_RATE_MULTIPLIER",
+        "capacity step: replay the same requests at rate x k (offsets / k)",
+    ),
+    _Flag(
+        "slo_deadline",
+        "--slo-deadline",
+        "LOADGEN_SLO_DEADLINE",
+        "capacity step: abandon a request once it can no longer meet the per-request SLO",
+    ),
+    _Flag(
+        "window_s",
+        "--window-s",
+        "LOADGEN_WINDOW_S",
+        "capacity-search step: replay this many trace seconds from the window's start (0 = the manifest's window)",
+    ),
+    _Flag(
+        "skip_s",
+        "--skip-s",
+        "LOADGEN_SKIP_S",
+        "settle segment: skip this many trace seconds at the window's start (the requests its step already replayed)",
+    ),
+    _Flag(
+        "warmup",
+        "--no-warmup",
+        "LOADGEN_NO_WARMUP",
+        "count every request (the server is already warm, e.g. a capacity step after the replay)",
+    ),
+    _Flag(
+        "tokenizer_check",
+        "--no-tokenizer-check",
+        "LOADGEN_NO_TOKENIZER_CHECK",
+        "do not ask the server's /tokenize to count sample prompts before the run",
+    ),
 )
 _DEFAULTS = ReplayOptions()
 

@@ -72,7 +72,9 @@ def summarize(
         reasons.append("the schedule is empty: nothing was measured (check workload.window against the trace)")
     lag_p99 = interpolated_quantile(lags, 0.99)
     if lag_p99 > inp.max_lag_p99_s:
-        reasons.append(f"schedule lag p99 {lag_p99 * 1000:.1f} ms > bound {inp.max_lag_p99_s * 1000:.1f} ms: the client was measured")
+        reasons.append(
+            f"schedule lag p99 {lag_p99 * 1000:.1f} ms > bound {inp.max_lag_p99_s * 1000:.1f} ms: the client was measured"
+        )
     missing = expected - set(seen)
     if missing:
         reasons.append(f"{len(missing)} scheduled requests have no record (first: {min(missing)})")
@@ -101,7 +103,9 @@ def summarize(
         ended_at=ended_at,
     )
     if not s.invariant_holds():
-        reasons.append(f"invariant broken: scheduled {s.scheduled} != completed {completed} + failed {failed} + not_sent {not_sent}")
+        reasons.append(
+            f"invariant broken: scheduled {s.scheduled} != completed {completed} + failed {failed} + not_sent {not_sent}"
+        )
     s.valid = not reasons
     return s
 

@@ -67,7 +67,9 @@ def stage_inputs(env: Mapping[str, str], s3: Any) -> Path:
     try:
         m = load_manifest(manifest_path)  # also checks the trace's sha256 against the manifest
     except ManifestError as exc:
-        raise InputsRejected(f"{inputs}/{cc.INPUT_MANIFEST} is invalid here: " + "; ".join(str(i) for i in exc.issues)) from None
+        raise InputsRejected(
+            f"{inputs}/{cc.INPUT_MANIFEST} is invalid here: " + "; ".join(str(i) for i in exc.issues)
+        ) from None
     if m.digest != expected_digest:
         raise InputsRejected(
             f"manifest digest {m.digest[:12]} is not the one this stack was deployed for ({expected_digest[:12]}): "
@@ -78,7 +80,9 @@ def stage_inputs(env: Mapping[str, str], s3: Any) -> Path:
     except ScheduleError as exc:
         raise InputsRejected(str(exc)) from None
     if digest != desc.schedule_digest:
-        raise InputsRejected(f"the schedule built here ({digest[:12]}) differs from the one `campaign run` planned ({desc.schedule_digest[:12]})")
+        raise InputsRejected(
+            f"the schedule built here ({digest[:12]}) differs from the one `campaign run` planned ({desc.schedule_digest[:12]})"
+        )
     return manifest_path
 
 
@@ -104,8 +108,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from loadgen import gate_task
 
         out = gate_task.run(load_manifest(manifest_path), os.environ, boto3.client("s3"))
-        print(f"loadgen task: gate of fleet {out['fleet']}: ready {out['ready']} after {out['ready_after_s']:.0f} s ({out['seen']}); "
-              f"gate {'not run' if out['gate'] is None else 'passed' if out['gate']['passed'] else 'FAILED'}", flush=True)
+        print(
+            f"loadgen task: gate of fleet {out['fleet']}: ready {out['ready']} after {out['ready_after_s']:.0f} s ({out['seen']}); "
+            f"gate {'not run' if out['gate'] is None else 'passed' if out['gate']['passed'] else 'FAILED'}",
+            flush=True,
+        )
         return 0
     cmd = locust_argv(manifest_path, args)
     os.execv(cmd[0], cmd)

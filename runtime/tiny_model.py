@@ -154,32 +154,38 @@ def generate(out: Path, shape: Shape = Shape()) -> dict[str, str]:
     vocab = int(tok.get_vocab_size())
     bos_id, eos_id, eot_id = (_special_id(tok, t) for t in (BOS, EOS, EOT))
     (out / "chat_template.jinja").write_text(CHAT_TEMPLATE)
-    _write_json(out / "tokenizer_config.json", {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": BOS,
-        "eos_token": EOT,
-        "model_max_length": shape.max_positions,
-        "clean_up_tokenization_spaces": False,
-    })
-    _write_json(out / "config.json", {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "hidden_size": shape.hidden,
-        "intermediate_size": shape.intermediate,
-        "num_hidden_layers": shape.layers,
-        "num_attention_heads": shape.heads,
-        "num_key_value_heads": shape.kv_heads,
-        "head_dim": shape.head_dim,
-        "vocab_size": vocab,
-        "max_position_embeddings": shape.max_positions,
-        "rms_norm_eps": 1e-5,
-        "rope_theta": 500000.0,
-        "hidden_act": "silu",
-        "tie_word_embeddings": False,
-        "torch_dtype": "float32",
-        "bos_token_id": bos_id,
-        "eos_token_id": [eos_id, eot_id],
-    })
+    _write_json(
+        out / "tokenizer_config.json",
+        {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "bos_token": BOS,
+            "eos_token": EOT,
+            "model_max_length": shape.max_positions,
+            "clean_up_tokenization_spaces": False,
+        },
+    )
+    _write_json(
+        out / "config.json",
+        {
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            "hidden_size": shape.hidden,
+            "intermediate_size": shape.intermediate,
+            "num_hidden_layers": shape.layers,
+            "num_attention_heads": shape.heads,
+            "num_key_value_heads": shape.kv_heads,
+            "head_dim": shape.head_dim,
+            "vocab_size": vocab,
+            "max_position_embeddings": shape.max_positions,
+            "rms_norm_eps": 1e-5,
+            "rope_theta": 500000.0,
+            "hidden_act": "silu",
+            "tie_word_embeddings": False,
+            "torch_dtype": "float32",
+            "bos_token_id": bos_id,
+            "eos_token_id": [eos_id, eot_id],
+        },
+    )
     _write_json(out / "generation_config.json", {"bos_token_id": bos_id, "eos_token_id": [eos_id, eot_id]})
     write_safetensors(out / "model.safetensors", _tensors(shape, vocab))
     return {p.name: sha256_file(p) for p in sorted(out.iterdir()) if p.is_file()}
@@ -197,7 +203,9 @@ def _write_json(path: Path, obj: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m runtime.tiny_model", description=__doc__.splitlines()[0] if __doc__ else None)
+    ap = argparse.ArgumentParser(
+        prog="python -m runtime.tiny_model", description=__doc__.splitlines()[0] if __doc__ else None
+    )
     ap.add_argument("--out", required=True, help="directory to write the checkpoint into")
     a = ap.parse_args(argv)
     for name, digest in generate(Path(a.out)).items():

@@ -27,15 +27,22 @@ def pinned_context() -> dict[str, Any]:
     return ctx
 
 
-def build_app(*, context: Mapping[str, Any] | None = None, outdir: str | None = None, nag: bool = True) -> tuple[App, ComparisonStack]:
+def build_app(
+    *, context: Mapping[str, Any] | None = None, outdir: str | None = None, nag: bool = True
+) -> tuple[App, ComparisonStack]:
     # Pinned context is the default; the CLI's context (CDK_CONTEXT_JSON, -c ...) and `context` win.
     app = App(context={**pinned_context(), **(context or {})}, outdir=outdir)
-    merged = {key: app.node.try_get_context(key) for key in ("manifest", "weights_s3_uri", "harness:region-availability-zones")}
+    merged = {
+        key: app.node.try_get_context(key)
+        for key in ("manifest", "weights_s3_uri", "harness:region-availability-zones")
+    }
     settings = settings_from_context(merged)
     m = settings.manifest
     # Account stays unresolved (deploy targets the credentials' account); the region is the
     # manifest's, so AZs, ARNs and endpoint names are concrete at synth time.
-    stack = ComparisonStack(app, "Comparison", settings=settings, stack_name=stack_name(m.campaign), env=Environment(region=m.costs.region))
+    stack = ComparisonStack(
+        app, "Comparison", settings=settings, stack_name=stack_name(m.campaign), env=Environment(region=m.costs.region)
+    )
     if nag:
         add_nag_checks(app)
     return app, stack

@@ -58,7 +58,9 @@ def load_accepted(path: Path = ACCEPTED_FILE) -> list[Accepted]:
         if not isinstance(entry, dict) or set(entry) != {"check", "resource", "reason"}:
             raise GateInputError(f"{path}: entry {i}: needs exactly the keys check, resource, reason; got {entry!r}")
         if len(str(entry["reason"]).strip()) < 30:
-            raise GateInputError(f"{path}: entry {i} ({entry['check']}): the reason must say why, got {entry['reason']!r}")
+            raise GateInputError(
+                f"{path}: entry {i} ({entry['check']}): the reason must say why, got {entry['reason']!r}"
+            )
         out.append(Accepted(str(entry["check"]), str(entry["resource"]), str(entry["reason"])))
     return out
 
@@ -95,12 +97,16 @@ def run_checkov(template: Path, checkov: Path = CHECKOV) -> Any:
         raise GateInputError(f"{checkov} is missing: run `make checkov` (it builds .venv-checkov)")
     proc = subprocess.run(
         [str(checkov), "-f", str(template), "--framework", "cloudformation", "-o", "json", "--quiet", "--compact"],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     try:
         return json.loads(proc.stdout)
     except json.JSONDecodeError:
-        raise GateInputError(f"checkov on {template} printed no JSON (exit {proc.returncode}): {proc.stderr[-2000:]}") from None
+        raise GateInputError(
+            f"checkov on {template} printed no JSON (exit {proc.returncode}): {proc.stderr[-2000:]}"
+        ) from None
 
 
 def synthesize(manifest: Path, outdir: Path) -> Path:
@@ -114,9 +120,15 @@ def synthesize(manifest: Path, outdir: Path) -> Path:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m stacks.checkov_gate", description=(__doc__ or "").splitlines()[0])
-    p.add_argument("templates", nargs="*", type=Path, help="synthesized CloudFormation templates (cdk.out/*.template.json)")
-    p.add_argument("--manifest", action="append", type=Path, default=[], help="synthesize this manifest first (repeatable)")
-    p.add_argument("--outdir", type=Path, default=REPO_ROOT / "cdk.out" / "checkov", help="where --manifest templates are written")
+    p.add_argument(
+        "templates", nargs="*", type=Path, help="synthesized CloudFormation templates (cdk.out/*.template.json)"
+    )
+    p.add_argument(
+        "--manifest", action="append", type=Path, default=[], help="synthesize this manifest first (repeatable)"
+    )
+    p.add_argument(
+        "--outdir", type=Path, default=REPO_ROOT / "cdk.out" / "checkov", help="where --manifest templates are written"
+    )
     args = p.parse_args(argv)
     templates = list(args.templates)
     for m in args.manifest:

@@ -18,7 +18,8 @@ from stacks.settings import SynthSettings
 class ComparisonStack(Stack):
     def __init__(self, scope: Construct, cid: str, *, settings: SynthSettings, **kwargs: object) -> None:
         m = settings.manifest
-        super().__init__(scope, cid, description=f"{m.campaign}: {m.description} (manifest {m.short_digest})"[:1024], **kwargs)  # type: ignore[arg-type]
+        description = f"{m.campaign}: {m.description} (manifest {m.short_digest})"[:1024]
+        super().__init__(scope, cid, description=description, **kwargs)  # type: ignore[arg-type]
         Tags.of(self).add("campaign", m.campaign)
         Tags.of(self).add("manifest-digest", m.digest)
 
@@ -26,7 +27,9 @@ class ComparisonStack(Stack):
         network = Network(self, "Network", availability_zones=settings.vpc_azs, flow_log_bucket=store.logs)
         fleets = []
         for i, f in enumerate(m.fleets):
-            fleet = ServingFleet(self, f"Fleet-{f.name}", manifest=m, index=i, vpc=network.vpc, weights_s3_uri=settings.weights_s3_uri)
+            fleet = ServingFleet(
+                self, f"Fleet-{f.name}", manifest=m, index=i, vpc=network.vpc, weights_s3_uri=settings.weights_s3_uri
+            )
             Tags.of(fleet).add("fleet", f.name)
             fleets.append(fleet)
 
@@ -49,9 +52,19 @@ class ComparisonStack(Stack):
         )
         nlb.allow_clients(loadgen.security_group)
 
-        CfnOutput(self, "ResultsBucketName", value=store.results.bucket_name, description="kept after teardown (RemovalPolicy.RETAIN)")
+        CfnOutput(
+            self,
+            "ResultsBucketName",
+            value=store.results.bucket_name,
+            description="kept after teardown (RemovalPolicy.RETAIN)",
+        )
         # `campaign run` reads this: cluster, task definitions, subnets, results prefix, fleet endpoints.
-        CfnOutput(self, RUN_CONFIG_OUTPUT, value=loadgen.run_config, description="what `python -m campaign run` starts tasks with")
+        CfnOutput(
+            self,
+            RUN_CONFIG_OUTPUT,
+            value=loadgen.run_config,
+            description="what `python -m campaign run` starts tasks with",
+        )
         CfnOutput(
             self,
             "OperatorUiPolicyArn",
@@ -63,5 +76,8 @@ class ComparisonStack(Stack):
         for fleet in fleets:
             name = fleet.fleet.name
             CfnOutput(
-                self, f"Endpoint{name.replace('-', '')}", value=nlb.endpoints[name], description=f"{name} OpenAI-compatible endpoint (internal NLB)"
+                self,
+                f"Endpoint{name.replace('-', '')}",
+                value=nlb.endpoints[name],
+                description=f"{name} OpenAI-compatible endpoint (internal NLB)",
             )

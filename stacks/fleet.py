@@ -18,7 +18,13 @@ from core.cloud_contract import HEALTH_GRACE_MIN
 from core.manifest import Fleet, Manifest
 from core.naming import ami_parameter_name
 from core.serving import definition_for
-from stacks.accelerator_telemetry import as_json, cloudwatch_agent_config, cloudwatch_namespace, neuron_monitor_config, neuron_namespace
+from stacks.accelerator_telemetry import (
+    as_json,
+    cloudwatch_agent_config,
+    cloudwatch_namespace,
+    neuron_monitor_config,
+    neuron_namespace,
+)
 from stacks.compliance import acknowledge, arn_placeholder
 from stacks.fleet_boot import boot_script, ecr_image
 
@@ -50,7 +56,9 @@ def ami_parameter(scope: Construct, fleet: Fleet, defn_host: catalog.HostStack) 
         Stack.of(scope),
         ami_parameter_name(fleet.name),
         type="AWS::EC2::Image::Id",
-        description=f"{fleet.name}: DLAMI for {defn_host.vendor} SDK {defn_host.sdk_version} ({how}); filled by `campaign deploy`"[:4000],
+        description=f"{fleet.name}: DLAMI for {defn_host.vendor} SDK {defn_host.sdk_version} ({how}); filled by `campaign deploy`"[
+            :4000
+        ],
     )
 
 
@@ -73,13 +81,20 @@ class ServingFleet(Construct):
         vendor = catalog.instance(fleet.instance_type).accelerator.vendor
         region = Stack.of(self).region
 
-        self.log_group = logs.LogGroup(self, "Logs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY)
+        self.log_group = logs.LogGroup(
+            self, "Logs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY
+        )
         agent_param = ssm.StringParameter(
             self,
             "CloudWatchAgentConfig",
             parameter_name=f"/harness/{manifest.campaign}/{fleet.name}/cloudwatch-agent",
             string_value=as_json(
-                cloudwatch_agent_config(campaign=manifest.campaign, fleet=fleet.name, gpu=vendor == "nvidia", log_group=self.log_group.log_group_name)
+                cloudwatch_agent_config(
+                    campaign=manifest.campaign,
+                    fleet=fleet.name,
+                    gpu=vendor == "nvidia",
+                    log_group=self.log_group.log_group_name,
+                )
             ),
         )
         neuron_param = None
@@ -107,12 +122,20 @@ class ServingFleet(Construct):
             neuron_param.grant_read(role)
         self._grant_image_pull(role, defn.image)
         if manifest.model.hub_token_secret_arn:
-            role.add_to_policy(iam.PolicyStatement(actions=["secretsmanager:GetSecretValue"], resources=[manifest.model.hub_token_secret_arn]))
+            role.add_to_policy(
+                iam.PolicyStatement(
+                    actions=["secretsmanager:GetSecretValue"], resources=[manifest.model.hub_token_secret_arn]
+                )
+            )
         if weights_s3_uri:
             self._grant_weights_read(role, weights_s3_uri, manifest.model.commit)
 
         self.security_group = ec2.SecurityGroup(
-            self, "SecurityGroup", vpc=vpc, description=f"{fleet.name} serving instances ({fleet.instance_type})", allow_all_outbound=True
+            self,
+            "SecurityGroup",
+            vpc=vpc,
+            description=f"{fleet.name} serving instances ({fleet.instance_type})",
+            allow_all_outbound=True,
         )
         user_data = ec2.UserData.for_linux()
         user_data.add_commands(
@@ -142,13 +165,18 @@ class ServingFleet(Construct):
             block_devices=[
                 ec2.BlockDevice(
                     device_name=ROOT_DEVICE,
-                    volume=ec2.BlockDeviceVolume.ebs(catalog.ROOT_VOLUME_GIB, encrypted=True, volume_type=ec2.EbsDeviceVolumeType.GP3),
+                    volume=ec2.BlockDeviceVolume.ebs(
+                        catalog.ROOT_VOLUME_GIB, encrypted=True, volume_type=ec2.EbsDeviceVolumeType.GP3
+                    ),
                 ),
                 # Weights + Neuron compile cache / TensorRT engine cache, mounted by the boot script.
                 ec2.BlockDevice(
                     device_name=CACHE_DEVICE,
                     volume=ec2.BlockDeviceVolume.ebs(
-                        fleet.ebs_cache_gib, encrypted=True, volume_type=ec2.EbsDeviceVolumeType.GP3, delete_on_termination=True
+                        fleet.ebs_cache_gib,
+                        encrypted=True,
+                        volume_type=ec2.EbsDeviceVolumeType.GP3,
+                        delete_on_termination=True,
                     ),
                 ),
             ],
@@ -163,7 +191,9 @@ class ServingFleet(Construct):
             # The campaign measures fleets[].measure_instances behind the NLB (default asg.desired):
             # the group starts with that many in service, never fewer than asg.desired.
             desired_capacity=max(fleet.asg.desired, fleet.instances_measured),
-            vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, availability_zones=list(fleet.availability_zones)),
+            vpc_subnets=ec2.SubnetSelection(
+                subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, availability_zones=list(fleet.availability_zones)
+            ),
             health_checks=autoscaling.HealthChecks.with_additional_checks(
                 additional_types=[autoscaling.AdditionalHealthCheckType.ELB], grace_period=HEALTH_GRACE[vendor]
             ),
@@ -179,7 +209,8 @@ class ServingFleet(Construct):
         )
         # The manifest pins desired; a redeploy resetting it to the manifest value is the intent.
         Annotations.of(self.asg).acknowledge_warning(
-            "@aws-cdk/aws-autoscaling:desiredCapacitySet", "desired comes from the frozen manifest; resetting it on deploy is intended"
+            "@aws-cdk/aws-autoscaling:desiredCapacitySet",
+            "desired comes from the frozen manifest; resetting it on deploy is intended",
         )
         acknowledge(
             self.asg,
@@ -249,9 +280,14 @@ class ServingFleet(Construct):
         if ecr is None:
             return  # public registry: pulled through the NAT gateway, no IAM involved
         stack = Stack.of(role)
-        repo_arn = stack.format_arn(service="ecr", region=ecr.region, account=ecr.account, resource="repository", resource_name=ecr.repository)
+        repo_arn = stack.format_arn(
+            service="ecr", region=ecr.region, account=ecr.account, resource="repository", resource_name=ecr.repository
+        )
         role.add_to_policy(
-            iam.PolicyStatement(actions=["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"], resources=[repo_arn])
+            iam.PolicyStatement(
+                actions=["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"],
+                resources=[repo_arn],
+            )
         )
         role.add_to_policy(iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"]))
 
@@ -263,6 +299,14 @@ class ServingFleet(Construct):
         bucket_arn = stack.format_arn(service="s3", region="", account="", resource=bucket)
         role.add_to_policy(iam.PolicyStatement(actions=["s3:GetObject"], resources=[f"{bucket_arn}/{key_prefix}/*"]))
         role.add_to_policy(
-            iam.PolicyStatement(actions=["s3:ListBucket"], resources=[bucket_arn], conditions={"StringLike": {"s3:prefix": [f"{key_prefix}/*"]}})
+            iam.PolicyStatement(
+                actions=["s3:ListBucket"],
+                resources=[bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [f"{key_prefix}/*"]}},
+            )
         )
-        acknowledge(role, f"AwsSolutions-IAM5[Resource::{bucket_arn}/{key_prefix}/*]", "Read-only on the pinned checkpoint commit's prefix.")
+        acknowledge(
+            role,
+            f"AwsSolutions-IAM5[Resource::{bucket_arn}/{key_prefix}/*]",
+            "Read-only on the pinned checkpoint commit's prefix.",
+        )

@@ -16,7 +16,9 @@ from core.manifest import Manifest
 from core.serving import ServingDefinition, render_docker_run
 from stacks.fleet_paths import BOOT_LOG, CACHE_MOUNT, NEURON_MONITOR_CONFIG
 
-_ECR_IMAGE = re.compile(r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/(?P<repo>[^@:]+)")
+_ECR_IMAGE = re.compile(
+    r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/(?P<repo>[^@:]+)"
+)
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,7 @@ def _cloudwatch_agent(region: str, agent_param: str) -> list[str]:
     deb = f"{bucket}/ubuntu/amd64/{CLOUDWATCH_AGENT_VERSION}/amazon-cloudwatch-agent.deb"
     return [
         f"if [ ! -x {ctl} ]; then",
-        "  CW_DIR=\"$(mktemp -d)\"",
+        '  CW_DIR="$(mktemp -d)"',
         f'  curl -fsSL -o "$CW_DIR/agent.deb" {deb}',
         f'  curl -fsSL -o "$CW_DIR/agent.deb.sig" {deb}.sig',
         f'  curl -fsSL -o "$CW_DIR/agent.gpg" {bucket}/assets/amazon-cloudwatch-agent.gpg',
@@ -216,8 +218,14 @@ def boot_script(
         lines += _neuron_monitor(region, neuron_monitor_param, neuron_namespace)
     ecr = ecr_image(defn.image)
     if ecr:
-        lines.append(f"aws ecr get-login-password --region {ecr.region} | docker login --username AWS --password-stdin {ecr.registry}")
-    lines += [f"docker pull {shlex.quote(defn.image)}", *weights_staging(defn), f"mkdir -p {shlex.quote(defn.cache_dir)}"]
+        lines.append(
+            f"aws ecr get-login-password --region {ecr.region} | docker login --username AWS --password-stdin {ecr.registry}"
+        )
+    lines += [
+        f"docker pull {shlex.quote(defn.image)}",
+        *weights_staging(defn),
+        f"mkdir -p {shlex.quote(defn.cache_dir)}",
+    ]
     lines += _config_files(defn)
     lines.append(render_docker_run(defn))
     lines += _health_wait(defn)

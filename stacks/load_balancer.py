@@ -20,7 +20,11 @@ class FleetLoadBalancer(Construct):
     def __init__(self, scope: Construct, cid: str, *, vpc: ec2.IVpc, cross_zone: bool) -> None:
         super().__init__(scope, cid)
         self.security_group = ec2.SecurityGroup(
-            self, "SecurityGroup", vpc=vpc, description="fleet NLB: load generator in, fleets out", allow_all_outbound=True
+            self,
+            "SecurityGroup",
+            vpc=vpc,
+            description="fleet NLB: load generator in, fleets out",
+            allow_all_outbound=True,
         )
         self.nlb = elbv2.NetworkLoadBalancer(
             self,
@@ -68,10 +72,17 @@ class FleetLoadBalancer(Construct):
             ),
         )
         elbv2.NetworkListener(
-            scope, "Listener", load_balancer=self.nlb, port=listener_port, protocol=elbv2.Protocol.TCP, default_target_groups=[target_group]
+            scope,
+            "Listener",
+            load_balancer=self.nlb,
+            port=listener_port,
+            protocol=elbv2.Protocol.TCP,
+            default_target_groups=[target_group],
         )
         # Targets see the NLB's security group as the source (health checks and traffic).
-        fleet.security_group.add_ingress_rule(self.security_group, ec2.Port.tcp(defn.port), f"NLB to {name} serving port")
+        fleet.security_group.add_ingress_rule(
+            self.security_group, ec2.Port.tcp(defn.port), f"NLB to {name} serving port"
+        )
         self.listener_ports[name] = listener_port
         self.endpoints[name] = f"http://{self.nlb.load_balancer_dns_name}:{listener_port}"
 

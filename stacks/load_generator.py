@@ -31,8 +31,17 @@ from stacks.settings import REPO_ROOT, SynthInputError
 
 # Keep the image context small and the asset hash stable: none of these belong in the image.
 IMAGE_EXCLUDES = [
-    ".venv", "node_modules", "cdk.out", ".git", "runs", "**/__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis",
-]  # fmt: skip
+    ".venv",
+    "node_modules",
+    "cdk.out",
+    ".git",
+    "runs",
+    "**/__pycache__",
+    ".pytest_cache",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".hypothesis",
+]
 # The master gives up when its workers have not all connected after this long (Fargate
 # provisioning takes a minute or two), instead of waiting forever.
 EXPECT_WORKERS_MAX_WAIT_S = 900
@@ -49,8 +58,12 @@ PORT_FORWARD_DOCUMENT = "AWS-StartPortForwardingSession"
 
 def loadgen_image() -> ecs.ContainerImage:
     if not (REPO_ROOT / "Dockerfile").is_file():
-        raise SynthInputError(f"Dockerfile: the load-generator image is built from {REPO_ROOT / 'Dockerfile'}, which does not exist")
-    return ecs.ContainerImage.from_asset(str(REPO_ROOT), exclude=IMAGE_EXCLUDES, platform=ecr_assets.Platform.LINUX_AMD64)
+        raise SynthInputError(
+            f"Dockerfile: the load-generator image is built from {REPO_ROOT / 'Dockerfile'}, which does not exist"
+        )
+    return ecs.ContainerImage.from_asset(
+        str(REPO_ROOT), exclude=IMAGE_EXCLUDES, platform=ecr_assets.Platform.LINUX_AMD64
+    )
 
 
 class LoadGenerator(Construct):
@@ -99,24 +112,38 @@ class LoadGenerator(Construct):
         }
         worker_env = {**common_env, lg.ENV_ROLE: "worker", lg.ENV_MASTER_PORT: str(lg.LOCUST_MASTER_PORT)}
 
-        self.security_group = ec2.SecurityGroup(self, "SecurityGroup", vpc=vpc, description="Locust master and workers", allow_all_outbound=True)
-        self.security_group.add_ingress_rule(self.security_group, ec2.Port.tcp(lg.LOCUST_MASTER_PORT), "workers to master")
+        self.security_group = ec2.SecurityGroup(
+            self, "SecurityGroup", vpc=vpc, description="Locust master and workers", allow_all_outbound=True
+        )
+        self.security_group.add_ingress_rule(
+            self.security_group, ec2.Port.tcp(lg.LOCUST_MASTER_PORT), "workers to master"
+        )
         self.security_group.add_ingress_rule(
             prometheus_security_group,
             ec2.Port.tcp_range(lg.METRICS_PORT, lg.METRICS_PORT + workers),
             "Prometheus scrapes loadgen histograms (worker i serves METRICS_PORT + i)",
         )
         image = loadgen_image()
-        self.log_group = logs.LogGroup(self, "Logs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY)
+        self.log_group = logs.LogGroup(
+            self, "Logs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY
+        )
         self.master_task = self._task("Master", image, master_env, ["--master"], results)
         self.worker_task = self._task("Worker", image, worker_env, ["--worker"], results)
         # Tasks started by `run` are no service members: `run` registers each task's address here
         # so Prometheus's dns_sd (master.<ns>, workers.<ns>) finds them, and deregisters it after.
         self.master_discovery = servicediscovery.Service(
-            self, "MasterDiscovery", namespace=namespace, name=lg.MASTER_SERVICE_NAME, dns_record_type=servicediscovery.DnsRecordType.A
+            self,
+            "MasterDiscovery",
+            namespace=namespace,
+            name=lg.MASTER_SERVICE_NAME,
+            dns_record_type=servicediscovery.DnsRecordType.A,
         )
         self.workers_discovery = servicediscovery.Service(
-            self, "WorkersDiscovery", namespace=namespace, name=lg.WORKERS_SERVICE_NAME, dns_record_type=servicediscovery.DnsRecordType.A
+            self,
+            "WorkersDiscovery",
+            namespace=namespace,
+            name=lg.WORKERS_SERVICE_NAME,
+            dns_record_type=servicediscovery.DnsRecordType.A,
         )
         self.operator_policy = self._operator_policy(cluster, manifest.operator.cidr)
         stack = Stack.of(self)
@@ -142,7 +169,9 @@ class LoadGenerator(Construct):
     ) -> ecs.FargateTaskDefinition:
         # One Locust process per task and 1 vCPU each: gevent is single-threaded, so a worker
         # that shares a core would add its own scheduling lag to every timestamp.
-        task = ecs.FargateTaskDefinition(self, f"{cid}Task", cpu=1024 * lg.LOADGEN_TASK_VCPU, memory_limit_mib=1024 * lg.LOADGEN_TASK_MEMORY_GIB)
+        task = ecs.FargateTaskDefinition(
+            self, f"{cid}Task", cpu=1024 * lg.LOADGEN_TASK_VCPU, memory_limit_mib=1024 * lg.LOADGEN_TASK_MEMORY_GIB
+        )
         ports = [lg.LOCUST_MASTER_PORT, lg.METRICS_PORT] if command == ["--master"] else [lg.METRICS_PORT]
         task.add_container(
             lg.CONTAINER_NAME,
@@ -156,24 +185,49 @@ class LoadGenerator(Construct):
         # Read: the run's inputs only. Write: record, summary, progress and gate-result files only (IAM's
         # * spans "/", so a capacity step's capacity/<fleet>/x<k>/records-* is covered); no List, no Delete,
         # so a task can neither read another prefix nor overwrite the inputs it was given.
-        task.add_to_task_role_policy(iam.PolicyStatement(actions=["s3:GetObject"], resources=[f"{bucket_arn}/{self.runs_prefix}/*/inputs/*"]))
+        task.add_to_task_role_policy(
+            iam.PolicyStatement(actions=["s3:GetObject"], resources=[f"{bucket_arn}/{self.runs_prefix}/*/inputs/*"])
+        )
         task.add_to_task_role_policy(
             iam.PolicyStatement(
                 actions=["s3:PutObject", "s3:AbortMultipartUpload"],
-                resources=[f"{bucket_arn}/{self.runs_prefix}/*/{name}-*" for name in ("records", "summary", "progress", "gate")],
+                resources=[
+                    f"{bucket_arn}/{self.runs_prefix}/*/{name}-*" for name in ("records", "summary", "progress", "gate")
+                ],
             )
         )
         task.add_to_task_role_policy(iam.PolicyStatement(actions=ECS_EXEC_ACTIONS, resources=["*"]))
         bucket = arn_placeholder(results.node.default_child)  # type: ignore[arg-type]
-        acknowledge(task, "AwsSolutions-ECS2", "Environment holds the S3 results URI, the manifest digest and Locust settings; no secrets.")
         acknowledge(
-            task, f"AwsSolutions-IAM5[Resource::{bucket}/{self.runs_prefix}/*/inputs/*]", "GetObject on the inputs `run` uploaded, any run id."
+            task,
+            "AwsSolutions-ECS2",
+            "Environment holds the S3 results URI, the manifest digest and Locust settings; no secrets.",
         )
-        acknowledge(task, f"AwsSolutions-IAM5[Resource::{bucket}/{self.runs_prefix}/*/records-*]", "PutObject of a worker's record file, any run id.")
-        acknowledge(task, f"AwsSolutions-IAM5[Resource::{bucket}/{self.runs_prefix}/*/summary-*]", "PutObject of a worker's run summary, any run id.")
-        acknowledge(task, f"AwsSolutions-IAM5[Resource::{bucket}/{self.runs_prefix}/*/progress-*]", "PutObject of the master's progress, any run id.")
-        acknowledge(task, f"AwsSolutions-IAM5[Resource::{bucket}/{self.runs_prefix}/*/gate-*]",
-                    "PutObject of a gate task's readiness and quality result, any run id.")
+        acknowledge(
+            task,
+            f"AwsSolutions-IAM5[Resource::{bucket}/{self.runs_prefix}/*/inputs/*]",
+            "GetObject on the inputs `run` uploaded, any run id.",
+        )
+        acknowledge(
+            task,
+            f"AwsSolutions-IAM5[Resource::{bucket}/{self.runs_prefix}/*/records-*]",
+            "PutObject of a worker's record file, any run id.",
+        )
+        acknowledge(
+            task,
+            f"AwsSolutions-IAM5[Resource::{bucket}/{self.runs_prefix}/*/summary-*]",
+            "PutObject of a worker's run summary, any run id.",
+        )
+        acknowledge(
+            task,
+            f"AwsSolutions-IAM5[Resource::{bucket}/{self.runs_prefix}/*/progress-*]",
+            "PutObject of the master's progress, any run id.",
+        )
+        acknowledge(
+            task,
+            f"AwsSolutions-IAM5[Resource::{bucket}/{self.runs_prefix}/*/gate-*]",
+            "PutObject of a gate task's readiness and quality result, any run id.",
+        )
         acknowledge(
             task,
             "AwsSolutions-IAM5[Resource::*]",
@@ -193,9 +247,13 @@ class LoadGenerator(Construct):
             description=f"Open a Session Manager port forward to the Locust UI of a load-generator task, from {operator_cidr} only",
             statements=[
                 iam.PolicyStatement(
-                    actions=["ecs:ExecuteCommand", "ecs:DescribeTasks"], resources=[tasks, cluster.cluster_arn], conditions=from_operator
+                    actions=["ecs:ExecuteCommand", "ecs:DescribeTasks"],
+                    resources=[tasks, cluster.cluster_arn],
+                    conditions=from_operator,
                 ),
-                iam.PolicyStatement(actions=["ssm:StartSession"], resources=[tasks, document], conditions=from_operator),
+                iam.PolicyStatement(
+                    actions=["ssm:StartSession"], resources=[tasks, document], conditions=from_operator
+                ),
                 iam.PolicyStatement(
                     actions=["ssm:TerminateSession", "ssm:ResumeSession"],
                     resources=[f"arn:{stack.partition}:ssm:{stack.region}:{stack.account}:session/${{aws:userid}}-*"],

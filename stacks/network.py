@@ -28,7 +28,9 @@ PRIVATE = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
 
 
 class Network(Construct):
-    def __init__(self, scope: Construct, cid: str, *, availability_zones: Sequence[str], flow_log_bucket: s3.IBucket) -> None:
+    def __init__(
+        self, scope: Construct, cid: str, *, availability_zones: Sequence[str], flow_log_bucket: s3.IBucket
+    ) -> None:
         super().__init__(scope, cid)
         self.vpc = ec2.Vpc(
             self,
@@ -57,12 +59,23 @@ class Network(Construct):
         # One security group for all endpoints, HTTPS from the VPC's literal CIDR (a literal, not
         # the VPC's CidrBlock attribute, so cdk-nag can evaluate the rule instead of erroring).
         self.endpoint_security_group = ec2.SecurityGroup(
-            self, "EndpointSecurityGroup", vpc=self.vpc, description="Interface endpoints: HTTPS from inside the VPC", allow_all_outbound=False
+            self,
+            "EndpointSecurityGroup",
+            vpc=self.vpc,
+            description="Interface endpoints: HTTPS from inside the VPC",
+            allow_all_outbound=False,
         )
-        self.endpoint_security_group.add_ingress_rule(ec2.Peer.ipv4(VPC_CIDR), ec2.Port.tcp(443), "AWS API calls from the VPC")
+        self.endpoint_security_group.add_ingress_rule(
+            ec2.Peer.ipv4(VPC_CIDR), ec2.Port.tcp(443), "AWS API calls from the VPC"
+        )
         for name, service in _INTERFACE_ENDPOINTS:
             self.vpc.add_interface_endpoint(
-                name, service=service, private_dns_enabled=True, subnets=PRIVATE, security_groups=[self.endpoint_security_group], open=False
+                name,
+                service=service,
+                private_dns_enabled=True,
+                subnets=PRIVATE,
+                security_groups=[self.endpoint_security_group],
+                open=False,
             )
 
 
@@ -83,7 +96,10 @@ def allow_flow_log_delivery(bucket: s3.IBucket, prefix: str) -> None:
             principals=[principal],
             actions=["s3:PutObject"],
             resources=[bucket.arn_for_objects(f"{prefix}/AWSLogs/{stack.account}/*")],
-            conditions={**source, "StringEquals": {**source["StringEquals"], "s3:x-amz-acl": "bucket-owner-full-control"}},
+            conditions={
+                **source,
+                "StringEquals": {**source["StringEquals"], "s3:x-amz-acl": "bucket-owner-full-control"},
+            },
         )
     )
     bucket.add_to_resource_policy(

@@ -36,7 +36,9 @@ PROMETHEUS_CONFIG_PATH = "/prometheus/prometheus.yml"
 SCRAPE_INTERVAL = "5s"  # short runs: a 15 s interval leaves too few points per replay window
 
 
-def prometheus_config(*, manifest: Manifest, fleets: Sequence[ServingFleet], namespace: str, region: str, remote_write_url: str) -> dict[str, Any]:
+def prometheus_config(
+    *, manifest: Manifest, fleets: Sequence[ServingFleet], namespace: str, region: str, remote_write_url: str
+) -> dict[str, Any]:
     jobs: list[dict[str, Any]] = []
     for f in fleets:
         jobs.append(
@@ -65,7 +67,10 @@ def prometheus_config(*, manifest: Manifest, fleets: Sequence[ServingFleet], nam
     # Locust worker i serves METRICS_PORT + i; every worker task is probed on each of those
     # ports (the ones a task does not serve show up=0 and carry no series).
     worker_ports = range(lg.METRICS_PORT, lg.METRICS_PORT + manifest.loadgen.workers)
-    for role, service, ports in (("master", lg.MASTER_SERVICE_NAME, [lg.METRICS_PORT]), ("worker", lg.WORKERS_SERVICE_NAME, worker_ports)):
+    for role, service, ports in (
+        ("master", lg.MASTER_SERVICE_NAME, [lg.METRICS_PORT]),
+        ("worker", lg.WORKERS_SERVICE_NAME, worker_ports),
+    ):
         jobs.append(
             {
                 "job_name": f"loadgen-{role}",
@@ -91,27 +96,43 @@ class Observability(Construct):
         # ENHANCED: per-task and per-container CPU, memory, network, so a saturated load
         # generator (which would measure the client instead of the server) shows up.
         self.cluster = ecs.Cluster(self, "Cluster", vpc=vpc, container_insights_v2=ecs.ContainerInsights.ENHANCED)
-        self.namespace = servicediscovery.PrivateDnsNamespace(self, "Namespace", name=f"{manifest.campaign}.harness.internal", vpc=vpc)
+        self.namespace = servicediscovery.PrivateDnsNamespace(
+            self, "Namespace", name=f"{manifest.campaign}.harness.internal", vpc=vpc
+        )
         self.workspace = aps.CfnWorkspace(self, "Prometheus", alias=f"{manifest.campaign}-{manifest.short_digest}")
         self.prometheus_security_group = ec2.SecurityGroup(
-            self, "PrometheusSecurityGroup", vpc=vpc, description="Prometheus scraper (egress only)", allow_all_outbound=True
+            self,
+            "PrometheusSecurityGroup",
+            vpc=vpc,
+            description="Prometheus scraper (egress only)",
+            allow_all_outbound=True,
         )
 
     def add_prometheus(self, fleets: Sequence[ServingFleet]) -> ecs.FargateService:
         stack = Stack.of(self)
         remote_write = f"{self.workspace.attr_prometheus_endpoint}api/v1/remote_write"
         config = prometheus_config(
-            manifest=self._manifest, fleets=fleets, namespace=self.namespace.namespace_name, region=stack.region, remote_write_url=remote_write
+            manifest=self._manifest,
+            fleets=fleets,
+            namespace=self.namespace.namespace_name,
+            region=stack.region,
+            remote_write_url=remote_write,
         )
         task = ecs.FargateTaskDefinition(self, "PrometheusTask", cpu=1024, memory_limit_mib=2048)
-        task.add_to_task_role_policy(iam.PolicyStatement(actions=["aps:RemoteWrite"], resources=[self.workspace.attr_arn]))
-        task.add_to_task_role_policy(iam.PolicyStatement(actions=["ec2:DescribeInstances", "ec2:DescribeAvailabilityZones"], resources=["*"]))
+        task.add_to_task_role_policy(
+            iam.PolicyStatement(actions=["aps:RemoteWrite"], resources=[self.workspace.attr_arn])
+        )
+        task.add_to_task_role_policy(
+            iam.PolicyStatement(actions=["ec2:DescribeInstances", "ec2:DescribeAvailabilityZones"], resources=["*"])
+        )
         acknowledge(
             task,
             "AwsSolutions-IAM5[Resource::*]",
             "ec2:Describe* (ec2_sd discovery) and ecr:GetAuthorizationToken have no resource-level permissions.",
         )
-        log_group = logs.LogGroup(self, "PrometheusLogs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY)
+        log_group = logs.LogGroup(
+            self, "PrometheusLogs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY
+        )
         task.add_container(
             "prometheus",
             image=ecs.ContainerImage.from_registry(PROMETHEUS_IMAGE),
@@ -126,7 +147,11 @@ class Observability(Construct):
             logging=ecs.LogDrivers.aws_logs(stream_prefix="prometheus", log_group=log_group),
             port_mappings=[ecs.PortMapping(container_port=9090)],
         )
-        acknowledge(task, "AwsSolutions-ECS2", "Environment holds only the scrape config (no secrets): tags, DNS names, the workspace URL.")
+        acknowledge(
+            task,
+            "AwsSolutions-ECS2",
+            "Environment holds only the scrape config (no secrets): tags, DNS names, the workspace URL.",
+        )
         service = ecs.FargateService(
             self,
             "PrometheusService",
@@ -141,6 +166,8 @@ class Observability(Construct):
         )
         for f in fleets:
             f.security_group.add_ingress_rule(
-                self.prometheus_security_group, ec2.Port.tcp(f.definition.port), f"Prometheus scrapes {f.fleet.name} metrics"
+                self.prometheus_security_group,
+                ec2.Port.tcp(f.definition.port),
+                f"Prometheus scrapes {f.fleet.name} metrics",
             )
         return service

@@ -36,9 +36,15 @@ class ResultsStore(Construct):
             self,
             "AccessLogs",
             # Logs are evidence for a finished campaign, not forever.
-            lifecycle_rules=[s3.LifecycleRule(expiration=Duration.days(400), noncurrent_version_expiration=Duration.days(30))],
+            lifecycle_rules=[
+                s3.LifecycleRule(expiration=Duration.days(400), noncurrent_version_expiration=Duration.days(30))
+            ],
         )
-        acknowledge(self.logs, "AwsSolutions-S1", "This bucket is the server-access-log sink; logging it into itself would loop.")
+        acknowledge(
+            self.logs,
+            "AwsSolutions-S1",
+            "This bucket is the server-access-log sink; logging it into itself would loop.",
+        )
         self.results = _locked_bucket(
             self,
             "Results",

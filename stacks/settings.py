@@ -61,7 +61,9 @@ def vpc_availability_zones(manifest: Manifest, region_azs: Mapping[str, Any]) ->
                 )
     azs = tuple(sorted({az for f in manifest.fleets for az in f.availability_zones}))
     if len(azs) < 2:
-        raise SynthInputError(f"fleets[*].availability_zones: the VPC needs at least two AZs, the fleets name only {list(azs)}")
+        raise SynthInputError(
+            f"fleets[*].availability_zones: the VPC needs at least two AZs, the fleets name only {list(azs)}"
+        )
     return azs
 
 
@@ -70,7 +72,9 @@ def settings_from_context(context: Mapping[str, Any]) -> SynthSettings:
     manifest, path = load_checked_manifest(str(raw_path))
     region_azs = context.get(REGION_AZS_CONTEXT_KEY)
     if not isinstance(region_azs, Mapping):
-        raise SynthInputError(f"context {REGION_AZS_CONTEXT_KEY!r} is missing: run synth from the repository root (cdk.context.json)")
+        raise SynthInputError(
+            f"context {REGION_AZS_CONTEXT_KEY!r} is missing: run synth from the repository root (cdk.context.json)"
+        )
     weights = context.get("weights_s3_uri")
     if weights is not None and not (isinstance(weights, str) and weights.startswith("s3://") and len(weights) > 5):
         raise SynthInputError(f"context weights_s3_uri: expected s3://bucket/prefix, got {weights!r}")

@@ -34,7 +34,10 @@ def manifest_data(_example_data: dict[str, Any]) -> dict[str, Any]:
     # Keep the trace path valid when the data is written somewhere else.
     data["workload"]["trace"]["path"] = str(ROOT / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv")
     # ... and the buyer's scorer runnable from there (it runs in the manifest's directory).
-    data["quality"]["task_acceptance"]["command"] = [sys.executable, str(ROOT / "manifests" / "scorers" / "answers_nonempty.py")]
+    data["quality"]["task_acceptance"]["command"] = [
+        sys.executable,
+        str(ROOT / "manifests" / "scorers" / "answers_nonempty.py"),
+    ]
     return data
 
 
@@ -42,4 +45,3 @@ def write_manifest(tmp_path: Path, data: dict[str, Any], name: str = "m.yaml") -
     p = tmp_path / name
     p.write_text(yaml.safe_dump(data, sort_keys=False))
     return p
-

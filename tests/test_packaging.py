@@ -66,13 +66,17 @@ def test_runtime_requirements_declare_every_third_party_import() -> None:
     assert not unknown, f"imported but not installed here: {unknown}"
     needed = {norm(d) for m in third_party for d in by_module[m]}
     declared = closure(set(pins(ROOT / "requirements-runtime.txt")))
-    assert needed <= declared, f"imported by the harness but not in requirements-runtime.txt: {sorted(needed - declared)}"
+    assert needed <= declared, (
+        f"imported by the harness but not in requirements-runtime.txt: {sorted(needed - declared)}"
+    )
 
 
 def test_checkout_only_steps_name_what_they_need(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert shipped.checkout_root("deploy") == ROOT  # this test runs in a checkout
     monkeypatch.setattr(shipped, "PACKAGES_DIR", tmp_path)
-    with pytest.raises(shipped.CheckoutRequired, match=r"^deploy needs a checkout of the repository .* installed copy in "):
+    with pytest.raises(
+        shipped.CheckoutRequired, match=r"^deploy needs a checkout of the repository .* installed copy in "
+    ):
         shipped.checkout_root("deploy")
 
 
@@ -96,10 +100,14 @@ def test_make_install_installs_the_project_into_the_venv() -> None:
     editable = [i for i, line in enumerate(recipe) if re.search(r"\.venv/bin/pip install .*--no-deps .*-e \.$", line)]
     requirements = [i for i, line in enumerate(recipe) if "-r requirements.txt" in line]
     assert editable and requirements and requirements[0] < editable[0], recipe
-    assert "pyproject.toml" in next(line for line in (ROOT / "Makefile").read_text().splitlines() if line.startswith(".venv/.installed:"))
+    assert "pyproject.toml" in next(
+        line for line in (ROOT / "Makefile").read_text().splitlines() if line.startswith(".venv/.installed:")
+    )
     # ... and this venv (the one `make test` runs) has it so.
     dist = md.distribution(PYPROJECT["project"]["name"])
-    assert json.loads(dist.read_text("direct_url.json") or "{}").get("dir_info", {}).get("editable") is True, "run `make install`"
+    assert json.loads(dist.read_text("direct_url.json") or "{}").get("dir_info", {}).get("editable") is True, (
+        "run `make install`"
+    )
     assert (Path(sys.executable).parent / "inf2-vs-g6").is_file()
 
 
@@ -118,13 +126,21 @@ def test_wheel_installs_a_working_command(tmp_path: Path) -> None:
     src = _copy_sources(tmp_path / "src")
     pip = [sys.executable, "-m", "pip"]
     # Offline and fast: the pinned setuptools is in this venv (requirements.txt), no isolated build env.
-    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path / "dist"), str(src)], check=True)
+    subprocess.run(
+        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path / "dist"), str(src)], check=True
+    )
     (wheel,) = (tmp_path / "dist").glob("inf2_vs_g6-*.whl")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     py = venv / "bin" / "python"
-    site_dir = Path(subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True,
-                                   text=True, check=True).stdout.strip())
+    site_dir = Path(
+        subprocess.run(
+            [py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
     # The dependencies: this venv's, the same pins (no downloads); after the new venv's own site-packages.
     (site_dir / "shared-venv.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     subprocess.run([*pip, "--python", str(py), "install", "--no-deps", "--no-index", "-q", str(wheel)], check=True)
@@ -134,7 +150,9 @@ def test_wheel_installs_a_working_command(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # nothing points back at the checkout
 
     def run(*argv: str | Path) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(a) for a in argv], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            [str(a) for a in argv], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120
+        )
 
     cli = venv / "bin" / "inf2-vs-g6"
     r = run(cli, "--help")
@@ -148,9 +166,16 @@ def test_wheel_installs_a_working_command(tmp_path: Path) -> None:
     # Imported from the installed copy, reading the installed copy's data.
     r = run(py, "-c", "import core.catalog as c; print(c.__file__); print(c.CALIBRATION_FILE)")
     module, data = r.stdout.split()
-    assert Path(module).is_relative_to(site_dir) and Path(data) == site_dir / "core" / "shipped" / "calibration" / "efficiency.json"
+    assert (
+        Path(module).is_relative_to(site_dir)
+        and Path(data) == site_dir / "core" / "shipped" / "calibration" / "efficiency.json"
+    )
     r = run(cli, "local", MANIFEST, "--engine", "vllm-cpu", "--out", tmp_path / "run")
-    assert r.returncode == 2 and "--engine vllm-cpu (`make engine` makes its .venv-engine) needs a checkout" in r.stderr, r.stderr
+    assert (
+        r.returncode == 2 and "--engine vllm-cpu (`make engine` makes its .venv-engine) needs a checkout" in r.stderr
+    ), r.stderr
     assert not (tmp_path / "run").exists()
     r = run(py, "-m", "stacks.checkov_gate", tmp_path / "template.json")
-    assert r.returncode == 2 and "the checkov gate (`make checkov` builds its .venv-checkov) needs a checkout" in r.stderr, r.stderr
+    assert (
+        r.returncode == 2 and "the checkov gate (`make checkov` builds its .venv-checkov) needs a checkout" in r.stderr
+    ), r.stderr

@@ -9,7 +9,13 @@ from tests.conftest import ROOT
 
 
 def test_no_environment_is_tracked() -> None:
-    out = subprocess.run(["git", "ls-files", "--", ".venv", ".venv-*", "node_modules"], cwd=ROOT, capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        ["git", "ls-files", "--", ".venv", ".venv-*", "node_modules"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if out.returncode != 0:  # not a git checkout (an exported tarball): nothing to check
         return
     assert out.stdout.split() == [], f"tracked environment paths: {out.stdout.split()}"

@@ -11,7 +11,15 @@ from typing import Any
 
 from analysis.errors import BadBillingData, SourceUnavailable
 
-FOCUS_COLUMNS = ("ChargePeriodStart", "EffectiveCost", "BilledCost", "ResourceId", "Tags", "ServiceName", "CommitmentDiscountId")
+FOCUS_COLUMNS = (
+    "ChargePeriodStart",
+    "EffectiveCost",
+    "BilledCost",
+    "ResourceId",
+    "Tags",
+    "ServiceName",
+    "CommitmentDiscountId",
+)
 
 
 @dataclass

@@ -23,7 +23,9 @@ class MetricSpec:
 
     def __post_init__(self) -> None:
         if self.stat not in ("Average", "Sum", "Maximum", "Minimum", "SampleCount"):
-            raise ValueError(f"{self.key}: statistic {self.stat!r} not allowed; percentiles come from records, not CloudWatch")
+            raise ValueError(
+                f"{self.key}: statistic {self.stat!r} not allowed; percentiles come from records, not CloudWatch"
+            )
 
 
 def fleet_specs(asg_name: str, accelerator_vendor: str, nlb_dimension: str | None = None) -> list[MetricSpec]:
@@ -38,7 +40,11 @@ def fleet_specs(asg_name: str, accelerator_vendor: str, nlb_dimension: str | Non
     else:
         specs.append(MetricSpec("accelerator_utilization", "CWAgent", "nvidia_smi_utilization_gpu", asg, "Average"))
     if nlb_dimension:
-        specs.append(MetricSpec("nlb_processed_bytes", "AWS/NetworkELB", "ProcessedBytes", (("LoadBalancer", nlb_dimension),), "Sum"))
+        specs.append(
+            MetricSpec(
+                "nlb_processed_bytes", "AWS/NetworkELB", "ProcessedBytes", (("LoadBalancer", nlb_dimension),), "Sum"
+            )
+        )
     return specs
 
 
@@ -58,7 +64,11 @@ class CloudWatchSource:
             {
                 "Id": f"m{i}",
                 "MetricStat": {
-                    "Metric": {"Namespace": s.namespace, "MetricName": s.name, "Dimensions": [{"Name": k, "Value": v} for k, v in s.dimensions]},
+                    "Metric": {
+                        "Namespace": s.namespace,
+                        "MetricName": s.name,
+                        "Dimensions": [{"Name": k, "Value": v} for k, v in s.dimensions],
+                    },
                     "Period": period_s,
                     "Stat": s.stat,
                 },

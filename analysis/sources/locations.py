@@ -59,8 +59,11 @@ class RecordsLocation:
     def find(self, name_glob: str, *, non_empty: bool = False) -> list[str]:
         """Every file below the root whose name matches, sorted (one listing, sizes included)."""
         found: dict[str, dict[str, Any]] = self.fs.find(self.root, detail=True)
-        return sorted(p for p, info in found.items()
-                      if fnmatch.fnmatch(posixpath.basename(p), name_glob) and (not non_empty or int(info.get("size") or 0) > 0))
+        return sorted(
+            p
+            for p, info in found.items()
+            if fnmatch.fnmatch(posixpath.basename(p), name_glob) and (not non_empty or int(info.get("size") or 0) > 0)
+        )
 
     def last_byte(self, path: str) -> bytes:
         with self.fs.open(path, "rb") as fh:
@@ -80,7 +83,9 @@ def s3_filesystem(region: str | None = None) -> AbstractFileSystem:
     from pyarrow import fs as pafs
 
     endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-    kw: dict[str, Any] = {"region": region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"}
+    kw: dict[str, Any] = {
+        "region": region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    }
     if endpoint:
         parsed = urlparse(endpoint)
         kw.update(endpoint_override=parsed.netloc or parsed.path, scheme=parsed.scheme or "https")
@@ -91,7 +96,7 @@ def open_location(records: str | Path) -> RecordsLocation:
     """A local directory, or an s3://bucket/prefix URI; EmptyWindow when there is none."""
     text = str(records)
     if text.startswith(S3_SCHEME):
-        root = text[len(S3_SCHEME):].rstrip("/")
+        root = text[len(S3_SCHEME) :].rstrip("/")
         if not root or root.startswith("/"):
             raise EmptyWindow(f"records location {text!r} names no bucket (s3://BUCKET/PREFIX)")
         fs = s3_filesystem()

@@ -84,7 +84,13 @@ def parse_price_list(items: list[str]) -> list[ListedPrice]:
                 usd = float(usd_s)
                 if usd > 0:
                     out.append(
-                        ListedPrice(usd, dim.get("unit", ""), product.get("sku", ""), attrs.get("usagetype", ""), dim.get("description", ""))
+                        ListedPrice(
+                            usd,
+                            dim.get("unit", ""),
+                            product.get("sku", ""),
+                            attrs.get("usagetype", ""),
+                            dim.get("description", ""),
+                        )
                     )
     return out
 
@@ -109,8 +115,15 @@ def parse_reserved(items: list[str], term: dict[str, str] | None = None) -> list
             for dim in t.get("priceDimensions", {}).values():
                 usd_s = dim.get("pricePerUnit", {}).get("USD")
                 if dim.get("unit") == "Hrs" and usd_s is not None and float(usd_s) > 0:
-                    out.append(ListedPrice(float(usd_s), "Hrs", product.get("sku", ""), attrs.get("usagetype", ""),
-                                           dim.get("description", "")))
+                    out.append(
+                        ListedPrice(
+                            float(usd_s),
+                            "Hrs",
+                            product.get("sku", ""),
+                            attrs.get("usagetype", ""),
+                            dim.get("description", ""),
+                        )
+                    )
     return out
 
 
@@ -137,7 +150,12 @@ class PriceListSource:
         token: str | None = None
         try:
             while True:
-                kw: dict[str, Any] = {"ServiceCode": service, "Filters": filters, "FormatVersion": "aws_v1", "MaxResults": 100}
+                kw: dict[str, Any] = {
+                    "ServiceCode": service,
+                    "Filters": filters,
+                    "FormatVersion": "aws_v1",
+                    "MaxResults": 100,
+                }
                 if token:
                     kw["NextToken"] = token
                 resp = self.client.get_products(**kw)
@@ -156,11 +174,17 @@ class PriceListSource:
         if not found:
             raise PriceMissing(f"Price List API returned no On-Demand price for {what}")
         if len(distinct) > 1:
-            raise PriceMissing(f"Price List API returned {len(distinct)} different prices for {what}: {sorted(distinct)}")
+            raise PriceMissing(
+                f"Price List API returned {len(distinct)} different prices for {what}: {sorted(distinct)}"
+            )
         return found[0]
 
     def instance_hourly(self, instance_type: str) -> ListedPrice:
-        found = [p for p in self._products("AmazonEC2", ec2_instance_filters(instance_type, self.location)) if p.unit == "Hrs"]
+        found = [
+            p
+            for p in self._products("AmazonEC2", ec2_instance_filters(instance_type, self.location))
+            if p.unit == "Hrs"
+        ]
         return self._one(found, f"{instance_type} Linux Shared in {self.location}")
 
     def instance_reserved_hourly(self, instance_type: str) -> ListedPrice:
@@ -171,7 +195,9 @@ class PriceListSource:
         return self._one(found, what)
 
     def ebs_gp3_gb_month(self) -> ListedPrice:
-        found = [p for p in self._products("AmazonEC2", ebs_gp3_filters(self.location)) if p.unit.lower().startswith("gb")]
+        found = [
+            p for p in self._products("AmazonEC2", ebs_gp3_filters(self.location)) if p.unit.lower().startswith("gb")
+        ]
         return self._one(found, f"EBS gp3 GB-month in {self.location}")
 
     def nlb(self, which: str) -> ListedPrice:
@@ -215,7 +241,11 @@ class PriceBook:
         if pull is not None:
             try:
                 lp = pull()
-                got = Sourced(lp.usd, "pulled", f"AWS Price List API {self.today}: sku {lp.sku} {lp.unit} {lp.description}".strip())
+                got = Sourced(
+                    lp.usd,
+                    "pulled",
+                    f"AWS Price List API {self.today}: sku {lp.sku} {lp.unit} {lp.description}".strip(),
+                )
                 self._cache[(kind, key)] = got
                 return got
             except (SourceUnavailable, PriceMissing) as exc:

@@ -46,7 +46,10 @@ class HistogramNames:
 def _selector(labels: dict[str, str]) -> str:
     if not labels:
         return ""
-    inner = ",".join(f'{k}="{v.replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34))}"' for k, v in sorted(labels.items()))
+    inner = ",".join(
+        f'{k}="{v.replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34))}"'
+        for k, v in sorted(labels.items())
+    )
     return "{" + inner + "}"
 
 
@@ -69,7 +72,9 @@ class PrometheusSource:
                 detail = json.load(exc).get("error", "")
             except ValueError:
                 detail = ""
-            raise SourceUnavailable(f"Prometheus at {self.url} answered HTTP {exc.code} to {params.get('query')!r}: {detail}") from None
+            raise SourceUnavailable(
+                f"Prometheus at {self.url} answered HTTP {exc.code} to {params.get('query')!r}: {detail}"
+            ) from None
         except (urllib.error.URLError, OSError, ValueError) as exc:
             reason = getattr(exc, "reason", exc)
             raise SourceUnavailable(f"Prometheus at {self.url} is unreachable: {reason}") from None
@@ -82,7 +87,9 @@ class PrometheusSource:
         return list(data.get("result", []))
 
     def query_range(self, expr: str, start: float, end: float, step_s: float) -> list[dict[str, Any]]:
-        data = self._get("/api/v1/query_range", {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step_s:g}"})
+        data = self._get(
+            "/api/v1/query_range", {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step_s:g}"}
+        )
         return list(data.get("result", []))
 
     def has_series(self, metric: str, labels: dict[str, str], start: float, end: float) -> bool:
@@ -96,7 +103,9 @@ class PrometheusSource:
 
     def merged_quantile(self, q: float, metric: str, labels: dict[str, str], start: float, end: float) -> float | None:
         """Prometheus's own histogram_quantile of the merged buckets: the fleet percentile."""
-        expr = f"histogram_quantile({q}, sum by (le) (increase({metric}_bucket{_selector(labels)}[{_range(start, end)}])))"
+        expr = (
+            f"histogram_quantile({q}, sum by (le) (increase({metric}_bucket{_selector(labels)}[{_range(start, end)}])))"
+        )
         res = self.query(expr, end)
         if not res:
             return None

@@ -78,7 +78,8 @@ def _scan(jsonl: Sequence[str], parquet: Sequence[str], parquet_columns: frozens
         )
     if parquet:
         casts = ", ".join(
-            f"CAST({k if k in parquet_columns or k not in LATER_COLUMNS else 'NULL'} AS {v}) AS {k}" for k, v in COLUMNS.items()
+            f"CAST({k if k in parquet_columns or k not in LATER_COLUMNS else 'NULL'} AS {v}) AS {k}"
+            for k, v in COLUMNS.items()
         )
         parts.append(f"SELECT {casts}, filename FROM read_parquet({_sql_list(parquet)}, filename=true)")
     return " UNION ALL ".join(parts)
@@ -86,8 +87,10 @@ def _scan(jsonl: Sequence[str], parquet: Sequence[str], parquet_columns: frozens
 
 def find_record_files(loc: RecordsLocation) -> tuple[list[str], list[str]]:
     """(non-empty JSONL, Parquet) record files below the location, as duckdb reads them."""
-    return ([loc.url(p) for p in loc.find("records-*.jsonl", non_empty=True)],
-            [loc.url(p) for p in loc.find("records-*.parquet")])
+    return (
+        [loc.url(p) for p in loc.find("records-*.jsonl", non_empty=True)],
+        [loc.url(p) for p in loc.find("records-*.parquet")],
+    )
 
 
 def _load_summaries(loc: RecordsLocation) -> dict[str, RunSummary]:
@@ -110,7 +113,7 @@ def _complete_lines(loc: RecordsLocation, jsonl: Sequence[str], scratch: Path) -
     out: list[str] = []
     torn: list[str] = []
     for i, url in enumerate(jsonl):
-        path = url[len(loc.scheme):]
+        path = url[len(loc.scheme) :]
         if loc.last_byte(path) == b"\n":
             out.append(url)
             continue
@@ -151,7 +154,9 @@ def load_records(records_dir: str | Path, manifest_digest: str, *, threads: int 
             # A later column counts only when every Parquet file has it (read_parquet unifies by the first file's schema).
             have = frozenset(COLUMNS) - LATER_COLUMNS
             if parquet:
-                per_file = con.execute(f"SELECT file_name, list(name) FROM parquet_schema({_sql_list(parquet)}) GROUP BY ALL").fetchall()
+                per_file = con.execute(
+                    f"SELECT file_name, list(name) FROM parquet_schema({_sql_list(parquet)}) GROUP BY ALL"
+                ).fetchall()
                 have |= frozenset.intersection(*(frozenset(names) for _, names in per_file)) & LATER_COLUMNS
             scan = _scan(readable, parquet, have)
             con.execute(f"CREATE {kind} raw AS {scan}")

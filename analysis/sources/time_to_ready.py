@@ -52,14 +52,18 @@ def launches(autoscaling: Any, asg_name: str) -> list[tuple[str, float]]:
                 if m and a.get("StatusCode") == "Successful":
                     out.append((m.group(1), _unix(a["StartTime"])))
     except Exception as exc:  # botocore ClientError, credentials
-        raise SourceUnavailable(f"Auto Scaling DescribeScalingActivities({asg_name}): {type(exc).__name__}: {exc}") from None
+        raise SourceUnavailable(
+            f"Auto Scaling DescribeScalingActivities({asg_name}): {type(exc).__name__}: {exc}"
+        ) from None
     return sorted(out, key=lambda x: x[1])
 
 
 def fleet_target_groups(elbv2: Any, campaign: str) -> dict[str, tuple[str, str]]:
     """fleet -> (TargetGroup, LoadBalancer) CloudWatch dimension values, from the stacks' tags."""
     try:
-        groups = [g for page in elbv2.get_paginator("describe_target_groups").paginate() for g in page.get("TargetGroups", [])]
+        groups = [
+            g for page in elbv2.get_paginator("describe_target_groups").paginate() for g in page.get("TargetGroups", [])
+        ]
         by_arn = {g["TargetGroupArn"]: g for g in groups}
         out: dict[str, tuple[str, str]] = {}
         arns = list(by_arn)
@@ -93,17 +97,23 @@ def first_healthy(cloudwatch: Any, dims: tuple[str, str], start: float, end: flo
     points: list[tuple[float, float]] = []
     try:
         for page in cloudwatch.get_paginator("get_metric_data").paginate(
-            MetricDataQueries=[query], StartTime=dt.datetime.fromtimestamp(start, dt.UTC), EndTime=dt.datetime.fromtimestamp(end, dt.UTC)
+            MetricDataQueries=[query],
+            StartTime=dt.datetime.fromtimestamp(start, dt.UTC),
+            EndTime=dt.datetime.fromtimestamp(end, dt.UTC),
         ):
             for r in page.get("MetricDataResults", []):
-                points += [(_unix(t), float(v)) for t, v in zip(r.get("Timestamps", []), r.get("Values", []), strict=True)]
+                points += [
+                    (_unix(t), float(v)) for t, v in zip(r.get("Timestamps", []), r.get("Values", []), strict=True)
+                ]
     except Exception as exc:
         raise SourceUnavailable(f"CloudWatch GetMetricData HealthyHostCount: {type(exc).__name__}: {exc}") from None
     healthy = sorted(t for t, v in points if v >= 1)
     return healthy[0] if healthy else None
 
 
-def time_to_ready(autoscaling: Any, elbv2: Any, cloudwatch: Any, campaign: str, asgs: dict[str, str], until: float) -> dict[str, TimeToReady]:
+def time_to_ready(
+    autoscaling: Any, elbv2: Any, cloudwatch: Any, campaign: str, asgs: dict[str, str], until: float
+) -> dict[str, TimeToReady]:
     """Per fleet with both a launch and a healthy minute; fleets without either are left out (the caller says so)."""
     tgs = fleet_target_groups(elbv2, campaign)
     out: dict[str, TimeToReady] = {}

@@ -23,7 +23,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0, help="0 binds a free port")
     p.add_argument("--port-file", type=Path, help="write the bound port here once ready")
-    p.add_argument("--instances", type=int, default=1, help="instances served behind the port, each with its own replicas (default 1)")
+    p.add_argument(
+        "--instances",
+        type=int,
+        default=1,
+        help="instances served behind the port, each with its own replicas (default 1)",
+    )
     p.add_argument("--error-rate", type=float, default=0.0)
     p.add_argument("--stall-rate", type=float, default=0.0)
     p.add_argument("--stall-s", type=float, default=0.0)
@@ -32,7 +37,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--slow-start-s", type=float, default=0.0, help="delay every request's first token by S")
     p.add_argument("--slow-start-rate", type=float, default=1.0, help="share of requests --slow-start-s applies to")
     p.add_argument("--fault-seed", type=int, default=0)
-    p.add_argument("--served-model-name", help="the model name requests must use, as vLLM's flag (default: the manifest's model.repo)")
+    p.add_argument(
+        "--served-model-name",
+        help="the model name requests must use, as vLLM's flag (default: the manifest's model.repo)",
+    )
     p.add_argument("--no-check-files", action="store_true", help="skip the trace/tokenizer file checks")
     return p.parse_args(argv)
 
@@ -47,7 +55,10 @@ async def serve(cfg: EmulatorConfig, host: str, port: int, port_file: Path | Non
     bound = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):  # before announcing readiness: a SIGTERM right after it still shuts down cleanly
+    for sig in (
+        signal.SIGTERM,
+        signal.SIGINT,
+    ):  # before announcing readiness: a SIGTERM right after it still shuts down cleanly
         loop.add_signal_handler(sig, stop.set)
     if port_file is not None:
         tmp = port_file.with_suffix(port_file.suffix + ".tmp")
@@ -65,9 +76,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         manifest = load_manifest(a.manifest, check_files=not a.no_check_files)
         faults = FaultConfig(
-            error_rate=a.error_rate, stall_rate=a.stall_rate, stall_s=a.stall_s, truncate_rate=a.truncate_rate,
-            reset_rate=a.reset_rate, slow_start_s=a.slow_start_s, slow_start_rate=a.slow_start_rate, fault_seed=a.fault_seed,
-        )  # fmt: skip
+            error_rate=a.error_rate,
+            stall_rate=a.stall_rate,
+            stall_s=a.stall_s,
+            truncate_rate=a.truncate_rate,
+            reset_rate=a.reset_rate,
+            slow_start_s=a.slow_start_s,
+            slow_start_rate=a.slow_start_rate,
+            fault_seed=a.fault_seed,
+        )
         cfg = EmulatorConfig(manifest, manifest.fleet(a.fleet), faults, a.served_model_name, a.instances)
     except (ManifestError, KeyError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -93,11 +93,20 @@ class _Chunks:
         self.object = "chat.completion.chunk" if req.chat else "text_completion"
 
     def _frame(self, choices: list[dict[str, Any]], **extra: Any) -> bytes:
-        body = {"id": self.id, "object": self.object, "created": self.created, "model": self.model, "choices": choices, **extra}
+        body = {
+            "id": self.id,
+            "object": self.object,
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+            **extra,
+        }
         return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
 
     def role(self) -> bytes:
-        return self._frame([{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}])
+        return self._frame(
+            [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}]
+        )
 
     def token(self, text: str, finish: str | None) -> bytes:
         if self.chat:
@@ -107,7 +116,9 @@ class _Chunks:
         return self._frame([choice])
 
     def usage(self, prompt: int, completion: int) -> bytes:
-        return self._frame([], usage={"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion})
+        return self._frame(
+            [], usage={"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+        )
 
 
 async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
@@ -118,10 +129,14 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
     app[_COUNTER][0] += 1
     faults = fault_draw.draw(cfg.faults, app[_COUNTER][0], req.max_tokens)
     if faults.error:
-        raise ApiError("injected fault: internal server error", type_="internal_server_error", status=500, code="injected_fault")
+        raise ApiError(
+            "injected fault: internal server error", type_="internal_server_error", status=500, code="injected_fault"
+        )
     scheduler = app[SCHEDULER]
     hashes = block_hashes(req.prompt_pieces) if scheduler.timing.policy.prefix_caching else None
-    seq = LiveSequence(req.prompt_tokens, req.max_tokens, TokenStream(req.seed, req.prompt, req.stop), faults, arrival, hashes)
+    seq = LiveSequence(
+        req.prompt_tokens, req.max_tokens, TokenStream(req.seed, req.prompt, req.stop), faults, arrival, hashes
+    )
     scheduler.submit(seq)
     rid = request.headers.get("X-Request-Id")
     written: list[float] = []  # loop time once the first token's frame was handed to the socket
@@ -147,7 +162,13 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
 
 
 async def _stream(
-    request: web.Request, req: ParsedRequest, seq: LiveSequence, cfg: EmulatorConfig, scheduler: Scheduler, written: list[float], rid: str | None
+    request: web.Request,
+    req: ParsedRequest,
+    seq: LiveSequence,
+    cfg: EmulatorConfig,
+    scheduler: Scheduler,
+    written: list[float],
+    rid: str | None,
 ) -> web.StreamResponse:
     headers = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
     if rid is not None:
@@ -195,7 +216,9 @@ async def _write(resp: web.StreamResponse, out: list[bytes], sent: int, written:
     await resp.write(b"".join(out))
 
 
-async def _whole(request: web.Request, req: ParsedRequest, seq: LiveSequence, cfg: EmulatorConfig) -> web.StreamResponse:
+async def _whole(
+    request: web.Request, req: ParsedRequest, seq: LiveSequence, cfg: EmulatorConfig
+) -> web.StreamResponse:
     parts: list[str] = []
     finish: str | None = None
     while finish is None:
@@ -206,16 +229,32 @@ async def _whole(request: web.Request, req: ParsedRequest, seq: LiveSequence, cf
                 _reset(request)
                 raise asyncio.CancelledError
     text = "".join(parts)
-    usage = {"prompt_tokens": req.prompt_tokens, "completion_tokens": seq.generated, "total_tokens": req.prompt_tokens + seq.generated}
+    usage = {
+        "prompt_tokens": req.prompt_tokens,
+        "completion_tokens": seq.generated,
+        "total_tokens": req.prompt_tokens + seq.generated,
+    }
     frames = _Chunks(req, cfg.model_id)
     if req.chat:
-        choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None, "finish_reason": finish}
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": {"role": "assistant", "content": text},
+            "logprobs": None,
+            "finish_reason": finish,
+        }
         obj = "chat.completion"
     else:
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
         obj = "text_completion"
     payload = json.dumps(
-        {"id": frames.id, "object": obj, "created": frames.created, "model": cfg.model_id, "choices": [choice], "usage": usage}
+        {
+            "id": frames.id,
+            "object": obj,
+            "created": frames.created,
+            "model": cfg.model_id,
+            "choices": [choice],
+            "usage": usage,
+        }
     ).encode()
     if seq.faults.truncate_at is not None:
         # Promise the whole body, send half of it, close: the client sees a short read.
@@ -261,7 +300,13 @@ async def tokenize(request: web.Request) -> web.Response:
         raise ApiError("the request body must be a JSON object")
     model = body.get("model")
     if model and model != cfg.model_id:  # vLLM checks a given model name here too (404)
-        raise ApiError(f"The model `{model}` does not exist.", param="model", code="model_not_found", status=404, type_="NotFoundError")
+        raise ApiError(
+            f"The model `{model}` does not exist.",
+            param="model",
+            code="model_not_found",
+            status=404,
+            type_="NotFoundError",
+        )
     if "messages" in body:
         from runtime.emulator.protocol import _prompt_of  # shared rendering of chat prompts
 

@@ -212,8 +212,9 @@ class Engine:
             # prefix caching only the uncached part is encoded, attending over the cached blocks.
             new = [(s, s.to_compute - s.computed) for s in admitted]
             duration = sum(t.step_s(t.padded(n) + s.computed, t.padded(n), 0) for s, n in new)
-            return Step(duration, prefill=new, admitted=admitted,
-                        kv_tokens_read=sum(t.padded(n) + s.computed for s, n in new))  # fmt: skip
+            return Step(
+                duration, prefill=new, admitted=admitted, kv_tokens_read=sum(t.padded(n) + s.computed for s, n in new)
+            )
         self._prefilled_last = False
         decode = self._grow_for_decode([s for s in self.running if not s.encoding])
         if not decode:
@@ -241,7 +242,12 @@ class Engine:
         if admitted:
             tokens = sum(s.to_compute - s.computed for s in admitted)
             kv = sum(s.to_compute for s in admitted)
-            return Step(t.step_s(kv, tokens, 0), prefill=[(s, s.to_compute - s.computed) for s in admitted], admitted=admitted, kv_tokens_read=kv)
+            return Step(
+                t.step_s(kv, tokens, 0),
+                prefill=[(s, s.to_compute - s.computed) for s in admitted],
+                admitted=admitted,
+                kv_tokens_read=kv,
+            )
         decode = self._grow_for_decode([s for s in self.running if not s.encoding])
         if not decode:
             return None
@@ -278,7 +284,9 @@ class Engine:
             return None
         tokens = sum(c for _, c in prefill)
         kv = sum(s.context for s in decode) + sum(s.computed + c for s, c in prefill)
-        return Step(t.step_s(kv, tokens, len(decode)), prefill=prefill, decode=decode, admitted=admitted, kv_tokens_read=kv)
+        return Step(
+            t.step_s(kv, tokens, len(decode)), prefill=prefill, decode=decode, admitted=admitted, kv_tokens_read=kv
+        )
 
     # --- KV and prefix cache ------------------------------------------------------------------
 

@@ -20,7 +20,13 @@ class RequestFaults:
 
     @property
     def any(self) -> bool:
-        return self.error or self.reset_at is not None or self.truncate_at is not None or self.stall_at is not None or self.first_token_delay_s > 0
+        return (
+            self.error
+            or self.reset_at is not None
+            or self.truncate_at is not None
+            or self.stall_at is not None
+            or self.first_token_delay_s > 0
+        )
 
 
 NO_FAULTS = RequestFaults()

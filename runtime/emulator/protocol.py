@@ -16,8 +16,15 @@ from runtime.emulator.config import EmulatorConfig
 
 
 class ApiError(Exception):
-    def __init__(self, message: str, *, param: str | None = None, code: str | None = None, status: int = 400,
-                 type_: str = "invalid_request_error"):  # fmt: skip
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        status: int = 400,
+        type_: str = "invalid_request_error",
+    ):
         super().__init__(message)
         self.message, self.param, self.code, self.status, self.type = message, param, code, status, type_
 
@@ -52,7 +59,11 @@ def _prompt_of(body: dict[str, Any], cfg: EmulatorConfig, chat: bool) -> str:
     if chat:
         msgs = body.get("messages")
         if not isinstance(msgs, list) or not msgs:
-            raise ApiError("'messages' is required and must be a non-empty list", param="messages", code="missing_required_parameter")
+            raise ApiError(
+                "'messages' is required and must be a non-empty list",
+                param="messages",
+                code="missing_required_parameter",
+            )
         rendered = []
         for i, msg in enumerate(msgs):
             if not isinstance(msg, dict) or not isinstance(msg.get("role"), str):
@@ -90,7 +101,13 @@ def parse(body: Any, cfg: EmulatorConfig, tokenizer: Tokenizer, *, chat: bool) -
     if model != cfg.model_id:
         # vLLM answers 404 NotFoundError (OpenAIServing._check_model, vllm-project/vllm
         # vllm/entrypoints/openai/serving_engine.py).
-        raise ApiError(f"The model `{model}` does not exist.", param="model", code="model_not_found", status=404, type_="NotFoundError")
+        raise ApiError(
+            f"The model `{model}` does not exist.",
+            param="model",
+            code="model_not_found",
+            status=404,
+            type_="NotFoundError",
+        )
     n = body.get("n", 1)
     if n != 1:
         raise ApiError("only n=1 is supported", param="n")
@@ -101,9 +118,12 @@ def parse(body: Any, cfg: EmulatorConfig, tokenizer: Tokenizer, *, chat: bool) -
     if prompt_tokens >= limit:
         raise ApiError(
             f"This model's maximum context length is {limit} tokens. However, your prompt has {prompt_tokens} tokens.",
-            param="messages" if chat else "prompt", code="context_length_exceeded",
-        )  # fmt: skip
-    name, max_tokens = _int_field(body, "max_completion_tokens", "max_tokens") if chat else _int_field(body, "max_tokens")
+            param="messages" if chat else "prompt",
+            code="context_length_exceeded",
+        )
+    name, max_tokens = (
+        _int_field(body, "max_completion_tokens", "max_tokens") if chat else _int_field(body, "max_tokens")
+    )
     if max_tokens is None:
         max_tokens = min(cfg.manifest.generation.max_output_tokens, limit - prompt_tokens)
     if max_tokens < 1:
@@ -112,8 +132,9 @@ def parse(body: Any, cfg: EmulatorConfig, tokenizer: Tokenizer, *, chat: bool) -
         raise ApiError(
             f"This model's maximum context length is {limit} tokens. However, you requested "
             f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the prompt, {max_tokens} for the completion).",
-            param=name, code="context_length_exceeded",
-        )  # fmt: skip
+            param=name,
+            code="context_length_exceeded",
+        )
     stop = body.get("stop")
     if stop is None:
         stops: tuple[str, ...] = ()
@@ -131,7 +152,13 @@ def parse(body: Any, cfg: EmulatorConfig, tokenizer: Tokenizer, *, chat: bool) -
         raise ApiError("'stream_options' must be an object", param="stream_options")
     _, seed = _int_field(body, "seed")
     return ParsedRequest(
-        chat=chat, prompt=prompt, prompt_tokens=prompt_tokens, max_tokens=max_tokens, stream=stream,
-        include_usage=bool(opts.get("include_usage", False)), stop=stops,
-        seed=cfg.manifest.generation.seed if seed is None else seed, prompt_pieces=pieces,
-    )  # fmt: skip
+        chat=chat,
+        prompt=prompt,
+        prompt_tokens=prompt_tokens,
+        max_tokens=max_tokens,
+        stream=stream,
+        include_usage=bool(opts.get("include_usage", False)),
+        stop=stops,
+        seed=cfg.manifest.generation.seed if seed is None else seed,
+        prompt_pieces=pieces,
+    )

@@ -28,8 +28,15 @@ from runtime.emulator.timing import TimingModel
 class LiveSequence(EngineSeq):
     """One request's generation state, shared by the scheduler (producer) and its handler."""
 
-    def __init__(self, prompt_tokens: int, max_tokens: int, stream: TokenStream, faults: RequestFaults, arrival: float,
-                 block_hashes: tuple[int, ...] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        prompt_tokens: int,
+        max_tokens: int,
+        stream: TokenStream,
+        faults: RequestFaults,
+        arrival: float,
+        block_hashes: tuple[int, ...] | None = None,
+    ):
         super().__init__(prompt_tokens, max_tokens, arrival, block_hashes)
         self.stream = stream
         self.faults = faults
@@ -132,7 +139,11 @@ class Scheduler:
                 # An idle engine starts when the request became visible to it, not when this
                 # loop got to run after the handler parsed and tokenized the body.
                 first = engine.waiting[0] if engine.waiting else None
-                step_end = min(loop.time(), first.arrival + self.timing.admission_delay_s) if first is not None else loop.time()
+                step_end = (
+                    min(loop.time(), first.arrival + self.timing.admission_delay_s)
+                    if first is not None
+                    else loop.time()
+                )
                 continue
             start = step_end
             for seq in step.admitted:

@@ -55,7 +55,9 @@ class _Replica:
 Sizes = Callable[[int], tuple[int, int]]  # request index -> (prompt tokens, output tokens)
 
 
-def simulate(timing: TimingModel, load: Load, sizes: Sizes, requests: int | None = None) -> tuple[Summary, list[EngineSeq]]:
+def simulate(
+    timing: TimingModel, load: Load, sizes: Sizes, requests: int | None = None
+) -> tuple[Summary, list[EngineSeq]]:
     """Run `requests` requests (default: enough for a steady state) and summarise the ones
     after the warm-up share (the first tenth, at least the first `users` requests)."""
     users = load.users
@@ -64,7 +66,9 @@ def simulate(timing: TimingModel, load: Load, sizes: Sizes, requests: int | None
         seqs = replay(timing, [(i / load.value, *sizes(i)) for i in range(n)])
         return summarise(seqs, warmup=len(seqs) // 10), seqs
     n = requests if requests is not None else max(40, 6 * users * timing.replicas)
-    seqs = replay(timing, [(0.0, *sizes(i)) for i in range(min(users, n))], closed_loop=(n, sizes), think_s=load.think_s)
+    seqs = replay(
+        timing, [(0.0, *sizes(i)) for i in range(min(users, n))], closed_loop=(n, sizes), think_s=load.think_s
+    )
     return summarise(seqs, warmup=max(users, len(seqs) // 10)), seqs
 
 
@@ -138,7 +142,11 @@ def summarise(seqs: list[EngineSeq], warmup: int) -> Summary:
     start = min(s.arrival for s in measured)
     end = max(s.last_token_at for s in measured)
     tokens = sum(s.generated for s in measured)
-    itls = [(s.last_token_at - s.first_token_at) / (s.generated - 1) for s in measured if s.first_token_at is not None and s.generated > 1]
+    itls = [
+        (s.last_token_at - s.first_token_at) / (s.generated - 1)
+        for s in measured
+        if s.first_token_at is not None and s.generated > 1
+    ]
     ttfts = [s.first_token_at - s.arrival for s in measured if s.first_token_at is not None]
     return Summary(
         requests=len(measured),

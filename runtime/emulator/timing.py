@@ -35,7 +35,9 @@ def policy_with_prefix_caching(policy: StackPolicy, prefix_caching: bool | None)
     if prefix_caching is None or prefix_caching == policy.prefix_caching:
         return policy
     if policy.static_batch:
-        return dataclasses.replace(policy, prefix_caching=prefix_caching, kv_layout="paged" if prefix_caching else "contiguous")
+        return dataclasses.replace(
+            policy, prefix_caching=prefix_caching, kv_layout="paged" if prefix_caching else "contiguous"
+        )
     return dataclasses.replace(policy, prefix_caching=prefix_caching)
 
 
@@ -87,8 +89,17 @@ class TimingModel:
             kv = max(0, int((usable * catalog.GIB - roofline.weight_bytes) // roofline.kv_bytes_per_token))
         if policy.pad_to_bucket and not buckets:
             buckets = neuron_buckets(max_model_len)
-        return cls(roofline, efficiency, policy, max_num_seqs, max_model_len, tuple(buckets) if policy.pad_to_bucket else (), kv, replicas,
-                   prefix_block)  # fmt: skip
+        return cls(
+            roofline,
+            efficiency,
+            policy,
+            max_num_seqs,
+            max_model_len,
+            tuple(buckets) if policy.pad_to_bucket else (),
+            kv,
+            replicas,
+            prefix_block,
+        )
 
     @classmethod
     def for_fleet(cls, m: Manifest, f: Fleet) -> TimingModel:

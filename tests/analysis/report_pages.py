@@ -19,19 +19,43 @@ FULL_REPORT_FIGURES = 8
 def full_report(tmp_path: Path, manifest_data: dict[str, Any]) -> tuple[dict[str, Any], Path]:
     m = _m(manifest_data)
     replay = _write(tmp_path / "replay", m, {"inf2": (1.0, 900, False), "g6": (1.0, 300, True)})
-    r = build_report(m, replay, out_dir=tmp_path / "out", capacity_dirs=discover_steps(_search_layout(tmp_path, m)), **KW)
+    r = build_report(
+        m, replay, out_dir=tmp_path / "out", capacity_dirs=discover_steps(_search_layout(tmp_path, m)), **KW
+    )
     return r.model_dump(mode="json"), tmp_path / "out"
 
 
 def gate_reject_report(tmp_path: Path, manifest_data: dict[str, Any]) -> tuple[dict[str, Any], Path]:
-    layers = {"fixtures": {"layer": "fixtures", "passed": False, "reasons": ["fixture json-answer: schema invalid"],
-                           "figures": {"pass_rate": 0.5, "min_pass_rate": 1.0}},
-              "task_acceptance": {"layer": "task_acceptance", "passed": None, "reasons": ["the scorer exited 1"], "figures": {}},
-              "distribution": {"layer": "distribution", "passed": True, "reasons": [],
-                               "figures": {"output_length_ks": {"against": "g6", "p_value": 0.5}}}}
-    quality = {"inf2": {"passed": False, "pass_rate": 0.5, "failures": ["fixture json-answer: schema invalid"], "failed_layer": "fixtures",
-                        "layers": layers},
-               "g6": {"passed": True, "pass_rate": 1.0, "failures": []}}
+    layers = {
+        "fixtures": {
+            "layer": "fixtures",
+            "passed": False,
+            "reasons": ["fixture json-answer: schema invalid"],
+            "figures": {"pass_rate": 0.5, "min_pass_rate": 1.0},
+        },
+        "task_acceptance": {
+            "layer": "task_acceptance",
+            "passed": None,
+            "reasons": ["the scorer exited 1"],
+            "figures": {},
+        },
+        "distribution": {
+            "layer": "distribution",
+            "passed": True,
+            "reasons": [],
+            "figures": {"output_length_ks": {"against": "g6", "p_value": 0.5}},
+        },
+    }
+    quality = {
+        "inf2": {
+            "passed": False,
+            "pass_rate": 0.5,
+            "failures": ["fixture json-answer: schema invalid"],
+            "failed_layer": "fixtures",
+            "layers": layers,
+        },
+        "g6": {"passed": True, "pass_rate": 1.0, "failures": []},
+    }
     r = build_gate_report(manifest(manifest_data), quality, out_dir=tmp_path / "out")
     return r.model_dump(mode="json"), tmp_path / "out"
 

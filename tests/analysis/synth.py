@@ -17,18 +17,48 @@ def manifest(data: dict[str, Any]) -> Manifest:
 
 
 def rec(
-    m: Manifest, fleet: str, i: int, *, scheduled: float | None = None, ttft: float | None = 0.5, itl: float | None = 0.05,
-    e2e: float | None = 1.0, tokens: int = 100, server_tokens: int | None = None, outcome: str = "ok", warmup: bool = False,
-    slo_ok: bool | None = None, digest: str | None = None,
+    m: Manifest,
+    fleet: str,
+    i: int,
+    *,
+    scheduled: float | None = None,
+    ttft: float | None = 0.5,
+    itl: float | None = 0.05,
+    e2e: float | None = 1.0,
+    tokens: int = 100,
+    server_tokens: int | None = None,
+    outcome: str = "ok",
+    warmup: bool = False,
+    slo_ok: bool | None = None,
+    digest: str | None = None,
 ) -> RequestRecord:
     if slo_ok is None:
         slo_ok = ttft is not None and ttft <= m.slo.ttft_p95_s and (itl is None or itl <= m.slo.itl_p95_s)
     return RequestRecord(
-        campaign=m.campaign, manifest_digest=digest or m.digest, fleet=fleet, request_id=i, worker="w0", wall_start=1_700_000_000.0,
-        scheduled_s=float(i) if scheduled is None else scheduled, sent_s=float(i), send_lag_s=0.0, ttft_s=ttft, itl_s=itl, itl_max_s=itl,
-        e2e_s=e2e, input_tokens=128, max_tokens=512, client_output_tokens=tokens, server_prompt_tokens=128,
-        server_output_tokens=server_tokens, finish_reason="stop" if outcome == "ok" else None, outcome=outcome,
-        http_status=200 if outcome == "ok" else 500, error=None if outcome == "ok" else "boom", slo_ok=slo_ok, warmup=warmup,
+        campaign=m.campaign,
+        manifest_digest=digest or m.digest,
+        fleet=fleet,
+        request_id=i,
+        worker="w0",
+        wall_start=1_700_000_000.0,
+        scheduled_s=float(i) if scheduled is None else scheduled,
+        sent_s=float(i),
+        send_lag_s=0.0,
+        ttft_s=ttft,
+        itl_s=itl,
+        itl_max_s=itl,
+        e2e_s=e2e,
+        input_tokens=128,
+        max_tokens=512,
+        client_output_tokens=tokens,
+        server_prompt_tokens=128,
+        server_output_tokens=server_tokens,
+        finish_reason="stop" if outcome == "ok" else None,
+        outcome=outcome,
+        http_status=200 if outcome == "ok" else 500,
+        error=None if outcome == "ok" else "boom",
+        slo_ok=slo_ok,
+        warmup=warmup,
     )
 
 

@@ -25,7 +25,10 @@ ABANDONED = Outcome.SLO_ABANDONED.value
 def _step(tmp_path: Path, manifest_data: dict[str, Any], abandoned: list[dict[str, Any]]) -> tuple[Any, Any]:
     m = manifest(manifest_data)
     ok = [rec(m, "g6", i, ttft=0.1 + i * 0.001, itl=0.01, e2e=2.0) for i in range(72 - len(abandoned))]
-    gone = [replace(rec(m, "g6", 100 + j), outcome=ABANDONED, http_status=200, slo_ok=False, **kw) for j, kw in enumerate(abandoned)]
+    gone = [
+        replace(rec(m, "g6", 100 + j), outcome=ABANDONED, http_status=200, slo_ok=False, **kw)
+        for j, kw in enumerate(abandoned)
+    ]
     write_jsonl(tmp_path / "records-g6-w0.jsonl", ok + gone)
     return m, load_records(tmp_path, m.digest)
 
@@ -33,11 +36,15 @@ def _step(tmp_path: Path, manifest_data: dict[str, Any], abandoned: list[dict[st
 def test_abandoned_requests_are_slo_misses_not_errors(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
     # 72 requests, 3 abandoned (the most a P95 of 72 lets over its target): no first token after
     # 30 s; a first token in time (0.2 s) then given up at 30 s owing 512 tokens; a late first token
-    m, rs = _step(tmp_path, manifest_data, [
-        {"ttft_s": None, "itl_s": None, "e2e_s": 30.0},
-        {"ttft_s": 0.2, "itl_s": 0.01, "e2e_s": 30.0},
-        {"ttft_s": 25.0, "itl_s": 0.01, "e2e_s": 30.0},
-    ])
+    m, rs = _step(
+        tmp_path,
+        manifest_data,
+        [
+            {"ttft_s": None, "itl_s": None, "e2e_s": 30.0},
+            {"ttft_s": 0.2, "itl_s": 0.01, "e2e_s": 30.0},
+            {"ttft_s": 25.0, "itl_s": 0.01, "e2e_s": 30.0},
+        ],
+    )
     slo = m.slo
     fm = goodput.measure_fleets(rs, slo.ttft_p95_s, slo.itl_p95_s)["g6"]
     assert fm.errors == 0 and fm.error_rate == 0.0
@@ -52,7 +59,9 @@ def test_abandoned_requests_are_slo_misses_not_errors(tmp_path: Path, manifest_d
     assert fm.slo_pass(slo.ttft_p95_s, slo.itl_p95_s, slo.max_error_rate)
 
 
-def test_a_fourth_abandoned_request_fails_the_p95_not_the_error_rate(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+def test_a_fourth_abandoned_request_fails_the_p95_not_the_error_rate(
+    tmp_path: Path, manifest_data: dict[str, Any]
+) -> None:
     m, rs = _step(tmp_path, manifest_data, [{"ttft_s": None, "itl_s": None, "e2e_s": 30.0}] * 4)
     slo = m.slo
     fm = goodput.measure_fleets(rs, slo.ttft_p95_s, slo.itl_p95_s)["g6"]
@@ -61,15 +70,26 @@ def test_a_fourth_abandoned_request_fails_the_p95_not_the_error_rate(tmp_path: P
     assert not fm.slo_pass(slo.ttft_p95_s, slo.itl_p95_s, slo.max_error_rate)
 
 
-@pytest.mark.parametrize("kw", [
-    {"outcome": ABANDONED, "ttft_s": None, "itl_s": None, "e2e_s": 12.5, "max_tokens": 100},
-    {"outcome": ABANDONED, "ttft_s": 0.4, "itl_s": 0.02, "e2e_s": 12.5, "max_tokens": 100},
-    {"outcome": ABANDONED, "ttft_s": 0.4, "itl_s": 0.5, "e2e_s": 12.5, "max_tokens": 100},  # measured ITL above the bound
-    {"outcome": ABANDONED, "ttft_s": 0.4, "itl_s": None, "e2e_s": 12.5, "max_tokens": 1},
-    {"outcome": "ok", "ttft_s": 0.4, "itl_s": 0.02, "e2e_s": 2.5, "max_tokens": 100},
-    {"outcome": "timeout", "ttft_s": 0.4, "itl_s": 0.02, "e2e_s": 2.5, "max_tokens": 100},
-])
-def test_the_followers_rule_is_the_analysis_rule(tmp_path: Path, manifest_data: dict[str, Any], kw: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"outcome": ABANDONED, "ttft_s": None, "itl_s": None, "e2e_s": 12.5, "max_tokens": 100},
+        {"outcome": ABANDONED, "ttft_s": 0.4, "itl_s": 0.02, "e2e_s": 12.5, "max_tokens": 100},
+        {
+            "outcome": ABANDONED,
+            "ttft_s": 0.4,
+            "itl_s": 0.5,
+            "e2e_s": 12.5,
+            "max_tokens": 100,
+        },  # measured ITL above the bound
+        {"outcome": ABANDONED, "ttft_s": 0.4, "itl_s": None, "e2e_s": 12.5, "max_tokens": 1},
+        {"outcome": "ok", "ttft_s": 0.4, "itl_s": 0.02, "e2e_s": 2.5, "max_tokens": 100},
+        {"outcome": "timeout", "ttft_s": 0.4, "itl_s": 0.02, "e2e_s": 2.5, "max_tokens": 100},
+    ],
+)
+def test_the_followers_rule_is_the_analysis_rule(
+    tmp_path: Path, manifest_data: dict[str, Any], kw: dict[str, Any]
+) -> None:
     """core.records.latency_values (what the capacity search's early stop reads as records are
     written) gives the values analysis.goodput.LATENCY_SQL does."""
     m = manifest(manifest_data)

@@ -74,7 +74,9 @@ def test_normal_interval_agrees_with_the_bootstrap_at_the_switch(recorded_tokens
         assert abs(normal[i] - mean[i]) < 3 * noise[i] + 1e-9, (normal, mean, noise)
     # and the switch is where the module says
     small = stats.sum_ci(stats.BOOTSTRAP_MAX_N, 1.0, 1.0, lambda: x[: stats.BOOTSTRAP_MAX_N])
-    large = stats.sum_ci(len(x), float(x.sum()), float(x.var()), lambda: pytest.fail("the normal interval reads no sample"))
+    large = stats.sum_ci(
+        len(x), float(x.sum()), float(x.var()), lambda: pytest.fail("the normal interval reads no sample")
+    )
     assert small is not None and "bootstrap" in small.method
     assert large is not None and "normal" in large.method and (large.low, large.high) == pytest.approx(normal)
 
@@ -122,9 +124,19 @@ def test_grouped_measure_equals_per_record_sums(tmp_path: Path, manifest_data: d
     for i in range(600):
         outcome = rng.choice(outcomes)
         ttft = None if outcome != "ok" and rng.random() < 0.5 else rng.uniform(0.05, 3.0)
-        r = rec(m, "inf2" if i % 3 else "g6", i, scheduled=i * 0.1 + rng.random(), ttft=ttft, itl=rng.choice([None, rng.uniform(0.01, 0.2)]),
-                tokens=rng.randrange(1, 400), server_tokens=rng.choice([None, rng.randrange(1, 400)]), outcome=outcome,
-                warmup=i < 30, slo_ok=rng.random() < 0.5)
+        r = rec(
+            m,
+            "inf2" if i % 3 else "g6",
+            i,
+            scheduled=i * 0.1 + rng.random(),
+            ttft=ttft,
+            itl=rng.choice([None, rng.uniform(0.01, 0.2)]),
+            tokens=rng.randrange(1, 400),
+            server_tokens=rng.choice([None, rng.randrange(1, 400)]),
+            outcome=outcome,
+            warmup=i < 30,
+            slo_ok=rng.random() < 0.5,
+        )
         recs.append(r)
     write_jsonl(tmp_path / "records-w0.jsonl", recs)
     rs = load_records(tmp_path, m.digest)
@@ -145,7 +157,10 @@ def test_grouped_measure_equals_per_record_sums(tmp_path: Path, manifest_data: d
         fm = got[fleet]
         assert (fm.requests, fm.warmup_excluded, fm.completed_ok) == (len(live), len(mine) - len(live), len(ok))
         assert fm.errors == sum(r.outcome in ERROR_OUTCOMES for r in live)
-        assert (fm.quality_failed, fm.no_text) == (sum(r.outcome == "quality_fail" for r in live), sum(r.outcome == "no_text" for r in live))
+        assert (fm.quality_failed, fm.no_text) == (
+            sum(r.outcome == "quality_fail" for r in live),
+            sum(r.outcome == "no_text" for r in live),
+        )
         assert fm.not_sent == sum(r.outcome == "not_sent" for r in live)
         assert fm.successful_requests == sum(met(r) for r in ok) and fm.slo_violations == sum(not met(r) for r in ok)
         assert fm.successful_output_tokens == sum(tok(r) for r in ok if met(r))
@@ -156,7 +171,9 @@ def test_grouped_measure_equals_per_record_sums(tmp_path: Path, manifest_data: d
 
 
 def test_a_capacity_interval_is_computed_once_per_step_and_slo(
-    tmp_path: Path, manifest_data: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    manifest_data: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The sensitivity grid re-reads the intervals of cells that keep the SLO: the successful
     tokens' interval of a step runs once per (fleet, SLO), not once per cell."""
@@ -164,8 +181,10 @@ def test_a_capacity_interval_is_computed_once_per_step_and_slo(
 
     m = manifest(manifest_data)
     for fleet in (f.name for f in m.fleets):
-        write_jsonl(tmp_path / "rec" / f"records-{fleet}-w0.jsonl",
-                    [rec(m, fleet, i, ttft=0.2 + (i % 10) / 100, tokens=100 + i % 50) for i in range(200)])
+        write_jsonl(
+            tmp_path / "rec" / f"records-{fleet}-w0.jsonl",
+            [rec(m, fleet, i, ttft=0.2 + (i % 10) / 100, tokens=100 + i % 50) for i in range(200)],
+        )
     calls: list[tuple[str, float, float]] = []
     real = intervals.successful_tokens_ci
 

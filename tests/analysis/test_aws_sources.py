@@ -20,18 +20,47 @@ from analysis.sources.pricing import PriceBook, PriceListSource, ec2_instance_fi
 def _price_doc(sku: str, usd: str, unit: str = "Hrs", usagetype: str = "BoxUsage:inf2.xlarge", **attrs: str) -> str:
     """Shaped like a real GetProducts PriceList element (a JSON string)."""
     term = f"{sku}.JRTCKXETXF"
-    return json.dumps({
-        "product": {"productFamily": "Compute Instance", "sku": sku,
-                    "attributes": {"instanceType": "inf2.xlarge", "location": "US East (N. Virginia)", "operatingSystem": "Linux",
-                                   "tenancy": "Shared", "preInstalledSw": "NA", "capacitystatus": "Used", "usagetype": usagetype, **attrs}},
-        "serviceCode": "AmazonEC2",
-        "terms": {"OnDemand": {term: {"offerTermCode": "JRTCKXETXF", "sku": sku, "effectiveDate": "2026-01-01T00:00:00Z",
-                                      "priceDimensions": {f"{term}.6YS6EN2CT7": {
-                                          "unit": unit, "endRange": "Inf", "beginRange": "0", "appliesTo": [],
-                                          "description": f"${usd} per On Demand Linux inf2.xlarge Instance Hour",
-                                          "rateCode": f"{term}.6YS6EN2CT7", "pricePerUnit": {"USD": usd}}}}}},
-        "version": "20260101000000", "publicationDate": "2026-01-01T00:00:00Z",
-    })
+    return json.dumps(
+        {
+            "product": {
+                "productFamily": "Compute Instance",
+                "sku": sku,
+                "attributes": {
+                    "instanceType": "inf2.xlarge",
+                    "location": "US East (N. Virginia)",
+                    "operatingSystem": "Linux",
+                    "tenancy": "Shared",
+                    "preInstalledSw": "NA",
+                    "capacitystatus": "Used",
+                    "usagetype": usagetype,
+                    **attrs,
+                },
+            },
+            "serviceCode": "AmazonEC2",
+            "terms": {
+                "OnDemand": {
+                    term: {
+                        "offerTermCode": "JRTCKXETXF",
+                        "sku": sku,
+                        "effectiveDate": "2026-01-01T00:00:00Z",
+                        "priceDimensions": {
+                            f"{term}.6YS6EN2CT7": {
+                                "unit": unit,
+                                "endRange": "Inf",
+                                "beginRange": "0",
+                                "appliesTo": [],
+                                "description": f"${usd} per On Demand Linux inf2.xlarge Instance Hour",
+                                "rateCode": f"{term}.6YS6EN2CT7",
+                                "pricePerUnit": {"USD": usd},
+                            }
+                        },
+                    }
+                }
+            },
+            "version": "20260101000000",
+            "publicationDate": "2026-01-01T00:00:00Z",
+        }
+    )
 
 
 def _pricing() -> Any:
@@ -42,21 +71,38 @@ def test_price_list_filters_and_parse_with_stubber() -> None:
     client = _pricing()
     with Stubber(client) as stub:
         stub.add_response(
-            "get_products", {"FormatVersion": "aws_v1", "PriceList": [_price_doc("AAA", "0.7582000000")], "NextToken": "t"},
-            {"ServiceCode": "AmazonEC2", "Filters": ec2_instance_filters("inf2.xlarge", "US East (N. Virginia)"),
-             "FormatVersion": "aws_v1", "MaxResults": 100},
+            "get_products",
+            {"FormatVersion": "aws_v1", "PriceList": [_price_doc("AAA", "0.7582000000")], "NextToken": "t"},
+            {
+                "ServiceCode": "AmazonEC2",
+                "Filters": ec2_instance_filters("inf2.xlarge", "US East (N. Virginia)"),
+                "FormatVersion": "aws_v1",
+                "MaxResults": 100,
+            },
         )
         stub.add_response(  # second page: a zero-priced dimension that must not be taken as the price
-            "get_products", {"FormatVersion": "aws_v1", "PriceList": [_price_doc("BBB", "0.0000000000")]},
-            {"ServiceCode": "AmazonEC2", "Filters": ec2_instance_filters("inf2.xlarge", "US East (N. Virginia)"),
-             "FormatVersion": "aws_v1", "MaxResults": 100, "NextToken": "t"},
+            "get_products",
+            {"FormatVersion": "aws_v1", "PriceList": [_price_doc("BBB", "0.0000000000")]},
+            {
+                "ServiceCode": "AmazonEC2",
+                "Filters": ec2_instance_filters("inf2.xlarge", "US East (N. Virginia)"),
+                "FormatVersion": "aws_v1",
+                "MaxResults": 100,
+                "NextToken": "t",
+            },
         )
         got = PriceListSource(client, "us-east-1").instance_hourly("inf2.xlarge")
         stub.assert_no_pending_responses()
     assert got.usd == pytest.approx(0.7582) and got.sku == "AAA"
     filters = {f["Field"]: f["Value"] for f in ec2_instance_filters("g6.xlarge", "US East (N. Virginia)")}
-    assert filters == {"instanceType": "g6.xlarge", "location": "US East (N. Virginia)", "operatingSystem": "Linux",
-                       "tenancy": "Shared", "preInstalledSw": "NA", "capacitystatus": "Used"}
+    assert filters == {
+        "instanceType": "g6.xlarge",
+        "location": "US East (N. Virginia)",
+        "operatingSystem": "Linux",
+        "tenancy": "Shared",
+        "preInstalledSw": "NA",
+        "capacitystatus": "Used",
+    }
 
 
 def test_nlb_prices_are_picked_by_usagetype() -> None:
@@ -95,8 +141,15 @@ def test_cloudwatch_window_aggregates_and_asg_discovery() -> None:
     asc.create_launch_configuration(LaunchConfigurationName="lc", ImageId=ami, InstanceType="t3.micro")
     for fleet in ("inf2", "g6"):
         asc.create_auto_scaling_group(
-            AutoScalingGroupName=f"asg-{fleet}", LaunchConfigurationName="lc", MinSize=0, MaxSize=2, AvailabilityZones=["us-east-1a"],
-            Tags=[{"Key": "campaign", "Value": "c1", "PropagateAtLaunch": True}, {"Key": "fleet", "Value": fleet, "PropagateAtLaunch": True}],
+            AutoScalingGroupName=f"asg-{fleet}",
+            LaunchConfigurationName="lc",
+            MinSize=0,
+            MaxSize=2,
+            AvailabilityZones=["us-east-1a"],
+            Tags=[
+                {"Key": "campaign", "Value": "c1", "PropagateAtLaunch": True},
+                {"Key": "fleet", "Value": fleet, "PropagateAtLaunch": True},
+            ],
         )
     assert discover_asgs(asc, "c1") == {"inf2": "asg-inf2", "g6": "asg-g6"}
     cw = boto3.client("cloudwatch", region_name=region)
@@ -104,19 +157,30 @@ def test_cloudwatch_window_aggregates_and_asg_discovery() -> None:
     for k, v in enumerate((2.0, 4.0)):
         t = now - dt.timedelta(minutes=5 - k)
         dims = [{"Name": "AutoScalingGroupName", "Value": "asg-inf2"}]
-        for ns, name, val in (("AWS/AutoScaling", "GroupInServiceInstances", v), ("NeuronMonitor", "neuroncore_utilization", 50 + v)):
-            cw.put_metric_data(Namespace=ns, MetricData=[{"MetricName": name, "Dimensions": dims, "Timestamp": t, "Value": val}])
-    got = CloudWatchSource(cw).fetch(fleet_specs("asg-inf2", "aws-neuron"), (now - dt.timedelta(minutes=10)).timestamp(), now.timestamp())
+        for ns, name, val in (
+            ("AWS/AutoScaling", "GroupInServiceInstances", v),
+            ("NeuronMonitor", "neuroncore_utilization", 50 + v),
+        ):
+            cw.put_metric_data(
+                Namespace=ns, MetricData=[{"MetricName": name, "Dimensions": dims, "Timestamp": t, "Value": val}]
+            )
+    got = CloudWatchSource(cw).fetch(
+        fleet_specs("asg-inf2", "aws-neuron"), (now - dt.timedelta(minutes=10)).timestamp(), now.timestamp()
+    )
     assert got["instances_in_service"] == pytest.approx(3.0) and got["instances_in_service_max"] == pytest.approx(4.0)
     assert got["accelerator_utilization"] == pytest.approx(53.0)
-    empty = CloudWatchSource(cw).fetch(fleet_specs("asg-g6", "nvidia"), (now - dt.timedelta(minutes=10)).timestamp(), now.timestamp())
+    empty = CloudWatchSource(cw).fetch(
+        fleet_specs("asg-g6", "nvidia"), (now - dt.timedelta(minutes=10)).timestamp(), now.timestamp()
+    )
     assert empty["instances_in_service"] is None  # no datapoints: a gap, never 0
     with pytest.raises(ValueError, match="percentiles"):
         MetricSpec("x", "AWS/EC2", "CPUUtilization", (), "p95")
     # A window shorter than the 60 s period (a 12 s replay) still finds the minute it falls in:
     # the datapoint stamped at that minute's start (2026-12-04: without the alignment, a gap).
     minute = now - dt.timedelta(minutes=4)
-    short = CloudWatchSource(cw).fetch(fleet_specs("asg-inf2", "aws-neuron"), minute.timestamp() + 20, minute.timestamp() + 32)
+    short = CloudWatchSource(cw).fetch(
+        fleet_specs("asg-inf2", "aws-neuron"), minute.timestamp() + 20, minute.timestamp() + 32
+    )
     assert short["instances_in_service_max"] == pytest.approx(4.0)
 
 
@@ -124,18 +188,35 @@ def test_cloudwatch_window_aggregates_and_asg_discovery() -> None:
 def test_cost_explorer_grouped_by_fleet_tag() -> None:
     from moto.ce.models import ce_backends
 
-    ce_backends[DEFAULT_ACCOUNT_ID]["global"].cost_usage_results_queue.append({
-        "ResultsByTime": [
-            {"TimePeriod": {"Start": "2026-01-01", "End": "2026-01-02"}, "Total": {}, "Estimated": False,
-             "Groups": [{"Keys": ["fleet$inf2"], "Metrics": {"UnblendedCost": {"Amount": "12.5", "Unit": "USD"}}},
-                        {"Keys": ["fleet$g6"], "Metrics": {"UnblendedCost": {"Amount": "20.25", "Unit": "USD"}}}]},
-            {"TimePeriod": {"Start": "2026-01-02", "End": "2026-01-03"}, "Total": {}, "Estimated": True,
-             "Groups": [{"Keys": ["fleet$inf2"], "Metrics": {"UnblendedCost": {"Amount": "1.5", "Unit": "USD"}}}]},
-        ],
-        "DimensionValueAttributes": [],
-    })
+    ce_backends[DEFAULT_ACCOUNT_ID]["global"].cost_usage_results_queue.append(
+        {
+            "ResultsByTime": [
+                {
+                    "TimePeriod": {"Start": "2026-01-01", "End": "2026-01-02"},
+                    "Total": {},
+                    "Estimated": False,
+                    "Groups": [
+                        {"Keys": ["fleet$inf2"], "Metrics": {"UnblendedCost": {"Amount": "12.5", "Unit": "USD"}}},
+                        {"Keys": ["fleet$g6"], "Metrics": {"UnblendedCost": {"Amount": "20.25", "Unit": "USD"}}},
+                    ],
+                },
+                {
+                    "TimePeriod": {"Start": "2026-01-02", "End": "2026-01-03"},
+                    "Total": {},
+                    "Estimated": True,
+                    "Groups": [
+                        {"Keys": ["fleet$inf2"], "Metrics": {"UnblendedCost": {"Amount": "1.5", "Unit": "USD"}}}
+                    ],
+                },
+            ],
+            "DimensionValueAttributes": [],
+        }
+    )
     ce = boto3.client("ce", region_name="us-east-1")
-    assert cost_explorer_by_fleet(ce, "c1", "2026-01-01", "2026-01-03") == {"inf2": pytest.approx(14.0), "g6": pytest.approx(20.25)}
+    assert cost_explorer_by_fleet(ce, "c1", "2026-01-01", "2026-01-03") == {
+        "inf2": pytest.approx(14.0),
+        "g6": pytest.approx(20.25),
+    }
 
 
 FOCUS_HEAD = "ChargePeriodStart,EffectiveCost,BilledCost,ResourceId,Tags,ServiceName,CommitmentDiscountId\n"
@@ -152,7 +233,11 @@ def test_focus_export_sums_by_fleet_and_validates(tmp_path: Path) -> None:
     )
     bills = read_focus(p, "c1")
     assert bills["inf2"].effective_usd == pytest.approx(4.0) and bills["inf2"].billed_usd == pytest.approx(4.5)
-    assert bills["inf2"].commitment_rows == 1 and bills["inf2"].resources == 1 and bills["g6"].effective_usd == pytest.approx(3.0)
+    assert (
+        bills["inf2"].commitment_rows == 1
+        and bills["inf2"].resources == 1
+        and bills["g6"].effective_usd == pytest.approx(3.0)
+    )
     bad = tmp_path / "bad.csv"
     bad.write_text("ChargePeriodStart,EffectiveCost\n2026-01-01,1\n")
     with pytest.raises(BadBillingData, match="lacks column"):

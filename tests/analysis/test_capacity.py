@@ -10,14 +10,26 @@ from typing import Any
 
 import pytest
 
-from analysis.capacity import SearchPath, SearchStep, StopRule, Verdict, discover_steps, parse_label, split_label, write_search_path
+from analysis.capacity import (
+    SearchPath,
+    SearchStep,
+    StopRule,
+    Verdict,
+    discover_steps,
+    parse_label,
+    split_label,
+    write_search_path,
+)
 from analysis.errors import AnalysisError, BadCapacityStep
 from analysis.report import build_report
 from core.manifest import Manifest
 from core.records import RequestRecord, RunSummary
 from tests.analysis.synth import manifest, rec, write_jsonl
 
-PASS = {"inf2": {"passed": True, "pass_rate": 1.0, "failures": []}, "g6": {"passed": True, "pass_rate": 1.0, "failures": []}}
+PASS = {
+    "inf2": {"passed": True, "pass_rate": 1.0, "failures": []},
+    "g6": {"passed": True, "pass_rate": 1.0, "failures": []},
+}
 KW: dict[str, Any] = {"quality": PASS, "instances_measured": {"inf2": 1, "g6": 1}}
 
 
@@ -76,7 +88,9 @@ def test_capacity_is_the_best_step_inside_the_slo(tmp_path: Path, manifest_data:
     m = _m(manifest_data)
     # the replay: inf2 under-loaded (1 in flight of 4, a lower bound); g6 overloaded (P95 TTFT 3 s)
     rep = _write(tmp_path / "replay", m, {"inf2": (1.0, 900, False), "g6": (1.0, 300, True)})
-    r = build_report(m, rep, out_dir=tmp_path / "o", capacity_dirs=_three_steps(tmp_path, m), **KW).model_dump(mode="json")
+    r = build_report(m, rep, out_dir=tmp_path / "o", capacity_dirs=_three_steps(tmp_path, m), **KW).model_dump(
+        mode="json"
+    )
 
     # demand: 20 req/s x pooled (100 x 900 + 100 x 300) / 200 = 600 tok/request = 12,000 tok/s
     assert r["demand_tok_s"] == pytest.approx(12_000.0)
@@ -121,29 +135,41 @@ def test_capacity_is_the_best_step_inside_the_slo(tmp_path: Path, manifest_data:
     assert on_disk["fleets"]["g6"]["capacity"]["step"] == "x2"
     md = (tmp_path / "o" / "report.md").read_text()
     assert "## Capacity sweep" in md and "### g6: capacity 600.0 tok/s per instance (step x2)" in md
-    assert ("| **x2** | 200 | 200 | 0.500 [0.500, 0.500] n=200 | 0.050 [0.050, 0.050] n=200 | 0.0000 | pass | 600.0 | 1.0 "
-            "| 100.0 | 0.5 | yes | chosen |") in md
+    assert (
+        "| **x2** | 200 | 200 | 0.500 [0.500, 0.500] n=200 | 0.050 [0.050, 0.050] n=200 | 0.0000 | pass | 600.0 | 1.0 "
+        "| 100.0 | 0.5 | yes | chosen |"
+    ) in md
     # x4: 40 of 400 at 3 s; order statistics 371 and 389 (the 95% interval) both fall among them
-    assert ("| x4 | 400 | 360 | 3.000 [3.000, 3.000] n=400 | 0.050 [0.050, 0.050] n=400 | 0.0000 | FAIL | 1,080.0 | 1.0 "
-            "| 100.0 | 0.2 | yes |  |") in md
+    assert (
+        "| x4 | 400 | 360 | 3.000 [3.000, 3.000] n=400 | 0.050 [0.050, 0.050] n=400 | 0.0000 | FAIL | 1,080.0 | 1.0 "
+        "| 100.0 | 0.2 | yes |  |"
+    ) in md
     assert "(upper bound)" not in md
     page = (tmp_path / "o" / "report.html").read_text()
     assert "<h2>Capacity sweep</h2>" in page and "Capacity sweep: per-instance goodput" in page
     assert '<tr style="font-weight:bold"><td>x2</td><td>200</td>' in page
 
 
-def test_capacity_per_instance_is_the_fleet_goodput_over_the_instances_measured(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+def test_capacity_per_instance_is_the_fleet_goodput_over_the_instances_measured(
+    tmp_path: Path, manifest_data: dict[str, Any]
+) -> None:
     # The same records served by 2 g6 instances (measure_instances: 2): each instance held half of them.
     m = _m(manifest_data)
     rep = _write(tmp_path / "replay", m, {"inf2": (1.0, 900, False), "g6": (1.0, 300, True)})
     steps = _three_steps(tmp_path, m)
     kw: dict[str, Any] = {"quality": PASS, "capacity_dirs": steps, "with_sensitivity": False, "with_pages": False}
-    one = build_report(m, rep, out_dir=tmp_path / "o1", instances_measured={"inf2": 1, "g6": 1}, **kw).model_dump(mode="json")
-    two = build_report(m, rep, out_dir=tmp_path / "o2", instances_measured={"inf2": 1, "g6": 2}, **kw).model_dump(mode="json")
+    one = build_report(m, rep, out_dir=tmp_path / "o1", instances_measured={"inf2": 1, "g6": 1}, **kw).model_dump(
+        mode="json"
+    )
+    two = build_report(m, rep, out_dir=tmp_path / "o2", instances_measured={"inf2": 1, "g6": 2}, **kw).model_dump(
+        mode="json"
+    )
     g1, g2 = one["fleets"]["g6"], two["fleets"]["g6"]
     assert g1["capacity"]["per_instance_tok_s"] == pytest.approx(600.0)
     assert g2["capacity"]["step"] == "x2" and g2["capacity"]["per_instance_tok_s"] == pytest.approx(300.0)
-    assert [s["per_instance_goodput_tok_s"] for s in g2["capacity"]["steps"]] == pytest.approx([135.0, 150.0, 300.0, 540.0])
+    assert [s["per_instance_goodput_tok_s"] for s in g2["capacity"]["steps"]] == pytest.approx(
+        [135.0, 150.0, 300.0, 540.0]
+    )
     assert g2["capacity_ci_tok_s"] == pytest.approx([v / 2 for v in g1["capacity_ci_tok_s"]])
     # 12,000 tok/s of demand: ceil(12,000 / (300 x 0.8)) = 50, + 1 redundancy = 51 (26 from one instance's 600)
     assert (g1["instances_required"], g2["instances_required"]) == (26, 51)
@@ -178,7 +204,9 @@ def test_top_step_note_and_no_step_blocking_gap(tmp_path: Path, manifest_data: d
     blocking = gaps["capacity.g6"]
     assert blocking["blocks_go"] is True and "no sweep step met the SLO" in blocking["reason"]
     # each step's figure that missed is named: g6's slow tenth puts every P95 TTFT at 3 s
-    assert blocking["reason"].startswith("g6: no sweep step met the SLO (x0.5: P95 TTFT 3 s > 2 s; replay: P95 TTFT 3 s > 2 s; ")
+    assert blocking["reason"].startswith(
+        "g6: no sweep step met the SLO (x0.5: P95 TTFT 3 s > 2 s; replay: P95 TTFT 3 s > 2 s; "
+    )
     assert blocking["reason"].endswith("; add a step below the smallest multiplier tried (x0.5)")
     assert gaps["overload.g6"]["blocks_go"] and gaps["saturation.g6"]["blocks_go"]
     assert r["provenance"]["capacity.g6"]["source"] == "missing"
@@ -192,13 +220,44 @@ def test_without_a_sweep_the_report_is_unchanged(tmp_path: Path, manifest_data: 
     rep = _write(tmp_path / "replay", m, {"inf2": (1.0, 900, False), "g6": (1.0, 300, True)})
     a = build_report(m, rep, out_dir=tmp_path / "a", **KW).model_dump(mode="json")
     b = build_report(m, rep, out_dir=tmp_path / "b", capacity_dirs=None, **KW).model_dump(mode="json")
-    assert set(a) == set(b) == {
-        "campaign", "manifest_digest", "generated_at", "comparison", "slo", "horizon_months", "fleets", "demand_tok_s",
-        "pooled_output_tokens_per_request", "utilization_target", "monthly_delta_usd", "migration", "migration_cost_usd",
-        "payback_months", "months_to_next_refresh", "decision", "gaps", "prometheus", "prefix_cache", "cloudwatch", "billing", "quality",
-        "provenance", "sensitivity", "series", "monthly_delta_ci_usd", "payback_months_ci", "headline", "time_to_ready", "systems_under_test",
-        "report_version", "stopped_at",
-    }
+    assert (
+        set(a)
+        == set(b)
+        == {
+            "campaign",
+            "manifest_digest",
+            "generated_at",
+            "comparison",
+            "slo",
+            "horizon_months",
+            "fleets",
+            "demand_tok_s",
+            "pooled_output_tokens_per_request",
+            "utilization_target",
+            "monthly_delta_usd",
+            "migration",
+            "migration_cost_usd",
+            "payback_months",
+            "months_to_next_refresh",
+            "decision",
+            "gaps",
+            "prometheus",
+            "prefix_cache",
+            "cloudwatch",
+            "billing",
+            "quality",
+            "provenance",
+            "sensitivity",
+            "series",
+            "monthly_delta_ci_usd",
+            "payback_months_ci",
+            "headline",
+            "time_to_ready",
+            "systems_under_test",
+            "report_version",
+            "stopped_at",
+        }
+    )
     for name in ("inf2", "g6"):
         assert a["fleets"][name]["capacity"] is None and a["fleets"][name]["sized_from"] is None
     assert not any(k.startswith("capacity") for k in a["provenance"])
@@ -211,19 +270,32 @@ def test_without_a_sweep_the_report_is_unchanged(tmp_path: Path, manifest_data: 
     assert "Capacity sweep" not in (tmp_path / "a" / "report.html").read_text()
 
 
-def test_a_candidate_overloaded_in_the_replay_but_sized_inside_the_slo_holds_it(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+def test_a_candidate_overloaded_in_the_replay_but_sized_inside_the_slo_holds_it(
+    tmp_path: Path, manifest_data: dict[str, Any]
+) -> None:
     m = _m(manifest_data)
     # the replay overloads the candidate (P95 TTFT 3 s) while the baseline holds: without a sweep that defers
     rep = _write(tmp_path / "replay", m, {"inf2": (1.0, 900, True), "g6": (1.0, 300, False)})
-    no_sweep = build_report(m, rep, out_dir=tmp_path / "o1", with_sensitivity=False, with_pages=False, **KW).model_dump(mode="json")
+    no_sweep = build_report(m, rep, out_dir=tmp_path / "o1", with_sensitivity=False, with_pages=False, **KW).model_dump(
+        mode="json"
+    )
     assert any("did not hold the SLO in the measured run" in x for x in no_sweep["decision"]["reasons"])
-    swept = build_report(m, rep, out_dir=tmp_path / "o2", capacity_dirs=_three_steps(tmp_path, m),
-                         with_sensitivity=False, with_pages=False, **KW).model_dump(mode="json")
+    swept = build_report(
+        m,
+        rep,
+        out_dir=tmp_path / "o2",
+        capacity_dirs=_three_steps(tmp_path, m),
+        with_sensitivity=False,
+        with_pages=False,
+        **KW,
+    ).model_dump(mode="json")
     assert swept["fleets"]["inf2"]["sized_from"] == "capacity sweep step x2"
     assert not any("did not hold the SLO" in x for x in swept["decision"]["reasons"]), swept["decision"]
 
 
-def test_a_step_shorter_than_three_request_lifetimes_is_not_a_capacity(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+def test_a_step_shorter_than_three_request_lifetimes_is_not_a_capacity(
+    tmp_path: Path, manifest_data: dict[str, Any]
+) -> None:
     manifest_data["workload"].pop("capacity_search", None)  # the explicit sweep, with 45 s steps
     manifest_data["workload"]["capacity_sweep"] = {"multipliers": [0.5, 1], "step_s": 45}
     m = _m(manifest_data)
@@ -231,13 +303,16 @@ def test_a_step_shorter_than_three_request_lifetimes_is_not_a_capacity(tmp_path:
 
     def short(fleet: str, tokens: int) -> list[RequestRecord]:
         # 10 arrivals over 10 s, each taking 8 s: in SLO, but the window holds barely one request lifetime
-        return [replace(rec(m, fleet, i, tokens=tokens, e2e=8.0), scheduled_s=float(i), sent_s=float(i)) for i in range(10)]
+        return [
+            replace(rec(m, fleet, i, tokens=tokens, e2e=8.0), scheduled_s=float(i), sent_s=float(i)) for i in range(10)
+        ]
 
     step = tmp_path / "x4"
     write_jsonl(step / "records-g6-w0.jsonl", short("g6", 300))
     write_jsonl(step / "records-inf2-w0.jsonl", short("inf2", 900))
-    r = build_report(m, rep, out_dir=tmp_path / "o", capacity_dirs={"x4": step}, with_sensitivity=False, with_pages=False,
-                     **KW).model_dump(mode="json")
+    r = build_report(
+        m, rep, out_dir=tmp_path / "o", capacity_dirs={"x4": step}, with_sensitivity=False, with_pages=False, **KW
+    ).model_dump(mode="json")
     g6 = r["fleets"]["g6"]["capacity"]
     x4 = next(s for s in g6["steps"] if s["label"] == "x4")
     assert x4["slo_pass"] and x4["window_s"] == pytest.approx(10.0) and x4["median_e2e_s"] == pytest.approx(8.0)
@@ -246,8 +321,13 @@ def test_a_step_shorter_than_three_request_lifetimes_is_not_a_capacity(tmp_path:
     # The manifest's step_s is already 45 s: the short quantity is the arrival span (10 s of 3 x 8 s = 24 s), and the
     # advice scales step_s by what the arrivals filled (45 x 24 / 10 = 108 s), never "at least 24 s".
     assert m.workload.capacity_sweep is not None and m.workload.capacity_sweep.step_s == 45
-    assert gap["blocks_go"] and "x4: arrivals spanned 10.0 s, 3 median request lifetimes need 3 x 8.0 s = 24.0 s" in gap["reason"]
-    assert "step_s is 45 s but x4's arrivals filled only 10.0 s of it: lengthen step_s to at least 108 s" in gap["reason"]
+    assert (
+        gap["blocks_go"]
+        and "x4: arrivals spanned 10.0 s, 3 median request lifetimes need 3 x 8.0 s = 24.0 s" in gap["reason"]
+    )
+    assert (
+        "step_s is 45 s but x4's arrivals filled only 10.0 s of it: lengthen step_s to at least 108 s" in gap["reason"]
+    )
     assert "at least 24 s" not in gap["reason"]
     assert r["decision"]["state"] != "go"
 
@@ -257,19 +337,41 @@ def _search_layout(tmp_path: Path, m: Manifest) -> Path:
     g6: x1 (300 tok/s) and x2 (600) hold, x4 misses: bracket x2..x4 not converged (max_steps 3);
     inf2: x1 (900) and x2 (1,800) hold, x2.2 misses: converged (2.2 / 2 = 1.1)."""
     root = tmp_path / "capacity"
-    for fleet, tokens, mults, rule in (("g6", 300, (1.0, 2.0, 4.0), StopRule.MAX_STEPS), ("inf2", 900, (1.0, 2.0, 2.2), StopRule.CONVERGED)):
+    for fleet, tokens, mults, rule in (
+        ("g6", 300, (1.0, 2.0, 4.0), StopRule.MAX_STEPS),
+        ("inf2", 900, (1.0, 2.0, 2.2), StopRule.CONVERGED),
+    ):
         steps = []
         for k in mults:
             miss = k == max(mults)
             d = root / fleet / f"x{k:.4g}"
             write_jsonl(d / f"records-{fleet}-w0.jsonl", _rate(m, fleet, k, tokens, slow=miss))
-            steps.append(SearchStep(f"x{k:.4g}", k, "test", 100.0, Verdict.MISSED if miss else Verdict.HELD, round(100 * k), 100.0,
-                                    k, 1 / k, 3.0 if miss else 0.5, 0.05, 0.0, "hand-made"))
-        write_search_path(SearchPath(fleet, tuple(steps), mults[1], mults[2], rule, f"{rule} (hand-made)", 0.1), root / fleet)
+            steps.append(
+                SearchStep(
+                    f"x{k:.4g}",
+                    k,
+                    "test",
+                    100.0,
+                    Verdict.MISSED if miss else Verdict.HELD,
+                    round(100 * k),
+                    100.0,
+                    k,
+                    1 / k,
+                    3.0 if miss else 0.5,
+                    0.05,
+                    0.0,
+                    "hand-made",
+                )
+            )
+        write_search_path(
+            SearchPath(fleet, tuple(steps), mults[1], mults[2], rule, f"{rule} (hand-made)", 0.1), root / fleet
+        )
     return root
 
 
-def test_search_steps_are_per_fleet_and_the_report_carries_the_path(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+def test_search_steps_are_per_fleet_and_the_report_carries_the_path(
+    tmp_path: Path, manifest_data: dict[str, Any]
+) -> None:
     m = _m(manifest_data)
     rep = _write(tmp_path / "replay", m, {"inf2": (1.0, 900, False), "g6": (1.0, 300, True)})
     dirs = discover_steps(_search_layout(tmp_path, m))
@@ -281,7 +383,11 @@ def test_search_steps_are_per_fleet_and_the_report_carries_the_path(tmp_path: Pa
     assert [s["label"] for s in inf2["steps"]] == ["replay", "inf2/x1", "inf2/x2", "inf2/x2.2"]
     assert g6["step"] == "g6/x2" and g6["per_instance_tok_s"] == pytest.approx(600.0)
     assert inf2["step"] == "inf2/x2" and inf2["per_instance_tok_s"] == pytest.approx(1800.0)
-    assert g6["search"]["stop_rule"] == "max_steps" and [s["multiplier"] for s in g6["search"]["steps"]] == [1.0, 2.0, 4.0]
+    assert g6["search"]["stop_rule"] == "max_steps" and [s["multiplier"] for s in g6["search"]["steps"]] == [
+        1.0,
+        2.0,
+        4.0,
+    ]
     assert inf2["search"]["stop_rule"] == "converged"
     gaps = {g["what"]: g for g in r["gaps"]}
     # g6's bracket x2..x4 is wider than 10%: said, naming the rule; inf2 converged: nothing to say
@@ -300,7 +406,11 @@ def test_search_steps_are_per_fleet_and_the_report_carries_the_path(tmp_path: Pa
 def test_search_labels_are_checked(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
     m = _m(manifest_data)
     rep = _write(tmp_path / "replay", m, {"inf2": (1.0, 900, False), "g6": (1.0, 300, False)})
-    assert split_label("g6/x1.414") == ("g6", 1.414) and split_label("g6/x2-r2") == ("g6", 2.0) and split_label("x1e-1") == (None, 0.1)
+    assert (
+        split_label("g6/x1.414") == ("g6", 1.414)
+        and split_label("g6/x2-r2") == ("g6", 2.0)
+        and split_label("x1e-1") == (None, 0.1)
+    )
     with pytest.raises(BadCapacityStep, match="names fleet 'a100'"):
         build_report(m, rep, out_dir=tmp_path / "o", capacity_dirs={"a100/x1": rep}, **KW)
     # a fleet's step holding another fleet's records is refused
@@ -308,16 +418,38 @@ def test_search_labels_are_checked(tmp_path: Path, manifest_data: dict[str, Any]
         build_report(m, rep, out_dir=tmp_path / "o", capacity_dirs={"g6/x1": rep}, **KW)
 
 
-def test_a_step_whose_run_measured_the_client_is_never_the_capacity(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+def test_a_step_whose_run_measured_the_client_is_never_the_capacity(
+    tmp_path: Path, manifest_data: dict[str, Any]
+) -> None:
     m = _m(manifest_data)
     rep = _write(tmp_path / "replay", m, {"inf2": (1.0, 900, False), "g6": (1.0, 300, True)})
     dirs = _three_steps(tmp_path, m)
-    bad = RunSummary(m.campaign, m.digest, "g6", 200, 200, 0, 0, 0, 0.001, 0.16, 50.0, False,
-                     ["schedule lag p99 160.0 ms > bound 50.0 ms: the client was measured"], 0.0, 0.0, 1.0)
+    bad = RunSummary(
+        m.campaign,
+        m.digest,
+        "g6",
+        200,
+        200,
+        0,
+        0,
+        0,
+        0.001,
+        0.16,
+        50.0,
+        False,
+        ["schedule lag p99 160.0 ms > bound 50.0 ms: the client was measured"],
+        0.0,
+        0.0,
+        1.0,
+    )
     (dirs["x2"] / "summary-g6.json").write_text(bad.to_json())
-    r = build_report(m, rep, out_dir=tmp_path / "o", capacity_dirs=dirs, with_sensitivity=False, with_pages=False, **KW).model_dump(mode="json")
+    r = build_report(
+        m, rep, out_dir=tmp_path / "o", capacity_dirs=dirs, with_sensitivity=False, with_pages=False, **KW
+    ).model_dump(mode="json")
     g6 = r["fleets"]["g6"]["capacity"]
-    assert g6["step"] == "x1" and g6["per_instance_tok_s"] == pytest.approx(300.0)  # x2 (600 tok/s) held but was invalid
+    assert g6["step"] == "x1" and g6["per_instance_tok_s"] == pytest.approx(
+        300.0
+    )  # x2 (600 tok/s) held but was invalid
     assert [s["valid"] for s in g6["steps"] if s["label"] == "x2"] == [False]
     assert r["fleets"]["inf2"]["capacity"]["step"] == "x2"  # the other fleet's run in that step was valid
 
@@ -335,8 +467,15 @@ def test_a_step_the_search_judged_too_short_is_never_the_capacity() -> None:
         return SearchStep(label, k, "t", 100.0, verdict, 72, 150.0, 0.5, 10.0, 1.0, 0.05, 0.0, "hand-made")
 
     rows = [row(REPLAY, 1.0, 166.0, True), row("g6/x1", 1.0, 90.0, False), row("g6/x0.5", 0.5, 110.0, True)]
-    path = SearchPath("g6", (step(REPLAY, 1.0, Verdict.SHORT), step("x1", 1.0, Verdict.MISSED), step("x0.5", 0.5, Verdict.HELD)),
-                      0.5, 1.0, StopRule.TIME_BUDGET, "hand-made", 0.1)
+    path = SearchPath(
+        "g6",
+        (step(REPLAY, 1.0, Verdict.SHORT), step("x1", 1.0, Verdict.MISSED), step("x0.5", 0.5, Verdict.HELD)),
+        0.5,
+        1.0,
+        StopRule.TIME_BUDGET,
+        "hand-made",
+        0.1,
+    )
     cap = choose("g6", rows, path)
     assert cap.step == "g6/x0.5" and cap.per_instance_tok_s == pytest.approx(110.0)
     # without a search (a fixed sweep), the replay stays a candidate as before

@@ -48,9 +48,13 @@ def lengthen(settings: SearchSettings) -> Callable[[StepPlan], StepPlan]:
 
 
 def mm1(
-    settings: SearchSettings, mu: float = MU, log: list[StepPlan] | None = None, shares: bool = True,
+    settings: SearchSettings,
+    mu: float = MU,
+    log: list[StepPlan] | None = None,
+    shares: bool = True,
 ) -> Callable[[StepPlan], tuple[SearchStep, float]]:
     """`shares=False`: the steps carry no met share (as before the search used it)."""
+
     def run(plan: StepPlan) -> tuple[SearchStep, float]:
         if log is not None:
             log.append(plan)
@@ -60,10 +64,26 @@ def mm1(
         stable = lam < mu
         p95 = math.log(20) / (mu - lam) if stable else math.inf
         life = math.log(2) / (mu - lam) if stable else None
-        verdict, why = judge(held_slo=p95 <= T, requests=n, arrival_span_s=span, median_lifetime_s=life, settings=settings)
+        verdict, why = judge(
+            held_slo=p95 <= T, requests=n, arrival_span_s=span, median_lifetime_s=life, settings=settings
+        )
         share = 1 - math.exp(-(mu - lam) * T) if stable else 0.95 * max(mu - math.log(20) / T, 0.0) / lam
-        step = SearchStep(plan.label, plan.multiplier, plan.why, plan.span_s, verdict, n, span, n / span, life,
-                          p95 if stable else None, None, 0.0, why, met_share=share if shares else None)
+        step = SearchStep(
+            plan.label,
+            plan.multiplier,
+            plan.why,
+            plan.span_s,
+            verdict,
+            n,
+            span,
+            n / span,
+            life,
+            p95 if stable else None,
+            None,
+            0.0,
+            why,
+            met_share=share if shares else None,
+        )
         return step, span + (life or 0.0)
 
     return run
@@ -76,7 +96,14 @@ def test_search_finds_the_analytic_boundary_within_the_tolerance() -> None:
     # geometric bisection: 2^1.5 = 2.83 (0.69 s) holds, 2^1.75 = 3.36 (0.92 s) holds,
     # 2^1.875 = 3.67 (1.12 s) misses; 3.67 / 3.36 = 1.09 <= 1.10: converged.
     assert [s.multiplier for s in path.steps] == pytest.approx([1, 2, 4, 2**1.5, 2**1.75, 2**1.875])
-    assert [s.verdict for s in path.steps] == [Verdict.HELD, Verdict.HELD, Verdict.MISSED, Verdict.HELD, Verdict.HELD, Verdict.MISSED]
+    assert [s.verdict for s in path.steps] == [
+        Verdict.HELD,
+        Verdict.HELD,
+        Verdict.MISSED,
+        Verdict.HELD,
+        Verdict.HELD,
+        Verdict.MISSED,
+    ]
     assert path.stop_rule is StopRule.CONVERGED and path.converged
     assert path.held_multiplier is not None and path.missed_multiplier is not None
     assert path.held_multiplier <= K_STAR < path.missed_multiplier
@@ -114,12 +141,15 @@ def test_a_large_miss_steps_down_to_its_own_estimate_of_the_boundary() -> None:
     est = 16 * 0.95 * LAM_STAR / 32
     assert [s.multiplier for s in path.steps] == pytest.approx([16, est, est * 1.1])
     assert [s.verdict for s in path.steps] == [Verdict.MISSED, Verdict.HELD, Verdict.MISSED]
-    assert path.steps[1].verdict is Verdict.HELD and path.steps[1].why.startswith("bracket down to the estimate: missed at x16 with 21%")
+    assert path.steps[1].verdict is Verdict.HELD and path.steps[1].why.startswith(
+        "bracket down to the estimate: missed at x16 with 21%"
+    )
     assert path.steps[2].why == "confirm: held at x3.327, reached by a miss's estimate: a miss at x3.66 converges"
     assert path.stop_rule is StopRule.CONVERGED
     assert path.held_multiplier is not None and path.held_multiplier <= K_STAR < (path.missed_multiplier or 0)
     # the first hold comes one step after the miss instead of four (x8, x4, x2)
     halving = search("syn", st, mm1(st, shares=False), first_lifetime_s=0.1, resolve=lengthen(st))
+
     def first_hold(p: SearchPath) -> int:
         return next(i for i, s in enumerate(p.steps) if s.verdict is Verdict.HELD)
 
@@ -133,8 +163,7 @@ def test_a_confirming_step_that_holds_is_bisected_from_as_usual() -> None:
     # of walking up by 10%.
     st = SearchSettings(start_multiplier=16)
     plans: list[StepPlan] = []
-    path = search("syn", st, mm1(st, log=plans), first_lifetime_s=0.1, resolve=lengthen(st),
-                  seed=(_miss(16.0, 0.15),))
+    path = search("syn", st, mm1(st, log=plans), first_lifetime_s=0.1, resolve=lengthen(st), seed=(_miss(16.0, 0.15),))
     assert [p.multiplier for p in plans][:3] == pytest.approx([2.4, 2.64, math.sqrt(2.64 * 16)])
     assert plans[1].why.startswith("confirm: held at x2.4,") and plans[2].why == "bisect x2.64..x16"
     assert path.stop_rule is StopRule.CONVERGED
@@ -145,13 +174,31 @@ def itl_bound(settings: SearchSettings, k_star: float) -> Callable[[StepPlan], t
     """A fleet bound by its P95 ITL, not by a queue: past x`k_star` the batch is too large for
     the per-token target and every request slows at once, so only 5% meet their SLO however
     close the miss is to the boundary (TTFT holds throughout; lifetimes stay 4 s)."""
+
     def run(plan: StepPlan) -> tuple[SearchStep, float]:
         n = math.ceil(BASE * plan.multiplier * plan.span_s)
         over = plan.multiplier > k_star
-        verdict, why = judge(held_slo=not over, requests=n, arrival_span_s=plan.span_s, median_lifetime_s=4.0,
-                             settings=settings)
-        step = SearchStep(plan.label, plan.multiplier, plan.why, plan.span_s, verdict, n, plan.span_s, BASE * plan.multiplier,
-                          4.0, 0.5, 0.2 if over else 0.1, 0.0, why, 4.0, 0.05 if over else 1.0, itl_missed=over)
+        verdict, why = judge(
+            held_slo=not over, requests=n, arrival_span_s=plan.span_s, median_lifetime_s=4.0, settings=settings
+        )
+        step = SearchStep(
+            plan.label,
+            plan.multiplier,
+            plan.why,
+            plan.span_s,
+            verdict,
+            n,
+            plan.span_s,
+            BASE * plan.multiplier,
+            4.0,
+            0.5,
+            0.2 if over else 0.1,
+            0.0,
+            why,
+            4.0,
+            0.05 if over else 1.0,
+            itl_missed=over,
+        )
         return step, plan.span_s + 4.0
 
     return run
@@ -172,21 +219,32 @@ def test_a_miss_on_itl_halves_instead_of_trusting_its_share() -> None:
 
 
 def _miss(k: float, share: float | None) -> SearchStep:
-    return SearchStep(f"x{k:g}", k, "seed", 10.0, Verdict.MISSED, 72, 60.0, 1.2, 9.0, 5.0, 0.3, 0.4, "hand-made", 4.0, share)
+    return SearchStep(
+        f"x{k:g}", k, "seed", 10.0, Verdict.MISSED, 72, 60.0, 1.2, 9.0, 5.0, 0.3, 0.4, "hand-made", 4.0, share
+    )
 
 
-@pytest.mark.parametrize(("share", "expected", "why"), [
-    (None, 0.5, "bracket down: missed at x1"),  # no share measured: by growth, as before
-    # a near miss (above 1 / 1.1^2 = 0.826): by growth
-    (0.9, 0.5, "bracket down: missed at x1 (90% of requests within their SLO: a near miss)"),
-    (0.83, 0.5, "bracket down: missed at x1 (83% of requests within their SLO: a near miss)"),
-    # above 1 / growth but not a near miss: to the estimate (before, by growth: x0.5)
-    (0.82, 0.82, "bracket down to the estimate: missed at x1 with 82% of requests within their SLO"),
-    (0.55, 0.55, "bracket down to the estimate: missed at x1 with 55% of requests within their SLO"),
-    (0.3, 0.3, "bracket down to the estimate: missed at x1 with 30% of requests within their SLO"),
-    (0.01, 0.125, "bracket down to the estimate: missed at x1 with 1% of requests within their SLO, bounded to x0.125 of it"),
-])
-def test_step_down_uses_the_misss_share_unless_a_near_miss_and_at_most_growth_cubed(share: float | None, expected: float, why: str) -> None:
+@pytest.mark.parametrize(
+    ("share", "expected", "why"),
+    [
+        (None, 0.5, "bracket down: missed at x1"),  # no share measured: by growth, as before
+        # a near miss (above 1 / 1.1^2 = 0.826): by growth
+        (0.9, 0.5, "bracket down: missed at x1 (90% of requests within their SLO: a near miss)"),
+        (0.83, 0.5, "bracket down: missed at x1 (83% of requests within their SLO: a near miss)"),
+        # above 1 / growth but not a near miss: to the estimate (before, by growth: x0.5)
+        (0.82, 0.82, "bracket down to the estimate: missed at x1 with 82% of requests within their SLO"),
+        (0.55, 0.55, "bracket down to the estimate: missed at x1 with 55% of requests within their SLO"),
+        (0.3, 0.3, "bracket down to the estimate: missed at x1 with 30% of requests within their SLO"),
+        (
+            0.01,
+            0.125,
+            "bracket down to the estimate: missed at x1 with 1% of requests within their SLO, bounded to x0.125 of it",
+        ),
+    ],
+)
+def test_step_down_uses_the_misss_share_unless_a_near_miss_and_at_most_growth_cubed(
+    share: float | None, expected: float, why: str
+) -> None:
     st = SearchSettings()
     assert step_down(st, [_miss(1.0, share)], 1.0) == (pytest.approx(expected), why)
     plan = next_step(st, [_miss(1.0, share)], lifetime_s=4.0)
@@ -196,7 +254,9 @@ def test_step_down_uses_the_misss_share_unless_a_near_miss_and_at_most_growth_cu
 def test_a_step_down_below_the_floor_tries_the_floor_first() -> None:
     st = SearchSettings(min_multiplier=0.25)
     plan = next_step(st, [_miss(1.0, 0.05)], lifetime_s=4.0)  # the estimate x0.125 is below the floor
-    assert isinstance(plan, StepPlan) and plan.multiplier == 0.25 and plan.why.endswith("bounded by min_multiplier x0.25")
+    assert (
+        isinstance(plan, StepPlan) and plan.multiplier == 0.25 and plan.why.endswith("bounded by min_multiplier x0.25")
+    )
     stop = next_step(st, [_miss(1.0, 0.05), _miss(0.25, 0.05)], lifetime_s=4.0)
     assert isinstance(stop, Stop) and stop.rule is StopRule.FLOOR
 
@@ -264,7 +324,9 @@ def test_stop_rule_time_budget() -> None:
 
 def test_stop_rule_floor_and_ceiling() -> None:
     st = SearchSettings(min_multiplier=0.25)
-    path = search("syn", st, mm1(st, mu=0.5), first_lifetime_s=0.1, resolve=lengthen(st))  # misses even at x0.25 (lambda 0.5 = MU)
+    path = search(
+        "syn", st, mm1(st, mu=0.5), first_lifetime_s=0.1, resolve=lengthen(st)
+    )  # misses even at x0.25 (lambda 0.5 = MU)
     assert path.stop_rule is StopRule.FLOOR and path.held_multiplier is None
     # x1 (lambda 2 > MU) serves no request in time: the estimate x0 is bounded to x1/8, below the floor: the floor is tried
     assert [s.multiplier for s in path.steps] == [1.0, 0.25]
@@ -284,7 +346,9 @@ def test_a_short_step_is_repeated_longer_once_then_the_search_stops() -> None:
     def always_short(plan: StepPlan) -> tuple[SearchStep, float]:
         calls.append(plan)
         v, why = judge(held_slo=True, requests=100, arrival_span_s=10.0, median_lifetime_s=5.0, settings=st)
-        return SearchStep(plan.label, plan.multiplier, plan.why, plan.span_s, v, 100, 10.0, 10.0, 5.0, 0.5, 0.05, 0.0, why), 15.0
+        return SearchStep(
+            plan.label, plan.multiplier, plan.why, plan.span_s, v, 100, 10.0, 10.0, 5.0, 0.5, 0.05, 0.0, why
+        ), 15.0
 
     path = search("syn", st, always_short, first_lifetime_s=1.0)
     assert [p.label for p in calls] == ["x1", "x1-r2"]
@@ -295,16 +359,26 @@ def test_a_short_step_is_repeated_longer_once_then_the_search_stops() -> None:
 
 def test_the_runner_can_stop_the_search() -> None:
     st = SearchSettings()
+
     def never(plan: StepPlan) -> tuple[SearchStep, float]:
         raise AssertionError("no step may run")
 
-    path = search("syn", st, never, first_lifetime_s=1.0, resolve=lambda plan: Stop(StopRule.TRACE_EXHAUSTED, f"{plan.label}: the trace ends"))
+    path = search(
+        "syn",
+        st,
+        never,
+        first_lifetime_s=1.0,
+        resolve=lambda plan: Stop(StopRule.TRACE_EXHAUSTED, f"{plan.label}: the trace ends"),
+    )
     assert path.steps == () and path.stop_rule is StopRule.TRACE_EXHAUSTED and path.stop_detail == "x1: the trace ends"
 
 
 def test_judge() -> None:
     st = SearchSettings(min_requests=10)
-    assert judge(held_slo=False, requests=1, arrival_span_s=1, median_lifetime_s=9, settings=st, failed="P95 TTFT 3 s")[0] is Verdict.MISSED
+    assert (
+        judge(held_slo=False, requests=1, arrival_span_s=1, median_lifetime_s=9, settings=st, failed="P95 TTFT 3 s")[0]
+        is Verdict.MISSED
+    )
     assert judge(held_slo=True, requests=10, arrival_span_s=30, median_lifetime_s=10, settings=st)[0] is Verdict.HELD
     v, why = judge(held_slo=True, requests=9, arrival_span_s=29.9, median_lifetime_s=10, settings=st)
     assert v is Verdict.SHORT and "9 requests < min_requests 10" in why and "29.9 s < 3 x median lifetime 10.0 s" in why
@@ -318,7 +392,12 @@ def test_search_path_round_trips_through_json() -> None:
 
 def test_next_step_with_no_history_starts_at_the_start_multiplier() -> None:
     plan = next_step(SearchSettings(start_multiplier=0.5), [], lifetime_s=4.0)
-    assert isinstance(plan, StepPlan) and plan.multiplier == 0.5 and plan.span_s == pytest.approx(15.0) and plan.why == "start"
+    assert (
+        isinstance(plan, StepPlan)
+        and plan.multiplier == 0.5
+        and plan.span_s == pytest.approx(15.0)
+        and plan.why == "start"
+    )
 
 
 def test_the_time_budget_counts_the_runners_overhead_per_step() -> None:
@@ -333,7 +412,10 @@ def test_the_time_budget_counts_the_runners_overhead_per_step() -> None:
 
     path = search("syn", st, slow, first_lifetime_s=0.1, resolve=lengthen(st))
     assert [s.multiplier for s in path.steps] == [1.0] and path.stop_rule is StopRule.TIME_BUDGET
-    assert "the next step x2 (bracket up: held at x1) needs about 40 s; 50 s of the 80 s time budget are spent" in path.stop_detail
+    assert (
+        "the next step x2 (bracket up: held at x1) needs about 40 s; 50 s of the 80 s time budget are spent"
+        in path.stop_detail
+    )
 
 
 def _step(label: str, k: float, verdict: Verdict, life: float | None, sizing: float | None = None) -> SearchStep:
@@ -347,14 +429,20 @@ def test_the_replay_seeds_the_search_and_a_miss_sizes_the_next_step_from_complia
     seed = (_step("replay", 1.0, Verdict.MISSED, 40.0, 4.0),)
     path = search("syn", st, mm1(st, log=plans), first_lifetime_s=4.0, resolve=lengthen(st), seed=seed)
     assert plans[0].multiplier == 0.5 and plans[0].why == "bracket down: missed at x1"
-    assert plans[0].span_s == pytest.approx(max(3 * 4.0 * 1.25, min_n_bounded_upper(SLO_QUANTILE) / (BASE * 0.5)))  # not 3 x 40 s
+    assert plans[0].span_s == pytest.approx(
+        max(3 * 4.0 * 1.25, min_n_bounded_upper(SLO_QUANTILE) / (BASE * 0.5))
+    )  # not 3 x 40 s
     assert path.steps[0].label == "replay" and path.steps[1].label == "x0.5"
 
 
 def test_a_short_replay_is_repeated_at_x1_as_the_first_real_step() -> None:
     plan = next_step(SearchSettings(), [_step("replay", 1.0, Verdict.SHORT, 8.0)], lifetime_s=8.0)
     assert isinstance(plan, StepPlan) and plan.label == "x1" and plan.span_s == pytest.approx(30.0)
-    stop = next_step(SearchSettings(), [_step("replay", 1.0, Verdict.SHORT, 8.0), _step("x1", 1.0, Verdict.SHORT, 8.0)], lifetime_s=8.0)
+    stop = next_step(
+        SearchSettings(),
+        [_step("replay", 1.0, Verdict.SHORT, 8.0), _step("x1", 1.0, Verdict.SHORT, 8.0)],
+        lifetime_s=8.0,
+    )
     assert isinstance(stop, Stop) and stop.rule is StopRule.NEVER_STEADY
 
 
@@ -366,9 +454,22 @@ def test_a_step_between_a_hold_and_a_miss_is_sized_from_the_hold_not_from_the_mi
         # holds below x1.5 with requests living 10 s; above, a miss whose SLO-compliant requests lived 4 s
         plans.append(plan)
         held = plan.multiplier < 1.5
-        step = SearchStep(plan.label, plan.multiplier, plan.why, plan.span_s, Verdict.HELD if held else Verdict.MISSED, 100, plan.span_s,
-                          100 / plan.span_s, 10.0 if held else 30.0, 0.5 if held else 5.0, 0.05, 0.0, "synthetic",
-                          None if held else 4.0)
+        step = SearchStep(
+            plan.label,
+            plan.multiplier,
+            plan.why,
+            plan.span_s,
+            Verdict.HELD if held else Verdict.MISSED,
+            100,
+            plan.span_s,
+            100 / plan.span_s,
+            10.0 if held else 30.0,
+            0.5 if held else 5.0,
+            0.05,
+            0.0,
+            "synthetic",
+            None if held else 4.0,
+        )
         return step, plan.span_s
 
     search("syn", st, run, first_lifetime_s=10.0)
@@ -380,18 +481,28 @@ def test_a_step_between_a_hold_and_a_miss_is_sized_from_the_hold_not_from_the_mi
 
 def test_a_miss_with_no_compliant_request_keeps_the_previous_lifetime() -> None:
     assert next_lifetime(_step("x4", 4.0, Verdict.MISSED, 50.0, None), 6.0) == 6.0
-    assert next_lifetime(_step("x2", 2.0, Verdict.HELD, 7.0, 5.0), 6.0) == 7.0  # a hold: its own median, as the analysis checks it
+    assert (
+        next_lifetime(_step("x2", 2.0, Verdict.HELD, 7.0, 5.0), 6.0) == 7.0
+    )  # a hold: its own median, as the analysis checks it
 
 
 def test_an_invalid_run_is_repeated_once_and_never_counted_as_a_miss() -> None:
     st = SearchSettings()
-    v, why = judge(held_slo=False, requests=40, arrival_span_s=60.0, median_lifetime_s=5.0, settings=st, failed="P95 TTFT 3 s",
-                   invalid="schedule lag p99 0.16 s > bound 0.05 s")
+    v, why = judge(
+        held_slo=False,
+        requests=40,
+        arrival_span_s=60.0,
+        median_lifetime_s=5.0,
+        settings=st,
+        failed="P95 TTFT 3 s",
+        invalid="schedule lag p99 0.16 s > bound 0.05 s",
+    )
     assert v is Verdict.INVALID and why == "run invalid: schedule lag p99 0.16 s > bound 0.05 s"
     steps = [_step("x1", 1.0, Verdict.HELD, 5.0), _step("x2", 2.0, Verdict.INVALID, 5.0)]
     plan = next_step(st, steps, lifetime_s=5.0)
     assert isinstance(plan, StepPlan) and plan.label == "x2-r2" and plan.why == "repeat: the last run was invalid"
     from analysis.capacity_search import bracket
+
     assert bracket(steps) == (1.0, None)  # the invalid run is neither a hold nor a miss
     stop = next_step(st, [*steps, _step("x2-r2", 2.0, Verdict.INVALID, 5.0)], lifetime_s=5.0)
     assert isinstance(stop, Stop) and stop.rule is StopRule.CLIENT_LIMITED and "x2 was run twice" in stop.detail

@@ -16,9 +16,24 @@ def test_report_cli_reads_capacity_step_directories(tmp_path: Path, manifest_dat
     for fleet in ("inf2", "g6"):
         write_jsonl(tmp_path / "records" / f"records-{fleet}-w0.jsonl", steady(m, fleet, 30, 200))
         for k in ("x1", "x2"):
-            write_jsonl(tmp_path / "capacity" / k / f"records-{fleet}-w0.jsonl", steady(m, fleet, 30, 200 if k == "x1" else 400))
-    rc = main(["report", str(path), "--records", str(tmp_path / "records"), "--capacity", str(tmp_path / "capacity"),
-               "--instances", "inf2=1", "g6=1", "--out", str(tmp_path / "out")])
+            write_jsonl(
+                tmp_path / "capacity" / k / f"records-{fleet}-w0.jsonl", steady(m, fleet, 30, 200 if k == "x1" else 400)
+            )
+    rc = main(
+        [
+            "report",
+            str(path),
+            "--records",
+            str(tmp_path / "records"),
+            "--capacity",
+            str(tmp_path / "capacity"),
+            "--instances",
+            "inf2=1",
+            "g6=1",
+            "--out",
+            str(tmp_path / "out"),
+        ]
+    )
     assert rc in (0, 10, 11)
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["fleets"]["g6"]["capacity"]["step"] == "x2"
@@ -28,5 +43,16 @@ def test_report_cli_reads_capacity_step_directories(tmp_path: Path, manifest_dat
 def test_report_cli_rejects_an_empty_capacity_directory(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
     path = write_manifest(tmp_path, manifest_data)
     (tmp_path / "capacity").mkdir()
-    rc = main(["report", str(path), "--records", str(tmp_path), "--capacity", str(tmp_path / "capacity"), "--out", str(tmp_path / "o")])
+    rc = main(
+        [
+            "report",
+            str(path),
+            "--records",
+            str(tmp_path),
+            "--capacity",
+            str(tmp_path / "capacity"),
+            "--out",
+            str(tmp_path / "o"),
+        ]
+    )
     assert rc == 2

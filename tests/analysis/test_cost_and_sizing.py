@@ -9,9 +9,18 @@ from hypothesis import strategies as st
 from analysis import cost
 from analysis.sizing import size_fleet, spread_over_azs
 
-PRICES = cost.UnitPrices(instance_hourly_usd=1.0, ebs_gb_month_usd=0.08, nlb_hour_usd=0.0225, nlb_lcu_hour_usd=0.006, inter_az_gb_usd=0.01)
-INPUTS = cost.FleetCostInputs(root_volume_gib=100, cache_volume_gib=100, nlb_lcu_per_hour=1.0, inter_az_gb_per_month=50,
-                              observability_monthly_usd=40, licenses_monthly_usd=10, hours_per_month=730)
+PRICES = cost.UnitPrices(
+    instance_hourly_usd=1.0, ebs_gb_month_usd=0.08, nlb_hour_usd=0.0225, nlb_lcu_hour_usd=0.006, inter_az_gb_usd=0.01
+)
+INPUTS = cost.FleetCostInputs(
+    root_volume_gib=100,
+    cache_volume_gib=100,
+    nlb_lcu_per_hour=1.0,
+    inter_az_gb_per_month=50,
+    observability_monthly_usd=40,
+    licenses_monthly_usd=10,
+    hours_per_month=730,
+)
 
 
 def test_seed_examples_cost_per_million() -> None:
@@ -81,10 +90,15 @@ def test_run_cost_bills_at_least_sixty_seconds_per_instance() -> None:
 
 
 @given(
-    ok=st.integers(1, 10_000), tok=st.integers(1, 2000), failed=st.integers(0, 10_000),
-    hourly=st.floats(0.01, 50), window=st.floats(1, 10_000),
+    ok=st.integers(1, 10_000),
+    tok=st.integers(1, 2000),
+    failed=st.integers(0, 10_000),
+    hourly=st.floats(0.01, 50),
+    window=st.floats(1, 10_000),
 )
-def test_failures_never_lower_cost_per_successful_token(ok: int, tok: int, failed: int, hourly: float, window: float) -> None:
+def test_failures_never_lower_cost_per_successful_token(
+    ok: int, tok: int, failed: int, hourly: float, window: float
+) -> None:
     # Failed requests occupy the window (here: the run lasts longer by their share) but add no successful tokens.
     base = cost.cost_per_million(cost.run_cost(1, window, hourly, 0, 730), ok * tok)
     worse = cost.cost_per_million(cost.run_cost(1, window * (ok + failed) / ok, hourly, 0, 730), ok * tok)
@@ -92,7 +106,9 @@ def test_failures_never_lower_cost_per_successful_token(ok: int, tok: int, faile
     assert worse >= base * (1 - 1e-12)  # equal when nothing failed, up to float rounding
 
 
-@given(d1=st.floats(0, 1e6), d2=st.floats(0, 1e6), per=st.floats(1, 1e4), util=st.floats(0.1, 1.0), red=st.integers(0, 3))
+@given(
+    d1=st.floats(0, 1e6), d2=st.floats(0, 1e6), per=st.floats(1, 1e4), util=st.floats(0.1, 1.0), red=st.integers(0, 3)
+)
 def test_fleet_size_monotone_in_demand(d1: float, d2: float, per: float, util: float, red: int) -> None:
     lo, hi = sorted((d1, d2))
     small = size_fleet(lo, per, utilization_target=util, redundancy=red)

@@ -16,8 +16,12 @@ def test_requests_completing_after_the_window_land_in_their_own_bins(tmp_path: P
     # 100 requests sent at t = 0..99, 100 tokens each: the first 90 take 1 s (done at 1..90), the last
     # 10 take 30 s (done at 120..129, in the drain after the 100 s window).
     write_jsonl(tmp_path / "records-g6-w0.jsonl", [rec(m, "g6", i, e2e=1.0 if i < 90 else 30.0) for i in range(100)])
-    series = goodput_series(load_records(tmp_path, m.digest), "g6", m.slo.ttft_p95_s, m.slo.itl_p95_s, 0.0, 100.0, bins=10)
-    assert [x for x, _ in series] == pytest.approx([10.0 * i for i in range(13)])  # the 10 s bins run on to the last completion
+    series = goodput_series(
+        load_records(tmp_path, m.digest), "g6", m.slo.ttft_p95_s, m.slo.itl_p95_s, 0.0, 100.0, bins=10
+    )
+    assert [x for x, _ in series] == pytest.approx(
+        [10.0 * i for i in range(13)]
+    )  # the 10 s bins run on to the last completion
     rates = [y for _, y in series]
     assert rates[0] == pytest.approx(9 * 100 / 10)  # done at 1..9
     assert rates[9] == pytest.approx(1 * 100 / 10)  # done at 90 only: the drain is not piled into the window's last bin

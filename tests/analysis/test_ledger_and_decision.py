@@ -12,10 +12,22 @@ from analysis.ledger import migration_ledger, monthly_delta, payback_months
 from core.manifest import Manifest
 
 GOOD = DecisionInputs(
-    candidate="inf2", baseline="g6", candidate_successful_tokens=1000, candidate_error_rate=0.0, max_error_rate=0.01,
-    candidate_quality_passed=True, baseline_quality_passed=True, candidate_slo_pass=True, baseline_slo_pass=True,
-    same_availability=True, candidate_within_asg_max=True, monthly_delta_usd=1000.0, payback_months=6.0,
-    horizon_months=12, months_to_next_refresh=18, migration_cost_usd=6000.0,
+    candidate="inf2",
+    baseline="g6",
+    candidate_successful_tokens=1000,
+    candidate_error_rate=0.0,
+    max_error_rate=0.01,
+    candidate_quality_passed=True,
+    baseline_quality_passed=True,
+    candidate_slo_pass=True,
+    baseline_slo_pass=True,
+    same_availability=True,
+    candidate_within_asg_max=True,
+    monthly_delta_usd=1000.0,
+    payback_months=6.0,
+    horizon_months=12,
+    months_to_next_refresh=18,
+    migration_cost_usd=6000.0,
 )
 
 
@@ -25,8 +37,9 @@ def test_ledger_by_hand(m: Manifest) -> None:
     labor = (80 + 40 + 16) * 120
     expected = labor + 2000 + 500 + 1000 + 14 * day_c * (1 + 0.25 + 0.1) + 30 * day_b
     assert led.total_usd == pytest.approx(expected)
-    assert migration_ledger(m.migration, candidate_monthly_usd=730.0, baseline_monthly_usd=1460.0, hours_per_month=730,
-                            effort_scale=2.0).total_usd == pytest.approx(expected + labor)
+    assert migration_ledger(
+        m.migration, candidate_monthly_usd=730.0, baseline_monthly_usd=1460.0, hours_per_month=730, effort_scale=2.0
+    ).total_usd == pytest.approx(expected + labor)
 
 
 def test_delta_is_baseline_minus_candidate() -> None:
@@ -79,16 +92,26 @@ def test_an_overloaded_replay_is_not_a_semantics_failure() -> None:
     # Seen on the Azure code trace: the replay overloaded one inf2 instance, every completed
     # request missed its SLO and the abandoned ones made the error rate 0.5. That is a capacity
     # finding (the search sizes it), not "the model or API semantics failed".
-    overloaded = replace(GOOD, candidate_successful_tokens=0, candidate_completed_output_tokens=5000, candidate_error_rate=0.5,
-                         candidate_saturated=True, candidate_slo_pass=False)
+    overloaded = replace(
+        GOOD,
+        candidate_successful_tokens=0,
+        candidate_completed_output_tokens=5000,
+        candidate_error_rate=0.5,
+        candidate_saturated=True,
+        candidate_slo_pass=False,
+    )
     d = decide(overloaded)
     assert d.state == "defer", d.reasons
     assert not any("semantics" in r or "error rate" in r for r in d.reasons), d.reasons
 
 
 def test_semantics_still_reject_when_nothing_came_back_or_errors_below_saturation() -> None:
-    nothing = decide(replace(GOOD, candidate_successful_tokens=0, candidate_completed_output_tokens=0, candidate_saturated=True))
-    assert nothing.state == "reject" and any("no completed request returned output tokens" in r for r in nothing.reasons)
+    nothing = decide(
+        replace(GOOD, candidate_successful_tokens=0, candidate_completed_output_tokens=0, candidate_saturated=True)
+    )
+    assert nothing.state == "reject" and any(
+        "no completed request returned output tokens" in r for r in nothing.reasons
+    )
     errors = decide(replace(GOOD, candidate_error_rate=0.5, candidate_saturated=False))
     assert errors.state == "reject" and any("error rate 0.5000 above the ceiling" in r for r in errors.reasons)
 
@@ -96,12 +119,16 @@ def test_semantics_still_reject_when_nothing_came_back_or_errors_below_saturatio
 def test_no_request_sent_after_warmup_is_missing_evidence_not_a_semantics_failure() -> None:
     # Seen with `campaign local --duration 8`: the window held only warmup requests, so nothing
     # was measured; that is "evidence insufficient" (Defer), not "the model or API semantics failed".
-    empty = decide(replace(GOOD, candidate_successful_tokens=0, candidate_completed_output_tokens=0, candidate_requests_sent=0))
+    empty = decide(
+        replace(GOOD, candidate_successful_tokens=0, candidate_completed_output_tokens=0, candidate_requests_sent=0)
+    )
     assert empty.state == "defer", empty.reasons
     assert any("no request after the warmup was sent to" in r for r in empty.reasons), empty.reasons
     assert not any("semantics" in r for r in empty.reasons), empty.reasons
     # Requests were sent and none returned tokens: still the semantics failure.
-    failed = decide(replace(GOOD, candidate_successful_tokens=0, candidate_completed_output_tokens=0, candidate_requests_sent=12))
+    failed = decide(
+        replace(GOOD, candidate_successful_tokens=0, candidate_completed_output_tokens=0, candidate_requests_sent=12)
+    )
     assert failed.state == "reject" and any("semantics" in r for r in failed.reasons), failed.reasons
 
 
@@ -113,8 +140,15 @@ GO = MIG / HORIZON  # 2,774.75
 
 def _at(delta: float, low: float | None, high: float | None, margin: float = 0.0, **kw: Any) -> DecisionInputs:
     econ = Economics(delta, low, high, GO + margin, GO + margin, GO + margin, MIG, HORIZON, margin)
-    return replace(GOOD, monthly_delta_usd=delta, payback_months=MIG / delta if delta > 0 else None, migration_cost_usd=MIG,
-                   economics=econ, months_to_next_refresh=80, **kw)
+    return replace(
+        GOOD,
+        monthly_delta_usd=delta,
+        payback_months=MIG / delta if delta > 0 else None,
+        migration_cost_usd=MIG,
+        economics=econ,
+        months_to_next_refresh=80,
+        **kw,
+    )
 
 
 def _insufficient(reasons: list[str]) -> list[str]:
@@ -133,7 +167,9 @@ def test_go_when_the_deltas_low_end_is_above_the_go_threshold() -> None:
 def test_defer_when_the_payback_is_beyond_the_horizon_even_at_the_optimistic_end() -> None:
     d = decide(_at(1_500.0, 1_000.0, 2_000.0))  # 0 < 2,000 <= 2,774.75, and 1,000 > 0: settled, not insufficient
     assert d.state == "defer" and d.aim is None
-    assert any(r.startswith("payback beyond the 12-month horizon even at the optimistic end") for r in d.reasons), d.reasons
+    assert any(r.startswith("payback beyond the 12-month horizon even at the optimistic end") for r in d.reasons), (
+        d.reasons
+    )
     assert not _insufficient(d.reasons)
 
 
@@ -142,8 +178,10 @@ def test_the_issues_example_is_insufficient_at_the_go_threshold_not_at_zero() ->
     d = decide(_at(476.0, -3_033.0, 4_053.0, settle_text="about 2.4x the requests"))
     assert d.state == "defer" and d.aim == "go"
     [why] = _insufficient(d.reasons)
-    assert why.startswith("evidence insufficient at the Go threshold: monthly delta 476.00 USD, 95% CI [-3,033.00, 4,053.00] USD "
-                          "straddles the Go threshold 2,774.75 USD/month"), why
+    assert why.startswith(
+        "evidence insufficient at the Go threshold: monthly delta 476.00 USD, 95% CI [-3,033.00, 4,053.00] USD "
+        "straddles the Go threshold 2,774.75 USD/month"
+    ), why
     assert why.endswith("; about 2.4x the requests") and "straddles 0" not in why
 
 
@@ -161,7 +199,9 @@ def test_reject_when_the_deltas_high_end_is_at_or_below_zero() -> None:
     for high in (-100.0, 0.0):
         d = decide(_at(-1_000.0, -2_000.0, high))
         assert d.state == "reject" and d.aim is None
-        assert any("at or below 0 even at the optimistic end: inf2 is not cheaper than g6" in r for r in d.reasons), d.reasons
+        assert any("at or below 0 even at the optimistic end: inf2 is not cheaper than g6" in r for r in d.reasons), (
+            d.reasons
+        )
 
 
 def test_reject_on_quality_leaves_nothing_to_settle() -> None:
@@ -180,4 +220,6 @@ def test_each_end_meets_the_threshold_priced_at_that_end() -> None:
     # the pessimistic end's dearer candidate fleet prices a dearer dual run: threshold 3,100 there, 2,600 at the optimistic end
     econ = Economics(4_000.0, 3_000.0, 5_000.0, GO, 3_100.0, 2_600.0, MIG, HORIZON)
     assert not econ.go_settled and econ.aim == "go"  # 3,000 clears 2,774.75 but not its own 3,100
-    assert Economics(2_000.0, 1_000.0, 2_700.0, GO, 3_100.0, 2_600.0, MIG, HORIZON).aim == "go"  # 2,700 > 2,600: Go not ruled out
+    assert (
+        Economics(2_000.0, 1_000.0, 2_700.0, GO, 3_100.0, 2_600.0, MIG, HORIZON).aim == "go"
+    )  # 2,700 > 2,600: Go not ruled out

@@ -17,11 +17,20 @@ def _texts(svg: str) -> list[str]:
 
 
 def test_si_ticks() -> None:
-    assert [plots.si(v) for v in (62_100.0, -1_500_000.0, 0.35, 2.0, 1_000.0, 0.0)] == ["62.1k", "-1.5M", "0.35", "2", "1k", "0"]
+    assert [plots.si(v) for v in (62_100.0, -1_500_000.0, 0.35, 2.0, 1_000.0, 0.0)] == [
+        "62.1k",
+        "-1.5M",
+        "0.35",
+        "2",
+        "1k",
+        "0",
+    ]
 
 
 def _cost() -> str:
-    return plots.cost_per_million("Cost", [plots.CostBar("inf2", 0.35, (0.3, 0.41)), plots.CostBar("g6", 62_100.0, (None, 70_000.0))])
+    return plots.cost_per_million(
+        "Cost", [plots.CostBar("inf2", 0.35, (0.3, 0.41)), plots.CostBar("g6", 62_100.0, (None, 70_000.0))]
+    )
 
 
 def test_axes_never_show_scientific_notation_and_cost_bars_start_at_zero() -> None:
@@ -29,7 +38,12 @@ def test_axes_never_show_scientific_notation_and_cost_bars_start_at_zero() -> No
     labels = _texts(svg)
     assert not any("e+" in t or "e-" in t for t in labels), labels
     assert "0" in labels and any(t.endswith("k") for t in labels)  # an x axis from zero, in thousands
-    cdf = plots.latency_cdf("TTFT", "TTFT (s)", [plots.LatencyCdf("g6", [(0.01 * i, i / 50) for i in range(1, 51)], 0.48, (0.45, None))], 2.0)
+    cdf = plots.latency_cdf(
+        "TTFT",
+        "TTFT (s)",
+        [plots.LatencyCdf("g6", [(0.01 * i, i / 50) for i in range(1, 51)], 0.48, (0.45, None))],
+        2.0,
+    )
     assert "g6 P95 0.48 s, 95% CI [0.45, ∞]" in _texts(cdf)  # an unbounded end says so
     assert "SLO: P95 ≤ 2 s" in _texts(cdf)
 
@@ -37,7 +51,12 @@ def test_axes_never_show_scientific_notation_and_cost_bars_start_at_zero() -> No
 def test_svg_is_bare_deterministic_and_ids_are_prefixed_per_figure() -> None:
     a, b = _cost(), _cost()
     assert a == b
-    assert a.startswith('<svg role="img" aria-label="Cost" ') and "<?xml" not in a and "<metadata>" not in a and "Matplotlib v" not in a
+    assert (
+        a.startswith('<svg role="img" aria-label="Cost" ')
+        and "<?xml" not in a
+        and "<metadata>" not in a
+        and "Matplotlib v" not in a
+    )
     ids = re.findall(r'\bid="([^"]+)"', a)
     assert ids and all(i.startswith("cost-") for i in ids)
     other = plots.cost_per_million("Other", [plots.CostBar("inf2", 0.35, None)])
@@ -46,13 +65,18 @@ def test_svg_is_bare_deterministic_and_ids_are_prefixed_per_figure() -> None:
 
 def test_same_figure_in_a_fresh_process_is_byte_identical() -> None:
     code = "from tests.analysis.test_plots import _cost; import sys; sys.stdout.write(_cost())"
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True, timeout=120).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True, timeout=120
+    ).stdout
     assert out == _cost()
 
 
 def test_tornado_orders_by_swing_and_shows_a_cell_equal_to_the_base() -> None:
-    bars = [plots.SensitivityBar("small", 1_100.0, None, "go"), plots.SensitivityBar("big", -500.0, (-900.0, -100.0), "reject"),
-            plots.SensitivityBar("same", 1_000.0, None, "go")]
+    bars = [
+        plots.SensitivityBar("small", 1_100.0, None, "go"),
+        plots.SensitivityBar("big", -500.0, (-900.0, -100.0), "reject"),
+        plots.SensitivityBar("same", 1_000.0, None, "go"),
+    ]
     svg = plots.sensitivity_tornado("T", 1_000.0, bars)
     labels = _texts(svg)
     assert labels.index("big") < labels.index("small") < labels.index("same")

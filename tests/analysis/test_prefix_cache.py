@@ -45,7 +45,12 @@ def _serve(cfg: EmulatorConfig, bodies: list[dict[str, Any]]) -> tuple[list[floa
                     first = None
                     async with s.post(url + "/v1/chat/completions", json={**body, "stream": True}) as r:
                         async for raw in r.content:
-                            if first is None and raw.startswith(b"data: {") and b'"content":"' in raw and b'"role"' not in raw:
+                            if (
+                                first is None
+                                and raw.startswith(b"data: {")
+                                and b'"content":"' in raw
+                                and b'"role"' not in raw
+                            ):
                                 first = time.monotonic() - t0
                     assert first is not None
                     ttfts.append(first)
@@ -62,7 +67,9 @@ def _counter(text: str, name: str) -> float:
     return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + "{"))
 
 
-def test_shared_trace_blocks_hit_the_emulators_prefix_cache_on_gpu_vllm_only(manifest_data: dict[str, Any], tmp_path: Path) -> None:
+def test_shared_trace_blocks_hit_the_emulators_prefix_cache_on_gpu_vllm_only(
+    manifest_data: dict[str, Any], tmp_path: Path
+) -> None:
     m = load_manifest(write_manifest(tmp_path, manifest_data), check_files=False)
     builder = PromptBuilder(m, "chat")
     reqs = [_req(0, (1, 2, 3)), _req(1, (1, 2, 4)), _req(2, (7, 8, 9))]  # 1 shares 1,024 words with 0; 2 shares none
@@ -78,15 +85,27 @@ def test_shared_trace_blocks_hit_the_emulators_prefix_cache_on_gpu_vllm_only(man
     assert _counter(text, "vllm:prefix_cache_hits_total") == 0
 
 
-def test_report_splits_ttft_by_shared_prefix_per_fleet_and_flags_mixed_caching(manifest_data: dict[str, Any], tmp_path: Path) -> None:
+def test_report_splits_ttft_by_shared_prefix_per_fleet_and_flags_mixed_caching(
+    manifest_data: dict[str, Any], tmp_path: Path
+) -> None:
     trace = tmp_path / "mooncake.jsonl"
-    rows = [{"timestamp": i * 500, "input_length": 1000, "output_length": 16, "hash_ids": [i % 3 if i >= 3 else 10 + i, 100 + i]}
-            for i in range(12)]  # fmt: skip
+    rows = [
+        {
+            "timestamp": i * 500,
+            "input_length": 1000,
+            "output_length": 16,
+            "hash_ids": [i % 3 if i >= 3 else 10 + i, 100 + i],
+        }
+        for i in range(12)
+    ]
     trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
     manifest_data["workload"].update(
-        trace={"path": str(trace), "format": "mooncake"}, window={"start_s": 0, "duration_s": 6}, rate_scale=1.0, warmup_s=0,
+        trace={"path": str(trace), "format": "mooncake"},
+        window={"start_s": 0, "duration_s": 6},
+        rate_scale=1.0,
+        warmup_s=0,
         request_class={"max_input_tokens": 1000, "max_output_tokens": 16, "mode": "clip"},
-    )  # fmt: skip
+    )
     m = load_manifest(write_manifest(tmp_path, manifest_data), check_files=False)
     schedule = build_schedule(m)
     shared = prefix_cache.shared_prefix_requests(schedule)
@@ -98,7 +117,9 @@ def test_report_splits_ttft_by_shared_prefix_per_fleet_and_flags_mixed_caching(m
     for fleet, hit_ttft in (("g6", 0.1), ("inf2", 0.9)):
         recs += [rec(m, fleet, i, ttft=hit_ttft if shared[i] else 0.9) for i in range(12)]
     write_jsonl(tmp_path / "records" / "records-x.jsonl", recs)
-    rep = build_report(m, tmp_path / "records", out_dir=tmp_path / "out", with_sensitivity=False, with_pages=True).model_dump(mode="json")
+    rep = build_report(
+        m, tmp_path / "records", out_dir=tmp_path / "out", with_sensitivity=False, with_pages=True
+    ).model_dump(mode="json")
     pc = rep["prefix_cache"]
     assert pc["fleets"]["g6"]["caching"] == "on" and pc["fleets"]["inf2"]["caching"] == "off"
     assert pc["fleets"]["g6"]["ttft_by_prefix"]["hit"] == {"requests": 6, "ttft_p50_s": 0.1, "ttft_p95_s": 0.1}
@@ -114,14 +135,21 @@ def test_report_splits_ttft_by_shared_prefix_per_fleet_and_flags_mixed_caching(m
 
 
 def test_a_hit_reuses_at_least_half_its_prompt_within_the_blocks_it_covers() -> None:
-    sched = [_req(0, (1, 2, 3, 4, 5), 1500), _req(1, (1, 9, 8), 1500), _req(2, (1, 2, 7), 1500), _req(3, (1, 2, 3, 6), 1200)]
+    sched = [
+        _req(0, (1, 2, 3, 4, 5), 1500),
+        _req(1, (1, 9, 8), 1500),
+        _req(2, (1, 2, 7), 1500),
+        _req(3, (1, 2, 3, 6), 1200),
+    ]
     tokens = prefix_cache.shared_prefix_tokens(sched)
     # request 0's blocks 4 and 5 lie beyond its 1,500 tokens (3 blocks): never seen by the server
     assert tokens == {0: (1500, 0), 1: (1500, 512), 2: (1500, 1024), 3: (1200, 1200)}
     assert prefix_cache.shared_prefix_requests(sched) == {0: False, 1: False, 2: True, 3: True}
 
 
-def test_the_report_says_what_the_manifest_sets_not_the_stacks_default(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+def test_the_report_says_what_the_manifest_sets_not_the_stacks_default(
+    tmp_path: Path, manifest_data: dict[str, Any]
+) -> None:
     """A vLLM GPU fleet whose manifest turns prefix caching off (its stack's default is on) is
     reported as not caching: the section reads serving.prefix_caching, as the flags do."""
     for f in manifest_data["fleets"]:

@@ -60,7 +60,8 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list[H
     port = free_port()
     proc = subprocess.Popen(
         [PROM, f"--config.file={cfg}", f"--storage.tsdb.path={d / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL, stderr=(d / "prom.log").open("w"),
+        stdout=subprocess.DEVNULL,
+        stderr=(d / "prom.log").open("w"),
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -73,7 +74,9 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list[H
             except SourceUnavailable:
                 pass
             if time.time() > deadline:
-                pytest.fail("prometheus did not scrape both exporters within 30 s: " + (d / "prom.log").read_text()[-2000:])
+                pytest.fail(
+                    "prometheus did not scrape both exporters within 30 s: " + (d / "prom.log").read_text()[-2000:]
+                )
             time.sleep(0.3)
         yield url, hists
     finally:
@@ -118,5 +121,3 @@ def test_bad_query_names_the_query(prom: tuple[str, list[Histogram]]) -> None:
 def test_ready_endpoint(prom: tuple[str, list[Histogram]]) -> None:
     with urllib.request.urlopen(prom[0] + "/-/ready", timeout=5) as r:
         assert r.status == 200
-
-

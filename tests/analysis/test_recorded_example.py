@@ -40,7 +40,9 @@ def staged(tmp_path: Path) -> tuple[Manifest, Path]:
     for p in run.rglob("*"):
         if p.suffix == ".jsonl":
             lines = [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line]
-            p.write_text("".join(json.dumps({**r, "manifest_digest": m.digest}) + "\n" for r in lines), encoding="utf-8")
+            p.write_text(
+                "".join(json.dumps({**r, "manifest_digest": m.digest}) + "\n" for r in lines), encoding="utf-8"
+            )
         elif p.suffix == ".json" and p.name.startswith("summary"):
             data = json.loads(p.read_text(encoding="utf-8"))
             p.write_text(json.dumps({**data, "manifest_digest": m.digest}), encoding="utf-8")
@@ -51,11 +53,25 @@ def intervals_of(report: dict[str, Any]) -> dict[str, Any]:
     """The figures expected.json keeps: every interval of the report and the decision."""
     fleets = {}
     for name, f in report["fleets"].items():
-        steps = {s["label"]: [s.get("p95_ttft_ci_s"), s.get("p95_itl_ci_s")] for s in (f.get("capacity") or {}).get("steps", [])}
-        fleets[name] = {k: f.get(k) for k in ("p95_ttft_ci_s", "p95_itl_ci_s", "capacity_ci_tok_s", "instances_required_ci",
-                                               "monthly_cost_ci_usd")} | {"steps": steps}
-    return {"fleets": fleets, "monthly_delta_ci_usd": report.get("monthly_delta_ci_usd"),
-            "payback_months_ci": report.get("payback_months_ci")}
+        steps = {
+            s["label"]: [s.get("p95_ttft_ci_s"), s.get("p95_itl_ci_s")]
+            for s in (f.get("capacity") or {}).get("steps", [])
+        }
+        fleets[name] = {
+            k: f.get(k)
+            for k in (
+                "p95_ttft_ci_s",
+                "p95_itl_ci_s",
+                "capacity_ci_tok_s",
+                "instances_required_ci",
+                "monthly_cost_ci_usd",
+            )
+        } | {"steps": steps}
+    return {
+        "fleets": fleets,
+        "monthly_delta_ci_usd": report.get("monthly_delta_ci_usd"),
+        "payback_months_ci": report.get("payback_months_ci"),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -63,8 +79,15 @@ def recorded_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("recorded")
     m, run = staged(tmp)
     quality = json.loads((run / "quality.json").read_text(encoding="utf-8"))
-    rep = build_report(m, run / "records", quality=quality, out_dir=tmp / "out", instances_measured={"inf2": 1, "g6": 1},
-                       capacity_dirs=discover_steps(run / "capacity"), with_pages=False)
+    rep = build_report(
+        m,
+        run / "records",
+        quality=quality,
+        out_dir=tmp / "out",
+        instances_measured={"inf2": 1, "g6": 1},
+        capacity_dirs=discover_steps(run / "capacity"),
+        with_pages=False,
+    )
     return rep.model_dump(mode="json")
 
 
@@ -95,7 +118,11 @@ def test_capacity_intervals_are_unchanged_within_bootstrap_noise(recorded_report
         ends = np.array([stats.bootstrap_sum_ci(tokens, seed=s) for s in range(20)])
         rel_noise = 4 * float(ends.std(axis=0, ddof=1).max()) / float(tokens.sum())
         scale = (hi or 0.0) + (lo or 0.0)
-        assert _close(g_lo, lo, rel_noise * scale) and _close(g_hi, hi, rel_noise * scale), (name, f, got["fleets"][name])
+        assert _close(g_lo, lo, rel_noise * scale) and _close(g_hi, hi, rel_noise * scale), (
+            name,
+            f,
+            got["fleets"][name],
+        )
         assert got["fleets"][name]["instances_required_ci"] == pytest.approx(f["instances_required_ci"], abs=1)
     for key in ("monthly_delta_ci_usd", "payback_months_ci"):
         w, g = want[key], got[key]

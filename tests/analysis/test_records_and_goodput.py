@@ -79,7 +79,9 @@ def test_empty_window_is_an_error(tmp_path: Path, m: Manifest) -> None:
 
 def test_parquet_and_jsonl_are_read_together(tmp_path: Path, m: Manifest) -> None:
     src = write_jsonl(tmp_path / "src.jsonl.tmp", steady(m, "inf2", 20, 50))
-    duckdb.sql(f"COPY (SELECT * FROM read_json('{src}', format='newline_delimited')) TO '{tmp_path / 'records-inf2.parquet'}' (FORMAT parquet)")
+    duckdb.sql(
+        f"COPY (SELECT * FROM read_json('{src}', format='newline_delimited')) TO '{tmp_path / 'records-inf2.parquet'}' (FORMAT parquet)"
+    )
     write_jsonl(tmp_path / "records-g6-w0.jsonl", steady(m, "g6", 10, 50))
     rs = load_records(tmp_path, m.digest)
     assert rs.fleets() == ["g6", "inf2"] and rs.count() == 30
@@ -88,8 +90,10 @@ def test_parquet_and_jsonl_are_read_together(tmp_path: Path, m: Manifest) -> Non
 def test_parquet_written_before_the_retries_column_reads_it_as_null(tmp_path: Path, m: Manifest) -> None:
     src = tmp_path / "src.jsonl"
     write_jsonl(src, [rec(m, "inf2", i) for i in range(3)])
-    duckdb.sql(f"COPY (SELECT * EXCLUDE (retries) FROM read_json('{src}', format='newline_delimited')) "
-               f"TO '{tmp_path / 'records-inf2.parquet'}' (FORMAT parquet)")
+    duckdb.sql(
+        f"COPY (SELECT * EXCLUDE (retries) FROM read_json('{src}', format='newline_delimited')) "
+        f"TO '{tmp_path / 'records-inf2.parquet'}' (FORMAT parquet)"
+    )
     src.unlink()
     rs = load_records(tmp_path, m.digest)
     assert rs.con.execute("SELECT count(*), count(retries) FROM records").fetchone() == (3, 0)

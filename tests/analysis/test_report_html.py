@@ -13,7 +13,11 @@ from tests.analysis.report_pages import FULL_REPORT_FIGURES, PageText, full_repo
 
 
 def _md_headings(md: str) -> list[str]:
-    return [" ".join(line.lstrip("#").replace("**", "").replace("`", "").split()) for line in md.splitlines() if line.startswith("#")]
+    return [
+        " ".join(line.lstrip("#").replace("**", "").replace("`", "").split())
+        for line in md.splitlines()
+        if line.startswith("#")
+    ]
 
 
 def _md_cells(md: str) -> list[str]:
@@ -21,12 +25,16 @@ def _md_cells(md: str) -> list[str]:
     out = []
     for line in md.splitlines():
         if line.startswith("|") and not line.startswith("|---"):
-            out += [" ".join(c.replace("**", "").replace("`", "").split()) for c in line.strip().strip("|").split(" | ")]
+            out += [
+                " ".join(c.replace("**", "").replace("`", "").split()) for c in line.strip().strip("|").split(" | ")
+            ]
     return [c for c in out if c]
 
 
 @pytest.mark.parametrize("build", [full_report, gate_reject_report], ids=["full", "gate-reject"])
-def test_every_markdown_heading_and_table_cell_is_in_the_html(tmp_path: Path, manifest_data: dict[str, Any], build: Any) -> None:
+def test_every_markdown_heading_and_table_cell_is_in_the_html(
+    tmp_path: Path, manifest_data: dict[str, Any], build: Any
+) -> None:
     _, out = build(tmp_path, manifest_data)
     md, page = (out / "report.md").read_text(), PageText((out / "report.html").read_text())
     headings = _md_headings(md)
@@ -38,7 +46,9 @@ def test_every_markdown_heading_and_table_cell_is_in_the_html(tmp_path: Path, ma
     assert not absent, f"Markdown table cells missing from the HTML: {absent[:10]}"
 
 
-def test_full_report_holds_ledger_placement_sensitivity_reasons_gaps_and_provenance(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+def test_full_report_holds_ledger_placement_sensitivity_reasons_gaps_and_provenance(
+    tmp_path: Path, manifest_data: dict[str, Any]
+) -> None:
     r, out = full_report(tmp_path, manifest_data)
     page = PageText((out / "report.html").read_text())
     text = page.all_text
@@ -62,7 +72,9 @@ def test_full_report_holds_ledger_placement_sensitivity_reasons_gaps_and_provena
     assert all(reason in text for reason in r["decision"]["reasons"])
 
 
-def test_figures_are_inline_svg_with_unique_ids_and_no_external_reference(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+def test_figures_are_inline_svg_with_unique_ids_and_no_external_reference(
+    tmp_path: Path, manifest_data: dict[str, Any]
+) -> None:
     _, out = full_report(tmp_path, manifest_data)
     page = (out / "report.html").read_text()
     figures = re.findall(r"<figure>(.*?)</figure>", page, flags=re.S)
@@ -74,10 +86,14 @@ def test_figures_are_inline_svg_with_unique_ids_and_no_external_reference(tmp_pa
     dupes = [i for i, n in Counter(re.findall(r'\bid="([^"]+)"', page)).items() if n > 1]
     assert not dupes, f"ids repeated across figures: {dupes[:5]}"
     refs = set(re.findall(r'(?:href="#|url\(#)([^")]+)', page))
-    assert refs and refs <= set(re.findall(r'\bid="([^"]+)"', page)), "a figure references an id that is not in the page"
+    assert refs and refs <= set(re.findall(r'\bid="([^"]+)"', page)), (
+        "a figure references an id that is not in the page"
+    )
 
 
-def test_tornado_draws_only_cells_with_a_figure_and_lists_the_others(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+def test_tornado_draws_only_cells_with_a_figure_and_lists_the_others(
+    tmp_path: Path, manifest_data: dict[str, Any]
+) -> None:
     r, out = full_report(tmp_path, manifest_data)
     left = [c for c in r["sensitivity"]["cells"] if c["monthly_delta_usd"] is None]
     drawn = [c for c in r["sensitivity"]["cells"] if c["monthly_delta_usd"] is not None]
@@ -100,7 +116,13 @@ def test_gate_reject_report_has_no_figures_and_says_not_decided(tmp_path: Path, 
     assert "fixture json-answer: schema invalid" in cells
     # each layer the gate evaluated, with its result and figures, and the failed layer named
     at = cells.index("fixtures")
-    assert cells[at - 1:at + 4] == ["inf2", "fixtures", "FAIL", "pass_rate 0.500, min_pass_rate 1.000", "fixture json-answer: schema invalid"]
+    assert cells[at - 1 : at + 4] == [
+        "inf2",
+        "fixtures",
+        "FAIL",
+        "pass_rate 0.500, min_pass_rate 1.000",
+        "fixture json-answer: schema invalid",
+    ]
     assert "task_acceptance" in cells and "not evaluated" in cells and "the scorer exited 1" in cells
     assert "(failed layer: inf2: fixtures)" in page
     assert "output_length_ks (against g6, p_value 0.500)" in cells  # a nested figure reads as text, not a Python dict

@@ -15,7 +15,10 @@ from analysis.report import build_report
 from core.manifest import Manifest
 from tests.analysis.synth import manifest, rec, steady, write_jsonl
 
-PASS = {"inf2": {"passed": True, "pass_rate": 1.0, "failures": []}, "g6": {"passed": True, "pass_rate": 1.0, "failures": []}}
+PASS = {
+    "inf2": {"passed": True, "pass_rate": 1.0, "failures": []},
+    "g6": {"passed": True, "pass_rate": 1.0, "failures": []},
+}
 KW: dict[str, Any] = {"quality": PASS, "instances_measured": {"inf2": 1, "g6": 1}, "with_sensitivity": False}
 
 
@@ -84,7 +87,9 @@ def test_capacity_interval_propagates_to_size_cost_delta_and_payback(tmp_path: P
     assert r["decision"]["to_settle"]["threshold"] == "go"
 
 
-def test_a_negative_delta_whose_interval_straddles_zero_defers_instead_of_rejecting(tmp_path: Path, big: Manifest) -> None:
+def test_a_negative_delta_whose_interval_straddles_zero_defers_instead_of_rejecting(
+    tmp_path: Path, big: Manifest
+) -> None:
     r = _report(tmp_path, big, 1000)
     assert r["monthly_delta_usd"] < 0 < r["monthly_delta_ci_usd"][1]
     assert r["decision"]["state"] == "defer"
@@ -113,7 +118,10 @@ def test_too_few_requests_for_a_bounded_p95_leave_the_pessimistic_end_unknown(tm
     assert f["capacity_ci_tok_s"][0] is None and f["instances_required_ci"][1] is None
     assert r["decision"]["state"] == "defer"
     why = " ".join(r["decision"]["reasons"])
-    assert "held the SLO only at its point estimate" in why and "a sizing step holds the SLO with 95% confidence once" in why
+    assert (
+        "held the SLO only at its point estimate" in why
+        and "a sizing step holds the SLO with 95% confidence once" in why
+    )
     md = (tmp_path / "out-560-40" / "report.md").read_text()
     assert "[0.500, unbounded] n=40" in md  # a P95 the sample cannot bound
     assert "| [unknown, " in md  # a capacity whose low end no step established
@@ -130,7 +138,8 @@ def _step(m: Manifest, fleet: str, rate: float, tokens: int, slow: int = 0) -> l
 
 
 def test_a_step_that_holds_the_slo_only_at_its_point_lowers_the_capacity_to_a_step_that_surely_does(
-    tmp_path: Path, manifest_data: dict[str, Any],
+    tmp_path: Path,
+    manifest_data: dict[str, Any],
 ) -> None:
     manifest_data["workload"]["demand"]["peak_requests_per_s"] = 20.0
     for f in manifest_data["fleets"]:
@@ -169,7 +178,9 @@ def _fixed_ledger(data: dict[str, Any], go_threshold: float) -> None:
     data["migration"].update(dual_run_days=0, rollback_retention_days=0, testing_usd=12 * go_threshold - fixed)
 
 
-def test_an_interval_across_the_go_threshold_is_settled_at_it_not_at_zero(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+def test_an_interval_across_the_go_threshold_is_settled_at_it_not_at_zero(
+    tmp_path: Path, manifest_data: dict[str, Any]
+) -> None:
     """The issue's shape: a positive point below the Go threshold, an interval from below 0 to above it. The
     decision is open at the Go threshold (whether to migrate), and the evidence aims there, not at the delta's sign."""
     manifest_data["workload"]["demand"]["peak_requests_per_s"] = 20.0
@@ -188,8 +199,10 @@ def test_an_interval_across_the_go_threshold_is_settled_at_it_not_at_zero(tmp_pa
     whys = [x for x in dec["reasons"] if x.startswith("evidence insufficient")]
     assert not any("straddles 0" in x for x in whys), whys  # the old code aimed here: "about N requests ... settle it"
     [why] = whys
-    assert why.startswith(f"evidence insufficient at the Go threshold: monthly delta {delta:,.2f} USD, 95% CI [{low:,.2f}, {high:,.2f}] "
-                          f"USD straddles the Go threshold {go:,.2f} USD/month (migration {12 * go:,.2f} USD / 12 months"), why
+    assert why.startswith(
+        f"evidence insufficient at the Go threshold: monthly delta {delta:,.2f} USD, 95% CI [{low:,.2f}, {high:,.2f}] "
+        f"USD straddles the Go threshold {go:,.2f} USD/month (migration {12 * go:,.2f} USD / 12 months"
+    ), why
     assert r["migration_cost_usd"] == pytest.approx(12 * go) and dec["go_threshold_usd_per_month"] == pytest.approx(go)
     ts = dec["to_settle"]
     # by hand: the high end's reach above the point over the point's distance below the threshold, squared: 2^2 = 4
@@ -209,11 +222,18 @@ def test_an_interval_across_the_go_threshold_is_settled_at_it_not_at_zero(tmp_pa
     out = tmp_path / "b" / "out-820-100"
     for page in ("report.md", "report.html"):
         text = (out / page).read_text()
-        assert "Rule: Go when the monthly delta&#x27;s 95% low end" in text or "Rule: Go when the monthly delta's 95% low end" in text
-        assert f"To settle it at the Go threshold ({go:,.2f} USD/month: migrate or not): inf2 {need:,} (now 100)" in text
+        assert (
+            "Rule: Go when the monthly delta&#x27;s 95% low end" in text
+            or "Rule: Go when the monthly delta's 95% low end" in text
+        )
+        assert (
+            f"To settle it at the Go threshold ({go:,.2f} USD/month: migrate or not): inf2 {need:,} (now 100)" in text
+        )
 
 
-def test_an_indifference_margin_in_percent_of_the_baseline_raises_the_go_threshold(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+def test_an_indifference_margin_in_percent_of_the_baseline_raises_the_go_threshold(
+    tmp_path: Path, manifest_data: dict[str, Any]
+) -> None:
     manifest_data["workload"]["demand"]["peak_requests_per_s"] = 20.0
     for f in manifest_data["fleets"]:
         f["asg"]["max"] = 40

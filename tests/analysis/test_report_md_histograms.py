@@ -5,11 +5,20 @@ from analysis.report_model import PrometheusSection
 
 
 def test_histogram_table_puts_merged_and_record_p95_side_by_side() -> None:
-    prom = {"url": "http://127.0.0.1:9", "fleets": {"g6": {
-        "window_unix": [0, 1],
-        "client_ttft": {"metric": "loadgen_ttft_seconds_bucket", "p95_s_merged_histogram": 0.5625,
-                        "p95_s_records": 0.5137, "difference_s": 0.0488},
-    }}}
+    prom = {
+        "url": "http://127.0.0.1:9",
+        "fleets": {
+            "g6": {
+                "window_unix": [0, 1],
+                "client_ttft": {
+                    "metric": "loadgen_ttft_seconds_bucket",
+                    "p95_s_merged_histogram": 0.5625,
+                    "p95_s_records": 0.5137,
+                    "difference_s": 0.0488,
+                },
+            }
+        },
+    }
     lines = _histogram_lines(PrometheusSection.model_validate(prom))
     assert "| g6 | client_ttft | `loadgen_ttft_seconds_bucket` | 0.562 | 0.514 | 0.049 |" in lines
     assert not any("window_unix" in x for x in lines)

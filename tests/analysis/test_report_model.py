@@ -35,7 +35,10 @@ def test_a_generated_report_validates_and_round_trips(written: Path) -> None:
 
 def test_a_gate_report_validates(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
     m = _m(manifest_data)
-    quality = {"inf2": {"passed": False, "pass_rate": 0.5, "failures": ["x"]}, "g6": {"passed": True, "pass_rate": 1.0, "failures": []}}
+    quality = {
+        "inf2": {"passed": False, "pass_rate": 0.5, "failures": ["x"]},
+        "g6": {"passed": True, "pass_rate": 1.0, "failures": []},
+    }
     build_gate_report(m, quality, out_dir=tmp_path / "out", with_pages=False)
     r = load_report(tmp_path / "out" / "report.json")
     assert r.stopped_at == "quality_gate" and r.decision.state == "reject"
@@ -54,7 +57,10 @@ def test_a_gate_report_validates(tmp_path: Path, manifest_data: dict[str, Any]) 
         (lambda d: d["fleets"]["g6"].pop("instance_type"), "fleets.g6.instance_type"),
         (lambda d: d["decision"].update(state="maybe"), "decision.state"),
         (lambda d: d["fleets"]["inf2"].update(p95_ttft_secs=1.0), "fleets.inf2.p95_ttft_secs"),
-        (lambda d: d["sensitivity"]["cells"][0].update(monthly_delta_ci_usd=[1.0]), "sensitivity.cells.0.monthly_delta_ci_usd"),
+        (
+            lambda d: d["sensitivity"]["cells"][0].update(monthly_delta_ci_usd=[1.0]),
+            "sensitivity.cells.0.monthly_delta_ci_usd",
+        ),
     ],
 )
 def test_a_bad_report_is_refused_naming_the_field(written: Path, edit: Any, named: str) -> None:
@@ -81,7 +87,9 @@ def test_nan_and_inf_are_written_as_null(written: Path) -> None:
     assert isinstance(parse_report(again), Report)
 
 
-def test_render_rewrites_the_pages_from_report_json(written: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_render_rewrites_the_pages_from_report_json(
+    written: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from campaign.cli import main
     from campaign.report_cli import EXIT_BY_STATE
 
@@ -91,7 +99,9 @@ def test_render_rewrites_the_pages_from_report_json(written: Path, tmp_path: Pat
     assert (tmp_path / "again" / "report.html").read_text() == (written.parent / "report.html").read_text()
 
 
-def test_render_refuses_a_bad_report_json_naming_the_field(written: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_render_refuses_a_bad_report_json_naming_the_field(
+    written: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from campaign.cli import main
     from core.errors import EXIT_BAD_INPUT
 

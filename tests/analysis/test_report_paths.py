@@ -13,7 +13,10 @@ from core.manifest import load_manifest
 from tests.analysis.synth import steady, write_jsonl
 from tests.conftest import write_manifest
 
-PASS = {"inf2": {"passed": True, "pass_rate": 1.0, "failures": []}, "g6": {"passed": True, "pass_rate": 1.0, "failures": []}}
+PASS = {
+    "inf2": {"passed": True, "pass_rate": 1.0, "failures": []},
+    "g6": {"passed": True, "pass_rate": 1.0, "failures": []},
+}
 
 
 def _strings(x: Any) -> Iterator[str]:
@@ -39,22 +42,41 @@ def test_report_json_holds_no_absolute_path(tmp_path: Path, manifest_data: dict[
     step = run / "capacity" / "x2"
     write_jsonl(step / "records-inf2-w0.jsonl", steady(m, "inf2", 100, 600))
     write_jsonl(step / "records-g6-w0.jsonl", steady(m, "g6", 100, 450))
-    build_report(m, records, quality=PASS, out_dir=run, instances_measured={"inf2": 1, "g6": 1}, capacity_dirs={"x2": step},
-                 with_sensitivity=False, with_pages=False)
+    build_report(
+        m,
+        records,
+        quality=PASS,
+        out_dir=run,
+        instances_measured={"inf2": 1, "g6": 1},
+        capacity_dirs={"x2": step},
+        with_sensitivity=False,
+        with_pages=False,
+    )
     report = json.loads((run / "report.json").read_text())
     leaked = [s for s in _strings(report) if str(tmp_path) in s or s.startswith("/")]
     assert not leaked, leaked
     prov = report["provenance"]
     assert prov["manifest"]["detail"].startswith(f"m.yaml digest {m.digest}")
     assert "under records" in prov["records"]["detail"] and "under capacity/x2" in prov["capacity_sweep"]["detail"]
-    assert any(g["what"] == "records.torn_tail" and g["reason"].startswith("records-g6-w0.jsonl:") for g in report["gaps"])
+    assert any(
+        g["what"] == "records.torn_tail" and g["reason"].startswith("records-g6-w0.jsonl:") for g in report["gaps"]
+    )
 
 
-def test_records_outside_the_run_directory_are_named_relative_to_it(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+def test_records_outside_the_run_directory_are_named_relative_to_it(
+    tmp_path: Path, manifest_data: dict[str, Any]
+) -> None:
     m = load_manifest(write_manifest(tmp_path, manifest_data))
     records = tmp_path / "elsewhere" / "records"
     write_jsonl(records / "records-inf2-w0.jsonl", steady(m, "inf2", 100, 600))
     write_jsonl(records / "records-g6-w0.jsonl", steady(m, "g6", 100, 450))
-    r = build_report(m, records, quality=PASS, out_dir=tmp_path / "out", instances_measured={"inf2": 1, "g6": 1},
-                     with_sensitivity=False, with_pages=False).model_dump(mode="json")
+    r = build_report(
+        m,
+        records,
+        quality=PASS,
+        out_dir=tmp_path / "out",
+        instances_measured={"inf2": 1, "g6": 1},
+        with_sensitivity=False,
+        with_pages=False,
+    ).model_dump(mode="json")
     assert r["provenance"]["records"]["detail"].endswith("under ../elsewhere/records")

@@ -47,15 +47,23 @@ def test_the_committed_schema_is_the_models() -> None:
     assert report_model.schema_path() == path
     assert path.is_file(), f"{path} missing: run `python -m analysis.report_model --schema --write`"
     committed = json.loads(path.read_text(encoding="utf-8"))
-    assert committed == report_model.json_schema(), f"{path} is stale: run `python -m analysis.report_model --schema --write`"
+    assert committed == report_model.json_schema(), (
+        f"{path} is stale: run `python -m analysis.report_model --schema --write`"
+    )
     assert path.read_text(encoding="utf-8") == report_model.schema_text()  # byte for byte, as the generator writes it
     assert committed["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     assert REPORT_VERSION in committed["description"]
 
 
 def test_the_generator_prints_the_schema() -> None:
-    out = subprocess.run([sys.executable, "-m", "analysis.report_model", "--schema"], cwd=ROOT, capture_output=True, text=True,
-                         check=True, timeout=120).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "analysis.report_model", "--schema"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
     assert json.loads(out) == report_model.json_schema()
 
 

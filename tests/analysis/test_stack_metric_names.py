@@ -17,7 +17,11 @@ from core.serving import TGI_METRICS, TRTLLM_METRICS
 def test_names_per_stack() -> None:
     assert HistogramNames.for_stack("vllm-neuron") == HistogramNames()
     trt = HistogramNames.for_stack("tensorrt-llm")
-    assert (trt.server_ttft, trt.server_itl, trt.server_itl_fallback) == (TRTLLM_METRICS["ttft"], TRTLLM_METRICS["itl"], None)
+    assert (trt.server_ttft, trt.server_itl, trt.server_itl_fallback) == (
+        TRTLLM_METRICS["ttft"],
+        TRTLLM_METRICS["itl"],
+        None,
+    )
     tgi = HistogramNames.for_stack("tgi")
     assert tgi.server_ttft is None and tgi.server_itl == TGI_METRICS["itl"]
     with pytest.raises(ValueError, match="unknown serving stack 'sglang'"):
@@ -48,7 +52,10 @@ class _RecordingSource:
 def test_report_queries_each_fleets_own_series(example_manifest_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     m = load_manifest(example_manifest_path, check_files=False)
     g6 = m.fleet("g6")
-    fleets = [f if f.name != "g6" else g6.model_copy(update={"serving": g6.serving.model_copy(update={"stack": "tgi"})}) for f in m.fleets]
+    fleets = [
+        f if f.name != "g6" else g6.model_copy(update={"serving": g6.serving.model_copy(update={"stack": "tgi"})})
+        for f in m.fleets
+    ]
     m2 = m.model_copy(update={"fleets": tuple(fleets)})
     monkeypatch.setattr(report, "PrometheusSource", _RecordingSource)
     _RecordingSource.queried = []
@@ -56,7 +63,10 @@ def test_report_queries_each_fleets_own_series(example_manifest_path: Path, monk
     out, _found = report._prometheus_section(m2, "http://prom", None, {"inf2": measure, "g6": measure})  # type: ignore[dict-item]
     assert out["fleets"]["inf2"]["server_ttft"]["metric"] == "vllm:time_to_first_token_seconds_bucket"
     assert out["fleets"]["g6"]["server_itl"]["metric"] == f"{TGI_METRICS['itl']}_bucket"
-    assert out["fleets"]["g6"]["server_ttft"]["metric"] is None and "tgi exports no such histogram" in out["fleets"]["g6"]["server_ttft"]["note"]
+    assert (
+        out["fleets"]["g6"]["server_ttft"]["metric"] is None
+        and "tgi exports no such histogram" in out["fleets"]["g6"]["server_ttft"]["note"]
+    )
     # vLLM's TTFT is asked for the vLLM fleet only; the TGI fleet's ITL comes from TGI's own series.
     assert _RecordingSource.queried.count("vllm:time_to_first_token_seconds") == 1
     assert TGI_METRICS["itl"] in _RecordingSource.queried

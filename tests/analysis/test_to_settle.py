@@ -37,7 +37,9 @@ def test_the_issues_example_needs_about_2_4x_the_requests_not_54x() -> None:
     # 103 more requests: 8.583 min at 0.2 req/s (inf2), 5.722 min at 0.3 req/s (g6); side by side, the longer
     inf2_min, g6_min = 103 / 0.2 / 60, 103 / 0.3 / 60
     assert ts["by_fleet"]["inf2"]["more_requests"] == 103
-    assert ts["by_fleet"]["inf2"]["minutes"] == pytest.approx(inf2_min) and ts["by_fleet"]["g6"]["minutes"] == pytest.approx(g6_min)
+    assert ts["by_fleet"]["inf2"]["minutes"] == pytest.approx(inf2_min) and ts["by_fleet"]["g6"][
+        "minutes"
+    ] == pytest.approx(g6_min)
     assert ts["minutes"] == pytest.approx(inf2_min)
     # instances as measured at their On-Demand price + one master and two workers per fleet, for each fleet's own minutes
     inf2_usd = inf2_min / 60 * (1 * 0.7582 + 3 * TASK)
@@ -45,7 +47,9 @@ def test_the_issues_example_needs_about_2_4x_the_requests_not_54x() -> None:
     assert ts["by_fleet"]["inf2"]["usd"] == pytest.approx(inf2_usd) and ts["usd"] == pytest.approx(inf2_usd + g6_usd)
     assert SRC in ts["basis"]
     text = settle_text(ts)
-    assert text.startswith("about 2.4x the requests at each capacity boundary would settle it: inf2 175 (now 72), g6 175 (now 72)")
+    assert text.startswith(
+        "about 2.4x the requests at each capacity boundary would settle it: inf2 175 (now 72), g6 175 (now 72)"
+    )
     assert f"about {inf2_min:,.1f} min and {inf2_usd + g6_usd:,.2f} USD" in text
 
 
@@ -75,11 +79,16 @@ def test_each_end_is_measured_against_the_threshold_priced_at_that_end() -> None
 def test_an_unknown_end_gives_lower_bounds_from_the_requests_a_bounded_p95_needs() -> None:
     ts = to_settle(_econ(4_000.0, None, 6_000.0), "go", _fleets(n=40, known=False), SRC)
     assert ts["lower_bound"] and ts["factor"] is None
-    assert ts["requests"] == {"inf2": 72, "g6": 40}  # inf2's capacity low end is unknown: 72 requests bound a P95 at 95%
+    assert ts["requests"] == {
+        "inf2": 72,
+        "g6": 40,
+    }  # inf2's capacity low end is unknown: 72 requests bound a P95 at 95%
     assert ts["minutes"] == pytest.approx(32 / 0.2 / 60)
     text = settle_text(ts, ["inf2: no step held it with 95% confidence"])
-    assert text.startswith("an end is unknown (inf2: no step held it with 95% confidence); a sizing step holds the SLO with 95% "
-                           "confidence once its P95 intervals' high ends are within the targets")
+    assert text.startswith(
+        "an end is unknown (inf2: no step held it with 95% confidence); a sizing step holds the SLO with 95% "
+        "confidence once its P95 intervals' high ends are within the targets"
+    )
     assert "at least inf2 72 (now 40), g6 40 (now 40) requests" in text
 
 

@@ -42,7 +42,8 @@ def test_kolmogorov_q_known_points() -> None:
 def test_same_distribution_rarely_rejects_at_one_percent() -> None:
     rng = random.Random(3)
     rejects = sum(
-        ks_2samp([rng.expovariate(1 / 200) for _ in range(60)], [rng.expovariate(1 / 200) for _ in range(60)]).p_value < 0.01
+        ks_2samp([rng.expovariate(1 / 200) for _ in range(60)], [rng.expovariate(1 / 200) for _ in range(60)]).p_value
+        < 0.01
         for _ in range(200)
     )
     assert rejects <= 6  # about 1% expected (the test is conservative): 2 of 200, 6 leaves room

@@ -15,11 +15,16 @@ from core.manifest import Manifest
 from core.records import RequestRecord
 from tests.analysis.synth import manifest, rec, steady, write_jsonl
 
-PASS = {"inf2": {"passed": True, "pass_rate": 1.0, "failures": []}, "g6": {"passed": True, "pass_rate": 1.0, "failures": []}}
+PASS = {
+    "inf2": {"passed": True, "pass_rate": 1.0, "failures": []},
+    "g6": {"passed": True, "pass_rate": 1.0, "failures": []},
+}
 
 
 def _at(r: RequestRecord, scheduled: float, sent: float | None, e2e: float | None) -> RequestRecord:
-    return replace(r, scheduled_s=scheduled, sent_s=sent, send_lag_s=None if sent is None else sent - scheduled, e2e_s=e2e)
+    return replace(
+        r, scheduled_s=scheduled, sent_s=sent, send_lag_s=None if sent is None else sent - scheduled, e2e_s=e2e
+    )
 
 
 def test_window_spans_only_sent_requests_when_the_run_was_cut_short(tmp_path: Path, m: Manifest) -> None:
@@ -31,8 +36,10 @@ def test_window_spans_only_sent_requests_when_the_run_was_cut_short(tmp_path: Pa
         _at(rec(m, "g6", 3, outcome="timeout", ttft=None, itl=None, e2e=None), 17.0, 18.0, None),
     ]
     # a --duration cut: scheduled, never sent, up to t = 100
-    recs += [_at(rec(m, "g6", 4 + i, outcome="not_sent", ttft=None, itl=None, e2e=None, tokens=0), t, None, None)
-             for i, t in enumerate((20.0, 50.0, 100.0))]
+    recs += [
+        _at(rec(m, "g6", 4 + i, outcome="not_sent", ttft=None, itl=None, e2e=None, tokens=0), t, None, None)
+        for i, t in enumerate((20.0, 50.0, 100.0))
+    ]
     write_jsonl(tmp_path / "records-g6-w0.jsonl", recs)
     fm = measure_fleets(load_records(tmp_path, m.digest), m.slo.ttft_p95_s, m.slo.itl_p95_s)["g6"]
     assert fm.not_sent == 3 and fm.requests == 6
@@ -44,18 +51,24 @@ def test_window_spans_only_sent_requests_when_the_run_was_cut_short(tmp_path: Pa
 
 
 def test_window_of_a_run_where_nothing_was_sent_is_empty(tmp_path: Path, m: Manifest) -> None:
-    write_jsonl(tmp_path / "records-g6-w0.jsonl",
-                [rec(m, "g6", i, outcome="not_sent", ttft=None, itl=None, e2e=None, tokens=0) for i in range(3)])
+    write_jsonl(
+        tmp_path / "records-g6-w0.jsonl",
+        [rec(m, "g6", i, outcome="not_sent", ttft=None, itl=None, e2e=None, tokens=0) for i in range(3)],
+    )
     fm = measure_fleets(load_records(tmp_path, m.digest), m.slo.ttft_p95_s, m.slo.itl_p95_s)["g6"]
     assert fm.window_start_s is None and fm.window_s == 0.0 and fm.goodput_tok_s is None
 
 
 def test_peak_in_flight_sweep_by_hand(tmp_path: Path, m: Manifest) -> None:
     # in flight [0,4], [1,3], [2,5], [3,6]: 3 at t=2; at t=3 one ends as another starts (still 3, not 4)
-    recs = [_at(rec(m, "inf2", i), s, s, e) for i, (s, e) in enumerate(((0.0, 4.0), (1.0, 2.0), (2.0, 3.0), (3.0, 3.0)))]
+    recs = [
+        _at(rec(m, "inf2", i), s, s, e) for i, (s, e) in enumerate(((0.0, 4.0), (1.0, 2.0), (2.0, 3.0), (3.0, 3.0)))
+    ]
     recs.append(_at(rec(m, "inf2", 4, warmup=True), 2.0, 2.0, 10.0))  # warmup: not counted
     recs.append(_at(rec(m, "inf2", 5, outcome="not_sent", e2e=None), 2.0, None, None))
-    recs.append(_at(rec(m, "inf2", 6, outcome="http_error", ttft=None, itl=None, e2e=None), 2.0, 2.0, None))  # end unknown
+    recs.append(
+        _at(rec(m, "inf2", 6, outcome="http_error", ttft=None, itl=None, e2e=None), 2.0, 2.0, None)
+    )  # end unknown
     # send lag: scheduled 1.5, sent 4.5, last token at 1.5 + 4.0 = 5.5 -> in flight [4.5, 5.5], overlapping [2,5] and [3,6]
     recs.append(_at(rec(m, "inf2", 7), 1.5, 4.5, 4.0))
     write_jsonl(tmp_path / "records-inf2-w0.jsonl", recs)
@@ -104,8 +117,10 @@ def test_unsaturated_fleet_gets_a_blocking_gap_and_no_go(tmp_path: Path, manifes
     assert [g["what"] for g in sat_gaps] == ["saturation.g6"]
     gap = sat_gaps[0]
     assert gap["blocks_go"]
-    assert gap["reason"] == ("g6: per-instance goodput measured below saturation (peak 2 of 4 concurrent sequences): throughput "
-                             "is a lower bound, fleet size an upper bound; raise workload.rate_scale until one instance saturates")
+    assert gap["reason"] == (
+        "g6: per-instance goodput measured below saturation (peak 2 of 4 concurrent sequences): throughput "
+        "is a lower bound, fleet size an upper bound; raise workload.rate_scale until one instance saturates"
+    )
     g6 = r["fleets"]["g6"]
     assert g6["saturated"] is False and g6["peak_in_flight_per_instance"] == 2 and g6["max_concurrency"] == 4
     assert g6["per_instance_goodput_bound"] == "lower_bound"
@@ -127,8 +142,15 @@ def test_saturation_is_per_instance(tmp_path: Path, manifest_data: dict[str, Any
     m = _go_manifest(manifest_data, 4)
     write_jsonl(tmp_path / "r" / "records-inf2-w0.jsonl", _overlapping(m, "inf2", 50, 900, 4))
     write_jsonl(tmp_path / "r" / "records-g6-w0.jsonl", _overlapping(m, "g6", 50, 300, 4))
-    r = build_report(m, tmp_path / "r", quality=PASS, out_dir=tmp_path / "o", instances_measured={"inf2": 2, "g6": 1},
-                     with_sensitivity=False, with_pages=False).model_dump(mode="json")
+    r = build_report(
+        m,
+        tmp_path / "r",
+        quality=PASS,
+        out_dir=tmp_path / "o",
+        instances_measured={"inf2": 2, "g6": 1},
+        with_sensitivity=False,
+        with_pages=False,
+    ).model_dump(mode="json")
     assert r["fleets"]["inf2"]["peak_in_flight_per_instance"] == 2 and not r["fleets"]["inf2"]["saturated"]
     assert [g["what"] for g in r["gaps"] if g["what"].startswith("saturation.")] == ["saturation.inf2"]
     assert r["decision"]["state"] != "go"
@@ -138,41 +160,69 @@ def test_fleet_measured_in_overload_gets_a_blocking_gap(tmp_path: Path, manifest
     m = _go_manifest(manifest_data, 4)
     write_jsonl(tmp_path / "r" / "records-inf2-w0.jsonl", _overlapping(m, "inf2", 100, 900, 4))
     # g6: saturated, but every request waits 5 s for its first token (SLO 2 s): queueing, i.e. overload
-    write_jsonl(tmp_path / "r" / "records-g6-w0.jsonl",
-                [rec(m, "g6", i, tokens=300, e2e=4.0, ttft=5.0) for i in range(100)])
-    r = build_report(m, tmp_path / "r", quality=PASS, out_dir=tmp_path / "o", instances_measured={"inf2": 1, "g6": 1},
-                     with_sensitivity=False, with_pages=False).model_dump(mode="json")
+    write_jsonl(
+        tmp_path / "r" / "records-g6-w0.jsonl", [rec(m, "g6", i, tokens=300, e2e=4.0, ttft=5.0) for i in range(100)]
+    )
+    r = build_report(
+        m,
+        tmp_path / "r",
+        quality=PASS,
+        out_dir=tmp_path / "o",
+        instances_measured={"inf2": 1, "g6": 1},
+        with_sensitivity=False,
+        with_pages=False,
+    ).model_dump(mode="json")
     over = [g for g in r["gaps"] if g["what"].startswith("overload.")]
     assert [g["what"] for g in over] == ["overload.g6"]
     assert over[0]["blocks_go"] and "P95 TTFT 5 s > 2 s" in over[0]["reason"]
     assert r["decision"]["state"] != "go"
 
 
-def test_an_overloaded_candidate_defers_instead_of_rejecting_on_semantics(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+def test_an_overloaded_candidate_defers_instead_of_rejecting_on_semantics(
+    tmp_path: Path, manifest_data: dict[str, Any]
+) -> None:
     # inf2 (the candidate) saturated and overloaded: every answer late, every other request
     # abandoned. The old rule read that as "no successful output tokens; the model or API
     # semantics failed" and an error rate above the ceiling: Reject.
     m = _go_manifest(manifest_data, 4)
-    write_jsonl(tmp_path / "r" / "records-inf2-w0.jsonl",
-                [rec(m, "inf2", i, tokens=300, e2e=4.0, ttft=5.0, outcome="ok" if i % 2 else "timeout") for i in range(100)])
+    write_jsonl(
+        tmp_path / "r" / "records-inf2-w0.jsonl",
+        [rec(m, "inf2", i, tokens=300, e2e=4.0, ttft=5.0, outcome="ok" if i % 2 else "timeout") for i in range(100)],
+    )
     write_jsonl(tmp_path / "r" / "records-g6-w0.jsonl", _overlapping(m, "g6", 100, 300, 4))
-    r = build_report(m, tmp_path / "r", quality=PASS, out_dir=tmp_path / "o", instances_measured={"inf2": 1, "g6": 1},
-                     with_sensitivity=False, with_pages=False).model_dump(mode="json")
+    r = build_report(
+        m,
+        tmp_path / "r",
+        quality=PASS,
+        out_dir=tmp_path / "o",
+        instances_measured={"inf2": 1, "g6": 1},
+        with_sensitivity=False,
+        with_pages=False,
+    ).model_dump(mode="json")
     assert r["fleets"]["inf2"]["saturated"] is True
     assert r["decision"]["state"] == "defer", r["decision"]
     assert not any("semantics" in x or "error rate" in x for x in r["decision"]["reasons"]), r["decision"]["reasons"]
     assert any(g["what"] == "overload.inf2" and g["blocks_go"] for g in r["gaps"])
 
 
-def test_an_instance_of_several_replicas_saturates_at_all_their_slots(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+def test_an_instance_of_several_replicas_saturates_at_all_their_slots(
+    tmp_path: Path, manifest_data: dict[str, Any]
+) -> None:
     # inf2.48xlarge as 3 x TP=8 with max_concurrency 4: one instance runs 12 sequences at once,
     # so 4 in flight on it is a third of its capacity, not saturation.
     manifest_data["fleets"][0].update(instance_type="inf2.48xlarge", tensor_parallel=8, replicas_per_instance=3)
     m = _go_manifest(manifest_data, 4)
     write_jsonl(tmp_path / "r" / "records-inf2-w0.jsonl", _overlapping(m, "inf2", 50, 900, 4))
     write_jsonl(tmp_path / "r" / "records-g6-w0.jsonl", _overlapping(m, "g6", 50, 300, 4))
-    r = build_report(m, tmp_path / "r", quality=PASS, out_dir=tmp_path / "o", instances_measured={"inf2": 1, "g6": 1},
-                     with_sensitivity=False, with_pages=False).model_dump(mode="json")
+    r = build_report(
+        m,
+        tmp_path / "r",
+        quality=PASS,
+        out_dir=tmp_path / "o",
+        instances_measured={"inf2": 1, "g6": 1},
+        with_sensitivity=False,
+        with_pages=False,
+    ).model_dump(mode="json")
     assert r["fleets"]["inf2"]["max_concurrency"] == 12 and not r["fleets"]["inf2"]["saturated"]
     gap = next(g for g in r["gaps"] if g["what"] == "saturation.inf2")
     assert "peak 4 of 12 concurrent sequences" in gap["reason"]

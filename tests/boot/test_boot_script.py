@@ -64,10 +64,27 @@ case "$name" in
     [ "$n" -ge 3 ];;  # the server answers on the third probe
 esac
 """
-STUBBED = ("docker", "aws", "nvidia-smi", "neuron-ls", "modinfo", "mount", "mountpoint", "mkfs.ext4", "blkid", "lsblk",
-           "findmnt", "curl", "gpg", "dpkg", "systemctl", "sha256sum", "sleep", "apt-get")  # fmt: skip
+STUBBED = (
+    "docker",
+    "aws",
+    "nvidia-smi",
+    "neuron-ls",
+    "modinfo",
+    "mount",
+    "mountpoint",
+    "mkfs.ext4",
+    "blkid",
+    "lsblk",
+    "findmnt",
+    "curl",
+    "gpg",
+    "dpkg",
+    "systemctl",
+    "sha256sum",
+    "sleep",
+    "apt-get",
+)
 OS_RELEASE = 'PRETTY_NAME="Ubuntu 24.04.3 LTS"\nVERSION_ID="24.04"\nVERSION_CODENAME=noble\nID=ubuntu\n'
-
 
 
 def _fleet_scripts(manifest: Manifest, weights_s3_uri: str | None = None) -> dict[str, str]:
@@ -118,7 +135,9 @@ def test_every_boot_script_parses_and_passes_shellcheck(example: Manifest, tmp_p
         path.write_text(text, encoding="utf-8")
         syntax = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
         assert syntax.returncode == 0, f"{name}: {syntax.stderr}"
-        lint = subprocess.run([shellcheck, "--shell=bash", "--severity=style", str(path)], capture_output=True, text=True)
+        lint = subprocess.run(
+            [shellcheck, "--shell=bash", "--severity=style", str(path)], capture_output=True, text=True
+        )
         assert lint.returncode == 0, f"{name}:\n{lint.stdout}"
 
 
@@ -131,7 +150,12 @@ def test_shellcheck_gate_is_live(tmp_path: Path) -> None:
 
 
 def _run(
-    script: str, tmp_path: Path, *, neuron_driver: str = "2.26.5.0", nvidia_driver: str = "570.172.08", docker_on_host: bool = True
+    script: str,
+    tmp_path: Path,
+    *,
+    neuron_driver: str = "2.26.5.0",
+    nvidia_driver: str = "570.172.08",
+    docker_on_host: bool = True,
 ) -> tuple[int, list[list[str]], str]:
     sandbox = tmp_path / "root"
     bin_dir = tmp_path / "bin"
@@ -152,12 +176,24 @@ def _run(
     path.write_text(script, encoding="utf-8")
     log = tmp_path / "stub.log"
     env = {
-        "PATH": f"{bin_dir}:/usr/bin:/bin", "STUB_LOG": str(log), "STUB_SEP": SEP, "SANDBOX": str(sandbox),
-        "HOST_NEURON_DRIVER": neuron_driver, "HOST_NVIDIA_DRIVER": nvidia_driver, "FAKE_TOKEN": FAKE_TOKEN,
-        "CW_FPR": CLOUDWATCH_AGENT_KEY_FINGERPRINT, "DOCKER_FPR": DOCKER_KEY_FINGERPRINT, "HOME": str(tmp_path), "STUB_BIN": str(bin_dir),
-    }  # fmt: skip
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "STUB_LOG": str(log),
+        "STUB_SEP": SEP,
+        "SANDBOX": str(sandbox),
+        "HOST_NEURON_DRIVER": neuron_driver,
+        "HOST_NVIDIA_DRIVER": nvidia_driver,
+        "FAKE_TOKEN": FAKE_TOKEN,
+        "CW_FPR": CLOUDWATCH_AGENT_KEY_FINGERPRINT,
+        "DOCKER_FPR": DOCKER_KEY_FINGERPRINT,
+        "HOME": str(tmp_path),
+        "STUB_BIN": str(bin_dir),
+    }
     proc = subprocess.run(["bash", str(path)], env=env, capture_output=True, text=True, timeout=60)
-    calls = [line.replace(str(sandbox), "").split(SEP) for line in log.read_text(encoding="utf-8").splitlines()] if log.exists() else []
+    calls = (
+        [line.replace(str(sandbox), "").split(SEP) for line in log.read_text(encoding="utf-8").splitlines()]
+        if log.exists()
+        else []
+    )
     return proc.returncode, calls, proc.stdout + proc.stderr
 
 
@@ -178,7 +214,9 @@ def test_boot_script_runs_end_to_end_in_a_sandbox(example: Manifest, fleet: str,
     assert names.index("mount") < names.index("docker")
     # CloudWatch agent: the pinned release, its signature verified before dpkg installs it.
     downloads = [c for c in calls if c[0] == "curl" and "-o" in c]
-    assert any(c[-1].endswith(f"/ubuntu/amd64/{CLOUDWATCH_AGENT_VERSION}/amazon-cloudwatch-agent.deb") for c in downloads)
+    assert any(
+        c[-1].endswith(f"/ubuntu/amd64/{CLOUDWATCH_AGENT_VERSION}/amazon-cloudwatch-agent.deb") for c in downloads
+    )
     assert not any("/latest/" in arg for c in downloads for arg in c)
     verify = next(i for i, c in enumerate(calls) if c[0] == "gpg" and "--verify" in c)
     assert verify < names.index("dpkg")
@@ -211,13 +249,28 @@ def test_hub_token_is_read_at_boot_passed_by_name_and_unset(example: Manifest, t
     rc, calls, output = _run(_fleet_scripts(_gated(example))["g6"], tmp_path)
     assert rc == 0, output
     read = [c for c in calls if c[0] == "aws" and "secretsmanager" in c]
-    assert read == [["aws", "secretsmanager", "get-secret-value", "--region", "us-west-2", "--secret-id", TOKEN_ARN,
-                     "--query", "SecretString", "--output", "text"]]  # fmt: skip
+    assert read == [
+        [
+            "aws",
+            "secretsmanager",
+            "get-secret-value",
+            "--region",
+            "us-west-2",
+            "--secret-id",
+            TOKEN_ARN,
+            "--query",
+            "SecretString",
+            "--output",
+            "text",
+        ]
+    ]
     envs = [c[1] for c in calls if c[0] == "docker-env"]
     runs = [c for c in calls if c[0] == "docker" and c[1] in ("run", "pull")]
     download = next(i for i, c in enumerate(runs) if "--rm" in c)
     # Only the download container gets the token, by name (-e HF_TOKEN), never as a value on a command line.
-    assert "HF_TOKEN" in runs[download] and not any(FAKE_TOKEN in arg for c in calls if c[0] != "docker-env" for arg in c)
+    assert "HF_TOKEN" in runs[download] and not any(
+        FAKE_TOKEN in arg for c in calls if c[0] != "docker-env" for arg in c
+    )
     docker_calls = [i for i, c in enumerate(calls) if c[0] == "docker"]
     env_after = {i: envs[n] for n, i in enumerate(docker_calls)}
     download_idx = next(i for i in docker_calls if calls[i][1] == "run" and "--rm" in calls[i])
@@ -227,15 +280,21 @@ def test_hub_token_is_read_at_boot_passed_by_name_and_unset(example: Manifest, t
     assert FAKE_TOKEN not in json.dumps(calls[serving_idx])
 
 
-@pytest.mark.parametrize(("fleet", "kw"), [("inf2", {"neuron_driver": "2.30.2.0"}), ("g6", {"nvidia_driver": "595.58.03"})])
-def test_boot_refuses_a_host_driver_other_than_the_pinned_one(example: Manifest, fleet: str, kw: dict[str, str], tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("fleet", "kw"), [("inf2", {"neuron_driver": "2.30.2.0"}), ("g6", {"nvidia_driver": "595.58.03"})]
+)
+def test_boot_refuses_a_host_driver_other_than_the_pinned_one(
+    example: Manifest, fleet: str, kw: dict[str, str], tmp_path: Path
+) -> None:
     rc, calls, output = _run(_fleet_scripts(example)[fleet], tmp_path, **kw)
     assert rc == 1
     assert "is not the pinned" in output
     assert _docker_runs(calls) == []  # the server never starts on the wrong driver
 
 
-def test_boot_fails_when_the_server_never_gets_healthy(example: Manifest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_boot_fails_when_the_server_never_gets_healthy(
+    example: Manifest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import stacks.fleet_boot
 
     monkeypatch.setattr(stacks.fleet_boot, "HEALTH_WAIT_S", 0)
@@ -261,15 +320,24 @@ def test_boot_installs_the_pinned_docker_when_the_host_has_none(example: Manifes
     names = [c[0] for c in calls]
     pkg = f"5:{DOCKER_VERSION}-1~ubuntu.24.04~noble"  # from the sandbox's /etc/os-release
     install = next(c for c in calls if c[0] == "apt-get" and "install" in c)
-    assert install[-3:] == [f"docker-ce={pkg}", f"docker-ce-cli={pkg}", f"containerd.io={CONTAINERD_VERSION}-1~ubuntu.24.04~noble"]
+    assert install[-3:] == [
+        f"docker-ce={pkg}",
+        f"docker-ce-cli={pkg}",
+        f"containerd.io={CONTAINERD_VERSION}-1~ubuntu.24.04~noble",
+    ]
     # Docker's repository key is fetched and its fingerprint checked before apt reads the repository.
-    key = next(i for i, c in enumerate(calls) if c[0] == "curl" and c[-1] == "https://download.docker.com/linux/ubuntu/gpg")
+    key = next(
+        i for i, c in enumerate(calls) if c[0] == "curl" and c[-1] == "https://download.docker.com/linux/ubuntu/gpg"
+    )
     check = next(i for i, c in enumerate(calls) if c[0] == "gpg" and "--show-keys" in c)
     update = next(i for i, c in enumerate(calls) if c[:2] == ["apt-get", "update"])
     assert key < check < update < calls.index(install)
     sources = (tmp_path / "root" / "etc" / "apt" / "sources.list.d" / "docker.list").read_text(encoding="utf-8")
-    assert sources.strip() == "deb [arch=amd64 signed-by=/etc/apt/keyrings/docker.asc] https://download.docker.com/linux/ubuntu noble stable".replace(
-        "/etc/", f"{tmp_path / 'root'}/etc/"
+    assert (
+        sources.strip()
+        == "deb [arch=amd64 signed-by=/etc/apt/keyrings/docker.asc] https://download.docker.com/linux/ubuntu noble stable".replace(
+            "/etc/", f"{tmp_path / 'root'}/etc/"
+        )
     )
     assert ["systemctl", "enable", "--now", "docker"] in calls
     # ... and then the installed docker pulls and runs the server.
@@ -277,7 +345,9 @@ def test_boot_installs_the_pinned_docker_when_the_host_has_none(example: Manifes
     assert _docker_runs(calls)[-1] == shlex.split(render_docker_run(definition_for(example, example.fleet("inf2"))))[1:]
 
 
-def test_boot_refuses_a_docker_repository_key_with_another_fingerprint(example: Manifest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_boot_refuses_a_docker_repository_key_with_another_fingerprint(
+    example: Manifest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     if shutil.which("docker", path="/usr/bin:/bin"):
         pytest.skip("this machine has docker in /usr/bin or /bin, which the sandbox's PATH keeps")
     import stacks.fleet_boot
@@ -302,11 +372,24 @@ def test_boot_leaves_a_hosts_own_docker_alone(example: Manifest, fleet: str, tmp
 
 # The files of meta-llama/Meta-Llama-3-8B-Instruct at the example's commit (the Hub's file list).
 LLAMA3_8B_INSTRUCT_FILES = (
-    ".gitattributes", "LICENSE", "README.md", "USE_POLICY.md", "config.json", "generation_config.json",
-    "model-00001-of-00004.safetensors", "model-00002-of-00004.safetensors", "model-00003-of-00004.safetensors",
-    "model-00004-of-00004.safetensors", "model.safetensors.index.json", "original/consolidated.00.pth",
-    "original/params.json", "original/tokenizer.model", "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json",
-)  # fmt: skip
+    ".gitattributes",
+    "LICENSE",
+    "README.md",
+    "USE_POLICY.md",
+    "config.json",
+    "generation_config.json",
+    "model-00001-of-00004.safetensors",
+    "model-00002-of-00004.safetensors",
+    "model-00003-of-00004.safetensors",
+    "model-00004-of-00004.safetensors",
+    "model.safetensors.index.json",
+    "original/consolidated.00.pth",
+    "original/params.json",
+    "original/tokenizer.model",
+    "special_tokens_map.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+)
 
 
 def _hub_download_kwargs(calls: list[list[str]]) -> dict[str, object]:
@@ -344,7 +427,12 @@ def test_hub_download_fetches_only_the_pinned_weight_files(example: Manifest, fl
     weights = {f for f in fetched if f.endswith((".safetensors", ".pth", ".bin", ".pt", ".gguf"))}
     assert weights == set(example.model.weight_files)
     assert not any(f.startswith("original/") for f in fetched)
-    assert {"config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json"} <= fetched  # what the server reads
+    assert {
+        "config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "generation_config.json",
+    } <= fetched  # what the server reads
 
 
 def test_s3_staging_syncs_only_the_pinned_weight_files(example: Manifest, tmp_path: Path) -> None:

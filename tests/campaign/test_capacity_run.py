@@ -10,7 +10,15 @@ import pytest
 
 from analysis.capacity import SearchPath, StopRule, Verdict, read_search_path
 from analysis.capacity_search import StepPlan, Stop, next_lifetime
-from campaign.capacity_run import LocalSteps, measure_step, planned_requests, resolve_span, running_miss, search_fleet, settings_from
+from campaign.capacity_run import (
+    LocalSteps,
+    measure_step,
+    planned_requests,
+    resolve_span,
+    running_miss,
+    search_fleet,
+    settings_from,
+)
 from campaign.local import start_emulator
 from campaign.processes import Supervisor
 from campaign.progress import RecordTail
@@ -39,18 +47,25 @@ def test_resolve_span_lengthens_a_step_to_min_requests_and_names_a_short_trace()
 def test_planned_requests_counts_the_arrivals_inside_the_span() -> None:
     offsets = [float(i) for i in range(100)]
     assert planned_requests(StepPlan(2.0, 19.501, "start"), offsets) == 40  # offsets 0..39 arrive before 19.501 s at x2
-    assert planned_requests(StepPlan(0.5, 10.0, "start"), offsets) == 6  # 0..5 (5 / 0.5 = 10 s is inside: an upper bound)
+    assert (
+        planned_requests(StepPlan(0.5, 10.0, "start"), offsets) == 6
+    )  # 0..5 (5 / 0.5 = 10 s is inside: an upper bound)
 
 
-def test_a_running_step_is_a_certain_miss_once_its_records_decide_one(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+def test_a_running_step_is_a_certain_miss_once_its_records_decide_one(
+    tmp_path: Path, manifest_data: dict[str, Any]
+) -> None:
     m = load_manifest(write(tmp_path, manifest_data))  # SLO: TTFT 2 s, ITL 0.12 s, errors 1%
     d = tmp_path / "x1"
     # 72 planned: 3 requests over the TTFT target are allowed (the P95 is the 69th), warmup rows
     # and not-sent rows do not count
     ok = [rec(m, "inf2", i) for i in range(30)]
     slow = [rec(m, "inf2", 100 + i, ttft=2.5) for i in range(3)]
-    ignored = [rec(m, "inf2", 200, ttft=9.0, warmup=True), rec(m, "inf2", 201, ttft=None, itl=None, outcome="not_sent"),
-               rec(m, "inf2", 202, ttft=None, itl=None, outcome="timeout", warmup=True)]
+    ignored = [
+        rec(m, "inf2", 200, ttft=9.0, warmup=True),
+        rec(m, "inf2", 201, ttft=None, itl=None, outcome="not_sent"),
+        rec(m, "inf2", 202, ttft=None, itl=None, outcome="timeout", warmup=True),
+    ]
     write_jsonl(d / "records-inf2-w0.jsonl", ok + slow + ignored)
     tail = RecordTail(d, "inf2", 72)
     assert running_miss(m, tail, 72) is None
@@ -60,7 +75,10 @@ def test_a_running_step_is_a_certain_miss_once_its_records_decide_one(tmp_path: 
     # ITLs count the same way; a torn last line (the writer is mid-flush) waits for the next poll
     e = tmp_path / "x0.7"
     write_jsonl(e / "records-inf2-w0.jsonl", [*ok, *(rec(m, "inf2", 50 + i, itl=0.2) for i in range(4))])
-    assert running_miss(m, RecordTail(e, "inf2", 72), 72) == "4 requests over the ITL target, more than the 3 a P95 of 72 allows"
+    assert (
+        running_miss(m, RecordTail(e, "inf2", 72), 72)
+        == "4 requests over the ITL target, more than the 3 a P95 of 72 allows"
+    )
     f = tmp_path / "x0.5"
     write_jsonl(f / "records-inf2-w0.jsonl", ok)
     with (f / "records-inf2-w0.jsonl").open("a") as fh:
@@ -72,14 +90,19 @@ def test_a_running_step_is_a_certain_miss_once_its_records_decide_one(tmp_path: 
     assert running_miss(m, tail, 72) == "1 errors > 0.01 x 72 planned requests"
 
 
-def test_a_measured_step_carries_the_share_of_sent_requests_that_met_their_slo(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+def test_a_measured_step_carries_the_share_of_sent_requests_that_met_their_slo(
+    tmp_path: Path, manifest_data: dict[str, Any]
+) -> None:
     m = load_manifest(write(tmp_path, manifest_data))
     d = tmp_path / "x1"
     # 10 sent: 6 within the SLO, 2 over the TTFT target, 2 aborted in flight when the step was stopped;
     # 5 never sent (the step stopped first) are not in the share
-    recs = ([rec(m, "inf2", i) for i in range(6)] + [rec(m, "inf2", 10 + i, ttft=4.0) for i in range(2)]
-            + [rec(m, "inf2", 20 + i, ttft=None, itl=None, outcome="connection_error") for i in range(2)]
-            + [rec(m, "inf2", 30 + i, ttft=None, itl=None, outcome="not_sent") for i in range(5)])
+    recs = (
+        [rec(m, "inf2", i) for i in range(6)]
+        + [rec(m, "inf2", 10 + i, ttft=4.0) for i in range(2)]
+        + [rec(m, "inf2", 20 + i, ttft=None, itl=None, outcome="connection_error") for i in range(2)]
+        + [rec(m, "inf2", 30 + i, ttft=None, itl=None, outcome="not_sent") for i in range(5)]
+    )
     write_jsonl(d / "records-inf2-w0.jsonl", recs)
     step = measure_step(m, "inf2", d, "x1", 1.0, "start", 30.0, settings_from(CapacitySearch()))
     assert step.verdict is Verdict.MISSED and step.met_share == pytest.approx(0.6)
@@ -91,7 +114,9 @@ def test_a_measured_step_carries_the_share_of_sent_requests_that_met_their_slo(t
     assert step.verdict is Verdict.MISSED and step.itl_missed and "P95 ITL" in step.detail
 
 
-def test_search_against_an_emulator_sizes_every_step_and_records_its_path(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+def test_search_against_an_emulator_sizes_every_step_and_records_its_path(
+    tmp_path: Path, manifest_data: dict[str, Any]
+) -> None:
     data = small_manifest_data(manifest_data)
     data["loadgen"]["request_timeout_s"] = 10.0
     cfg = {"start_multiplier": 1.0, "tolerance": 0.5, "min_requests": 20, "max_steps": 3, "time_budget_s": 90}
@@ -102,7 +127,16 @@ def test_search_against_an_emulator_sizes_every_step_and_records_its_path(tmp_pa
     lines: list[str] = []
     with Supervisor(tmp_path / "logs") as sup:
         url = start_emulator(sup, path, "g6", tmp_path, [])
-        result = search_fleet(m, "g6", fleet_dir, CapacitySearch(**cfg), 0.5, LocalSteps(m, path, {"g6": url}, {}), threading.Event(), lines.append)
+        result = search_fleet(
+            m,
+            "g6",
+            fleet_dir,
+            CapacitySearch(**cfg),
+            0.5,
+            LocalSteps(m, path, {"g6": url}, {}),
+            threading.Event(),
+            lines.append,
+        )
     assert read_search_path(fleet_dir) == result
     assert isinstance(result, SearchPath) and result.steps and result.stop_detail
     assert lines[-1].startswith(f"capacity search g6: stopped ({result.stop_rule})")
@@ -131,7 +165,9 @@ class _TimedSteps:
         self.spans: list[tuple[str, float, float]] = []
         self.lock = threading.Lock()
 
-    def run(self, fleet: str, plan: StepPlan, step_dir: Path, planned: int, stop: threading.Event) -> tuple[float, str | None]:
+    def run(
+        self, fleet: str, plan: StepPlan, step_dir: Path, planned: int, stop: threading.Event
+    ) -> tuple[float, str | None]:
         import time
 
         t0 = time.monotonic()
@@ -145,7 +181,9 @@ class _TimedSteps:
 
 
 @pytest.mark.parametrize("concurrent", [None, 1])
-def test_fleets_are_measured_side_by_side_or_one_after_another(tmp_path: Path, manifest_data: dict[str, Any], concurrent: int | None) -> None:
+def test_fleets_are_measured_side_by_side_or_one_after_another(
+    tmp_path: Path, manifest_data: dict[str, Any], concurrent: int | None
+) -> None:
     from campaign.capacity_run import run_sweep
     from tests.conftest import write_manifest
 
@@ -153,7 +191,9 @@ def test_fleets_are_measured_side_by_side_or_one_after_another(tmp_path: Path, m
     manifest_data["workload"]["capacity_sweep"] = {"multipliers": [1.0, 2.0], "step_s": 5}
     m = load_manifest(write_manifest(tmp_path, manifest_data))
     runner = _TimedSteps()
-    dirs = run_sweep(m, ["inf2", "g6"], runner, tmp_path / "capacity", threading.Event(), log=lambda _: None, concurrent=concurrent)
+    dirs = run_sweep(
+        m, ["inf2", "g6"], runner, tmp_path / "capacity", threading.Event(), log=lambda _: None, concurrent=concurrent
+    )
     assert set(dirs) == {"x1", "x2"} and len(runner.spans) == 4
     overlaps = sum(a[1] < b[2] and b[1] < a[2] for i, a in enumerate(runner.spans) for b in runner.spans[i + 1 :])
     assert overlaps == (0 if concurrent == 1 else 2)  # side by side: each multiplier's two steps overlap

@@ -32,7 +32,13 @@ def test_help_lists_every_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 # The modules that decide a command's exit code. Every code comes from core/errors.py's table.
-_EXIT_CODE_MODULES = ["campaign/cli.py", "campaign/report_cli.py", "campaign/aws_cli.py", "campaign/cloud_run.py", "campaign/local.py"]
+_EXIT_CODE_MODULES = [
+    "campaign/cli.py",
+    "campaign/report_cli.py",
+    "campaign/aws_cli.py",
+    "campaign/cloud_run.py",
+    "campaign/local.py",
+]
 
 
 _CODE_NAMES = ("code", "rc", "exit_code")
@@ -43,12 +49,21 @@ def _literal_exit_codes(path: Path) -> list[str]:
     for node in ast.walk(ast.parse(path.read_text())):
         value: ast.expr | None = None
         names = [t.id for t in node.targets if isinstance(t, ast.Name)] if isinstance(node, ast.Assign) else []
-        if isinstance(node, ast.Return | ast.Assign) and (isinstance(node, ast.Return) or set(names) & set(_CODE_NAMES)):
+        if isinstance(node, ast.Return | ast.Assign) and (
+            isinstance(node, ast.Return) or set(names) & set(_CODE_NAMES)
+        ):
             value = node.value
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id.endswith("Result") and node.args:
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id.endswith("Result")
+            and node.args
+        ):
             value = node.args[0] if node.func.id == "LocalResult" else node.args[3] if len(node.args) > 3 else None
         elif isinstance(node, ast.Dict) and {getattr(k, "value", None) for k in node.keys} >= {"go", "defer", "reject"}:
-            found += [f"{path.name}:{node.lineno}: decision table" for v in node.values if isinstance(v, ast.Constant)][:1]
+            found += [f"{path.name}:{node.lineno}: decision table" for v in node.values if isinstance(v, ast.Constant)][
+                :1
+            ]
         if isinstance(value, ast.Constant) and type(value.value) is int:
             found.append(f"{path.name}:{node.lineno}: {value.value}")
     return found
@@ -58,7 +73,9 @@ def test_no_command_spells_an_exit_code_as_a_literal() -> None:
     assert [hit for rel in _EXIT_CODE_MODULES for hit in _literal_exit_codes(ROOT / rel)] == []
 
 
-def test_a_failed_source_exits_as_a_failed_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_failed_source_exits_as_a_failed_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """core/errors.py: a source that fails while running exits 1, not 2 (nothing about the input is wrong)."""
 
     def unreachable(*_a: object, **_k: object) -> None:
@@ -66,8 +83,18 @@ def test_a_failed_source_exits_as_a_failed_step(tmp_path: Path, monkeypatch: pyt
 
     monkeypatch.setattr("analysis.report.build_report", unreachable)
     (tmp_path / "rec").mkdir()
-    rc = cli.main(["report", str(EXAMPLE_MANIFEST), "--records", str(tmp_path / "rec"), "--prometheus", "http://127.0.0.1:9",
-                   "--out", str(tmp_path / "out")])  # fmt: skip
+    rc = cli.main(
+        [
+            "report",
+            str(EXAMPLE_MANIFEST),
+            "--records",
+            str(tmp_path / "rec"),
+            "--prometheus",
+            "http://127.0.0.1:9",
+            "--out",
+            str(tmp_path / "out"),
+        ]
+    )
     assert rc == EXIT_FAILED_STEP == SourceUnavailable.exit_code
     assert "report: Prometheus at http://127.0.0.1:9 is unreachable" in capsys.readouterr().err
 
@@ -88,7 +115,9 @@ def _report_args(tmp_path: Path, *extra: str) -> argparse.Namespace:
         (["--run-id", "latest"], "--run-id: run id 'latest' is not of the form"),
     ],
 )
-def test_report_raises_bad_input_for_main_to_print(tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str) -> None:
+def test_report_raises_bad_input_for_main_to_print(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
     """cmd_report raises; it neither prints nor returns 2 itself. main prints it once and exits 2."""
     argv = [a.format(tmp=tmp_path) for a in extra]
     with pytest.raises(CampaignError) as ei:
@@ -118,7 +147,9 @@ def test_every_argument_of_every_command_has_help() -> None:
     for path, p in parsers:
         for action in p._actions:
             if isinstance(action, argparse._SubParsersAction):
-                missing += [f"{path} {c.dest}" for c in action._choices_actions if not (c.help or "").strip()]  # each command's one-liner
+                missing += [
+                    f"{path} {c.dest}" for c in action._choices_actions if not (c.help or "").strip()
+                ]  # each command's one-liner
             elif not (action.help or "").strip() or action.help == argparse.SUPPRESS:
                 missing.append(f"{path} {'/'.join(action.option_strings) or action.dest}")
     assert missing == []
@@ -130,9 +161,19 @@ HEAVY = ("duckdb", "boto3", "locust", "aws_cdk")  # each takes a noticeable part
 @pytest.mark.parametrize("argv", [["--help"], ["report", "--help"], ["deploy", "--help"], ["local", "--help"]])
 def test_help_imports_none_of_the_heavy_packages(argv: list[str]) -> None:
     """`python -m campaign --help` as the user runs it; -X importtime lists every module it loaded."""
-    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "campaign", *argv], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "campaign", *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0 and r.stdout.startswith("usage: "), r.stdout + r.stderr
-    loaded = {line.rsplit("|", 1)[1].strip() for line in r.stderr.splitlines() if line.startswith("import time:") and "|" in line}
+    loaded = {
+        line.rsplit("|", 1)[1].strip()
+        for line in r.stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
     assert "campaign.cli" in loaded  # the listing is there to be read
     assert sorted(m for m in loaded if m.split(".")[0] in HEAVY) == []
 
@@ -148,25 +189,36 @@ def _bad_trace_manifest(tmp_path: Path, manifest_data: dict[str, Any]) -> tuple[
 
 def _every_bad_row_listed(stderr: str, trace: Path) -> None:
     lines = stderr.splitlines()
-    assert [f"{trace}:{line}: {field}: {reason}" for line, field, reason in BAD_ROWS_FOUND] == [ln for ln in lines if ln.startswith(f"{trace}:")]
+    assert [f"{trace}:{line}: {field}: {reason}" for line, field, reason in BAD_ROWS_FOUND] == [
+        ln for ln in lines if ln.startswith(f"{trace}:")
+    ]
 
 
-def test_validate_from_outside_the_repository_lists_every_bad_trace_row(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+def test_validate_from_outside_the_repository_lists_every_bad_trace_row(
+    tmp_path: Path, manifest_data: dict[str, Any]
+) -> None:
     """The installed command (`make install` puts it in .venv), run from a directory that is not the checkout."""
     script = Path(sys.executable).parent / cli.CONSOLE_SCRIPT
-    assert script.is_file(), f"no {script}: `make install` installs the project (editable) into .venv, its console script with it"
+    assert script.is_file(), (
+        f"no {script}: `make install` installs the project (editable) into .venv, its console script with it"
+    )
     manifest, trace = _bad_trace_manifest(tmp_path, manifest_data)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    r = subprocess.run([str(script), "validate", str(manifest)], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [str(script), "validate", str(manifest)], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == EXIT_BAD_INPUT and r.stdout == "", r.stdout + r.stderr
     assert f"invalid trace {trace}: 5 problem(s) on 5 line(s):" in r.stderr and "Traceback" not in r.stderr
     _every_bad_row_listed(r.stderr, trace)
 
 
 def test_local_stops_on_a_bad_trace_row_before_anything_starts(
-    tmp_path: Path, manifest_data: dict[str, Any], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    manifest_data: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     def started(*_a: object, **_k: object) -> None:
         raise AssertionError("run_local started the campaign on a trace with bad rows")
@@ -180,13 +232,19 @@ def test_local_stops_on_a_bad_trace_row_before_anything_starts(
 
 @pytest.mark.parametrize("command", ["deploy", "run"])
 def test_deploy_and_run_stop_on_a_bad_trace_row_before_any_aws_call(
-    tmp_path: Path, manifest_data: dict[str, Any], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], command: str,
+    tmp_path: Path,
+    manifest_data: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    command: str,
 ) -> None:
     def no_aws(*_a: object, **_k: object) -> None:
         raise AssertionError(f"{command} reached AWS with a trace with bad rows")
 
     monkeypatch.setattr("campaign.aws_cli.aws_session", no_aws)
-    monkeypatch.setattr("campaign.cloud_checks.cloud_issues", lambda *_a, **_k: [])  # the example's illustrative hashes aside
+    monkeypatch.setattr(
+        "campaign.cloud_checks.cloud_issues", lambda *_a, **_k: []
+    )  # the example's illustrative hashes aside
     manifest, trace = _bad_trace_manifest(tmp_path, manifest_data)
     assert cli.main([command, str(manifest)]) == EXIT_BAD_INPUT
     _every_bad_row_listed(capsys.readouterr().err, trace)

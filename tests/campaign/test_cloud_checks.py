@@ -29,8 +29,11 @@ def test_the_example_is_refused_for_cloud_naming_every_field(manifest_data: dict
     paths = [i.path for i in cloud_issues(manifest_from_data(manifest_data))]
     assert paths == [
         *(f"model.weight_files.model-0000{n}-of-00004.safetensors" for n in range(1, 5)),
-        "fleets[0].serving.image", "fleets[1].serving.image", "model.hub_token_secret_arn", "operator.cidr",
-    ]  # fmt: skip
+        "fleets[0].serving.image",
+        "fleets[1].serving.image",
+        "model.hub_token_secret_arn",
+        "operator.cidr",
+    ]
 
 
 def test_a_filled_manifest_passes_and_s3_weights_need_no_token(manifest_data: dict[str, Any]) -> None:
@@ -49,18 +52,26 @@ def test_every_made_up_value_in_the_example_manifests_is_registered() -> None:
     for path in sorted((ROOT / "manifests").glob("*.yaml")):
         m = load_manifest(path, check_files=False)
         digests = {f.serving.image.rsplit("@sha256:", 1)[1] for f in m.fleets}
-        assert digests <= ILLUSTRATIVE_VALUES, f"{path.name}: unregistered image digest {sorted(digests - ILLUSTRATIVE_VALUES)}"
+        assert digests <= ILLUSTRATIVE_VALUES, (
+            f"{path.name}: unregistered image digest {sorted(digests - ILLUSTRATIVE_VALUES)}"
+        )
         hashes = set(m.model.weight_files.values())
         if path.name.startswith("llama3-8b-"):
-            assert hashes <= ILLUSTRATIVE_VALUES, f"{path.name}: unregistered weight hash {sorted(hashes - ILLUSTRATIVE_VALUES)}"
+            assert hashes <= ILLUSTRATIVE_VALUES, (
+                f"{path.name}: unregistered weight hash {sorted(hashes - ILLUSTRATIVE_VALUES)}"
+            )
         else:
             assert not hashes & ILLUSTRATIVE_VALUES, f"{path.name}: a real checkpoint hash is listed as illustrative"
 
 
 def test_cli_validate_local_accepts_the_example_and_cloud_refuses_it(example_manifest_path: Path) -> None:
     def run(*extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "campaign", "validate", str(example_manifest_path), *extra],
-                              capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+        return subprocess.run(
+            [sys.executable, "-m", "campaign", "validate", str(example_manifest_path), *extra],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
 
     local = run()
     assert local.returncode == 0 and "checked for a local campaign" in local.stdout
@@ -72,14 +83,33 @@ def test_cli_validate_local_accepts_the_example_and_cloud_refuses_it(example_man
 
 def test_deploy_refuses_the_example_before_touching_aws(example_manifest_path: Path) -> None:
     # No credentials, no npx needed: the refusal comes first, with the same field lines.
-    out = subprocess.run([sys.executable, "-m", "campaign", "deploy", str(example_manifest_path), "--yes"],
-                         capture_output=True, text=True, cwd=ROOT, env={"PATH": "/usr/bin:/bin"})  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "campaign", "deploy", str(example_manifest_path), "--yes"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={"PATH": "/usr/bin:/bin"},
+    )
     assert out.returncode == 2, out.stderr
     assert "model.weight_files.model-00001-of-00004.safetensors: illustrative hash" in out.stderr
 
 
 def test_cli_cloud_validation_with_weights_from_s3_drops_only_the_token_issue(example_manifest_path: Path) -> None:
-    out = subprocess.run([sys.executable, "-m", "campaign", "validate", str(example_manifest_path), "--for", "cloud",
-                          "--weights-s3-uri", "s3://bucket/llama"], capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "campaign",
+            "validate",
+            str(example_manifest_path),
+            "--for",
+            "cloud",
+            "--weights-s3-uri",
+            "s3://bucket/llama",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert out.returncode == 2
     assert "hub_token_secret_arn" not in out.stderr and "model.weight_files" in out.stderr

@@ -29,7 +29,9 @@ class _Session:
 
 
 def _stubbed(values: dict[str, float | None]) -> tuple[Any, Stubber]:
-    client = boto3.session.Session(region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x").client("service-quotas")
+    client = boto3.session.Session(region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x").client(
+        "service-quotas"
+    )
     stub = Stubber(client)
     for code, value in values.items():
         params = {"ServiceCode": CODES[code], "QuotaCode": code}
@@ -56,15 +58,23 @@ def test_deploy_refuses_a_short_quota_with_the_numbers_before_cdk_runs(monkeypat
     with pytest.raises(aws.QuotaTooLow) as err:
         aws.deploy(Path(EXAMPLE_MANIFEST), session=_Session(client))
     text = str(err.value)
-    assert "Running On-Demand Inf instances (ec2 L-1945791B): the manifest needs 48 vCPU" in text and "quota in us-east-1 is 32" in text
-    assert "Fargate On-Demand vCPU resource count (fargate L-3032A538): the manifest needs 7 vCPU" in text and "is 0" in text
+    assert (
+        "Running On-Demand Inf instances (ec2 L-1945791B): the manifest needs 48 vCPU" in text
+        and "quota in us-east-1 is 32" in text
+    )
+    assert (
+        "Fargate On-Demand vCPU resource count (fargate L-3032A538): the manifest needs 7 vCPU" in text
+        and "is 0" in text
+    )
     assert "L-DB2E81BA" not in text  # 64 >= 32: that one fits
     assert err.value.exit_code == 1
     assert ran == []  # cdk deploy never ran: no spend
     stub.assert_no_pending_responses()
 
 
-def test_deploy_goes_on_when_every_quota_fits(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_deploy_goes_on_when_every_quota_fits(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     ran: list[Any] = []
     monkeypatch.setattr(aws.subprocess, "call", lambda *a, **k: ran.append(a) or 0)
     monkeypatch.setattr(aws.shutil, "which", lambda _: "/usr/bin/npx")

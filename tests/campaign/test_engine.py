@@ -34,7 +34,9 @@ def _manifest(tmp_path: Path, checkpoint: Path, **model: Any) -> Path:
 
 def test_a_checkpoint_with_other_weights_is_refused_naming_the_field(tmp_path: Path, checkpoint: Path) -> None:
     m = load_manifest(_manifest(tmp_path, checkpoint, weight_files={"model.safetensors": "0" * 64}))
-    with pytest.raises(engines.EngineUnavailable, match=r"model\.weight_files\.model\.safetensors: sha256 .* does not match"):
+    with pytest.raises(
+        engines.EngineUnavailable, match=r"model\.weight_files\.model\.safetensors: sha256 .* does not match"
+    ):
         engines.checkpoint_dir(m)
 
 
@@ -70,4 +72,6 @@ def test_the_engine_serves_the_manifest_model_name_with_the_fleet_limits(tmp_pat
     assert (pairs["--host"], pairs["--port"]) == ("127.0.0.1", "1234")
     assert (pairs["--max-model-len"], pairs["--max-num-seqs"]) == (str(f.max_model_len), str(f.max_concurrency))
     env = engines.vllm_env(engines.EngineSettings(threads_bind="1"))
-    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "1" and env["VLLM_NO_USAGE_STATS"] == "1" and env["HF_HUB_OFFLINE"] == "1"
+    assert (
+        env["VLLM_CPU_OMP_THREADS_BIND"] == "1" and env["VLLM_NO_USAGE_STATS"] == "1" and env["HF_HUB_OFFLINE"] == "1"
+    )

@@ -33,15 +33,25 @@ def test_every_project_error_derives_from_the_root() -> None:
                 if not isinstance(node, ast.ClassDef):
                     continue
                 bases = {b.id for b in node.bases if isinstance(b, ast.Name)}
-                if bases & _BUILTIN_ERRORS and "CampaignError" not in bases and node.name != "CampaignError" and _INTERNAL.get(rel) != node.name:
+                if (
+                    bases & _BUILTIN_ERRORS
+                    and "CampaignError" not in bases
+                    and node.name != "CampaignError"
+                    and _INTERNAL.get(rel) != node.name
+                ):
                     stray.append(f"{rel}: {node.name}{sorted(bases)}")
     assert stray == []
 
 
-@pytest.mark.parametrize(("exc", "code"), [(EmptyWindow("no records under x"), EXIT_BAD_INPUT),
-                                           (ProcessFailed("emulator-g6 exited 1"), EXIT_FAILED_STEP)])
+@pytest.mark.parametrize(
+    ("exc", "code"),
+    [(EmptyWindow("no records under x"), EXIT_BAD_INPUT), (ProcessFailed("emulator-g6 exited 1"), EXIT_FAILED_STEP)],
+)
 def test_main_prints_a_project_error_and_exits_with_its_code(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], exc: CampaignError, code: int,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    exc: CampaignError,
+    code: int,
 ) -> None:
     def boom(*_a: object, **_k: object) -> None:
         raise exc
@@ -56,6 +66,9 @@ def test_main_prints_a_project_error_and_exits_with_its_code(
 def test_report_on_an_empty_records_directory_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "rec").mkdir()
     manifest = ROOT / "manifests" / "llama3-8b-inf2-vs-g6.yaml"
-    assert cli.main(["report", str(manifest), "--records", str(tmp_path / "rec"), "--out", str(tmp_path / "out")]) == EXIT_BAD_INPUT
+    assert (
+        cli.main(["report", str(manifest), "--records", str(tmp_path / "rec"), "--out", str(tmp_path / "out")])
+        == EXIT_BAD_INPUT
+    )
     assert "the campaign window is empty" in capsys.readouterr().err
     assert not (tmp_path / "out" / "report.json").exists()

@@ -21,30 +21,46 @@ def _issues(tmp_path: Path, data: dict[str, Any]) -> list[str]:
 def test_the_inf1_driver_line_is_refused_for_sdk_2_28(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
     manifest_data["fleets"][0]["serving"]["driver_version"] = "2.24"
     issues = _issues(tmp_path, manifest_data)
-    assert any(i.startswith("fleets[0].serving.driver_version: 2.24 is not the driver Neuron SDK 2.28.0 ships (2.26.5.0)") for i in issues), issues
+    assert any(
+        i.startswith("fleets[0].serving.driver_version: 2.24 is not the driver Neuron SDK 2.28.0 ships (2.26.5.0)")
+        for i in issues
+    ), issues
 
 
 @pytest.mark.parametrize("driver", ["2.26", "2.26.5", "2.26.5.0"])
 def test_a_prefix_of_the_shipped_driver_is_accepted(driver: str) -> None:
-    image = "public.ecr.aws/neuron/pytorch-inference-vllm-neuronx:0.13.0-neuronx-py312-sdk2.28.0-ubuntu24.04@sha256:" + "a" * 64
+    image = (
+        "public.ecr.aws/neuron/pytorch-inference-vllm-neuronx:0.13.0-neuronx-py312-sdk2.28.0-ubuntu24.04@sha256:"
+        + "a" * 64
+    )
     assert catalog.host_stack_issues("aws-neuron", "2.28.0", driver, image) == []
 
 
 def test_a_neuron_image_of_another_sdk_release_is_refused(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
     manifest_data["fleets"][0]["serving"]["image"] = (
-        "public.ecr.aws/neuron/pytorch-inference-vllm-neuronx:0.9.1-neuronx-py310-sdk2.25.1-ubuntu22.04@sha256:" + "b" * 64
+        "public.ecr.aws/neuron/pytorch-inference-vllm-neuronx:0.9.1-neuronx-py310-sdk2.25.1-ubuntu22.04@sha256:"
+        + "b" * 64
     )
     issues = _issues(tmp_path, manifest_data)
-    assert any(i.startswith("fleets[0].serving.image: tag '0.9.1-neuronx-py310-sdk2.25.1-ubuntu22.04' is not an SDK 2.28.0 image") for i in issues)
+    assert any(
+        i.startswith(
+            "fleets[0].serving.image: tag '0.9.1-neuronx-py310-sdk2.25.1-ubuntu22.04' is not an SDK 2.28.0 image"
+        )
+        for i in issues
+    )
 
 
 def test_an_sdk_without_a_row_is_refused_by_name(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
     manifest_data["fleets"][0]["serving"]["sdk_version"] = "2.31.0"
     issues = _issues(tmp_path, manifest_data)
-    assert any(i.startswith("fleets[0].serving.sdk_version: no compatibility row for aws-neuron SDK '2.31.0'") for i in issues), issues
+    assert any(
+        i.startswith("fleets[0].serving.sdk_version: no compatibility row for aws-neuron SDK '2.31.0'") for i in issues
+    ), issues
 
 
-@pytest.mark.parametrize(("driver", "ok"), [("570.26", True), ("570.172", True), ("575", True), ("565.57.01", False), ("570", False)])
+@pytest.mark.parametrize(
+    ("driver", "ok"), [("570.26", True), ("570.172", True), ("575", True), ("565.57.01", False), ("570", False)]
+)
 def test_cuda_12_8_needs_driver_570_26_or_newer(driver: str, ok: bool) -> None:
     issues = catalog.host_stack_issues("nvidia", "12.8", driver, "vllm/vllm-openai@sha256:" + "c" * 64)
     assert (issues == []) is ok, issues

@@ -51,7 +51,10 @@ def test_local_campaign_writes_a_report_with_both_fleets(tmp_path: Path, manifes
     out = tmp_path / "run"
     r = subprocess.run(
         [sys.executable, "-m", "campaign", "local", str(manifest), "--duration", "15", "--out", str(out)],
-        capture_output=True, text=True, cwd=ROOT, timeout=280,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=280,
     )
     report = json.loads((out / "report.json").read_text())
     assert r.returncode == EXIT_BY_STATE[report["decision"]["state"]], r.stdout[-3000:] + r.stderr[-3000:]
@@ -80,7 +83,10 @@ def test_ctrl_c_stops_every_process_and_keeps_records(tmp_path: Path, manifest_d
     out = tmp_path / "run"
     proc = subprocess.Popen(
         [sys.executable, "-m", "campaign", "local", str(manifest), "--out", str(out), "--skip-capacity"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
         # A shell without job control starts background commands with SIGINT ignored, and a child
         # inherits that (Python then installs no KeyboardInterrupt handler): `make test &` lost
         # this test its Ctrl-C. The terminal's default disposition, whoever launched pytest.
@@ -125,4 +131,8 @@ def test_cpu_engines_and_their_load_generators_never_share_a_core() -> None:
     for plan in (wide, two, three):
         assert all(plan.engine_core[f] not in plan.client_cpus[f] for f in plan.engine_core)
     one = core_plan(["inf2", "g6"], 1)  # fewer cores than engines: nothing pinned, one at a time
-    assert one.concurrent == 1 and one.engine_core == {"inf2": None, "g6": None} and one.client_cpus == {"inf2": set(), "g6": set()}
+    assert (
+        one.concurrent == 1
+        and one.engine_core == {"inf2": None, "g6": None}
+        and one.client_cpus == {"inf2": set(), "g6": set()}
+    )

@@ -23,7 +23,10 @@ def test_failing_quality_gate_writes_a_reject_report(tmp_path: Path, manifest_da
     out = tmp_path / "run"
     r = subprocess.run(
         [sys.executable, "-m", "campaign", "local", str(path), "--out", str(out)],
-        capture_output=True, text=True, cwd=ROOT, timeout=180,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=180,
     )
     assert "Traceback" not in r.stderr, r.stderr[-3000:]
     assert r.returncode == EXIT_BY_STATE["reject"], r.stdout[-2000:] + r.stderr[-2000:]

@@ -48,7 +48,9 @@ def test_digest_changes_with_content(tmp_path: Path, manifest_data: dict[str, An
     assert a.digest != b.digest
 
 
-def test_indifference_margin_defaults_to_zero_and_leaves_the_digest_as_it_was(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+def test_indifference_margin_defaults_to_zero_and_leaves_the_digest_as_it_was(
+    tmp_path: Path, manifest_data: dict[str, Any]
+) -> None:
     a = load_manifest(write_manifest(tmp_path, manifest_data, "a.yaml"))
     assert a.indifference_margin.usd(10_000.0) == 0.0
     manifest_data["indifference_margin"] = {"usd_per_month": 0}
@@ -65,13 +67,21 @@ def test_indifference_margin_defaults_to_zero_and_leaves_the_digest_as_it_was(tm
 @pytest.mark.parametrize(
     ("margin", "expected"),
     [
-        ({"usd_per_month": 100, "percent_of_baseline": 5}, "indifference_margin: give usd_per_month or percent_of_baseline, not both"),
+        (
+            {"usd_per_month": 100, "percent_of_baseline": 5},
+            "indifference_margin: give usd_per_month or percent_of_baseline, not both",
+        ),
         ({"usd_per_month": -1}, "indifference_margin.usd_per_month: Input should be greater than or equal to 0"),
-        ({"percent_of_baseline": 120}, "indifference_margin.percent_of_baseline: Input should be less than or equal to 100"),
+        (
+            {"percent_of_baseline": 120},
+            "indifference_margin.percent_of_baseline: Input should be less than or equal to 100",
+        ),
         ({"usd": 100}, "indifference_margin.usd: unknown field (typo?)"),
     ],
 )
-def test_a_bad_indifference_margin_names_the_field(tmp_path: Path, manifest_data: dict[str, Any], margin: dict[str, Any], expected: str) -> None:
+def test_a_bad_indifference_margin_names_the_field(
+    tmp_path: Path, manifest_data: dict[str, Any], margin: dict[str, Any], expected: str
+) -> None:
     manifest_data["indifference_margin"] = margin
     assert expected in _issues(tmp_path, manifest_data)
 
@@ -86,7 +96,9 @@ def test_tp_degree_3_on_inf2(tmp_path: Path, manifest_data: dict[str, Any]) -> N
     manifest_data["fleets"][0]["instance_type"] = "inf2.24xlarge"
     manifest_data["fleets"][0]["tensor_parallel"] = 3
     issues = _issues(tmp_path, manifest_data)
-    assert any(i.startswith("fleets[0].tensor_parallel: degree 3 not supported") and "{1, 2, 4, 8, 24}" in i for i in issues)
+    assert any(
+        i.startswith("fleets[0].tensor_parallel: degree 3 not supported") and "{1, 2, 4, 8, 24}" in i for i in issues
+    )
 
 
 def test_tp_beyond_cores_of_instance(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
@@ -101,12 +113,17 @@ def test_tp_not_dividing_heads(tmp_path: Path, manifest_data: dict[str, Any]) ->
     manifest_data["fleets"][0]["instance_type"] = "inf2.48xlarge"
     manifest_data["fleets"][0]["tensor_parallel"] = 8
     issues = _issues(tmp_path, manifest_data)
-    assert any(i.startswith("fleets[0].tensor_parallel: degree 8 does not divide the model's 30 attention heads") for i in issues)
+    assert any(
+        i.startswith("fleets[0].tensor_parallel: degree 8 does not divide the model's 30 attention heads")
+        for i in issues
+    )
 
 
 def test_model_that_does_not_fit(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
     # 13B BF16: 24.2 GiB of weights cannot fit the 22 GiB an L4 shows on g6.xlarge.
-    manifest_data["model"].update(params_b=13.0, layers=40, hidden_size=5120, attention_heads=40, kv_heads=40, head_dim=128)
+    manifest_data["model"].update(
+        params_b=13.0, layers=40, hidden_size=5120, attention_heads=40, kv_heads=40, head_dim=128
+    )
     for f in manifest_data["fleets"]:
         f["max_concurrency"] = 1
     issues = _issues(tmp_path, manifest_data)
@@ -187,14 +204,20 @@ def test_world_open_operator_cidr(tmp_path: Path, manifest_data: dict[str, Any])
 
 
 @pytest.mark.parametrize("cidr", ["0.0.0.0/1", "128.0.0.0/1", "10.0.0.0/8", "198.18.0.0/15", "2001:db8::/32", "::/1"])
-def test_operator_cidr_wider_than_the_minimum_prefix_is_refused(tmp_path: Path, manifest_data: dict[str, Any], cidr: str) -> None:
+def test_operator_cidr_wider_than_the_minimum_prefix_is_refused(
+    tmp_path: Path, manifest_data: dict[str, Any], cidr: str
+) -> None:
     manifest_data["operator"]["cidr"] = cidr
     issues = [i for i in _issues(tmp_path, manifest_data) if i.startswith("operator.cidr:")]
     assert issues and "prefix" in issues[0] and cidr in issues[0], issues
 
 
-@pytest.mark.parametrize("cidr", ["203.0.113.0/24", "198.51.100.7/32", "172.16.0.0/16", "2001:db8:1::/48", "2001:db8::1/128"])
-def test_operator_cidr_at_or_under_the_minimum_prefix_is_accepted(tmp_path: Path, manifest_data: dict[str, Any], cidr: str) -> None:
+@pytest.mark.parametrize(
+    "cidr", ["203.0.113.0/24", "198.51.100.7/32", "172.16.0.0/16", "2001:db8:1::/48", "2001:db8::1/128"]
+)
+def test_operator_cidr_at_or_under_the_minimum_prefix_is_accepted(
+    tmp_path: Path, manifest_data: dict[str, Any], cidr: str
+) -> None:
     manifest_data["operator"]["cidr"] = cidr
     assert load_manifest(write_manifest(tmp_path, manifest_data)).operator.cidr == cidr
 
@@ -213,7 +236,9 @@ def test_every_issue_reported_at_once(tmp_path: Path, manifest_data: dict[str, A
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "campaign", *args], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "campaign", *args], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
 
 
 def test_cli_validate_ok(example_manifest_path: Path) -> None:
@@ -242,11 +267,15 @@ def test_cli_validate_missing_file(tmp_path: Path) -> None:
 def test_hub_token_must_be_a_full_secret_arn(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
     manifest_data["model"]["hub_token_secret_arn"] = "arn:aws:secretsmanager:us-east-1:123456789012:secret:hf-token"
     assert any(i.startswith("model.hub_token_secret_arn:") for i in _issues(tmp_path, manifest_data))
-    manifest_data["model"]["hub_token_secret_arn"] = "arn:aws:secretsmanager:us-east-1:123456789012:secret:hf-token-AbCdEf"
+    manifest_data["model"]["hub_token_secret_arn"] = (
+        "arn:aws:secretsmanager:us-east-1:123456789012:secret:hf-token-AbCdEf"
+    )
     assert load_manifest(write_manifest(tmp_path, manifest_data)).model.hub_token_secret_arn
 
 
-def test_replicas_per_instance_defaults_to_one_and_fits_the_instance(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+def test_replicas_per_instance_defaults_to_one_and_fits_the_instance(
+    tmp_path: Path, manifest_data: dict[str, Any]
+) -> None:
     assert all(f.replicas_per_instance == 1 for f in load_manifest(write_manifest(tmp_path, manifest_data)).fleets)
     fleet = manifest_data["fleets"][0]
     fleet.update(instance_type="inf2.48xlarge", tensor_parallel=8, replicas_per_instance=3)  # 24 NeuronCores: fits
@@ -254,7 +283,10 @@ def test_replicas_per_instance_defaults_to_one_and_fits_the_instance(tmp_path: P
     assert m.fleets[0].sequences_per_instance == 3 * m.fleets[0].max_concurrency
     fleet["replicas_per_instance"] = 4
     issues = _issues(tmp_path, manifest_data)
-    assert "fleets[0].replicas_per_instance: 4 replicas x tensor_parallel 8 need 32 NeuronCores; inf2.48xlarge has 24" in issues
+    assert (
+        "fleets[0].replicas_per_instance: 4 replicas x tensor_parallel 8 need 32 NeuronCores; inf2.48xlarge has 24"
+        in issues
+    )
     fleet["replicas_per_instance"] = 0
     assert any(i.startswith("fleets[0].replicas_per_instance") for i in _issues(tmp_path, manifest_data))
 
@@ -291,7 +323,9 @@ def test_prefix_caching_is_validated_with_its_path(tmp_path: Path, manifest_data
     assert any(i.startswith("fleets[1].serving.prefix_caching: tgi") for i in issues), issues
 
 
-def test_measure_instances_defaults_to_asg_desired_and_is_bounded_by_asg_max(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+def test_measure_instances_defaults_to_asg_desired_and_is_bounded_by_asg_max(
+    tmp_path: Path, manifest_data: dict[str, Any]
+) -> None:
     for fleet in manifest_data["fleets"]:
         fleet.pop("measure_instances", None)
     fleet = manifest_data["fleets"][1]

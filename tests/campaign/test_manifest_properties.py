@@ -18,8 +18,13 @@ BASE: dict[str, Any] = yaml.safe_load(EXAMPLE_MANIFEST.read_text())
 BASE["workload"]["trace"]["path"] = str(ROOT / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv")
 
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(allow_nan=True), st.text(max_size=12),
-    st.lists(st.integers(-3, 3), max_size=3), st.dictionaries(st.text(max_size=4), st.integers(), max_size=2),
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**6), 10**6),
+    st.floats(allow_nan=True),
+    st.text(max_size=12),
+    st.lists(st.integers(-3, 3), max_size=3),
+    st.dictionaries(st.text(max_size=4), st.integers(), max_size=2),
 )
 
 
@@ -39,7 +44,9 @@ PATHS = _paths(BASE)
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(path=st.sampled_from(PATHS), value=scalars, delete=st.booleans())
-def test_any_single_mutation_loads_or_names_the_field(tmp_path: Path, path: tuple[Any, ...], value: Any, delete: bool) -> None:
+def test_any_single_mutation_loads_or_names_the_field(
+    tmp_path: Path, path: tuple[Any, ...], value: Any, delete: bool
+) -> None:
     data = copy.deepcopy(BASE)
     parent = data
     for key in path[:-1]:

@@ -31,7 +31,9 @@ def test_roofline_decode_ceiling_matches_seed(manifest_data: dict[str, Any]) -> 
     # the seed's 58.5 read the figure as 820 GB/s. L4: 300 GB/s, 21.4 tok/s.
     assert by["inf2"].decode_ceiling_tok_s == pytest.approx(820 * 2**30 / 14e9, rel=1e-3)
     assert by["g6"].decode_ceiling_tok_s == pytest.approx(300 / 14, rel=1e-3)
-    assert by["inf2"].decode_ceiling_tok_s / by["g6"].decode_ceiling_tok_s == pytest.approx(820 * 2**30 / 1e9 / 300, rel=1e-6)
+    assert by["inf2"].decode_ceiling_tok_s / by["g6"].decode_ceiling_tok_s == pytest.approx(
+        820 * 2**30 / 1e9 / 300, rel=1e-6
+    )
 
 
 def test_efficiency_scales_expected_decode(manifest_data: dict[str, Any]) -> None:
@@ -69,7 +71,10 @@ def test_calibration_and_numbers_together_is_an_error(manifest_data: dict[str, A
     assert any(i.path == "fleets[0].efficiency.calibration" and "no-such-group" in i.reason for i in issues)
     manifest_data["fleets"][0]["efficiency"] = {"calibration": "nvidia-vllm"}  # fleet 0 is Inferentia2
     issues = semantic_issues(manifest_from_data(manifest_data), check_files=False)
-    assert any(i.path == "fleets[0].efficiency.calibration" and "aws-neuron" not in i.reason and "nvidia" in i.reason for i in issues)
+    assert any(
+        i.path == "fleets[0].efficiency.calibration" and "aws-neuron" not in i.reason and "nvidia" in i.reason
+        for i in issues
+    )
 
 
 def test_batching_raises_throughput_but_not_linearly(manifest_data: dict[str, Any]) -> None:
@@ -125,7 +130,10 @@ def test_bad_snapshot_row_names_the_line(tmp_path: Path) -> None:
 def test_cli_plan_json(example_manifest_path: Path) -> None:
     r = subprocess.run(
         [sys.executable, "-m", "campaign", "plan", str(example_manifest_path), "--json"],
-        capture_output=True, text=True, cwd=ROOT, timeout=60,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
     )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
@@ -136,7 +144,10 @@ def test_cli_plan_json(example_manifest_path: Path) -> None:
     assert fleets["g6"]["decode_ceiling_tok_s"] == pytest.approx(300e9 / (8.03e9 * 2), rel=1e-6)
     # the campaign in simulated time: its minutes, cost and decision, each the sum of its parts
     pred = out["prediction"]
-    assert out["predicted_decision"] in ("go", "defer", "reject") and out["predicted_decision"] == pred["predicted_decision"]
+    assert (
+        out["predicted_decision"] in ("go", "defer", "reject")
+        and out["predicted_decision"] == pred["predicted_decision"]
+    )
     assert out["campaign_minutes"] == pytest.approx(sum(pred["minutes"].values()), abs=0.1)
     assert out["campaign_usd"] == pytest.approx(sum(pred["usd"].values()), abs=0.01)
     assert pred["minutes"]["ready_at_most"] == 75  # the Neuron fleet's health-check grace bounds the wait
@@ -144,7 +155,9 @@ def test_cli_plan_json(example_manifest_path: Path) -> None:
         f = pred["fleets"][name]
         assert f["search_steps"] >= 2 and f["search_minutes"] > 0 and f["capacity_tok_s"] > 0
         assert "out of sample" in f["error_band"]  # the emulator's calibration error beside its prediction
-    assert pred["minutes"]["capacity_searches"] == pytest.approx(max(f["search_minutes"] for f in pred["fleets"].values()), abs=0.1)
+    assert pred["minutes"]["capacity_searches"] == pytest.approx(
+        max(f["search_minutes"] for f in pred["fleets"].values()), abs=0.1
+    )
 
 
 def test_plan_flags_weights_close_to_inf2_host_memory(manifest_data: dict[str, Any]) -> None:
@@ -153,17 +166,31 @@ def test_plan_flags_weights_close_to_inf2_host_memory(manifest_data: dict[str, A
     # 8.03B x 2 bytes = 14.96 GiB on inf2.xlarge's 16 GiB of host memory.
     assert by["inf2"].host_memory_gib == 16
     warning = by["inf2"].host_memory_warning
-    assert warning is not None and "weights 15.0 GiB are 93%" in warning and "16 GiB host memory" in warning and "precompiled artifacts" in warning
+    assert (
+        warning is not None
+        and "weights 15.0 GiB are 93%" in warning
+        and "16 GiB host memory" in warning
+        and "precompiled artifacts" in warning
+    )
     assert by["g6"].host_memory_warning is None  # the GPU load path is not the reported risk
-    big = manifest_from_data({**manifest_data, "fleets": [
-        {**f, "instance_type": "inf2.8xlarge"} if f["name"] == "inf2" else f for f in manifest_data["fleets"]
-    ]})  # fmt: skip
+    big = manifest_from_data(
+        {
+            **manifest_data,
+            "fleets": [
+                {**f, "instance_type": "inf2.8xlarge"} if f["name"] == "inf2" else f for f in manifest_data["fleets"]
+            ],
+        }
+    )
     assert {p.fleet: p for p in plan(big)}["inf2"].host_memory_warning is None  # 128 GiB host
 
 
 def test_plan_text_shows_the_host_memory_risk(example_manifest_path: Path) -> None:
-    out = subprocess.run([sys.executable, "-m", "campaign", "plan", str(example_manifest_path), "--no-simulate"],  # the roofline part
-                         capture_output=True, text=True, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-m", "campaign", "plan", str(example_manifest_path), "--no-simulate"],  # the roofline part
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     inf2 = out.stdout.split("\ng6:")[0]
     assert "host     AT RISK: weights 15.0 GiB are 93% of inf2.xlarge's 16 GiB host memory" in inf2
 
@@ -171,7 +198,9 @@ def test_plan_text_shows_the_host_memory_risk(example_manifest_path: Path) -> No
 def test_plan_and_emulator_run_every_replica_of_an_instance(manifest_data: dict[str, Any]) -> None:
     one = manifest_from_data(manifest_data)
     manifest_data["fleets"][0].update(instance_type="inf2.48xlarge", tensor_parallel=8, replicas_per_instance=3)
-    base = dict(manifest_data, fleets=[dict(manifest_data["fleets"][0], replicas_per_instance=1), manifest_data["fleets"][1]])
+    base = dict(
+        manifest_data, fleets=[dict(manifest_data["fleets"][0], replicas_per_instance=1), manifest_data["fleets"][1]]
+    )
     three, single = manifest_from_data(manifest_data), manifest_from_data(base)
     p3, p1 = plan(three)[0], plan(single)[0]
     assert p3.replicas_per_instance == 3 and p3.batch_decode_tok_s == pytest.approx(3 * p1.batch_decode_tok_s)

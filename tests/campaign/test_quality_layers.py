@@ -33,7 +33,9 @@ def _gate(fleet: str, *fixtures: FixtureResult) -> GateResult:
     return GateResult(fleet, rate >= 1.0, rate, 1.0, list(fixtures))
 
 
-def _fx(id_: str, tokens: int, finish: str = "length", schema: bool | None = None, output: str = "a b c") -> FixtureResult:
+def _fx(
+    id_: str, tokens: int, finish: str = "length", schema: bool | None = None, output: str = "a b c"
+) -> FixtureResult:
     return FixtureResult(id_, True, [], finish, tokens, output, schema)
 
 
@@ -58,18 +60,27 @@ def test_equivalence_compares_tokens_stop_behaviour_and_schema_with_the_baseline
 
 
 def test_the_example_scorer_prints_a_pass_rate_and_refuses_what_it_cannot_read() -> None:
-    lines = '{"id": "a", "output": "yes", "finish_reason": "stop"}\n{"id": "b", "output": "  ", "finish_reason": "stop"}\n' \
-            '{"id": "c", "output": "x", "finish_reason": "length"}\n{"id": "d", "output": "x", "finish_reason": null}\n'
+    lines = (
+        '{"id": "a", "output": "yes", "finish_reason": "stop"}\n{"id": "b", "output": "  ", "finish_reason": "stop"}\n'
+        '{"id": "c", "output": "x", "finish_reason": "length"}\n{"id": "d", "output": "x", "finish_reason": null}\n'
+    )
     r = subprocess.run([sys.executable, str(SCORER)], input=lines, capture_output=True, text=True, timeout=30)
     assert r.returncode == 0 and r.stdout.strip() == "0.500000"  # a and c pass; b is blank, d did not finish
-    r = subprocess.run([sys.executable, str(SCORER)], input='{"id": "a", "output": "x", "finish_reason": "stop"}\nnot json\n',
-                       capture_output=True, text=True, timeout=30)
+    r = subprocess.run(
+        [sys.executable, str(SCORER)],
+        input='{"id": "a", "output": "x", "finish_reason": "stop"}\nnot json\n',
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert r.returncode == 2 and "stdin line 2: not JSON" in r.stderr
     r = subprocess.run([sys.executable, str(SCORER)], input="", capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "no answers" in r.stderr
 
 
-def test_task_acceptance_runs_the_buyers_scorer_against_its_threshold(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+def test_task_acceptance_runs_the_buyers_scorer_against_its_threshold(
+    tmp_path: Path, manifest_data: dict[str, Any]
+) -> None:
     m = _m(tmp_path, manifest_data, threshold=0.5)
     good = _gate("inf2", _fx("length-exact", 32), _fx("answers-nonempty", 24, output="yes"))
     res = task_acceptance_layer(m, good)
@@ -79,16 +90,23 @@ def test_task_acceptance_runs_the_buyers_scorer_against_its_threshold(tmp_path: 
     m = _m(tmp_path, manifest_data, threshold=0.75)
     res = task_acceptance_layer(m, half)
     assert res.passed is False and res.reasons == [
-        f"task_acceptance: pass rate 0.500 < threshold 0.75 (scorer `{sys.executable} {SCORER}`)"]
+        f"task_acceptance: pass rate 0.500 < threshold 0.75 (scorer `{sys.executable} {SCORER}`)"
+    ]
 
 
-@pytest.mark.parametrize(("script", "needle"), [
-    ("import sys; sys.exit(3)", "exited 3"),
-    ("print('great')", "printed 'great' as its last line, not a pass rate in [0, 1]"),
-    ("print(1.5)", "not a pass rate"),
-])
+@pytest.mark.parametrize(
+    ("script", "needle"),
+    [
+        ("import sys; sys.exit(3)", "exited 3"),
+        ("print('great')", "printed 'great' as its last line, not a pass rate in [0, 1]"),
+        ("print(1.5)", "not a pass rate"),
+    ],
+)
 def test_a_scorer_that_cannot_score_leaves_the_layer_not_evaluated(
-    tmp_path: Path, manifest_data: dict[str, Any], script: str, needle: str,
+    tmp_path: Path,
+    manifest_data: dict[str, Any],
+    script: str,
+    needle: str,
 ) -> None:
     m = _m(tmp_path, manifest_data, command=[sys.executable, "-c", script])
     res = task_acceptance_layer(m, _gate("inf2", _fx("length-exact", 32)))
@@ -99,7 +117,9 @@ def _figs(tokens: list[int], sent: int | None = None, invalid: int = 0, retried:
     return ReplayFigures(tokens, len(tokens) if sent is None else sent, invalid, retried)
 
 
-def test_distribution_layer_two_sample_test_invalid_and_retry_rates(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+def test_distribution_layer_two_sample_test_invalid_and_retry_rates(
+    tmp_path: Path, manifest_data: dict[str, Any]
+) -> None:
     m = _m(tmp_path, manifest_data)  # min_p_value 0.01, min_samples 20, max_invalid_rate 0.01, slo.max_retry_rate 0.02
     base = _figs(list(range(20)))
     same = distribution_layer(m, "inf2", {"g6": base, "inf2": _figs(list(range(20)))})
@@ -107,7 +127,9 @@ def test_distribution_layer_two_sample_test_invalid_and_retry_rates(tmp_path: Pa
     # 0..19 against 10..29: D = 0.5, p = 0.00816 (tests/analysis/test_two_sample.py) < 0.01
     shifted = distribution_layer(m, "inf2", {"g6": base, "inf2": _figs(list(range(10, 30)))})
     assert shifted.passed is False
-    assert shifted.reasons == ["distribution: output lengths differ from g6's: KS D = 0.500, p = 0.0082 < 0.01 (n = 20, 20)"]
+    assert shifted.reasons == [
+        "distribution: output lengths differ from g6's: KS D = 0.500, p = 0.0082 < 0.01 (n = 20, 20)"
+    ]
     # 1 of 50 retried = 0.02: at the ceiling, holds; 2 of 50 = 0.04 fails. 1 of 50 invalid = 0.02 > 0.01 fails.
     assert distribution_layer(m, "g6", {"g6": _figs(list(range(20)), sent=50, retried=1)}).passed is True
     res = distribution_layer(m, "g6", {"g6": _figs(list(range(20)), sent=50, retried=2, invalid=1)})
@@ -119,7 +141,9 @@ def test_distribution_layer_two_sample_test_invalid_and_retry_rates(tmp_path: Pa
     assert few.passed is None and "needs 20 completed requests per fleet; inf2 has 19, g6 20" in few.reasons[0]
 
 
-def test_replay_figures_read_retries_and_invalid_responses_from_records(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+def test_replay_figures_read_retries_and_invalid_responses_from_records(
+    tmp_path: Path, manifest_data: dict[str, Any]
+) -> None:
     m = _m(tmp_path, manifest_data)
     recs = steady(m, "g6", 10, 100)
     recs[0] = replace(recs[0], retries=2)
@@ -145,13 +169,23 @@ def test_a_failed_layer_names_itself_in_the_decision(tmp_path: Path, manifest_da
     d = tmp_path / "rec"
     for f in ("g6", "inf2"):
         write_jsonl(d / f"records-{f}-w0.jsonl", steady(m, f, 30, 100))
-    rep = build_report(m, d, quality=quality, out_dir=tmp_path / "o", with_sensitivity=False, with_pages=False).model_dump(mode="json")
+    rep = build_report(
+        m, d, quality=quality, out_dir=tmp_path / "o", with_sensitivity=False, with_pages=False
+    ).model_dump(mode="json")
     assert rep["decision"]["state"] == "reject"
-    assert "inf2: quality gate failed: layer equivalence: length-exact: 31 completion tokens on inf2, 32 on g6" \
+    assert (
+        "inf2: quality gate failed: layer equivalence: length-exact: 31 completion tokens on inf2, 32 on g6"
         in rep["decision"]["reasons"]
+    )
     # a layer that could not be evaluated is missing evidence: Defer, naming it
-    quality["inf2"].update(passed=None, failed_layer="task_acceptance", failures=["task_acceptance: scorer `x` exited 3: boom"])
-    rep = build_report(m, d, quality=quality, out_dir=tmp_path / "o", with_sensitivity=False, with_pages=False).model_dump(mode="json")
+    quality["inf2"].update(
+        passed=None, failed_layer="task_acceptance", failures=["task_acceptance: scorer `x` exited 3: boom"]
+    )
+    rep = build_report(
+        m, d, quality=quality, out_dir=tmp_path / "o", with_sensitivity=False, with_pages=False
+    ).model_dump(mode="json")
     assert rep["decision"]["state"] == "defer"
-    assert "evidence incomplete: no quality-gate result for inf2: layer task_acceptance: scorer `x` exited 3: boom" \
+    assert (
+        "evidence incomplete: no quality-gate result for inf2: layer task_acceptance: scorer `x` exited 3: boom"
         in rep["decision"]["reasons"]
+    )

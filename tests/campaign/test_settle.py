@@ -31,9 +31,13 @@ class FakeRunner:
         self.m = m
         self.calls: list[tuple[str, StepPlan, Path, int]] = []
 
-    def run(self, fleet: str, plan: StepPlan, step_dir: Path, planned: int, stop: threading.Event) -> tuple[float, str | None]:
+    def run(
+        self, fleet: str, plan: StepPlan, step_dir: Path, planned: int, stop: threading.Event
+    ) -> tuple[float, str | None]:
         self.calls.append((fleet, plan, step_dir, planned))
-        write_jsonl(step_dir / f"records-{fleet}-w0.jsonl", [rec(self.m, fleet, i, scheduled=i * 2.0) for i in range(planned)])
+        write_jsonl(
+            step_dir / f"records-{fleet}-w0.jsonl", [rec(self.m, fleet, i, scheduled=i * 2.0) for i in range(planned)]
+        )
         return plan.span_s + 5.0, None
 
     def abort(self) -> None:
@@ -42,10 +46,14 @@ class FakeRunner:
 
 def _report(more: int | None, state: str = "defer", ci: tuple[float | None, float | None] = (None, 5000.0)) -> Any:
     """The parts of a Report the settle phase reads."""
-    ts = None if more is None else SimpleNamespace(
-        by_fleet={"inf2": SimpleNamespace(more_requests=more)}, usd=1.0, minutes=10.0)
+    ts = (
+        None
+        if more is None
+        else SimpleNamespace(by_fleet={"inf2": SimpleNamespace(more_requests=more)}, usd=1.0, minutes=10.0)
+    )
     return SimpleNamespace(
-        decision=SimpleNamespace(to_settle=ts, state=state), monthly_delta_ci_usd=list(ci),
+        decision=SimpleNamespace(to_settle=ts, state=state),
+        monthly_delta_ci_usd=list(ci),
         fleets={"inf2": SimpleNamespace(intervals=SimpleNamespace(basis="inf2/x0.5"))},
     )
 
@@ -92,7 +100,10 @@ def test_a_second_segment_skips_the_first_one_too(tmp_path: Path, m: Manifest) -
 
 
 def test_the_budget_stops_a_round_before_it_starts(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
-    manifest_data["workload"]["capacity_search"] = {**manifest_data["workload"].get("capacity_search", {}), "settle_budget_s": 5}
+    manifest_data["workload"]["capacity_search"] = {
+        **manifest_data["workload"].get("capacity_search", {}),
+        "settle_budget_s": 5,
+    }
     m = load_manifest(write_manifest(tmp_path, manifest_data), check_files=False)
     dirs = _search(tmp_path / "cap")
     runner = FakeRunner(m)

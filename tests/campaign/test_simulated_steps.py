@@ -47,14 +47,18 @@ def test_an_overloaded_step_abandons_at_the_deadline_and_stops_early(m, tmp_path
     rs = load_records(tmp_path / "x8", m.digest)
     rows = rs.con.execute("SELECT outcome, e2e_s, max_tokens FROM records").fetchall()
     abandoned = [(e2e, n) for outcome, e2e, n in rows if outcome == Outcome.SLO_ABANDONED.value]
-    assert abandoned and all(e2e == pytest.approx(min(slo_deadline_s(m.slo, n), m.loadgen.request_timeout_s)) for e2e, n in abandoned)
+    assert abandoned and all(
+        e2e == pytest.approx(min(slo_deadline_s(m.slo, n), m.loadgen.request_timeout_s)) for e2e, n in abandoned
+    )
     full = max(r[1] for r in rows)  # the last request's end: the early stop came before the step drained
     assert took < plan.span_s + full
 
 
 def test_the_search_converges_in_simulated_time(m, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     lines: list[str] = []
-    path = search_fleet(m, "inf2", tmp_path / "inf2", CapacitySearch(), 20.0, SimulatedSteps(m), threading.Event(), lines.append)
+    path = search_fleet(
+        m, "inf2", tmp_path / "inf2", CapacitySearch(), 20.0, SimulatedSteps(m), threading.Event(), lines.append
+    )
     assert path.stop_rule is StopRule.CONVERGED, lines
     assert path.held_multiplier is not None and path.missed_multiplier is not None
     assert path.missed_multiplier <= path.held_multiplier * 1.1 + 1e-9

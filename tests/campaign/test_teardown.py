@@ -29,16 +29,28 @@ def _tags(extra: dict[str, str] | None = None) -> list[dict[str, str]]:
 
 
 def _tls_only(bucket: str) -> str:
-    return json.dumps({"Version": "2012-10-17", "Statement": [{
-        "Effect": "Deny", "Principal": {"AWS": "*"}, "Action": "s3:*",
-        "Resource": [f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"],
-        "Condition": {"Bool": {"aws:SecureTransport": "false"}},
-    }]})  # fmt: skip
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Effect": "Deny",
+                    "Principal": {"AWS": "*"},
+                    "Action": "s3:*",
+                    "Resource": [f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"],
+                    "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+                }
+            ],
+        }
+    )
 
 
 def _run_instance(ec2: object, tags: list[dict[str, str]]) -> str:
     r = ec2.run_instances(  # type: ignore[attr-defined]
-        ImageId="ami-12c6146b", MinCount=1, MaxCount=1, InstanceType="g6.xlarge",
+        ImageId="ami-12c6146b",
+        MinCount=1,
+        MaxCount=1,
+        InstanceType="g6.xlarge",
         TagSpecifications=[{"ResourceType": "instance", "Tags": tags}],
     )
     return str(r["Instances"][0]["InstanceId"])
@@ -88,12 +100,16 @@ def test_check_reports_the_container_insights_log_group_and_a_bucket_without_tls
     logs.create_log_group(logGroupName="/aws/ecs/containerinsights/someone-else-Cluster-1/performance")
     s3 = session.client("s3")
     s3.create_bucket(Bucket="results-bucket")
-    s3.put_bucket_tagging(Bucket="results-bucket", Tagging={"TagSet": _tags({"lifecycle": "retained"})})  # no policy left
+    s3.put_bucket_tagging(
+        Bucket="results-bucket", Tagging={"TagSet": _tags({"lifecycle": "retained"})}
+    )  # no policy left
 
     left, kept = aws.check_nothing_left(session, CAMPAIGN)
     assert f"log-group:{group}" in [x.arn for x in left]
     assert not any("someone-else" in x.arn for x in left)
-    assert [x.tags.get("problem") for x in left if x.arn == "arn:aws:s3:::results-bucket"] == ["retained without its TLS-only bucket policy"]
+    assert [x.tags.get("problem") for x in left if x.arn == "arn:aws:s3:::results-bucket"] == [
+        "retained without its TLS-only bucket policy"
+    ]
     assert [x.arn for x in kept] == ["arn:aws:s3:::results-bucket"]
 
     aws.delete_container_insights_logs(session, STACK, say=lambda _: None)
@@ -116,22 +132,48 @@ def test_destroy_deregisters_cloud_map_instances_a_killed_run_left(moto_env: dic
     sd = session.client("servicediscovery")
     op = sd.create_private_dns_namespace(Name="c.harness.internal", Vpc="vpc-12345678")
     ns = sd.get_operation(OperationId=op["OperationId"])["Operation"]["Targets"]["NAMESPACE"]
-    master = sd.create_service(Name="master", NamespaceId=ns, DnsConfig={"DnsRecords": [{"Type": "A", "TTL": 10}]})["Service"]["Id"]
-    workers = sd.create_service(Name="workers", NamespaceId=ns, DnsConfig={"DnsRecords": [{"Type": "A", "TTL": 10}]})["Service"]["Id"]
+    master = sd.create_service(Name="master", NamespaceId=ns, DnsConfig={"DnsRecords": [{"Type": "A", "TTL": 10}]})[
+        "Service"
+    ]["Id"]
+    workers = sd.create_service(Name="workers", NamespaceId=ns, DnsConfig={"DnsRecords": [{"Type": "A", "TTL": 10}]})[
+        "Service"
+    ]["Id"]
     sd.register_instance(ServiceId=master, InstanceId="task-m", Attributes={"AWS_INSTANCE_IPV4": "10.0.0.5"})
     for i in range(2):
-        sd.register_instance(ServiceId=workers, InstanceId=f"task-w{i}", Attributes={"AWS_INSTANCE_IPV4": f"10.0.0.{6 + i}"})
+        sd.register_instance(
+            ServiceId=workers, InstanceId=f"task-w{i}", Attributes={"AWS_INSTANCE_IPV4": f"10.0.0.{6 + i}"}
+        )
 
     class _Cfn:  # the stack's LoadgenRunConfig output, as read_run_config reads it
         def describe_stacks(self, StackName: str) -> dict[str, object]:
-            cfg = {"region": "us-east-1", "cluster": "c", "master_task_definition": "m", "worker_task_definition": "w", "subnets": "s",
-                   "security_groups": "g", "results_uri": "s3://b/p", "targets": {}, "workers": 2,
-                   "master_discovery_service": master, "workers_discovery_service": workers}  # fmt: skip
+            cfg = {
+                "region": "us-east-1",
+                "cluster": "c",
+                "master_task_definition": "m",
+                "worker_task_definition": "w",
+                "subnets": "s",
+                "security_groups": "g",
+                "results_uri": "s3://b/p",
+                "targets": {},
+                "workers": 2,
+                "master_discovery_service": master,
+                "workers_discovery_service": workers,
+            }
             from core.cloud_contract import RUN_CONFIG_OUTPUT
 
-            return {"Stacks": [{"StackName": StackName, "Outputs": [{"OutputKey": RUN_CONFIG_OUTPUT, "OutputValue": json.dumps(cfg)}]}]}
+            return {
+                "Stacks": [
+                    {
+                        "StackName": StackName,
+                        "Outputs": [{"OutputKey": RUN_CONFIG_OUTPUT, "OutputValue": json.dumps(cfg)}],
+                    }
+                ]
+            }
 
     said: list[str] = []
     gone = aws.deregister_discovery_instances(session, _Cfn(), STACK, say=said.append)
     assert sorted(gone) == sorted([f"{master}/task-m", f"{workers}/task-w0", f"{workers}/task-w1"])
-    assert sd.list_instances(ServiceId=master)["Instances"] == [] and sd.list_instances(ServiceId=workers)["Instances"] == []
+    assert (
+        sd.list_instances(ServiceId=master)["Instances"] == []
+        and sd.list_instances(ServiceId=workers)["Instances"] == []
+    )

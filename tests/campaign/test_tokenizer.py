@@ -19,7 +19,9 @@ def test_special_tokens_count_as_one(example_manifest_path: Path) -> None:
 
 def test_chat_template_is_the_manifests(example_manifest_path: Path) -> None:
     m = load_manifest(example_manifest_path)
-    text = apply_chat_template(m.tokenizer.chat_template, [{"role": "user", "content": "hi there"}], m.tokenizer.special_tokens)
+    text = apply_chat_template(
+        m.tokenizer.chat_template, [{"role": "user", "content": "hi there"}], m.tokenizer.special_tokens
+    )
     assert text.startswith("<|begin_of_text|><|start_header_id|>user<|end_header_id|> hi there <|eot_id|>")
     assert text.endswith("<|start_header_id|>assistant<|end_header_id|>")
     # bos, header open/close around the role... every special is a single token.

@@ -51,6 +51,7 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def manifest_path(workdir: Path) -> Path:
     """The example manifest with a 12 s window (warmup 2 s): the same relative trace path, so
     the copy sits next to a copy of the trace exactly as in the repository."""
+
     def change(data: dict[str, Any]) -> None:
         data["workload"]["window"]["duration_s"] = 12
         data["workload"]["warmup_s"] = 2
@@ -61,8 +62,14 @@ def manifest_path(workdir: Path) -> Path:
         data["quality"]["distribution"]["min_samples"] = 10
         # A short search (steps of 12 requests, two at most) and a settle phase that may run one
         # short round: the stages and their S3 plumbing are under test, not the search's precision.
-        data["workload"]["capacity_search"] = {"start_multiplier": 1.0, "tolerance": 0.5, "max_steps": 2, "min_requests": 12,
-                                               "time_budget_s": 120, "settle_budget_s": 20}
+        data["workload"]["capacity_search"] = {
+            "start_multiplier": 1.0,
+            "tolerance": 0.5,
+            "max_steps": 2,
+            "min_requests": 12,
+            "time_budget_s": 120,
+            "settle_budget_s": 20,
+        }
 
     # The client-lag bound relaxed as `make cloud-offline` relaxes it (the lag check itself: tests/loadgen).
     return offline_manifest(EXAMPLE_MANIFEST, workdir, change)
@@ -105,7 +112,9 @@ def _json(key: str) -> Any:
 
 
 @pytest.mark.timeout(900)  # every stage, each step on fresh task processes: 4-6 min on 2 shared cores
-def test_two_runs_report_and_teardown_from_the_synthesized_task_definitions(offline: OfflineAws, manifest_path: Path, workdir: Path) -> None:
+def test_two_runs_report_and_teardown_from_the_synthesized_task_definitions(
+    offline: OfflineAws, manifest_path: Path, workdir: Path
+) -> None:
     m = load_manifest(manifest_path)
     from core.schedule import build_schedule
 
@@ -132,7 +141,9 @@ def test_two_runs_report_and_teardown_from_the_synthesized_task_definitions(offl
         assert s["scheduled"] == scheduled and s["scheduled"] == s["completed"] + s["failed"] + s["not_sent"]
         assert s["completed"] == scheduled, (s, launcher.log_tail())  # the emulators answer every request
         assert s["valid"], (s["invalid_reasons"], launcher.log_tail())
-        gate = _json(f"{prefix}/gate-{f.name}.json")  # readiness through the "NLB", then the fixtures, from inside the "VPC"
+        gate = _json(
+            f"{prefix}/gate-{f.name}.json"
+        )  # readiness through the "NLB", then the fixtures, from inside the "VPC"
         assert gate["ready"] and gate["gate"]["passed"], gate
         search = _json(f"{prefix}/capacity/{f.name}/search.json")
         steps = [st for st in search["steps"] if st["label"] != "replay"]
@@ -142,13 +153,24 @@ def test_two_runs_report_and_teardown_from_the_synthesized_task_definitions(offl
             step_summary = _json(f"{prefix}/capacity/{f.name}/{st['label']}/summary-{f.name}.json")
             assert step_summary["valid"], step_summary["invalid_reasons"]  # judged against the step's own schedule
             assert st["verdict"] != "invalid" and (st["requests"] >= 12 or "certain miss" in st["detail"]), st
-    assert {"inputs/manifest.yaml", "inputs/schedule.json", f"inputs/{m.trace_path.name}", "run.json", "campaign.json", "quality.json",
-            "report.json", "report.html", "capacity/settle.json"} <= names
+    assert {
+        "inputs/manifest.yaml",
+        "inputs/schedule.json",
+        f"inputs/{m.trace_path.name}",
+        "run.json",
+        "campaign.json",
+        "quality.json",
+        "report.json",
+        "report.html",
+        "capacity/settle.json",
+    } <= names
     run_record = _json(f"{prefix}/run.json")
     assert run_record["status"] == "finished" and len(run_record["tasks"]) == len(launcher.started)
     report = _json(f"{prefix}/report.json")
     assert report["decision"]["state"] == first.report.decision.state
-    for f in m.fleets:  # instances in service as the report measured them: the groups' CloudWatch metric, not the manifest
+    for (
+        f
+    ) in m.fleets:  # instances in service as the report measured them: the groups' CloudWatch metric, not the manifest
         assert report["fleets"][f.name]["instances_measured"] == f.instances_measured
         assert report["provenance"][f"instances_measured.{f.name}"]["source"] == "pulled"
 
@@ -163,8 +185,12 @@ def test_two_runs_report_and_teardown_from_the_synthesized_task_definitions(offl
     out = workdir / "report"
     rep = subprocess.run(
         [sys.executable, "-m", "campaign", "report", str(manifest_path), "--run-id", first.run_id, "--out", str(out)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert rep.returncode in (0, 10, 11), rep.stderr[-3000:]
     again = json.loads((out / "report.json").read_text(encoding="utf-8"))
     # The same report from the run's files in S3 as the run built (its creation time and paths aside).
@@ -175,14 +201,42 @@ def test_two_runs_report_and_teardown_from_the_synthesized_task_definitions(offl
     # the bucket's policy below (the stack's: TLS only) refuses moto's plain-HTTP requests.
     second_objects = _objects(prefix2 + "/")
     s3 = _session().client("s3")
-    s3.put_bucket_policy(Bucket=BUCKET, Policy=json.dumps({"Version": "2012-10-17", "Statement": [{
-        "Effect": "Deny", "Principal": {"AWS": "*"}, "Action": "s3:*", "Resource": [f"arn:aws:s3:::{BUCKET}", f"arn:aws:s3:::{BUCKET}/*"],
-        "Condition": {"Bool": {"aws:SecureTransport": "false"}}}]}))  # fmt: skip
+    s3.put_bucket_policy(
+        Bucket=BUCKET,
+        Policy=json.dumps(
+            {
+                "Version": "2012-10-17",
+                "Statement": [
+                    {
+                        "Effect": "Deny",
+                        "Principal": {"AWS": "*"},
+                        "Action": "s3:*",
+                        "Resource": [f"arn:aws:s3:::{BUCKET}", f"arn:aws:s3:::{BUCKET}/*"],
+                        "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+                    }
+                ],
+            }
+        ),
+    )
     down = workdir / "teardown"
     td = subprocess.run(  # the second run as `run` left it locally: the policy refuses plain-HTTP reads
-        [sys.executable, "-m", "campaign", "teardown", str(manifest_path), "--run-dir", str(second.run_dir), "--out", str(down)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "campaign",
+            "teardown",
+            str(manifest_path),
+            "--run-dir",
+            str(second.run_dir),
+            "--out",
+            str(down),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert td.returncode == 0, td.stdout[-2000:] + td.stderr[-3000:]
     assert (down / "report.html").is_file()
     assert f"kept by design: arn:aws:s3:::{BUCKET}" in td.stdout
@@ -192,7 +246,9 @@ def test_two_runs_report_and_teardown_from_the_synthesized_task_definitions(offl
     assert _objects(prefix + "/") == first_objects and _objects(prefix2 + "/") == second_objects and second_objects
 
 
-def test_the_synthesized_prometheus_task_loads_its_config_in_a_real_prometheus(template: dict[str, Any], workdir: Path) -> None:
+def test_the_synthesized_prometheus_task_loads_its_config_in_a_real_prometheus(
+    template: dict[str, Any], workdir: Path
+) -> None:
     """The Prometheus task's own command line (sh -c: write $PROMETHEUS_CONFIG, exec prometheus),
     run with a local prometheus binary; substituted: its paths (a directory here), its listen
     address (a free loopback port) and the managed workspace's URL (an unused loopback port: the
@@ -202,9 +258,12 @@ def test_the_synthesized_prometheus_task_loads_its_config_in_a_real_prometheus(t
     if binary is None:
         pytest.skip("prometheus is not installed (CI installs it: .ci/run)")
     (c,) = [
-        c for r in template["Resources"].values() if r["Type"] == "AWS::ECS::TaskDefinition"
-        for c in r["Properties"]["ContainerDefinitions"] if c["Name"] == "prometheus"
-    ]  # fmt: skip
+        c
+        for r in template["Resources"].values()
+        if r["Type"] == "AWS::ECS::TaskDefinition"
+        for c in r["Properties"]["ContainerDefinitions"]
+        if c["Name"] == "prometheus"
+    ]
     assert c["EntryPoint"] == ["/bin/sh", "-c"]
     (script,) = c["Command"]
     assert "exec /bin/prometheus " in script
@@ -214,14 +273,20 @@ def test_the_synthesized_prometheus_task_loads_its_config_in_a_real_prometheus(t
     home = workdir / "prometheus-task"
     home.mkdir()
     port = free_port()
-    local = re.sub(r"(?<![\w/])/prometheus(?=/| |$)", str(home), script.replace("exec /bin/prometheus ", "exec @BINARY@ "))
+    local = re.sub(
+        r"(?<![\w/])/prometheus(?=/| |$)", str(home), script.replace("exec /bin/prometheus ", "exec @BINARY@ ")
+    )
     local = local.replace("@BINARY@ ", f"{binary} --web.listen-address=127.0.0.1:{port} ")
     assert str(home) + "/prometheus.yml" in local and f"--storage.tsdb.path={home} " in local
     with (home / "stdout.log").open("wb") as log:
         # Credentials: the task role gives them on Fargate; sigv4 needs some to load the config.
         creds = {"AWS_ACCESS_KEY_ID": "offline", "AWS_SECRET_ACCESS_KEY": "offline"}
         proc = subprocess.Popen(
-            ["/bin/sh", "-c", local], env={**os.environ, **creds, **env}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            ["/bin/sh", "-c", local],
+            env={**os.environ, **creds, **env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         try:
             loaded = ""

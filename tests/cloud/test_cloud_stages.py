@@ -65,13 +65,23 @@ def test_never_ready_says_what_the_last_probe_saw(models_server: dict[str, Any])
     r = wait_until_serving(models_server["url"], MODEL, timeout_s=0.2, poll_s=0.05)
     assert not r.ready and r.after_s <= 0.3
     assert "other-model" in r.seen and f"not {MODEL!r}" in r.seen
-    refused = wait_until_serving("http://127.0.0.1:9", MODEL, timeout_s=0.1, poll_s=0.05)  # nothing listens: the error is kept
+    refused = wait_until_serving(
+        "http://127.0.0.1:9", MODEL, timeout_s=0.1, poll_s=0.05
+    )  # nothing listens: the error is kept
     assert not refused.ready and "127.0.0.1:9/v1/models" in refused.seen
 
 
 def test_gate_result_round_trips_through_json() -> None:
-    g = GateResult("inf2", False, 0.5, 1.0, [FixtureResult("a", True, [], "length", 32, "text", None),
-                                             FixtureResult("b", False, ["output does not match '\\\\S'"], "stop", 0, "", False)])
+    g = GateResult(
+        "inf2",
+        False,
+        0.5,
+        1.0,
+        [
+            FixtureResult("a", True, [], "length", 32, "text", None),
+            FixtureResult("b", False, ["output does not match '\\\\S'"], "stop", 0, "", False),
+        ],
+    )
     back = GateResult.from_dict(json.loads(json.dumps(g.as_dict())))
     assert back == g and back.failures == g.failures
 
@@ -109,8 +119,17 @@ def _passed(fleet: str) -> dict[str, Any]:
 
 
 def test_a_fleet_that_never_serves_ends_the_run_naming_it() -> None:
-    run = _Run({"inf2": {"ready": False, "ready_after_s": 4500.0, "seen": "GET http://nlb/v1/models: HTTP 503", "gate": None},
-                "g6": {"ready": True, "ready_after_s": 300.0, "seen": "ok", "gate": _passed("g6")}})
+    run = _Run(
+        {
+            "inf2": {
+                "ready": False,
+                "ready_after_s": 4500.0,
+                "seen": "GET http://nlb/v1/models: HTTP 503",
+                "gate": None,
+            },
+            "g6": {"ready": True, "ready_after_s": 300.0, "seen": "ok", "gate": _passed("g6")},
+        }
+    )
     with pytest.raises(CloudRunError, match=r"fleet inf2: not serving .* after 4500 s .*HTTP 503") as exc:
         CloudFleets(run).gate()  # type: ignore[arg-type]
     assert "g6" not in str(exc.value)
@@ -119,8 +138,12 @@ def test_a_fleet_that_never_serves_ends_the_run_naming_it() -> None:
 
 
 def test_each_fleets_time_to_ready_is_kept_for_the_report() -> None:
-    run = _Run({"inf2": {"ready": True, "ready_after_s": 1800.0, "seen": "ok", "gate": _passed("inf2")},
-                "g6": {"ready": True, "ready_after_s": 420.0, "seen": "ok", "gate": _passed("g6")}})
+    run = _Run(
+        {
+            "inf2": {"ready": True, "ready_after_s": 1800.0, "seen": "ok", "gate": _passed("inf2")},
+            "g6": {"ready": True, "ready_after_s": 420.0, "seen": "ok", "gate": _passed("g6")},
+        }
+    )
     fleets = CloudFleets(run)  # type: ignore[arg-type]
     gates = fleets.gate()
     assert set(gates) == {"inf2", "g6"} and all(g.passed for g in gates.values())

@@ -14,10 +14,16 @@ from campaign.ecs_tasks import EcsTaskLauncher, stop_run_tasks
 from core import cloud_contract as cc
 
 CFG = cc.RunConfig(
-    region="us-east-1", cluster="harness-cluster", master_task_definition="arn:td/master:3", worker_task_definition="arn:td/worker:3",
-    subnets=("subnet-a", "subnet-b"), security_groups=("sg-1",), results_uri="s3://b/campaigns/c/d/runs",
-    targets={"inf2": "http://nlb:8000"}, workers=2,
-)  # fmt: skip
+    region="us-east-1",
+    cluster="harness-cluster",
+    master_task_definition="arn:td/master:3",
+    worker_task_definition="arn:td/worker:3",
+    subnets=("subnet-a", "subnet-b"),
+    security_groups=("sg-1",),
+    results_uri="s3://b/campaigns/c/d/runs",
+    targets={"inf2": "http://nlb:8000"},
+    workers=2,
+)
 RUN_ID = "20261203T143000Z-1a2b3c"
 TASK = "arn:aws:ecs:us-east-1:123456789012:task/harness-cluster/0123456789abcdef"
 
@@ -28,23 +34,45 @@ def ecs() -> Any:
 
 
 def test_run_task_request_is_a_private_fargate_task_with_exec_and_the_run_overrides(ecs: Any) -> None:
-    spec = TaskSpec("master", "inf2", CFG.master_task_definition, {cc.ENV_RUN_ID: RUN_ID, cc.ENV_FLEET: "inf2", cc.ENV_HOST: "http://nlb:8000"})
+    spec = TaskSpec(
+        "master",
+        "inf2",
+        CFG.master_task_definition,
+        {cc.ENV_RUN_ID: RUN_ID, cc.ENV_FLEET: "inf2", cc.ENV_HOST: "http://nlb:8000"},
+    )
     expected = {
         "cluster": "harness-cluster",
         "taskDefinition": "arn:td/master:3",
         "launchType": "FARGATE",
         "count": 1,
         "networkConfiguration": {
-            "awsvpcConfiguration": {"subnets": ["subnet-a", "subnet-b"], "securityGroups": ["sg-1"], "assignPublicIp": "DISABLED"}
+            "awsvpcConfiguration": {
+                "subnets": ["subnet-a", "subnet-b"],
+                "securityGroups": ["sg-1"],
+                "assignPublicIp": "DISABLED",
+            }
         },
-        "overrides": {"containerOverrides": [{"name": "locust", "environment": [
-            {"name": "LOADGEN_RUN_ID", "value": RUN_ID}, {"name": "LOADGEN_FLEET", "value": "inf2"}, {"name": "LOCUST_HOST", "value": "http://nlb:8000"},
-        ]}]},
+        "overrides": {
+            "containerOverrides": [
+                {
+                    "name": "locust",
+                    "environment": [
+                        {"name": "LOADGEN_RUN_ID", "value": RUN_ID},
+                        {"name": "LOADGEN_FLEET", "value": "inf2"},
+                        {"name": "LOCUST_HOST", "value": "http://nlb:8000"},
+                    ],
+                }
+            ]
+        },
         "enableExecuteCommand": True,
         "startedBy": f"run-{RUN_ID}",
         "propagateTags": "TASK_DEFINITION",
-        "tags": [{"key": "run-id", "value": RUN_ID}, {"key": "fleet", "value": "inf2"}, {"key": "loadgen-role", "value": "master"}],
-    }  # fmt: skip
+        "tags": [
+            {"key": "run-id", "value": RUN_ID},
+            {"key": "fleet", "value": "inf2"},
+            {"key": "loadgen-role", "value": "master"},
+        ],
+    }
     with Stubber(ecs) as stub:
         stub.add_response("run_task", {"tasks": [{"taskArn": TASK}], "failures": []}, expected)
         assert EcsTaskLauncher(ecs, CFG, RUN_ID).start(spec) == TASK
@@ -55,21 +83,32 @@ def test_run_task_request_is_a_private_fargate_task_with_exec_and_the_run_overri
 
 def test_describe_reads_state_address_exit_code_and_the_port_forward(ecs: Any) -> None:
     running = {
-        "taskArn": TASK, "lastStatus": "RUNNING",
-        "attachments": [{"type": "ElasticNetworkInterface", "details": [{"name": "privateIPv4Address", "value": "10.40.3.7"}]}],
+        "taskArn": TASK,
+        "lastStatus": "RUNNING",
+        "attachments": [
+            {"type": "ElasticNetworkInterface", "details": [{"name": "privateIPv4Address", "value": "10.40.3.7"}]}
+        ],
         "containers": [{"name": "locust", "runtimeId": "0123456789abcdef-1234"}],
-    }  # fmt: skip
+    }
     stopped = {
-        "taskArn": TASK + "0", "lastStatus": "STOPPED", "stoppedReason": "Essential container exited",
+        "taskArn": TASK + "0",
+        "lastStatus": "STOPPED",
+        "stoppedReason": "Essential container exited",
         "containers": [{"name": "locust", "exitCode": 3}],
-    }  # fmt: skip
+    }
     with Stubber(ecs) as stub:
-        stub.add_response("describe_tasks", {"tasks": [running, stopped]}, {"cluster": "harness-cluster", "tasks": [TASK, TASK + "0"]})
+        stub.add_response(
+            "describe_tasks", {"tasks": [running, stopped]}, {"cluster": "harness-cluster", "tasks": [TASK, TASK + "0"]}
+        )
         got = EcsTaskLauncher(ecs, CFG, RUN_ID).describe([TASK, TASK + "0"])
     assert got[TASK].state == "RUNNING" and got[TASK].address == "10.40.3.7"
     assert "--target ecs:harness-cluster_0123456789abcdef_0123456789abcdef-1234" in got[TASK].ui_hint
     assert "AWS-StartPortForwardingSession" in got[TASK].ui_hint and '"portNumber": ["8089"]' in got[TASK].ui_hint
-    assert got[TASK + "0"].stopped and got[TASK + "0"].exit_code == 3 and got[TASK + "0"].reason == "Essential container exited"
+    assert (
+        got[TASK + "0"].stopped
+        and got[TASK + "0"].exit_code == 3
+        and got[TASK + "0"].reason == "Essential container exited"
+    )
 
 
 def test_teardown_stops_only_tasks_a_run_started(ecs: Any) -> None:
@@ -79,9 +118,16 @@ def test_teardown_stops_only_tasks_a_run_started(ecs: Any) -> None:
         stub.add_response("list_tasks", {"taskArns": []}, {"cluster": "c", "desiredStatus": "PENDING"})
         stub.add_response(
             "describe_tasks",
-            {"tasks": [{"taskArn": TASK, "startedBy": f"run-{RUN_ID}"}, {"taskArn": other, "startedBy": "ecs-svc/123"}]},
+            {
+                "tasks": [
+                    {"taskArn": TASK, "startedBy": f"run-{RUN_ID}"},
+                    {"taskArn": other, "startedBy": "ecs-svc/123"},
+                ]
+            },
             {"cluster": "c", "tasks": [TASK, other]},
         )
-        stub.add_response("stop_task", {"task": {"taskArn": TASK}}, {"cluster": "c", "task": TASK, "reason": "campaign teardown"})
+        stub.add_response(
+            "stop_task", {"task": {"taskArn": TASK}}, {"cluster": "c", "task": TASK, "reason": "campaign teardown"}
+        )
         assert stop_run_tasks(ecs, "c") == [TASK]
         stub.assert_no_pending_responses()

@@ -31,7 +31,12 @@ def s3() -> Any:
 
 
 def _env(tmp_path: Path, run_id: str, digest: str) -> dict[str, str]:
-    return {cc.ENV_RESULTS_URI: RESULTS, cc.ENV_RUN_ID: run_id, cc.ENV_MANIFEST_DIGEST: digest, cc.ENV_WORK_DIR: str(tmp_path / "task")}
+    return {
+        cc.ENV_RESULTS_URI: RESULTS,
+        cc.ENV_RUN_ID: run_id,
+        cc.ENV_MANIFEST_DIGEST: digest,
+        cc.ENV_WORK_DIR: str(tmp_path / "task"),
+    }
 
 
 def test_uploaded_inputs_stage_to_a_byte_identical_manifest(s3: Any, tmp_path: Path) -> None:
@@ -93,7 +98,8 @@ def test_run_ids_are_new_every_time_and_checked() -> None:
 
 
 @pytest.mark.parametrize(
-    ("trace", "inside"), [("../data/t.csv", "manifest/data/t.csv"), ("t.csv", "manifest/t.csv"), ("../../a/b/t.csv", "manifest/a/b/t.csv")]
+    ("trace", "inside"),
+    [("../data/t.csv", "manifest/data/t.csv"), ("t.csv", "manifest/t.csv"), ("../../a/b/t.csv", "manifest/a/b/t.csv")],
 )
 def test_staged_paths_keep_the_manifests_relative_trace_path(tmp_path: Path, trace: str, inside: str) -> None:
     manifest, staged = cc.staged_paths(tmp_path, trace)

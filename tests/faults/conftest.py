@@ -120,8 +120,12 @@ def replay(
         prom_url = None
         if with_prometheus:
             targets = [
-                prometheus_local.ScrapeTarget("server", url.removeprefix("http://"), {"campaign": m.campaign, "fleet": FLEET}),
-                prometheus_local.ScrapeTarget("loadgen", f"127.0.0.1:{metrics_port}", {"campaign": m.campaign, "fleet": FLEET}),
+                prometheus_local.ScrapeTarget(
+                    "server", url.removeprefix("http://"), {"campaign": m.campaign, "fleet": FLEET}
+                ),
+                prometheus_local.ScrapeTarget(
+                    "loadgen", f"127.0.0.1:{metrics_port}", {"campaign": m.campaign, "fleet": FLEET}
+                ),
             ]
             _, prom_url = prometheus_local.start(sup, workdir / "prometheus", targets)
         run = start_fleet(manifest_path.resolve(), FLEET, url, records_dir, workers=workers, metrics_port=metrics_port)
@@ -139,8 +143,13 @@ def replay(
             if not run.poll():
                 run.terminate(grace_s=5)
         report = build_report(
-            m, records_dir, prometheus_url=prom_url, out_dir=workdir / "report",
-            instances_measured={FLEET: 1}, with_sensitivity=False, with_pages=True,
+            m,
+            records_dir,
+            prometheus_url=prom_url,
+            out_dir=workdir / "report",
+            instances_measured={FLEET: 1},
+            with_sensitivity=False,
+            with_pages=True,
         ).model_dump(mode="json")
     return Replay(m, workdir, records_dir, summary, report, time.monotonic() - t0, snapshots)
 

@@ -52,7 +52,10 @@ def _costs_no_lower(r: Replay, baseline: Replay, *, strictly: bool) -> None:
         else:
             assert got >= base * 0.97, (got, base)  # the same work: equal up to the window's length
     # The monthly figure sizes a fleet from the measured goodput: fewer good tokens never make it cheaper.
-    head, base_head = r.fleet_report()["cost_per_million_successful_tokens"], baseline.fleet_report()["cost_per_million_successful_tokens"]
+    head, base_head = (
+        r.fleet_report()["cost_per_million_successful_tokens"],
+        baseline.fleet_report()["cost_per_million_successful_tokens"],
+    )
     if head is not None and base_head is not None:
         assert head >= base_head * (0.999 if strictly else 0.97), (head, base_head)
     assert r.report["decision"]["state"] in {"go", "defer", "reject"} and r.report["decision"]["reasons"]

@@ -50,6 +50,8 @@ def manifest(example_manifest_path: Path) -> Manifest:
 
 @pytest.fixture
 def sse_server(manifest: Manifest) -> Iterator[SSEServer]:
-    s = SSEServer(for_manifest(manifest), manifest.tokenizer.chat_template, dict(manifest.tokenizer.special_tokens)).start()
+    s = SSEServer(
+        for_manifest(manifest), manifest.tokenizer.chat_template, dict(manifest.tokenizer.special_tokens)
+    ).start()
     yield s
     s.stop()

@@ -52,7 +52,16 @@ class SSEServer:
         b = self.behaviour
         if b.mode == "mixed":
             cycle = ("ok", "error", "stall", "truncate", "reset")
-            b = Behaviour(cycle[len(self.seen) % len(cycle)], b.ttft_s, b.itl_s, b.stall_s, b.usage_bias, b.chunk_plan, b.usage, b.text)
+            b = Behaviour(
+                cycle[len(self.seen) % len(cycle)],
+                b.ttft_s,
+                b.itl_s,
+                b.stall_s,
+                b.usage_bias,
+                b.chunk_plan,
+                b.usage,
+                b.text,
+            )
         chat = request.path.endswith("/chat/completions")
         if b.mode == "error":
             return web.json_response({"error": {"message": "injected failure"}}, status=503)

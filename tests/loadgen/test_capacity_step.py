@@ -20,7 +20,9 @@ from loadgen.replay_options import ReplayOptions
 from tests.loadgen.conftest import small_manifest_data, write
 
 
-def test_rate_multiplier_compresses_offsets_and_deadline_bounds_each_request(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+def test_rate_multiplier_compresses_offsets_and_deadline_bounds_each_request(
+    tmp_path: Path, manifest_data: dict[str, Any]
+) -> None:
     data = small_manifest_data(manifest_data, time_scale=0.2)
     data["loadgen"]["request_timeout_s"] = 30.0
     data["slo"]["ttft_p95_s"] = 0.3  # g6 prefill alone exceeds this for longer prompts: some requests must be abandoned
@@ -30,7 +32,13 @@ def test_rate_multiplier_compresses_offsets_and_deadline_bounds_each_request(tmp
     base = {r.request_id: r.offset_s for r in build_schedule(m)}
     with Supervisor(tmp_path / "logs") as sup:
         url = start_emulator(sup, path, "g6", tmp_path, [])
-        run = start_fleet(path, "g6", url, tmp_path / "step", ReplayOptions(rate_multiplier=4.0, slo_deadline=True, duration_s=3.0, warmup=False))
+        run = start_fleet(
+            path,
+            "g6",
+            url,
+            tmp_path / "step",
+            ReplayOptions(rate_multiplier=4.0, slo_deadline=True, duration_s=3.0, warmup=False),
+        )
         summary = run.wait(timeout=120)
     recs = list(read_records(sorted((tmp_path / "step").glob("records-g6-*.jsonl"))))
     assert summary.invariant_holds()
@@ -45,7 +53,9 @@ def test_rate_multiplier_compresses_offsets_and_deadline_bounds_each_request(tmp
     rs = load_records(tmp_path / "step", m.digest)
     fm = goodput.measure_fleets(rs, m.slo.ttft_p95_s, m.slo.itl_p95_s)["g6"]
     assert fm.errors == 0 and fm.successful_requests < len(sent)
-    assert len(intervals.latency_sample(rs, "g6", "ttft_s")) == len(sent)  # every request has a TTFT, measured or bounded
+    assert len(intervals.latency_sample(rs, "g6", "ttft_s")) == len(
+        sent
+    )  # every request has a TTFT, measured or bounded
     for r in sent:
         bound = m.slo.ttft_p95_s + r.max_tokens * m.slo.itl_p95_s
         assert r.e2e_s is not None and r.e2e_s <= bound + 0.25, (r.e2e_s, bound)

@@ -87,9 +87,16 @@ def test_usage_without_text_is_no_text_not_ok(sse_server: SSEServer, example_man
 
 @pytest.mark.parametrize(
     ("mode", "outcome", "status"),
-    [("error", "http_error", 503), ("stall", "timeout", 200), ("truncate", "truncated", 200), ("reset", "truncated", 200)],
+    [
+        ("error", "http_error", 503),
+        ("stall", "timeout", 200),
+        ("truncate", "truncated", 200),
+        ("reset", "truncated", 200),
+    ],
 )
-def test_faults_become_records(sse_server: SSEServer, example_manifest_path: Path, mode: str, outcome: str, status: int) -> None:
+def test_faults_become_records(
+    sse_server: SSEServer, example_manifest_path: Path, mode: str, outcome: str, status: int
+) -> None:
     sse_server.behaviour = Behaviour(mode=mode, stall_s=3.0)
     r = probe(sse_server, example_manifest_path, "--output-tokens", "10", "--timeout-s", "0.5")
     assert (r["outcome"], r["http_status"]) == (outcome, status) and not r["slo_ok"] and r["error"]
@@ -149,10 +156,16 @@ class _RawServer:
     [
         (None, "timeout", "no complete response within 0.5 s"),  # accepts, never answers
         (b"SSH-2.0-OpenSSH_9.2\r\n\r\n", "connection_error", "bad status line"),  # not HTTP
-        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\ndata: hello\r\n", "truncated", "not followed by CRLF"),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\ndata: hello\r\n",
+            "truncated",
+            "not followed by CRLF",
+        ),
     ],
 )
-def test_silent_or_garbled_servers_become_records(example_manifest_path: Path, reply: bytes | None, outcome: str, error: str) -> None:
+def test_silent_or_garbled_servers_become_records(
+    example_manifest_path: Path, reply: bytes | None, outcome: str, error: str
+) -> None:
     srv = _RawServer(reply)
     try:
         r = probe(f"http://127.0.0.1:{srv.port}", example_manifest_path, "--timeout-s", "0.5")
@@ -190,7 +203,14 @@ def test_connect_that_hangs_ends_at_the_first_timer(
 ) -> None:
     lst, fillers = _full_backlog()
     try:
-        r = probe(f"http://127.0.0.1:{lst.getsockname()[1]}", example_manifest_path, "--timeout-s", timeout, "--connect-timeout-s", connect_timeout)
+        r = probe(
+            f"http://127.0.0.1:{lst.getsockname()[1]}",
+            example_manifest_path,
+            "--timeout-s",
+            timeout,
+            "--connect-timeout-s",
+            connect_timeout,
+        )
     finally:
         lst.close()
         for c in fillers:
@@ -326,7 +346,9 @@ def test_first_token_is_stamped_when_it_arrived_not_when_the_loop_read_it(stamps
     # read are never stamped before their newest byte was written. Also: the request is on the
     # wire when begin() returns (the server saw it while the hub was blocked), and a stream waits
     # for its first token at a higher priority than it streams at.
-    out = subprocess.run([sys.executable, "-c", _FIRST_TOKEN, stamps], capture_output=True, text=True, cwd=ROOT, timeout=60, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", _FIRST_TOKEN, stamps], capture_output=True, text=True, cwd=ROOT, timeout=60, check=True
+    )
     r = json.loads(out.stdout.strip().splitlines()[-1])
     if stamps == "kernel" and not r["kernel"]:
         pytest.skip("no kernel receive timestamps on this platform")
@@ -423,7 +445,9 @@ def test_a_first_token_is_read_between_the_reads_of_a_long_iteration(poll: str) 
     # fifth stream's first token arrives during the first of them, its second 45 ms later. The
     # waiting stream is read between two slow reads, so its first token has its own stamp;
     # left to the next loop iteration (no-poll) it is read after its second, which stamps both.
-    out = subprocess.run([sys.executable, "-c", _BUSY_LOOP, poll], capture_output=True, text=True, cwd=ROOT, timeout=60, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", _BUSY_LOOP, poll], capture_output=True, text=True, cwd=ROOT, timeout=60, check=True
+    )
     r = json.loads(out.stdout.strip().splitlines()[-1])
     if not r["kernel"]:
         pytest.skip("no kernel receive timestamps on this platform: the read's time stamps every token")

@@ -19,7 +19,9 @@ from loadgen.recording import read_records
 from tests.conftest import ROOT
 from tests.loadgen.conftest import small_manifest_data, write
 
-pytestmark = pytest.mark.skipif(not (ROOT / "runtime" / "emulator" / "__main__.py").is_file(), reason="runtime.emulator not present yet")
+pytestmark = pytest.mark.skipif(
+    not (ROOT / "runtime" / "emulator" / "__main__.py").is_file(), reason="runtime.emulator not present yet"
+)
 
 
 @pytest.fixture
@@ -29,7 +31,19 @@ def emulator(tmp_path: Path, manifest_data: dict[str, Any]) -> Iterator[tuple[Pa
     m = write(tmp_path, data)
     port_file = tmp_path / "port"
     p = subprocess.Popen(
-        [sys.executable, "-m", "runtime.emulator", "--manifest", str(m), "--fleet", "g6", "--port", "0", "--port-file", str(port_file)],
+        [
+            sys.executable,
+            "-m",
+            "runtime.emulator",
+            "--manifest",
+            str(m),
+            "--fleet",
+            "g6",
+            "--port",
+            "0",
+            "--port-file",
+            str(port_file),
+        ],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,
@@ -72,7 +86,10 @@ def test_conv_window_against_emulator(emulator: tuple[Path, str], tmp_path: Path
     # contains the server's from arrival (one clock: CLOCK_MONOTONIC is shared by processes).
     from loadgen.openai_request import request_id_header
 
-    truth = {g["id"]: g for g in json.loads(urllib.request.urlopen(f"{url}/emulator/requests", timeout=10).read())["requests"]}
+    truth = {
+        g["id"]: g
+        for g in json.loads(urllib.request.urlopen(f"{url}/emulator/requests", timeout=10).read())["requests"]
+    }
     campaign = recs[0].campaign
     diffs = []
     for r in recs:
@@ -85,7 +102,9 @@ def test_conv_window_against_emulator(emulator: tuple[Path, str], tmp_path: Path
     assert all(r.client_prompt_tokens == r.server_prompt_tokens for r in recs) and s.prompt_token_mismatch_rate == 0.0
 
 
-def test_a_template_the_server_does_not_use_stops_the_run_before_it_sends(emulator: tuple[Path, str], tmp_path: Path) -> None:
+def test_a_template_the_server_does_not_use_stops_the_run_before_it_sends(
+    emulator: tuple[Path, str], tmp_path: Path
+) -> None:
     manifest, url = emulator
     data = yaml.safe_load(manifest.read_text())
     # One extra word in the loadgen's copy of the template: every prompt would be a token long.
@@ -104,4 +123,7 @@ def test_a_template_the_server_does_not_use_stops_the_run_before_it_sends(emulat
     scheduled = [r.request_id for r in build_schedule(load_manifest(wrong))]
     recs = list(read_records(sorted((tmp_path / "run").glob("records-g6-*.jsonl"))))
     assert sorted(r.request_id for r in recs) == sorted(scheduled)
-    assert all(r.outcome == "not_sent" and "setup failed" in (r.error or "") and "the server counts" in (r.error or "") for r in recs)
+    assert all(
+        r.outcome == "not_sent" and "setup failed" in (r.error or "") and "the server counts" in (r.error or "")
+        for r in recs
+    )

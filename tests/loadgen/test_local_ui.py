@@ -30,7 +30,9 @@ def _stats(port: int) -> dict[str, Any]:
 
 
 @pytest.mark.timeout(180)
-def test_the_local_ui_shows_the_replay_live(sse_server: SSEServer, manifest_data: dict[str, Any], tmp_path: Path) -> None:
+def test_the_local_ui_shows_the_replay_live(
+    sse_server: SSEServer, manifest_data: dict[str, Any], tmp_path: Path
+) -> None:
     why = chromium_available()
     if why is not None:
         if os.environ.get("BROWSER_REQUIRED") == "1":
@@ -52,8 +54,13 @@ def test_the_local_ui_shows_the_replay_live(sse_server: SSEServer, manifest_data
         assert {"SSE ttft", "SSE itl", "SLO goodput"} <= rows, rows
         assert not run.poll(), "the replay should still be running while it is watched"
         with tempfile.TemporaryDirectory(prefix="ui-browser-") as profile, sync_playwright() as pw:
-            ctx = pw.chromium.launch_persistent_context(profile, executable_path=CHROMIUM, headless=True, args=list(FLAGS),
-                                                        viewport={"width": 1280, "height": 800})
+            ctx = pw.chromium.launch_persistent_context(
+                profile,
+                executable_path=CHROMIUM,
+                headless=True,
+                args=list(FLAGS),
+                viewport={"width": 1280, "height": 800},
+            )
             try:
                 page = ctx.new_page()
                 page.goto(f"http://127.0.0.1:{port}/", wait_until="networkidle")

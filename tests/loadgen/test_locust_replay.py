@@ -21,7 +21,9 @@ def _records(d: Path) -> list[Any]:
     return sorted(read_records(sorted(d.glob("records-g6-w*.jsonl"))), key=lambda r: r.request_id)
 
 
-def test_one_worker_and_two_workers_replay_the_same_requests(sse_server: SSEServer, small_manifest: Path, tmp_path: Path) -> None:
+def test_one_worker_and_two_workers_replay_the_same_requests(
+    sse_server: SSEServer, small_manifest: Path, tmp_path: Path
+) -> None:
     sched = build_schedule(load_manifest(small_manifest))
     one = run_fleet(small_manifest, "g6", sse_server.url, tmp_path / "one")
     two = run_fleet(small_manifest, "g6", sse_server.url, tmp_path / "two", workers=2)
@@ -46,7 +48,9 @@ def test_one_worker_and_two_workers_replay_the_same_requests(sse_server: SSEServ
         assert [r.sent_s for r in by_time] == sorted(r.sent_s for r in recs)
 
 
-def test_faulty_server_gives_failure_records_not_a_crash(sse_server: SSEServer, small_manifest: Path, tmp_path: Path) -> None:
+def test_faulty_server_gives_failure_records_not_a_crash(
+    sse_server: SSEServer, small_manifest: Path, tmp_path: Path
+) -> None:
     sse_server.behaviour = Behaviour(mode="mixed", stall_s=4.0)
     s = run_fleet(small_manifest, "g6", sse_server.url, tmp_path / "f")
     assert s.invariant_holds() and s.failed > 0 and s.completed > 0
@@ -84,7 +88,9 @@ def test_terminate_keeps_flushed_records(sse_server: SSEServer, manifest_data: d
     assert {r.request_id for r in recs} == set(range(s.scheduled))
 
 
-def test_setup_failure_stops_the_run_once_and_names_the_cause(sse_server: SSEServer, small_manifest: Path, tmp_path: Path) -> None:
+def test_setup_failure_stops_the_run_once_and_names_the_cause(
+    sse_server: SSEServer, small_manifest: Path, tmp_path: Path
+) -> None:
     # The metrics port is taken: the worker cannot set up. It must stop at once, send nothing,
     # and say why, instead of retrying the task in a loop until --run-time.
     before = len(sse_server.seen)
@@ -95,6 +101,8 @@ def test_setup_failure_stops_the_run_once_and_names_the_cause(sse_server: SSESer
         run = start_fleet(small_manifest, "g6", sse_server.url, tmp_path / "s", metrics_port=port)
         s = run.wait(timeout=60)
     assert [p.returncode for p in run.procs] == [3]
-    assert not s.valid and any("setup failed, nothing was sent" in r and "in use" in r for r in s.invalid_reasons), s.invalid_reasons
+    assert not s.valid and any("setup failed, nothing was sent" in r and "in use" in r for r in s.invalid_reasons), (
+        s.invalid_reasons
+    )
     assert len(sse_server.seen) == before
     assert run.logs[0].read_text().count("setup failed") == 1

@@ -19,7 +19,9 @@ PROBE = (
 
 
 def test_no_loadgen_option_is_a_web_ui_field() -> None:
-    out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, cwd=ROOT, timeout=120, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE], capture_output=True, text=True, cwd=ROOT, timeout=120, check=True
+    )
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     assert {"manifest", "fleet", "records_dir", "s3_uri", "run_id"} <= set(seen["ours"])
     assert seen["ui"] == []

@@ -18,7 +18,9 @@ def req(i: int, n: int, hashes: tuple[int, ...] | None = None) -> ScheduledReque
 @pytest.mark.parametrize("n", [9, 10, 100, 777, 2048])
 def test_chat_prompt_has_exact_tokens_through_template(manifest: Manifest, n: int) -> None:
     p = PromptBuilder(manifest, "chat").build(req(1, n))
-    rendered = apply_chat_template(manifest.tokenizer.chat_template, [{"role": "user", "content": p.text}], dict(manifest.tokenizer.special_tokens))
+    rendered = apply_chat_template(
+        manifest.tokenizer.chat_template, [{"role": "user", "content": p.text}], dict(manifest.tokenizer.special_tokens)
+    )
     assert for_manifest(manifest).count(rendered) == n == p.tokens and p.exact
 
 
@@ -30,7 +32,10 @@ def test_completions_prompt_exact(manifest: Manifest) -> None:
 def test_manifest_template_is_used_not_a_default(manifest_data: dict[str, Any]) -> None:
     # A template with four extra words costs four tokens: the builder must notice.
     data = dict(manifest_data)
-    data["tokenizer"] = {**data["tokenizer"], "chat_template": "{{ bos }}system says hello there {% for m in messages %}{{ m.content }}{% endfor %}"}
+    data["tokenizer"] = {
+        **data["tokenizer"],
+        "chat_template": "{{ bos }}system says hello there {% for m in messages %}{{ m.content }}{% endfor %}",
+    }
     m = manifest_from_data(data)
     b = PromptBuilder(m, "chat")
     assert b.overhead == 5  # bos + 4 words
@@ -81,7 +86,9 @@ def _hf_tokenizer_json(path: Path) -> None:
     tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.add_special_tokens(specials[:4])
-    tok.post_processor = processors.TemplateProcessing(single="<|begin_of_text|> $A", special_tokens=[("<|begin_of_text|>", 0)])
+    tok.post_processor = processors.TemplateProcessing(
+        single="<|begin_of_text|> $A", special_tokens=[("<|begin_of_text|>", 0)]
+    )
     tok.save(str(path))
 
 
@@ -100,5 +107,7 @@ def test_huggingface_prompts_count_like_the_server(manifest_data: dict[str, Any]
     assert len(p.text.split()) == 299
     # Chat: the rendered template carries BOS itself; the server adds nothing more.
     c = PromptBuilder(m, "chat").build(req(2, 300))
-    rendered = apply_chat_template(m.tokenizer.chat_template, [{"role": "user", "content": c.text}], dict(m.tokenizer.special_tokens))
+    rendered = apply_chat_template(
+        m.tokenizer.chat_template, [{"role": "user", "content": c.text}], dict(m.tokenizer.special_tokens)
+    )
     assert len(hf.encode(rendered, add_special_tokens=False).ids) == 300 and c.exact

@@ -22,7 +22,9 @@ MAX_TOKENS = 4096
 
 
 @pytest.fixture(scope="module")
-def zoo(tmp_path_factory: pytest.TempPathFactory, _example_data: dict[str, Any]) -> dict[str, tuple[Manifest, Tokenizer]]:
+def zoo(
+    tmp_path_factory: pytest.TempPathFactory, _example_data: dict[str, Any]
+) -> dict[str, tuple[Manifest, Tokenizer]]:
     import copy
 
     out: dict[str, tuple[Manifest, Tokenizer]] = {}
@@ -30,7 +32,9 @@ def zoo(tmp_path_factory: pytest.TempPathFactory, _example_data: dict[str, Any])
     for kind in KINDS:
         path = save(kind, d / f"{kind}.json")
         data = copy.deepcopy(_example_data)
-        data["workload"]["trace"]["path"] = str(Path(__file__).resolve().parents[2] / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv")
+        data["workload"]["trace"]["path"] = str(
+            Path(__file__).resolve().parents[2] / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv"
+        )
         data["tokenizer"] = {**data["tokenizer"], "kind": "huggingface", "path": str(path)}
         out[kind] = (manifest_from_data(data), Tokenizer.from_file(str(path)))
     return out
@@ -42,7 +46,9 @@ def server_count(m: Manifest, hf: Tokenizer, api: Api, text: str) -> int:
         return len(hf.encode(text, add_special_tokens=True).ids)
     from core.tokenizer import apply_chat_template
 
-    rendered = apply_chat_template(m.tokenizer.chat_template, [{"role": "user", "content": text}], dict(m.tokenizer.special_tokens))
+    rendered = apply_chat_template(
+        m.tokenizer.chat_template, [{"role": "user", "content": text}], dict(m.tokenizer.special_tokens)
+    )
     return len(hf.encode(rendered, add_special_tokens=False).ids)
 
 
@@ -75,7 +81,9 @@ def test_any_length_any_tokenizer(zoo: dict[str, tuple[Manifest, Tokenizer]], da
     api: Api = data.draw(st.sampled_from(["completions", "chat"]), label="api")
     n = data.draw(st.integers(1, MAX_TOKENS), label="tokens")
     n_blocks = -(-n // BLOCK_TOKENS)  # a trace's hash ids cover the whole prompt
-    blocks = data.draw(st.none() | st.lists(st.integers(0, 50), min_size=n_blocks, max_size=n_blocks + 1).map(tuple), label="hash_ids")
+    blocks = data.draw(
+        st.none() | st.lists(st.integers(0, 50), min_size=n_blocks, max_size=n_blocks + 1).map(tuple), label="hash_ids"
+    )
     rid = data.draw(st.integers(0, 10**6), label="request_id")
     m, hf = zoo[kind]
     b = PromptBuilder(m, api)

@@ -17,7 +17,9 @@ REQ = ScheduledRequest(7, 2.0, 100, 3, None, 9, False)
 
 
 def _state(times: list[float], server_out: int | None = 3) -> StreamState:
-    s = StreamState(chunk_times=times, finish_reason="length", done=True, server_prompt_tokens=100, server_output_tokens=server_out)
+    s = StreamState(
+        chunk_times=times, finish_reason="length", done=True, server_prompt_tokens=100, server_output_tokens=server_out
+    )
     return s
 
 
@@ -25,30 +27,50 @@ def test_ttft_counts_from_scheduled_time_including_client_queueing() -> None:
     sched = CTX.t0 + REQ.offset_s
     # the client got to send 0.3 s late; the server answered 0.1 s after the send
     sent = sched + 0.3
-    r = build_record(CTX, REQ, sent, sent + 0.2, _state([sent + 0.1, sent + 0.12, sent + 0.16]), Transport(200, False, None, True))
+    r = build_record(
+        CTX, REQ, sent, sent + 0.2, _state([sent + 0.1, sent + 0.12, sent + 0.16]), Transport(200, False, None, True)
+    )
     assert r.send_lag_s == pytest.approx(0.3)
     assert r.ttft_s == pytest.approx(0.4)  # not 0.1: coordinated omission stays out
     assert r.e2e_s == pytest.approx(0.46)
     assert r.itl_s == pytest.approx(0.03) and r.itl_max_s == pytest.approx(0.04)
     assert r.outcome == "ok" and r.slo_ok
-    late = build_record(CTX, REQ, sched + 0.45, sched + 1, _state([sched + 0.55, sched + 0.56, sched + 0.57]), Transport(200, False, None, True))
+    late = build_record(
+        CTX,
+        REQ,
+        sched + 0.45,
+        sched + 1,
+        _state([sched + 0.55, sched + 0.56, sched + 0.57]),
+        Transport(200, False, None, True),
+    )
     assert not late.slo_ok  # the server was fast, but the request waited in the client
 
 
 def test_client_and_server_counts_both_kept() -> None:
     sched = CTX.t0 + REQ.offset_s
-    r = build_record(CTX, REQ, sched, sched + 1, _state([sched + 0.1, sched + 0.2], server_out=3), Transport(200, False, None, True))
+    r = build_record(
+        CTX, REQ, sched, sched + 1, _state([sched + 0.1, sched + 0.2], server_out=3), Transport(200, False, None, True)
+    )
     assert (r.client_output_tokens, r.server_output_tokens, r.output_tokens) == (2, 3, 3)
 
 
 def test_itl_is_the_token_span_over_server_tokens() -> None:
     # Two content chunks 0.1 s apart carrying 3 tokens (usage): 2 token intervals in 0.1 s.
     sched = CTX.t0 + REQ.offset_s
-    r = build_record(CTX, REQ, sched, sched + 1, _state([sched + 0.1, sched + 0.2], server_out=3), Transport(200, False, None, True))
+    r = build_record(
+        CTX, REQ, sched, sched + 1, _state([sched + 0.1, sched + 0.2], server_out=3), Transport(200, False, None, True)
+    )
     assert r.itl_s == pytest.approx(0.05) and r.itl_basis == "server_tokens"
     assert r.itl_max_s == pytest.approx(0.1)  # the largest gap between chunks: arrivals, not ITL
     # No usage: the mean gap between content chunks is the only figure, and says so.
-    r = build_record(CTX, REQ, sched, sched + 1, _state([sched + 0.1, sched + 0.2, sched + 0.4], server_out=None), Transport(200, False, None, True))
+    r = build_record(
+        CTX,
+        REQ,
+        sched,
+        sched + 1,
+        _state([sched + 0.1, sched + 0.2, sched + 0.4], server_out=None),
+        Transport(200, False, None, True),
+    )
     assert r.itl_s == pytest.approx(0.15) and r.itl_basis == "chunks"
     # One token: no interval at all.
     one = ScheduledRequest(8, 2.0, 100, 1, None, 9, False)

@@ -57,7 +57,14 @@ def server(tmp_path: Path) -> Iterator[refsrv.ServerProcess]:
 
 
 def test_every_token_and_every_first_token_time_against_the_servers_truth(server: refsrv.ServerProcess) -> None:
-    out = subprocess.run([sys.executable, "-c", _STREAMS, server.url, "12", "30"], capture_output=True, text=True, cwd=ROOT, timeout=60, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", _STREAMS, server.url, "12", "30"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        check=True,
+    )
     streams = {s["id"]: s for s in json.loads(out.stdout.strip().splitlines()[-1])}
     truth = server.truth()
     rows = {r["id"]: r for r in truth["requests"]}
@@ -66,7 +73,9 @@ def test_every_token_and_every_first_token_time_against_the_servers_truth(server
     for rid, s in streams.items():
         g = rows[rid]
         assert s["error"] is None and s["done"] and s["finish"] == "length"
-        assert len(s["times"]) == s["usage"] == g["tokens"] == 30  # a timestamp for every token frame, each counted once
+        assert (
+            len(s["times"]) == s["usage"] == g["tokens"] == 30
+        )  # a timestamp for every token frame, each counted once
         assert s["sent"] <= g["arrival"] and g["arrival"] + 0.02 <= g["first_write"]  # never before its due time
         # the client's stamp is never before the server wrote the token, up to the kernel stamp's
         # conversion from CLOCK_REALTIME (two clock reads a few microseconds apart: 7 us seen here)
@@ -127,7 +136,9 @@ def test_a_short_send_keeps_every_byte_in_order(inproc: refsrv.ReferenceServer) 
     sock = _FakeSocket(100_000, take=100)
     c = _streaming(inproc, sock, 10)
     inproc._write_due([c], int(time.monotonic() * 1000))
-    assert bytes(sock.got) == c.frame[:100] and c.out == c.frame[100:] and c.k == 2  # the token is written, its rest kept
+    assert (
+        bytes(sock.got) == c.frame[:100] and c.out == c.frame[100:] and c.k == 2
+    )  # the token is written, its rest kept
     assert list(inproc._wheel.values()) == [[c]]  # back on the wheel for its next token
     sock.take = None
     c.due0 -= inproc.itl_s  # the third token is due

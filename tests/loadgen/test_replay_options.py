@@ -68,5 +68,12 @@ def test_the_locustfile_parses_what_the_launcher_writes() -> None:
         "from loadgen.replay_options import from_namespace\n"
         "print(json.dumps(dataclasses.asdict(from_namespace(get_parser().parse_args(sys.argv[1:])))))\n"
     )
-    out = subprocess.run([sys.executable, "-c", probe, *to_argv(options)], capture_output=True, text=True, cwd=ROOT, timeout=120, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", probe, *to_argv(options)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        check=True,
+    )
     assert json.loads(out.stdout.strip().splitlines()[-1]) == asdict(options)

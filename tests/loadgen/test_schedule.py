@@ -46,7 +46,12 @@ def test_rate_scale_thins_and_replicates(tmp_path: Path, manifest_data: dict[str
 def test_request_class_clip_and_filter(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
     clip = build_schedule(_m(tmp_path, manifest_data, rate_scale=1.0))
     filt = build_schedule(
-        _m(tmp_path, manifest_data, rate_scale=1.0, request_class={"max_input_tokens": 1024, "max_output_tokens": 256, "mode": "filter"})
+        _m(
+            tmp_path,
+            manifest_data,
+            rate_scale=1.0,
+            request_class={"max_input_tokens": 1024, "max_output_tokens": 256, "mode": "filter"},
+        )
     )
     assert max(r.input_tokens for r in clip) == 256 and max(r.output_tokens for r in clip) == 16
     assert 0 < len(filt) < len(clip)
@@ -89,13 +94,17 @@ def test_partition_is_disjoint_cover() -> None:
         ({"request_class": {"max_input_tokens": 1, "max_output_tokens": 1, "mode": "filter"}}, "none left after"),
     ],
 )
-def test_a_schedule_that_replays_nothing_is_an_error(tmp_path: Path, manifest_data: dict[str, Any], workload: dict[str, Any], needle: str) -> None:
+def test_a_schedule_that_replays_nothing_is_an_error(
+    tmp_path: Path, manifest_data: dict[str, Any], workload: dict[str, Any], needle: str
+) -> None:
     with pytest.raises(ScheduleError) as ei:
         build_schedule(_m(tmp_path, manifest_data, **workload))
     assert needle in str(ei.value)
 
 
-def test_window_s_replays_more_of_the_trace_and_keeps_the_manifest_window_prefix(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+def test_window_s_replays_more_of_the_trace_and_keeps_the_manifest_window_prefix(
+    tmp_path: Path, manifest_data: dict[str, Any]
+) -> None:
     m = _m(tmp_path, manifest_data, time_scale=1.0, rate_scale=1.0)
     base = build_schedule(m)
     longer = build_schedule(m, window_s=m.workload.window.duration_s * 3)
@@ -108,7 +117,9 @@ def test_window_s_replays_more_of_the_trace_and_keeps_the_manifest_window_prefix
         build_schedule(m, window_s=0)
 
 
-def test_skip_s_continues_the_trace_after_the_requests_already_replayed(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+def test_skip_s_continues_the_trace_after_the_requests_already_replayed(
+    tmp_path: Path, manifest_data: dict[str, Any]
+) -> None:
     """A settle segment: the requests of [skip, skip + window) trace seconds, offsets counted from
     the skip, exactly those a longer window would have replayed after it."""
     m = _m(tmp_path, manifest_data, time_scale=2.0, rate_scale=1.0)
@@ -116,7 +127,9 @@ def test_skip_s_continues_the_trace_after_the_requests_already_replayed(tmp_path
     whole = build_schedule(m, window_s=2 * w)
     later = build_schedule(m, window_s=w, skip_s=w)
     after = [r for r in whole if r.offset_s >= w * 2.0]  # offsets are trace seconds x time_scale
-    assert [(r.trace_line, r.input_tokens, r.output_tokens) for r in later] == [(r.trace_line, r.input_tokens, r.output_tokens) for r in after]
+    assert [(r.trace_line, r.input_tokens, r.output_tokens) for r in later] == [
+        (r.trace_line, r.input_tokens, r.output_tokens) for r in after
+    ]
     assert [r.offset_s for r in later] == pytest.approx([r.offset_s - w * 2.0 for r in after])
     with pytest.raises(ScheduleError, match="skip_s must be >= 0"):
         build_schedule(m, skip_s=-1)

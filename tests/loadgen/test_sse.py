@@ -53,7 +53,9 @@ def test_state_tokens_usage_and_gaps() -> None:
     s = _state(STREAM)
     assert s.content_chunks == 2 and s.server_output_tokens == 2 and s.server_prompt_tokens == 5
     assert s.finish_reason == "length" and s.done and s.gaps() == [2.0]
-    chat = _state(b'data: {"choices":[{"delta":{"role":"assistant"}}]}\n\ndata: {"choices":[{"delta":{"content":"x"}}]}\n\n')
+    chat = _state(
+        b'data: {"choices":[{"delta":{"role":"assistant"}}]}\n\ndata: {"choices":[{"delta":{"content":"x"}}]}\n\n'
+    )
     assert chat.content_chunks == 1  # a role-only delta is not a token
 
 
@@ -85,7 +87,9 @@ def test_usage_without_any_text_is_its_own_outcome() -> None:
     )
     assert silent.content_chunks == 0 and silent.server_output_tokens == 3
     outcome, why = classify(OK_T, silent, 3)
-    assert outcome is Outcome.NO_TEXT and why is not None and "3 output tokens" in why and "no chunk carried text" in why
+    assert (
+        outcome is Outcome.NO_TEXT and why is not None and "3 output tokens" in why and "no chunk carried text" in why
+    )
 
 
 def _reference(stream: bytes) -> list[SSEEvent]:
@@ -212,7 +216,13 @@ def test_feed_events_is_the_parser_and_on_event_exactly(picks: list[int], cuts: 
     # difference in chunk_times; text, finish reason, usage, errors, [DONE] and bad chunks too.
     stream = b"".join(_FRAMES[i] for i in picks)
     if whole_frames:  # reads that end on frame boundaries (the fast path), several frames per read
-        ends = sorted({len(b"".join(_FRAMES[i] for i in picks[:k])) for k in range(1, len(picks) + 1) if k % 2 == 0 or k == len(picks)})
+        ends = sorted(
+            {
+                len(b"".join(_FRAMES[i] for i in picks[:k]))
+                for k in range(1, len(picks) + 1)
+                if k % 2 == 0 or k == len(picks)
+            }
+        )
     else:
         ends = sorted({c for c in cuts if 0 < c < len(stream)} | {len(stream)})
     reads = [(stream[a:b], float(i)) for i, (a, b) in enumerate(zip([0, *ends[:-1]], ends, strict=True))]

@@ -17,7 +17,14 @@ CTX = RecordContext("c", "d" * 64, "g6", "w0", 1000.0, 0.0, 0.5, 0.05)
 INP = SummaryInputs("c", "d" * 64, "g6", max_lag_p99_s=0.01)
 
 
-def rec(i: int, outcome: str = "ok", lag: float | None = 0.001, client: int = 4, server: int | None = 4, warmup: bool = False) -> RequestRecord:
+def rec(
+    i: int,
+    outcome: str = "ok",
+    lag: float | None = 0.001,
+    client: int = 4,
+    server: int | None = 4,
+    warmup: bool = False,
+) -> RequestRecord:
     base = not_sent_record(CTX, ScheduledRequest(i, float(i), 10, 4, None, i, warmup), "")
     return replace(
         base,
@@ -35,7 +42,14 @@ def rec(i: int, outcome: str = "ok", lag: float | None = 0.001, client: int = 4,
 
 
 def test_invariant_and_counts() -> None:
-    rs = [rec(0), rec(1, "quality_fail"), rec(2, "timeout"), rec(3, "not_sent", lag=None), rec(4, warmup=True), rec(5, "no_text")]
+    rs = [
+        rec(0),
+        rec(1, "quality_fail"),
+        rec(2, "timeout"),
+        rec(3, "not_sent", lag=None),
+        rec(4, warmup=True),
+        rec(5, "no_text"),
+    ]
     s = summarize(INP, rs, range(6), client_cpu_percent=12.5, started_at=1.0, ended_at=2.0)
     # no_text came back whole (finish reason, [DONE], usage): completed, though not a success.
     assert (s.scheduled, s.completed, s.failed, s.not_sent, s.warmup_excluded) == (6, 4, 1, 1, 1)
@@ -60,7 +74,13 @@ def test_lag_p99_over_bound_flags_run_invalid() -> None:
 def test_token_count_mismatch_rate() -> None:
     # Server usage against the requested output length (4), never against content chunks: vLLM
     # packs several tokens into one chunk, so 3 chunks carrying 4 tokens is no mismatch.
-    rs = [rec(0), rec(1, client=3, server=4), rec(2, server=None), rec(3, server=3), rec(4, "timeout", client=1, server=9)]
+    rs = [
+        rec(0),
+        rec(1, client=3, server=4),
+        rec(2, server=None),
+        rec(3, server=3),
+        rec(4, "timeout", client=1, server=9),
+    ]
     s = summarize(INP, rs, range(5), client_cpu_percent=0, started_at=0, ended_at=1)
     assert s.token_count_mismatch_rate == 1 / 3  # of the 3 ok requests with server usage, #3 ended early
 
@@ -84,14 +104,18 @@ def test_warmup_is_counted_but_kept_out_of_the_latency_histograms() -> None:
     text = generate_latest(cm.registry).decode()
     for h in ("ttft", "itl", "e2e"):
         assert f'loadgen_{h}_seconds_count{{campaign="c",fleet="g6",manifest_digest="abc"}} 1.0' in text
-    assert 'loadgen_requests_total{campaign="c",fleet="g6",manifest_digest="abc",outcome="ok",slo_ok="true"} 2.0' in text
+    assert (
+        'loadgen_requests_total{campaign="c",fleet="g6",manifest_digest="abc",outcome="ok",slo_ok="true"} 2.0' in text
+    )
 
 
 def test_interpolated_quantile() -> None:
     assert interpolated_quantile([], 0.99) == 0.0
     assert math.isnan(interpolated_quantile([], 0.99, empty=math.nan))
     assert interpolated_quantile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5
-    assert interpolated_quantile([4.0, 1.0, 3.0, 2.0], 0.95) == pytest.approx(3.85)  # between ranks 3 and 4, unsorted input
+    assert interpolated_quantile([4.0, 1.0, 3.0, 2.0], 0.95) == pytest.approx(
+        3.85
+    )  # between ranks 3 and 4, unsorted input
 
 
 def test_nearest_rank_is_an_observed_value_where_interpolation_is_not() -> None:
@@ -113,5 +137,8 @@ def test_histograms_labelled() -> None:
     text = generate_latest(cm.registry).decode()
     assert 'loadgen_ttft_seconds_count{campaign="c",fleet="g6",manifest_digest="abc"} 1.0' in text
     assert 'loadgen_ttft_seconds_bucket{campaign="c",fleet="g6",le="2.0",manifest_digest="abc"} 1.0' in text
-    assert 'loadgen_requests_total{campaign="c",fleet="g6",manifest_digest="abc",outcome="timeout",slo_ok="false"} 1.0' in text
+    assert (
+        'loadgen_requests_total{campaign="c",fleet="g6",manifest_digest="abc",outcome="timeout",slo_ok="false"} 1.0'
+        in text
+    )
     assert 'loadgen_successful_output_tokens_total{campaign="c",fleet="g6",manifest_digest="abc"} 4.0' in text

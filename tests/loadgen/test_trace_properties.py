@@ -51,7 +51,11 @@ def gen_rows(draw: st.DrawFn, fmt: str) -> list[Gen]:
     else:  # seconds, float
         steps = draw(st.lists(st.floats(0, 1e4, allow_nan=False, allow_infinity=False), min_size=n, max_size=n))
     start: int | float
-    start = draw(st.integers(0, 10**12 if fmt == "azure" else 10**9)) if fmt in ("azure", "mooncake") else draw(st.floats(0, 1000000.0))
+    start = (
+        draw(st.integers(0, 10**12 if fmt == "azure" else 10**9))
+        if fmt in ("azure", "mooncake")
+        else draw(st.floats(0, 1000000.0))
+    )
     times: list[int | float] = []
     t = start
     for s in steps:
@@ -171,7 +175,9 @@ def corrupt_row(draw: st.DrawFn, fmt: str, g: Gen, prev: Gen | None) -> str:
         return json.dumps(obj)
     cells = line.split(",")
     if fmt == "azure" and kind == "missing" and draw(st.booleans()):
-        cells[0] = draw(st.sampled_from([cells[0] + "x", cells[0].replace("-", "/"), "2023-13-45 99:99:99.0", cells[0][:10]]))
+        cells[0] = draw(
+            st.sampled_from([cells[0] + "x", cells[0].replace("-", "/"), "2023-13-45 99:99:99.0", cells[0][:10]])
+        )
     tok_idx = {"azure": [1, 2], "burstgpt": [2, 3], "plain-csv": [1, 2]}[fmt]
     if kind == "missing":
         if cells[0] == line.split(",")[0]:
@@ -211,7 +217,9 @@ def test_one_corrupted_row_names_file_and_line(fmt: str, data: st.DataObject, eo
 @pytest.mark.parametrize("fmt", FORMATS)
 @SETTINGS
 @given(data=st.data(), junk=st.binary(min_size=1, max_size=40).filter(lambda b: b"\n" not in b and b"\r" not in b))
-def test_arbitrary_bytes_in_one_row_never_escape_as_another_error(fmt: str, data: st.DataObject, junk: bytes, tmp_path: Path) -> None:
+def test_arbitrary_bytes_in_one_row_never_escape_as_another_error(
+    fmt: str, data: st.DataObject, junk: bytes, tmp_path: Path
+) -> None:
     """Any bytes (invalid UTF-8, NUL, quotes, stray separators) in place of, or spliced into,
     one row: either the file still reads, or a TraceError names the file and a line at or after
     the damage (a CSV quote may run on to a later line)."""
@@ -238,7 +246,9 @@ def test_invalid_utf8_names_its_line(tmp_path: Path) -> None:
         read_trace(p, "plain-csv")
     assert ei.value.line == 3 and "UTF-8" in ei.value.reason
     p = tmp_path / "t.jsonl"
-    p.write_bytes(b'{"offset_s": 0, "input_tokens": 1, "output_tokens": 1}\n{"offset_s": 1, "input_tokens": 1\xc3, "output_tokens": 1}\n')
+    p.write_bytes(
+        b'{"offset_s": 0, "input_tokens": 1, "output_tokens": 1}\n{"offset_s": 1, "input_tokens": 1\xc3, "output_tokens": 1}\n'
+    )
     with pytest.raises(TraceError) as ei:
         read_trace(p, "plain-jsonl")
     assert ei.value.line == 2 and "UTF-8" in ei.value.reason

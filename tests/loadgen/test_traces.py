@@ -87,7 +87,12 @@ def test_a_row_with_more_fields_than_the_header_names_its_line(tmp_path: Path) -
     ("text", "fmt", "line", "needle"),
     [
         ("offset_s,input_tokens,output_tokens\n0,1,1\n,,\n2,1,1\n", "plain-csv", 3, "every field is blank"),
-        ("offset_s,input_tokens,output_tokens\n0,1,1\n1," + "9" * 200_000 + ",1\n", "plain-csv", 3, "field larger than field limit"),
+        (
+            "offset_s,input_tokens,output_tokens\n0,1,1\n1," + "9" * 200_000 + ",1\n",
+            "plain-csv",
+            3,
+            "field larger than field limit",
+        ),
         (
             '{"offset_s": 0, "input_tokens": 1, "output_tokens": 1}\n{"offset_s": true, "input_tokens": 1, "output_tokens": 1}\n',
             "plain-jsonl",
@@ -145,22 +150,43 @@ def test_every_bad_row_is_listed_with_its_line_field_and_rule(tmp_path: Path) ->
     ("text", "fmt", "found"),
     [
         # a header without a needed column: said once, not once per row
-        ("offset_s,input_tokens\n0,1\n1,1\n", "plain-csv", [(1, "output_tokens", "missing column: the header has offset_s, input_tokens")]),
+        (
+            "offset_s,input_tokens\n0,1\n1,1\n",
+            "plain-csv",
+            [(1, "output_tokens", "missing column: the header has offset_s, input_tokens")],
+        ),
         # zero lengths: no request can be made of them; BurstGPT's 0 response tokens is a logged failure, kept
-        ('{"offset_s": 0, "input_tokens": 0, "output_tokens": 1}\n{"offset_s": 1, "input_tokens": 1, "output_tokens": 0}\n', "plain-jsonl",
-         [(1, "input_tokens", "zero: a request needs at least one prompt token"),
-          (2, "output_tokens", "zero: a request needs at least one output token")]),
-        ("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n5,ChatGPT,0,0,0,Conversation log\n", "burstgpt",
-         [(2, "Request tokens", "zero: a request needs at least one prompt token")]),
+        (
+            '{"offset_s": 0, "input_tokens": 0, "output_tokens": 1}\n{"offset_s": 1, "input_tokens": 1, "output_tokens": 0}\n',
+            "plain-jsonl",
+            [
+                (1, "input_tokens", "zero: a request needs at least one prompt token"),
+                (2, "output_tokens", "zero: a request needs at least one output token"),
+            ],
+        ),
+        (
+            "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n5,ChatGPT,0,0,0,Conversation log\n",
+            "burstgpt",
+            [(2, "Request tokens", "zero: a request needs at least one prompt token")],
+        ),
         # null, empty, and both bad in one row: each field its own line
-        ('{"offset_s": null, "input_tokens": "", "output_tokens": 1.5}\n', "plain-jsonl",
-         [(1, "offset_s", "null"), (1, "input_tokens", "empty"), (1, "output_tokens", "not an integer: 1.5")]),
+        (
+            '{"offset_s": null, "input_tokens": "", "output_tokens": 1.5}\n',
+            "plain-jsonl",
+            [(1, "offset_s", "null"), (1, "input_tokens", "empty"), (1, "output_tokens", "not an integer: 1.5")],
+        ),
         # a line that is not UTF-8 or not JSON does not stop the rows after it from being checked
-        ('{"offset_s": 0, "input_tokens": 1, "output_tokens": 1}\n{oops\n[1]\n{"offset_s": 1, "input_tokens": -1, "output_tokens": 1}\n',
-         "plain-jsonl", [(2, "(row)", "not JSON: Expecting property name enclosed in double quotes"), (3, "(row)", "each line must be a JSON object"),
-                         (4, "input_tokens", "negative (-1)")]),
+        (
+            '{"offset_s": 0, "input_tokens": 1, "output_tokens": 1}\n{oops\n[1]\n{"offset_s": 1, "input_tokens": -1, "output_tokens": 1}\n',
+            "plain-jsonl",
+            [
+                (2, "(row)", "not JSON: Expecting property name enclosed in double quotes"),
+                (3, "(row)", "each line must be a JSON object"),
+                (4, "input_tokens", "negative (-1)"),
+            ],
+        ),
     ],
-)  # fmt: skip
+)
 def test_each_rule_names_its_field(text: str, fmt: str, found: list[tuple[int, str, str]]) -> None:
     with pytest.raises(TraceError) as ei:
         read_trace_text(text, fmt, name="t")

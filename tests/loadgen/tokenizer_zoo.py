@@ -41,7 +41,9 @@ def build(kind: str) -> Tokenizer:
         tok = Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
-        trainer = trainers.BpeTrainer(vocab_size=330, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        trainer = trainers.BpeTrainer(
+            vocab_size=330, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        )
         tok.train_from_iterator(corpus, trainer)
         _bos_after(tok)
     elif kind == "wordpiece":
@@ -54,7 +56,9 @@ def build(kind: str) -> Tokenizer:
         tok = Tokenizer(models.Unigram())
         tok.pre_tokenizer = pre_tokenizers.Metaspace()
         tok.decoder = decoders.Metaspace()
-        tok.train_from_iterator(corpus, trainers.UnigramTrainer(vocab_size=120, special_tokens=["<unk>", *SPECIALS], unk_token="<unk>"))
+        tok.train_from_iterator(
+            corpus, trainers.UnigramTrainer(vocab_size=120, special_tokens=["<unk>", *SPECIALS], unk_token="<unk>")
+        )
         _bos_after(tok)
     elif kind == "chars":
         tok = Tokenizer(models.BPE())
@@ -62,7 +66,9 @@ def build(kind: str) -> Tokenizer:
         tok.decoder = decoders.ByteLevel()
         alphabet = pre_tokenizers.ByteLevel.alphabet()
         # No merges: the vocabulary is the byte alphabet itself.
-        trainer = trainers.BpeTrainer(vocab_size=len(alphabet) + len(SPECIALS), special_tokens=SPECIALS, initial_alphabet=alphabet)
+        trainer = trainers.BpeTrainer(
+            vocab_size=len(alphabet) + len(SPECIALS), special_tokens=SPECIALS, initial_alphabet=alphabet
+        )
         tok.train_from_iterator(corpus, trainer)
         _bos_after(tok)
     else:

@@ -87,7 +87,10 @@ class RealServer:
 
 @pytest.fixture(scope="session")
 def real_server(write_real_manifest: WriteManifest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealServer]:
-    need((engines.ENGINE_VENV / "bin" / "python").is_file(), f"no engine environment at {engines.ENGINE_VENV} (run `make engine`)")
+    need(
+        (engines.ENGINE_VENV / "bin" / "python").is_file(),
+        f"no engine environment at {engines.ENGINE_VENV} (run `make engine`)",
+    )
     from core.manifest import load_manifest
 
     manifest = write_real_manifest()

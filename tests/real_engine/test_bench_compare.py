@@ -40,8 +40,19 @@ def _close(a: float, b: float, rel: float, abs_s: float) -> bool:
     return abs(a - b) <= rel * max(a, b) + abs_s
 
 
-def test_ours_and_vllm_bench_serve_agree(real_server: RealServer, real_manifest_data: dict[str, Any], tiny_checkpoint: Path, tmp_path: Path) -> None:
-    c = vllm_bench_compare.compare(real_server.url, real_manifest_data, tiny_checkpoint, tmp_path, n=N, rate=1.0, input_tokens=256, output_tokens=32)
+def test_ours_and_vllm_bench_serve_agree(
+    real_server: RealServer, real_manifest_data: dict[str, Any], tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    c = vllm_bench_compare.compare(
+        real_server.url,
+        real_manifest_data,
+        tiny_checkpoint,
+        tmp_path,
+        n=N,
+        rate=1.0,
+        input_tokens=256,
+        output_tokens=32,
+    )
     print(vllm_bench_compare.HEADER, c.ours.row(), c.vllm.row(), sep="\n")
     assert c.ours.completed == c.vllm.completed == N
     assert len(c.ours.tpot_s) == len(c.vllm.tpot_s) == N

@@ -51,9 +51,15 @@ class Replay:
 
 
 @pytest.fixture(scope="module")
-def replay(real_server: RealServer, prometheus_url_for: Callable[[str, int, str], str], tmp_path_factory: pytest.TempPathFactory) -> Replay:
+def replay(
+    real_server: RealServer,
+    prometheus_url_for: Callable[[str, int, str], str],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Replay:
     port = free_port()
-    prom = prometheus_url_for(real_server.url, port, real_server.fleet) if REQUIRED or prometheus_local.binary() else None
+    prom = (
+        prometheus_url_for(real_server.url, port, real_server.fleet) if REQUIRED or prometheus_local.binary() else None
+    )
     out = tmp_path_factory.mktemp("replay")
     before = scrape(real_server.url)
     start = time.time()
@@ -70,7 +76,9 @@ def test_every_request_accounted_for_and_complete(replay: Replay) -> None:
     assert s.invariant_holds(), s
     assert s.valid, s.invalid_reasons
     assert s.scheduled == len(replay.records) > 10
-    assert len(replay.completed) == s.completed == s.scheduled, [(r.request_id, r.outcome, r.error) for r in replay.records if r.outcome != "ok"]
+    assert len(replay.completed) == s.completed == s.scheduled, [
+        (r.request_id, r.outcome, r.error) for r in replay.records if r.outcome != "ok"
+    ]
     for r in replay.completed:
         assert r.ttft_s is not None and r.ttft_s > 0, r
         assert r.itl_s is not None and r.itl_s > 0, r
@@ -153,7 +161,10 @@ def test_prometheus_merged_p95_matches_the_server_and_the_records(replay: Replay
     # bucket as the /metrics difference, and increase()'s extrapolation scales every bucket alike.
     scraped = histogram_quantile(0.95, replay.server(NAMES.server_ttft).buckets)
     assert scraped is not None
-    assert bucket_index(p95, bounds) == bucket_index(scraped, bounds) and p95 == pytest.approx(scraped, rel=0.05), (p95, scraped)
+    assert bucket_index(p95, bounds) == bucket_index(scraped, bounds) and p95 == pytest.approx(scraped, rel=0.05), (
+        p95,
+        scraped,
+    )
     # and the records agree with it as with the scraped histogram (test_ttft_agrees_with_vllm_histogram)
     assert_within_overhead(interpolated_quantile([_from_send(r, r.ttft_s) for r in replay.records], 0.95), p95, bounds)
 
@@ -163,7 +174,9 @@ def test_tokenizer_check_passes_against_real_tokenize(replay: Replay) -> None:
     assert "exactly as the manifest's tokenizer does" in log, log[-2000:]
 
 
-def test_chat_template_one_character_off_stops_the_run(real_server: RealServer, write_real_manifest: WriteManifest, tmp_path: Path) -> None:
+def test_chat_template_one_character_off_stops_the_run(
+    real_server: RealServer, write_real_manifest: WriteManifest, tmp_path: Path
+) -> None:
     template = yaml.safe_load(REAL_MANIFEST.read_text())["tokenizer"]["chat_template"]
     off_by_one = template.replace("<|eot_id|>", "<|eot_id|> ", 1)  # one space the server's template does not have
     assert len(off_by_one) == len(template) + 1

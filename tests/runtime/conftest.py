@@ -35,9 +35,27 @@ def load(tmp_path: Path, data: dict[str, Any], name: str = "m.yaml") -> tuple[Pa
 @contextmanager
 def emulator_process(manifest_path: Path, fleet: str, *args: str) -> Iterator[str]:
     """A real emulator process on loopback; yields its base URL and checks it exits cleanly."""
-    cmd = [sys.executable, "-m", "runtime.emulator", "--manifest", str(manifest_path), "--fleet", fleet,
-           "--no-check-files", "--port", "0", *args]  # fmt: skip
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    cmd = [
+        sys.executable,
+        "-m",
+        "runtime.emulator",
+        "--manifest",
+        str(manifest_path),
+        "--fleet",
+        fleet,
+        "--no-check-files",
+        "--port",
+        "0",
+        *args,
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()

@@ -35,22 +35,39 @@ def _write(tmp_path: Path, text: str) -> Path:
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "bench/calibration.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "bench/calibration.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
 
 
 @pytest.mark.parametrize(
     ("text", "message"),
     [
         (HEADER.replace(",itl_ms", "") + "\n" + ROW, "line 1: missing column(s) itl_ms"),
-        (HEADER + "\n" + ROW.replace(",g5.2xlarge,", ",g9.huge,"), "line 2: column 'instance_type': unknown instance type 'g9.huge'"),
-        (HEADER + "\n" + ROW + "\n" + ROW.replace("x,", "y,").replace(",137,", ",fast,"), "line 3: column 'ttft_ms': 'fast' is not a number"),
+        (
+            HEADER + "\n" + ROW.replace(",g5.2xlarge,", ",g9.huge,"),
+            "line 2: column 'instance_type': unknown instance type 'g9.huge'",
+        ),
+        (
+            HEADER + "\n" + ROW + "\n" + ROW.replace("x,", "y,").replace(",137,", ",fast,"),
+            "line 3: column 'ttft_ms': 'fast' is not a number",
+        ),
         (HEADER + "\n" + ROW.replace(",concurrency,1,", ",burst,1,"), "line 2: column 'load_kind': 'burst'"),
-        (HEADER + "\n" + ROW.replace(",vllm-v0,", ",vllm-neuron,"), "line 2: column 'serving_stack': vllm-neuron does not run on g5.2xlarge"),
+        (
+            HEADER + "\n" + ROW.replace(",vllm-v0,", ",vllm-neuron,"),
+            "line 2: column 'serving_stack': vllm-neuron does not run on g5.2xlarge",
+        ),
         (HEADER + "\n" + ROW + "\n" + ROW, "line 3: column 'id': 'x' is used twice"),
-        (HEADER + "\n" + ROW.replace("vllm-v0,1,1,", "vllm-v0,2,1,"), "line 2: column 'tensor_parallel': 2 is not a TP degree of g5.2xlarge"),
+        (
+            HEADER + "\n" + ROW.replace("vllm-v0,1,1,", "vllm-v0,2,1,"),
+            "line 2: column 'tensor_parallel': 2 is not a TP degree of g5.2xlarge",
+        ),
         (HEADER + ",use\n" + ROW + ",train", "line 2: column 'use': 'train' is not fit or test"),
         (HEADER + ",requests_per_s\n" + ROW + ",-1", "line 2: column 'requests_per_s': must be > 0"),
-        (HEADER + ",client\n" + ROW + ",locust", "line 2: column 'client': 'locust' is not one of steady, guidellm-0.1, llmperf-waves"),
+        (
+            HEADER + ",client\n" + ROW + ",locust",
+            "line 2: column 'client': 'locust' is not one of steady, guidellm-0.1, llmperf-waves",
+        ),
     ],
 )
 def test_a_bad_rows_file_names_the_line_and_column(tmp_path: Path, text: str, message: str) -> None:
@@ -81,12 +98,19 @@ def test_fit_uses_only_single_user_rows_and_records_them() -> None:
     neuron = groups["neuron-nxd"]
     # one vendor family, one set of fractions: every single-user Inferentia2 row not kept unseen
     assert set(neuron["rows"]) == {r.id for r in rows if r.vendor == "aws-neuron" and r.single_user and r.use == "fit"}
-    assert set(neuron["own_rows"]) == {r.id for r in rows if r.group == "neuron-nxd" and r.single_user and r.use == "fit"}
+    assert set(neuron["own_rows"]) == {
+        r.id for r in rows if r.group == "neuron-nxd" and r.single_user and r.use == "fit"
+    }
     assert "on-vllm-inf2-tp2-c4" not in neuron["rows"] and not any(rid.startswith("inf2xl-") for rid in neuron["rows"])
-    assert groups["neuron-hlo-tgi"]["bandwidth"] == neuron["bandwidth"] and groups["neuron-hlo-tgi"]["compute"] == neuron["compute"]
+    assert (
+        groups["neuron-hlo-tgi"]["bandwidth"] == neuron["bandwidth"]
+        and groups["neuron-hlo-tgi"]["compute"] == neuron["compute"]
+    )
     # the committed file is what --fit writes from the committed rows (its out-of-sample band: test below)
     committed = json.loads(cal.EFFICIENCY_FILE.read_text())["groups"]
-    assert {k: {f: v for f, v in g.items() if f != "out_of_sample"} for k, g in committed.items()} == json.loads(json.dumps(groups))
+    assert {k: {f: v for f, v in g.items() if f != "out_of_sample"} for k, g in committed.items()} == json.loads(
+        json.dumps(groups)
+    )
     assert all(set(g["out_of_sample"]["median_abs_rel_error"]) == set(cal.METRICS) for g in committed.values())
 
 
@@ -132,14 +156,19 @@ def test_loso_fits_without_the_configuration_it_predicts(tmp_path: Path, monkeyp
     in_sample = {x["id"]: x for x in cal.compare(rows, real_fit(rows))["rows"] if x["metric"] == "itl_ms"}
     held_out = {x["id"]: x for x in out["rows"] if x["metric"] == "itl_ms"}
     assert abs(held_out["t"]["rel_error"]) > abs(in_sample["t"]["rel_error"]) + 0.1
-    assert held_out["t"]["predicted"] == pytest.approx(held_out["x"]["published"], rel=0.05)  # vLLM's figure, transferred
+    assert held_out["t"]["predicted"] == pytest.approx(
+        held_out["x"]["published"], rel=0.05
+    )  # vLLM's figure, transferred
     assert set(out) >= {"rows", "median_abs_rel_error", "max_abs_rel_error", "by_vendor", "holdout", "folds"}
 
 
 def test_loso_json_keeps_the_shape_of_the_in_sample_json(tmp_path: Path) -> None:
     trt = ROW.replace("x,", "t,").replace(",vllm-v0,", ",tensorrt-llm,")
     path = _write(tmp_path, HEADER + "\n" + ROW + "\n" + trt + "\n")
-    a, b = (json.loads(_run("--rows", str(path), "--json", *extra, "--efficiency", str(tmp_path / "no.json")).stdout) for extra in ((), ("--loso",)))
+    a, b = (
+        json.loads(_run("--rows", str(path), "--json", *extra, "--efficiency", str(tmp_path / "no.json")).stdout)
+        for extra in ((), ("--loso",))
+    )
     for key in ("median_abs_rel_error", "max_abs_rel_error"):
         assert set(a[key]) == set(b[key]) == set(cal.METRICS)
     assert [(x["id"], x["metric"]) for x in a["rows"]] == [(x["id"], x["metric"]) for x in b["rows"]]
@@ -198,13 +227,17 @@ def test_an_llmperf_row_is_replayed_in_waves_as_llmperf_before_its_fix_sent_them
     waves = [run.counted[i : i + 8] for i in range(0, 104, 8)]
     for before, wave in itertools.pairwise(waves):
         # a wave starts once the last request of the one before is back, one launch later
-        assert min(s.arrival for s in wave) == pytest.approx(max(s.last_token_at or 0.0 for s in before) + cal.LLMPERF_LAUNCH_S)
+        assert min(s.arrival for s in wave) == pytest.approx(
+            max(s.last_token_at or 0.0 for s in before) + cal.LLMPERF_LAUNCH_S
+        )
         gaps = [b.arrival - a.arrival for a, b in itertools.pairwise(wave)]
         assert gaps == pytest.approx([cal.LLMPERF_LAUNCH_S] * 7)
     assert run.span_s == pytest.approx(max(s.last_token_at or 0.0 for s in waves[-1]) + cal.LLMPERF_LAUNCH_S)
 
 
-def test_plan_prints_the_out_of_sample_band_with_the_fitted_efficiency(manifest_data: dict[str, Any], tmp_path: Path) -> None:
+def test_plan_prints_the_out_of_sample_band_with_the_fitted_efficiency(
+    manifest_data: dict[str, Any], tmp_path: Path
+) -> None:
     from campaign.plan import plan, render_text
     from core import catalog
 
@@ -219,7 +252,9 @@ def test_plan_prints_the_out_of_sample_band_with_the_fitted_efficiency(manifest_
     assert "NVIDIA A10G rows" in text  # the g6 fleet's band was measured on another GPU, and says so
 
 
-def test_the_report_note_carries_each_fleets_pinned_out_of_sample_band(manifest_data: dict[str, Any], tmp_path: Path) -> None:
+def test_the_report_note_carries_each_fleets_pinned_out_of_sample_band(
+    manifest_data: dict[str, Any], tmp_path: Path
+) -> None:
     from campaign import engine
     from core import catalog
 

@@ -21,9 +21,12 @@ def test_openai_client_streams_with_usage_and_stops(example: Any) -> None:
     async def main(base: str) -> None:
         client = AsyncOpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
         stream = await client.chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": "Say something."}], max_tokens=12, stream=True,
+            model=MODEL,
+            messages=[{"role": "user", "content": "Say something."}],
+            max_tokens=12,
+            stream=True,
             stream_options={"include_usage": True},
-        )  # fmt: skip
+        )
         pieces, finish, usage = [], None, None
         async for chunk in stream:
             if chunk.choices:
@@ -45,10 +48,14 @@ def test_openai_client_streams_with_usage_and_stops(example: Any) -> None:
         assert usage.prompt_tokens == tok["count"] > 2
 
         # Same request, same text (non-streaming too); a stop string cuts it exactly.
-        again = await client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Say something."}], max_tokens=12)
+        again = await client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "Say something."}], max_tokens=12
+        )
         assert again.choices[0].message.content == text
         stop = " ".join(text.split()[5:7])
-        cut = await client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Say something."}], max_tokens=12, stop=[stop])
+        cut = await client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "Say something."}], max_tokens=12, stop=[stop]
+        )
         assert cut.choices[0].finish_reason == "stop"
         assert cut.choices[0].message.content == text[: text.index(stop)]
 

@@ -99,7 +99,10 @@ def test_unknown_model_is_a_404_like_vllm(manifest_data: Body, tmp_path: Path) -
     # vLLM: 404 NotFoundError "The model `x` does not exist." for a name it does not serve,
     # on generation and on /tokenize alike.
     async def check(url: str, s: aiohttp.ClientSession) -> None:
-        for path, body in (("/v1/completions", {"model": MODEL, "prompt": "hi"}), ("/tokenize", {"model": MODEL, "prompt": "hi"})):
+        for path, body in (
+            ("/v1/completions", {"model": MODEL, "prompt": "hi"}),
+            ("/tokenize", {"model": MODEL, "prompt": "hi"}),
+        ):
             async with s.post(url + path, json=body) as r:
                 assert r.status == 404, path
                 err = (await r.json())["error"]
@@ -175,7 +178,9 @@ def test_saturation_queues_and_ttft_grows(manifest_data: Body, tmp_path: Path) -
     async def check(url: str, s: aiohttp.ClientSession) -> None:
         async def one() -> tuple[float, int]:
             t0 = time.monotonic()
-            async with s.post(url + "/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 6, "stream": True}) as r:
+            async with s.post(
+                url + "/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 6, "stream": True}
+            ) as r:
                 first = None
                 async for raw in r.content:
                     if first is None and raw.startswith(b"data: {"):
@@ -226,7 +231,9 @@ def test_request_id_is_echoed_and_ground_truth_recorded(manifest_data: Body, tmp
         got = (await (await s.get(url + "/emulator/requests?clear=1")).json())["requests"]
         assert [g["id"] for g in got] == ["camp-g6-7"]
         g = got[0]
-        assert t0 <= g["arrival"] <= g["first_token_emitted"] <= g["first_token_written"] <= g["last_token_emitted"] <= t1
+        assert (
+            t0 <= g["arrival"] <= g["first_token_emitted"] <= g["first_token_written"] <= g["last_token_emitted"] <= t1
+        )
         assert first is not None and g["first_token_written"] <= first  # same monotonic clock as this process
         assert (g["tokens"], g["finish_reason"]) == (4, "length")
         assert (await (await s.get(url + "/emulator/requests")).json())["requests"] == []

@@ -14,9 +14,19 @@ EFF = ResolvedEfficiency(0.5, 0.5, 0.0, 0.0, "test")
 W, KV, P = 16e9, 131072.0, 8e9
 
 
-def timing(stack: str, instance: str, tp: int, max_num_seqs: int = 4, max_model_len: int = 4096, **kw: object) -> TimingModel:
-    return TimingModel.build(instance_type=instance, tensor_parallel=tp, roofline=Roofline.of(instance, tp, W, KV, P), efficiency=kw.pop("eff", EFF),  # type: ignore[arg-type]
-                             stack=stack, max_num_seqs=max_num_seqs, max_model_len=max_model_len, **kw)  # type: ignore[arg-type]  # fmt: skip
+def timing(
+    stack: str, instance: str, tp: int, max_num_seqs: int = 4, max_model_len: int = 4096, **kw: object
+) -> TimingModel:
+    return TimingModel.build(
+        instance_type=instance,
+        tensor_parallel=tp,
+        roofline=Roofline.of(instance, tp, W, KV, P),
+        efficiency=kw.pop("eff", EFF),  # type: ignore[arg-type]
+        stack=stack,
+        max_num_seqs=max_num_seqs,
+        max_model_len=max_model_len,
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 def run(engine: Engine, until: int = 10_000) -> list[tuple[float, list[EngineSeq], object]]:
@@ -144,7 +154,9 @@ def test_paged_kv_preempts_and_recomputes_when_full() -> None:
 
 def test_data_parallel_replicas_serve_side_by_side() -> None:
     one = timing("vllm-neuron", "inf2.48xlarge", 8, max_num_seqs=4)
-    three = TimingModel(one.roofline, one.efficiency, one.policy, 4, 4096, one.buckets, one.kv_capacity_tokens, replicas=3)
+    three = TimingModel(
+        one.roofline, one.efficiency, one.policy, 4, 4096, one.buckets, one.kv_capacity_tokens, replicas=3
+    )
     sizes = lambda i: (1500, 20)  # noqa: E731
     s1, _ = simulate(one, Load("concurrency", 3), sizes, requests=3)
     s3, _ = simulate(three, Load("concurrency", 3), sizes, requests=3)

@@ -29,7 +29,9 @@ async def _scrape(s: aiohttp.ClientSession, url: str, name: str) -> float:
 
 
 @pytest.mark.parametrize("instances", [1, 2])
-def test_each_instance_runs_its_own_batch_behind_the_one_port(manifest_data: dict[str, Any], tmp_path: Path, instances: int) -> None:
+def test_each_instance_runs_its_own_batch_behind_the_one_port(
+    manifest_data: dict[str, Any], tmp_path: Path, instances: int
+) -> None:
     """4 sequences per instance, 24 requests at once: 2 instances run 8, twice what one runs."""
     # ~0.2 s steps and 40 tokens each: nothing finishes while the requests arrive and are counted.
     data = variant(manifest_data, "g6", max_concurrency=4, efficiency={"bandwidth": 0.25, "compute": 0.5})
@@ -51,7 +53,11 @@ def test_each_instance_runs_its_own_batch_behind_the_one_port(manifest_data: dic
 
                 tasks = [asyncio.create_task(one()) for _ in range(24)]
                 for _ in range(200):  # until every request has reached the server
-                    if await _scrape(s, url, "vllm:num_requests_running") + await _scrape(s, url, "vllm:num_requests_waiting") == 24:
+                    if (
+                        await _scrape(s, url, "vllm:num_requests_running")
+                        + await _scrape(s, url, "vllm:num_requests_waiting")
+                        == 24
+                    ):
                         break
                     await asyncio.sleep(0.01)
                 assert await _scrape(s, url, "vllm:num_requests_running") == 4 * instances
@@ -80,7 +86,9 @@ def test_the_flow_hash_spreads_requests_evenly_and_the_same_way_every_run() -> N
 
 
 def _in_flight_max(seqs: list[EngineSeq]) -> int:
-    events = sorted([(s.admitted_at or 0.0, 1) for s in seqs] + [(s.last_token_at, -1) for s in seqs], key=lambda e: (e[0], e[1]))
+    events = sorted(
+        [(s.admitted_at or 0.0, 1) for s in seqs] + [(s.last_token_at, -1) for s in seqs], key=lambda e: (e[0], e[1])
+    )
     now = peak = 0
     for _, d in events:
         now += d
@@ -95,7 +103,9 @@ def test_simulated_instances_each_hold_their_own_batch(manifest_data: dict[str, 
     arrivals = [(0.0, 100, 30) for _ in range(64)]
     one, two = spread_replay(timing, arrivals, 1), spread_replay(timing, arrivals, 2)
     assert _in_flight_max(one) == 4 and _in_flight_max(two) == 8
-    assert max(s.last_token_at for s in two) < 0.6 * max(s.last_token_at for s in one)  # two instances drain it in about half the time
+    assert max(s.last_token_at for s in two) < 0.6 * max(
+        s.last_token_at for s in one
+    )  # two instances drain it in about half the time
     # one instance is exactly the single-endpoint replay; with two, each request is timed as its instance's share alone
     assert [s.last_token_at for s in one] == [s.last_token_at for s in replay(timing, arrivals)]
     flow = FlowHash(2)

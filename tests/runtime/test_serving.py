@@ -83,9 +83,19 @@ def test_g6_vllm_command_follows_manifest(manifest: Manifest) -> None:
     assert defn.host.vendor == "nvidia" and "--cap-add" not in argv
     assert dict(defn.metric_names) == dict(VLLM_METRICS)
     assert set(defn.metric_names) == {
-        "ttft", "itl", "e2e", "queue_time", "prompt_tokens", "generation_tokens",
-        "request_success", "running", "waiting", "kv_cache_usage", "prefix_cache_queries", "prefix_cache_hits",
-    }  # fmt: skip
+        "ttft",
+        "itl",
+        "e2e",
+        "queue_time",
+        "prompt_tokens",
+        "generation_tokens",
+        "request_success",
+        "running",
+        "waiting",
+        "kv_cache_usage",
+        "prefix_cache_queries",
+        "prefix_cache_hits",
+    }
 
 
 @pytest.mark.parametrize("stack", ["tgi", "tensorrt-llm"])

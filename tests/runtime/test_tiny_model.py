@@ -30,7 +30,9 @@ def manifest_data() -> dict[str, Any]:
     return data
 
 
-def test_weights_are_the_bytes_the_manifest_pins(generated: tuple[Path, dict[str, str]], manifest_data: dict[str, Any]) -> None:
+def test_weights_are_the_bytes_the_manifest_pins(
+    generated: tuple[Path, dict[str, str]], manifest_data: dict[str, Any]
+) -> None:
     _, digests = generated
     pinned = manifest_data["model"]["weight_files"]
     assert {k: digests[k] for k in pinned} == pinned
@@ -42,12 +44,20 @@ def test_generation_is_deterministic(generated: tuple[Path, dict[str, str]], tmp
     assert tiny_model.generate(tmp_path) == first
 
 
-def test_config_matches_the_manifest_model_section(generated: tuple[Path, dict[str, str]], manifest_data: dict[str, Any]) -> None:
+def test_config_matches_the_manifest_model_section(
+    generated: tuple[Path, dict[str, str]], manifest_data: dict[str, Any]
+) -> None:
     d, _ = generated
     cfg = json.loads((d / "config.json").read_text())
     mm = manifest_data["model"]
-    pairs = {"num_hidden_layers": "layers", "hidden_size": "hidden_size", "num_attention_heads": "attention_heads",
-             "num_key_value_heads": "kv_heads", "head_dim": "head_dim", "vocab_size": "vocab_size"}
+    pairs = {
+        "num_hidden_layers": "layers",
+        "hidden_size": "hidden_size",
+        "num_attention_heads": "attention_heads",
+        "num_key_value_heads": "kv_heads",
+        "head_dim": "head_dim",
+        "vocab_size": "vocab_size",
+    }
     assert {k: cfg[k] for k in pairs} == {k: mm[v] for k, v in pairs.items()}
 
 
@@ -67,7 +77,9 @@ def test_safetensors_header_covers_every_byte(generated: tuple[Path, dict[str, s
         assert v["data_offsets"][1] - v["data_offsets"][0] == 4 * count  # F32
 
 
-def test_manifest_template_renders_what_the_checkpoint_renders(generated: tuple[Path, dict[str, str]], manifest_data: dict[str, Any]) -> None:
+def test_manifest_template_renders_what_the_checkpoint_renders(
+    generated: tuple[Path, dict[str, str]], manifest_data: dict[str, Any]
+) -> None:
     """The manifest repeats the checkpoint's chat template; both render to the same tokens."""
     d, _ = generated
     t = manifest_data["tokenizer"]

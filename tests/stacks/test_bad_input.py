@@ -24,7 +24,9 @@ def _variant(tmp_path: Path, edit: Any) -> Path:
 
 
 def _settings(path: Path) -> Any:
-    return settings_from_context({"manifest": str(path), REGION_AZS_CONTEXT_KEY: pinned_context()[REGION_AZS_CONTEXT_KEY]})
+    return settings_from_context(
+        {"manifest": str(path), REGION_AZS_CONTEXT_KEY: pinned_context()[REGION_AZS_CONTEXT_KEY]}
+    )
 
 
 def test_example_manifest_is_accepted() -> None:
@@ -41,7 +43,10 @@ def test_world_open_operator_cidr_is_refused_by_field(tmp_path: Path) -> None:
 def test_az_outside_the_region_is_refused_by_field(tmp_path: Path) -> None:
     # us-east-1g looks like an AZ of the region, but the pinned list has no such zone.
     path = _variant(tmp_path, lambda d: d["fleets"][1].update(availability_zones=["us-east-1a", "us-east-1g"]))
-    with pytest.raises(SynthInputError, match=r"fleets\[1\]\.availability_zones\[1\]: 'us-east-1g' is not an availability zone of us-east-1"):
+    with pytest.raises(
+        SynthInputError,
+        match=r"fleets\[1\]\.availability_zones\[1\]: 'us-east-1g' is not an availability zone of us-east-1",
+    ):
         _settings(path)
 
 
@@ -61,11 +66,17 @@ def test_sdk_without_a_host_stack_row_is_refused_by_field(tmp_path: Path) -> Non
     # The AMI, driver and image of a fleet come from core.catalog.HOST_STACKS; an SDK release
     # with no row there has no pinned AMI and fails synth by name instead of booting a `latest` AMI.
     path = _variant(tmp_path, lambda d: d["fleets"][0]["serving"].update(sdk_version="2.31.0"))
-    with pytest.raises(SynthInputError, match=r"fleets\[0\]\.serving\.sdk_version: no compatibility row for aws-neuron SDK '2.31.0'"):
+    with pytest.raises(
+        SynthInputError, match=r"fleets\[0\]\.serving\.sdk_version: no compatibility row for aws-neuron SDK '2.31.0'"
+    ):
         _settings(path)
 
 
 def test_bad_weights_uri_names_the_context_key() -> None:
-    ctx = {"manifest": str(EXAMPLE_MANIFEST), REGION_AZS_CONTEXT_KEY: pinned_context()[REGION_AZS_CONTEXT_KEY], "weights_s3_uri": "bucket/x"}
+    ctx = {
+        "manifest": str(EXAMPLE_MANIFEST),
+        REGION_AZS_CONTEXT_KEY: pinned_context()[REGION_AZS_CONTEXT_KEY],
+        "weights_s3_uri": "bucket/x",
+    }
     with pytest.raises(SynthInputError, match="weights_s3_uri"):
         settings_from_context(ctx)

@@ -13,7 +13,9 @@ from stacks.checkov_gate import Accepted, Finding, GateInputError, failed_findin
 def _report(*failed: tuple[str, str]) -> dict[str, Any]:
     return {
         "summary": {"passed": 10, "failed": len(failed), "parsing_errors": 0},
-        "results": {"failed_checks": [{"check_id": c, "resource": r, "check_name": f"title of {c}"} for c, r in failed]},
+        "results": {
+            "failed_checks": [{"check_id": c, "resource": r, "check_name": f"title of {c}"} for c, r in failed]
+        },
     }
 
 
@@ -23,15 +25,22 @@ def test_the_repository_accepted_file_is_valid_and_every_entry_has_a_reason() ->
 
 
 def test_a_failure_without_an_entry_is_unexplained_and_a_matching_one_is_not() -> None:
-    accepted = [Accepted("CKV_AWS_158", "AWS::Logs::LogGroup.*", "CloudWatch Logs encrypts at rest with AWS-owned keys anyway")]
-    findings = failed_findings(_report(("CKV_AWS_158", "AWS::Logs::LogGroup.FleetLogsABC"), ("CKV_AWS_20", "AWS::S3::Bucket.Results1")), "t.json")
+    accepted = [
+        Accepted("CKV_AWS_158", "AWS::Logs::LogGroup.*", "CloudWatch Logs encrypts at rest with AWS-owned keys anyway")
+    ]
+    findings = failed_findings(
+        _report(("CKV_AWS_158", "AWS::Logs::LogGroup.FleetLogsABC"), ("CKV_AWS_20", "AWS::S3::Bucket.Results1")),
+        "t.json",
+    )
     left, stale = unexplained(findings, accepted)
     assert left == [Finding("t.json", "CKV_AWS_20", "AWS::S3::Bucket.Results1", "title of CKV_AWS_20")]
     assert stale == []
 
 
 def test_the_check_id_must_match_not_only_the_resource() -> None:
-    accepted = [Accepted("CKV_AWS_158", "AWS::Logs::LogGroup.*", "CloudWatch Logs encrypts at rest with AWS-owned keys anyway")]
+    accepted = [
+        Accepted("CKV_AWS_158", "AWS::Logs::LogGroup.*", "CloudWatch Logs encrypts at rest with AWS-owned keys anyway")
+    ]
     left, stale = unexplained(failed_findings(_report(("CKV_AWS_66", "AWS::Logs::LogGroup.X")), "t"), accepted)
     assert [f.check for f in left] == ["CKV_AWS_66"] and stale == accepted
 
@@ -58,10 +67,14 @@ def test_a_malformed_accepted_file_names_the_entry(tmp_path: Path, text: str, ma
         load_accepted(path)
 
 
-def test_gate_fails_on_an_unexplained_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_gate_fails_on_an_unexplained_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     import stacks.checkov_gate as gate
 
-    monkeypatch.setattr(gate, "run_checkov", lambda t: _report(("CKV_AWS_2", "AWS::ElasticLoadBalancingV2::Listener.Other1")))
+    monkeypatch.setattr(
+        gate, "run_checkov", lambda t: _report(("CKV_AWS_2", "AWS::ElasticLoadBalancingV2::Listener.Other1"))
+    )
     assert main([str(tmp_path / "t.json")]) == 1
     assert "UNEXPLAINED CKV_AWS_2 AWS::ElasticLoadBalancingV2::Listener.Other1" in capsys.readouterr().err
     monkeypatch.setattr(gate, "run_checkov", lambda t: _report(("CKV_AWS_158", "AWS::Logs::LogGroup.FleetLogs1")))

@@ -16,14 +16,30 @@ from tests.stacks.conftest import REPO_ROOT
 def test_npx_cdk_synth_offline(tmp_path: Path) -> None:
     cdk = REPO_ROOT / "node_modules" / ".bin" / "cdk"
     if not cdk.exists():
-        pytest.fail("node_modules/.bin/cdk missing: run `npm ci` in the repository root (aws-cdk is pinned in package.json)")
+        pytest.fail(
+            "node_modules/.bin/cdk missing: run `npm ci` in the repository root (aws-cdk is pinned in package.json)"
+        )
     assert (REPO_ROOT / "Dockerfile").is_file(), "the load-generator Dockerfile at the repository root is missing"
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     # No credentials and no network: point every AWS lookup at nothing.
-    env.update(AWS_EC2_METADATA_DISABLED="true", AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"), AWS_CONFIG_FILE=str(tmp_path / "none"))
+    env.update(
+        AWS_EC2_METADATA_DISABLED="true",
+        AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"),
+        AWS_CONFIG_FILE=str(tmp_path / "none"),
+    )
     out = tmp_path / "cdk.out"
     proc = subprocess.run(
-        [str(cdk), "synth", "--no-notices", "--no-version-reporting", "-o", str(out), "-q", "-c", "manifest=manifests/llama3-8b-inf2-vs-g6.yaml"],
+        [
+            str(cdk),
+            "synth",
+            "--no-notices",
+            "--no-version-reporting",
+            "-o",
+            str(out),
+            "-q",
+            "-c",
+            "manifest=manifests/llama3-8b-inf2-vs-g6.yaml",
+        ],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,

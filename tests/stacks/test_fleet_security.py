@@ -47,26 +47,40 @@ def test_fleet_roles_are_scoped(example: Synth) -> None:
     for fleet, role_id in roles.items():
         assert "ManagedPolicyArns" not in all_roles[role_id]["Properties"], f"{fleet}: AWS-managed policy attached"
         statements = _statements_of(example, role_id)
-        expected_ns = {cloudwatch_namespace(m.campaign, fleet)} | ({neuron_namespace(m.campaign, fleet)} if fleet == "inf2" else set())
+        expected_ns = {cloudwatch_namespace(m.campaign, fleet)} | (
+            {neuron_namespace(m.campaign, fleet)} if fleet == "inf2" else set()
+        )
         for st in statements:
             actions = set(_as_list(st["Action"]))
             text = json.dumps(st)
             if "cloudwatch:PutMetricData" in actions:
                 assert set(_as_list(st["Condition"]["StringEquals"]["cloudwatch:namespace"])) == expected_ns
             if any(a.startswith("logs:") for a in actions):
-                own_group = next(k for k in example.resources("AWS::Logs::LogGroup") if k.startswith(f"Fleet{fleet}Logs"))
+                own_group = next(
+                    k for k in example.resources("AWS::Logs::LogGroup") if k.startswith(f"Fleet{fleet}Logs")
+                )
                 assert st["Resource"] != "*" and own_group in text
                 assert not (actions - {"logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"})
             if any(a.startswith("ssm:GetParameter") for a in actions):
                 assert st["Resource"] != "*" and f"Fleet{fleet}" in text  # only the fleet's own config parameters
         session = {a for st in statements for a in _as_list(st["Action"]) if a.startswith(("ssm:", "ssmmessages:"))}
-        assert {"ssm:UpdateInstanceInformation", "ssmmessages:OpenDataChannel", "ssmmessages:CreateControlChannel"} <= session
+        assert {
+            "ssm:UpdateInstanceInformation",
+            "ssmmessages:OpenDataChannel",
+            "ssmmessages:CreateControlChannel",
+        } <= session
 
 
 def test_flow_log_delivery_is_allowed_explicitly(example: Synth) -> None:
     flow = next(iter(example.resources("AWS::EC2::FlowLog").values()))["Properties"]
-    bucket_id = flow["LogDestination"]["Fn::Join"][1][0]["Fn::GetAtt"][0]  # {"Fn::Join": ["", [{"Fn::GetAtt": [ID, "Arn"]}, "/vpc-flow-logs/"]]}
-    policy = next(p for p in example.resources("AWS::S3::BucketPolicy").values() if p["Properties"]["Bucket"] == {"Ref": bucket_id})
+    bucket_id = flow["LogDestination"]["Fn::Join"][1][0]["Fn::GetAtt"][
+        0
+    ]  # {"Fn::Join": ["", [{"Fn::GetAtt": [ID, "Arn"]}, "/vpc-flow-logs/"]]}
+    policy = next(
+        p
+        for p in example.resources("AWS::S3::BucketPolicy").values()
+        if p["Properties"]["Bucket"] == {"Ref": bucket_id}
+    )
     statements = {st.get("Sid"): st for st in policy["Properties"]["PolicyDocument"]["Statement"]}
     write = statements["FlowLogDeliveryWrite"]
     assert write["Principal"] == {"Service": "delivery.logs.amazonaws.com"} and write["Action"] == "s3:PutObject"
@@ -77,7 +91,9 @@ def test_flow_log_delivery_is_allowed_explicitly(example: Synth) -> None:
 
 
 def test_results_bucket_expires_noncurrent_versions(example: Synth) -> None:
-    results = next(r for k, r in example.resources("AWS::S3::Bucket").items() if k.startswith("Results") and "AccessLogs" not in k)
+    results = next(
+        r for k, r in example.resources("AWS::S3::Bucket").items() if k.startswith("Results") and "AccessLogs" not in k
+    )
     assert results["Properties"]["VersioningConfiguration"]["Status"] == "Enabled"
     rules = results["Properties"]["LifecycleConfiguration"]["Rules"]
     assert [r["NoncurrentVersionExpiration"]["NoncurrentDays"] for r in rules] == [NONCURRENT_RESULTS_DAYS]
@@ -86,9 +102,11 @@ def test_results_bucket_expires_noncurrent_versions(example: Synth) -> None:
 
 def test_prometheus_image_is_pinned_by_digest(example: Synth) -> None:
     images = [
-        c["Image"] for t in example.resources("AWS::ECS::TaskDefinition").values() for c in t["Properties"]["ContainerDefinitions"]
+        c["Image"]
+        for t in example.resources("AWS::ECS::TaskDefinition").values()
+        for c in t["Properties"]["ContainerDefinitions"]
         if c["Name"] == "prometheus"
-    ]  # fmt: skip
+    ]
     assert images == [PROMETHEUS_IMAGE] and "@sha256:" in PROMETHEUS_IMAGE and ":v3.5.0@" in PROMETHEUS_IMAGE
 
 

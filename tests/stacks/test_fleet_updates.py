@@ -25,7 +25,9 @@ def test_every_asg_rolls_its_instances_onto_a_new_launch_template_version(exampl
     for lid, asg in asgs.items():
         fleet = next(t["Value"] for t in asg["Properties"]["Tags"] if t["Key"] == "fleet")
         policy = asg.get("UpdatePolicy", {}).get("AutoScalingRollingUpdate")
-        assert policy is not None, f"{lid}: no AutoScalingRollingUpdate; a redeploy would leave the old instances serving"
+        assert policy is not None, (
+            f"{lid}: no AutoScalingRollingUpdate; a redeploy would leave the old instances serving"
+        )
         assert int(policy["MinInstancesInService"]) == 0
         assert int(policy["MaxBatchSize"]) == m.fleet(fleet).asg.max  # every old instance goes in one batch
         assert "WaitOnResourceSignals" not in policy or policy["WaitOnResourceSignals"] is False
@@ -45,7 +47,13 @@ def test_any_manifest_change_changes_every_fleets_user_data() -> None:
     changed = m.model_copy(update={"description": m.description + " (revised)"})
     assert changed.digest != m.digest
     for f in m.fleets:
-        kw = dict(driver_version=f.serving.driver_version, region="us-east-1", agent_param="p", neuron_monitor_param=None, neuron_namespace="n")
+        kw = dict(
+            driver_version=f.serving.driver_version,
+            region="us-east-1",
+            agent_param="p",
+            neuron_monitor_param=None,
+            neuron_namespace="n",
+        )
         before = boot_script(definition_for(m, f), manifest=m, **kw)  # type: ignore[arg-type]
         after = boot_script(definition_for(changed, f), manifest=changed, **kw)  # type: ignore[arg-type]
         assert before != after

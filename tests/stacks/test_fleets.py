@@ -36,8 +36,11 @@ def test_each_fleet_has_an_asg_over_its_azs_with_its_instance_type(example: Synt
         asg = asgs[f.name]["Properties"]
         assert _subnet_azs(example, asg["VPCZoneIdentifier"]) == set(f.availability_zones)
         # In service while the campaign measures: measure_instances (the example: 4, asg.desired 2).
-        assert (int(asg["MinSize"]), int(asg["MaxSize"]), int(asg["DesiredCapacity"])) == (f.asg.min, f.asg.max,
-                                                                                         max(f.asg.desired, f.instances_measured))
+        assert (int(asg["MinSize"]), int(asg["MaxSize"]), int(asg["DesiredCapacity"])) == (
+            f.asg.min,
+            f.asg.max,
+            max(f.asg.desired, f.instances_measured),
+        )
         assert "ELB" in asg["HealthCheckType"]
         lt = _launch_template_of(example, asgs[f.name])
         assert lt["InstanceType"] == f.instance_type
@@ -91,7 +94,9 @@ def test_launch_templates_keep_imds_to_the_host(example: Synth) -> None:
 
 
 def test_accelerator_telemetry_per_vendor(example: Synth) -> None:
-    values = {r["Properties"]["Name"]: r["Properties"]["Value"] for r in example.resources("AWS::SSM::Parameter").values()}
+    values = {
+        r["Properties"]["Name"]: r["Properties"]["Value"] for r in example.resources("AWS::SSM::Parameter").values()
+    }
     g6_agent = next(v for k, v in values.items() if k.endswith("/g6/cloudwatch-agent"))
     inf2_agent = next(v for k, v in values.items() if k.endswith("/inf2/cloudwatch-agent"))
     assert "nvidia_gpu" in str(g6_agent) and "nvidia_gpu" not in str(inf2_agent)
@@ -100,7 +105,11 @@ def test_accelerator_telemetry_per_vendor(example: Synth) -> None:
 
 
 def test_nlb_target_groups_health_check_the_servers_health_path(example: Synth) -> None:
-    tgs = [r["Properties"] for r in example.resources("AWS::ElasticLoadBalancingV2::TargetGroup").values() if r["Properties"]["Protocol"] == "TCP"]
+    tgs = [
+        r["Properties"]
+        for r in example.resources("AWS::ElasticLoadBalancingV2::TargetGroup").values()
+        if r["Properties"]["Protocol"] == "TCP"
+    ]
     assert len(tgs) == 2
     for tg in tgs:
         assert tg["HealthCheckProtocol"] == "HTTP"

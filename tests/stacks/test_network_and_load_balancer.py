@@ -14,7 +14,9 @@ def test_vpc_spans_the_manifest_azs_with_private_subnets_and_flow_logs(example: 
     m = load_manifest(EXAMPLE_MANIFEST)
     azs = {r["Properties"]["AvailabilityZone"] for r in example.resources("AWS::EC2::Subnet").values()}
     assert azs == {az for f in m.fleets for az in f.availability_zones}
-    private = [r for r in example.resources("AWS::EC2::Subnet").values() if r["Properties"]["MapPublicIpOnLaunch"] is False]
+    private = [
+        r for r in example.resources("AWS::EC2::Subnet").values() if r["Properties"]["MapPublicIpOnLaunch"] is False
+    ]
     assert len(private) == len(azs)
     flow = list(example.resources("AWS::EC2::FlowLog").values())
     assert len(flow) == 1 and flow[0]["Properties"]["TrafficType"] == "ALL"
@@ -31,13 +33,19 @@ def test_endpoints_remove_nat_traffic(example: Synth) -> None:
 
 def test_one_internal_nlb_with_one_listener_per_fleet_and_explicit_cross_zone(example: Synth) -> None:
     m = load_manifest(EXAMPLE_MANIFEST)
-    nlbs = {k: v for k, v in example.resources("AWS::ElasticLoadBalancingV2::LoadBalancer").items() if v["Properties"]["Type"] == "network"}
+    nlbs = {
+        k: v
+        for k, v in example.resources("AWS::ElasticLoadBalancingV2::LoadBalancer").items()
+        if v["Properties"]["Type"] == "network"
+    }
     assert len(nlbs) == 1
     ((nlb_id, nlb),) = nlbs.items()
     assert nlb["Properties"]["Scheme"] == "internal"
     assert _attributes(nlb)["load_balancing.cross_zone.enabled"] == str(m.costs.network.nlb_cross_zone).lower()
     listeners = [
-        r for r in example.resources("AWS::ElasticLoadBalancingV2::Listener").values() if r["Properties"]["LoadBalancerArn"] == {"Ref": nlb_id}
+        r
+        for r in example.resources("AWS::ElasticLoadBalancingV2::Listener").values()
+        if r["Properties"]["LoadBalancerArn"] == {"Ref": nlb_id}
     ]
     assert len(listeners) == len(m.fleets)
     assert len({r["Properties"]["Port"] for r in listeners}) == len(m.fleets)

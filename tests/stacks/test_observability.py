@@ -14,7 +14,11 @@ def test_loadgen_cluster_has_enhanced_container_insights(example: Synth) -> None
 
 def test_prometheus_scrapes_every_fleet_and_the_loadgen_into_a_managed_workspace(example: Synth) -> None:
     assert len(example.resources("AWS::APS::Workspace")) == 1
-    containers = [c for t in example.resources("AWS::ECS::TaskDefinition").values() for c in t["Properties"]["ContainerDefinitions"]]
+    containers = [
+        c
+        for t in example.resources("AWS::ECS::TaskDefinition").values()
+        for c in t["Properties"]["ContainerDefinitions"]
+    ]
     (prom,) = [c for c in containers if c["Name"] == "prometheus"]
     (env,) = [e for e in prom["Environment"] if e["Name"] == "PROMETHEUS_CONFIG"]
     text = json.dumps(env["Value"])
@@ -30,7 +34,10 @@ def test_loadgen_master_and_workers_are_task_definitions_started_per_run(example
     assets = json.loads((example.outdir / "Comparison.assets.json").read_text(encoding="utf-8"))
     assert len(assets["dockerImages"]) == 1
     locust = [
-        c for t in example.resources("AWS::ECS::TaskDefinition").values() for c in t["Properties"]["ContainerDefinitions"] if c["Name"] == "locust"
+        c
+        for t in example.resources("AWS::ECS::TaskDefinition").values()
+        for c in t["Properties"]["ContainerDefinitions"]
+        if c["Name"] == "locust"
     ]
     assert len(locust) == 2
     m = load_manifest(EXAMPLE_MANIFEST)
@@ -72,15 +79,18 @@ def test_run_config_output_is_what_campaign_run_reads(example: Synth) -> None:
 
 def test_loadgen_task_roles_read_only_the_run_inputs_and_write_only_their_own_files(example: Synth) -> None:
     tasks = [
-        t for t in example.resources("AWS::ECS::TaskDefinition").values()
+        t
+        for t in example.resources("AWS::ECS::TaskDefinition").values()
         if any(c["Name"] == "locust" for c in t["Properties"]["ContainerDefinitions"])
-    ]  # fmt: skip
+    ]
     roles = {t["Properties"]["TaskRoleArn"]["Fn::GetAtt"][0] for t in tasks}
     assert len(roles) == 2
     statements = [
-        st for p in example.resources("AWS::IAM::Policy").values() if {r["Ref"] for r in p["Properties"]["Roles"]} & roles
+        st
+        for p in example.resources("AWS::IAM::Policy").values()
+        if {r["Ref"] for r in p["Properties"]["Roles"]} & roles
         for st in p["Properties"]["PolicyDocument"]["Statement"]
-    ]  # fmt: skip
+    ]
     s3: dict[str, list[str]] = {}
     for st in statements:
         for action in st["Action"] if isinstance(st["Action"], list) else [st["Action"]]:
@@ -90,4 +100,9 @@ def test_loadgen_task_roles_read_only_the_run_inputs_and_write_only_their_own_fi
     # No List*, no GetBucket*, no Delete*: the bucket-wide read grant is gone.
     assert set(s3) == {"s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"}
     assert all(r.endswith('/runs/*/inputs/*"]]}') for r in s3["s3:GetObject"])
-    assert {r.rsplit("/", 1)[1] for r in s3["s3:PutObject"]} == {'records-*"]]}', 'summary-*"]]}', 'progress-*"]]}', 'gate-*"]]}'}
+    assert {r.rsplit("/", 1)[1] for r in s3["s3:PutObject"]} == {
+        'records-*"]]}',
+        'summary-*"]]}',
+        'progress-*"]]}',
+        'gate-*"]]}',
+    }

@@ -24,7 +24,7 @@ def _serving_argv(s: Synth) -> dict[str, list[str]]:
         parts = user_data["Fn::Join"][1] if isinstance(user_data, dict) else [user_data]
         script = "".join(p if isinstance(p, str) else "" for p in parts)
         line = next(ln for ln in script.splitlines() if "docker run -d" in ln and "--entrypoint" in ln)
-        out[str(fleet)] = shlex.split(line[line.index("docker run -d"):])
+        out[str(fleet)] = shlex.split(line[line.index("docker run -d") :])
     return out
 
 

@@ -12,7 +12,9 @@ def test_every_retained_bucket_keeps_its_tls_only_policy(example: Synth) -> None
     policies = {p["Properties"]["Bucket"]["Ref"]: p for p in example.resources("AWS::S3::BucketPolicy").values()}
     for lid in buckets:
         policy = policies[lid]
-        assert policy.get("DeletionPolicy") == "Retain", f"{lid}: its policy is deleted with the stack, the kept bucket loses TLS-only"
+        assert policy.get("DeletionPolicy") == "Retain", (
+            f"{lid}: its policy is deleted with the stack, the kept bucket loses TLS-only"
+        )
         assert any(
             s["Effect"] == "Deny" and s.get("Condition", {}).get("Bool", {}).get("aws:SecureTransport") == "false"
             for s in policy["Properties"]["PolicyDocument"]["Statement"]

@@ -46,7 +46,13 @@ ACTIONS_ALLOWED_ON_STAR: dict[str, str] = {
 # CloudWatchAgentServerPolicy grants PutMetricData and log writes on '*'; the fleet roles carry inline,
 # scoped statements instead.
 AWS_MANAGED_POLICIES_ALLOWED: dict[str, str] = {}
-POLICY_DOCUMENT_TYPES = ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy", "AWS::S3::BucketPolicy", "AWS::SQS::QueuePolicy", "AWS::SNS::TopicPolicy")
+POLICY_DOCUMENT_TYPES = (
+    "AWS::IAM::Policy",
+    "AWS::IAM::ManagedPolicy",
+    "AWS::S3::BucketPolicy",
+    "AWS::SQS::QueuePolicy",
+    "AWS::SNS::TopicPolicy",
+)
 
 HUB_TOKEN_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:harness/hf-token-AbCdEf"
 VARIANT_OPERATOR_CIDR = "198.51.100.0/24"
@@ -55,7 +61,9 @@ LOCUST_WEB_PORT = 8089
 # Built by concatenation so this file itself never matches a repository secret scanner.
 SECRET_PATTERNS: dict[str, re.Pattern[str]] = {
     "AWS access key id": re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"),
-    "AWS secret access key": re.compile(r"(?i)aws_secret_access_key|\baws.{0,20}secret.{0,20}[\"'=:\s][A-Za-z0-9/+]{40}(?![A-Za-z0-9/+])"),
+    "AWS secret access key": re.compile(
+        r"(?i)aws_secret_access_key|\baws.{0,20}secret.{0,20}[\"'=:\s][A-Za-z0-9/+]{40}(?![A-Za-z0-9/+])"
+    ),
     "Hugging Face token": re.compile(r"\bhf_[A-Za-z0-9]{30,}\b"),
     "private key": re.compile("-----BEGIN [A-Z ]*" + "PRIVATE KEY-----"),
     "password value": re.compile(r"(?i)\bpass(?:word|wd)\b[\"']?\s*[:=]\s*[\"']?[^\s\"',}{]+"),
@@ -84,7 +92,10 @@ def policy_statements(template: Template) -> list[tuple[str, dict[str, Any]]]:
         out += [(logical_id, s) for s in _as_list(props.get("PolicyDocument", {}).get("Statement"))]
     for logical_id, props in _resources(template, "AWS::IAM::Role", "AWS::IAM::User", "AWS::IAM::Group"):
         for inline in props.get("Policies", []):
-            out += [(f"{logical_id}/{inline.get('PolicyName')}", s) for s in _as_list(inline["PolicyDocument"].get("Statement"))]
+            out += [
+                (f"{logical_id}/{inline.get('PolicyName')}", s)
+                for s in _as_list(inline["PolicyDocument"].get("Statement"))
+            ]
     return out
 
 
@@ -107,9 +118,15 @@ def iam_violations(template: Template) -> list[str]:
             if key in st:
                 found.append(f"{where}: Allow with {key} {st[key]!r}")
         actions = _as_list(st.get("Action"))
-        found += [f"{where}: wildcard action {a!r} on {st.get('Resource')!r}" for a in actions if _is_wildcard_action(a)]
+        found += [
+            f"{where}: wildcard action {a!r} on {st.get('Resource')!r}" for a in actions if _is_wildcard_action(a)
+        ]
         if "*" in _as_list(st.get("Resource")):
-            found += [f"{where}: {a!r} on Resource '*' is not allowlisted" for a in actions if a not in ACTIONS_ALLOWED_ON_STAR]
+            found += [
+                f"{where}: {a!r} on Resource '*' is not allowlisted"
+                for a in actions
+                if a not in ACTIONS_ALLOWED_ON_STAR
+            ]
         if _is_public_principal(st.get("Principal")):
             found.append(f"{where}: Allow to a public principal {st['Principal']!r}")
     for logical_id, props in _resources(template, "AWS::IAM::Role"):
@@ -142,7 +159,9 @@ def managed_policy_violations(template: Template) -> list[str]:
         for arn in props.get("ManagedPolicyArns", []):
             name = _managed_policy_name(arn)
             if name is None:
-                if not (isinstance(arn, dict) and "Ref" in arn):  # a Ref is an AWS::IAM::ManagedPolicy of this template, checked above
+                if not (
+                    isinstance(arn, dict) and "Ref" in arn
+                ):  # a Ref is an AWS::IAM::ManagedPolicy of this template, checked above
                     found.append(f"{logical_id}: managed policy {arn!r} is neither AWS-managed nor from this template")
             elif name not in AWS_MANAGED_POLICIES_ALLOWED:
                 found.append(f"{logical_id}: AWS-managed policy {name} is not allowlisted")
@@ -150,7 +169,9 @@ def managed_policy_violations(template: Template) -> list[str]:
 
 
 def secret_findings(text: str) -> list[str]:
-    return [f"{label}: {m.group(0)[:24]}..." for label, pattern in SECRET_PATTERNS.items() for m in pattern.finditer(text)]
+    return [
+        f"{label}: {m.group(0)[:24]}..." for label, pattern in SECRET_PATTERNS.items() for m in pattern.finditer(text)
+    ]
 
 
 def _ingress_rules(template: Template) -> list[tuple[str, dict[str, Any]]]:
@@ -166,7 +187,9 @@ def open_ingress_violations(template: Template, allowed_cidrs: set[str]) -> list
         if rule.get("CidrIp") == "0.0.0.0/0" or rule.get("CidrIpv6") == "::/0":
             found.append(f"{lid}: ingress open to the world {rule!r}")
         elif "CidrIpv6" in rule or ("CidrIp" in rule and rule["CidrIp"] not in allowed_cidrs):
-            found.append(f"{lid}: ingress from {rule.get('CidrIp') or rule.get('CidrIpv6')} is neither the operator nor the VPC CIDR")
+            found.append(
+                f"{lid}: ingress from {rule.get('CidrIp') or rule.get('CidrIpv6')} is neither the operator nor the VPC CIDR"
+            )
     return found
 
 
@@ -191,7 +214,11 @@ def _encrypted(value: Any) -> bool:
 def _mapping_violations(lid: str, mappings: list[dict[str, Any]]) -> list[str]:
     if not mappings:
         return [f"{lid}: no block device mappings (the AMI's root volume settings would apply unchecked)"]
-    return [f"{lid}: unencrypted EBS volume {m.get('DeviceName')}" for m in mappings if "Ebs" in m and not _encrypted(m["Ebs"].get("Encrypted"))]
+    return [
+        f"{lid}: unencrypted EBS volume {m.get('DeviceName')}"
+        for m in mappings
+        if "Ebs" in m and not _encrypted(m["Ebs"].get("Encrypted"))
+    ]
 
 
 def encryption_violations(template: Template) -> list[str]:
@@ -233,7 +260,11 @@ def s3_violations(template: Template) -> list[str]:
         policies.setdefault(str(ref), []).extend(_as_list(p.get("PolicyDocument", {}).get("Statement")))
     for lid, p in _resources(template, "AWS::S3::Bucket"):
         block = p.get("PublicAccessBlockConfiguration", {})
-        missing = [k for k in ("BlockPublicAcls", "BlockPublicPolicy", "IgnorePublicAcls", "RestrictPublicBuckets") if not _encrypted(block.get(k))]
+        missing = [
+            k
+            for k in ("BlockPublicAcls", "BlockPublicPolicy", "IgnorePublicAcls", "RestrictPublicBuckets")
+            if not _encrypted(block.get(k))
+        ]
         if missing:
             found.append(f"{lid}: public access not blocked ({', '.join(missing)})")
         tls_denies = [
@@ -246,7 +277,9 @@ def s3_violations(template: Template) -> list[str]:
             and _bucket_arn_refs(_as_list(st.get("Resource")), lid) == {"bucket", "objects"}
         ]
         if not tls_denies:
-            found.append(f"{lid}: no bucket policy denying s3:* on the bucket and its objects when aws:SecureTransport is false")
+            found.append(
+                f"{lid}: no bucket policy denying s3:* on the bucket and its objects when aws:SecureTransport is false"
+            )
     return found
 
 
@@ -288,14 +321,21 @@ def test_iam_is_least_privilege(which: str, request: pytest.FixtureRequest) -> N
 
 def test_resource_star_grants_are_allowlisted(example: Synth, three_fleets: Synth, variant: Synth) -> None:
     per_template = {
-        s.manifest_path.name + ("(variant)" if s is variant else ""): star_grants(s.template_json) for s in (example, three_fleets, variant)
+        s.manifest_path.name + ("(variant)" if s is variant else ""): star_grants(s.template_json)
+        for s in (example, three_fleets, variant)
     }
     print("Allow on Resource '*':", json.dumps({k: sorted(v) for k, v in per_template.items()}, indent=1))
     granted = set().union(*per_template.values())
-    assert granted <= set(ACTIONS_ALLOWED_ON_STAR), f"new Resource '*' grants: {sorted(granted - set(ACTIONS_ALLOWED_ON_STAR))}"
+    assert granted <= set(ACTIONS_ALLOWED_ON_STAR), (
+        f"new Resource '*' grants: {sorted(granted - set(ACTIONS_ALLOWED_ON_STAR))}"
+    )
     # The allowlist stays minimal: an entry no template needs any more is removed.
-    assert set(ACTIONS_ALLOWED_ON_STAR) <= granted, f"stale allowlist entries: {sorted(set(ACTIONS_ALLOWED_ON_STAR) - granted)}"
-    assert all(len(reason) >= 20 for reason in (*ACTIONS_ALLOWED_ON_STAR.values(), *AWS_MANAGED_POLICIES_ALLOWED.values()))
+    assert set(ACTIONS_ALLOWED_ON_STAR) <= granted, (
+        f"stale allowlist entries: {sorted(set(ACTIONS_ALLOWED_ON_STAR) - granted)}"
+    )
+    assert all(
+        len(reason) >= 20 for reason in (*ACTIONS_ALLOWED_ON_STAR.values(), *AWS_MANAGED_POLICIES_ALLOWED.values())
+    )
 
 
 @pytest.mark.parametrize("which", SYNTHS)
@@ -318,7 +358,11 @@ def test_no_secrets_in_manifests() -> None:
 def test_hub_token_travels_only_as_a_secret_arn_readable_by_the_fleets(example: Synth, variant: Synth) -> None:
     t = variant.template_json
     assert HUB_TOKEN_ARN in json.dumps(t)  # user data reads it at boot; the value itself is never in the template
-    reads = [(lid, st) for lid, st in policy_statements(t) if any(str(a).startswith("secretsmanager:") for a in _as_list(st.get("Action")))]
+    reads = [
+        (lid, st)
+        for lid, st in policy_statements(t)
+        if any(str(a).startswith("secretsmanager:") for a in _as_list(st.get("Action")))
+    ]
     assert len(reads) == len(load_manifest(variant.manifest_path).fleets)
     resources = t["Resources"]
     for lid, st in reads:
@@ -326,9 +370,16 @@ def test_hub_token_travels_only_as_a_secret_arn_readable_by_the_fleets(example: 
         assert st["Resource"] == HUB_TOKEN_ARN  # exactly that ARN: not '*', not a wildcard
         roles = [resources[r["Ref"]] for r in resources[lid]["Properties"]["Roles"]]
         assert roles and all(
-            role["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {"Service": "ec2.amazonaws.com"} for role in roles
+            role["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"]
+            == {"Service": "ec2.amazonaws.com"}
+            for role in roles
         ), "only the fleet instance roles may read the token"
-    user_data = json.dumps([lt["Properties"]["LaunchTemplateData"]["UserData"] for lt in variant.resources("AWS::EC2::LaunchTemplate").values()])
+    user_data = json.dumps(
+        [
+            lt["Properties"]["LaunchTemplateData"]["UserData"]
+            for lt in variant.resources("AWS::EC2::LaunchTemplate").values()
+        ]
+    )
     assert user_data.count(f"get-secret-value --region us-east-1 --secret-id {HUB_TOKEN_ARN}") == len(reads)
     # Without a token in the manifest nothing may touch Secrets Manager.
     assert "secretsmanager" not in json.dumps([st for _, st in policy_statements(example.template_json)])
@@ -353,16 +404,28 @@ def _operator_policy_cidrs(s: Synth) -> set[str]:
     return cidrs
 
 
-def test_locust_ui_has_no_network_path_and_its_session_follows_the_operator_cidr(example: Synth, variant: Synth) -> None:
+def test_locust_ui_has_no_network_path_and_its_session_follows_the_operator_cidr(
+    example: Synth, variant: Synth
+) -> None:
     for s in (example, variant):
         # No load balancer in front of the UI, no rule that lets anything reach port 8089.
-        albs = [p for _, p in _resources(s.template_json, "AWS::ElasticLoadBalancingV2::LoadBalancer") if p.get("Type") != "network"]
+        albs = [
+            p
+            for _, p in _resources(s.template_json, "AWS::ElasticLoadBalancingV2::LoadBalancer")
+            if p.get("Type") != "network"
+        ]
         assert albs == []
-        assert [r for _, r in _ingress_rules(s.template_json) if r.get("FromPort", -1) <= LOCUST_WEB_PORT <= r.get("ToPort", -1)] == []
+        assert [
+            r
+            for _, r in _ingress_rules(s.template_json)
+            if r.get("FromPort", -1) <= LOCUST_WEB_PORT <= r.get("ToPort", -1)
+        ] == []
         (master,) = [
-            c for _, t in _resources(s.template_json, "AWS::ECS::TaskDefinition") for c in t["ContainerDefinitions"]
+            c
+            for _, t in _resources(s.template_json, "AWS::ECS::TaskDefinition")
+            for c in t["ContainerDefinitions"]
             if {"Name": "HARNESS_LOADGEN_ROLE", "Value": "master"} in c["Environment"]
-        ]  # fmt: skip
+        ]
         assert {"Name": "LOCUST_WEB_HOST", "Value": "127.0.0.1"} in master["Environment"]
     # The port-forward session may only be opened from the manifest's operator range.
     assert _operator_policy_cidrs(example) == {load_manifest(EXAMPLE_MANIFEST).operator.cidr}
@@ -401,7 +464,11 @@ def _tpl(*resources: tuple[str, str, dict[str, Any]]) -> Template:
 
 
 def _policy(*statements: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
-    return ("P", "AWS::IAM::Policy", {"PolicyDocument": {"Version": "2012-10-17", "Statement": list(statements)}, "Roles": [{"Ref": "R"}]})
+    return (
+        "P",
+        "AWS::IAM::Policy",
+        {"PolicyDocument": {"Version": "2012-10-17", "Statement": list(statements)}, "Roles": [{"Ref": "R"}]},
+    )
 
 
 @pytest.mark.parametrize(
@@ -411,7 +478,10 @@ def _policy(*statements: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
         ({"Effect": "Allow", "Action": ["s3:GetObject", "s3:*"], "Resource": "*"}, "wildcard action"),
         ({"Effect": "Allow", "Action": "iam:PassRole", "Resource": "*"}, "not allowlisted"),
         ({"Effect": "Allow", "NotAction": "iam:*", "Resource": "arn:aws:s3:::b"}, "NotAction"),
-        ({"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::b/*", "Principal": {"AWS": "*"}}, "public principal"),
+        (
+            {"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::b/*", "Principal": {"AWS": "*"}},
+            "public principal",
+        ),
     ],
 )
 def test_iam_checker_flags(statement: dict[str, Any], expect: str) -> None:
@@ -421,7 +491,10 @@ def test_iam_checker_flags(statement: dict[str, Any], expect: str) -> None:
         (
             "R",
             "AWS::IAM::Role",
-            {"AssumeRolePolicyDocument": {"Statement": []}, "Policies": [{"PolicyName": "x", "PolicyDocument": {"Statement": [statement]}}]},
+            {
+                "AssumeRolePolicyDocument": {"Statement": []},
+                "Policies": [{"PolicyName": "x", "PolicyDocument": {"Statement": [statement]}}],
+            },
         )
     )
     assert iam_violations(inline)
@@ -442,14 +515,21 @@ def test_iam_checker_accepts_deny_and_allowlisted_star() -> None:
 
 def test_iam_checker_flags_an_open_trust_policy_and_unlisted_managed_policy() -> None:
     role = {
-        "AssumeRolePolicyDocument": {"Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole", "Principal": {"AWS": "*"}}]},
-        "ManagedPolicyArns": [{"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":iam::aws:policy/AdministratorAccess"]]}],
+        "AssumeRolePolicyDocument": {
+            "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole", "Principal": {"AWS": "*"}}]
+        },
+        "ManagedPolicyArns": [
+            {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":iam::aws:policy/AdministratorAccess"]]}
+        ],
     }
     t = _tpl(("R", "AWS::IAM::Role", role))
     assert iam_violations(t) == ["R: trust policy lets anyone assume the role"]
     assert managed_policy_violations(t) == ["R: AWS-managed policy AdministratorAccess is not allowlisted"]
     # The fleet roles used to carry these two; neither is allowed any more (wildcard grants).
-    role["ManagedPolicyArns"] = ["arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore", "arn:aws:iam::aws:policy/CloudWatchAgentServerPolicy"]
+    role["ManagedPolicyArns"] = [
+        "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore",
+        "arn:aws:iam::aws:policy/CloudWatchAgentServerPolicy",
+    ]
     assert managed_policy_violations(t) == [
         "R: AWS-managed policy AmazonSSMManagedInstanceCore is not allowlisted",
         "R: AWS-managed policy CloudWatchAgentServerPolicy is not allowlisted",
@@ -474,15 +554,40 @@ def test_secret_scanner_flags(text: str) -> None:
 
 
 def test_secret_scanner_ignores_arns_and_password_stdin() -> None:
-    assert secret_findings(f"docker login --username AWS --password-stdin x; aws secretsmanager get-secret-value --secret-id {HUB_TOKEN_ARN}") == []
+    assert (
+        secret_findings(
+            f"docker login --username AWS --password-stdin x; aws secretsmanager get-secret-value --secret-id {HUB_TOKEN_ARN}"
+        )
+        == []
+    )
 
 
 def test_ingress_checker_flags() -> None:
     allowed = {"203.0.113.0/24", VPC_CIDR}
-    world = _tpl(("SG", "AWS::EC2::SecurityGroup", {"SecurityGroupIngress": [{"CidrIp": "0.0.0.0/0", "FromPort": 8089, "ToPort": 8089}]}))
-    world6 = _tpl(("I", "AWS::EC2::SecurityGroupIngress", {"CidrIpv6": "::/0", "FromPort": 8089, "ToPort": 8089, "GroupId": "sg"}))
-    other = _tpl(("I", "AWS::EC2::SecurityGroupIngress", {"CidrIp": "192.0.2.0/24", "FromPort": 8089, "ToPort": 8089, "GroupId": "sg"}))
-    fine = _tpl(("I", "AWS::EC2::SecurityGroupIngress", {"CidrIp": "203.0.113.0/24", "FromPort": 8089, "ToPort": 8089, "GroupId": "sg"}))
+    world = _tpl(
+        (
+            "SG",
+            "AWS::EC2::SecurityGroup",
+            {"SecurityGroupIngress": [{"CidrIp": "0.0.0.0/0", "FromPort": 8089, "ToPort": 8089}]},
+        )
+    )
+    world6 = _tpl(
+        ("I", "AWS::EC2::SecurityGroupIngress", {"CidrIpv6": "::/0", "FromPort": 8089, "ToPort": 8089, "GroupId": "sg"})
+    )
+    other = _tpl(
+        (
+            "I",
+            "AWS::EC2::SecurityGroupIngress",
+            {"CidrIp": "192.0.2.0/24", "FromPort": 8089, "ToPort": 8089, "GroupId": "sg"},
+        )
+    )
+    fine = _tpl(
+        (
+            "I",
+            "AWS::EC2::SecurityGroupIngress",
+            {"CidrIp": "203.0.113.0/24", "FromPort": 8089, "ToPort": 8089, "GroupId": "sg"},
+        )
+    )
     assert "open to the world" in open_ingress_violations(world, allowed)[0]
     assert "open to the world" in open_ingress_violations(world6, allowed)[0]
     assert open_ingress_violations(other, allowed)
@@ -490,17 +595,36 @@ def test_ingress_checker_flags() -> None:
 
 
 def test_imds_checker_flags() -> None:
-    assert imds_violations(_tpl(("LT", "AWS::EC2::LaunchTemplate", {"LaunchTemplateData": {"MetadataOptions": {"HttpTokens": "optional"}}})))
+    assert imds_violations(
+        _tpl(
+            ("LT", "AWS::EC2::LaunchTemplate", {"LaunchTemplateData": {"MetadataOptions": {"HttpTokens": "optional"}}})
+        )
+    )
     assert imds_violations(_tpl(("LT", "AWS::EC2::LaunchTemplate", {"LaunchTemplateData": {}})))
     assert imds_violations(_tpl(("LC", "AWS::AutoScaling::LaunchConfiguration", {})))
     assert imds_violations(_tpl(("I", "AWS::EC2::Instance", {"ImageId": "ami-1"})))
-    assert imds_violations(_tpl(("LT", "AWS::EC2::LaunchTemplate", {"LaunchTemplateData": {"MetadataOptions": {"HttpTokens": "required"}}}))) == []
+    assert (
+        imds_violations(
+            _tpl(
+                (
+                    "LT",
+                    "AWS::EC2::LaunchTemplate",
+                    {"LaunchTemplateData": {"MetadataOptions": {"HttpTokens": "required"}}},
+                )
+            )
+        )
+        == []
+    )
 
 
 @pytest.mark.parametrize(
     "resource",
     [
-        ("LT", "AWS::EC2::LaunchTemplate", {"LaunchTemplateData": {"BlockDeviceMappings": [{"DeviceName": "/dev/sdf", "Ebs": {"VolumeSize": 10}}]}}),
+        (
+            "LT",
+            "AWS::EC2::LaunchTemplate",
+            {"LaunchTemplateData": {"BlockDeviceMappings": [{"DeviceName": "/dev/sdf", "Ebs": {"VolumeSize": 10}}]}},
+        ),
         ("LT", "AWS::EC2::LaunchTemplate", {"LaunchTemplateData": {}}),
         ("V", "AWS::EC2::Volume", {"Size": 10, "Encrypted": False}),
         ("F", "AWS::EFS::FileSystem", {}),
@@ -514,8 +638,12 @@ def test_encryption_checker_flags(resource: tuple[str, str, dict[str, Any]]) -> 
 
 def test_s3_checker_flags_public_and_plain_http_buckets() -> None:
     bucket: dict[str, Any] = {
-        "BucketEncryption": {"ServerSideEncryptionConfiguration": [{"ServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]},
-        "PublicAccessBlockConfiguration": {k: True for k in ("BlockPublicAcls", "BlockPublicPolicy", "IgnorePublicAcls", "RestrictPublicBuckets")},
+        "BucketEncryption": {
+            "ServerSideEncryptionConfiguration": [{"ServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]
+        },
+        "PublicAccessBlockConfiguration": {
+            k: True for k in ("BlockPublicAcls", "BlockPublicPolicy", "IgnorePublicAcls", "RestrictPublicBuckets")
+        },
     }
     deny: dict[str, Any] = {
         "Effect": "Deny",
@@ -543,9 +671,13 @@ def test_checkers_see_a_bad_resource_inside_a_real_template(example: Synth) -> N
     data["MetadataOptions"]["HttpTokens"] = "optional"
     data["BlockDeviceMappings"][1]["Ebs"]["Encrypted"] = False
     sg_id = next(k for k, r in t["Resources"].items() if r["Type"] == "AWS::EC2::SecurityGroup")
-    t["Resources"][sg_id]["Properties"].setdefault("SecurityGroupIngress", []).append({"CidrIp": "0.0.0.0/0", "IpProtocol": "tcp", "FromPort": 8089})
+    t["Resources"][sg_id]["Properties"].setdefault("SecurityGroupIngress", []).append(
+        {"CidrIp": "0.0.0.0/0", "IpProtocol": "tcp", "FromPort": 8089}
+    )
     pol_id = next(k for k, r in t["Resources"].items() if r["Type"] == "AWS::IAM::Policy")
-    t["Resources"][pol_id]["Properties"]["PolicyDocument"]["Statement"].append({"Effect": "Allow", "Action": "s3:*", "Resource": "*"})
+    t["Resources"][pol_id]["Properties"]["PolicyDocument"]["Statement"].append(
+        {"Effect": "Allow", "Action": "s3:*", "Resource": "*"}
+    )
     assert [v for v in imds_violations(t) if lt_id in v]
     assert [v for v in encryption_violations(t) if lt_id in v]
     assert [v for v in open_ingress_violations(t, {"203.0.113.0/24", VPC_CIDR}) if sg_id in v]

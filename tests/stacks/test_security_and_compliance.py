@@ -34,7 +34,9 @@ def test_no_lambda_anywhere(example: Synth, three_fleets: Synth) -> None:
 
 
 def test_no_security_group_is_open_to_the_world(example: Synth) -> None:
-    rules: list[dict[str, Any]] = [r["Properties"] for r in example.resources("AWS::EC2::SecurityGroupIngress").values()]
+    rules: list[dict[str, Any]] = [
+        r["Properties"] for r in example.resources("AWS::EC2::SecurityGroupIngress").values()
+    ]
     for sg in example.resources("AWS::EC2::SecurityGroup").values():
         rules += sg["Properties"].get("SecurityGroupIngress", [])
     assert rules
@@ -49,10 +51,16 @@ def test_nothing_is_reachable_by_cidr_but_the_vpc_itself(example: Synth) -> None
     cidr_rules = []
     for sg in example.resources("AWS::EC2::SecurityGroup").values():
         cidr_rules += [r for r in sg["Properties"].get("SecurityGroupIngress", []) if "CidrIp" in r]
-    cidr_rules += [r["Properties"] for r in example.resources("AWS::EC2::SecurityGroupIngress").values() if "CidrIp" in r["Properties"]]
+    cidr_rules += [
+        r["Properties"]
+        for r in example.resources("AWS::EC2::SecurityGroupIngress").values()
+        if "CidrIp" in r["Properties"]
+    ]
     assert cidr_rules and all(r["CidrIp"] == "10.40.0.0/16" and r["FromPort"] == 443 for r in cidr_rules)
     loadgen_sgs = [
-        sg for sg in example.resources("AWS::EC2::SecurityGroup").values() if "Locust master and workers" in sg["Properties"]["GroupDescription"]
+        sg
+        for sg in example.resources("AWS::EC2::SecurityGroup").values()
+        if "Locust master and workers" in sg["Properties"]["GroupDescription"]
     ]
     assert len(loadgen_sgs) == 1
     assert not [r for r in loadgen_sgs[0]["Properties"].get("SecurityGroupIngress", []) if "CidrIp" in r]
@@ -66,7 +74,8 @@ def test_buckets_survive_teardown_encrypted_private_versioned(example: Synth) ->
         props = b["Properties"]
         assert props["BucketEncryption"]["ServerSideEncryptionConfiguration"]
         assert all(
-            props["PublicAccessBlockConfiguration"][k] for k in ("BlockPublicAcls", "BlockPublicPolicy", "IgnorePublicAcls", "RestrictPublicBuckets")
+            props["PublicAccessBlockConfiguration"][k]
+            for k in ("BlockPublicAcls", "BlockPublicPolicy", "IgnorePublicAcls", "RestrictPublicBuckets")
         )
         assert props["VersioningConfiguration"]["Status"] == "Enabled"
         assert _tags(b)["lifecycle"] == "retained"
@@ -85,7 +94,11 @@ def test_every_taggable_resource_carries_campaign_and_digest(example: Synth) -> 
         assert tags.get("manifest-digest") == m.digest, logical_id
     fleet_scoped = ("AWS::AutoScaling::AutoScalingGroup", "AWS::ElasticLoadBalancingV2::TargetGroup")
     for cfn_type in fleet_scoped:
-        assert {_tags(r).get("fleet") for r in example.resources(cfn_type).values() if r["Properties"].get("Protocol") != "HTTP"} == {"inf2", "g6"}
+        assert {
+            _tags(r).get("fleet")
+            for r in example.resources(cfn_type).values()
+            if r["Properties"].get("Protocol") != "HTTP"
+        } == {"inf2", "g6"}
     for lt in example.resources("AWS::EC2::LaunchTemplate").values():
         specs = lt["Properties"]["LaunchTemplateData"]["TagSpecifications"]
         for spec in specs:  # instances and their volumes are tagged at launch, not after
