@@ -26,6 +26,9 @@ from typing import IO, Any
 from campaign.cloud_run import TaskSpec, TaskStatus
 from core import cloud_contract as cc
 from core.ports import free_port
+from loadgen.launch import exit_reason
+
+SETUP_FAILED_PREFIX = "setup failed, nothing was sent: "  # cloud_run says it already
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,17 +61,6 @@ def dockerfile_entrypoint(dockerfile: Path) -> list[str]:
     return [sys.executable if a == "python" else a for a in argv]
 
 
-def _bindable(port: int) -> bool:
-    import socket
-
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 class LocalTaskLauncher:
     def __init__(
         self, template: Mapping[str, Any], refs: Mapping[str, str], workdir: Path, env: Mapping[str, str]
@@ -91,9 +83,9 @@ class LocalTaskLauncher:
     def _port(self, width: int = 1) -> int:
         """A free loopback port p (with p+1 .. p+width-1 free too), reserved for this launcher."""
         for _ in range(100):
-            p = free_port()
+            p = free_port(width=width)
             span = set(range(p, p + width))
-            if not span & self._reserved and all(_bindable(q) for q in span):
+            if not span & self._reserved:
                 self._reserved |= span
                 return p
         raise RuntimeError("no free port range")
@@ -155,7 +147,9 @@ class LocalTaskLauncher:
                 ui = f"http://127.0.0.1:{self.web[h]}" if h in self.web else ""
                 out[h] = TaskStatus("RUNNING", None, "", "127.0.0.1", self.ports[h], ui)
             else:
-                out[h] = TaskStatus("STOPPED", code, "" if code == 0 else f"see {self.logs[h]}")
+                # ECS's stoppedReason says little; here the log's own cause, so a CI failure names it
+                why = "" if code == 0 else exit_reason(code, self.logs[h]).removeprefix(SETUP_FAILED_PREFIX)
+                out[h] = TaskStatus("STOPPED", code, why)
         return out
 
     def stop(self, handle: str, reason: str) -> None:

