@@ -78,14 +78,40 @@ class RunFacts:
         path = run_dir / CAMPAIGN_FILE
         if not path.is_file():
             return None
-        d = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            d = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise AnalysisError(f"{path}: not JSON ({exc})") from None
+        if not isinstance(d, dict):
+            raise AnalysisError(f"{path}: expected an object with instances_measured, got {type(d).__name__}")
+        sut = d.get("systems_under_test")
+        if sut is not None and not isinstance(sut, str):
+            raise AnalysisError(f"{path}: systems_under_test: expected text or null, got {sut!r}")
         return cls(
-            {k: int(v) for k, v in d["instances_measured"].items()},
-            d.get("systems_under_test"),
+            _numbers(path, d, "instances_measured", int, required=True),
+            sut,
             bool(d.get("aws")),
             None,
-            {k: float(v) for k, v in (d.get("ready_after_s") or {}).items()},
+            _numbers(path, d, "ready_after_s", float, required=False),
         )
+
+
+def _numbers(
+    path: Path, d: Mapping[str, Any], key: str, kind: type[int] | type[float], *, required: bool
+) -> dict[str, Any]:
+    """campaign.json's {fleet: number} field, or an error naming the field and the bad entry
+    (the file may have been edited by hand before `report --run-dir`)."""
+    value = d.get(key)
+    if value is None and not required:
+        return {}
+    if not isinstance(value, dict):
+        raise AnalysisError(f"{path}: {key}: expected {{fleet: number}}, got {value!r}")
+    out = {}
+    for fleet, v in value.items():
+        if isinstance(v, bool) or not isinstance(v, int | float) or (kind is int and v != int(v)) or v < 0:
+            raise AnalysisError(f"{path}: {key}.{fleet}: expected a non-negative {kind.__name__}, got {v!r}")
+        out[str(fleet)] = kind(v)
+    return out
 
 
 class Fleets(Protocol):

@@ -1,0 +1,51 @@
+"""campaign.json (RunFacts): written by a run, read back by `report --run-dir`; a hand-edited
+file gets an error naming the field, not a KeyError."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from analysis.errors import AnalysisError
+from campaign.orchestration import CAMPAIGN_FILE, RunFacts
+from core.errors import EXIT_BAD_INPUT
+
+
+def test_round_trip(tmp_path: Path) -> None:
+    facts = RunFacts({"inf2": 4, "g6": 2}, "emulated", False, None, {"inf2": 12.5})
+    facts.write(tmp_path)
+    assert RunFacts.read(tmp_path) == facts
+    assert RunFacts.read(tmp_path / "missing") is None
+
+
+@pytest.mark.parametrize(
+    ("body", "names"),
+    [
+        ("{not json", "not JSON"),
+        ("[1, 2]", "expected an object"),
+        ("{}", "instances_measured: expected {fleet: number}, got None"),
+        (
+            '{"instances_measured": {"inf2": "four"}}',
+            "instances_measured.inf2: expected a non-negative int, got 'four'",
+        ),
+        ('{"instances_measured": {"inf2": 2.5}}', "instances_measured.inf2"),
+        ('{"instances_measured": {"inf2": true}}', "instances_measured.inf2"),
+        ('{"instances_measured": {"g6": 2}, "ready_after_s": {"g6": -1}}', "ready_after_s.g6"),
+        ('{"instances_measured": {"g6": 2}, "ready_after_s": 5}', "ready_after_s: expected {fleet: number}"),
+        ('{"instances_measured": {"g6": 2}, "systems_under_test": 3}', "systems_under_test"),
+    ],
+)
+def test_a_malformed_file_names_the_field(tmp_path: Path, body: str, names: str) -> None:
+    (tmp_path / CAMPAIGN_FILE).write_text(body, encoding="utf-8")
+    with pytest.raises(AnalysisError) as err:
+        RunFacts.read(tmp_path)
+    assert names in str(err.value) and str(tmp_path / CAMPAIGN_FILE) in str(err.value)
+    assert err.value.exit_code == EXIT_BAD_INPUT
+
+
+def test_optional_fields_may_be_absent(tmp_path: Path) -> None:
+    (tmp_path / CAMPAIGN_FILE).write_text(json.dumps({"instances_measured": {"g6": 3.0}}), encoding="utf-8")
+    facts = RunFacts.read(tmp_path)
+    assert facts is not None and facts.instances_measured == {"g6": 3} and facts.ready_after_s == {}
