@@ -119,29 +119,27 @@ def upload_inputs(
 def download_run(s3: Any, uri: str, dest: Path) -> list[Path]:
     """Records and summaries directly under `uri` (one replay or step, not its inputs) into `dest`;
     returns the files. boto3 writes each to a temporary name first, so a reader never sees half a download."""
+    return download_tree(s3, uri, dest, keep=lambda rel: "/" not in rel and rel.startswith(("records-", "summary-")))
+
+
+def download_tree(
+    s3: Any,
+    uri: str,
+    dest: Path,
+    skip: Sequence[str] = (cc.INPUTS_DIR + "/",),
+    keep: Callable[[str], bool] = lambda rel: True,
+) -> list[Path]:
+    """Everything under `uri` (a whole run: records, capacity steps, quality, report) into `dest`,
+    in the same layout, except the prefixes in `skip` and the relative paths `keep` refuses."""
     bucket, prefix = cc.split_s3_uri(uri)
     dest.mkdir(parents=True, exist_ok=True)
     got: list[Path] = []
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/"):
         for obj in page.get("Contents", []):
-            name = obj["Key"][len(prefix) + 1 :]
-            if "/" in name or not (name.startswith("records-") or name.startswith("summary-")):
-                continue  # inputs/, run.json
-            path = dest / name
-            s3.download_file(bucket, obj["Key"], str(path))
-            got.append(path)
-    return sorted(got)
-
-
-def download_tree(s3: Any, uri: str, dest: Path, skip: Sequence[str] = (cc.INPUTS_DIR + "/",)) -> list[Path]:
-    """Everything under `uri` (a whole run: records, capacity steps, quality, report) into `dest`,
-    in the same layout, except the prefixes in `skip`."""
-    bucket, prefix = cc.split_s3_uri(uri)
-    got: list[Path] = []
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/"):
-        for obj in page.get("Contents", []):
             rel = obj["Key"][len(prefix) + 1 :]
             if not rel or rel.endswith("/") or any(rel.startswith(s) for s in skip) or ".." in rel.split("/"):
+                continue
+            if not keep(rel):
                 continue
             path = dest / rel
             path.parent.mkdir(parents=True, exist_ok=True)
