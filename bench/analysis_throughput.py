@@ -20,7 +20,7 @@ import duckdb
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from analysis.report import build_report  # noqa: E402
+from analysis.report import ReportInputs, build_report  # noqa: E402
 from core.manifest import load_manifest  # noqa: E402
 
 
@@ -65,7 +65,7 @@ def main() -> int:
         size_mb = sum(p.stat().st_size for p in rec_dir.glob("records-*")) / 1e6
         t1 = time.perf_counter()
         rep = build_report(
-            m, rec_dir, quality=None, out_dir=Path(tmp) / "out", instances_measured={"inf2": 1, "g6": 1}
+            ReportInputs(m, rec_dir, quality=None, out_dir=Path(tmp) / "out", instances_measured={"inf2": 1, "g6": 1})
         ).model_dump(mode="json")
         t_rep = time.perf_counter() - t1
     total = sum(f["requests"] for f in rep["fleets"].values())

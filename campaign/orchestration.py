@@ -225,7 +225,7 @@ def settle_phase(
     log: Callable[[str], None],
 ) -> dict[str, Any] | None:
     """The settle phase after an automatic search (campaign.settle), when its budget allows one."""
-    from analysis.report import build_report
+    from analysis.report import ReportInputs, build_report
     from campaign.settle import settle
 
     cfg = m.workload.capacity_search
@@ -234,15 +234,17 @@ def settle_phase(
 
     def interim() -> Report:  # the decision as the records stand: what the next round must settle
         return build_report(
-            m,
-            run_dir / RECORDS_DIR,
-            quality=quality,
-            out_dir=run_dir / "settle-interim",
-            with_sensitivity=False,
-            with_pages=False,
-            instances_measured=facts.instances_measured,
-            capacity_dirs=capacity_dirs,
-            systems_under_test=facts.systems_under_test,
+            ReportInputs(
+                m,
+                run_dir / RECORDS_DIR,
+                quality=quality,
+                out_dir=run_dir / "settle-interim",
+                with_sensitivity=False,
+                with_pages=False,
+                instances_measured=facts.instances_measured,
+                capacity_dirs=capacity_dirs,
+                systems_under_test=facts.systems_under_test,
+            )
         )
 
     return settle(
@@ -260,19 +262,21 @@ def _report(
     settled: Mapping[str, Any] | None,
 ) -> Report:
     """The final report from a run directory's records and what the stages found, into `out_dir`."""
-    from analysis.report import build_report
+    from analysis.report import ReportInputs, build_report
 
     return build_report(
-        m,
-        run_dir / RECORDS_DIR,
-        prometheus_url=facts.prometheus_url,
-        aws=facts.aws,
-        quality=quality,
-        out_dir=out_dir,
-        instances_measured=facts.instances_measured,
-        capacity_dirs=capacity_dirs or None,
-        systems_under_test=facts.systems_under_test,
-        settle=settled,
+        ReportInputs(
+            m,
+            run_dir / RECORDS_DIR,
+            prometheus_url=facts.prometheus_url,
+            aws=facts.aws,
+            quality=quality,
+            out_dir=out_dir,
+            instances_measured=facts.instances_measured,
+            capacity_dirs=capacity_dirs or None,
+            systems_under_test=facts.systems_under_test,
+            settle=settled,
+        )
     )
 
 

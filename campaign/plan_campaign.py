@@ -82,7 +82,7 @@ def predict(m: Manifest, work_dir: Path | None = None) -> CampaignPrediction:
     if work_dir is None:
         with tempfile.TemporaryDirectory(prefix="plan-") as tmp:
             return predict(m, Path(tmp))
-    from analysis.report import build_report
+    from analysis.report import ReportInputs, build_report
 
     fleets = [f.name for f in m.fleets]
     replay_min = 0.0
@@ -118,16 +118,18 @@ def predict(m: Manifest, work_dir: Path | None = None) -> CampaignPrediction:
     def report(out: str, settled: dict[str, Any] | None = None) -> Report:
         # measure_instances per fleet served every step, as simulated (and as the local campaign's emulator serves them).
         return build_report(
-            m,
-            work_dir / "records",
-            quality=quality,
-            out_dir=work_dir / out,
-            instances_measured={f.name: f.instances_measured for f in m.fleets},
-            capacity_dirs=capacity_dirs,
-            with_sensitivity=False,
-            with_pages=False,
-            systems_under_test=sut,
-            settle=settled,
+            ReportInputs(
+                m,
+                work_dir / "records",
+                quality=quality,
+                out_dir=work_dir / out,
+                instances_measured={f.name: f.instances_measured for f in m.fleets},
+                capacity_dirs=capacity_dirs,
+                with_sensitivity=False,
+                with_pages=False,
+                systems_under_test=sut,
+                settle=settled,
+            )
         )
 
     cfg = m.workload.capacity_search or CapacitySearch()

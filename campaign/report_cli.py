@@ -38,7 +38,7 @@ def _instances(pairs: list[str]) -> dict[str, int]:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from analysis.capacity import discover_steps
-    from analysis.report import build_report
+    from analysis.report import ReportInputs, build_report
     from core.manifest import load_manifest
 
     m = load_manifest(args.manifest, check_files=False)
@@ -70,15 +70,17 @@ def cmd_report(args: argparse.Namespace) -> int:
     if not records:
         raise BadArgument("give --records DIR, --run-dir DIR or --run-id RUN_ID")
     rep = build_report(
-        m,
-        records,
-        prometheus_url=args.prometheus,
-        aws=args.aws,
-        quality=quality,
-        out_dir=args.out,
-        instances_measured=instances,
-        focus_csv=args.focus,
-        capacity_dirs=capacity,
+        ReportInputs(
+            m,
+            records,
+            prometheus_url=args.prometheus,
+            aws=args.aws,
+            quality=quality,
+            out_dir=args.out,
+            instances_measured=instances,
+            focus_csv=args.focus,
+            capacity_dirs=capacity,
+        )
     )
     state = rep.decision.state
     print(f"{state.upper()}: " + "; ".join(rep.decision.reasons))

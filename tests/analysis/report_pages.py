@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.capacity import discover_steps
-from analysis.report import build_gate_report, build_report
+from analysis.report import ReportInputs, build_gate_report, build_report
 from tests.analysis.synth import manifest
 from tests.analysis.test_capacity import KW, _m, _search_layout, _write
 
@@ -20,7 +20,9 @@ def full_report(tmp_path: Path, manifest_data: dict[str, Any]) -> tuple[dict[str
     m = _m(manifest_data)
     replay = _write(tmp_path / "replay", m, {"inf2": (1.0, 900, False), "g6": (1.0, 300, True)})
     r = build_report(
-        m, replay, out_dir=tmp_path / "out", capacity_dirs=discover_steps(_search_layout(tmp_path, m)), **KW
+        ReportInputs(
+            m, replay, out_dir=tmp_path / "out", capacity_dirs=discover_steps(_search_layout(tmp_path, m)), **KW
+        )
     )
     return r.model_dump(mode="json"), tmp_path / "out"
 

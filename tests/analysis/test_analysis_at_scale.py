@@ -177,7 +177,7 @@ def test_a_capacity_interval_is_computed_once_per_step_and_slo(
 ) -> None:
     """The sensitivity grid re-reads the intervals of cells that keep the SLO: the successful
     tokens' interval of a step runs once per (fleet, SLO), not once per cell."""
-    from analysis.report import build_report
+    from analysis.report import ReportInputs, build_report
 
     m = manifest(manifest_data)
     for fleet in (f.name for f in m.fleets):
@@ -193,7 +193,7 @@ def test_a_capacity_interval_is_computed_once_per_step_and_slo(
         return real(rs, fleet, ttft, itl)
 
     monkeypatch.setattr(intervals, "successful_tokens_ci", counting)
-    rep = build_report(m, tmp_path / "rec", out_dir=tmp_path / "out", with_pages=False)
+    rep = build_report(ReportInputs(m, tmp_path / "rec", out_dir=tmp_path / "out", with_pages=False))
     assert rep.sensitivity is not None and len(rep.sensitivity.cells) > 5
     assert calls and len(calls) == len(set(calls))  # each (fleet, SLO) once
     assert len(calls) <= len(m.fleets) * 3  # the base SLO and the grid's two SLO cells

@@ -21,7 +21,7 @@ from analysis.capacity import (
     write_search_path,
 )
 from analysis.errors import AnalysisError, BadCapacityStep
-from analysis.report import build_report
+from analysis.report import ReportInputs, build_report
 from core.manifest import Manifest
 from core.records import RequestRecord, RunSummary
 from tests.analysis.synth import manifest, rec, write_jsonl
@@ -80,7 +80,9 @@ def test_bad_label_is_rejected_before_anything_is_loaded(tmp_path: Path, manifes
     m = _m(manifest_data)
     rep = _write(tmp_path / "replay", m, {"inf2": (1.0, 900, False), "g6": (1.0, 300, False)})
     with pytest.raises(BadCapacityStep, match="'2x'"):
-        build_report(m, rep, out_dir=tmp_path / "o", capacity_dirs={"x1": rep, "2x": tmp_path / "missing"}, **KW)
+        build_report(
+            ReportInputs(m, rep, out_dir=tmp_path / "o", capacity_dirs={"x1": rep, "2x": tmp_path / "missing"}, **KW)
+        )
     assert not (tmp_path / "o").exists()
 
 
@@ -88,9 +90,9 @@ def test_capacity_is_the_best_step_inside_the_slo(tmp_path: Path, manifest_data:
     m = _m(manifest_data)
     # the replay: inf2 under-loaded (1 in flight of 4, a lower bound); g6 overloaded (P95 TTFT 3 s)
     rep = _write(tmp_path / "replay", m, {"inf2": (1.0, 900, False), "g6": (1.0, 300, True)})
-    r = build_report(m, rep, out_dir=tmp_path / "o", capacity_dirs=_three_steps(tmp_path, m), **KW).model_dump(
-        mode="json"
-    )
+    r = build_report(
+        ReportInputs(m, rep, out_dir=tmp_path / "o", capacity_dirs=_three_steps(tmp_path, m), **KW)
+    ).model_dump(mode="json")
 
     # demand: 20 req/s x pooled (100 x 900 + 100 x 300) / 200 = 600 tok/request = 12,000 tok/s
     assert r["demand_tok_s"] == pytest.approx(12_000.0)
@@ -158,12 +160,12 @@ def test_capacity_per_instance_is_the_fleet_goodput_over_the_instances_measured(
     rep = _write(tmp_path / "replay", m, {"inf2": (1.0, 900, False), "g6": (1.0, 300, True)})
     steps = _three_steps(tmp_path, m)
     kw: dict[str, Any] = {"quality": PASS, "capacity_dirs": steps, "with_sensitivity": False, "with_pages": False}
-    one = build_report(m, rep, out_dir=tmp_path / "o1", instances_measured={"inf2": 1, "g6": 1}, **kw).model_dump(
-        mode="json"
-    )
-    two = build_report(m, rep, out_dir=tmp_path / "o2", instances_measured={"inf2": 1, "g6": 2}, **kw).model_dump(
-        mode="json"
-    )
+    one = build_report(
+        ReportInputs(m, rep, out_dir=tmp_path / "o1", instances_measured={"inf2": 1, "g6": 1}, **kw)
+    ).model_dump(mode="json")
+    two = build_report(
+        ReportInputs(m, rep, out_dir=tmp_path / "o2", instances_measured={"inf2": 1, "g6": 2}, **kw)
+    ).model_dump(mode="json")
     g1, g2 = one["fleets"]["g6"], two["fleets"]["g6"]
     assert g1["capacity"]["per_instance_tok_s"] == pytest.approx(600.0)
     assert g2["capacity"]["step"] == "x2" and g2["capacity"]["per_instance_tok_s"] == pytest.approx(300.0)
@@ -184,7 +186,7 @@ def test_top_step_note_and_no_step_blocking_gap(tmp_path: Path, manifest_data: d
         label: _write(tmp_path / label, m, {"inf2": (mult, 900, mult != 4), "g6": (mult, 300, True)})
         for label, mult in (("x0.5", 0.5), ("x2", 2.0), ("x4", 4.0))
     }
-    r = build_report(m, rep, out_dir=tmp_path / "o", capacity_dirs=dirs, **KW).model_dump(mode="json")
+    r = build_report(ReportInputs(m, rep, out_dir=tmp_path / "o", capacity_dirs=dirs, **KW)).model_dump(mode="json")
     inf2, g6 = r["fleets"]["inf2"], r["fleets"]["g6"]
     assert inf2["capacity"]["step"] == "x4" and inf2["capacity"]["per_instance_tok_s"] == pytest.approx(3600.0)
     # ceil(12,000 / (3,600 x 0.8)) = ceil(4.17) = 5, + 1 = 6
@@ -218,8 +220,8 @@ def test_top_step_note_and_no_step_blocking_gap(tmp_path: Path, manifest_data: d
 def test_without_a_sweep_the_report_is_unchanged(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
     m = _m(manifest_data)
     rep = _write(tmp_path / "replay", m, {"inf2": (1.0, 900, False), "g6": (1.0, 300, True)})
-    a = build_report(m, rep, out_dir=tmp_path / "a", **KW).model_dump(mode="json")
-    b = build_report(m, rep, out_dir=tmp_path / "b", capacity_dirs=None, **KW).model_dump(mode="json")
+    a = build_report(ReportInputs(m, rep, out_dir=tmp_path / "a", **KW)).model_dump(mode="json")
+    b = build_report(ReportInputs(m, rep, out_dir=tmp_path / "b", capacity_dirs=None, **KW)).model_dump(mode="json")
     assert (
         set(a)
         == set(b)
@@ -276,18 +278,20 @@ def test_a_candidate_overloaded_in_the_replay_but_sized_inside_the_slo_holds_it(
     m = _m(manifest_data)
     # the replay overloads the candidate (P95 TTFT 3 s) while the baseline holds: without a sweep that defers
     rep = _write(tmp_path / "replay", m, {"inf2": (1.0, 900, True), "g6": (1.0, 300, False)})
-    no_sweep = build_report(m, rep, out_dir=tmp_path / "o1", with_sensitivity=False, with_pages=False, **KW).model_dump(
-        mode="json"
-    )
+    no_sweep = build_report(
+        ReportInputs(m, rep, out_dir=tmp_path / "o1", with_sensitivity=False, with_pages=False, **KW)
+    ).model_dump(mode="json")
     assert any("did not hold the SLO in the measured run" in x for x in no_sweep["decision"]["reasons"])
     swept = build_report(
-        m,
-        rep,
-        out_dir=tmp_path / "o2",
-        capacity_dirs=_three_steps(tmp_path, m),
-        with_sensitivity=False,
-        with_pages=False,
-        **KW,
+        ReportInputs(
+            m,
+            rep,
+            out_dir=tmp_path / "o2",
+            capacity_dirs=_three_steps(tmp_path, m),
+            with_sensitivity=False,
+            with_pages=False,
+            **KW,
+        )
     ).model_dump(mode="json")
     assert swept["fleets"]["inf2"]["sized_from"] == "capacity sweep step x2"
     assert not any("did not hold the SLO" in x for x in swept["decision"]["reasons"]), swept["decision"]
@@ -311,7 +315,9 @@ def test_a_step_shorter_than_three_request_lifetimes_is_not_a_capacity(
     write_jsonl(step / "records-g6-w0.jsonl", short("g6", 300))
     write_jsonl(step / "records-inf2-w0.jsonl", short("inf2", 900))
     r = build_report(
-        m, rep, out_dir=tmp_path / "o", capacity_dirs={"x4": step}, with_sensitivity=False, with_pages=False, **KW
+        ReportInputs(
+            m, rep, out_dir=tmp_path / "o", capacity_dirs={"x4": step}, with_sensitivity=False, with_pages=False, **KW
+        )
     ).model_dump(mode="json")
     g6 = r["fleets"]["g6"]["capacity"]
     x4 = next(s for s in g6["steps"] if s["label"] == "x4")
@@ -376,7 +382,7 @@ def test_search_steps_are_per_fleet_and_the_report_carries_the_path(
     rep = _write(tmp_path / "replay", m, {"inf2": (1.0, 900, False), "g6": (1.0, 300, True)})
     dirs = discover_steps(_search_layout(tmp_path, m))
     assert sorted(dirs) == ["g6/x1", "g6/x2", "g6/x4", "inf2/x1", "inf2/x2", "inf2/x2.2"]
-    r = build_report(m, rep, out_dir=tmp_path / "o", capacity_dirs=dirs, **KW).model_dump(mode="json")
+    r = build_report(ReportInputs(m, rep, out_dir=tmp_path / "o", capacity_dirs=dirs, **KW)).model_dump(mode="json")
     g6, inf2 = r["fleets"]["g6"]["capacity"], r["fleets"]["inf2"]["capacity"]
     # each fleet's rows are its own steps only (plus the replay), never the other fleet's
     assert [s["label"] for s in g6["steps"]] == ["replay", "g6/x1", "g6/x2", "g6/x4"]
@@ -412,10 +418,10 @@ def test_search_labels_are_checked(tmp_path: Path, manifest_data: dict[str, Any]
         and split_label("x1e-1") == (None, 0.1)
     )
     with pytest.raises(BadCapacityStep, match="names fleet 'a100'"):
-        build_report(m, rep, out_dir=tmp_path / "o", capacity_dirs={"a100/x1": rep}, **KW)
+        build_report(ReportInputs(m, rep, out_dir=tmp_path / "o", capacity_dirs={"a100/x1": rep}, **KW))
     # a fleet's step holding another fleet's records is refused
     with pytest.raises(AnalysisError, match=r"are not the step's fleet g6"):
-        build_report(m, rep, out_dir=tmp_path / "o", capacity_dirs={"g6/x1": rep}, **KW)
+        build_report(ReportInputs(m, rep, out_dir=tmp_path / "o", capacity_dirs={"g6/x1": rep}, **KW))
 
 
 def test_a_step_whose_run_measured_the_client_is_never_the_capacity(
@@ -444,7 +450,7 @@ def test_a_step_whose_run_measured_the_client_is_never_the_capacity(
     )
     (dirs["x2"] / "summary-g6.json").write_text(bad.to_json())
     r = build_report(
-        m, rep, out_dir=tmp_path / "o", capacity_dirs=dirs, with_sensitivity=False, with_pages=False, **KW
+        ReportInputs(m, rep, out_dir=tmp_path / "o", capacity_dirs=dirs, with_sensitivity=False, with_pages=False, **KW)
     ).model_dump(mode="json")
     g6 = r["fleets"]["g6"]["capacity"]
     assert g6["step"] == "x1" and g6["per_instance_tok_s"] == pytest.approx(

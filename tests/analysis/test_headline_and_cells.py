@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from analysis.report import AwsClients, build_report
+from analysis.report import AwsClients, ReportInputs, build_report
 from analysis.sources.pricing import parse_reserved
 from tests.analysis.synth import manifest, steady, write_jsonl
 
@@ -35,12 +35,14 @@ def _data(manifest_data: dict[str, Any], max_concurrency: int) -> dict[str, Any]
 def test_figures_resting_on_a_blocking_gap_are_not_decided(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
     m = manifest(_data(manifest_data, 16))  # one request in flight of 16: both fleets unsaturated, sizes only bounds
     r = build_report(
-        m,
-        _records(tmp_path / "rec", m),
-        quality=PASS,
-        out_dir=tmp_path / "out",
-        instances_measured={"inf2": 1, "g6": 1},
-        with_sensitivity=False,
+        ReportInputs(
+            m,
+            _records(tmp_path / "rec", m),
+            quality=PASS,
+            out_dir=tmp_path / "out",
+            instances_measured={"inf2": 1, "g6": 1},
+            with_sensitivity=False,
+        )
     ).model_dump(mode="json")
     h = r["headline"]
     assert h["decided"] is False and any(x.startswith("saturation.inf2") for x in h["blocked_by"])
@@ -61,12 +63,14 @@ def test_figures_resting_on_a_blocking_gap_are_not_decided(tmp_path: Path, manif
 def test_a_valid_headline_shows_its_figures(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
     m = manifest(_data(manifest_data, 1))
     r = build_report(
-        m,
-        _records(tmp_path / "rec", m),
-        quality=PASS,
-        out_dir=tmp_path / "out",
-        instances_measured={"inf2": 1, "g6": 1},
-        with_sensitivity=False,
+        ReportInputs(
+            m,
+            _records(tmp_path / "rec", m),
+            quality=PASS,
+            out_dir=tmp_path / "out",
+            instances_measured={"inf2": 1, "g6": 1},
+            with_sensitivity=False,
+        )
     ).model_dump(mode="json")
     assert r["headline"]["decided"] is True and r["headline"]["monthly_delta_usd"] == r["monthly_delta_usd"]
     assert (
@@ -81,11 +85,13 @@ def test_rate_cells_without_commitments_say_so_and_every_cell_shows_its_reasons(
     m = manifest(_data(manifest_data, 1))
     assert not m.costs.commitments
     r = build_report(
-        m,
-        _records(tmp_path / "rec", m),
-        quality=PASS,
-        out_dir=tmp_path / "out",
-        instances_measured={"inf2": 1, "g6": 1},
+        ReportInputs(
+            m,
+            _records(tmp_path / "rec", m),
+            quality=PASS,
+            out_dir=tmp_path / "out",
+            instances_measured={"inf2": 1, "g6": 1},
+        )
     ).model_dump(mode="json")
     cells = {c["label"]: c for c in r["sensitivity"]["cells"]}
     for label in ("covered", "renewal"):
@@ -124,11 +130,13 @@ def test_rate_cells_with_a_commitment_are_priced(tmp_path: Path, manifest_data: 
     ]
     m = manifest(data)
     r = build_report(
-        m,
-        _records(tmp_path / "rec", m),
-        quality=PASS,
-        out_dir=tmp_path / "out",
-        instances_measured={"inf2": 1, "g6": 1},
+        ReportInputs(
+            m,
+            _records(tmp_path / "rec", m),
+            quality=PASS,
+            out_dir=tmp_path / "out",
+            instances_measured={"inf2": 1, "g6": 1},
+        )
     ).model_dump(mode="json")
     cells = {c["label"]: c for c in r["sensitivity"]["cells"]}
     assert cells["covered"]["reasons"] == [
@@ -146,7 +154,13 @@ def test_rate_cells_with_a_commitment_are_priced(tmp_path: Path, manifest_data: 
     )
     m = manifest(data)
     r = build_report(
-        m, _records(tmp_path / "rec", m), quality=PASS, out_dir=tmp_path / "o2", instances_measured={"inf2": 1, "g6": 1}
+        ReportInputs(
+            m,
+            _records(tmp_path / "rec", m),
+            quality=PASS,
+            out_dir=tmp_path / "o2",
+            instances_measured={"inf2": 1, "g6": 1},
+        )
     ).model_dump(mode="json")
     covered = next(c for c in r["sensitivity"]["cells"] if c["label"] == "covered")
     # every instance at its fleet's effective covered rate: inf2 0.5/h and g6 0.5/h, so only the counts differ
@@ -217,12 +231,14 @@ def test_rate_cells_use_the_price_sources_reserved_rate_when_the_manifest_has_no
         "g6.xlarge": _doc("g6.xlarge", "0.8048", {("1yr", "No Upfront", "standard"): "0.5100"}),
     }
     r = build_report(
-        m,
-        _records(tmp_path / "rec", m),
-        quality=PASS,
-        out_dir=tmp_path / "out",
-        instances_measured={"inf2": 1, "g6": 1},
-        aws_clients=AwsClients(pricing=_FakePricing(docs)),
+        ReportInputs(
+            m,
+            _records(tmp_path / "rec", m),
+            quality=PASS,
+            out_dir=tmp_path / "out",
+            instances_measured={"inf2": 1, "g6": 1},
+            aws_clients=AwsClients(pricing=_FakePricing(docs)),
+        )
     ).model_dump(mode="json")
     assert r["provenance"]["prices.instance-reserved-1yr-no-upfront.inf2.xlarge"]["source"] == "pulled"
     covered = next(c for c in r["sensitivity"]["cells"] if c["label"] == "covered")
@@ -263,7 +279,9 @@ def test_a_tighter_slo_cell_uses_the_step_that_held_it_and_no_extrapolation(
     write_jsonl(rep / "records-inf2-w0.jsonl", _steps(m, "inf2", 1.0, 900, 1.8))
     write_jsonl(rep / "records-g6-w0.jsonl", _steps(m, "g6", 1.0, 300, 1.8))
     r = build_report(
-        m, rep, quality=PASS, out_dir=tmp_path / "out", instances_measured={"inf2": 1, "g6": 1}, capacity_dirs=dirs
+        ReportInputs(
+            m, rep, quality=PASS, out_dir=tmp_path / "out", instances_measured={"inf2": 1, "g6": 1}, capacity_dirs=dirs
+        )
     ).model_dump(mode="json")
     demand = 20.0 * (900 + 300) / 2  # 12,000 tok/s, pooled over the replay
     # manifest SLO: x2 holds -> inf2 1,800 tok/s: ceil(12,000 / 1,440) = 9, + 1 = 10; g6 600: ceil(25) = 25, + 1 = 26

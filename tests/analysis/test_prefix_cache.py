@@ -14,7 +14,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from analysis import prefix_cache
-from analysis.report import build_report
+from analysis.report import ReportInputs, build_report
 from analysis.sources.records import load_records
 from core.manifest import load_manifest
 from core.schedule import ScheduledRequest, build_schedule
@@ -118,7 +118,7 @@ def test_report_splits_ttft_by_shared_prefix_per_fleet_and_flags_mixed_caching(
         recs += [rec(m, fleet, i, ttft=hit_ttft if shared[i] else 0.9) for i in range(12)]
     write_jsonl(tmp_path / "records" / "records-x.jsonl", recs)
     rep = build_report(
-        m, tmp_path / "records", out_dir=tmp_path / "out", with_sensitivity=False, with_pages=True
+        ReportInputs(m, tmp_path / "records", out_dir=tmp_path / "out", with_sensitivity=False, with_pages=True)
     ).model_dump(mode="json")
     pc = rep["prefix_cache"]
     assert pc["fleets"]["g6"]["caching"] == "on" and pc["fleets"]["inf2"]["caching"] == "off"

@@ -24,7 +24,7 @@ import pytest
 
 from analysis import intervals
 from analysis.capacity import discover_steps
-from analysis.report import build_report
+from analysis.report import ReportInputs, build_report
 from analysis.sources.records import load_records
 from core import stats
 from core.manifest import Manifest, load_manifest
@@ -80,13 +80,15 @@ def recorded_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     m, run = staged(tmp)
     quality = json.loads((run / "quality.json").read_text(encoding="utf-8"))
     rep = build_report(
-        m,
-        run / "records",
-        quality=quality,
-        out_dir=tmp / "out",
-        instances_measured={"inf2": 1, "g6": 1},
-        capacity_dirs=discover_steps(run / "capacity"),
-        with_pages=False,
+        ReportInputs(
+            m,
+            run / "records",
+            quality=quality,
+            out_dir=tmp / "out",
+            instances_measured={"inf2": 1, "g6": 1},
+            capacity_dirs=discover_steps(run / "capacity"),
+            with_pages=False,
+        )
     )
     return rep.model_dump(mode="json")
 

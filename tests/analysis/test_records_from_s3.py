@@ -11,7 +11,7 @@ import duckdb
 import pytest
 
 from analysis.errors import DigestMismatch, EmptyWindow
-from analysis.report import build_report
+from analysis.report import ReportInputs, build_report
 from analysis.sources.records import load_records
 from core.records import RunSummary
 from tests.analysis.synth import manifest, rec, write_jsonl
@@ -72,16 +72,16 @@ def test_a_report_from_s3_equals_the_report_from_the_local_copy(tmp_path: Path, 
     m = manifest(manifest_data)
     local = tmp_path / "records"
     _write_run(local, m)
-    here = build_report(m, local, out_dir=tmp_path / "local", with_pages=False).model_dump(mode="json")
+    here = build_report(ReportInputs(m, local, out_dir=tmp_path / "local", with_pages=False)).model_dump(mode="json")
     with moto_server("us-east-1"):
         _upload(local, boto3.client("s3"))
         rs = load_records(f"s3://{BUCKET}/{PREFIX}", m.digest)
         assert all(f.startswith(f"s3://{BUCKET}/{PREFIX}/") for f in rs.files) and len(rs.files) == 3
         assert rs.torn_tails == ["g6/records-g6-w0.jsonl: 24 bytes after the last complete record"]
         assert [s.fleet for s in rs.summaries.values()] == ["inf2"]
-        there = build_report(m, f"s3://{BUCKET}/{PREFIX}/", out_dir=tmp_path / "s3", with_pages=False).model_dump(
-            mode="json"
-        )
+        there = build_report(
+            ReportInputs(m, f"s3://{BUCKET}/{PREFIX}/", out_dir=tmp_path / "s3", with_pages=False)
+        ).model_dump(mode="json")
     for k in ("fleets", "monthly_delta_usd", "monthly_delta_ci_usd", "decision"):
         assert there[k] == here[k], k
     assert rs.count() == 150 + 120 + 40

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from analysis.report import build_report
+from analysis.report import ReportInputs, build_report
 from campaign import report_cli as cli
 from core.manifest import Manifest
 from tests.analysis.synth import manifest, steady, write_jsonl
@@ -34,11 +34,13 @@ def _records(d: Path, m: Manifest) -> Path:
 def test_report_numbers_by_hand_and_files(tmp_path: Path, small: Manifest) -> None:
     m = small
     r = build_report(
-        m,
-        _records(tmp_path / "rec", m),
-        quality=PASS,
-        out_dir=tmp_path / "out",
-        instances_measured={"inf2": 1, "g6": 1},
+        ReportInputs(
+            m,
+            _records(tmp_path / "rec", m),
+            quality=PASS,
+            out_dir=tmp_path / "out",
+            instances_measured={"inf2": 1, "g6": 1},
+        )
     ).model_dump(mode="json")
     demand = 1.0 * (100 * 600 + 100 * 450) / 200  # 525 tok/s, pooled
     assert r["demand_tok_s"] == pytest.approx(demand)
@@ -100,18 +102,22 @@ def test_cheaper_candidate_with_short_payback_is_go(tmp_path: Path, manifest_dat
     write_jsonl(d / "records-inf2-w0.jsonl", steady(m, "inf2", 100, 900))
     write_jsonl(d / "records-g6-w0.jsonl", steady(m, "g6", 100, 300))
     r = build_report(
-        m, d, quality=PASS, out_dir=tmp_path / "out", instances_measured={"inf2": 1, "g6": 1}, with_pages=False
+        ReportInputs(
+            m, d, quality=PASS, out_dir=tmp_path / "out", instances_measured={"inf2": 1, "g6": 1}, with_pages=False
+        )
     ).model_dump(mode="json")
     assert r["monthly_delta_usd"] > 0 and r["payback_months"] < 12
     assert r["decision"]["state"] == "go", r["decision"]
     failed = build_report(
-        m,
-        d,
-        quality={**PASS, "inf2": {"passed": False, "pass_rate": 0.5, "failures": ["x"]}},
-        out_dir=tmp_path / "o2",
-        instances_measured={"inf2": 1, "g6": 1},
-        with_sensitivity=False,
-        with_pages=False,
+        ReportInputs(
+            m,
+            d,
+            quality={**PASS, "inf2": {"passed": False, "pass_rate": 0.5, "failures": ["x"]}},
+            out_dir=tmp_path / "o2",
+            instances_measured={"inf2": 1, "g6": 1},
+            with_sensitivity=False,
+            with_pages=False,
+        )
     ).model_dump(mode="json")
     assert failed["decision"]["state"] == "reject"
 
@@ -121,7 +127,9 @@ def test_more_expensive_candidate_rejects_with_null_payback(tmp_path: Path, smal
     write_jsonl(d / "records-inf2-w0.jsonl", steady(small, "inf2", 100, 100))  # far slower: more instances
     write_jsonl(d / "records-g6-w0.jsonl", steady(small, "g6", 100, 900))
     r = build_report(
-        small, d, quality=PASS, out_dir=tmp_path / "out", instances_measured={"inf2": 1, "g6": 1}, with_pages=False
+        ReportInputs(
+            small, d, quality=PASS, out_dir=tmp_path / "out", instances_measured={"inf2": 1, "g6": 1}, with_pages=False
+        )
     ).model_dump(mode="json")
     assert r["monthly_delta_usd"] <= 0 and r["payback_months"] is None
     assert r["decision"]["state"] == "reject"
@@ -132,7 +140,7 @@ def test_missing_prices_mark_gaps_not_zero(tmp_path: Path, manifest_data: dict[s
     manifest_data["costs"]["region"] = "eu-north-1"  # no pinned snapshot, no API asked
     m = manifest(manifest_data)
     r = build_report(
-        m, _records(tmp_path / "rec", m), quality=PASS, out_dir=tmp_path / "out", with_sensitivity=False
+        ReportInputs(m, _records(tmp_path / "rec", m), quality=PASS, out_dir=tmp_path / "out", with_sensitivity=False)
     ).model_dump(mode="json")
     assert r["fleets"]["inf2"]["monthly_cost_usd"] is None and r["monthly_delta_usd"] is None
     assert any(g["what"] == "prices.instance.inf2.xlarge" for g in r["gaps"])
@@ -141,14 +149,16 @@ def test_missing_prices_mark_gaps_not_zero(tmp_path: Path, manifest_data: dict[s
 
 def test_unreachable_prometheus_is_a_gap(tmp_path: Path, small: Manifest) -> None:
     r = build_report(
-        small,
-        _records(tmp_path / "rec", small),
-        prometheus_url="http://127.0.0.1:9",
-        quality=PASS,
-        out_dir=tmp_path / "out",
-        instances_measured={"inf2": 1, "g6": 1},
-        with_sensitivity=False,
-        with_pages=False,
+        ReportInputs(
+            small,
+            _records(tmp_path / "rec", small),
+            prometheus_url="http://127.0.0.1:9",
+            quality=PASS,
+            out_dir=tmp_path / "out",
+            instances_measured={"inf2": 1, "g6": 1},
+            with_sensitivity=False,
+            with_pages=False,
+        )
     ).model_dump(mode="json")
     gap = next(g for g in r["gaps"] if g["what"] == "prometheus")
     assert "unreachable" in gap["reason"] and gap["blocks_go"]
@@ -165,7 +175,9 @@ def test_sensitivity_slo_cells_recompute_goodput_from_records(tmp_path: Path, sm
     )
     write_jsonl(d / "records-g6-w0.jsonl", steady(small, "g6", 100, 450))
     r = build_report(
-        small, d, quality=PASS, out_dir=tmp_path / "out", instances_measured={"inf2": 1, "g6": 1}, with_pages=False
+        ReportInputs(
+            small, d, quality=PASS, out_dir=tmp_path / "out", instances_measured={"inf2": 1, "g6": 1}, with_pages=False
+        )
     ).model_dump(mode="json")
     tight = next(c for c in r["sensitivity"]["cells"] if c["label"].startswith("SLO tighter"))
     loose = next(c for c in r["sensitivity"]["cells"] if c["label"].startswith("SLO looser"))
@@ -231,12 +243,14 @@ def test_report_counts_outcomes_and_the_itl_definition_per_fleet(tmp_path: Path,
     g6.append(rec(small, "g6", 41, outcome="no_text", ttft=None, itl=None, tokens=0, server_tokens=12))
     write_jsonl(d / "records-g6-w0.jsonl", g6)
     r = build_report(
-        small,
-        d,
-        quality=PASS,
-        out_dir=tmp_path / "out",
-        instances_measured={"inf2": 1, "g6": 1},
-        with_sensitivity=False,
+        ReportInputs(
+            small,
+            d,
+            quality=PASS,
+            out_dir=tmp_path / "out",
+            instances_measured={"inf2": 1, "g6": 1},
+            with_sensitivity=False,
+        )
     ).model_dump(mode="json")
     assert r["fleets"]["g6"]["outcomes"] == {"no_text": 1, "ok": 40, "timeout": 1}
     assert r["fleets"]["g6"]["itl_basis"] == {"chunks": 1, "server_tokens": 39}

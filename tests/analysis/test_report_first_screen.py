@@ -14,7 +14,7 @@ import pytest
 
 from analysis import plots
 from analysis.capacity import discover_steps
-from analysis.report import build_report
+from analysis.report import ReportInputs, build_report
 from analysis.report_cells import CHANGE_LABEL, ci_text, first_screen, fmt, payback_ci_text
 from analysis.report_html import goodput_bins_per_step
 from analysis.report_model import Report
@@ -27,12 +27,14 @@ def recorded_pages(tmp_path: Path) -> tuple[Report, Path]:
     m, run = staged(tmp_path)
     quality = json.loads((run / "quality.json").read_text(encoding="utf-8"))
     rep = build_report(
-        m,
-        run / "records",
-        quality=quality,
-        out_dir=tmp_path / "out",
-        instances_measured={"inf2": 1, "g6": 1},
-        capacity_dirs=discover_steps(run / "capacity"),
+        ReportInputs(
+            m,
+            run / "records",
+            quality=quality,
+            out_dir=tmp_path / "out",
+            instances_measured={"inf2": 1, "g6": 1},
+            capacity_dirs=discover_steps(run / "capacity"),
+        )
     )
     return rep, tmp_path / "out"
 

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from analysis.capacity import discover_steps
-from analysis.report import build_report
+from analysis.report import ReportInputs, build_report
 from tests.analysis.test_recorded_example import staged
 
 GOLDEN = Path(__file__).parent / "data" / "report_golden.json"
@@ -66,13 +66,15 @@ def example_report(tmp: Path) -> dict[str, Any]:
     m, run = staged(tmp)
     quality = json.loads((run / "quality.json").read_text(encoding="utf-8"))
     build_report(
-        m,
-        run / "records",
-        quality=quality,
-        out_dir=tmp / "out",
-        instances_measured={"inf2": 1, "g6": 1},
-        capacity_dirs=discover_steps(run / "capacity"),
-        with_pages=False,
+        ReportInputs(
+            m,
+            run / "records",
+            quality=quality,
+            out_dir=tmp / "out",
+            instances_measured={"inf2": 1, "g6": 1},
+            capacity_dirs=discover_steps(run / "capacity"),
+            with_pages=False,
+        )
     )
     written = json.loads((tmp / "out" / "report.json").read_text(encoding="utf-8"))
     return dict(normalized(written, m.digest))

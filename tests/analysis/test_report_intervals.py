@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from analysis.report import build_report
+from analysis.report import ReportInputs, build_report
 from core.manifest import Manifest
 from tests.analysis.synth import manifest, rec, steady, write_jsonl
 
@@ -40,14 +40,14 @@ def _report(tmp_path: Path, m: Manifest, g6_tokens: int, n: int = 100) -> dict[s
     d = tmp_path / f"rec-{g6_tokens}-{n}"
     write_jsonl(d / "records-inf2-w0.jsonl", _varied_inf2(m, n))
     write_jsonl(d / "records-g6-w0.jsonl", steady(m, "g6", n, g6_tokens))
-    return build_report(m, d, out_dir=tmp_path / f"out-{g6_tokens}-{n}", **KW).model_dump(mode="json")
+    return build_report(ReportInputs(m, d, out_dir=tmp_path / f"out-{g6_tokens}-{n}", **KW)).model_dump(mode="json")
 
 
 def test_p95_intervals_and_n_by_hand(tmp_path: Path, big: Manifest) -> None:
     d = tmp_path / "rec"
     write_jsonl(d / "records-inf2-w0.jsonl", [rec(big, "inf2", i, tokens=900, ttft=0.01 * (i + 1)) for i in range(100)])
     write_jsonl(d / "records-g6-w0.jsonl", steady(big, "g6", 100, 300))
-    r = build_report(big, d, out_dir=tmp_path / "out", **KW).model_dump(mode="json")
+    r = build_report(ReportInputs(big, d, out_dir=tmp_path / "out", **KW)).model_dump(mode="json")
     f = r["fleets"]["inf2"]
     # TTFTs 0.01 .. 1.00: nearest-rank P95 is the 95th (0.95); n = 100 gives order statistics 90 and 100
     assert f["p95_ttft_s"] == pytest.approx(0.95) and f["p95_ttft_n"] == 100
@@ -155,7 +155,7 @@ def test_a_step_that_holds_the_slo_only_at_its_point_lowers_the_capacity_to_a_st
     rep = tmp_path / "replay"
     for fleet in ("inf2", "g6"):
         write_jsonl(rep / f"records-{fleet}-w0.jsonl", _step(m, fleet, 1.0, 200))  # 200 tok/s: surely inside, below x1
-    r = build_report(m, rep, out_dir=tmp_path / "out", capacity_dirs=dirs, **KW).model_dump(mode="json")
+    r = build_report(ReportInputs(m, rep, out_dir=tmp_path / "out", capacity_dirs=dirs, **KW)).model_dump(mode="json")
     g6 = r["fleets"]["g6"]
     # x2: 200 requests, 4 of them at 3 s: the nearest-rank P95 (190th) is 0.5 s, inside the 2 s SLO, so x2 is the
     # capacity (196 x 300 / 100 s = 588 tok/s); but order statistic 197, the interval's high end, is 3 s: not surely.

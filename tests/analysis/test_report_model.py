@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from analysis.report import build_gate_report, build_report
+from analysis.report import ReportInputs, build_gate_report, build_report
 from analysis.report_model import REPORT_VERSION, Report, ReportInvalid, load_report, parse_report
 from tests.analysis.test_capacity import KW, _m, _three_steps, _write
 
@@ -19,7 +19,7 @@ def written(tmp_path: Path, manifest_data: dict[str, Any]) -> Path:
     """A report with every section the replay gives: a capacity sweep, intervals, sensitivity, series."""
     m = _m(manifest_data)
     rep = _write(tmp_path / "replay", m, {"inf2": (1.0, 900, False), "g6": (1.0, 300, True)})
-    build_report(m, rep, out_dir=tmp_path / "out", capacity_dirs=_three_steps(tmp_path, m), **KW)
+    build_report(ReportInputs(m, rep, out_dir=tmp_path / "out", capacity_dirs=_three_steps(tmp_path, m), **KW))
     return tmp_path / "out" / "report.json"
 
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from analysis.report import build_report
+from analysis.report import ReportInputs, build_report
 from core.manifest import load_manifest
 from tests.analysis.synth import steady, write_jsonl
 from tests.conftest import write_manifest
@@ -43,14 +43,16 @@ def test_report_json_holds_no_absolute_path(tmp_path: Path, manifest_data: dict[
     write_jsonl(step / "records-inf2-w0.jsonl", steady(m, "inf2", 100, 600))
     write_jsonl(step / "records-g6-w0.jsonl", steady(m, "g6", 100, 450))
     build_report(
-        m,
-        records,
-        quality=PASS,
-        out_dir=run,
-        instances_measured={"inf2": 1, "g6": 1},
-        capacity_dirs={"x2": step},
-        with_sensitivity=False,
-        with_pages=False,
+        ReportInputs(
+            m,
+            records,
+            quality=PASS,
+            out_dir=run,
+            instances_measured={"inf2": 1, "g6": 1},
+            capacity_dirs={"x2": step},
+            with_sensitivity=False,
+            with_pages=False,
+        )
     )
     report = json.loads((run / "report.json").read_text())
     leaked = [s for s in _strings(report) if str(tmp_path) in s or s.startswith("/")]
@@ -71,12 +73,14 @@ def test_records_outside_the_run_directory_are_named_relative_to_it(
     write_jsonl(records / "records-inf2-w0.jsonl", steady(m, "inf2", 100, 600))
     write_jsonl(records / "records-g6-w0.jsonl", steady(m, "g6", 100, 450))
     r = build_report(
-        m,
-        records,
-        quality=PASS,
-        out_dir=tmp_path / "out",
-        instances_measured={"inf2": 1, "g6": 1},
-        with_sensitivity=False,
-        with_pages=False,
+        ReportInputs(
+            m,
+            records,
+            quality=PASS,
+            out_dir=tmp_path / "out",
+            instances_measured={"inf2": 1, "g6": 1},
+            with_sensitivity=False,
+            with_pages=False,
+        )
     ).model_dump(mode="json")
     assert r["provenance"]["records"]["detail"].endswith("under ../elsewhere/records")

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from analysis import report
+from analysis import report_evidence
 from analysis.sources.prometheus import HistogramNames
 from core.manifest import load_manifest
 from core.serving import TGI_METRICS, TRTLLM_METRICS
@@ -57,10 +57,10 @@ def test_report_queries_each_fleets_own_series(example_manifest_path: Path, monk
         for f in m.fleets
     ]
     m2 = m.model_copy(update={"fleets": tuple(fleets)})
-    monkeypatch.setattr(report, "PrometheusSource", _RecordingSource)
+    monkeypatch.setattr(report_evidence, "PrometheusSource", _RecordingSource)
     _RecordingSource.queried = []
     measure = SimpleNamespace(wall_start=1000.0, window_start_s=0.0, window_end_s=60.0, p95_ttft_s=0.4, p95_itl_s=0.05)
-    out, _found = report._prometheus_section(m2, "http://prom", None, {"inf2": measure, "g6": measure})  # type: ignore[dict-item]
+    out, _found = report_evidence._prometheus_section(m2, "http://prom", None, {"inf2": measure, "g6": measure})  # type: ignore[dict-item]
     assert out["fleets"]["inf2"]["server_ttft"]["metric"] == "vllm:time_to_first_token_seconds_bucket"
     assert out["fleets"]["g6"]["server_itl"]["metric"] == f"{TGI_METRICS['itl']}_bucket"
     assert (

@@ -133,16 +133,18 @@ def test_api_errors_are_source_unavailable_naming_the_call() -> None:
 def test_report_section_carries_provenance_and_a_gap_for_a_fleet_never_ready(monkeypatch: pytest.MonkeyPatch) -> None:
     from pathlib import Path
 
-    from analysis import report
+    from analysis import report_evidence
     from analysis.sources.time_to_ready import TimeToReady
     from core.manifest import load_manifest
 
     m = load_manifest(
         Path(__file__).resolve().parents[2] / "manifests" / "llama3-8b-inf2-vs-g6.yaml", check_files=False
     )
-    monkeypatch.setattr(report, "discover_asgs", lambda client, campaign: {"inf2": "a", "g6": "b"})
-    monkeypatch.setattr(report, "time_to_ready", lambda *a: {"inf2": TimeToReady("inf2", 100.0, 2560.0, 1)})
-    out, found = report._time_to_ready(m, report.AwsClients(cloudwatch=object(), autoscaling=object(), elbv2=object()))
+    monkeypatch.setattr(report_evidence, "discover_asgs", lambda client, campaign: {"inf2": "a", "g6": "b"})
+    monkeypatch.setattr(report_evidence, "time_to_ready", lambda *a: {"inf2": TimeToReady("inf2", 100.0, 2560.0, 1)})
+    out, found = report_evidence._time_to_ready(
+        m, report_evidence.AwsClients(cloudwatch=object(), autoscaling=object(), elbv2=object())
+    )
     prov, gaps = found.provenance, found.gaps
     assert out == {
         "inf2": {

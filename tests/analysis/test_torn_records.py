@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from analysis.errors import EmptyWindow
-from analysis.report import build_report
+from analysis.report import ReportInputs, build_report
 from analysis.sources.records import load_records
 from core.manifest import Manifest
 from tests.analysis.synth import steady, write_jsonl
@@ -24,7 +24,14 @@ def test_partial_last_line_is_left_out_and_named(tmp_path: Path, m: Manifest) ->
     assert len(rs.torn_tails) == 1 and "records-g6-w0.jsonl: 50 bytes" in rs.torn_tails[0]
     assert f.read_bytes().startswith(before) and f.read_bytes() != before  # the evidence is never rewritten
     r = build_report(
-        m, d, out_dir=tmp_path / "o", instances_measured={"g6": 1, "inf2": 1}, with_sensitivity=False, with_pages=False
+        ReportInputs(
+            m,
+            d,
+            out_dir=tmp_path / "o",
+            instances_measured={"g6": 1, "inf2": 1},
+            with_sensitivity=False,
+            with_pages=False,
+        )
     ).model_dump(mode="json")
     gaps = [g for g in r["gaps"] if g["what"] == "records.torn_tail"]
     assert len(gaps) == 1 and not gaps[0]["blocks_go"]

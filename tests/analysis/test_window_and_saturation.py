@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from analysis.goodput import Saturation, measure_fleets, peak_in_flight
-from analysis.report import build_report
+from analysis.report import ReportInputs, build_report
 from analysis.sources.records import load_records
 from core.manifest import Manifest
 from core.records import RequestRecord
@@ -104,7 +104,7 @@ def test_unsaturated_fleet_gets_a_blocking_gap_and_no_go(tmp_path: Path, manifes
     write_jsonl(unsat_dir / "records-g6-w0.jsonl", _overlapping(m, "g6", 100, 300, 2))
     kw: dict[str, Any] = {"quality": PASS, "instances_measured": {"inf2": 1, "g6": 1}, "with_sensitivity": False}
 
-    ok = build_report(m, sat_dir, out_dir=tmp_path / "o1", with_pages=False, **kw).model_dump(mode="json")
+    ok = build_report(ReportInputs(m, sat_dir, out_dir=tmp_path / "o1", with_pages=False, **kw)).model_dump(mode="json")
     assert not any(g["what"].startswith("saturation.") for g in ok["gaps"])
     for name in ("inf2", "g6"):
         f = ok["fleets"][name]
@@ -112,7 +112,7 @@ def test_unsaturated_fleet_gets_a_blocking_gap_and_no_go(tmp_path: Path, manifes
         assert f["per_instance_goodput_bound"] == "capacity"
     assert ok["decision"]["state"] == "go", ok["decision"]
 
-    r = build_report(m, unsat_dir, out_dir=tmp_path / "o2", **kw).model_dump(mode="json")
+    r = build_report(ReportInputs(m, unsat_dir, out_dir=tmp_path / "o2", **kw)).model_dump(mode="json")
     sat_gaps = [g for g in r["gaps"] if g["what"].startswith("saturation.")]
     assert [g["what"] for g in sat_gaps] == ["saturation.g6"]
     gap = sat_gaps[0]
@@ -143,13 +143,15 @@ def test_saturation_is_per_instance(tmp_path: Path, manifest_data: dict[str, Any
     write_jsonl(tmp_path / "r" / "records-inf2-w0.jsonl", _overlapping(m, "inf2", 50, 900, 4))
     write_jsonl(tmp_path / "r" / "records-g6-w0.jsonl", _overlapping(m, "g6", 50, 300, 4))
     r = build_report(
-        m,
-        tmp_path / "r",
-        quality=PASS,
-        out_dir=tmp_path / "o",
-        instances_measured={"inf2": 2, "g6": 1},
-        with_sensitivity=False,
-        with_pages=False,
+        ReportInputs(
+            m,
+            tmp_path / "r",
+            quality=PASS,
+            out_dir=tmp_path / "o",
+            instances_measured={"inf2": 2, "g6": 1},
+            with_sensitivity=False,
+            with_pages=False,
+        )
     ).model_dump(mode="json")
     assert r["fleets"]["inf2"]["peak_in_flight_per_instance"] == 2 and not r["fleets"]["inf2"]["saturated"]
     assert [g["what"] for g in r["gaps"] if g["what"].startswith("saturation.")] == ["saturation.inf2"]
@@ -164,13 +166,15 @@ def test_fleet_measured_in_overload_gets_a_blocking_gap(tmp_path: Path, manifest
         tmp_path / "r" / "records-g6-w0.jsonl", [rec(m, "g6", i, tokens=300, e2e=4.0, ttft=5.0) for i in range(100)]
     )
     r = build_report(
-        m,
-        tmp_path / "r",
-        quality=PASS,
-        out_dir=tmp_path / "o",
-        instances_measured={"inf2": 1, "g6": 1},
-        with_sensitivity=False,
-        with_pages=False,
+        ReportInputs(
+            m,
+            tmp_path / "r",
+            quality=PASS,
+            out_dir=tmp_path / "o",
+            instances_measured={"inf2": 1, "g6": 1},
+            with_sensitivity=False,
+            with_pages=False,
+        )
     ).model_dump(mode="json")
     over = [g for g in r["gaps"] if g["what"].startswith("overload.")]
     assert [g["what"] for g in over] == ["overload.g6"]
@@ -191,13 +195,15 @@ def test_an_overloaded_candidate_defers_instead_of_rejecting_on_semantics(
     )
     write_jsonl(tmp_path / "r" / "records-g6-w0.jsonl", _overlapping(m, "g6", 100, 300, 4))
     r = build_report(
-        m,
-        tmp_path / "r",
-        quality=PASS,
-        out_dir=tmp_path / "o",
-        instances_measured={"inf2": 1, "g6": 1},
-        with_sensitivity=False,
-        with_pages=False,
+        ReportInputs(
+            m,
+            tmp_path / "r",
+            quality=PASS,
+            out_dir=tmp_path / "o",
+            instances_measured={"inf2": 1, "g6": 1},
+            with_sensitivity=False,
+            with_pages=False,
+        )
     ).model_dump(mode="json")
     assert r["fleets"]["inf2"]["saturated"] is True
     assert r["decision"]["state"] == "defer", r["decision"]
@@ -215,13 +221,15 @@ def test_an_instance_of_several_replicas_saturates_at_all_their_slots(
     write_jsonl(tmp_path / "r" / "records-inf2-w0.jsonl", _overlapping(m, "inf2", 50, 900, 4))
     write_jsonl(tmp_path / "r" / "records-g6-w0.jsonl", _overlapping(m, "g6", 50, 300, 4))
     r = build_report(
-        m,
-        tmp_path / "r",
-        quality=PASS,
-        out_dir=tmp_path / "o",
-        instances_measured={"inf2": 1, "g6": 1},
-        with_sensitivity=False,
-        with_pages=False,
+        ReportInputs(
+            m,
+            tmp_path / "r",
+            quality=PASS,
+            out_dir=tmp_path / "o",
+            instances_measured={"inf2": 1, "g6": 1},
+            with_sensitivity=False,
+            with_pages=False,
+        )
     ).model_dump(mode="json")
     assert r["fleets"]["inf2"]["max_concurrency"] == 12 and not r["fleets"]["inf2"]["saturated"]
     gap = next(g for g in r["gaps"] if g["what"] == "saturation.inf2")

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from analysis.report import build_report
+from analysis.report import ReportInputs, build_report
 from campaign.quality_layers import (
     ReplayFigures,
     distribution_layer,
@@ -170,7 +170,7 @@ def test_a_failed_layer_names_itself_in_the_decision(tmp_path: Path, manifest_da
     for f in ("g6", "inf2"):
         write_jsonl(d / f"records-{f}-w0.jsonl", steady(m, f, 30, 100))
     rep = build_report(
-        m, d, quality=quality, out_dir=tmp_path / "o", with_sensitivity=False, with_pages=False
+        ReportInputs(m, d, quality=quality, out_dir=tmp_path / "o", with_sensitivity=False, with_pages=False)
     ).model_dump(mode="json")
     assert rep["decision"]["state"] == "reject"
     assert (
@@ -182,7 +182,7 @@ def test_a_failed_layer_names_itself_in_the_decision(tmp_path: Path, manifest_da
         passed=None, failed_layer="task_acceptance", failures=["task_acceptance: scorer `x` exited 3: boom"]
     )
     rep = build_report(
-        m, d, quality=quality, out_dir=tmp_path / "o", with_sensitivity=False, with_pages=False
+        ReportInputs(m, d, quality=quality, out_dir=tmp_path / "o", with_sensitivity=False, with_pages=False)
     ).model_dump(mode="json")
     assert rep["decision"]["state"] == "defer"
     assert (

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from analysis.report import build_report
+from analysis.report import ReportInputs, build_report
 from campaign.processes import Supervisor
 from core.manifest import Manifest, load_manifest
 from core.ports import free_port
@@ -143,13 +143,15 @@ def replay(
             if not run.poll():
                 run.terminate(grace_s=5)
         report = build_report(
-            m,
-            records_dir,
-            prometheus_url=prom_url,
-            out_dir=workdir / "report",
-            instances_measured={FLEET: 1},
-            with_sensitivity=False,
-            with_pages=True,
+            ReportInputs(
+                m,
+                records_dir,
+                prometheus_url=prom_url,
+                out_dir=workdir / "report",
+                instances_measured={FLEET: 1},
+                with_sensitivity=False,
+                with_pages=True,
+            )
         ).model_dump(mode="json")
     return Replay(m, workdir, records_dir, summary, report, time.monotonic() - t0, snapshots)
 

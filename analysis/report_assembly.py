@@ -1,0 +1,274 @@
+"""The report's assembly: the headline scenario and the sensitivity grid evaluated by one rule
+(analysis.evaluate), the findings the evaluation adds, and report.json's content in its order.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from analysis import goodput, sensitivity
+from analysis.decision import decide_at_gate
+from analysis.evaluate import (
+    Context,
+    QualityResults,
+    evaluate,
+    outside_evidence,
+    quality_passed,
+    summarize,
+    unmeasured_row,
+)
+from analysis.ledger import payback_curve
+from analysis.provenance import Findings, Gap, manifest_provenance
+from analysis.report_evidence import Evidence
+from analysis.report_inputs import DEFAULT_ROOT_VOLUME_GIB, ReportInputs
+from analysis.report_measurement import RecordEvidence, step_percentile_intervals
+from analysis.report_model import Headline, ScenarioEvaluation, Sensitivity
+from analysis.sources.records import RecordSet
+from core.manifest import Manifest
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Stage 4: the headline scenario (the manifest as written) and, if asked, every sensitivity cell."""
+
+    head: ScenarioEvaluation
+    sensitivity: Sensitivity | None
+
+
+def evaluate_scenarios(ctx: Context, with_sensitivity: bool) -> Evaluation:
+    """The headline scenario, and every sensitivity cell by the same rules (analysis.evaluate)."""
+    head = ScenarioEvaluation.model_validate(evaluate(ctx, sensitivity.BASE))
+    grid = (
+        Sensitivity.model_validate(sensitivity.run_grid(ctx.manifest, lambda sc: _cell(ctx, sc)))
+        if with_sensitivity
+        else None
+    )
+    return Evaluation(head, grid)
+
+
+def input_provenance(inp: ReportInputs) -> Findings:
+    """What served the fleets (when not the manifest's hardware) and whether quality-gate results were given."""
+    found = Findings()
+    if inp.systems_under_test:
+        found.provenance["systems_under_test"] = {"source": "measured", "detail": inp.systems_under_test}
+    if inp.settle is not None:
+        s = inp.settle
+        found.provenance["settle"] = {
+            "source": "measured",
+            "value": dict(s),
+            "detail": f"settle phase: {s.get('stopped')} ({s.get('detail')}); {len(s.get('segments') or [])} segment(s) over "
+            f"{float(s.get('seconds') or 0):.0f} s; monthly delta 95% CI {s.get('delta_ci_before')} before, "
+            f"{s.get('delta_ci_after')} after; decision {s.get('decision_before')} -> {s.get('decision_after')}",
+        }
+    if inp.quality is None:
+        found.provenance["quality"] = {"source": "missing", "detail": "no quality-gate results were given"}
+    else:
+        found.provenance["quality"] = {
+            "source": "measured",
+            "detail": "quality-gate results given by the campaign runner",
+        }
+    return found
+
+
+def evaluation_findings(inp: ReportInputs, head: ScenarioEvaluation, prefix: Mapping[str, Any]) -> Findings:
+    """The manifest's inputs to the evaluation, the computed demand, and the prefix-cache caveat."""
+    m = inp.manifest
+    found = Findings()
+    for key, val, detail in (
+        ("slo", m.slo.model_dump(), "slo"),
+        ("demand.peak_requests_per_s", m.workload.demand.peak_requests_per_s, "workload.demand"),
+        ("hours_per_month", m.workload.demand.hours_per_month, "workload.demand"),
+        ("utilization_target", m.costs.utilization_target, "costs"),
+        ("commitments", [c.model_dump() for c in m.costs.commitments], "costs.commitments"),
+        ("migration", m.migration.model_dump(), "migration"),
+        ("horizon_months", m.horizon_months, "horizon_months"),
+        ("network", m.costs.network.model_dump(), "costs.network"),
+        ("observability_monthly_usd", m.costs.observability_monthly_usd, "costs"),
+        ("licenses_monthly_usd", m.costs.licenses_monthly_usd, "costs"),
+    ):
+        found.provenance[key] = {"value": val, "source": "manifest", "detail": detail}
+    found.provenance["root_volume_gib"] = {
+        "value": inp.root_volume_gib,
+        "source": "pinned" if inp.root_volume_gib == DEFAULT_ROOT_VOLUME_GIB else "assumption",
+        "detail": "root EBS volume per instance, as the fleet stacks deploy it (core.catalog.ROOT_VOLUME_GIB)",
+    }
+    found.provenance["demand_tok_s"] = {
+        "value": head.demand_tok_s,
+        "source": "computed",
+        "detail": "manifest peak_requests_per_s x measured mean output tokens per completed request "
+        "(pooled over fleets)",
+    }
+    if prefix["mixed"]:
+        found.gaps.append(
+            Gap(
+                "prefix_cache",
+                "fleets differ in prefix caching and the trace shares prefixes: compare TTFT on "
+                "requests that miss (report section 'Prefix cache')",
+                blocks_go=False,
+            )
+        )
+    found.provenance["itl_definition"] = {"source": "measured", "detail": ITL_DEFINITION}
+    return found
+
+
+def assemble_report(
+    inp: ReportInputs,
+    rec: RecordEvidence,
+    ev: Evidence,
+    evaluation: Evaluation,
+    prefix: dict[str, Any],
+    found: Findings,
+) -> dict[str, Any]:
+    """Stage 5: report.json's content, in its order (validated against analysis.report_model by _write)."""
+    m = inp.manifest
+    head = evaluation.head.model_copy(deep=True)
+    step_percentile_intervals(head, rec.records, rec.sweep)
+    _add_outcomes(head, rec.records)
+    report: dict[str, Any] = {
+        "campaign": m.campaign,
+        "manifest_digest": m.digest,
+        "generated_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "comparison": {"baseline": m.comparison.baseline, "candidate": m.comparison.candidate},
+        "slo": m.slo.model_dump(),
+        "horizon_months": m.horizon_months,
+        "systems_under_test": inp.systems_under_test,
+        **head.model_dump(),
+        "gaps": [g.as_dict() for g in found.gaps],
+        "prometheus": ev.prometheus,
+        "prefix_cache": prefix,
+        "cloudwatch": ev.cloudwatch or None,
+        "time_to_ready": ev.time_to_ready or None,
+        "billing": ev.billing or None,
+        "quality": dict(inp.quality) if inp.quality is not None else None,
+        "provenance": found.provenance,
+        "headline": headline(head, list(found.gaps)).model_dump(),
+    }
+    if evaluation.sensitivity is not None:
+        report["sensitivity"] = evaluation.sensitivity.model_dump()
+    report["series"] = _series(m, rec.records, rec.base, head)
+    return report
+
+
+# Gaps in the evidence a delta, fleet size or payback is computed from (by Gap.what's first part):
+# while one blocks, those figures are not headlined. Other blocking gaps (no Prometheus
+# cross-check, a missing quality result) defer the decision but leave the figures valid.
+FIGURE_GAPS = frozenset({"records", "run_summary", "prices", "saturation", "overload", "capacity"})
+
+
+def headline(head: ScenarioEvaluation, gaps: list[Gap]) -> Headline:
+    """The figures the report may headline: all of them, or none with the gaps that block them."""
+    blocked = [f"{g.what}: {g.reason}" for g in gaps if g.blocks_go and g.what.split(".", 1)[0] in FIGURE_GAPS]
+    if blocked:
+        return Headline(
+            decided=False,
+            blocked_by=blocked,
+            instances_required=dict.fromkeys(head.fleets),
+            instances_required_ci=dict.fromkeys(head.fleets),
+            monthly_cost_usd=dict.fromkeys(head.fleets),
+        )
+    return Headline(
+        decided=True,
+        blocked_by=[],
+        monthly_delta_usd=head.monthly_delta_usd,
+        monthly_delta_ci_usd=head.monthly_delta_ci_usd,
+        migration_cost_usd=head.migration_cost_usd,
+        payback_months=head.payback_months,
+        payback_months_ci=head.payback_months_ci,
+        instances_required={n: f.instances_required for n, f in head.fleets.items()},
+        instances_required_ci={n: f.instances_required_ci for n, f in head.fleets.items()},
+        monthly_cost_usd={n: f.monthly_cost_usd for n, f in head.fleets.items()},
+    )
+
+
+def _cell(ctx: Context, sc: sensitivity.Scenario) -> dict[str, Any]:
+    res = evaluate(ctx, sc)
+    return summarize(res, outside_evidence(ctx, sc, res))
+
+
+ITL_DEFINITION = (
+    "per request, (last output token's arrival - first output token's arrival) / (server-reported output tokens - 1); "
+    "a request without server usage falls back to the mean gap between content chunks (itl_basis 'chunks')"
+)
+
+
+def _add_outcomes(head: ScenarioEvaluation, rs: RecordSet) -> None:
+    """Each fleet's non-warmup requests by outcome, and how many ITLs came from which definition."""
+    bases = goodput.itl_basis_counts(rs)
+    for name, counts in goodput.outcome_counts(rs).items():
+        row = head.fleets.get(name)
+        if row is not None:
+            row.outcomes = counts
+            row.itl_basis = bases.get(name, {})
+
+
+def _series(
+    m: Manifest, rs: RecordSet, measures: Mapping[str, goodput.FleetMeasure], head: ScenarioEvaluation
+) -> dict[str, Any]:
+    """Plot data: latency CDFs and goodput over time from the records, and the payback curve."""
+    out: dict[str, Any] = {"fleets": {}}
+    for name, fm in measures.items():
+        s: dict[str, Any] = {
+            "ttft_cdf": goodput.latency_cdf(rs, name, "ttft_s"),
+            "itl_cdf": goodput.latency_cdf(rs, name, "itl_s"),
+        }
+        if fm.window_start_s is not None and fm.window_end_s is not None:
+            s["goodput"] = goodput.goodput_series(
+                rs, name, m.slo.ttft_p95_s, m.slo.itl_p95_s, fm.window_start_s, fm.window_end_s
+            )
+        out["fleets"][name] = s
+    mig, delta = head.migration_cost_usd, head.monthly_delta_usd
+    if mig is not None and delta is not None:
+        months = int(max(m.horizon_months * 2, (head.payback_months or 0) * 1.5, 12))
+        out["payback_curve"] = payback_curve(mig, delta, months)
+    return out
+
+
+def assemble_gate_report(m: Manifest, quality: QualityResults) -> dict[str, Any]:
+    """report.json's content for a comparison that stopped at the quality gate: the gate's results
+    and the decision they alone give; every figure that would need the replay is absent, not zero."""
+    base, cand = m.comparison.baseline, m.comparison.candidate
+    failed = [f.name for f in m.fleets if quality_passed(m, quality, f.name) is False]
+    detail = {name: "; ".join(str(x) for x in quality.get(name, {}).get("failures", [])) for name in failed}
+    dec = decide_at_gate(cand, base, quality_passed(m, quality, cand), quality_passed(m, quality, base), detail)
+    unknown = [f.name for f in m.fleets if quality_passed(m, quality, f.name) is None]
+    stopped_by = [f"failed for {', '.join(failed)}"] if failed else []
+    stopped_by += [f"could not be evaluated for {', '.join(unknown)}"] if unknown else []
+    gaps = [Gap("records", f"no load was replayed: the quality gate {' and '.join(stopped_by) or 'did not pass'}")]
+    report: dict[str, Any] = {
+        "campaign": m.campaign,
+        "manifest_digest": m.digest,
+        "generated_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "comparison": {"baseline": base, "candidate": cand},
+        "slo": m.slo.model_dump(),
+        "horizon_months": m.horizon_months,
+        "stopped_at": "quality_gate",
+        "fleets": {f.name: unmeasured_row(f.instance_type) for f in m.fleets},
+        "demand_tok_s": None,
+        "monthly_delta_usd": None,
+        "migration": None,
+        "migration_cost_usd": None,
+        "payback_months": None,
+        "months_to_next_refresh": None,
+        "decision": dec.as_dict(),
+        "headline": {
+            "decided": False,
+            "blocked_by": [f"{g.what}: {g.reason}" for g in gaps],
+            "monthly_delta_usd": None,
+            "payback_months": None,
+            "instances_required": {f.name: None for f in m.fleets},
+        },
+        "gaps": [g.as_dict() for g in gaps],
+        "prometheus": None,
+        "cloudwatch": None,
+        "billing": None,
+        "quality": dict(quality),
+        "provenance": {
+            "manifest": manifest_provenance(m),
+            "quality": {"source": "measured", "detail": "quality-gate results given by the campaign runner"},
+        },
+        "series": {"fleets": {}},
+    }
+    return report
