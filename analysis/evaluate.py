@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from analysis import cost, ledger, sizing
+from analysis import report_model as rm
 from analysis.capacity import REPLAY, Capacity
 from analysis.decision import DecisionInputs, Economics, decide
 from analysis.goodput import FleetMeasure, Saturation
@@ -20,7 +20,7 @@ from analysis.sensitivity import Scenario
 from analysis.to_settle import FleetBasis, settle_text, to_settle
 from core.manifest import Manifest
 
-QualityResults = Mapping[str, Mapping[str, Any]]
+QualityResults = Mapping[str, rm.QualityResult]  # per fleet (analysis.report_inputs.quality_results)
 
 
 @dataclass
@@ -55,21 +55,18 @@ def quality_passed(m: Manifest, quality: QualityResults | None, fleet: str) -> b
     if quality is None or fleet not in quality:
         return None
     q = quality[fleet]
-    if (
-        "passed" in q and q["passed"] is None
-    ):  # a layer could not be evaluated (campaign.quality_layers): evidence missing
-        return None
-    passed = bool(q.get("passed", False))
-    rate = q.get("pass_rate")
-    if rate is not None and float(rate) < m.quality.min_pass_rate:
+    if "passed" in q.model_fields_set and q.passed is None:
+        return None  # a layer could not be evaluated (campaign.quality_layers): evidence missing
+    passed = bool(q.passed)  # not given: not passed
+    if q.pass_rate is not None and q.pass_rate < m.quality.min_pass_rate:
         passed = False
     return passed
 
 
 def quality_failure(quality: QualityResults | None, fleet: str) -> str | None:
     """The quality layer that stopped the comparison for this fleet and its first reason."""
-    q = (quality or {}).get(fleet) or {}
-    layer, reasons = q.get("failed_layer"), q.get("failures") or []
+    q = (quality or {}).get(fleet)
+    layer, reasons = (q.failed_layer, q.failures) if q is not None else (None, [])
     if not layer:
         return None
     return f"layer {layer}" + (f": {str(reasons[0]).removeprefix(f'{layer}: ')}" if reasons else "")
@@ -93,20 +90,20 @@ def _cost_inputs(m: Manifest, fleet: str, root_gib: float) -> cost.FleetCostInpu
     )
 
 
-def unmeasured_row(instance_type: str) -> dict[str, Any]:
+def unmeasured_row(instance_type: str) -> rm.FleetRow:
     """A fleet row with nothing measured: zero counts, and no figure that would need a measurement."""
-    return {
-        "instance_type": instance_type,
-        "requests": 0,
-        "successful_requests": 0,
-        "successful_output_tokens": 0,
-        "p95_ttft_s": None,
-        "p95_itl_s": None,
-        "slo_pass": False,
-        "instances_required": None,
-        "monthly_cost_usd": None,
-        "cost_per_million_successful_tokens": None,
-    }
+    return rm.FleetRow(
+        instance_type=instance_type,
+        requests=0,
+        successful_requests=0,
+        successful_output_tokens=0,
+        p95_ttft_s=None,
+        p95_itl_s=None,
+        slo_pass=False,
+        instances_required=None,
+        monthly_cost_usd=None,
+        cost_per_million_successful_tokens=None,
+    )
 
 
 def _size_and_cost(
@@ -138,14 +135,14 @@ def _size_and_cost(
     )
 
 
-def _holds_slo(row: dict[str, Any]) -> bool:
+def _holds_slo(row: rm.FleetRow) -> bool:
     """A fleet holds the SLO when the replay met it, or when it is sized from a capacity step
     that met it: the replay's single instance may simply have been offered more than it can
     carry, which the sized fleet never is."""
-    return bool(row.get("slo_pass")) or row.get("sized_from", "replay") != "replay"
+    return row.slo_pass or (row.sized_from or "replay") != "replay"
 
 
-def evaluate(ctx: Context, sc: Scenario) -> dict[str, Any]:
+def evaluate(ctx: Context, sc: Scenario) -> rm.ScenarioEvaluation:
     m = ctx.manifest
     slo = m.slo
     measures = ctx.measures(sc.slo_scale)
@@ -156,7 +153,7 @@ def evaluate(ctx: Context, sc: Scenario) -> dict[str, Any]:
     demand_tok_s = (
         None if tok_per_req is None else m.workload.demand.peak_requests_per_s * sc.demand_scale * tok_per_req
     )
-    fleets: dict[str, dict[str, Any]] = {}
+    fleets: dict[str, rm.FleetRow] = {}
     monthly: dict[str, float | None] = {}
     monthly_ends: dict[str, tuple[float | None, float | None]] = {}  # 95% interval of each fleet's monthly cost
     intervals = ctx.intervals(sc.slo_scale) if ctx.intervals is not None else {}
@@ -164,7 +161,6 @@ def evaluate(ctx: Context, sc: Scenario) -> dict[str, Any]:
     basis_rates: dict[str, float | None] = {}  # request rate of the step each fleet is sized from
     for f in m.fleets:
         fm = measures.get(f.name)
-        row: dict[str, Any] = {"instance_type": f.instance_type}
         monthly[f.name] = None
         sizes[f.name] = None
         if fm is None:
@@ -172,7 +168,8 @@ def evaluate(ctx: Context, sc: Scenario) -> dict[str, Any]:
             continue
         inst = ctx.instances_measured.get(f.name, 0)
         per_inst = fm.goodput_tok_s / inst if fm.goodput_tok_s is not None and inst > 0 else None
-        row.update(
+        row = rm.FleetRow(
+            instance_type=f.instance_type,
             requests=fm.requests,
             successful_requests=fm.successful_requests,
             successful_output_tokens=fm.successful_output_tokens,
@@ -182,46 +179,51 @@ def evaluate(ctx: Context, sc: Scenario) -> dict[str, Any]:
             slo_pass=fm.slo_pass(ttft_t, itl_t, slo.max_error_rate),
             instances_measured=inst,
             per_instance_goodput_tok_s=per_inst,
-            measure=fm.as_dict(),
+            measure=rm.Measure.model_validate(fm.as_dict()),
+            instances_required=None,
+            monthly_cost_usd=None,
+            cost_per_million_successful_tokens=None,
         )
         sat = ctx.saturation.get(f.name)
         if sat is not None:
-            row.update(sat.as_dict())
+            row.peak_in_flight = sat.peak_in_flight
+            row.peak_in_flight_per_instance = sat.peak_in_flight_per_instance
+            row.max_concurrency = sat.max_concurrency
+            row.saturated = sat.saturated
             # below saturation the measured throughput is what was offered, not what one instance can do
-            row["per_instance_goodput_bound"] = "capacity" if sat.saturated else "lower_bound"
+            row.per_instance_goodput_bound = "capacity" if sat.saturated else "lower_bound"
         size_per_inst = per_inst
         cap: Capacity | None = None
         if ctx.capacity is not None:
             cap = ctx.capacity(sc.slo_scale).get(f.name)
-            row["capacity"] = cap.as_dict() if cap else None
+            row.capacity = rm.CapacityModel.model_validate(cap.as_dict()) if cap else None
             if cap is not None and cap.per_instance_tok_s:
                 size_per_inst = cap.per_instance_tok_s  # measured inside the SLO: the capacity figure
-            row["sized_from"] = f"capacity sweep step {cap.step}" if cap is not None and cap.step else "replay"
+            row.sized_from = f"capacity sweep step {cap.step}" if cap is not None and cap.step else "replay"
         size, mc = _size_and_cost(ctx, sc, f.name, demand_tok_s, size_per_inst, util)
         sizes[f.name] = size
-        row["size"] = size.as_dict() if size else None
-        row["instances_required"] = size.required if size else None
+        row.size = rm.FleetSize.model_validate(size.as_dict()) if size else None
+        row.instances_required = size.required if size else None
         prices = ctx.unit_prices.get(f.name)
         monthly[f.name] = mc.total_usd if mc else None
-        row["monthly_cost"] = mc.as_dict() if mc else None
-        row["monthly_cost_usd"] = mc.total_usd if mc else None
+        row.monthly_cost = rm.MonthlyCost.model_validate(mc.as_dict()) if mc else None
+        row.monthly_cost_usd = mc.total_usd if mc else None
         iv = intervals.get(f.name)
         if iv is not None:
-            fields, monthly_ends[f.name] = _interval_fields(ctx, sc, f.name, iv, demand_tok_s, util)
-            row.update(fields)
+            monthly_ends[f.name] = _add_intervals(row, ctx, sc, f.name, iv, demand_tok_s, util)
             basis_rates[f.name] = _basis_rate(iv.basis, fm.requests, fm.window_s, cap)
         monthly_tokens = demand_tok_s * 3600.0 * hours if demand_tok_s is not None else 0.0
-        row["monthly_successful_tokens"] = monthly_tokens if mc else None
-        row["cost_per_million_successful_tokens"] = cost.cost_per_million(mc.total_usd, monthly_tokens) if mc else None
+        row.monthly_successful_tokens = monthly_tokens if mc else None
+        row.cost_per_million_successful_tokens = cost.cost_per_million(mc.total_usd, monthly_tokens) if mc else None
         if prices is not None and inst > 0:
             mc_run = mc.non_compute_usd if mc else 0.0
             rc = cost.run_cost(inst, fm.window_s, prices.instance_hourly_usd, mc_run, hours)
-            row["measured_run"] = {
-                "cost_usd": rc,
-                "window_s": fm.window_s,
-                "cost_per_million_successful_tokens": cost.cost_per_million(rc, fm.successful_output_tokens),
-                "basis": "instances in service during the run x On-Demand hourly x max(window, 60 s) + the window's share of non-compute cost",
-            }
+            row.measured_run = rm.MeasuredRun(
+                cost_usd=rc,
+                window_s=fm.window_s,
+                cost_per_million_successful_tokens=cost.cost_per_million(rc, fm.successful_output_tokens),
+                basis="instances in service during the run x On-Demand hourly x max(window, 60 s) + the window's share of non-compute cost",
+            )
         fleets[f.name] = row
 
     base, cand = m.comparison.baseline, m.comparison.candidate
@@ -280,54 +282,56 @@ def evaluate(ctx: Context, sc: Scenario) -> dict[str, Any]:
             settle_text=settle[1] if settle else "",
         )
     )
-    decision = {**dec.as_dict(), "to_settle": settle[0] if settle and dec.aim is not None else None}
-    return {
-        "fleets": fleets,
-        "demand_tok_s": demand_tok_s,
-        "pooled_output_tokens_per_request": tok_per_req,
-        "utilization_target": util,
-        "monthly_delta_usd": delta,
-        "monthly_delta_ci_usd": spread.delta_ci if spread else None,
-        "migration": led.as_dict() if led else None,
-        "migration_cost_usd": mig_cost,
-        "payback_months": payback,
-        "payback_months_ci": spread.payback_ci if spread else None,
-        "months_to_next_refresh": refresh,
-        "decision": decision,
-    }
+    decision = rm.Decision(
+        state=dec.state,
+        reasons=list(dec.reasons),
+        go_threshold_usd_per_month=dec.go_threshold_usd,
+        to_settle=settle[0] if settle and dec.aim is not None else None,
+    )
+    return rm.ScenarioEvaluation(
+        fleets=fleets,
+        demand_tok_s=demand_tok_s,
+        pooled_output_tokens_per_request=tok_per_req,
+        utilization_target=util,
+        monthly_delta_usd=delta,
+        monthly_delta_ci_usd=spread.delta_ci if spread else None,
+        migration=rm.Ledger(items_usd=dict(led.items), total_usd=led.total_usd) if led else None,
+        migration_cost_usd=mig_cost,
+        payback_months=payback,
+        payback_months_ci=spread.payback_ci if spread else None,
+        months_to_next_refresh=refresh,
+        decision=decision,
+    )
 
 
-def _interval_fields(
+def _add_intervals(
+    row: rm.FleetRow,
     ctx: Context,
     sc: Scenario,
     fleet: str,
     iv: FleetIntervals,
     demand_tok_s: float | None,
     util: float,
-) -> tuple[dict[str, Any], tuple[float | None, float | None]]:
-    """The fleet row's interval fields, and its monthly cost at the capacity interval's ends
+) -> tuple[float | None, float | None]:
+    """The fleet row's interval fields; returns its monthly cost at the capacity interval's ends
     (the high capacity end gives the low cost; an unknown capacity end, an unknown cost)."""
-    out: dict[str, Any] = {
-        "p95_ttft_ci_s": iv.replay_ttft.bounds,
-        "p95_ttft_n": iv.replay_ttft.n,
-        "p95_itl_ci_s": iv.replay_itl.bounds,
-        "p95_itl_n": iv.replay_itl.n,
-        "capacity_ci_tok_s": list(iv.capacity_tok_s) if iv.capacity_tok_s else None,
-        "intervals": iv.as_dict(),
-    }
+    row.p95_ttft_ci_s, row.p95_ttft_n = (iv.replay_ttft.low, iv.replay_ttft.high), iv.replay_ttft.n
+    row.p95_itl_ci_s, row.p95_itl_n = (iv.replay_itl.low, iv.replay_itl.high), iv.replay_itl.n
+    row.capacity_ci_tok_s = iv.capacity_tok_s if iv.capacity_tok_s else None
+    row.intervals = rm.FleetIntervalsModel.model_validate(iv.as_dict())
     low_cap, high_cap = iv.capacity_tok_s if iv.capacity_tok_s else (None, None)
     small, cheap = _size_and_cost(ctx, sc, fleet, demand_tok_s, high_cap, util)
     large, dear = _size_and_cost(ctx, sc, fleet, demand_tok_s, low_cap, util)
-    out["instances_required_ci"] = [small.required if small else None, large.required if large else None]
+    row.instances_required_ci = (small.required if small else None, large.required if large else None)
     ends = (cheap.total_usd if cheap else None, dear.total_usd if dear else None)
-    out["monthly_cost_ci_usd"] = list(ends)
-    return out, ends
+    row.monthly_cost_ci_usd = ends
+    return ends
 
 
 @dataclass(frozen=True)
 class _Spread:
-    delta_ci: list[float | None]  # [low, high]; None: unknown end
-    payback_ci: list[float | None]  # [low, high]; high None: no payback at the pessimistic end (or unknown)
+    delta_ci: rm.Interval  # [low, high]; None: unknown end
+    payback_ci: rm.Interval  # [low, high]; high None: no payback at the pessimistic end (or unknown)
     # migration cost at the pessimistic (delta low) and optimistic (delta high) ends; None: unknown end
     migration_ends: tuple[float | None, float | None]
 
@@ -365,7 +369,7 @@ def _delta_payback_intervals(
 
     d_low, pb_high, mig_pess = end(b_cheap, c_dear)
     d_high, pb_low, mig_opt = end(b_dear, c_cheap)
-    return _Spread([d_low, d_high], [pb_low, pb_high], (mig_pess, mig_opt))
+    return _Spread((d_low, d_high), (pb_low, pb_high), (mig_pess, mig_opt))
 
 
 def _economics(
@@ -407,7 +411,7 @@ def _to_settle(
     econ: Economics,
     intervals: Mapping[str, FleetIntervals],
     rates: Mapping[str, float | None],
-) -> tuple[dict[str, Any], str] | None:
+) -> tuple[rm.ToSettle, str] | None:
     """decision.to_settle and the sentence a Defer reason ends with (None: no interval to size it from)."""
     m = ctx.manifest
     aim = econ.aim
@@ -429,14 +433,14 @@ def _to_settle(
         )
     ts = to_settle(econ, aim, fleets, ctx.loadgen_price_source)
     unknown = [f"{n}: {intervals[n].capacity_note}" for n in names if not fleets[n].end_known]
-    return ts, settle_text(ts, unknown)
+    return rm.ToSettle.model_validate(ts), settle_text(ts, unknown)
 
 
 NOT_MEASURED = "not measured"
 NO_COMMITMENT = "no commitment in the manifest"
 
 
-def outside_evidence(ctx: Context, sc: Scenario, res: dict[str, Any]) -> list[str]:
+def outside_evidence(ctx: Context, sc: Scenario, res: rm.ScenarioEvaluation) -> list[str]:
     """Why a scenario's answer would need evidence the campaign does not have (empty: it is inside).
 
     - An SLO other than the manifest's, that a fleet never held in any measured step: its
@@ -448,8 +452,8 @@ def outside_evidence(ctx: Context, sc: Scenario, res: dict[str, Any]) -> list[st
     if sc.slo_scale != 1.0:
         out += [
             f"{NOT_MEASURED}: {name} never held the SLO at x{sc.slo_scale:g}"
-            for name, row in res["fleets"].items()
-            if row.get("requests") and not _holds_slo(row)
+            for name, row in res.fleets.items()
+            if row.requests and not _holds_slo(row)
         ]
     if sc.rate_mode in ("covered", "renewal"):
         committed = {c.fleet for c in ctx.manifest.costs.commitments}
@@ -463,37 +467,39 @@ def outside_evidence(ctx: Context, sc: Scenario, res: dict[str, Any]) -> list[st
     return out
 
 
-def summarize(res: dict[str, Any], outside: list[str] | None = None) -> dict[str, Any]:
+def summarize(res: rm.ScenarioEvaluation, outside: list[str] | None = None) -> rm.CellSummary:
     """The few numbers a sensitivity cell shows; a cell `outside` the evidence shows none, and no decision."""
     if outside:
         state = NO_COMMITMENT if all(x.startswith(NO_COMMITMENT) for x in outside) else NOT_MEASURED
-        return {
-            "decision": state,
-            "reasons": list(outside),
-            "monthly_delta_usd": None,
-            "monthly_delta_ci_usd": None,
-            "migration_cost_usd": None,
-            "payback_months": None,
-            "payback_months_ci": None,
-            "fleets": {
-                name: {"instances_required": None, "monthly_cost_usd": None, "cost_per_million_successful_tokens": None}
-                for name in res["fleets"]
+        return rm.CellSummary(
+            decision=state,
+            reasons=list(outside),
+            monthly_delta_usd=None,
+            monthly_delta_ci_usd=None,
+            migration_cost_usd=None,
+            payback_months=None,
+            payback_months_ci=None,
+            fleets={
+                name: rm.CellFleet(
+                    instances_required=None, monthly_cost_usd=None, cost_per_million_successful_tokens=None
+                )
+                for name in res.fleets
             },
-        }
-    return {
-        "decision": res["decision"]["state"],
-        "reasons": res["decision"]["reasons"],
-        "monthly_delta_usd": res["monthly_delta_usd"],
-        "monthly_delta_ci_usd": res.get("monthly_delta_ci_usd"),
-        "migration_cost_usd": res["migration_cost_usd"],
-        "payback_months": res["payback_months"],
-        "payback_months_ci": res.get("payback_months_ci"),
-        "fleets": {
-            name: {
-                "instances_required": r.get("instances_required"),
-                "monthly_cost_usd": r.get("monthly_cost_usd"),
-                "cost_per_million_successful_tokens": r.get("cost_per_million_successful_tokens"),
-            }
-            for name, r in res["fleets"].items()
+        )
+    return rm.CellSummary(
+        decision=res.decision.state,
+        reasons=res.decision.reasons,
+        monthly_delta_usd=res.monthly_delta_usd,
+        monthly_delta_ci_usd=res.monthly_delta_ci_usd,
+        migration_cost_usd=res.migration_cost_usd,
+        payback_months=res.payback_months,
+        payback_months_ci=res.payback_months_ci,
+        fleets={
+            name: rm.CellFleet(
+                instances_required=r.instances_required,
+                monthly_cost_usd=r.monthly_cost_usd,
+                cost_per_million_successful_tokens=r.cost_per_million_successful_tokens,
+            )
+            for name, r in res.fleets.items()
         },
-    }
+    )

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis import prefix_cache
-from analysis.evaluate import Context, QualityResults
+from analysis.evaluate import Context
 from analysis.report_assembly import (
     assemble_gate_report,
     assemble_report,
@@ -27,7 +27,7 @@ from analysis.report_assembly import (
     input_provenance,
 )
 from analysis.report_evidence import gather_evidence
-from analysis.report_inputs import DEFAULT_ROOT_VOLUME_GIB, AwsClients, ReportInputs
+from analysis.report_inputs import DEFAULT_ROOT_VOLUME_GIB, AwsClients, QualityInput, ReportInputs, quality_results
 from analysis.report_measurement import measure, read_records
 from analysis.report_model import Report
 from core.manifest import Manifest
@@ -69,7 +69,7 @@ def build_report(inputs: ReportInputs) -> Report:
         instances_measured=ev.instances,
         unit_prices=ev.unit_prices,
         root_volume_gib=inp.root_volume_gib,
-        quality=inp.quality,
+        quality=quality_results(inp.quality) if inp.quality is not None else None,
         gaps=list(found.gaps),
         saturation=meas.saturation,
         capacity=meas.capacities,
@@ -84,7 +84,7 @@ def build_report(inputs: ReportInputs) -> Report:
 
 
 def build_gate_report(
-    manifest: Manifest, quality: QualityResults, *, out_dir: str | Path, with_pages: bool = True
+    manifest: Manifest, quality: QualityInput, *, out_dir: str | Path, with_pages: bool = True
 ) -> Report:
     """The report of a comparison that stopped at the quality gate: the gate's results and the
     decision they alone give; every figure that would need the replay is absent, not zero."""

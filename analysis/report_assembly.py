@@ -13,7 +13,6 @@ from analysis import goodput, sensitivity
 from analysis.decision import decide_at_gate
 from analysis.evaluate import (
     Context,
-    QualityResults,
     evaluate,
     outside_evidence,
     quality_passed,
@@ -23,9 +22,9 @@ from analysis.evaluate import (
 from analysis.ledger import payback_curve
 from analysis.provenance import Findings, Gap, manifest_provenance
 from analysis.report_evidence import Evidence
-from analysis.report_inputs import DEFAULT_ROOT_VOLUME_GIB, ReportInputs
+from analysis.report_inputs import DEFAULT_ROOT_VOLUME_GIB, QualityInput, ReportInputs, quality_results
 from analysis.report_measurement import RecordEvidence, step_percentile_intervals
-from analysis.report_model import Headline, ScenarioEvaluation, Sensitivity
+from analysis.report_model import CellSummary, Headline, ScenarioEvaluation, Sensitivity
 from analysis.sources.records import RecordSet
 from core.manifest import Manifest
 
@@ -40,12 +39,8 @@ class Evaluation:
 
 def evaluate_scenarios(ctx: Context, with_sensitivity: bool) -> Evaluation:
     """The headline scenario, and every sensitivity cell by the same rules (analysis.evaluate)."""
-    head = ScenarioEvaluation.model_validate(evaluate(ctx, sensitivity.BASE))
-    grid = (
-        Sensitivity.model_validate(sensitivity.run_grid(ctx.manifest, lambda sc: _cell(ctx, sc)))
-        if with_sensitivity
-        else None
-    )
+    head = evaluate(ctx, sensitivity.BASE)
+    grid = sensitivity.run_grid(ctx.manifest, lambda sc: _cell(ctx, sc)) if with_sensitivity else None
     return Evaluation(head, grid)
 
 
@@ -183,7 +178,7 @@ def headline(head: ScenarioEvaluation, gaps: list[Gap]) -> Headline:
     )
 
 
-def _cell(ctx: Context, sc: sensitivity.Scenario) -> dict[str, Any]:
+def _cell(ctx: Context, sc: sensitivity.Scenario) -> CellSummary:
     res = evaluate(ctx, sc)
     return summarize(res, outside_evidence(ctx, sc, res))
 
@@ -226,12 +221,13 @@ def _series(
     return out
 
 
-def assemble_gate_report(m: Manifest, quality: QualityResults) -> dict[str, Any]:
+def assemble_gate_report(m: Manifest, given: QualityInput) -> dict[str, Any]:
     """report.json's content for a comparison that stopped at the quality gate: the gate's results
     and the decision they alone give; every figure that would need the replay is absent, not zero."""
+    quality = quality_results(given)
     base, cand = m.comparison.baseline, m.comparison.candidate
     failed = [f.name for f in m.fleets if quality_passed(m, quality, f.name) is False]
-    detail = {name: "; ".join(str(x) for x in quality.get(name, {}).get("failures", [])) for name in failed}
+    detail = {name: "; ".join(quality[name].failures) for name in failed}
     dec = decide_at_gate(cand, base, quality_passed(m, quality, cand), quality_passed(m, quality, base), detail)
     unknown = [f.name for f in m.fleets if quality_passed(m, quality, f.name) is None]
     stopped_by = [f"failed for {', '.join(failed)}"] if failed else []
@@ -245,7 +241,7 @@ def assemble_gate_report(m: Manifest, quality: QualityResults) -> dict[str, Any]
         "slo": m.slo.model_dump(),
         "horizon_months": m.horizon_months,
         "stopped_at": "quality_gate",
-        "fleets": {f.name: unmeasured_row(f.instance_type) for f in m.fleets},
+        "fleets": {f.name: unmeasured_row(f.instance_type).model_dump() for f in m.fleets},
         "demand_tok_s": None,
         "monthly_delta_usd": None,
         "migration": None,
@@ -264,7 +260,7 @@ def assemble_gate_report(m: Manifest, quality: QualityResults) -> dict[str, Any]
         "prometheus": None,
         "cloudwatch": None,
         "billing": None,
-        "quality": dict(quality),
+        "quality": dict(given),
         "provenance": {
             "manifest": manifest_provenance(m),
             "quality": {"source": "measured", "detail": "quality-gate results given by the campaign runner"},

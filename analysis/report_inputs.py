@@ -7,6 +7,7 @@ from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Any
 
+from analysis.report_model import QualityResult
 from analysis.sources.pricing import PRICING_ENDPOINT_REGION
 from analysis.sources.prometheus import HistogramNames
 from core import catalog
@@ -72,3 +73,8 @@ class ReportInputs:
     capacity_dirs: Mapping[str, Path] | None = None
     systems_under_test: str | None = None
     settle: Mapping[str, Any] | None = None
+
+
+def quality_results(given: QualityInput) -> dict[str, QualityResult]:
+    """The quality gate's results as the report reads them (report_model.QualityResult per fleet)."""
+    return {name: QualityResult.model_validate(q) for name, q in given.items()}

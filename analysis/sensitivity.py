@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
-from typing import Any
 
 from analysis.cost import RateMode
+from analysis.report_model import CellSummary, ScenarioModel, Sensitivity, SensitivityCell
 from core.manifest import Manifest
 
 
@@ -66,15 +66,20 @@ def grid(m: Manifest) -> list[Cell]:
     return cells
 
 
-def run_grid(m: Manifest, evaluate: Callable[[Scenario], dict[str, Any]]) -> dict[str, Any]:
-    """Evaluate the base and every cell; `evaluate` returns the summary dict of one scenario."""
+def run_grid(m: Manifest, evaluate: Callable[[Scenario], CellSummary]) -> Sensitivity:
+    """Evaluate the base and every cell; `evaluate` returns the summary of one scenario."""
     base = evaluate(BASE)
-    out_cells = []
-    for c in grid(m):
-        res = evaluate(c.scenario)
-        out_cells.append({"dimension": c.dimension, "label": c.label, "scenario": asdict(c.scenario), **res})
-    return {
-        "base": base,
-        "cells": out_cells,
-        "method": "one input at a time; every cell recomputes sizing, cost, payback and the decision",
-    }
+    cells = [
+        SensitivityCell(
+            dimension=c.dimension,
+            label=c.label,
+            scenario=ScenarioModel(**asdict(c.scenario)),
+            **dict(evaluate(c.scenario)),
+        )
+        for c in grid(m)
+    ]
+    return Sensitivity(
+        base=base,
+        cells=cells,
+        method="one input at a time; every cell recomputes sizing, cost, payback and the decision",
+    )
