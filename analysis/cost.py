@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Literal
 
-from analysis.sizing import FleetSize
+from analysis.report_model import FleetSize
 
 RateMode = Literal["manifest", "on-demand", "covered", "renewal"]
 # EC2 bills per second with a 60-second minimum each time an instance starts.

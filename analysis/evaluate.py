@@ -113,7 +113,7 @@ def _size_and_cost(
     demand_tok_s: float | None,
     per_instance_tok_s: float | None,
     util: float,
-) -> tuple[sizing.FleetSize | None, cost.MonthlyCost | None]:
+) -> tuple[rm.FleetSize | None, cost.MonthlyCost | None]:
     """The fleet sized for the demand from one per-instance capacity, and its monthly cost (None where unknown)."""
     if demand_tok_s is None or not per_instance_tok_s:
         return None, None
@@ -157,7 +157,7 @@ def evaluate(ctx: Context, sc: Scenario) -> rm.ScenarioEvaluation:
     monthly: dict[str, float | None] = {}
     monthly_ends: dict[str, tuple[float | None, float | None]] = {}  # 95% interval of each fleet's monthly cost
     intervals = ctx.intervals(sc.slo_scale) if ctx.intervals is not None else {}
-    sizes: dict[str, sizing.FleetSize | None] = {}
+    sizes: dict[str, rm.FleetSize | None] = {}
     basis_rates: dict[str, float | None] = {}  # request rate of the step each fleet is sized from
     for f in m.fleets:
         fm = measures.get(f.name)
@@ -202,7 +202,7 @@ def evaluate(ctx: Context, sc: Scenario) -> rm.ScenarioEvaluation:
             row.sized_from = f"capacity sweep step {cap.step}" if cap is not None and cap.step else "replay"
         size, mc = _size_and_cost(ctx, sc, f.name, demand_tok_s, size_per_inst, util)
         sizes[f.name] = size
-        row.size = rm.FleetSize.model_validate(size.as_dict()) if size else None
+        row.size = size
         row.instances_required = size.required if size else None
         prices = ctx.unit_prices.get(f.name)
         monthly[f.name] = mc.total_usd if mc else None

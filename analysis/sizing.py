@@ -9,7 +9,8 @@ headroom, which the cost model charges for and reports as its own line.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+
+from analysis.report_model import FleetSize
 
 # Guards ceil() against float noise: 3 / 1.0000000001 must still be 3 instances, not 4.
 _EPS = 1e-9
@@ -17,29 +18,6 @@ _EPS = 1e-9
 
 def ceil_instances(x: float) -> int:
     return max(math.ceil(x - _EPS), 0)
-
-
-@dataclass(frozen=True)
-class FleetSize:
-    demand_tok_s: float
-    per_instance_tok_s: float
-    utilization_target: float
-    busy_instances: int  # ceil(demand / per-instance throughput)
-    headroom_instances: int  # added so no instance runs above the utilization target
-    redundancy_instances: int
-    asg_min_topup: int  # added only to respect the ASG minimum
-    required: int
-    per_az: dict[str, int]
-    asg_max: int
-
-    @property
-    def exceeds_asg_max(self) -> bool:
-        return self.required > self.asg_max
-
-    def as_dict(self) -> dict[str, object]:
-        d = asdict(self)
-        d["exceeds_asg_max"] = self.exceeds_asg_max
-        return d
 
 
 def spread_over_azs(n: int, azs: tuple[str, ...] | list[str]) -> dict[str, int]:
@@ -70,15 +48,17 @@ def size_fleet(
     n = with_headroom + redundancy
     topup = max(asg_min - n, 0)
     required = n + topup
+    # report.json's own model: what the report shows is what the cost and the decision used
     return FleetSize(
-        demand_tok_s,
-        per_instance_tok_s,
-        utilization_target,
-        busy,
-        with_headroom - busy,
-        redundancy,
-        topup,
-        required,
-        spread_over_azs(required, azs),
-        asg_max,
+        demand_tok_s=demand_tok_s,
+        per_instance_tok_s=per_instance_tok_s,
+        utilization_target=utilization_target,
+        busy_instances=busy,
+        headroom_instances=with_headroom - busy,
+        redundancy_instances=redundancy,
+        asg_min_topup=topup,
+        required=required,
+        asg_max=asg_max,
+        per_az=spread_over_azs(required, azs),
+        exceeds_asg_max=required > asg_max,
     )
