@@ -10,10 +10,10 @@ because the fleet is sized on SLO-compliant throughput: capacity spent on failur
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Literal
 
-from analysis.report_model import FleetSize
+from analysis.report_model import FleetSize, MonthlyCost
 
 RateMode = Literal["manifest", "on-demand", "covered", "renewal"]
 # EC2 bills per second with a 60-second minimum each time an instance starts.
@@ -105,40 +105,6 @@ def compute_monthly(
     return ComputeCost(usd, unused, f"{note}; {left} instance(s) On-Demand")
 
 
-@dataclass(frozen=True)
-class MonthlyCost:
-    compute_usd: float
-    idle_headroom_usd: float  # part of compute_usd
-    redundancy_usd: float  # part of compute_usd (redundancy + ASG-minimum top-up)
-    unused_commitment_usd: float  # part of compute_usd
-    ebs_usd: float
-    nlb_usd: float
-    inter_az_usd: float
-    observability_usd: float
-    licenses_usd: float
-    compute_note: str
-
-    @property
-    def total_usd(self) -> float:
-        return (
-            self.compute_usd
-            + self.ebs_usd
-            + self.nlb_usd
-            + self.inter_az_usd
-            + self.observability_usd
-            + self.licenses_usd
-        )
-
-    @property
-    def non_compute_usd(self) -> float:
-        return self.total_usd - self.compute_usd
-
-    def as_dict(self) -> dict[str, object]:
-        d = asdict(self)
-        d["total_usd"] = self.total_usd
-        return d
-
-
 def monthly_fleet_cost(
     size: FleetSize, prices: UnitPrices, inp: FleetCostInputs, mode: RateMode = "manifest"
 ) -> MonthlyCost | None:
@@ -150,17 +116,22 @@ def monthly_fleet_cost(
         return None
     blended = compute.usd / size.required if size.required else 0.0
     month_fraction = h / HOURS_PER_PRICED_MONTH
+    ebs = size.required * (inp.root_volume_gib + inp.cache_volume_gib) * prices.ebs_gb_month_usd * month_fraction
+    nlb = (prices.nlb_hour_usd + inp.nlb_lcu_per_hour * prices.nlb_lcu_hour_usd) * h
+    inter_az = inp.inter_az_gb_per_month * prices.inter_az_gb_usd * INTER_AZ_DIRECTIONS
+    # report.json's own model: the lines and the total the report shows are the ones the decision used
     return MonthlyCost(
         compute_usd=compute.usd,
         idle_headroom_usd=size.headroom_instances * blended,
         redundancy_usd=(size.redundancy_instances + size.asg_min_topup) * blended,
         unused_commitment_usd=compute.unused_commitment_usd,
-        ebs_usd=size.required * (inp.root_volume_gib + inp.cache_volume_gib) * prices.ebs_gb_month_usd * month_fraction,
-        nlb_usd=(prices.nlb_hour_usd + inp.nlb_lcu_per_hour * prices.nlb_lcu_hour_usd) * h,
-        inter_az_usd=inp.inter_az_gb_per_month * prices.inter_az_gb_usd * INTER_AZ_DIRECTIONS,
+        ebs_usd=ebs,
+        nlb_usd=nlb,
+        inter_az_usd=inter_az,
         observability_usd=inp.observability_monthly_usd,
         licenses_usd=inp.licenses_monthly_usd,
         compute_note=compute.note,
+        total_usd=compute.usd + ebs + nlb + inter_az + inp.observability_monthly_usd + inp.licenses_monthly_usd,
     )
 
 

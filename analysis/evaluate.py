@@ -113,7 +113,7 @@ def _size_and_cost(
     demand_tok_s: float | None,
     per_instance_tok_s: float | None,
     util: float,
-) -> tuple[rm.FleetSize | None, cost.MonthlyCost | None]:
+) -> tuple[rm.FleetSize | None, rm.MonthlyCost | None]:
     """The fleet sized for the demand from one per-instance capacity, and its monthly cost (None where unknown)."""
     if demand_tok_s is None or not per_instance_tok_s:
         return None, None
@@ -206,7 +206,7 @@ def evaluate(ctx: Context, sc: Scenario) -> rm.ScenarioEvaluation:
         row.instances_required = size.required if size else None
         prices = ctx.unit_prices.get(f.name)
         monthly[f.name] = mc.total_usd if mc else None
-        row.monthly_cost = rm.MonthlyCost.model_validate(mc.as_dict()) if mc else None
+        row.monthly_cost = mc
         row.monthly_cost_usd = mc.total_usd if mc else None
         iv = intervals.get(f.name)
         if iv is not None:

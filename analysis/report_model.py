@@ -433,6 +433,10 @@ class MonthlyCost(_Model):
     compute_note: str = Field(description="which rate priced compute_usd (On-Demand, covered, renewal), in words")
     total_usd: float = Field(description="compute + EBS + NLB + inter-AZ + observability + licenses")
 
+    @property
+    def non_compute_usd(self) -> float:
+        return self.total_usd - self.compute_usd
+
     def lines_usd(self) -> dict[str, float]:
         """The cost lines in USD (total last), keyed without the `_usd` suffix."""
         return {k.removesuffix("_usd"): v for k, v in self.model_dump().items() if k.endswith("_usd")}
