@@ -19,9 +19,11 @@ What AWS would be is stood in for, and nothing else:
   manifest: it states what a 1-vCPU Fargate worker holds, not this machine shared by every task.
 Then `campaign.aws_cli.run_campaign` (what `python -m campaign run` calls) runs every stage: the
 gate tasks (readiness, quality), the trace replay, both capacity searches, the settle phase and
-the report, written under DIR/runs/<run id>/ and uploaded to the stand-in bucket. Not stood in: the
-Auto Scaling activities and the NLB's HealthyHostCount behind `time_to_ready` (moto records no
-activities), so the report names that gap; the gate task's own wait is printed per fleet.
+the report, written under DIR/runs/<run id>/ and uploaded to the stand-in bucket.
+For `time_to_ready`, each fleet also gets an NLB and a tagged target group in the stand-in
+stack, its HealthyHostCount fed as the in-service metric is, and moto's Auto Scaling lists a
+launch activity per instance at the time its emulator started (bench/moto_gaps.py: what moto
+does not model), so the report measures emulator start to first healthy minute.
 """
 
 from __future__ import annotations
@@ -151,6 +153,25 @@ def deploy_stand_in(session: Any, m: Any, template: Mapping[str, Any], endpoints
                 "LaunchTemplateData": {"ImageId": "ami-12345678", "InstanceType": f.instance_type},
             },
         }
+        # The fleet's NLB and target group, for time_to_ready's HealthyHostCount (the listener is
+        # HTTP because moto's CloudFormation refuses TCP listeners; nothing connects through it).
+        resources[f"Nlb{i}"] = {
+            "Type": "AWS::ElasticLoadBalancingV2::LoadBalancer",
+            "Properties": {"Type": "network", "Scheme": "internal", "Subnets": [{"Ref": "Subnet"}]},
+        }
+        resources[f"Targets{i}"] = {
+            "Type": "AWS::ElasticLoadBalancingV2::TargetGroup",
+            "Properties": {"Protocol": "TCP", "Port": 8000, "VpcId": {"Ref": "Vpc"}, "TargetType": "instance"},
+        }
+        resources[f"Listener{i}"] = {
+            "Type": "AWS::ElasticLoadBalancingV2::Listener",
+            "Properties": {
+                "LoadBalancerArn": {"Ref": f"Nlb{i}"},
+                "Port": 80,
+                "Protocol": "HTTP",
+                "DefaultActions": [{"Type": "forward", "TargetGroupArn": {"Ref": f"Targets{i}"}}],
+            },
+        }
         resources[f"Group{i}"] = {
             "Type": "AWS::AutoScaling::AutoScalingGroup",
             "Properties": {
@@ -167,17 +188,41 @@ def deploy_stand_in(session: Any, m: Any, template: Mapping[str, Any], endpoints
         "Resources": resources,
         "Outputs": {cc.RUN_CONFIG_OUTPUT: {"Value": json.dumps(run_config)}, "ResultsBucketName": {"Value": BUCKET}},
     }
-    session.client("cloudformation").create_stack(StackName=f"{m.campaign}-comparison", TemplateBody=json.dumps(stack))
-    return {"refs": refs, "run_config": run_config}
+    cfn = session.client("cloudformation")
+    cfn.create_stack(StackName=f"{m.campaign}-comparison", TemplateBody=json.dumps(stack))
+    made = {
+        r["LogicalResourceId"]: r["PhysicalResourceId"]
+        for r in cfn.describe_stack_resources(StackName=f"{m.campaign}-comparison")["StackResources"]
+    }
+    elbv2 = session.client("elbv2")
+    target_groups: dict[str, tuple[str, str]] = {}
+    for i, f in enumerate(m.fleets):
+        tg = made[f"Targets{i}"]
+        # The stacks' tags reach a target group by CloudFormation's propagation, which moto skips.
+        elbv2.add_tags(
+            ResourceArns=[tg], Tags=[{"Key": "campaign", "Value": m.campaign}, {"Key": "fleet", "Value": f.name}]
+        )
+        (group,) = elbv2.describe_target_groups(TargetGroupArns=[tg])["TargetGroups"]
+        # CloudWatch's dimension values: targetgroup/<name>/<id>, and the balancer's <type>/<name>/<id>
+        target_groups[f.name] = (tg.split(":")[-1], group["LoadBalancerArns"][0].split(":loadbalancer/")[-1])
+    return {"refs": refs, "run_config": run_config, "target_groups": target_groups}
 
 
 class InServiceFeed:
-    """Puts each group's AWS/AutoScaling GroupInServiceInstances (the instances the emulator
-    serves) every METRIC_EVERY_S, as Auto Scaling group metrics collection would."""
+    """Puts each group's AWS/AutoScaling GroupInServiceInstances and its target group's
+    AWS/NetworkELB HealthyHostCount (the instances the emulator serves, from when it serves) every
+    METRIC_EVERY_S, as Auto Scaling group metrics collection and the NLB would."""
 
-    def __init__(self, session: Any, groups: Mapping[str, str], instances: Mapping[str, int]) -> None:
+    def __init__(
+        self,
+        session: Any,
+        groups: Mapping[str, str],
+        instances: Mapping[str, int],
+        target_groups: Mapping[str, tuple[str, str]] | None = None,
+    ) -> None:
         self.cw = session.client("cloudwatch")
         self.groups, self.instances = dict(groups), dict(instances)
+        self.target_groups = dict(target_groups or {})
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -195,6 +240,19 @@ class InServiceFeed:
                         "Timestamp": now,
                         "Value": float(self.instances[fleet]),
                         "Unit": "None",
+                    }
+                ],
+            )
+        for fleet, (tg, lb) in self.target_groups.items():
+            self.cw.put_metric_data(
+                Namespace="AWS/NetworkELB",
+                MetricData=[
+                    {
+                        "MetricName": "HealthyHostCount",
+                        "Dimensions": [{"Name": "TargetGroup", "Value": tg}, {"Name": "LoadBalancer", "Value": lb}],
+                        "Timestamp": now,
+                        "Value": float(self.instances[fleet]),
+                        "Unit": "Count",
                     }
                 ],
             )
@@ -258,6 +316,7 @@ def offline_aws(manifest_path: Path, out: Path, say: Any = print) -> Iterator[Of
     """The stand-ins for a deployed stack (see the module's docstring), up until the block ends."""
     import boto3
 
+    from bench.moto_gaps import filled_in
     from campaign.local import start_emulator
     from campaign.processes import Supervisor
     from core.manifest import load_manifest
@@ -268,7 +327,9 @@ def offline_aws(manifest_path: Path, out: Path, say: Any = print) -> Iterator[Of
         say(f"moto server at {env['AWS_ENDPOINT_URL']}; synthesizing the stacks (cdk synth) ...")
         template = synth(manifest_path, out / "cdk.out")
         session = boto3.session.Session(region_name=m.costs.region)
-        with Supervisor(out / "emulator-logs") as sup:
+        groups = {f.name: group_name(m, f.name) for f in m.fleets}
+        launched = time.time()  # the fleets' "instances" start with their emulators
+        with Supervisor(out / "emulator-logs") as sup, filled_in({g: launched for g in groups.values()}):
             endpoints = {
                 f.name: start_emulator(sup, manifest_path, f.name, out, [], f.instances_measured) for f in m.fleets
             }
@@ -277,8 +338,8 @@ def offline_aws(manifest_path: Path, out: Path, say: Any = print) -> Iterator[Of
                 + ", ".join(f"{f.name} x{f.instances_measured} {endpoints[f.name]}" for f in m.fleets)
             )
             deployed = deploy_stand_in(session, m, template, endpoints)
-            groups = {f.name: group_name(m, f.name) for f in m.fleets}
-            with InServiceFeed(session, groups, {f.name: f.instances_measured for f in m.fleets}):
+            instances = {f.name: f.instances_measured for f in m.fleets}
+            with InServiceFeed(session, groups, instances, deployed["target_groups"]):
                 yield OfflineAws(env, session, template, deployed["refs"], deployed["run_config"], endpoints)
 
 

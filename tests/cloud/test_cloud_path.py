@@ -168,11 +168,17 @@ def test_two_runs_report_and_teardown_from_the_synthesized_task_definitions(
     assert run_record["status"] == "finished" and len(run_record["tasks"]) == len(launcher.started)
     report = _json(f"{prefix}/report.json")
     assert report["decision"]["state"] == first.report.decision.state
-    for (
-        f
-    ) in m.fleets:  # instances in service as the report measured them: the groups' CloudWatch metric, not the manifest
+    # Instances in service as the report measured them: the groups' CloudWatch metric, not the
+    # manifest. Time to ready: each group's launch activities (moto's, filled in by
+    # bench/moto_gaps at its emulator's start) to its target group's first healthy minute.
+    for f in m.fleets:
         assert report["fleets"][f.name]["instances_measured"] == f.instances_measured
         assert report["provenance"][f"instances_measured.{f.name}"]["source"] == "pulled"
+        ready = report["time_to_ready"][f.name]
+        assert ready["instances_launched"] == f.instances_measured, ready
+        assert 0 <= ready["first_healthy_unix"] - ready["first_launch_unix"] <= 180, ready
+    assert report["provenance"]["time_to_ready"]["source"] == "pulled"
+    assert not [g for g in report["gaps"] if g["what"].startswith("time_to_ready")], report["gaps"]
 
     second, launcher2 = _run(offline, manifest_path, workdir, "second", capacity=False, final_report=False)
     assert second.exit_code == 0 and second.report is None, launcher2.log_tail()
