@@ -58,25 +58,33 @@ def launches(autoscaling: Any, asg_name: str) -> list[tuple[str, float]]:
     return sorted(out, key=lambda x: x[1])
 
 
-def fleet_target_groups(elbv2: Any, campaign: str) -> dict[str, tuple[str, str]]:
-    """fleet -> (TargetGroup, LoadBalancer) CloudWatch dimension values, from the stacks' tags."""
+def tagged_target_groups(elbv2: Any, campaign: str) -> dict[str, dict[str, Any]]:
+    """fleet -> its target group's description (DescribeTargetGroups), from the stacks' tags."""
     try:
         groups = [
             g for page in elbv2.get_paginator("describe_target_groups").paginate() for g in page.get("TargetGroups", [])
         ]
         by_arn = {g["TargetGroupArn"]: g for g in groups}
-        out: dict[str, tuple[str, str]] = {}
+        out: dict[str, dict[str, Any]] = {}
         arns = list(by_arn)
         for i in range(0, len(arns), 20):  # DescribeTags takes at most 20 ARNs
             for d in elbv2.describe_tags(ResourceArns=arns[i : i + 20]).get("TagDescriptions", []):
                 tags = {t["Key"]: t["Value"] for t in d.get("Tags", [])}
-                g = by_arn[d["ResourceArn"]]
-                if tags.get("campaign") == campaign and "fleet" in tags and g.get("LoadBalancerArns"):
-                    tg_dim = g["TargetGroupArn"].split(":")[-1]  # targetgroup/name/id
-                    lb_dim = g["LoadBalancerArns"][0].split(":loadbalancer/")[-1]  # net/name/id
-                    out[tags["fleet"]] = (tg_dim, lb_dim)
+                if tags.get("campaign") == campaign and "fleet" in tags:
+                    out[tags["fleet"]] = by_arn[d["ResourceArn"]]
     except Exception as exc:
         raise SourceUnavailable(f"ELBv2 DescribeTargetGroups/DescribeTags: {type(exc).__name__}: {exc}") from None
+    return out
+
+
+def fleet_target_groups(elbv2: Any, campaign: str) -> dict[str, tuple[str, str]]:
+    """fleet -> (TargetGroup, LoadBalancer) CloudWatch dimension values of its NLB's target group."""
+    out: dict[str, tuple[str, str]] = {}
+    for fleet, g in tagged_target_groups(elbv2, campaign).items():
+        if g.get("LoadBalancerArns"):
+            tg_dim = g["TargetGroupArn"].split(":")[-1]  # targetgroup/name/id
+            lb_dim = g["LoadBalancerArns"][0].split(":loadbalancer/")[-1]  # net/name/id
+            out[fleet] = (tg_dim, lb_dim)
     return out
 
 
