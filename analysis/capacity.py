@@ -23,6 +23,7 @@ from typing import Any
 
 from analysis import goodput
 from analysis.errors import AnalysisError, BadCapacityStep
+from analysis.report_model import Measure
 from analysis.sources.records import RecordSet, load_records
 
 REPLAY = "replay"
@@ -316,7 +317,7 @@ class Capacity:
 def step_result(
     label: str,
     multiplier: float,
-    fm: goodput.FleetMeasure | None,
+    fm: Measure | None,
     peak: int | None,
     instances: int,
     ttft_slo_s: float,
@@ -376,10 +377,10 @@ def measure_capacity(
     itl_slo_s: float,
     max_error_rate: float,
     *,
-    replay: Mapping[str, goodput.FleetMeasure] | None = None,
+    replay: Mapping[str, Measure] | None = None,
     replay_peaks: Mapping[str, int] | None = None,
     replay_median_e2e: Mapping[str, float] | None = None,
-    step_measures: Mapping[str, Mapping[str, goodput.FleetMeasure]] | None = None,
+    step_measures: Mapping[str, Mapping[str, Measure]] | None = None,
     searches: Mapping[str, SearchPath] | None = None,
 ) -> dict[str, Capacity]:
     """Per fleet: every step's figures under this SLO and the capacity chosen from them.

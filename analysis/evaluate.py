@@ -13,7 +13,7 @@ from analysis import cost, ledger, sizing
 from analysis import report_model as rm
 from analysis.capacity import REPLAY, Capacity
 from analysis.decision import DecisionInputs, Economics, decide
-from analysis.goodput import FleetMeasure, Saturation
+from analysis.goodput import Saturation
 from analysis.intervals import FleetIntervals, IntervalsFn
 from analysis.provenance import Gap
 from analysis.sensitivity import Scenario
@@ -26,7 +26,7 @@ QualityResults = Mapping[str, rm.QualityResult]  # per fleet (analysis.report_in
 @dataclass
 class Context:
     manifest: Manifest
-    measures: Callable[[float], dict[str, FleetMeasure]]  # slo_scale -> per-fleet measures
+    measures: Callable[[float], dict[str, rm.Measure]]  # slo_scale -> per-fleet measures
     instances_measured: dict[str, int]
     unit_prices: dict[str, cost.UnitPrices]  # fleets whose prices all resolved
     root_volume_gib: float
@@ -41,7 +41,7 @@ class Context:
     loadgen_task_hourly_usd: float | None = None
     loadgen_price_source: str = "no Fargate price: load-generator tasks not counted"
 
-    def pooled_tokens_per_request(self, measures: Mapping[str, FleetMeasure]) -> float | None:
+    def pooled_tokens_per_request(self, measures: Mapping[str, rm.Measure]) -> float | None:
         """Mean output tokens of a completed request, pooled over the fleets: one demand for all.
 
         Uses every completed request (SLO met or not) so the demand does not shrink when a
@@ -179,7 +179,7 @@ def evaluate(ctx: Context, sc: Scenario) -> rm.ScenarioEvaluation:
             slo_pass=fm.slo_pass(ttft_t, itl_t, slo.max_error_rate),
             instances_measured=inst,
             per_instance_goodput_tok_s=per_inst,
-            measure=rm.Measure.model_validate(fm.as_dict()),
+            measure=fm,
             instances_required=None,
             monthly_cost_usd=None,
             cost_per_million_successful_tokens=None,
@@ -217,7 +217,7 @@ def evaluate(ctx: Context, sc: Scenario) -> rm.ScenarioEvaluation:
         row.cost_per_million_successful_tokens = cost.cost_per_million(mc.total_usd, monthly_tokens) if mc else None
         if prices is not None and inst > 0:
             mc_run = mc.non_compute_usd if mc else 0.0
-            rc = cost.run_cost(inst, fm.window_s, prices.instance_hourly_usd, mc_run, hours)
+            rc = cost.run_cost(inst, fm.window_s or 0.0, prices.instance_hourly_usd, mc_run, hours)
             row.measured_run = rm.MeasuredRun(
                 cost_usd=rc,
                 window_s=fm.window_s,

@@ -19,65 +19,15 @@ a first token (duckdb quantile_disc), i.e. over raw records, never averaged per 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
+from analysis.report_model import Measure
 from analysis.sources.records import RecordSet
 from core.quantiles import nearest_rank
 from core.records import ERROR_OUTCOMES, Outcome
-
-
-@dataclass(frozen=True)
-class FleetMeasure:
-    fleet: str
-    requests: int  # non-warmup requests scheduled in the window
-    warmup_excluded: int
-    completed_ok: int
-    errors: int
-    quality_failed: int
-    no_text: int  # usage reported output tokens but no chunk carried text: not a success
-    not_sent: int
-    slo_violations: int  # completed ok but missed the per-request SLO
-    successful_requests: int
-    successful_output_tokens: int
-    completed_output_tokens: int  # all ok requests, SLO met or not (the work the fleet did)
-    slo_verdict_disagreements: int  # ok requests where loadgen's slo_ok differs from the recomputed one
-    wall_start: float | None
-    window_start_s: float | None
-    window_end_s: float | None
-    p95_ttft_s: float | None
-    p95_itl_s: float | None
-
-    @property
-    def window_s(self) -> float:
-        if self.window_start_s is None or self.window_end_s is None:
-            return 0.0
-        return max(self.window_end_s - self.window_start_s, 0.0)
-
-    @property
-    def error_rate(self) -> float | None:
-        sent = self.requests - self.not_sent
-        return self.errors / sent if sent else None
-
-    @property
-    def goodput_tok_s(self) -> float | None:
-        """Successful output tokens per second over the measured window (whole fleet)."""
-        return self.successful_output_tokens / self.window_s if self.window_s > 0 else None
-
-    def slo_pass(self, ttft_p95_s: float, itl_p95_s: float, max_error_rate: float) -> bool:
-        """Fleet-level SLO: P95 TTFT and P95 ITL under target and the error ceiling held."""
-        if self.p95_ttft_s is None or self.error_rate is None:
-            return False
-        itl_ok = self.p95_itl_s is None or self.p95_itl_s <= itl_p95_s
-        return self.p95_ttft_s <= ttft_p95_s and itl_ok and self.error_rate <= max_error_rate
-
-    def as_dict(self) -> dict[str, object]:
-        d = asdict(self)
-        d.update(window_s=self.window_s, error_rate=self.error_rate, goodput_tok_s=self.goodput_tok_s)
-        return d
-
 
 _TOKENS = "coalesce(server_output_tokens, client_output_tokens)"
 _ABANDONED = f"outcome = '{Outcome.SLO_ABANDONED.value}'"
@@ -104,7 +54,7 @@ SEGMENT_SQL = f"regexp_extract(filename, '/{SETTLE_DIR}([0-9]+)/', 1)"
 
 def measure_fleets(
     rs: RecordSet, ttft_slo_s: float, itl_slo_s: float, *, percentiles: bool = True
-) -> dict[str, FleetMeasure]:
+) -> dict[str, Measure]:
     """Every fleet's counts, tokens, window and P95s.
 
     One scan groups the records by (fleet, warmup, outcome, SLO met, verdict disagrees): a few
@@ -190,7 +140,7 @@ class _Tally:
             else:
                 self.slo_violations += n
 
-    def measure(self, fleet: str, p95_ttft: float | None, p95_itl: float | None) -> FleetMeasure:
+    def measure(self, fleet: str, p95_ttft: float | None, p95_itl: float | None) -> Measure:
         # A step continued by settle segments ran them one after another: its window is the first
         # segment's start plus every segment's window.
         first = self.spans[""].first if "" in self.spans else None
@@ -200,25 +150,31 @@ class _Tally:
             if first is not None and all(w is not None for w in windows)
             else None
         )
-        return FleetMeasure(
-            fleet,
-            self.requests,
-            self.warmup,
-            self.ok,
-            self.errors,
-            self.quality_failed,
-            self.no_text,
-            self.not_sent,
-            self.slo_violations,
-            self.successful,
-            self.successful_tokens,
-            self.ok_tokens,
-            self.disagreements,
-            self.wall_start,
-            first,
-            end,
-            p95_ttft,
-            p95_itl,
+        window = max(end - first, 0.0) if first is not None and end is not None else 0.0  # 0: no window
+        sent = self.requests - self.not_sent
+        return Measure(
+            fleet=fleet,
+            requests=self.requests,
+            warmup_excluded=self.warmup,
+            completed_ok=self.ok,
+            errors=self.errors,
+            quality_failed=self.quality_failed,
+            no_text=self.no_text,
+            not_sent=self.not_sent,
+            slo_violations=self.slo_violations,
+            successful_requests=self.successful,
+            successful_output_tokens=self.successful_tokens,
+            completed_output_tokens=self.ok_tokens,
+            slo_verdict_disagreements=self.disagreements,
+            wall_start=self.wall_start,
+            window_start_s=first,
+            window_end_s=end,
+            p95_ttft_s=p95_ttft,
+            p95_itl_s=p95_itl,
+            window_s=window,
+            error_rate=self.errors / sent if sent else None,
+            # goodput: successful output tokens per second over the measured window (whole fleet)
+            goodput_tok_s=self.successful_tokens / window if window > 0 else None,
         )
 
 

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analysis.goodput import FleetMeasure, latency_array
+from analysis.goodput import latency_array
+from analysis.report_model import Measure
 from analysis.sources.records import RecordSet
 from core import stats
 
@@ -131,7 +132,7 @@ def step_evidence(
     return StepEvidence(label, requests, per_instance_tok_s, ttft, itl, rs, window_s or 0.0, instances)
 
 
-def replay_evidence(rs: RecordSet, fleet: str, fm: FleetMeasure | None, instances: int) -> StepEvidence:
+def replay_evidence(rs: RecordSet, fleet: str, fm: Measure | None, instances: int) -> StepEvidence:
     per = fm.goodput_tok_s / instances if fm is not None and fm.goodput_tok_s is not None and instances > 0 else None
     return step_evidence(
         REPLAY,

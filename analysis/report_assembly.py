@@ -24,7 +24,7 @@ from analysis.provenance import Findings, Gap, manifest_provenance
 from analysis.report_evidence import Evidence
 from analysis.report_inputs import DEFAULT_ROOT_VOLUME_GIB, QualityInput, ReportInputs, quality_results
 from analysis.report_measurement import RecordEvidence, step_percentile_intervals
-from analysis.report_model import CellSummary, Headline, ScenarioEvaluation, Sensitivity
+from analysis.report_model import CellSummary, Headline, Measure, ScenarioEvaluation, Sensitivity
 from analysis.sources.records import RecordSet
 from core.manifest import Manifest
 
@@ -199,9 +199,7 @@ def _add_outcomes(head: ScenarioEvaluation, rs: RecordSet) -> None:
             row.itl_basis = bases.get(name, {})
 
 
-def _series(
-    m: Manifest, rs: RecordSet, measures: Mapping[str, goodput.FleetMeasure], head: ScenarioEvaluation
-) -> dict[str, Any]:
+def _series(m: Manifest, rs: RecordSet, measures: Mapping[str, Measure], head: ScenarioEvaluation) -> dict[str, Any]:
     """Plot data: latency CDFs and goodput over time from the records, and the payback curve."""
     out: dict[str, Any] = {"fleets": {}}
     for name, fm in measures.items():

@@ -15,10 +15,10 @@ from typing import Any
 
 from analysis.cost import UnitPrices
 from analysis.errors import PriceMissing, SourceUnavailable
-from analysis.goodput import FleetMeasure
 from analysis.histogram import bucket_cdf
 from analysis.provenance import Findings, Gap, Sourced
 from analysis.report_inputs import AwsClients, ReportInputs
+from analysis.report_model import Measure
 from analysis.sources.billing import cost_explorer_by_fleet, read_focus
 from analysis.sources.cloudwatch import CloudWatchSource, discover_asgs, fleet_specs
 from analysis.sources.pricing import RESERVED_KIND, PriceBook, PriceListSource
@@ -127,7 +127,7 @@ def _prometheus_section(
     m: Manifest,
     url: str,
     given: HistogramNames | None,
-    measures: Mapping[str, FleetMeasure],
+    measures: Mapping[str, Measure],
 ) -> tuple[dict[str, Any], Findings]:
     found = Findings()
     src = PrometheusSource(url)
@@ -244,7 +244,7 @@ def _instances_measured(
     return out, found
 
 
-def gather_evidence(inp: ReportInputs, base: Mapping[str, FleetMeasure]) -> Evidence:
+def gather_evidence(inp: ReportInputs, base: Mapping[str, Measure]) -> Evidence:
     """CloudWatch and time to ready (the cloud path), instances in service, prices, bills and Prometheus;
     `base`: the replay's measures under the manifest's SLO (their windows bound every query)."""
     m = inp.manifest
@@ -297,7 +297,7 @@ def gather_evidence(inp: ReportInputs, base: Mapping[str, FleetMeasure]) -> Evid
     )
 
 
-def _cloudwatch(m: Manifest, clients: AwsClients, base: Mapping[str, FleetMeasure]) -> tuple[dict[str, Any], Findings]:
+def _cloudwatch(m: Manifest, clients: AwsClients, base: Mapping[str, Measure]) -> tuple[dict[str, Any], Findings]:
     """Per fleet, the ASG's and accelerator's CloudWatch figures over the measured window."""
     found = Findings()
     cw: dict[str, Any] = {}
@@ -333,7 +333,7 @@ def _cloudwatch(m: Manifest, clients: AwsClients, base: Mapping[str, FleetMeasur
 def _billing(
     inp: ReportInputs,
     clients: AwsClients | None,
-    base: Mapping[str, FleetMeasure],
+    base: Mapping[str, Measure],
 ) -> tuple[dict[str, Any], Findings]:
     """Cost Explorer by fleet tag over the run's days (cloud path) and a FOCUS export, where given."""
     m = inp.manifest

@@ -13,7 +13,7 @@ from analysis import capacity, goodput, intervals
 from analysis.errors import AnalysisError
 from analysis.provenance import Findings, Gap, manifest_provenance, run_relative
 from analysis.report_inputs import ReportInputs
-from analysis.report_model import ScenarioEvaluation
+from analysis.report_model import Measure, ScenarioEvaluation
 from analysis.sources.records import RecordSet, load_records
 from core.manifest import Manifest
 
@@ -24,11 +24,11 @@ class RecordEvidence:
 
     records: RecordSet
     sweep: list[capacity.SweepStep] | None
-    measures: Callable[[float], dict[str, goodput.FleetMeasure]]  # slo_scale -> per-fleet measures (cached)
+    measures: Callable[[float], dict[str, Measure]]  # slo_scale -> per-fleet measures (cached)
     found: Findings
 
     @property
-    def base(self) -> dict[str, goodput.FleetMeasure]:
+    def base(self) -> dict[str, Measure]:
         return self.measures(1.0)
 
 
@@ -46,7 +46,7 @@ class Measurements:
 def _saturation(
     m: Manifest,
     rs: RecordSet,
-    measures: Mapping[str, goodput.FleetMeasure],
+    measures: Mapping[str, Measure],
     inst: Mapping[str, int],
     measured_capacity: frozenset[str] = frozenset(),
 ) -> tuple[dict[str, goodput.Saturation], Findings]:
@@ -119,16 +119,16 @@ def read_records(inp: ReportInputs) -> RecordEvidence:
     if unknown:
         raise AnalysisError(f"records name fleet(s) {unknown} that the manifest does not define")
 
-    cache: dict[float, dict[str, goodput.FleetMeasure]] = {}
+    cache: dict[float, dict[str, Measure]] = {}
 
-    def measures(scale: float) -> dict[str, goodput.FleetMeasure]:
+    def measures(scale: float) -> dict[str, Measure]:
         if scale not in cache:
             if scale == 1.0:
                 cache[scale] = goodput.measure_fleets(rs, m.slo.ttft_p95_s, m.slo.itl_p95_s)
             else:  # goodput changes with the SLO, the measured percentiles do not
                 base = measures(1.0)
                 cache[scale] = {
-                    k: replace(v, p95_ttft_s=base[k].p95_ttft_s, p95_itl_s=base[k].p95_itl_s)
+                    k: v.model_copy(update={"p95_ttft_s": base[k].p95_ttft_s, "p95_itl_s": base[k].p95_itl_s})
                     for k, v in goodput.measure_fleets(
                         rs, m.slo.ttft_p95_s * scale, m.slo.itl_p95_s * scale, percentiles=False
                     ).items()
@@ -184,18 +184,18 @@ def measure(inp: ReportInputs, rec: RecordEvidence, instances: Mapping[str, int]
 def _capacity_fn(
     m: Manifest,
     sweep: list[capacity.SweepStep],
-    measures: Callable[[float], dict[str, goodput.FleetMeasure]],
+    measures: Callable[[float], dict[str, Measure]],
     rs: RecordSet,
     inst: Mapping[str, int],
 ) -> Callable[[float], dict[str, capacity.Capacity]]:
     """slo_scale -> per-fleet capacity, recomputed from the step records under the scaled SLO (cached)."""
-    step_cache: dict[float, dict[str, dict[str, goodput.FleetMeasure]]] = {}
+    step_cache: dict[float, dict[str, dict[str, Measure]]] = {}
     cap_cache: dict[float, dict[str, capacity.Capacity]] = {}
     replay_peaks = goodput.peak_in_flight(rs)
     replay_median_e2e = goodput.median_e2e(rs)
     searches = capacity.search_paths(sweep)
 
-    def step_measures(scale: float) -> dict[str, dict[str, goodput.FleetMeasure]]:
+    def step_measures(scale: float) -> dict[str, dict[str, Measure]]:
         if scale not in step_cache:
             ttft, itl = m.slo.ttft_p95_s * scale, m.slo.itl_p95_s * scale
             if scale == 1.0:
@@ -204,7 +204,9 @@ def _capacity_fn(
                 base = step_measures(1.0)
                 step_cache[scale] = {
                     s.label: {
-                        k: replace(v, p95_ttft_s=base[s.label][k].p95_ttft_s, p95_itl_s=base[s.label][k].p95_itl_s)
+                        k: v.model_copy(
+                            update={"p95_ttft_s": base[s.label][k].p95_ttft_s, "p95_itl_s": base[s.label][k].p95_itl_s}
+                        )
                         for k, v in goodput.measure_fleets(s.records, ttft, itl, percentiles=False).items()
                     }
                     for s in sweep
@@ -247,7 +249,7 @@ def step_percentile_intervals(head: ScenarioEvaluation, rs: RecordSet, sweep: li
 def _intervals_fn(
     m: Manifest,
     rs: RecordSet,
-    measures: Callable[[float], dict[str, goodput.FleetMeasure]],
+    measures: Callable[[float], dict[str, Measure]],
     inst: Mapping[str, int],
     sweep: list[capacity.SweepStep] | None,
     capacities: Callable[[float], dict[str, capacity.Capacity]] | None,
@@ -276,7 +278,7 @@ def _intervals_fn(
             )
         return evidence[key]
 
-    def replay(fleet: str, fm: goodput.FleetMeasure) -> intervals.StepEvidence:
+    def replay(fleet: str, fm: Measure) -> intervals.StepEvidence:
         """The replay's evidence under this scale's goodput; its P95s and capacity cache are the base scale's."""
         key = (fleet, intervals.REPLAY)
         if key not in evidence:

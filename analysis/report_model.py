@@ -237,6 +237,13 @@ class Measure(_Model):
         description="successful output tokens / window_s, tokens per second for the whole fleet (all instances measured)"
     )
 
+    def slo_pass(self, ttft_p95_s: float, itl_p95_s: float, max_error_rate: float) -> bool:
+        """Fleet-level SLO: P95 TTFT and P95 ITL under target and the error ceiling held."""
+        if self.p95_ttft_s is None or self.error_rate is None:
+            return False
+        itl_ok = self.p95_itl_s is None or self.p95_itl_s <= itl_p95_s
+        return self.p95_ttft_s <= ttft_p95_s and itl_ok and self.error_rate <= max_error_rate
+
 
 class QuantileInterval(_Model):
     """core.stats quantile interval: order-statistic ranks, distribution-free."""
