@@ -61,6 +61,7 @@ def run_campaign(
     """What `campaign run` does: the campaign's stages (campaign.orchestration) on the deployed
     fleets, the run directory uploaded under the run's prefix; `launcher` replaces ECS RunTask
     (the offline cloud-path test)."""
+    from campaign.cloud_readiness import not_ready_evidence
     from campaign.ecs_tasks import EcsTaskLauncher
     from campaign.orchestration import run_stages
 
@@ -74,7 +75,7 @@ def run_campaign(
     run = CloudRun(
         m, cfg, launcher, session.client("s3"), out_dir=out_dir, poll_s=poll_s, discovery=discovery, run_id=run_id
     )
-    fleets = CloudFleets(run)
+    fleets = CloudFleets(run, diagnose=lambda fleet: not_ready_evidence(session, m.campaign, fleet))
     stop = threading.Event()
     status = "failed"
     try:

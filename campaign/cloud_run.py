@@ -507,8 +507,9 @@ class TaskRefused(CloudRunError):
 class CloudFleets:
     """The orchestration's `Fleets` seam on AWS (campaign.orchestration)."""
 
-    def __init__(self, run: CloudRun) -> None:
+    def __init__(self, run: CloudRun, diagnose: Callable[[str], str] | None = None) -> None:
         self.run = run
+        self.diagnose = diagnose  # fleet -> what AWS says of it (campaign.cloud_readiness), for a fleet never ready
         self.names = [f.name for f in run.m.fleets]
         self.concurrent = len(self.names)  # each step has its own Fargate tasks
         self.ready_after_s: dict[str, float] = {}
@@ -532,12 +533,13 @@ class CloudFleets:
         results = self.run.gate(grace)
         never = [
             f"fleet {name}: not serving {self.run.m.model.repo} after {d['ready_after_s']:.0f} s (its health grace); "
-            f"last seen: {d['seen']}"
+            f"last seen: {d['seen']}; "
+            + (self.diagnose(name) if self.diagnose else "see its ASG's activities and target health")
             for name, d in results.items()
             if not d["ready"]
         ]
         if never:
-            raise CloudRunError("; ".join(never) + " (the ASG's activities and the target group's health say why)")
+            raise CloudRunError(" | ".join(never))
         for name, d in results.items():
             self.ready_after_s[name] = float(d["ready_after_s"])
             self.run.say(f"{name}: serving after {d['ready_after_s']:.0f} s")
