@@ -23,7 +23,7 @@ from typing import Any
 
 from analysis import goodput
 from analysis.errors import AnalysisError, BadCapacityStep
-from analysis.report_model import Measure
+from analysis.report_model import CapacityStep, Measure
 from analysis.sources.records import RecordSet, load_records
 
 REPLAY = "replay"
@@ -249,50 +249,9 @@ def search_paths(sweep: list[SweepStep]) -> dict[str, SearchPath]:
 
 
 @dataclass(frozen=True)
-class StepResult:
-    label: str
-    multiplier: float
-    requests: int
-    successful_requests: int
-    per_instance_goodput_tok_s: float | None
-    p95_ttft_s: float | None
-    p95_itl_s: float | None
-    error_rate: float | None
-    slo_pass: bool
-    peak_in_flight_per_instance: float | None
-    window_s: float | None = None
-    median_e2e_s: float | None = None
-    valid: bool = True  # False: the run measured the client (its summary says why); never a capacity
-
-    @property
-    def steady_state(self) -> bool:
-        if not self.window_s or not self.median_e2e_s:
-            return False
-        return self.window_s >= STEADY_STATE_LIFETIMES * self.median_e2e_s
-
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "label": self.label,
-            "multiplier": self.multiplier,
-            "requests": self.requests,
-            "successful_requests": self.successful_requests,
-            "per_instance_goodput_tok_s": self.per_instance_goodput_tok_s,
-            "p95_ttft_s": self.p95_ttft_s,
-            "p95_itl_s": self.p95_itl_s,
-            "error_rate": self.error_rate,
-            "slo_pass": self.slo_pass,
-            "peak_in_flight_per_instance": self.peak_in_flight_per_instance,
-            "window_s": self.window_s,
-            "median_e2e_s": self.median_e2e_s,
-            "steady_state": self.steady_state,
-            "valid": self.valid,
-        }
-
-
-@dataclass(frozen=True)
 class Capacity:
     fleet: str
-    steps: tuple[StepResult, ...]  # sorted by multiplier; the replay (multiplier 1) before a sweep step "x1"
+    steps: tuple[CapacityStep, ...]  # sorted by multiplier; the replay (multiplier 1) before a sweep step "x1"
     per_instance_tok_s: float | None  # None: no step held the SLO
     step: str | None  # the winning step's label
     search: SearchPath | None = None  # how the automatic search chose its steps, when one ran
@@ -302,12 +261,12 @@ class Capacity:
         return max((s.multiplier for s in self.steps), default=None)
 
     @property
-    def winner(self) -> StepResult | None:
+    def winner(self) -> CapacityStep | None:
         return next((s for s in self.steps if s.label == self.step), None)
 
     def as_dict(self) -> dict[str, object]:
         return {
-            "steps": [s.as_dict() for s in self.steps],
+            "steps": list(self.steps),
             "per_instance_tok_s": self.per_instance_tok_s,
             "step": self.step,
             "search": self.search.as_dict() if self.search is not None else None,
@@ -325,28 +284,53 @@ def step_result(
     max_error_rate: float,
     median_e2e_s: float | None = None,
     valid: bool = True,
-) -> StepResult:
+) -> CapacityStep:
+    """One step's row of a fleet's capacity, as report.json shows it (its P95 intervals are added there)."""
     if fm is None:  # the step has no records for this fleet
-        return StepResult(label, multiplier, 0, 0, None, None, None, None, False, None)
+        return CapacityStep(
+            label=label,
+            multiplier=multiplier,
+            requests=0,
+            successful_requests=0,
+            per_instance_goodput_tok_s=None,
+            p95_ttft_s=None,
+            p95_itl_s=None,
+            error_rate=None,
+            slo_pass=False,
+            peak_in_flight_per_instance=None,
+            window_s=None,
+            median_e2e_s=None,
+            steady_state=False,
+            valid=True,
+        )
     per = fm.goodput_tok_s / instances if fm.goodput_tok_s is not None and instances > 0 else None
-    return StepResult(
-        label,
-        multiplier,
-        fm.requests,
-        fm.successful_requests,
-        per,
-        fm.p95_ttft_s,
-        fm.p95_itl_s,
-        fm.error_rate,
-        fm.slo_pass(ttft_slo_s, itl_slo_s, max_error_rate),
-        None if peak is None or instances <= 0 else peak / instances,
-        fm.window_s or None,
-        median_e2e_s,
-        valid,
+    window = fm.window_s or None
+    return CapacityStep(
+        label=label,
+        multiplier=multiplier,
+        requests=fm.requests,
+        successful_requests=fm.successful_requests,
+        per_instance_goodput_tok_s=per,
+        p95_ttft_s=fm.p95_ttft_s,
+        p95_itl_s=fm.p95_itl_s,
+        error_rate=fm.error_rate,
+        slo_pass=fm.slo_pass(ttft_slo_s, itl_slo_s, max_error_rate),
+        peak_in_flight_per_instance=None if peak is None or instances <= 0 else peak / instances,
+        window_s=window,
+        median_e2e_s=median_e2e_s,
+        steady_state=steady_state(window, median_e2e_s),
+        valid=valid,
     )
 
 
-def choose(fleet: str, steps: list[StepResult], search: SearchPath | None = None) -> Capacity:
+def steady_state(window_s: float | None, median_e2e_s: float | None) -> bool:
+    """The step's arrivals spanned STEADY_STATE_LIFETIMES median request lifetimes: a capacity candidate."""
+    if not window_s or not median_e2e_s:
+        return False
+    return window_s >= STEADY_STATE_LIFETIMES * median_e2e_s
+
+
+def choose(fleet: str, steps: list[CapacityStep], search: SearchPath | None = None) -> Capacity:
     """The highest per-instance goodput among the valid steady-state steps that held the fleet SLO
     (ties: the lower multiplier), leaving out any step the fleet's search judged and did not call
     held (e.g. a replay with fewer than min_requests requests, which the search ran again)."""
@@ -354,7 +338,7 @@ def choose(fleet: str, steps: list[StepResult], search: SearchPath | None = None
     judged = {st.label: st.verdict for st in search.steps} if search is not None else {}
 
     def search_allows(
-        s: StepResult,
+        s: CapacityStep,
     ) -> bool:  # search labels are the step's own ("x0.5"), rows carry the fleet ("g6/x0.5")
         return judged.get(s.label.rsplit("/", 1)[-1], Verdict.HELD) is Verdict.HELD
 

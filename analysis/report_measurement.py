@@ -13,7 +13,7 @@ from analysis import capacity, goodput, intervals
 from analysis.errors import AnalysisError
 from analysis.provenance import Findings, Gap, manifest_provenance, run_relative
 from analysis.report_inputs import ReportInputs
-from analysis.report_model import Measure, ScenarioEvaluation
+from analysis.report_model import CapacityStep, Measure, ScenarioEvaluation
 from analysis.sources.records import RecordSet, load_records
 from core.manifest import Manifest
 
@@ -261,7 +261,7 @@ def _intervals_fn(
     cache: dict[float, dict[str, intervals.FleetIntervals]] = {}
     by_label = {s.label: s for s in sweep or []}
 
-    def step(fleet: str, st: capacity.StepResult) -> intervals.StepEvidence | None:
+    def step(fleet: str, st: CapacityStep) -> intervals.StepEvidence | None:
         key = (fleet, st.label)
         if key not in evidence:
             src = by_label.get(st.label)
@@ -358,7 +358,7 @@ def _capacity_gaps(m: Manifest, caps: Mapping[str, capacity.Capacity]) -> tuple[
     return frozenset(measured), found
 
 
-def _short_steps_reason(m: Manifest, fleet: str, held: list[capacity.StepResult]) -> str:
+def _short_steps_reason(m: Manifest, fleet: str, held: list[CapacityStep]) -> str:
     """Steps held the SLO but their arrivals spanned too few request lifetimes: say which quantity
     was short (the arrival span, against 3 lifetimes) and what to change, given the manifest's own step_s."""
     k = capacity.STEADY_STATE_LIFETIMES
@@ -393,7 +393,7 @@ def _short_steps_reason(m: Manifest, fleet: str, held: list[capacity.StepResult]
     )
 
 
-def _no_step_held_reason(m: Manifest, fleet: str, steps: tuple[capacity.StepResult, ...]) -> str:
+def _no_step_held_reason(m: Manifest, fleet: str, steps: tuple[CapacityStep, ...]) -> str:
     """No step held the SLO: each step's figure that missed, and the smallest multiplier tried."""
     slo = m.slo
     misses = []

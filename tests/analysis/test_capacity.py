@@ -464,10 +464,26 @@ def test_a_step_the_search_judged_too_short_is_never_the_capacity() -> None:
     """The replay held over 32 requests, which the search judged short (min_requests 72) and ran
     again at x1 with 72, which missed; x0.5 held over 72. The fleet is sized from x0.5, not from
     the replay's higher goodput (the report sized g6 from such a replay in the example run)."""
-    from analysis.capacity import REPLAY, StepResult, choose
+    from analysis.capacity import REPLAY, choose, steady_state
+    from analysis.report_model import CapacityStep
 
-    def row(label: str, k: float, tok_s: float, held: bool) -> StepResult:
-        return StepResult(label, k, 72, 70, tok_s, 1.0 if held else 2.5, 0.05, 0.0, held, 4.0, 150.0, 10.0)
+    def row(label: str, k: float, tok_s: float, held: bool) -> CapacityStep:
+        return CapacityStep(
+            label=label,
+            multiplier=k,
+            requests=72,
+            successful_requests=70,
+            per_instance_goodput_tok_s=tok_s,
+            p95_ttft_s=1.0 if held else 2.5,
+            p95_itl_s=0.05,
+            error_rate=0.0,
+            slo_pass=held,
+            peak_in_flight_per_instance=4.0,
+            window_s=150.0,
+            median_e2e_s=10.0,
+            steady_state=steady_state(150.0, 10.0),
+            valid=True,
+        )
 
     def step(label: str, k: float, verdict: Verdict) -> SearchStep:
         return SearchStep(label, k, "t", 100.0, verdict, 72, 150.0, 0.5, 10.0, 1.0, 0.05, 0.0, "hand-made")
