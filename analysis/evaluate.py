@@ -433,7 +433,7 @@ def _to_settle(
         )
     ts = to_settle(econ, aim, fleets, ctx.loadgen_price_source)
     unknown = [f"{n}: {intervals[n].capacity_note}" for n in names if not fleets[n].end_known]
-    return rm.ToSettle.model_validate(ts), settle_text(ts, unknown)
+    return ts, settle_text(ts, unknown)
 
 
 NOT_MEASURED = "not measured"

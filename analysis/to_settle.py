@@ -30,9 +30,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from analysis.decision import Aim, Economics
+from analysis.report_model import ToSettle, ToSettleFleet
 from core import stats
 
 
@@ -68,7 +68,7 @@ def _reach(e: Economics, aim: Aim) -> tuple[float | None, float] | None:
     return None
 
 
-def to_settle(e: Economics, aim: Aim, fleets: Mapping[str, FleetBasis], loadgen_price_source: str) -> dict[str, Any]:
+def to_settle(e: Economics, aim: Aim, fleets: Mapping[str, FleetBasis], loadgen_price_source: str) -> ToSettle:
     """report.json's `decision.to_settle` (analysis.report_model.ToSettle) for an undecided decision."""
     threshold = e.go_threshold if aim == "go" else 0.0
     rd = _reach(e, aim)
@@ -86,7 +86,7 @@ def to_settle(e: Economics, aim: Aim, fleets: Mapping[str, FleetBasis], loadgen_
             reach, distance = rd[0], rd[1]
             factor = (reach / distance) ** 2
             requests[name] = stats.n_to_settle(b.requests, reach, distance)
-    by_fleet: dict[str, dict[str, Any]] = {}
+    by_fleet: dict[str, ToSettleFleet] = {}
     for name, b in fleets.items():
         need = requests[name]
         more = None if need is None else max(need - b.requests, 0)
@@ -95,30 +95,30 @@ def to_settle(e: Economics, aim: Aim, fleets: Mapping[str, FleetBasis], loadgen_
         if minutes is not None and b.instance_hourly_usd is not None:
             tasks = b.loadgen_tasks * (b.loadgen_task_hourly_usd or 0.0)
             usd = minutes / 60.0 * (b.instances * b.instance_hourly_usd + tasks)
-        by_fleet[name] = {
-            "requests_now": b.requests,
-            "more_requests": more,
-            "rate_req_s": b.rate_req_s,
-            "minutes": minutes,
-            "instances": b.instances,
-            "instance_hourly_usd": b.instance_hourly_usd,
-            "loadgen_tasks": b.loadgen_tasks,
-            "loadgen_task_hourly_usd": b.loadgen_task_hourly_usd,
-            "usd": usd,
-        }
-    minutes_all = [f["minutes"] for f in by_fleet.values()]
-    usd_all = [f["usd"] for f in by_fleet.values()]
-    return {
-        "threshold": aim,
-        "threshold_usd_per_month": threshold,
-        "factor": factor,
-        "lower_bound": unknown,
-        "requests": requests,
-        "minutes": None if None in minutes_all or not minutes_all else max(minutes_all),
-        "usd": None if None in usd_all or not usd_all else math.fsum(usd_all),
-        "by_fleet": by_fleet,
-        "basis": _basis(aim, rd, loadgen_price_source),
-    }
+        by_fleet[name] = ToSettleFleet(
+            requests_now=b.requests,
+            more_requests=more,
+            rate_req_s=b.rate_req_s,
+            minutes=minutes,
+            instances=b.instances,
+            instance_hourly_usd=b.instance_hourly_usd,
+            loadgen_tasks=b.loadgen_tasks,
+            loadgen_task_hourly_usd=b.loadgen_task_hourly_usd,
+            usd=usd,
+        )
+    minutes_all = [f.minutes for f in by_fleet.values()]
+    usd_all = [f.usd for f in by_fleet.values()]
+    return ToSettle(
+        threshold=aim,
+        threshold_usd_per_month=threshold,
+        factor=factor,
+        lower_bound=unknown,
+        requests=requests,
+        minutes=None if None in minutes_all or not minutes_all else max(m for m in minutes_all if m is not None),
+        usd=None if None in usd_all or not usd_all else math.fsum(u for u in usd_all if u is not None),
+        by_fleet=by_fleet,
+        basis=_basis(aim, rd, loadgen_price_source),
+    )
 
 
 def _basis(aim: Aim, rd: tuple[float | None, float] | None, loadgen_price_source: str) -> str:
@@ -144,26 +144,26 @@ def _basis(aim: Aim, rd: tuple[float | None, float] | None, loadgen_price_source
     )
 
 
-def settle_text(ts: Mapping[str, Any], unknown: list[str] | None = None) -> str:
+def settle_text(ts: ToSettle, unknown: list[str] | None = None) -> str:
     """The sentence a Defer reason ends with: what would settle it, in the user's units; `unknown`:
     why a fleet's capacity end is unknown (the interval's notes)."""
-    req = ts["requests"]
-    now = {name: f["requests_now"] for name, f in ts["by_fleet"].items()}
+    req = ts.requests
+    now = {name: f.requests_now for name, f in ts.by_fleet.items()}
     if all(v is None for v in req.values()):
         return "the point estimate is on the threshold: no sample size settles it"
     per = ", ".join(f"{name} {'?' if n is None else f'{n:,}'} (now {now[name]:,})" for name, n in req.items())
     cost = ""
-    if ts["minutes"] is not None:
+    if ts.minutes is not None:
         cost = (
-            f": about {ts['minutes']:,.1f} min"
-            + (f" and {ts['usd']:,.2f} USD" if ts["usd"] is not None else "")
+            f": about {ts.minutes:,.1f} min"
+            + (f" and {ts.usd:,.2f} USD" if ts.usd is not None else "")
             + " at the measured rates"
         )
-    if ts["lower_bound"]:
+    if ts.lower_bound:
         why = f" ({'; '.join(unknown)})" if unknown else ""
         return (
             f"an end is unknown{why}; a sizing step holds the SLO with 95% confidence once its P95 intervals' high ends are "
             f"within the targets, which at the shares of requests that missed them takes at least {per} requests at each capacity "
             f"boundary{cost} (decision.to_settle)"
         )
-    return f"about {ts['factor']:.1f}x the requests at each capacity boundary would settle it: {per}{cost} (decision.to_settle)"
+    return f"about {ts.factor:.1f}x the requests at each capacity boundary would settle it: {per}{cost} (decision.to_settle)"

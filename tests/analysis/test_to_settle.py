@@ -31,21 +31,19 @@ def test_the_issues_example_needs_about_2_4x_the_requests_not_54x() -> None:
     # (Aimed at 0 instead: ((476 + 3,033) / 476)^2 = 54.3 x, the old "3,909 requests per step".)
     ts = to_settle(_econ(476.0, -3_033.0, 4_053.0), "go", _fleets(), SRC)
     factor = (3_577 / 2_298.75) ** 2
-    assert ts["threshold"] == "go" and ts["threshold_usd_per_month"] == pytest.approx(2_774.75)
-    assert ts["factor"] == pytest.approx(factor) and 2.4 < factor < 2.45
-    assert ts["requests"] == {"inf2": 175, "g6": 175} and not ts["lower_bound"]
+    assert ts.threshold == "go" and ts.threshold_usd_per_month == pytest.approx(2_774.75)
+    assert ts.factor == pytest.approx(factor) and 2.4 < factor < 2.45
+    assert ts.requests == {"inf2": 175, "g6": 175} and not ts.lower_bound
     # 103 more requests: 8.583 min at 0.2 req/s (inf2), 5.722 min at 0.3 req/s (g6); side by side, the longer
     inf2_min, g6_min = 103 / 0.2 / 60, 103 / 0.3 / 60
-    assert ts["by_fleet"]["inf2"]["more_requests"] == 103
-    assert ts["by_fleet"]["inf2"]["minutes"] == pytest.approx(inf2_min) and ts["by_fleet"]["g6"][
-        "minutes"
-    ] == pytest.approx(g6_min)
-    assert ts["minutes"] == pytest.approx(inf2_min)
+    assert ts.by_fleet["inf2"].more_requests == 103
+    assert ts.by_fleet["inf2"].minutes == pytest.approx(inf2_min) and ts.by_fleet["g6"].minutes == pytest.approx(g6_min)
+    assert ts.minutes == pytest.approx(inf2_min)
     # instances as measured at their On-Demand price + one master and two workers per fleet, for each fleet's own minutes
     inf2_usd = inf2_min / 60 * (1 * 0.7582 + 3 * TASK)
     g6_usd = g6_min / 60 * (2 * 0.8048 + 3 * TASK)
-    assert ts["by_fleet"]["inf2"]["usd"] == pytest.approx(inf2_usd) and ts["usd"] == pytest.approx(inf2_usd + g6_usd)
-    assert SRC in ts["basis"]
+    assert ts.by_fleet["inf2"].usd == pytest.approx(inf2_usd) and ts.usd == pytest.approx(inf2_usd + g6_usd)
+    assert SRC in ts.basis
     text = settle_text(ts)
     assert text.startswith(
         "about 2.4x the requests at each capacity boundary would settle it: inf2 175 (now 72), g6 175 (now 72)"
@@ -56,16 +54,16 @@ def test_the_issues_example_needs_about_2_4x_the_requests_not_54x() -> None:
 def test_a_point_above_the_go_threshold_settles_by_raising_the_low_end() -> None:
     # 4,000 [2,000, 6,000]: reach down 2,000, distance 1,225.25: (2,000 / 1,225.25)^2 = 2.664 x 72 = 191.8 -> 192
     ts = to_settle(_econ(4_000.0, 2_000.0, 6_000.0), "go", _fleets(), SRC)
-    assert ts["factor"] == pytest.approx((2_000 / 1_225.25) ** 2)
-    assert ts["requests"] == {"inf2": 192, "g6": 192}
+    assert ts.factor == pytest.approx((2_000 / 1_225.25) ** 2)
+    assert ts.requests == {"inf2": 192, "g6": 192}
 
 
 def test_once_go_is_ruled_out_it_aims_at_zero() -> None:
     # 500 [-500, 1,500]: no Go at the optimistic end; the low end must rise above 0: (1,000 / 500)^2 = 4 x 72 = 288
     ts = to_settle(_econ(500.0, -500.0, 1_500.0), "zero", _fleets(), SRC)
-    assert ts["threshold"] == "zero" and ts["threshold_usd_per_month"] == 0.0
-    assert ts["factor"] == pytest.approx(4.0) and ts["requests"] == {"inf2": 288, "g6": 288}
-    assert ts["minutes"] == pytest.approx(216 / 0.2 / 60)
+    assert ts.threshold == "zero" and ts.threshold_usd_per_month == 0.0
+    assert ts.factor == pytest.approx(4.0) and ts.requests == {"inf2": 288, "g6": 288}
+    assert ts.minutes == pytest.approx(216 / 0.2 / 60)
 
 
 def test_each_end_is_measured_against_the_threshold_priced_at_that_end() -> None:
@@ -73,17 +71,17 @@ def test_each_end_is_measured_against_the_threshold_priced_at_that_end() -> None
     # reach 1,453 + 2,298.75 = 3,751.75: (3,751.75 / 2,298.75)^2 x 72 = 191.8 -> 192
     econ = Economics(476.0, -3_033.0, 4_053.0, GO, 3_100.0, 2_600.0, MIG, HORIZON)
     ts = to_settle(econ, "go", _fleets(), SRC)
-    assert ts["factor"] == pytest.approx((3_751.75 / 2_298.75) ** 2) and ts["requests"]["inf2"] == 192
+    assert ts.factor == pytest.approx((3_751.75 / 2_298.75) ** 2) and ts.requests["inf2"] == 192
 
 
 def test_an_unknown_end_gives_lower_bounds_from_the_requests_a_bounded_p95_needs() -> None:
     ts = to_settle(_econ(4_000.0, None, 6_000.0), "go", _fleets(n=40, known=False), SRC)
-    assert ts["lower_bound"] and ts["factor"] is None
-    assert ts["requests"] == {
+    assert ts.lower_bound and ts.factor is None
+    assert ts.requests == {
         "inf2": 72,
         "g6": 40,
     }  # inf2's capacity low end is unknown: 72 requests bound a P95 at 95%
-    assert ts["minutes"] == pytest.approx(32 / 0.2 / 60)
+    assert ts.minutes == pytest.approx(32 / 0.2 / 60)
     text = settle_text(ts, ["inf2: no step held it with 95% confidence"])
     assert text.startswith(
         "an end is unknown (inf2: no step held it with 95% confidence); a sizing step holds the SLO with 95% "
@@ -98,18 +96,18 @@ def test_an_unknown_end_asks_for_the_requests_its_step_needs_to_hold() -> None:
     fleets = _fleets(n=72, known=False)
     fleets["inf2"] = FleetBasis(72, 0.2, 1, 0.7582, 3, TASK, end_known=False, hold_requests=142)
     ts = to_settle(_econ(4_000.0, None, 6_000.0), "go", fleets, SRC)
-    assert ts["requests"]["inf2"] == 142 and ts["by_fleet"]["inf2"]["more_requests"] == 70
-    assert ts["minutes"] == pytest.approx(70 / 0.2 / 60)
+    assert ts.requests["inf2"] == 142 and ts.by_fleet["inf2"].more_requests == 70
+    assert ts.minutes == pytest.approx(70 / 0.2 / 60)
 
 
 def test_a_point_on_the_threshold_has_no_sample_size() -> None:
     ts = to_settle(_econ(GO, 1_000.0, 5_000.0), "go", _fleets(), SRC)
-    assert ts["requests"] == {"inf2": None, "g6": None} and ts["minutes"] is None and ts["usd"] is None
+    assert ts.requests == {"inf2": None, "g6": None} and ts.minutes is None and ts.usd is None
     assert settle_text(ts) == "the point estimate is on the threshold: no sample size settles it"
 
 
 def test_no_fargate_price_leaves_the_tasks_out_and_no_instance_price_no_usd() -> None:
     fleets = {"inf2": FleetBasis(72, 0.2, 1, 0.7582, 3, None), "g6": FleetBasis(72, 0.3, 1, None, 3, TASK)}
     ts = to_settle(_econ(476.0, -3_033.0, 4_053.0), "go", fleets, "no Fargate price")
-    assert ts["by_fleet"]["inf2"]["usd"] == pytest.approx(103 / 0.2 / 60 / 60 * 0.7582)
-    assert ts["by_fleet"]["g6"]["usd"] is None and ts["usd"] is None
+    assert ts.by_fleet["inf2"].usd == pytest.approx(103 / 0.2 / 60 / 60 * 0.7582)
+    assert ts.by_fleet["g6"].usd is None and ts.usd is None
