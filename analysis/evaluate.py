@@ -295,7 +295,7 @@ def evaluate(ctx: Context, sc: Scenario) -> rm.ScenarioEvaluation:
         utilization_target=util,
         monthly_delta_usd=delta,
         monthly_delta_ci_usd=spread.delta_ci if spread else None,
-        migration=rm.Ledger(items_usd=dict(led.items), total_usd=led.total_usd) if led else None,
+        migration=led,
         migration_cost_usd=mig_cost,
         payback_months=payback,
         payback_months_ci=spread.payback_ci if spread else None,

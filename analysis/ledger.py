@@ -11,22 +11,8 @@ A "day" is hours_per_month / 24 of a month's cost, so a fleet that runs 730 h/mo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from analysis.report_model import Ledger
 from core.manifest import Migration
-
-
-@dataclass(frozen=True)
-class Ledger:
-    items: dict[str, float]
-
-    @property
-    def total_usd(self) -> float:
-        return sum(self.items.values())
-
-    def as_dict(self) -> dict[str, object]:
-        return {"items_usd": dict(self.items), "total_usd": self.total_usd}
-
 
 # The ledger items priced from the sized fleets' monthly costs (the rest are the manifest's own
 # figures): a report whose fleet sizes are not decided cannot state these.
@@ -57,7 +43,7 @@ def migration_ledger(
         canary=cand_day * mig.dual_run_days * mig.canary_capacity_fraction,
         rollback_retention=base_day * mig.rollback_retention_days,
     )
-    return Ledger(items)
+    return Ledger(items_usd=items, total_usd=sum(items.values()))  # report.json's migration, as computed
 
 
 def monthly_delta(baseline_monthly_usd: float, candidate_monthly_usd: float) -> float:
