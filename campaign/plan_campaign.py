@@ -36,6 +36,9 @@ DEPLOY_MIN = 15.0  # cdk deploy of the VPC, NLB, fleets, ECS cluster and bucket 
 QUALITY_GATE_MIN = 5.0  # the manifest's fixtures and the tokenizer check on every fleet
 REPORT_AND_TEARDOWN_MIN = 15.0  # report, cdk destroy and the leftover check
 STEP_OVERHEAD_S = 60.0  # each capacity step's load-generator tasks started on Fargate (RunTask to running)
+# Published, one example: "a small-ish model of 15GB might take around 15min to compile" (vLLM User
+# Guide for NxD Inference, "Loading pre-compiled models", cited at core.serving.CompiledArtifacts).
+NEURON_COMPILE_MIN_PER_GB = 15.0 / 15.0
 
 
 @dataclass(frozen=True)
@@ -210,10 +213,31 @@ def predict(m: Manifest, work_dir: Path | None = None) -> CampaignPrediction:
             "each fleet's measure_instances measured behind its NLB, as simulated; asg.desired instances (measure_instances when "
             "more) run and are paid for the whole campaign; load-generator tasks (a master and loadgen.workers workers per fleet) "
             "while load runs; one NLB",
+            *_compile_assumptions(m),
             "the quality gate passes (not predicted)",
             f"the settle phase within capacity_search.settle_budget_s ({cfg.settle_budget_s:g} s of arrivals) as simulated",
         ],
     )
+
+
+def _compile_assumptions(m: Manifest) -> list[str]:
+    """What a Neuron fleet's first boot compiles, and what its later instances fetch instead."""
+    from core.manifest import weight_bytes
+    from core.serving import definition_for
+
+    out = []
+    for f in m.fleets:
+        compiled = definition_for(m, f).compiled
+        if compiled is None:
+            continue
+        gb = weight_bytes(m) / 1e9
+        out.append(
+            f"{f.name}: the first instance compiles, about {gb * NEURON_COMPILE_MIN_PER_GB:.0f} min for {gb:.0f} GB of "
+            "weights (published: the NxD Inference vLLM guide's 15 GB in about 15 min), within ready_at_most; it then "
+            f"publishes the artifacts to the results bucket's compiled/{compiled.key}/, and every later instance or "
+            "replacement fetches them instead of compiling (its boot log says in how many seconds)"
+        )
+    return out
 
 
 def _cost(m: Manifest, preds: dict[str, FleetPrediction], total_min: float, load_min: float) -> dict[str, float]:

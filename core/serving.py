@@ -63,6 +63,7 @@ Sources (checked while writing; re-check on every version bump):
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import shlex
@@ -150,6 +151,35 @@ class ServingDefinition:
     # Files the boot script writes on the host before `docker run` (path -> content); they sit
     # under CACHE_MOUNT, which the container sees at the same path.
     config_files: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # What the server compiles once and every later instance may fetch instead (Neuron NEFFs):
+    # a key naming everything that shapes the compiled graphs, and the local directory holding them.
+    compiled: CompiledArtifacts | None = None
+
+
+@dataclass(frozen=True)
+class CompiledArtifacts:
+    """A fleet's compiled artifacts, shared between its instances through the results bucket.
+
+    NxD Inference's vLLM integration loads a compiled model from NEURON_COMPILED_ARTIFACTS when
+    the directory holds one, and compiles and saves it there otherwise ("vLLM User Guide for NxD
+    Inference", section "Loading pre-compiled models / Serialization Support",
+    https://awsdocs-neuron.readthedocs-hosted.com/en/latest/libraries/nxd-inference/developer_guides/vllm-user-guide.html;
+    its example: a 15 GB model compiles in about 15 minutes). The key is a digest of the image, the
+    server's argv and environment (model commit, TP, buckets, lengths, KV layout, batch size):
+    a different value of any of them is a different compiled model, never a stale one.
+    """
+
+    key: str
+    directory: str
+
+    @staticmethod
+    def for_server(
+        image: str, command: tuple[str, ...], environment: Mapping[str, str], root: str
+    ) -> CompiledArtifacts:
+        """Keyed by the server as it runs, before the cache's own paths (named by the key) are added."""
+        body = json.dumps({"image": image, "command": list(command), "environment": dict(environment)}, sort_keys=True)
+        key = hashlib.sha256(body.encode()).hexdigest()[:20]
+        return CompiledArtifacts(key, f"{root}/{key}")
 
 
 def weights_dir_for(manifest: Manifest) -> str:
@@ -325,16 +355,23 @@ def definition_for(manifest: Manifest, fleet: Fleet, *, weights_s3_uri: str | No
             "--additional-config",
             json.dumps({"override_neuron_config": override}, separators=(",", ":")),
         ]
+        argv = (*command, *extra)
         env = {
-            "NEURON_COMPILED_ARTIFACTS": cache,  # compiled once, reused on every boot from EBS
-            "NEURON_CC_FLAGS": f"--cache_dir={cache}/neuronx-cc",
             "NEURON_RT_NUM_CORES": str(fleet.tensor_parallel),
             "VLLM_NEURON_FRAMEWORK": "neuronx-distributed-inference",
+        }
+        # A loaded compiled model ignores differing settings (the guide cited at CompiledArtifacts), so
+        # the directory is named by everything that shapes it: changed buckets compile anew.
+        compiled = CompiledArtifacts.for_server(image, argv, env, f"{CACHE_MOUNT}/compile")
+        cache = compiled.directory
+        env |= {
+            "NEURON_COMPILED_ARTIFACTS": cache,  # compiled once, then loaded: from EBS, or fetched from S3
+            "NEURON_CC_FLAGS": f"--cache_dir={cache}/neuronx-cc",
         }
         return ServingDefinition(
             stack,
             image,
-            (*command, *extra),
+            argv,
             MappingProxyType(env),
             (*_neuron_devices(fleet), *NEURON_CAPABILITIES),
             SERVING_PORT,
@@ -345,6 +382,7 @@ def definition_for(manifest: Manifest, fleet: Fleet, *, weights_s3_uri: str | No
             cache,
             staging,
             host,
+            compiled=compiled,
         )
 
     if stack == "vllm":

@@ -28,7 +28,13 @@ class ComparisonStack(Stack):
         fleets = []
         for i, f in enumerate(m.fleets):
             fleet = ServingFleet(
-                self, f"Fleet-{f.name}", manifest=m, index=i, vpc=network.vpc, weights_s3_uri=settings.weights_s3_uri
+                self,
+                f"Fleet-{f.name}",
+                manifest=m,
+                index=i,
+                vpc=network.vpc,
+                weights_s3_uri=settings.weights_s3_uri,
+                results=store.results,
             )
             Tags.of(fleet).add("fleet", f.name)
             fleets.append(fleet)

@@ -10,6 +10,7 @@ from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
@@ -27,6 +28,7 @@ from stacks.accelerator_telemetry import (
 )
 from stacks.compliance import acknowledge, arn_placeholder
 from stacks.fleet_boot import boot_script, ecr_image
+from stacks.fleet_paths import COMPILED_PREFIX
 
 SERVING_ON_EC2_RATIONALE = """\
 The serving container runs from user data (`docker run`, rendered by core.serving) on a
@@ -72,7 +74,9 @@ class ServingFleet(Construct):
         index: int,
         vpc: ec2.IVpc,
         weights_s3_uri: str | None,
+        results: s3.IBucket | None = None,
     ) -> None:
+        """`results`: the results bucket, where instances share what they compile (compiled/<key>/)."""
         super().__init__(scope, cid)
         fleet: Fleet = manifest.fleets[index]
         self.fleet = fleet
@@ -129,6 +133,10 @@ class ServingFleet(Construct):
             )
         if weights_s3_uri:
             self._grant_weights_read(role, weights_s3_uri, manifest.model.commit)
+        compiled_uri = None
+        if results is not None and defn.compiled is not None:
+            compiled_uri = f"s3://{results.bucket_name}/{COMPILED_PREFIX}"
+            self._grant_compiled_share(role, results)
 
         self.security_group = ec2.SecurityGroup(
             self,
@@ -148,6 +156,7 @@ class ServingFleet(Construct):
                 agent_param=agent_param.parameter_name,
                 neuron_monitor_param=neuron_param.parameter_name if neuron_param else None,
                 neuron_namespace=neuron_namespace(manifest.campaign, fleet.name),
+                compiled_uri=compiled_uri,
             )
         )
         self.launch_template = ec2.LaunchTemplate(
@@ -290,6 +299,26 @@ class ServingFleet(Construct):
             )
         )
         role.add_to_policy(iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"]))
+
+    @staticmethod
+    def _grant_compiled_share(role: iam.Role, results: s3.IBucket) -> None:
+        """Read and write under compiled/ only (fetch what another instance compiled, publish what
+        this one compiled); list that prefix only (`aws s3 cp --recursive` lists); no delete."""
+        prefix = f"{results.bucket_arn}/{COMPILED_PREFIX}/*"
+        role.add_to_policy(iam.PolicyStatement(actions=["s3:GetObject", "s3:PutObject"], resources=[prefix]))
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["s3:ListBucket"],
+                resources=[results.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [f"{COMPILED_PREFIX}/*"]}},
+            )
+        )
+        bucket = arn_placeholder(results.node.default_child)  # type: ignore[arg-type]
+        acknowledge(
+            role,
+            f"AwsSolutions-IAM5[Resource::{bucket}/{COMPILED_PREFIX}/*]",
+            "Read and write of the fleets' shared compiled artifacts (compiled/<key>/), keyed by what shapes them.",
+        )
 
     @staticmethod
     def _grant_weights_read(role: iam.Role, weights_s3_uri: str, commit: str) -> None:

@@ -2,8 +2,9 @@
 
 Order matters: mount the cache volume (weights, compile and engine caches live there), start
 telemetry (so a failed boot is visible in CloudWatch), install the pinned Docker if the AMI has
-none, log in to ECR, stage and verify the weights, then `docker run` the serving container
-exactly as `core.serving` renders it.
+none, log in to ECR, stage and verify the weights, fetch the fleet's compiled artifacts if an
+instance published them, then `docker run` the serving container exactly as `core.serving`
+renders it; once it serves, an instance that compiled publishes what it compiled.
 """
 
 from __future__ import annotations
@@ -176,6 +177,51 @@ def _health_wait(defn: ServingDefinition) -> list[str]:
     ]
 
 
+COMPLETE_MARKER = "COMPLETE"  # written last: a half-uploaded set of artifacts is never fetched
+LOCAL_MARKER = ".harness-complete"  # this cache volume holds a complete set (compiled or fetched)
+
+
+def compiled_fetch(defn: ServingDefinition, compiled_uri: str) -> list[str]:
+    """Before the server starts: the compiled artifacts from the cache volume if a previous boot
+    left a complete set, else from the results bucket if an instance published one (timed in the
+    boot log), else this instance compiles (and publishes after it serves: compiled_publish)."""
+    c = defn.compiled
+    if c is None:
+        return []
+    uri = f"{compiled_uri}/{c.key}"
+    bucket, _, key_prefix = uri.removeprefix("s3://").partition("/")
+    return [
+        f"COMPILED_URI={uri}",
+        f"mkdir -p {c.directory}",
+        f"if [ -f {c.directory}/{LOCAL_MARKER} ]; then",
+        '  COMPILED_FROM=volume; echo "compiled artifacts: on the cache volume"',
+        f"elif aws s3api head-object --bucket {bucket} --key {key_prefix}/{COMPLETE_MARKER} >/dev/null 2>&1; then",
+        "  FETCH_START=$SECONDS",
+        f'  aws s3 cp --recursive --only-show-errors --exclude {COMPLETE_MARKER} "$COMPILED_URI/" {c.directory}/',
+        f"  touch {c.directory}/{LOCAL_MARKER}",
+        '  COMPILED_FROM=s3; echo "compiled artifacts fetched from $COMPILED_URI in $((SECONDS - FETCH_START)) s"',
+        "else",
+        '  COMPILED_FROM=compile; echo "compiled artifacts: none in $COMPILED_URI; this instance compiles"',
+        "fi",
+    ]
+
+
+def compiled_publish(defn: ServingDefinition) -> list[str]:
+    """After the server is healthy, an instance that compiled uploads what it compiled, marker last.
+    A failed upload is logged, not fatal: the server already serves; the next instance compiles."""
+    c = defn.compiled
+    if c is None:
+        return []
+    return [
+        'if [ "$COMPILED_FROM" = compile ]; then',
+        f'  if aws s3 cp --recursive --only-show-errors --exclude {LOCAL_MARKER} {c.directory}/ "$COMPILED_URI/" '
+        f'&& echo {c.key} | aws s3 cp - "$COMPILED_URI/{COMPLETE_MARKER}"; then',
+        f'    touch {c.directory}/{LOCAL_MARKER}; echo "compiled artifacts published to $COMPILED_URI"',
+        '  else echo "compiled artifacts: publishing to $COMPILED_URI failed; later instances compile too"; fi',
+        "fi",
+    ]
+
+
 def _neuron_monitor(region: str, config_param: str, namespace: str) -> list[str]:
     unit = (
         "[Unit]\nDescription=neuron-monitor to CloudWatch\nAfter=network-online.target\n"
@@ -202,7 +248,9 @@ def boot_script(
     agent_param: str,
     neuron_monitor_param: str | None,
     neuron_namespace: str,
+    compiled_uri: str | None = None,
 ) -> list[str]:
+    """`compiled_uri`: s3://<results bucket>/compiled, where a fleet's instances share what they compile."""
     lines = [
         "set -euo pipefail",
         f"exec > >(tee -a {BOOT_LOG}) 2>&1",
@@ -227,6 +275,10 @@ def boot_script(
         f"mkdir -p {shlex.quote(defn.cache_dir)}",
     ]
     lines += _config_files(defn)
+    if compiled_uri:
+        lines += compiled_fetch(defn, compiled_uri)
     lines.append(render_docker_run(defn))
     lines += _health_wait(defn)
+    if compiled_uri:
+        lines += compiled_publish(defn)
     return lines

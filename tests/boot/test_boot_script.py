@@ -37,6 +37,7 @@ THREE_FLEETS = ROOT / "manifests" / "llama3-8b-three-fleets.yaml"
 TOKEN_ARN = "arn:aws:secretsmanager:us-west-2:123456789012:secret:harness/hf-token-AbCdEf"
 FAKE_TOKEN = "hf_sandboxtokenvalue"
 S3_WEIGHTS = "s3://weights-bucket/llama"
+COMPILED_URI = "s3://results-bucket/compiled"
 HOST_PATH = re.compile(r"(^|[\s(>'\":=])/(etc|opt|var/log)/", re.MULTILINE)
 SEP = "\x1f"
 
@@ -104,6 +105,7 @@ def _fleet_scripts(manifest: Manifest, weights_s3_uri: str | None = None) -> dic
             agent_param=f"/harness/{manifest.campaign}/{f.name}/cloudwatch-agent",
             neuron_monitor_param=f"/harness/{manifest.campaign}/{f.name}/neuron-monitor" if neuron else None,
             neuron_namespace=neuron_namespace(manifest.campaign, f.name),
+            compiled_uri=COMPILED_URI,  # as stacks/fleet.py passes it: the results bucket's compiled/
         )
         out[f.name] = "#!/bin/bash\n" + "\n".join(lines) + "\n"  # ec2.UserData.for_linux() adds the same shebang
     return out
@@ -243,6 +245,14 @@ def test_boot_script_runs_end_to_end_in_a_sandbox(example: Manifest, fleet: str,
     assert len(health) == 3
     assert "server healthy after" in output
     assert not [c for c in calls if c[0] == "aws" and "secretsmanager" in c]  # no token named, none read
+    # Compiled artifacts (tests/boot/test_compiled_share.py runs the logic): Neuron only, fetched
+    # before the server starts (the stub's bucket answers that a published set exists).
+    fetch = [i for i, c in enumerate(calls) if c[:3] == ["aws", "s3", "cp"] and c[-1].startswith("/opt/cache/compile/")]
+    if fleet == "inf2":
+        assert len(fetch) == 1 and fetch[0] < calls.index(["docker", *serving])
+        assert "compiled artifacts fetched from s3://results-bucket/compiled/" in output
+    else:
+        assert not fetch and "compiled artifacts" not in output
 
 
 def test_hub_token_is_read_at_boot_passed_by_name_and_unset(example: Manifest, tmp_path: Path) -> None:

@@ -151,6 +151,13 @@ def test_cli_plan_json(example_manifest_path: Path) -> None:
     assert out["campaign_minutes"] == pytest.approx(sum(pred["minutes"].values()), abs=0.1)
     assert out["campaign_usd"] == pytest.approx(sum(pred["usd"].values()), abs=0.01)
     assert pred["minutes"]["ready_at_most"] == 75  # the Neuron fleet's health-check grace bounds the wait
+    # The Neuron fleet compiles once (16 GB of weights at the guide's 1 min per GB), later instances fetch.
+    from core.serving import definition_for
+
+    key = definition_for(m, m.fleet("inf2")).compiled.key  # type: ignore[union-attr]
+    (compile_line,) = [a for a in pred["assumptions"] if "compiles" in a]
+    assert compile_line.startswith("inf2: the first instance compiles, about 16 min for 16 GB")
+    assert f"compiled/{key}/" in compile_line and "fetches them instead of compiling" in compile_line
     for name in ("inf2", "g6"):
         f = pred["fleets"][name]
         assert f["search_steps"] >= 2 and f["search_minutes"] > 0 and f["capacity_tok_s"] > 0

@@ -46,7 +46,8 @@ def test_inf2_vllm_neuron_command_follows_manifest(manifest: Manifest) -> None:
     # inf2.xlarge: TP2 spans both NeuronCores of its one chip.
     assert [a for a in argv if a.startswith("--device=")] == ["--device=/dev/neuron0"]
     assert "--gpus" not in argv
-    assert defn.cache_dir.startswith("/opt/cache/") and manifest.model.commit in defn.cache_dir
+    # Named by the compile key, a digest of the argv above (the commit's --revision included).
+    assert defn.compiled is not None and defn.cache_dir == f"/opt/cache/compile/{defn.compiled.key}"
     assert f"NEURON_COMPILED_ARTIFACTS={defn.cache_dir}" in argv
     assert (defn.host.vendor, defn.host.sdk_version, defn.host.driver) == ("aws-neuron", "2.28.0", "2.26.5.0")
     # SDK 2.28 vLLM user guide v1, Known Issues 2: contiguous KV layout -> exactly max_num_seqs blocks,

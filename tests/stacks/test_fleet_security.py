@@ -119,7 +119,9 @@ def test_template_user_data_is_the_boot_script_the_boot_tests_run(example: Synth
     params = {lid: r["Properties"]["Name"] for lid, r in example.resources("AWS::SSM::Parameter").items()}
     for lt in example.resources("AWS::EC2::LaunchTemplate").values():
         parts = lt["Properties"]["LaunchTemplateData"]["UserData"]["Fn::Base64"]["Fn::Join"][1]
-        text = "".join(p if isinstance(p, str) else params[p["Ref"]] for p in parts)
+        # The Refs are the fleet's SSM parameters and the results bucket (its name, in the compiled/ URI).
+        names = {**params, **{lid: "results-bucket" for lid in example.resources("AWS::S3::Bucket")}}
+        text = "".join(p if isinstance(p, str) else names[p["Ref"]] for p in parts)
         for name in params.values():  # a parameter name is a token at synth, so shlex.quote quoted it: same in bash
             text = text.replace(f"'{name}'", name)
         fleet = next(f for f in m.fleets if f"/{f.name}/cloudwatch-agent" in text)
@@ -132,6 +134,7 @@ def test_template_user_data_is_the_boot_script_the_boot_tests_run(example: Synth
             agent_param=f"/harness/{m.campaign}/{fleet.name}/cloudwatch-agent",
             neuron_monitor_param=f"/harness/{m.campaign}/{fleet.name}/neuron-monitor" if neuron else None,
             neuron_namespace=neuron_namespace(m.campaign, fleet.name),
+            compiled_uri="s3://results-bucket/compiled" if neuron else None,
         )
         assert text == "#!/bin/bash\n" + "\n".join(expected)
 
@@ -150,3 +153,26 @@ def test_prometheus_scrapes_each_stack_at_its_own_metrics_path(example: Synth) -
     jobs = {j["job_name"]: j for j in config["scrape_configs"]}
     assert jobs["serving-inf2"]["metrics_path"] == "/metrics"
     assert jobs["serving-g6trt"]["metrics_path"] == "/prometheus/metrics"
+
+
+def test_neuron_instances_share_compiled_artifacts_under_compiled_only(example: Synth) -> None:
+    """inf2's role reads and writes the results bucket's compiled/ prefix (fetch or publish what a
+    fleet compiles) and lists only that prefix; g6 compiles nothing to share and gets nothing."""
+    roles = _fleet_role_ids(example)
+    results_id = next(
+        k for k in example.resources("AWS::S3::Bucket") if k.startswith("Results") and "AccessLogs" not in k
+    )
+    for fleet, role_id in roles.items():
+        shared = [st for st in _statements_of(example, role_id) if "compiled" in json.dumps(st)]
+        if fleet == "g6":
+            assert not shared
+            continue
+        by_actions = {tuple(sorted(_as_list(st["Action"]))): st for st in shared}
+        assert set(by_actions) == {("s3:GetObject", "s3:PutObject"), ("s3:ListBucket",)}
+        rw = json.dumps(by_actions[("s3:GetObject", "s3:PutObject")]["Resource"])
+        assert results_id in rw and '"/compiled/*"' in rw
+        listing = by_actions[("s3:ListBucket",)]
+        assert listing["Condition"] == {"StringLike": {"s3:prefix": ["compiled/*"]}}
+        assert not any("s3:DeleteObject" in _as_list(st["Action"]) for st in _statements_of(example, role_id))
+    user_data = json.dumps(example.resources("AWS::EC2::LaunchTemplate"))
+    assert user_data.count("/compiled") >= 1 and "compiled artifacts fetched from" in user_data

@@ -1,0 +1,127 @@
+"""A fleet's compiled artifacts: the first instance compiles and publishes, later ones fetch.
+
+The boot script's two snippets (stacks.fleet_boot.compiled_fetch before `docker run`,
+compiled_publish after the health wait) run under bash with `aws` stubbed by a local directory
+standing in for the results bucket, across the boots of one fleet: the first instance compiles
+(the stand-in server writes a NEFF) and publishes it, marker last; a fresh instance fetches it
+instead of compiling; a reboot uses its own volume; a failed upload leaves no marker, so the
+next instance compiles rather than load half a set.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from core.manifest import load_manifest
+from core.serving import CACHE_MOUNT, CompiledArtifacts, definition_for
+from stacks.fleet_boot import COMPLETE_MARKER, compiled_fetch, compiled_publish
+from tests.conftest import EXAMPLE_MANIFEST
+
+pytestmark = pytest.mark.boot_script
+
+# `aws s3api head-object --bucket B --key K` and `aws s3 cp [--recursive] SRC DST` against $BUCKET_DIR.
+AWS_STUB = r"""#!/bin/bash
+echo "aws $*" >> "$CALLS"
+to_local() { echo "${1/s3:\/\//$BUCKET_DIR/}"; }
+if [ "$1" = s3api ]; then
+  bucket=""; key=""; prev=""
+  for a in "$@"; do [ "$prev" = --bucket ] && bucket="$a"; [ "$prev" = --key ] && key="$a"; prev="$a"; done
+  [ -f "$BUCKET_DIR/$bucket/$key" ]; exit
+fi
+args=(); exclude=""; recursive=0; prev=""
+for a in "${@:3}"; do
+  case "$a" in --recursive) recursive=1;; --only-show-errors) ;; --exclude) ;; *) [ "$prev" = --exclude ] && exclude="$a" || args+=("$a");; esac
+  prev="$a"
+done
+src="${args[0]}"; dst="${args[1]}"
+[ "${FAIL_UPLOAD:-0}" = 1 ] && [[ "$dst" == s3://* ]] && { echo "upload failed" >&2; exit 1; }
+if [ "$src" = - ]; then d="$(to_local "$dst")"; mkdir -p "$(dirname "$d")"; cat > "$d"; exit 0; fi
+s="$(to_local "$src")"; d="$(to_local "$dst")"
+[ "$recursive" = 1 ] || { cp "$s" "$d"; exit; }
+mkdir -p "$d"
+(cd "$s" && find . -type f ! -name "$exclude") | while read -r f; do mkdir -p "$d/$(dirname "$f")"; cp "$s/$f" "$d/$f"; done
+"""
+
+
+def _boot(tmp: Path, volume: Path, bucket: Path, *, fail_upload: bool = False) -> tuple[str, str]:
+    """One boot of an instance whose cache volume is `volume`: fetch, "serve", publish."""
+    m = load_manifest(EXAMPLE_MANIFEST, check_files=False)
+    defn = definition_for(m, m.fleet("inf2"))
+    assert defn.compiled is not None
+    directory = defn.compiled.directory
+    # What the server does with NEURON_COMPILED_ARTIFACTS: load what is there, else compile into it.
+    serve = [
+        f'if [ -f {directory}/model.pt ]; then echo "server: loaded"; '
+        f'else echo "server: compiled"; echo neff > {directory}/model.pt; fi'
+    ]
+    script = "\n".join(
+        ["set -euo pipefail", *compiled_fetch(defn, "s3://results/compiled"), *serve, *compiled_publish(defn)]
+    )
+    script = script.replace(CACHE_MOUNT, str(volume))
+    (tmp / "bin").mkdir(exist_ok=True)
+    stub = tmp / "bin" / "aws"
+    stub.write_text(AWS_STUB, encoding="utf-8")
+    stub.chmod(0o755)
+    calls = tmp / "calls.log"
+    calls.write_text("", encoding="utf-8")
+    env = {
+        "PATH": f"{tmp / 'bin'}:/usr/bin:/bin",
+        "BUCKET_DIR": str(bucket),
+        "CALLS": str(calls),
+        "FAIL_UPLOAD": "1" if fail_upload else "0",
+    }
+    proc = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout, calls.read_text(encoding="utf-8")
+
+
+def test_first_instance_compiles_and_publishes_later_ones_fetch(tmp_path: Path) -> None:
+    bucket = tmp_path / "bucket"
+    key = definition_for(*_inf2()).compiled.key  # type: ignore[union-attr]
+    shared = bucket / "results" / "compiled" / key
+
+    out, _ = _boot(tmp_path, tmp_path / "vol-a", bucket)
+    assert "this instance compiles" in out and "server: compiled" in out and "published to" in out
+    assert (shared / "model.pt").read_text() == "neff\n" and (shared / COMPLETE_MARKER).read_text() == f"{key}\n"
+    assert not (shared / ".harness-complete").exists()  # the local marker stays local
+
+    out, calls = _boot(tmp_path, tmp_path / "vol-b", bucket)  # a new instance: an empty volume
+    assert "compiled artifacts fetched from s3://results/compiled/" in out and "server: loaded" in out
+    assert "aws s3 cp --recursive" in calls and "published" not in out
+
+    out, calls = _boot(tmp_path, tmp_path / "vol-b", bucket)  # the same instance rebooted
+    assert "on the cache volume" in out and "server: loaded" in out and "s3 cp" not in calls
+
+
+def test_a_failed_upload_leaves_no_marker_and_the_next_instance_compiles(tmp_path: Path) -> None:
+    bucket = tmp_path / "bucket"
+    out, _ = _boot(tmp_path, tmp_path / "vol-a", bucket, fail_upload=True)
+    assert "server: compiled" in out and "publishing to s3://results/compiled/" in out and "failed" in out
+    out, _ = _boot(tmp_path, tmp_path / "vol-b", bucket)
+    assert "this instance compiles" in out and "server: compiled" in out
+
+
+def _inf2() -> tuple[object, object]:
+    m = load_manifest(EXAMPLE_MANIFEST, check_files=False)
+    return m, m.fleet("inf2")
+
+
+def test_the_key_names_what_shapes_the_compiled_model() -> None:
+    m = load_manifest(EXAMPLE_MANIFEST, check_files=False)
+    inf2 = m.fleet("inf2")
+    base = definition_for(m, inf2)
+    assert base.compiled is not None
+    assert base.environment["NEURON_COMPILED_ARTIFACTS"] == base.compiled.directory == base.cache_dir
+    assert base.compiled.directory == f"{CACHE_MOUNT}/compile/{base.compiled.key}"
+    assert definition_for(m, inf2).compiled == base.compiled  # deterministic
+    changed = inf2.model_copy(update={"sequence_buckets": [512, 1024, 2560]})
+    other = definition_for(m, changed)
+    assert other.compiled is not None and other.compiled.key != base.compiled.key
+    assert definition_for(m, m.fleet("g6")).compiled is None  # CUDA vLLM compiles nothing to share
+    assert (
+        CompiledArtifacts.for_server("img", ("a",), {}, "/r").key
+        != CompiledArtifacts.for_server("img", ("b",), {}, "/r").key
+    )
