@@ -16,14 +16,16 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
-from enum import StrEnum
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from analysis import goodput
 from analysis.errors import AnalysisError, BadCapacityStep
 from analysis.report_model import CapacityStep, Measure
+from analysis.report_model import SearchPath as SearchPath  # the search's types, named here as before
+from analysis.report_model import SearchStep as SearchStep
+from analysis.report_model import StopRule as StopRule
+from analysis.report_model import Verdict as Verdict
 from analysis.sources.records import RecordSet, load_records
 
 REPLAY = "replay"
@@ -55,116 +57,13 @@ def parse_label(label: str) -> float:
     return split_label(label)[1]
 
 
-class Verdict(StrEnum):
-    """A search step's outcome under the fleet SLO."""
-
-    HELD = "held"  # the SLO held over a steady-state step
-    MISSED = "missed"  # the SLO failed (a miss in a short step is still a miss: overload only grows)
-    SHORT = "short"  # the SLO held, but the step was too short or too small to show steady state
-    INVALID = (
-        "invalid"  # the run measured the client (schedule lag over the manifest's bound): no verdict on the server
-    )
-
-
-@dataclass(frozen=True)
-class SearchStep:
-    """One step of the automatic capacity search, as run and as measured."""
-
-    label: str  # "x<multiplier>", the step's directory under capacity/<fleet>/
-    multiplier: float  # of the manifest's replay rate
-    why: str  # what the search wanted from this step ("bracket up", "bisect", ...)
-    planned_span_s: float  # arrival span the step was sized to (replay seconds)
-    verdict: Verdict
-    requests: int  # non-warmup requests measured
-    arrival_span_s: float | None  # measured window (first to last arrival, widened by n/(n-1))
-    rate_req_s: float | None  # requests / arrival span
-    median_lifetime_s: float | None  # median scheduled-send -> last token of completed requests
-    p95_ttft_s: float | None
-    p95_itl_s: float | None
-    error_rate: float | None
-    detail: str = ""  # why the verdict (which figure failed, which length was short)
-    # The lifetime the next step is sized from: the median lifetime, except after a miss, where
-    # queueing inflates it: then the median over the requests that met their SLO (None: none did).
-    sizing_lifetime_s: float | None = None
-    # Share of the step's sent requests that met their per-request SLO (after an early stop, the
-    # requests still in flight count as not met: in overload they are the queue). A miss's share
-    # is the search's estimate of how far below it the boundary lies.
-    met_share: float | None = None
-    took_s: float | None = None  # wall seconds the step cost the search (arrivals, drain, the runner's overhead)
-    # The step's P95 ITL was over its target: a per-token slowdown that every request in the batch
-    # shares, so its met share collapses just past the boundary and estimates nothing of it.
-    itl_missed: bool = False
-
-    def as_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["verdict"] = str(self.verdict)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> SearchStep:
-        return cls(**{**d, "verdict": Verdict(d["verdict"])})
-
-
-class StopRule(StrEnum):
-    """Why the search ended; the report names it."""
-
-    CONVERGED = "converged"  # held/missed multipliers within the tolerance
-    CEILING = "ceiling"  # still held at the largest multiplier allowed: capacity is at least that
-    FLOOR = "floor"  # missed even at the smallest multiplier allowed: no capacity measured
-    MAX_STEPS = "max_steps"
-    TIME_BUDGET = "time_budget"
-    NEVER_STEADY = "never_steady"  # a step stayed too short for steady state after it was lengthened
-    CLIENT_LIMITED = "client_limited"  # a step's run was invalid (the load generator fell behind) twice in a row
-    TRACE_EXHAUSTED = "trace_exhausted"  # the trace has too few requests for a long-enough step at this rate
-
-
-@dataclass(frozen=True)
-class SearchPath:
-    """A fleet's whole search: every step in order, the bracket it ended with and the rule that stopped it."""
-
-    fleet: str
-    steps: tuple[SearchStep, ...]
-    held_multiplier: float | None  # highest multiplier that held the SLO below the lowest miss
-    missed_multiplier: float | None  # lowest multiplier that missed it
-    stop_rule: StopRule
-    stop_detail: str
-    tolerance: float
-
-    @property
-    def converged(self) -> bool:
-        return self.stop_rule is StopRule.CONVERGED
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "fleet": self.fleet,
-            "steps": [s.as_dict() for s in self.steps],
-            "held_multiplier": self.held_multiplier,
-            "missed_multiplier": self.missed_multiplier,
-            "stop_rule": str(self.stop_rule),
-            "stop_detail": self.stop_detail,
-            "tolerance": self.tolerance,
-        }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> SearchPath:
-        return cls(
-            str(d["fleet"]),
-            tuple(SearchStep.from_dict(s) for s in d["steps"]),
-            d.get("held_multiplier"),
-            d.get("missed_multiplier"),
-            StopRule(d["stop_rule"]),
-            str(d["stop_detail"]),
-            float(d["tolerance"]),
-        )
-
-
 SEARCH_FILE = "search.json"  # capacity/<fleet>/search.json, next to the fleet's step directories
 
 
 def write_search_path(path: SearchPath, fleet_dir: Path) -> Path:
     fleet_dir.mkdir(parents=True, exist_ok=True)
     out = fleet_dir / SEARCH_FILE
-    out.write_text(json.dumps(path.as_dict(), indent=2), encoding="utf-8")
+    out.write_text(json.dumps(path.model_dump(), indent=2), encoding="utf-8")
     return out
 
 
@@ -174,7 +73,10 @@ def read_search_path(fleet_dir: Path) -> SearchPath | None:
     if not f.is_file():
         return None
     try:
-        return SearchPath.from_dict(json.loads(f.read_text(encoding="utf-8")))
+        d = json.loads(f.read_text(encoding="utf-8"))
+        # a file written before a field existed: the defaults the search's dataclasses gave it
+        steps = [{"detail": "", "sizing_lifetime_s": None, **st} for st in d["steps"]]
+        return SearchPath.model_validate({"held_multiplier": None, "missed_multiplier": None, **d, "steps": steps})
     except (ValueError, KeyError, TypeError) as exc:
         raise AnalysisError(f"{f}: not a capacity search path ({exc})") from None
 
@@ -269,7 +171,7 @@ class Capacity:
             "steps": list(self.steps),
             "per_instance_tok_s": self.per_instance_tok_s,
             "step": self.step,
-            "search": self.search.as_dict() if self.search is not None else None,
+            "search": self.search,
         }
 
 

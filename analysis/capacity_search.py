@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from analysis.capacity import REPLAY, STEADY_STATE_LIFETIMES, SearchPath, SearchStep, StopRule, Verdict
 from core.manifest import CapacitySearch
@@ -326,7 +326,7 @@ def search(
         if isinstance(nxt, Stop):
             break
         step, took = run_step(nxt)
-        steps.append(step if step.took_s is not None else replace(step, took_s=took))
+        steps.append(step if step.took_s is not None else step.model_copy(update={"took_s": took}))
         elapsed += took
         lifetime = sizing_lifetime(steps, lifetime)
         if (

@@ -19,10 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
+from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema, field_validator
 
 from analysis.errors import AnalysisError
 
@@ -321,8 +323,81 @@ class CapacityStep(_Model):
     p95_itl_n: int | None = Field(default=None, description="requests p95_itl_s is taken over")
 
 
+class Verdict(StrEnum):
+    """A search step's outcome under the fleet SLO."""
+
+    HELD = "held"  # the SLO held over a steady-state step
+    MISSED = "missed"  # the SLO failed (a miss in a short step is still a miss: overload only grows)
+    SHORT = "short"  # the SLO held, but the step was too short or too small to show steady state
+    INVALID = (
+        "invalid"  # the run measured the client (schedule lag over the manifest's bound): no verdict on the server
+    )
+
+
+class StopRule(StrEnum):
+    """Why the search ended; the report names it."""
+
+    CONVERGED = "converged"  # held/missed multipliers within the tolerance
+    CEILING = "ceiling"  # still held at the largest multiplier allowed: capacity is at least that
+    FLOOR = "floor"  # missed even at the smallest multiplier allowed: no capacity measured
+    MAX_STEPS = "max_steps"
+    TIME_BUDGET = "time_budget"
+    NEVER_STEADY = "never_steady"  # a step stayed too short for steady state after it was lengthened
+    CLIENT_LIMITED = "client_limited"  # a step's run was invalid (the load generator fell behind) twice in a row
+    TRACE_EXHAUSTED = "trace_exhausted"  # the trace has too few requests for a long-enough step at this rate
+
+
+# The enums are validated and held as such (the search compares them by identity); report.json
+# and its schema keep them plain strings, titled as pydantic titled the str fields they were.
+_VerdictField = Annotated[Verdict, WithJsonSchema({"type": "string", "title": "Verdict"})]
+_StopRuleField = Annotated[StopRule, WithJsonSchema({"type": "string", "title": "Stop Rule"})]
+
+
 class SearchStep(_Model):
     """One step of the automatic capacity search (analysis.capacity.SearchStep), read from capacity/<fleet>/search.json."""
+
+    # Also what the search computes with (analysis.capacity_search, campaign.capacity_run), which
+    # builds a step positionally in its own order, the order below being report.json's.
+    def __init__(
+        self,
+        label: str,
+        multiplier: float,
+        why: str,
+        planned_span_s: float,
+        verdict: Verdict,
+        requests: int,
+        arrival_span_s: float | None,
+        rate_req_s: float | None,
+        median_lifetime_s: float | None,
+        p95_ttft_s: float | None,
+        p95_itl_s: float | None,
+        error_rate: float | None,
+        detail: str = "",
+        sizing_lifetime_s: float | None = None,
+        met_share: float | None = None,
+        took_s: float | None = None,
+        itl_missed: bool = False,
+    ) -> None:
+        BaseModel.__init__(  # validates the fields; mypy reads super().__init__ as _Model's, which names none
+            self,
+            label=label,
+            multiplier=multiplier,
+            why=why,
+            planned_span_s=planned_span_s,
+            verdict=verdict,
+            requests=requests,
+            arrival_span_s=arrival_span_s,
+            rate_req_s=rate_req_s,
+            median_lifetime_s=median_lifetime_s,
+            p95_ttft_s=p95_ttft_s,
+            p95_itl_s=p95_itl_s,
+            error_rate=error_rate,
+            detail=detail,
+            sizing_lifetime_s=sizing_lifetime_s,
+            met_share=met_share,
+            took_s=took_s,
+            itl_missed=itl_missed,
+        )
 
     label: str = Field(
         description="'x<multiplier>', the step's directory under capacity/<fleet>/ ('replay' for the trace replay)"
@@ -345,7 +420,7 @@ class SearchStep(_Model):
     p95_ttft_s: float | None = Field(description="P95 time to first token, seconds")
     p95_itl_s: float | None = Field(description="P95 inter-token latency, seconds per token")
     error_rate: float | None = Field(description="errors / sent requests, a fraction 0..1")
-    verdict: str = Field(
+    verdict: _VerdictField = Field(
         description="'held', 'missed', 'short' (held but too short for steady state) or 'invalid' (measured the client)"
     )
     detail: str = Field(description="why the verdict: which figure failed, which length was short")
@@ -365,13 +440,39 @@ class SearchStep(_Model):
 class SearchPath(_Model):
     """A fleet's whole capacity search: every step in order, the bracket it ended with and the rule that stopped it."""
 
+    # Built positionally by the search (analysis.capacity_search), as the step is.
+    def __init__(
+        self,
+        fleet: str,
+        steps: Sequence[SearchStep],
+        held_multiplier: float | None,
+        missed_multiplier: float | None,
+        stop_rule: StopRule,
+        stop_detail: str,
+        tolerance: float,
+    ) -> None:
+        BaseModel.__init__(  # validates the fields; mypy reads super().__init__ as _Model's, which names none
+            self,
+            fleet=fleet,
+            steps=list(steps),
+            held_multiplier=held_multiplier,
+            missed_multiplier=missed_multiplier,
+            stop_rule=stop_rule,
+            stop_detail=stop_detail,
+            tolerance=tolerance,
+        )
+
+    @property
+    def converged(self) -> bool:
+        return self.stop_rule is StopRule.CONVERGED
+
     fleet: str = Field(description="fleet name")
     steps: list[SearchStep] = Field(description="the steps in the order they ran")
     held_multiplier: float | None = Field(
         description="highest multiplier that held the SLO below the lowest miss; null: none held"
     )
     missed_multiplier: float | None = Field(description="lowest multiplier that missed the SLO; null: none missed")
-    stop_rule: str = Field(
+    stop_rule: _StopRuleField = Field(
         description="why the search ended: converged, ceiling, floor, max_steps, time_budget, never_steady, client_limited or "
         "trace_exhausted (analysis.capacity.StopRule)"
     )

@@ -294,7 +294,7 @@ def search_fleet(
         took, early = runner.run(fleet, plan, step_dir, planned_requests(plan, offsets), stop)
         step = measure_step(m, fleet, step_dir, plan.label, plan.multiplier, plan.why, plan.span_s, settings)
         if early is not None:
-            step = replace(step, detail=f"{step.detail} (stopped early, a certain miss: {early})")
+            step = step.model_copy(update={"detail": f"{step.detail} (stopped early, a certain miss: {early})"})
         log(
             f"capacity search {fleet} {plan.label} ({plan.why}): {step.requests} requests over {step.arrival_span_s or 0:.1f} s, "
             f"{step.verdict}: {step.detail} [{took:.0f} s]"

@@ -16,10 +16,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
-from analysis.capacity import SearchPath, SearchStep, StopRule, Verdict
+from analysis.capacity import SearchPath, SearchStep, StopRule, Verdict, read_search_path, write_search_path
 from analysis.capacity_search import (
     SLO_QUANTILE,
     SearchSettings,
@@ -370,7 +371,7 @@ def test_the_runner_can_stop_the_search() -> None:
         first_lifetime_s=1.0,
         resolve=lambda plan: Stop(StopRule.TRACE_EXHAUSTED, f"{plan.label}: the trace ends"),
     )
-    assert path.steps == () and path.stop_rule is StopRule.TRACE_EXHAUSTED and path.stop_detail == "x1: the trace ends"
+    assert not path.steps and path.stop_rule is StopRule.TRACE_EXHAUSTED and path.stop_detail == "x1: the trace ends"
 
 
 def test_judge() -> None:
@@ -384,10 +385,11 @@ def test_judge() -> None:
     assert v is Verdict.SHORT and "9 requests < min_requests 10" in why and "29.9 s < 3 x median lifetime 10.0 s" in why
 
 
-def test_search_path_round_trips_through_json() -> None:
+def test_search_path_round_trips_through_json(tmp_path: Path) -> None:
     st = SearchSettings()
     path = search("syn", st, mm1(st), first_lifetime_s=0.1, resolve=lengthen(st))
-    assert SearchPath.from_dict(path.as_dict()) == path
+    write_search_path(path, tmp_path)
+    assert read_search_path(tmp_path) == path
 
 
 def test_next_step_with_no_history_starts_at_the_start_multiplier() -> None:
