@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from campaign import aws
+from campaign import aws, cdk_assets
 from campaign.cloud_run import CloudFleets, CloudRun, CloudRunResult, TaskLauncher, download_tree, read_run_config
 from core import cloud_contract as cc
 from core.errors import EXIT_BY_DECISION, EXIT_FAILED_STEP, EXIT_OK, BadArgument, CampaignError
@@ -165,9 +165,11 @@ def cmd_teardown(args: argparse.Namespace) -> int:
         else:
             print("no --run-id or --run-dir given: no report written before teardown", file=sys.stderr)
         _stop_left_tasks(session, m)
+        assets = cdk_assets.stack_assets(session, aws.stack_name(m))  # read before the template goes
         rc = aws.destroy(session, aws.stack_name(m))
         if rc != 0:
             print(f"stack deletion failed (exit {rc}); checking what is left anyway", file=sys.stderr)
+        _report_cdk_assets(session, assets)
     left, kept = aws.check_nothing_left(session, m.campaign)
     for x in kept:
         print(f"kept by design: {x.arn}")
@@ -178,6 +180,16 @@ def cmd_teardown(args: argparse.Namespace) -> int:
         return EXIT_FAILED_STEP
     print(f"nothing tagged campaign={m.campaign} is left running")
     return EXIT_OK
+
+
+def _report_cdk_assets(session: Any, assets: list[cdk_assets.CdkAsset]) -> None:
+    """The stack's CDK assets still stored: the bootstrap's, shared, so reported, not deleted."""
+    stored = cdk_assets.still_stored(session, assets)
+    for asset, mb in stored:
+        size = f", {mb:,.0f} MB" if mb is not None else ""
+        print(f"kept by the CDK bootstrap (shared by every CDK app in this account and region{size}): {asset}")
+    if stored:
+        print(f"  `{cdk_assets.gc_command(session)}` deletes the bootstrap's assets no stack uses any more")
 
 
 def _stop_left_tasks(session: Any, m: Manifest) -> None:
