@@ -25,7 +25,7 @@ from pathlib import Path
 from analysis.capacity import read_search_path
 from analysis.capacity_search import StepPlan
 from analysis.goodput import SETTLE_DIR
-from analysis.report_model import Report
+from analysis.report_model import Report, ToSettleFleet
 from campaign.capacity_run import StepRunner, arrival_offsets
 from core.manifest import CapacitySearch, Manifest
 
@@ -56,6 +56,7 @@ class SettleOutcome:
     seconds: float = 0.0
     usd: float = 0.0
     segments: list[Segment] = field(default_factory=list)
+    over_budget: list[str] = field(default_factory=list)  # fleets the last round left out, and why
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -104,19 +105,30 @@ def settle(
                 "; ".join(why_not),
             )
             break
-        need_s = max(p.span_s for _, p, _ in plans.values())
-        if out.seconds + need_s > cfg.settle_budget_s:
-            out.stopped = "budget"
-            out.detail = (
-                f"the next round needs about {need_s:.0f} s of arrivals; {out.seconds:.0f} s of the {cfg.settle_budget_s:g} s "
-                "settle budget are spent"
-            )
+        # Each fleet's segment on its own: one fleet needing more than the budget must not keep
+        # the other from the few requests that bound its interval (a marginal SLO can need
+        # thousands at one fleet and tens at the other).
+        left_s = cfg.settle_budget_s - out.seconds
+        over = {n: p.span_s for n, (_, p, _) in plans.items() if p.span_s > left_s}
+        usd = {n: _segment_usd(ts.by_fleet[n], p.span_s) for n, (_, p, _) in plans.items() if n not in over}
+        left_usd = None if cfg.settle_budget_usd is None else cfg.settle_budget_usd - out.usd
+        while left_usd is not None and usd and sum(usd.values()) > left_usd:  # drop the dearest until it fits
+            dearest = max(usd, key=lambda n: usd[n])
+            over[dearest] = plans[dearest][1].span_s
+            del usd[dearest]
+        out.over_budget = [
+            f"{n}: its next segment needs about {span:.0f} s of arrivals; {max(left_s, 0):.0f} s of the "
+            f"{cfg.settle_budget_s:g} s settle budget (and {'no' if left_usd is None else f'{left_usd:.2f} USD of the'} "
+            "USD budget) are left"
+            for n, span in sorted(over.items())
+        ]
+        if len(over) == len(plans):
+            out.stopped, out.detail = "budget", "; ".join(out.over_budget)
             break
-        round_usd = (ts.usd or 0.0) * min(1.0, need_s / 60 / ts.minutes) if ts.minutes else 0.0
-        if cfg.settle_budget_usd is not None and out.usd + round_usd > cfg.settle_budget_usd:
-            out.stopped = "budget"
-            out.detail = f"the next round would cost about {round_usd:.2f} USD on the cloud fleets; {out.usd:.2f} of {cfg.settle_budget_usd:g} spent"
-            break
+        plans = {n: v for n, v in plans.items() if n not in over}
+        for line in out.over_budget:
+            log(f"settle {line}: it sits this round out")
+        round_usd = sum(usd.values())
         took = _run_round(runner, plans, offsets, stop, concurrent)
         for name, (step, plan, seg_dir) in plans.items():
             seg = Segment(
@@ -146,6 +158,14 @@ def settle(
         f"settle phase: {out.stopped} ({out.detail}); monthly delta 95% CI {_fmt(out.delta_ci_before)} -> {_fmt(out.delta_ci_after)}"
     )
     return out
+
+
+def _segment_usd(need: ToSettleFleet, span_s: float) -> float:
+    """What a fleet's segment costs on the cloud fleets: to_settle's USD for its missing requests,
+    in proportion of the segment's minutes."""
+    if not need.minutes or need.usd is None:
+        return 0.0
+    return need.usd * min(1.0, span_s / 60 / need.minutes)
 
 
 def _plan(
