@@ -21,7 +21,7 @@ from pathlib import Path
 
 from analysis import goodput
 from analysis.errors import AnalysisError, BadCapacityStep
-from analysis.report_model import CapacityStep, Measure
+from analysis.report_model import CapacityModel, CapacityStep, Measure
 from analysis.report_model import SearchPath as SearchPath  # the search's types, named here as before
 from analysis.report_model import SearchStep as SearchStep
 from analysis.report_model import StopRule as StopRule
@@ -150,31 +150,6 @@ def search_paths(sweep: list[SweepStep]) -> dict[str, SearchPath]:
     return out
 
 
-@dataclass(frozen=True)
-class Capacity:
-    fleet: str
-    steps: tuple[CapacityStep, ...]  # sorted by multiplier; the replay (multiplier 1) before a sweep step "x1"
-    per_instance_tok_s: float | None  # None: no step held the SLO
-    step: str | None  # the winning step's label
-    search: SearchPath | None = None  # how the automatic search chose its steps, when one ran
-
-    @property
-    def top_multiplier(self) -> float | None:
-        return max((s.multiplier for s in self.steps), default=None)
-
-    @property
-    def winner(self) -> CapacityStep | None:
-        return next((s for s in self.steps if s.label == self.step), None)
-
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "steps": list(self.steps),
-            "per_instance_tok_s": self.per_instance_tok_s,
-            "step": self.step,
-            "search": self.search,
-        }
-
-
 def step_result(
     label: str,
     multiplier: float,
@@ -232,7 +207,7 @@ def steady_state(window_s: float | None, median_e2e_s: float | None) -> bool:
     return window_s >= STEADY_STATE_LIFETIMES * median_e2e_s
 
 
-def choose(fleet: str, steps: list[CapacityStep], search: SearchPath | None = None) -> Capacity:
+def choose(steps: list[CapacityStep], search: SearchPath | None = None) -> CapacityModel:
     """The highest per-instance goodput among the valid steady-state steps that held the fleet SLO
     (ties: the lower multiplier), leaving out any step the fleet's search judged and did not call
     held (e.g. a replay with fewer than min_requests requests, which the search ran again)."""
@@ -250,9 +225,11 @@ def choose(fleet: str, steps: list[CapacityStep], search: SearchPath | None = No
         if s.slo_pass and s.per_instance_goodput_tok_s and s.steady_state and s.valid and search_allows(s)
     ]
     if not passing:
-        return Capacity(fleet, ordered, None, None, search)
+        return CapacityModel(steps=list(ordered), per_instance_tok_s=None, step=None, search=search)
     best = max(passing, key=lambda s: s.per_instance_goodput_tok_s or 0.0)  # max keeps the first of equals
-    return Capacity(fleet, ordered, best.per_instance_goodput_tok_s, best.label, search)
+    return CapacityModel(
+        steps=list(ordered), per_instance_tok_s=best.per_instance_goodput_tok_s, step=best.label, search=search
+    )
 
 
 def measure_capacity(
@@ -268,7 +245,7 @@ def measure_capacity(
     replay_median_e2e: Mapping[str, float] | None = None,
     step_measures: Mapping[str, Mapping[str, Measure]] | None = None,
     searches: Mapping[str, SearchPath] | None = None,
-) -> dict[str, Capacity]:
+) -> dict[str, CapacityModel]:
     """Per fleet: every step's figures under this SLO and the capacity chosen from them.
 
     `step_measures` (label -> fleet -> measure) lets a caller pass measures it already holds
@@ -282,7 +259,7 @@ def measure_capacity(
         else goodput.measure_fleets(s.records, ttft_slo_s, itl_slo_s)
         for s in sweep
     }
-    out: dict[str, Capacity] = {}
+    out: dict[str, CapacityModel] = {}
     for f in fleets:
         inst = instances.get(f, 0)
         rows = [
@@ -315,5 +292,5 @@ def measure_capacity(
                     (replay_median_e2e or {}).get(f),
                 )
             )
-        out[f] = choose(f, rows, (searches or {}).get(f))
+        out[f] = choose(rows, (searches or {}).get(f))
     return out

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from analysis import cost, ledger, sizing
 from analysis import report_model as rm
-from analysis.capacity import REPLAY, Capacity
+from analysis.capacity import REPLAY
 from analysis.decision import DecisionInputs, Economics, decide
 from analysis.goodput import Saturation
 from analysis.intervals import FleetIntervals, IntervalsFn
@@ -34,7 +34,7 @@ class Context:
     gaps: list[Gap] = field(default_factory=list)
     saturation: dict[str, Saturation] = field(default_factory=dict)  # per fleet; absent: not measured
     # slo_scale -> per-fleet capacity from the capacity sweep; None: no sweep (size from the replay)
-    capacity: Callable[[float], dict[str, Capacity]] | None = None
+    capacity: Callable[[float], dict[str, rm.CapacityModel]] | None = None
     # slo_scale -> per-fleet 95% intervals; None: no intervals (the report then claims none)
     intervals: IntervalsFn | None = None
     # One load-generator task's hourly price (decision.to_settle's usd) and where it came from
@@ -193,10 +193,10 @@ def evaluate(ctx: Context, sc: Scenario) -> rm.ScenarioEvaluation:
             # below saturation the measured throughput is what was offered, not what one instance can do
             row.per_instance_goodput_bound = "capacity" if sat.saturated else "lower_bound"
         size_per_inst = per_inst
-        cap: Capacity | None = None
+        cap: rm.CapacityModel | None = None
         if ctx.capacity is not None:
             cap = ctx.capacity(sc.slo_scale).get(f.name)
-            row.capacity = rm.CapacityModel.model_validate(cap.as_dict()) if cap else None
+            row.capacity = cap
             if cap is not None and cap.per_instance_tok_s:
                 size_per_inst = cap.per_instance_tok_s  # measured inside the SLO: the capacity figure
             row.sized_from = f"capacity sweep step {cap.step}" if cap is not None and cap.step else "replay"
@@ -396,7 +396,9 @@ def _economics(
     )
 
 
-def _basis_rate(basis: str, replay_requests: int, replay_window_s: float | None, cap: Capacity | None) -> float | None:
+def _basis_rate(
+    basis: str, replay_requests: int, replay_window_s: float | None, cap: rm.CapacityModel | None
+) -> float | None:
     """Requests per second over the step a fleet is sized from (the replay or a capacity step)."""
     if basis == REPLAY:
         requests, window = replay_requests, replay_window_s

@@ -6,14 +6,14 @@ saturation falls short (with what to change in the manifest).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from analysis import capacity, goodput, intervals
 from analysis.errors import AnalysisError
 from analysis.provenance import Findings, Gap, manifest_provenance, run_relative
 from analysis.report_inputs import ReportInputs
-from analysis.report_model import CapacityStep, Measure, ScenarioEvaluation
+from analysis.report_model import CapacityModel, CapacityStep, Measure, ScenarioEvaluation
 from analysis.sources.records import RecordSet, load_records
 from core.manifest import Manifest
 
@@ -36,7 +36,7 @@ class RecordEvidence:
 class Measurements:
     """Stage 3: capacity per SLO scale, saturation and the 95% intervals, from the records and instance counts."""
 
-    capacities: Callable[[float], dict[str, capacity.Capacity]] | None
+    capacities: Callable[[float], dict[str, CapacityModel]] | None
     saturation: dict[str, goodput.Saturation]
     intervals: intervals.IntervalsFn
     capacity_found: Findings
@@ -187,10 +187,10 @@ def _capacity_fn(
     measures: Callable[[float], dict[str, Measure]],
     rs: RecordSet,
     inst: Mapping[str, int],
-) -> Callable[[float], dict[str, capacity.Capacity]]:
+) -> Callable[[float], dict[str, CapacityModel]]:
     """slo_scale -> per-fleet capacity, recomputed from the step records under the scaled SLO (cached)."""
     step_cache: dict[float, dict[str, dict[str, Measure]]] = {}
-    cap_cache: dict[float, dict[str, capacity.Capacity]] = {}
+    cap_cache: dict[float, dict[str, CapacityModel]] = {}
     replay_peaks = goodput.peak_in_flight(rs)
     replay_median_e2e = goodput.median_e2e(rs)
     searches = capacity.search_paths(sweep)
@@ -213,7 +213,7 @@ def _capacity_fn(
                 }
         return step_cache[scale]
 
-    def capacities(scale: float) -> dict[str, capacity.Capacity]:
+    def capacities(scale: float) -> dict[str, CapacityModel]:
         if scale not in cap_cache:
             cap_cache[scale] = capacity.measure_capacity(
                 sweep,
@@ -252,7 +252,7 @@ def _intervals_fn(
     measures: Callable[[float], dict[str, Measure]],
     inst: Mapping[str, int],
     sweep: list[capacity.SweepStep] | None,
-    capacities: Callable[[float], dict[str, capacity.Capacity]] | None,
+    capacities: Callable[[float], dict[str, CapacityModel]] | None,
 ) -> intervals.IntervalsFn:
     """slo_scale -> per-fleet 95% intervals (cached). Each step's P95 intervals are computed once,
     and its capacity interval once per SLO (intervals.StepEvidence): the sensitivity cells that
@@ -311,7 +311,7 @@ def _intervals_fn(
     return fn
 
 
-def _capacity_gaps(m: Manifest, caps: Mapping[str, capacity.Capacity]) -> tuple[frozenset[str], Findings]:
+def _capacity_gaps(m: Manifest, caps: Mapping[str, CapacityModel]) -> tuple[frozenset[str], Findings]:
     """Provenance and gaps of the sweep, and the fleets whose capacity was measured inside the SLO."""
     found = Findings()
     measured: set[str] = set()
@@ -393,7 +393,7 @@ def _short_steps_reason(m: Manifest, fleet: str, held: list[CapacityStep]) -> st
     )
 
 
-def _no_step_held_reason(m: Manifest, fleet: str, steps: tuple[CapacityStep, ...]) -> str:
+def _no_step_held_reason(m: Manifest, fleet: str, steps: Sequence[CapacityStep]) -> str:
     """No step held the SLO: each step's figure that missed, and the smallest multiplier tried."""
     slo = m.slo
     misses = []
@@ -415,7 +415,7 @@ def _no_step_held_reason(m: Manifest, fleet: str, steps: tuple[CapacityStep, ...
 
 def _search_gaps(
     fleet: str,
-    cap: capacity.Capacity,
+    cap: CapacityModel,
     path: capacity.SearchPath,
     tried: str,
 ) -> tuple[set[str], Findings]:

@@ -495,6 +495,14 @@ class CapacityModel(_Model):
         default=None, description="the automatic search that chose the steps; null: a fixed sweep or none"
     )
 
+    @property
+    def top_multiplier(self) -> float | None:
+        return max((s.multiplier for s in self.steps), default=None)
+
+    @property
+    def winner(self) -> CapacityStep | None:
+        return next((s for s in self.steps if s.label == self.step), None)
+
 
 class FleetSize(_Model):
     """The fleet sized for peak demand from one per-instance capacity (analysis.sizing, docs/design.md: required fleet)."""

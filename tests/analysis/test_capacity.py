@@ -498,7 +498,7 @@ def test_a_step_the_search_judged_too_short_is_never_the_capacity() -> None:
         "hand-made",
         0.1,
     )
-    cap = choose("g6", rows, path)
+    cap = choose(rows, path)
     assert cap.step == "g6/x0.5" and cap.per_instance_tok_s == pytest.approx(110.0)
     # without a search (a fixed sweep), the replay stays a candidate as before
-    assert choose("g6", rows).step == REPLAY
+    assert choose(rows).step == REPLAY
