@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from analysis.report_model import Gap as Gap  # the stages' gaps are report.json's, named here as before
+
 if TYPE_CHECKING:
     from core.manifest import Manifest
 
@@ -21,18 +23,6 @@ class Sourced:
 
     def as_dict(self) -> dict[str, object]:
         return {"value": self.value, "source": self.source, "detail": self.detail}
-
-
-@dataclass(frozen=True)
-class Gap:
-    """Evidence the report needed but did not get. `blocks_go` gaps turn a Go into a Defer."""
-
-    what: str
-    reason: str
-    blocks_go: bool = True
-
-    def as_dict(self) -> dict[str, object]:
-        return {"what": self.what, "reason": self.reason, "blocks_go": self.blocks_go}
 
 
 def run_relative(path: str | Path, run_dir: str | Path) -> str:

@@ -155,6 +155,10 @@ class Decision(_Model):
 class Gap(_Model):
     """A piece of evidence the report lacks or doubts, and whether it blocks a Go."""
 
+    # Also what every report stage records (analysis.provenance.Findings): Gap(what, reason[, blocks_go=False]).
+    def __init__(self, what: str, reason: str, blocks_go: bool = True) -> None:
+        BaseModel.__init__(self, what=what, reason=reason, blocks_go=blocks_go)  # see SearchStep.__init__
+
     what: str = Field(
         description="the evidence concerned, as a dotted key (e.g. 'saturation.g6', 'capacity.inf2', 'prometheus')"
     )
