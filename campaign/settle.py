@@ -47,7 +47,7 @@ class Segment:
 
 @dataclass
 class SettleOutcome:
-    stopped: str  # "settled", "nothing to settle", "budget", "trace exhausted", "rounds", "no search step to continue"
+    stopped: str  # "settled", "nothing to settle", "budget", "trace exhausted", "rounds", "stalled", "no search step to continue"
     detail: str
     delta_ci_before: list[float | None] | None
     delta_ci_after: list[float | None] | None
@@ -148,8 +148,20 @@ def settle(
             )
         out.seconds += max(took.values())
         out.usd += round_usd
+        before = _ci(rep)
         rep = report()
         log(f"settle: monthly delta 95% CI now {_fmt(_ci(rep))}; decision {rep.decision.state}")
+        if rep.decision.to_settle is not None and _ci(rep) == before:
+            # Seen in the example: to_settle asked 2-3 more requests per fleet, four rounds in a
+            # row, and the interval never moved. Its estimate scales a width continuously; the end
+            # that decided came from the search's bracket (a missed step caps a capacity) and the
+            # integer fleet, which more requests at the sizing step do not move.
+            out.stopped, out.detail = (
+                "stalled",
+                "the last round moved neither end of the monthly delta's interval: the end that decides is set "
+                "by the search's bracket or the integer fleet size, not by the sizing step's requests",
+            )
+            break
     else:
         out.stopped, out.detail = "rounds", f"{MAX_ROUNDS} rounds without settling"
     out.delta_ci_after, out.decision_after = _ci(rep), rep.decision.state

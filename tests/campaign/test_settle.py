@@ -93,12 +93,21 @@ def test_a_segment_continues_the_sizing_step_with_the_next_requests(tmp_path: Pa
 
 def test_a_second_segment_skips_the_first_one_too(tmp_path: Path, m: Manifest) -> None:
     dirs = _search(tmp_path)
-    reports = iter([_report(10), _report(6), _report(None)])
+    reports = iter([_report(10), _report(6, ci=(None, 4800.0)), _report(None)])
     runner = FakeRunner(m)
     settle(m, runner, tmp_path, dirs, lambda: next(reports), threading.Event(), lambda _: None)
     (_, first, _, _), (_, second, seg2, _) = runner.calls
     assert seg2.name == "settle-2"
     assert second.skip_s == pytest.approx(first.skip_s + first.span_s * first.multiplier)
+
+
+def test_a_round_that_moves_no_end_of_the_interval_ends_the_phase(tmp_path: Path, m: Manifest) -> None:
+    # The example's demo: to_settle asked 2-3 requests a round, four rounds, and the interval never moved.
+    dirs = _search(tmp_path)
+    reports = iter([_report(3), _report(3), _report(3)])
+    runner = FakeRunner(m)
+    out = settle(m, runner, tmp_path, dirs, lambda: next(reports), threading.Event(), lambda _: None)
+    assert out.stopped == "stalled" and len(runner.calls) == 1 and "bracket" in out.detail
 
 
 def test_the_budget_stops_a_round_before_it_starts(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
@@ -131,15 +140,15 @@ def test_a_fleet_whose_segment_exceeds_the_budget_does_not_hold_back_the_other(
     (tmp_path / "cap" / "g6" / "x0.5").mkdir(parents=True)
     dirs["g6/x0.5"] = tmp_path / "cap" / "g6" / "x0.5"
 
-    def report(fleets: dict[str, int]) -> Any:
+    def report(fleets: dict[str, int], upper: float = 5000.0) -> Any:
         need = {n: SimpleNamespace(more_requests=k, usd=0.5, minutes=k / 60) for n, k in fleets.items()}
         return SimpleNamespace(
             decision=SimpleNamespace(to_settle=SimpleNamespace(by_fleet=need, usd=1.0, minutes=1.0), state="defer"),
-            monthly_delta_ci_usd=[None, 5000.0],
+            monthly_delta_ci_usd=[None, upper],
             fleets={n: SimpleNamespace(intervals=SimpleNamespace(basis=f"{n}/x0.5")) for n in ("inf2", "g6")},
         )
 
-    reports = iter([report({"inf2": 10, "g6": 5000}), report({"g6": 5000})])
+    reports = iter([report({"inf2": 10, "g6": 5000}), report({"g6": 5000}, upper=4000.0)])
     runner = FakeRunner(m)
     out = settle(m, runner, tmp_path / "cap", dirs, lambda: next(reports), threading.Event(), lambda _: None)
     assert [c[0] for c in runner.calls] == ["inf2"]  # g6 sat out; inf2 got its 10 requests
