@@ -26,6 +26,7 @@ ILLUSTRATIVE_VALUES: frozenset[str] = frozenset(
         "4c3d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8091a2b",
         "5e1d3a0c9b7f2e4d6a8c0b1e3f5a7c9d2b4e6f8a0c1d3e5f7a9b2c4d6e8f0a1b",
         "7c2e9a1b3d5f7081a2c4e6f8091b3d5f7a9c1e3b5d7f9a0c2e4b6d8f0a1c3e5d",
+        "8e3f1a2b4c6d8e0f1a3b5c7d9e1f2a4b6c8d0e2f4a6b8c0d2e4f6a8b0c2d4e6f",
     }
 )
 # RFC 5737 (IPv4) and RFC 3849 (IPv6) documentation ranges: never a real operator network.
