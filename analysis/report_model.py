@@ -184,7 +184,7 @@ class ProvenanceEntry(_Model):
 
 
 class Measure(_Model):
-    """analysis.goodput.FleetMeasure.as_dict: the replay's counts, tokens, window and P95s, from the per-request records."""
+    """A fleet's measure (analysis.goodput.measure_fleets): the replay's counts, tokens, window and P95s, from the per-request records."""
 
     fleet: str = Field(description="fleet name (a key of `fleets`)")
     requests: int = Field(description="non-warmup requests scheduled in the replay, whatever their outcome")

@@ -22,7 +22,7 @@ interval (`sum_ci`) is chosen by the number of requests n:
   sum falls as 1/sqrt(n) (a per-request skewness of 2 leaves 0.02, moving a 95% end by under
   1% of the half-width, while 1,000 resamples put about 4% of noise on each end). It needs only
   n, the sum and the variance, which duckdb computes over millions of records in one pass;
-  the bootstrap would draw 1,000 x n values (tests/analysis/test_stats.py checks the two agree).
+  the bootstrap would draw 1,000 x n values (tests/core/test_stats.py checks the two agree).
 
 Order statistics of large samples: the binomial CDF is summed only over the window of +-12
 standard deviations around n q, where all but 1e-30 of its mass lies, so the ranks of a P95
