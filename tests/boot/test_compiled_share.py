@@ -38,6 +38,8 @@ for a in "${@:3}"; do
 done
 src="${args[0]}"; dst="${args[1]}"
 [ "${FAIL_UPLOAD:-0}" = 1 ] && [[ "$dst" == s3://* ]] && { echo "upload failed" >&2; exit 1; }
+# a download that breaks half-way: one file lands, then the copy fails
+[ "${FAIL_DOWNLOAD:-0}" = 1 ] && [[ "$src" == s3://* ]] && { d="$(to_local "$dst")"; mkdir -p "$d"; echo partial > "$d/model.pt"; exit 1; }
 if [ "$src" = - ]; then d="$(to_local "$dst")"; mkdir -p "$(dirname "$d")"; cat > "$d"; exit 0; fi
 s="$(to_local "$src")"; d="$(to_local "$dst")"
 [ "$recursive" = 1 ] || { cp "$s" "$d"; exit; }
@@ -46,7 +48,9 @@ mkdir -p "$d"
 """
 
 
-def _boot(tmp: Path, volume: Path, bucket: Path, *, fail_upload: bool = False) -> tuple[str, str]:
+def _boot(
+    tmp: Path, volume: Path, bucket: Path, *, fail_upload: bool = False, fail_download: bool = False
+) -> tuple[str, str]:
     """One boot of an instance whose cache volume is `volume`: fetch, "serve", publish."""
     m = load_manifest(EXAMPLE_MANIFEST, check_files=False)
     defn = definition_for(m, m.fleet("inf2"))
@@ -72,6 +76,7 @@ def _boot(tmp: Path, volume: Path, bucket: Path, *, fail_upload: bool = False) -
         "BUCKET_DIR": str(bucket),
         "CALLS": str(calls),
         "FAIL_UPLOAD": "1" if fail_upload else "0",
+        "FAIL_DOWNLOAD": "1" if fail_download else "0",
     }
     proc = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -102,6 +107,14 @@ def test_a_failed_upload_leaves_no_marker_and_the_next_instance_compiles(tmp_pat
     assert "server: compiled" in out and "publishing to s3://results/compiled/" in out and "failed" in out
     out, _ = _boot(tmp_path, tmp_path / "vol-b", bucket)
     assert "this instance compiles" in out and "server: compiled" in out
+
+
+def test_a_failed_fetch_starts_clean_and_compiles(tmp_path: Path) -> None:
+    bucket = tmp_path / "bucket"
+    _boot(tmp_path, tmp_path / "vol-a", bucket)  # published
+    out, _ = _boot(tmp_path, tmp_path / "vol-b", bucket, fail_download=True)
+    assert "fetching s3://results/compiled/" in out and "failed; this instance compiles" in out
+    assert "server: compiled" in out  # nothing half-downloaded was loaded
 
 
 def _inf2() -> tuple[object, object]:
