@@ -115,7 +115,7 @@ real-engine: install engine tiny-model
 # definitions as local processes, emulated fleets (measure_instances each) behind their
 # endpoints, moto for S3, CloudFormation, Auto Scaling and CloudWatch (bench/cloud_offline.py).
 cloud-offline: install
-	$(PY) bench/cloud_offline.py $(MANIFEST) --out runs/cloud-offline
+	@$(call decision_ok,$(PY) bench/cloud_offline.py $(MANIFEST) --out runs/cloud-offline)
 
 # The newest runs/*/report.html rendered by headless Chromium (Debian `chromium`) to report.png beside
 # it; prints the figures' sizes and fails on a console error, a page error or a request off file://.
