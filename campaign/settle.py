@@ -148,18 +148,19 @@ def settle(
             )
         out.seconds += max(took.values())
         out.usd += round_usd
-        before = _ci(rep)
+        before = _evidence(rep)
         rep = report()
         log(f"settle: monthly delta 95% CI now {_fmt(_ci(rep))}; decision {rep.decision.state}")
-        if rep.decision.to_settle is not None and _ci(rep) == before:
+        if rep.decision.to_settle is not None and _evidence(rep) == before:
             # Seen in the example: to_settle asked 2-3 more requests per fleet, four rounds in a
             # row, and the interval never moved. Its estimate scales a width continuously; the end
             # that decided came from the search's bracket (a missed step caps a capacity) and the
             # integer fleet, which more requests at the sizing step do not move.
             out.stopped, out.detail = (
                 "stalled",
-                "the last round moved neither end of the monthly delta's interval: the end that decides is set "
-                "by the search's bracket or the integer fleet size, not by the sizing step's requests",
+                "the last round moved neither end of the monthly delta's interval nor of any fleet's capacity "
+                "interval: the end that decides is set by the search's bracket or the integer fleet size, not by "
+                "the sizing step's requests",
             )
             break
     else:
@@ -253,6 +254,13 @@ def _run_round(
             stop.set()
             runner.abort()
             raise
+
+
+def _evidence(rep: Report) -> tuple[object, ...]:
+    """What a round can move: the delta's interval and each fleet's capacity interval (a fleet's
+    low end becoming known is progress even while the other fleet keeps the delta's unknown)."""
+    fleets = tuple(sorted((n, tuple(getattr(f, "capacity_ci_tok_s", None) or ())) for n, f in rep.fleets.items()))
+    return (tuple(_ci(rep) or ()), fleets)
 
 
 def _ci(rep: Report) -> list[float | None] | None:

@@ -110,6 +110,24 @@ def test_a_round_that_moves_no_end_of_the_interval_ends_the_phase(tmp_path: Path
     assert out.stopped == "stalled" and len(runner.calls) == 1 and "bracket" in out.detail
 
 
+def test_a_round_that_bounds_a_fleets_capacity_is_progress_though_the_delta_stays_unknown(
+    tmp_path: Path, m: Manifest
+) -> None:
+    # The Azure code trace: inf2's interval got its low end in round 1 while g6 kept the delta's
+    # ends unknown; g6's second segment then bounded it. The rule must not call round 1 a stall.
+    dirs = _search(tmp_path)
+
+    def report(more: int | None, low: float | None) -> Any:
+        r = _report(more, ci=(None, None))
+        r.fleets["inf2"].capacity_ci_tok_s = [low, 9.0]
+        return r
+
+    reports = iter([report(3, None), report(3, 4.9), report(None, 4.9)])
+    runner = FakeRunner(m)
+    out = settle(m, runner, tmp_path, dirs, lambda: next(reports), threading.Event(), lambda _: None)
+    assert len(runner.calls) == 2 and out.stopped == "settled"
+
+
 def test_the_budget_stops_a_round_before_it_starts(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
     manifest_data["workload"]["capacity_search"] = {
         **manifest_data["workload"].get("capacity_search", {}),
