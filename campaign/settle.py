@@ -257,10 +257,17 @@ def _run_round(
 
 
 def _evidence(rep: Report) -> tuple[object, ...]:
-    """What a round can move: the delta's interval and each fleet's capacity interval (a fleet's
-    low end becoming known is progress even while the other fleet keeps the delta's unknown)."""
-    fleets = tuple(sorted((n, tuple(getattr(f, "capacity_ci_tok_s", None) or ())) for n, f in rep.fleets.items()))
-    return (tuple(_ci(rep) or ()), fleets)
+    """What a round can move: the delta's interval, and which ends of each fleet's capacity
+    interval are known (an end becoming known is progress even while the other fleet keeps the
+    delta's unknown). Not the fleet intervals' values: every segment pools into its step, so they
+    shift a little each round whether or not anything that decides has moved."""
+    known = tuple(
+        sorted(
+            (n, tuple(v is not None for v in (getattr(f, "capacity_ci_tok_s", None) or (None, None))))
+            for n, f in rep.fleets.items()
+        )
+    )
+    return (tuple(_ci(rep) or ()), known)
 
 
 def _ci(rep: Report) -> list[float | None] | None:

@@ -126,6 +126,11 @@ def test_a_round_that_bounds_a_fleets_capacity_is_progress_though_the_delta_stay
     runner = FakeRunner(m)
     out = settle(m, runner, tmp_path, dirs, lambda: next(reports), threading.Event(), lambda _: None)
     assert len(runner.calls) == 2 and out.stopped == "settled"
+    # A known end that merely shifts (the segment pooled into the step) is no progress.
+    reports = iter([report(3, 4.9), report(3, 5.1), report(None, 5.1)])
+    runner = FakeRunner(m)
+    out = settle(m, runner, tmp_path, dirs, lambda: next(reports), threading.Event(), lambda _: None)
+    assert len(runner.calls) == 1 and out.stopped == "stalled"
 
 
 def test_the_budget_stops_a_round_before_it_starts(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
