@@ -149,6 +149,7 @@ class LocalTaskLauncher:
             else:
                 # ECS's stoppedReason says little; here the log's own cause, so a CI failure names it
                 why = "" if code == 0 else exit_reason(code, self.logs[h]).removeprefix(SETUP_FAILED_PREFIX)
+                why = why.removeprefix("nothing was sent: ")  # task_entry's own line says it too
                 out[h] = TaskStatus("STOPPED", code, why)
         return out
 

@@ -24,6 +24,7 @@ Everything a report is built from lands in one run directory, laid out the same 
 from __future__ import annotations
 
 import json
+import math
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -108,7 +109,8 @@ def _numbers(
         raise AnalysisError(f"{path}: {key}: expected {{fleet: number}}, got {value!r}")
     out = {}
     for fleet, v in value.items():
-        if isinstance(v, bool) or not isinstance(v, int | float) or (kind is int and v != int(v)) or v < 0:
+        bad = isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0
+        if bad or (kind is int and v != int(v)):
             raise AnalysisError(f"{path}: {key}.{fleet}: expected a non-negative {kind.__name__}, got {v!r}")
         out[str(fleet)] = kind(v)
     return out

@@ -33,6 +33,8 @@ def test_round_trip(tmp_path: Path) -> None:
         ('{"instances_measured": {"inf2": 2.5}}', "instances_measured.inf2"),
         ('{"instances_measured": {"inf2": true}}', "instances_measured.inf2"),
         ('{"instances_measured": {"g6": 2}, "ready_after_s": {"g6": -1}}', "ready_after_s.g6"),
+        ('{"instances_measured": {"g6": 2}, "ready_after_s": {"g6": NaN}}', "ready_after_s.g6"),
+        ('{"instances_measured": {"g6": Infinity}}', "instances_measured.g6"),
         ('{"instances_measured": {"g6": 2}, "ready_after_s": 5}', "ready_after_s: expected {fleet: number}"),
         ('{"instances_measured": {"g6": 2}, "systems_under_test": 3}', "systems_under_test"),
     ],
