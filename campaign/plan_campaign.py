@@ -232,10 +232,11 @@ def _compile_assumptions(m: Manifest) -> list[str]:
             continue
         gb = weight_bytes(m) / 1e9
         out.append(
-            f"{f.name}: the first instance compiles, about {gb * NEURON_COMPILE_MIN_PER_GB:.0f} min for {gb:.0f} GB of "
-            "weights (published: the NxD Inference vLLM guide's 15 GB in about 15 min), within ready_at_most; it then "
-            f"publishes the artifacts to the results bucket's compiled/{compiled.key}/, and every later instance or "
-            "replacement fetches them instead of compiling (its boot log says in how many seconds)"
+            f"{f.name}: the first instances compile (all those that boot before a set is published: a new fleet's "
+            f"first boots, side by side), about {gb * NEURON_COMPILE_MIN_PER_GB:.0f} min for {gb:.0f} GB of weights "
+            "(published: the NxD Inference vLLM guide's 15 GB in about 15 min), within ready_at_most; each then "
+            f"publishes its set under the results bucket's compiled/{compiled.key}/, and every later instance or "
+            "replacement fetches one instead of compiling (its boot log says in how many seconds)"
         )
     return out
 

@@ -183,8 +183,10 @@ LOCAL_MARKER = ".harness-complete"  # this cache volume holds a complete set (co
 
 def compiled_fetch(defn: ServingDefinition, compiled_uri: str) -> list[str]:
     """Before the server starts: the compiled artifacts from the cache volume if a previous boot
-    left a complete set, else from the results bucket if an instance published one (timed in the
-    boot log), else this instance compiles (and publishes after it serves: compiled_publish)."""
+    left a complete set, else a complete set some instance published to the results bucket
+    (timed in the boot log), else this instance compiles (and publishes after it serves:
+    compiled_publish). Each publisher writes its own <key>/<publisher>/ prefix, marker last, so
+    instances that compile at the same time (a new fleet's first boots) never mix their files."""
     c = defn.compiled
     if c is None:
         return []
@@ -195,34 +197,45 @@ def compiled_fetch(defn: ServingDefinition, compiled_uri: str) -> list[str]:
         f"mkdir -p {c.directory}",
         f"if [ -f {c.directory}/{LOCAL_MARKER} ]; then",
         '  COMPILED_FROM=volume; echo "compiled artifacts: on the cache volume"',
-        f"elif aws s3api head-object --bucket {bucket} --key {key_prefix}/{COMPLETE_MARKER} >/dev/null 2>&1; then",
-        "  FETCH_START=$SECONDS",
-        # A failed or partial download must not stop the boot (set -e) nor be loaded: start clean, compile.
-        f'  if aws s3 cp --recursive --only-show-errors --exclude {COMPLETE_MARKER} "$COMPILED_URI/" {c.directory}/; then',
-        f"    touch {c.directory}/{LOCAL_MARKER}",
-        '    COMPILED_FROM=s3; echo "compiled artifacts fetched from $COMPILED_URI in $((SECONDS - FETCH_START)) s"',
-        "  else",
-        f"    find {c.directory} -mindepth 1 -delete",
-        '    COMPILED_FROM=compile; echo "compiled artifacts: fetching $COMPILED_URI failed; this instance compiles"',
-        "  fi",
         "else",
-        '  COMPILED_FROM=compile; echo "compiled artifacts: none in $COMPILED_URI; this instance compiles"',
+        '  COMPILED_SET=""',
+        '  PUBLISHED="$(aws s3 ls "$COMPILED_URI/" 2>/dev/null | awk \'$1 == "PRE" {print $2}\' || true)"',
+        "  while read -r publisher; do",
+        '    [ -n "$publisher" ] || continue',
+        f'    if aws s3api head-object --bucket {bucket} --key "{key_prefix}/${{publisher}}{COMPLETE_MARKER}" >/dev/null 2>&1; then',
+        '      COMPILED_SET="$COMPILED_URI/${publisher%/}"; break',
+        "    fi",
+        '  done <<< "$PUBLISHED"',
+        '  if [ -n "$COMPILED_SET" ]; then',
+        "    FETCH_START=$SECONDS",
+        # A failed or partial download must not stop the boot (set -e) nor be loaded: start clean, compile.
+        f'    if aws s3 cp --recursive --only-show-errors --exclude {COMPLETE_MARKER} "$COMPILED_SET/" {c.directory}/; then',
+        f"      touch {c.directory}/{LOCAL_MARKER}",
+        '      COMPILED_FROM=s3; echo "compiled artifacts fetched from $COMPILED_SET in $((SECONDS - FETCH_START)) s"',
+        "    else",
+        f"      find {c.directory} -mindepth 1 -delete",
+        '      COMPILED_FROM=compile; echo "compiled artifacts: fetching $COMPILED_SET failed; this instance compiles"',
+        "    fi",
+        "  else",
+        '    COMPILED_FROM=compile; echo "compiled artifacts: no complete set in $COMPILED_URI; this instance compiles"',
+        "  fi",
         "fi",
     ]
 
 
 def compiled_publish(defn: ServingDefinition) -> list[str]:
-    """After the server is healthy, an instance that compiled uploads what it compiled, marker last.
-    A failed upload is logged, not fatal: the server already serves; the next instance compiles."""
+    """After the server is healthy, an instance that compiled uploads what it compiled under its
+    own prefix, marker last. A failed upload is logged, not fatal: the server already serves."""
     c = defn.compiled
     if c is None:
         return []
     return [
         'if [ "$COMPILED_FROM" = compile ]; then',
-        f'  if aws s3 cp --recursive --only-show-errors --exclude {LOCAL_MARKER} {c.directory}/ "$COMPILED_URI/" '
-        f'&& echo {c.key} | aws s3 cp - "$COMPILED_URI/{COMPLETE_MARKER}"; then',
-        f'    touch {c.directory}/{LOCAL_MARKER}; echo "compiled artifacts published to $COMPILED_URI"',
-        '  else echo "compiled artifacts: publishing to $COMPILED_URI failed; later instances compile too"; fi',
+        '  PUBLISH_URI="$COMPILED_URI/$(hostname)-$(date +%s)"',
+        f'  if aws s3 cp --recursive --only-show-errors --exclude {LOCAL_MARKER} {c.directory}/ "$PUBLISH_URI/" '
+        f'&& echo {c.key} | aws s3 cp - "$PUBLISH_URI/{COMPLETE_MARKER}"; then',
+        f'    touch {c.directory}/{LOCAL_MARKER}; echo "compiled artifacts published to $PUBLISH_URI"',
+        '  else echo "compiled artifacts: publishing to $PUBLISH_URI failed; later instances compile too"; fi',
         "fi",
     ]
 

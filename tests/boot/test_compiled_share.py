@@ -31,6 +31,11 @@ if [ "$1" = s3api ]; then
   for a in "$@"; do [ "$prev" = --bucket ] && bucket="$a"; [ "$prev" = --key ] && key="$a"; prev="$a"; done
   [ -f "$BUCKET_DIR/$bucket/$key" ]; exit
 fi
+if [ "$2" = ls ]; then  # `aws s3 ls s3://B/P/`: the prefix's sub-prefixes, as PRE lines
+  d="$(to_local "$3")"; [ -d "$d" ] || exit 1
+  for x in "$d"/*/; do [ -d "$x" ] && echo "                           PRE $(basename "$x")/"; done
+  exit 0
+fi
 args=(); exclude=""; recursive=0; prev=""
 for a in "${@:3}"; do
   case "$a" in --recursive) recursive=1;; --only-show-errors) ;; --exclude) ;; *) [ "$prev" = --exclude ] && exclude="$a" || args+=("$a");; esac
@@ -83,22 +88,42 @@ def _boot(
     return proc.stdout, calls.read_text(encoding="utf-8")
 
 
+def _published(bucket: Path, key: str) -> list[Path]:
+    root = bucket / "results" / "compiled" / key
+    return sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+
+
 def test_first_instance_compiles_and_publishes_later_ones_fetch(tmp_path: Path) -> None:
     bucket = tmp_path / "bucket"
     key = definition_for(*_inf2()).compiled.key  # type: ignore[union-attr]
-    shared = bucket / "results" / "compiled" / key
 
     out, _ = _boot(tmp_path, tmp_path / "vol-a", bucket)
     assert "this instance compiles" in out and "server: compiled" in out and "published to" in out
+    (shared,) = _published(bucket, key)  # its own prefix under the key
     assert (shared / "model.pt").read_text() == "neff\n" and (shared / COMPLETE_MARKER).read_text() == f"{key}\n"
     assert not (shared / ".harness-complete").exists()  # the local marker stays local
 
     out, calls = _boot(tmp_path, tmp_path / "vol-b", bucket)  # a new instance: an empty volume
-    assert "compiled artifacts fetched from s3://results/compiled/" in out and "server: loaded" in out
-    assert "aws s3 cp --recursive" in calls and "published" not in out
+    assert f"compiled artifacts fetched from s3://results/compiled/{key}/{shared.name} in" in out
+    assert "server: loaded" in out and "aws s3 cp --recursive" in calls and "published" not in out
 
     out, calls = _boot(tmp_path, tmp_path / "vol-b", bucket)  # the same instance rebooted
     assert "on the cache volume" in out and "server: loaded" in out and "s3 cp" not in calls
+
+
+def test_instances_compiling_at_once_publish_apart_and_only_a_complete_set_is_fetched(tmp_path: Path) -> None:
+    # A new fleet's instances boot together, so each compiles: one has published, the other is
+    # still uploading (no marker yet). A third instance fetches the complete set only.
+    bucket = tmp_path / "bucket"
+    key = definition_for(*_inf2()).compiled.key  # type: ignore[union-attr]
+    _boot(tmp_path, tmp_path / "vol-a", bucket)
+    (done,) = _published(bucket, key)
+    uploading = done.with_name("ip-10-0-1-9-1")  # sorts before it: listed first
+    uploading.mkdir()
+    (uploading / "model.pt").write_text("half\n")
+    out, _ = _boot(tmp_path, tmp_path / "vol-c", bucket)
+    assert f"fetched from s3://results/compiled/{key}/{done.name} in" in out and "server: loaded" in out
+    assert (tmp_path / "vol-c" / "compile" / key / "model.pt").read_text() == "neff\n"
 
 
 def test_a_failed_upload_leaves_no_marker_and_the_next_instance_compiles(tmp_path: Path) -> None:

@@ -155,9 +155,9 @@ def test_cli_plan_json(example_manifest_path: Path) -> None:
     from core.serving import definition_for
 
     key = definition_for(m, m.fleet("inf2")).compiled.key  # type: ignore[union-attr]
-    (compile_line,) = [a for a in pred["assumptions"] if "compiles" in a]
-    assert compile_line.startswith("inf2: the first instance compiles, about 16 min for 16 GB")
-    assert f"compiled/{key}/" in compile_line and "fetches them instead of compiling" in compile_line
+    (compile_line,) = [a for a in pred["assumptions"] if "instances compile" in a]
+    assert compile_line.startswith("inf2: the first instances compile") and "about 16 min for 16 GB" in compile_line
+    assert f"compiled/{key}/" in compile_line and "fetches one instead of compiling" in compile_line
     for name in ("inf2", "g6"):
         f = pred["fleets"][name]
         assert f["search_steps"] >= 2 and f["search_minutes"] > 0 and f["capacity_tok_s"] > 0
