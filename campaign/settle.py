@@ -109,19 +109,21 @@ def settle(
         # the other from the few requests that bound its interval (a marginal SLO can need
         # thousands at one fleet and tens at the other).
         left_s = cfg.settle_budget_s - out.seconds
-        over = {n: p.span_s for n, (_, p, _) in plans.items() if p.span_s > left_s}
+        over = {
+            n: f"its next segment needs about {p.span_s:.0f} s of arrivals; {max(left_s, 0):.0f} s of the "
+            f"{cfg.settle_budget_s:g} s settle budget are left"
+            for n, (_, p, _) in plans.items()
+            if p.span_s > left_s
+        }
         usd = {n: _segment_usd(ts.by_fleet[n], p.span_s) for n, (_, p, _) in plans.items() if n not in over}
         left_usd = None if cfg.settle_budget_usd is None else cfg.settle_budget_usd - out.usd
         while left_usd is not None and usd and sum(usd.values()) > left_usd:  # drop the dearest until it fits
             dearest = max(usd, key=lambda n: usd[n])
-            over[dearest] = plans[dearest][1].span_s
-            del usd[dearest]
-        out.over_budget = [
-            f"{n}: its next segment needs about {span:.0f} s of arrivals; {max(left_s, 0):.0f} s of the "
-            f"{cfg.settle_budget_s:g} s settle budget (and {'no' if left_usd is None else f'{left_usd:.2f} USD of the'} "
-            "USD budget) are left"
-            for n, span in sorted(over.items())
-        ]
+            over[dearest] = (
+                f"its next segment would cost about {usd.pop(dearest):.2f} USD on the cloud fleets; "
+                f"{max(left_usd, 0):.2f} of the {cfg.settle_budget_usd:g} USD settle budget are left"
+            )
+        out.over_budget = [f"{n}: {why}" for n, why in sorted(over.items())]
         if len(over) == len(plans):
             out.stopped, out.detail = "budget", "; ".join(out.over_budget)
             break

@@ -178,6 +178,14 @@ def test_a_fleet_whose_segment_exceeds_the_budget_does_not_hold_back_the_other(
     assert out.stopped == "budget" and out.detail.startswith("g6: its next segment needs about")
     assert out.over_budget == [out.detail] and [s.fleet for s in out.segments] == ["inf2"]
 
+    # A fleet dropped for the USD budget says so, with its own cost (not a seconds figure that fits).
+    manifest_data["workload"]["capacity_search"]["settle_budget_usd"] = 0.01
+    m = load_manifest(write_manifest(tmp_path, manifest_data, "usd.yaml"), check_files=False)
+    out = settle(m, FakeRunner(m), tmp_path / "cap", dirs, lambda: report({"inf2": 10, "g6": 5000}), threading.Event())
+    assert out.stopped == "budget" and not out.segments
+    inf2_why = next(w for w in out.over_budget if w.startswith("inf2:"))
+    assert "would cost about" in inf2_why and "USD on the cloud fleets; 0.01 of the 0.01 USD settle budget" in inf2_why
+
 
 def test_the_analysis_pools_a_step_with_its_segments(tmp_path: Path, m: Manifest) -> None:
     """Each segment's schedule starts at 0: the step's window is the sum of their windows, not the
