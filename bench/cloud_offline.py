@@ -230,32 +230,23 @@ class InServiceFeed:
         import datetime as dt
 
         now = dt.datetime.now(dt.UTC)
-        for fleet, name in self.groups.items():
-            self.cw.put_metric_data(
-                Namespace="AWS/AutoScaling",
-                MetricData=[
-                    {
-                        "MetricName": "GroupInServiceInstances",
-                        "Dimensions": [{"Name": "AutoScalingGroupName", "Value": name}],
-                        "Timestamp": now,
-                        "Value": float(self.instances[fleet]),
-                        "Unit": "None",
-                    }
-                ],
-            )
-        for fleet, (tg, lb) in self.target_groups.items():
-            self.cw.put_metric_data(
-                Namespace="AWS/NetworkELB",
-                MetricData=[
-                    {
-                        "MetricName": "HealthyHostCount",
-                        "Dimensions": [{"Name": "TargetGroup", "Value": tg}, {"Name": "LoadBalancer", "Value": lb}],
-                        "Timestamp": now,
-                        "Value": float(self.instances[fleet]),
-                        "Unit": "Count",
-                    }
-                ],
-            )
+        # (namespace, metric, dimensions, unit) per fleet; each carries the instances it serves.
+        series = [
+            (f, "AWS/AutoScaling", "GroupInServiceInstances", {"AutoScalingGroupName": g}, "None")
+            for f, g in self.groups.items()
+        ] + [
+            (f, "AWS/NetworkELB", "HealthyHostCount", {"TargetGroup": tg, "LoadBalancer": lb}, "Count")
+            for f, (tg, lb) in self.target_groups.items()
+        ]
+        for fleet, namespace, metric, dims, unit in series:
+            datum = {
+                "MetricName": metric,
+                "Dimensions": [{"Name": k, "Value": v} for k, v in dims.items()],
+                "Timestamp": now,
+                "Value": float(self.instances[fleet]),
+                "Unit": unit,
+            }
+            self.cw.put_metric_data(Namespace=namespace, MetricData=[datum])
 
     def _run(self) -> None:
         while not self._stop.is_set():
