@@ -206,8 +206,10 @@ def test_saturation_queues_and_ttft_grows(manifest_data: Body, tmp_path: Path) -
         ttfts = sorted(t for t, _ in await asyncio.gather(*tasks))
         # The fourth wave waits for three waves of 6 steps each before it is admitted.
         step = TimingModel.for_fleet(m, m.fleet("g6")).step_s(4 * 8, 0, 4)
-        assert statistics.median(ttfts[:4]) < 3 * step
-        assert statistics.median(ttfts[12:]) - statistics.median(ttfts[:4]) > 0.9 * 18 * step
+        waves = [statistics.median(ttfts[i : i + 4]) for i in range(0, 16, 4)]
+        # Measured between waves, not from the client's start: on a loaded CI box the 16 connections
+        # alone once took half a second to open (0.70 s to the first wave's first token).
+        assert all(later - earlier > 0.9 * 6 * step for earlier, later in itertools.pairwise(waves))
         assert await scrape("vllm:num_requests_running") == 0
         assert await scrape("vllm:request_success_total", 'finished_reason="length"') == 16
         assert await scrape("vllm:generation_tokens_total") == 16 * 6
