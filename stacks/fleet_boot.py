@@ -181,7 +181,7 @@ COMPLETE_MARKER = "COMPLETE"  # written last: a half-uploaded set of artifacts i
 LOCAL_MARKER = ".harness-complete"  # this cache volume holds a complete set (compiled or fetched)
 
 
-def compiled_fetch(defn: ServingDefinition, compiled_uri: str) -> list[str]:
+def compiled_fetch(defn: ServingDefinition, compiled_uri: str, *, region: str) -> list[str]:
     """Before the server starts: the compiled artifacts from the cache volume if a previous boot
     left a complete set, else a complete set some instance published to the results bucket
     (timed in the boot log), else this instance compiles (and publishes after it serves:
@@ -199,17 +199,18 @@ def compiled_fetch(defn: ServingDefinition, compiled_uri: str) -> list[str]:
         '  COMPILED_FROM=volume; echo "compiled artifacts: on the cache volume"',
         "else",
         '  COMPILED_SET=""',
-        '  PUBLISHED="$(aws s3 ls "$COMPILED_URI/" 2>/dev/null | awk \'$1 == "PRE" {print $2}\' || true)"',
+        f'  PUBLISHED="$(aws s3 ls --region {region} "$COMPILED_URI/" 2>/dev/null | awk \'$1 == "PRE" {{print $2}}\' || true)"',
         "  while read -r publisher; do",
         '    [ -n "$publisher" ] || continue',
-        f'    if aws s3api head-object --bucket {bucket} --key "{key_prefix}/${{publisher}}{COMPLETE_MARKER}" >/dev/null 2>&1; then',
+        f"    if aws s3api head-object --region {region} --bucket {bucket} "
+        f'--key "{key_prefix}/${{publisher}}{COMPLETE_MARKER}" >/dev/null 2>&1; then',
         '      COMPILED_SET="$COMPILED_URI/${publisher%/}"; break',
         "    fi",
         '  done <<< "$PUBLISHED"',
         '  if [ -n "$COMPILED_SET" ]; then',
         "    FETCH_START=$SECONDS",
         # A failed or partial download must not stop the boot (set -e) nor be loaded: start clean, compile.
-        f'    if aws s3 cp --recursive --only-show-errors --exclude {COMPLETE_MARKER} "$COMPILED_SET/" {c.directory}/; then',
+        f'    if aws s3 cp --region {region} --recursive --only-show-errors --exclude {COMPLETE_MARKER} "$COMPILED_SET/" {c.directory}/; then',
         f"      touch {c.directory}/{LOCAL_MARKER}",
         '      COMPILED_FROM=s3; echo "compiled artifacts fetched from $COMPILED_SET in $((SECONDS - FETCH_START)) s"',
         "    else",
@@ -223,7 +224,7 @@ def compiled_fetch(defn: ServingDefinition, compiled_uri: str) -> list[str]:
     ]
 
 
-def compiled_publish(defn: ServingDefinition) -> list[str]:
+def compiled_publish(defn: ServingDefinition, *, region: str) -> list[str]:
     """After the server is healthy, an instance that compiled uploads what it compiled under its
     own prefix, marker last. A failed upload is logged, not fatal: the server already serves."""
     c = defn.compiled
@@ -232,8 +233,8 @@ def compiled_publish(defn: ServingDefinition) -> list[str]:
     return [
         'if [ "$COMPILED_FROM" = compile ]; then',
         '  PUBLISH_URI="$COMPILED_URI/$(hostname)-$(date +%s)"',
-        f'  if aws s3 cp --recursive --only-show-errors --exclude {LOCAL_MARKER} {c.directory}/ "$PUBLISH_URI/" '
-        f'&& echo {c.key} | aws s3 cp - "$PUBLISH_URI/{COMPLETE_MARKER}"; then',
+        f'  if aws s3 cp --region {region} --recursive --only-show-errors --exclude {LOCAL_MARKER} {c.directory}/ "$PUBLISH_URI/" '
+        f'&& echo {c.key} | aws s3 cp --region {region} - "$PUBLISH_URI/{COMPLETE_MARKER}"; then',
         f'    touch {c.directory}/{LOCAL_MARKER}; echo "compiled artifacts published to $PUBLISH_URI"',
         '  else echo "compiled artifacts: publishing to $PUBLISH_URI failed; later instances compile too"; fi',
         "fi",
@@ -294,9 +295,9 @@ def boot_script(
     ]
     lines += _config_files(defn)
     if compiled_uri:
-        lines += compiled_fetch(defn, compiled_uri)
+        lines += compiled_fetch(defn, compiled_uri, region=region)
     lines.append(render_docker_run(defn))
     lines += _health_wait(defn)
     if compiled_uri:
-        lines += compiled_publish(defn)
+        lines += compiled_publish(defn, region=region)
     return lines

@@ -245,6 +245,10 @@ def test_boot_script_runs_end_to_end_in_a_sandbox(example: Manifest, fleet: str,
     assert len(health) == 3
     assert "server healthy after" in output
     assert not [c for c in calls if c[0] == "aws" and "secretsmanager" in c]  # no token named, none read
+    # Every aws call names its region: the stack's, or for ECR the registry's.
+    for c in (c for c in calls if c[0] == "aws"):
+        assert "--region" in c, c
+        assert c[1] == "ecr" or c[c.index("--region") + 1] == example.costs.region, c
     # Compiled artifacts (tests/boot/test_compiled_share.py runs the logic): Neuron only. The stub
     # bucket lists no published set, so this instance compiles, and publishes once it serves.
     uploads = [i for i, c in enumerate(calls) if c[:3] == ["aws", "s3", "cp"] and c[-1].startswith("s3://")]

@@ -22,9 +22,14 @@ from tests.conftest import EXAMPLE_MANIFEST
 
 pytestmark = pytest.mark.boot_script
 
+REGION = "eu-north-1"  # stands for the stack's region (stacks/fleet.py passes Stack.of(fleet).region)
+
 # `aws s3api head-object --bucket B --key K` and `aws s3 cp [--recursive] SRC DST` against $BUCKET_DIR.
 AWS_STUB = r"""#!/bin/bash
 echo "aws $*" >> "$CALLS"
+# --region (logged above) does not change where the local bucket is: drop it with its value.
+rest=(); while [ $# -gt 0 ]; do if [ "$1" = --region ]; then shift 2; else rest+=("$1"); shift; fi; done
+set -- "${rest[@]}"
 to_local() { echo "${1/s3:\/\//$BUCKET_DIR/}"; }
 if [ "$1" = s3api ]; then
   bucket=""; key=""; prev=""
@@ -67,7 +72,12 @@ def _boot(
         f'else echo "server: compiled"; echo neff > {directory}/model.pt; fi'
     ]
     script = "\n".join(
-        ["set -euo pipefail", *compiled_fetch(defn, "s3://results/compiled"), *serve, *compiled_publish(defn)]
+        [
+            "set -euo pipefail",
+            *compiled_fetch(defn, "s3://results/compiled", region=REGION),
+            *serve,
+            *compiled_publish(defn, region=REGION),
+        ]
     )
     script = script.replace(CACHE_MOUNT, str(volume))
     (tmp / "bin").mkdir(exist_ok=True)
@@ -105,10 +115,22 @@ def test_first_instance_compiles_and_publishes_later_ones_fetch(tmp_path: Path) 
 
     out, calls = _boot(tmp_path, tmp_path / "vol-b", bucket)  # a new instance: an empty volume
     assert f"compiled artifacts fetched from s3://results/compiled/{key}/{shared.name} in" in out
-    assert "server: loaded" in out and "aws s3 cp --recursive" in calls and "published" not in out
+    assert "server: loaded" in out and f"aws s3 cp --region {REGION} --recursive" in calls and "published" not in out
 
     out, calls = _boot(tmp_path, tmp_path / "vol-b", bucket)  # the same instance rebooted
     assert "on the cache volume" in out and "server: loaded" in out and "s3 cp" not in calls
+
+
+def test_every_aws_call_names_the_stacks_region(tmp_path: Path) -> None:
+    # As the boot script's other aws calls do: the CLI's default region on the host is not the stack's.
+    bucket = tmp_path / "bucket"
+    _, compiled = _boot(tmp_path, tmp_path / "vol-a", bucket)  # lists, compiles, publishes
+    _, fetched = _boot(tmp_path, tmp_path / "vol-b", bucket)  # lists, fetches
+    calls = (compiled + fetched).splitlines()
+    downloads = [c for c in fetched.splitlines() if c.startswith("aws s3 cp") and c.split()[-1].startswith("/")]
+    assert downloads and any(c.endswith(f"/{COMPLETE_MARKER}") for c in compiled.splitlines())
+    for call in calls:
+        assert f" --region {REGION} " in call, call
 
 
 def test_instances_compiling_at_once_publish_apart_and_only_a_complete_set_is_fetched(tmp_path: Path) -> None:
