@@ -199,14 +199,17 @@ def compiled_fetch(defn: ServingDefinition, compiled_uri: str, *, region: str) -
         '  COMPILED_FROM=volume; echo "compiled artifacts: on the cache volume"',
         "else",
         '  COMPILED_SET=""',
-        f'  PUBLISHED="$(aws s3 ls --region {region} "$COMPILED_URI/" 2>/dev/null | awk \'$1 == "PRE" {{print $2}}\' || true)"',
-        "  while read -r publisher; do",
-        '    [ -n "$publisher" ] || continue',
-        f"    if aws s3api head-object --region {region} --bucket {bucket} "
-        f'--key "{key_prefix}/${{publisher}}{COMPLETE_MARKER}" >/dev/null 2>&1; then',
-        '      COMPILED_SET="$COMPILED_URI/${publisher%/}"; break',
-        "    fi",
-        '  done <<< "$PUBLISHED"',
+        # One listing of the key's prefix, whose exit status tells "nothing complete published yet"
+        # from "could not read the bucket" (denied, throttled, unreachable; the AWS error goes to the
+        # boot log). Either way this instance compiles: it must boot.
+        f'  if COMPILED_LISTING="$(aws s3api list-objects-v2 --region {region} --bucket {bucket} --prefix {key_prefix}/ '
+        "--query 'Contents[].[Key]' --output text 2>&1)\"; then",
+        f'    MARKER_KEY="$(grep -m 1 -E \'^{key_prefix}/[^/]+/{COMPLETE_MARKER}$\' <<< "$COMPILED_LISTING" || true)"',
+        f'    [ -z "$MARKER_KEY" ] || COMPILED_SET="s3://{bucket}/${{MARKER_KEY%/{COMPLETE_MARKER}}}"',
+        '    COMPILED_MISSING="no complete set in $COMPILED_URI"',
+        "  else",
+        "    COMPILED_MISSING=\"could not read $COMPILED_URI (${COMPILED_LISTING//$'\\n'/ })\"",
+        "  fi",
         '  if [ -n "$COMPILED_SET" ]; then',
         "    FETCH_START=$SECONDS",
         # A failed or partial download must not stop the boot (set -e) nor be loaded: start clean, compile.
@@ -218,7 +221,7 @@ def compiled_fetch(defn: ServingDefinition, compiled_uri: str, *, region: str) -
         '      COMPILED_FROM=compile; echo "compiled artifacts: fetching $COMPILED_SET failed; this instance compiles"',
         "    fi",
         "  else",
-        '    COMPILED_FROM=compile; echo "compiled artifacts: no complete set in $COMPILED_URI; this instance compiles"',
+        '    COMPILED_FROM=compile; echo "compiled artifacts: $COMPILED_MISSING; this instance compiles"',
         "  fi",
         "fi",
     ]

@@ -54,7 +54,8 @@ case "$name" in
   gpg) case "$*" in *--fingerprint*) echo "fpr:::::::::$CW_FPR:"; echo "fpr:::::::::$DOCKER_FPR:";; esac;;
   apt-get) case "$*" in *docker-ce=*) cp "$0" "$STUB_BIN/docker";; esac;;  # the install puts docker on PATH
   dpkg) mkdir -p "$SANDBOX/opt/aws/amazon-cloudwatch-agent/bin"; cp "$0" "$SANDBOX/opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl";;
-  aws) case "$*" in *secretsmanager*) echo "$FAKE_TOKEN";; *ssm\ get-parameter*) echo '{}';; *get-login-password*) echo pw;; esac;;
+  aws) case "$*" in *secretsmanager*) echo "$FAKE_TOKEN";; *ssm\ get-parameter*) echo '{}';; *get-login-password*) echo pw;;
+    *list-objects-v2*) echo None;; esac;;  # an empty listing, as --output text prints it
   docker) echo "docker-env${STUB_SEP}HF_TOKEN=${HF_TOKEN:-<unset>}" >> "$STUB_LOG"; [ "$1" = login ] && cat >/dev/null; true;;
   sha256sum) cat >/dev/null;;
   curl)

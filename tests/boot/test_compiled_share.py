@@ -5,7 +5,8 @@ compiled_publish after the health wait) run under bash with `aws` stubbed by a l
 standing in for the results bucket, across the boots of one fleet: the first instance compiles
 (the stand-in server writes a NEFF) and publishes it, marker last; a fresh instance fetches it
 instead of compiling; a reboot uses its own volume; a failed upload leaves no marker, so the
-next instance compiles rather than load half a set.
+next instance compiles rather than load half a set; a bucket that cannot be read is logged as
+such (with the AWS error), not as "no complete set", and the instance compiles.
 """
 
 from __future__ import annotations
@@ -24,21 +25,23 @@ pytestmark = pytest.mark.boot_script
 
 REGION = "eu-north-1"  # stands for the stack's region (stacks/fleet.py passes Stack.of(fleet).region)
 
-# `aws s3api head-object --bucket B --key K` and `aws s3 cp [--recursive] SRC DST` against $BUCKET_DIR.
+# `aws s3api list-objects-v2 --bucket B --prefix P ...` (one key a line, `None` when there is none, as
+# `--query 'Contents[].[Key]' --output text` prints) and `aws s3 cp [--recursive] SRC DST` against $BUCKET_DIR.
+# FAIL_READ=1: reading the bucket's listing is refused, with the AWS CLI's error text and exit status.
 AWS_STUB = r"""#!/bin/bash
 echo "aws $*" >> "$CALLS"
 # --region (logged above) does not change where the local bucket is: drop it with its value.
 rest=(); while [ $# -gt 0 ]; do if [ "$1" = --region ]; then shift 2; else rest+=("$1"); shift; fi; done
 set -- "${rest[@]}"
 to_local() { echo "${1/s3:\/\//$BUCKET_DIR/}"; }
-if [ "$1" = s3api ]; then
-  bucket=""; key=""; prev=""
-  for a in "$@"; do [ "$prev" = --bucket ] && bucket="$a"; [ "$prev" = --key ] && key="$a"; prev="$a"; done
-  [ -f "$BUCKET_DIR/$bucket/$key" ]; exit
+if [ "${FAIL_READ:-0}" = 1 ] && [ "$1" = s3api ]; then
+  printf '\nAn error occurred (AccessDenied) when calling the ListObjectsV2 operation: Access Denied\n' >&2; exit 254
 fi
-if [ "$2" = ls ]; then  # `aws s3 ls s3://B/P/`: the prefix's sub-prefixes, as PRE lines
-  d="$(to_local "$3")"; [ -d "$d" ] || exit 1
-  for x in "$d"/*/; do [ -d "$x" ] && echo "                           PRE $(basename "$x")/"; done
+if [ "$1" = s3api ] && [ "$2" = list-objects-v2 ]; then
+  bucket=""; prefix=""; prev=""
+  for a in "$@"; do [ "$prev" = --bucket ] && bucket="$a"; [ "$prev" = --prefix ] && prefix="$a"; prev="$a"; done
+  keys="$(cd "$BUCKET_DIR/$bucket" 2>/dev/null && [ -d "$prefix" ] && find "$prefix" -type f | sort)" || true
+  if [ -n "$keys" ]; then echo "$keys"; else echo None; fi
   exit 0
 fi
 args=(); exclude=""; recursive=0; prev=""
@@ -59,7 +62,13 @@ mkdir -p "$d"
 
 
 def _boot(
-    tmp: Path, volume: Path, bucket: Path, *, fail_upload: bool = False, fail_download: bool = False
+    tmp: Path,
+    volume: Path,
+    bucket: Path,
+    *,
+    fail_upload: bool = False,
+    fail_download: bool = False,
+    fail_read: bool = False,
 ) -> tuple[str, str]:
     """One boot of an instance whose cache volume is `volume`: fetch, "serve", publish."""
     m = load_manifest(EXAMPLE_MANIFEST, check_files=False)
@@ -92,6 +101,7 @@ def _boot(
         "CALLS": str(calls),
         "FAIL_UPLOAD": "1" if fail_upload else "0",
         "FAIL_DOWNLOAD": "1" if fail_download else "0",
+        "FAIL_READ": "1" if fail_read else "0",
     }
     proc = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -108,7 +118,8 @@ def test_first_instance_compiles_and_publishes_later_ones_fetch(tmp_path: Path) 
     key = definition_for(*_inf2()).compiled.key  # type: ignore[union-attr]
 
     out, _ = _boot(tmp_path, tmp_path / "vol-a", bucket)
-    assert "this instance compiles" in out and "server: compiled" in out and "published to" in out
+    assert f"no complete set in s3://results/compiled/{key}; this instance compiles" in out
+    assert "server: compiled" in out and "published to" in out and "could not read" not in out
     (shared,) = _published(bucket, key)  # its own prefix under the key
     assert (shared / "model.pt").read_text() == "neff\n" and (shared / COMPLETE_MARKER).read_text() == f"{key}\n"
     assert not (shared / ".harness-complete").exists()  # the local marker stays local
@@ -162,6 +173,18 @@ def test_a_failed_fetch_starts_clean_and_compiles(tmp_path: Path) -> None:
     out, _ = _boot(tmp_path, tmp_path / "vol-b", bucket, fail_download=True)
     assert "fetching s3://results/compiled/" in out and "failed; this instance compiles" in out
     assert "server: compiled" in out  # nothing half-downloaded was loaded
+
+
+def test_a_bucket_that_cannot_be_read_is_logged_as_such_and_the_instance_compiles(tmp_path: Path) -> None:
+    # A set is published, but this instance may not list it (say, a role without the grant): the
+    # boot log says so, with the AWS error, rather than "no complete set"; the instance still boots.
+    bucket = tmp_path / "bucket"
+    key = definition_for(*_inf2()).compiled.key  # type: ignore[union-attr]
+    _boot(tmp_path, tmp_path / "vol-a", bucket)
+    out, _ = _boot(tmp_path, tmp_path / "vol-b", bucket, fail_read=True)
+    assert f"compiled artifacts: could not read s3://results/compiled/{key} (" in out
+    assert "(AccessDenied) when calling the ListObjectsV2 operation: Access Denied" in out
+    assert "this instance compiles" in out and "server: compiled" in out and "no complete set" not in out
 
 
 def _inf2() -> tuple[object, object]:
