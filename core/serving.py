@@ -164,9 +164,11 @@ class CompiledArtifacts:
     the directory holds one, and compiles and saves it there otherwise ("vLLM User Guide for NxD
     Inference", section "Loading pre-compiled models / Serialization Support",
     https://awsdocs-neuron.readthedocs-hosted.com/en/latest/libraries/nxd-inference/developer_guides/vllm-user-guide.html;
-    its example: a 15 GB model compiles in about 15 minutes). The key is a digest of the image, the
-    server's argv and environment (model commit, TP, buckets, lengths, KV layout, batch size):
-    a different value of any of them is a different compiled model, never a stale one.
+    its example: a 15 GB model compiles in about 15 minutes). The key is a digest of the instance
+    type, the image, the server's argv and environment (model commit, TP, buckets, lengths, KV
+    layout, batch size): a different value of any of them is a different compiled model, never a
+    stale one. The instance type is in it because a compiled model targets its chip (Inferentia2 or
+    Trainium generation), which nothing in the argv names (it names the TP degree only).
     """
 
     key: str
@@ -174,10 +176,18 @@ class CompiledArtifacts:
 
     @staticmethod
     def for_server(
-        image: str, command: tuple[str, ...], environment: Mapping[str, str], root: str
+        instance_type: str, image: str, command: tuple[str, ...], environment: Mapping[str, str], root: str
     ) -> CompiledArtifacts:
         """Keyed by the server as it runs, before the cache's own paths (named by the key) are added."""
-        body = json.dumps({"image": image, "command": list(command), "environment": dict(environment)}, sort_keys=True)
+        body = json.dumps(
+            {
+                "instance_type": instance_type,
+                "image": image,
+                "command": list(command),
+                "environment": dict(environment),
+            },
+            sort_keys=True,
+        )
         key = hashlib.sha256(body.encode()).hexdigest()[:20]
         return CompiledArtifacts(key, f"{root}/{key}")
 
@@ -362,7 +372,7 @@ def definition_for(manifest: Manifest, fleet: Fleet, *, weights_s3_uri: str | No
         }
         # A loaded compiled model ignores differing settings (the guide cited at CompiledArtifacts), so
         # the directory is named by everything that shapes it: changed buckets compile anew.
-        compiled = CompiledArtifacts.for_server(image, argv, env, f"{CACHE_MOUNT}/compile")
+        compiled = CompiledArtifacts.for_server(fleet.instance_type, image, argv, env, f"{CACHE_MOUNT}/compile")
         cache = compiled.directory
         env |= {
             "NEURON_COMPILED_ARTIFACTS": cache,  # compiled once, then loaded: from EBS, or fetched from S3

@@ -205,6 +205,22 @@ def test_the_key_names_what_shapes_the_compiled_model() -> None:
     assert other.compiled is not None and other.compiled.key != base.compiled.key
     assert definition_for(m, m.fleet("g6")).compiled is None  # CUDA vLLM compiles nothing to share
     assert (
-        CompiledArtifacts.for_server("img", ("a",), {}, "/r").key
-        != CompiledArtifacts.for_server("img", ("b",), {}, "/r").key
+        CompiledArtifacts.for_server("inf2.xlarge", "img", ("a",), {}, "/r").key
+        != CompiledArtifacts.for_server("inf2.xlarge", "img", ("b",), {}, "/r").key
+    )
+
+
+def test_the_key_names_the_instance_type() -> None:
+    # The same server (image, argv, environment: TP2 on one chip) on another instance type is
+    # another target, so another key: a fleet never fetches a set compiled for other hardware.
+    m = load_manifest(EXAMPLE_MANIFEST, check_files=False)
+    inf2 = m.fleet("inf2")
+    bigger = inf2.model_copy(update={"instance_type": "inf2.8xlarge"})
+    base, other = definition_for(m, inf2), definition_for(m, bigger)
+    assert (other.image, other.command) == (base.image, base.command)
+    assert base.compiled is not None and other.compiled is not None
+    assert other.compiled.key != base.compiled.key
+    assert (
+        CompiledArtifacts.for_server("inf2.xlarge", "img", ("a",), {}, "/r").key
+        != CompiledArtifacts.for_server("trn1.2xlarge", "img", ("a",), {}, "/r").key
     )
