@@ -17,7 +17,7 @@ from analysis.goodput import Saturation
 from analysis.intervals import FleetIntervals, IntervalsFn
 from analysis.provenance import Gap
 from analysis.sensitivity import Scenario
-from analysis.to_settle import FleetBasis, settle_text, to_settle
+from analysis.to_settle import FleetBasis, requests_to_move_end, settle_text, to_settle
 from core.manifest import Manifest
 
 QualityResults = Mapping[str, rm.QualityResult]  # per fleet (analysis.report_inputs.quality_results)
@@ -243,7 +243,17 @@ def evaluate(ctx: Context, sc: Scenario) -> rm.ScenarioEvaluation:
     spread = _delta_payback_intervals(ctx, sc, delta, monthly_ends) if intervals else None
     margin = m.indifference_margin.usd(b_month) if b_month is not None else 0.0
     econ = _economics(m.horizon_months, delta, mig_cost, margin, spread)
-    settle = _to_settle(ctx, econ, intervals, basis_rates) if econ is not None and econ.aim is not None else None
+    counts = {
+        name: _count_at(ctx, sc, name, demand_tok_s, util)
+        for name, size in sizes.items()
+        if size is not None and demand_tok_s is not None
+    }
+    points = {name: size.per_instance_tok_s for name, size in sizes.items() if size is not None}
+    settle = (
+        _to_settle(ctx, econ, intervals, basis_rates, points, counts)
+        if econ is not None and econ.aim is not None
+        else None
+    )
     refresh = sc.months_to_next_refresh
     if refresh is None:
         refresh = (
@@ -408,13 +418,43 @@ def _basis_rate(
     return requests / window if window and requests else None
 
 
+def _count_at(ctx: Context, sc: Scenario, fleet: str, demand_tok_s: float, util: float) -> Callable[[float], int]:
+    """The fleet's instance count for a per-instance capacity, as the report sizes it."""
+
+    def count(per_instance_tok_s: float) -> int:
+        size, _ = _size_and_cost(ctx, sc, fleet, demand_tok_s, per_instance_tok_s, util)
+        return size.required if size is not None else 0
+
+    return count
+
+
+def _end_requests(
+    iv: FleetIntervals, point: float | None, count: Callable[[float], int] | None
+) -> tuple[int | None, int | None] | None:
+    """Per capacity end (low, high): the requests at the sizing step before that end moves the
+    fleet's count toward the point's (analysis.to_settle); None: not computable here."""
+    if point is None or count is None or iv.capacity_tok_s is None or None in iv.capacity_tok_s:
+        return None
+    low, high = iv.capacity_tok_s
+    assert low is not None and high is not None
+    n = iv.basis_requests
+    move_low = requests_to_move_end(n, point, low, count)
+    if iv.low_borrowed:  # the basis must first hold with 95% confidence for its own low end to count
+        move_low = max(iv.hold_requests, move_low or 0) if iv.hold_requests is not None else move_low
+    return move_low, requests_to_move_end(n, point, high, count)
+
+
 def _to_settle(
     ctx: Context,
     econ: Economics,
     intervals: Mapping[str, FleetIntervals],
     rates: Mapping[str, float | None],
+    points: Mapping[str, float] | None = None,
+    counts: Mapping[str, Callable[[float], int]] | None = None,
 ) -> tuple[rm.ToSettle, str] | None:
-    """decision.to_settle and the sentence a Defer reason ends with (None: no interval to size it from)."""
+    """decision.to_settle and the sentence a Defer reason ends with (None: no interval to size it from).
+    `points`, `counts`: each fleet's per-instance capacity at the point and its instance count for a
+    capacity, so the figures respect whole instances."""
     m = ctx.manifest
     aim = econ.aim
     names = (m.comparison.candidate, m.comparison.baseline)
@@ -432,6 +472,8 @@ def _to_settle(
             loadgen_task_hourly_usd=ctx.loadgen_task_hourly_usd,
             end_known=iv.capacity_tok_s is not None and None not in iv.capacity_tok_s,
             hold_requests=iv.hold_requests,
+            role="baseline" if n == m.comparison.baseline else "candidate",
+            end_requests=_end_requests(iv, (points or {}).get(n), (counts or {}).get(n)),
         )
     ts = to_settle(econ, aim, fleets, ctx.loadgen_price_source)
     unknown = [f"{n}: {intervals[n].capacity_note}" for n in names if not fleets[n].end_known]

@@ -158,6 +158,9 @@ class FleetIntervals:
     # Requests the basis step would need to hold the SLO with 95% confidence at the shares it
     # missed by (StepEvidence.requests_to_hold); None: it cannot, or it already does.
     hold_requests: int | None = None
+    # True: the low end is a lower step's (the basis held the SLO only at its point estimate), so
+    # more requests at the basis move it only once the basis holds with 95% confidence.
+    low_borrowed: bool = False
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -182,6 +185,7 @@ def fleet_intervals(
     """`steps`: every steady-state step that held the SLO at its point estimate (label -> evidence),
     the basis among them when it is a capacity step; `basis`: the label the fleet is sized from."""
     b = steps.get(basis, replay)
+    borrowed = False
     high_ci = b.capacity_ci(fleet, ttft_slo_s, itl_slo_s)
     if high_ci is None:
         return FleetIntervals(
@@ -205,15 +209,25 @@ def fleet_intervals(
         else:
             best_ci = best.capacity_ci(fleet, ttft_slo_s, itl_slo_s)
             low = min(best_ci[0], high_ci[0]) if best_ci else None
+            borrowed = low is not None
             note = (
                 f"step {basis} held the SLO only at its point estimate; the low end is step {best.label}, "
                 "the best that held it with 95% confidence"
             )
     how = b.tokens_ci(fleet, ttft_slo_s, itl_slo_s)
     note += f" (successful tokens' interval: {how.method})" if how is not None else ""
-    hold = None if low is not None else b.requests_to_hold(fleet, ttft_slo_s, itl_slo_s)
+    hold = None if low is not None and not borrowed else b.requests_to_hold(fleet, ttft_slo_s, itl_slo_s)
     return FleetIntervals(
-        replay.p95_ttft, replay.p95_itl, basis, b.requests, (low, high_ci[1]), note, b.p95_ttft, b.p95_itl, hold
+        replay.p95_ttft,
+        replay.p95_itl,
+        basis,
+        b.requests,
+        (low, high_ci[1]),
+        note,
+        b.p95_ttft,
+        b.p95_itl,
+        hold,
+        borrowed,
     )
 
 

@@ -128,6 +128,12 @@ class ToSettle(_Model):
     )
     by_fleet: dict[str, ToSettleFleet] = Field(description="per fleet name: the figures each total above is made of")
     basis: str = Field(description="how each figure is computed and where its prices come from")
+    whole_instances: bool = Field(
+        default=False,
+        description="true when a fleet's figure is set by whole instances rather than by `factor`: the requests that move "
+        "the capacity end the delta's end is priced from past its next instance boundary (or make a borrowed low end's "
+        "sizing step hold the SLO), or none where that end already sizes the fleet as the point does",
+    )
 
 
 class Decision(_Model):

@@ -17,6 +17,13 @@ at the sign of the delta for its own sake. From the measured interval:
   plus its load-generator tasks (a Locust master and loadgen.workers workers per fleet, each
   core.cloud_contract.LOADGEN_TASK_VCPU vCPU and LOADGEN_TASK_MEMORY_GIB GiB, at the Fargate
   prices in `provenance.prices.fargate_*`), prorated by the minute.
+Fleet sizes are whole instances, so the delta's end moves only when a fleet's count at the
+capacity end it is priced from moves: each fleet also needs the requests that would move that end
+past the next instance boundary toward the point (the same 1/sqrt(n) rule on the end's distance
+from the point), and a capacity low end borrowed from a lower step (the sizing step held the SLO
+only at its point estimate) needs the sizing step to hold it with 95% confidence first
+(core.stats.n_to_hold). A fleet whose end already sizes it as the point does needs none: no
+requests there move the delta. `requests` per fleet is the larger of the two rules (`whole_instances`).
 When an end the threshold needs is unknown (no step held the SLO with 95% confidence), no
 ratio exists: a fleet with that unknown end needs the requests at which its sizing step would
 hold the SLO with 95% confidence if its requests keep missing the targets at the shares they
@@ -28,8 +35,9 @@ marked `lower_bound`: the interval's width after that is not yet known.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from analysis.decision import Aim, Economics
 from analysis.report_model import ToSettle, ToSettleFleet
@@ -50,11 +58,19 @@ class FleetBasis:
     # With an unknown end: the requests at which its sizing step would hold the SLO with 95%
     # confidence at the shares of requests it missed the targets by (core.stats.n_to_hold).
     hold_requests: int | None = None
+    # "baseline" or "candidate": which capacity end the delta's reaching end is priced from (the
+    # baseline's low capacity and the candidate's high capacity price the delta's high end).
+    role: Literal["baseline", "candidate"] | None = None
+    # Per capacity end (low, high): the requests at the sizing step before that end can move the
+    # fleet's instance count toward the point (a borrowed low end: the step's hold requests);
+    # None at an end: no requests at this step move it. None: whole instances not modelled.
+    end_requests: tuple[int | None, int | None] | None = None
 
 
 def _reach(e: Economics, aim: Aim) -> tuple[float | None, float] | None:
     """(the interval's reach toward the threshold, the point's distance from it); reach None: the end
-    it needs is unknown; None: the point is on the threshold (no sample settles it)."""
+    it needs is unknown; None: the point is on the threshold (no sample settles it). The reach is the
+    delta's low end when the point is above the threshold, its high end when below."""
     if aim == "go":
         point = e.delta - e.go_threshold
         low = None if e.low is None else e.low - e.go_threshold_low
@@ -74,6 +90,7 @@ def to_settle(e: Economics, aim: Aim, fleets: Mapping[str, FleetBasis], loadgen_
     rd = _reach(e, aim)
     factor: float | None = None
     unknown = rd is not None and rd[0] is None
+    whole = False
     requests: dict[str, int | None] = {}
     for name, b in fleets.items():
         if rd is None:
@@ -85,7 +102,13 @@ def to_settle(e: Economics, aim: Aim, fleets: Mapping[str, FleetBasis], loadgen_
         else:
             reach, distance = rd[0], rd[1]
             factor = (reach / distance) ** 2
-            requests[name] = stats.n_to_settle(b.requests, reach, distance)
+            need = stats.n_to_settle(b.requests, reach, distance)
+            end = _capacity_end(b, via_high=_point_below(e, aim))
+            if end is not None and need is not None:
+                floor = b.end_requests[end] if b.end_requests is not None else None
+                need = b.requests if floor is None else max(need, floor)
+                whole = whole or need != stats.n_to_settle(b.requests, reach, distance)
+            requests[name] = need
     by_fleet: dict[str, ToSettleFleet] = {}
     for name, b in fleets.items():
         need = requests[name]
@@ -118,7 +141,41 @@ def to_settle(e: Economics, aim: Aim, fleets: Mapping[str, FleetBasis], loadgen_
         usd=None if None in usd_all or not usd_all else math.fsum(u for u in usd_all if u is not None),
         by_fleet=by_fleet,
         basis=_basis(aim, rd, loadgen_price_source),
+        whole_instances=whole,
     )
+
+
+def requests_to_move_end(n: int, point: float, end: float, count: Callable[[float], int]) -> int | None:
+    """Requests at a step of n whose capacity interval end `end` (point estimate `point`) would move
+    the fleet's instance count at that end toward the point's, the half-width shrinking as
+    1/sqrt(n); None: the end already sizes the fleet as the point does (no requests move it).
+    `count(capacity)`: the fleet's instances for a per-instance capacity (non-increasing in it)."""
+    if count(end) == count(point):
+        return None
+    near, far = end, point  # the boundary lies between: count(near) is the end's, count(far) is not
+    for _ in range(100):
+        mid = (near + far) / 2
+        if count(mid) == count(end):
+            near = mid
+        else:
+            far = mid
+        if abs(far - near) <= 1e-9 * max(abs(point), 1.0):
+            break
+    return stats.n_to_settle(n, abs(end - point), abs(far - point)) or n
+
+
+def _point_below(e: Economics, aim: Aim) -> bool:
+    return (e.delta - e.go_threshold if aim == "go" else e.delta) < 0
+
+
+def _capacity_end(b: FleetBasis, *, via_high: bool) -> int | None:
+    """Index (0 low, 1 high) of the fleet's capacity end that prices the delta's reaching end; None:
+    whole instances not modelled for it. delta = baseline - candidate: its high end takes the
+    baseline's dearest fleet (low capacity) and the candidate's cheapest (high capacity)."""
+    if b.role is None or b.end_requests is None:
+        return None
+    low_for_baseline = via_high
+    return 0 if (b.role == "baseline") == low_for_baseline else 1
 
 
 def _basis(aim: Aim, rd: tuple[float | None, float] | None, loadgen_price_source: str) -> str:
@@ -135,7 +192,10 @@ def _basis(aim: Aim, rd: tuple[float | None, float] | None, loadgen_price_source
     else:
         how = (
             "requests = the sizing step's requests x (the interval's reach toward the threshold / the point's distance from it)^2, "
-            "the half-width shrinking as 1/sqrt(n): a planning rule of thumb"
+            "the half-width shrinking as 1/sqrt(n): a planning rule of thumb; fleets are whole instances, so each fleet needs at "
+            "least the requests that move the capacity end the delta's end is priced from past its next instance boundary "
+            "toward the point (by the same rule; a low end borrowed from a lower step: its sizing step's requests to hold the "
+            "SLO with 95% confidence, core.stats.n_to_hold), and none when that end already sizes the fleet as the point does"
         )
     return (
         f"aimed at {target}; {how}; minutes: the missing requests at each fleet's measured rate on its sizing step, fleets "
@@ -165,5 +225,10 @@ def settle_text(ts: ToSettle, unknown: list[str] | None = None) -> str:
             f"an end is unknown{why}; a sizing step holds the SLO with 95% confidence once its P95 intervals' high ends are "
             f"within the targets, which at the shares of requests that missed them takes at least {per} requests at each capacity "
             f"boundary{cost} (decision.to_settle)"
+        )
+    if ts.whole_instances:
+        return (
+            f"fleets move in whole instances: the requests at each capacity boundary that would move the end that decides "
+            f"are {per}{cost} (decision.to_settle)"
         )
     return f"about {ts.factor:.1f}x the requests at each capacity boundary would settle it: {per}{cost} (decision.to_settle)"

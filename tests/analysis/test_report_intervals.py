@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 from analysis.report import ReportInputs, build_report
+from analysis.report_measurement import measure, read_records
+from core import stats
 from core.manifest import Manifest
 from tests.analysis.synth import manifest, rec, steady, write_jsonl
 
@@ -83,8 +85,12 @@ def test_capacity_interval_propagates_to_size_cost_delta_and_payback(tmp_path: P
     assert r["decision"]["state"] == "defer"
     [why] = [x for x in r["decision"]["reasons"] if x.startswith("evidence insufficient")]
     assert why.startswith("evidence insufficient at the Go threshold") and "straddles 0" not in why
-    assert "requests at each capacity boundary would settle it: inf2 " in why and "(now 100)" in why
-    assert r["decision"]["to_settle"]["threshold"] == "go"
+    assert "fleets move in whole instances: the requests at each capacity boundary" in why and "(now 100)" in why
+    ts = r["decision"]["to_settle"]
+    assert ts["threshold"] == "go" and ts["whole_instances"]
+    # g6's identical requests give its capacity no spread: its count is the point's at both ends, so
+    # no requests there move the delta; inf2's high end must come down past its next instance boundary.
+    assert ts["requests"]["g6"] == 100 and ts["requests"]["inf2"] > 100
 
 
 def test_a_negative_delta_whose_interval_straddles_zero_defers_instead_of_rejecting(
@@ -107,7 +113,7 @@ def test_a_payback_interval_across_the_horizon_defers_a_point_go(tmp_path: Path,
     d_low = r["monthly_delta_ci_usd"][0]
     assert d_low < high * d_low / 12
     [why] = [x for x in r["decision"]["reasons"] if x.startswith("evidence insufficient")]
-    assert why.startswith("evidence insufficient at the Go threshold") and "would settle it" in why
+    assert why.startswith("evidence insufficient at the Go threshold") and "(decision.to_settle)" in why
     assert r["decision"]["to_settle"]["threshold"] == "go"
 
 
@@ -165,6 +171,11 @@ def test_a_step_that_holds_the_slo_only_at_its_point_lowers_the_capacity_to_a_st
     assert low == pytest.approx(300.0) and high >= 588.0
     assert "the low end is step x1" in g6["intervals"]["capacity_note"]
     assert g6["intervals"]["basis"] == "x2" and g6["intervals"]["basis_p95_ttft"]["ci"] == [0.5, 3.0]
+    # The borrowed low end moves with x2's requests only once x2 holds with 95% confidence: 4 of 200 over
+    # the target bound the P95 within it at core.stats.n_to_hold(200, 4) requests (decision.to_settle).
+    inp = ReportInputs(m, rep, out_dir=tmp_path / "out2", capacity_dirs=dirs, **KW)
+    iv = measure(inp, read_records(inp), {"inf2": 1, "g6": 1}).intervals(1.0)["g6"]
+    assert iv.low_borrowed and iv.hold_requests == stats.n_to_hold(200, 4) and (iv.hold_requests or 0) > 200
     # every step's P95s carry their interval and n in the JSON and in the capacity tables
     x2 = next(s for s in g6["capacity"]["steps"] if s["label"] == "x2")
     assert x2["p95_ttft_n"] == 200 and x2["p95_ttft_ci_s"] == [0.5, 3.0]
@@ -211,13 +222,14 @@ def test_an_interval_across_the_go_threshold_is_settled_at_it_not_at_zero(
     assert ts["threshold"] == "go" and ts["factor"] == pytest.approx(4.0) and ts["factor"] == pytest.approx(factor)
     need = math.ceil(100 * factor)
     assert need in (400, 401)
-    assert ts["requests"] == {"inf2": need, "g6": need} and not ts["lower_bound"]
+    # g6's identical requests give its capacity no spread: no requests there move the delta (whole instances)
+    assert ts["requests"] == {"inf2": need, "g6": 100} and not ts["lower_bound"]
     # 100 requests over a 100 s arrival span: 1 req/s; one instance each, at the snapshot's On-Demand price, and
     # one Locust master + 2 workers per fleet, each 1 vCPU x 0.04048 + 2 GiB x 0.004445 USD/h
     minutes = (need - 100) / 1.0 / 60
     task = 0.04048 + 2 * 0.004445
     assert ts["minutes"] == pytest.approx(minutes)
-    assert ts["usd"] == pytest.approx(minutes / 60 * ((0.7582 + 3 * task) + (0.8048 + 3 * task)))
+    assert ts["usd"] == pytest.approx(minutes / 60 * (0.7582 + 3 * task))
     assert r["provenance"]["prices.fargate_vcpu_hour"]["value"] == 0.04048
     out = tmp_path / "b" / "out-820-100"
     for page in ("report.md", "report.html"):

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+
 import pytest
 
 from analysis.decision import Economics
-from analysis.to_settle import FleetBasis, settle_text, to_settle
+from analysis.to_settle import FleetBasis, requests_to_move_end, settle_text, to_settle
 
 MIG, HORIZON = 33_297.0, 12.0
 GO = MIG / HORIZON  # 2,774.75 USD/month
@@ -111,3 +114,53 @@ def test_no_fargate_price_leaves_the_tasks_out_and_no_instance_price_no_usd() ->
     ts = to_settle(_econ(476.0, -3_033.0, 4_053.0), "go", fleets, "no Fargate price")
     assert ts.by_fleet["inf2"].usd == pytest.approx(103 / 0.2 / 60 / 60 * 0.7582)
     assert ts.by_fleet["g6"].usd is None and ts.usd is None
+
+
+def _count(demand: float = 1_000.0) -> Callable[[float], int]:
+    return lambda c: math.ceil(demand / c - 1e-9)  # whole instances for a per-instance capacity
+
+
+def test_an_end_moves_a_whole_instance_only_past_its_next_boundary() -> None:
+    # 1,000 tok/s of demand: 100 tok/s per instance -> 10 instances, the high end 120 -> 9. The high end
+    # gives 10 instances below 111.11: its reach 20 must shrink to 11.11, (20 / 11.11)^2 = 3.24 x 72 = 233.3 -> 234.
+    assert requests_to_move_end(72, 100.0, 120.0, _count()) == 234
+    # the low end 95 -> 11 instances; 10 from 100: the boundary is the point itself, so no finite sample moves it
+    # short of the point: the 1/sqrt(n) rule gives none, and the step's own requests are returned.
+    assert requests_to_move_end(72, 100.0, 95.0, _count()) == 72
+    # an end that sizes the fleet as the point does: no requests at this step move the delta
+    assert requests_to_move_end(72, 100.0, 105.0, _count()) is None
+
+
+def test_whole_instances_set_the_requests_at_the_end_the_delta_is_priced_from() -> None:
+    """The recorded demo's Defer: 1,050 [-1,312, +2,838] against a Go threshold of about 2,745; the
+    1/sqrt(n) rule asked 1.0x the requests (3 and 4 more), and four settle rounds moved nothing: the
+    delta's high end is the baseline's fleet at its low capacity end and the candidate's at its high
+    end, and each moves only in whole instances."""
+    econ = Economics(1_050.0, -1_312.0, 2_838.0, 2_745.0, 2_705.0, 2_815.0, MIG, HORIZON)
+    fleets = {
+        # candidate: (low end, high end) -> the high end prices the delta's high end
+        "inf2": FleetBasis(92, 2.49, 4, 0.7582, 3, TASK, role="candidate", end_requests=(5_000, 749)),
+        # baseline: its low end prices the delta's high end; 661: the requests its sizing step needs to hold
+        "g6": FleetBasis(121, 2.59, 4, 0.8048, 3, TASK, role="baseline", end_requests=(661, 7_000)),
+    }
+    ts = to_settle(econ, "go", fleets, SRC)
+    assert ts.factor == pytest.approx(((2_838 - 2_815 + 2_745 - 1_050) / (2_745 - 1_050)) ** 2)
+    assert ts.requests == {"inf2": 749, "g6": 661} and ts.whole_instances
+    assert ts.minutes == pytest.approx((749 - 92) / 2.49 / 60)
+    assert settle_text(ts).startswith(
+        "fleets move in whole instances: the requests at each capacity boundary that would move the end that decides "
+        "are inf2 749 (now 92), g6 661 (now 121)"
+    )
+    # Above the threshold the delta's low end decides: the baseline's high end and the candidate's low end.
+    above = to_settle(Economics(4_000.0, 2_000.0, 6_000.0, GO, GO, GO, MIG, HORIZON), "go", fleets, SRC)
+    assert above.requests == {"inf2": 5_000, "g6": 7_000}
+
+
+def test_an_end_that_sizes_the_fleet_as_the_point_does_needs_no_requests() -> None:
+    econ = Economics(1_050.0, -1_312.0, 2_838.0, 2_745.0, 2_705.0, 2_815.0, MIG, HORIZON)
+    fleets = {
+        "inf2": FleetBasis(92, 2.49, 4, 0.7582, 3, TASK, role="candidate", end_requests=(300, None)),
+        "g6": FleetBasis(121, 2.59, 4, 0.8048, 3, TASK, role="baseline", end_requests=(661, None)),
+    }
+    ts = to_settle(econ, "go", fleets, SRC)
+    assert ts.requests == {"inf2": 92, "g6": 661} and ts.by_fleet["inf2"].more_requests == 0
