@@ -16,7 +16,10 @@ SLO. Ours does what LoadGen does, on the trace's own requests and arrival shape:
    growth^3 down (`step_down`).
    Halving from x1 to a fleet that holds only x0.1 took four steps, each at a lower rate and
    so longer than the last (a step needs `min_requests` arrivals); the estimate lands near the
-   boundary in one. Continue until one multiplier held and a higher one missed;
+   boundary in one. Continue until one multiplier held and a higher one missed. Given the
+   boundary `campaign plan` predicted (`predicted`: `campaign local/run --from-plan`), the start,
+   or the first step below a miss, goes to it once instead, and a hold there is confirmed as an
+   estimate's is: a campaign whose plan is right converges in two steps;
 2. bisect geometrically (sqrt(held x missed)) until missed / held <= 1 + tolerance; except that
    a hold reached by a miss's estimate is followed by the step just above it, held x
    (1 + tolerance): the estimate (the compliant rate the fleet sustained, which cannot exceed
@@ -62,6 +65,8 @@ _MAX_DOWN_POWER = 3
 # A step down to a miss's estimate of the boundary says so in its `why`; a hold there is followed
 # by the confirming step just above it (`next_step`).
 ESTIMATE_WHY = "bracket down to the estimate"
+# A step at the plan's predicted boundary (SearchSettings.predicted) is confirmed the same way.
+PREDICTED_WHY = "the plan's predicted boundary"
 CONFIRM_WHY = "confirm: held at"
 # hi / lo at exactly 1 + tolerance (a confirming step) must read as converged despite float rounding.
 _ROUNDING = 1 + 1e-9
@@ -82,6 +87,10 @@ class SearchSettings:
     time_budget_s: float = _MANIFEST_DEFAULTS.time_budget_s  # arrival spans plus drains of every step, per fleet
     min_multiplier: float = _MANIFEST_DEFAULTS.min_multiplier
     max_multiplier: float = _MANIFEST_DEFAULTS.max_multiplier
+    # The boundary `campaign plan` predicted for this fleet (its simulated search's highest hold):
+    # the first step below a miss, or the start, goes there once instead of to the miss's estimate.
+    # Only where to look: every verdict is still measured.
+    predicted: float | None = None
 
     def __post_init__(self) -> None:
         if (
@@ -89,6 +98,7 @@ class SearchSettings:
             or self.tolerance <= 0
             or self.min_multiplier <= 0
             or self.max_multiplier < self.start_multiplier
+            or (self.predicted is not None and not self.min_multiplier <= self.predicted <= self.max_multiplier)
         ):
             raise ValueError(f"capacity search settings out of range: {self}")
 
@@ -166,6 +176,12 @@ def next_step(settings: SearchSettings, steps: Sequence[SearchStep], lifetime_s:
             )
         else:
             plan = StepPlan(math.sqrt(lo * hi), step_span_s(st, lifetime_s), f"bisect x{lo:.4g}..x{hi:.4g}")
+    elif lo is not None and _reached_by_estimate(steps, lo):  # started at the prediction, and it held
+        plan = StepPlan(
+            lo * (1 + st.tolerance),
+            step_span_s(st, lifetime_s),
+            f"{CONFIRM_WHY} x{lo:.4g}, {PREDICTED_WHY}: a miss at x{lo * (1 + st.tolerance):.4g} converges",
+        )
     elif lo is not None:
         k = lo * st.growth
         if k > st.max_multiplier:
@@ -175,6 +191,12 @@ def next_step(settings: SearchSettings, steps: Sequence[SearchStep], lifetime_s:
                 f"max_multiplier x{st.max_multiplier:g}: capacity is at least the x{lo:.4g} figure",
             )
         plan = StepPlan(k, step_span_s(st, lifetime_s), f"bracket up: held at x{lo:.4g}")
+    elif hi is not None and _prediction_untried(st, steps) and st.predicted is not None and st.predicted < hi:
+        plan = StepPlan(
+            st.predicted,
+            step_span_s(st, lifetime_s),
+            f"{PREDICTED_WHY} (campaign plan, simulated): missed at x{hi:.4g}",
+        )
     elif hi is not None:
         k, why = step_down(st, steps, hi)
         if k < st.min_multiplier < hi:  # the floor itself is tried before the search gives up
@@ -186,6 +208,8 @@ def next_step(settings: SearchSettings, steps: Sequence[SearchStep], lifetime_s:
                 f"min_multiplier x{st.min_multiplier:g}: no SLO-compliant capacity was measured",
             )
         plan = StepPlan(k, step_span_s(st, lifetime_s), why)
+    elif st.predicted is not None:
+        plan = StepPlan(st.predicted, step_span_s(st, lifetime_s), f"{PREDICTED_WHY} (campaign plan, simulated)")
     else:
         plan = StepPlan(st.start_multiplier, step_span_s(st, lifetime_s), "start")
     if len(steps) >= st.max_steps:
@@ -197,8 +221,17 @@ def next_step(settings: SearchSettings, steps: Sequence[SearchStep], lifetime_s:
 
 
 def _reached_by_estimate(steps: Sequence[SearchStep], held: float) -> bool:
-    """Whether the hold at `held` was a step down to a miss's estimate (see step_down)."""
-    return any(s.multiplier == held and s.verdict is Verdict.HELD and s.why.startswith(ESTIMATE_WHY) for s in steps)
+    """Whether the hold at `held` was a step down to a miss's estimate (see step_down) or to the
+    plan's predicted boundary: either lands near or under the boundary, so the step just above it
+    usually misses and ends the search."""
+    return any(
+        s.multiplier == held and s.verdict is Verdict.HELD and s.why.startswith((ESTIMATE_WHY, PREDICTED_WHY))
+        for s in steps
+    )
+
+
+def _prediction_untried(settings: SearchSettings, steps: Sequence[SearchStep]) -> bool:
+    return settings.predicted is not None and not any(s.why.startswith(PREDICTED_WHY) for s in steps)
 
 
 def step_down(settings: SearchSettings, steps: Sequence[SearchStep], missed: float) -> tuple[float, str]:

@@ -7,11 +7,13 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from campaign import aws, cdk_assets
 from campaign.cloud_run import CloudFleets, CloudRun, CloudRunResult, TaskLauncher, download_tree, read_run_config
+from campaign.plan_file import FROM_PLAN_HELP, predicted_boundaries
 from core import cloud_contract as cc
 from core.errors import EXIT_BY_DECISION, EXIT_FAILED_STEP, EXIT_OK, BadArgument, CampaignError
 from core.manifest import Manifest, load_manifest
@@ -57,6 +59,7 @@ def run_campaign(
     poll_s: float = 10.0,
     capacity: bool = True,
     final_report: bool = True,
+    predicted: Mapping[str, float] | None = None,
 ) -> CloudRunResult:
     """What `campaign run` does: the campaign's stages (campaign.orchestration) on the deployed
     fleets, the run directory uploaded under the run's prefix; `launcher` replaces ECS RunTask
@@ -81,7 +84,14 @@ def run_campaign(
     try:
         run.upload_inputs()
         report = run_stages(
-            m, fleets, run.run_dir, stop, duration_s=duration_s, capacity=capacity, final_report=final_report
+            m,
+            fleets,
+            run.run_dir,
+            stop,
+            duration_s=duration_s,
+            capacity=capacity,
+            final_report=final_report,
+            predicted=predicted,
         )
         status = "finished"
     except KeyboardInterrupt:
@@ -103,6 +113,7 @@ def run_campaign(
 def cmd_run(args: argparse.Namespace) -> int:
     m = load_manifest(args.manifest)
     check_workload(m)  # every bad trace row, before any task starts
+    predicted = predicted_boundaries(Path(args.from_plan), m) if args.from_plan else None
     result = run_campaign(
         aws_session(m.costs.region),
         m,
@@ -110,6 +121,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         duration_s=args.duration,
         capacity=not args.no_capacity,
         final_report=not args.no_report,
+        predicted=predicted,
     )  # CloudRunError: exit 1
     if result.report is not None:
         rep = result.report
@@ -248,6 +260,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     r.add_argument(
         "--no-capacity", action="store_true", help="stop after the trace replay: no capacity search, no settle phase"
     )
+    r.add_argument("--from-plan", metavar="FILE", help=FROM_PLAN_HELP)
     r.add_argument(
         "--no-report",
         action="store_true",

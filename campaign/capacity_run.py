@@ -282,9 +282,17 @@ def search_fleet(
     stop: threading.Event,
     log: Callable[[str], None] | None = None,
     seed: tuple[SearchStep, ...] = (),
+    predicted: float | None = None,
 ) -> SearchPath:
     log = log or (lambda line: print(line, flush=True))
     settings = settings_from(cfg)
+    if predicted is not None and settings.min_multiplier <= predicted <= settings.max_multiplier:
+        settings = replace(settings, predicted=predicted)
+    elif predicted is not None:
+        log(
+            f"capacity search {fleet}: the plan's predicted x{predicted:.4g} is outside the search's range "
+            f"x{settings.min_multiplier:g}..x{settings.max_multiplier:g}: not used"
+        )
     offsets = arrival_offsets(m)
 
     def run(plan: StepPlan) -> tuple[SearchStep, float]:
@@ -327,9 +335,11 @@ def run_search(
     stop: threading.Event,
     log: Callable[[str], None] | None = None,
     concurrent: int | None = None,
+    predicted: Mapping[str, float] | None = None,
 ) -> dict[str, Path]:
     """Every fleet's search, `concurrent` at a time (default: all side by side); returns the
-    report's capacity steps ("<fleet>/x<k>" -> directory)."""
+    report's capacity steps ("<fleet>/x<k>" -> directory). `predicted`: per fleet, the boundary
+    `campaign plan` predicted (SearchSettings.predicted)."""
     cfg = m.workload.capacity_search or CapacitySearch()
     settings = settings_from(cfg)
     seeds = {name: replay_step(m, name, replay_dir, settings) if replay_dir is not None else None for name in fleets}
@@ -349,6 +359,7 @@ def run_search(
                 stop,
                 log,
                 tuple(st for st in (seeds[name],) if st is not None),
+                (predicted or {}).get(name),
             )
             for name in fleets
         }

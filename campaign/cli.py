@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from campaign.plan_file import FROM_PLAN_HELP
 from core.errors import EXIT_FAILED_STEP, EXIT_INTERRUPTED, EXIT_OK, CampaignError, exit_code_table
 from core.manifest import Manifest, ManifestError, load_manifest
 from core.traces import TraceError
@@ -45,6 +46,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from campaign.plan import plan, render_text
+    from campaign.plan_file import plan_document
 
     m = _load(args.manifest)
     plans = plan(m)
@@ -54,24 +56,21 @@ def cmd_plan(args: argparse.Namespace) -> int:
         from campaign.plan_campaign import predict, render
 
         prediction = predict(m)
+    out = plan_document(m, [p.as_dict() for p in plans], prediction.as_dict() if prediction is not None else None)
+    if args.save:
+        Path(args.save).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.save).write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
     if args.json:
-        out: dict[str, object] = {
-            "campaign": m.campaign,
-            "manifest_digest": m.digest,
-            "fleets": [p.as_dict() for p in plans],
-        }
-        if prediction is not None:
-            out.update(
-                campaign_minutes=prediction.campaign_minutes,
-                campaign_usd=prediction.campaign_usd,
-                predicted_decision=prediction.predicted_decision,
-                prediction=prediction.as_dict(),
-            )
         print(json.dumps(out, indent=2))
     else:
         print(render_text(m, plans))
         if prediction is not None:
             print(render(prediction))
+    if args.save:
+        # stderr: --json's stdout stays one JSON document
+        print(
+            f"plan saved to {args.save} (`local/run --from-plan {args.save}` starts each search there)", file=sys.stderr
+        )
     return EXIT_OK if fits else EXIT_FAILED_STEP
 
 
@@ -79,7 +78,13 @@ def cmd_local(args: argparse.Namespace) -> int:
     from campaign.local import run_local
     from core.schedule import check_workload
 
-    check_workload(_load(args.manifest))  # a bad trace row stops it here, before any fleet starts
+    m = _load(args.manifest)
+    check_workload(m)  # a bad trace row stops it here, before any fleet starts
+    predicted = None
+    if args.from_plan:
+        from campaign.plan_file import predicted_boundaries
+
+        predicted = predicted_boundaries(Path(args.from_plan), m)  # a bad or stale plan stops it here too
     out = Path(args.out) if args.out else Path("runs") / time.strftime("local-%Y%m%d-%H%M%S")
     return run_local(
         Path(args.manifest),
@@ -89,6 +94,7 @@ def cmd_local(args: argparse.Namespace) -> int:
         capacity=not args.skip_capacity,
         engine=args.engine,
         ui=args.ui,
+        predicted=predicted,
     ).exit_code
 
 
@@ -143,6 +149,11 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument(
         "--no-simulate", action="store_true", help="only the back-of-envelope figures: no simulated campaign"
     )
+    pl.add_argument(
+        "--save",
+        metavar="FILE",
+        help="also write the --json document to FILE, for `local` / `run --from-plan FILE`",
+    )
     pl.set_defaults(handler=cmd_plan)
 
     lo = sub.add_parser(
@@ -166,6 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="what serves each fleet: the accelerator emulator (default) or a real vLLM CPU process from .venv-engine "
         "(`make engine`) serving the checkpoint next to tokenizer.path (manifests/tiny-llama-real-engine.yaml)",
     )
+    lo.add_argument("--from-plan", metavar="FILE", help=FROM_PLAN_HELP)
     lo.add_argument(
         "--ui",
         action="store_true",

@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -209,6 +210,7 @@ def run_local(
     capacity: bool = True,
     engine: str = "emulator",
     ui: bool = False,
+    predicted: Mapping[str, float] | None = None,
 ) -> LocalResult:
     m = load_manifest(manifest_path)
     if engine not in engines.ENGINES:
@@ -266,7 +268,7 @@ def run_local(
                 else None,  # vLLM: one process
                 cores=cores,
             )
-            report = run_stages(m, fleets, out_dir, stop, duration_s=duration_s, capacity=capacity)
+            report = run_stages(m, fleets, out_dir, stop, duration_s=duration_s, capacity=capacity, predicted=predicted)
             assert report is not None  # final_report defaults to True
         print(f"decision: {report.decision.state.upper()} — " + "; ".join(report.decision.reasons))
         print(f"report: {out_dir / 'report.html'}  ({out_dir / 'report.json'}, {out_dir / 'report.md'})")

@@ -157,9 +157,11 @@ def run_stages(
     capacity: bool = True,
     final_report: bool = True,
     log: Callable[[str], None] = say,
+    predicted: Mapping[str, float] | None = None,
 ) -> Report | None:
     """Every stage in order, into `run_dir`; returns the report (also written there), or None
-    with `final_report=False` (`campaign run --no-report`: `campaign report --run-id` builds it later)."""
+    with `final_report=False` (`campaign run --no-report`: `campaign report --run-id` builds it later).
+    `predicted`: per fleet, the boundary `campaign plan` predicted, where each search looks first."""
     from loadgen.replay_options import ReplayOptions
 
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -198,7 +200,7 @@ def run_stages(
     if capacity and not all(q["passed"] is True for q in quality.values()):
         log("a quality layer failed: the comparison stops here; no capacity is measured")
     elif capacity:
-        capacity_dirs = measure_capacity(m, fleets, run_dir / CAPACITY_DIR, records_dir, stop, log)
+        capacity_dirs = measure_capacity(m, fleets, run_dir / CAPACITY_DIR, records_dir, stop, log, predicted)
         settled = settle_phase(m, fleets, run_dir, quality, facts, capacity_dirs, stop, log)
     if not final_report:
         return None
@@ -206,14 +208,20 @@ def run_stages(
 
 
 def measure_capacity(
-    m: Manifest, fleets: Fleets, root: Path, replay_dir: Path, stop: threading.Event, log: Callable[[str], None]
+    m: Manifest,
+    fleets: Fleets,
+    root: Path,
+    replay_dir: Path,
+    stop: threading.Event,
+    log: Callable[[str], None],
+    predicted: Mapping[str, float] | None = None,
 ) -> dict[str, Path]:
     """The fixed sweep when the manifest has workload.capacity_sweep, else the automatic search."""
     from campaign.capacity_run import run_search, run_sweep
 
     if m.workload.capacity_sweep is not None:
         return run_sweep(m, fleets.names, fleets.steps(), root, stop, log, fleets.concurrent)
-    return run_search(m, fleets.names, fleets.steps(), root, replay_dir, stop, log, fleets.concurrent)
+    return run_search(m, fleets.names, fleets.steps(), root, replay_dir, stop, log, fleets.concurrent, predicted)
 
 
 def settle_phase(

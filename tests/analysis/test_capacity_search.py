@@ -519,3 +519,46 @@ def test_the_search_defaults_are_the_manifests() -> None:
     shared = [f.name for f in fields(SearchSettings) if f.name in CapacitySearch.model_fields]
     assert len(shared) == 8
     assert {n: getattr(code, n) for n in shared} == {n: getattr(manifest, n) for n in shared}
+
+
+def _replay_miss(st: SearchSettings) -> tuple[SearchStep]:
+    """The trace replay at x16, a miss (as the campaign's replay seeds the search)."""
+    return (mm1(st)(lengthen(st)(StepPlan(16.0, 1.0, "the trace replay")))[0],)
+
+
+def test_a_predicted_boundary_is_stepped_to_once_below_a_miss_and_confirmed() -> None:
+    """With the plan's prediction just under the boundary (x3.4 < K* = 3.502), the search goes there from
+    the x16 miss instead of to the miss's estimate, holds, and confirms just above: 3 steps, the
+    2nd and 3rd at x3.4 and x3.4 x 1.1 = x3.74 (a miss: lambda 7.48 > lambda* 7.004)."""
+    st = SearchSettings(predicted=3.4)
+    path = search("syn", st, mm1(st), first_lifetime_s=0.1, resolve=lengthen(st), seed=_replay_miss(st))
+    assert [s.multiplier for s in path.steps] == pytest.approx([16, 3.4, 3.74])
+    assert [s.verdict for s in path.steps] == [Verdict.MISSED, Verdict.HELD, Verdict.MISSED]
+    assert path.steps[1].why == "the plan's predicted boundary (campaign plan, simulated): missed at x16"
+    assert path.steps[2].why.startswith("confirm: held at x3.4, reached by")
+    assert path.stop_rule is StopRule.CONVERGED
+
+
+def test_a_wrong_prediction_costs_one_step_then_the_search_goes_on_as_without_it() -> None:
+    # x5 (lambda 10 = MU) misses with share 0.95 x 7.0043 / 10 = 0.6654: the next step is the miss's
+    # estimate x5 x 0.6654 = x3.327, as after any miss; the prediction is tried only once.
+    st = SearchSettings(predicted=5.0)
+    path = search("syn", st, mm1(st), first_lifetime_s=0.1, resolve=lengthen(st), seed=_replay_miss(st))
+    est = 5 * 0.95 * LAM_STAR / 10
+    assert [s.multiplier for s in path.steps][:3] == pytest.approx([16, 5.0, est])
+    assert path.steps[2].why.startswith("bracket down to the estimate: missed at x5")
+    assert path.stop_rule is StopRule.CONVERGED
+    assert path.held_multiplier is not None and path.held_multiplier <= K_STAR < (path.missed_multiplier or 0)
+
+
+def test_with_no_history_a_prediction_is_the_start_and_a_hold_there_is_confirmed() -> None:
+    st = SearchSettings(predicted=3.4)
+    path = search("syn", st, mm1(st), first_lifetime_s=0.1, resolve=lengthen(st))
+    assert [s.multiplier for s in path.steps] == pytest.approx([3.4, 3.74])
+    assert path.steps[0].why == "the plan's predicted boundary (campaign plan, simulated)"
+    assert path.stop_rule is StopRule.CONVERGED
+
+
+def test_a_prediction_outside_the_search_range_is_refused() -> None:
+    with pytest.raises(ValueError, match="capacity search settings out of range"):
+        SearchSettings(predicted=1e-6)

@@ -127,9 +127,10 @@ def test_bad_snapshot_row_names_the_line(tmp_path: Path) -> None:
         prices._parse(bad)
 
 
-def test_cli_plan_json(example_manifest_path: Path) -> None:
+def test_cli_plan_json(example_manifest_path: Path, tmp_path: Path) -> None:
+    saved = tmp_path / "plan.json"
     r = subprocess.run(
-        [sys.executable, "-m", "campaign", "plan", str(example_manifest_path), "--json"],
+        [sys.executable, "-m", "campaign", "plan", str(example_manifest_path), "--json", "--save", str(saved)],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -165,6 +166,13 @@ def test_cli_plan_json(example_manifest_path: Path) -> None:
     assert pred["minutes"]["capacity_searches"] == pytest.approx(
         max(f["search_minutes"] for f in pred["fleets"].values()), abs=0.1
     )
+    # --save writes the same document; --from-plan reads each fleet's predicted boundary back from it
+    from campaign.plan_file import predicted_boundaries
+
+    assert json.loads(saved.read_text()) == out
+    assert predicted_boundaries(saved, m) == {
+        name: f["search_bracket"][0] for name, f in pred["fleets"].items() if f["search_bracket"][0] is not None
+    }
 
 
 def test_plan_flags_weights_close_to_inf2_host_memory(manifest_data: dict[str, Any]) -> None:
