@@ -169,10 +169,11 @@ def next_step(settings: SearchSettings, steps: Sequence[SearchStep], lifetime_s:
             return Stop(StopRule.CONVERGED, f"held at x{lo:.4g}, missed at x{hi:.4g}: within {st.tolerance:.0%}")
         confirm = lo * (1 + st.tolerance)
         if _reached_by_estimate(steps, lo) and confirm < hi:
+            by = PREDICTED_WHY if _reached_by_prediction(steps, lo) else "a miss's estimate"
             plan = StepPlan(
                 confirm,
                 step_span_s(st, lifetime_s),
-                f"{CONFIRM_WHY} x{lo:.4g}, reached by a miss's estimate: a miss at x{confirm:.4g} converges",
+                f"{CONFIRM_WHY} x{lo:.4g}, reached by {by}: a miss at x{confirm:.4g} converges",
             )
         else:
             plan = StepPlan(math.sqrt(lo * hi), step_span_s(st, lifetime_s), f"bisect x{lo:.4g}..x{hi:.4g}")
@@ -180,7 +181,7 @@ def next_step(settings: SearchSettings, steps: Sequence[SearchStep], lifetime_s:
         plan = StepPlan(
             lo * (1 + st.tolerance),
             step_span_s(st, lifetime_s),
-            f"{CONFIRM_WHY} x{lo:.4g}, {PREDICTED_WHY}: a miss at x{lo * (1 + st.tolerance):.4g} converges",
+            f"{CONFIRM_WHY} x{lo:.4g}, reached by {PREDICTED_WHY}: a miss at x{lo * (1 + st.tolerance):.4g} converges",
         )
     elif lo is not None:
         k = lo * st.growth
@@ -228,6 +229,10 @@ def _reached_by_estimate(steps: Sequence[SearchStep], held: float) -> bool:
         s.multiplier == held and s.verdict is Verdict.HELD and s.why.startswith((ESTIMATE_WHY, PREDICTED_WHY))
         for s in steps
     )
+
+
+def _reached_by_prediction(steps: Sequence[SearchStep], held: float) -> bool:
+    return any(s.multiplier == held and s.verdict is Verdict.HELD and s.why.startswith(PREDICTED_WHY) for s in steps)
 
 
 def _prediction_untried(settings: SearchSettings, steps: Sequence[SearchStep]) -> bool:

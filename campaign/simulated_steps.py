@@ -6,15 +6,19 @@ requests go through `runtime.emulator.simulate.replay` (the engine the live emul
 clock jumping from event to event) instead of Locust and a server. A step of minutes takes
 milliseconds, so a plan runs a whole campaign's searches before anything is deployed.
 
-What a simulated step does not model: a request abandoned on its SLO deadline (the live step's
-`slo_deadline`) is recorded as abandoned at its deadline, but it kept its place in the
-simulated engine to the end, so an overloaded step queues somewhat longer than a live one; the
-load generator's own lag and the network add nothing. A step stopped early on a certain miss
+A request abandoned on its SLO deadline (the live step's `slo_deadline`) is recorded as
+abandoned at its deadline and cancelled in the simulated engine at its next event, as the live
+server aborts a request whose client disconnected: its slot and KV go to the others (until
+2026-12-05 it kept its place to the end, so an overloaded step queued longer than a live one).
+Not modelled: the load generator's own lag and the network. Each simulated step draws its
+requests' instances afresh (runtime.emulator.balancer) where the live emulator continues one
+draw over the campaign, so their imbalance differs by chance (docs/cli.md). A step stopped early on a certain miss
 stops at the completion that decided it, as the live watch would within its one-second poll.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -55,8 +59,16 @@ def simulate_requests(
     f = m.fleet(fleet)
     timing = TimingModel.for_fleet(m, f)
     reqs = sorted(schedule, key=lambda r: r.offset_s)
+    patience = (
+        [min(slo_deadline_s(m.slo, r.output_tokens), m.loadgen.request_timeout_s) for r in reqs]
+        if slo_deadline
+        else None
+    )
     seqs = spread_replay(
-        timing, [(r.offset_s / multiplier, r.input_tokens, r.output_tokens) for r in reqs], f.instances_measured
+        timing,
+        [(r.offset_s / multiplier, r.input_tokens, r.output_tokens) for r in reqs],
+        f.instances_measured,
+        patience,
     )
     records = [_record(m, fleet, r, s, slo_deadline) for r, s in zip(reqs, seqs, strict=True)]
     stop_at, early = None, None
@@ -68,23 +80,31 @@ def simulate_requests(
     return SimulatedRun(records, duration, early)
 
 
-def spread_replay(timing: TimingModel, arrivals: list[tuple[float, int, int]], instances: int) -> list[EngineSeq]:
+def spread_replay(
+    timing: TimingModel,
+    arrivals: list[tuple[float, int, int]],
+    instances: int,
+    patience_s: list[float] | None = None,
+) -> list[EngineSeq]:
     """`arrivals` (in time order) over `instances` independent instances: each request drawn to
     one as the NLB's flow hash does, each instance's share replayed on its own (instances share
-    nothing); the sequences come back in the arrivals' order."""
+    nothing); the sequences come back in the arrivals' order. `patience_s`: per arrival, when its
+    client gives up (simulate.replay)."""
     flow = FlowHash(instances)
     picks = [flow.pick() for _ in arrivals]
     out: dict[int, EngineSeq] = {}
     for k in range(instances):
         idx = [i for i, p in enumerate(picks) if p == k]
-        out.update(zip(idx, replay(timing, [arrivals[i] for i in idx]), strict=True))
+        mine = [patience_s[i] for i in idx] if patience_s is not None else None
+        out.update(zip(idx, replay(timing, [arrivals[i] for i in idx], patience_s=mine), strict=True))
     return [out[i] for i in range(len(arrivals))]
 
 
 def _record(m: Manifest, fleet: str, req: ScheduledRequest, seq: EngineSeq, slo_deadline: bool) -> RequestRecord:
     at = seq.arrival
     ttft = None if seq.first_token_at is None else seq.first_token_at - at
-    e2e = seq.last_token_at - at
+    # a cancelled request (its client gave up) ends at its deadline, below, whatever it last emitted
+    e2e = math.inf if seq.cancelled else seq.last_token_at - at
     itl = (
         (seq.last_token_at - seq.first_token_at) / (seq.generated - 1)
         if seq.first_token_at is not None and seq.generated > 1

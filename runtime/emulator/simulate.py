@@ -78,33 +78,53 @@ def replay(
     closed_loop: tuple[int, Sizes] | None = None,
     think_s: float = 0.0,
     until: float | None = None,
+    patience_s: list[float] | None = None,
 ) -> list[EngineSeq]:
     """Requests (arrival time, prompt tokens, output tokens) through the instance's replicas;
     with `closed_loop` = (total, sizes), every finished request sends the next one after a
     think time until `total` were sent: exponential with mean `think_s` (seeded), so users that
     started together drift apart as a real client's do; none when `think_s` is 0. `until`: a
     load generator's end time: nothing arrives at or after it and the replay stops there
-    (requests still running keep the token times they had). Returns every request, with its
-    token times filled in."""
+    (requests still running keep the token times they had). `patience_s`: per arrival, the seconds
+    after which its client gives up (a live step's SLO deadline): an unfinished request is then
+    cancelled at the next event, as the live server aborts one whose client disconnected, and
+    its slot and KV go to the others (`cancelled`; it keeps the tokens it had). Returns every
+    request, with its token times filled in."""
     think = random.Random(0)
     replicas = [_Replica(timing) for _ in range(max(1, timing.replicas))]
     seqs: list[EngineSeq] = []
     # (time the scheduler sees it, order, sequence): arrival + the host-side admission delay
     pending: list[tuple[float, int, EngineSeq]] = []
     delay = timing.admission_delay_s
+    # (time its client gives up, order, sequence, replica index once submitted)
+    expiries: list[tuple[float, int, EngineSeq]] = []
+    holder: dict[int, Engine] = {}
 
-    def arrive(at: float, inp: int, out: int) -> None:
+    def arrive(at: float, inp: int, out: int, patience: float | None = None) -> None:
         if until is not None and at >= until:
             return
         seq = EngineSeq(inp, out, at)
         seqs.append(seq)
         heapq.heappush(pending, (at + delay, len(seqs), seq))
+        if patience is not None:
+            heapq.heappush(expiries, (at + patience, len(seqs), seq))
 
-    for at, inp, out in arrivals:
-        arrive(at, inp, out)
+    def give_up(now: float) -> None:
+        while expiries and expiries[0][0] <= now:
+            _, _, seq = heapq.heappop(expiries)
+            if not seq.finished:
+                engine = holder.get(id(seq))
+                if engine is not None:
+                    engine.cancel(seq)
+                else:
+                    seq.cancelled = True  # still on its way to the scheduler: never submitted
+
+    for i, (at, inp, out) in enumerate(arrivals):
+        arrive(at, inp, out, patience_s[i] if patience_s is not None else None)
     now = 0.0
     rr = 0
     while True:
+        give_up(now)
         for r in replicas:
             if r.step is None and r.engine.has_work():
                 r.step = r.engine.plan(now)
@@ -114,8 +134,11 @@ def replay(
         step_end = min((r.step_end for r in busy), default=None)
         if pending and (step_end is None or pending[0][0] <= step_end):
             now, _, seq = heapq.heappop(pending)
-            replicas[rr % len(replicas)].engine.submit(seq)
-            rr += 1
+            if not seq.cancelled:
+                engine = replicas[rr % len(replicas)].engine
+                engine.submit(seq)
+                holder[id(seq)] = engine
+                rr += 1
             continue
         if step_end is None or (until is not None and step_end > until):
             break

@@ -535,7 +535,10 @@ def test_a_predicted_boundary_is_stepped_to_once_below_a_miss_and_confirmed() ->
     assert [s.multiplier for s in path.steps] == pytest.approx([16, 3.4, 3.74])
     assert [s.verdict for s in path.steps] == [Verdict.MISSED, Verdict.HELD, Verdict.MISSED]
     assert path.steps[1].why == "the plan's predicted boundary (campaign plan, simulated): missed at x16"
-    assert path.steps[2].why.startswith("confirm: held at x3.4, reached by")
+    assert (
+        path.steps[2].why
+        == "confirm: held at x3.4, reached by the plan's predicted boundary: a miss at x3.74 converges"
+    )
     assert path.stop_rule is StopRule.CONVERGED
 
 
@@ -556,6 +559,7 @@ def test_with_no_history_a_prediction_is_the_start_and_a_hold_there_is_confirmed
     path = search("syn", st, mm1(st), first_lifetime_s=0.1, resolve=lengthen(st))
     assert [s.multiplier for s in path.steps] == pytest.approx([3.4, 3.74])
     assert path.steps[0].why == "the plan's predicted boundary (campaign plan, simulated)"
+    assert path.steps[1].why.startswith("confirm: held at x3.4, reached by the plan's predicted boundary")
     assert path.stop_rule is StopRule.CONVERGED
 
 

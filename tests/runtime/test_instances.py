@@ -112,3 +112,22 @@ def test_simulated_instances_each_hold_their_own_batch(manifest_data: dict[str, 
     picks = [flow.pick() for _ in arrivals]
     alone = replay(timing, [a for a, p in zip(arrivals, picks, strict=True) if p == 1])
     assert [s.last_token_at for s, p in zip(two, picks, strict=True) if p == 1] == [s.last_token_at for s in alone]
+
+
+def test_a_simulated_client_that_gives_up_frees_its_slot_for_the_next_request(
+    manifest_data: dict[str, Any], tmp_path: Path
+) -> None:
+    """One sequence at a time: a 300-token request, then a 5-token one 0.01 s later. Waited for, the
+    first holds the slot to its last token and the second starts after it; abandoned after 1 s
+    (its client's SLO deadline), the engine cancels it at its next event, as the live server aborts a
+    disconnected request, and the second starts at once: its first token comes about 1 s after it arrived."""
+    _, m = load(tmp_path, variant(manifest_data, "g6", max_concurrency=1))
+    timing = TimingModel.for_fleet(m, m.fleet("g6"))
+    arrivals = [(0.0, 100, 300), (0.01, 100, 5)]
+    waited = replay(timing, arrivals)
+    gave_up = replay(timing, arrivals, patience_s=[1.0, 60.0])
+    assert waited[1].first_token_at is not None and waited[1].first_token_at > waited[0].last_token_at
+    assert gave_up[0].cancelled and gave_up[0].generated < 300
+    assert gave_up[0].last_token_at <= 1.0 + 2 * timing.step_s(400, 0, 1)  # no token after the next event past 1 s
+    assert gave_up[1].first_token_at is not None and gave_up[1].first_token_at < 1.5 < waited[1].first_token_at
+    assert gave_up[1].generated == 5 and not gave_up[1].cancelled
