@@ -67,6 +67,9 @@ _MAX_DOWN_POWER = 3
 ESTIMATE_WHY = "bracket down to the estimate"
 # A step at the plan's predicted boundary (SearchSettings.predicted) is confirmed the same way.
 PREDICTED_WHY = "the plan's predicted boundary"
+# A step that held over its own requests and missed once the settle phase pooled more with it
+# (campaign.settle): its detail starts with this, and the step below it goes just under it.
+POOLED_MISS = "missed pooled with its settle segments"
 CONFIRM_WHY = "confirm: held at"
 # hi / lo at exactly 1 + tolerance (a confirming step) must read as converged despite float rounding.
 _ROUNDING = 1 + 1e-9
@@ -255,6 +258,12 @@ def step_down(settings: SearchSettings, steps: Sequence[SearchStep], missed: flo
     so such a miss steps down by `growth`."""
     st = settings
     misses = [s for s in steps if s.verdict is Verdict.MISSED and s.multiplier == missed]
+    if any(s.detail.startswith(POOLED_MISS) for s in misses):
+        # it held alone, so the boundary lies just under it: a hold one tolerance down converges
+        return (
+            missed / (1 + st.tolerance),
+            f"just below x{missed:.4g}: it held over its own requests but {POOLED_MISS}",
+        )
     if any(s.itl_missed for s in misses):
         return missed / st.growth, f"bracket down: missed at x{missed:.4g} on P95 ITL (its share estimates nothing)"
     share = min((s.met_share for s in misses if s.met_share is not None), default=None)

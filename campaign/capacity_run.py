@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from analysis import goodput
-from analysis.capacity import REPLAY, SearchPath, SearchStep, StopRule, write_search_path
+from analysis.capacity import REPLAY, SearchPath, SearchStep, StopRule, Verdict, write_search_path
 from analysis.capacity_search import SearchSettings, StepPlan, Stop, certain_miss, judge, next_lifetime, search
 from analysis.sources.records import load_records
 from campaign.progress import RecordTail
@@ -373,6 +373,37 @@ def run_search(
     return {
         f"{name}/{s.label}": root / name / s.label for name, p in paths.items() for s in p.steps if s.label != REPLAY
     }
+
+
+def resume_search(
+    m: Manifest,
+    fleet: str,
+    root: Path,
+    step_label: str,
+    why: str,
+    runner: StepRunner,
+    stop: threading.Event,
+    log: Callable[[str], None] | None = None,
+) -> dict[str, Path]:
+    """The fleet's search again from its recorded steps, with `step_label` ("<fleet>/x<k>", which the
+    settle phase found missing the SLO once pooled with its segments: `why`) now a miss, within
+    what is left of the search's own time budget; returns its capacity steps as run_search does."""
+    from analysis.capacity import read_search_path
+    from analysis.capacity_search import POOLED_MISS
+
+    cfg = m.workload.capacity_search or CapacitySearch()
+    path = read_search_path(root / fleet)
+    if path is None:
+        return {}
+    label = step_label.split("/", 1)[1]
+    seed = tuple(
+        s.model_copy(update={"verdict": Verdict.MISSED, "detail": f"{POOLED_MISS}: {why}"}) if s.label == label else s
+        for s in path.steps
+    )
+    spent = sum(s.took_s or 0.0 for s in path.steps if s.label != REPLAY)
+    left = cfg.model_copy(update={"time_budget_s": max(cfg.time_budget_s - spent, 0.0)})
+    resumed = search_fleet(m, fleet, root / fleet, left, fallback_lifetime(m), runner, stop, log, seed)
+    return {f"{fleet}/{s.label}": root / fleet / s.label for s in resumed.steps if s.label != REPLAY}
 
 
 def run_sweep(

@@ -27,6 +27,7 @@ import json
 import math
 import threading
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -224,6 +225,10 @@ def measure_capacity(
     return run_search(m, fleets.names, fleets.steps(), root, replay_dir, stop, log, fleets.concurrent, predicted)
 
 
+# How often the settle phase may reopen a fleet's search (a sizing step that missed pooled).
+MAX_REOPENED = 2
+
+
 def settle_phase(
     m: Manifest,
     fleets: Fleets,
@@ -236,6 +241,7 @@ def settle_phase(
 ) -> dict[str, Any] | None:
     """The settle phase after an automatic search (campaign.settle), when its budget allows one."""
     from analysis.report import ReportInputs, build_report
+    from campaign.capacity_run import resume_search
     from campaign.settle import settle
 
     cfg = m.workload.capacity_search
@@ -257,9 +263,22 @@ def settle_phase(
             )
         )
 
-    return settle(
-        m, fleets.steps(), run_dir / CAPACITY_DIR, capacity_dirs, interim, stop, log, fleets.concurrent
-    ).as_dict()
+    root = run_dir / CAPACITY_DIR
+    out = settle(m, fleets.steps(), root, capacity_dirs, interim, stop, log, fleets.concurrent)
+    for _ in range(MAX_REOPENED):
+        if out.stopped != "reopened":
+            break
+        # A sizing step that held alone missed with more requests: each such fleet's search goes on
+        # below it (its own time budget), then the phase resumes with what it has spent.
+        with ThreadPoolExecutor(max_workers=fleets.concurrent or len(out.reopened)) as pool:
+            resumed = [
+                pool.submit(resume_search, m, name, root, r.step, r.why, fleets.steps(), stop, log)
+                for name, r in out.reopened.items()
+            ]
+            for f in resumed:
+                capacity_dirs.update(f.result())
+        out = settle(m, fleets.steps(), root, capacity_dirs, interim, stop, log, fleets.concurrent, resume=out)
+    return out.as_dict()
 
 
 def _report(

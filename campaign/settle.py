@@ -19,7 +19,7 @@ import json
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from analysis.capacity import read_search_path
@@ -45,9 +45,15 @@ class Segment:
     took_s: float
 
 
+@dataclass(frozen=True)
+class Reopened:
+    step: str  # "<fleet>/x<k>"
+    why: str  # what it measured pooled
+
+
 @dataclass
 class SettleOutcome:
-    stopped: str  # "settled", "nothing to settle", "budget", "trace exhausted", "rounds", "stalled", "no search step to continue"
+    stopped: str  # "settled", "nothing to settle", "budget", "trace exhausted", "rounds", "stalled", "reopened", "no search step to continue"
     detail: str
     delta_ci_before: list[float | None] | None
     delta_ci_after: list[float | None] | None
@@ -57,6 +63,9 @@ class SettleOutcome:
     usd: float = 0.0
     segments: list[Segment] = field(default_factory=list)
     over_budget: list[str] = field(default_factory=list)  # fleets the last round left out, and why
+    # "reopened": per fleet, the sizing step that held over its own requests but missed the SLO
+    # pooled with its segments (its search resumes below it).
+    reopened: dict[str, Reopened] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -71,9 +80,12 @@ def settle(
     stop: threading.Event,
     log: Callable[[str], None] | None = None,
     concurrent: int | None = None,
+    resume: SettleOutcome | None = None,
 ) -> SettleOutcome:
     """Rounds of segments until the report's decision settles or the budget is spent; writes
-    capacity_root/settle.json. `report()` builds the report from the records as they are now."""
+    capacity_root/settle.json. `report()` builds the report from the records as they are now.
+    `resume`: the outcome of the phase before a search reopened (its budget spent so far, its
+    segments and its "before" carry on)."""
     log = log or (lambda line: print(line, flush=True))
     cfg = m.workload.capacity_search or CapacitySearch()
     offsets = arrival_offsets(m)
@@ -86,6 +98,8 @@ def settle(
         rep.decision.state,
         rep.decision.state,
     )
+    if resume is not None:
+        out = replace(resume, stopped=out.stopped, detail=out.detail, reopened={}, over_budget=[])
     for _ in range(MAX_ROUNDS):
         ts = rep.decision.to_settle
         if ts is None:
@@ -153,6 +167,14 @@ def settle(
         before = _evidence(rep)
         rep = report()
         log(f"settle: monthly delta 95% CI now {_fmt(_ci(rep))}; decision {rep.decision.state}")
+        out.reopened = {
+            name: Reopened(step, why) for name, (step, _, _) in plans.items() if (why := _flipped(rep, name, step))
+        }
+        if out.reopened:
+            # More requests showed the sizing step does not hold: the capacity lies below it, which
+            # only a step below can measure (campaign.orchestration resumes the search there).
+            out.stopped, out.detail = "reopened", "; ".join(r.why for r in out.reopened.values())
+            break
         if rep.decision.to_settle is not None and _evidence(rep) == before:
             # Seen in the example: to_settle asked 2-3 more requests per fleet, four rounds in a
             # row, and the interval never moved. Its estimate scales a width continuously; the end
@@ -173,6 +195,19 @@ def settle(
         f"settle phase: {out.stopped} ({out.detail}); monthly delta 95% CI {_fmt(out.delta_ci_before)} -> {_fmt(out.delta_ci_after)}"
     )
     return out
+
+
+def _flipped(rep: Report, fleet: str, step: str) -> str:
+    """Why `step` (the fleet's sizing step, now pooled with its segments) no longer holds the SLO
+    at its point estimate; "" while it still does."""
+    cap = getattr(rep.fleets.get(fleet), "capacity", None)
+    steps = cap.steps if cap is not None else []
+    st = next((s for s in steps if s.label == step), None)
+    if st is None or st.slo_pass:
+        return ""
+    ttft = "n/a" if st.p95_ttft_s is None else f"{st.p95_ttft_s:.3g} s"
+    itl = "n/a" if st.p95_itl_s is None else f"{st.p95_itl_s:.3g} s"
+    return f"{step} missed over {st.requests} requests with its segments (P95 TTFT {ttft}, P95 ITL {itl})"
 
 
 def _segment_usd(need: ToSettleFleet, span_s: float) -> float:

@@ -566,3 +566,19 @@ def test_with_no_history_a_prediction_is_the_start_and_a_hold_there_is_confirmed
 def test_a_prediction_outside_the_search_range_is_refused() -> None:
     with pytest.raises(ValueError, match="capacity search settings out of range"):
         SearchSettings(predicted=1e-6)
+
+
+def test_a_step_that_missed_pooled_with_its_settle_segments_is_approached_from_just_below() -> None:
+    """x3.6 held over its own requests, then the settle phase's segments pooled with it missed: the
+    boundary lies just under it, so the next step is x3.6 / 1.1 = x3.273, which holds (K* = 3.502):
+    converged, where a miss with no hold below would halve to x1.8 and bisect up from there."""
+    st = SearchSettings()
+    run = mm1(st)
+    held, _ = run(lengthen(st)(StepPlan(3.6, 1.0, "bisect")))
+    flipped = held.model_copy(update={"verdict": Verdict.MISSED, "detail": "missed pooled with its settle segments: x"})
+    path = search("syn", st, run, first_lifetime_s=0.1, resolve=lengthen(st), seed=(flipped,))
+    assert [s.multiplier for s in path.steps] == pytest.approx([3.6, 3.6 / 1.1])
+    assert (
+        path.steps[1].why == "just below x3.6: it held over its own requests but missed pooled with its settle segments"
+    )
+    assert path.stop_rule is StopRule.CONVERGED and path.held_multiplier == pytest.approx(3.6 / 1.1)

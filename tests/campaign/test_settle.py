@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from analysis import goodput
-from analysis.capacity import SearchPath, SearchStep, StopRule, Verdict, write_search_path
+from analysis.capacity import SearchPath, SearchStep, StopRule, Verdict, read_search_path, write_search_path
 from analysis.capacity_search import StepPlan
 from analysis.sources.records import load_records
-from campaign.capacity_run import arrival_offsets
-from campaign.settle import SETTLE_FILE, settle
+from campaign.capacity_run import arrival_offsets, resume_search
+from campaign.settle import SETTLE_FILE, Reopened, settle
 from core.manifest import Manifest, load_manifest
 from tests.analysis.synth import rec, write_jsonl
 from tests.conftest import write_manifest
@@ -197,3 +197,34 @@ def test_the_analysis_pools_a_step_with_its_segments(tmp_path: Path, m: Manifest
     assert fm.requests == 108
     # windows: 71 gaps x 2 s x 72/71 = 144 s, and 35 x 2 x 36/35 = 72 s
     assert fm.window_s == pytest.approx(144.0 + 72.0)
+
+
+def test_a_sizing_step_that_misses_pooled_with_its_segment_reopens_the_search(tmp_path: Path, m: Manifest) -> None:
+    """The example's demo (2026-12-05): inf2/x0.7071 held over its 95 requests; pooled with a
+    143-request segment it missed, so the fleet had no capacity step left. The phase stops
+    ("reopened") naming the step, and the fleet's search resumes just below it."""
+    dirs = _search(tmp_path)
+    after = _report(10)
+    after.fleets["inf2"].capacity = SimpleNamespace(
+        steps=[SimpleNamespace(label="inf2/x0.5", slo_pass=False, requests=82, p95_ttft_s=2.6, p95_itl_s=0.08)]
+    )
+    reports = iter([_report(10), after])
+    runner = FakeRunner(m)
+    out = settle(m, runner, tmp_path, dirs, lambda: next(reports), threading.Event(), lambda _: None)
+    assert out.stopped == "reopened" and len(runner.calls) == 1
+    assert out.reopened == {
+        "inf2": Reopened(
+            "inf2/x0.5", "inf2/x0.5 missed over 82 requests with its segments (P95 TTFT 2.6 s, P95 ITL 0.08 s)"
+        )
+    }
+    saved = json.loads((tmp_path / SETTLE_FILE).read_text())
+    assert saved["reopened"]["inf2"]["step"] == "inf2/x0.5"
+    # The search resumes from its recorded steps with x0.5 a miss: the next step is just below it.
+    runner = FakeRunner(m)
+    resume_search(m, "inf2", tmp_path, "inf2/x0.5", out.reopened["inf2"].why, runner, threading.Event(), lambda _: None)
+    first = runner.calls[0][1]
+    assert first.multiplier == pytest.approx(0.5 / (1 + m.workload.capacity_search.tolerance))  # type: ignore[union-attr]
+    assert first.why.startswith("just below x0.5: it held over its own requests but missed pooled")
+    path = read_search_path(tmp_path / "inf2")
+    assert path is not None and path.steps[0].verdict is Verdict.MISSED
+    assert path.steps[0].detail.startswith("missed pooled with its settle segments: inf2/x0.5 missed over 82")
