@@ -373,6 +373,7 @@ def search(
         if isinstance(nxt, Stop):
             break
         step, took = run_step(nxt)
+        step = _queue_grew(steps, step)
         steps.append(step if step.took_s is not None else step.model_copy(update={"took_s": took}))
         elapsed += took
         lifetime = sizing_lifetime(steps, lifetime)
@@ -382,6 +383,27 @@ def search(
             overheads.append(max(0.0, took - nxt.span_s - lifetime))
     lo, hi = bracket(steps)
     return SearchPath(fleet, tuple(steps), lo, hi, nxt.rule, nxt.detail, settings.tolerance)
+
+
+def _queue_grew(steps: Sequence[SearchStep], step: SearchStep) -> SearchStep:
+    """A step lengthened because it was too short, and still too short because its requests lived
+    longer the longer it ran (by more than _MARGIN), is a queue that grows: overload, a miss. Seen
+    against real vLLM on a CPU core (2026-12-05): x8 lived a median 2.1 s over 3.1 s of arrivals,
+    then 4.2 s over 7.9 s; sized from its own lifetime each time, it could never be long enough,
+    and the search stopped `never_steady` at x4..x8 instead of bisecting."""
+    before = [s for s in steps if s.multiplier == step.multiplier and s.verdict is Verdict.SHORT]
+    if step.verdict is not Verdict.SHORT or not before or not step.median_lifetime_s:
+        return step
+    first = before[-1].median_lifetime_s
+    if not first or step.median_lifetime_s <= first * _MARGIN:
+        return step
+    return step.model_copy(
+        update={
+            "verdict": Verdict.MISSED,
+            "detail": f"a growing queue: its median lifetime went from {first:.3g} s to {step.median_lifetime_s:.3g} s when "
+            f"lengthened, so no length is steady ({step.detail})",
+        }
+    )
 
 
 def judge(

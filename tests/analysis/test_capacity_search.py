@@ -582,3 +582,26 @@ def test_a_step_that_missed_pooled_with_its_settle_segments_is_approached_from_j
         path.steps[1].why == "just below x3.6: it held over its own requests but missed pooled with its settle segments"
     )
     assert path.stop_rule is StopRule.CONVERGED and path.held_multiplier == pytest.approx(3.6 / 1.1)
+
+
+def test_a_step_whose_lifetimes_grow_when_lengthened_is_a_miss_not_never_steady() -> None:
+    """Real vLLM on a CPU core at x8: too short at 3.1 s of arrivals (median lifetime 2.1 s), then,
+    lengthened, too short again at 7.9 s (4.2 s): a queue that grows with the step. That is a miss,
+    and the search bisects below it; lifetimes that stay put (the test above) still stop never_steady."""
+    st = SearchSettings(start_multiplier=4)
+
+    def engine(plan: StepPlan) -> tuple[SearchStep, float]:
+        k, span = plan.multiplier, plan.span_s
+        life = 1.0 if k < 6 else (2.1 if plan.repeat == 1 else 4.2)
+        v, why = judge(held_slo=True, requests=100, arrival_span_s=span, median_lifetime_s=life, settings=st)
+        step = SearchStep(plan.label, k, plan.why, span, v, 100, span, 100 / span, life, 0.5, 0.05, 0.0, why)
+        return step, span + life
+
+    path = search("syn", st, engine, first_lifetime_s=1.0, resolve=lambda p: replace(p, span_s=min(p.span_s, 8.0)))
+    labels = [s.label for s in path.steps]
+    assert labels[:4] == ["x4", "x8", "x8-r2", "x5.657"]
+    grown = path.steps[2]
+    assert grown.verdict is Verdict.MISSED and grown.detail.startswith(
+        "a growing queue: its median lifetime went from 2.1 s to 4.2 s when lengthened"
+    )
+    assert path.stop_rule is not StopRule.NEVER_STEADY
