@@ -170,22 +170,12 @@ def next_step(settings: SearchSettings, steps: Sequence[SearchStep], lifetime_s:
     elif lo is not None and hi is not None:
         if hi / lo <= (1 + st.tolerance) * _ROUNDING:
             return Stop(StopRule.CONVERGED, f"held at x{lo:.4g}, missed at x{hi:.4g}: within {st.tolerance:.0%}")
-        confirm = lo * (1 + st.tolerance)
-        if _reached_by_estimate(steps, lo) and confirm < hi:
-            by = PREDICTED_WHY if _reached_by_prediction(steps, lo) else "a miss's estimate"
-            plan = StepPlan(
-                confirm,
-                step_span_s(st, lifetime_s),
-                f"{CONFIRM_WHY} x{lo:.4g}, reached by {by}: a miss at x{confirm:.4g} converges",
-            )
+        if _reached_by(steps, lo, ESTIMATE_WHY, PREDICTED_WHY) and lo * (1 + st.tolerance) < hi:
+            plan = _confirm(st, steps, lo, lifetime_s)
         else:
             plan = StepPlan(math.sqrt(lo * hi), step_span_s(st, lifetime_s), f"bisect x{lo:.4g}..x{hi:.4g}")
-    elif lo is not None and _reached_by_estimate(steps, lo):  # started at the prediction, and it held
-        plan = StepPlan(
-            lo * (1 + st.tolerance),
-            step_span_s(st, lifetime_s),
-            f"{CONFIRM_WHY} x{lo:.4g}, reached by {PREDICTED_WHY}: a miss at x{lo * (1 + st.tolerance):.4g} converges",
-        )
+    elif lo is not None and _reached_by(steps, lo, PREDICTED_WHY):  # started at the prediction, and it held
+        plan = _confirm(st, steps, lo, lifetime_s)
     elif lo is not None:
         k = lo * st.growth
         if k > st.max_multiplier:
@@ -224,18 +214,20 @@ def next_step(settings: SearchSettings, steps: Sequence[SearchStep], lifetime_s:
     return plan
 
 
-def _reached_by_estimate(steps: Sequence[SearchStep], held: float) -> bool:
-    """Whether the hold at `held` was a step down to a miss's estimate (see step_down) or to the
-    plan's predicted boundary: either lands near or under the boundary, so the step just above it
-    usually misses and ends the search."""
-    return any(
-        s.multiplier == held and s.verdict is Verdict.HELD and s.why.startswith((ESTIMATE_WHY, PREDICTED_WHY))
-        for s in steps
+def _reached_by(steps: Sequence[SearchStep], held: float, *whys: str) -> bool:
+    """Whether the hold at `held` was a step whose `why` starts with one of `whys`: a step down to a
+    miss's estimate (see step_down) or to the plan's predicted boundary. Either lands near or under
+    the boundary, so the step just above it usually misses and ends the search."""
+    return any(s.multiplier == held and s.verdict is Verdict.HELD and s.why.startswith(whys) for s in steps)
+
+
+def _confirm(st: SearchSettings, steps: Sequence[SearchStep], lo: float, lifetime_s: float) -> StepPlan:
+    """The step just above a hold reached by an estimate or a prediction: a miss there converges."""
+    by = PREDICTED_WHY if _reached_by(steps, lo, PREDICTED_WHY) else "a miss's estimate"
+    k = lo * (1 + st.tolerance)
+    return StepPlan(
+        k, step_span_s(st, lifetime_s), f"{CONFIRM_WHY} x{lo:.4g}, reached by {by}: a miss at x{k:.4g} converges"
     )
-
-
-def _reached_by_prediction(steps: Sequence[SearchStep], held: float) -> bool:
-    return any(s.multiplier == held and s.verdict is Verdict.HELD and s.why.startswith(PREDICTED_WHY) for s in steps)
 
 
 def _prediction_untried(settings: SearchSettings, steps: Sequence[SearchStep]) -> bool:

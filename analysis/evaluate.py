@@ -106,6 +106,20 @@ def unmeasured_row(instance_type: str) -> rm.FleetRow:
     )
 
 
+def _size(ctx: Context, fleet: str, demand_tok_s: float, per_instance_tok_s: float, util: float) -> rm.FleetSize:
+    """The fleet sized for the demand from one per-instance capacity, within its manifest's bounds."""
+    f = ctx.manifest.fleet(fleet)
+    return sizing.size_fleet(
+        demand_tok_s,
+        per_instance_tok_s,
+        utilization_target=util,
+        redundancy=f.redundancy,
+        asg_min=f.asg.min,
+        asg_max=f.asg.max,
+        azs=f.availability_zones,
+    )
+
+
 def _size_and_cost(
     ctx: Context,
     sc: Scenario,
@@ -117,16 +131,7 @@ def _size_and_cost(
     """The fleet sized for the demand from one per-instance capacity, and its monthly cost (None where unknown)."""
     if demand_tok_s is None or not per_instance_tok_s:
         return None, None
-    f = ctx.manifest.fleet(fleet)
-    size = sizing.size_fleet(
-        demand_tok_s,
-        per_instance_tok_s,
-        utilization_target=util,
-        redundancy=f.redundancy,
-        asg_min=f.asg.min,
-        asg_max=f.asg.max,
-        azs=f.availability_zones,
-    )
+    size = _size(ctx, fleet, demand_tok_s, per_instance_tok_s, util)
     prices = ctx.unit_prices.get(fleet)
     if prices is None:
         return size, None
@@ -244,7 +249,7 @@ def evaluate(ctx: Context, sc: Scenario) -> rm.ScenarioEvaluation:
     margin = m.indifference_margin.usd(b_month) if b_month is not None else 0.0
     econ = _economics(m.horizon_months, delta, mig_cost, margin, spread)
     counts = {
-        name: _count_at(ctx, sc, name, demand_tok_s, util)
+        name: _count_at(ctx, name, demand_tok_s, util)
         for name, size in sizes.items()
         if size is not None and demand_tok_s is not None
     }
@@ -418,12 +423,12 @@ def _basis_rate(
     return requests / window if window and requests else None
 
 
-def _count_at(ctx: Context, sc: Scenario, fleet: str, demand_tok_s: float, util: float) -> Callable[[float], int]:
-    """The fleet's instance count for a per-instance capacity, as the report sizes it."""
+def _count_at(ctx: Context, fleet: str, demand_tok_s: float, util: float) -> Callable[[float], int]:
+    """The fleet's instance count for a per-instance capacity, as the report sizes it (no pricing:
+    analysis.to_settle bisects on it)."""
 
     def count(per_instance_tok_s: float) -> int:
-        size, _ = _size_and_cost(ctx, sc, fleet, demand_tok_s, per_instance_tok_s, util)
-        return size.required if size is not None else 0
+        return _size(ctx, fleet, demand_tok_s, per_instance_tok_s, util).required if per_instance_tok_s > 0 else 0
 
     return count
 

@@ -102,12 +102,12 @@ def to_settle(e: Economics, aim: Aim, fleets: Mapping[str, FleetBasis], loadgen_
         else:
             reach, distance = rd[0], rd[1]
             factor = (reach / distance) ** 2
-            need = stats.n_to_settle(b.requests, reach, distance)
+            need = continuous = stats.n_to_settle(b.requests, reach, distance)
             end = _capacity_end(b, via_high=_point_below(e, aim))
-            if end is not None and need is not None:
+            if end is not None and continuous is not None:
                 floor = b.end_requests[end] if b.end_requests is not None else None
-                need = b.requests if floor is None else max(need, floor)
-                whole = whole or need != stats.n_to_settle(b.requests, reach, distance)
+                need = b.requests if floor is None else max(continuous, floor)
+                whole = whole or need != continuous
             requests[name] = need
     by_fleet: dict[str, ToSettleFleet] = {}
     for name, b in fleets.items():
@@ -150,12 +150,13 @@ def requests_to_move_end(n: int, point: float, end: float, count: Callable[[floa
     the fleet's instance count at that end toward the point's, the half-width shrinking as
     1/sqrt(n); None: the end already sizes the fleet as the point does (no requests move it).
     `count(capacity)`: the fleet's instances for a per-instance capacity (non-increasing in it)."""
-    if count(end) == count(point):
+    at_end = count(end)
+    if at_end == count(point):
         return None
     near, far = end, point  # the boundary lies between: count(near) is the end's, count(far) is not
     for _ in range(100):
         mid = (near + far) / 2
-        if count(mid) == count(end):
+        if count(mid) == at_end:
             near = mid
         else:
             far = mid

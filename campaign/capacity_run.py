@@ -25,8 +25,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from analysis import goodput
-from analysis.capacity import REPLAY, SearchPath, SearchStep, StopRule, Verdict, write_search_path
-from analysis.capacity_search import SearchSettings, StepPlan, Stop, certain_miss, judge, next_lifetime, search
+from analysis.capacity import REPLAY, SearchPath, SearchStep, StopRule, Verdict, read_search_path, write_search_path
+from analysis.capacity_search import (
+    POOLED_MISS,
+    SearchSettings,
+    StepPlan,
+    Stop,
+    certain_miss,
+    judge,
+    next_lifetime,
+    search,
+)
 from analysis.sources.records import load_records
 from campaign.progress import RecordTail
 from core.manifest import CapacitySearch, Manifest
@@ -388,9 +397,6 @@ def resume_search(
     """The fleet's search again from its recorded steps, with `step_label` ("<fleet>/x<k>", which the
     settle phase found missing the SLO once pooled with its segments: `why`) now a miss, within
     what is left of the search's own time budget; returns its capacity steps as run_search does."""
-    from analysis.capacity import read_search_path
-    from analysis.capacity_search import POOLED_MISS
-
     cfg = m.workload.capacity_search or CapacitySearch()
     path = read_search_path(root / fleet)
     if path is None:

@@ -270,9 +270,10 @@ def settle_phase(
             break
         # A sizing step that held alone missed with more requests: each such fleet's search goes on
         # below it (its own time budget), then the phase resumes with what it has spent.
+        runner = fleets.steps()  # one for every fleet, as run_search's: its abort() must reach them all
         with ThreadPoolExecutor(max_workers=fleets.concurrent or len(out.reopened)) as pool:
             resumed = [
-                pool.submit(resume_search, m, name, root, r.step, r.why, fleets.steps(), stop, log)
+                pool.submit(resume_search, m, name, root, r.step, r.why, runner, stop, log)
                 for name, r in out.reopened.items()
             ]
             for f in resumed:

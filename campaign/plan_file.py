@@ -55,7 +55,8 @@ def predicted_boundaries(path: Path, m: Manifest) -> dict[str, float]:
             f"--from-plan {path}: manifest_digest {digest!r} is not this manifest's {m.digest!r}: "
             f"run `campaign plan MANIFEST --save {path}` again"
         )
-    fleets = (doc.get("prediction") or {}).get("fleets") if isinstance(doc.get("prediction"), dict) else None
+    prediction = doc.get("prediction")
+    fleets = prediction.get("fleets") if isinstance(prediction, dict) else None
     if not isinstance(fleets, dict):
         raise BadArgument(
             f"--from-plan {path}: prediction.fleets: missing (a plan saved with --no-simulate predicts none)"

@@ -200,8 +200,8 @@ def settle(
 def _flipped(rep: Report, fleet: str, step: str) -> str:
     """Why `step` (the fleet's sizing step, now pooled with its segments) no longer holds the SLO
     at its point estimate; "" while it still does."""
-    cap = getattr(rep.fleets.get(fleet), "capacity", None)
-    steps = cap.steps if cap is not None else []
+    row = rep.fleets.get(fleet)
+    steps = row.capacity.steps if row is not None and row.capacity is not None else []
     st = next((s for s in steps if s.label == step), None)
     if st is None or st.slo_pass:
         return ""

@@ -96,7 +96,7 @@ def replay(
     # (time the scheduler sees it, order, sequence): arrival + the host-side admission delay
     pending: list[tuple[float, int, EngineSeq]] = []
     delay = timing.admission_delay_s
-    # (time its client gives up, order, sequence, replica index once submitted)
+    # (time its client gives up, order, sequence); holder: the engine each submitted one went to
     expiries: list[tuple[float, int, EngineSeq]] = []
     holder: dict[int, Engine] = {}
 

@@ -56,7 +56,7 @@ def _report(more: int | None, state: str = "defer", ci: tuple[float | None, floa
     return SimpleNamespace(
         decision=SimpleNamespace(to_settle=ts, state=state),
         monthly_delta_ci_usd=list(ci),
-        fleets={"inf2": SimpleNamespace(intervals=SimpleNamespace(basis="inf2/x0.5"))},
+        fleets={"inf2": SimpleNamespace(intervals=SimpleNamespace(basis="inf2/x0.5"), capacity=None)},
     )
 
 
@@ -168,7 +168,9 @@ def test_a_fleet_whose_segment_exceeds_the_budget_does_not_hold_back_the_other(
         return SimpleNamespace(
             decision=SimpleNamespace(to_settle=SimpleNamespace(by_fleet=need, usd=1.0, minutes=1.0), state="defer"),
             monthly_delta_ci_usd=[None, upper],
-            fleets={n: SimpleNamespace(intervals=SimpleNamespace(basis=f"{n}/x0.5")) for n in ("inf2", "g6")},
+            fleets={
+                n: SimpleNamespace(intervals=SimpleNamespace(basis=f"{n}/x0.5"), capacity=None) for n in ("inf2", "g6")
+            },
         )
 
     reports = iter([report({"inf2": 10, "g6": 5000}), report({"g6": 5000}, upper=4000.0)])
