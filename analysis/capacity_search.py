@@ -322,20 +322,25 @@ def next_lifetime(step: SearchStep, previous_s: float) -> float:
 
 def sizing_lifetime(steps: Sequence[SearchStep], previous_s: float) -> float:
     """What the step after `steps` is sized from: `next_lifetime` of the last one, but after a miss
-    never less than the median lifetime of the hold just under it. The next step then lies
-    between that hold and the miss, at a higher load than the hold, so its requests live at least
-    as long as the hold's did; the miss's SLO-compliant requests are its fastest ones. Sized from
-    those alone, the step in between came out shorter than 3 of its own lifetimes and was run
-    again whole in each of three example runs (2026-12-04: g6 sized from 8.6 s, lived 13.6 s)."""
+    never less than the median lifetime of the hold just under it, nor than the sizing lifetime of
+    the lowest miss, the step it goes under. The next step then lies between that hold and the
+    miss, at a higher load than the hold, so its requests live at least as long as the hold's did;
+    the miss's SLO-compliant requests are its fastest ones. Sized from those alone, the step in
+    between came out shorter than 3 of its own lifetimes and was run again whole in each of three
+    example runs (2026-12-04: g6 sized from 8.6 s, lived 13.6 s). The lowest miss need not be the
+    last step: a search the settle phase reopens (a hold that missed pooled) goes under a step
+    measured before the last, and sized from the last (an early-stopped miss above, 8.5 s) its
+    step came out short and ran again (2026-12-05: inf2 x0.5893, 31.3 s < 3 x 11.0 s)."""
     life = next_lifetime(steps[-1], previous_s)
     if steps[-1].verdict is Verdict.MISSED:
-        lo, _ = bracket(steps)
-        held = [
-            s.median_lifetime_s
+        lo, hi = bracket(steps)
+        near = [
+            s.median_lifetime_s if s.verdict is Verdict.HELD else s.sizing_lifetime_s
             for s in steps
-            if s.verdict is Verdict.HELD and s.multiplier == lo and s.median_lifetime_s
+            if (s.verdict is Verdict.HELD and s.multiplier == lo)
+            or (s.verdict is Verdict.MISSED and s.multiplier == hi)
         ]
-        life = max([life, *held])
+        life = max([life, *(x for x in near if x)])
     return life
 
 
@@ -354,6 +359,8 @@ def search(
     lifetime, elapsed = first_lifetime_s, 0.0
     for st in steps:
         lifetime = next_lifetime(st, lifetime)
+    if steps:
+        lifetime = sizing_lifetime(steps, lifetime)
     overheads: list[float] = []
     while True:
         nxt = next_step(settings, steps, lifetime)

@@ -481,6 +481,28 @@ def test_a_step_between_a_hold_and_a_miss_is_sized_from_the_hold_not_from_the_mi
     assert sizing_lifetime([_step("replay", 1.0, Verdict.MISSED, 40.0, 4.0)], 26.0) == 4.0
 
 
+def test_a_reopened_search_sizes_its_step_from_the_step_it_goes_under_not_the_last_one() -> None:
+    # The demo's inf2 (2026-12-05): x0.7071 held over its own requests (median lifetime 11.8 s) and
+    # missed pooled with its settle segments; x0.8485 above it was stopped early, its compliant
+    # requests lived 8.5 s. The reopened search goes under x0.7071; sized from 8.5 s, its step
+    # spanned 31.3 s < 3 x its own 11.0 s and ran again.
+    st = SearchSettings()
+    seed = (
+        _step("replay", 1.0, Verdict.MISSED, 14.7, 9.6),
+        _step("x0.7071", 0.7071, Verdict.MISSED, 11.8, 11.8),
+        _step("x0.8485", 0.8485, Verdict.MISSED, 8.6, 8.5),
+    )
+    assert sizing_lifetime(seed, 8.5) == 11.8
+    plans: list[StepPlan] = []
+
+    def run(plan: StepPlan) -> tuple[SearchStep, float]:
+        plans.append(plan)
+        return _step(plan.label, plan.multiplier, Verdict.HELD, 11.0), plan.span_s
+
+    search("inf2", replace(st, max_steps=len(seed) + 1), run, first_lifetime_s=26.0, seed=seed)
+    assert plans[0].multiplier < 0.7071 and plans[0].span_s == pytest.approx(3 * 11.8 * 1.25)  # was 3 x 8.5 s x 1.25
+
+
 def test_a_miss_with_no_compliant_request_keeps_the_previous_lifetime() -> None:
     assert next_lifetime(_step("x4", 4.0, Verdict.MISSED, 50.0, None), 6.0) == 6.0
     assert (
