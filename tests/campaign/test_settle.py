@@ -145,6 +145,25 @@ def test_the_budget_stops_a_round_before_it_starts(tmp_path: Path, manifest_data
     assert out.stopped == "budget" and "5 s settle budget" in out.detail and not runner.calls
 
 
+def test_a_segment_fits_the_budget_with_its_drain(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    # The budget counts a round's wall time, arrivals and drain: the demo's round fit its 120 s by
+    # arrivals and took 154 s. The sizing step's requests lived 20 s (_search): a segment whose
+    # arrivals fit with 10 s to spare does not fit once it drains.
+    m0 = load_manifest(write_manifest(tmp_path, manifest_data, "probe.yaml"), check_files=False)
+    probe = FakeRunner(m0)
+    settle(m0, probe, tmp_path / "probe", _search(tmp_path / "probe"), lambda: _report(10), threading.Event())
+    span = probe.calls[0][1].span_s
+    manifest_data["workload"]["capacity_search"] = {
+        **manifest_data["workload"].get("capacity_search", {}),
+        "settle_budget_s": span + 10.0,
+    }
+    m = load_manifest(write_manifest(tmp_path, manifest_data), check_files=False)
+    runner = FakeRunner(m)
+    out = settle(m, runner, tmp_path / "cap", _search(tmp_path / "cap"), lambda: _report(10), threading.Event())
+    assert out.stopped == "budget" and not runner.calls
+    assert f"needs about {span:.0f} s of arrivals and 20 s to drain" in out.detail
+
+
 def test_a_fleet_whose_segment_exceeds_the_budget_does_not_hold_back_the_other(
     tmp_path: Path, manifest_data: dict[str, Any]
 ) -> None:
