@@ -227,9 +227,12 @@ def _staging(manifest: Manifest, image: str, weights_dir: str, weights_s3_uri: s
     steps: list[str] = [f"mkdir -p {q(weights_dir)}"]
     if weights_s3_uri:
         includes = " ".join(f"--include {q(f)}" for f in files)
+        # The campaign's region, as every other aws line at boot names one (an instance has no
+        # default); a bucket in another region answers with a redirect the CLI follows
+        # (botocore's S3 region redirector, aws/aws-cli#2149).
         steps.append(
-            f"aws s3 sync {q(weights_s3_uri.rstrip('/') + '/' + m.commit + '/')} {q(weights_dir)} --only-show-errors "
-            f"--exclude '*' {includes}"
+            f"aws s3 sync --region {q(manifest.costs.region)} {q(weights_s3_uri.rstrip('/') + '/' + m.commit + '/')} "
+            f"{q(weights_dir)} --only-show-errors --exclude '*' {includes}"
         )
     else:
         if m.hub_token_secret_arn:

@@ -455,7 +455,7 @@ def test_s3_staging_syncs_only_the_pinned_weight_files(example: Manifest, tmp_pa
     rc, calls, output = _run(_fleet_scripts(example, S3_WEIGHTS)["g6"], tmp_path)
     assert rc == 0, output
     sync = next(c for c in calls if c[:3] == ["aws", "s3", "sync"])
-    assert sync[3] == f"{S3_WEIGHTS}/{example.model.commit}/"
+    assert sync[3:6] == ["--region", example.costs.region, f"{S3_WEIGHTS}/{example.model.commit}/"]
     # `aws s3 sync --exclude '*' --include A --include B`: later filters win, so only A and B are copied.
     assert sync[sync.index("--exclude") + 1] == "*" and sync.index("--exclude") < sync.index("--include")
     includes = {sync[i + 1] for i, a in enumerate(sync) if a == "--include"}
