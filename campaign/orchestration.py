@@ -27,7 +27,6 @@ import json
 import math
 import threading
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -225,10 +224,6 @@ def measure_capacity(
     return run_search(m, fleets.names, fleets.steps(), root, replay_dir, stop, log, fleets.concurrent, predicted)
 
 
-# How often the settle phase may reopen a fleet's search (a sizing step that missed pooled).
-MAX_REOPENED = 2
-
-
 def settle_phase(
     m: Manifest,
     fleets: Fleets,
@@ -241,8 +236,7 @@ def settle_phase(
 ) -> dict[str, Any] | None:
     """The settle phase after an automatic search (campaign.settle), when its budget allows one."""
     from analysis.report import ReportInputs, build_report
-    from campaign.capacity_run import resume_search
-    from campaign.settle import settle
+    from campaign import settle
 
     cfg = m.workload.capacity_search
     if not capacity_dirs or m.workload.capacity_sweep is not None or cfg is None or cfg.settle_budget_s <= 0:
@@ -264,22 +258,7 @@ def settle_phase(
         )
 
     root = run_dir / CAPACITY_DIR
-    out = settle(m, fleets.steps(), root, capacity_dirs, interim, stop, log, fleets.concurrent)
-    for _ in range(MAX_REOPENED):
-        if out.stopped != "reopened":
-            break
-        # A sizing step that held alone missed with more requests: each such fleet's search goes on
-        # below it (its own time budget), then the phase resumes with what it has spent.
-        runner = fleets.steps()  # one for every fleet, as run_search's: its abort() must reach them all
-        with ThreadPoolExecutor(max_workers=fleets.concurrent or len(out.reopened)) as pool:
-            resumed = [
-                pool.submit(resume_search, m, name, root, r.step, r.why, runner, stop, log)
-                for name, r in out.reopened.items()
-            ]
-            for f in resumed:
-                capacity_dirs.update(f.result())
-        out = settle(m, fleets.steps(), root, capacity_dirs, interim, stop, log, fleets.concurrent, resume=out)
-    return out.as_dict()
+    return settle.settle_phase(m, fleets.steps, root, capacity_dirs, interim, stop, log, fleets.concurrent).as_dict()
 
 
 def _report(

@@ -23,7 +23,7 @@ from typing import Any
 from analysis.capacity import REPLAY, read_search_path
 from analysis.report_model import Report
 from campaign.capacity_run import run_search
-from campaign.settle import settle
+from campaign.settle import settle_phase
 from campaign.simulated_steps import SimulatedSteps, simulate_requests, write_records
 from core import catalog, prices
 from core.cloud_contract import HEALTH_GRACE_MIN, LOADGEN_TASK_MEMORY_GIB, LOADGEN_TASK_VCPU
@@ -137,10 +137,10 @@ def predict(m: Manifest, work_dir: Path | None = None) -> CampaignPrediction:
 
     cfg = m.workload.capacity_search or CapacitySearch()
     outcome = None
-    if capacity_dirs and cfg.settle_budget_s > 0:
-        outcome = settle(
+    if capacity_dirs and cfg.settle_budget_s > 0:  # as a live campaign's, reopened searches included
+        outcome = settle_phase(
             m,
-            SimulatedSteps(m, STEP_OVERHEAD_S),
+            lambda: SimulatedSteps(m, STEP_OVERHEAD_S),
             work_dir / "capacity",
             capacity_dirs,
             lambda: report("interim"),
@@ -215,7 +215,7 @@ def predict(m: Manifest, work_dir: Path | None = None) -> CampaignPrediction:
             "while load runs; one NLB",
             *_compile_assumptions(m),
             "the quality gate passes (not predicted)",
-            f"the settle phase within capacity_search.settle_budget_s ({cfg.settle_budget_s:g} s of arrivals) as simulated",
+            f"the settle phase within capacity_search.settle_budget_s ({cfg.settle_budget_s:g} s of arrivals and drains) as simulated",
         ],
     )
 

@@ -26,10 +26,11 @@ from analysis.capacity import read_search_path
 from analysis.capacity_search import StepPlan
 from analysis.goodput import SETTLE_DIR
 from analysis.report_model import Report, ToSettleFleet
-from campaign.capacity_run import StepRunner, arrival_offsets
+from campaign.capacity_run import StepRunner, arrival_offsets, resume_search
 from core.manifest import CapacitySearch, Manifest
 
 MAX_ROUNDS = 4  # the rule of thumb behind to_settle is 1/sqrt(n): a few rounds correct its misses
+MAX_REOPENED = 2  # how often the phase may reopen a fleet's search (a sizing step that missed pooled)
 SETTLE_FILE = "settle.json"
 
 
@@ -69,6 +70,38 @@ class SettleOutcome:
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
+
+
+def settle_phase(
+    m: Manifest,
+    steps: Callable[[], StepRunner],
+    capacity_root: Path,
+    capacity_dirs: dict[str, Path],
+    report: Callable[[], Report],
+    stop: threading.Event,
+    log: Callable[[str], None] | None = None,
+    concurrent: int | None = None,
+) -> SettleOutcome:
+    """The whole phase, for a live campaign and for `campaign plan` alike: `settle`, and while it
+    stops "reopened", each such fleet's search resumed below the step that missed pooled (its own
+    time budget), then `settle` again with what the phase has spent (at most MAX_REOPENED times).
+    `steps()`: a step runner for every fleet (LocalFleets.steps() clears its handle table, so
+    fleets measured at once share one: its abort() must reach them all). `capacity_dirs` gains
+    the resumed searches' steps."""
+    out = settle(m, steps(), capacity_root, capacity_dirs, report, stop, log, concurrent)
+    for _ in range(MAX_REOPENED):
+        if out.stopped != "reopened":
+            break
+        runner = steps()
+        with ThreadPoolExecutor(max_workers=concurrent or len(out.reopened)) as pool:
+            resumed = [
+                pool.submit(resume_search, m, name, capacity_root, r.step, r.why, runner, stop, log)
+                for name, r in out.reopened.items()
+            ]
+            for f in resumed:
+                capacity_dirs.update(f.result())
+        out = settle(m, steps(), capacity_root, capacity_dirs, report, stop, log, concurrent, resume=out)
+    return out
 
 
 def settle(
@@ -175,7 +208,7 @@ def settle(
         }
         if out.reopened:
             # More requests showed the sizing step does not hold: the capacity lies below it, which
-            # only a step below can measure (campaign.orchestration resumes the search there).
+            # only a step below can measure (settle_phase resumes the search there).
             out.stopped, out.detail = "reopened", "; ".join(r.why for r in out.reopened.values())
             break
         if rep.decision.to_settle is not None and _evidence(rep) == before:

@@ -235,3 +235,43 @@ def test_plan_batch_decode_on_neuron_reads_every_compiled_slot_over_its_bucket(m
     bucket = t.padded(int(rc.max_input_tokens + rc.max_output_tokens / 2))
     step = t.roofline.memory_s(16 * bucket, t.efficiency.bandwidth) + t.efficiency.step_overhead_ms / 1000
     assert {p.fleet: p for p in plan(m)}["inf2"].batch_decode_tok_s == pytest.approx(16 / step)
+
+
+def test_the_plan_resumes_a_search_its_settle_phase_reopens(
+    example_manifest_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`campaign plan` runs the live campaign's settle phase, reopened searches included: when the
+    phase finds a sizing step missing pooled (the example's demo, 2026-12-05: inf2 x0.7071 held
+    over 95 requests, missed over 237), the plan's search goes on below it, and the plan's
+    predicted boundary (what `--from-plan` seeds the live search with) is the hold found there."""
+    from analysis.capacity import read_search_path
+    from campaign import settle as settle_mod
+    from campaign.plan_campaign import predict
+
+    m = load_manifest(example_manifest_path)
+    real = settle_mod.settle
+    first: dict[str, str] = {}  # the sizing step the fake reopened, and its multiplier
+
+    def reopening(*args: Any, **kwargs: Any) -> settle_mod.SettleOutcome:
+        if first:
+            return real(*args, **kwargs)
+        path = read_search_path(args[2] / "inf2")  # capacity_root: the search as it stopped
+        assert path is not None
+        first["step"] = next(f"inf2/{s.label}" for s in path.steps if s.multiplier == path.held_multiplier)
+        first["held"] = str(path.held_multiplier)
+        return settle_mod.SettleOutcome(
+            "reopened",
+            "as measured",
+            None,
+            None,
+            "defer",
+            "defer",
+            reopened={"inf2": settle_mod.Reopened(first["step"], "as measured")},
+        )
+
+    monkeypatch.setattr(settle_mod, "settle", reopening)
+    pred = predict(m, tmp_path)
+    held, missed = pred.fleets["inf2"].search_bracket
+    assert missed == pytest.approx(float(first["held"]))  # the reopened step is now the miss
+    assert held is not None and held < missed
+    assert pred.settle is not None and pred.settle["stopped"] != "reopened"
