@@ -89,7 +89,12 @@ class EngineUnavailable(CampaignError):
 class EngineSettings:
     kv_cache_gib: int = 1  # per process; the tiny checkpoint needs a few MiB of it
     startup_timeout_s: float = 300.0  # 60-80 s seen here on an idle machine; two at once on 2 shared cores are slower
-    threads_bind: str | None = None  # VLLM_CPU_OMP_THREADS_BIND, e.g. "0"; None: vLLM's own default
+    # The core the whole engine runs on: every one of its processes (the API server, the engine
+    # core, the worker) and VLLM_CPU_OMP_THREADS_BIND. The bind alone pins only the worker's
+    # OpenMP threads: the API server and the engine core then used most of the other core
+    # (top, 2026-12-05: 29% and 67% beside the worker's 79%) and starved the client pinned there
+    # (schedule lag P99 257 ms at x2, `client_limited`). None: vLLM's own default, unpinned.
+    core: int | None = None
 
 
 def engine_python(venv: Path | None = None) -> Path:
@@ -166,8 +171,8 @@ def vllm_env(settings: EngineSettings) -> dict[str, str]:
         "TOKENIZERS_PARALLELISM": "false",
         "VLLM_HOST_IP": "127.0.0.1",  # its engine-core message queue otherwise binds the host's outward address
     }
-    if settings.threads_bind is not None:
-        env["VLLM_CPU_OMP_THREADS_BIND"] = settings.threads_bind
+    if settings.core is not None:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = str(settings.core)
     return env
 
 
@@ -184,7 +189,10 @@ def start_vllm_cpu(
     python = engine_python()
     ckpt = checkpoint_dir(m)
     port = free_port()
-    proc = sup.start(f"vllm-{fleet}", vllm_argv(python, m, fleet, ckpt, port), env=vllm_env(settings), cwd=ROOT)
+    cpus = None if settings.core is None else {settings.core}
+    proc = sup.start(
+        f"vllm-{fleet}", vllm_argv(python, m, fleet, ckpt, port), env=vllm_env(settings), cwd=ROOT, cpus=cpus
+    )
     return proc, f"http://127.0.0.1:{port}"
 
 

@@ -112,7 +112,7 @@ def start_engines(sup: Supervisor, m: Manifest, plan: CorePlan) -> dict[str, str
     started = {}
     for f in m.fleets:
         core = plan.engine_core[f.name]
-        settings = engines.EngineSettings(threads_bind=None if core is None else str(core))
+        settings = engines.EngineSettings(core=core)
         started[f.name] = engines.start_vllm_cpu(sup, m, f.name, settings)
     for proc, _ in started.values():
         engines.wait_ready(sup, proc)

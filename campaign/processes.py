@@ -12,7 +12,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -64,7 +64,9 @@ class Supervisor:
         env: dict[str, str] | None = None,
         cwd: Path | None = None,
         stop_signal: int = signal.SIGTERM,
+        cpus: Collection[int] | None = None,
     ) -> Managed:
+        """`cpus`: the cores the child and every process it starts may run on."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log = self.log_dir / f"{name}.log"
         fh = log.open("ab")
@@ -79,6 +81,8 @@ class Supervisor:
             start_new_session=True,  # own process group: terminal Ctrl-C does not hit it directly
         )
         fh.close()
+        if cpus:  # set after the start (preexec_fn is unsafe with threads): processes it starts later inherit it
+            os.sched_setaffinity(proc.pid, set(cpus))
         m = Managed(name, proc, log, stop_signal, offset)
         self.children.append(m)
         return m

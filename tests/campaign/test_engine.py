@@ -71,7 +71,7 @@ def test_the_engine_serves_the_manifest_model_name_with_the_fleet_limits(tmp_pat
     assert pairs["--served-model-name"] == m.model.repo and pairs["--model"] == str(checkpoint)
     assert (pairs["--host"], pairs["--port"]) == ("127.0.0.1", "1234")
     assert (pairs["--max-model-len"], pairs["--max-num-seqs"]) == (str(f.max_model_len), str(f.max_concurrency))
-    env = engines.vllm_env(engines.EngineSettings(threads_bind="1"))
+    env = engines.vllm_env(engines.EngineSettings(core=1))
     assert (
         env["VLLM_CPU_OMP_THREADS_BIND"] == "1" and env["VLLM_NO_USAGE_STATS"] == "1" and env["HF_HUB_OFFLINE"] == "1"
     )
