@@ -14,7 +14,9 @@ from dataclasses import asdict, dataclass
 from core import catalog, prices
 from core.manifest import Fleet, Manifest, fit, weight_bytes
 from core.roofline import Roofline
+from core.serving import definition_for
 from runtime.emulator.timing import TimingModel
+from stacks.fleet_boot import COMPLETE_MARKER
 
 # Loading a checkpoint (and, on Neuron, tracing + compiling it) holds the weights in host memory
 # at least once more beside the runtime: weights above half the host's RAM are at risk. Reports:
@@ -84,9 +86,16 @@ def host_memory_warning(m: Manifest, f: Fleet) -> str | None:
     return (
         f"weights {weights_gib:.1f} GiB are {weights_gib / it.memory_gib:.0%} of {it.name}'s {it.memory_gib} GiB host memory "
         f"(risk above {HOST_MEMORY_RISK_FRACTION:.0%}: loading and compiling hold them in host memory at least once more); "
-        "load precompiled artifacts (NEURON_COMPILED_ARTIFACTS, compiled once on a larger instance and staged to the cache "
-        "volume) instead of compiling here"
+        "load precompiled artifacts (NEURON_COMPILED_ARTIFACTS) instead of compiling here: compile once on a larger "
+        f"{it.accelerator.name} instance with this fleet's server flags and publish the set under the results bucket's "
+        f"{_compiled_prefix(m, f)}<any name>/, {COMPLETE_MARKER} written last (its key names {f.instance_type}: a set "
+        "published under the larger instance's own key is never fetched here); each instance then fetches it at boot"
     )
+
+
+def _compiled_prefix(m: Manifest, f: Fleet) -> str:
+    compiled = definition_for(m, f).compiled
+    return f"compiled/{compiled.key}/" if compiled is not None else "compiled/<key>/"
 
 
 def plan_fleet(m: Manifest, f: Fleet) -> FleetPlan:

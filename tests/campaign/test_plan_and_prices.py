@@ -187,6 +187,11 @@ def test_plan_flags_weights_close_to_inf2_host_memory(manifest_data: dict[str, A
         and "16 GiB host memory" in warning
         and "precompiled artifacts" in warning
     )
+    # Where to stage a set compiled elsewhere: this fleet's key (it names inf2.xlarge), marker last.
+    from core.serving import definition_for
+
+    key = definition_for(m, m.fleet("inf2")).compiled.key  # type: ignore[union-attr]
+    assert f"results bucket's compiled/{key}/<any name>/, COMPLETE written last" in warning
     assert by["g6"].host_memory_warning is None  # the GPU load path is not the reported risk
     big = manifest_from_data(
         {
