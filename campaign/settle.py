@@ -11,6 +11,9 @@ recomputes the report, until the decision settles, the manifest's settle budget 
 arrivals and drains, and the USD those cost on the cloud fleets) is spent, or the trace has no
 more requests. The segments run through the same step runner as the search
 (`campaign.capacity_run.StepRunner`): Locust locally, the emulator in simulated time in a plan.
+A sizing step that misses the SLO once pooled with its segments stops a round ("reopened"):
+`settle_phase`, which the campaign and `campaign plan` both run, resumes that fleet's search
+below it and carries on with the budget left.
 """
 
 from __future__ import annotations
