@@ -14,7 +14,10 @@ import socket
 from pathlib import Path
 
 EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
-LINUX_EPHEMERAL_DEFAULT = (32768, 60999)  # ip(7): net.ipv4.ip_local_port_range's default
+# Without that file (macOS, or no /proc) the range is not known: the widest of the usual
+# defaults, Linux's 32768-60999 (ip(7): net.ipv4.ip_local_port_range) and macOS's and IANA's
+# 49152-65535 (RFC 6335, section 6), so a laptop's outgoing connections cannot take the port.
+UNKNOWN_EPHEMERAL_DEFAULT = (32768, 65535)
 LOWEST = 10000  # above the registered ports services commonly listen on (8080, 9090, ...)
 _rng = random.SystemRandom()  # forked processes must not draw the same sequence
 
@@ -23,7 +26,7 @@ def ephemeral_range() -> tuple[int, int]:
     try:
         lo, hi = (int(v) for v in EPHEMERAL_RANGE_FILE.read_text().split())
     except (OSError, ValueError):
-        return LINUX_EPHEMERAL_DEFAULT
+        return UNKNOWN_EPHEMERAL_DEFAULT
     return lo, hi
 
 

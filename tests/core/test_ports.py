@@ -44,10 +44,13 @@ def test_a_span_is_free_as_a_whole(ephemeral: Path) -> None:
             s.close()
 
 
-def test_an_unreadable_range_falls_back_to_linux_default(ephemeral: Path) -> None:
-    assert ports.ephemeral_range() == ports.LINUX_EPHEMERAL_DEFAULT  # the file does not exist
+def test_an_unknown_range_keeps_clear_of_linux_and_macos_defaults(ephemeral: Path) -> None:
+    # No /proc file (macOS): Linux's 32768-60999 and macOS's 49152-65535 are both avoided; the
+    # Linux default alone handed out ports in 61000-65535, macOS's own outgoing range.
+    got = [ports.free_port() for _ in range(50)]  # the file does not exist
+    assert all(ports.LOWEST <= p < 32768 for p in got), got
     ephemeral.write_text("garbage")
-    assert ports.ephemeral_range() == ports.LINUX_EPHEMERAL_DEFAULT
+    assert ports.ephemeral_range() == (32768, 65535)
 
 
 def test_no_room_outside_the_range_still_gives_a_port(ephemeral: Path) -> None:
