@@ -254,8 +254,13 @@ def run_local(
                     for f in m.fleets
                 }
                 print("emulators: " + ", ".join(f"{k} {v}" for k, v in endpoints.items()), flush=True)
-            # worker i serves its metrics on port + i: each fleet's span is free as a whole
-            metrics_ports = {f.name: free_port(width=max(workers, 1)) for f in m.fleets}
+            # worker i serves its metrics on port + i: each fleet's span is free as a whole, and
+            # clear of the spans handed out before it (none is bound until its workers start)
+            metrics_ports: dict[str, int] = {}
+            width = max(workers, 1)
+            for f in m.fleets:
+                taken = [q for p in metrics_ports.values() for q in range(p, p + width)]
+                metrics_ports[f.name] = free_port(width=width, avoid=taken)
             prom_url = _maybe_prometheus(sup, out_dir, m, endpoints, metrics_ports)
             sut = (
                 engines.VLLM_CPU_NOTE if engine == "vllm-cpu" else engines.emulator_note(m)

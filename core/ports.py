@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 import socket
+from collections.abc import Collection
 from pathlib import Path
 
 EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
@@ -39,17 +40,20 @@ def _bindable(host: str, port: int) -> bool:
     return True
 
 
-def free_port(host: str = "127.0.0.1", width: int = 1) -> int:
-    """A port p free right now, with p+1 .. p+width-1 free too, outside the ephemeral range;
-    a second campaign on the same machine gets a different one."""
+def free_port(host: str = "127.0.0.1", width: int = 1, avoid: Collection[int] = ()) -> int:
+    """A port p free right now, with p+1 .. p+width-1 free too, outside the ephemeral range and
+    `avoid` (ports handed out already but not bound yet); a second campaign on the same machine
+    gets a different one."""
     lo, hi = ephemeral_range()
     spans = [(a, b - width + 1) for a, b in ((LOWEST, lo - 1), (hi + 1, 65535)) if b - width + 1 >= a]
+    taken = set(avoid)
     for _ in range(200):
         if not spans:
             break
         a, b = _rng.choice(spans)
         p = _rng.randint(a, b)
-        if all(_bindable(host, q) for q in range(p, p + width)):
+        block = range(p, p + width)
+        if taken.isdisjoint(block) and all(_bindable(host, q) for q in block):
             return p
     # No room outside the ephemeral range (a machine configured to use it all): the kernel's pick.
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

@@ -58,3 +58,13 @@ def test_no_room_outside_the_range_still_gives_a_port(ephemeral: Path) -> None:
     p = ports.free_port()
     with socket.socket() as s:
         s.bind(("127.0.0.1", p))
+
+
+def test_spans_handed_out_together_never_overlap(ephemeral: Path) -> None:
+    # Each fleet's Locust workers bind port..port+width-1 later; two fleets' spans picked one after
+    # another, both free and unbound at the time, could share a port. Room for 2 spans of 2 here.
+    ephemeral.write_text(f"{ports.LOWEST + 4} 65535")
+    for _ in range(20):
+        first = ports.free_port(width=2)
+        second = ports.free_port(width=2, avoid=range(first, first + 2))
+        assert second not in (first - 1, first, first + 1), (first, second)
