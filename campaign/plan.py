@@ -17,6 +17,7 @@ from core.roofline import Roofline
 from core.serving import definition_for
 from runtime.emulator.timing import TimingModel
 from stacks.fleet_boot import COMPLETE_MARKER
+from stacks.fleet_paths import COMPILED_PREFIX
 
 # Loading a checkpoint (and, on Neuron, tracing + compiling it) holds the weights in host memory
 # at least once more beside the runtime: weights above half the host's RAM are at risk. Reports:
@@ -88,14 +89,16 @@ def host_memory_warning(m: Manifest, f: Fleet) -> str | None:
         f"(risk above {HOST_MEMORY_RISK_FRACTION:.0%}: loading and compiling hold them in host memory at least once more); "
         "load precompiled artifacts (NEURON_COMPILED_ARTIFACTS) instead of compiling here: compile once on a larger "
         f"{it.accelerator.name} instance with this fleet's server flags and publish the set under the results bucket's "
-        f"{_compiled_prefix(m, f)}<any name>/, {COMPLETE_MARKER} written last (its key names {f.instance_type}: a set "
+        f"{compiled_prefix(m, f) or COMPILED_PREFIX + '/<key>/'}<any name>/, {COMPLETE_MARKER} written last (its key names {f.instance_type}: a set "
         "published under the larger instance's own key is never fetched here); each instance then fetches it at boot"
     )
 
 
-def _compiled_prefix(m: Manifest, f: Fleet) -> str:
+def compiled_prefix(m: Manifest, f: Fleet) -> str | None:
+    """Where the fleet's instances share their compiled artifacts in the results bucket
+    (stacks.fleet_boot); None: its stack compiles nothing."""
     compiled = definition_for(m, f).compiled
-    return f"compiled/{compiled.key}/" if compiled is not None else "compiled/<key>/"
+    return None if compiled is None else f"{COMPILED_PREFIX}/{compiled.key}/"
 
 
 def plan_fleet(m: Manifest, f: Fleet) -> FleetPlan:

@@ -23,6 +23,7 @@ from typing import Any
 from analysis.capacity import REPLAY, read_search_path
 from analysis.report_model import Report
 from campaign.capacity_run import run_search
+from campaign.plan import compiled_prefix
 from campaign.settle import settle_phase
 from campaign.simulated_steps import SimulatedSteps, simulate_requests, write_records
 from core import catalog, prices
@@ -223,19 +224,18 @@ def predict(m: Manifest, work_dir: Path | None = None) -> CampaignPrediction:
 def _compile_assumptions(m: Manifest) -> list[str]:
     """What a Neuron fleet's first boot compiles, and what its later instances fetch instead."""
     from core.manifest import weight_bytes
-    from core.serving import definition_for
 
     out = []
     for f in m.fleets:
-        compiled = definition_for(m, f).compiled
-        if compiled is None:
+        where = compiled_prefix(m, f)
+        if where is None:
             continue
         gb = weight_bytes(m) / 1e9
         out.append(
             f"{f.name}: the first instances compile (all those that boot before a set is published: a new fleet's "
             f"first boots, side by side), about {gb * NEURON_COMPILE_MIN_PER_GB:.0f} min for {gb:.0f} GB of weights "
             "(published: the NxD Inference vLLM guide's 15 GB in about 15 min), within ready_at_most; each then "
-            f"publishes its set under the results bucket's compiled/{compiled.key}/, and every later instance or "
+            f"publishes its set under the results bucket's {where}, and every later instance or "
             "replacement fetches one instead of compiling (its boot log says in how many seconds)"
         )
     return out
