@@ -159,8 +159,8 @@ def settle(
         # Each fleet's segment on its own: one fleet needing more than the budget must not keep
         # the other from the few requests that bound its interval (a marginal SLO can need
         # thousands at one fleet and tens at the other). The budget counts a round's wall time, so
-        # a segment fits with the drain of its last requests (the demo, 2026-12-05: a round that
-        # fit its 120 s by arrivals took 154 s).
+        # a segment fits with the drain of its last requests (the demo, 2026-12-05: segments that
+        # each fit by arrivals left the phase at 154 s of its 120 s budget).
         left_s = cfg.settle_budget_s - out.seconds
         over = {
             n: f"its next segment needs about {p.span_s:.0f} s of arrivals and {drain[n]:.0f} s to drain; "

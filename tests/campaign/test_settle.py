@@ -146,8 +146,8 @@ def test_the_budget_stops_a_round_before_it_starts(tmp_path: Path, manifest_data
 
 
 def test_a_segment_fits_the_budget_with_its_drain(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
-    # The budget counts a round's wall time, arrivals and drain: the demo's round fit its 120 s by
-    # arrivals and took 154 s. The sizing step's requests lived 20 s (_search): a segment whose
+    # The budget counts a round's wall time, arrivals and drain: the demo's segments each fit by
+    # arrivals and left the phase at 154 s of its 120 s. The sizing step's requests lived 20 s (_search): a segment whose
     # arrivals fit with 10 s to spare does not fit once it drains.
     m0 = load_manifest(write_manifest(tmp_path, manifest_data, "probe.yaml"), check_files=False)
     probe = FakeRunner(m0)
