@@ -1,8 +1,9 @@
-# Two commands on a fresh machine: `make demo` (install + run the local campaign), `make test`.
+# Two commands on a fresh machine: `make demo` (install + run the local campaign) and `make test`
+# (install everything the checks use, then run them all: exactly what CI runs, .ci/run).
 PY := .venv/bin/python
 MANIFEST ?= manifests/llama3-8b-inf2-vs-g6.yaml
 
-.PHONY: install install-runtime demo plan test lint bench docs clean checkov checkov-venv engine tiny-model real-engine cloud-offline report-screenshot
+.PHONY: install install-runtime setup system-deps system-deps-demo demo plan test pytest lint bench docs clean checkov checkov-venv engine tiny-model real-engine cloud-offline report-screenshot
 
 install: .venv/.installed
 install-runtime: .venv/.runtime-installed
@@ -41,7 +42,7 @@ decision_ok = rc=0; $(1) || rc=$$?; \
 # The plan's predicted boundaries are where each live search looks first (--from-plan): every
 # verdict is still measured, and a right prediction saves a step per fleet.
 DEMO_PLAN := runs/demo-plan.json
-demo: install-runtime
+demo: install-runtime system-deps-demo
 	$(PY) -m campaign plan $(MANIFEST) --save $(DEMO_PLAN)
 	@$(call decision_ok,$(PY) -m campaign local $(MANIFEST) --from-plan $(DEMO_PLAN))
 
@@ -54,13 +55,37 @@ RECORDS ?= 1000000
 bench: install
 	$(PY) bench/analysis_throughput.py --records $(RECORDS)
 
+# The system programs no pinned package ships, installed from the OS's packages only when missing
+# (as root, or through passwordless sudo; otherwise it stops and names the one command to run):
+# Prometheus for the campaign's engine-side histograms, Chromium for the browser tests.
+system-deps-demo:
+	@tools/system-deps.sh prometheus
+
+system-deps:
+	@tools/system-deps.sh prometheus chromium
+
+# Everything the checks use, idempotently: the harness, engine and checkov venvs and the system
+# programs side by side (independent installs; about 4 min on 2 cores from nothing), then the tiny
+# checkpoint the real-engine tests serve (it needs the harness venv).
+setup:
+	@$(MAKE) --no-print-directory -j4 install engine checkov-venv system-deps
+	@$(MAKE) --no-print-directory tiny-model
+
+# The whole check, as CI runs it: the set-up; the quick checks first, so a broken import layer or
+# page fails before the long part (linters, the method pages, checkov on the synthesized
+# templates); then every test, none skipped for a missing part (tests/real_parts.py), whose
+# closing lines end the output.
+test: setup
+	@$(MAKE) --no-print-directory lint docs checkov
+	@$(MAKE) --no-print-directory pytest
+
 # tests/stacks run in a pytest process of their own (jsii's node child and gevent's monkey-patching
 # cannot share one), alongside the main suite rather than after it: the main suite spends most
 # of its time waiting on replays in real time, and the CDK synthesis fills that wait. The offline
 # cloud path (4-5 min, mostly waiting on its task processes; no gevent in the pytest process)
 # runs after them in that same process: about 9 min beside the main suite's 15.
 SIDE_TESTS := tests/stacks tests/cloud/test_cloud_path.py
-test: install
+pytest: setup
 	@main=0; side=0; pid=""; \
 	$(PY) -m pytest $(SIDE_TESTS) -q > .test-side.log 2>&1 & pid=$$!; \
 	$(PY) -m pytest $(addprefix --ignore=,$(SIDE_TESTS)) -q || main=$$?; \

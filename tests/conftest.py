@@ -45,3 +45,30 @@ def write_manifest(tmp_path: Path, data: dict[str, Any], name: str = "m.yaml") -
     p = tmp_path / name
     p.write_text(yaml.safe_dump(data, sort_keys=False))
     return p
+
+
+# The real parts (tests/real_parts.py), each a marker: the closing lines say how their tests
+# ended, so a run shows it met every one of them instead of passing beside them.
+REAL_PARTS = ("real_engine", "prometheus", "browser", "shellcheck")
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    counts: dict[str, dict[str, int]] = {}
+    for outcome in ("passed", "failed", "error", "skipped"):
+        for report in terminalreporter.stats.get(outcome, []):
+            # a passed test reports setup, call and teardown; count its call once
+            if outcome == "passed" and getattr(report, "when", "call") != "call":
+                continue
+            for part in REAL_PARTS:
+                if part in getattr(report, "keywords", {}):
+                    per = counts.setdefault(part, {})
+                    per[outcome] = per.get(outcome, 0) + 1
+    if counts:
+        terminalreporter.write_line(
+            "real parts: "
+            + "; ".join(
+                f"{part} " + ", ".join(f"{n} {outcome}" for outcome, n in counts[part].items())
+                for part in REAL_PARTS
+                if part in counts
+            )
+        )

@@ -16,6 +16,9 @@ from analysis.errors import SourceUnavailable
 from analysis.histogram import histogram_quantile, merge_buckets
 from analysis.sources.prometheus import PrometheusSource
 from core.ports import free_port
+from tests.real_parts import program
+
+pytestmark = pytest.mark.prometheus
 
 BUCKETS = (0.25, 0.5, 1.0, 2.5, 5.0)
 PROM = shutil.which("prometheus")
@@ -42,7 +45,7 @@ def test_histogram_quantile_edges() -> None:
 @pytest.fixture(scope="module")
 def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list[Histogram]]]:
     if PROM is None:
-        pytest.skip("prometheus binary not on PATH (Debian: apt-get install -y prometheus); CI installs it")
+        program("prometheus")  # fails, naming how to install it
     hists, servers, targets = [], [], []
     for _ in range(2):
         reg = CollectorRegistry()

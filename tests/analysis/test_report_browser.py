@@ -1,10 +1,9 @@
 """report.html in a real browser: headless Chromium (Debian's), one page load from file://.
 
-Skipped without Chromium or Playwright, except where BROWSER_REQUIRED=1 (CI), which fails instead."""
+Without Chromium or Playwright it fails, naming what is missing (`make test` installs both)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,7 @@ import pytest
 
 from bench.report_browser import chromium_available, load
 from tests.analysis.report_pages import FULL_REPORT_FIGURES, PageText, full_report
+from tests.real_parts import missing
 
 pytestmark = pytest.mark.browser
 
@@ -19,11 +19,8 @@ pytestmark = pytest.mark.browser
 @pytest.fixture
 def browser_ready() -> None:
     why = chromium_available()
-    if why is None:
-        return
-    if os.environ.get("BROWSER_REQUIRED") == "1":
-        pytest.fail(f"BROWSER_REQUIRED=1 but {why}")
-    pytest.skip(why)
+    if why is not None:
+        missing(why)
 
 
 @pytest.mark.timeout(120)

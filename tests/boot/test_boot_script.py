@@ -30,6 +30,7 @@ from stacks.fleet_boot import (
     boot_script,
 )
 from tests.conftest import EXAMPLE_MANIFEST, ROOT
+from tests.real_parts import program
 
 pytestmark = pytest.mark.boot_script
 
@@ -129,10 +130,9 @@ def _all_scripts(example: Manifest) -> dict[str, str]:
     return scripts
 
 
+@pytest.mark.shellcheck
 def test_every_boot_script_parses_and_passes_shellcheck(example: Manifest, tmp_path: Path) -> None:
-    shellcheck = shutil.which("shellcheck")
-    if shellcheck is None:
-        pytest.fail("shellcheck is not installed (Debian: apt-get install -y shellcheck; .ci/run installs it)")
+    shellcheck = program("shellcheck")
     for name, text in _all_scripts(example).items():
         path = tmp_path / (name.replace("/", "-") + ".sh")
         path.write_text(text, encoding="utf-8")
@@ -144,12 +144,11 @@ def test_every_boot_script_parses_and_passes_shellcheck(example: Manifest, tmp_p
         assert lint.returncode == 0, f"{name}:\n{lint.stdout}"
 
 
+@pytest.mark.shellcheck
 def test_shellcheck_gate_is_live(tmp_path: Path) -> None:
-    if shutil.which("shellcheck") is None:
-        pytest.fail("shellcheck is not installed")
     bad = tmp_path / "bad.sh"
     bad.write_text("#!/bin/bash\nrm -rf $DIR/cache\n", encoding="utf-8")  # unquoted expansion: SC2086
-    assert subprocess.run(["shellcheck", "--shell=bash", str(bad)], capture_output=True).returncode != 0
+    assert subprocess.run([program("shellcheck"), "--shell=bash", str(bad)], capture_output=True).returncode != 0
 
 
 def _run(

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -36,6 +35,7 @@ from core import cloud_contract as cc
 from core.manifest import load_manifest
 from core.ports import free_port
 from tests.conftest import EXAMPLE_MANIFEST, ROOT
+from tests.real_parts import program
 
 pytestmark = pytest.mark.cloud_path
 
@@ -252,6 +252,7 @@ def test_two_runs_report_and_teardown_from_the_synthesized_task_definitions(
     assert _objects(prefix + "/") == first_objects and _objects(prefix2 + "/") == second_objects and second_objects
 
 
+@pytest.mark.prometheus
 def test_the_synthesized_prometheus_task_loads_its_config_in_a_real_prometheus(
     template: dict[str, Any], workdir: Path
 ) -> None:
@@ -260,9 +261,7 @@ def test_the_synthesized_prometheus_task_loads_its_config_in_a_real_prometheus(
     address (a free loopback port) and the managed workspace's URL (an unused loopback port: the
     remote write fails and is logged), credentials (fake ones; the task role's on Fargate).
     Discovery finds nothing offline; the config must load."""
-    binary = shutil.which("prometheus")
-    if binary is None:
-        pytest.skip("prometheus is not installed (CI installs it: .ci/run)")
+    binary = program("prometheus")
     (c,) = [
         c
         for r in template["Resources"].values()

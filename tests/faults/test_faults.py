@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from campaign import prometheus_local
 from campaign.processes import Supervisor
 from core.schedule import build_schedule
 from tests.faults.conftest import Replay
+from tests.real_parts import program
 
 pytestmark = pytest.mark.faults
 
@@ -148,8 +148,10 @@ def test_loadgen_worker_killed_mid_run(run_with: Any, baseline: Replay) -> None:
     _costs_no_lower(r, baseline, strictly=True)
 
 
-@pytest.mark.skipif(prometheus_local.binary() is None, reason="prometheus is not installed")
+@pytest.mark.prometheus
 def test_prometheus_stopped_mid_run(run_with: Any, baseline: Replay) -> None:
+    program("prometheus")
+
     def stop_prometheus(run: Any, sup: Supervisor, prom_url: str) -> None:
         (prom,) = [c for c in sup.children if c.name == "prometheus"]
         os.kill(prom.proc.pid, signal.SIGKILL)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import tempfile
 import time
 import urllib.request
@@ -20,6 +19,7 @@ from core.ports import free_port
 from loadgen.launch import start_fleet
 from tests.loadgen.conftest import small_manifest_data, write
 from tests.loadgen.sse_server import SSEServer
+from tests.real_parts import missing
 
 pytestmark = pytest.mark.browser
 
@@ -35,9 +35,7 @@ def test_the_local_ui_shows_the_replay_live(
 ) -> None:
     why = chromium_available()
     if why is not None:
-        if os.environ.get("BROWSER_REQUIRED") == "1":
-            pytest.fail(f"BROWSER_REQUIRED=1 but {why}")
-        pytest.skip(why)
+        missing(why)
     from playwright.sync_api import sync_playwright
 
     # 60 trace seconds at time_scale 0.3: an 18 s replay, long enough to look at it running

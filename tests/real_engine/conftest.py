@@ -1,14 +1,13 @@
 """A real vLLM (CPU build) for the tests marked real_engine: started once per session.
 
-Without .venv-engine (`make engine`) these tests skip, except where REAL_ENGINE_REQUIRED=1
-(.ci/run sets it): there a missing engine is a failure, so CI can never pass by skipping.
+Without .venv-engine (`make engine`, which `make test` runs first) they fail, naming it: the
+suite never passes by skipping its real parts (tests/real_parts.py).
 The checkpoint is generated into a temp dir and the example real-engine manifest is copied
 with its paths pointed there; nothing else of the manifest changes unless a test says so.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,18 +21,15 @@ from campaign import prometheus_local
 from campaign.processes import Managed, Supervisor
 from core.ports import free_port
 from tests.conftest import ROOT
+from tests.real_parts import missing
 
 REAL_MANIFEST = ROOT / "manifests" / "tiny-llama-real-engine.yaml"
 TRACE = ROOT / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv"
-REQUIRED = os.environ.get("REAL_ENGINE_REQUIRED") == "1"
 
 
 def need(condition: bool, reason: str) -> None:
-    if condition:
-        return
-    if REQUIRED:
-        pytest.fail(f"REAL_ENGINE_REQUIRED=1 but {reason}")
-    pytest.skip(reason)
+    if not condition:
+        missing(reason)
 
 
 @pytest.fixture(scope="session")
@@ -119,4 +115,4 @@ def prometheus_url_for(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cal
         yield start
 
 
-__all__ = ["REQUIRED", "RealServer", "free_port", "need"]
+__all__ = ["RealServer", "free_port", "need"]

@@ -24,7 +24,7 @@ from core.records import Outcome, RequestRecord, RunSummary
 from core.serving import VLLM_METRICS
 from loadgen.launch import run_fleet
 from loadgen.recording import read_records
-from tests.real_engine.conftest import REAL_MANIFEST, REQUIRED, RealServer, WriteManifest, free_port
+from tests.real_engine.conftest import REAL_MANIFEST, RealServer, WriteManifest, free_port
 
 # The first test also waits for the session's engine to load (minutes on a busy machine).
 pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(900)]
@@ -57,9 +57,7 @@ def replay(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Replay:
     port = free_port()
-    prom = (
-        prometheus_url_for(real_server.url, port, real_server.fleet) if REQUIRED or prometheus_local.binary() else None
-    )
+    prom = prometheus_url_for(real_server.url, port, real_server.fleet)
     out = tmp_path_factory.mktemp("replay")
     before = scrape(real_server.url)
     start = time.time()
@@ -148,9 +146,8 @@ def test_every_metric_analysis_reads_is_exposed(replay: Replay) -> None:
     assert wanted - exposed == set(), sorted(wanted - exposed)
 
 
+@pytest.mark.prometheus
 def test_prometheus_merged_p95_matches_the_server_and_the_records(replay: Replay) -> None:
-    if replay.prometheus is None:
-        pytest.skip("prometheus is not installed")
     src = PrometheusSource(replay.prometheus)
     labels = {"fleet": "g6"}
     buckets = src.merged_buckets(NAMES.server_ttft, labels, replay.start, replay.end)
