@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from analysis import goodput
@@ -26,6 +26,7 @@ from analysis.report_model import SearchPath as SearchPath  # the search's types
 from analysis.report_model import SearchStep as SearchStep
 from analysis.report_model import StopRule as StopRule
 from analysis.report_model import Verdict as Verdict
+from analysis.sources.instances import CountedInstances, read_counted
 from analysis.sources.records import RecordSet, load_records
 
 REPLAY = "replay"
@@ -93,6 +94,8 @@ class SweepStep:
     median_e2e: dict[str, float]  # per fleet, completed non-warmup requests
     fleet: str | None = None  # a step of this fleet's capacity search; None: every fleet ran it
     invalid: frozenset[str] = frozenset()  # fleets whose run summary marks this step invalid (it measured the client)
+    # per fleet, the instances its runner counted while the step ran (analysis.sources.instances)
+    counted: Mapping[str, CountedInstances] = field(default_factory=dict)
 
     def covers(self, fleet: str) -> bool:
         return self.fleet is None or self.fleet == fleet
@@ -123,7 +126,11 @@ def load_sweep(capacity_dirs: Mapping[str, str | Path], manifest_digest: str, fl
                 + ("the manifest does not define" if scope is None else f"are not the step's fleet {scope}")
             )
         invalid = frozenset(sm.fleet for sm in rs.summaries.values() if not sm.valid)
-        out.append(SweepStep(label, mult, d, rs, goodput.peak_in_flight(rs), goodput.median_e2e(rs), scope, invalid))
+        out.append(
+            SweepStep(
+                label, mult, d, rs, goodput.peak_in_flight(rs), goodput.median_e2e(rs), scope, invalid, read_counted(d)
+            )
+        )
     return out
 
 
@@ -137,6 +144,17 @@ def discover_steps(root: Path) -> dict[str, Path]:
         else:
             out.update({f"{d.name}/{s.name}": s for s in sorted(d.iterdir()) if s.is_dir()})
     return out
+
+
+def median_overhead_s(steps: Iterable[SearchStep]) -> float:
+    """The median seconds these search steps spent outside their requests (starting and stopping
+    the load generator: SearchStep.overhead_s), 0 when none was measured: what one more step or
+    settle segment costs on top of its arrivals and drain."""
+    measured = sorted(s.overhead_s for s in steps if s.overhead_s is not None)
+    if not measured:
+        return 0.0
+    mid = len(measured) // 2
+    return measured[mid] if len(measured) % 2 else (measured[mid - 1] + measured[mid]) / 2
 
 
 def search_paths(sweep: list[SweepStep]) -> dict[str, SearchPath]:
@@ -161,6 +179,7 @@ def step_result(
     max_error_rate: float,
     median_e2e_s: float | None = None,
     valid: bool = True,
+    instances_detail: str = "the run's instances_measured",
 ) -> CapacityStep:
     """One step's row of a fleet's capacity, as report.json shows it (its P95 intervals are added there)."""
     if fm is None:  # the step has no records for this fleet
@@ -179,6 +198,8 @@ def step_result(
             median_e2e_s=None,
             steady_state=False,
             valid=True,
+            instances=instances,
+            instances_detail=instances_detail,
         )
     per = fm.goodput_tok_s / instances if fm.goodput_tok_s is not None and instances > 0 else None
     window = fm.window_s or None
@@ -197,6 +218,8 @@ def step_result(
         median_e2e_s=median_e2e_s,
         steady_state=steady_state(window, median_e2e_s),
         valid=valid,
+        instances=instances,
+        instances_detail=instances_detail,
     )
 
 
@@ -268,12 +291,13 @@ def measure_capacity(
                 s.multiplier,
                 per_step[s.label].get(f),
                 s.peaks.get(f),
-                inst,
+                s.counted[f].instances if f in s.counted else inst,
                 ttft_slo_s,
                 itl_slo_s,
                 max_error_rate,
                 s.median_e2e.get(f),
                 f not in s.invalid,
+                f"counted while it ran: {s.counted[f].detail}" if f in s.counted else "the run's instances_measured",
             )
             for s in sweep
             if s.covers(f)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from analysis import cost, ledger, sizing
 from analysis import report_model as rm
-from analysis.capacity import REPLAY
+from analysis.capacity import REPLAY, median_overhead_s
 from analysis.decision import DecisionInputs, Economics, decide
 from analysis.goodput import Saturation
 from analysis.intervals import FleetIntervals, IntervalsFn
@@ -164,6 +164,7 @@ def evaluate(ctx: Context, sc: Scenario) -> rm.ScenarioEvaluation:
     intervals = ctx.intervals(sc.slo_scale) if ctx.intervals is not None else {}
     sizes: dict[str, rm.FleetSize | None] = {}
     basis_rates: dict[str, float | None] = {}  # request rate of the step each fleet is sized from
+    basis_times: dict[str, tuple[float, float]] = {}  # its (drain, load-generator overhead) seconds
     for f in m.fleets:
         fm = measures.get(f.name)
         monthly[f.name] = None
@@ -217,6 +218,7 @@ def evaluate(ctx: Context, sc: Scenario) -> rm.ScenarioEvaluation:
         if iv is not None:
             monthly_ends[f.name] = _add_intervals(row, ctx, sc, f.name, iv, demand_tok_s, util)
             basis_rates[f.name] = _basis_rate(iv.basis, fm.requests, fm.window_s, cap)
+            basis_times[f.name] = _basis_time(iv.basis, cap)
         monthly_tokens = demand_tok_s * 3600.0 * hours if demand_tok_s is not None else 0.0
         row.monthly_successful_tokens = monthly_tokens if mc else None
         row.cost_per_million_successful_tokens = cost.cost_per_million(mc.total_usd, monthly_tokens) if mc else None
@@ -255,7 +257,7 @@ def evaluate(ctx: Context, sc: Scenario) -> rm.ScenarioEvaluation:
     }
     points = {name: size.per_instance_tok_s for name, size in sizes.items() if size is not None}
     settle = (
-        _to_settle(ctx, econ, intervals, basis_rates, points, counts)
+        _to_settle(ctx, econ, intervals, basis_rates, points, counts, basis_times)
         if econ is not None and econ.aim is not None
         else None
     )
@@ -423,6 +425,18 @@ def _basis_rate(
     return requests / window if window and requests else None
 
 
+def _basis_time(basis: str, cap: rm.CapacityModel | None) -> tuple[float, float]:
+    """(drain, overhead): seconds a segment of the step a fleet is sized from takes beside its
+    arrivals: its last requests' lifetime (the step's median) and the load generator's start and
+    stop (the search's median step overhead), as the settle budget counts them."""
+    if cap is None:
+        return 0.0, 0.0
+    st = next((s for s in cap.steps if s.label == basis), None)
+    return (st.median_e2e_s or 0.0) if st is not None else 0.0, median_overhead_s(
+        cap.search.steps if cap.search is not None else ()
+    )
+
+
 def _count_at(ctx: Context, fleet: str, demand_tok_s: float, util: float) -> Callable[[float], int]:
     """The fleet's instance count for a per-instance capacity, as the report sizes it (no pricing:
     analysis.to_settle bisects on it)."""
@@ -456,6 +470,7 @@ def _to_settle(
     rates: Mapping[str, float | None],
     points: Mapping[str, float] | None = None,
     counts: Mapping[str, Callable[[float], int]] | None = None,
+    times: Mapping[str, tuple[float, float]] | None = None,
 ) -> tuple[rm.ToSettle, str] | None:
     """decision.to_settle and the sentence a Defer reason ends with (None: no interval to size it from).
     `points`, `counts`: each fleet's per-instance capacity at the point and its instance count for a
@@ -479,6 +494,8 @@ def _to_settle(
             hold_requests=iv.hold_requests,
             role="baseline" if n == m.comparison.baseline else "candidate",
             end_requests=_end_requests(iv, (points or {}).get(n), (counts or {}).get(n)),
+            drain_s=(times or {}).get(n, (0.0, 0.0))[0],
+            overhead_s=(times or {}).get(n, (0.0, 0.0))[1],
         )
     ts = to_settle(econ, aim, fleets, ctx.loadgen_price_source)
     unknown = [f"{n}: {intervals[n].capacity_note}" for n in names if not fleets[n].end_known]

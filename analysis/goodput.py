@@ -221,6 +221,17 @@ def itl_basis_counts(rs: RecordSet) -> dict[str, dict[str, int]]:
     return out
 
 
+def load_span_s(rs: RecordSet) -> dict[str, float]:
+    """Per fleet, wall seconds from its first request sent to its last request's end (scheduled
+    send + lifetime; an answer never completed ends at its first token or its send): the time the
+    load itself took, without the runner's start and stop around it."""
+    rows = rs.con.execute(
+        "SELECT fleet, max(wall_start + scheduled_s + coalesce(e2e_s, ttft_s, send_lag_s, 0)) - min(wall_start + sent_s) "
+        "FROM records WHERE sent_s IS NOT NULL GROUP BY fleet"
+    ).fetchall()
+    return {str(f): max(float(v), 0.0) for f, v in rows if v is not None}
+
+
 def median_e2e(rs: RecordSet, ttft_slo_s: float | None = None, itl_slo_s: float | None = None) -> dict[str, float]:
     """Median scheduled-send -> last-token time of each fleet's completed, non-warmup requests;
     with the SLO given, of those that also met it (a lifetime not inflated by an overload's queue)."""

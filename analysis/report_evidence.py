@@ -11,6 +11,7 @@ import datetime as dt
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from analysis.cost import UnitPrices
@@ -21,6 +22,7 @@ from analysis.report_inputs import AwsClients, ReportInputs
 from analysis.report_model import Measure
 from analysis.sources.billing import cost_explorer_by_fleet, read_focus
 from analysis.sources.cloudwatch import CloudWatchSource, discover_asgs, fleet_specs
+from analysis.sources.instances import CountedInstances, read_counted
 from analysis.sources.pricing import RESERVED_KIND, PriceBook, PriceListSource
 from analysis.sources.prometheus import HistogramNames, PrometheusSource
 from analysis.sources.time_to_ready import time_to_ready
@@ -209,11 +211,23 @@ def _instances_measured(
     m: Manifest,
     given: Mapping[str, int] | None,
     cw: dict[str, Any],
+    counted: Mapping[str, CountedInstances],
 ) -> tuple[dict[str, int], Findings]:
+    """Per fleet, the instances the replay ran on: as its runner counted them while it ran (on
+    AWS, the fewest healthy targets), else as the runner gives them (locally, the emulated
+    instances), else CloudWatch's in-service count, else what the stack deploys (assumed)."""
     found = Findings()
     out: dict[str, int] = {}
     for f in m.fleets:
-        if given and f.name in given:
+        if f.name in counted:
+            c = counted[f.name]
+            out[f.name] = c.instances
+            found.provenance[f"instances_measured.{f.name}"] = {
+                "value": c.instances,
+                "source": c.source,
+                "detail": c.detail,
+            }
+        elif given and f.name in given:
             out[f.name] = int(given[f.name])
             found.provenance[f"instances_measured.{f.name}"] = {
                 "value": out[f.name],
@@ -228,16 +242,17 @@ def _instances_measured(
                 "detail": "CloudWatch AWS/AutoScaling GroupInServiceInstances, max over the window",
             }
         else:
-            out[f.name] = f.asg.desired
+            out[f.name] = f.instances_deployed
             found.provenance[f"instances_measured.{f.name}"] = {
                 "value": out[f.name],
                 "source": "manifest",
-                "detail": "fleets[].asg.desired, assumed in service for the whole run",
+                "detail": "what the stack deploys (the larger of fleets[].asg.desired and measure_instances), "
+                "assumed in service for the whole run",
             }
             found.gaps.append(
                 Gap(
                     f"instances_measured.{f.name}",
-                    "instances in service not measured; assumed asg.desired",
+                    "instances in service not measured; assumed what the stack deploys",
                     blocks_go=False,
                 )
             )
@@ -256,7 +271,7 @@ def gather_evidence(inp: ReportInputs, base: Mapping[str, Measure]) -> Evidence:
         cw, cloud = _cloudwatch(m, clients, base)
         ready, found_ready = _time_to_ready(m, clients)
         cloud = cloud + found_ready
-    inst, inst_found = _instances_measured(m, inp.instances_measured, cw)
+    inst, inst_found = _instances_measured(m, inp.instances_measured, cw, read_counted(Path(inp.records_dir)))
 
     use_api = inp.aws or m.costs.price_source == "price-list-api"
     api = (

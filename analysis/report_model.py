@@ -84,7 +84,17 @@ class ToSettleFleet(_Model):
     rate_req_s: float | None = Field(
         description="that step's measured request rate, requests per second (requests / arrival span) over the instances measured"
     )
-    minutes: float | None = Field(description="minutes the missing requests take at that rate")
+    minutes: float | None = Field(
+        description="minutes the missing requests take: their arrivals at that rate, the drain and the overhead below"
+    )
+    drain_s: float | None = Field(
+        default=None, description="seconds the last requests take to finish: the step's median request lifetime"
+    )
+    overhead_s: float | None = Field(
+        default=None,
+        description="seconds a segment spends starting and stopping the load generator: the median step overhead "
+        "its capacity search measured (0: not measured)",
+    )
     instances: int = Field(description="instances in service while the step was measured (instances_measured)")
     instance_hourly_usd: float | None = Field(
         description="On-Demand price of one instance, USD per hour (provenance prices.instance.*)"
@@ -331,6 +341,16 @@ class CapacityStep(_Model):
         default=None, description="95% interval of p95_itl_s, seconds per token (order statistics)"
     )
     p95_itl_n: int | None = Field(default=None, description="requests p95_itl_s is taken over")
+    instances: int | None = Field(
+        default=None,
+        description="instances the step's goodput is divided by (per_instance_goodput_tok_s); null: a report written "
+        "before the field",
+    )
+    instances_detail: str | None = Field(
+        default=None,
+        description="where `instances` comes from: counted while the step ran (on AWS the fewest healthy targets of the "
+        "fleet's NLB target group), or the run's instances_measured",
+    )
 
 
 class Verdict(StrEnum):
@@ -387,6 +407,7 @@ class SearchStep(_Model):
         met_share: float | None = None,
         took_s: float | None = None,
         itl_missed: bool = False,
+        overhead_s: float | None = None,
     ) -> None:
         BaseModel.__init__(  # validates the fields; mypy reads super().__init__ as _Model's, which names none
             self,
@@ -407,6 +428,7 @@ class SearchStep(_Model):
             met_share=met_share,
             took_s=took_s,
             itl_missed=itl_missed,
+            overhead_s=overhead_s,
         )
 
     label: str = Field(
@@ -444,6 +466,11 @@ class SearchStep(_Model):
     )
     itl_missed: bool = Field(
         default=False, description="its P95 ITL was over target: its met share is no estimate of the boundary"
+    )
+    overhead_s: float | None = Field(
+        default=None,
+        description="of took_s, the seconds outside the step's own requests (its first send to its last answer): "
+        "starting and stopping the load generator (on AWS, Fargate tasks); null: no request was sent",
     )
 
 

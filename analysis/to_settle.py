@@ -11,7 +11,10 @@ at the sign of the delta for its own sake. From the measured interval:
   of thumb for planning the next run, not a guarantee: fleet sizes are integers, and a
   capacity low end taken from another step moves with that step's requests.
 - `minutes`: the requests still missing at each fleet's measured request rate on that step
-  (its requests / arrival span), the fleets measured side by side: the longest fleet's.
+  (its requests / arrival span), plus the drain of its last requests (that step's median
+  lifetime) and the load generator's start and stop (the search's median step overhead: on AWS,
+  Fargate tasks), as the settle phase's budget counts them; the fleets measured side by side:
+  the longest fleet's.
 - `usd`: for that time, each fleet's instances at the count measured (instances_measured)
   and its On-Demand hourly price (the report's price source, `provenance.prices.instance.*`),
   plus its load-generator tasks (a Locust master and loadgen.workers workers per fleet, each
@@ -65,6 +68,8 @@ class FleetBasis:
     # fleet's instance count toward the point (a borrowed low end: the step's hold requests);
     # None at an end: no requests at this step move it. None: whole instances not modelled.
     end_requests: tuple[int | None, int | None] | None = None
+    drain_s: float = 0.0  # the sizing step's median request lifetime: the last requests' drain
+    overhead_s: float = 0.0  # the search's median step overhead (analysis.capacity.median_overhead_s)
 
 
 def _reach(e: Economics, aim: Aim) -> tuple[float | None, float] | None:
@@ -82,6 +87,13 @@ def _reach(e: Economics, aim: Aim) -> tuple[float | None, float] | None:
     if point < 0:
         return (None if high is None else high - point), -point
     return None
+
+
+def _minutes(more: int | None, b: FleetBasis) -> float | None:
+    """The missing requests' arrivals at the step's rate, their drain and the runner's overhead."""
+    if more is None or not b.rate_req_s:
+        return None
+    return (more / b.rate_req_s + b.drain_s + b.overhead_s) / 60.0 if more else 0.0
 
 
 def to_settle(e: Economics, aim: Aim, fleets: Mapping[str, FleetBasis], loadgen_price_source: str) -> ToSettle:
@@ -113,7 +125,7 @@ def to_settle(e: Economics, aim: Aim, fleets: Mapping[str, FleetBasis], loadgen_
     for name, b in fleets.items():
         need = requests[name]
         more = None if need is None else max(need - b.requests, 0)
-        minutes = None if more is None or not b.rate_req_s else more / b.rate_req_s / 60.0
+        minutes = _minutes(more, b)
         usd = None
         if minutes is not None and b.instance_hourly_usd is not None:
             tasks = b.loadgen_tasks * (b.loadgen_task_hourly_usd or 0.0)
@@ -123,6 +135,8 @@ def to_settle(e: Economics, aim: Aim, fleets: Mapping[str, FleetBasis], loadgen_
             more_requests=more,
             rate_req_s=b.rate_req_s,
             minutes=minutes,
+            drain_s=b.drain_s,
+            overhead_s=b.overhead_s,
             instances=b.instances,
             instance_hourly_usd=b.instance_hourly_usd,
             loadgen_tasks=b.loadgen_tasks,

@@ -119,10 +119,15 @@ def measure_step(
     why: str,
     planned_span_s: float,
     settings: SearchSettings,
+    *,
+    took_s: float | None = None,
 ) -> SearchStep:
     """A step's verdict from its records, by the report's rules (`analysis.goodput`); a run its
-    summary marks invalid (it measured the client, e.g. schedule lag) gets no verdict and is run again."""
+    summary marks invalid (it measured the client, e.g. schedule lag) gets no verdict and is run
+    again. `took_s`: the step's wall time, whose part outside its requests' own time is its overhead."""
     rs = load_records(records_dir, m.digest)
+    load = goodput.load_span_s(rs).get(fleet)
+    overhead = None if took_s is None or load is None else max(took_s - load, 0.0)
     slo = m.slo
     fm = goodput.measure_fleets(rs, slo.ttft_p95_s, slo.itl_p95_s).get(fleet)
     life = goodput.median_e2e(rs).get(fleet)
@@ -138,7 +143,21 @@ def measure_step(
             failed="no records: " + ("; ".join(invalid) or "nothing was measured"),
         )
         return SearchStep(
-            label, multiplier, why, planned_span_s, verdict, 0, None, None, None, None, None, None, detail
+            label,
+            multiplier,
+            why,
+            planned_span_s,
+            verdict,
+            0,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            detail,
+            took_s=took_s,
+            overhead_s=overhead,
         )
     failed = []
     if fm.p95_ttft_s is None or fm.p95_ttft_s > slo.ttft_p95_s:
@@ -181,6 +200,8 @@ def measure_step(
         met_life,
         fm.successful_requests / sent if sent else None,
         itl_missed=itl_missed,
+        took_s=took_s,
+        overhead_s=overhead,
     )
 
 
@@ -309,7 +330,9 @@ def search_fleet(
             raise Interrupted
         step_dir = fleet_dir / plan.label
         took, early = runner.run(fleet, plan, step_dir, planned_requests(plan, offsets), stop)
-        step = measure_step(m, fleet, step_dir, plan.label, plan.multiplier, plan.why, plan.span_s, settings)
+        step = measure_step(
+            m, fleet, step_dir, plan.label, plan.multiplier, plan.why, plan.span_s, settings, took_s=took
+        )
         if early is not None:
             step = step.model_copy(update={"detail": f"{step.detail} (stopped early, a certain miss: {early})"})
         log(

@@ -53,9 +53,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     fits = all(p.fits for p in plans)
     prediction = None
     if fits and not args.no_simulate:
-        from campaign.plan_campaign import predict, render
+        from campaign.plan_campaign import StepOverhead, predict, render
 
-        prediction = predict(m)
+        overhead = StepOverhead.measured_in(Path(args.overhead_from)) if args.overhead_from else StepOverhead()
+        prediction = predict(m, overhead=overhead)
     out = plan_document(m, [p.as_dict() for p in plans], prediction.as_dict() if prediction is not None else None)
     if args.save:
         Path(args.save).parent.mkdir(parents=True, exist_ok=True)
@@ -153,6 +154,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--save",
         metavar="FILE",
         help="also write the --json document to FILE, for `local` / `run --from-plan FILE`",
+    )
+    pl.add_argument(
+        "--overhead-from",
+        metavar="RUN_DIR",
+        help="price each capacity step's and settle segment's load-generator start and stop at the median measured "
+        "in this run directory's searches (an earlier `campaign run`'s; default: 60 s, assumed)",
     )
     pl.set_defaults(handler=cmd_plan)
 

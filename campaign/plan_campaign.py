@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from analysis.capacity import REPLAY, read_search_path
+from analysis.capacity import REPLAY, median_overhead_s, read_search_path
 from analysis.report_model import Report
 from campaign.capacity_run import run_search
 from campaign.plan import compiled_prefix
@@ -28,6 +28,7 @@ from campaign.settle import settle_phase
 from campaign.simulated_steps import SimulatedSteps, simulate_requests, write_records
 from core import catalog, prices
 from core.cloud_contract import HEALTH_GRACE_MIN, LOADGEN_TASK_MEMORY_GIB, LOADGEN_TASK_VCPU
+from core.errors import CampaignError
 from core.manifest import CapacitySearch, Manifest
 from core.schedule import build_schedule
 
@@ -36,7 +37,7 @@ from core.schedule import build_schedule
 DEPLOY_MIN = 15.0  # cdk deploy of the VPC, NLB, fleets, ECS cluster and bucket before instances boot
 QUALITY_GATE_MIN = 5.0  # the manifest's fixtures and the tokenizer check on every fleet
 REPORT_AND_TEARDOWN_MIN = 15.0  # report, cdk destroy and the leftover check
-STEP_OVERHEAD_S = 60.0  # each capacity step's load-generator tasks started on Fargate (RunTask to running)
+STEP_OVERHEAD_S = 60.0  # each capacity step's load-generator tasks started and stopped on Fargate, when not measured
 # Published, one example: "a small-ish model of 15GB might take around 15min to compile" (vLLM User
 # Guide for NxD Inference, "Loading pre-compiled models", cited at core.serving.CompiledArtifacts).
 NEURON_COMPILE_MIN_PER_GB = 15.0 / 15.0
@@ -81,11 +82,35 @@ class CampaignPrediction:
         return asdict(self)
 
 
-def predict(m: Manifest, work_dir: Path | None = None) -> CampaignPrediction:
-    """Run the campaign in simulated time under `work_dir` (a temporary directory by default)."""
+@dataclass(frozen=True)
+class StepOverhead:
+    """Seconds a capacity step or settle segment spends starting and stopping its load generator,
+    and where the figure comes from."""
+
+    seconds: float = STEP_OVERHEAD_S
+    source: str = "assumed"
+
+    @classmethod
+    def measured_in(cls, run_dir: Path) -> StepOverhead:
+        """The median step overhead (SearchStep.overhead_s) over every search of a run directory
+        (`campaign run`'s on AWS: Fargate's start and stop), or an error naming what is missing."""
+        fleets = sorted(p.parent for p in (run_dir / "capacity").glob("*/search.json"))
+        steps = [s for d in fleets if (path := read_search_path(d)) is not None for s in path.steps]
+        measured = [s for s in steps if s.overhead_s is not None]
+        if not measured:
+            raise CampaignError(
+                f"{run_dir}: no capacity step with a measured overhead under capacity/*/search.json "
+                "(a run directory of `campaign run` or `campaign local`)"
+            )
+        return cls(median_overhead_s(measured), f"measured: the median of {len(measured)} steps of {run_dir}")
+
+
+def predict(m: Manifest, work_dir: Path | None = None, overhead: StepOverhead = StepOverhead()) -> CampaignPrediction:
+    """Run the campaign in simulated time under `work_dir` (a temporary directory by default);
+    each simulated step and settle segment pays `overhead` on top of its arrivals and drain."""
     if work_dir is None:
         with tempfile.TemporaryDirectory(prefix="plan-") as tmp:
-            return predict(m, Path(tmp))
+            return predict(m, Path(tmp), overhead)
     from analysis.report import ReportInputs, build_report
 
     fleets = [f.name for f in m.fleets]
@@ -99,7 +124,7 @@ def predict(m: Manifest, work_dir: Path | None = None) -> CampaignPrediction:
         run_search(
             m,
             fleets,
-            SimulatedSteps(m, STEP_OVERHEAD_S),
+            SimulatedSteps(m, overhead.seconds),
             work_dir / "capacity",
             work_dir / "records",
             threading.Event(),
@@ -141,7 +166,7 @@ def predict(m: Manifest, work_dir: Path | None = None) -> CampaignPrediction:
     if capacity_dirs and cfg.settle_budget_s > 0:  # as a live campaign's, reopened searches included
         outcome = settle_phase(
             m,
-            lambda: SimulatedSteps(m, STEP_OVERHEAD_S),
+            lambda: SimulatedSteps(m, overhead.seconds),
             work_dir / "capacity",
             capacity_dirs,
             lambda: report("interim"),
@@ -171,7 +196,7 @@ def predict(m: Manifest, work_dir: Path | None = None) -> CampaignPrediction:
             search_stop=str(path.stop_rule) if path is not None else "no search",
             search_minutes=sum(s.took_s or 0.0 for s in steps) / 60,
             instances_measured=f.instances_measured,
-            instances_deployed=max(f.asg.desired, f.instances_measured),
+            instances_deployed=f.instances_deployed,
             hourly_usd=hourly,
             error_band=f.efficiency.resolved().provenance,
         )
@@ -182,7 +207,7 @@ def predict(m: Manifest, work_dir: Path | None = None) -> CampaignPrediction:
         outcome is not None and outcome.segments
     ):  # its rounds, fleets side by side; each round starts load-generator tasks too
         rounds = max(sum(seg.fleet == name for seg in outcome.segments) for name in fleets)
-        settle_min = outcome.seconds / 60 + rounds * STEP_OVERHEAD_S / 60
+        settle_min = outcome.seconds / 60 + rounds * overhead.seconds / 60
     minutes = {
         "deploy": DEPLOY_MIN,
         "ready_at_most": ready_min,
@@ -207,8 +232,9 @@ def predict(m: Manifest, work_dir: Path | None = None) -> CampaignPrediction:
         minutes={k: round(v, 1) for k, v in minutes.items()},
         usd={k: round(v, 2) for k, v in usd.items()},
         assumptions=[
-            f"deploy {DEPLOY_MIN:g} min, quality gate {QUALITY_GATE_MIN:g} min, report and teardown {REPORT_AND_TEARDOWN_MIN:g} min, "
-            f"{STEP_OVERHEAD_S:g} s to start each step's load-generator tasks: assumed",
+            f"deploy {DEPLOY_MIN:g} min, quality gate {QUALITY_GATE_MIN:g} min, report and teardown {REPORT_AND_TEARDOWN_MIN:g} min: assumed",
+            f"{overhead.seconds:.0f} s to start and stop each capacity step's and settle segment's load-generator tasks: "
+            f"{overhead.source}",
             "ready: at most the fleets' health-check grace (core.cloud_contract.HEALTH_GRACE_MIN), the time the stacks allow "
             "a first boot (weights, Neuron compile)",
             "each fleet's measure_instances measured behind its NLB, as simulated; asg.desired instances (measure_instances when "

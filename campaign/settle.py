@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from analysis.capacity import read_search_path
+from analysis.capacity import median_overhead_s, read_search_path
 from analysis.capacity_search import StepPlan
 from analysis.goodput import SETTLE_DIR
 from analysis.report_model import Report, ToSettleFleet
@@ -145,11 +145,12 @@ def settle(
             break
         plans: dict[str, tuple[str, StepPlan, Path]] = {}
         drain: dict[str, float] = {}  # the last requests' lifetime: wall time the budget counts too
+        overhead: dict[str, float] = {}  # starting and stopping the load generator, as the search's steps measured it
         why_not: list[str] = []
         for name, need in ts.by_fleet.items():
             got = _plan(m, name, need.more_requests or 0, rep, capacity_root, capacity_dirs, offsets, why_not)
             if got is not None:
-                plans[name], drain[name] = got[:3], got[3]
+                plans[name], drain[name], overhead[name] = got[:3], got[3], got[4]
         if not plans:
             out.stopped, out.detail = (
                 ("no search step to continue" if not out.segments else "trace exhausted"),
@@ -161,12 +162,15 @@ def settle(
         # thousands at one fleet and tens at the other). The budget counts a round's wall time, so
         # a segment fits with the drain of its last requests (the demo, 2026-12-05: segments that
         # each fit by arrivals left the phase at 154 s of its 120 s budget).
+        # The runner's own start and stop (on AWS, Fargate tasks: a minute or more) is wall time and
+        # billed instance time too, so it counts as the search's steps measured it.
         left_s = cfg.settle_budget_s - out.seconds
         over = {
-            n: f"its next segment needs about {p.span_s:.0f} s of arrivals and {drain[n]:.0f} s to drain; "
+            n: f"its next segment needs about {p.span_s:.0f} s of arrivals, {drain[n]:.0f} s to drain and "
+            f"{overhead[n]:.0f} s to start and stop the load generator; "
             f"{max(left_s, 0):.0f} s of the {cfg.settle_budget_s:g} s settle budget are left"
             for n, (_, p, _) in plans.items()
-            if p.span_s + drain[n] > left_s
+            if p.span_s + drain[n] + overhead[n] > left_s
         }
         usd = {n: _segment_usd(ts.by_fleet[n], p.span_s) for n, (_, p, _) in plans.items() if n not in over}
         left_usd = None if cfg.settle_budget_usd is None else cfg.settle_budget_usd - out.usd
@@ -266,9 +270,9 @@ def _plan(
     dirs: Mapping[str, Path],
     offsets: list[float],
     why_not: list[str],
-) -> tuple[str, StepPlan, Path, float] | None:
+) -> tuple[str, StepPlan, Path, float, float] | None:
     """The next segment of the fleet's sizing step: `more` arrivals after what it already replayed,
-    and its drain (the step's median request lifetime)."""
+    its drain (the step's median request lifetime) and the runner's overhead (the search's median)."""
     row = rep.fleets.get(fleet)
     basis = row.intervals.basis if row is not None and row.intervals is not None else None
     if more <= 0:
@@ -293,7 +297,13 @@ def _plan(
         return None
     span = after[more - 1] / k + 1e-3
     plan = StepPlan(k, span, f"settle: {more} more requests for decision.to_settle", skip_s=skip)
-    return basis, plan, step_dir / f"{SETTLE_DIR}{len(done) + 1}", step.median_lifetime_s or 0.0
+    return (
+        basis,
+        plan,
+        step_dir / f"{SETTLE_DIR}{len(done) + 1}",
+        step.median_lifetime_s or 0.0,
+        median_overhead_s(path.steps if path is not None else ()),
+    )
 
 
 def _segment_span(seg_dir: Path) -> float:

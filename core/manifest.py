@@ -214,6 +214,12 @@ class Fleet(_Frozen):
         """measure_instances, or its default: the ASG's desired size, at least one."""
         return self.measure_instances if self.measure_instances is not None else max(1, self.asg.desired)
 
+    @property
+    def instances_deployed(self) -> int:
+        """What the fleet's Auto Scaling group runs (stacks/fleet.py): asg.desired, or the instances
+        measured when more, so that every measured instance serves behind the NLB."""
+        return max(self.asg.desired, self.instances_measured)
+
 
 class Trace(_Frozen):
     path: str

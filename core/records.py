@@ -17,6 +17,11 @@ if TYPE_CHECKING:
     from core.manifest import Slo
 
 RECORD_VERSION = 1
+# Beside a replay's or a capacity step's records, where the runner measured it: per fleet, the
+# instances that served it and where the count comes from
+# ({"<fleet>": {"instances": n, "source": "measured", "detail": "..."}}); the analysis divides that
+# step's goodput by it instead of the run's instance count.
+INSTANCES_FILE = "instances.json"
 
 
 class Outcome(StrEnum):

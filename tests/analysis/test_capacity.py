@@ -23,7 +23,7 @@ from analysis.capacity import (
 from analysis.errors import AnalysisError, BadCapacityStep
 from analysis.report import ReportInputs, build_report
 from core.manifest import Manifest
-from core.records import RequestRecord, RunSummary
+from core.records import INSTANCES_FILE, RequestRecord, RunSummary
 from tests.analysis.synth import manifest, rec, write_jsonl
 
 PASS = {
@@ -502,3 +502,63 @@ def test_a_step_the_search_judged_too_short_is_never_the_capacity() -> None:
     assert cap.step == "g6/x0.5" and cap.per_instance_tok_s == pytest.approx(110.0)
     # without a search (a fixed sweep), the replay stays a candidate as before
     assert choose(rows).step == REPLAY
+
+
+def _counted(d: Path, **per_fleet: int) -> None:
+    (d / INSTANCES_FILE).write_text(
+        json.dumps(
+            {
+                f: {"instances": n, "source": "measured", "detail": "fewest healthy targets (test)"}
+                for f, n in per_fleet.items()
+            }
+        )
+    )
+
+
+def test_a_step_divides_by_the_instances_counted_while_it_ran(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    # issue 37: the report divided every step by one run-wide count; a step during which one of 4
+    # targets dropped out ran on 3, and its per-instance goodput is its goodput over those 3.
+    m = _m(manifest_data)
+    rep = _write(tmp_path / "replay", m, {"inf2": (1.0, 900, False), "g6": (1.0, 300, True)})
+    steps = _three_steps(tmp_path, m)
+    _counted(steps["x2"], g6=3)
+    kw: dict[str, Any] = {"quality": PASS, "capacity_dirs": steps, "with_sensitivity": False, "with_pages": False}
+    out = build_report(
+        ReportInputs(m, rep, out_dir=tmp_path / "o", instances_measured={"inf2": 4, "g6": 4}, **kw)
+    ).model_dump(mode="json")
+    rows = {s["label"]: s for s in out["fleets"]["g6"]["capacity"]["steps"]}
+    assert rows["x2"]["instances"] == 3 and rows["x2"]["per_instance_goodput_tok_s"] == pytest.approx(600.0 / 3)
+    assert rows["x2"]["instances_detail"].startswith("counted while it ran: fewest healthy targets")
+    assert rows["x1"]["instances"] == 4 and rows["x1"]["per_instance_goodput_tok_s"] == pytest.approx(300.0 / 4)
+    assert rows["x1"]["instances_detail"] == "the run's instances_measured"
+    inf2 = {s["label"]: s for s in out["fleets"]["inf2"]["capacity"]["steps"]}
+    assert inf2["x2"]["instances"] == 4  # counted for g6 only
+
+
+def test_the_replays_counted_instances_come_first_and_the_fallback_is_what_the_stack_deploys(
+    tmp_path: Path, manifest_data: dict[str, Any]
+) -> None:
+    # The interim (settle) and the final report both read the replay's count beside its records:
+    # the same instances from the same source, whatever the runner passed.
+    m = _m(manifest_data)
+    rep = _write(tmp_path / "replay", m, {"inf2": (1.0, 900, False), "g6": (1.0, 300, False)})
+    _counted(rep, inf2=3)
+    kw: dict[str, Any] = {"quality": PASS, "with_sensitivity": False, "with_pages": False}
+    out = build_report(ReportInputs(m, rep, out_dir=tmp_path / "o", **kw)).model_dump(mode="json")
+    assert out["fleets"]["inf2"]["instances_measured"] == 3
+    assert out["provenance"]["instances_measured.inf2"]["source"] == "measured"
+    # nothing counted, nothing given: the stack runs max(asg.desired, measure_instances) = 4, not asg.desired 2
+    g6 = m.fleet("g6")
+    assert (g6.asg.desired, g6.instances_measured) == (2, 4)
+    assert out["fleets"]["g6"]["instances_measured"] == 4
+    assert out["provenance"]["instances_measured.g6"]["source"] == "manifest"
+
+
+def test_a_hand_edited_instances_file_is_refused_naming_the_field(
+    tmp_path: Path, manifest_data: dict[str, Any]
+) -> None:
+    m = _m(manifest_data)
+    rep = _write(tmp_path / "replay", m, {"inf2": (1.0, 900, False), "g6": (1.0, 300, False)})
+    (rep / INSTANCES_FILE).write_text(json.dumps({"inf2": {"instances": "four"}}))
+    with pytest.raises(AnalysisError, match=r"instances\.json: inf2\.instances: expected a whole number"):
+        build_report(ReportInputs(m, rep, out_dir=tmp_path / "o", quality=PASS, with_pages=False))

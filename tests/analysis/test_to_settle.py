@@ -164,3 +164,24 @@ def test_an_end_that_sizes_the_fleet_as_the_point_does_needs_no_requests() -> No
     }
     ts = to_settle(econ, "go", fleets, SRC)
     assert ts.requests == {"inf2": 92, "g6": 661} and ts.by_fleet["inf2"].more_requests == 0
+
+
+def test_minutes_count_the_drain_and_the_load_generators_start_and_stop_as_the_settle_budget_does() -> None:
+    # The cloud run: the settle phase stopped on its budget while to_settle said 0.7 min:
+    # it counted arrivals only. A segment also drains its last requests (the step's median
+    # lifetime, 12 s) and starts and stops its Fargate tasks (the search's median overhead, 95 s).
+    fleets = {
+        "inf2": FleetBasis(72, 0.2, 1, 0.7582, 3, TASK, True, drain_s=12.0, overhead_s=95.0),
+        "g6": FleetBasis(72, 0.3, 2, 0.8048, 3, TASK, True, drain_s=8.0, overhead_s=95.0),
+    }
+    ts = to_settle(_econ(476.0, -3_033.0, 4_053.0), "go", fleets, SRC)
+    inf2 = ts.by_fleet["inf2"]
+    assert inf2.more_requests == 103
+    assert inf2.minutes == pytest.approx((103 / 0.2 + 12.0 + 95.0) / 60)
+    assert inf2.drain_s == 12.0 and inf2.overhead_s == 95.0
+    assert inf2.usd == pytest.approx(inf2.minutes / 60 * (0.7582 + 3 * TASK))
+    assert ts.minutes == pytest.approx(max(inf2.minutes, ts.by_fleet["g6"].minutes or 0))
+    # a fleet that needs no more requests takes no time, drain and overhead included (a reach of
+    # 1,000 against a distance of 2,298.75: 0.19 x its 72 requests are enough)
+    near = to_settle(_econ(476.0, -3_033.0, 1_476.0), "go", fleets, SRC).by_fleet["g6"]
+    assert near.more_requests == 0 and near.minutes == 0.0

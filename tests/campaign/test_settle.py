@@ -60,8 +60,22 @@ def _report(more: int | None, state: str = "defer", ci: tuple[float | None, floa
     )
 
 
-def _search(root: Path) -> dict[str, Path]:
-    step = SearchStep("x0.5", 0.5, "bisect", STEP_SPAN_S, Verdict.HELD, 72, STEP_SPAN_S, 0.6, 20.0, 1.5, 0.08, 0.0)
+def _search(root: Path, overhead_s: float | None = None) -> dict[str, Path]:
+    step = SearchStep(
+        "x0.5",
+        0.5,
+        "bisect",
+        STEP_SPAN_S,
+        Verdict.HELD,
+        72,
+        STEP_SPAN_S,
+        0.6,
+        20.0,
+        1.5,
+        0.08,
+        0.0,
+        overhead_s=overhead_s,
+    )
     write_search_path(SearchPath("inf2", (step,), 0.5, 0.55, StopRule.CONVERGED, "within 10%", 0.1), root / "inf2")
     (root / "inf2" / "x0.5").mkdir(parents=True, exist_ok=True)
     return {"inf2/x0.5": root / "inf2" / "x0.5"}
@@ -161,7 +175,33 @@ def test_a_segment_fits_the_budget_with_its_drain(tmp_path: Path, manifest_data:
     runner = FakeRunner(m)
     out = settle(m, runner, tmp_path / "cap", _search(tmp_path / "cap"), lambda: _report(10), threading.Event())
     assert out.stopped == "budget" and not runner.calls
-    assert f"needs about {span:.0f} s of arrivals and 20 s to drain" in out.detail
+    assert f"needs about {span:.0f} s of arrivals, 20 s to drain" in out.detail
+
+
+def test_a_segment_fits_the_budget_with_the_load_generators_start_and_stop(
+    tmp_path: Path, manifest_data: dict[str, Any]
+) -> None:
+    # On Fargate a step's tasks take a minute or more to start and stop, billed on every measured
+    # instance: a segment whose arrivals and drain fit with 10 s to spare does not fit once the
+    # 30 s overhead its search's steps measured is counted.
+    m0 = load_manifest(write_manifest(tmp_path, manifest_data, "probe.yaml"), check_files=False)
+    probe = FakeRunner(m0)
+    settle(m0, probe, tmp_path / "probe", _search(tmp_path / "probe"), lambda: _report(10), threading.Event())
+    span = probe.calls[0][1].span_s
+    manifest_data["workload"]["capacity_search"] = {
+        **manifest_data["workload"].get("capacity_search", {}),
+        "settle_budget_s": span + 20.0 + 10.0,
+    }
+    m = load_manifest(write_manifest(tmp_path, manifest_data), check_files=False)
+    runner = FakeRunner(m)
+    out = settle(m, runner, tmp_path / "a", _search(tmp_path / "a"), lambda: _report(10), threading.Event())
+    assert runner.calls  # no overhead measured: arrivals and drain fit
+    runner = FakeRunner(m)
+    out = settle(
+        m, runner, tmp_path / "b", _search(tmp_path / "b", overhead_s=30.0), lambda: _report(10), threading.Event()
+    )
+    assert out.stopped == "budget" and not runner.calls
+    assert "20 s to drain and 30 s to start and stop the load generator" in out.detail
 
 
 def test_a_fleet_whose_segment_exceeds_the_budget_does_not_hold_back_the_other(
