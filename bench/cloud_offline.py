@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -184,9 +185,16 @@ def deploy_stand_in(session: Any, m: Any, template: Mapping[str, Any], endpoints
                 "Tags": tags,
             },
         }
+    # The run config names each fleet's target group as the stack's output does: a reference
+    # CloudFormation resolves to the group's ARN once it exists.
+    run_config["target_groups"] = {f.name: f"@@Targets{i}@@" for i, f in enumerate(m.fleets)}
+    run_config.update(_discovery(session, m))
     stack = {
         "Resources": resources,
-        "Outputs": {cc.RUN_CONFIG_OUTPUT: {"Value": json.dumps(run_config)}, "ResultsBucketName": {"Value": BUCKET}},
+        "Outputs": {
+            cc.RUN_CONFIG_OUTPUT: {"Value": _with_refs(json.dumps(run_config))},
+            "ResultsBucketName": {"Value": BUCKET},
+        },
     }
     cfn = session.client("cloudformation")
     cfn.create_stack(StackName=f"{m.campaign}-comparison", TemplateBody=json.dumps(stack))
@@ -197,7 +205,7 @@ def deploy_stand_in(session: Any, m: Any, template: Mapping[str, Any], endpoints
     elbv2 = session.client("elbv2")
     target_groups: dict[str, tuple[str, str]] = {}
     for i, f in enumerate(m.fleets):
-        tg = made[f"Targets{i}"]
+        tg = run_config["target_groups"][f.name] = made[f"Targets{i}"]
         # The stacks' tags reach a target group by CloudFormation's propagation, which moto skips.
         elbv2.add_tags(
             ResourceArns=[tg], Tags=[{"Key": "campaign", "Value": m.campaign}, {"Key": "fleet", "Value": f.name}]
@@ -208,21 +216,81 @@ def deploy_stand_in(session: Any, m: Any, template: Mapping[str, Any], endpoints
     return {"refs": refs, "run_config": run_config, "target_groups": target_groups}
 
 
+def _with_refs(text: str) -> Any:
+    """`text` with each @@LogicalId@@ replaced by a Ref to that resource (Fn::Join)."""
+    parts = re.split(r"@@(\w+)@@", text)
+    return {"Fn::Join": ["", [p if i % 2 == 0 else {"Ref": p} for i, p in enumerate(parts)]]}
+
+
+def _discovery(session: Any, m: Any) -> dict[str, Any]:
+    """The Cloud Map namespace and each fleet's master and workers services, as the stacks make
+    them (stacks/load_generator.py): a step's workers find their master there."""
+    from core import cloud_contract as cc
+
+    sd = session.client("servicediscovery")
+    name = f"{m.campaign}.offline.local"
+    sd.create_private_dns_namespace(Name=name, Vpc=f"vpc-{m.campaign}-offline")
+    (ns,) = [n for n in sd.list_namespaces()["Namespaces"] if n["Name"] == name]
+    services = {
+        role: {
+            f.name: sd.create_service(Name=service_of(f.name), NamespaceId=ns["Id"])["Service"]["Id"] for f in m.fleets
+        }
+        for role, service_of in (
+            ("master_services", cc.master_service_name),
+            ("workers_services", cc.workers_service_name),
+        )
+    }
+    return {"namespace": name, **services}
+
+
+class StandInTargets:
+    """Each fleet's NLB target group in the stand-in stack, with its Auto Scaling group's instances
+    as targets. moto reports a registered instance target `healthy` unless the instance is
+    stopped (`unused`), so registering an instance is it passing its health checks, and stopping
+    it is it dropping out; DescribeTargetHealth then answers `campaign run` as the NLB would."""
+
+    def __init__(self, session: Any, m: Any, target_groups: Mapping[str, str]) -> None:
+        self.elbv2 = session.client("elbv2")
+        self.ec2 = session.client("ec2")
+        self.target_groups = dict(target_groups)  # fleet -> target group ARN
+        autoscaling = session.client("autoscaling")
+        self.instances: dict[str, list[str]] = {}
+        for f in m.fleets:
+            (g,) = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[group_name(m, f.name)])[
+                "AutoScalingGroups"
+            ]
+            self.instances[f.name] = sorted(i["InstanceId"] for i in g["Instances"])
+
+    def register(self, fleet: str, count: int | None = None) -> None:
+        """The fleet's first `count` instances (all: None) pass their health checks."""
+        ids = self.instances[fleet][: len(self.instances[fleet]) if count is None else count]
+        self.elbv2.register_targets(TargetGroupArn=self.target_groups[fleet], Targets=[{"Id": i} for i in ids])
+
+    def drop(self, fleet: str, index: int) -> None:
+        self.ec2.stop_instances(InstanceIds=[self.instances[fleet][index]])
+
+    def restore(self, fleet: str, index: int) -> None:
+        self.ec2.start_instances(InstanceIds=[self.instances[fleet][index]])
+
+    def healthy(self, fleet: str) -> int:
+        health = self.elbv2.describe_target_health(TargetGroupArn=self.target_groups[fleet])
+        return sum(d["TargetHealth"]["State"] == "healthy" for d in health["TargetHealthDescriptions"])
+
+
 class InServiceFeed:
-    """Puts each group's AWS/AutoScaling GroupInServiceInstances and its target group's
-    AWS/NetworkELB HealthyHostCount (the instances the emulator serves, from when it serves) every
+    """Puts each group's AWS/AutoScaling GroupInServiceInstances (its instances) and its target
+    group's AWS/NetworkELB HealthyHostCount (the stand-in targets healthy now) every
     METRIC_EVERY_S, as Auto Scaling group metrics collection and the NLB would."""
 
     def __init__(
         self,
         session: Any,
         groups: Mapping[str, str],
-        instances: Mapping[str, int],
-        target_groups: Mapping[str, tuple[str, str]] | None = None,
+        targets: StandInTargets,
+        dimensions: Mapping[str, tuple[str, str]],
     ) -> None:
         self.cw = session.client("cloudwatch")
-        self.groups, self.instances = dict(groups), dict(instances)
-        self.target_groups = dict(target_groups or {})
+        self.groups, self.targets, self.dimensions = dict(groups), targets, dict(dimensions)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -230,20 +298,34 @@ class InServiceFeed:
         import datetime as dt
 
         now = dt.datetime.now(dt.UTC)
-        # (namespace, metric, dimensions, unit) per fleet; each carries the instances it serves.
+        # (fleet, namespace, metric, dimensions, unit, value)
         series = [
-            (f, "AWS/AutoScaling", "GroupInServiceInstances", {"AutoScalingGroupName": g}, "None")
+            (
+                f,
+                "AWS/AutoScaling",
+                "GroupInServiceInstances",
+                {"AutoScalingGroupName": g},
+                "None",
+                len(self.targets.instances[f]),
+            )
             for f, g in self.groups.items()
         ] + [
-            (f, "AWS/NetworkELB", "HealthyHostCount", {"TargetGroup": tg, "LoadBalancer": lb}, "Count")
-            for f, (tg, lb) in self.target_groups.items()
+            (
+                f,
+                "AWS/NetworkELB",
+                "HealthyHostCount",
+                {"TargetGroup": tg, "LoadBalancer": lb},
+                "Count",
+                self.targets.healthy(f),
+            )
+            for f, (tg, lb) in self.dimensions.items()
         ]
-        for fleet, namespace, metric, dims, unit in series:
+        for _, namespace, metric, dims, unit, value in series:
             datum = {
                 "MetricName": metric,
                 "Dimensions": [{"Name": k, "Value": v} for k, v in dims.items()],
                 "Timestamp": now,
-                "Value": float(self.instances[fleet]),
+                "Value": float(value),
                 "Unit": unit,
             }
             self.cw.put_metric_data(Namespace=namespace, MetricData=[datum])
@@ -300,6 +382,7 @@ class OfflineAws:
     refs: dict[str, str]
     run_config: dict[str, Any]
     endpoints: dict[str, str]
+    targets: StandInTargets
 
 
 @contextmanager
@@ -329,9 +412,11 @@ def offline_aws(manifest_path: Path, out: Path, say: Any = print) -> Iterator[Of
                 + ", ".join(f"{f.name} x{f.instances_measured} {endpoints[f.name]}" for f in m.fleets)
             )
             deployed = deploy_stand_in(session, m, template, endpoints)
-            instances = {f.name: f.instances_measured for f in m.fleets}
-            with InServiceFeed(session, groups, instances, deployed["target_groups"]):
-                yield OfflineAws(env, session, template, deployed["refs"], deployed["run_config"], endpoints)
+            targets = StandInTargets(session, m, deployed["run_config"]["target_groups"])
+            for f in m.fleets:  # every instance serves from the start: the emulators do
+                targets.register(f.name)
+            with InServiceFeed(session, groups, targets, deployed["target_groups"]):
+                yield OfflineAws(env, session, template, deployed["refs"], deployed["run_config"], endpoints, targets)
 
 
 def run_once(aws: OfflineAws, manifest_path: Path, out: Path, name: str, **kwargs: Any) -> Any:

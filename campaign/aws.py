@@ -123,7 +123,7 @@ def deregister_discovery_instances(session: Any, cfn: Any, stack: str, *, say: A
         return []
     sd = session.client("servicediscovery")
     gone: list[str] = []
-    for service in (cfg.master_discovery_service, cfg.workers_discovery_service):
+    for service in [*cfg.master_services.values(), *cfg.workers_services.values()]:
         if not service:
             continue
         try:

@@ -72,11 +72,16 @@ def run_campaign(
     run_id = cc.new_run_id()
     if launcher is None:
         launcher = EcsTaskLauncher(session.client("ecs"), cfg, run_id)
-        discovery = session.client("servicediscovery")
-    else:
-        discovery = None
     run = CloudRun(
-        m, cfg, launcher, session.client("s3"), out_dir=out_dir, poll_s=poll_s, discovery=discovery, run_id=run_id
+        m,
+        cfg,
+        launcher,
+        session.client("s3"),
+        out_dir=out_dir,
+        poll_s=poll_s,
+        discovery=session.client("servicediscovery"),
+        elbv2=session.client("elbv2"),
+        run_id=run_id,
     )
     fleets = CloudFleets(run, diagnose=lambda fleet: not_ready_evidence(session, m.campaign, fleet))
     stop = threading.Event()

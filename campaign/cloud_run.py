@@ -15,7 +15,8 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -34,6 +35,9 @@ if TYPE_CHECKING:  # the analysis stack (duckdb) stays out of `--help` (tests/ca
     from loadgen.fixtures import GateResult
 
 Role = Literal["master", "worker", "gate"]
+# The gate task's wait for the served model through the NLB, once every target is healthy (the
+# long wait, up to the health grace, is `run`'s own: CloudFleets._wait_healthy, billing no task).
+GATE_READY_TIMEOUT_S = 600.0
 # After the replay's own safety net (Locust --run-time), how long `run` still waits for a task
 # to stop before it stops it: Fargate provisioning, the workers' connect wait, the UI linger.
 PROVISIONING_MARGIN_S = 600.0
@@ -175,22 +179,26 @@ class CloudRun:
         out_dir: Path,
         poll_s: float = 10.0,
         discovery: Any = None,
+        elbv2: Any = None,
         say: Callable[[str], None] = lambda line: print(line, flush=True),
         run_id: str | None = None,
     ) -> None:
+        """`discovery`: Cloud Map (a step's workers find its master there); `elbv2`: the fleets'
+        target health (readiness, instances per step); None leaves that part out (unit tests)."""
         self.m = m
         self.cfg = cfg
         self.launcher = launcher
         self.s3 = s3
         self.poll_s = poll_s
         self.discovery = discovery
+        self.elbv2 = elbv2
         self.say = say
         self.run_id = run_id or cc.new_run_id()
         self.uri = cc.run_uri(cfg.results_uri, self.run_id)
         self.run_dir = out_dir / self.run_id  # the run's local copy: the same layout as under self.uri
         self.tasks: list[RunningTask] = []
         self._lock = threading.Lock()
-        self._registered: list[tuple[str, str]] = []  # (Cloud Map service id, instance id)
+        self._registered: dict[str, list[tuple[str, str]]] = {}  # step -> (Cloud Map service id, instance id)
         self.started = time.time()
         self._check_stack_matches()
 
@@ -246,7 +254,7 @@ class CloudRun:
                     line += f" (exit {new.exit_code}{', ' + new.reason if new.reason else ''})"
                 self.say(line)
                 if new.state == "RUNNING" and new.address and t.spec.role != "gate":
-                    self._register(t, new.address)
+                    self._register(t, new)
             t.status = new
 
     def _wait_stopped(
@@ -327,26 +335,38 @@ class CloudRun:
         dest: Path,
         run_time_s: int,
         on_poll: Callable[[], bool] | None = None,
+        *,
+        linger_s: int = cc.STEP_AUTOQUIT_S,
     ) -> dict[str, RunSummary]:
         """A fresh master + workers per fleet replaying `options`, records under <run>/<prefix>/,
-        downloaded into `dest` once every task stopped; `on_poll()` True stops them early."""
+        downloaded into `dest` once every task stopped; `on_poll()` True stops them early.
+
+        Master and workers start together: each worker finds its own fleet's master of this step
+        in Cloud Map (loadgen/task_entry.py) once `run` registered it, so the step pays one
+        Fargate provisioning, not a master's and then its workers'. `linger_s`: how long the
+        master's web UI stays up after the replay (the trace replay's, to watch it; none on a step)."""
+        step = f"{self.run_id}/{prefix}"
         env = {cc.ENV_RUN_TIME: f"{run_time_s}s", cc.ENV_RECORDS_PREFIX: prefix, **to_env(options)}
-        masters = {f: self._start(self._spec("master", f, env)) for f in fleets}
-        group = list(masters.values())
+        group: list[RunningTask] = []
         try:
-            self._wait_for_masters(masters)
             for f in fleets:
-                master = masters[f].status
-                assert master.address is not None
-                extra = {
+                # --autoquit is the master's alone (Locust refuses it on a worker: "only meaningful
+                # in combination with --autostart")
+                master_env = {**env, cc.ENV_STEP: step, cc.ENV_AUTOQUIT: str(linger_s)}
+                group.append(self._start(self._spec("master", f, master_env)))
+                worker_env = {
                     **env,
-                    cc.ENV_MASTER_HOST: master.address,
-                    cc.ENV_MASTER_PORT: str(master.ports.get(cc.LOCUST_MASTER_PORT, cc.LOCUST_MASTER_PORT)),
+                    cc.ENV_STEP: step,
+                    cc.ENV_DISCOVERY_NAMESPACE: self.cfg.namespace,
+                    cc.ENV_MASTER_SERVICE: cc.master_service_name(f),
                 }
-                group += [self._start(self._spec("worker", f, extra)) for _ in range(self.cfg.workers)]
-                self.say(
-                    f"{f} [{prefix}]: master {masters[f].handle} at {master.address}; web UI: {master.ui_hint or '(not reachable)'}"
-                )
+                group += [self._start(self._spec("worker", f, worker_env)) for _ in range(self.cfg.workers)]
+            self._refresh(group)
+            for t in group:
+                if t.spec.role == "master":
+                    self.say(
+                        f"{t.spec.fleet} [{prefix}]: master {t.handle}; web UI: {t.status.ui_hint or '(once it runs)'}"
+                    )
 
             def progress(elapsed: float) -> None:
                 for f in fleets:
@@ -354,30 +374,27 @@ class CloudRun:
                         f"[{elapsed:5.0f} s] {f} [{prefix}]: {self._group_state(group, f)}{self._progress(f, prefix)}"
                     )
 
-            self._wait_stopped(group, time.monotonic() + run_time_s + PROVISIONING_MARGIN_S, on_poll, progress)
+            def poll() -> bool:
+                self._stop_broken_fleets(group)
+                return on_poll() if on_poll is not None else False
+
+            self._wait_stopped(group, time.monotonic() + run_time_s + PROVISIONING_MARGIN_S, poll, progress)
         except BaseException:  # Ctrl-C or a failed start: this replay's tasks stop and flush what they recorded
             self.stop(group, "the run was interrupted")
             raise
+        finally:
+            self.deregister(step)  # the step's tasks leave Cloud Map with it: registrations never pile up
         return self._collect(group, fleets, prefix, dest, options)
 
-    def _wait_for_masters(self, masters: Mapping[str, RunningTask]) -> None:
-        deadline = time.monotonic() + PROVISIONING_MARGIN_S
-        while True:
-            self._refresh(list(masters.values()))
-            dead = [
-                f"{fleet}: {t.status.reason or 'exit ' + str(t.status.exit_code)}"
-                for fleet, t in masters.items()
-                if t.status.stopped
-            ]
-            if dead:
-                self.stop(list(masters.values()), "a master stopped before its workers started")
-                raise CloudRunError("master task stopped before it ran: " + "; ".join(dead))
-            if all(t.status.state == "RUNNING" and t.status.address for t in masters.values()):
-                return
-            if time.monotonic() > deadline:
-                self.stop(list(masters.values()), "masters did not start in time")
-                raise CloudRunError(f"masters not running after {PROVISIONING_MARGIN_S:.0f} s")
-            time.sleep(min(self.poll_s, 2.0))
+    def _stop_broken_fleets(self, group: Sequence[RunningTask]) -> None:
+        """A task that failed (an exit other than Locust's 0 / 1) breaks its fleet's replay: a
+        failed master leaves its workers waiting for it in Cloud Map, a failed worker leaves its
+        master waiting for all its workers (LOCUST_EXPECT_WORKERS). Stop the fleet's other tasks
+        now, not at the end of those waits; what they recorded is kept, and the replay is invalid."""
+        failed = {t.spec.fleet for t in group if t.status.stopped and t.status.exit_code not in (0, 1)}
+        left = [t for t in group if t.spec.fleet in failed and not t.status.stopped]
+        if left:
+            self.stop(left, "another task of this fleet's replay failed")
 
     @staticmethod
     def _group_state(group: Sequence[RunningTask], fleet: str) -> str:
@@ -444,28 +461,71 @@ class CloudRun:
 
     # --- Cloud Map: Prometheus finds the tasks at master.<ns> / workers.<ns> ---------------
 
-    def _register(self, t: RunningTask, address: str) -> None:
-        service = self.cfg.master_discovery_service if t.spec.role == "master" else self.cfg.workers_discovery_service
-        if self.discovery is None or not service:
+    def _register(self, t: RunningTask, status: TaskStatus) -> None:
+        """The task's address in its fleet's Cloud Map service (master-<fleet> or workers-<fleet>),
+        tagged with its step: the step's workers find their master there, Prometheus both."""
+        services = self.cfg.master_services if t.spec.role == "master" else self.cfg.workers_services
+        service = services.get(t.spec.fleet, "")
+        if self.discovery is None or not service or status.address is None:
             return
         instance = t.handle.rsplit("/", 1)[-1]
+        step = t.spec.environment.get(cc.ENV_STEP, "")
+        attributes = {"AWS_INSTANCE_IPV4": status.address, cc.STEP_ATTRIBUTE: step}
+        if t.spec.role == "master":
+            attributes["AWS_INSTANCE_PORT"] = str(status.ports.get(cc.LOCUST_MASTER_PORT, cc.LOCUST_MASTER_PORT))
         try:
-            self.discovery.register_instance(
-                ServiceId=service, InstanceId=instance, Attributes={"AWS_INSTANCE_IPV4": address}
-            )
+            self.discovery.register_instance(ServiceId=service, InstanceId=instance, Attributes=attributes)
             with self._lock:
-                self._registered.append((service, instance))
-        except Exception as exc:  # Prometheus misses this task's histograms; the records are unaffected
-            self.say(f"warning: Cloud Map registration of {instance} failed ({exc}); Prometheus will not scrape it")
+                self._registered.setdefault(step, []).append((service, instance))
+        except Exception as exc:
+            if t.spec.role == "master":  # its workers cannot find it: the step fails (their wait runs out)
+                self.say(
+                    f"error: Cloud Map registration of master {instance} failed ({exc}); its workers cannot find it"
+                )
+            else:  # Prometheus misses this worker's histograms; the records are unaffected
+                self.say(f"warning: Cloud Map registration of {instance} failed ({exc}); Prometheus will not scrape it")
 
-    def deregister(self) -> None:
+    def deregister(self, step: str | None = None) -> None:
+        """Deregister one step's tasks (when the step ends), or every task still registered."""
         with self._lock:
-            registered, self._registered = self._registered, []
+            steps = [step] if step is not None else list(self._registered)
+            registered = [r for s in steps for r in self._registered.pop(s, [])]
         for service, instance in registered:
             try:
                 self.discovery.deregister_instance(ServiceId=service, InstanceId=instance)
             except Exception as exc:
                 self.say(f"warning: Cloud Map deregistration of {instance} failed: {exc}")
+
+    # --- the instances a replay or step ran on --------------------------------------------------
+
+    @contextmanager
+    def instances_while(self, fleets: Sequence[str], dest: Path) -> Iterator[Callable[[], bool]]:
+        """A poll (call it on every poll of the replay; it returns False: it never stops one)
+        counting each fleet's healthy targets; on exit the fewest per fleet go to
+        dest/INSTANCES_FILE, which the report divides that replay's or step's goodput by."""
+        from campaign.target_health import fewest_healthy
+        from core.records import INSTANCES_FILE
+
+        trackers = fewest_healthy(self.elbv2, self.cfg.target_groups, list(fleets)) if self.elbv2 is not None else {}
+
+        def poll() -> bool:
+            for t in trackers.values():
+                t.poll()
+            return False
+
+        poll()
+        try:
+            yield poll
+        finally:
+            poll()
+            counted = {f: t.as_dict(self.poll_s) for f, t in trackers.items() if t.fewest is not None}
+            if counted:
+                dest.mkdir(parents=True, exist_ok=True)
+                (dest / INSTANCES_FILE).write_text(json.dumps(counted, indent=2), encoding="utf-8")
+                self.say(
+                    f"[{dest.name}] instances in service: "
+                    + ", ".join(f"{f} {c['instances']} (fewest healthy)" for f, c in counted.items())
+                )
 
     # --- the run's record and its files ----------------------------------------------------------
 
@@ -518,22 +578,27 @@ class CloudFleets:
     def facts(self) -> RunFacts:
         from campaign.orchestration import RunFacts
 
-        # No instance count is given: the report pulls each fleet's in-service instances from
-        # CloudWatch (GroupInServiceInstances over the run) rather than assume the ASG's desired size.
+        # No run-wide instance count: the replay and each step record the instances they really
+        # ran on beside their records (INSTANCES_FILE, the fewest healthy targets while they ran),
+        # which the report reads; without it, CloudWatch's GroupInServiceInstances.
         return RunFacts({}, None, aws=True, ready_after_s=dict(self.ready_after_s))
 
     def gate(self) -> dict[str, GateResult]:
+        """Ready is every measured instance healthy in the fleet's target group (campaign.target_health),
+        waited for here, up to the fleet's health grace; then the gate task per fleet, inside the
+        VPC, checks the served model through the NLB and runs the quality gate."""
         from core import catalog
         from loadgen.fixtures import GateResult
 
+        m = self.run.m
         grace = {
-            f.name: cc.HEALTH_GRACE_MIN[catalog.instance(f.instance_type).accelerator.vendor] * 60.0
-            for f in self.run.m.fleets
+            f.name: cc.HEALTH_GRACE_MIN[catalog.instance(f.instance_type).accelerator.vendor] * 60.0 for f in m.fleets
         }
-        results = self.run.gate(grace)
+        healthy_after = self._wait_healthy(grace)
+        results = self.run.gate({name: GATE_READY_TIMEOUT_S for name in grace})
         never = [
-            f"fleet {name}: not serving {self.run.m.model.repo} after {d['ready_after_s']:.0f} s (its health grace); "
-            f"last seen: {d['seen']}; "
+            f"fleet {name}: not serving {m.model.repo} through its NLB {d['ready_after_s']:.0f} s after "
+            f"its targets were healthy; last seen: {d['seen']}; "
             + (self.diagnose(name) if self.diagnose else "see its ASG's activities and target health")
             for name, d in results.items()
             if not d["ready"]
@@ -541,16 +606,52 @@ class CloudFleets:
         if never:
             raise CloudRunError(" | ".join(never))
         for name, d in results.items():
-            self.ready_after_s[name] = float(d["ready_after_s"])
-            self.run.say(f"{name}: serving after {d['ready_after_s']:.0f} s")
+            self.ready_after_s[name] = healthy_after.get(name, 0.0) + float(d["ready_after_s"])
+            self.run.say(f"{name}: serving after {self.ready_after_s[name]:.0f} s")
         return {name: GateResult.from_dict(d["gate"]) for name, d in results.items()}
+
+    def _wait_healthy(self, grace: Mapping[str, float]) -> dict[str, float]:
+        """Per fleet, seconds until all its measure_instances targets were healthy at once."""
+        from campaign.target_health import wait_all_healthy
+
+        run = self.run
+        if run.elbv2 is None or not run.cfg.target_groups:
+            return {}
+        want = {f.name: f.instances_measured for f in run.m.fleets}
+        run.say(
+            "waiting until every measured instance is healthy in its NLB target group: "
+            + ", ".join(f"{name} {n} (up to {grace[name] / 60:.0f} min)" for name, n in want.items())
+        )
+        out: dict[str, float] = {}
+        never: list[str] = []
+        t0 = time.monotonic()
+        for name, n in want.items():  # one after the other: the later ones had the earlier ones' wait too
+            left = max(grace[name] - (time.monotonic() - t0), run.poll_s)
+            r = wait_all_healthy(
+                run.elbv2,
+                run.cfg.target_groups[name],
+                n,
+                left,
+                poll_s=run.poll_s,
+                say=lambda line, name=name: run.say(f"{name}: {line}"),  # type: ignore[misc]
+            )
+            out[name] = time.monotonic() - t0
+            if not r.ready:
+                never.append(
+                    f"fleet {name}: {r.seen} after {out[name]:.0f} s (its health grace); "
+                    + (self.diagnose(name) if self.diagnose else "see its ASG's activities and target health")
+                )
+        if never:
+            raise CloudRunError(" | ".join(never))
+        return out
 
     def replay(self, records_dir: Path, options: ReplayOptions) -> dict[str, RunSummary]:
         from core.schedule import build_schedule, span_s
 
         run_time = replay_run_time_s(self.run.m, span_s(build_schedule(self.run.m)), options.duration_s)
         prefix = records_dir.relative_to(self.run.run_dir).as_posix()
-        return self.run.replay(self.names, options, prefix, records_dir, run_time)
+        with self.run.instances_while(self.names, records_dir) as poll:
+            return self.run.replay(self.names, options, prefix, records_dir, run_time, poll, linger_s=cc.UI_LINGER_S)
 
     def steps(self) -> FargateSteps:
         return self._steps
@@ -577,20 +678,23 @@ class FargateSteps:
         tail = RecordTail(step_dir, fleet, planned)
         early: list[str] = []
 
-        def decided() -> bool:
-            if stop.is_set():
-                return True
-            download_run(
-                self.cloud.s3, f"{self.cloud.uri}/{prefix}", step_dir
-            )  # the records as the workers last uploaded them
-            miss = running_miss(m, tail, planned)
-            if miss is not None:
-                early.append(miss)
-            return miss is not None
+        with self.cloud.instances_while([fleet], step_dir) as count_healthy:
 
-        self.cloud.replay(
-            [fleet], step_options(m, plan), prefix, step_dir, replay_run_time_s(m, plan.span_s, None), decided
-        )
+            def decided() -> bool:
+                count_healthy()
+                if stop.is_set():
+                    return True
+                download_run(
+                    self.cloud.s3, f"{self.cloud.uri}/{prefix}", step_dir
+                )  # the records as the workers last uploaded them
+                miss = running_miss(m, tail, planned)
+                if miss is not None:
+                    early.append(miss)
+                return miss is not None
+
+            self.cloud.replay(
+                [fleet], step_options(m, plan), prefix, step_dir, replay_run_time_s(m, plan.span_s, None), decided
+            )
         return time.monotonic() - t0, early[0] if early else None
 
     def abort(self) -> None:

@@ -10,20 +10,45 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from campaign.cloud_run import CloudRunError, TaskSpec, TaskStatus
 from core import cloud_contract as cc
 
 STARTED_BY_PREFIX = "run-"  # startedBy: up to 36 letters, digits, hyphens, underscores
+# RunTask is retried when Fargate has no capacity for the task right now: "Capacity is
+# unavailable at this time. Please try again later or in a different availability zone" (AWS
+# Knowledge Center, "ecs-fargate-runtask-capacity": wait and retry), a RESOURCE:* failure (ECS
+# developer guide, "Amazon ECS API failure reasons": not enough CPU, memory, ENIs ... for the
+# task), or the API's own throttling. Anything else (a missing task definition, a bad subnet) is
+# not retried: it fails the same way again.
+RETRYABLE_FAILURES = ("Capacity is unavailable", "RESOURCE:")
+RETRYABLE_ERRORS = ("ThrottlingException", "ServerException", "LimitExceededException")
+RUN_TASK_TRIES = 6
+RUN_TASK_BACKOFF_S = 5.0  # doubled after each try: 5, 10, 20, 40, 80 s, about 2.5 min in all
+
+
+def _retryable(reasons: Sequence[str]) -> bool:
+    return any(any(marker in r for marker in RETRYABLE_FAILURES) for r in reasons)
 
 
 class EcsTaskLauncher:
-    def __init__(self, ecs: Any, cfg: cc.RunConfig, run_id: str) -> None:
+    def __init__(
+        self,
+        ecs: Any,
+        cfg: cc.RunConfig,
+        run_id: str,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        say: Callable[[str], None] = lambda line: print(line, flush=True),
+    ) -> None:
         self.ecs = ecs
         self.cfg = cfg
         self.run_id = run_id
+        self.sleep = sleep
+        self.say = say
 
     def start(self, spec: TaskSpec) -> str:
         network = {
@@ -35,7 +60,7 @@ class EcsTaskLauncher:
         container: dict[str, Any] = {"name": cc.CONTAINER_NAME, "environment": environment}
         if spec.command is not None:  # the gate task: the worker definition with `--gate` for its command
             container["command"] = list(spec.command)
-        resp = self.ecs.run_task(
+        request = dict(
             cluster=self.cfg.cluster,
             taskDefinition=spec.task_definition,
             launchType="FARGATE",
@@ -51,11 +76,34 @@ class EcsTaskLauncher:
                 {"key": "loadgen-role", "value": spec.role},
             ],
         )
+        wait = RUN_TASK_BACKOFF_S
+        for attempt in range(1, RUN_TASK_TRIES + 1):
+            arn, failed, retry = self._run_task(request)
+            if arn is not None:
+                return arn
+            if attempt == RUN_TASK_TRIES or not retry:
+                raise CloudRunError(f"RunTask for the {spec.fleet} {spec.role} failed (try {attempt}): {failed}")
+            self.say(f"RunTask for the {spec.fleet} {spec.role}: {failed}; trying again in {wait:.0f} s")
+            self.sleep(wait)
+            wait *= 2
+        raise AssertionError("not reached")
+
+    def _run_task(self, request: dict[str, Any]) -> tuple[str | None, str, bool]:
+        """(the task's ARN, "", False), or (None, why it failed, whether to try again)."""
+        from botocore.exceptions import ClientError
+
+        try:
+            resp = self.ecs.run_task(**request)
+        except ClientError as exc:
+            error = exc.response.get("Error", {})
+            code, message = str(error.get("Code", "")), str(error.get("Message", ""))
+            return None, f"{code}: {message}", code in RETRYABLE_ERRORS or _retryable([message])
         failures = resp.get("failures") or []
         tasks = resp.get("tasks") or []
         if failures or not tasks:
-            raise CloudRunError(f"RunTask for the {spec.fleet} {spec.role} failed: {json.dumps(failures)}")
-        return str(tasks[0]["taskArn"])
+            reasons = [f"{f.get('reason', '')} {f.get('detail', '')}" for f in failures]
+            return None, json.dumps(failures) if failures else "no task started", _retryable(reasons)
+        return str(tasks[0]["taskArn"]), "", False
 
     def describe(self, handles: Sequence[str]) -> dict[str, TaskStatus]:
         out: dict[str, TaskStatus] = {}

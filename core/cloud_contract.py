@@ -26,7 +26,7 @@ import json
 import re
 import secrets
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 
 # How long a fleet's first boot may take before its NLB health check counts (minutes, by
@@ -37,11 +37,32 @@ HEALTH_GRACE_MIN = {"aws-neuron": 75, "nvidia": 30}
 LOCUST_WEB_PORT = 8089
 LOCUST_MASTER_PORT = 5557  # workers connect to the master here (Locust default)
 METRICS_PORT = 9646  # the loadgen Prometheus exporter (histograms) on master and workers
-MASTER_SERVICE_NAME = "master"  # Cloud Map: master.<namespace>, registered by `run` per task
-WORKERS_SERVICE_NAME = "workers"
 CONTAINER_NAME = "locust"
-# Seconds the master's web UI stays up after the run ended (Locust --autoquit), for watching.
+# Seconds the master's web UI stays up after the trace replay ended (Locust --autoquit), for
+# watching it. A capacity step or settle segment does not linger (STEP_AUTOQUIT_S): nobody
+# watches a step's UI after it, and the linger would be billed on every measured instance.
 UI_LINGER_S = 60
+STEP_AUTOQUIT_S = 0
+# How long a worker task waits for its master to appear in Cloud Map (both start together;
+# Fargate provisioning takes a minute or two), and how often it asks.
+MASTER_DISCOVERY_TIMEOUT_S = 600.0
+MASTER_DISCOVERY_POLL_S = 2.0
+# Cloud Map instance attributes of a registered master (AWS_INSTANCE_IPV4 and AWS_INSTANCE_PORT are
+# Cloud Map's own; STEP_ATTRIBUTE is ours: a worker asks for its own step's master, never a
+# stale registration of an earlier step).
+STEP_ATTRIBUTE = "harness_step"
+
+
+def master_service_name(fleet: str) -> str:
+    """Cloud Map service of a fleet's Locust master: each fleet's workers find their own master
+    (fleets run side by side), registered by `run` per task, at master-<fleet>.<namespace>."""
+    return f"master-{fleet}"
+
+
+def workers_service_name(fleet: str) -> str:
+    return f"workers-{fleet}"
+
+
 # One load-generator task (a Locust master or worker): 1 vCPU, as gevent is single-threaded and a
 # worker sharing a core adds its own scheduling lag, and 2 GiB (the Fargate pairing for 1 vCPU).
 LOADGEN_TASK_VCPU = 1
@@ -62,6 +83,12 @@ ENV_RUN_TIME = "LOCUST_RUN_TIME"  # the master's safety net; the replay ends the
 ENV_MASTER_HOST = "LOCUST_MASTER_NODE_HOST"
 ENV_MASTER_PORT = "LOCUST_MASTER_NODE_PORT"
 ENV_RECORDS_PREFIX = "LOADGEN_RECORDS_PREFIX"  # a capacity step's records: <run id>/<this prefix>/
+# A worker started beside its master finds it through Cloud Map (DiscoverInstances): the
+# namespace, the fleet's master service, and the step whose master it wants (STEP_ATTRIBUTE).
+ENV_DISCOVERY_NAMESPACE = "LOADGEN_DISCOVERY_NAMESPACE"
+ENV_MASTER_SERVICE = "LOADGEN_MASTER_SERVICE"
+ENV_STEP = "LOADGEN_STEP"
+ENV_AUTOQUIT = "LOCUST_AUTOQUIT"
 
 RUN_CONFIG_OUTPUT = "LoadgenRunConfig"  # stack output: JSON of RunConfig
 INPUTS_DIR = "inputs"
@@ -120,8 +147,14 @@ class RunConfig:
     results_uri: str  # s3://bucket/<runs prefix>
     targets: dict[str, str]  # fleet -> http://<nlb>:<port>
     workers: int
-    master_discovery_service: str = ""  # Cloud Map service ids: Prometheus finds the tasks by DNS
-    workers_discovery_service: str = ""
+    # fleet -> its NLB target group's ARN: `run` reads DescribeTargetHealth there (ready means
+    # every measured instance healthy; each step's instances are the fewest healthy while it ran).
+    target_groups: dict[str, str] = field(default_factory=dict)
+    # Cloud Map: the namespace's name, and per fleet its master's and workers' service ids
+    # (workers find their master there; Prometheus finds both by DNS).
+    namespace: str = ""
+    master_services: dict[str, str] = field(default_factory=dict)
+    workers_services: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, text: str) -> RunConfig:
@@ -167,8 +200,10 @@ class RunConfig:
             results_uri=str(data["results_uri"]).rstrip("/"),
             targets={str(k): str(v) for k, v in dict(data["targets"]).items()},
             workers=int(data["workers"]),
-            master_discovery_service=str(data.get("master_discovery_service", "")),
-            workers_discovery_service=str(data.get("workers_discovery_service", "")),
+            target_groups={str(k): str(v) for k, v in dict(data.get("target_groups") or {}).items()},
+            namespace=str(data.get("namespace", "")),
+            master_services={str(k): str(v) for k, v in dict(data.get("master_services") or {}).items()},
+            workers_services={str(k): str(v) for k, v in dict(data.get("workers_services") or {}).items()},
         )
 
     def to_json(self) -> str:

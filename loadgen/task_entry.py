@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,41 @@ def stage_inputs(env: Mapping[str, str], s3: Any) -> Path:
     return manifest_path
 
 
+def discover_master(
+    env: Mapping[str, str],
+    servicediscovery: Any,
+    *,
+    timeout_s: float = cc.MASTER_DISCOVERY_TIMEOUT_S,
+    poll_s: float = cc.MASTER_DISCOVERY_POLL_S,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> tuple[str, str]:
+    """A worker started beside its master: (host, port) of this step's master of this fleet, once
+    `run` registered it in Cloud Map. DiscoverInstances answers from the service registry itself,
+    with no DNS caching in between, and filters on a custom attribute (QueryParameters), so a
+    registration left by an earlier step is never taken (AWS Cloud Map API reference,
+    DiscoverInstances)."""
+    namespace = _required(env, cc.ENV_DISCOVERY_NAMESPACE)
+    service = _required(env, cc.ENV_MASTER_SERVICE)
+    step = _required(env, cc.ENV_STEP)
+    t0 = clock()
+    seen = "no answer yet"
+    while True:
+        try:
+            found = servicediscovery.discover_instances(
+                NamespaceName=namespace, ServiceName=service, QueryParameters={cc.STEP_ATTRIBUTE: step}
+            ).get("Instances", [])
+            attrs = found[0].get("Attributes", {}) if found else {}
+            if attrs.get("AWS_INSTANCE_IPV4"):
+                return attrs["AWS_INSTANCE_IPV4"], attrs.get("AWS_INSTANCE_PORT") or str(cc.LOCUST_MASTER_PORT)
+            seen = f"no master of step {step} registered in {service}.{namespace}"
+        except Exception as exc:  # throttled, or the service not readable: ask again until the wait runs out
+            seen = f"DiscoverInstances {service}.{namespace}: {type(exc).__name__}: {exc}"
+        if clock() - t0 + poll_s > timeout_s:
+            raise InputsRejected(f"no master found after {clock() - t0:.0f} s: {seen}")
+        sleep(poll_s)
+
+
 def locust_argv(manifest_path: Path, args: Sequence[str]) -> list[str]:
     return [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--manifest", str(manifest_path), *args]
 
@@ -96,6 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cmd = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--help"]
         os.execv(cmd[0], cmd)
     import boto3
+    from botocore.config import Config
 
     try:
         manifest_path = stage_inputs(os.environ, boto3.client("s3"))
@@ -114,6 +151,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             flush=True,
         )
         return 0
+    if "--worker" in args and not os.environ.get(cc.ENV_MASTER_HOST):
+        try:
+            # DiscoverInstances is served at data-servicediscovery.<region>...: botocore prefixes the
+            # host with "data-", except where an endpoint is given (AWS_ENDPOINT_URL: a stand-in
+            # or a VPC endpoint), which "should not have their host prefix modified" (botocore
+            # Config, inject_host_prefix).
+            config = Config(inject_host_prefix=not os.environ.get("AWS_ENDPOINT_URL"))
+            host, port = discover_master(os.environ, boto3.client("servicediscovery", config=config))
+        except InputsRejected as exc:
+            print(f"loadgen task: setup failed, nothing was sent: {exc}", file=sys.stderr, flush=True)
+            return SETUP_FAILED
+        os.environ[cc.ENV_MASTER_HOST], os.environ[cc.ENV_MASTER_PORT] = host, port
+        print(f"loadgen task: master of this step at {host}:{port}", flush=True)
     cmd = locust_argv(manifest_path, args)
     os.execv(cmd[0], cmd)
     return 0  # not reached

@@ -54,6 +54,7 @@ class ComparisonStack(Stack):
             results=store.results,
             campaign_prefix=prefix,
             targets=nlb.endpoints,
+            target_groups=nlb.target_group_arns,
             prometheus_security_group=obs.prometheus_security_group,
         )
         nlb.allow_clients(loadgen.security_group)

@@ -199,7 +199,7 @@ class ServingFleet(Construct):
             max_capacity=fleet.asg.max,
             # The campaign measures fleets[].measure_instances behind the NLB (default asg.desired):
             # the group starts with that many in service, never fewer than asg.desired.
-            desired_capacity=max(fleet.asg.desired, fleet.instances_measured),
+            desired_capacity=fleet.instances_deployed,
             vpc_subnets=ec2.SubnetSelection(
                 subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, availability_zones=list(fleet.availability_zones)
             ),

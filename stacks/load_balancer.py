@@ -43,6 +43,7 @@ class FleetLoadBalancer(Construct):
             "NLB access logs exist only for TLS listeners; these are TCP, so per-request evidence comes from the load generator records.",
         )
         self.endpoints: dict[str, str] = {}
+        self.target_group_arns: dict[str, str] = {}  # `run` reads each fleet's target health there
         self.listener_ports: dict[str, int] = {}
 
     def add_fleets(self, fleets: Sequence[ServingFleet]) -> None:
@@ -84,6 +85,7 @@ class FleetLoadBalancer(Construct):
             self.security_group, ec2.Port.tcp(defn.port), f"NLB to {name} serving port"
         )
         self.listener_ports[name] = listener_port
+        self.target_group_arns[name] = target_group.target_group_arn
         self.endpoints[name] = f"http://{self.nlb.load_balancer_dns_name}:{listener_port}"
 
     def allow_clients(self, client: ec2.ISecurityGroup) -> None:

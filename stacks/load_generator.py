@@ -79,6 +79,7 @@ class LoadGenerator(Construct):
         results: s3.IBucket,
         campaign_prefix: str,
         targets: Mapping[str, str],
+        target_groups: Mapping[str, str],
         prometheus_security_group: ec2.ISecurityGroup,
     ) -> None:
         super().__init__(scope, cid)
@@ -129,22 +130,29 @@ class LoadGenerator(Construct):
         )
         self.master_task = self._task("Master", image, master_env, ["--master"], results)
         self.worker_task = self._task("Worker", image, worker_env, ["--worker"], results)
-        # Tasks started by `run` are no service members: `run` registers each task's address here
-        # so Prometheus's dns_sd (master.<ns>, workers.<ns>) finds them, and deregisters it after.
-        self.master_discovery = servicediscovery.Service(
-            self,
-            "MasterDiscovery",
-            namespace=namespace,
-            name=lg.MASTER_SERVICE_NAME,
-            dns_record_type=servicediscovery.DnsRecordType.A,
-        )
-        self.workers_discovery = servicediscovery.Service(
-            self,
-            "WorkersDiscovery",
-            namespace=namespace,
-            name=lg.WORKERS_SERVICE_NAME,
-            dns_record_type=servicediscovery.DnsRecordType.A,
-        )
+        # Tasks started by `run` are no service members: `run` registers each task's address in
+        # its fleet's services (master-<fleet>, workers-<fleet>), so that each fleet's workers,
+        # started beside their master, find their own master (loadgen/task_entry.py asks Cloud
+        # Map's DiscoverInstances), and Prometheus's dns_sd finds both; `run` deregisters a
+        # step's tasks when the step ends. One service per fleet: fleets run side by side.
+        self.master_discovery: dict[str, servicediscovery.Service] = {}
+        self.workers_discovery: dict[str, servicediscovery.Service] = {}
+        for f in manifest.fleets:
+            self.master_discovery[f.name] = servicediscovery.Service(
+                self,
+                f"MasterDiscovery-{f.name}",
+                namespace=namespace,
+                name=lg.master_service_name(f.name),
+                dns_record_type=servicediscovery.DnsRecordType.A,
+            )
+            self.workers_discovery[f.name] = servicediscovery.Service(
+                self,
+                f"WorkersDiscovery-{f.name}",
+                namespace=namespace,
+                name=lg.workers_service_name(f.name),
+                dns_record_type=servicediscovery.DnsRecordType.A,
+            )
+        self._allow_master_discovery(namespace, [lg.master_service_name(f.name) for f in manifest.fleets])
         self.operator_policy = self._operator_policy(cluster, manifest.operator.cidr)
         stack = Stack.of(self)
         subnets = vpc.select_subnets(subnet_type=PRIVATE.subnet_type).subnet_ids
@@ -158,9 +166,11 @@ class LoadGenerator(Construct):
                 "security_groups": self.security_group.security_group_id,
                 "results_uri": self.results_uri,
                 "targets": dict(targets),
+                "target_groups": dict(target_groups),
                 "workers": workers,
-                "master_discovery_service": self.master_discovery.service_id,
-                "workers_discovery_service": self.workers_discovery.service_id,
+                "namespace": namespace.namespace_name,
+                "master_services": {name: s.service_id for name, s in self.master_discovery.items()},
+                "workers_services": {name: s.service_id for name, s in self.workers_discovery.items()},
             }
         )
 
@@ -234,6 +244,25 @@ class LoadGenerator(Construct):
             "ssmmessages:* (ECS Exec's port forward to the UI) and ecr:GetAuthorizationToken have no resource-level permissions.",
         )
         return task
+
+    def _allow_master_discovery(self, namespace: servicediscovery.INamespace, services: list[str]) -> None:
+        """A worker task asks Cloud Map where its fleet's master is: DiscoverInstances in this
+        namespace, of the master services only. The Service Authorization Reference (AWS Cloud
+        Map) scopes DiscoverInstances with the servicediscovery:NamespaceName and
+        servicediscovery:ServiceName condition keys, so the resource is "*" and the conditions
+        carry the scope."""
+        self.worker_task.add_to_task_role_policy(
+            iam.PolicyStatement(
+                actions=["servicediscovery:DiscoverInstances"],
+                resources=["*"],
+                conditions={
+                    "StringEquals": {
+                        "servicediscovery:NamespaceName": namespace.namespace_name,
+                        "servicediscovery:ServiceName": services,
+                    }
+                },
+            )
+        )
 
     def _operator_policy(self, cluster: ecs.ICluster, operator_cidr: str) -> iam.ManagedPolicy:
         """Attach to the operator's role: port-forward to a load-generator task, from operator.cidr only."""

@@ -13,11 +13,11 @@ from core.cloud_contract import (
     LOADGEN_TASK_VCPU,
     LOCUST_MASTER_PORT,
     LOCUST_WEB_PORT,
-    MASTER_SERVICE_NAME,
     METRICS_PORT,
     RUN_CONFIG_OUTPUT,
     UI_LINGER_S,
-    WORKERS_SERVICE_NAME,
+    master_service_name,
+    workers_service_name,
 )
 
 __all__ = [
@@ -30,9 +30,9 @@ __all__ = [
     "LOADGEN_TASK_VCPU",
     "LOCUST_MASTER_PORT",
     "LOCUST_WEB_PORT",
-    "MASTER_SERVICE_NAME",
     "METRICS_PORT",
     "RUN_CONFIG_OUTPUT",
     "UI_LINGER_S",
-    "WORKERS_SERVICE_NAME",
+    "master_service_name",
+    "workers_service_name",
 ]

@@ -67,14 +67,16 @@ def prometheus_config(
     # Locust worker i serves METRICS_PORT + i; every worker task is probed on each of those
     # ports (the ones a task does not serve show up=0 and carry no series).
     worker_ports = range(lg.METRICS_PORT, lg.METRICS_PORT + manifest.loadgen.workers)
-    for role, service, ports in (
-        ("master", lg.MASTER_SERVICE_NAME, [lg.METRICS_PORT]),
-        ("worker", lg.WORKERS_SERVICE_NAME, worker_ports),
+    # Each fleet's tasks register in that fleet's own services (stacks/load_generator.py).
+    for role, service_of, ports in (
+        ("master", lg.master_service_name, [lg.METRICS_PORT]),
+        ("worker", lg.workers_service_name, worker_ports),
     ):
+        names = [f"{service_of(f.fleet.name)}.{namespace}" for f in fleets]
         jobs.append(
             {
                 "job_name": f"loadgen-{role}",
-                "dns_sd_configs": [{"names": [f"{service}.{namespace}"], "type": "A", "port": port} for port in ports],
+                "dns_sd_configs": [{"names": names, "type": "A", "port": port} for port in ports],
                 "relabel_configs": [{"target_label": "loadgen_role", "replacement": role}],
             }
         )

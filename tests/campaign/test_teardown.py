@@ -156,8 +156,8 @@ def test_destroy_deregisters_cloud_map_instances_a_killed_run_left(moto_env: dic
                 "results_uri": "s3://b/p",
                 "targets": {},
                 "workers": 2,
-                "master_discovery_service": master,
-                "workers_discovery_service": workers,
+                "master_services": {"g6": master},
+                "workers_services": {"g6": workers},
             }
             from core.cloud_contract import RUN_CONFIG_OUTPUT
 

@@ -15,7 +15,7 @@ import pytest
 
 from analysis.capacity_search import StepPlan
 from campaign.capacity_run import step_options
-from campaign.cloud_run import CloudFleets, CloudRunError
+from campaign.cloud_run import GATE_READY_TIMEOUT_S, CloudFleets, CloudRunError
 from core.manifest import load_manifest
 from loadgen.fixtures import FixtureResult, GateResult
 from loadgen.gate_task import wait_until_serving
@@ -100,6 +100,11 @@ def test_a_steps_options_reach_the_task_through_its_environment(monkeypatch: pyt
 
 
 class _Run:
+    """The gate's side of a CloudRun: its gate tasks' results; no target health to wait for
+    (tests/cloud/test_cloud_steps.py waits for it against moto)."""
+
+    elbv2 = None
+
     def __init__(self, results: dict[str, dict[str, Any]]) -> None:
         self.m = load_manifest(EXAMPLE_MANIFEST)
         self.results = results
@@ -130,11 +135,12 @@ def test_a_fleet_that_never_serves_ends_the_run_naming_it() -> None:
             "g6": {"ready": True, "ready_after_s": 300.0, "seen": "ok", "gate": _passed("g6")},
         }
     )
-    with pytest.raises(CloudRunError, match=r"fleet inf2: not serving .* after 4500 s .*HTTP 503") as exc:
+    with pytest.raises(CloudRunError, match=r"fleet inf2: not serving .* through its NLB 4500 s .*HTTP 503") as exc:
         CloudFleets(run).gate()  # type: ignore[arg-type]
     assert "g6" not in str(exc.value)
-    # The wait is each fleet's health grace: Neuron compiles, so its grace is the longer one.
-    assert run.asked == {"inf2": 75 * 60.0, "g6": 30 * 60.0}
+    # The health grace is `run`'s own wait for healthy targets; the gate task waits only for the
+    # served model through the NLB once they are.
+    assert run.asked == {"inf2": GATE_READY_TIMEOUT_S, "g6": GATE_READY_TIMEOUT_S}
 
 
 def test_each_fleets_time_to_ready_is_kept_for_the_report() -> None:
@@ -149,5 +155,5 @@ def test_each_fleets_time_to_ready_is_kept_for_the_report() -> None:
     assert set(gates) == {"inf2", "g6"} and all(g.passed for g in gates.values())
     assert fleets.facts().ready_after_s == {"inf2": 1800.0, "g6": 420.0}
     assert fleets.facts().aws
-    # Instances in service are pulled from CloudWatch by the report, never asserted by the runner.
+    # No run-wide count: each replay and step counts the healthy targets it ran on (INSTANCES_FILE).
     assert fleets.facts().instances_measured == {}

@@ -76,9 +76,53 @@ def test_run_task_request_is_a_private_fargate_task_with_exec_and_the_run_overri
     with Stubber(ecs) as stub:
         stub.add_response("run_task", {"tasks": [{"taskArn": TASK}], "failures": []}, expected)
         assert EcsTaskLauncher(ecs, CFG, RUN_ID).start(spec) == TASK
-        stub.add_response("run_task", {"tasks": [], "failures": [{"reason": "RESOURCE:ENI"}]}, expected)
-        with pytest.raises(CloudRunError, match="RESOURCE:ENI"):
-            EcsTaskLauncher(ecs, CFG, RUN_ID).start(spec)
+        stub.add_response("run_task", {"tasks": [], "failures": [{"reason": "MISSING"}]}, expected)
+        with pytest.raises(CloudRunError, match="MISSING"):  # not a capacity failure: not tried again
+            EcsTaskLauncher(ecs, CFG, RUN_ID, sleep=_no_sleep).start(spec)
+        stub.assert_no_pending_responses()
+
+
+def _no_sleep(s: float) -> None:
+    raise AssertionError(f"slept {s} s: a failure that is not about capacity must not be retried")
+
+
+def _spec() -> TaskSpec:
+    return TaskSpec("worker", "g6", CFG.worker_task_definition, {cc.ENV_RUN_ID: RUN_ID})
+
+
+def test_run_task_is_retried_with_backoff_while_fargate_has_no_capacity(ecs: Any) -> None:
+    slept: list[float] = []
+    said: list[str] = []
+    launcher = EcsTaskLauncher(ecs, CFG, RUN_ID, sleep=slept.append, say=said.append)
+    capacity = "Capacity is unavailable at this time. Please try again later or in a different availability zone"
+    with Stubber(ecs) as stub:
+        stub.add_response("run_task", {"tasks": [], "failures": [{"reason": "RESOURCE:ENI"}]})
+        stub.add_client_error("run_task", "ThrottlingException", "Rate exceeded")
+        stub.add_client_error("run_task", "ServerException", capacity, http_status_code=500)
+        stub.add_response("run_task", {"tasks": [{"taskArn": TASK}], "failures": []})
+        assert launcher.start(_spec()) == TASK
+        stub.assert_no_pending_responses()
+    assert slept == [5.0, 10.0, 20.0]  # doubled after each try
+    assert "RESOURCE:ENI" in said[0] and "trying again in 5 s" in said[0] and "Capacity is unavailable" in said[2]
+
+
+def test_run_task_gives_up_after_its_tries_naming_the_last_failure(ecs: Any) -> None:
+    slept: list[float] = []
+    launcher = EcsTaskLauncher(ecs, CFG, RUN_ID, sleep=slept.append, say=lambda line: None)
+    with Stubber(ecs) as stub:
+        for _ in range(6):
+            stub.add_response("run_task", {"tasks": [], "failures": [{"reason": "RESOURCE:CPU"}]})
+        with pytest.raises(CloudRunError, match=r"failed \(try 6\).*RESOURCE:CPU"):
+            launcher.start(_spec())
+        stub.assert_no_pending_responses()
+    assert len(slept) == 5
+
+
+def test_a_request_error_is_not_retried(ecs: Any) -> None:
+    with Stubber(ecs) as stub:
+        stub.add_client_error("run_task", "InvalidParameterException", "No Fargate configuration exists")
+        with pytest.raises(CloudRunError, match="InvalidParameterException"):
+            EcsTaskLauncher(ecs, CFG, RUN_ID, sleep=_no_sleep).start(_spec())
 
 
 def test_describe_reads_state_address_exit_code_and_the_port_forward(ecs: Any) -> None:

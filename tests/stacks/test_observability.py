@@ -72,9 +72,10 @@ def test_run_config_output_is_what_campaign_run_reads(example: Synth) -> None:
     assert cfg.cluster in example.resources("AWS::ECS::Cluster")
     assert len(cfg.subnets) == 2 and all(s in example.resources("AWS::EC2::Subnet") for s in cfg.subnets)
     assert set(cfg.targets) == {"inf2", "g6"} and cfg.workers == 2
-    assert {cfg.master_discovery_service.split(".")[0], cfg.workers_discovery_service.split(".")[0]} <= set(
-        example.resources("AWS::ServiceDiscovery::Service")
-    )
+    # one master and one workers service per fleet: each fleet's workers find their own master
+    assert set(cfg.master_services) == set(cfg.workers_services) == {"inf2", "g6"}
+    services = [s.split(".")[0] for s in [*cfg.master_services.values(), *cfg.workers_services.values()]]
+    assert len(set(services)) == 4 and set(services) <= set(example.resources("AWS::ServiceDiscovery::Service"))
 
 
 def test_loadgen_task_roles_read_only_the_run_inputs_and_write_only_their_own_files(example: Synth) -> None:
