@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from core import cloud_contract as cc
 from core.errors import EXIT_FAILED_STEP, EXIT_SETUP_FAILED, CampaignError
 from core.manifest import Manifest
+from core.serving import served_model_id
 from loadgen.replay_options import ReplayOptions, to_env
 
 if TYPE_CHECKING:  # the analysis stack (duckdb) stays out of `--help` (tests/campaign/test_cli.py)
@@ -532,7 +533,7 @@ class CloudFleets:
         }
         results = self.run.gate(grace)
         never = [
-            f"fleet {name}: not serving {self.run.m.model.repo} after {d['ready_after_s']:.0f} s (its health grace); "
+            f"fleet {name}: not serving {served_model_id(self.run.m, self.run.m.fleet(name))} after {d['ready_after_s']:.0f} s (its health grace); "
             f"last seen: {d['seen']}; "
             + (self.diagnose(name) if self.diagnose else "see its ASG's activities and target health")
             for name, d in results.items()

@@ -30,6 +30,7 @@ from core import catalog
 from core.errors import CampaignError
 from core.manifest import Manifest
 from core.ports import free_port
+from core.serving import served_model_id
 from core.shipped import checkout_root
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -142,7 +143,7 @@ def vllm_argv(python: Path, m: Manifest, fleet: str, checkpoint: Path, port: int
         "--model",
         str(checkpoint),
         "--served-model-name",
-        m.model.repo,  # the name every request and the quality gate send
+        served_model_id(m, f),  # the fleet's stack's id: what every request and the quality gate send
         "--host",
         "127.0.0.1",
         "--port",

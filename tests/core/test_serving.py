@@ -12,6 +12,7 @@ from core.serving import (
     VLLM_METRICS,
     definition_for,
     render_docker_run,
+    served_model_id,
 )
 
 
@@ -97,6 +98,23 @@ def test_g6_vllm_command_follows_manifest(manifest: Manifest) -> None:
         "prefix_cache_queries",
         "prefix_cache_hits",
     }
+
+
+@pytest.mark.parametrize("stack", ["vllm", "tgi", "tensorrt-llm"])
+def test_the_served_model_id_is_the_one_the_stacks_command_line_makes_it_list(manifest: Manifest, stack: str) -> None:
+    """vLLM lists --served-model-name; trtllm-serve the model directory's name (openai_server.py
+    `self.model = model_dir.name`); TGI its --model-id as given (core.serving.served_model_id)."""
+    g6 = manifest.fleet("g6")
+    fleet = g6.model_copy(update={"serving": g6.serving.model_copy(update={"stack": stack})})
+    argv = list(definition_for(manifest, fleet).command)
+    listed = {
+        "vllm": lambda: _flag(argv, "--served-model-name"),
+        "tensorrt-llm": lambda: Path(argv[1]).name,  # `trtllm-serve <model dir> ...`
+        "tgi": lambda: _flag(argv, "--model-id"),
+    }[stack]()
+    assert served_model_id(manifest, fleet) == listed
+    assert (listed == manifest.model.repo) == (stack == "vllm")
+    assert served_model_id(manifest, manifest.fleet("inf2")) == manifest.model.repo  # vLLM on Neuron
 
 
 @pytest.mark.parametrize("stack", ["tgi", "tensorrt-llm"])
