@@ -242,9 +242,15 @@ CHECKPOINT_METADATA = (
 
 
 def checkpoint_files(manifest: Manifest) -> list[str]:
-    """What a fleet fetches: the pinned weight files, then the metadata the server reads."""
-    pinned = sorted(manifest.model.weight_files)
+    """What a fleet fetches: the pinned weight and tokenizer files, then the metadata the server reads."""
+    pinned = sorted(pinned_checkpoint_files(manifest))
     return pinned + [f for f in CHECKPOINT_METADATA if f not in pinned]
+
+
+def pinned_checkpoint_files(manifest: Manifest) -> dict[str, str]:
+    """Every checkpoint file the manifest pins, with its sha256: the weights and, for a huggingface
+    tokenizer, its files, so the server tokenizes with the very bytes the load generators count with."""
+    return {**manifest.model.weight_files, **manifest.tokenizer.files}
 
 
 def _staging(manifest: Manifest, image: str, weights_dir: str, weights_s3_uri: str | None) -> tuple[str, ...]:
@@ -283,7 +289,7 @@ def _staging(manifest: Manifest, image: str, weights_dir: str, weights_s3_uri: s
         steps.append(
             f"docker run --rm --entrypoint python3 -v {CACHE_MOUNT}:{CACHE_MOUNT}{token_env} {q(image)} -c {q(py)}"
         )
-    checks = "\\n".join(f"{digest}  {name}" for name, digest in sorted(m.weight_files.items()))
+    checks = "\\n".join(f"{digest}  {name}" for name, digest in sorted(pinned_checkpoint_files(manifest).items()))
     steps.append(f"(cd {q(weights_dir)} && printf '{checks}\\n' | sha256sum --check --strict -)")
     if m.hub_token_secret_arn and not weights_s3_uri:
         steps.append("unset HF_TOKEN")

@@ -10,6 +10,7 @@ from core.manifest import Fleet, Manifest, load_manifest
 from core.serving import (
     TRTLLM_METRICS,
     VLLM_METRICS,
+    checkpoint_files,
     definition_for,
     render_docker_run,
     served_model_id,
@@ -194,3 +195,17 @@ def test_gpu_vllm_passes_prefix_caching_explicitly(manifest: Manifest, on: bool)
     flags = [a for a in argv if a.endswith("enable-prefix-caching")]
     assert flags == ["--enable-prefix-caching" if on else "--no-enable-prefix-caching"]
     assert "--block-size" not in argv and "--num-gpu-blocks-override" not in argv
+
+
+def test_a_fleet_fetches_and_checks_the_pinned_tokenizer_files(example_manifest_path: Path) -> None:
+    """The server tokenizes with the bytes the load generators count with: a huggingface tokenizer's
+    pinned files (chat_template.jinja included, which the metadata list lacks) are fetched at
+    model.commit and sha256-checked with the weights."""
+    tiny = load_manifest(example_manifest_path.parent / "tiny-llama-real-engine.yaml", check_files=False)
+    assert "chat_template.jinja" in tiny.tokenizer.files
+    assert set(tiny.tokenizer.files) | set(tiny.model.weight_files) <= set(checkpoint_files(tiny))
+    for s3 in (None, "s3://bucket/tiny/"):
+        script = "\n".join(definition_for(tiny, tiny.fleet("g6"), weights_s3_uri=s3).weights_staging)
+        for name, digest in {**tiny.model.weight_files, **tiny.tokenizer.files}.items():
+            assert f"{digest}  {name}" in script
+        assert "--include chat_template.jinja" in script if s3 else '"chat_template.jinja"' in script
