@@ -127,7 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("local", "cloud"),
         default="local",
         help="cloud: also refuse what a deploy cannot use (illustrative hashes/digests, a gated model without a token ARN, "
-        "a documentation-range operator CIDR); `deploy` runs these checks itself",
+        "a documentation-range operator CIDR, a tokenizer other than the model's own with its files pinned); "
+        "`deploy` runs these checks itself",
     )
     v.add_argument(
         "--weights-s3-uri",

@@ -1,8 +1,8 @@
 """What a cloud deploy needs beyond a valid manifest: no illustrative value left in it.
 
 The example manifests ship made-up weight hashes and image digests (the local campaign never
-downloads either), a documentation-range operator CIDR, and a gated checkpoint without a hub
-token. Deployed as they are, `sha256sum --check` fails under `set -e` on every instance and the
+downloads either), a documentation-range operator CIDR, a gated checkpoint without a hub
+token, and the emulator's word tokenizer. Deployed as they are, `sha256sum --check` fails under `set -e` on every instance and the
 Auto Scaling groups replace billed instances after every grace period until teardown. So
 `validate --for cloud` and `deploy` refuse them, each with the field to fill.
 """
@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from core.manifest import Issue, Manifest
+from core.manifest import CHAT_TEMPLATE_FILE, TOKENIZER_CONFIG, Issue, Manifest
 
 # The made-up values in manifests/*.yaml (tests/campaign/test_cloud_checks.py keeps this list
 # complete): a copy of an example that still carries one is refused for a cloud deploy.
@@ -66,6 +66,7 @@ def cloud_issues(m: Manifest, *, weights_from_s3: bool = False) -> list[Issue]:
                     "(core/serving.py); data parallel is emulated and planned only",
                 )
             )
+    issues += tokenizer_issues(m)
     owner = m.model.repo.split("/", 1)[0]
     if owner in GATED_REPO_OWNERS and not m.model.hub_token_secret_arn and not weights_from_s3:
         issues.append(
@@ -81,6 +82,32 @@ def cloud_issues(m: Manifest, *, weights_from_s3: bool = False) -> list[Issue]:
             Issue("operator.cidr", f"{m.operator.cidr} is a documentation range; set your office or VPN range")
         )
     return issues
+
+
+def tokenizer_issues(m: Manifest) -> list[Issue]:
+    """The load generators must count tokens as the served model does: its own tokenizer files at
+    model.commit, pinned so that every task stages and checks the same bytes. (That the manifest's
+    chat template is the checkpoint's is checked with the files, core.manifest.tokenizer_file_issues.)"""
+    t = m.tokenizer
+    if t.kind == "emulator":
+        return [
+            Issue(
+                "tokenizer",
+                "kind emulator counts words, not the served model's tokens: every worker's /tokenize check "
+                "against the real server would fail; use kind huggingface with the tokenizer files of "
+                f"{m.model.repo} at model.commit pinned in tokenizer.files",
+            )
+        ]
+    if not t.files:
+        return [
+            Issue(
+                "tokenizer.files",
+                f"not pinned: put `sha256sum` of tokenizer.json and {TOKENIZER_CONFIG} (and {CHAT_TEMPLATE_FILE} "
+                f"when the checkpoint has one) of {m.model.repo} at model.commit; the load-generator tasks stage "
+                "exactly these and check them",
+            )
+        ]
+    return []
 
 
 # --- Service Quotas pre-flight: what the manifest needs against what the account may run ---------

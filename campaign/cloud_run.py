@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from core import cloud_contract as cc
 from core.errors import EXIT_FAILED_STEP, EXIT_SETUP_FAILED, CampaignError
 from core.manifest import Manifest
+from core.serving import served_model_id
 from loadgen.replay_options import ReplayOptions, to_env
 
 if TYPE_CHECKING:  # the analysis stack (duckdb) stays out of `--help` (tests/campaign/test_cli.py)
@@ -103,19 +104,38 @@ def replay_run_time_s(m: Manifest, schedule_span_s: float, duration_s: float | N
 def upload_inputs(
     s3: Any, m: Manifest, results_uri: str, run_id: str, schedule: Sequence[ScheduledRequest] | None = None
 ) -> cc.RunInputs:
-    """The manifest (byte for byte: its digest is what the tasks check), the trace and the
-    schedule description, under <run>/inputs/."""
+    """The manifest (byte for byte: its digest is what the tasks check), the trace, a huggingface
+    tokenizer's pinned files and the schedule description, under <run>/inputs/."""
     from core.schedule import build_schedule, schedule_digest
 
     if m.source is None:
         raise CloudRunError("the manifest has no file to upload")
+    tokenizer = m.tokenizer
+    if tokenizer.kind == "huggingface" and not tokenizer.files:
+        # The tasks get the tokenizer only through these inputs, and stage nothing unpinned.
+        raise CloudRunError(
+            "tokenizer.files: not pinned; a cloud run stages the tokenizer's files to its load generators "
+            "by their sha256 (docs/cloud.md)"
+        )
     if schedule is None:
         schedule = build_schedule(m)
-    desc = cc.RunInputs(m.digest, m.workload.trace.path, m.trace_path.name, schedule_digest(schedule), len(schedule))
-    cc.staged_paths(Path("/nonexistent"), desc.trace_path)  # an absolute trace path fails here, before anything starts
+    desc = cc.RunInputs(
+        m.digest,
+        m.workload.trace.path,
+        m.trace_path.name,
+        schedule_digest(schedule),
+        len(schedule),
+        tokenizer.path if tokenizer.files else None,
+        tuple(sorted(tokenizer.files)),
+    )
+    cc.staged_paths(Path("/nonexistent"), desc.relative_paths)  # an absolute path fails here, before anything starts
     bucket, prefix = cc.split_s3_uri(cc.inputs_uri(results_uri, run_id))
     s3.put_object(Bucket=bucket, Key=f"{prefix}/{cc.INPUT_MANIFEST}", Body=m.source.read_bytes())
     s3.upload_file(str(m.trace_path), bucket, f"{prefix}/{desc.trace_file}")
+    tokenizer_dir = m.tokenizer_dir
+    for name in desc.tokenizer_files:
+        assert tokenizer_dir is not None  # pinned files come with tokenizer.path (core.manifest.Tokenizer)
+        s3.upload_file(str(tokenizer_dir / name), bucket, f"{prefix}/{cc.tokenizer_object(name)}")
     s3.put_object(Bucket=bucket, Key=f"{prefix}/{cc.INPUT_SCHEDULE}", Body=desc.to_json().encode())
     return desc
 
@@ -597,8 +617,8 @@ class CloudFleets:
         healthy_after = self._wait_healthy(grace)
         results = self.run.gate({name: GATE_READY_TIMEOUT_S for name in grace})
         never = [
-            f"fleet {name}: not serving {m.model.repo} through its NLB {d['ready_after_s']:.0f} s after "
-            f"its targets were healthy; last seen: {d['seen']}; "
+            f"fleet {name}: not serving {served_model_id(m, m.fleet(name))} through its NLB {d['ready_after_s']:.0f} s "
+            f"after its targets were healthy; last seen: {d['seen']}; "
             + (self.diagnose(name) if self.diagnose else "see its ASG's activities and target health")
             for name, d in results.items()
             if not d["ready"]

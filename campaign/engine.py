@@ -28,8 +28,9 @@ from pathlib import Path
 from campaign.processes import Managed, ProcessFailed, Supervisor
 from core import catalog
 from core.errors import CampaignError
-from core.manifest import Manifest
+from core.manifest import Manifest, file_sha256
 from core.ports import free_port
+from core.serving import served_model_id
 from core.shipped import checkout_root
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -111,8 +112,6 @@ def engine_python(venv: Path | None = None) -> Path:
 def checkpoint_dir(m: Manifest) -> Path:
     """The checkpoint is the directory of the manifest's tokenizer.json; its weight files must
     have the sha256 the manifest pins."""
-    from runtime.tiny_model import sha256_file
-
     if m.tokenizer.kind != "huggingface" or m.tokenizer.path is None:
         raise EngineUnavailable(
             "tokenizer.kind: a real engine needs the checkpoint's tokenizer (kind huggingface with a path)"
@@ -127,7 +126,7 @@ def checkpoint_dir(m: Manifest) -> Path:
         p = d / name
         if not p.is_file():
             raise EngineUnavailable(f"model.weight_files.{name}: no such file in {d}")
-        got = sha256_file(p)
+        got = file_sha256(p)
         if got != want:
             raise EngineUnavailable(f"model.weight_files.{name}: sha256 {got} in {d} does not match the pinned {want}")
     return d
@@ -142,7 +141,7 @@ def vllm_argv(python: Path, m: Manifest, fleet: str, checkpoint: Path, port: int
         "--model",
         str(checkpoint),
         "--served-model-name",
-        m.model.repo,  # the name every request and the quality gate send
+        served_model_id(m, f),  # the fleet's stack's id: what every request and the quality gate send
         "--host",
         "127.0.0.1",
         "--port",

@@ -7,6 +7,7 @@ overrides; `loadgen.task_entry` reads both. Everything of one run lives under on
     <runs prefix>/<run id>/inputs/manifest.yaml     uploaded by `run` before any task starts
     <runs prefix>/<run id>/inputs/schedule.json     trace file name + path, schedule digest
     <runs prefix>/<run id>/inputs/<trace file>
+    <runs prefix>/<run id>/inputs/tokenizer/<file>   a huggingface tokenizer's pinned files (tokenizer.files)
     <runs prefix>/<run id>/gate-<fleet>.json       each fleet's readiness and quality gate (loadgen/gate_task.py)
     <runs prefix>/<run id>/records-<fleet>-w<i>.jsonl, summary-<fleet>-w<i>.json   (workers)
     <runs prefix>/<run id>/capacity/<fleet>/x<k>/records-...   a capacity step's (LOADGEN_RECORDS_PREFIX)
@@ -26,6 +27,7 @@ import json
 import re
 import secrets
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -94,6 +96,9 @@ RUN_CONFIG_OUTPUT = "LoadgenRunConfig"  # stack output: JSON of RunConfig
 INPUTS_DIR = "inputs"
 INPUT_MANIFEST = "manifest.yaml"
 INPUT_SCHEDULE = "schedule.json"
+INPUT_TOKENIZER_DIR = "tokenizer"  # + /<file>: a huggingface tokenizer's pinned files
+TRACE_FIELD = "workload.trace.path"
+TOKENIZER_FIELD = "tokenizer.path"
 RUN_RECORD = "run.json"
 GATE_PREFIX = "gate-"  # + <fleet>.json, written by the gate task (loadgen/gate_task.py)
 REPORT_DIR = "report"  # the report and the files it was built from, uploaded by `run`
@@ -219,6 +224,18 @@ class RunInputs:
     trace_file: str  # the object name under inputs/
     schedule_digest: str  # core.schedule.schedule_digest of the full schedule
     requests: int
+    # A huggingface tokenizer: tokenizer.path as the manifest writes it, and the names of its pinned
+    # files (tokenizer.files), each under inputs/tokenizer/ and staged beside the staged tokenizer.path.
+    tokenizer_path: str | None = None
+    tokenizer_files: tuple[str, ...] = ()
+
+    @property
+    def relative_paths(self) -> dict[str, str]:
+        """The manifest's relative paths the tasks stage, by the field that writes each."""
+        paths = {TRACE_FIELD: self.trace_path}
+        if self.tokenizer_path is not None:
+            paths[TOKENIZER_FIELD] = self.tokenizer_path
+        return paths
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)
@@ -228,24 +245,42 @@ class RunInputs:
         try:
             data = json.loads(text)
             return cls(
-                **{k: data[k] for k in ("manifest_digest", "trace_path", "trace_file", "schedule_digest", "requests")}
+                **{k: data[k] for k in ("manifest_digest", "trace_path", "trace_file", "schedule_digest", "requests")},
+                tokenizer_path=data.get("tokenizer_path"),
+                tokenizer_files=tuple(data.get("tokenizer_files", ())),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"{INPUT_SCHEDULE}: not a run-inputs description ({type(exc).__name__}: {exc})") from None
 
 
-def staged_paths(root: Path, trace_path: str) -> tuple[Path, Path]:
-    """Where a task puts the manifest and the trace under `root` so that the manifest's own
-    relative `workload.trace.path` resolves to the staged trace, unchanged: the manifest is
-    byte-identical to the operator's and keeps its digest."""
-    rel = PurePosixPath(trace_path)
-    if rel.is_absolute():
-        raise ValueError(
-            f"workload.trace.path: {trace_path} is absolute; a cloud run needs a path relative to the manifest"
-        )
-    depth = sum(part == ".." for part in rel.parts)
+def tokenizer_object(name: str) -> str:
+    """A pinned tokenizer file's object name under inputs/."""
+    return f"{INPUT_TOKENIZER_DIR}/{name}"
+
+
+@dataclass(frozen=True)
+class StagedPaths:
+    manifest: Path
+    files: dict[str, Path]  # manifest field -> where the file it names is staged
+
+
+def staged_paths(root: Path, relative: Mapping[str, str]) -> StagedPaths:
+    """Where a task puts the manifest and the files it names (`relative`: manifest field -> its
+    path as the manifest writes it) under `root`, so that each relative path resolves to the staged
+    file unchanged: the manifest is byte-identical to the operator's and keeps its digest. The
+    manifest sits as deep as the path that climbs most (`..`) needs."""
+    parts = {}
+    for name, rel_path in relative.items():
+        rel = PurePosixPath(rel_path)
+        if rel.is_absolute():
+            raise ValueError(f"{name}: {rel_path} is absolute; a cloud run needs a path relative to the manifest")
+        parts[name] = rel.parts
+    depth = max((sum(part == ".." for part in p) for p in parts.values()), default=0)
     manifest_dir = root.joinpath("manifest", *(["m"] * depth))
-    trace = (manifest_dir / Path(*rel.parts)).resolve()
-    if not trace.is_relative_to(root.resolve()):
-        raise ValueError(f"workload.trace.path: {trace_path} leaves the staging directory")
-    return manifest_dir / INPUT_MANIFEST, trace
+    files = {}
+    for name, p in parts.items():
+        staged = (manifest_dir / Path(*p)).resolve()
+        if not staged.is_relative_to(root.resolve()):
+            raise ValueError(f"{name}: {relative[name]} leaves the staging directory")
+        files[name] = staged
+    return StagedPaths(manifest_dir / INPUT_MANIFEST, files)

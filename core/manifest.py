@@ -12,7 +12,7 @@ import ipaddress
 import json
 import re
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
 import yaml
@@ -74,12 +74,30 @@ class Model(_Frozen):
         return v
 
 
+# Where transformers (and so vLLM and trtllm-serve) finds a checkpoint's chat template: a
+# separate chat_template.jinja when the checkpoint ships one, else tokenizer_config.json's
+# "chat_template" (huggingface/transformers src/transformers/tokenization_utils_base.py,
+# from_pretrained: "If independent chat template file(s) exist, they take priority over template
+# entries in the tokenizer config"; read in transformers 5.19.0).
+TOKENIZER_CONFIG = "tokenizer_config.json"
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
+# A pinned tokenizer file is named as it sits in the checkpoint's top directory.
+TokenizerFileName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")]
+
+
 class Tokenizer(_Frozen):
     # "emulator": the word-level tokenizer shared by the emulator and loadgen (local campaigns);
     # "huggingface": a tokenizer.json shipped with the checkpoint at the pinned commit.
     kind: Literal["emulator", "huggingface"]
     path: str | None = None
-    chat_template: str = Field(min_length=1)
+    # huggingface: the checkpoint's tokenizer files at model.commit, each with its sha256, as they
+    # sit in the directory of `path` (tokenizer.json, tokenizer_config.json, chat_template.jinja
+    # when it has one). A cloud run stages exactly these to its load generators, which check the
+    # hashes; the fleets download and check them beside the weights (core/serving.py).
+    files: dict[TokenizerFileName, Sha256] = Field(default_factory=dict)
+    # Optional for a huggingface tokenizer with pinned files: then the checkpoint's own template
+    # (Manifest.chat_template); when given, it must equal it.
+    chat_template: str | None = Field(default=None, min_length=1)
     special_tokens: dict[str, str] = Field(default_factory=dict)
     max_length: int = Field(gt=0)
 
@@ -87,6 +105,21 @@ class Tokenizer(_Frozen):
     def _hf_needs_file(self) -> Tokenizer:
         if self.kind == "huggingface" and not self.path:
             raise ValueError("path: a huggingface tokenizer needs the tokenizer.json path")
+        if self.kind == "emulator" and self.files:
+            raise ValueError("files: only a huggingface tokenizer has checkpoint files to pin")
+        if self.files:
+            assert self.path is not None
+            needed = [n for n in (PurePosixPath(self.path).name, TOKENIZER_CONFIG) if n not in self.files]
+            if needed:
+                raise ValueError(
+                    f"files: pin {' and '.join(needed)} too (the file tokenizer.path names, and the one the "
+                    "server reads the chat template and special tokens from)"
+                )
+        elif self.chat_template is None:
+            raise ValueError(
+                "chat_template: required, unless a huggingface tokenizer pins its files "
+                f"(tokenizer.files, with {TOKENIZER_CONFIG}) to read it from"
+            )
         return self
 
 
@@ -518,6 +551,7 @@ class Manifest(_Frozen):
     loadgen: Loadgen
 
     _source: Path | None = PrivateAttr(default=None)
+    _checkpoint_template: str | None = PrivateAttr(default=None)
 
     @property
     def digest(self) -> str:
@@ -527,7 +561,8 @@ class Manifest(_Frozen):
         zero indifference margin, the default settle budget), so a manifest that does not set
         them hashes as it did before they existed (and its runs' records still match it). A fleet's
         serving.prefix_caching is left out while it is its stack's documented default, given or not,
-        and its measure_instances while it is its default (asg.desired), given or not."""
+        and its measure_instances while it is its default (asg.desired), given or not; tokenizer.files
+        while none is pinned."""
         data = self.model_dump(mode="json")
         if self.indifference_margin == IndifferenceMargin():
             del data["indifference_margin"]
@@ -536,6 +571,12 @@ class Manifest(_Frozen):
                 dumped["serving"].pop("prefix_caching", None)
             if fleet.instances_measured == max(1, fleet.asg.desired):
                 dumped.pop("measure_instances", None)
+        # tokenizer.files (added later) is left out while empty; a template the manifest leaves to
+        # the checkpoint is covered by the pinned hash of the file it is read from.
+        if not self.tokenizer.files:
+            del data["tokenizer"]["files"]
+        if self.tokenizer.chat_template is None:
+            del data["tokenizer"]["chat_template"]
         search = data["workload"].get("capacity_search")
         if search is not None:
             for name in _LATER_SEARCH_FIELDS:
@@ -568,6 +609,24 @@ class Manifest(_Frozen):
     @property
     def trace_path(self) -> Path:
         return self.resolve_path(self.workload.trace.path)
+
+    @property
+    def tokenizer_dir(self) -> Path | None:
+        """The directory of tokenizer.path, where its pinned files sit (None: no tokenizer file)."""
+        return self.resolve_path(self.tokenizer.path).parent if self.tokenizer.path else None
+
+    @property
+    def chat_template(self) -> str:
+        """The template chat prompts are rendered with: the manifest's own, else the one the pinned
+        checkpoint files carry (read once). `semantic_issues` checks that the two agree."""
+        if self.tokenizer.chat_template is not None:
+            return self.tokenizer.chat_template
+        if self._checkpoint_template is None:
+            found = checkpoint_chat_template(self)
+            if isinstance(found, Issue):
+                raise ManifestError([found], str(self._source) if self._source else None)
+            self._checkpoint_template = found[1]
+        return self._checkpoint_template
 
 
 # --- errors --------------------------------------------------------------------------------
@@ -896,13 +955,96 @@ def semantic_issues(m: Manifest, *, check_files: bool = True) -> list[Issue]:
         if not tp_path.is_file():
             issues.append(Issue("workload.trace.path", f"no such file: {tp_path}"))
         elif m.workload.trace.sha256:
-            got = hashlib.sha256(tp_path.read_bytes()).hexdigest()
+            got = file_sha256(tp_path)
             if got != m.workload.trace.sha256:
                 issues.append(
                     Issue(
                         "workload.trace.sha256", f"file hash {got} does not match the pinned {m.workload.trace.sha256}"
                     )
                 )
-        if m.tokenizer.path and not m.resolve_path(m.tokenizer.path).is_file():
-            issues.append(Issue("tokenizer.path", f"no such file: {m.resolve_path(m.tokenizer.path)}"))
+        issues += tokenizer_file_issues(m)
     return issues
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def tokenizer_file_issues(m: Manifest) -> list[Issue]:
+    """The tokenizer's files are there with their pinned hashes, and the manifest's chat template
+    (when it gives one) is the checkpoint's."""
+    t, d = m.tokenizer, m.tokenizer_dir
+    if d is None:
+        return []
+    if not t.files:
+        path = m.resolve_path(t.path or "")
+        return [] if path.is_file() else [Issue("tokenizer.path", f"no such file: {path}")]
+    issues = [i for name, want in sorted(t.files.items()) if (i := _pinned_file_issue(d / name, name, want))]
+    if issues:
+        return issues
+    if CHAT_TEMPLATE_FILE not in t.files and (d / CHAT_TEMPLATE_FILE).is_file():
+        return [
+            Issue(
+                "tokenizer.files",
+                f"{d / CHAT_TEMPLATE_FILE} is not pinned: the server reads its chat template from that file "
+                f"before {TOKENIZER_CONFIG}; pin it",
+            )
+        ]
+    found = checkpoint_chat_template(m)
+    if isinstance(found, Issue):
+        return [found]
+    source, template = found
+    if t.chat_template is not None and t.chat_template != template:
+        return [
+            Issue(
+                "tokenizer.chat_template",
+                f"differs from the checkpoint's template in {source} (the one the server renders with); "
+                "leave chat_template out to use the checkpoint's, or pin the files it comes from",
+            )
+        ]
+    return []
+
+
+def _pinned_file_issue(path: Path, name: str, want: str) -> Issue | None:
+    if not path.is_file():
+        return Issue(f"tokenizer.files.{name}", f"no such file: {path}")
+    got = file_sha256(path)
+    if got != want:
+        return Issue(f"tokenizer.files.{name}", f"{path} has sha256 {got}, the manifest pins {want}")
+    return None
+
+
+def checkpoint_chat_template(m: Manifest) -> tuple[str, str] | Issue:
+    """(the pinned file it comes from, the template) as the server loads it: chat_template.jinja
+    when pinned, else tokenizer_config.json's "chat_template" (a string, or named templates of
+    which transformers renders "default" when no tools are given)."""
+    d = m.tokenizer_dir
+    if d is None or not m.tokenizer.files:
+        return Issue(
+            "tokenizer.chat_template", "not given, and no pinned checkpoint files (tokenizer.files) to read it from"
+        )
+    if CHAT_TEMPLATE_FILE in m.tokenizer.files:
+        try:
+            return CHAT_TEMPLATE_FILE, (d / CHAT_TEMPLATE_FILE).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            return Issue(f"tokenizer.files.{CHAT_TEMPLATE_FILE}", f"cannot read {d / CHAT_TEMPLATE_FILE}: {exc}")
+    where = f"tokenizer.files.{TOKENIZER_CONFIG}"
+    try:
+        config = json.loads((d / TOKENIZER_CONFIG).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        return Issue(where, f"cannot read {d / TOKENIZER_CONFIG} as JSON: {exc}")
+    template = config.get("chat_template") if isinstance(config, dict) else None
+    if isinstance(template, list):
+        named = {e.get("name"): e.get("template") for e in template if isinstance(e, dict)}
+        template = named.get("default")
+    if not isinstance(template, str) or not template:
+        return Issue(
+            "tokenizer.chat_template",
+            f'the checkpoint has no chat template ({d / TOKENIZER_CONFIG} has no "chat_template" string, '
+            f"and no {CHAT_TEMPLATE_FILE} is pinned): the server could not render a chat prompt",
+        )
+    return TOKENIZER_CONFIG, template

@@ -69,6 +69,7 @@ import math
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from types import MappingProxyType
 
 from core import catalog
@@ -197,6 +198,33 @@ def weights_dir_for(manifest: Manifest) -> str:
     return f"{CACHE_MOUNT}/weights/{manifest.model.repo}/{manifest.model.commit}"
 
 
+def served_model_id(manifest: Manifest, fleet: Fleet) -> str:
+    """The model id a fleet's server lists at /v1/models, and so the one the readiness wait looks
+    for and every request of the gate and the replays names:
+    - vLLM (GPU and Neuron): its `--served-model-name`, which the fleets are started with
+      (`_vllm_common`): model.repo;
+    - trtllm-serve has no such option: it lists the model directory's name
+      (NVIDIA/TensorRT-LLM@00057725 tensorrt_llm/serve/openai_server.py, OpenAIServer.__init__: `model_dir =
+      Path(model)` ... `self.model = model_dir.name`; get_model answers `ModelCard(id=self.model)`),
+      here the weights directory, named by the commit. Its openai_chat / openai_completion never
+      compare the request's `model` with it (the field is required by ChatCompletionRequest,
+      tensorrt_llm/serve/openai_protocol.py, but unchecked), and its own examples send the
+      directory's name (examples/serve/openai_completion_client.py: model="TinyLlama-1.1B-Chat-v1.0");
+    - TGI lists its `--model-id` as given, here the weights directory's path
+      (huggingface/text-generation-inference: launcher/src/main.rs starts the router with
+      `--tokenizer-name args.model_id`; router/src/server.rs names a local model by it,
+      `HubModelInfo { model_id: tokenizer_name ... }`, and openai_get_model_info lists that id).
+    """
+    stack = fleet.serving.stack
+    if stack in ("vllm", "vllm-neuron"):
+        return manifest.model.repo
+    if stack == "tensorrt-llm":
+        return PurePosixPath(weights_dir_for(manifest)).name
+    if stack == "tgi":
+        return weights_dir_for(manifest)
+    raise ValueError(f"unknown serving stack {stack!r}")
+
+
 # The server reads these small files of the checkpoint besides the weights (model config,
 # tokenizer, generation defaults), at the same pinned commit. Nothing else of the repository is
 # fetched: the weights are exactly the files model.weight_files pins, so a repository that also
@@ -214,9 +242,15 @@ CHECKPOINT_METADATA = (
 
 
 def checkpoint_files(manifest: Manifest) -> list[str]:
-    """What a fleet fetches: the pinned weight files, then the metadata the server reads."""
-    pinned = sorted(manifest.model.weight_files)
+    """What a fleet fetches: the pinned weight and tokenizer files, then the metadata the server reads."""
+    pinned = sorted(pinned_checkpoint_files(manifest))
     return pinned + [f for f in CHECKPOINT_METADATA if f not in pinned]
+
+
+def pinned_checkpoint_files(manifest: Manifest) -> dict[str, str]:
+    """Every checkpoint file the manifest pins, with its sha256: the weights and, for a huggingface
+    tokenizer, its files, so the server tokenizes with the very bytes the load generators count with."""
+    return {**manifest.model.weight_files, **manifest.tokenizer.files}
 
 
 def _staging(manifest: Manifest, image: str, weights_dir: str, weights_s3_uri: str | None) -> tuple[str, ...]:
@@ -255,7 +289,7 @@ def _staging(manifest: Manifest, image: str, weights_dir: str, weights_s3_uri: s
         steps.append(
             f"docker run --rm --entrypoint python3 -v {CACHE_MOUNT}:{CACHE_MOUNT}{token_env} {q(image)} -c {q(py)}"
         )
-    checks = "\\n".join(f"{digest}  {name}" for name, digest in sorted(m.weight_files.items()))
+    checks = "\\n".join(f"{digest}  {name}" for name, digest in sorted(pinned_checkpoint_files(manifest).items()))
     steps.append(f"(cd {q(weights_dir)} && printf '{checks}\\n' | sha256sum --check --strict -)")
     if m.hub_token_secret_arn and not weights_s3_uri:
         steps.append("unset HF_TOKEN")
@@ -268,7 +302,7 @@ def _vllm_common(manifest: Manifest, fleet: Fleet, weights_dir: str) -> list[str
         "serve",
         weights_dir,
         "--served-model-name",
-        manifest.model.repo,
+        served_model_id(manifest, fleet),
         "--revision",
         manifest.model.commit,
         "--tokenizer-revision",

@@ -20,6 +20,7 @@ from typing import Any
 from openai import OpenAI, OpenAIError
 
 from core.manifest import Manifest, QualityFixture
+from core.serving import served_model_id
 
 
 @dataclass
@@ -57,10 +58,10 @@ class GateResult:
         return cls(str(d["fleet"]), bool(d["passed"]), float(d["pass_rate"]), float(d["min_pass_rate"]), fixtures)
 
 
-def _ask(client: OpenAI, m: Manifest, fx: QualityFixture) -> tuple[str, str | None, int | None]:
+def _ask(client: OpenAI, m: Manifest, model: str, fx: QualityFixture) -> tuple[str, str | None, int | None]:
     g = m.generation
     resp = client.chat.completions.create(
-        model=m.model.repo,
+        model=model,
         messages=[{"role": "user", "content": fx.prompt}],
         max_tokens=fx.max_tokens,
         temperature=g.temperature,
@@ -73,11 +74,12 @@ def _ask(client: OpenAI, m: Manifest, fx: QualityFixture) -> tuple[str, str | No
     return choice.message.content or "", choice.finish_reason, tokens
 
 
-def check_fixture(client: OpenAI, m: Manifest, fx: QualityFixture) -> FixtureResult:
+def check_fixture(client: OpenAI, m: Manifest, model: str, fx: QualityFixture) -> FixtureResult:
+    """`model`: the id the fleet serves (core.serving.served_model_id)."""
     problems: list[str] = []
     try:
-        text, finish, tokens = _ask(client, m, fx)
-        again, _, _ = _ask(client, m, fx)
+        text, finish, tokens = _ask(client, m, model, fx)
+        again, _, _ = _ask(client, m, model, fx)
     except OpenAIError as exc:
         return FixtureResult(fx.id, False, [f"request failed: {exc}"], None, None)
     if text != again:
@@ -110,6 +112,7 @@ def run_gate(m: Manifest, fleet: str, base_url: str, timeout_s: float = 60.0) ->
     client = OpenAI(
         base_url=base_url.rstrip("/") + "/v1", api_key="not-needed-locally", timeout=timeout_s, max_retries=0
     )
-    results = [check_fixture(client, m, fx) for fx in m.quality.fixtures]
+    model = served_model_id(m, m.fleet(fleet))
+    results = [check_fixture(client, m, model, fx) for fx in m.quality.fixtures]
     rate = sum(r.passed for r in results) / len(results)
     return GateResult(fleet, rate >= m.quality.min_pass_rate, rate, m.quality.min_pass_rate, results)

@@ -4,9 +4,10 @@ the quality gate's fixtures against it, and write what it saw to S3.
 `python -m loadgen.task_entry --gate` runs it after staging and checking the run's inputs. The
 fleets' NLB is internal, so the operator's machine cannot reach it; this task can.
 
-Ready means: `GET <host>/v1/models` through the NLB answers 200 and names the manifest's served
-model (`--served-model-name` is `model.repo`, core/serving.py). An ASG can report healthy
-targets while the server still loads or compiles; the model list answers only once vLLM is up.
+Ready means: `GET <host>/v1/models` through the NLB answers 200 and names the id the fleet's
+stack serves the model as (core.serving.served_model_id: vLLM's `--served-model-name`, model.repo;
+trtllm-serve's weights directory name). An ASG can report healthy targets while the server still
+loads or compiles; the model list answers only once the server is up.
 The wait ends after `LOADGEN_READY_TIMEOUT_S` (set by `campaign run` from the fleet's health
 grace). The result, `<run>/gate-<fleet>.json`, says how long it took (`ready_after_s`) and what
 the last probe saw, and holds the gate's `GateResult` when the fleet became ready.
@@ -24,6 +25,7 @@ from typing import Any
 
 from core import cloud_contract as cc
 from core.manifest import Manifest
+from core.serving import served_model_id
 
 ENV_READY_TIMEOUT = "LOADGEN_READY_TIMEOUT_S"
 READY_POLL_S = 5.0
@@ -80,7 +82,7 @@ def run(m: Manifest, env: Mapping[str, str], s3: Any) -> dict[str, Any]:
     from loadgen.fixtures import run_gate
 
     fleet, host = env[cc.ENV_FLEET], env[cc.ENV_HOST]
-    ready = wait_until_serving(host, m.model.repo, float(env.get(ENV_READY_TIMEOUT) or 600))
+    ready = wait_until_serving(host, served_model_id(m, m.fleet(fleet)), float(env.get(ENV_READY_TIMEOUT) or 600))
     out: dict[str, Any] = {
         "fleet": fleet,
         "ready": ready.ready,

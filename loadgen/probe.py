@@ -17,6 +17,7 @@ import gevent
 
 from core.manifest import load_manifest
 from core.schedule import ScheduledRequest
+from core.serving import served_model_id
 from loadgen.client import StreamingClient
 from loadgen.openai_request import request_body
 from loadgen.prompts import PromptBuilder
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--served-model",
         default=None,
-        help="model name sent in requests (vLLM's --served-model-name); default: model.repo",
+        help="model name sent in requests; default: the id the fleet's serving stack lists (vLLM: model.repo)",
     )
     a = ap.parse_args(argv)
     m = load_manifest(a.manifest)
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     client = StreamingClient(
         a.host, api=a.api, timeout_s=a.timeout_s or m.loadgen.request_timeout_s, connect_timeout_s=a.connect_timeout_s
     )
-    model = a.served_model or m.model.repo
+    model = a.served_model or served_model_id(m, m.fleet(a.fleet))
     wire = client.encode(
         request_body(a.api, model, m.generation, prompt, req.output_tokens, m.fleet(a.fleet).serving.stack)
     )

@@ -62,7 +62,7 @@ class PromptBuilder:
     def __init__(self, manifest: Manifest, api: Api = "chat", tokenizer: Tokenizer | None = None):
         self.api: Api = api
         self.tokenizer = tokenizer or for_manifest(manifest)
-        self.template = manifest.tokenizer.chat_template
+        self.template = manifest.chat_template
         self.special = dict(manifest.tokenizer.special_tokens)
         self.seed = manifest.workload.sample_seed
         self.overhead = self.count("")

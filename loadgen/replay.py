@@ -26,6 +26,7 @@ from gevent.event import Event
 from core.manifest import Manifest
 from core.records import RequestRecord, RunSummary
 from core.schedule import ScheduledRequest, build_schedule, partition
+from core.serving import served_model_id
 from loadgen.client import Exchange, Stream, StreamingClient, close_watcher
 from loadgen.metrics import ClientMetrics
 from loadgen.openai_request import request_body, request_id_header
@@ -124,8 +125,9 @@ class Replayer:
 
     def _prepare(self) -> None:
         builder = PromptBuilder(self.m, self.options.api)
-        model = self.options.served_model or self.m.model.repo
-        stack = self.m.fleet(self.cfg.fleet).serving.stack
+        fleet = self.m.fleet(self.cfg.fleet)
+        model = self.options.served_model or served_model_id(self.m, fleet)
+        stack = fleet.serving.stack
         inexact = 0
         built: list[tuple[int, Prompt]] = []
         for r in self.mine:

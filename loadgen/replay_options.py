@@ -19,7 +19,9 @@ from loadgen.prompts import Api
 @dataclass(frozen=True)
 class ReplayOptions:
     api: Api = "chat"  # endpoint family
-    served_model: str | None = None  # the model name sent (vLLM's --served-model-name); None: the manifest's model.repo
+    served_model: str | None = (
+        None  # the model name sent; None: the id the fleet's stack serves (core.serving.served_model_id)
+    )
     duration_s: float | None = None  # stop sending after this many replay seconds; None: the whole schedule
     # Capacity steps: the same requests at rate x k (offsets / k), and each request abandoned once
     # it can no longer meet the per-request SLO (TTFT + output tokens x ITL after its scheduled
@@ -54,7 +56,12 @@ class _Flag:
 
 _FLAGS = (
     _Flag("api", "--api", "LOADGEN_API", "endpoint family"),
-    _Flag("served_model", "--served-model", "LOADGEN_SERVED_MODEL", "model name sent (default: manifest model.repo)"),
+    _Flag(
+        "served_model",
+        "--served-model",
+        "LOADGEN_SERVED_MODEL",
+        "model name sent (default: the id the fleet's serving stack lists at /v1/models)",
+    ),
     _Flag(
         "duration_s",
         "--replay-duration",

@@ -4,10 +4,11 @@
 readiness wait and quality gate, loadgen/gate_task.py, instead of Locust). The task definition gives
 the results prefix and the manifest digest the stack was built from; `campaign run` gives
 the run id (and fleet, host, master address). The task downloads the run's manifest,
-schedule description and trace from `<results>/<run id>/inputs/`, and refuses to start
-(exit 3, nothing sent) when the manifest is not the one the stack was deployed for, when the
-trace's sha256 does not match the manifest, or when the schedule it builds differs from the
-one `run` planned. Then Locust replaces this process, with the staged manifest.
+schedule description, trace and a huggingface tokenizer's pinned files from
+`<results>/<run id>/inputs/`, and refuses to start (exit 3, nothing sent) when the manifest is
+not the one the stack was deployed for, when the trace's or a tokenizer file's sha256 does not
+match the manifest, or when the schedule it builds differs from the one `run` planned. Then
+Locust replaces this process, with the staged manifest.
 """
 
 from __future__ import annotations
@@ -60,13 +61,20 @@ def stage_inputs(env: Mapping[str, str], s3: Any) -> Path:
     _download(s3, f"{inputs}/{cc.INPUT_SCHEDULE}", desc_path)
     try:
         desc = cc.RunInputs.from_json(desc_path.read_text(encoding="utf-8"))
-        manifest_path, trace_path = cc.staged_paths(root, desc.trace_path)
+        staged = cc.staged_paths(root, desc.relative_paths)
     except ValueError as exc:
         raise InputsRejected(f"{inputs}/{cc.INPUT_SCHEDULE}: {exc}") from None
+    manifest_path = staged.manifest
     _download(s3, f"{inputs}/{cc.INPUT_MANIFEST}", manifest_path)
-    _download(s3, f"{inputs}/{desc.trace_file}", trace_path)
+    _download(s3, f"{inputs}/{desc.trace_file}", staged.files[cc.TRACE_FIELD])
+    if desc.tokenizer_files:
+        tokenizer_dir = staged.files[cc.TOKENIZER_FIELD].parent
+        for name in desc.tokenizer_files:
+            _download(s3, f"{inputs}/{cc.tokenizer_object(name)}", tokenizer_dir / name)
     try:
-        m = load_manifest(manifest_path)  # also checks the trace's sha256 against the manifest
+        # Also checks the staged trace's and tokenizer files' sha256 against the manifest's pins:
+        # a mismatch names the file and both hashes.
+        m = load_manifest(manifest_path)
     except ManifestError as exc:
         raise InputsRejected(
             f"{inputs}/{cc.INPUT_MANIFEST} is invalid here: " + "; ".join(str(i) for i in exc.issues)

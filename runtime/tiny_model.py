@@ -4,7 +4,8 @@
 - `tokenizer.json`: a byte-level BPE trained here (the `tokenizers` package) on a fixed
   corpus, with Llama 3's special tokens and a post-processor that puts BOS before a raw prompt;
 - `tokenizer_config.json` and `chat_template.jinja`: what transformers (and so vLLM) loads;
-  the template is `CHAT_TEMPLATE`, which the real-engine manifest repeats verbatim;
+  the template is `CHAT_TEMPLATE`. The real-engine manifest pins these three files' sha256
+  (tokenizer.files) and reads its chat template from the .jinja;
 - `config.json`, `generation_config.json`;
 - `model.safetensors`: random float32 weights (2 layers, hidden 256, 4 query / 2 KV heads),
   drawn from a seeded `random.Random`, so the same bytes (and sha256) on every machine.
@@ -18,7 +19,6 @@ Llama loader reads.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import random
 import struct
@@ -29,15 +29,18 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
+from core.manifest import CHAT_TEMPLATE_FILE, TOKENIZER_CONFIG, file_sha256
 from core.tokenizer import VOCAB
 
 SEED = 20261203
 BOS, EOS, EOT = "<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"
 HEADER_START, HEADER_END = "<|start_header_id|>", "<|end_header_id|>"
 SPECIAL_TOKENS = (BOS, EOS, HEADER_START, HEADER_END, EOT)
+# What the real-engine manifest pins as tokenizer.files (the server reads its template from the .jinja).
+TOKENIZER_FILES = ("tokenizer.json", TOKENIZER_CONFIG, CHAT_TEMPLATE_FILE)
 
 # Llama 3's layout with this checkpoint's own special-token names (transformers passes
-# bos_token / eos_token to the template). The real-engine manifest carries the same text.
+# bos_token / eos_token to the template).
 CHAT_TEMPLATE = (
     "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"
     "{{ m['content'] }}<|eot_id|>{% endfor %}"
@@ -138,24 +141,17 @@ def write_safetensors(path: Path, tensors: list[tuple[str, list[int], bytes]]) -
             fh.write(data)
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def generate(out: Path, shape: Shape = Shape()) -> dict[str, str]:
-    """Write the checkpoint into `out`; return {file name: sha256}."""
+def write_tokenizer(out: Path, shape: Shape = Shape()) -> Tokenizer:
+    """The tokenizer files (TOKENIZER_FILES) into `out`: the same bytes on every run, so the
+    real-engine manifest pins their sha256 (tests/runtime/test_tiny_model.py checks the pins).
+    Checked 2026-12-05 with tokenizers 0.23.3 (requirements-runtime.txt): identical across
+    processes, RAYON_NUM_THREADS 1 and 2, TOKENIZERS_PARALLELISM off and PYTHONHASHSEED."""
     out.mkdir(parents=True, exist_ok=True)
     tok = build_tokenizer(shape)
     tok.save(str(out / "tokenizer.json"))
-    vocab = int(tok.get_vocab_size())
-    bos_id, eos_id, eot_id = (_special_id(tok, t) for t in (BOS, EOS, EOT))
-    (out / "chat_template.jinja").write_text(CHAT_TEMPLATE)
+    (out / CHAT_TEMPLATE_FILE).write_text(CHAT_TEMPLATE)
     _write_json(
-        out / "tokenizer_config.json",
+        out / TOKENIZER_CONFIG,
         {
             "tokenizer_class": "PreTrainedTokenizerFast",
             "bos_token": BOS,
@@ -164,6 +160,14 @@ def generate(out: Path, shape: Shape = Shape()) -> dict[str, str]:
             "clean_up_tokenization_spaces": False,
         },
     )
+    return tok
+
+
+def generate(out: Path, shape: Shape = Shape()) -> dict[str, str]:
+    """Write the checkpoint into `out`; return {file name: sha256}."""
+    tok = write_tokenizer(out, shape)
+    vocab = int(tok.get_vocab_size())
+    bos_id, eos_id, eot_id = (_special_id(tok, t) for t in (BOS, EOS, EOT))
     _write_json(
         out / "config.json",
         {
@@ -188,7 +192,7 @@ def generate(out: Path, shape: Shape = Shape()) -> dict[str, str]:
     )
     _write_json(out / "generation_config.json", {"bos_token_id": bos_id, "eos_token_id": [eos_id, eot_id]})
     write_safetensors(out / "model.safetensors", _tensors(shape, vocab))
-    return {p.name: sha256_file(p) for p in sorted(out.iterdir()) if p.is_file()}
+    return {p.name: file_sha256(p) for p in sorted(out.iterdir()) if p.is_file()}
 
 
 def _special_id(tok: Tokenizer, token: str) -> int:

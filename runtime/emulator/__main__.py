@@ -39,7 +39,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--fault-seed", type=int, default=0)
     p.add_argument(
         "--served-model-name",
-        help="the model name requests must use, as vLLM's flag (default: the manifest's model.repo)",
+        help="the model name requests must use, as vLLM's flag (default: the id the fleet's stack serves; "
+        "trtllm-serve: the weights directory's name)",
     )
     p.add_argument("--no-check-files", action="store_true", help="skip the trace/tokenizer file checks")
     return p.parse_args(argv)

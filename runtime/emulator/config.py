@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from core.manifest import Fleet, Manifest
+from core.serving import served_model_id
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,8 @@ class EmulatorConfig:
     manifest: Manifest
     fleet: Fleet
     faults: FaultConfig = field(default_factory=FaultConfig)
-    # The name requests must carry, as vLLM's --served-model-name; None: the manifest's model.repo.
+    # The name requests must carry, as vLLM's --served-model-name; None: the id the fleet's stack
+    # serves the model as (core.serving.served_model_id; trtllm-serve: the weights directory's name).
     served_model_name: str | None = None
     # Instances behind the one port, spread as the NLB does (the local campaign passes the fleet's
     # measure_instances); 1 by default, so a bench or test serves one instance unless it asks.
@@ -55,4 +57,4 @@ class EmulatorConfig:
 
     @property
     def model_id(self) -> str:
-        return self.served_model_name or self.manifest.model.repo
+        return self.served_model_name or served_model_id(self.manifest, self.fleet)

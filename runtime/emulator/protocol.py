@@ -69,8 +69,7 @@ def _prompt_of(body: dict[str, Any], cfg: EmulatorConfig, chat: bool) -> str:
             if not isinstance(msg, dict) or not isinstance(msg.get("role"), str):
                 raise ApiError(f"messages[{i}] must be an object with a 'role'", param=f"messages[{i}]")
             rendered.append({"role": msg["role"], "content": _text_content(msg.get("content", ""), i)})
-        tk = cfg.manifest.tokenizer
-        return apply_chat_template(tk.chat_template, rendered, tk.special_tokens)
+        return apply_chat_template(cfg.manifest.chat_template, rendered, cfg.manifest.tokenizer.special_tokens)
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]

@@ -7,12 +7,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from campaign.cloud_checks import ILLUSTRATIVE_VALUES, cloud_issues
 from core.manifest import load_manifest, manifest_from_data
-from tests.conftest import ROOT
+from runtime import tiny_model
+from tests.conftest import ROOT, write_manifest
 
 TOKEN_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:harness/hf-token-AbCdEf"
 REAL_LOOKING = "0" * 63 + "1"
+TINY_MANIFEST = ROOT / "manifests" / "tiny-llama-real-engine.yaml"
 
 
 def _filled(data: dict[str, Any]) -> dict[str, Any]:
@@ -22,6 +26,13 @@ def _filled(data: dict[str, Any]) -> dict[str, Any]:
         f["serving"]["image"] = f["serving"]["image"].split("@sha256:")[0] + "@sha256:" + REAL_LOOKING
     data["model"]["hub_token_secret_arn"] = TOKEN_ARN
     data["operator"]["cidr"] = "10.20.0.0/16"
+    data["tokenizer"] = {
+        "kind": "huggingface",
+        "path": "tokenizer.json",
+        "files": {"tokenizer.json": "a" * 64, "tokenizer_config.json": "b" * 64},
+        "special_tokens": {},
+        "max_length": 8192,
+    }
     return data
 
 
@@ -31,6 +42,7 @@ def test_the_example_is_refused_for_cloud_naming_every_field(manifest_data: dict
         *(f"model.weight_files.model-0000{n}-of-00004.safetensors" for n in range(1, 5)),
         "fleets[0].serving.image",
         "fleets[1].serving.image",
+        "tokenizer",
         "model.hub_token_secret_arn",
         "operator.cidr",
     ]
@@ -42,6 +54,44 @@ def test_a_filled_manifest_passes_and_s3_weights_need_no_token(manifest_data: di
     filled["model"]["hub_token_secret_arn"] = None
     assert [i.path for i in cloud_issues(manifest_from_data(filled))] == ["model.hub_token_secret_arn"]
     assert cloud_issues(manifest_from_data(filled), weights_from_s3=True) == []
+
+
+def test_the_served_models_own_tokenizer_with_pinned_files_is_required(manifest_data: dict[str, Any]) -> None:
+    example_tokenizer = dict(manifest_data["tokenizer"])  # the emulator's word tokenizer
+    filled = _filled(manifest_data)
+    filled["tokenizer"]["files"] = {}
+    filled["tokenizer"]["chat_template"] = "{{ messages }}"
+    [issue] = cloud_issues(manifest_from_data(filled))
+    assert issue.path == "tokenizer.files" and "meta-llama/Meta-Llama-3-8B-Instruct at model.commit" in issue.reason
+    filled["tokenizer"] = example_tokenizer
+    [issue] = cloud_issues(manifest_from_data(filled))
+    assert issue.path == "tokenizer" and "kind emulator counts words" in issue.reason
+
+
+def test_the_real_engine_manifest_passes_the_tokenizer_checks_and_a_foreign_template_does_not(
+    tmp_path: Path,
+) -> None:
+    """Its pinned tokenizer files (generated here) pass `validate --for cloud`'s tokenizer checks; a
+    chat template other than the checkpoint's is refused naming the field."""
+    data = yaml.safe_load(TINY_MANIFEST.read_text(encoding="utf-8"))
+    tiny_model.write_tokenizer(tmp_path / "tiny")
+    data["tokenizer"]["path"] = str(tmp_path / "tiny" / "tokenizer.json")
+    data["workload"]["trace"]["path"] = str(ROOT / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv")
+    path = write_manifest(tmp_path, data)
+    m = load_manifest(path)
+    assert [i.path for i in cloud_issues(m) if i.path.startswith("tokenizer")] == []
+    cloud = _validate(path, "--for", "cloud")
+    assert cloud.returncode == 2 and "tokenizer" not in cloud.stderr  # only its illustrative images and CIDR
+    data["tokenizer"]["chat_template"] = tiny_model.CHAT_TEMPLATE.replace("<|eot_id|>", "")
+    cloud = _validate(write_manifest(tmp_path, data, "foreign.yaml"), "--for", "cloud")
+    assert cloud.returncode == 2
+    assert "tokenizer.chat_template: differs from the checkpoint's template in chat_template.jinja" in cloud.stderr
+
+
+def _validate(path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "campaign", "validate", str(path), *extra], capture_output=True, text=True, cwd=ROOT
+    )
 
 
 def test_every_made_up_value_in_the_example_manifests_is_registered() -> None:
@@ -79,6 +129,7 @@ def test_cli_validate_local_accepts_the_example_and_cloud_refuses_it(example_man
     assert cloud.returncode == 2
     assert "fleets[0].serving.image: illustrative digest from the example" in cloud.stderr
     assert "model.hub_token_secret_arn: meta-llama/Meta-Llama-3-8B-Instruct is gated" in cloud.stderr
+    assert "tokenizer: kind emulator counts words, not the served model's tokens" in cloud.stderr
 
 
 def test_deploy_refuses_the_example_before_touching_aws(example_manifest_path: Path) -> None:

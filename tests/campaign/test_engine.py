@@ -43,7 +43,8 @@ def test_a_checkpoint_with_other_weights_is_refused_naming_the_field(tmp_path: P
 def test_a_tokenizer_without_its_checkpoint_is_refused(tmp_path: Path, checkpoint: Path) -> None:
     lone = tmp_path / "lone"
     lone.mkdir()
-    (lone / "tokenizer.json").write_bytes((checkpoint / "tokenizer.json").read_bytes())
+    for name in tiny_model.TOKENIZER_FILES:  # the pinned tokenizer files, without the model's
+        (lone / name).write_bytes((checkpoint / name).read_bytes())
     p = _manifest(tmp_path, checkpoint)
     data = yaml.safe_load(p.read_text())
     data["tokenizer"]["path"] = str(lone / "tokenizer.json")

@@ -10,17 +10,23 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import boto3
 import configargparse
 import pytest
+from moto import mock_aws
 
 from analysis.capacity_search import StepPlan
 from campaign.capacity_run import step_options
 from campaign.cloud_run import GATE_READY_TIMEOUT_S, CloudFleets, CloudRunError
+from core import cloud_contract as cc
 from core.manifest import load_manifest
+from core.serving import served_model_id
+from loadgen import gate_task
 from loadgen.fixtures import FixtureResult, GateResult
-from loadgen.gate_task import wait_until_serving
+from loadgen.gate_task import ENV_READY_TIMEOUT, wait_until_serving
 from loadgen.replay_options import add_arguments, from_namespace, to_env
-from tests.conftest import EXAMPLE_MANIFEST
+from tests.conftest import EXAMPLE_MANIFEST, ROOT
+from tests.runtime.conftest import emulator_process
 
 MODEL = "meta-llama/Meta-Llama-3-8B-Instruct"
 
@@ -157,3 +163,30 @@ def test_each_fleets_time_to_ready_is_kept_for_the_report() -> None:
     assert fleets.facts().aws
     # No run-wide count: each replay and step counts the healthy targets it ran on (INSTANCES_FILE).
     assert fleets.facts().instances_measured == {}
+
+
+THREE_FLEETS = ROOT / "manifests" / "llama3-8b-three-fleets.yaml"
+
+
+def test_the_gate_finds_a_trtllm_fleet_serving_under_its_weights_directory_name() -> None:
+    """trtllm-serve lists the model directory's name at /v1/models (it has no --served-model-name),
+    the emulator's trtllm stack too: the gate task waits for that id and sends its fixtures with it.
+    Waiting for model.repo, the g5 fleet never counted as ready."""
+    m = load_manifest(THREE_FLEETS, check_files=False)
+    served = served_model_id(m, m.fleet("g5"))
+    assert served == m.model.commit != m.model.repo  # trtllm-serve serves /opt/cache/weights/<repo>/<commit>
+    env = {
+        cc.ENV_FLEET: "g5",
+        cc.ENV_RESULTS_URI: "s3://results/campaigns/c/0123456789ab/runs",
+        cc.ENV_RUN_ID: cc.new_run_id(),
+        ENV_READY_TIMEOUT: "5",
+    }
+    with emulator_process(THREE_FLEETS, "g5") as url, mock_aws():
+        assert gate_task.probe_models(url)[0] == [served]  # as trtllm-serve lists it
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket="results")
+        out = gate_task.run(m, {**env, cc.ENV_HOST: url}, s3)
+        assert out["ready"], out["seen"]
+        assert out["gate"] is not None and out["gate"]["passed"], out["gate"]
+        key = f"campaigns/c/0123456789ab/runs/{env[cc.ENV_RUN_ID]}/{gate_task.gate_key('g5')}"
+        assert json.loads(s3.get_object(Bucket="results", Key=key)["Body"].read())["ready"]

@@ -10,8 +10,10 @@ from core.manifest import Fleet, Manifest, load_manifest
 from core.serving import (
     TRTLLM_METRICS,
     VLLM_METRICS,
+    checkpoint_files,
     definition_for,
     render_docker_run,
+    served_model_id,
 )
 
 
@@ -99,6 +101,23 @@ def test_g6_vllm_command_follows_manifest(manifest: Manifest) -> None:
     }
 
 
+@pytest.mark.parametrize("stack", ["vllm", "tgi", "tensorrt-llm"])
+def test_the_served_model_id_is_the_one_the_stacks_command_line_makes_it_list(manifest: Manifest, stack: str) -> None:
+    """vLLM lists --served-model-name; trtllm-serve the model directory's name (openai_server.py
+    `self.model = model_dir.name`); TGI its --model-id as given (core.serving.served_model_id)."""
+    g6 = manifest.fleet("g6")
+    fleet = g6.model_copy(update={"serving": g6.serving.model_copy(update={"stack": stack})})
+    argv = list(definition_for(manifest, fleet).command)
+    listed = {
+        "vllm": lambda: _flag(argv, "--served-model-name"),
+        "tensorrt-llm": lambda: Path(argv[1]).name,  # `trtllm-serve <model dir> ...`
+        "tgi": lambda: _flag(argv, "--model-id"),
+    }[stack]()
+    assert served_model_id(manifest, fleet) == listed
+    assert (listed == manifest.model.repo) == (stack == "vllm")
+    assert served_model_id(manifest, manifest.fleet("inf2")) == manifest.model.repo  # vLLM on Neuron
+
+
 @pytest.mark.parametrize("stack", ["tgi", "tensorrt-llm"])
 def test_other_gpu_stacks(manifest: Manifest, stack: str) -> None:
     g6 = manifest.fleet("g6")
@@ -176,3 +195,17 @@ def test_gpu_vllm_passes_prefix_caching_explicitly(manifest: Manifest, on: bool)
     flags = [a for a in argv if a.endswith("enable-prefix-caching")]
     assert flags == ["--enable-prefix-caching" if on else "--no-enable-prefix-caching"]
     assert "--block-size" not in argv and "--num-gpu-blocks-override" not in argv
+
+
+def test_a_fleet_fetches_and_checks_the_pinned_tokenizer_files(example_manifest_path: Path) -> None:
+    """The server tokenizes with the bytes the load generators count with: a huggingface tokenizer's
+    pinned files (chat_template.jinja included, which the metadata list lacks) are fetched at
+    model.commit and sha256-checked with the weights."""
+    tiny = load_manifest(example_manifest_path.parent / "tiny-llama-real-engine.yaml", check_files=False)
+    assert "chat_template.jinja" in tiny.tokenizer.files
+    assert set(tiny.tokenizer.files) | set(tiny.model.weight_files) <= set(checkpoint_files(tiny))
+    for s3 in (None, "s3://bucket/tiny/"):
+        script = "\n".join(definition_for(tiny, tiny.fleet("g6"), weights_s3_uri=s3).weights_staging)
+        for name, digest in {**tiny.model.weight_files, **tiny.tokenizer.files}.items():
+            assert f"{digest}  {name}" in script
+        assert "--include chat_template.jinja" in script if s3 else '"chat_template.jinja"' in script

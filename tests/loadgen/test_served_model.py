@@ -6,9 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from core.manifest import load_manifest
+from loadgen.gate_task import probe_models
 from loadgen.launch import run_fleet
 from loadgen.recording import read_records
 from loadgen.replay_options import ReplayOptions
+from tests.conftest import ROOT
 from tests.loadgen.conftest import small_manifest_data, write
 from tests.loadgen.test_client import probe
 from tests.runtime.conftest import emulator_process
@@ -34,3 +39,22 @@ def test_replay_sends_the_served_model_name(tmp_path: Path, manifest_data: dict[
         assert s.valid and s.invariant_holds() and s.completed == s.scheduled > 0, s.invalid_reasons
         recs = list(read_records(sorted((tmp_path / "run").glob("records-g6-*.jsonl"))))
         assert recs and all(r.outcome == "ok" for r in recs)
+
+
+THREE_FLEETS = ROOT / "manifests" / "llama3-8b-three-fleets.yaml"
+
+
+def test_a_trtllm_fleet_is_listed_and_addressed_by_its_weights_directory_name(tmp_path: Path) -> None:
+    """The emulator's trtllm stack lists the model as trtllm-serve does (the weights directory's
+    name, the commit here); the probe and the replay send that id by default."""
+    data = small_manifest_data(yaml.safe_load(THREE_FLEETS.read_text()), window={"start_s": 600, "duration_s": 20})
+    data["loadgen"]["request_timeout_s"] = 30.0  # the emulated A10G streams 16 tokens in about 2 s
+    m = write(tmp_path, data)
+    manifest = load_manifest(m, check_files=False)
+    with emulator_process(m, "g5") as url:
+        ids, seen = probe_models(url)
+        assert ids == [manifest.model.commit], seen
+        r = probe(url, m, "--fleet", "g5", "--output-tokens", "4")
+        assert r["outcome"] == "ok" and r["server_output_tokens"] == 4
+        s = run_fleet(m, "g5", url, tmp_path / "run")  # the tokenizer check and every request name the id
+        assert s.valid and s.completed == s.scheduled > 0, s.invalid_reasons

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
 
 from analysis.histogram import histogram_quantile
 from analysis.sources.metrics_text import Histogram, bucket_index, metric_names, parse_histograms, scrape
@@ -24,7 +23,8 @@ from core.records import Outcome, RequestRecord, RunSummary
 from core.serving import VLLM_METRICS
 from loadgen.launch import run_fleet
 from loadgen.recording import read_records
-from tests.real_engine.conftest import REAL_MANIFEST, RealServer, WriteManifest, free_port
+from runtime import tiny_model
+from tests.real_engine.conftest import RealServer, WriteManifest, free_port
 
 # The first test also waits for the session's engine to load (minutes on a busy machine).
 pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(900)]
@@ -174,10 +174,11 @@ def test_tokenizer_check_passes_against_real_tokenize(replay: Replay) -> None:
 def test_chat_template_one_character_off_stops_the_run(
     real_server: RealServer, write_real_manifest: WriteManifest, tmp_path: Path
 ) -> None:
-    template = yaml.safe_load(REAL_MANIFEST.read_text())["tokenizer"]["chat_template"]
+    template = tiny_model.CHAT_TEMPLATE  # the server's (chat_template.jinja)
     off_by_one = template.replace("<|eot_id|>", "<|eot_id|> ", 1)  # one space the server's template does not have
     assert len(off_by_one) == len(template) + 1
-    manifest = write_real_manifest(tokenizer={"chat_template": off_by_one})
+    # Unpinned files: with the pins, `validate` refuses a template other than the checkpoint's first.
+    manifest = write_real_manifest(tokenizer={"chat_template": off_by_one, "files": {}})
     before = parse_histograms(scrape(real_server.url))[NAMES.server_ttft].count
     s = run_fleet(manifest, real_server.fleet, real_server.url, tmp_path / "run")
     reason = "; ".join(s.invalid_reasons)

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from core.manifest import load_manifest
+from core.manifest import file_sha256, load_manifest
 from core.tokenizer import HuggingFaceTokenizer, apply_chat_template
 from runtime import tiny_model
 from tests.conftest import ROOT
@@ -77,15 +81,46 @@ def test_safetensors_header_covers_every_byte(generated: tuple[Path, dict[str, s
         assert v["data_offsets"][1] - v["data_offsets"][0] == 4 * count  # F32
 
 
-def test_manifest_template_renders_what_the_checkpoint_renders(
+def _loadable(manifest_data: dict[str, Any], checkpoint: Path, tmp_path: Path) -> Path:
+    """The real-engine manifest pointed at a generated checkpoint (and at the trace) from tmp_path."""
+    data = copy.deepcopy(manifest_data)
+    data["tokenizer"]["path"] = str(checkpoint / "tokenizer.json")
+    data["workload"]["trace"]["path"] = str(ROOT / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv")
+    p = tmp_path / "m.yaml"
+    p.write_text(yaml.safe_dump(data, sort_keys=False))
+    return p
+
+
+def test_tokenizer_files_are_the_bytes_the_manifest_pins(
     generated: tuple[Path, dict[str, str]], manifest_data: dict[str, Any]
 ) -> None:
-    """The manifest repeats the checkpoint's chat template; both render to the same tokens."""
+    _, digests = generated
+    pinned = manifest_data["tokenizer"]["files"]
+    assert set(pinned) == set(tiny_model.TOKENIZER_FILES)
+    assert {k: digests[k] for k in pinned} == pinned
+
+
+def test_tokenizer_files_are_the_same_bytes_from_another_process(
+    generated: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    """Another interpreter, hash seed and tokenizers thread count write the same files."""
+    _, digests = generated
+    code = "import sys; from pathlib import Path; from runtime.tiny_model import write_tokenizer; write_tokenizer(Path(sys.argv[1]))"
+    env = {**os.environ, "PYTHONHASHSEED": "12345", "RAYON_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True, env=env, cwd=ROOT, timeout=120)
+    assert {p.name: file_sha256(p) for p in tmp_path.iterdir()} == {n: digests[n] for n in tiny_model.TOKENIZER_FILES}
+
+
+def test_manifest_template_renders_what_the_checkpoint_renders(
+    generated: tuple[Path, dict[str, str]], manifest_data: dict[str, Any], tmp_path: Path
+) -> None:
+    """The manifest reads its chat template from the pinned chat_template.jinja, the server's."""
     d, _ = generated
-    t = manifest_data["tokenizer"]
-    assert t["chat_template"] == (d / "chat_template.jinja").read_text() == tiny_model.CHAT_TEMPLATE
+    assert "chat_template" not in manifest_data["tokenizer"]
+    m = load_manifest(_loadable(manifest_data, d, tmp_path))
+    assert m.chat_template == (d / "chat_template.jinja").read_text() == tiny_model.CHAT_TEMPLATE
     messages = [{"role": "user", "content": "the model latency"}]
-    text = apply_chat_template(t["chat_template"], messages, t["special_tokens"])
+    text = apply_chat_template(m.chat_template, messages, m.tokenizer.special_tokens)
     assert text.startswith(tiny_model.BOS) and text.endswith("<|start_header_id|>assistant<|end_header_id|>\n\n")
     tok = HuggingFaceTokenizer(d / "tokenizer.json")
     # BOS and the header markers are single special tokens; a raw prompt gets BOS prepended.
@@ -97,11 +132,7 @@ def test_real_engine_manifest_validates_once_the_checkpoint_exists(
     generated: tuple[Path, dict[str, str]], manifest_data: dict[str, Any], tmp_path: Path
 ) -> None:
     d, _ = generated
-    manifest_data["tokenizer"]["path"] = str(d / "tokenizer.json")
-    manifest_data["workload"]["trace"]["path"] = str(ROOT / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv")
-    p = tmp_path / "m.yaml"
-    p.write_text(yaml.safe_dump(manifest_data, sort_keys=False))
-    m = load_manifest(p)
+    m = load_manifest(_loadable(manifest_data, d, tmp_path))
     from campaign.engine import checkpoint_dir
 
     assert checkpoint_dir(m) == d
