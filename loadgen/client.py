@@ -7,7 +7,9 @@ parsed by `loadgen.http1`, fed straight from each read, which is timestamped wit
 kernel's receive time of its newest byte where Linux gives it (see `Stream`), so a token is
 timed when it reached this host however late the event loop reads it; the parser costs a
 fraction of a general-purpose one's per-chunk callbacks, which matters at tens of thousands of
-chunks per second (bench/loadgen_ceiling.py).
+chunks per second (bench/loadgen_ceiling.py). A host name is looked up through a `Resolver`:
+the system's (getaddrinfo, as on AWS, where the name is the fleet NLB's DNS name) or, offline,
+an answer source on loopback that stands in for that DNS (`http_resolver`, loadgen/resolver.py).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from gevent.monkey import get_original
 from loadgen.http1 import ResponseParser
 from loadgen.openai_request import PATHS
 from loadgen.prompts import Api
+from loadgen.resolver import check_resolver_url, decode_answer, query_target
 from loadgen.sse import SSEParser, StreamState, Transport, feed_events
 
 _ERR_BODY_MAX = 2048
@@ -59,6 +62,58 @@ _stamp_keeper: _socket.socket | None = None  # keeps the kernel stamping from th
 
 log = logging.getLogger("loadgen.client")
 
+Address = tuple[int, tuple[Any, ...]]  # (address family, socket address), as connect_ex takes them
+Resolver = Callable[[str, int], list[Address]]  # (host name, port) -> its addresses; blocks its greenlet only
+_RESOLVER_ANSWER_MAX = 64 * 1024
+
+
+def system_resolver(host: str, port: int) -> list[Address]:
+    """The system's answer (getaddrinfo, through gevent's resolver)."""
+    return [(fam, addr) for fam, _, _, _, addr in gsocket.getaddrinfo(host, port, 0, _socket.SOCK_STREAM)]
+
+
+def http_resolver(url: str, timeout_s: float = 5.0) -> Resolver:
+    """A resolver that asks the answer source at `url` (loopback only: loadgen/resolver.py says
+    what it answers) over one short HTTP/1.1 exchange on gevent's sockets."""
+    check_resolver_url(url)
+    u = urlsplit(url)
+    source = (u.hostname, u.port)
+
+    def lookup(host: str, port: int) -> list[Address]:
+        body = _http_get(source, u.netloc, query_target(url, host), timeout_s, url)
+        return [_address(ip, port) for ip in decode_answer(body, host, url)]
+
+    return lookup
+
+
+def resolver_for(url: str | None) -> Resolver:
+    """The resolver a replay's `--resolver` setting names: none, the system's."""
+    return http_resolver(url) if url else system_resolver
+
+
+def _address(ip: str, port: int) -> Address:
+    if ipaddress.ip_address(ip).version == 6:
+        return _socket.AF_INET6, (ip, port, 0, 0)
+    return _socket.AF_INET, (ip, port)
+
+
+def _http_get(addr: tuple[Any, ...], netloc: str, target: str, timeout_s: float, url: str) -> bytes:
+    body = bytearray()
+    resp = ResponseParser(body.extend)
+    with gsocket.create_connection(addr, timeout=timeout_s) as s:
+        s.sendall(f"GET {target} HTTP/1.1\r\nHost: {netloc}\r\nConnection: close\r\n\r\n".encode())
+        while not resp.message_complete and len(body) <= _RESOLVER_ANSWER_MAX:
+            data = s.recv(_RECV_BYTES)
+            if not data:
+                resp.feed_eof()
+                break
+            resp.feed(data)
+    if not resp.message_complete:
+        raise OSError(f"resolver {url}: the answer ended early or is over {_RESOLVER_ANSWER_MAX} bytes")
+    if resp.status_code != 200:
+        raise OSError(f"resolver {url}: HTTP {resp.status_code}: {bytes(body[:200])!r}")
+    return bytes(body)
+
 
 @dataclass(frozen=True)
 class Exchange:
@@ -78,7 +133,14 @@ class DueHook(Protocol):
 
 class StreamingClient:
     def __init__(
-        self, base_url: str, *, api: Api, timeout_s: float, connect_timeout_s: float = 10.0, api_key: str | None = None
+        self,
+        base_url: str,
+        *,
+        api: Api,
+        timeout_s: float,
+        connect_timeout_s: float = 10.0,
+        api_key: str | None = None,
+        resolver: Resolver = system_resolver,
     ):
         u = urlsplit(base_url)
         if u.scheme != "http" or not u.hostname:
@@ -90,6 +152,7 @@ class StreamingClient:
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
         self.hook: DueHook | None = None
+        self.resolver = resolver
         self.kernel_stamps = kernel_stamps()
         self._waiting: dict[int, Stream] = {}  # fd -> a stream waiting for its first token
         self._waiting_ep: Any = None  # their epoll set (the real one: gevent's monkey-patching removes select.epoll)
@@ -99,7 +162,7 @@ class StreamingClient:
             ip = ipaddress.ip_address(self.host)
         except ValueError:  # a name (an NLB's DNS name): resolved by resolve(), again and again
             self._literal = False
-            self._addresses: list[tuple[int, tuple[Any, ...]]] = []
+            self._addresses: list[Address] = []
         else:
             self._literal = True
             self._addresses = [(_socket.AF_INET6 if ip.version == 6 else _socket.AF_INET, (self.host, self.port))]
@@ -117,19 +180,20 @@ class StreamingClient:
         return self._head + f"{rid}Content-Length: {len(data)}\r\n\r\n".encode() + data
 
     @property
-    def addresses(self) -> list[tuple[int, tuple[Any, ...]]]:
+    def addresses(self) -> list[Address]:
         """The addresses `Stream.begin` connects to, in order: the literal IP, or the host name's
         addresses as of the last `resolve()`."""
         return self._addresses
 
     def resolve(self) -> None:
-        """Look the host name up again (blocks this greenlet on gevent's resolver; never call
-        it from a hub callback). A name is an NLB's DNS name, whose addresses change."""
+        """Look the host name up again through the client's resolver (blocks this greenlet only;
+        never call it from a hub callback). A name is an NLB's DNS name, whose addresses change."""
         if self._literal:
             return
-        self._addresses = [
-            (fam, addr) for fam, _, _, _, addr in gsocket.getaddrinfo(self.host, self.port, 0, _socket.SOCK_STREAM)
-        ]
+        addresses = self.resolver(self.host, self.port)
+        if not addresses:
+            raise OSError(f"no address for {self.host}")
+        self._addresses = addresses
 
     def wait_first_token(self, st: Stream, fd: int) -> bool:
         """Add a stream to the set polled between reads (False where there is no epoll)."""
@@ -294,7 +358,7 @@ class Stream:
         self.finished = False
         self.sock: _socket.socket | None = None
         self._view = memoryview(wire)
-        self._addrs: list[tuple[int, tuple[Any, ...]]] = []
+        self._addrs: list[Address] = []
         self._addr: tuple[Any, ...] = ()
         self._last_error: str | None = None
         self._watcher: Any = None

@@ -26,7 +26,7 @@ from gevent.event import Event
 from core.manifest import Manifest
 from core.records import RequestRecord, RunSummary
 from core.schedule import ScheduledRequest, build_schedule, partition
-from loadgen.client import Exchange, Stream, StreamingClient, close_watcher
+from loadgen.client import Exchange, Stream, StreamingClient, close_watcher, resolver_for
 from loadgen.metrics import ClientMetrics
 from loadgen.openai_request import request_body, request_id_header
 from loadgen.prompts import Prompt, PromptBuilder
@@ -87,7 +87,11 @@ class Replayer:
             full = [replace(r, warmup=False) for r in full]
         self.mine = partition(full, cfg.n_workers, cfg.worker_index)
         self.client = StreamingClient(
-            cfg.host, api=opts.api, timeout_s=manifest.loadgen.request_timeout_s, api_key=cfg.api_key
+            cfg.host,
+            api=opts.api,
+            timeout_s=manifest.loadgen.request_timeout_s,
+            api_key=cfg.api_key,
+            resolver=resolver_for(opts.resolver),
         )
         self.metrics = metrics
         self.on_record = on_record

@@ -119,6 +119,67 @@ def test_host_name_is_resolved(sse_server: SSEServer, example_manifest_path: Pat
     assert r["outcome"] == by_name["outcome"] == "ok" and by_name["client_output_tokens"] == 3
 
 
+class _AnswerSource:
+    """A loopback answer source as loadgen/resolver.py describes it: `answer(name)` is the body."""
+
+    def __init__(self, answer: Any) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from urllib.parse import parse_qs, urlsplit
+
+        asked: list[str] = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                name = parse_qs(urlsplit(self.path).query)["name"][0]
+                asked.append(name)
+                body = answer(name)
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.asked = asked
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/dns"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def __enter__(self) -> _AnswerSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+# RFC 6761 section 6.4: a name under .invalid never resolves, so only the answer source knows it.
+NLB_NAME = "fleet-nlb.invalid"
+
+
+def test_a_host_name_is_looked_up_at_the_answer_source_it_names(
+    sse_server: SSEServer, example_manifest_path: Path
+) -> None:
+    from loadgen.resolver import encode_answer
+
+    with _AnswerSource(lambda name: encode_answer(name, ["127.0.0.1"])) as src:
+        url = f"http://{NLB_NAME}:{sse_server.port}"
+        r = probe(url, example_manifest_path, "--output-tokens", "3", "--resolver", src.url)
+    assert r["outcome"] == "ok" and r["client_output_tokens"] == 3
+    assert src.asked == [NLB_NAME]
+
+
+def test_an_answer_source_that_answers_badly_is_a_connection_error_naming_it(
+    sse_server: SSEServer, example_manifest_path: Path
+) -> None:
+    with _AnswerSource(lambda name: b'{"name": "%s", "addresses": []}' % name.encode()) as src:
+        r = probe(f"http://{NLB_NAME}:{sse_server.port}", example_manifest_path, "--resolver", src.url)
+    assert r["outcome"] == "connection_error" and not sse_server.seen
+    assert f"resolver {src.url}: addresses: expected a non-empty list" in r["error"]
+
+
 class _RawServer:
     """Accepts connections, reads the request, then sends `reply` (or nothing) and holds on."""
 
