@@ -2,7 +2,12 @@
 
 gevent-based (imports gevent; never import it from the analysis). One TCP connection per
 request: a stream abandoned on timeout can never poison a pooled connection, and the cost
-(one loopback/VPC handshake) is part of what a real client pays. The HTTP/1.1 response is
+(one loopback/VPC handshake) is part of what a real client pays. Each new connection goes to
+the next address of the host's last lookup in turn: an NLB's name answers one node address per
+Availability Zone and leaves it to the client to pick, each node taking the share of clients
+that picked it (ELB user guide, "How Elastic Load Balancing works": Request routing and
+Cross-zone load balancing; awsdocs/elb-user-guide doc_source/how-elastic-load-balancing-works.md),
+so a client that always took the first address loaded one AZ's node at a time. The HTTP/1.1 response is
 parsed by `loadgen.http1`, fed straight from each read, which is timestamped with the
 kernel's receive time of its newest byte where Linux gives it (see `Stream`), so a token is
 timed when it reached this host however late the event loop reads it; the parser costs a
@@ -158,6 +163,7 @@ class StreamingClient:
         self._waiting_ep: Any = None  # their epoll set (the real one: gevent's monkey-patching removes select.epoll)
         self._waiting_polled = 0.0
         self._polling = False
+        self._turn = 0  # connections begun: the next one starts at address _turn mod their number
         try:
             ip = ipaddress.ip_address(self.host)
         except ValueError:  # a name (an NLB's DNS name): resolved by resolve(), again and again
@@ -181,9 +187,20 @@ class StreamingClient:
 
     @property
     def addresses(self) -> list[Address]:
-        """The addresses `Stream.begin` connects to, in order: the literal IP, or the host name's
-        addresses as of the last `resolve()`."""
+        """The literal IP, or the host name's addresses as of the last `resolve()`."""
         return self._addresses
+
+    def next_addresses(self) -> list[Address]:
+        """The addresses a new connection tries, in order: from the next one in turn (round robin
+        over the last lookup's whole answer), then the others as fallbacks. An address a lookup
+        dropped gets no new connection; streams already on it keep theirs."""
+        addrs = self._addresses
+        n = len(addrs)
+        if n < 2:
+            return list(addrs)
+        k = self._turn % n
+        self._turn += 1
+        return addrs[k:] + addrs[:k]
 
     def resolve(self) -> None:
         """Look the host name up again through the client's resolver (blocks this greenlet only;
@@ -294,8 +311,9 @@ def close_watcher(w: Any) -> None:
 
 
 class Stream:
-    """One request's whole life, driven by callbacks in gevent's hub: connect (each address in
-    turn), send, read until the response ends, then `on_done` exactly once.
+    """One request's whole life, driven by callbacks in gevent's hub: connect (the client's next
+    address in turn, the others as fallbacks), send, read until the response ends, then
+    `on_done` exactly once.
 
     Each read callback takes what the kernel holds and stamps it: with the kernel's receive time
     of the newest byte read where the kernel gives it (`kernel_stamps`; never before the request
@@ -371,9 +389,9 @@ class Stream:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def begin(self) -> None:
-        """Connect to the client's addresses as last resolved, in order; the clock (sent_t)
-        started when this Stream was made."""
-        self._addrs = list(self.client.addresses)
+        """Connect to the client's next address in turn, falling back on the others; the clock
+        (sent_t) started when this Stream was made."""
+        self._addrs = self.client.next_addresses()
         loop = get_hub().loop
         loop.update_now()  # libev timers count from the loop's cached time, stale mid-iteration
         self._deadline_timer = loop.timer(max(0.0, self.deadline - time.monotonic()))

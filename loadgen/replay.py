@@ -279,7 +279,8 @@ class Replayer:
                 log.warning("periodic S3 upload to %s failed: %s", self.cfg.s3_uri, exc)
 
     def _resolver(self) -> None:
-        """Keep a host name's addresses fresh (an NLB's change); streams read the last list."""
+        """Keep a host name's addresses fresh (an NLB's change): new streams take the last
+        lookup's addresses in turn, so an AZ that leaves the answer gets no new request."""
         while True:
             gevent.sleep(5.0)
             try:

@@ -8,8 +8,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from core.manifest import load_manifest
+from core.manifest import Manifest, load_manifest
 from core.schedule import build_schedule
+from core.tokenizer import for_manifest
 from loadgen.launch import run_fleet, start_fleet
 from loadgen.recording import read_records
 from loadgen.replay_options import ReplayOptions
@@ -106,3 +107,40 @@ def test_setup_failure_stops_the_run_once_and_names_the_cause(
     )
     assert len(sse_server.seen) == before
     assert run.logs[0].read_text().count("setup failed") == 1
+
+
+def test_workers_given_the_resolver_in_their_environment_spread_over_the_nlb_name(
+    manifest: Manifest, small_manifest: Path, tmp_path: Path
+) -> None:
+    # As a Fargate task gets it: LOADGEN_RESOLVER in the environment only, the host an NLB name
+    # that no system resolver knows (RFC 6761: .invalid), answered by the offline NLB DNS stand-in
+    # with one node address per AZ. Every node serves; each worker's requests take them in turn.
+    from bench.nlb_dns import NlbDns, NlbDnsServer, Target, loopback_nodes
+
+    name, azs = "fleet-nlb.invalid", ["az-a", "az-b", "az-c"]
+    nodes = loopback_nodes(azs)
+    server = SSEServer(
+        for_manifest(manifest),
+        manifest.tokenizer.chat_template,
+        dict(manifest.tokenizer.special_tokens),
+        hosts=tuple(nodes.values()),
+    ).start()
+    dns = NlbDns(name, nodes, cross_zone=False, targets=[Target("g6", az, True) for az in azs])
+    try:
+        with NlbDnsServer({name: dns}) as src:
+            s = run_fleet(
+                small_manifest,
+                "g6",
+                f"http://{name}:{server.port}",
+                tmp_path / "r",
+                workers=2,
+                options=ReplayOptions(tokenizer_check=False),  # /tokenize would go through the system resolver
+                extra_env={"LOADGEN_RESOLVER": src.url},
+            )
+    finally:
+        server.stop()
+    assert s.valid and s.completed == s.scheduled, s.invalid_reasons
+    assert name in src.asked
+    counts = server.served_by
+    assert set(counts) == set(nodes.values()) and sum(counts.values()) == s.scheduled
+    assert max(counts.values()) - min(counts.values()) <= 2  # round robin per worker: at most one apart each
