@@ -142,8 +142,16 @@ def upload_inputs(
 
 def download_run(s3: Any, uri: str, dest: Path) -> list[Path]:
     """Records and summaries directly under `uri` (one replay or step, not its inputs) into `dest`;
-    returns the files. boto3 writes each to a temporary name first, so a reader never sees half a download."""
-    return download_tree(s3, uri, dest, keep=lambda rel: "/" not in rel and rel.startswith(("records-", "summary-")))
+    returns the files. boto3 writes each to a temporary name first, so a reader never sees half a download.
+    Workers upload their records as parts that only ever grow (loadgen.recording.RecordParts: a retried
+    part is put again with more lines), so a step polled every few seconds fetches only the new ones."""
+    return download_tree(
+        s3,
+        uri,
+        dest,
+        keep=lambda rel: "/" not in rel and rel.startswith(("records-", "summary-")),
+        append_only=lambda rel: rel.startswith("records-"),
+    )
 
 
 def download_tree(
@@ -152,9 +160,11 @@ def download_tree(
     dest: Path,
     skip: Sequence[str] = (cc.INPUTS_DIR + "/",),
     keep: Callable[[str], bool] = lambda rel: True,
+    append_only: Callable[[str], bool] = lambda rel: False,
 ) -> list[Path]:
     """Everything under `uri` (a whole run: records, capacity steps, quality, report) into `dest`,
-    in the same layout, except the prefixes in `skip` and the relative paths `keep` refuses."""
+    in the same layout, except the prefixes in `skip` and the relative paths `keep` refuses. An object
+    `append_only` accepts only ever grows: a local copy of its size is current and is not fetched again."""
     bucket, prefix = cc.split_s3_uri(uri)
     dest.mkdir(parents=True, exist_ok=True)
     got: list[Path] = []
@@ -166,9 +176,11 @@ def download_tree(
             if not keep(rel):
                 continue
             path = dest / rel
+            got.append(path)
+            if append_only(rel) and path.is_file() and path.stat().st_size == obj["Size"]:
+                continue
             path.parent.mkdir(parents=True, exist_ok=True)
             s3.download_file(bucket, obj["Key"], str(path))
-            got.append(path)
     return sorted(got)
 
 

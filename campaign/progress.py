@@ -12,6 +12,7 @@ from pathlib import Path
 
 from core.quantiles import nearest_rank
 from core.records import COMPLETED_OUTCOMES, ERROR_OUTCOMES, Outcome, latency_values, split_torn_tail
+from loadgen.recording import in_stream_order
 
 
 @dataclass
@@ -35,9 +36,10 @@ class FleetProgress:
 
 
 class RecordTail:
-    """Follows `records-<fleet>-*.jsonl` files, reading only what was appended since last time
-    (the other two readers, loadgen.recording.read_records and analysis.sources.records, read
-    finished files whole)."""
+    """Follows `records-<fleet>-*.jsonl` files, reading only what was appended since last time:
+    a local worker's growing file, or the parts a cloud worker uploads (each new part is read once,
+    in sequence). The other two readers, loadgen.recording.read_records and
+    analysis.sources.records, read finished files whole."""
 
     def __init__(self, records_dir: Path, fleet: str, scheduled: int):
         self.dir = records_dir
@@ -46,7 +48,7 @@ class RecordTail:
 
     def poll(self) -> FleetProgress:
         p = self.progress
-        for path in sorted(self.dir.glob(f"records-{p.fleet}-*.jsonl")):
+        for path in in_stream_order(self.dir.glob(f"records-{p.fleet}-*.jsonl")):
             start = self._offsets.get(path, 0)
             with path.open("rb") as fh:
                 fh.seek(start)

@@ -9,16 +9,21 @@ overrides; `loadgen.task_entry` reads both. Everything of one run lives under on
     <runs prefix>/<run id>/inputs/<trace file>
     <runs prefix>/<run id>/inputs/tokenizer/<file>   a huggingface tokenizer's pinned files (tokenizer.files)
     <runs prefix>/<run id>/gate-<fleet>.json       each fleet's readiness and quality gate (loadgen/gate_task.py)
-    <runs prefix>/<run id>/records-<fleet>-w<i>.jsonl, summary-<fleet>-w<i>.json   (workers)
+    <runs prefix>/<run id>/records-<fleet>-w<i>-p<seq>.jsonl, summary-<fleet>-w<i>.json   (workers)
     <runs prefix>/<run id>/capacity/<fleet>/x<k>/records-...   a capacity step's (LOADGEN_RECORDS_PREFIX)
     <runs prefix>/<run id>/report/...              report.json/.md/.html, quality.json, capacity/*.json
     <runs prefix>/<run id>/progress-<fleet>.json    the master's live Locust stats, for `run`'s progress lines
     <runs prefix>/<run id>/summary-<fleet>.json     merged by `run` once the tasks stopped
     <runs prefix>/<run id>/run.json                 what `run` started and how it ended
 
-Workers upload their records file every RECORDS_UPLOAD_EVERY_S while they run (a whole-file
-put: S3 has no append), so `run` reads a step's records as they stream and can stop it early.
-A run id is new for every `run`, so a second run never overwrites the first.
+Every RECORDS_UPLOAD_EVERY_S while it runs, and once more when it stops, a worker uploads the
+complete lines its records file gained since the last upload as a new object, part <seq> = 1, 2,
+... (loadgen.recording.RecordParts): S3 has no append, and putting the whole file again each time
+kept every old version in the versioned bucket, storage growing with the square of a step's
+length. A worker's records are its parts read in sequence (loadgen.recording.in_stream_order);
+a worker that dies keeps the parts it uploaded. `run` reads a step's records as they stream, a
+new part at a time, and can stop it early. A run id is new for every `run`, so a second run never
+overwrites the first.
 """
 
 from __future__ import annotations
@@ -102,7 +107,7 @@ TOKENIZER_FIELD = "tokenizer.path"
 RUN_RECORD = "run.json"
 GATE_PREFIX = "gate-"  # + <fleet>.json, written by the gate task (loadgen/gate_task.py)
 REPORT_DIR = "report"  # the report and the files it was built from, uploaded by `run`
-RECORDS_UPLOAD_EVERY_S = 10.0
+RECORDS_UPLOAD_EVERY_S = 10.0  # a worker's records part period (see the module docstring)
 PROGRESS_PREFIX = "progress-"  # + <fleet>.json, written by the master (loadgen/locustfile.py)
 
 _RUN_ID = re.compile(r"^[0-9]{8}T[0-9]{6}Z-[0-9a-f]{6}$")

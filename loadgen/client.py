@@ -2,12 +2,19 @@
 
 gevent-based (imports gevent; never import it from the analysis). One TCP connection per
 request: a stream abandoned on timeout can never poison a pooled connection, and the cost
-(one loopback/VPC handshake) is part of what a real client pays. The HTTP/1.1 response is
+(one loopback/VPC handshake) is part of what a real client pays. Each new connection goes to
+the next address of the host's last lookup in turn: an NLB's name answers one node address per
+Availability Zone and leaves it to the client to pick, each node taking the share of clients
+that picked it (ELB user guide, "How Elastic Load Balancing works": Request routing and
+Cross-zone load balancing; awsdocs/elb-user-guide doc_source/how-elastic-load-balancing-works.md),
+so a client that always took the first address loaded one AZ's node at a time. The HTTP/1.1 response is
 parsed by `loadgen.http1`, fed straight from each read, which is timestamped with the
 kernel's receive time of its newest byte where Linux gives it (see `Stream`), so a token is
 timed when it reached this host however late the event loop reads it; the parser costs a
 fraction of a general-purpose one's per-chunk callbacks, which matters at tens of thousands of
-chunks per second (bench/loadgen_ceiling.py).
+chunks per second (bench/loadgen_ceiling.py). A host name is looked up through a `Resolver`:
+the system's (getaddrinfo, as on AWS, where the name is the fleet NLB's DNS name) or, offline,
+an answer source on loopback that stands in for that DNS (`http_resolver`, loadgen/resolver.py).
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from gevent.monkey import get_original
 from loadgen.http1 import ResponseParser
 from loadgen.openai_request import PATHS
 from loadgen.prompts import Api
+from loadgen.resolver import check_resolver_url, decode_answer, query_target
 from loadgen.sse import SSEParser, StreamState, Transport, feed_events
 
 _ERR_BODY_MAX = 2048
@@ -59,6 +67,58 @@ _stamp_keeper: _socket.socket | None = None  # keeps the kernel stamping from th
 
 log = logging.getLogger("loadgen.client")
 
+Address = tuple[int, tuple[Any, ...]]  # (address family, socket address), as connect_ex takes them
+Resolver = Callable[[str, int], list[Address]]  # (host name, port) -> its addresses; blocks its greenlet only
+_RESOLVER_ANSWER_MAX = 64 * 1024
+
+
+def system_resolver(host: str, port: int) -> list[Address]:
+    """The system's answer (getaddrinfo, through gevent's resolver)."""
+    return [(fam, addr) for fam, _, _, _, addr in gsocket.getaddrinfo(host, port, 0, _socket.SOCK_STREAM)]
+
+
+def http_resolver(url: str, timeout_s: float = 5.0) -> Resolver:
+    """A resolver that asks the answer source at `url` (loopback only: loadgen/resolver.py says
+    what it answers) over one short HTTP/1.1 exchange on gevent's sockets."""
+    check_resolver_url(url)
+    u = urlsplit(url)
+    source = (u.hostname, u.port)
+
+    def lookup(host: str, port: int) -> list[Address]:
+        body = _http_get(source, u.netloc, query_target(url, host), timeout_s, url)
+        return [_address(ip, port) for ip in decode_answer(body, host, url)]
+
+    return lookup
+
+
+def resolver_for(url: str | None) -> Resolver:
+    """The resolver a replay's `--resolver` setting names: none, the system's."""
+    return http_resolver(url) if url else system_resolver
+
+
+def _address(ip: str, port: int) -> Address:
+    if ipaddress.ip_address(ip).version == 6:
+        return _socket.AF_INET6, (ip, port, 0, 0)
+    return _socket.AF_INET, (ip, port)
+
+
+def _http_get(addr: tuple[Any, ...], netloc: str, target: str, timeout_s: float, url: str) -> bytes:
+    body = bytearray()
+    resp = ResponseParser(body.extend)
+    with gsocket.create_connection(addr, timeout=timeout_s) as s:
+        s.sendall(f"GET {target} HTTP/1.1\r\nHost: {netloc}\r\nConnection: close\r\n\r\n".encode())
+        while not resp.message_complete and len(body) <= _RESOLVER_ANSWER_MAX:
+            data = s.recv(_RECV_BYTES)
+            if not data:
+                resp.feed_eof()
+                break
+            resp.feed(data)
+    if not resp.message_complete:
+        raise OSError(f"resolver {url}: the answer ended early or is over {_RESOLVER_ANSWER_MAX} bytes")
+    if resp.status_code != 200:
+        raise OSError(f"resolver {url}: HTTP {resp.status_code}: {bytes(body[:200])!r}")
+    return bytes(body)
+
 
 @dataclass(frozen=True)
 class Exchange:
@@ -78,7 +138,14 @@ class DueHook(Protocol):
 
 class StreamingClient:
     def __init__(
-        self, base_url: str, *, api: Api, timeout_s: float, connect_timeout_s: float = 10.0, api_key: str | None = None
+        self,
+        base_url: str,
+        *,
+        api: Api,
+        timeout_s: float,
+        connect_timeout_s: float = 10.0,
+        api_key: str | None = None,
+        resolver: Resolver = system_resolver,
     ):
         u = urlsplit(base_url)
         if u.scheme != "http" or not u.hostname:
@@ -90,16 +157,18 @@ class StreamingClient:
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
         self.hook: DueHook | None = None
+        self.resolver = resolver
         self.kernel_stamps = kernel_stamps()
         self._waiting: dict[int, Stream] = {}  # fd -> a stream waiting for its first token
         self._waiting_ep: Any = None  # their epoll set (the real one: gevent's monkey-patching removes select.epoll)
         self._waiting_polled = 0.0
         self._polling = False
+        self._turn = 0  # connections begun: the next one starts at address _turn mod their number
         try:
             ip = ipaddress.ip_address(self.host)
         except ValueError:  # a name (an NLB's DNS name): resolved by resolve(), again and again
             self._literal = False
-            self._addresses: list[tuple[int, tuple[Any, ...]]] = []
+            self._addresses: list[Address] = []
         else:
             self._literal = True
             self._addresses = [(_socket.AF_INET6 if ip.version == 6 else _socket.AF_INET, (self.host, self.port))]
@@ -117,19 +186,31 @@ class StreamingClient:
         return self._head + f"{rid}Content-Length: {len(data)}\r\n\r\n".encode() + data
 
     @property
-    def addresses(self) -> list[tuple[int, tuple[Any, ...]]]:
-        """The addresses `Stream.begin` connects to, in order: the literal IP, or the host name's
-        addresses as of the last `resolve()`."""
+    def addresses(self) -> list[Address]:
+        """The literal IP, or the host name's addresses as of the last `resolve()`."""
         return self._addresses
 
+    def next_addresses(self) -> list[Address]:
+        """The addresses a new connection tries, in order: from the next one in turn (round robin
+        over the last lookup's whole answer), then the others as fallbacks. An address a lookup
+        dropped gets no new connection; streams already on it keep theirs."""
+        addrs = self._addresses
+        n = len(addrs)
+        if n < 2:
+            return list(addrs)
+        k = self._turn % n
+        self._turn += 1
+        return addrs[k:] + addrs[:k]
+
     def resolve(self) -> None:
-        """Look the host name up again (blocks this greenlet on gevent's resolver; never call
-        it from a hub callback). A name is an NLB's DNS name, whose addresses change."""
+        """Look the host name up again through the client's resolver (blocks this greenlet only;
+        never call it from a hub callback). A name is an NLB's DNS name, whose addresses change."""
         if self._literal:
             return
-        self._addresses = [
-            (fam, addr) for fam, _, _, _, addr in gsocket.getaddrinfo(self.host, self.port, 0, _socket.SOCK_STREAM)
-        ]
+        addresses = self.resolver(self.host, self.port)
+        if not addresses:
+            raise OSError(f"no address for {self.host}")
+        self._addresses = addresses
 
     def wait_first_token(self, st: Stream, fd: int) -> bool:
         """Add a stream to the set polled between reads (False where there is no epoll)."""
@@ -230,8 +311,9 @@ def close_watcher(w: Any) -> None:
 
 
 class Stream:
-    """One request's whole life, driven by callbacks in gevent's hub: connect (each address in
-    turn), send, read until the response ends, then `on_done` exactly once.
+    """One request's whole life, driven by callbacks in gevent's hub: connect (the client's next
+    address in turn, the others as fallbacks), send, read until the response ends, then
+    `on_done` exactly once.
 
     Each read callback takes what the kernel holds and stamps it: with the kernel's receive time
     of the newest byte read where the kernel gives it (`kernel_stamps`; never before the request
@@ -294,7 +376,7 @@ class Stream:
         self.finished = False
         self.sock: _socket.socket | None = None
         self._view = memoryview(wire)
-        self._addrs: list[tuple[int, tuple[Any, ...]]] = []
+        self._addrs: list[Address] = []
         self._addr: tuple[Any, ...] = ()
         self._last_error: str | None = None
         self._watcher: Any = None
@@ -307,9 +389,9 @@ class Stream:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def begin(self) -> None:
-        """Connect to the client's addresses as last resolved, in order; the clock (sent_t)
-        started when this Stream was made."""
-        self._addrs = list(self.client.addresses)
+        """Connect to the client's next address in turn, falling back on the others; the clock
+        (sent_t) started when this Stream was made."""
+        self._addrs = self.client.next_addresses()
         loop = get_hub().loop
         loop.update_now()  # libev timers count from the loop's cached time, stale mid-iteration
         self._deadline_timer = loop.timer(max(0.0, self.deadline - time.monotonic()))

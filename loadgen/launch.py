@@ -21,7 +21,7 @@ from core.manifest import Manifest, load_manifest
 from core.ports import free_port
 from core.records import RunSummary
 from core.schedule import build_schedule, span_s
-from loadgen.recording import read_records, records_name, summary_name
+from loadgen.recording import in_stream_order, read_records, records_name, summary_name
 from loadgen.replay_options import ReplayOptions
 from loadgen.replay_options import to_argv as replay_argv
 from loadgen.summary import SummaryInputs, load_summary, summarize
@@ -45,11 +45,12 @@ def merge_worker_outputs(
     window_s: float | None = None,
     skip_s: float = 0.0,
 ) -> RunSummary:
-    """One fleet summary from every worker's raw records (percentiles are never averaged).
+    """One fleet summary from every worker's raw records (percentiles are never averaged): each
+    worker's records file, or the parts a cloud worker uploaded, read in sequence.
 
     client_cpu_percent is the busiest worker's: that worker is what bounds the client.
     """
-    rec_paths = sorted(out_dir.glob(records_name(fleet, "w*")))
+    rec_paths = in_stream_order(out_dir.glob(records_name(fleet, "w*")))
     worker_sums = [load_summary(p) for p in sorted(out_dir.glob(summary_name(fleet, "w*")))]
     reasons = list(extra_invalid)
     if not worker_sums:

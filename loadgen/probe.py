@@ -1,7 +1,8 @@
 """Send one request through the real streaming client and print its record as JSON.
 
     python -m loadgen.probe --manifest M --fleet F --host http://127.0.0.1:PORT \
-        --input-tokens 100 --output-tokens 20 [--api chat] [--delay-s 0.2] [--served-model NAME]
+        --input-tokens 100 --output-tokens 20 [--api chat] [--delay-s 0.2] [--served-model NAME] \
+        [--resolver http://127.0.0.1:PORT/]
 
 --delay-s sends that long after the scheduled time, to show client-side queueing in TTFT.
 A smoke check for an endpoint, and how tests drive the client without importing gevent.
@@ -18,7 +19,7 @@ import gevent
 from core.manifest import load_manifest
 from core.schedule import ScheduledRequest
 from core.serving import served_model_id
-from loadgen.client import StreamingClient
+from loadgen.client import StreamingClient, resolver_for
 from loadgen.openai_request import request_body
 from loadgen.prompts import PromptBuilder
 from loadgen.recording import RecordContext, build_record
@@ -40,12 +41,21 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="model name sent in requests; default: the id the fleet's serving stack lists (vLLM: model.repo)",
     )
+    ap.add_argument(
+        "--resolver",
+        default=None,
+        help="look the host name up at this loopback answer source (loadgen/resolver.py); default: the system resolver",
+    )
     a = ap.parse_args(argv)
     m = load_manifest(a.manifest)
     req = ScheduledRequest(0, 0.0, a.input_tokens, a.output_tokens, None, 0, False)
     prompt = PromptBuilder(m, a.api).build(req)
     client = StreamingClient(
-        a.host, api=a.api, timeout_s=a.timeout_s or m.loadgen.request_timeout_s, connect_timeout_s=a.connect_timeout_s
+        a.host,
+        api=a.api,
+        timeout_s=a.timeout_s or m.loadgen.request_timeout_s,
+        connect_timeout_s=a.connect_timeout_s,
+        resolver=resolver_for(a.resolver),
     )
     model = a.served_model or served_model_id(m, m.fleet(a.fleet))
     wire = client.encode(

@@ -2,17 +2,22 @@
 
 Files: `records-<fleet>-<worker>.jsonl`, one per worker, appended in batches (every
 `batch` records or `interval_s` seconds) and flushed to the OS each time, so a crashed worker
-loses at most its last unflushed batch.
+loses at most its last unflushed batch. A cloud worker also uploads that file as it grows, in
+parts (`RecordParts`): `records-<fleet>-<worker>-p<seq>.jsonl`, each a new object holding only
+the complete lines written since the part before, so a worker's records are its whole file or
+its parts read in sequence (`in_stream_order`), never both.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from core.cloud_contract import split_s3_uri
 from core.records import Outcome, RequestRecord, split_torn_tail
 from core.schedule import ScheduledRequest
 from loadgen.sse import StreamState, Transport, classify
@@ -20,6 +25,38 @@ from loadgen.sse import StreamState, Transport, classify
 
 def records_name(fleet: str, worker: str) -> str:
     return f"records-{fleet}-{worker}.jsonl"
+
+
+def records_part_name(fleet: str, worker: str, seq: int) -> str:
+    """Part `seq` (1, 2, ...) of a worker's uploaded records; the number is zero-padded so a
+    listing sorts in sequence, but readers order by its value (`in_stream_order`)."""
+    return f"records-{fleet}-{worker}-p{seq:06d}.jsonl"
+
+
+# A worker's records file, whole or one of its parts: records-<fleet>-w<i>[-p<seq>].jsonl
+_WORKER_FILE = re.compile(r"^(?P<stream>records-.+-w\d+)(?:-p(?P<seq>\d+))?\.jsonl$")
+
+
+def in_stream_order(paths: Iterable[Path]) -> list[Path]:
+    """Record files ordered as their workers wrote them: per worker its whole file, or its parts by
+    sequence number; any other records file on its own, by name. ValueError when a worker has
+    both a whole file and parts in one place: its records would count twice."""
+    keyed: list[tuple[str, int, Path]] = []
+    whole: set[str] = set()
+    parted: set[str] = set()
+    for p in paths:
+        m = _WORKER_FILE.match(p.name)
+        stream = str(p.parent / m["stream"]) if m else str(p)
+        seq = int(m["seq"]) if m and m["seq"] is not None else -1
+        (parted if seq >= 0 else whole).add(stream)
+        keyed.append((stream, seq, p))
+    both = sorted(whole & parted)
+    if both:
+        raise ValueError(
+            f"{both[0]}: both the worker's records file and its uploaded parts are here; "
+            "keep one (a local run writes the file, a cloud download brings the parts)"
+        )
+    return [p for _stream, _seq, p in sorted(keyed, key=lambda k: (k[0], k[1]))]
 
 
 def summary_name(fleet: str, worker: str | None = None) -> str:
@@ -204,20 +241,66 @@ def read_records(paths: Iterable[Path]) -> Iterator[RequestRecord]:
                 raise ValueError(f"{p}:{i + 1}: not a valid record") from None
 
 
-def upload_to_s3(paths: Iterable[Path], s3_uri: str, client: Any = None) -> list[str]:
-    """Copy finished files to s3://bucket/prefix/; returns the object keys written."""
-    if not s3_uri.startswith("s3://"):
-        raise ValueError(f"not an s3:// URI: {s3_uri!r}")
-    bucket, _, prefix = s3_uri[5:].partition("/")
-    if not bucket:
-        raise ValueError(f"no bucket in {s3_uri!r}")
+def _s3_client(client: Any) -> Any:
     if client is None:
         import boto3
 
         client = boto3.client("s3")
+    return client
+
+
+def upload_to_s3(paths: Iterable[Path], s3_uri: str, client: Any = None) -> list[str]:
+    """Copy finished files to s3://bucket/prefix/; returns the object keys written."""
+    bucket, prefix = split_s3_uri(s3_uri)
+    client = _s3_client(client)
     keys = []
     for p in paths:
-        key = f"{prefix.rstrip('/')}/{p.name}" if prefix.strip("/") else p.name
+        key = f"{prefix}/{p.name}" if prefix else p.name
         client.upload_file(str(p), bucket, key)
         keys.append(key)
     return keys
+
+
+class RecordParts:
+    """Uploads a worker's growing records file to s3://bucket/prefix/ as new objects, each holding
+    only the complete lines written since the part before (`records_part_name`). S3 has no append:
+    putting the whole file again at every flush, into a versioned bucket that keeps old versions,
+    stored a step's records over and over, growing with the square of its length.
+
+    `flush` is idempotent per part: a part whose upload failed (or seemed to) is put again under
+    the same key, from the same offset, with whatever was written since, so its key ends up with
+    a superset of any earlier attempt and no line is in two parts. Not safe to call concurrently."""
+
+    def __init__(self, path: Path, s3_uri: str, fleet: str, worker: str, client: Any = None) -> None:
+        self.path = path
+        self.bucket, self.prefix = split_s3_uri(s3_uri)
+        self.fleet = fleet
+        self.worker = worker
+        self._client = client
+        self.offset = 0  # bytes of the file already in parts
+        self.seq = 1  # the number of the next part
+        self.keys: list[str] = []  # the parts uploaded, in order
+
+    def flush(self) -> str | None:
+        """Upload the lines written since the last part as the next part; its key, or None when
+        no complete line is new. An exception leaves the state as it was (the next call retries)."""
+        data = self._new_lines()
+        if not data:
+            return None
+        name = records_part_name(self.fleet, self.worker, self.seq)
+        key = f"{self.prefix}/{name}" if self.prefix else name
+        self._client = _s3_client(self._client)
+        self._client.put_object(Bucket=self.bucket, Key=key, Body=data)
+        self.offset += len(data)
+        self.seq += 1
+        self.keys.append(key)
+        return key
+
+    def _new_lines(self) -> bytes:
+        if not self.path.is_file():
+            return b""
+        with self.path.open("rb") as fh:
+            fh.seek(self.offset)
+            data = fh.read()
+        complete, _torn = split_torn_tail(data)  # a line still being written waits for the next part
+        return complete

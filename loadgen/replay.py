@@ -22,17 +22,19 @@ from typing import Any
 import gevent
 from gevent import get_hub
 from gevent.event import Event
+from gevent.lock import Semaphore
 
 from core.manifest import Manifest
 from core.records import RequestRecord, RunSummary
 from core.schedule import ScheduledRequest, build_schedule, partition
 from core.serving import served_model_id
-from loadgen.client import Exchange, Stream, StreamingClient, close_watcher
+from loadgen.client import Exchange, Stream, StreamingClient, close_watcher, resolver_for
 from loadgen.metrics import ClientMetrics
 from loadgen.openai_request import request_body, request_id_header
 from loadgen.prompts import Prompt, PromptBuilder
 from loadgen.recording import (
     RecordContext,
+    RecordParts,
     RecordSink,
     build_record,
     not_sent_record,
@@ -88,12 +90,19 @@ class Replayer:
             full = [replace(r, warmup=False) for r in full]
         self.mine = partition(full, cfg.n_workers, cfg.worker_index)
         self.client = StreamingClient(
-            cfg.host, api=opts.api, timeout_s=manifest.loadgen.request_timeout_s, api_key=cfg.api_key
+            cfg.host,
+            api=opts.api,
+            timeout_s=manifest.loadgen.request_timeout_s,
+            api_key=cfg.api_key,
+            resolver=resolver_for(opts.resolver),
         )
         self.metrics = metrics
         self.on_record = on_record
         self.records: list[RequestRecord] = []
         self.sink = RecordSink(cfg.records_dir / records_name(cfg.fleet, self.worker))
+        # A cloud worker's records go up as they are written, a new object per flush.
+        self.parts = RecordParts(self.sink.path, cfg.s3_uri, cfg.fleet, self.worker) if cfg.s3_uri else None
+        self._part_lock = Semaphore()  # one part upload at a time: the periodic one, or the final one
         self._wire: dict[int, bytes] = {}
         self._prompt_tokens: dict[int, int] = {}  # what each prompt really is, for its record
         self._pending: dict[int, ScheduledRequest] = {r.request_id: r for r in self.mine}
@@ -263,21 +272,33 @@ class Replayer:
             self.sink.maybe_flush()
 
     def _uploader(self) -> None:
-        """A cloud worker's records as they are, every RECORDS_UPLOAD_EVERY_S: `campaign run`
+        """A cloud worker's new records as a new part, every RECORDS_UPLOAD_EVERY_S: `campaign run`
         reads a capacity step's records while it runs (to stop it on a certain miss)."""
         from core.cloud_contract import RECORDS_UPLOAD_EVERY_S
 
-        assert self.cfg.s3_uri
         while True:
             gevent.sleep(RECORDS_UPLOAD_EVERY_S)
-            self.sink.maybe_flush()
+            self.sink.flush()
             try:
-                upload_to_s3([self.sink.path], self.cfg.s3_uri)
-            except Exception as exc:  # the final upload in finalize() is the one that counts
+                self._upload_part()
+            except Exception as exc:  # its lines go up with the next part, at the latest the final one
                 log.warning("periodic S3 upload to %s failed: %s", self.cfg.s3_uri, exc)
 
+    def _upload_part(self) -> None:
+        assert self.parts is not None
+        with self._part_lock:
+            self.parts.flush()
+
+    def _stop_uploader(self) -> None:
+        """Kill the periodic uploader, unless a part is going up right now: a put cut off mid-way
+        could still land after the final part under the same key, with fewer lines. Then it is
+        left to finish; the final part waits for it (`_part_lock`), and it is killed after."""
+        if self._periodic is not None and not self._part_lock.locked():
+            self._periodic.kill()
+
     def _resolver(self) -> None:
-        """Keep a host name's addresses fresh (an NLB's change); streams read the last list."""
+        """Keep a host name's addresses fresh (an NLB's change): new streams take the last
+        lookup's addresses in turn, so an AZ that leaves the answer gets no new request."""
         while True:
             gevent.sleep(5.0)
             try:
@@ -352,16 +373,20 @@ class Replayer:
         out.write_text(summary.to_json(), encoding="utf-8")
         self._finalized = summary
         if self.cfg.s3_uri:
-            if self._periodic is not None:  # no older snapshot may land after the final files
-                self._periodic.kill()
+            self._stop_uploader()
             # Its own greenlet: Locust kills the user greenlets that may call this, not this one.
-            self._final_upload = gevent.spawn(self._upload_final, [self.sink.path, out], self.cfg.s3_uri)
+            self._final_upload = gevent.spawn(self._upload_final, out)
             self._final_upload.join(timeout=_FINAL_UPLOAD_S)
         return summary
 
-    @staticmethod
-    def _upload_final(paths: list[Path], s3_uri: str) -> None:
+    def _upload_final(self, summary: Path) -> None:
+        """The last part (what the periodic parts have not carried), then the summary."""
+        assert self.cfg.s3_uri
         try:
-            upload_to_s3(paths, s3_uri)
+            self._upload_part()
+            upload_to_s3([summary], self.cfg.s3_uri)
         except Exception:
-            log.exception("S3 upload to %s failed", s3_uri)
+            log.exception("S3 upload to %s failed", self.cfg.s3_uri)
+        finally:
+            if self._periodic is not None:
+                self._periodic.kill()

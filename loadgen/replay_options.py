@@ -14,6 +14,7 @@ from typing import Any, get_args
 
 from core import cloud_contract as cc
 from loadgen.prompts import Api
+from loadgen.resolver import RESOLVER_ENV, check_resolver_url
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,9 @@ class ReplayOptions:
     )
     warmup: bool = True  # False: no request is a warmup one (a capacity step on an already-warm server)
     tokenizer_check: bool = True  # ask the server's /tokenize to count sample prompts first
+    # Where the host name's addresses come from: None, the system resolver (AWS: the NLB's DNS);
+    # else an answer source on loopback standing in for it offline (loadgen/resolver.py).
+    resolver: str | None = None
 
     def __post_init__(self) -> None:
         if self.api not in get_args(Api):
@@ -44,6 +48,8 @@ class ReplayOptions:
             raise ValueError(f"rate_multiplier must be > 0, got {self.rate_multiplier}")
         if self.skip_s < 0:
             raise ValueError(f"skip_s must be >= 0, got {self.skip_s}")
+        if self.resolver is not None:
+            check_resolver_url(self.resolver)
 
 
 @dataclass(frozen=True)
@@ -104,14 +110,22 @@ _FLAGS = (
         "LOADGEN_NO_TOKENIZER_CHECK",
         "do not ask the server's /tokenize to count sample prompts before the run",
     ),
+    _Flag(
+        "resolver",
+        "--resolver",
+        RESOLVER_ENV,
+        "look the host name up at this loopback answer source (http://127.0.0.1:PORT/PATH, e.g. bench/nlb_dns.py) "
+        "instead of the system resolver",
+    ),
 )
+_TEXT = ("served_model", "resolver")  # optional strings: "" on the command line when unset
 _DEFAULTS = ReplayOptions()
 
 
 def add_arguments(group: Any) -> None:
     """Declare every option on Locust's (configargparse) parser group, with its environment variable.
-    Unset optional numbers are 0 and an unset model name is "" on the command line: Locust's
-    environment variables cannot carry "none"."""
+    Unset optional numbers are 0 and an unset model name or resolver is "" on the command line:
+    Locust's environment variables cannot carry "none"."""
     for f in _FLAGS:
         default = getattr(_DEFAULTS, f.field)
         kw: dict[str, Any] = {"dest": f.field, "env_var": f.env, "help": f.help}
@@ -119,7 +133,7 @@ def add_arguments(group: Any) -> None:
             group.add_argument(f.flag, action="store_true", default=False, **kw)
         elif f.field == "api":
             group.add_argument(f.flag, type=str, default=default, choices=list(get_args(Api)), **kw)
-        elif f.field == "served_model":
+        elif f.field in _TEXT:
             group.add_argument(f.flag, type=str, default="", **kw)
         else:
             group.add_argument(f.flag, type=float, default=0.0 if default is None else default, **kw)

@@ -135,7 +135,8 @@ def test_two_runs_report_and_teardown_from_the_synthesized_task_definitions(
     first_objects = _objects(prefix + "/")
     names = {k[len(prefix) + 1 :] for k in first_objects}
     for f in m.fleets:
-        assert {f"records/records-{f.name}-w{i}.jsonl" for i in range(m.loadgen.workers)} <= names
+        # each worker's records as the parts it flushed (loadgen.recording.RecordParts), the first at least
+        assert {f"records/records-{f.name}-w{i}-p000001.jsonl" for i in range(m.loadgen.workers)} <= names
         assert f"records/summary-{f.name}.json" in names
         s = _json(f"{prefix}/records/summary-{f.name}.json")
         assert s["scheduled"] == scheduled and s["scheduled"] == s["completed"] + s["failed"] + s["not_sent"]
@@ -149,7 +150,7 @@ def test_two_runs_report_and_teardown_from_the_synthesized_task_definitions(
         steps = [st for st in search["steps"] if st["label"] != "replay"]
         assert steps, search
         for st in steps:  # each step's records, as its workers uploaded them, beside the step's merged summary
-            assert f"capacity/{f.name}/{st['label']}/records-{f.name}-w0.jsonl" in names
+            assert f"capacity/{f.name}/{st['label']}/records-{f.name}-w0-p000001.jsonl" in names
             step_summary = _json(f"{prefix}/capacity/{f.name}/{st['label']}/summary-{f.name}.json")
             assert step_summary["valid"], step_summary["invalid_reasons"]  # judged against the step's own schedule
             assert st["verdict"] != "invalid" and (st["requests"] >= 12 or "certain miss" in st["detail"]), st
@@ -185,7 +186,7 @@ def test_two_runs_report_and_teardown_from_the_synthesized_task_definitions(
     assert second.run_id != first.run_id
     assert _objects(prefix + "/") == first_objects  # nothing of the first run was overwritten
     _, prefix2 = cc.split_s3_uri(second.uri)
-    assert any(k.endswith("records/records-inf2-w0.jsonl") for k in _objects(prefix2 + "/"))
+    assert any(k.endswith("records/records-inf2-w0-p000001.jsonl") for k in _objects(prefix2 + "/"))
 
     env = {**os.environ, **offline.env}
     out = workdir / "report"

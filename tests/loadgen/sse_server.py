@@ -10,6 +10,7 @@ import asyncio
 import itertools
 import json
 import threading
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +41,8 @@ class SSEServer:
     behaviour: Behaviour = field(default_factory=Behaviour)
     seen: list[dict[str, Any]] = field(default_factory=list)
     port: int = 0
+    hosts: tuple[str, ...] = ("127.0.0.1",)  # loopback addresses it listens on, all on one port
+    served_by: Counter[str] = field(default_factory=Counter)  # requests per local address
 
     def _prompt_tokens(self, body: dict[str, Any]) -> int:
         if "messages" in body:
@@ -49,6 +52,8 @@ class SSEServer:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.seen.append(body)
+        assert request.transport is not None
+        self.served_by[request.transport.get_extra_info("sockname")[0]] += 1
         b = self.behaviour
         if b.mode == "mixed":
             cycle = ("ok", "error", "stall", "truncate", "reset")
@@ -106,9 +111,10 @@ class SSEServer:
             app.router.add_post("/v1/chat/completions", self.handle)
             self._runner = web.AppRunner(app, access_log=None)
             loop.run_until_complete(self._runner.setup())
-            site = web.TCPSite(self._runner, "127.0.0.1", 0)
-            loop.run_until_complete(site.start())
-            self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            for host in self.hosts:
+                site = web.TCPSite(self._runner, host, self.port)
+                loop.run_until_complete(site.start())
+                self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
             ready.set()
             loop.run_forever()
 
@@ -126,4 +132,4 @@ class SSEServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.hosts[0]}:{self.port}"

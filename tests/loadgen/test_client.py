@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +118,67 @@ def test_host_name_is_resolved(sse_server: SSEServer, example_manifest_path: Pat
     url = sse_server.url.replace("127.0.0.1", "localhost")
     by_name = probe(url, example_manifest_path, "--output-tokens", "3")
     assert r["outcome"] == by_name["outcome"] == "ok" and by_name["client_output_tokens"] == 3
+
+
+class _AnswerSource:
+    """A loopback answer source as loadgen/resolver.py describes it: `answer(name)` is the body."""
+
+    def __init__(self, answer: Any) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from urllib.parse import parse_qs, urlsplit
+
+        asked: list[str] = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                name = parse_qs(urlsplit(self.path).query)["name"][0]
+                asked.append(name)
+                body = answer(name)
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.asked = asked
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/dns"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def __enter__(self) -> _AnswerSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+# RFC 6761 section 6.4: a name under .invalid never resolves, so only the answer source knows it.
+NLB_NAME = "fleet-nlb.invalid"
+
+
+def test_a_host_name_is_looked_up_at_the_answer_source_it_names(
+    sse_server: SSEServer, example_manifest_path: Path
+) -> None:
+    from loadgen.resolver import encode_answer
+
+    with _AnswerSource(lambda name: encode_answer(name, ["127.0.0.1"])) as src:
+        url = f"http://{NLB_NAME}:{sse_server.port}"
+        r = probe(url, example_manifest_path, "--output-tokens", "3", "--resolver", src.url)
+    assert r["outcome"] == "ok" and r["client_output_tokens"] == 3
+    assert src.asked == [NLB_NAME]
+
+
+def test_an_answer_source_that_answers_badly_is_a_connection_error_naming_it(
+    sse_server: SSEServer, example_manifest_path: Path
+) -> None:
+    with _AnswerSource(lambda name: b'{"name": "%s", "addresses": []}' % name.encode()) as src:
+        r = probe(f"http://{NLB_NAME}:{sse_server.port}", example_manifest_path, "--resolver", src.url)
+    assert r["outcome"] == "connection_error" and not sse_server.seen
+    assert f"resolver {src.url}: addresses: expected a non-empty list" in r["error"]
 
 
 class _RawServer:
@@ -458,3 +520,102 @@ def test_a_first_token_is_read_between_the_reads_of_a_long_iteration(poll: str) 
         assert r["t1"] <= first < r["t2"]
     else:
         assert first >= r["t2"]  # what the poll prevents
+
+
+_SPREAD = r"""
+import json, socket, sys, threading, time
+import gevent
+from gevent.event import Event
+from bench.nlb_dns import NlbDns, NlbDnsServer, Target, loopback_nodes
+from loadgen.client import StreamingClient, http_resolver
+
+NAME = "fleet-nlb.invalid"
+AZS = ["az-a", "az-b", "az-c", "az-d"]
+NODES = loopback_nodes(AZS)  # 127.0.0.2 .. 127.0.0.5, one NLB node per AZ
+HELD = NODES["az-d"]  # its answers wait until `release`: a stream still running when its AZ leaves DNS
+
+def chunk(p):
+    return b"%x\r\n%s\r\n" % (len(p), p)
+
+REPLY = (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+         + chunk(b'data: {"choices":[{"index":0,"text":"a","finish_reason":"length"}]}\n\n')
+         + chunk(b'data: {"choices":[],"usage":{"completion_tokens":1}}\n\n') + chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+served = {}  # request id -> the address it was sent to (the server's local address)
+release = threading.Event()
+
+def handle(c):
+    with c:
+        req = b""
+        while b"\r\n\r\n" not in req:
+            req += c.recv(65536)
+        rid = req.split(b"X-Request-Id: ")[1].split(b"\r\n")[0].decode()
+        ip = c.getsockname()[0]
+        served[rid] = ip
+        if ip == HELD:
+            release.wait(10)
+        c.sendall(REPLY)
+
+def listen(ip, port):
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((ip, port))
+    s.listen(128)
+    return s
+
+def serve(s):
+    while True:
+        c, _ = s.accept()
+        threading.Thread(target=handle, args=(c,), daemon=True).start()
+
+first = listen(NODES["az-a"], 0)
+port = first.getsockname()[1]
+for s in [first] + [listen(NODES[az], port) for az in AZS[1:]]:  # every node on the listener's port
+    threading.Thread(target=serve, args=(s,), daemon=True).start()
+
+dns = NlbDns(NAME, NODES, cross_zone=False, targets=[Target("g6", az, True) for az in AZS])
+results = {}
+
+def send(client, rids):
+    done = Event()
+    def finished(rid, ex):
+        results[rid] = ex.transport.error
+        if all(r in results for r in rids):
+            done.set()
+    for rid in rids:
+        client.open(client.encode({"prompt": "x", "max_tokens": 1, "stream": True}, rid),
+                    lambda ex, rid=rid: finished(rid, ex)).begin()
+    return done
+
+with NlbDnsServer({NAME: dns}) as src:
+    client = StreamingClient(f"http://{NAME}:{port}", api="completions", timeout_s=10, resolver=http_resolver(src.url))
+    client.resolve()  # once, as the replayer does before its clock starts
+    release.set()
+    send(client, [f"a{i}" for i in range(40)]).wait(10)
+    release.clear()
+    held = send(client, [f"h{i}" for i in range(4)])  # one of them lands on the held node
+    while sum(r.startswith("h") for r in served) < 4:
+        gevent.sleep(0.01)
+    dns.set_targets([Target("g6", az, az != "az-d") for az in AZS])  # az-d's only target fails
+    client.resolve()  # the replayer's periodic lookup
+    after = [a[1][0] for a in client.addresses]
+    send(client, [f"b{i}" for i in range(40)]).wait(10)
+    release.set()
+    held.wait(10)
+print(json.dumps({"served": served, "errors": results, "after": after, "held": HELD}))
+"""
+
+
+def test_connections_spread_over_every_address_of_the_name_and_leave_a_dropped_one() -> None:
+    # An NLB name answers one node address per AZ (bench/nlb_dns.py): 40 requests after one lookup
+    # go to each of the four nodes in turn, not all to the first address. Once an AZ leaves the
+    # answer, new requests go only to the others, and the stream already on its node finishes.
+    out = subprocess.run([sys.executable, "-c", _SPREAD], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    served, held = r["served"], r["held"]
+    assert set(r["errors"]) == set(served) and not any(r["errors"].values()), r["errors"]
+    by_phase = {p: Counter(ip for rid, ip in served.items() if rid.startswith(p)) for p in "ahb"}
+    assert by_phase["a"] == {f"127.0.0.{i}": 10 for i in range(2, 6)}
+    assert held not in r["after"] and len(r["after"]) == 3
+    assert sorted(by_phase["b"]) == sorted(r["after"]) and sorted(by_phase["b"].values()) == [13, 13, 14]
+    assert by_phase["h"][held] == 1  # ... and it completed (no error above) after its AZ left DNS

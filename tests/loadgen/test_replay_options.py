@@ -19,6 +19,7 @@ CASES = [
     ReplayOptions(api="completions", served_model="local/tiny", duration_s=2.5),
     ReplayOptions(rate_multiplier=0.354, slo_deadline=True, warmup=False, window_s=123.456789, tokenizer_check=False),
     ReplayOptions(rate_multiplier=0.5, slo_deadline=True, warmup=False, window_s=60.0, skip_s=240.5),
+    ReplayOptions(resolver="http://127.0.0.1:8053/nlb"),
 ]
 
 
@@ -48,7 +49,10 @@ def test_options_come_from_the_environment_too(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("LOADGEN_REPLAY_DURATION", "30")
     monkeypatch.setenv("LOADGEN_NO_WARMUP", "true")
     monkeypatch.setenv("LOADGEN_API", "completions")
-    assert _parse([]) == ReplayOptions(api="completions", duration_s=30.0, warmup=False)
+    monkeypatch.setenv("LOADGEN_RESOLVER", "http://127.0.0.1:8053/")  # an offline task's NLB DNS stand-in
+    assert _parse([]) == ReplayOptions(
+        api="completions", duration_s=30.0, warmup=False, resolver="http://127.0.0.1:8053/"
+    )
 
 
 def test_bad_values_are_refused_by_name() -> None:

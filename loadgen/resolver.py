@@ -1,0 +1,81 @@
+"""Where the streaming client learns the addresses of its host name (plain Python: no gevent).
+
+On AWS the host is the fleet NLB's DNS name, which the system resolver answers with the IP
+address of the load balancer node in every enabled Availability Zone that is healthy, and the
+client picks which address to use (Elastic Load Balancing User Guide, "How Elastic Load
+Balancing works", Request routing; awsdocs/elb-user-guide doc_source/how-elastic-load-balancing-works.md).
+Offline there is no such name, so a run may name an answer source instead (`LOADGEN_RESOLVER`,
+`--resolver`): an HTTP endpoint on this machine's loopback that answers
+
+    GET <path>?name=<host name>   ->   {"name": "<host name>", "addresses": ["127.0.0.2", ...]}
+
+as the NLB's DNS would (bench/nlb_dns.py is one). Only IP addresses come back, as in a DNS
+A/AAAA answer: the port stays the one of the host's URL (the listener's). This module holds that contract; the lookup itself
+runs in the client (loadgen/client.py), on gevent's sockets.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from urllib.parse import quote, urlsplit
+
+RESOLVER_ENV = "LOADGEN_RESOLVER"
+
+
+def check_resolver_url(url: str) -> str:
+    """`url` as given when it is http://<loopback IP>:<port>[/path]; ValueError naming the
+    setting otherwise. Loopback only: the source stands in for DNS on this machine, and a
+    replay sends nothing anywhere an operator did not name as its host."""
+    u = urlsplit(url)
+    why = ""
+    if u.scheme != "http" or not u.hostname or u.query or u.fragment:
+        why = "need http://<loopback IP>:<port>[/path]"
+    else:
+        try:
+            ip = ipaddress.ip_address(u.hostname)
+        except ValueError:
+            why = "the host must be an IP literal (a name would need resolving itself)"
+        else:
+            if not ip.is_loopback:
+                why = "the answer source must listen on loopback (127.0.0.0/8 or ::1)"
+        try:
+            port = u.port
+        except ValueError:
+            port = None
+        if not why and port is None:
+            why = "the port is missing or not a number"
+    if why:
+        raise ValueError(f"resolver: {url!r}: {why}")
+    return url
+
+
+def query_target(url: str, name: str) -> str:
+    """The request target (path and query) asking `url` for `name`."""
+    path = urlsplit(url).path or "/"
+    return f"{path}?name={quote(name, safe='')}"
+
+
+def encode_answer(name: str, addresses: list[str]) -> bytes:
+    return json.dumps({"name": name, "addresses": addresses}).encode()
+
+
+def decode_answer(body: bytes, name: str, source: str) -> list[str]:
+    """The addresses in an answer for `name`; ValueError naming the source and what is wrong.
+    An empty list is an error, as a DNS answer without records is a failed lookup: the client
+    keeps its last addresses."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        raise ValueError(f"resolver {source}: the answer is not JSON: {body[:80]!r}") from None
+    if not isinstance(data, dict) or data.get("name") != name:
+        raise ValueError(f"resolver {source}: expected an answer for name {name!r}, got {str(data)[:120]}")
+    addresses = data.get("addresses")
+    if not isinstance(addresses, list) or not addresses:
+        raise ValueError(f"resolver {source}: addresses: expected a non-empty list of IP addresses for {name!r}")
+    for i, a in enumerate(addresses):
+        try:
+            ipaddress.ip_address(a)
+        except (TypeError, ValueError):
+            raise ValueError(f"resolver {source}: addresses[{i}]: {a!r} is not an IP address") from None
+    return [str(a) for a in addresses]
