@@ -58,13 +58,42 @@ def _mount_cache_volume() -> list[str]:
 
 
 # CloudWatch agent: one pinned release, its detached signature checked against the AWS key
-# fingerprint before dpkg sees the package (never the moving `latest` path).
+# fingerprint before the package is installed (never the moving `latest` path).
 # Versioned path: <bucket>/ubuntu/amd64/<version>/amazon-cloudwatch-agent.deb(.sig), the layout of
 # the `latest` path the AWS install guide uses; key and fingerprint: "Verify the signature of the
 # CloudWatch agent package", https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/verify-CloudWatch-Agent-Package-Signature.html
 CLOUDWATCH_AGENT_VERSION = "1.300072.0b1766"
 CLOUDWATCH_AGENT_KEY_FINGERPRINT = "937616F3450B7D806CBD9725D58167303B789C72"
 HEALTH_WAIT_S = 7200  # covers the longest first boot: weights + Neuron compile (see fleet.HEALTH_GRACE)
+
+# On a fresh instance apt-daily / unattended-upgrades may hold the dpkg lock for minutes; an
+# apt-get or dpkg that finds it taken fails at once, and under `set -e` the boot with it. Every
+# install waits up to APT_LOCK_WAIT_S instead (well inside the 30-min NVIDIA health grace), through
+# apt's DPkg::Lock::Timeout: seconds debSystem::Lock waits for the dpkg frontend and database locks
+# (Debian/apt apt-pkg/deb/debsystem.cc; added in apt 1.9.11, commit 93e156579 "apt(8): Wait for
+# frontend and cache lock"; the DLAMIs' Ubuntu 24.04 ships apt 2.7.14, packages.ubuntu.com/noble/apt-doc).
+# `apt-get update` takes only the lists lock (/var/lib/apt/lists/lock, pkgAcquire::GetLock in
+# apt-pkg/acquire.cc), which that option does not cover: it is retried every APT_RETRY_EVERY_S
+# for the same span.
+APT_LOCK_WAIT_S = 900
+APT_RETRY_EVERY_S = 10
+
+
+def _apt_get(args: str) -> str:
+    """One apt-get call that waits for the dpkg lock (APT_LOCK_WAIT_S), non-interactive."""
+    return f"DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout={APT_LOCK_WAIT_S} {args}"
+
+
+def _apt_get_update(indent: str = "") -> list[str]:
+    """`apt-get update`, retried while another apt holds the lists lock (or a mirror fails)."""
+    tries = APT_LOCK_WAIT_S // APT_RETRY_EVERY_S
+    return [
+        f"{indent}for APT_TRY in $(seq 1 {tries}); do",
+        f"{indent}  {_apt_get('update -q')} && break",
+        f'{indent}  [ "$APT_TRY" -lt {tries} ] || {{ echo "apt-get update failed {tries} times in {APT_LOCK_WAIT_S} s"; exit 1; }}',
+        f"{indent}  sleep {APT_RETRY_EVERY_S}",
+        f"{indent}done",
+    ]
 
 
 def _cloudwatch_agent(region: str, agent_param: str) -> list[str]:
@@ -85,7 +114,9 @@ def _cloudwatch_agent(region: str, agent_param: str) -> list[str]:
         f'  case "$CW_FPRS" in *"fpr:::::::::{CLOUDWATCH_AGENT_KEY_FINGERPRINT}:"*) ;; '
         '*) echo "CloudWatch agent key fingerprint mismatch"; exit 1;; esac',
         '  gpg --batch --verify "$CW_DIR/agent.deb.sig" "$CW_DIR/agent.deb"',
-        '  dpkg -i -E "$CW_DIR/agent.deb"',
+        # Installed through apt-get (a path argument ending in .deb is a local package) so that it
+        # waits for the dpkg lock as every other install here does (_apt_get).
+        f'  {_apt_get("install -y -q")} "$CW_DIR/agent.deb"',
         '  unset GNUPGHOME; rm -rf "$CW_DIR"',
         "fi",
         f"{ctl} -a fetch-config -m ec2 -s -c ssm:{shlex.quote(agent_param)}",
@@ -127,8 +158,8 @@ def _docker_engine() -> list[str]:
         f'  case "$DOCKER_KEY_FPRS" in *"fpr:::::::::{DOCKER_KEY_FINGERPRINT}:"*) ;; '
         '*) echo "Docker apt key fingerprint mismatch"; exit 1;; esac',
         f'  echo "deb [arch=amd64 signed-by={DOCKER_KEYRING}] {DOCKER_APT_URL} $OS_CODENAME stable" > /etc/apt/sources.list.d/docker.list',
-        "  apt-get update -q",
-        f'  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "docker-ce={pkg}" "docker-ce-cli={pkg}" "containerd.io={containerd}"',
+        *_apt_get_update(indent="  "),
+        f'  {_apt_get("install -y -q")} "docker-ce={pkg}" "docker-ce-cli={pkg}" "containerd.io={containerd}"',
         "  systemctl enable --now docker",
         "fi",
     ]

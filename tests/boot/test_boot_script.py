@@ -9,6 +9,7 @@ capabilities, flags, image by digest), the cache mount, the hub token's path and
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -22,6 +23,8 @@ import pytest
 from core.manifest import Manifest, load_manifest
 from core.serving import definition_for, render_docker_run
 from stacks.fleet_boot import (
+    APT_LOCK_WAIT_S,
+    APT_RETRY_EVERY_S,
     CLOUDWATCH_AGENT_KEY_FINGERPRINT,
     CLOUDWATCH_AGENT_VERSION,
     CONTAINERD_VERSION,
@@ -52,9 +55,15 @@ case "$name" in
   modinfo) echo "$HOST_NEURON_DRIVER";;
   nvidia-smi) echo "$HOST_NVIDIA_DRIVER";;
   gpg) case "$*" in *--fingerprint*) echo "fpr:::::::::$CW_FPR:"; echo "fpr:::::::::$DOCKER_FPR:";; esac;;
-  apt-get) case "$*" in *docker-ce=*) cp "$0" "$STUB_BIN/docker";; esac;;  # the install puts docker on PATH
-  dpkg) mkdir -p "$SANDBOX/opt/aws/amazon-cloudwatch-agent/bin"; cp "$0" "$SANDBOX/opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl";;
-  aws) case "$*" in *secretsmanager*) echo "$FAKE_TOKEN";; *ssm\ get-parameter*) echo '{}';; *get-login-password*) echo pw;;
+  apt-get) case "$*" in
+    *docker-ce=*) cp "$0" "$STUB_BIN/docker";;  # the install puts docker on PATH
+    *agent.deb*) ctl="$SANDBOX/opt/aws/amazon-cloudwatch-agent/bin"; mkdir -p "$ctl"; cp "$0" "$ctl/amazon-cloudwatch-agent-ctl";;
+    *update*)  # another apt (apt-daily) holds the lists lock for the first $APT_LISTS_LOCKED tries
+      n=$(( $(cat "$SANDBOX/apt_updates" 2>/dev/null || echo 0) + 1 )); echo "$n" > "$SANDBOX/apt_updates"
+      if [ "$n" -le "${APT_LISTS_LOCKED:-0}" ]; then echo "E: Could not get lock /var/lib/apt/lists/lock" >&2; exit 100; fi;;
+    esac;;
+  aws) case " $* " in *" - "*) cat >/dev/null;; esac  # reads stdin as the CLI does: the writer gets no SIGPIPE
+    case "$*" in *secretsmanager*) echo "$FAKE_TOKEN";; *ssm\ get-parameter*) echo '{}';; *get-login-password*) echo pw;;
     *list-objects-v2*) echo None;; esac;;  # an empty listing, as --output text prints it
   docker) echo "docker-env${STUB_SEP}HF_TOKEN=${HF_TOKEN:-<unset>}" >> "$STUB_LOG"; [ "$1" = login ] && cat >/dev/null; true;;
   sha256sum) cat >/dev/null;;
@@ -159,6 +168,7 @@ def _run(
     neuron_driver: str = "2.26.5.0",
     nvidia_driver: str = "570.172.08",
     docker_on_host: bool = True,
+    apt_lists_locked: int = 0,
 ) -> tuple[int, list[list[str]], str]:
     sandbox = tmp_path / "root"
     bin_dir = tmp_path / "bin"
@@ -190,6 +200,7 @@ def _run(
         "DOCKER_FPR": DOCKER_KEY_FINGERPRINT,
         "HOME": str(tmp_path),
         "STUB_BIN": str(bin_dir),
+        "APT_LISTS_LOCKED": str(apt_lists_locked),
     }
     proc = subprocess.run(["bash", str(path)], env=env, capture_output=True, text=True, timeout=60)
     calls = (
@@ -215,14 +226,15 @@ def test_boot_script_runs_end_to_end_in_a_sandbox(example: Manifest, fleet: str,
     assert ["mkfs.ext4", "-q", "-L", "harness-cache", "/dev/nvme1n1"] in calls
     assert ["mount", "/opt/cache"] in calls
     assert names.index("mount") < names.index("docker")
-    # CloudWatch agent: the pinned release, its signature verified before dpkg installs it.
+    # CloudWatch agent: the pinned release, its signature verified before it is installed.
     downloads = [c for c in calls if c[0] == "curl" and "-o" in c]
     assert any(
         c[-1].endswith(f"/ubuntu/amd64/{CLOUDWATCH_AGENT_VERSION}/amazon-cloudwatch-agent.deb") for c in downloads
     )
     assert not any("/latest/" in arg for c in downloads for arg in c)
     verify = next(i for i, c in enumerate(calls) if c[0] == "gpg" and "--verify" in c)
-    assert verify < names.index("dpkg")
+    install = next(i for i, c in enumerate(calls) if c[0] == "apt-get" and c[-1].endswith("/agent.deb"))
+    assert verify < install
     deb_download = next(c for c in downloads if c[-1].endswith(".deb"))
     workdir = Path(deb_download[deb_download.index("-o") + 1]).parent
     assert workdir.name.startswith("tmp")
@@ -328,6 +340,11 @@ def test_sandbox_rewrite_leaves_no_host_path(example: Manifest, tmp_path: Path) 
 # --- Docker on the host (issue 25, item 5): installed, pinned, when the AMI has none -------------
 
 
+def _docker_apt_calls(calls: list[list[str]]) -> list[list[str]]:
+    """apt-get calls of the Docker install (the CloudWatch agent's own install is not one)."""
+    return [c for c in calls if c[0] == "apt-get" and not c[-1].endswith("/agent.deb")]
+
+
 def test_boot_installs_the_pinned_docker_when_the_host_has_none(example: Manifest, tmp_path: Path) -> None:
     if shutil.which("docker", path="/usr/bin:/bin"):
         pytest.skip("this machine has docker in /usr/bin or /bin, which the sandbox's PATH keeps")
@@ -335,7 +352,7 @@ def test_boot_installs_the_pinned_docker_when_the_host_has_none(example: Manifes
     assert rc == 0, output
     names = [c[0] for c in calls]
     pkg = f"5:{DOCKER_VERSION}-1~ubuntu.24.04~noble"  # from the sandbox's /etc/os-release
-    install = next(c for c in calls if c[0] == "apt-get" and "install" in c)
+    install = next(c for c in calls if c[0] == "apt-get" and "install" in c and c[-3].startswith("docker-ce="))
     assert install[-3:] == [
         f"docker-ce={pkg}",
         f"docker-ce-cli={pkg}",
@@ -346,7 +363,7 @@ def test_boot_installs_the_pinned_docker_when_the_host_has_none(example: Manifes
         i for i, c in enumerate(calls) if c[0] == "curl" and c[-1] == "https://download.docker.com/linux/ubuntu/gpg"
     )
     check = next(i for i, c in enumerate(calls) if c[0] == "gpg" and "--show-keys" in c)
-    update = next(i for i, c in enumerate(calls) if c[:2] == ["apt-get", "update"])
+    update = next(i for i, c in enumerate(calls) if c[0] == "apt-get" and "update" in c)
     assert key < check < update < calls.index(install)
     sources = (tmp_path / "root" / "etc" / "apt" / "sources.list.d" / "docker.list").read_text(encoding="utf-8")
     assert (
@@ -371,14 +388,14 @@ def test_boot_refuses_a_docker_repository_key_with_another_fingerprint(
     monkeypatch.setattr(stacks.fleet_boot, "DOCKER_KEY_FINGERPRINT", "0" * 40)
     rc, calls, output = _run(_fleet_scripts(example)["inf2"], tmp_path, docker_on_host=False)
     assert rc == 1 and "Docker apt key fingerprint mismatch" in output
-    assert not [c for c in calls if c[0] == "apt-get"]
+    assert not _docker_apt_calls(calls)
 
 
 @pytest.mark.parametrize("fleet", ["inf2", "g6"])
 def test_boot_leaves_a_hosts_own_docker_alone(example: Manifest, fleet: str, tmp_path: Path) -> None:
     rc, calls, output = _run(_fleet_scripts(example)[fleet], tmp_path)
     assert rc == 0, output
-    assert not [c for c in calls if c[0] == "apt-get"]
+    assert not _docker_apt_calls(calls)
     assert not [c for c in calls if c[0] == "curl" and "download.docker.com" in c[-1]]
     assert not (tmp_path / "root" / "etc" / "apt" / "sources.list.d" / "docker.list").exists()
     assert "docker present:" in output
@@ -462,3 +479,58 @@ def test_s3_staging_syncs_only_the_pinned_weight_files(example: Manifest, tmp_pa
     assert set(example.model.weight_files) <= includes
     assert not any(i.startswith("original/") or "*" in i for i in includes)
     assert not [c for c in calls if c[0] == "docker" and "--rm" in c]  # no Hub download at all
+
+
+# --- Package installs wait for the dpkg lock (issue 37) ----------------------------------------
+
+
+def _apt_and_dpkg_calls(calls: list[list[str]]) -> list[list[str]]:
+    return [c for c in calls if c[0] in ("apt-get", "apt", "dpkg")]
+
+
+@pytest.mark.parametrize(("fleet", "docker_on_host"), [("inf2", False), ("g6", True)])
+def test_every_apt_and_dpkg_call_waits_for_the_lock(
+    example: Manifest, fleet: str, docker_on_host: bool, tmp_path: Path
+) -> None:
+    """unattended-upgrades may hold the dpkg lock at first boot: no install may fail on it."""
+    if not docker_on_host and shutil.which("docker", path="/usr/bin:/bin"):
+        pytest.skip("this machine has docker in /usr/bin or /bin, which the sandbox's PATH keeps")
+    rc, calls, output = _run(_fleet_scripts(example)[fleet], tmp_path, docker_on_host=docker_on_host)
+    assert rc == 0, output
+    package_calls = _apt_and_dpkg_calls(calls)
+    assert package_calls, "the CloudWatch agent install is always there"
+    assert [c for c in package_calls if c[0] != "apt-get"] == []  # no bare dpkg -i: it never waits
+    for c in package_calls:
+        assert f"DPkg::Lock::Timeout={APT_LOCK_WAIT_S}" in c and c[c.index("-o") + 1].startswith("DPkg::Lock"), c
+    assert APT_LOCK_WAIT_S > 0
+    # The agent's verified .deb goes through apt-get, by path (apt installs a local package so).
+    assert any(c[-1].endswith("/agent.deb") and "install" in c for c in package_calls)
+
+
+def test_apt_update_is_retried_while_another_apt_holds_the_lists_lock(example: Manifest, tmp_path: Path) -> None:
+    # DPkg::Lock::Timeout does not cover the lists lock `apt-get update` takes: the script retries.
+    if shutil.which("docker", path="/usr/bin:/bin"):
+        pytest.skip("this machine has docker in /usr/bin or /bin, which the sandbox's PATH keeps")
+    rc, calls, output = _run(_fleet_scripts(example)["inf2"], tmp_path, docker_on_host=False, apt_lists_locked=2)
+    assert rc == 0, output
+    updates = [i for i, c in enumerate(calls) if c[0] == "apt-get" and "update" in c]
+    assert len(updates) == 3  # two refused, the third ran
+    assert all(["sleep", str(APT_RETRY_EVERY_S)] in calls[a:b] for a, b in itertools.pairwise(updates))
+    install = next(
+        i for i, c in enumerate(calls) if c[0] == "apt-get" and "install" in c and c[-3].startswith("docker-ce=")
+    )
+    assert updates[-1] < install
+
+
+def test_apt_update_gives_up_after_the_lock_wait(
+    example: Manifest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if shutil.which("docker", path="/usr/bin:/bin"):
+        pytest.skip("this machine has docker in /usr/bin or /bin, which the sandbox's PATH keeps")
+    import stacks.fleet_boot
+
+    monkeypatch.setattr(stacks.fleet_boot, "APT_LOCK_WAIT_S", 3 * APT_RETRY_EVERY_S)
+    rc, calls, output = _run(_fleet_scripts(example)["inf2"], tmp_path, docker_on_host=False, apt_lists_locked=99)
+    assert rc == 1 and "apt-get update failed 3 times" in output
+    assert len([c for c in calls if c[0] == "apt-get" and "update" in c]) == 3
+    assert _docker_runs(calls) == []
