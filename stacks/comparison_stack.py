@@ -39,7 +39,7 @@ class ComparisonStack(Stack):
             Tags.of(fleet).add("fleet", f.name)
             fleets.append(fleet)
 
-        nlb = FleetLoadBalancer(self, "FleetNlb", vpc=network.vpc, cross_zone=m.costs.network.nlb_cross_zone)
+        nlb = FleetLoadBalancer(self, "FleetNlb", vpc=network.vpc)
         nlb.add_fleets(fleets)
         obs = Observability(self, "Observability", manifest=m, vpc=network.vpc)
         obs.add_prometheus(fleets)
