@@ -129,12 +129,15 @@ def _cloudwatch_agent(region: str, agent_param: str) -> list[str]:
 # guide does it ("Install using the apt repository": download.docker.com, the repository key
 # checked against Docker's published release-key fingerprint; "Install a specific version": the
 # apt version string is 5:<version>-1~ubuntu.<VERSION_ID>~<codename>), at one pinned release:
-# the docker-ce and containerd.io versions of the NVIDIA Deep Learning Base AMI (Ubuntu 24.04)
-# 20260717, so both fleets run the same engine. A host that has docker keeps its own.
+# the docker-ce and containerd.io versions of the NVIDIA Deep Learning Base AMI with Single CUDA
+# (Ubuntu 24.04) 20260717, the NVIDIA fleets' DLAMI (core.catalog.HOST_STACKS), so both fleets run
+# the same engine on the same Ubuntu release (DOCKER_PIN_UBUNTU; the Neuron DLAMI is 24.04 too). A
+# host that has docker keeps its own.
 # Sources: https://docs.docker.com/engine/install/ubuntu/ ;
 # https://docs.aws.amazon.com/dlami/latest/devguide/aws-deep-learning-ami-gpubasesinglecuda-ul2404-2026-07-17.html
 # (docker-ce-cli 29.6.2-1~ubuntu.24.04~noble, containerd v2.2.6);
 # Neuron DLAMI release notes: https://awsdocs-neuron.readthedocs-hosted.com/en/latest/release-notes/prev/by-component/dlami.html
+DOCKER_PIN_UBUNTU = "24.04"  # the release of the DLAMI whose notes the two versions below come from
 DOCKER_VERSION = "29.6.2"
 CONTAINERD_VERSION = "2.2.6"
 DOCKER_APT_URL = "https://download.docker.com/linux/ubuntu"

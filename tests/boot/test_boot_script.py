@@ -29,6 +29,7 @@ from stacks.fleet_boot import (
     CLOUDWATCH_AGENT_VERSION,
     CONTAINERD_VERSION,
     DOCKER_KEY_FINGERPRINT,
+    DOCKER_PIN_UBUNTU,
     DOCKER_VERSION,
     boot_script,
 )
@@ -376,6 +377,20 @@ def test_boot_installs_the_pinned_docker_when_the_host_has_none(example: Manifes
     # ... and then the installed docker pulls and runs the server.
     assert calls.index(install) < names.index("docker")
     assert _docker_runs(calls)[-1] == shlex.split(render_docker_run(definition_for(example, example.fleet("inf2"))))[1:]
+
+
+def test_every_dlami_and_the_docker_pin_name_one_ubuntu_release() -> None:
+    """The Docker pin comes from one DLAMI's release notes and installs on the other fleet's host:
+    every AMI name filter must select that Ubuntu release (the NVIDIA one selected 22.04 while the
+    pin cited a 24.04 DLAMI, and the sandbox runs the boot as on 24.04)."""
+    from core.catalog import HOST_STACKS
+
+    releases = {
+        row.ami_name_filter: re.search(r"\(Ubuntu (\d+\.\d+)\)", row.ami_name_filter) for row in HOST_STACKS.values()
+    }
+    assert all(releases.values()), releases
+    assert {name: m.group(1) for name, m in releases.items() if m} == dict.fromkeys(releases, DOCKER_PIN_UBUNTU)
+    assert f'VERSION_ID="{DOCKER_PIN_UBUNTU}"' in OS_RELEASE
 
 
 def test_boot_refuses_a_docker_repository_key_with_another_fingerprint(
