@@ -528,3 +528,28 @@ def render_docker_run(defn: ServingDefinition, name: str = "llm") -> str:
         parts += ["-e", q(f"{key}={value}")]
     parts += ["--entrypoint", q(defn.command[0]), q(defn.image), *(q(a) for a in defn.command[1:])]
     return " ".join(parts)
+
+
+def definition_digest(defn: ServingDefinition) -> str:
+    """sha256 of everything a fleet instance is booted with to serve: the image, the server's argv
+    and environment, devices, ports and paths, the weight staging lines, the config files, the host
+    stack and the compiled-artifacts key. The fleet's boot script is keyed by this, not by the
+    manifest's digest: an edit that changes none of it (an SLO, `loadgen.workers`) leaves every
+    launch template as it is, so a redeploy replaces no instance (stacks/fleet.py)."""
+    body = {
+        "stack": defn.stack,
+        "image": defn.image,
+        "command": list(defn.command),
+        "environment": dict(defn.environment),
+        "device_args": list(defn.device_args),
+        "port": defn.port,
+        "health_path": defn.health_path,
+        "metrics_path": defn.metrics_path,
+        "weights_dir": defn.weights_dir,
+        "cache_dir": defn.cache_dir,
+        "weights_staging": list(defn.weights_staging),
+        "host": [defn.host.vendor, defn.host.sdk_version, defn.host.driver, defn.host.ami_name_filter],
+        "config_files": dict(defn.config_files),
+        "compiled_key": defn.compiled.key if defn.compiled is not None else None,
+    }
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from aws_cdk import CfnOutput, Stack, Tags
 from constructs import Construct
 
+from core.naming import MANIFEST_DIGEST_TAG
 from stacks.fleet import ServingFleet
 from stacks.load_balancer import FleetLoadBalancer
 from stacks.load_generator import LoadGenerator
@@ -21,7 +22,7 @@ class ComparisonStack(Stack):
         description = f"{m.campaign}: {m.description} (manifest {m.short_digest})"[:1024]
         super().__init__(scope, cid, description=description, **kwargs)  # type: ignore[arg-type]
         Tags.of(self).add("campaign", m.campaign)
-        Tags.of(self).add("manifest-digest", m.digest)
+        Tags.of(self).add(MANIFEST_DIGEST_TAG, m.digest)
 
         store = ResultsStore(self, "Results")
         network = Network(self, "Network", availability_zones=settings.vpc_azs, flow_log_bucket=store.logs)

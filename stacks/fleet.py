@@ -5,7 +5,7 @@ Why user data + `docker run` and not ECS on EC2: see `SERVING_ON_EC2_RATIONALE`.
 
 from __future__ import annotations
 
-from aws_cdk import Annotations, CfnParameter, Duration, RemovalPolicy, Stack
+from aws_cdk import Annotations, CfnParameter, Duration, RemovalPolicy, Stack, Tags
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
@@ -17,8 +17,8 @@ from constructs import Construct
 from core import catalog
 from core.cloud_contract import HEALTH_GRACE_MIN
 from core.manifest import Fleet, Manifest
-from core.naming import ami_parameter_name
-from core.serving import definition_for
+from core.naming import MANIFEST_DIGEST_TAG, SERVING_DIGEST_TAG, ami_parameter_name
+from core.serving import definition_digest, definition_for
 from stacks.accelerator_telemetry import (
     as_json,
     cloudwatch_agent_config,
@@ -81,6 +81,7 @@ class ServingFleet(Construct):
         fleet: Fleet = manifest.fleets[index]
         self.fleet = fleet
         self.definition = defn = definition_for(manifest, fleet, weights_s3_uri=weights_s3_uri)
+        self.serving_digest = definition_digest(defn)
         ami = ami_parameter(self, fleet, defn.host)
         vendor = catalog.instance(fleet.instance_type).accelerator.vendor
         region = Stack.of(self).region
@@ -149,7 +150,8 @@ class ServingFleet(Construct):
         user_data.add_commands(
             *boot_script(
                 defn,
-                manifest=manifest,
+                campaign=manifest.campaign,
+                serving_digest=self.serving_digest,
                 weights_s3_uri=weights_s3_uri,
                 driver_version=fleet.serving.driver_version,
                 region=region,
@@ -190,6 +192,12 @@ class ServingFleet(Construct):
                 ),
             ],
         )
+        # The launch template's data is all CloudFormation compares: its tags at launch name the serving
+        # definition, not the manifest (the stack-wide manifest-digest tag would make every manifest
+        # edit a new template version); instances still get manifest-digest from the group's tags,
+        # which CloudFormation updates without replacing an instance.
+        Tags.of(self.launch_template).remove(MANIFEST_DIGEST_TAG)
+        Tags.of(self.launch_template).add(SERVING_DIGEST_TAG, self.serving_digest)
         self.asg = autoscaling.AutoScalingGroup(
             self,
             "Asg",
@@ -206,12 +214,14 @@ class ServingFleet(Construct):
             health_checks=autoscaling.HealthChecks.with_additional_checks(
                 additional_types=[autoscaling.AdditionalHealthCheckType.ELB], grace_period=HEALTH_GRACE[vendor]
             ),
-            # A changed manifest is a new launch template version (its digest is in the user data,
-            # stacks/fleet_boot.py), and CloudFormation's AutoScalingRollingUpdate replaces every
-            # instance of the old version on `deploy`: all at once (no instance of the old
-            # manifest keeps serving), without waiting for signals (the NLB health check and the
-            # health grace decide when a new one serves). Without it, a redeploy changes the
-            # template and leaves the running instances on the old one.
+            # A changed serving definition is a new launch template version (its digest is in the user
+            # data, stacks/fleet_boot.py), and CloudFormation's AutoScalingRollingUpdate replaces every
+            # instance of the old version on `deploy` (a change of the group's LaunchTemplate is one of
+            # the changes that trigger it; CloudFormation template reference, "UpdatePolicy attribute"):
+            # all at once (no instance of the old definition keeps serving), without waiting for signals
+            # (the NLB health check and the health grace decide when a new one serves). Without it, a
+            # redeploy changes the template and leaves the running instances on the old one. A manifest
+            # edit outside the serving definition (an SLO, loadgen.workers) changes no template.
             update_policy=autoscaling.UpdatePolicy.rolling_update(
                 max_batch_size=fleet.asg.max, min_instances_in_service=0, pause_time=Duration.seconds(0)
             ),

@@ -13,7 +13,6 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from core.manifest import Manifest
 from core.serving import ServingDefinition, render_docker_run
 from stacks.fleet_paths import BOOT_LOG, CACHE_MOUNT, NEURON_MONITOR_CONFIG
 
@@ -297,7 +296,8 @@ def _neuron_monitor(region: str, config_param: str, namespace: str) -> list[str]
 def boot_script(
     defn: ServingDefinition,
     *,
-    manifest: Manifest,
+    campaign: str,
+    serving_digest: str,
     weights_s3_uri: str | None = None,
     driver_version: str,
     region: str,
@@ -306,13 +306,15 @@ def boot_script(
     neuron_namespace: str,
     compiled_uri: str | None = None,
 ) -> list[str]:
-    """`compiled_uri`: s3://<results bucket>/compiled, where a fleet's instances share what they compile."""
+    """`serving_digest`: core.serving.definition_digest of the fleet's definition as the manifest
+    gives it. `compiled_uri`: s3://<results bucket>/compiled, where a fleet's instances share what they compile."""
     lines = [
         "set -euo pipefail",
         f"exec > >(tee -a {BOOT_LOG}) 2>&1",
-        # The manifest's digest is part of the launch template: a changed manifest is a new
-        # template version, which the ASG's rolling update (stacks/fleet.py) rolls out on deploy.
-        f"echo {shlex.quote(f'boot: campaign {manifest.campaign}, manifest {manifest.digest}')}",
+        # Keyed by the serving definition, not the manifest: the script changes (a new launch template
+        # version, which the ASG's rolling update in stacks/fleet.py rolls out) only when what the
+        # instance serves does; an SLO or loadgen edit leaves the instances alone.
+        f"echo {shlex.quote(f'boot: campaign {campaign}, serving definition {serving_digest}')}",
         *_mount_cache_volume(),
         *_cloudwatch_agent(region, agent_param),
         *_driver_check(defn, driver_version),

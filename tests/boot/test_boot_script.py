@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from core.manifest import Manifest, load_manifest
-from core.serving import definition_for, render_docker_run
+from core.serving import definition_digest, definition_for, render_docker_run
 from stacks.fleet_boot import (
     APT_LOCK_WAIT_S,
     APT_RETRY_EVERY_S,
@@ -109,7 +109,8 @@ def _fleet_scripts(manifest: Manifest, weights_s3_uri: str | None = None) -> dic
         neuron = defn.host.vendor == "aws-neuron"
         lines = boot_script(
             defn,
-            manifest=manifest,
+            campaign=manifest.campaign,
+            serving_digest=definition_digest(defn),
             weights_s3_uri=weights_s3_uri,
             driver_version=f.serving.driver_version,
             region=manifest.costs.region,

@@ -112,7 +112,7 @@ def test_prometheus_image_is_pinned_by_digest(example: Synth) -> None:
 
 def test_template_user_data_is_the_boot_script_the_boot_tests_run(example: Synth) -> None:
     # tests/boot runs boot_script(...) in a sandbox; this ties that script to the synthesized launch templates.
-    from core.serving import definition_for
+    from core.serving import definition_digest, definition_for
     from stacks.fleet_boot import boot_script
 
     m = load_manifest(example.manifest_path, check_files=False)
@@ -126,9 +126,11 @@ def test_template_user_data_is_the_boot_script_the_boot_tests_run(example: Synth
             text = text.replace(f"'{name}'", name)
         fleet = next(f for f in m.fleets if f"/{f.name}/cloudwatch-agent" in text)
         neuron = fleet.name == "inf2"
+        defn = definition_for(m, fleet)
         expected = boot_script(
-            definition_for(m, fleet),
-            manifest=m,
+            defn,
+            campaign=m.campaign,
+            serving_digest=definition_digest(defn),
             driver_version=fleet.serving.driver_version,
             region=m.costs.region,
             agent_param=f"/harness/{m.campaign}/{fleet.name}/cloudwatch-agent",
