@@ -137,7 +137,7 @@ class ServingFleet(Construct):
         compiled_uri = None
         if results is not None and defn.compiled is not None:
             compiled_uri = f"s3://{results.bucket_name}/{COMPILED_PREFIX}"
-            self._grant_compiled_share(role, results)
+            self._grant_compiled_share(role, results, defn.compiled.key)
 
         self.security_group = ec2.SecurityGroup(
             self,
@@ -311,23 +311,30 @@ class ServingFleet(Construct):
         role.add_to_policy(iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"]))
 
     @staticmethod
-    def _grant_compiled_share(role: iam.Role, results: s3.IBucket) -> None:
-        """Read and write under compiled/ only (fetch what another instance compiled, publish what
-        this one compiled); list that prefix only (`aws s3 cp --recursive` lists); no delete."""
-        prefix = f"{results.bucket_arn}/{COMPILED_PREFIX}/*"
-        role.add_to_policy(iam.PolicyStatement(actions=["s3:GetObject", "s3:PutObject"], resources=[prefix]))
+    def _grant_compiled_share(role: iam.Role, results: s3.IBucket, key: str) -> None:
+        """Read and write under this fleet's own compiled/<key>/ only (fetch what another of its
+        instances compiled, publish what this one compiled); list that prefix only (the boot
+        script's list-objects-v2 --prefix compiled/<key>/ and `aws s3 cp --recursive` list); no
+        delete. Another fleet's sets (another key) are neither readable nor writable: a fleet can
+        neither load nor overwrite what another instance type or server configuration compiled."""
+        prefix = f"{COMPILED_PREFIX}/{key}"
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["s3:GetObject", "s3:PutObject"], resources=[f"{results.bucket_arn}/{prefix}/*"]
+            )
+        )
         role.add_to_policy(
             iam.PolicyStatement(
                 actions=["s3:ListBucket"],
                 resources=[results.bucket_arn],
-                conditions={"StringLike": {"s3:prefix": [f"{COMPILED_PREFIX}/*"]}},
+                conditions={"StringLike": {"s3:prefix": [f"{prefix}/*"]}},
             )
         )
         bucket = arn_placeholder(results.node.default_child)  # type: ignore[arg-type]
         acknowledge(
             role,
-            f"AwsSolutions-IAM5[Resource::{bucket}/{COMPILED_PREFIX}/*]",
-            "Read and write of the fleets' shared compiled artifacts (compiled/<key>/), keyed by what shapes them.",
+            f"AwsSolutions-IAM5[Resource::{bucket}/{prefix}/*]",
+            "Read and write of this fleet's own compiled artifacts (compiled/<its key>/<publisher>/), keyed by what shapes them.",
         )
 
     @staticmethod

@@ -157,9 +157,13 @@ def test_prometheus_scrapes_each_stack_at_its_own_metrics_path(example: Synth) -
     assert jobs["serving-g6trt"]["metrics_path"] == "/prometheus/metrics"
 
 
-def test_neuron_instances_share_compiled_artifacts_under_compiled_only(example: Synth) -> None:
-    """inf2's role reads and writes the results bucket's compiled/ prefix (fetch or publish what a
-    fleet compiles) and lists only that prefix; g6 compiles nothing to share and gets nothing."""
+def test_neuron_instances_share_compiled_artifacts_under_their_own_key_only(example: Synth) -> None:
+    """inf2's role reads and writes only the results bucket's compiled/<inf2's key>/ (fetch or publish
+    what that fleet compiles) and lists only that prefix; not all of compiled/, so it can neither load
+    nor overwrite another fleet's sets. g6 compiles nothing to share and gets nothing."""
+    from core.serving import definition_for
+
+    m = load_manifest(example.manifest_path, check_files=False)
     roles = _fleet_role_ids(example)
     results_id = next(
         k for k in example.resources("AWS::S3::Bucket") if k.startswith("Results") and "AccessLogs" not in k
@@ -169,12 +173,14 @@ def test_neuron_instances_share_compiled_artifacts_under_compiled_only(example: 
         if fleet == "g6":
             assert not shared
             continue
+        compiled = definition_for(m, m.fleet(fleet)).compiled
+        assert compiled is not None
         by_actions = {tuple(sorted(_as_list(st["Action"]))): st for st in shared}
         assert set(by_actions) == {("s3:GetObject", "s3:PutObject"), ("s3:ListBucket",)}
         rw = json.dumps(by_actions[("s3:GetObject", "s3:PutObject")]["Resource"])
-        assert results_id in rw and '"/compiled/*"' in rw
+        assert results_id in rw and f'"/compiled/{compiled.key}/*"' in rw
         listing = by_actions[("s3:ListBucket",)]
-        assert listing["Condition"] == {"StringLike": {"s3:prefix": ["compiled/*"]}}
+        assert listing["Condition"] == {"StringLike": {"s3:prefix": [f"compiled/{compiled.key}/*"]}}
         assert not any("s3:DeleteObject" in _as_list(st["Action"]) for st in _statements_of(example, role_id))
     user_data = json.dumps(example.resources("AWS::EC2::LaunchTemplate"))
     assert user_data.count("/compiled") >= 1 and "compiled artifacts fetched from" in user_data
