@@ -10,6 +10,10 @@ RETAINED_TAG = ("lifecycle", "retained")
 # volumes at launch) carries its serving definition's instead (stacks/fleet.py says why).
 MANIFEST_DIGEST_TAG = "manifest-digest"
 SERVING_DIGEST_TAG = "serving-digest"
+# Template parameter of the Docker Hub pull-through cache's credential (stacks/image_cache.py), filled
+# by `campaign deploy --docker-hub-credential-arn`. A name with "secret" in it would read as a password
+# to CloudFormation validation (W2509), and an ARN is none.
+DOCKER_HUB_CREDENTIAL_PARAMETER = "DockerHubCredentialArn"
 
 
 def stack_name(campaign: str) -> str:

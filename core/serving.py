@@ -328,11 +328,15 @@ def host_stack_for(fleet: Fleet) -> catalog.HostStack:
     return row
 
 
-def definition_for(manifest: Manifest, fleet: Fleet, *, weights_s3_uri: str | None = None) -> ServingDefinition:
-    """The serving container for `fleet`; `weights_s3_uri` stages from S3 instead of the Hub."""
+def definition_for(
+    manifest: Manifest, fleet: Fleet, *, weights_s3_uri: str | None = None, pull_image: str | None = None
+) -> ServingDefinition:
+    """The serving container for `fleet`; `weights_s3_uri` stages from S3 instead of the Hub;
+    `pull_image`: the reference a host pulls and runs `fleet.serving.image` by (the same image
+    through a registry cache, core.images). The compiled key stays the manifest's image."""
     stack = fleet.serving.stack
     host = host_stack_for(fleet)
-    image = fleet.serving.image
+    image = pull_image or fleet.serving.image
     wdir = weights_dir_for(manifest)
     cache = f"{CACHE_MOUNT}/compile/{stack}/{manifest.model.commit}/{fleet.instance_type}-tp{fleet.tensor_parallel}"
     staging = _staging(manifest, image, wdir, weights_s3_uri)
@@ -375,7 +379,9 @@ def definition_for(manifest: Manifest, fleet: Fleet, *, weights_s3_uri: str | No
         }
         # A loaded compiled model ignores differing settings (the guide cited at CompiledArtifacts), so
         # the directory is named by everything that shapes it: changed buckets compile anew.
-        compiled = CompiledArtifacts.for_server(fleet.instance_type, image, argv, env, f"{CACHE_MOUNT}/compile")
+        compiled = CompiledArtifacts.for_server(
+            fleet.instance_type, fleet.serving.image, argv, env, f"{CACHE_MOUNT}/compile"
+        )
         cache = compiled.directory
         env |= {
             "NEURON_COMPILED_ARTIFACTS": cache,  # compiled once, then loaded: from EBS, or fetched from S3

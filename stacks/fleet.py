@@ -27,8 +27,9 @@ from stacks.accelerator_telemetry import (
     neuron_namespace,
 )
 from stacks.compliance import acknowledge, arn_placeholder
-from stacks.fleet_boot import boot_script, ecr_image
+from stacks.fleet_boot import boot_definition, boot_script, ecr_image
 from stacks.fleet_paths import COMPILED_PREFIX
+from stacks.image_cache import DockerHubCache
 
 SERVING_ON_EC2_RATIONALE = """\
 The serving container runs from user data (`docker run`, rendered by core.serving) on a
@@ -75,13 +76,24 @@ class ServingFleet(Construct):
         vpc: ec2.IVpc,
         weights_s3_uri: str | None,
         results: s3.IBucket | None = None,
+        image_cache: DockerHubCache,
     ) -> None:
-        """`results`: the results bucket, where instances share what they compile (compiled/<key>/)."""
+        """`results`: the results bucket, where instances share what they compile (compiled/<key>/).
+        `image_cache`: a Docker Hub serving image is pulled through it, never anonymously."""
         super().__init__(scope, cid)
         fleet: Fleet = manifest.fleets[index]
         self.fleet = fleet
+        # The definition as the manifest gives it (what serves: the digest and compiled key name it);
+        # the boot script runs the same image by its cache reference when it comes from Docker Hub.
         self.definition = defn = definition_for(manifest, fleet, weights_s3_uri=weights_s3_uri)
         self.serving_digest = definition_digest(defn)
+        boot_defn, cached = boot_definition(
+            manifest,
+            fleet,
+            weights_s3_uri=weights_s3_uri,
+            cache_registry=image_cache.registry,
+            region=image_cache.region,
+        )
         ami = ami_parameter(self, fleet, defn.host)
         vendor = catalog.instance(fleet.instance_type).accelerator.vendor
         region = Stack.of(self).region
@@ -125,7 +137,10 @@ class ServingFleet(Construct):
         agent_param.grant_read(role)
         if neuron_param:
             neuron_param.grant_read(role)
-        self._grant_image_pull(role, defn.image)
+        if cached:
+            image_cache.grant_pull(role, [cached])
+        else:
+            self._grant_image_pull(role, defn.image)
         if manifest.model.hub_token_secret_arn:
             role.add_to_policy(
                 iam.PolicyStatement(
@@ -149,7 +164,7 @@ class ServingFleet(Construct):
         user_data = ec2.UserData.for_linux()
         user_data.add_commands(
             *boot_script(
-                defn,
+                boot_defn,
                 campaign=manifest.campaign,
                 serving_digest=self.serving_digest,
                 weights_s3_uri=weights_s3_uri,
@@ -159,6 +174,7 @@ class ServingFleet(Construct):
                 neuron_monitor_param=neuron_param.parameter_name if neuron_param else None,
                 neuron_namespace=neuron_namespace(manifest.campaign, fleet.name),
                 compiled_uri=compiled_uri,
+                cached=cached,
             )
         )
         self.launch_template = ec2.LaunchTemplate(
@@ -226,6 +242,8 @@ class ServingFleet(Construct):
                 max_batch_size=fleet.asg.max, min_instances_in_service=0, pause_time=Duration.seconds(0)
             ),
         )
+        if cached:
+            image_cache.needed_by(self.asg)
         # The manifest pins desired; a redeploy resetting it to the manifest value is the intent.
         Annotations.of(self.asg).acknowledge_warning(
             "@aws-cdk/aws-autoscaling:desiredCapacitySet",
@@ -297,7 +315,7 @@ class ServingFleet(Construct):
     def _grant_image_pull(role: iam.Role, image: str) -> None:
         ecr = ecr_image(image)
         if ecr is None:
-            return  # public registry: pulled through the NAT gateway, no IAM involved
+            return  # ECR Public or another public registry (not Docker Hub: core.images): no IAM involved
         stack = Stack.of(role)
         repo_arn = stack.format_arn(
             service="ecr", region=ecr.region, account=ecr.account, resource="repository", resource_name=ecr.repository

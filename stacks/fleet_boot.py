@@ -2,7 +2,8 @@
 
 Order matters: mount the cache volume (weights, compile and engine caches live there), start
 telemetry (so a failed boot is visible in CloudWatch), install the pinned Docker if the AMI has
-none, log in to ECR, stage and verify the weights, fetch the fleet's compiled artifacts if an
+none, log in to ECR and pull the image (a Docker Hub one through the ECR pull-through cache),
+stage and verify the weights, fetch the fleet's compiled artifacts if an
 instance published them, then `docker run` the serving container exactly as `core.serving`
 renders it; once it serves, an instance that compiled publishes what it compiled.
 """
@@ -13,7 +14,9 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from core.serving import ServingDefinition, render_docker_run
+from core.images import CachedPull, cached_pull
+from core.manifest import Fleet, Manifest
+from core.serving import ServingDefinition, definition_for, render_docker_run
 from stacks.fleet_paths import BOOT_LOG, CACHE_MOUNT, NEURON_MONITOR_CONFIG
 
 _ECR_IMAGE = re.compile(
@@ -167,6 +170,40 @@ def _docker_engine() -> list[str]:
     ]
 
 
+def boot_definition(
+    manifest: Manifest, fleet: Fleet, *, weights_s3_uri: str | None, cache_registry: str, region: str
+) -> tuple[ServingDefinition, CachedPull | None]:
+    """What a fleet's boot script renders: its serving definition with a Docker Hub image replaced by
+    that image's pinned reference in the ECR pull-through cache at `cache_registry` (and how to pull
+    it), or the manifest's definition as it is for an image of another registry."""
+    cached = cached_pull(fleet.serving.image, registry=cache_registry, region=region)
+    pull_image = cached.pinned if cached else None
+    return definition_for(manifest, fleet, weights_s3_uri=weights_s3_uri, pull_image=pull_image), cached
+
+
+def _ecr_login(region: str, registry: str) -> str:
+    return f"aws ecr get-login-password --region {region} | docker login --username AWS --password-stdin {registry}"
+
+
+def _image_pull(defn: ServingDefinition, cached: CachedPull | None) -> list[str]:
+    """The serving image onto the host before anything runs it. Through the Docker Hub cache: the
+    tag first (the cache fills on a pull by tag only, core.images), then the pinned digest, which
+    the cache serves only if that tag still points at it."""
+    q = shlex.quote
+    if cached is None:
+        ecr = ecr_image(defn.image)
+        login = [_ecr_login(ecr.region, ecr.registry)] if ecr else []
+        return [*login, f"docker pull {q(defn.image)}"]
+    if cached.pinned != defn.image:
+        raise ValueError(f"the definition runs {defn.image}, the cache pull pins {cached.pinned}")
+    lines = [_ecr_login(cached.region, cached.registry)]
+    if cached.by_tag and cached.by_tag != cached.pinned:
+        lines.append(f"docker pull {q(cached.by_tag)}")
+    moved = f"{cached.pinned} is not in the cache after pulling its tag: the tag no longer points at the pinned digest"
+    lines.append(f"docker pull {q(cached.pinned)} || {{ echo {q(moved)}; exit 1; }}")
+    return lines
+
+
 def weights_staging(defn: ServingDefinition) -> list[str]:
     """The pinned checkpoint files (and only those) onto the cache volume, hashes checked
     (core.serving builds the lines, from the Hub or from S3 as the fleet's definition says)."""
@@ -305,8 +342,10 @@ def boot_script(
     neuron_monitor_param: str | None,
     neuron_namespace: str,
     compiled_uri: str | None = None,
+    cached: CachedPull | None = None,
 ) -> list[str]:
-    """`serving_digest`: core.serving.definition_digest of the fleet's definition as the manifest
+    """`cached`: how the host pulls a Docker Hub image through the ECR pull-through cache (then
+    `defn.image` is its pinned cache reference). `serving_digest`: core.serving.definition_digest of the fleet's definition as the manifest
     gives it. `compiled_uri`: s3://<results bucket>/compiled, where a fleet's instances share what they compile."""
     lines = [
         "set -euo pipefail",
@@ -322,13 +361,8 @@ def boot_script(
     ]
     if neuron_monitor_param:
         lines += _neuron_monitor(region, neuron_monitor_param, neuron_namespace)
-    ecr = ecr_image(defn.image)
-    if ecr:
-        lines.append(
-            f"aws ecr get-login-password --region {ecr.region} | docker login --username AWS --password-stdin {ecr.registry}"
-        )
+    lines += _image_pull(defn, cached)
     lines += [
-        f"docker pull {shlex.quote(defn.image)}",
         *weights_staging(defn),
         f"mkdir -p {shlex.quote(defn.cache_dir)}",
     ]

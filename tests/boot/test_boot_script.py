@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from core.images import CachedPull
 from core.manifest import Manifest, load_manifest
-from core.serving import definition_digest, definition_for, render_docker_run
+from core.serving import ServingDefinition, definition_digest, definition_for, render_docker_run
 from stacks.fleet_boot import (
     APT_LOCK_WAIT_S,
     APT_RETRY_EVERY_S,
@@ -31,6 +32,7 @@ from stacks.fleet_boot import (
     DOCKER_KEY_FINGERPRINT,
     DOCKER_PIN_UBUNTU,
     DOCKER_VERSION,
+    boot_definition,
     boot_script,
 )
 from tests.conftest import EXAMPLE_MANIFEST, ROOT
@@ -42,6 +44,7 @@ TOKEN_ARN = "arn:aws:secretsmanager:us-west-2:123456789012:secret:harness/hf-tok
 FAKE_TOKEN = "hf_sandboxtokenvalue"
 S3_WEIGHTS = "s3://weights-bucket/llama"
 COMPILED_URI = "s3://results-bucket/compiled"
+CACHE_REGISTRY = "123456789012.dkr.ecr.us-east-1.amazonaws.com"  # the stack's Docker Hub pull-through cache
 HOST_PATH = re.compile(r"(^|[\s(>'\":=])/(etc|opt|var/log)/", re.MULTILINE)
 SEP = "\x1f"
 
@@ -66,7 +69,9 @@ case "$name" in
   aws) case " $* " in *" - "*) cat >/dev/null;; esac  # reads stdin as the CLI does: the writer gets no SIGPIPE
     case "$*" in *secretsmanager*) echo "$FAKE_TOKEN";; *ssm\ get-parameter*) echo '{}';; *get-login-password*) echo pw;;
     *list-objects-v2*) echo None;; esac;;  # an empty listing, as --output text prints it
-  docker) echo "docker-env${STUB_SEP}HF_TOKEN=${HF_TOKEN:-<unset>}" >> "$STUB_LOG"; [ "$1" = login ] && cat >/dev/null; true;;
+  docker) echo "docker-env${STUB_SEP}HF_TOKEN=${HF_TOKEN:-<unset>}" >> "$STUB_LOG"; [ "$1" = login ] && cat >/dev/null
+    # a pull of a reference containing $DOCKER_PULL_FAILS fails (the cache does not serve it)
+    if [ "$1" = pull ] && [ -n "${DOCKER_PULL_FAILS:-}" ]; then case "$2" in *"$DOCKER_PULL_FAILS"*) exit 1;; esac; fi; true;;
   sha256sum) cat >/dev/null;;
   curl)
     out=""; prev=""
@@ -99,18 +104,32 @@ STUBBED = (
 OS_RELEASE = 'PRETTY_NAME="Ubuntu 24.04.3 LTS"\nVERSION_ID="24.04"\nVERSION_CODENAME=noble\nID=ubuntu\n'
 
 
+def _boot_definition(
+    manifest: Manifest, fleet: str, weights_s3_uri: str | None = None
+) -> tuple[ServingDefinition, CachedPull | None]:
+    """What stacks/fleet.py renders for the fleet, the Docker Hub cache at CACHE_REGISTRY."""
+    return boot_definition(
+        manifest,
+        manifest.fleet(fleet),
+        weights_s3_uri=weights_s3_uri,
+        cache_registry=CACHE_REGISTRY,
+        region=manifest.costs.region,
+    )
+
+
 def _fleet_scripts(manifest: Manifest, weights_s3_uri: str | None = None) -> dict[str, str]:
     """user data of every fleet, with the arguments stacks/fleet.py passes."""
     from stacks.accelerator_telemetry import neuron_namespace
 
     out = {}
     for f in manifest.fleets:
-        defn = definition_for(manifest, f, weights_s3_uri=weights_s3_uri)
+        defn, cached = _boot_definition(manifest, f.name, weights_s3_uri)
         neuron = defn.host.vendor == "aws-neuron"
         lines = boot_script(
             defn,
             campaign=manifest.campaign,
-            serving_digest=definition_digest(defn),
+            serving_digest=definition_digest(definition_for(manifest, f, weights_s3_uri=weights_s3_uri)),
+            cached=cached,
             weights_s3_uri=weights_s3_uri,
             driver_version=f.serving.driver_version,
             region=manifest.costs.region,
@@ -171,6 +190,7 @@ def _run(
     nvidia_driver: str = "570.172.08",
     docker_on_host: bool = True,
     apt_lists_locked: int = 0,
+    docker_pull_fails: str = "",
 ) -> tuple[int, list[list[str]], str]:
     sandbox = tmp_path / "root"
     bin_dir = tmp_path / "bin"
@@ -203,6 +223,7 @@ def _run(
         "HOME": str(tmp_path),
         "STUB_BIN": str(bin_dir),
         "APT_LISTS_LOCKED": str(apt_lists_locked),
+        "DOCKER_PULL_FAILS": docker_pull_fails,
     }
     proc = subprocess.run(["bash", str(path)], env=env, capture_output=True, text=True, timeout=60)
     calls = (
@@ -223,7 +244,7 @@ def test_boot_script_runs_end_to_end_in_a_sandbox(example: Manifest, fleet: str,
     assert rc == 0, output
     names = [c[0] for c in calls]
     f = example.fleet(fleet)
-    defn = definition_for(example, f)
+    defn, _ = _boot_definition(example, fleet)
     # Cache volume: the non-root EBS disk is formatted once and mounted at /opt/cache, before any docker call.
     assert ["mkfs.ext4", "-q", "-L", "harness-cache", "/dev/nvme1n1"] in calls
     assert ["mount", "/opt/cache"] in calls
@@ -247,7 +268,8 @@ def test_boot_script_runs_end_to_end_in_a_sandbox(example: Manifest, fleet: str,
     # The serving container: exactly the line core.serving renders, image by digest.
     serving = _docker_runs(calls)[-1]
     assert serving == shlex.split(render_docker_run(defn))[1:]
-    assert f.serving.image in serving and "@sha256:" in f.serving.image
+    # The manifest's image by its digest (through the Docker Hub cache for g6).
+    assert defn.image in serving and defn.image.endswith("@" + f.serving.image.rsplit("@", 1)[1])
     assert "/opt/cache:/opt/cache" in serving
     if fleet == "inf2":
         assert "--device=/dev/neuron0" in serving
@@ -377,7 +399,7 @@ def test_boot_installs_the_pinned_docker_when_the_host_has_none(example: Manifes
     assert ["systemctl", "enable", "--now", "docker"] in calls
     # ... and then the installed docker pulls and runs the server.
     assert calls.index(install) < names.index("docker")
-    assert _docker_runs(calls)[-1] == shlex.split(render_docker_run(definition_for(example, example.fleet("inf2"))))[1:]
+    assert _docker_runs(calls)[-1] == shlex.split(render_docker_run(_boot_definition(example, "inf2")[0]))[1:]
 
 
 def test_every_dlami_and_the_docker_pin_name_one_ubuntu_release() -> None:
@@ -550,3 +572,52 @@ def test_apt_update_gives_up_after_the_lock_wait(
     assert rc == 1 and "apt-get update failed 3 times" in output
     assert len([c for c in calls if c[0] == "apt-get" and "update" in c]) == 3
     assert _docker_runs(calls) == []
+
+
+# --- Images: no Docker Hub pull without credentials (issue 37) ----------------------------------
+
+VLLM_TAG = "v0.13.0"
+
+
+def _tagged_g6(manifest: Manifest) -> Manifest:
+    """The example with its g6 image carrying a tag beside the digest, as a cloud deploy requires."""
+    g6 = manifest.fleet("g6")
+    name, digest = g6.serving.image.split("@")
+    tagged = g6.model_copy(update={"serving": g6.serving.model_copy(update={"image": f"{name}:{VLLM_TAG}@{digest}"})})
+    return manifest.model_copy(update={"fleets": tuple(tagged if f is g6 else f for f in manifest.fleets)})
+
+
+def test_a_docker_hub_image_is_pulled_through_the_ecr_cache_tag_first_then_by_its_digest(
+    example: Manifest, tmp_path: Path
+) -> None:
+    m = _tagged_g6(example)
+    rc, calls, output = _run(_fleet_scripts(m)["g6"], tmp_path)
+    assert rc == 0, output
+    cache = f"{CACHE_REGISTRY}/docker-hub/vllm/vllm-openai"
+    digest = m.fleet("g6").serving.image.rsplit("@", 1)[1]
+    pulls = [c[2] for c in calls if c[:2] == ["docker", "pull"]]
+    # The cache fills on a pull by tag only (aws/containers-roadmap#2837): the tag, then the pinned digest.
+    assert pulls == [f"{cache}:{VLLM_TAG}", f"{cache}@{digest}"]
+    login = next(i for i, c in enumerate(calls) if c[:2] == ["docker", "login"])
+    assert calls[login][-1] == CACHE_REGISTRY
+    assert login < next(i for i, c in enumerate(calls) if c[:2] == ["docker", "pull"])
+    assert ["aws", "ecr", "get-login-password", "--region", m.costs.region] in calls
+    # Both containers (the Hub download and the server) run the pinned cache reference; nothing names Docker Hub.
+    runs = _docker_runs(calls)
+    assert all(f"{cache}@{digest}" in r for r in runs) and len(runs) == 2
+    assert not [a for c in calls if c[0] == "docker" for a in c if a.startswith(("vllm/", "docker.io/"))]
+
+
+def test_a_tag_that_moved_off_the_pinned_digest_stops_the_boot(example: Manifest, tmp_path: Path) -> None:
+    m = _tagged_g6(example)
+    digest = m.fleet("g6").serving.image.rsplit("@", 1)[1]
+    rc, calls, output = _run(_fleet_scripts(m)["g6"], tmp_path, docker_pull_fails=f"@{digest}")
+    assert rc == 1 and "the tag no longer points at the pinned digest" in output
+    assert _docker_runs(calls) == []
+
+
+def test_an_ecr_public_image_is_pulled_as_it_is(example: Manifest, tmp_path: Path) -> None:
+    rc, calls, output = _run(_fleet_scripts(example)["inf2"], tmp_path)
+    assert rc == 0, output
+    assert [c[2] for c in calls if c[:2] == ["docker", "pull"]] == [example.fleet("inf2").serving.image]
+    assert not [c for c in calls if c[:2] == ["docker", "login"]]  # ECR Public: no login, no cache

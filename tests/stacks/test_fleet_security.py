@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from core.images import PROMETHEUS_IMAGE
 from core.manifest import load_manifest
 from stacks.accelerator_telemetry import cloudwatch_namespace, neuron_namespace
-from stacks.observability import PROMETHEUS_IMAGE
 from stacks.results import NONCURRENT_RESULTS_DAYS
 from tests.stacks.conftest import Synth
 
@@ -100,37 +100,59 @@ def test_results_bucket_expires_noncurrent_versions(example: Synth) -> None:
     assert all("ExpirationInDays" not in r for r in rules)  # the current evidence never expires
 
 
-def test_prometheus_image_is_pinned_by_digest(example: Synth) -> None:
+def test_prometheus_image_comes_through_the_docker_hub_cache_at_its_pinned_release(example: Synth) -> None:
+    # Fargate cannot pull a tag first, so the task names the pinned tag in the cache (stacks/observability.py).
     images = [
         c["Image"]
         for t in example.resources("AWS::ECS::TaskDefinition").values()
         for c in t["Properties"]["ContainerDefinitions"]
         if c["Name"] == "prometheus"
     ]
-    assert images == [PROMETHEUS_IMAGE] and "@sha256:" in PROMETHEUS_IMAGE and ":v3.5.0@" in PROMETHEUS_IMAGE
+    region = load_manifest(example.manifest_path, check_files=False).costs.region
+    assert images == [
+        {
+            "Fn::Join": [
+                "",
+                [{"Ref": "AWS::AccountId"}, f".dkr.ecr.{region}.amazonaws.com/docker-hub/prom/prometheus:v3.5.0"],
+            ]
+        }
+    ]
+    assert "@sha256:" in PROMETHEUS_IMAGE and PROMETHEUS_IMAGE.startswith("prom/prometheus:v3.5.0@")
 
 
 def test_template_user_data_is_the_boot_script_the_boot_tests_run(example: Synth) -> None:
     # tests/boot runs boot_script(...) in a sandbox; this ties that script to the synthesized launch templates.
     from core.serving import definition_digest, definition_for
-    from stacks.fleet_boot import boot_script
+    from stacks.fleet_boot import boot_definition, boot_script
 
     m = load_manifest(example.manifest_path, check_files=False)
+    account = "123456789012"
+    registry = f"{account}.dkr.ecr.{m.costs.region}.amazonaws.com"
     params = {lid: r["Properties"]["Name"] for lid, r in example.resources("AWS::SSM::Parameter").items()}
     for lt in example.resources("AWS::EC2::LaunchTemplate").values():
         parts = lt["Properties"]["LaunchTemplateData"]["UserData"]["Fn::Base64"]["Fn::Join"][1]
-        # The Refs are the fleet's SSM parameters and the results bucket (its name, in the compiled/ URI).
-        names = {**params, **{lid: "results-bucket" for lid in example.resources("AWS::S3::Bucket")}}
+        # The Refs are the fleet's SSM parameters, the results bucket (its name, in the compiled/ URI)
+        # and the account (in the Docker Hub cache's registry).
+        names = {
+            **params,
+            **{lid: "results-bucket" for lid in example.resources("AWS::S3::Bucket")},
+            "AWS::AccountId": account,
+        }
         text = "".join(p if isinstance(p, str) else names[p["Ref"]] for p in parts)
-        for name in params.values():  # a parameter name is a token at synth, so shlex.quote quoted it: same in bash
-            text = text.replace(f"'{name}'", name)
         fleet = next(f for f in m.fleets if f"/{f.name}/cloudwatch-agent" in text)
         neuron = fleet.name == "inf2"
+        boot_defn, cached = boot_definition(
+            m, fleet, weights_s3_uri=None, cache_registry=registry, region=m.costs.region
+        )
+        # A token at synth (parameter names, the account) made shlex.quote quote the word: the same in bash.
+        for word in [*params.values(), *([cached.pinned, cached.by_tag or ""] if cached else [])]:
+            text = text.replace(f"'{word}'", word)
         defn = definition_for(m, fleet)
         expected = boot_script(
-            defn,
+            boot_defn,
             campaign=m.campaign,
             serving_digest=definition_digest(defn),
+            cached=cached,
             driver_version=fleet.serving.driver_version,
             region=m.costs.region,
             agent_param=f"/harness/{m.campaign}/{fleet.name}/cloudwatch-agent",

@@ -19,7 +19,7 @@ import yaml
 
 from core.manifest import Manifest, load_manifest
 from core.serving import definition_digest, definition_for
-from stacks.fleet_boot import boot_script
+from stacks.fleet_boot import boot_definition, boot_script
 from tests.stacks.conftest import EXAMPLE_MANIFEST, Synth, synthesize
 
 
@@ -92,11 +92,14 @@ def test_an_slo_or_workers_edit_leaves_every_launch_template_unchanged(
 
 def _script(m: Manifest, fleet: str) -> list[str]:
     f = m.fleet(fleet)
-    defn = definition_for(m, f)
+    boot_defn, cached = boot_definition(
+        m, f, weights_s3_uri=None, cache_registry="123456789012.dkr.ecr.us-east-1.amazonaws.com", region="us-east-1"
+    )
     return boot_script(
-        defn,
+        boot_defn,
         campaign=m.campaign,
-        serving_digest=definition_digest(defn),
+        serving_digest=definition_digest(definition_for(m, f)),
+        cached=cached,
         driver_version=f.serving.driver_version,
         region="us-east-1",
         agent_param="p",
