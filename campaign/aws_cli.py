@@ -17,6 +17,7 @@ from campaign.plan_file import FROM_PLAN_HELP, predicted_boundaries
 from core import cloud_contract as cc
 from core.errors import EXIT_BY_DECISION, EXIT_FAILED_STEP, EXIT_OK, BadArgument, CampaignError
 from core.manifest import Manifest, load_manifest
+from core.naming import DOCKER_HUB_CREDENTIAL_PARAMETER
 from core.schedule import check_workload
 
 
@@ -33,7 +34,9 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 
     m = load_manifest(args.manifest)  # refuses to deploy an invalid manifest (exit 2 via ManifestError)
     # Illustrative hashes/digests, a gated model without a token: refused before any spend.
-    issues = cloud_issues(m, weights_from_s3=bool(args.weights_s3_uri))
+    issues = cloud_issues(
+        m, weights_from_s3=bool(args.weights_s3_uri), docker_hub_credential_arn=args.docker_hub_credential_arn
+    )
     if issues:
         raise ManifestError(issues, args.manifest)
     check_workload(m)  # every bad trace row, before any AWS call
@@ -43,7 +46,9 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         print(f"{a.fleet}: AMI {a.image_id} {a.name!r} ({a.how})")
     print(f"deploying {aws.stack_name(m)} (manifest {m.short_digest}) to {m.costs.region}")
     context = ["-c", f"weights_s3_uri={args.weights_s3_uri}"] if args.weights_s3_uri else []
-    rc = aws.deploy(Path(args.manifest), approve=args.yes, extra=[*context, *cdk_parameter_args(amis)])
+    # cloud_issues refused a deploy without it: every stack pulls Prometheus from Docker Hub.
+    credential = ["--parameters", f"{DOCKER_HUB_CREDENTIAL_PARAMETER}={args.docker_hub_credential_arn}"]
+    rc = aws.deploy(Path(args.manifest), approve=args.yes, extra=[*context, *credential, *cdk_parameter_args(amis)])
     if rc != 0:
         raise aws.AwsStepFailed(f"cdk deploy exited {rc} (its output above says why)")
     return EXIT_OK
@@ -232,7 +237,7 @@ def _stop_left_tasks(session: Any, m: Manifest) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from campaign.cli import MANIFEST_HELP
+    from campaign.cli import DOCKER_HUB_CREDENTIAL_HELP, MANIFEST_HELP
 
     d = sub.add_parser("deploy", help="npx cdk deploy the comparison environment (refuses an invalid manifest)")
     d.add_argument("manifest", help=MANIFEST_HELP)
@@ -248,6 +253,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         metavar="S3_URI",
         help="stage the checkpoint from s3://bucket/prefix/<commit>/ instead of the Hub (no hub token needed)",
     )
+    d.add_argument("--docker-hub-credential-arn", metavar="SECRET_ARN", help=DOCKER_HUB_CREDENTIAL_HELP)
     d.set_defaults(handler=cmd_deploy)
 
     r = sub.add_parser(

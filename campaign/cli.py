@@ -33,7 +33,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if args.target == "cloud":
         from campaign.cloud_checks import cloud_issues
 
-        issues = cloud_issues(m, weights_from_s3=bool(args.weights_s3_uri))
+        issues = cloud_issues(
+            m, weights_from_s3=bool(args.weights_s3_uri), docker_hub_credential_arn=args.docker_hub_credential_arn
+        )
         if issues:
             raise ManifestError(issues, args.manifest)
     scheduled = len(check_workload(m))  # the whole trace: every bad row listed (TraceError), exit 2
@@ -99,6 +101,13 @@ def cmd_local(args: argparse.Namespace) -> int:
     ).exit_code
 
 
+# validate --for cloud and deploy take the same flag (campaign.cloud_checks, stacks/image_cache.py).
+DOCKER_HUB_CREDENTIAL_HELP = (
+    "with --for cloud / deploy: ARN of the Secrets Manager secret (named ecr-pullthroughcache/..., in the manifest's "
+    "region) holding Docker Hub credentials; the stack's ECR pull-through cache pulls every Docker Hub image "
+    "(vLLM, Prometheus) with them instead of anonymously (docs/cloud.md)"
+)
+
 # The positional every campaign command takes (report_cli and aws_cli register theirs with it too).
 MANIFEST_HELP = "the campaign's manifest (YAML: model, fleets, workload trace, SLOs, prices; e.g. manifests/llama3-8b-inf2-vs-g6.yaml)"
 
@@ -127,8 +136,13 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("local", "cloud"),
         default="local",
         help="cloud: also refuse what a deploy cannot use (illustrative hashes/digests, a gated model without a token ARN, "
-        "a documentation-range operator CIDR, a tokenizer other than the model's own with its files pinned); "
-        "`deploy` runs these checks itself",
+        "a documentation-range operator CIDR, a tokenizer other than the model's own with its files pinned, "
+        "Docker Hub images without --docker-hub-credential-arn or a tag); `deploy` runs these checks itself",
+    )
+    v.add_argument(
+        "--docker-hub-credential-arn",
+        metavar="SECRET_ARN",
+        help=DOCKER_HUB_CREDENTIAL_HELP,
     )
     v.add_argument(
         "--weights-s3-uri",

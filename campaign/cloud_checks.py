@@ -4,7 +4,8 @@ The example manifests ship made-up weight hashes and image digests (the local ca
 downloads either), a documentation-range operator CIDR, a gated checkpoint without a hub
 token, and the emulator's word tokenizer. Deployed as they are, `sha256sum --check` fails under `set -e` on every instance and the
 Auto Scaling groups replace billed instances after every grace period until teardown. So
-`validate --for cloud` and `deploy` refuse them, each with the field to fill.
+`validate --for cloud` and `deploy` refuse them, each with the field to fill; likewise a deploy
+without the Docker Hub credentials every Docker Hub image is pulled with (--docker-hub-credential-arn).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from core.images import PROMETHEUS_IMAGE, PULL_THROUGH_SECRET_PREFIX, docker_hub_image, secret_arn_issue
 from core.manifest import CHAT_TEMPLATE_FILE, TOKENIZER_CONFIG, Issue, Manifest
 
 # The made-up values in manifests/*.yaml (tests/campaign/test_cloud_checks.py keeps this list
@@ -37,9 +39,14 @@ DOCUMENTATION_NETWORKS = tuple(
 GATED_REPO_OWNERS = frozenset({"meta-llama"})
 
 
-def cloud_issues(m: Manifest, *, weights_from_s3: bool = False) -> list[Issue]:
+DOCKER_HUB_CREDENTIAL_FLAG = "--docker-hub-credential-arn"
+
+
+def cloud_issues(
+    m: Manifest, *, weights_from_s3: bool = False, docker_hub_credential_arn: str | None = None
+) -> list[Issue]:
     """Every field a cloud deploy cannot use as it is, as `field.path: reason`."""
-    issues: list[Issue] = []
+    issues: list[Issue] = image_issues(m, docker_hub_credential_arn)
     for name, digest in sorted(m.model.weight_files.items()):
         if digest in ILLUSTRATIVE_VALUES:
             issues.append(
@@ -108,6 +115,42 @@ def tokenizer_issues(m: Manifest) -> list[Issue]:
             )
         ]
     return []
+
+
+def image_issues(m: Manifest, docker_hub_credential_arn: str | None) -> list[Issue]:
+    """The stacks pull every Docker Hub image through an ECR pull-through cache, never anonymously
+    (core/images.py): that needs the operator's Docker Hub credentials, and a tag beside each such
+    fleet image's digest (the cache fills on a pull by tag only)."""
+    issues: list[Issue] = []
+    from_hub: list[str] = []
+    for i, f in enumerate(m.fleets):
+        hub = docker_hub_image(f.serving.image)
+        if hub is None:
+            continue
+        from_hub.append(f"fleets[{i}].serving.image")
+        if hub.tag is None:
+            issues.append(
+                Issue(
+                    f"fleets[{i}].serving.image",
+                    "a Docker Hub image is pulled through the stack's ECR pull-through cache, which fills on a pull "
+                    "by tag only (aws/containers-roadmap#2837): write its tag beside the digest (REPOSITORY:TAG@sha256:...)",
+                )
+            )
+    from_hub.append(f"Prometheus ({PROMETHEUS_IMAGE.split('@')[0]})")
+    if docker_hub_credential_arn is None:
+        issues.append(
+            Issue(
+                DOCKER_HUB_CREDENTIAL_FLAG,
+                f"{', '.join(from_hub)} come from Docker Hub, pulled through an ECR pull-through cache that needs "
+                f"Docker Hub credentials: create a Secrets Manager secret named {PULL_THROUGH_SECRET_PREFIX}<name> in "
+                f"{m.costs.region} (docs/cloud.md, 'Before the first deploy') and pass its ARN",
+            )
+        )
+    else:
+        problem = secret_arn_issue(docker_hub_credential_arn, m.costs.region)
+        if problem:
+            issues.append(Issue(DOCKER_HUB_CREDENTIAL_FLAG, problem))
+    return issues
 
 
 # --- Service Quotas pre-flight: what the manifest needs against what the account may run ---------

@@ -262,7 +262,11 @@ class CloudRun:
         self, role: Role, fleet: str, extra: Mapping[str, str], command: tuple[str, ...] | None = None
     ) -> TaskSpec:
         env = {cc.ENV_RUN_ID: self.run_id, cc.ENV_FLEET: fleet, cc.ENV_HOST: self.cfg.targets[fleet], **extra}
-        definition = self.cfg.master_task_definition if role == "master" else self.cfg.worker_task_definition
+        definition = {
+            "master": self.cfg.master_task_definition,
+            "worker": self.cfg.worker_task_definition,
+            "gate": self.cfg.gate_task_definition,
+        }[role]
         return TaskSpec(role, fleet, definition, env, command)
 
     def _start(self, spec: TaskSpec) -> RunningTask:

@@ -58,7 +58,7 @@ class EcsTaskLauncher:
         }
         environment = [{"name": k, "value": v} for k, v in spec.environment.items()]
         container: dict[str, Any] = {"name": cc.CONTAINER_NAME, "environment": environment}
-        if spec.command is not None:  # the gate task: the worker definition with `--gate` for its command
+        if spec.command is not None:  # a command override (the definition's own Command otherwise)
             container["command"] = list(spec.command)
         request = dict(
             cluster=self.cfg.cluster,

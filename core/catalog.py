@@ -218,6 +218,16 @@ CUDA_DRIVER_TABLE = (
 NVIDIA_DLAMI_NAMES = (
     "https://docs.aws.amazon.com/dlami/latest/devguide/find-dlami-id.html (describe-images by DLAMI name)"
 )
+# Both fleets' hosts run one Ubuntu release, the Neuron DLAMI's 24.04; the NVIDIA DLAMI is the Base AMI
+# with Single CUDA (Ubuntu 24.04), whose release notes list G4dn/G5/G6, x86_64, NVIDIA driver 595.71.05
+# (>= 570.26, CUDA 12.8's minimum) and the docker-ce / containerd.io versions the boot script installs on a
+# Neuron host (stacks/fleet_boot.py DOCKER_VERSION). The container brings its own CUDA; the host's 13.2
+# toolkit is unused.
+NVIDIA_DLAMI_RELEASE_NOTES = (
+    "https://docs.aws.amazon.com/dlami/latest/devguide/aws-deep-learning-ami-gpubasesinglecuda-ul2404-2026-07-17.html "
+    "(Deep Learning Base AMI with Single CUDA (Ubuntu 24.04) 20260717: Ubuntu 24.04.4 LTS, x86_64, nvidia_driver "
+    "595.71.05, docker-ce-cli 29.6.2-1~ubuntu.24.04~noble, containerd v2.2.6)"
+)
 
 
 @dataclass(frozen=True)
@@ -262,9 +272,9 @@ HOST_STACKS: dict[tuple[str, str], HostStack] = {
         runtime=None,
         image_tag_marker=None,
         documented_image=None,
-        ami_name_filter="Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) *",
+        ami_name_filter="Deep Learning Base AMI with Single CUDA (Ubuntu 24.04) *",
         ami_description_filter=None,
-        sources=(CUDA_DRIVER_TABLE, NVIDIA_DLAMI_NAMES),
+        sources=(CUDA_DRIVER_TABLE, NVIDIA_DLAMI_NAMES, NVIDIA_DLAMI_RELEASE_NOTES),
     ),
 }
 

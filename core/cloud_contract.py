@@ -78,7 +78,7 @@ LOADGEN_TASK_MEMORY_GIB = 2
 # Set by the task definitions (deploy time).
 ENV_RESULTS_URI = "HARNESS_RESULTS_S3_URI"  # s3://bucket/campaigns/<campaign>/<digest12>/runs
 ENV_MANIFEST_DIGEST = "HARNESS_MANIFEST_DIGEST"  # the manifest the stack was synthesized from
-ENV_ROLE = "HARNESS_LOADGEN_ROLE"  # "master" or "worker"
+ENV_ROLE = "HARNESS_LOADGEN_ROLE"  # "master", "worker" or "gate"
 ENV_WORK_DIR = "HARNESS_WORK_DIR"  # where the task stages its inputs (the image: /data)
 # Set by `campaign run` per task (RunTask overrides). LOADGEN_* / LOCUST_* are read by the
 # locustfile and Locust themselves.
@@ -152,6 +152,7 @@ class RunConfig:
     cluster: str
     master_task_definition: str
     worker_task_definition: str
+    gate_task_definition: str  # the gate's own definition and task role: the only one that writes gate-*
     subnets: tuple[str, ...]
     security_groups: tuple[str, ...]
     results_uri: str  # s3://bucket/<runs prefix>
@@ -181,6 +182,7 @@ class RunConfig:
                 "cluster",
                 "master_task_definition",
                 "worker_task_definition",
+                "gate_task_definition",
                 "subnets",
                 "security_groups",
                 "results_uri",
@@ -205,6 +207,7 @@ class RunConfig:
             cluster=str(data["cluster"]),
             master_task_definition=str(data["master_task_definition"]),
             worker_task_definition=str(data["worker_task_definition"]),
+            gate_task_definition=str(data["gate_task_definition"]),
             subnets=tuple(subnets),
             security_groups=tuple(groups),
             results_uri=str(data["results_uri"]).rstrip("/"),

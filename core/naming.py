@@ -1,4 +1,4 @@
-"""Names the stacks and the CLI must agree on: the stack, the fleets' AMI parameters, the kept-by-design tag."""
+"""Names the stacks and the CLI must agree on: the stack, the fleets' AMI parameters, the tags."""
 
 from __future__ import annotations
 
@@ -6,6 +6,14 @@ import re
 
 # The stacks tag the results bucket with this, and teardown leaves it in place.
 RETAINED_TAG = ("lifecycle", "retained")
+# Every resource carries the manifest's digest; a fleet's launch template (so its instances and
+# volumes at launch) carries its serving definition's instead (stacks/fleet.py says why).
+MANIFEST_DIGEST_TAG = "manifest-digest"
+SERVING_DIGEST_TAG = "serving-digest"
+# Template parameter of the Docker Hub pull-through cache's credential (stacks/image_cache.py), filled
+# by `campaign deploy --docker-hub-credential-arn`. A name with "secret" in it would read as a password
+# to CloudFormation validation (W2509), and an ARN is none.
+DOCKER_HUB_CREDENTIAL_PARAMETER = "DockerHubCredentialArn"
 
 
 def stack_name(campaign: str) -> str:

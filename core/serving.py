@@ -362,11 +362,15 @@ def host_stack_for(fleet: Fleet) -> catalog.HostStack:
     return row
 
 
-def definition_for(manifest: Manifest, fleet: Fleet, *, weights_s3_uri: str | None = None) -> ServingDefinition:
-    """The serving container for `fleet`; `weights_s3_uri` stages from S3 instead of the Hub."""
+def definition_for(
+    manifest: Manifest, fleet: Fleet, *, weights_s3_uri: str | None = None, pull_image: str | None = None
+) -> ServingDefinition:
+    """The serving container for `fleet`; `weights_s3_uri` stages from S3 instead of the Hub;
+    `pull_image`: the reference a host pulls and runs `fleet.serving.image` by (the same image
+    through a registry cache, core.images). The compiled key stays the manifest's image."""
     stack = fleet.serving.stack
     host = host_stack_for(fleet)
-    image = fleet.serving.image
+    image = pull_image or fleet.serving.image
     wdir = weights_dir_for(manifest)
     cache = f"{CACHE_MOUNT}/compile/{stack}/{manifest.model.commit}/{fleet.instance_type}-tp{fleet.tensor_parallel}"
     staging = _staging(manifest, image, wdir, weights_s3_uri)
@@ -409,7 +413,9 @@ def definition_for(manifest: Manifest, fleet: Fleet, *, weights_s3_uri: str | No
         }
         # A loaded compiled model ignores differing settings (the guide cited at CompiledArtifacts), so
         # the directory is named by everything that shapes it: changed buckets compile anew.
-        compiled = CompiledArtifacts.for_server(fleet.instance_type, image, argv, env, f"{CACHE_MOUNT}/compile")
+        compiled = CompiledArtifacts.for_server(
+            fleet.instance_type, fleet.serving.image, argv, env, f"{CACHE_MOUNT}/compile"
+        )
         cache = compiled.directory
         env |= {
             "NEURON_COMPILED_ARTIFACTS": cache,  # compiled once, then loaded: from EBS, or fetched from S3
@@ -562,3 +568,28 @@ def render_docker_run(defn: ServingDefinition, name: str = "llm") -> str:
         parts += ["-e", q(f"{key}={value}")]
     parts += ["--entrypoint", q(defn.command[0]), q(defn.image), *(q(a) for a in defn.command[1:])]
     return " ".join(parts)
+
+
+def definition_digest(defn: ServingDefinition) -> str:
+    """sha256 of everything a fleet instance is booted with to serve: the image, the server's argv
+    and environment, devices, ports and paths, the weight staging lines, the config files, the host
+    stack and the compiled-artifacts key. The fleet's boot script is keyed by this, not by the
+    manifest's digest: an edit that changes none of it (an SLO, `loadgen.workers`) leaves every
+    launch template as it is, so a redeploy replaces no instance (stacks/fleet.py)."""
+    body = {
+        "stack": defn.stack,
+        "image": defn.image,
+        "command": list(defn.command),
+        "environment": dict(defn.environment),
+        "device_args": list(defn.device_args),
+        "port": defn.port,
+        "health_path": defn.health_path,
+        "metrics_path": defn.metrics_path,
+        "weights_dir": defn.weights_dir,
+        "cache_dir": defn.cache_dir,
+        "weights_staging": list(defn.weights_staging),
+        "host": [defn.host.vendor, defn.host.sdk_version, defn.host.driver, defn.host.ami_name_filter],
+        "config_files": dict(defn.config_files),
+        "compiled_key": defn.compiled.key if defn.compiled is not None else None,
+    }
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()

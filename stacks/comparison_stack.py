@@ -5,7 +5,9 @@ from __future__ import annotations
 from aws_cdk import CfnOutput, Stack, Tags
 from constructs import Construct
 
+from core.naming import MANIFEST_DIGEST_TAG
 from stacks.fleet import ServingFleet
+from stacks.image_cache import DockerHubCache
 from stacks.load_balancer import FleetLoadBalancer
 from stacks.load_generator import LoadGenerator
 from stacks.loadgen_contract import RUN_CONFIG_OUTPUT
@@ -21,9 +23,10 @@ class ComparisonStack(Stack):
         description = f"{m.campaign}: {m.description} (manifest {m.short_digest})"[:1024]
         super().__init__(scope, cid, description=description, **kwargs)  # type: ignore[arg-type]
         Tags.of(self).add("campaign", m.campaign)
-        Tags.of(self).add("manifest-digest", m.digest)
+        Tags.of(self).add(MANIFEST_DIGEST_TAG, m.digest)
 
         store = ResultsStore(self, "Results")
+        image_cache = DockerHubCache(self, "DockerHubCache")
         network = Network(self, "Network", availability_zones=settings.vpc_azs, flow_log_bucket=store.logs)
         fleets = []
         for i, f in enumerate(m.fleets):
@@ -35,13 +38,14 @@ class ComparisonStack(Stack):
                 vpc=network.vpc,
                 weights_s3_uri=settings.weights_s3_uri,
                 results=store.results,
+                image_cache=image_cache,
             )
             Tags.of(fleet).add("fleet", f.name)
             fleets.append(fleet)
 
-        nlb = FleetLoadBalancer(self, "FleetNlb", vpc=network.vpc, cross_zone=m.costs.network.nlb_cross_zone)
+        nlb = FleetLoadBalancer(self, "FleetNlb", vpc=network.vpc)
         nlb.add_fleets(fleets)
-        obs = Observability(self, "Observability", manifest=m, vpc=network.vpc)
+        obs = Observability(self, "Observability", manifest=m, vpc=network.vpc, image_cache=image_cache)
         obs.add_prometheus(fleets)
         prefix = ResultsStore.campaign_prefix(m.campaign, m.digest)
         loadgen = LoadGenerator(

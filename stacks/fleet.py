@@ -5,7 +5,7 @@ Why user data + `docker run` and not ECS on EC2: see `SERVING_ON_EC2_RATIONALE`.
 
 from __future__ import annotations
 
-from aws_cdk import Annotations, CfnParameter, Duration, RemovalPolicy, Stack
+from aws_cdk import Annotations, CfnParameter, Duration, RemovalPolicy, Stack, Tags
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
@@ -17,8 +17,8 @@ from constructs import Construct
 from core import catalog
 from core.cloud_contract import HEALTH_GRACE_MIN
 from core.manifest import Fleet, Manifest
-from core.naming import ami_parameter_name
-from core.serving import definition_for
+from core.naming import MANIFEST_DIGEST_TAG, SERVING_DIGEST_TAG, ami_parameter_name
+from core.serving import definition_digest, definition_for
 from stacks.accelerator_telemetry import (
     as_json,
     cloudwatch_agent_config,
@@ -27,8 +27,9 @@ from stacks.accelerator_telemetry import (
     neuron_namespace,
 )
 from stacks.compliance import acknowledge, arn_placeholder
-from stacks.fleet_boot import boot_script, ecr_image
+from stacks.fleet_boot import boot_definition, boot_script, ecr_image
 from stacks.fleet_paths import COMPILED_PREFIX
+from stacks.image_cache import DockerHubCache
 
 SERVING_ON_EC2_RATIONALE = """\
 The serving container runs from user data (`docker run`, rendered by core.serving) on a
@@ -75,12 +76,24 @@ class ServingFleet(Construct):
         vpc: ec2.IVpc,
         weights_s3_uri: str | None,
         results: s3.IBucket | None = None,
+        image_cache: DockerHubCache,
     ) -> None:
-        """`results`: the results bucket, where instances share what they compile (compiled/<key>/)."""
+        """`results`: the results bucket, where instances share what they compile (compiled/<key>/).
+        `image_cache`: a Docker Hub serving image is pulled through it, never anonymously."""
         super().__init__(scope, cid)
         fleet: Fleet = manifest.fleets[index]
         self.fleet = fleet
+        # The definition as the manifest gives it (what serves: the digest and compiled key name it);
+        # the boot script runs the same image by its cache reference when it comes from Docker Hub.
         self.definition = defn = definition_for(manifest, fleet, weights_s3_uri=weights_s3_uri)
+        self.serving_digest = definition_digest(defn)
+        boot_defn, cached = boot_definition(
+            manifest,
+            fleet,
+            weights_s3_uri=weights_s3_uri,
+            cache_registry=image_cache.registry,
+            region=image_cache.region,
+        )
         ami = ami_parameter(self, fleet, defn.host)
         vendor = catalog.instance(fleet.instance_type).accelerator.vendor
         region = Stack.of(self).region
@@ -124,7 +137,10 @@ class ServingFleet(Construct):
         agent_param.grant_read(role)
         if neuron_param:
             neuron_param.grant_read(role)
-        self._grant_image_pull(role, defn.image)
+        if cached:
+            image_cache.grant_pull(role, [cached])
+        else:
+            self._grant_image_pull(role, defn.image)
         if manifest.model.hub_token_secret_arn:
             role.add_to_policy(
                 iam.PolicyStatement(
@@ -136,7 +152,7 @@ class ServingFleet(Construct):
         compiled_uri = None
         if results is not None and defn.compiled is not None:
             compiled_uri = f"s3://{results.bucket_name}/{COMPILED_PREFIX}"
-            self._grant_compiled_share(role, results)
+            self._grant_compiled_share(role, results, defn.compiled.key)
 
         self.security_group = ec2.SecurityGroup(
             self,
@@ -148,8 +164,9 @@ class ServingFleet(Construct):
         user_data = ec2.UserData.for_linux()
         user_data.add_commands(
             *boot_script(
-                defn,
-                manifest=manifest,
+                boot_defn,
+                campaign=manifest.campaign,
+                serving_digest=self.serving_digest,
                 weights_s3_uri=weights_s3_uri,
                 driver_version=fleet.serving.driver_version,
                 region=region,
@@ -157,6 +174,7 @@ class ServingFleet(Construct):
                 neuron_monitor_param=neuron_param.parameter_name if neuron_param else None,
                 neuron_namespace=neuron_namespace(manifest.campaign, fleet.name),
                 compiled_uri=compiled_uri,
+                cached=cached,
             )
         )
         self.launch_template = ec2.LaunchTemplate(
@@ -190,6 +208,12 @@ class ServingFleet(Construct):
                 ),
             ],
         )
+        # The launch template's data is all CloudFormation compares: its tags at launch name the serving
+        # definition, not the manifest (the stack-wide manifest-digest tag would make every manifest
+        # edit a new template version); instances still get manifest-digest from the group's tags,
+        # which CloudFormation updates without replacing an instance.
+        Tags.of(self.launch_template).remove(MANIFEST_DIGEST_TAG)
+        Tags.of(self.launch_template).add(SERVING_DIGEST_TAG, self.serving_digest)
         self.asg = autoscaling.AutoScalingGroup(
             self,
             "Asg",
@@ -206,16 +230,20 @@ class ServingFleet(Construct):
             health_checks=autoscaling.HealthChecks.with_additional_checks(
                 additional_types=[autoscaling.AdditionalHealthCheckType.ELB], grace_period=HEALTH_GRACE[vendor]
             ),
-            # A changed manifest is a new launch template version (its digest is in the user data,
-            # stacks/fleet_boot.py), and CloudFormation's AutoScalingRollingUpdate replaces every
-            # instance of the old version on `deploy`: all at once (no instance of the old
-            # manifest keeps serving), without waiting for signals (the NLB health check and the
-            # health grace decide when a new one serves). Without it, a redeploy changes the
-            # template and leaves the running instances on the old one.
+            # A changed serving definition is a new launch template version (its digest is in the user
+            # data, stacks/fleet_boot.py), and CloudFormation's AutoScalingRollingUpdate replaces every
+            # instance of the old version on `deploy` (a change of the group's LaunchTemplate is one of
+            # the changes that trigger it; CloudFormation template reference, "UpdatePolicy attribute"):
+            # all at once (no instance of the old definition keeps serving), without waiting for signals
+            # (the NLB health check and the health grace decide when a new one serves). Without it, a
+            # redeploy changes the template and leaves the running instances on the old one. A manifest
+            # edit outside the serving definition (an SLO, loadgen.workers) changes no template.
             update_policy=autoscaling.UpdatePolicy.rolling_update(
                 max_batch_size=fleet.asg.max, min_instances_in_service=0, pause_time=Duration.seconds(0)
             ),
         )
+        if cached:
+            image_cache.needed_by(self.asg)
         # The manifest pins desired; a redeploy resetting it to the manifest value is the intent.
         Annotations.of(self.asg).acknowledge_warning(
             "@aws-cdk/aws-autoscaling:desiredCapacitySet",
@@ -287,7 +315,7 @@ class ServingFleet(Construct):
     def _grant_image_pull(role: iam.Role, image: str) -> None:
         ecr = ecr_image(image)
         if ecr is None:
-            return  # public registry: pulled through the NAT gateway, no IAM involved
+            return  # ECR Public or another public registry (not Docker Hub: core.images): no IAM involved
         stack = Stack.of(role)
         repo_arn = stack.format_arn(
             service="ecr", region=ecr.region, account=ecr.account, resource="repository", resource_name=ecr.repository
@@ -301,23 +329,30 @@ class ServingFleet(Construct):
         role.add_to_policy(iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"]))
 
     @staticmethod
-    def _grant_compiled_share(role: iam.Role, results: s3.IBucket) -> None:
-        """Read and write under compiled/ only (fetch what another instance compiled, publish what
-        this one compiled); list that prefix only (`aws s3 cp --recursive` lists); no delete."""
-        prefix = f"{results.bucket_arn}/{COMPILED_PREFIX}/*"
-        role.add_to_policy(iam.PolicyStatement(actions=["s3:GetObject", "s3:PutObject"], resources=[prefix]))
+    def _grant_compiled_share(role: iam.Role, results: s3.IBucket, key: str) -> None:
+        """Read and write under this fleet's own compiled/<key>/ only (fetch what another of its
+        instances compiled, publish what this one compiled); list that prefix only (the boot
+        script's list-objects-v2 --prefix compiled/<key>/ and `aws s3 cp --recursive` list); no
+        delete. Another fleet's sets (another key) are neither readable nor writable: a fleet can
+        neither load nor overwrite what another instance type or server configuration compiled."""
+        prefix = f"{COMPILED_PREFIX}/{key}"
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["s3:GetObject", "s3:PutObject"], resources=[f"{results.bucket_arn}/{prefix}/*"]
+            )
+        )
         role.add_to_policy(
             iam.PolicyStatement(
                 actions=["s3:ListBucket"],
                 resources=[results.bucket_arn],
-                conditions={"StringLike": {"s3:prefix": [f"{COMPILED_PREFIX}/*"]}},
+                conditions={"StringLike": {"s3:prefix": [f"{prefix}/*"]}},
             )
         )
         bucket = arn_placeholder(results.node.default_child)  # type: ignore[arg-type]
         acknowledge(
             role,
-            f"AwsSolutions-IAM5[Resource::{bucket}/{COMPILED_PREFIX}/*]",
-            "Read and write of the fleets' shared compiled artifacts (compiled/<key>/), keyed by what shapes them.",
+            f"AwsSolutions-IAM5[Resource::{bucket}/{prefix}/*]",
+            "Read and write of this fleet's own compiled artifacts (compiled/<its key>/<publisher>/), keyed by what shapes them.",
         )
 
     @staticmethod

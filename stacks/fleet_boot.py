@@ -2,7 +2,8 @@
 
 Order matters: mount the cache volume (weights, compile and engine caches live there), start
 telemetry (so a failed boot is visible in CloudWatch), install the pinned Docker if the AMI has
-none, log in to ECR, stage and verify the weights, fetch the fleet's compiled artifacts if an
+none, log in to ECR and pull the image (a Docker Hub one through the ECR pull-through cache),
+stage and verify the weights, fetch the fleet's compiled artifacts if an
 instance published them, then `docker run` the serving container exactly as `core.serving`
 renders it; once it serves, an instance that compiled publishes what it compiled.
 """
@@ -13,8 +14,9 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from core.manifest import Manifest
-from core.serving import ServingDefinition, render_docker_run
+from core.images import CachedPull, cached_pull
+from core.manifest import Fleet, Manifest
+from core.serving import ServingDefinition, definition_for, render_docker_run
 from stacks.fleet_paths import BOOT_LOG, CACHE_MOUNT, NEURON_MONITOR_CONFIG
 
 _ECR_IMAGE = re.compile(
@@ -58,13 +60,42 @@ def _mount_cache_volume() -> list[str]:
 
 
 # CloudWatch agent: one pinned release, its detached signature checked against the AWS key
-# fingerprint before dpkg sees the package (never the moving `latest` path).
+# fingerprint before the package is installed (never the moving `latest` path).
 # Versioned path: <bucket>/ubuntu/amd64/<version>/amazon-cloudwatch-agent.deb(.sig), the layout of
 # the `latest` path the AWS install guide uses; key and fingerprint: "Verify the signature of the
 # CloudWatch agent package", https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/verify-CloudWatch-Agent-Package-Signature.html
 CLOUDWATCH_AGENT_VERSION = "1.300072.0b1766"
 CLOUDWATCH_AGENT_KEY_FINGERPRINT = "937616F3450B7D806CBD9725D58167303B789C72"
 HEALTH_WAIT_S = 7200  # covers the longest first boot: weights + Neuron compile (see fleet.HEALTH_GRACE)
+
+# On a fresh instance apt-daily / unattended-upgrades may hold the dpkg lock for minutes; an
+# apt-get or dpkg that finds it taken fails at once, and under `set -e` the boot with it. Every
+# install waits up to APT_LOCK_WAIT_S instead (well inside the 30-min NVIDIA health grace), through
+# apt's DPkg::Lock::Timeout: seconds debSystem::Lock waits for the dpkg frontend and database locks
+# (Debian/apt apt-pkg/deb/debsystem.cc; added in apt 1.9.11, commit 93e156579 "apt(8): Wait for
+# frontend and cache lock"; the DLAMIs' Ubuntu 24.04 ships apt 2.7.14, packages.ubuntu.com/noble/apt-doc).
+# `apt-get update` takes only the lists lock (/var/lib/apt/lists/lock, pkgAcquire::GetLock in
+# apt-pkg/acquire.cc), which that option does not cover: it is retried every APT_RETRY_EVERY_S
+# for the same span.
+APT_LOCK_WAIT_S = 900
+APT_RETRY_EVERY_S = 10
+
+
+def _apt_get(args: str) -> str:
+    """One apt-get call that waits for the dpkg lock (APT_LOCK_WAIT_S), non-interactive."""
+    return f"DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout={APT_LOCK_WAIT_S} {args}"
+
+
+def _apt_get_update(indent: str = "") -> list[str]:
+    """`apt-get update`, retried while another apt holds the lists lock (or a mirror fails)."""
+    tries = APT_LOCK_WAIT_S // APT_RETRY_EVERY_S
+    return [
+        f"{indent}for APT_TRY in $(seq 1 {tries}); do",
+        f"{indent}  {_apt_get('update -q')} && break",
+        f'{indent}  [ "$APT_TRY" -lt {tries} ] || {{ echo "apt-get update failed {tries} times in {APT_LOCK_WAIT_S} s"; exit 1; }}',
+        f"{indent}  sleep {APT_RETRY_EVERY_S}",
+        f"{indent}done",
+    ]
 
 
 def _cloudwatch_agent(region: str, agent_param: str) -> list[str]:
@@ -85,7 +116,9 @@ def _cloudwatch_agent(region: str, agent_param: str) -> list[str]:
         f'  case "$CW_FPRS" in *"fpr:::::::::{CLOUDWATCH_AGENT_KEY_FINGERPRINT}:"*) ;; '
         '*) echo "CloudWatch agent key fingerprint mismatch"; exit 1;; esac',
         '  gpg --batch --verify "$CW_DIR/agent.deb.sig" "$CW_DIR/agent.deb"',
-        '  dpkg -i -E "$CW_DIR/agent.deb"',
+        # Installed through apt-get (a path argument ending in .deb is a local package) so that it
+        # waits for the dpkg lock as every other install here does (_apt_get).
+        f'  {_apt_get("install -y -q")} "$CW_DIR/agent.deb"',
         '  unset GNUPGHOME; rm -rf "$CW_DIR"',
         "fi",
         f"{ctl} -a fetch-config -m ec2 -s -c ssm:{shlex.quote(agent_param)}",
@@ -98,12 +131,15 @@ def _cloudwatch_agent(region: str, agent_param: str) -> list[str]:
 # guide does it ("Install using the apt repository": download.docker.com, the repository key
 # checked against Docker's published release-key fingerprint; "Install a specific version": the
 # apt version string is 5:<version>-1~ubuntu.<VERSION_ID>~<codename>), at one pinned release:
-# the docker-ce and containerd.io versions of the NVIDIA Deep Learning Base AMI (Ubuntu 24.04)
-# 20260717, so both fleets run the same engine. A host that has docker keeps its own.
+# the docker-ce and containerd.io versions of the NVIDIA Deep Learning Base AMI with Single CUDA
+# (Ubuntu 24.04) 20260717, the NVIDIA fleets' DLAMI (core.catalog.HOST_STACKS), so both fleets run
+# the same engine on the same Ubuntu release (DOCKER_PIN_UBUNTU; the Neuron DLAMI is 24.04 too). A
+# host that has docker keeps its own.
 # Sources: https://docs.docker.com/engine/install/ubuntu/ ;
 # https://docs.aws.amazon.com/dlami/latest/devguide/aws-deep-learning-ami-gpubasesinglecuda-ul2404-2026-07-17.html
 # (docker-ce-cli 29.6.2-1~ubuntu.24.04~noble, containerd v2.2.6);
 # Neuron DLAMI release notes: https://awsdocs-neuron.readthedocs-hosted.com/en/latest/release-notes/prev/by-component/dlami.html
+DOCKER_PIN_UBUNTU = "24.04"  # the release of the DLAMI whose notes the two versions below come from
 DOCKER_VERSION = "29.6.2"
 CONTAINERD_VERSION = "2.2.6"
 DOCKER_APT_URL = "https://download.docker.com/linux/ubuntu"
@@ -127,11 +163,45 @@ def _docker_engine() -> list[str]:
         f'  case "$DOCKER_KEY_FPRS" in *"fpr:::::::::{DOCKER_KEY_FINGERPRINT}:"*) ;; '
         '*) echo "Docker apt key fingerprint mismatch"; exit 1;; esac',
         f'  echo "deb [arch=amd64 signed-by={DOCKER_KEYRING}] {DOCKER_APT_URL} $OS_CODENAME stable" > /etc/apt/sources.list.d/docker.list',
-        "  apt-get update -q",
-        f'  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "docker-ce={pkg}" "docker-ce-cli={pkg}" "containerd.io={containerd}"',
+        *_apt_get_update(indent="  "),
+        f'  {_apt_get("install -y -q")} "docker-ce={pkg}" "docker-ce-cli={pkg}" "containerd.io={containerd}"',
         "  systemctl enable --now docker",
         "fi",
     ]
+
+
+def boot_definition(
+    manifest: Manifest, fleet: Fleet, *, weights_s3_uri: str | None, cache_registry: str, region: str
+) -> tuple[ServingDefinition, CachedPull | None]:
+    """What a fleet's boot script renders: its serving definition with a Docker Hub image replaced by
+    that image's pinned reference in the ECR pull-through cache at `cache_registry` (and how to pull
+    it), or the manifest's definition as it is for an image of another registry."""
+    cached = cached_pull(fleet.serving.image, registry=cache_registry, region=region)
+    pull_image = cached.pinned if cached else None
+    return definition_for(manifest, fleet, weights_s3_uri=weights_s3_uri, pull_image=pull_image), cached
+
+
+def _ecr_login(region: str, registry: str) -> str:
+    return f"aws ecr get-login-password --region {region} | docker login --username AWS --password-stdin {registry}"
+
+
+def _image_pull(defn: ServingDefinition, cached: CachedPull | None) -> list[str]:
+    """The serving image onto the host before anything runs it. Through the Docker Hub cache: the
+    tag first (the cache fills on a pull by tag only, core.images), then the pinned digest, which
+    the cache serves only if that tag still points at it."""
+    q = shlex.quote
+    if cached is None:
+        ecr = ecr_image(defn.image)
+        login = [_ecr_login(ecr.region, ecr.registry)] if ecr else []
+        return [*login, f"docker pull {q(defn.image)}"]
+    if cached.pinned != defn.image:
+        raise ValueError(f"the definition runs {defn.image}, the cache pull pins {cached.pinned}")
+    lines = [_ecr_login(cached.region, cached.registry)]
+    if cached.by_tag and cached.by_tag != cached.pinned:
+        lines.append(f"docker pull {q(cached.by_tag)}")
+    moved = f"{cached.pinned} is not in the cache after pulling its tag: the tag no longer points at the pinned digest"
+    lines.append(f"docker pull {q(cached.pinned)} || {{ echo {q(moved)}; exit 1; }}")
+    return lines
 
 
 def weights_staging(defn: ServingDefinition) -> list[str]:
@@ -263,7 +333,8 @@ def _neuron_monitor(region: str, config_param: str, namespace: str) -> list[str]
 def boot_script(
     defn: ServingDefinition,
     *,
-    manifest: Manifest,
+    campaign: str,
+    serving_digest: str,
     weights_s3_uri: str | None = None,
     driver_version: str,
     region: str,
@@ -271,14 +342,18 @@ def boot_script(
     neuron_monitor_param: str | None,
     neuron_namespace: str,
     compiled_uri: str | None = None,
+    cached: CachedPull | None = None,
 ) -> list[str]:
-    """`compiled_uri`: s3://<results bucket>/compiled, where a fleet's instances share what they compile."""
+    """`cached`: how the host pulls a Docker Hub image through the ECR pull-through cache (then
+    `defn.image` is its pinned cache reference). `serving_digest`: core.serving.definition_digest of the fleet's definition as the manifest
+    gives it. `compiled_uri`: s3://<results bucket>/compiled, where a fleet's instances share what they compile."""
     lines = [
         "set -euo pipefail",
         f"exec > >(tee -a {BOOT_LOG}) 2>&1",
-        # The manifest's digest is part of the launch template: a changed manifest is a new
-        # template version, which the ASG's rolling update (stacks/fleet.py) rolls out on deploy.
-        f"echo {shlex.quote(f'boot: campaign {manifest.campaign}, manifest {manifest.digest}')}",
+        # Keyed by the serving definition, not the manifest: the script changes (a new launch template
+        # version, which the ASG's rolling update in stacks/fleet.py rolls out) only when what the
+        # instance serves does; an SLO or loadgen edit leaves the instances alone.
+        f"echo {shlex.quote(f'boot: campaign {campaign}, serving definition {serving_digest}')}",
         *_mount_cache_volume(),
         *_cloudwatch_agent(region, agent_param),
         *_driver_check(defn, driver_version),
@@ -286,13 +361,8 @@ def boot_script(
     ]
     if neuron_monitor_param:
         lines += _neuron_monitor(region, neuron_monitor_param, neuron_namespace)
-    ecr = ecr_image(defn.image)
-    if ecr:
-        lines.append(
-            f"aws ecr get-login-password --region {ecr.region} | docker login --username AWS --password-stdin {ecr.registry}"
-        )
+    lines += _image_pull(defn, cached)
     lines += [
-        f"docker pull {shlex.quote(defn.image)}",
         *weights_staging(defn),
         f"mkdir -p {shlex.quote(defn.cache_dir)}",
     ]

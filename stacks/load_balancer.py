@@ -14,10 +14,24 @@ from stacks.fleet import ServingFleet
 from stacks.network import PRIVATE
 
 FIRST_LISTENER_PORT = 8000  # fleet i listens on 8000 + i, in manifest order
+# Cross-zone load balancing is on for every measured target group, whatever
+# costs.network.nlb_cross_zone says (that field describes the production deployment the analysis
+# prices). Off, each NLB node sends only to targets in its own AZ, so the load generators' DNS
+# answer decides which AZ's instances get the load; and since the fleets share this NLB, an AZ
+# stays in its DNS only while every target group has a healthy target there, so an inf2 AZ still
+# compiling also took that AZ out for g6. On, a node spreads over the targets of every AZ, and an
+# AZ is healthy while each target group has a healthy target in any AZ (all unhealthy: the NLB
+# fails open). The target group's attribute load_balancing.cross_zone.enabled decides for its
+# traffic, whatever the load balancer's. Sources: ELB user guide, "Cross-zone load balancing for
+# target groups" (docs.aws.amazon.com/elasticloadbalancing/latest/network/target-group-cross-zone.html)
+# and "Target group health"; AWS re:Post knowledge center, "elb-dns-cross-zone-balance-configuration".
+# So one NLB still serves both fleets without coupling their AZs; aws-cdk-lib NetworkTargetGroup's
+# cross_zone_enabled renders that attribute (default: the load balancer's setting).
+MEASURED_CROSS_ZONE = True
 
 
 class FleetLoadBalancer(Construct):
-    def __init__(self, scope: Construct, cid: str, *, vpc: ec2.IVpc, cross_zone: bool) -> None:
+    def __init__(self, scope: Construct, cid: str, *, vpc: ec2.IVpc) -> None:
         super().__init__(scope, cid)
         self.security_group = ec2.SecurityGroup(
             self,
@@ -33,9 +47,9 @@ class FleetLoadBalancer(Construct):
             internet_facing=False,
             vpc_subnets=PRIVATE,
             security_groups=[self.security_group],
-            # Explicit, from costs.network.nlb_cross_zone: cross-zone routing spreads load evenly
-            # over instances in every AZ but bills inter-AZ data transfer on each request and response.
-            cross_zone_enabled=cross_zone,
+            # The load balancer's own default, for any target group that does not set it (each
+            # fleet's does: MEASURED_CROSS_ZONE); inter-AZ transfer is billed either way it flows.
+            cross_zone_enabled=MEASURED_CROSS_ZONE,
         )
         acknowledge(
             self.nlb,
@@ -62,6 +76,7 @@ class FleetLoadBalancer(Construct):
             port=defn.port,
             protocol=elbv2.Protocol.TCP,
             targets=[fleet.asg],
+            cross_zone_enabled=MEASURED_CROSS_ZONE,
             deregistration_delay=Duration.seconds(30),
             health_check=elbv2.HealthCheck(
                 protocol=elbv2.Protocol.HTTP,

@@ -54,6 +54,15 @@ ECS_EXEC_ACTIONS = [
     "ssmmessages:OpenDataChannel",
 ]
 PORT_FORWARD_DOCUMENT = "AWS-StartPortForwardingSession"
+# The run files (<name>-*, core.cloud_contract's layout) each role writes, and what they hold.
+WRITE_PURPOSE = {
+    "records": "record files (workers)",
+    "summary": "run summaries (workers)",
+    "progress": "live progress (master)",
+    "gate": "readiness and quality result (gate task)",
+}
+LOCUST_WRITES = ("records", "summary", "progress")
+GATE_WRITES = ("gate",)
 
 
 def loadgen_image() -> ecs.ContainerImage:
@@ -112,6 +121,13 @@ class LoadGenerator(Construct):
             "LOCUST_MASTER_BIND_PORT": str(lg.LOCUST_MASTER_PORT),
         }
         worker_env = {**common_env, lg.ENV_ROLE: "worker", lg.ENV_MASTER_PORT: str(lg.LOCUST_MASTER_PORT)}
+        # The gate (loadgen/gate_task.py) stages and checks the run's inputs like the others, then
+        # probes and tests its fleet; no Locust setting applies to it.
+        gate_env = {
+            lg.ENV_RESULTS_URI: self.results_uri,
+            lg.ENV_MANIFEST_DIGEST: manifest.digest,
+            lg.ENV_ROLE: "gate",
+        }
 
         self.security_group = ec2.SecurityGroup(
             self, "SecurityGroup", vpc=vpc, description="Locust master and workers", allow_all_outbound=True
@@ -128,8 +144,18 @@ class LoadGenerator(Construct):
         self.log_group = logs.LogGroup(
             self, "Logs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY
         )
-        self.master_task = self._task("Master", image, master_env, ["--master"], results)
-        self.worker_task = self._task("Worker", image, worker_env, ["--worker"], results)
+        # Each role writes only its own files under a run's prefix (IAM's * spans "/", so a capacity
+        # step's capacity/<fleet>/x<k>/records-* is covered): the master its progress, the workers
+        # their records and summaries, the gate its gate-<fleet>.json, which the run's verdict is read
+        # from, so neither Locust role can forge it. The gate's own task role is where its
+        # readiness wait's further grants go.
+        self.master_task = self._task(
+            "Master", image, master_env, ["--master"], results, LOCUST_WRITES, [lg.LOCUST_MASTER_PORT, lg.METRICS_PORT]
+        )
+        self.worker_task = self._task(
+            "Worker", image, worker_env, ["--worker"], results, LOCUST_WRITES, [lg.METRICS_PORT]
+        )
+        self.gate_task = self._task("Gate", image, gate_env, ["--gate"], results, GATE_WRITES, [])
         # Tasks started by `run` are no service members: `run` registers each task's address in
         # its fleet's services (master-<fleet>, workers-<fleet>), so that each fleet's workers,
         # started beside their master, find their own master (loadgen/task_entry.py asks Cloud
@@ -162,6 +188,7 @@ class LoadGenerator(Construct):
                 "cluster": cluster.cluster_name,
                 "master_task_definition": self.master_task.task_definition_arn,
                 "worker_task_definition": self.worker_task.task_definition_arn,
+                "gate_task_definition": self.gate_task.task_definition_arn,
                 "subnets": ",".join(subnets),
                 "security_groups": self.security_group.security_group_id,
                 "results_uri": self.results_uri,
@@ -175,14 +202,22 @@ class LoadGenerator(Construct):
         )
 
     def _task(
-        self, cid: str, image: ecs.ContainerImage, environment: dict[str, str], command: list[str], results: s3.IBucket
+        self,
+        cid: str,
+        image: ecs.ContainerImage,
+        environment: dict[str, str],
+        command: list[str],
+        results: s3.IBucket,
+        writes: tuple[str, ...],
+        ports: list[int],
     ) -> ecs.FargateTaskDefinition:
+        """A task definition of the load-generator image in one role; its task role may read the
+        run's inputs and write only the run files named `writes` (<name>-*)."""
         # One Locust process per task and 1 vCPU each: gevent is single-threaded, so a worker
         # that shares a core would add its own scheduling lag to every timestamp.
         task = ecs.FargateTaskDefinition(
             self, f"{cid}Task", cpu=1024 * lg.LOADGEN_TASK_VCPU, memory_limit_mib=1024 * lg.LOADGEN_TASK_MEMORY_GIB
         )
-        ports = [lg.LOCUST_MASTER_PORT, lg.METRICS_PORT] if command == ["--master"] else [lg.METRICS_PORT]
         task.add_container(
             lg.CONTAINER_NAME,
             image=image,
@@ -192,18 +227,15 @@ class LoadGenerator(Construct):
             port_mappings=[ecs.PortMapping(container_port=p) for p in ports],
         )
         bucket_arn = results.bucket_arn
-        # Read: the run's inputs only. Write: record, summary, progress and gate-result files only (IAM's
-        # * spans "/", so a capacity step's capacity/<fleet>/x<k>/records-* is covered); no List, no Delete,
-        # so a task can neither read another prefix nor overwrite the inputs it was given.
+        # Read: the run's inputs only. Write: this role's own files only; no List, no Delete, so a
+        # task can neither read another prefix nor overwrite the inputs it was given.
         task.add_to_task_role_policy(
             iam.PolicyStatement(actions=["s3:GetObject"], resources=[f"{bucket_arn}/{self.runs_prefix}/*/inputs/*"])
         )
         task.add_to_task_role_policy(
             iam.PolicyStatement(
                 actions=["s3:PutObject", "s3:AbortMultipartUpload"],
-                resources=[
-                    f"{bucket_arn}/{self.runs_prefix}/*/{name}-*" for name in ("records", "summary", "progress", "gate")
-                ],
+                resources=[f"{bucket_arn}/{self.runs_prefix}/*/{name}-*" for name in writes],
             )
         )
         task.add_to_task_role_policy(iam.PolicyStatement(actions=ECS_EXEC_ACTIONS, resources=["*"]))
@@ -218,26 +250,12 @@ class LoadGenerator(Construct):
             f"AwsSolutions-IAM5[Resource::{bucket}/{self.runs_prefix}/*/inputs/*]",
             "GetObject on the inputs `run` uploaded, any run id.",
         )
-        acknowledge(
-            task,
-            f"AwsSolutions-IAM5[Resource::{bucket}/{self.runs_prefix}/*/records-*]",
-            "PutObject of a worker's record file, any run id.",
-        )
-        acknowledge(
-            task,
-            f"AwsSolutions-IAM5[Resource::{bucket}/{self.runs_prefix}/*/summary-*]",
-            "PutObject of a worker's run summary, any run id.",
-        )
-        acknowledge(
-            task,
-            f"AwsSolutions-IAM5[Resource::{bucket}/{self.runs_prefix}/*/progress-*]",
-            "PutObject of the master's progress, any run id.",
-        )
-        acknowledge(
-            task,
-            f"AwsSolutions-IAM5[Resource::{bucket}/{self.runs_prefix}/*/gate-*]",
-            "PutObject of a gate task's readiness and quality result, any run id.",
-        )
+        for name in writes:
+            acknowledge(
+                task,
+                f"AwsSolutions-IAM5[Resource::{bucket}/{self.runs_prefix}/*/{name}-*]",
+                f"PutObject of this role's {WRITE_PURPOSE[name]}, any run id.",
+            )
         acknowledge(
             task,
             "AwsSolutions-IAM5[Resource::*]",

@@ -37,8 +37,9 @@ class Network(Construct):
             "Vpc",
             ip_addresses=ec2.IpAddresses.cidr(VPC_CIDR),
             availability_zones=list(availability_zones),
-            # One NAT gateway: a campaign lasts days, and what still needs the internet (Docker Hub
-            # images, Hub weights) is a one-off download per instance. Interface endpoints cover the rest.
+            # One NAT gateway: a campaign lasts days, and what still needs the internet (ECR Public
+            # images, Hub weights) is a one-off download per instance. Docker Hub images come through
+            # the ECR pull-through cache (stacks/image_cache.py); interface endpoints cover the rest.
             nat_gateways=1,
             subnet_configuration=[
                 ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=24),

@@ -22,16 +22,16 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_servicediscovery as servicediscovery
 from constructs import Construct
 
+from core.images import PROMETHEUS_IMAGE, CachedPull
 from core.manifest import Manifest
 from stacks import loadgen_contract as lg
 from stacks.compliance import acknowledge
 from stacks.fleet import ServingFleet
+from stacks.image_cache import DockerHubCache
 from stacks.network import PRIVATE
 
-# Exact release and its multi-arch index digest. Upstream publishes no digest in its docs; this one
-# is the digest of prom/prometheus:v3.5.0 as pinned independently by several public repositories
-# (looked up 2026-12-03). A wrong digest cannot run another image: the pull fails and says so.
-PROMETHEUS_IMAGE = "prom/prometheus:v3.5.0@sha256:63805ebb8d2b3920190daf1cb14a60871b16fd38bed42b857a3182bc621f4996"
+__all__ = ["PROMETHEUS_IMAGE", "Observability", "prometheus_config", "prometheus_pull"]
+
 PROMETHEUS_CONFIG_PATH = "/prometheus/prometheus.yml"
 SCRAPE_INTERVAL = "5s"  # short runs: a 15 s interval leaves too few points per replay window
 
@@ -90,11 +90,27 @@ def prometheus_config(
     }
 
 
+def prometheus_pull(image_cache: DockerHubCache) -> CachedPull:
+    """PROMETHEUS_IMAGE through the Docker Hub cache, by its release tag. Fargate pulls the task
+    definition's reference as it is, and a reference with a digest (with or without its tag) is
+    pulled by the digest, which the cache answers as missing until a pull by tag filled it
+    (aws/containers-roadmap#2837); no step of ours can pull the tag first on Fargate. So the task
+    names the pinned release tag, and ECS resolves it to one digest per deployment that every task of
+    the service then runs (Amazon ECS API reference, ContainerImage: "Container image resolution")."""
+    cached = image_cache.pull(PROMETHEUS_IMAGE)
+    if cached is None or cached.by_tag is None:
+        raise ValueError(f"PROMETHEUS_IMAGE {PROMETHEUS_IMAGE} must be a Docker Hub image with a tag")
+    return cached
+
+
 class Observability(Construct):
-    def __init__(self, scope: Construct, cid: str, *, manifest: Manifest, vpc: ec2.IVpc) -> None:
+    def __init__(
+        self, scope: Construct, cid: str, *, manifest: Manifest, vpc: ec2.IVpc, image_cache: DockerHubCache
+    ) -> None:
         super().__init__(scope, cid)
         self._manifest = manifest
         self._vpc = vpc
+        self._image_cache = image_cache
         # ENHANCED: per-task and per-container CPU, memory, network, so a saturated load
         # generator (which would measure the client instead of the server) shows up.
         self.cluster = ecs.Cluster(self, "Cluster", vpc=vpc, container_insights_v2=ecs.ContainerInsights.ENHANCED)
@@ -135,9 +151,11 @@ class Observability(Construct):
         log_group = logs.LogGroup(
             self, "PrometheusLogs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY
         )
+        prometheus = prometheus_pull(self._image_cache)
+        self._image_cache.grant_pull(task.obtain_execution_role(), [prometheus])  # Fargate pulls with it
         task.add_container(
             "prometheus",
-            image=ecs.ContainerImage.from_registry(PROMETHEUS_IMAGE),
+            image=ecs.ContainerImage.from_registry(str(prometheus.by_tag)),
             # The config holds deploy-time values (workspace URL, Cloud Map name), so it travels in
             # the environment and is written to disk at start: no config file asset, no Lambda.
             entry_point=["/bin/sh", "-c"],
@@ -166,6 +184,7 @@ class Observability(Construct):
             max_healthy_percent=100,
             circuit_breaker=ecs.DeploymentCircuitBreaker(enable=True, rollback=True),
         )
+        self._image_cache.needed_by(service)
         for f in fleets:
             f.security_group.add_ingress_rule(
                 self.prometheus_security_group,

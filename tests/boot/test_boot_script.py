@@ -9,6 +9,7 @@ capabilities, flags, image by digest), the cache mount, the hub token's path and
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -19,14 +20,19 @@ from pathlib import Path
 
 import pytest
 
+from core.images import CachedPull
 from core.manifest import Manifest, load_manifest
-from core.serving import definition_for, render_docker_run
+from core.serving import ServingDefinition, definition_digest, definition_for, render_docker_run
 from stacks.fleet_boot import (
+    APT_LOCK_WAIT_S,
+    APT_RETRY_EVERY_S,
     CLOUDWATCH_AGENT_KEY_FINGERPRINT,
     CLOUDWATCH_AGENT_VERSION,
     CONTAINERD_VERSION,
     DOCKER_KEY_FINGERPRINT,
+    DOCKER_PIN_UBUNTU,
     DOCKER_VERSION,
+    boot_definition,
     boot_script,
 )
 from tests.conftest import EXAMPLE_MANIFEST, ROOT
@@ -39,6 +45,7 @@ TOKEN_ARN = "arn:aws:secretsmanager:us-west-2:123456789012:secret:harness/hf-tok
 FAKE_TOKEN = "hf_sandboxtokenvalue"
 S3_WEIGHTS = "s3://weights-bucket/llama"
 COMPILED_URI = "s3://results-bucket/compiled"
+CACHE_REGISTRY = "123456789012.dkr.ecr.us-east-1.amazonaws.com"  # the stack's Docker Hub pull-through cache
 HOST_PATH = re.compile(r"(^|[\s(>'\":=])/(etc|opt|var/log)/", re.MULTILINE)
 SEP = "\x1f"
 
@@ -53,11 +60,19 @@ case "$name" in
   modinfo) echo "$HOST_NEURON_DRIVER";;
   nvidia-smi) echo "$HOST_NVIDIA_DRIVER";;
   gpg) case "$*" in *--fingerprint*) echo "fpr:::::::::$CW_FPR:"; echo "fpr:::::::::$DOCKER_FPR:";; esac;;
-  apt-get) case "$*" in *docker-ce=*) cp "$0" "$STUB_BIN/docker";; esac;;  # the install puts docker on PATH
-  dpkg) mkdir -p "$SANDBOX/opt/aws/amazon-cloudwatch-agent/bin"; cp "$0" "$SANDBOX/opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl";;
-  aws) case "$*" in *secretsmanager*) echo "$FAKE_TOKEN";; *ssm\ get-parameter*) echo '{}';; *get-login-password*) echo pw;;
+  apt-get) case "$*" in
+    *docker-ce=*) cp "$0" "$STUB_BIN/docker";;  # the install puts docker on PATH
+    *agent.deb*) ctl="$SANDBOX/opt/aws/amazon-cloudwatch-agent/bin"; mkdir -p "$ctl"; cp "$0" "$ctl/amazon-cloudwatch-agent-ctl";;
+    *update*)  # another apt (apt-daily) holds the lists lock for the first $APT_LISTS_LOCKED tries
+      n=$(( $(cat "$SANDBOX/apt_updates" 2>/dev/null || echo 0) + 1 )); echo "$n" > "$SANDBOX/apt_updates"
+      if [ "$n" -le "${APT_LISTS_LOCKED:-0}" ]; then echo "E: Could not get lock /var/lib/apt/lists/lock" >&2; exit 100; fi;;
+    esac;;
+  aws) case " $* " in *" - "*) cat >/dev/null;; esac  # reads stdin as the CLI does: the writer gets no SIGPIPE
+    case "$*" in *secretsmanager*) echo "$FAKE_TOKEN";; *ssm\ get-parameter*) echo '{}';; *get-login-password*) echo pw;;
     *list-objects-v2*) echo None;; esac;;  # an empty listing, as --output text prints it
-  docker) echo "docker-env${STUB_SEP}HF_TOKEN=${HF_TOKEN:-<unset>}" >> "$STUB_LOG"; [ "$1" = login ] && cat >/dev/null; true;;
+  docker) echo "docker-env${STUB_SEP}HF_TOKEN=${HF_TOKEN:-<unset>}" >> "$STUB_LOG"; [ "$1" = login ] && cat >/dev/null
+    # a pull of a reference containing $DOCKER_PULL_FAILS fails (the cache does not serve it)
+    if [ "$1" = pull ] && [ -n "${DOCKER_PULL_FAILS:-}" ]; then case "$2" in *"$DOCKER_PULL_FAILS"*) exit 1;; esac; fi; true;;
   sha256sum) cat >/dev/null;;
   curl)
     out=""; prev=""
@@ -90,17 +105,32 @@ STUBBED = (
 OS_RELEASE = 'PRETTY_NAME="Ubuntu 24.04.3 LTS"\nVERSION_ID="24.04"\nVERSION_CODENAME=noble\nID=ubuntu\n'
 
 
+def _boot_definition(
+    manifest: Manifest, fleet: str, weights_s3_uri: str | None = None
+) -> tuple[ServingDefinition, CachedPull | None]:
+    """What stacks/fleet.py renders for the fleet, the Docker Hub cache at CACHE_REGISTRY."""
+    return boot_definition(
+        manifest,
+        manifest.fleet(fleet),
+        weights_s3_uri=weights_s3_uri,
+        cache_registry=CACHE_REGISTRY,
+        region=manifest.costs.region,
+    )
+
+
 def _fleet_scripts(manifest: Manifest, weights_s3_uri: str | None = None) -> dict[str, str]:
     """user data of every fleet, with the arguments stacks/fleet.py passes."""
     from stacks.accelerator_telemetry import neuron_namespace
 
     out = {}
     for f in manifest.fleets:
-        defn = definition_for(manifest, f, weights_s3_uri=weights_s3_uri)
+        defn, cached = _boot_definition(manifest, f.name, weights_s3_uri)
         neuron = defn.host.vendor == "aws-neuron"
         lines = boot_script(
             defn,
-            manifest=manifest,
+            campaign=manifest.campaign,
+            serving_digest=definition_digest(definition_for(manifest, f, weights_s3_uri=weights_s3_uri)),
+            cached=cached,
             weights_s3_uri=weights_s3_uri,
             driver_version=f.serving.driver_version,
             region=manifest.costs.region,
@@ -158,6 +188,8 @@ def _run(
     neuron_driver: str = "2.26.5.0",
     nvidia_driver: str = "570.172.08",
     docker_on_host: bool = True,
+    apt_lists_locked: int = 0,
+    docker_pull_fails: str = "",
 ) -> tuple[int, list[list[str]], str]:
     sandbox = tmp_path / "root"
     bin_dir = tmp_path / "bin"
@@ -189,6 +221,8 @@ def _run(
         "DOCKER_FPR": DOCKER_KEY_FINGERPRINT,
         "HOME": str(tmp_path),
         "STUB_BIN": str(bin_dir),
+        "APT_LISTS_LOCKED": str(apt_lists_locked),
+        "DOCKER_PULL_FAILS": docker_pull_fails,
     }
     proc = subprocess.run(["bash", str(path)], env=env, capture_output=True, text=True, timeout=60)
     calls = (
@@ -209,19 +243,20 @@ def test_boot_script_runs_end_to_end_in_a_sandbox(example: Manifest, fleet: str,
     assert rc == 0, output
     names = [c[0] for c in calls]
     f = example.fleet(fleet)
-    defn = definition_for(example, f)
+    defn, _ = _boot_definition(example, fleet)
     # Cache volume: the non-root EBS disk is formatted once and mounted at /opt/cache, before any docker call.
     assert ["mkfs.ext4", "-q", "-L", "harness-cache", "/dev/nvme1n1"] in calls
     assert ["mount", "/opt/cache"] in calls
     assert names.index("mount") < names.index("docker")
-    # CloudWatch agent: the pinned release, its signature verified before dpkg installs it.
+    # CloudWatch agent: the pinned release, its signature verified before it is installed.
     downloads = [c for c in calls if c[0] == "curl" and "-o" in c]
     assert any(
         c[-1].endswith(f"/ubuntu/amd64/{CLOUDWATCH_AGENT_VERSION}/amazon-cloudwatch-agent.deb") for c in downloads
     )
     assert not any("/latest/" in arg for c in downloads for arg in c)
     verify = next(i for i, c in enumerate(calls) if c[0] == "gpg" and "--verify" in c)
-    assert verify < names.index("dpkg")
+    install = next(i for i, c in enumerate(calls) if c[0] == "apt-get" and c[-1].endswith("/agent.deb"))
+    assert verify < install
     deb_download = next(c for c in downloads if c[-1].endswith(".deb"))
     workdir = Path(deb_download[deb_download.index("-o") + 1]).parent
     assert workdir.name.startswith("tmp")
@@ -232,7 +267,8 @@ def test_boot_script_runs_end_to_end_in_a_sandbox(example: Manifest, fleet: str,
     # The serving container: exactly the line core.serving renders, image by digest.
     serving = _docker_runs(calls)[-1]
     assert serving == shlex.split(render_docker_run(defn))[1:]
-    assert f.serving.image in serving and "@sha256:" in f.serving.image
+    # The manifest's image by its digest (through the Docker Hub cache for g6).
+    assert defn.image in serving and defn.image.endswith("@" + f.serving.image.rsplit("@", 1)[1])
     assert "/opt/cache:/opt/cache" in serving
     if fleet == "inf2":
         assert "--device=/dev/neuron0" in serving
@@ -327,6 +363,11 @@ def test_sandbox_rewrite_leaves_no_host_path(example: Manifest, tmp_path: Path) 
 # --- Docker on the host (issue 25, item 5): installed, pinned, when the AMI has none -------------
 
 
+def _docker_apt_calls(calls: list[list[str]]) -> list[list[str]]:
+    """apt-get calls of the Docker install (the CloudWatch agent's own install is not one)."""
+    return [c for c in calls if c[0] == "apt-get" and not c[-1].endswith("/agent.deb")]
+
+
 def test_boot_installs_the_pinned_docker_when_the_host_has_none(example: Manifest, tmp_path: Path) -> None:
     if shutil.which("docker", path="/usr/bin:/bin"):
         pytest.skip("this machine has docker in /usr/bin or /bin, which the sandbox's PATH keeps")
@@ -334,7 +375,7 @@ def test_boot_installs_the_pinned_docker_when_the_host_has_none(example: Manifes
     assert rc == 0, output
     names = [c[0] for c in calls]
     pkg = f"5:{DOCKER_VERSION}-1~ubuntu.24.04~noble"  # from the sandbox's /etc/os-release
-    install = next(c for c in calls if c[0] == "apt-get" and "install" in c)
+    install = next(c for c in calls if c[0] == "apt-get" and "install" in c and c[-3].startswith("docker-ce="))
     assert install[-3:] == [
         f"docker-ce={pkg}",
         f"docker-ce-cli={pkg}",
@@ -345,7 +386,7 @@ def test_boot_installs_the_pinned_docker_when_the_host_has_none(example: Manifes
         i for i, c in enumerate(calls) if c[0] == "curl" and c[-1] == "https://download.docker.com/linux/ubuntu/gpg"
     )
     check = next(i for i, c in enumerate(calls) if c[0] == "gpg" and "--show-keys" in c)
-    update = next(i for i, c in enumerate(calls) if c[:2] == ["apt-get", "update"])
+    update = next(i for i, c in enumerate(calls) if c[0] == "apt-get" and "update" in c)
     assert key < check < update < calls.index(install)
     sources = (tmp_path / "root" / "etc" / "apt" / "sources.list.d" / "docker.list").read_text(encoding="utf-8")
     assert (
@@ -357,7 +398,21 @@ def test_boot_installs_the_pinned_docker_when_the_host_has_none(example: Manifes
     assert ["systemctl", "enable", "--now", "docker"] in calls
     # ... and then the installed docker pulls and runs the server.
     assert calls.index(install) < names.index("docker")
-    assert _docker_runs(calls)[-1] == shlex.split(render_docker_run(definition_for(example, example.fleet("inf2"))))[1:]
+    assert _docker_runs(calls)[-1] == shlex.split(render_docker_run(_boot_definition(example, "inf2")[0]))[1:]
+
+
+def test_every_dlami_and_the_docker_pin_name_one_ubuntu_release() -> None:
+    """The Docker pin comes from one DLAMI's release notes and installs on the other fleet's host:
+    every AMI name filter must select that Ubuntu release (the NVIDIA one selected 22.04 while the
+    pin cited a 24.04 DLAMI, and the sandbox runs the boot as on 24.04)."""
+    from core.catalog import HOST_STACKS
+
+    releases = {
+        row.ami_name_filter: re.search(r"\(Ubuntu (\d+\.\d+)\)", row.ami_name_filter) for row in HOST_STACKS.values()
+    }
+    assert all(releases.values()), releases
+    assert {name: m.group(1) for name, m in releases.items() if m} == dict.fromkeys(releases, DOCKER_PIN_UBUNTU)
+    assert f'VERSION_ID="{DOCKER_PIN_UBUNTU}"' in OS_RELEASE
 
 
 def test_boot_refuses_a_docker_repository_key_with_another_fingerprint(
@@ -370,14 +425,14 @@ def test_boot_refuses_a_docker_repository_key_with_another_fingerprint(
     monkeypatch.setattr(stacks.fleet_boot, "DOCKER_KEY_FINGERPRINT", "0" * 40)
     rc, calls, output = _run(_fleet_scripts(example)["inf2"], tmp_path, docker_on_host=False)
     assert rc == 1 and "Docker apt key fingerprint mismatch" in output
-    assert not [c for c in calls if c[0] == "apt-get"]
+    assert not _docker_apt_calls(calls)
 
 
 @pytest.mark.parametrize("fleet", ["inf2", "g6"])
 def test_boot_leaves_a_hosts_own_docker_alone(example: Manifest, fleet: str, tmp_path: Path) -> None:
     rc, calls, output = _run(_fleet_scripts(example)[fleet], tmp_path)
     assert rc == 0, output
-    assert not [c for c in calls if c[0] == "apt-get"]
+    assert not _docker_apt_calls(calls)
     assert not [c for c in calls if c[0] == "curl" and "download.docker.com" in c[-1]]
     assert not (tmp_path / "root" / "etc" / "apt" / "sources.list.d" / "docker.list").exists()
     assert "docker present:" in output
@@ -461,3 +516,107 @@ def test_s3_staging_syncs_only_the_pinned_weight_files(example: Manifest, tmp_pa
     assert set(example.model.weight_files) <= includes
     assert not any(i.startswith("original/") or "*" in i for i in includes)
     assert not [c for c in calls if c[0] == "docker" and "--rm" in c]  # no Hub download at all
+
+
+# --- Package installs wait for the dpkg lock (issue 37) ----------------------------------------
+
+
+def _apt_and_dpkg_calls(calls: list[list[str]]) -> list[list[str]]:
+    return [c for c in calls if c[0] in ("apt-get", "apt", "dpkg")]
+
+
+@pytest.mark.parametrize(("fleet", "docker_on_host"), [("inf2", False), ("g6", True)])
+def test_every_apt_and_dpkg_call_waits_for_the_lock(
+    example: Manifest, fleet: str, docker_on_host: bool, tmp_path: Path
+) -> None:
+    """unattended-upgrades may hold the dpkg lock at first boot: no install may fail on it."""
+    if not docker_on_host and shutil.which("docker", path="/usr/bin:/bin"):
+        pytest.skip("this machine has docker in /usr/bin or /bin, which the sandbox's PATH keeps")
+    rc, calls, output = _run(_fleet_scripts(example)[fleet], tmp_path, docker_on_host=docker_on_host)
+    assert rc == 0, output
+    package_calls = _apt_and_dpkg_calls(calls)
+    assert package_calls, "the CloudWatch agent install is always there"
+    assert [c for c in package_calls if c[0] != "apt-get"] == []  # no bare dpkg -i: it never waits
+    for c in package_calls:
+        assert f"DPkg::Lock::Timeout={APT_LOCK_WAIT_S}" in c and c[c.index("-o") + 1].startswith("DPkg::Lock"), c
+    assert APT_LOCK_WAIT_S > 0
+    # The agent's verified .deb goes through apt-get, by path (apt installs a local package so).
+    assert any(c[-1].endswith("/agent.deb") and "install" in c for c in package_calls)
+
+
+def test_apt_update_is_retried_while_another_apt_holds_the_lists_lock(example: Manifest, tmp_path: Path) -> None:
+    # DPkg::Lock::Timeout does not cover the lists lock `apt-get update` takes: the script retries.
+    if shutil.which("docker", path="/usr/bin:/bin"):
+        pytest.skip("this machine has docker in /usr/bin or /bin, which the sandbox's PATH keeps")
+    rc, calls, output = _run(_fleet_scripts(example)["inf2"], tmp_path, docker_on_host=False, apt_lists_locked=2)
+    assert rc == 0, output
+    updates = [i for i, c in enumerate(calls) if c[0] == "apt-get" and "update" in c]
+    assert len(updates) == 3  # two refused, the third ran
+    assert all(["sleep", str(APT_RETRY_EVERY_S)] in calls[a:b] for a, b in itertools.pairwise(updates))
+    install = next(
+        i for i, c in enumerate(calls) if c[0] == "apt-get" and "install" in c and c[-3].startswith("docker-ce=")
+    )
+    assert updates[-1] < install
+
+
+def test_apt_update_gives_up_after_the_lock_wait(
+    example: Manifest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if shutil.which("docker", path="/usr/bin:/bin"):
+        pytest.skip("this machine has docker in /usr/bin or /bin, which the sandbox's PATH keeps")
+    import stacks.fleet_boot
+
+    monkeypatch.setattr(stacks.fleet_boot, "APT_LOCK_WAIT_S", 3 * APT_RETRY_EVERY_S)
+    rc, calls, output = _run(_fleet_scripts(example)["inf2"], tmp_path, docker_on_host=False, apt_lists_locked=99)
+    assert rc == 1 and "apt-get update failed 3 times" in output
+    assert len([c for c in calls if c[0] == "apt-get" and "update" in c]) == 3
+    assert _docker_runs(calls) == []
+
+
+# --- Images: no Docker Hub pull without credentials (issue 37) ----------------------------------
+
+VLLM_TAG = "v0.13.0"
+
+
+def _tagged_g6(manifest: Manifest) -> Manifest:
+    """The example with its g6 image carrying a tag beside the digest, as a cloud deploy requires."""
+    g6 = manifest.fleet("g6")
+    name, digest = g6.serving.image.split("@")
+    tagged = g6.model_copy(update={"serving": g6.serving.model_copy(update={"image": f"{name}:{VLLM_TAG}@{digest}"})})
+    return manifest.model_copy(update={"fleets": tuple(tagged if f is g6 else f for f in manifest.fleets)})
+
+
+def test_a_docker_hub_image_is_pulled_through_the_ecr_cache_tag_first_then_by_its_digest(
+    example: Manifest, tmp_path: Path
+) -> None:
+    m = _tagged_g6(example)
+    rc, calls, output = _run(_fleet_scripts(m)["g6"], tmp_path)
+    assert rc == 0, output
+    cache = f"{CACHE_REGISTRY}/docker-hub/vllm/vllm-openai"
+    digest = m.fleet("g6").serving.image.rsplit("@", 1)[1]
+    pulls = [c[2] for c in calls if c[:2] == ["docker", "pull"]]
+    # The cache fills on a pull by tag only (aws/containers-roadmap#2837): the tag, then the pinned digest.
+    assert pulls == [f"{cache}:{VLLM_TAG}", f"{cache}@{digest}"]
+    login = next(i for i, c in enumerate(calls) if c[:2] == ["docker", "login"])
+    assert calls[login][-1] == CACHE_REGISTRY
+    assert login < next(i for i, c in enumerate(calls) if c[:2] == ["docker", "pull"])
+    assert ["aws", "ecr", "get-login-password", "--region", m.costs.region] in calls
+    # Both containers (the Hub download and the server) run the pinned cache reference; nothing names Docker Hub.
+    runs = _docker_runs(calls)
+    assert all(f"{cache}@{digest}" in r for r in runs) and len(runs) == 2
+    assert not [a for c in calls if c[0] == "docker" for a in c if a.startswith(("vllm/", "docker.io/"))]
+
+
+def test_a_tag_that_moved_off_the_pinned_digest_stops_the_boot(example: Manifest, tmp_path: Path) -> None:
+    m = _tagged_g6(example)
+    digest = m.fleet("g6").serving.image.rsplit("@", 1)[1]
+    rc, calls, output = _run(_fleet_scripts(m)["g6"], tmp_path, docker_pull_fails=f"@{digest}")
+    assert rc == 1 and "the tag no longer points at the pinned digest" in output
+    assert _docker_runs(calls) == []
+
+
+def test_an_ecr_public_image_is_pulled_as_it_is(example: Manifest, tmp_path: Path) -> None:
+    rc, calls, output = _run(_fleet_scripts(example)["inf2"], tmp_path)
+    assert rc == 0, output
+    assert [c[2] for c in calls if c[:2] == ["docker", "pull"]] == [example.fleet("inf2").serving.image]
+    assert not [c for c in calls if c[:2] == ["docker", "login"]]  # ECR Public: no login, no cache

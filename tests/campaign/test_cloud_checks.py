@@ -15,15 +15,20 @@ from runtime import tiny_model
 from tests.conftest import ROOT, write_manifest
 
 TOKEN_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:harness/hf-token-AbCdEf"
+HUB_CREDENTIAL_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:ecr-pullthroughcache/docker-hub-AbCdEf"
 REAL_LOOKING = "0" * 63 + "1"
 TINY_MANIFEST = ROOT / "manifests" / "tiny-llama-real-engine.yaml"
 
 
 def _filled(data: dict[str, Any]) -> dict[str, Any]:
-    """The example with every illustrative value replaced, as an operator would fill it."""
+    """The example with every illustrative value replaced, as an operator would fill it (a Docker
+    Hub image gets its tag beside the digest)."""
     data["model"]["weight_files"] = {name: f"{i:064x}" for i, name in enumerate(data["model"]["weight_files"], start=1)}
     for f in data["fleets"]:
-        f["serving"]["image"] = f["serving"]["image"].split("@sha256:")[0] + "@sha256:" + REAL_LOOKING
+        name = f["serving"]["image"].split("@sha256:")[0]
+        if name == "vllm/vllm-openai":
+            name += ":v0.13.0"
+        f["serving"]["image"] = name + "@sha256:" + REAL_LOOKING
     data["model"]["hub_token_secret_arn"] = TOKEN_ARN
     data["operator"]["cidr"] = "10.20.0.0/16"
     data["tokenizer"] = {
@@ -39,6 +44,8 @@ def _filled(data: dict[str, Any]) -> dict[str, Any]:
 def test_the_example_is_refused_for_cloud_naming_every_field(manifest_data: dict[str, Any]) -> None:
     paths = [i.path for i in cloud_issues(manifest_from_data(manifest_data))]
     assert paths == [
+        "fleets[1].serving.image",  # a Docker Hub image without its tag
+        "--docker-hub-credential-arn",
         *(f"model.weight_files.model-0000{n}-of-00004.safetensors" for n in range(1, 5)),
         "fleets[0].serving.image",
         "fleets[1].serving.image",
@@ -50,10 +57,37 @@ def test_the_example_is_refused_for_cloud_naming_every_field(manifest_data: dict
 
 def test_a_filled_manifest_passes_and_s3_weights_need_no_token(manifest_data: dict[str, Any]) -> None:
     filled = _filled(manifest_data)
-    assert cloud_issues(manifest_from_data(filled)) == []
+    assert cloud_issues(manifest_from_data(filled), docker_hub_credential_arn=HUB_CREDENTIAL_ARN) == []
     filled["model"]["hub_token_secret_arn"] = None
-    assert [i.path for i in cloud_issues(manifest_from_data(filled))] == ["model.hub_token_secret_arn"]
-    assert cloud_issues(manifest_from_data(filled), weights_from_s3=True) == []
+    assert [i.path for i in cloud_issues(manifest_from_data(filled), docker_hub_credential_arn=HUB_CREDENTIAL_ARN)] == [
+        "model.hub_token_secret_arn"
+    ]
+    assert (
+        cloud_issues(manifest_from_data(filled), weights_from_s3=True, docker_hub_credential_arn=HUB_CREDENTIAL_ARN)
+        == []
+    )
+
+
+def test_docker_hub_images_need_the_pull_through_credential_and_a_tag(manifest_data: dict[str, Any]) -> None:
+    """Every stack pulls Prometheus (and here g6's vLLM) from Docker Hub through the ECR pull-through
+    cache, never anonymously: without the operator's credential the deploy is refused, naming the flag."""
+    m = manifest_from_data(_filled(manifest_data))
+    (missing,) = cloud_issues(m)
+    assert missing.path == "--docker-hub-credential-arn"
+    assert "fleets[1].serving.image" in missing.reason and "prom/prometheus" in missing.reason
+    assert "ecr-pullthroughcache/" in missing.reason and m.costs.region in missing.reason
+    # A secret ECR cannot use: another name, another region.
+    for arn, why in (
+        (TOKEN_ARN, "ecr-pullthroughcache/"),
+        (HUB_CREDENTIAL_ARN.replace("us-east-1", "eu-west-1"), "eu-west-1"),
+    ):
+        (bad,) = cloud_issues(m, docker_hub_credential_arn=arn)
+        assert bad.path == "--docker-hub-credential-arn" and why in bad.reason
+    # The cache fills on a pull by tag only: a Docker Hub fleet image needs its tag beside the digest.
+    data = _filled(manifest_data)
+    data["fleets"][1]["serving"]["image"] = "vllm/vllm-openai@sha256:" + REAL_LOOKING
+    (untagged,) = cloud_issues(manifest_from_data(data), docker_hub_credential_arn=HUB_CREDENTIAL_ARN)
+    assert untagged.path == "fleets[1].serving.image" and "tag" in untagged.reason
 
 
 def test_the_served_models_own_tokenizer_with_pinned_files_is_required(manifest_data: dict[str, Any]) -> None:
@@ -61,10 +95,10 @@ def test_the_served_models_own_tokenizer_with_pinned_files_is_required(manifest_
     filled = _filled(manifest_data)
     filled["tokenizer"]["files"] = {}
     filled["tokenizer"]["chat_template"] = "{{ messages }}"
-    [issue] = cloud_issues(manifest_from_data(filled))
+    [issue] = cloud_issues(manifest_from_data(filled), docker_hub_credential_arn=HUB_CREDENTIAL_ARN)
     assert issue.path == "tokenizer.files" and "meta-llama/Meta-Llama-3-8B-Instruct at model.commit" in issue.reason
     filled["tokenizer"] = example_tokenizer
-    [issue] = cloud_issues(manifest_from_data(filled))
+    [issue] = cloud_issues(manifest_from_data(filled), docker_hub_credential_arn=HUB_CREDENTIAL_ARN)
     assert issue.path == "tokenizer" and "kind emulator counts words" in issue.reason
 
 

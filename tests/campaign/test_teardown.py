@@ -151,6 +151,7 @@ def test_destroy_deregisters_cloud_map_instances_a_killed_run_left(moto_env: dic
                 "cluster": "c",
                 "master_task_definition": "m",
                 "worker_task_definition": "w",
+                "gate_task_definition": "g",
                 "subnets": "s",
                 "security_groups": "g",
                 "results_uri": "s3://b/p",

@@ -73,6 +73,7 @@ class Aws:
             cluster="c",
             master_task_definition="master-td",
             worker_task_definition="worker-td",
+            gate_task_definition="gate-td",
             subnets=("s",),
             security_groups=("g",),
             results_uri=f"s3://{BUCKET}/campaigns/c/d/runs",

@@ -18,6 +18,7 @@ CFG = cc.RunConfig(
     cluster="harness-cluster",
     master_task_definition="arn:td/master:3",
     worker_task_definition="arn:td/worker:3",
+    gate_task_definition="arn:td/gate:3",
     subnets=("subnet-a", "subnet-b"),
     security_groups=("sg-1",),
     results_uri="s3://b/campaigns/c/d/runs",

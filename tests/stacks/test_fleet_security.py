@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from core.images import PROMETHEUS_IMAGE
 from core.manifest import load_manifest
 from stacks.accelerator_telemetry import cloudwatch_namespace, neuron_namespace
-from stacks.observability import PROMETHEUS_IMAGE
 from stacks.results import NONCURRENT_RESULTS_DAYS
 from tests.stacks.conftest import Synth
 
@@ -100,35 +100,59 @@ def test_results_bucket_expires_noncurrent_versions(example: Synth) -> None:
     assert all("ExpirationInDays" not in r for r in rules)  # the current evidence never expires
 
 
-def test_prometheus_image_is_pinned_by_digest(example: Synth) -> None:
+def test_prometheus_image_comes_through_the_docker_hub_cache_at_its_pinned_release(example: Synth) -> None:
+    # Fargate cannot pull a tag first, so the task names the pinned tag in the cache (stacks/observability.py).
     images = [
         c["Image"]
         for t in example.resources("AWS::ECS::TaskDefinition").values()
         for c in t["Properties"]["ContainerDefinitions"]
         if c["Name"] == "prometheus"
     ]
-    assert images == [PROMETHEUS_IMAGE] and "@sha256:" in PROMETHEUS_IMAGE and ":v3.5.0@" in PROMETHEUS_IMAGE
+    region = load_manifest(example.manifest_path, check_files=False).costs.region
+    assert images == [
+        {
+            "Fn::Join": [
+                "",
+                [{"Ref": "AWS::AccountId"}, f".dkr.ecr.{region}.amazonaws.com/docker-hub/prom/prometheus:v3.5.0"],
+            ]
+        }
+    ]
+    assert "@sha256:" in PROMETHEUS_IMAGE and PROMETHEUS_IMAGE.startswith("prom/prometheus:v3.5.0@")
 
 
 def test_template_user_data_is_the_boot_script_the_boot_tests_run(example: Synth) -> None:
     # tests/boot runs boot_script(...) in a sandbox; this ties that script to the synthesized launch templates.
-    from core.serving import definition_for
-    from stacks.fleet_boot import boot_script
+    from core.serving import definition_digest, definition_for
+    from stacks.fleet_boot import boot_definition, boot_script
 
     m = load_manifest(example.manifest_path, check_files=False)
+    account = "123456789012"
+    registry = f"{account}.dkr.ecr.{m.costs.region}.amazonaws.com"
     params = {lid: r["Properties"]["Name"] for lid, r in example.resources("AWS::SSM::Parameter").items()}
     for lt in example.resources("AWS::EC2::LaunchTemplate").values():
         parts = lt["Properties"]["LaunchTemplateData"]["UserData"]["Fn::Base64"]["Fn::Join"][1]
-        # The Refs are the fleet's SSM parameters and the results bucket (its name, in the compiled/ URI).
-        names = {**params, **{lid: "results-bucket" for lid in example.resources("AWS::S3::Bucket")}}
+        # The Refs are the fleet's SSM parameters, the results bucket (its name, in the compiled/ URI)
+        # and the account (in the Docker Hub cache's registry).
+        names = {
+            **params,
+            **{lid: "results-bucket" for lid in example.resources("AWS::S3::Bucket")},
+            "AWS::AccountId": account,
+        }
         text = "".join(p if isinstance(p, str) else names[p["Ref"]] for p in parts)
-        for name in params.values():  # a parameter name is a token at synth, so shlex.quote quoted it: same in bash
-            text = text.replace(f"'{name}'", name)
         fleet = next(f for f in m.fleets if f"/{f.name}/cloudwatch-agent" in text)
         neuron = fleet.name == "inf2"
+        boot_defn, cached = boot_definition(
+            m, fleet, weights_s3_uri=None, cache_registry=registry, region=m.costs.region
+        )
+        # A token at synth (parameter names, the account) made shlex.quote quote the word: the same in bash.
+        for word in [*params.values(), *([cached.pinned, cached.by_tag or ""] if cached else [])]:
+            text = text.replace(f"'{word}'", word)
+        defn = definition_for(m, fleet)
         expected = boot_script(
-            definition_for(m, fleet),
-            manifest=m,
+            boot_defn,
+            campaign=m.campaign,
+            serving_digest=definition_digest(defn),
+            cached=cached,
             driver_version=fleet.serving.driver_version,
             region=m.costs.region,
             agent_param=f"/harness/{m.campaign}/{fleet.name}/cloudwatch-agent",
@@ -155,9 +179,13 @@ def test_prometheus_scrapes_each_stack_at_its_own_metrics_path(example: Synth) -
     assert jobs["serving-g6trt"]["metrics_path"] == "/prometheus/metrics"
 
 
-def test_neuron_instances_share_compiled_artifacts_under_compiled_only(example: Synth) -> None:
-    """inf2's role reads and writes the results bucket's compiled/ prefix (fetch or publish what a
-    fleet compiles) and lists only that prefix; g6 compiles nothing to share and gets nothing."""
+def test_neuron_instances_share_compiled_artifacts_under_their_own_key_only(example: Synth) -> None:
+    """inf2's role reads and writes only the results bucket's compiled/<inf2's key>/ (fetch or publish
+    what that fleet compiles) and lists only that prefix; not all of compiled/, so it can neither load
+    nor overwrite another fleet's sets. g6 compiles nothing to share and gets nothing."""
+    from core.serving import definition_for
+
+    m = load_manifest(example.manifest_path, check_files=False)
     roles = _fleet_role_ids(example)
     results_id = next(
         k for k in example.resources("AWS::S3::Bucket") if k.startswith("Results") and "AccessLogs" not in k
@@ -167,12 +195,14 @@ def test_neuron_instances_share_compiled_artifacts_under_compiled_only(example: 
         if fleet == "g6":
             assert not shared
             continue
+        compiled = definition_for(m, m.fleet(fleet)).compiled
+        assert compiled is not None
         by_actions = {tuple(sorted(_as_list(st["Action"]))): st for st in shared}
         assert set(by_actions) == {("s3:GetObject", "s3:PutObject"), ("s3:ListBucket",)}
         rw = json.dumps(by_actions[("s3:GetObject", "s3:PutObject")]["Resource"])
-        assert results_id in rw and '"/compiled/*"' in rw
+        assert results_id in rw and f'"/compiled/{compiled.key}/*"' in rw
         listing = by_actions[("s3:ListBucket",)]
-        assert listing["Condition"] == {"StringLike": {"s3:prefix": ["compiled/*"]}}
+        assert listing["Condition"] == {"StringLike": {"s3:prefix": [f"compiled/{compiled.key}/*"]}}
         assert not any("s3:DeleteObject" in _as_list(st["Action"]) for st in _statements_of(example, role_id))
     user_data = json.dumps(example.resources("AWS::EC2::LaunchTemplate"))
     assert user_data.count("/compiled") >= 1 and "compiled artifacts fetched from" in user_data

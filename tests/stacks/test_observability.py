@@ -7,6 +7,17 @@ from core.manifest import load_manifest
 from tests.stacks.conftest import EXAMPLE_MANIFEST, Synth
 
 
+def _flat(v: Any) -> str:
+    """A CloudFormation value as text, references as their logical ids."""
+    if isinstance(v, str):
+        return v
+    if "Fn::Join" in v:
+        return str(v["Fn::Join"][0]).join(_flat(p) for p in v["Fn::Join"][1])
+    if "Ref" in v:
+        return str(v["Ref"])
+    return ".".join(v["Fn::GetAtt"])
+
+
 def test_loadgen_cluster_has_enhanced_container_insights(example: Synth) -> None:
     (cluster,) = example.resources("AWS::ECS::Cluster").values()
     assert {"Name": "containerInsights", "Value": "enhanced"} in cluster["Properties"]["ClusterSettings"]
@@ -39,7 +50,7 @@ def test_loadgen_master_and_workers_are_task_definitions_started_per_run(example
         for c in t["Properties"]["ContainerDefinitions"]
         if c["Name"] == "locust"
     ]
-    assert len(locust) == 2
+    assert len(locust) == 3  # master, worker and the gate, each its own definition
     m = load_manifest(EXAMPLE_MANIFEST)
     for c in locust:
         env = {e["Name"]: e["Value"] for e in c["Environment"]}
@@ -48,7 +59,7 @@ def test_loadgen_master_and_workers_are_task_definitions_started_per_run(example
         # Nothing of a run is baked in: fleet, host, run id and the manifest itself come per run.
         assert not {"LOADGEN_MANIFEST", "LOADGEN_FLEET", "LOCUST_HOST", "LOADGEN_RUN_ID"} & set(env)
     by_role = {c["Command"][0]: {e["Name"]: e["Value"] for e in c["Environment"]} for c in locust}
-    assert set(by_role) == {"--master", "--worker"}
+    assert set(by_role) == {"--master", "--worker", "--gate"}
     master = by_role["--master"]
     n = str(m.loadgen.workers)
     assert (master["LOCUST_AUTOSTART"], master["LOCUST_USERS"], master["LOCUST_EXPECT_WORKERS"]) == ("true", n, n)
@@ -57,18 +68,10 @@ def test_loadgen_master_and_workers_are_task_definitions_started_per_run(example
 def test_run_config_output_is_what_campaign_run_reads(example: Synth) -> None:
     from core.cloud_contract import RUN_CONFIG_OUTPUT, RunConfig
 
-    def flat(v: Any) -> str:  # references become their logical ids
-        if isinstance(v, str):
-            return v
-        if "Fn::Join" in v:
-            return v["Fn::Join"][0].join(flat(p) for p in v["Fn::Join"][1])
-        if "Ref" in v:
-            return str(v["Ref"])
-        return ".".join(v["Fn::GetAtt"])
-
-    cfg = RunConfig.from_json(flat(example.template_json["Outputs"][RUN_CONFIG_OUTPUT]["Value"]))
+    cfg = RunConfig.from_json(_flat(example.template_json["Outputs"][RUN_CONFIG_OUTPUT]["Value"]))
     tasks = example.resources("AWS::ECS::TaskDefinition")
-    assert {cfg.master_task_definition, cfg.worker_task_definition} <= set(tasks)
+    assert {cfg.master_task_definition, cfg.worker_task_definition, cfg.gate_task_definition} <= set(tasks)
+    assert len({cfg.master_task_definition, cfg.worker_task_definition, cfg.gate_task_definition}) == 3
     assert cfg.cluster in example.resources("AWS::ECS::Cluster")
     assert len(cfg.subnets) == 2 and all(s in example.resources("AWS::EC2::Subnet") for s in cfg.subnets)
     assert set(cfg.targets) == {"inf2", "g6"} and cfg.workers == 2
@@ -78,6 +81,49 @@ def test_run_config_output_is_what_campaign_run_reads(example: Synth) -> None:
     assert len(set(services)) == 4 and set(services) <= set(example.resources("AWS::ServiceDiscovery::Service"))
 
 
+def _s3_writes_of(example: Synth, task_definition: str) -> set[str]:
+    """The run files (<name>-*) the task definition's role may put."""
+    role = example.template_json["Resources"][task_definition]["Properties"]["TaskRoleArn"]["Fn::GetAtt"][0]
+    out: set[str] = set()
+    for p in example.resources("AWS::IAM::Policy").values():
+        if {"Ref": role} not in p["Properties"]["Roles"]:
+            continue
+        for st in p["Properties"]["PolicyDocument"]["Statement"]:
+            if "s3:PutObject" in (st["Action"] if isinstance(st["Action"], list) else [st["Action"]]):
+                resources = st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]]
+                out |= {json.dumps(r).rsplit("/", 1)[1].split("-*")[0] for r in resources}
+    return out
+
+
+def test_the_gate_runs_from_its_own_definition_the_only_one_that_writes_gate_results(
+    example: Synth, tmp_path: Any
+) -> None:
+    """The gate's gate-<fleet>.json is what the run's verdict is read from: the gate task has its own
+    definition and task role, the only role that may write gate-*, and `campaign run` (CloudRun._spec)
+    and the offline launcher start it from that definition."""
+    from bench.offline_tasks import LocalTaskLauncher
+    from campaign.cloud_run import CloudRun
+    from core.cloud_contract import RUN_CONFIG_OUTPUT, RunConfig
+
+    cfg = RunConfig.from_json(_flat(example.template_json["Outputs"][RUN_CONFIG_OUTPUT]["Value"]))
+    assert _s3_writes_of(example, cfg.gate_task_definition) == {"gate"}
+    for locust_role in (cfg.master_task_definition, cfg.worker_task_definition):
+        writes = _s3_writes_of(example, locust_role)
+        assert writes and "gate" not in writes
+    roles = {
+        example.template_json["Resources"][td]["Properties"]["TaskRoleArn"]["Fn::GetAtt"][0]
+        for td in (cfg.master_task_definition, cfg.worker_task_definition, cfg.gate_task_definition)
+    }
+    assert len(roles) == 3
+    m = load_manifest(example.manifest_path, check_files=False)
+    launcher = LocalTaskLauncher(example.template_json, {}, tmp_path, {})
+    spec = CloudRun(m, cfg, launcher, None, out_dir=tmp_path, run_id="20261205T000000Z-abcdef")._spec("gate", "g6", {})
+    assert spec.task_definition == cfg.gate_task_definition
+    gate = launcher.container(spec.task_definition)  # what the offline launcher runs for it
+    assert gate["Command"] == ["--gate"]
+    assert {"Name": "HARNESS_LOADGEN_ROLE", "Value": "gate"} in gate["Environment"]
+
+
 def test_loadgen_task_roles_read_only_the_run_inputs_and_write_only_their_own_files(example: Synth) -> None:
     tasks = [
         t
@@ -85,7 +131,7 @@ def test_loadgen_task_roles_read_only_the_run_inputs_and_write_only_their_own_fi
         if any(c["Name"] == "locust" for c in t["Properties"]["ContainerDefinitions"])
     ]
     roles = {t["Properties"]["TaskRoleArn"]["Fn::GetAtt"][0] for t in tasks}
-    assert len(roles) == 2
+    assert len(roles) == 3  # master, worker, gate
     statements = [
         st
         for p in example.resources("AWS::IAM::Policy").values()
@@ -107,3 +153,16 @@ def test_loadgen_task_roles_read_only_the_run_inputs_and_write_only_their_own_fi
         'progress-*"]]}',
         'gate-*"]]}',
     }
+
+
+def test_only_workers_may_discover_and_only_their_campaigns_master_services(example: Synth) -> None:
+    grants = [
+        (logical_id, st)
+        for logical_id, p in example.resources("AWS::IAM::Policy").items()
+        for st in p["Properties"]["PolicyDocument"]["Statement"]
+        if "servicediscovery:DiscoverInstances" in (st["Action"] if isinstance(st["Action"], list) else [st["Action"]])
+    ]
+    [(policy, st)] = grants
+    assert "WorkerTask" in policy
+    assert set(st["Condition"]["StringEquals"]["servicediscovery:ServiceName"]) == {"master-inf2", "master-g6"}
+    assert "servicediscovery:NamespaceName" in st["Condition"]["StringEquals"]

@@ -41,6 +41,9 @@ ACTIONS_ALLOWED_ON_STAR: dict[str, str] = {
     "ssmmessages:OpenDataChannel": "Session Manager: fleet hosts (instead of SSH) and ECS Exec in the loadgen tasks; no resource types",
     # Only with a cloudwatch:namespace condition naming the fleet's own namespaces (test_fleet_roles_are_scoped).
     "cloudwatch:PutMetricData": "PutMetricData defines no resource type; a cloudwatch:namespace condition scopes it to the fleet",
+    # Only with servicediscovery:NamespaceName and servicediscovery:ServiceName conditions naming this
+    # campaign's namespace and its fleets' master services (stacks/load_generator.py).
+    "servicediscovery:DiscoverInstances": "a worker finds its step's master; the namespace and service-name condition keys scope it",
 }
 # No AWS-managed policy: AmazonSSMManagedInstanceCore grants ssm:GetParameter(s) on every parameter and
 # CloudWatchAgentServerPolicy grants PutMetricData and log writes on '*'; the fleet roles carry inline,

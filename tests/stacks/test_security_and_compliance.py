@@ -103,7 +103,10 @@ def test_every_taggable_resource_carries_campaign_and_digest(example: Synth) -> 
         specs = lt["Properties"]["LaunchTemplateData"]["TagSpecifications"]
         for spec in specs:  # instances and their volumes are tagged at launch, not after
             keys = {t["Key"] for t in spec["Tags"]}
-            assert {"campaign", "manifest-digest", "fleet"} <= keys
+            # The serving definition's digest, not the manifest's: a manifest edit that changes no
+            # serving flag must not make a new template version (tests/stacks/test_fleet_updates.py);
+            # instances get manifest-digest from their group's tags.
+            assert {"campaign", "serving-digest", "fleet"} <= keys and "manifest-digest" not in keys
 
 
 def test_cdk_nag_has_no_unacknowledged_findings(example: Synth) -> None:
