@@ -13,6 +13,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
+from core.cloud_contract import health_grace_s
 from core.manifest import Manifest
 from core.serving import ServingDefinition, render_docker_run
 from stacks.fleet_paths import BOOT_LOG, CACHE_MOUNT, NEURON_MONITOR_CONFIG
@@ -64,7 +65,6 @@ def _mount_cache_volume() -> list[str]:
 # CloudWatch agent package", https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/verify-CloudWatch-Agent-Package-Signature.html
 CLOUDWATCH_AGENT_VERSION = "1.300072.0b1766"
 CLOUDWATCH_AGENT_KEY_FINGERPRINT = "937616F3450B7D806CBD9725D58167303B789C72"
-HEALTH_WAIT_S = 7200  # covers the longest first boot: weights + Neuron compile (see fleet.HEALTH_GRACE)
 
 
 def _cloudwatch_agent(region: str, agent_param: str) -> list[str]:
@@ -165,12 +165,18 @@ def _config_files(defn: ServingDefinition) -> list[str]:
 
 def _health_wait(defn: ServingDefinition) -> list[str]:
     # The NLB health check decides what serves; this wait puts "ready after N s" in the boot log
-    # (time to ready, per instance) and fails the boot script if the server never comes up.
+    # (time to ready, per instance) and fails the boot script if the server never comes up. Its
+    # bound is the ASG's health-check grace counted from the script's start ($SECONDS): the grace
+    # starts when the instance enters InService, just before user data runs ("Set the health check
+    # grace period", https://docs.aws.amazon.com/autoscaling/ec2/userguide/health-check-grace-period.html),
+    # and past it the group replaces an instance that is still not healthy anyway.
     url = f"http://127.0.0.1:{defn.port}{defn.health_path}"
+    grace = health_grace_s(defn.host.vendor)
     return [
         "READY_START=$SECONDS",
         f"until curl -fsS -o /dev/null {url}; do",
-        f'  if [ $((SECONDS - READY_START)) -ge {HEALTH_WAIT_S} ]; then echo "server not healthy after {HEALTH_WAIT_S} s"; exit 1; fi',
+        f'  if [ "$SECONDS" -ge {grace} ]; then echo "server not healthy $SECONDS s into the boot '
+        f'(the health-check grace is {grace} s: core.cloud_contract.HEALTH_GRACE_MIN)"; exit 1; fi',
         "  sleep 10",
         "done",
         'echo "server healthy after $((SECONDS - READY_START)) s"',
