@@ -55,7 +55,8 @@ case "$name" in
   apt-get) case "$*" in *docker-ce=*) cp "$0" "$STUB_BIN/docker";; esac;;  # the install puts docker on PATH
   dpkg) mkdir -p "$SANDBOX/opt/aws/amazon-cloudwatch-agent/bin"; cp "$0" "$SANDBOX/opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl";;
   aws) case "$*" in *secretsmanager*) echo "$FAKE_TOKEN";; *ssm\ get-parameter*) echo '{}';; *get-login-password*) echo pw;;
-    *list-objects-v2*) echo None;; esac;;  # an empty listing, as --output text prints it
+    *list-objects-v2*) echo None;;  # an empty listing, as --output text prints it
+    *" - s3://"*) cat >/dev/null;; esac;;  # `echo KEY | aws s3 cp - URI` reads its stdin (else: SIGPIPE under pipefail)
   docker) echo "docker-env${STUB_SEP}HF_TOKEN=${HF_TOKEN:-<unset>}" >> "$STUB_LOG"; [ "$1" = login ] && cat >/dev/null; true;;
   sha256sum) cat >/dev/null;;
   curl)
