@@ -12,18 +12,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from core import catalog, prices
+from core.compile_host import HOST_MEMORY_RISK_FRACTION
 from core.manifest import Fleet, Manifest, fit, weight_bytes
 from core.roofline import Roofline
 from core.serving import definition_for
 from runtime.emulator.timing import TimingModel
 from stacks.fleet_boot import COMPLETE_MARKER
 from stacks.fleet_paths import COMPILED_PREFIX
-
-# Loading a checkpoint (and, on Neuron, tracing + compiling it) holds the weights in host memory
-# at least once more beside the runtime: weights above half the host's RAM are at risk. Reports:
-# aws-neuron/nki-samples#87 (Llama-3.1-8B, ~16 GB of weights, compile killed on trn1.2xlarge's
-# 32 GB), vllm-project/vllm#6452 (Mistral-7B would not load on Inferentia until a larger instance).
-HOST_MEMORY_RISK_FRACTION = 0.5
 
 
 @dataclass(frozen=True)

@@ -187,6 +187,13 @@ COMPLETE_MARKER = "COMPLETE"  # written last: a half-uploaded set of artifacts i
 LOCAL_MARKER = ".harness-complete"  # this cache volume holds a complete set (compiled or fetched)
 
 
+def complete_marker_pattern(key_prefix: str) -> str:
+    """The object key of a complete set's marker under `key_prefix` (compiled/<key>): one publisher
+    directory deep. An extended regular expression that grep -E (the boot script's fetch) and
+    Python's re (deploy's compile phase, campaign/compile_phase.py) read alike."""
+    return f"^{key_prefix}/[^/]+/{COMPLETE_MARKER}$"
+
+
 def compiled_fetch(defn: ServingDefinition, compiled_uri: str, *, region: str) -> list[str]:
     """Before the server starts: the compiled artifacts from the cache volume if a previous boot
     left a complete set, else a complete set some instance published to the results bucket
@@ -210,7 +217,7 @@ def compiled_fetch(defn: ServingDefinition, compiled_uri: str, *, region: str) -
         # boot log). Either way this instance compiles: it must boot.
         f'  if COMPILED_LISTING="$(aws s3api list-objects-v2 --region {region} --bucket {bucket} --prefix {key_prefix}/ '
         "--query 'Contents[].[Key]' --output text 2>&1)\"; then",
-        f'    MARKER_KEY="$(grep -m 1 -E \'^{key_prefix}/[^/]+/{COMPLETE_MARKER}$\' <<< "$COMPILED_LISTING" || true)"',
+        f'    MARKER_KEY="$(grep -m 1 -E \'{complete_marker_pattern(key_prefix)}\' <<< "$COMPILED_LISTING" || true)"',
         f'    [ -z "$MARKER_KEY" ] || COMPILED_SET="s3://{bucket}/${{MARKER_KEY%/{COMPLETE_MARKER}}}"',
         '    COMPILED_MISSING="no complete set in $COMPILED_URI"',
         "  else",

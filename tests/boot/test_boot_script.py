@@ -54,12 +54,18 @@ case "$name" in
   gpg) case "$*" in *--fingerprint*) echo "fpr:::::::::$CW_FPR:"; echo "fpr:::::::::$DOCKER_FPR:";; esac;;
   apt-get) case "$*" in *docker-ce=*) cp "$0" "$STUB_BIN/docker";; esac;;  # the install puts docker on PATH
   dpkg) mkdir -p "$SANDBOX/opt/aws/amazon-cloudwatch-agent/bin"; cp "$0" "$SANDBOX/opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl";;
-  aws) case "$*" in *secretsmanager*) echo "$FAKE_TOKEN";; *ssm\ get-parameter*) echo '{}';; *get-login-password*) echo pw;;
+  aws) [ "${FAIL_S3_UPLOAD:-0}" = 1 ] && [ "$1 $2" = "s3 cp" ] && exit 1
+    [ "${FAIL_TERMINATE:-0}" = 1 ] && [ "$2" = terminate-instance-in-auto-scaling-group ] && exit 254
+    case "$*" in *secretsmanager*) echo "$FAKE_TOKEN";; *ssm\ get-parameter*) echo '{}';; *get-login-password*) echo pw;;
     *list-objects-v2*) echo None;;  # an empty listing, as --output text prints it
     *" - s3://"*) cat >/dev/null;; esac;;  # `echo KEY | aws s3 cp - URI` reads its stdin (else: SIGPIPE under pipefail)
   docker) echo "docker-env${STUB_SEP}HF_TOKEN=${HF_TOKEN:-<unset>}" >> "$STUB_LOG"; [ "$1" = login ] && cat >/dev/null; true;;
   sha256sum) cat >/dev/null;;
   curl)
+    case "$*" in  # IMDSv2: a session token from a PUT, then the instance id with it
+      *169.254.169.254/latest/api/token*) echo imds-session-token; exit 0;;
+      *169.254.169.254/latest/meta-data/instance-id*) echo i-0c0a1e5ce0ffee123; exit 0;;
+    esac
     out=""; prev=""
     for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done
     if [ -n "$out" ] && [ "$out" != /dev/null ]; then echo stub > "$out"; exit 0; fi
@@ -160,6 +166,7 @@ def _run(
     neuron_driver: str = "2.26.5.0",
     nvidia_driver: str = "570.172.08",
     docker_on_host: bool = True,
+    env_extra: dict[str, str] | None = None,
 ) -> tuple[int, list[list[str]], str]:
     sandbox = tmp_path / "root"
     bin_dir = tmp_path / "bin"
@@ -191,6 +198,7 @@ def _run(
         "DOCKER_FPR": DOCKER_KEY_FINGERPRINT,
         "HOME": str(tmp_path),
         "STUB_BIN": str(bin_dir),
+        **(env_extra or {}),
     }
     proc = subprocess.run(["bash", str(path)], env=env, capture_output=True, text=True, timeout=60)
     calls = (
