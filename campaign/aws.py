@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from core import naming
+from core.compile_host import CompileHost
 from core.errors import EXIT_FAILED_STEP, CampaignError
 from core.manifest import Manifest
 from core.naming import RETAINED_TAG
@@ -42,27 +43,40 @@ class QuotaTooLow(AwsStepFailed):
     """The account's Service Quotas cannot run what the manifest asks for: refused before any spend."""
 
 
-def check_quotas(session: Any, m: Manifest, *, say: Any = print) -> None:
-    """Pre-flight: every vCPU quota the manifest needs (campaign.cloud_checks.quota_needs) against
-    the account's applied value; QuotaTooLow names each short one with both numbers."""
+def check_quotas(
+    session: Any, m: Manifest, *, compiling: Sequence[CompileHost] | None = None, say: Any = print
+) -> None:
+    """Pre-flight: every vCPU quota the manifest needs (campaign.cloud_checks.quota_needs, with the
+    compile instances of `compiling`) against the account's applied value; QuotaTooLow names each
+    short one with both numbers."""
     from campaign.cloud_checks import quota_needs, quota_shortfalls, unchecked_families
 
     client = session.client("service-quotas")
-    short = quota_shortfalls(m, client)
+    short = quota_shortfalls(m, client, compiling)
     if short:
         raise QuotaTooLow("Service Quotas too low for this manifest; nothing was deployed:\n  " + "\n  ".join(short))
     say(
         "Service Quotas: "
-        + ", ".join(f"{n.name} needs {n.vcpus} vCPU" for n in quota_needs(m))
+        + ", ".join(f"{n.name} needs {n.vcpus} vCPU" for n in quota_needs(m, compiling))
         + " - within the account's quotas"
     )
     for t in unchecked_families(m):
         say(f"Service Quotas: no vCPU quota mapped for {t} (campaign.cloud_checks.EC2_VCPU_QUOTAS); not checked")
 
 
-def deploy(manifest_path: Path, *, approve: bool = False, extra: Sequence[str] = (), session: Any = None) -> int:
-    """`extra`: more `cdk deploy` arguments (the fleets' AMI parameters from campaign.dlami).
-    The account's Service Quotas are checked first (QuotaTooLow before `cdk deploy` runs)."""
+def deploy(
+    manifest_path: Path,
+    *,
+    approve: bool = False,
+    extra: Sequence[str] = (),
+    session: Any = None,
+    compiling: Sequence[CompileHost] | None = None,
+    check_quota: bool = True,
+) -> int:
+    """`extra`: more `cdk deploy` arguments (the fleets' AMI parameters from campaign.dlami, the
+    compile phase's context). The account's Service Quotas are checked first, `compiling`'s compile
+    instances included (QuotaTooLow before `cdk deploy` runs), unless `check_quota` is False (the
+    compile phase's second `cdk deploy`: checked before its first)."""
     from core.manifest import load_manifest
 
     m = load_manifest(manifest_path)
@@ -70,7 +84,8 @@ def deploy(manifest_path: Path, *, approve: bool = False, extra: Sequence[str] =
         import boto3
 
         session = boto3.session.Session(region_name=m.costs.region)
-    check_quotas(session, m)
+    if check_quota:
+        check_quotas(session, m, compiling=compiling)
     root = checkout_root("deploy (cdk synthesizes the stacks from the repository's app.py)")
     argv = cdk_argv("deploy", manifest_path, [*(["--require-approval", "never"] if approve else []), *extra])
     return subprocess.call(argv, cwd=root)

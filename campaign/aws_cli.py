@@ -28,9 +28,11 @@ def aws_session(region: str) -> Any:
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
+    from campaign import compile_phase
     from campaign.cloud_checks import cloud_issues
     from campaign.dlami import cdk_parameter_args, parse_ami_overrides, resolve_amis
     from core.manifest import ManifestError
+    from stacks.compile_boot import COMPILE_FLEETS_CONTEXT
 
     m = load_manifest(args.manifest)  # refuses to deploy an invalid manifest (exit 2 via ManifestError)
     # Illustrative hashes/digests, a gated model without a token: refused before any spend.
@@ -41,17 +43,33 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         raise ManifestError(issues, args.manifest)
     check_workload(m)  # every bad trace row, before any AWS call
     overrides = parse_ami_overrides(args.ami, [f.name for f in m.fleets])
-    amis = resolve_amis(m, aws_session(m.costs.region).client("ec2"), overrides)
+    session = aws_session(m.costs.region)
+    stack = aws.stack_name(m)
+    # Fleets whose own host cannot hold the model compile once on a larger one first (or refuse).
+    targets = compile_phase.needed(session, m, stack, enabled=not args.no_compile_phase)
+    amis = resolve_amis(m, session.client("ec2"), overrides)
     for a in amis:
         print(f"{a.fleet}: AMI {a.image_id} {a.name!r} ({a.how})")
-    print(f"deploying {aws.stack_name(m)} (manifest {m.short_digest}) to {m.costs.region}")
     context = ["-c", f"weights_s3_uri={args.weights_s3_uri}"] if args.weights_s3_uri else []
     # cloud_issues refused a deploy without it: every stack pulls Prometheus from Docker Hub.
     credential = ["--parameters", f"{DOCKER_HUB_CREDENTIAL_PARAMETER}={args.docker_hub_credential_arn}"]
-    rc = aws.deploy(Path(args.manifest), approve=args.yes, extra=[*context, *credential, *cdk_parameter_args(amis)])
+    extra = [*context, *credential, *cdk_parameter_args(amis)]
+    hosts = [t.host for t in targets]
+    if targets:
+        fleets = ", ".join(f"{t.fleet} on one {t.host.instance_type}" for t in targets)
+        print(f"compile phase: {fleets} (every fleet at 0 meanwhile); deploying {stack} to {m.costs.region}")
+        phase = ["-c", f"{COMPILE_FLEETS_CONTEXT}={','.join(t.fleet for t in targets)}"]
+        _cdk_deploy(args, extra=[*extra, *phase], session=session, compiling=hosts)
+        compile_phase.run(session, m, stack, targets)
+    print(f"deploying {stack} (manifest {m.short_digest}) to {m.costs.region}")
+    _cdk_deploy(args, extra=extra, session=session, compiling=hosts, check_quota=not targets)
+    return EXIT_OK
+
+
+def _cdk_deploy(args: argparse.Namespace, *, extra: list[str], session: Any, **kw: Any) -> None:
+    rc = aws.deploy(Path(args.manifest), approve=args.yes, extra=extra, session=session, **kw)
     if rc != 0:
         raise aws.AwsStepFailed(f"cdk deploy exited {rc} (its output above says why)")
-    return EXIT_OK
 
 
 def run_campaign(
@@ -239,7 +257,11 @@ def _stop_left_tasks(session: Any, m: Manifest) -> None:
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     from campaign.cli import DOCKER_HUB_CREDENTIAL_HELP, MANIFEST_HELP
 
-    d = sub.add_parser("deploy", help="npx cdk deploy the comparison environment (refuses an invalid manifest)")
+    d = sub.add_parser(
+        "deploy",
+        help="npx cdk deploy the comparison environment (refuses an invalid manifest); a Neuron fleet whose host memory "
+        "is at risk is compiled once on a larger host first, every fleet at 0 until its set is published",
+    )
     d.add_argument("manifest", help=MANIFEST_HELP)
     d.add_argument("--yes", action="store_true", help="do not ask to approve IAM / security-group changes")
     d.add_argument(
@@ -254,6 +276,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="stage the checkpoint from s3://bucket/prefix/<commit>/ instead of the Hub (no hub token needed)",
     )
     d.add_argument("--docker-hub-credential-arn", metavar="SECRET_ARN", help=DOCKER_HUB_CREDENTIAL_HELP)
+    d.add_argument(
+        "--no-compile-phase",
+        action="store_true",
+        help="never compile a fleet once on a larger host first (the compile phase `plan` shows for a Neuron fleet "
+        "whose host memory is at risk): refuse such a fleet unless its compiled set is already published",
+    )
     d.set_defaults(handler=cmd_deploy)
 
     r = sub.add_parser(

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from core.compile_host import CompileHost
 from core.images import PROMETHEUS_IMAGE, PULL_THROUGH_SECRET_PREFIX, docker_hub_image, secret_arn_issue
 from core.manifest import CHAT_TEMPLATE_FILE, TOKENIZER_CONFIG, Issue, Manifest
 
@@ -179,22 +181,30 @@ class QuotaNeed:
     why: str
 
 
-def quota_needs(m: Manifest) -> list[QuotaNeed]:
-    """vCPUs per quota: asg.max x the instance's vCPUs per fleet family; one vCPU per load-generator task."""
+def quota_needs(m: Manifest, compiling: Sequence[CompileHost] | None = None) -> list[QuotaNeed]:
+    """vCPUs per quota: asg.max x the instance's vCPUs per fleet family, plus one compile instance per
+    fleet `deploy` compiles first (None: every at-risk fleet a larger host can compile, as `plan`
+    shows them), counted as if it ran beside the fleets: a bound, since its phase ends before they
+    start; one vCPU per load-generator task."""
     from core import catalog
     from core.cloud_contract import LOADGEN_TASK_VCPU
+    from core.compile_host import compile_hosts
 
+    if compiling is None:
+        compiling = compile_hosts(m)
+    ec2_needs = [(f.instance_type, f.asg.max, f"{f.name}: asg.max {f.asg.max}") for f in m.fleets]
+    ec2_needs += [(h.instance_type, 1, f"{h.fleet} compile phase: 1") for h in compiling if h.instance_type]
     by_code: dict[str, QuotaNeed] = {}
-    for f in m.fleets:
-        fam = _family(f.instance_type)
+    for instance_type, count, what in ec2_needs:
+        fam = _family(instance_type)
         if fam not in EC2_VCPU_QUOTAS:
             continue  # no quota mapped for this family: `deploy` says so (unchecked_families)
         code, name = EC2_VCPU_QUOTAS[fam]
-        vcpus = f.asg.max * catalog.instance(f.instance_type).vcpus
-        why = f"{f.name}: asg.max {f.asg.max} x {catalog.instance(f.instance_type).vcpus} vCPU ({f.instance_type})"
+        per = catalog.instance(instance_type).vcpus
+        why = f"{what} x {per} vCPU ({instance_type})"
         prev = by_code.get(code)
         by_code[code] = QuotaNeed(
-            "ec2", code, name, vcpus + (prev.vcpus if prev else 0), f"{prev.why} + {why}" if prev else why
+            "ec2", code, name, count * per + (prev.vcpus if prev else 0), f"{prev.why} + {why}" if prev else why
         )
     tasks = len(m.fleets) * (1 + m.loadgen.workers)
     fargate = tasks * LOADGEN_TASK_VCPU + PROMETHEUS_TASK_VCPU
@@ -220,11 +230,11 @@ def quota_value(client: Any, service: str, code: str) -> float:
         return float(client.get_aws_default_service_quota(ServiceCode=service, QuotaCode=code)["Quota"]["Value"])
 
 
-def quota_shortfalls(m: Manifest, client: Any) -> list[str]:
+def quota_shortfalls(m: Manifest, client: Any, compiling: Sequence[CompileHost] | None = None) -> list[str]:
     """One line per quota below what the manifest needs, with both numbers; empty when all fit.
     The quotas bound vCPUs running at once in the region, so anything else running there counts too."""
     short = []
-    for need in quota_needs(m):
+    for need in quota_needs(m, compiling):
         have = quota_value(client, need.service, need.code)
         if have < need.vcpus:
             short.append(

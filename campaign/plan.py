@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from core import catalog, prices
+from core.cloud_contract import HEALTH_GRACE_MIN
+from core.compile_host import HOST_MEMORY_RISK_FRACTION, CompileHost, compile_host
 from core.manifest import Fleet, Manifest, fit, weight_bytes
 from core.roofline import Roofline
 from core.serving import definition_for
@@ -19,11 +21,65 @@ from runtime.emulator.timing import TimingModel
 from stacks.fleet_boot import COMPLETE_MARKER
 from stacks.fleet_paths import COMPILED_PREFIX
 
-# Loading a checkpoint (and, on Neuron, tracing + compiling it) holds the weights in host memory
-# at least once more beside the runtime: weights above half the host's RAM are at risk. Reports:
-# aws-neuron/nki-samples#87 (Llama-3.1-8B, ~16 GB of weights, compile killed on trn1.2xlarge's
-# 32 GB), vllm-project/vllm#6452 (Mistral-7B would not load on Inferentia until a larger instance).
-HOST_MEMORY_RISK_FRACTION = 0.5
+# Published, one example: "a small-ish model of 15GB might take around 15min to compile" (vLLM User
+# Guide for NxD Inference, "Loading pre-compiled models", cited at core.serving.CompiledArtifacts).
+NEURON_COMPILE_MIN_PER_GB = 15.0 / 15.0
+# The compile phase beyond the compile instance's own boot (bounded by the Neuron health grace, as
+# a fleet instance's): launching it, publishing the set and the second `cdk deploy` that sizes the
+# fleets. Assumed.
+COMPILE_PHASE_OVERHEAD_MIN = 10.0
+
+
+@dataclass(frozen=True)
+class CompilePhase:
+    """`deploy`'s compile phase for one at-risk fleet (core.compile_host): one instance of a larger
+    type compiles the fleet's server definition and publishes the set under the fleet's key."""
+
+    fleet: str
+    instance_type: str  # the compile instance
+    host_memory_gib: int
+    weights_gib: float
+    compile_minutes: float  # the compile itself, at the published rate
+    minutes: float  # at most: the compile instance's life and deploy's timeout for it
+    minutes_source: str
+    hourly_usd: float | None
+    usd: float | None  # hourly_usd x minutes
+    price_provenance: str
+    compiled_prefix: str  # compiled/<the fleet's key>/ in the results bucket
+
+
+def compile_phase(m: Manifest, f: Fleet) -> CompilePhase | None:
+    """None when the fleet compiles on its own instances, or when no host can (`deploy` refuses)."""
+    host = compile_host(m, f)
+    if host is None or host.instance_type is None or host.host_gib is None:
+        return None
+    grace = HEALTH_GRACE_MIN[catalog.instance(host.instance_type).accelerator.vendor]
+    compile_min = weight_bytes(m) / 1e9 * NEURON_COMPILE_MIN_PER_GB
+    minutes = grace + COMPILE_PHASE_OVERHEAD_MIN
+    try:
+        price = prices.instance_hourly(host.instance_type, m.costs.region)
+        hourly: float | None = price.usd
+        prov = price.provenance
+    except prices.PriceNotFound as exc:
+        hourly, prov = None, f"missing: {exc}"
+    return CompilePhase(
+        fleet=f.name,
+        instance_type=host.instance_type,
+        host_memory_gib=host.host_gib,
+        weights_gib=round(host.weights_gib, 2),
+        compile_minutes=round(compile_min, 1),
+        minutes=minutes,
+        minutes_source=(
+            f"the Neuron health-check grace, {grace} min (core.cloud_contract.HEALTH_GRACE_MIN), bounds the "
+            f"compile instance's boot as it bounds a fleet instance's, + {COMPILE_PHASE_OVERHEAD_MIN:g} min assumed to "
+            "launch it, publish the set and size the fleets; the compile itself about "
+            f"{compile_min:.0f} min (published: the NxD Inference vLLM guide's 15 GB in about 15 min)"
+        ),
+        hourly_usd=hourly,
+        usd=None if hourly is None else round(hourly * minutes / 60, 2),
+        price_provenance=prov,
+        compiled_prefix=compiled_prefix(m, f) or f"{COMPILED_PREFIX}/<key>/",
+    )
 
 
 @dataclass(frozen=True)
@@ -53,6 +109,7 @@ class FleetPlan:
     price_provenance: str
     host_memory_gib: float = 0.0
     host_memory_warning: str | None = None
+    compile_phase: CompilePhase | None = None  # `deploy` compiles first, on a larger host
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -75,22 +132,35 @@ def prefill_s(m: Manifest, f: Fleet, prompt_tokens: int, efficiency: float) -> f
 
 
 def host_memory_warning(m: Manifest, f: Fleet) -> str | None:
-    """A sentence when the weights come close to a Neuron instance's host memory, else None.
-
-    Neuron only: the reports above are of the Neuron load/compile path. GPU stacks map the
-    safetensors and copy them to the device, and the seed's G6 baseline serves this 8B model
-    on g6.xlarge (16 GiB host) today."""
-    it = catalog.instance(f.instance_type)
-    weights_gib = weight_bytes(m) / catalog.GIB
-    if it.accelerator.vendor != "aws-neuron" or weights_gib <= HOST_MEMORY_RISK_FRACTION * it.memory_gib:
+    """A sentence when the weights come close to a Neuron instance's host memory
+    (core.compile_host), saying where `deploy` compiles instead; else None."""
+    host = compile_host(m, f)
+    if host is None:
         return None
+    return f"{_host_memory_risk(host)}; {_compiled_instead(m, f, host)}"
+
+
+def _host_memory_risk(host: CompileHost) -> str:
     return (
-        f"weights {weights_gib:.1f} GiB are {weights_gib / it.memory_gib:.0%} of {it.name}'s {it.memory_gib} GiB host memory "
-        f"(risk above {HOST_MEMORY_RISK_FRACTION:.0%}: loading and compiling hold them in host memory at least once more); "
-        "load precompiled artifacts (NEURON_COMPILED_ARTIFACTS) instead of compiling here: compile once on a larger "
-        f"{it.accelerator.name} instance with this fleet's server flags and publish the set under the results bucket's "
-        f"{compiled_prefix(m, f) or COMPILED_PREFIX + '/<key>/'}<any name>/, {COMPLETE_MARKER} written last (its key names {f.instance_type}: a set "
-        "published under the larger instance's own key is never fetched here); each instance then fetches it at boot"
+        f"weights {host.weights_gib:.1f} GiB are {host.weights_gib / host.fleet_host_gib:.0%} of {host.fleet_instance_type}'s "
+        f"{host.fleet_host_gib} GiB host memory (risk above {HOST_MEMORY_RISK_FRACTION:.0%}: loading and compiling hold "
+        "them in host memory at least once more)"
+    )
+
+
+def _compiled_instead(m: Manifest, f: Fleet, host: CompileHost) -> str:
+    where = compiled_prefix(m, f) or COMPILED_PREFIX + "/<key>/"
+    if host.instance_type is None:
+        acc = catalog.instance(f.instance_type).accelerator.name
+        return (
+            f"no {acc} instance in core/catalog.py clears it at TP {f.tensor_parallel}, so `deploy` refuses unless a set "
+            f"compiled elsewhere with this fleet's server flags is published under the results bucket's {where}<any name>/, "
+            f"{COMPLETE_MARKER} written last (its key names {f.instance_type})"
+        )
+    return (
+        f"`deploy` compiles it once first, on one {host.instance_type} ({host.host_gib} GiB host) with this fleet's server "
+        f"flags, and publishes the set under the results bucket's {where} (this fleet's key: it names {f.instance_type}); "
+        "the fleet's instances fetch it at boot instead of compiling"
     )
 
 
@@ -138,6 +208,7 @@ def plan_fleet(m: Manifest, f: Fleet) -> FleetPlan:
         price_provenance=prov,
         host_memory_gib=float(it.memory_gib),
         host_memory_warning=host_memory_warning(m, f),
+        compile_phase=compile_phase(m, f),
     )
 
 
@@ -154,6 +225,7 @@ def render_text(m: Manifest, plans: list[FleetPlan]) -> str:
             f"  memory   {'fits' if p.fits else 'DOES NOT FIT'}: weights {p.weights_gib:.2f} + KV {p.kv_cache_gib:.2f} "
             f"+ reserve {p.reserve_gib:.2f} GiB of {p.visible_gib:.2f} GiB visible",
             f"  host     {'AT RISK: ' + p.host_memory_warning if p.host_memory_warning else f'{p.host_memory_gib:.0f} GiB host memory'}",
+            *_compile_phase_lines(p.compile_phase),
             f"  decode   ceiling {p.decode_ceiling_tok_s:.1f} tok/s at batch 1 ({p.bandwidth_gbs:.0f} GB/s), "
             f"expected {p.decode_expected_tok_s:.1f}; batch {m.fleet(p.fleet).max_concurrency}"
             + (f" on each of {p.replicas_per_instance} replicas" if p.replicas_per_instance > 1 else "")
@@ -166,3 +238,16 @@ def render_text(m: Manifest, plans: list[FleetPlan]) -> str:
             "",
         ]
     return "\n".join(lines)
+
+
+def _compile_phase_lines(c: CompilePhase | None) -> list[str]:
+    if c is None:
+        return []
+    usd = (
+        f"{c.usd:,.2f} USD at ${c.hourly_usd:.4f}/h ({c.price_provenance})" if c.usd is not None else c.price_provenance
+    )
+    return [
+        f"  compile  once, before the fleet boots: 1 x {c.instance_type} ({c.host_memory_gib} GiB host), "
+        f"at most {c.minutes:g} min, {usd}",
+        f"           minutes: {c.minutes_source}",
+    ]

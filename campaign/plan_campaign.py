@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import tempfile
 import threading
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from typing import Any
 from analysis.capacity import REPLAY, median_overhead_s, read_search_path
 from analysis.report_model import Report
 from campaign.capacity_run import run_search
-from campaign.plan import compiled_prefix
+from campaign.plan import NEURON_COMPILE_MIN_PER_GB, CompilePhase, compile_phase, compiled_prefix
 from campaign.settle import settle_phase
 from campaign.simulated_steps import SimulatedSteps, simulate_requests, write_records
 from core import catalog, prices
@@ -38,9 +39,6 @@ DEPLOY_MIN = 15.0  # cdk deploy of the VPC, NLB, fleets, ECS cluster and bucket 
 QUALITY_GATE_MIN = 5.0  # the manifest's fixtures and the tokenizer check on every fleet
 REPORT_AND_TEARDOWN_MIN = 15.0  # report, cdk destroy and the leftover check
 STEP_OVERHEAD_S = 60.0  # each capacity step's load-generator tasks started and stopped on Fargate, when not measured
-# Published, one example: "a small-ish model of 15GB might take around 15min to compile" (vLLM User
-# Guide for NxD Inference, "Loading pre-compiled models", cited at core.serving.CompiledArtifacts).
-NEURON_COMPILE_MIN_PER_GB = 15.0 / 15.0
 
 
 @dataclass(frozen=True)
@@ -208,8 +206,12 @@ def predict(m: Manifest, work_dir: Path | None = None, overhead: StepOverhead = 
     ):  # its rounds, fleets side by side; each round starts load-generator tasks too
         rounds = max(sum(seg.fleet == name for seg in outcome.segments) for name in fleets)
         settle_min = outcome.seconds / 60 + rounds * overhead.seconds / 60
+    # deploy's compile phases run side by side, with every fleet at 0 (campaign/compile_phase.py).
+    compiles = [c for c in (compile_phase(m, f) for f in m.fleets) if c is not None]
+    compile_min = max((c.minutes for c in compiles), default=0.0)
     minutes = {
         "deploy": DEPLOY_MIN,
+        **({"compile_phase_at_most": compile_min} if compiles else {}),
         "ready_at_most": ready_min,
         "quality_gate": QUALITY_GATE_MIN,
         "replay": replay_min,
@@ -218,7 +220,7 @@ def predict(m: Manifest, work_dir: Path | None = None, overhead: StepOverhead = 
         "report_and_teardown": REPORT_AND_TEARDOWN_MIN,
     }
     total_min = sum(minutes.values())
-    usd = _cost(m, preds, total_min, replay_min + search_min + settle_min)
+    usd = _cost(m, preds, total_min, replay_min + search_min + settle_min, compiles)
     return CampaignPrediction(
         campaign_minutes=round(total_min, 1),
         campaign_usd=round(sum(usd.values()), 2) if usd else None,
@@ -238,7 +240,8 @@ def predict(m: Manifest, work_dir: Path | None = None, overhead: StepOverhead = 
             "ready: at most the fleets' health-check grace (core.cloud_contract.HEALTH_GRACE_MIN), the time the stacks allow "
             "a first boot (weights, Neuron compile)",
             "each fleet's measure_instances measured behind its NLB, as simulated; asg.desired instances (measure_instances when "
-            "more) run and are paid for the whole campaign; load-generator tasks (a master and loadgen.workers workers per fleet) "
+            "more) run and are paid for the whole campaign but deploy's compile phase (every fleet at 0 while it runs); "
+            "load-generator tasks (a master and loadgen.workers workers per fleet) "
             "while load runs; one NLB",
             *_compile_assumptions(m),
             "the quality gate passes (not predicted)",
@@ -257,6 +260,16 @@ def _compile_assumptions(m: Manifest) -> list[str]:
         if where is None:
             continue
         gb = weight_bytes(m) / 1e9
+        phase = compile_phase(m, f)
+        if phase is not None:
+            out.append(
+                f"{f.name}: compiled once by deploy's compile phase on one {phase.instance_type} (its own host memory is at "
+                f"risk), about {phase.compile_minutes:.0f} min for {gb:.0f} GB of weights (published: the NxD Inference "
+                f"vLLM guide's 15 GB in about 15 min) within compile_phase_at_most, while every fleet is at 0; published "
+                f"under the results bucket's {where}, which every instance of the fleet fetches instead of compiling "
+                "(its boot log says in how many seconds)"
+            )
+            continue
         out.append(
             f"{f.name}: the first instances compile (all those that boot before a set is published: a new fleet's "
             f"first boots, side by side), about {gb * NEURON_COMPILE_MIN_PER_GB:.0f} min for {gb:.0f} GB of weights "
@@ -267,14 +280,26 @@ def _compile_assumptions(m: Manifest) -> list[str]:
     return out
 
 
-def _cost(m: Manifest, preds: dict[str, FleetPrediction], total_min: float, load_min: float) -> dict[str, float]:
-    """USD of the campaign: instance-hours of every fleet for its whole length, load-generator
+def _cost(
+    m: Manifest,
+    preds: dict[str, FleetPrediction],
+    total_min: float,
+    load_min: float,
+    compiles: Sequence[CompilePhase] = (),
+) -> dict[str, float]:
+    """USD of the campaign: instance-hours of every fleet for its whole length but the compile
+    phase (every fleet is at 0 while it runs), each compile instance for its phase, load-generator
     tasks while load runs, the NLB's hours; empty when a price is missing from the snapshot."""
     out: dict[str, float] = {}
+    compile_min = max((c.minutes for c in compiles), default=0.0)
     for p in preds.values():
         if p.hourly_usd is None:
             return {}
-        out[f"instances.{p.fleet}"] = p.hourly_usd * p.instances_deployed * total_min / 60
+        out[f"instances.{p.fleet}"] = p.hourly_usd * p.instances_deployed * (total_min - compile_min) / 60
+    for c in compiles:
+        if c.usd is None:
+            return {}
+        out[f"compile.{c.fleet}"] = c.usd
     try:
         vcpu = prices.lookup("fargate", "vcpu-hour", m.costs.region).usd
         gib = prices.lookup("fargate", "gb-hour", m.costs.region).usd

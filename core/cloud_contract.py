@@ -41,6 +41,15 @@ from pathlib import Path, PurePosixPath
 # bucket (tens of minutes for an 8B model). The fleet stacks set it as the ASG's health-check
 # grace; `campaign plan` takes it as the longest a fleet can take to be ready.
 HEALTH_GRACE_MIN = {"aws-neuron": 75, "nvidia": 30}
+
+
+def health_grace_s(vendor: str) -> int:
+    """The grace in seconds: the ASG's health-check grace (stacks/fleet.py) and, counted from the
+    boot script's start, how long the script itself waits for the server (stacks/fleet_boot.py),
+    so the script gives up when the load balancer's check starts to count, not long after."""
+    return HEALTH_GRACE_MIN[vendor] * 60
+
+
 LOCUST_WEB_PORT = 8089
 LOCUST_MASTER_PORT = 5557  # workers connect to the master here (Locust default)
 METRICS_PORT = 9646  # the loadgen Prometheus exporter (histograms) on master and workers

@@ -5,7 +5,10 @@ from __future__ import annotations
 from aws_cdk import CfnOutput, Stack, Tags
 from constructs import Construct
 
+from core.compile_host import compile_host
 from core.naming import MANIFEST_DIGEST_TAG
+from stacks.compile_boot import COMPILE_PHASE_OUTPUT
+from stacks.compile_instance import CompileInstance
 from stacks.fleet import ServingFleet
 from stacks.image_cache import DockerHubCache
 from stacks.load_balancer import FleetLoadBalancer
@@ -39,9 +42,23 @@ class ComparisonStack(Stack):
                 weights_s3_uri=settings.weights_s3_uri,
                 results=store.results,
                 image_cache=image_cache,
+                held_at_zero=bool(settings.compile_fleets),  # nothing to measure until every fleet can serve
             )
             Tags.of(fleet).add("fleet", f.name)
             fleets.append(fleet)
+        compiles = [
+            CompileInstance(
+                self,
+                f"Compile-{fleet.fleet.name}",
+                manifest=m,
+                fleet=fleet,
+                host=host,
+                vpc=network.vpc,
+                weights_s3_uri=settings.weights_s3_uri,
+            )
+            for fleet in fleets
+            if fleet.fleet.name in settings.compile_fleets and (host := compile_host(m, fleet.fleet)) is not None
+        ]
 
         nlb = FleetLoadBalancer(self, "FleetNlb", vpc=network.vpc)
         nlb.add_fleets(fleets)
@@ -82,6 +99,25 @@ class ComparisonStack(Stack):
             value=loadgen.operator_policy.managed_policy_arn,
             description=f"attach to the operator's role: Locust UI port forward from {m.operator.cidr} only",
         )
+        if compiles:
+            # `deploy` starts each compile instance's group and waits for the fleet's set (campaign/compile_phase.py).
+            CfnOutput(
+                self,
+                COMPILE_PHASE_OUTPUT,
+                value=Stack.of(self).to_json_string(
+                    {
+                        c.host.fleet: {
+                            "group": c.asg.auto_scaling_group_name,
+                            "instance_type": c.host.instance_type,
+                            "log_group": next(
+                                f for f in fleets if f.fleet.name == c.host.fleet
+                            ).log_group.log_group_name,
+                        }
+                        for c in compiles
+                    }
+                ),
+                description="the compile phase: per fleet, its compile instance's Auto Scaling group and boot log group",
+            )
         CfnOutput(self, "PrometheusWorkspaceId", value=obs.workspace.attr_workspace_id)
         CfnOutput(self, "PrometheusQueryUrl", value=f"{obs.workspace.attr_prometheus_endpoint}api/v1/query")
         for fleet in fleets:

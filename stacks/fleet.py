@@ -48,6 +48,28 @@ CACHE_DEVICE = "/dev/sdf"
 HEALTH_GRACE = {vendor: Duration.minutes(minutes) for vendor, minutes in HEALTH_GRACE_MIN.items()}
 
 
+def fleet_block_devices(fleet: Fleet) -> list[ec2.BlockDevice]:
+    """Root and cache volumes of a fleet's instances (and of its compile instance), encrypted gp3."""
+    return [
+        ec2.BlockDevice(
+            device_name=ROOT_DEVICE,
+            volume=ec2.BlockDeviceVolume.ebs(
+                catalog.ROOT_VOLUME_GIB, encrypted=True, volume_type=ec2.EbsDeviceVolumeType.GP3
+            ),
+        ),
+        # Weights + Neuron compile cache / TensorRT engine cache, mounted by the boot script.
+        ec2.BlockDevice(
+            device_name=CACHE_DEVICE,
+            volume=ec2.BlockDeviceVolume.ebs(
+                fleet.ebs_cache_gib,
+                encrypted=True,
+                volume_type=ec2.EbsDeviceVolumeType.GP3,
+                delete_on_termination=True,
+            ),
+        ),
+    ]
+
+
 def ami_parameter(scope: Construct, fleet: Fleet, defn_host: catalog.HostStack) -> CfnParameter:
     """The fleet's AMI as a deploy-time parameter: never an unpinned `latest` SSM alias."""
     how = (
@@ -77,9 +99,12 @@ class ServingFleet(Construct):
         weights_s3_uri: str | None,
         results: s3.IBucket | None = None,
         image_cache: DockerHubCache,
+        held_at_zero: bool = False,
     ) -> None:
         """`results`: the results bucket, where instances share what they compile (compiled/<key>/).
-        `image_cache`: a Docker Hub serving image is pulled through it, never anonymously."""
+        `image_cache`: a Docker Hub serving image is pulled through it, never anonymously.
+        `held_at_zero`: deploy's compile phase (stacks/compile_instance.py): no instance until the
+        fleets' compiled sets are published."""
         super().__init__(scope, cid)
         fleet: Fleet = manifest.fleets[index]
         self.fleet = fleet
@@ -94,14 +119,16 @@ class ServingFleet(Construct):
             cache_registry=image_cache.registry,
             region=image_cache.region,
         )
-        ami = ami_parameter(self, fleet, defn.host)
+        # what the boot script runs and how it pulls the image (the compile instance runs the same)
+        self.boot_definition, self.cached_pull = boot_defn, cached
+        self.ami = ami = ami_parameter(self, fleet, defn.host)
         vendor = catalog.instance(fleet.instance_type).accelerator.vendor
         region = Stack.of(self).region
 
         self.log_group = logs.LogGroup(
             self, "Logs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY
         )
-        agent_param = ssm.StringParameter(
+        self.agent_param = agent_param = ssm.StringParameter(
             self,
             "CloudWatchAgentConfig",
             parameter_name=f"/harness/{manifest.campaign}/{fleet.name}/cloudwatch-agent",
@@ -123,7 +150,7 @@ class ServingFleet(Construct):
                 string_value=as_json(neuron_monitor_config()),
             )
 
-        role = iam.Role(
+        self.role = role = iam.Role(
             self,
             "InstanceRole",
             assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
@@ -149,9 +176,9 @@ class ServingFleet(Construct):
             )
         if weights_s3_uri:
             self._grant_weights_read(role, weights_s3_uri, manifest.model.commit)
-        compiled_uri = None
+        self.compiled_uri = compiled_uri = None
         if results is not None and defn.compiled is not None:
-            compiled_uri = f"s3://{results.bucket_name}/{COMPILED_PREFIX}"
+            self.compiled_uri = compiled_uri = f"s3://{results.bucket_name}/{COMPILED_PREFIX}"
             self._grant_compiled_share(role, results, defn.compiled.key)
 
         self.security_group = ec2.SecurityGroup(
@@ -189,24 +216,7 @@ class ServingFleet(Construct):
             # 1 hop: only the host (CloudWatch agent, aws CLI) reaches IMDS; no container needs the role.
             http_put_response_hop_limit=1,
             detailed_monitoring=True,
-            block_devices=[
-                ec2.BlockDevice(
-                    device_name=ROOT_DEVICE,
-                    volume=ec2.BlockDeviceVolume.ebs(
-                        catalog.ROOT_VOLUME_GIB, encrypted=True, volume_type=ec2.EbsDeviceVolumeType.GP3
-                    ),
-                ),
-                # Weights + Neuron compile cache / TensorRT engine cache, mounted by the boot script.
-                ec2.BlockDevice(
-                    device_name=CACHE_DEVICE,
-                    volume=ec2.BlockDeviceVolume.ebs(
-                        fleet.ebs_cache_gib,
-                        encrypted=True,
-                        volume_type=ec2.EbsDeviceVolumeType.GP3,
-                        delete_on_termination=True,
-                    ),
-                ),
-            ],
+            block_devices=fleet_block_devices(fleet),
         )
         # The launch template's data is all CloudFormation compares: its tags at launch name the serving
         # definition, not the manifest (the stack-wide manifest-digest tag would make every manifest
@@ -219,11 +229,11 @@ class ServingFleet(Construct):
             "Asg",
             vpc=vpc,
             launch_template=self.launch_template,
-            min_capacity=fleet.asg.min,
+            min_capacity=0 if held_at_zero else fleet.asg.min,
             max_capacity=fleet.asg.max,
             # The campaign measures fleets[].measure_instances behind the NLB (default asg.desired):
             # the group starts with that many in service, never fewer than asg.desired.
-            desired_capacity=fleet.instances_deployed,
+            desired_capacity=0 if held_at_zero else fleet.instances_deployed,
             vpc_subnets=ec2.SubnetSelection(
                 subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, availability_zones=list(fleet.availability_zones)
             ),

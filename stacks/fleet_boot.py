@@ -14,6 +14,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
+from core.cloud_contract import health_grace_s
 from core.images import CachedPull, cached_pull
 from core.manifest import Fleet, Manifest
 from core.serving import ServingDefinition, definition_for, render_docker_run
@@ -66,7 +67,6 @@ def _mount_cache_volume() -> list[str]:
 # CloudWatch agent package", https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/verify-CloudWatch-Agent-Package-Signature.html
 CLOUDWATCH_AGENT_VERSION = "1.300072.0b1766"
 CLOUDWATCH_AGENT_KEY_FINGERPRINT = "937616F3450B7D806CBD9725D58167303B789C72"
-HEALTH_WAIT_S = 7200  # covers the longest first boot: weights + Neuron compile (see fleet.HEALTH_GRACE)
 
 # On a fresh instance apt-daily / unattended-upgrades may hold the dpkg lock for minutes; an
 # apt-get or dpkg that finds it taken fails at once, and under `set -e` the boot with it. Every
@@ -235,12 +235,18 @@ def _config_files(defn: ServingDefinition) -> list[str]:
 
 def _health_wait(defn: ServingDefinition) -> list[str]:
     # The NLB health check decides what serves; this wait puts "ready after N s" in the boot log
-    # (time to ready, per instance) and fails the boot script if the server never comes up.
+    # (time to ready, per instance) and fails the boot script if the server never comes up. Its
+    # bound is the ASG's health-check grace counted from the script's start ($SECONDS): the grace
+    # starts when the instance enters InService, just before user data runs ("Set the health check
+    # grace period", https://docs.aws.amazon.com/autoscaling/ec2/userguide/health-check-grace-period.html),
+    # and past it the group replaces an instance that is still not healthy anyway.
     url = f"http://127.0.0.1:{defn.port}{defn.health_path}"
+    grace = health_grace_s(defn.host.vendor)
     return [
         "READY_START=$SECONDS",
         f"until curl -fsS -o /dev/null {url}; do",
-        f'  if [ $((SECONDS - READY_START)) -ge {HEALTH_WAIT_S} ]; then echo "server not healthy after {HEALTH_WAIT_S} s"; exit 1; fi',
+        f'  if [ "$SECONDS" -ge {grace} ]; then echo "server not healthy $SECONDS s into the boot '
+        f'(the health-check grace is {grace} s: core.cloud_contract.HEALTH_GRACE_MIN)"; exit 1; fi',
         "  sleep 10",
         "done",
         'echo "server healthy after $((SECONDS - READY_START)) s"',
@@ -249,6 +255,13 @@ def _health_wait(defn: ServingDefinition) -> list[str]:
 
 COMPLETE_MARKER = "COMPLETE"  # written last: a half-uploaded set of artifacts is never fetched
 LOCAL_MARKER = ".harness-complete"  # this cache volume holds a complete set (compiled or fetched)
+
+
+def complete_marker_pattern(key_prefix: str) -> str:
+    """The object key of a complete set's marker under `key_prefix` (compiled/<key>): one publisher
+    directory deep. An extended regular expression that grep -E (the boot script's fetch) and
+    Python's re (deploy's compile phase, campaign/compile_phase.py) read alike."""
+    return f"^{key_prefix}/[^/]+/{COMPLETE_MARKER}$"
 
 
 def compiled_fetch(defn: ServingDefinition, compiled_uri: str, *, region: str) -> list[str]:
@@ -274,7 +287,7 @@ def compiled_fetch(defn: ServingDefinition, compiled_uri: str, *, region: str) -
         # boot log). Either way this instance compiles: it must boot.
         f'  if COMPILED_LISTING="$(aws s3api list-objects-v2 --region {region} --bucket {bucket} --prefix {key_prefix}/ '
         "--query 'Contents[].[Key]' --output text 2>&1)\"; then",
-        f'    MARKER_KEY="$(grep -m 1 -E \'^{key_prefix}/[^/]+/{COMPLETE_MARKER}$\' <<< "$COMPILED_LISTING" || true)"',
+        f'    MARKER_KEY="$(grep -m 1 -E \'{complete_marker_pattern(key_prefix)}\' <<< "$COMPILED_LISTING" || true)"',
         f'    [ -z "$MARKER_KEY" ] || COMPILED_SET="s3://{bucket}/${{MARKER_KEY%/{COMPLETE_MARKER}}}"',
         '    COMPILED_MISSING="no complete set in $COMPILED_URI"',
         "  else",

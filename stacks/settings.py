@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.compile_host import compile_host
 from core.manifest import Manifest, ManifestError, load_manifest
+from stacks.compile_boot import COMPILE_FLEETS_CONTEXT
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MANIFEST = REPO_ROOT / "manifests" / "llama3-8b-inf2-vs-g6.yaml"
@@ -30,6 +32,9 @@ class SynthSettings:
     manifest_path: Path
     vpc_azs: tuple[str, ...]
     weights_s3_uri: str | None
+    # deploy's compile phase (stacks/compile_instance.py): these fleets get a compile instance and
+    # every fleet's group is at 0; empty: the fleets at their size.
+    compile_fleets: tuple[str, ...] = ()
 
 
 def load_checked_manifest(path: str | Path) -> tuple[Manifest, Path]:
@@ -78,4 +83,34 @@ def settings_from_context(context: Mapping[str, Any]) -> SynthSettings:
     weights = context.get("weights_s3_uri")
     if weights is not None and not (isinstance(weights, str) and weights.startswith("s3://") and len(weights) > 5):
         raise SynthInputError(f"context weights_s3_uri: expected s3://bucket/prefix, got {weights!r}")
-    return SynthSettings(manifest, path, vpc_availability_zones(manifest, region_azs), weights)
+    compile_fleets = compile_fleets_from_context(manifest, context.get(COMPILE_FLEETS_CONTEXT))
+    return SynthSettings(manifest, path, vpc_availability_zones(manifest, region_azs), weights, compile_fleets)
+
+
+def compile_fleets_from_context(manifest: Manifest, raw: Any) -> tuple[str, ...]:
+    """`-c compile_fleets=inf2[,other]`: each a fleet of the manifest whose host memory is at risk
+    and which a larger instance of its accelerator can compile (core.compile_host)."""
+    if raw in (None, ""):
+        return ()
+    names = raw.split(",") if isinstance(raw, str) else raw
+    if not isinstance(names, list | tuple) or not all(isinstance(n, str) and n.strip() for n in names):
+        raise SynthInputError(
+            f"context {COMPILE_FLEETS_CONTEXT}: expected fleet names separated by commas, got {raw!r}"
+        )
+    fleets = {f.name: f for f in manifest.fleets}
+    out: list[str] = []
+    for name in (n.strip() for n in names):
+        if name not in fleets:
+            raise SynthInputError(
+                f"context {COMPILE_FLEETS_CONTEXT}: {name!r} is not a fleet of the manifest ({', '.join(fleets)})"
+            )
+        host = compile_host(manifest, fleets[name])
+        if host is None:
+            raise SynthInputError(
+                f"context {COMPILE_FLEETS_CONTEXT}: {name}'s host memory is not at risk; it compiles on its own instances"
+            )
+        if host.instance_type is None:
+            raise SynthInputError(f"context {COMPILE_FLEETS_CONTEXT}: {host.cannot_compile()}")
+        if name not in out:
+            out.append(name)
+    return tuple(out)

@@ -67,7 +67,9 @@ case "$name" in
       n=$(( $(cat "$SANDBOX/apt_updates" 2>/dev/null || echo 0) + 1 )); echo "$n" > "$SANDBOX/apt_updates"
       if [ "$n" -le "${APT_LISTS_LOCKED:-0}" ]; then echo "E: Could not get lock /var/lib/apt/lists/lock" >&2; exit 100; fi;;
     esac;;
-  aws) case " $* " in *" - "*) cat >/dev/null;; esac  # reads stdin as the CLI does: the writer gets no SIGPIPE
+  aws) [ "${FAIL_S3_UPLOAD:-0}" = 1 ] && [ "$1 $2" = "s3 cp" ] && exit 1
+    [ "${FAIL_TERMINATE:-0}" = 1 ] && [ "$2" = terminate-instance-in-auto-scaling-group ] && exit 254
+    case " $* " in *" - "*) cat >/dev/null;; esac  # reads stdin as the CLI does: the writer gets no SIGPIPE
     case "$*" in *secretsmanager*) echo "$FAKE_TOKEN";; *ssm\ get-parameter*) echo '{}';; *get-login-password*) echo pw;;
     *list-objects-v2*) echo None;; esac;;  # an empty listing, as --output text prints it
   docker) echo "docker-env${STUB_SEP}HF_TOKEN=${HF_TOKEN:-<unset>}" >> "$STUB_LOG"; [ "$1" = login ] && cat >/dev/null
@@ -75,6 +77,10 @@ case "$name" in
     if [ "$1" = pull ] && [ -n "${DOCKER_PULL_FAILS:-}" ]; then case "$2" in *"$DOCKER_PULL_FAILS"*) exit 1;; esac; fi; true;;
   sha256sum) cat >/dev/null;;
   curl)
+    case "$*" in  # IMDSv2: a session token from a PUT, then the instance id with it
+      *169.254.169.254/latest/api/token*) echo imds-session-token; exit 0;;
+      *169.254.169.254/latest/meta-data/instance-id*) echo i-0c0a1e5ce0ffee123; exit 0;;
+    esac
     out=""; prev=""
     for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done
     if [ -n "$out" ] && [ "$out" != /dev/null ]; then echo stub > "$out"; exit 0; fi
@@ -190,10 +196,11 @@ def _run(
     docker_on_host: bool = True,
     apt_lists_locked: int = 0,
     docker_pull_fails: str = "",
+    env_extra: dict[str, str] | None = None,
 ) -> tuple[int, list[list[str]], str]:
     sandbox = tmp_path / "root"
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+    bin_dir.mkdir(parents=True)
     for d in ("etc/systemd/system", "etc/apt/sources.list.d", "opt", "var/log"):
         (sandbox / d).mkdir(parents=True, exist_ok=True)
     (sandbox / "etc" / "fstab").write_text("", encoding="utf-8")
@@ -223,6 +230,7 @@ def _run(
         "STUB_BIN": str(bin_dir),
         "APT_LISTS_LOCKED": str(apt_lists_locked),
         "DOCKER_PULL_FAILS": docker_pull_fails,
+        **(env_extra or {}),
     }
     proc = subprocess.run(["bash", str(path)], env=env, capture_output=True, text=True, timeout=60)
     calls = (
@@ -348,9 +356,29 @@ def test_boot_fails_when_the_server_never_gets_healthy(
 ) -> None:
     import stacks.fleet_boot
 
-    monkeypatch.setattr(stacks.fleet_boot, "HEALTH_WAIT_S", 0)
+    monkeypatch.setattr(stacks.fleet_boot, "health_grace_s", lambda vendor: 0)
     rc, _, output = _run(_fleet_scripts(example)["g6"], tmp_path)
-    assert rc == 1 and "server not healthy after 0 s" in output
+    assert rc == 1 and re.search(r"server not healthy \d+ s into the boot \(the health-check grace is 0 s", output)
+
+
+@pytest.mark.parametrize("fleet", ["inf2", "g6"])
+def test_the_boot_waits_for_the_server_as_long_as_the_asg_health_grace(
+    example: Manifest, fleet: str, tmp_path: Path
+) -> None:
+    # One source (core.cloud_contract.HEALTH_GRACE_MIN): the ASG replaces an instance that is not
+    # healthy once its grace is over (stacks/fleet.py), so the script gives up then, counted from its
+    # own start, not after a fixed 7200 s. $SECONDS set at the top stands for a boot that got that far.
+    from core.cloud_contract import HEALTH_GRACE_MIN
+
+    grace = HEALTH_GRACE_MIN[definition_for(example, example.fleet(fleet)).host.vendor] * 60
+    script = _fleet_scripts(example)[fleet]
+    late = script.replace("#!/bin/bash\n", f"#!/bin/bash\nSECONDS={grace}\n", 1)
+    rc, calls, output = _run(late, tmp_path / "late")
+    assert rc == 1 and f"the health-check grace is {grace} s" in output and "server healthy" not in output
+    assert _docker_runs(calls)  # the server was started; it just did not answer in time
+    early = script.replace("#!/bin/bash\n", f"#!/bin/bash\nSECONDS={grace - 30}\n", 1)
+    rc, _, output = _run(early, tmp_path / "early")
+    assert rc == 0 and "server healthy after" in output  # within the grace: it keeps probing until the server answers
 
 
 def test_sandbox_rewrite_leaves_no_host_path(example: Manifest, tmp_path: Path) -> None:

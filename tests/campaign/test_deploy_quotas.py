@@ -46,22 +46,37 @@ def _stubbed(values: dict[str, float | None]) -> tuple[Any, Stubber]:
 
 def test_needs_are_asg_max_times_vcpus_per_family_and_one_vcpu_per_loadgen_task() -> None:
     m = load_manifest(EXAMPLE_MANIFEST, check_files=False)
-    needs = {n.code: n.vcpus for n in quota_needs(m)}
     # inf2.xlarge and g6.xlarge have 4 vCPUs; asg.max 12 and 8; 2 fleets x (1 master + 2 workers) + Prometheus.
+    # With no compile phase (its set already published): the fleets only.
+    needs = {n.code: n.vcpus for n in quota_needs(m, compiling=[])}
     assert needs == {"L-1945791B": 12 * 4, "L-DB2E81BA": 8 * 4, "L-3032A538": 2 * (1 + 2) + 1}
+
+
+def test_the_compile_instance_counts_in_its_familys_quota() -> None:
+    # The example's inf2 fleet compiles once on an inf2.8xlarge (32 vCPUs) first: by default (what plan
+    # shows) and when deploy runs the phase, in the Inf quota, named in the sum.
+    from core.compile_host import compile_hosts
+
+    m = load_manifest(EXAMPLE_MANIFEST, check_files=False)
+    for needs in (quota_needs(m), quota_needs(m, compile_hosts(m))):
+        by = {n.code: n for n in needs}
+        assert by["L-1945791B"].vcpus == 12 * 4 + 32 and by["L-DB2E81BA"].vcpus == 8 * 4
+        assert by["L-1945791B"].why == (
+            "inf2: asg.max 12 x 4 vCPU (inf2.xlarge) + inf2 compile phase: 1 x 32 vCPU (inf2.8xlarge)"
+        )
 
 
 def test_deploy_refuses_a_short_quota_with_the_numbers_before_cdk_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     ran: list[Any] = []
     monkeypatch.setattr(aws.subprocess, "call", lambda *a, **k: ran.append(a) or 0)
-    client, stub = _stubbed({"L-1945791B": 32.0, "L-DB2E81BA": 64.0, "L-3032A538": None})
+    client, stub = _stubbed({"L-1945791B": 48.0, "L-DB2E81BA": 64.0, "L-3032A538": None})
     with pytest.raises(aws.QuotaTooLow) as err:
         aws.deploy(Path(EXAMPLE_MANIFEST), session=_Session(client))
     text = str(err.value)
     assert (
-        "Running On-Demand Inf instances (ec2 L-1945791B): the manifest needs 48 vCPU" in text
-        and "quota in us-east-1 is 32" in text
-    )
+        "Running On-Demand Inf instances (ec2 L-1945791B): the manifest needs 80 vCPU" in text
+        and "quota in us-east-1 is 48" in text
+    )  # the fleets' 48 fit; the compile instance's 32 more do not
     assert (
         "Fargate On-Demand vCPU resource count (fargate L-3032A538): the manifest needs 7 vCPU" in text
         and "is 0" in text
@@ -78,7 +93,7 @@ def test_deploy_goes_on_when_every_quota_fits(
     ran: list[Any] = []
     monkeypatch.setattr(aws.subprocess, "call", lambda *a, **k: ran.append(a) or 0)
     monkeypatch.setattr(aws.shutil, "which", lambda _: "/usr/bin/npx")
-    client, stub = _stubbed({"L-1945791B": 48.0, "L-DB2E81BA": 32.0, "L-3032A538": 4000.0})
+    client, stub = _stubbed({"L-1945791B": 80.0, "L-DB2E81BA": 32.0, "L-3032A538": 4000.0})
     assert aws.deploy(Path(EXAMPLE_MANIFEST), session=_Session(client)) == 0
     assert len(ran) == 1 and ran[0][0][1:3] == ["cdk", "deploy"]
     assert "within the account's quotas" in capsys.readouterr().out

@@ -152,13 +152,28 @@ def test_cli_plan_json(example_manifest_path: Path, tmp_path: Path) -> None:
     assert out["campaign_minutes"] == pytest.approx(sum(pred["minutes"].values()), abs=0.1)
     assert out["campaign_usd"] == pytest.approx(sum(pred["usd"].values()), abs=0.01)
     assert pred["minutes"]["ready_at_most"] == 75  # the Neuron fleet's health-check grace bounds the wait
-    # The Neuron fleet compiles once (16 GB of weights at the guide's 1 min per GB), later instances fetch.
+    # The Neuron fleet's host memory is at risk: deploy compiles once first, on one inf2.8xlarge, while
+    # every fleet is at 0 (16 GB of weights at the guide's 1 min per GB), and every instance fetches.
     from core.serving import definition_for
 
     key = definition_for(m, m.fleet("inf2")).compiled.key  # type: ignore[union-attr]
-    (compile_line,) = [a for a in pred["assumptions"] if "instances compile" in a]
-    assert compile_line.startswith("inf2: the first instances compile") and "about 16 min for 16 GB" in compile_line
-    assert f"compiled/{key}/" in compile_line and "fetches one instead of compiling" in compile_line
+    (compile_line,) = [a for a in pred["assumptions"] if "compiled once" in a]
+    assert compile_line.startswith("inf2: compiled once by deploy's compile phase on one inf2.8xlarge")
+    assert "about 16 min for 16 GB" in compile_line
+    assert f"compiled/{key}/" in compile_line and "fetches instead of compiling" in compile_line
+    phase = fleets["inf2"]["compile_phase"]
+    assert fleets["g6"]["compile_phase"] is None
+    assert (phase["instance_type"], phase["host_memory_gib"], phase["hourly_usd"]) == ("inf2.8xlarge", 128, 1.9679)
+    assert phase["minutes"] == 75 + 10 and "health-check grace, 75 min" in phase["minutes_source"]
+    assert phase["usd"] == round(1.9679 * 85 / 60, 2) == pred["usd"]["compile.inf2"]
+    assert pred["minutes"]["compile_phase_at_most"] == 85  # in campaign_minutes (the sum above)
+    # The fleets are at 0 during the compile phase: each is paid for the rest of the campaign only.
+    paid_min = out["campaign_minutes"] - 85
+    for name in ("inf2", "g6"):
+        f = pred["fleets"][name]
+        assert pred["usd"][f"instances.{name}"] == pytest.approx(
+            f["hourly_usd"] * f["instances_deployed"] * paid_min / 60, abs=0.02
+        )
     for name in ("inf2", "g6"):
         f = pred["fleets"][name]
         assert f["search_steps"] >= 2 and f["search_minutes"] > 0 and f["capacity_tok_s"] > 0
@@ -181,18 +196,16 @@ def test_plan_flags_weights_close_to_inf2_host_memory(manifest_data: dict[str, A
     # 8.03B x 2 bytes = 14.96 GiB on inf2.xlarge's 16 GiB of host memory.
     assert by["inf2"].host_memory_gib == 16
     warning = by["inf2"].host_memory_warning
-    assert (
-        warning is not None
-        and "weights 15.0 GiB are 93%" in warning
-        and "16 GiB host memory" in warning
-        and "precompiled artifacts" in warning
-    )
-    # Where to stage a set compiled elsewhere: this fleet's key (it names inf2.xlarge), marker last.
+    assert warning is not None and "weights 15.0 GiB are 93%" in warning and "16 GiB host memory" in warning
+    # deploy compiles it first on a larger host and publishes under this fleet's key (it names inf2.xlarge).
     from core.serving import definition_for
 
     key = definition_for(m, m.fleet("inf2")).compiled.key  # type: ignore[union-attr]
-    assert f"results bucket's compiled/{key}/<any name>/, COMPLETE written last" in warning
+    assert "`deploy` compiles it once first, on one inf2.8xlarge (128 GiB host)" in warning
+    assert f"results bucket's compiled/{key}/ (this fleet's key: it names inf2.xlarge)" in warning
+    assert by["inf2"].compile_phase is not None and by["inf2"].compile_phase.compiled_prefix == f"compiled/{key}/"
     assert by["g6"].host_memory_warning is None  # the GPU load path is not the reported risk
+    assert by["g6"].compile_phase is None
     big = manifest_from_data(
         {
             **manifest_data,
@@ -201,7 +214,25 @@ def test_plan_flags_weights_close_to_inf2_host_memory(manifest_data: dict[str, A
             ],
         }
     )
-    assert {p.fleet: p for p in plan(big)}["inf2"].host_memory_warning is None  # 128 GiB host
+    big_inf2 = {p.fleet: p for p in plan(big)}["inf2"]
+    assert big_inf2.host_memory_warning is None and big_inf2.compile_phase is None  # 128 GiB host: compiles itself
+
+
+def test_plan_says_deploy_refuses_a_model_no_instance_can_compile(manifest_data: dict[str, Any]) -> None:
+    # 300B at bf16: above half of every inf2 host, inf2.48xlarge's 768 GiB included. (The fleet does
+    # not fit its accelerators either; the host check is the plan's sentence about compiling.)
+    manifest_data["model"]["params_b"] = 300.0
+    m = manifest_from_data(manifest_data)
+    inf2 = {p.fleet: p for p in plan(m)}["inf2"]
+    assert inf2.compile_phase is None
+    from core.serving import definition_for
+
+    key = definition_for(m, m.fleet("inf2")).compiled.key  # type: ignore[union-attr]
+    assert inf2.host_memory_warning is not None
+    assert (
+        "no Inferentia2 instance in core/catalog.py clears it at TP 2, so `deploy` refuses" in inf2.host_memory_warning
+    )
+    assert f"results bucket's compiled/{key}/<any name>/, COMPLETE written last" in inf2.host_memory_warning
 
 
 def test_plan_text_shows_the_host_memory_risk(example_manifest_path: Path) -> None:
@@ -213,6 +244,12 @@ def test_plan_text_shows_the_host_memory_risk(example_manifest_path: Path) -> No
     )
     inf2 = out.stdout.split("\ng6:")[0]
     assert "host     AT RISK: weights 15.0 GiB are 93% of inf2.xlarge's 16 GiB host memory" in inf2
+    assert (
+        "  compile  once, before the fleet boots: 1 x inf2.8xlarge (128 GiB host), at most 85 min, "
+        "2.79 USD at $1.9679/h (snapshot 2023-04-20" in inf2
+    )
+    assert "           minutes: the Neuron health-check grace, 75 min (core.cloud_contract.HEALTH_GRACE_MIN)" in inf2
+    assert "compile  " not in out.stdout.split("\ng6:")[1]
 
 
 def test_plan_and_emulator_run_every_replica_of_an_instance(manifest_data: dict[str, Any]) -> None:

@@ -47,8 +47,8 @@ def _stand_in_build_context(tmp: Path) -> Path:
     return ctx
 
 
-def synthesize(manifest: Path, outdir: Path) -> Synth:
-    """In-process synth with the same builder as app.py (cdk-nag attached)."""
+def synthesize(manifest: Path, outdir: Path, **context: str) -> Synth:
+    """In-process synth with the same builder as app.py (cdk-nag attached); `context`: more -c values."""
     import stacks.load_generator
     from stacks.app_builder import build_app
 
@@ -57,7 +57,7 @@ def synthesize(manifest: Path, outdir: Path) -> Synth:
             # The loadgen owner has not added the root Dockerfile yet; the infrastructure is
             # still checked, and test_cli_synth fails until the real one exists.
             mp.setattr(stacks.load_generator, "REPO_ROOT", _stand_in_build_context(outdir.parent))
-        app, stack = build_app(context={"manifest": str(manifest)}, outdir=str(outdir))
+        app, stack = build_app(context={"manifest": str(manifest), **context}, outdir=str(outdir))
         app.synth()
     path = outdir / f"{stack.artifact_id}.template.json"
     return Synth(outdir, json.loads(path.read_text(encoding="utf-8")), path, manifest)
@@ -71,6 +71,16 @@ def example(tmp_path_factory: pytest.TempPathFactory) -> Synth:
 @pytest.fixture(scope="session")
 def three_fleets(tmp_path_factory: pytest.TempPathFactory) -> Synth:
     return synthesize(THREE_FLEET_MANIFEST, tmp_path_factory.mktemp("three") / "cdk.out")
+
+
+@pytest.fixture(scope="session")
+def compile_phase(tmp_path_factory: pytest.TempPathFactory) -> Synth:
+    """The example as `deploy`'s compile phase synthesizes it (campaign/compile_phase.py)."""
+    from stacks.compile_boot import COMPILE_FLEETS_CONTEXT
+
+    return synthesize(
+        EXAMPLE_MANIFEST, tmp_path_factory.mktemp("compile") / "cdk.out", **{COMPILE_FLEETS_CONTEXT: "inf2"}
+    )
 
 
 @pytest.fixture(scope="session")

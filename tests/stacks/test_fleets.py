@@ -115,3 +115,17 @@ def test_nlb_target_groups_health_check_the_servers_health_path(example: Synth) 
         assert tg["HealthCheckProtocol"] == "HTTP"
         assert tg["HealthCheckPath"] == "/health"
         assert tg["TargetType"] == "instance"
+
+
+def test_the_boot_scripts_own_wait_is_the_asgs_health_grace(example: Synth) -> None:
+    # One source (core.cloud_contract.HEALTH_GRACE_MIN) for both: the group's grace and the bound
+    # of the boot script's health wait (a fixed 7200 s once outlived the 75-min grace).
+    import re
+
+    for asg in example.resources("AWS::AutoScaling::AutoScalingGroup").values():
+        lt = _launch_template_of(example, asg)
+        script = "".join(p if isinstance(p, str) else "" for p in lt["UserData"]["Fn::Base64"]["Fn::Join"][1])
+        (bound,) = re.findall(r'\[ "\$SECONDS" -ge (\d+) \]', script)
+        grace = int(asg["Properties"]["HealthCheckGracePeriod"])
+        vendor = catalog.instance(lt["InstanceType"]).accelerator.vendor
+        assert int(bound) == grace == {"aws-neuron": 75, "nvidia": 30}[vendor] * 60

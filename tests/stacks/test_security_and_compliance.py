@@ -25,8 +25,8 @@ def _tags(resource: dict[str, Any]) -> dict[str, str]:
     return {t["Key"]: t["Value"] for t in tags or []}
 
 
-def test_no_lambda_anywhere(example: Synth, three_fleets: Synth) -> None:
-    for s in (example, three_fleets):
+def test_no_lambda_anywhere(example: Synth, three_fleets: Synth, compile_phase: Synth) -> None:
+    for s in (example, three_fleets, compile_phase):
         types = {r["Type"] for r in s.template_json["Resources"].values()}
         assert "AWS::Lambda::Function" not in types
         assert "AWS::Lambda::LayerVersion" not in types
@@ -144,7 +144,7 @@ def test_every_nag_acknowledgment_has_a_reason(example: Synth) -> None:
             assert isinstance(reason, str) and len(reason) >= 20, rule
 
 
-@pytest.mark.parametrize("which", ["example", "three_fleets"])
+@pytest.mark.parametrize("which", ["example", "three_fleets", "compile_phase"])
 def test_cfn_lint_clean(which: str, request: pytest.FixtureRequest) -> None:
     s: Synth = request.getfixturevalue(which)
     region = load_manifest(s.manifest_path).costs.region
