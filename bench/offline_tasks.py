@@ -64,11 +64,22 @@ def dockerfile_entrypoint(dockerfile: Path) -> list[str]:
 
 class LocalTaskLauncher:
     def __init__(
-        self, template: Mapping[str, Any], refs: Mapping[str, str], workdir: Path, env: Mapping[str, str]
+        self,
+        template: Mapping[str, Any],
+        refs: Mapping[str, str],
+        workdir: Path,
+        env: Mapping[str, str],
+        *,
+        cpus: Mapping[str, set[int]] | None = None,
     ) -> None:
+        """`env`: what every task gets beside its definition's (the moto endpoint and credentials,
+        what the task role gives a real task; offline, the NLB stand-in's answer source);
+        `cpus`: per fleet, the cores its tasks may use (a Fargate task has its own vCPU; here
+        they stay off the cores the fleets' CPU engines run on)."""
         self.template = template
         self.refs = refs
         self.workdir = workdir
+        self.cpus = dict(cpus or {})
         self.env = dict(env)  # the moto endpoint and credentials: what the task role gives a real task
         self.entrypoint = dockerfile_entrypoint(ROOT / "Dockerfile")
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -126,6 +137,7 @@ class LocalTaskLauncher:
         log = home / "task.log"
         fh = log.open("wb")
         self._files.append(fh)
+        cores = self.cpus.get(spec.fleet)
         self.procs[handle] = subprocess.Popen(
             argv,
             env={**os.environ, **self.env, **env},
@@ -133,6 +145,7 @@ class LocalTaskLauncher:
             stdout=fh,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=(lambda: os.sched_setaffinity(0, cores)) if cores else None,
         )
         self.ports[handle] = ports
         self.logs[handle] = log

@@ -83,10 +83,12 @@ def run_campaign(
     capacity: bool = True,
     final_report: bool = True,
     predicted: Mapping[str, float] | None = None,
+    concurrent: int | None = None,
 ) -> CloudRunResult:
     """What `campaign run` does: the campaign's stages (campaign.orchestration) on the deployed
     fleets, the run directory uploaded under the run's prefix; `launcher` replaces ECS RunTask
-    (the offline cloud-path test)."""
+    (the offline cloud-path test); `concurrent`: fleets measured at once (default all; the
+    offline run with CPU engines measures one at a time)."""
     from campaign.cloud_readiness import not_ready_evidence
     from campaign.ecs_tasks import EcsTaskLauncher
     from campaign.orchestration import run_stages
@@ -106,7 +108,9 @@ def run_campaign(
         elbv2=session.client("elbv2"),
         run_id=run_id,
     )
-    fleets = CloudFleets(run, diagnose=lambda fleet: not_ready_evidence(session, m.campaign, fleet))
+    fleets = CloudFleets(
+        run, diagnose=lambda fleet: not_ready_evidence(session, m.campaign, fleet), concurrent=concurrent
+    )
     stop = threading.Event()
     status = "failed"
     try:

@@ -557,7 +557,9 @@ class CloudRun:
             counted = {f: t.as_dict(self.poll_s) for f, t in trackers.items() if t.fewest is not None}
             if counted:
                 dest.mkdir(parents=True, exist_ok=True)
-                (dest / INSTANCES_FILE).write_text(json.dumps(counted, indent=2), encoding="utf-8")
+                path = dest / INSTANCES_FILE
+                earlier = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}  # other fleets'
+                path.write_text(json.dumps({**earlier, **counted}, indent=2), encoding="utf-8")
                 self.say(
                     f"[{dest.name}] instances in service: "
                     + ", ".join(f"{f} {c['instances']} (fewest healthy)" for f, c in counted.items())
@@ -603,11 +605,16 @@ class TaskRefused(CloudRunError):
 class CloudFleets:
     """The orchestration's `Fleets` seam on AWS (campaign.orchestration)."""
 
-    def __init__(self, run: CloudRun, diagnose: Callable[[str], str] | None = None) -> None:
+    def __init__(
+        self, run: CloudRun, diagnose: Callable[[str], str] | None = None, *, concurrent: int | None = None
+    ) -> None:
+        """`concurrent`: fleets measured at once, the trace replay included (default: all; on AWS each
+        step has its own Fargate tasks and each fleet its own instances). The offline run with real
+        CPU engines on 2 cores measures one at a time, as `campaign local` does."""
         self.run = run
         self.diagnose = diagnose  # fleet -> what AWS says of it (campaign.cloud_readiness), for a fleet never ready
         self.names = [f.name for f in run.m.fleets]
-        self.concurrent = len(self.names)  # each step has its own Fargate tasks
+        self.concurrent = concurrent or len(self.names)
         self.ready_after_s: dict[str, float] = {}
         self._steps = FargateSteps(run)
 
@@ -686,8 +693,14 @@ class CloudFleets:
 
         run_time = replay_run_time_s(self.run.m, span_s(build_schedule(self.run.m)), options.duration_s)
         prefix = records_dir.relative_to(self.run.run_dir).as_posix()
-        with self.run.instances_while(self.names, records_dir) as poll:
-            return self.run.replay(self.names, options, prefix, records_dir, run_time, poll, linger_s=cc.UI_LINGER_S)
+        groups = [self.names] if self.concurrent >= len(self.names) else [[n] for n in self.names]
+        summaries: dict[str, RunSummary] = {}
+        for group in groups:
+            with self.run.instances_while(group, records_dir) as poll:
+                summaries.update(
+                    self.run.replay(group, options, prefix, records_dir, run_time, poll, linger_s=cc.UI_LINGER_S)
+                )
+        return summaries
 
     def steps(self) -> FargateSteps:
         return self._steps

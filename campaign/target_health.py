@@ -96,6 +96,8 @@ class FewestHealthy:
     fewest: int | None = None
     polls: int = 0
     errors: list[str] = field(default_factory=list)
+    first_poll: float | None = None  # unix seconds: the window the count covers
+    last_poll: float | None = None
 
     def poll(self) -> None:
         try:
@@ -105,12 +107,16 @@ class FewestHealthy:
             return
         self.polls += 1
         self.fewest = n if self.fewest is None else min(self.fewest, n)
+        self.last_poll = time.time()
+        self.first_poll = self.first_poll or self.last_poll
 
     def as_dict(self, poll_s: float) -> dict[str, Any]:
         """The step's instance count and where it came from (analysis reads it: STEP_INSTANCES_FILE)."""
         return {
             "instances": self.fewest,
             "source": "measured",
+            "from": self.first_poll,
+            "to": self.last_poll,
             "detail": f"fewest healthy targets of the fleet's NLB target group over {self.polls} DescribeTargetHealth "
             f"polls, every {poll_s:g} s, while it ran"
             + (f"; {len(self.errors)} poll(s) failed: {self.errors[-1]}" if self.errors else ""),

@@ -26,6 +26,7 @@ from typing import Any
 from core import cloud_contract as cc
 from core.manifest import Manifest
 from core.serving import served_model_id
+from loadgen.resolver import RESOLVER_ENV, resolved_url
 
 ENV_READY_TIMEOUT = "LOADGEN_READY_TIMEOUT_S"
 READY_POLL_S = 5.0
@@ -60,10 +61,16 @@ def wait_until_serving(
     poll_s: float = READY_POLL_S,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    resolver: str | None = None,
 ) -> Readiness:
+    """`resolver`: where the host name's addresses come from, as for the replay (each probe looks
+    the name up again: an NLB node that leaves the DNS answer is left too)."""
     t0 = clock()
     while True:
-        ids, seen = probe_models(host)
+        try:
+            ids, seen = probe_models(resolved_url(host, resolver))
+        except (OSError, ValueError) as exc:  # the answer source is down or answered nothing usable
+            ids, seen = None, f"{host}: its address could not be looked up: {exc}"
         if ids is not None and model in ids:
             return Readiness(True, clock() - t0, seen)
         if ids is not None:
@@ -82,7 +89,9 @@ def run(m: Manifest, env: Mapping[str, str], s3: Any) -> dict[str, Any]:
     from loadgen.fixtures import run_gate
 
     fleet, host = env[cc.ENV_FLEET], env[cc.ENV_HOST]
-    ready = wait_until_serving(host, served_model_id(m, m.fleet(fleet)), float(env.get(ENV_READY_TIMEOUT) or 600))
+    resolver = env.get(RESOLVER_ENV) or None  # offline: a stand-in for the NLB's DNS (loadgen/resolver.py)
+    timeout = float(env.get(ENV_READY_TIMEOUT) or 600)
+    ready = wait_until_serving(host, served_model_id(m, m.fleet(fleet)), timeout, resolver=resolver)
     out: dict[str, Any] = {
         "fleet": fleet,
         "ready": ready.ready,
@@ -91,7 +100,7 @@ def run(m: Manifest, env: Mapping[str, str], s3: Any) -> dict[str, Any]:
         "gate": None,
     }
     if ready.ready:
-        out["gate"] = run_gate(m, fleet, host).as_dict()
+        out["gate"] = run_gate(m, fleet, resolved_url(host, resolver)).as_dict()
     bucket, prefix = cc.split_s3_uri(cc.run_uri(env[cc.ENV_RESULTS_URI], env[cc.ENV_RUN_ID]))
     s3.put_object(Bucket=bucket, Key=f"{prefix}/{gate_key(fleet)}", Body=json.dumps(out, indent=2).encode())
     return out

@@ -154,7 +154,9 @@ class Replayer:
             )
         if self.options.tokenizer_check:
             # Raises TokenizerMismatch (the run's setup fails, nothing is sent) on a disagreement.
-            res = check_prompt_counts(self.cfg.host, model, pick_samples(built), api_key=self.cfg.api_key)
+            res = check_prompt_counts(
+                self.cfg.host, model, pick_samples(built), api_key=self.cfg.api_key, resolver=self.options.resolver
+            )
             if res.skipped:
                 log.warning("tokenizer check skipped after %d prompts: %s", res.checked, res.skipped)
             else:

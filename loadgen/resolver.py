@@ -79,3 +79,33 @@ def decode_answer(body: bytes, name: str, source: str) -> list[str]:
         except (TypeError, ValueError):
             raise ValueError(f"resolver {source}: addresses[{i}]: {a!r} is not an IP address") from None
     return [str(a) for a in addresses]
+
+
+def lookup(resolver_url: str, name: str, timeout_s: float = 5.0) -> list[str]:
+    """`name`'s addresses from the answer source, in plain Python (the gate task and the
+    tokenizer check make single requests with urllib; the replay's client asks on gevent)."""
+    import urllib.request
+
+    check_resolver_url(resolver_url)
+    u = urlsplit(resolver_url)
+    url = f"{u.scheme}://{u.netloc}{query_target(resolver_url, name)}"
+    with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # loopback only: check_resolver_url
+        return decode_answer(resp.read(), name, resolver_url)
+
+
+def resolved_url(url: str, resolver_url: str | None) -> str:
+    """`url` with its host name replaced by the first address the answer source gives (the source
+    rotates its answers, as an NLB's DNS does); unchanged without a source or for an IP literal."""
+    u = urlsplit(url)
+    host = u.hostname
+    if not resolver_url or host is None:
+        return url
+    try:
+        ipaddress.ip_address(host)
+        return url
+    except ValueError:
+        pass
+    address = lookup(resolver_url, host)[0]
+    literal = f"[{address}]" if ipaddress.ip_address(address).version == 6 else address
+    netloc = literal if u.port is None else f"{literal}:{u.port}"
+    return u._replace(netloc=netloc).geturl()

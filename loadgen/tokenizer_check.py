@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 from core.errors import CampaignError
 from loadgen.prompts import Prompt
+from loadgen.resolver import resolved_url
 
 
 class TokenizerMismatch(CampaignError, ValueError):
@@ -53,11 +54,21 @@ def _server_count(url: str, model: str, prompt: Prompt, timeout_s: float, api_ke
 
 
 def check_prompt_counts(
-    host: str, model: str, samples: Sequence[tuple[int, Prompt]], *, timeout_s: float = 10.0, api_key: str | None = None
+    host: str,
+    model: str,
+    samples: Sequence[tuple[int, Prompt]],
+    *,
+    timeout_s: float = 10.0,
+    api_key: str | None = None,
+    resolver: str | None = None,
 ) -> CheckResult:
     """`samples` are (request_id, prompt). Raises TokenizerMismatch naming the first request
-    whose count differs; returns a skip reason when the server has no usable /tokenize."""
-    url = tokenize_url(host)
+    whose count differs; returns a skip reason when the server has no usable /tokenize.
+    `resolver`: where the host name's addresses come from, as for the replay (loadgen/resolver.py)."""
+    try:
+        url = tokenize_url(resolved_url(host, resolver))
+    except (OSError, ValueError) as exc:  # the answer source is down or answered nothing usable
+        return CheckResult(0, f"{host}: its address could not be looked up: {exc}")
     checked = 0
     for rid, prompt in samples:
         try:

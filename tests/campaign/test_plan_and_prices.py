@@ -317,3 +317,24 @@ def test_the_plan_resumes_a_search_its_settle_phase_reopens(
     assert missed == pytest.approx(float(first["held"]))  # the reopened step is now the miss
     assert held is not None and held < missed
     assert pred.settle is not None and pred.settle["stopped"] != "reopened"
+
+
+def test_the_step_overhead_is_measured_from_an_earlier_run_or_assumed(tmp_path: Path) -> None:
+    from analysis.capacity import write_search_path
+    from analysis.report_model import SearchPath, SearchStep, StopRule, Verdict
+    from campaign.plan_campaign import STEP_OVERHEAD_S, StepOverhead
+    from core.errors import CampaignError
+
+    assert StepOverhead() == StepOverhead(STEP_OVERHEAD_S, "assumed")
+    for fleet, overheads in (("inf2", [30.0, 70.0]), ("g6", [50.0, None])):
+        steps = [
+            SearchStep(f"x{i + 1}", i + 1.0, "t", 10.0, Verdict.HELD, 72, 10.0, 7.2, 2.0, 1.0, 0.05, 0.0, overhead_s=o)
+            for i, o in enumerate(overheads)
+        ]
+        write_search_path(
+            SearchPath(fleet, tuple(steps), 2.0, None, StopRule.CONVERGED, "", 0.1), tmp_path / "capacity" / fleet
+        )
+    got = StepOverhead.measured_in(tmp_path)
+    assert got.seconds == 50.0 and got.source == f"measured: the median of 3 steps of {tmp_path}"
+    with pytest.raises(CampaignError, match="no capacity step with a measured overhead"):
+        StepOverhead.measured_in(tmp_path / "nothing")

@@ -169,12 +169,18 @@ def test_two_runs_report_and_teardown_from_the_synthesized_task_definitions(
     assert run_record["status"] == "finished" and len(run_record["tasks"]) == len(launcher.started)
     report = _json(f"{prefix}/report.json")
     assert report["decision"]["state"] == first.report.decision.state
-    # Instances in service as the report measured them: the groups' CloudWatch metric, not the
-    # manifest. Time to ready: each group's launch activities (moto's, filled in by
-    # bench/moto_gaps at its emulator's start) to its target group's first healthy minute.
+    # Instances in service as the run counted them while the replay ran (the fewest healthy
+    # targets, DescribeTargetHealth), not the manifest; and the settle phase's interim report
+    # decided on the same fleet as the final one (issue 37: it divided by asg.desired). Time to
+    # ready: each group's launch activities (moto's, filled in by bench/moto_gaps at its
+    # emulator's start) to its target group's first healthy minute.
+    interim = _json(f"{prefix}/settle-interim/report.json")
     for f in m.fleets:
+        counted = report["provenance"][f"instances_measured.{f.name}"]
         assert report["fleets"][f.name]["instances_measured"] == f.instances_measured
-        assert report["provenance"][f"instances_measured.{f.name}"]["source"] == "pulled"
+        assert counted["source"] == "measured" and "fewest healthy targets" in counted["detail"]
+        assert interim["fleets"][f.name]["instances_measured"] == f.instances_measured
+        assert interim["provenance"][f"instances_measured.{f.name}"] == counted
         ready = report["time_to_ready"][f.name]
         assert ready["instances_launched"] == f.instances_measured, ready
         assert 0 <= ready["first_healthy_unix"] - ready["first_launch_unix"] <= 180, ready
