@@ -149,7 +149,7 @@ cloud-offline: install
 # `campaign run` through the same Fargate seam against real vLLM engines (CPU build), one per fleet
 # on its own core, behind an NLB stand-in reached through the client's resolver seam, targets
 # becoming healthy one by one and one dropping out during a step (bench/nlb_stand_in.py); about
-# 9 min on 2 cores. tests/cloud/test_cloud_offline_engine.py runs it in `make test`.
+# 4 min on 2 cores. tests/cloud/test_cloud_offline_engine.py runs it in `make test`.
 cloud-offline-engine: install engine tiny-model
 	@$(call decision_ok,$(PY) bench/cloud_offline.py $(REAL_ENGINE_MANIFEST) --engine vllm-cpu --out runs/cloud-offline-engine)
 

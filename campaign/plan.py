@@ -48,6 +48,16 @@ class CompilePhase:
     compiled_prefix: str  # compiled/<the fleet's key>/ in the results bucket
 
 
+def hourly_price(instance_type: str, region: str) -> tuple[float | None, str]:
+    """The On-Demand price of one instance and where it comes from (the pinned snapshot), or None
+    and why it is missing."""
+    try:
+        price = prices.instance_hourly(instance_type, region)
+    except prices.PriceNotFound as exc:
+        return None, f"missing: {exc}"
+    return price.usd, price.provenance
+
+
 def compile_phase(m: Manifest, f: Fleet) -> CompilePhase | None:
     """None when the fleet compiles on its own instances, or when no host can (`deploy` refuses)."""
     host = compile_host(m, f)
@@ -56,12 +66,7 @@ def compile_phase(m: Manifest, f: Fleet) -> CompilePhase | None:
     grace = HEALTH_GRACE_MIN[catalog.instance(host.instance_type).accelerator.vendor]
     compile_min = weight_bytes(m) / 1e9 * NEURON_COMPILE_MIN_PER_GB
     minutes = grace + COMPILE_PHASE_OVERHEAD_MIN
-    try:
-        price = prices.instance_hourly(host.instance_type, m.costs.region)
-        hourly: float | None = price.usd
-        prov = price.provenance
-    except prices.PriceNotFound as exc:
-        hourly, prov = None, f"missing: {exc}"
+    hourly, prov = hourly_price(host.instance_type, m.costs.region)
     return CompilePhase(
         fleet=f.name,
         instance_type=host.instance_type,
@@ -179,12 +184,7 @@ def plan_fleet(m: Manifest, f: Fleet) -> FleetPlan:
     step = eff.step_overhead_ms / 1000
     rc = m.workload.request_class
     half_ctx = rc.max_input_tokens + rc.max_output_tokens / 2
-    try:
-        price = prices.instance_hourly(f.instance_type, m.costs.region)
-        hourly: float | None = price.usd
-        prov = price.provenance
-    except prices.PriceNotFound as exc:
-        hourly, prov = None, f"missing: {exc}"
+    hourly, prov = hourly_price(f.instance_type, m.costs.region)
     return FleetPlan(
         fleet=f.name,
         instance_type=f.instance_type,

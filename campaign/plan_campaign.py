@@ -24,7 +24,7 @@ from typing import Any
 from analysis.capacity import REPLAY, median_overhead_s, read_search_path
 from analysis.report_model import Report
 from campaign.capacity_run import run_search
-from campaign.plan import NEURON_COMPILE_MIN_PER_GB, CompilePhase, compile_phase, compiled_prefix
+from campaign.plan import NEURON_COMPILE_MIN_PER_GB, CompilePhase, compile_phase, compiled_prefix, hourly_price
 from campaign.settle import settle_phase
 from campaign.simulated_steps import SimulatedSteps, simulate_requests, write_records
 from core import catalog, prices
@@ -178,10 +178,7 @@ def predict(m: Manifest, work_dir: Path | None = None, overhead: StepOverhead = 
         row = rep.fleets[f.name]
         path = searches.get(f.name)
         steps = [s for s in path.steps if s.label != REPLAY] if path is not None else []
-        try:
-            hourly: float | None = prices.instance_hourly(f.instance_type, m.costs.region).usd
-        except prices.PriceNotFound:
-            hourly = None
+        hourly, _ = hourly_price(f.instance_type, m.costs.region)
         preds[f.name] = FleetPrediction(
             fleet=f.name,
             instance_type=f.instance_type,
@@ -235,8 +232,8 @@ def predict(m: Manifest, work_dir: Path | None = None, overhead: StepOverhead = 
         usd={k: round(v, 2) for k, v in usd.items()},
         assumptions=[
             f"deploy {DEPLOY_MIN:g} min, quality gate {QUALITY_GATE_MIN:g} min, report and teardown {REPORT_AND_TEARDOWN_MIN:g} min: assumed",
-            f"{overhead.seconds:.0f} s to start and stop each capacity step's and settle segment's load-generator tasks: "
-            f"{overhead.source}",
+            f"step overhead {overhead.seconds:.0f} s: starting and stopping each capacity step's and settle segment's "
+            f"load-generator tasks ({overhead.source})",
             "ready: at most the fleets' health-check grace (core.cloud_contract.HEALTH_GRACE_MIN), the time the stacks allow "
             "a first boot (weights, Neuron compile)",
             "each fleet's measure_instances measured behind its NLB, as simulated; asg.desired instances (measure_instances when "
