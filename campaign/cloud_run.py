@@ -339,7 +339,7 @@ class CloudRun:
         from loadgen.gate_task import ENV_READY_TIMEOUT, gate_key
 
         group = [
-            self._start(self._spec("gate", f, {ENV_READY_TIMEOUT: f"{t:g}"}, ("--gate",)))
+            self._start(self._spec("gate", f, {ENV_READY_TIMEOUT: f"{t:g}"}))  # its definition's command: --gate
             for f, t in ready_timeout_s.items()
         ]
         self.say(

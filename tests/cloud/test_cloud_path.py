@@ -128,7 +128,9 @@ def test_two_runs_report_and_teardown_from_the_synthesized_task_definitions(
         assert roles.count((f.name, "gate")) == 1
         masters = roles.count((f.name, "master"))
         assert masters >= 2 and roles.count((f.name, "worker")) == masters * m.loadgen.workers
-    assert all(s.command == ("--gate",) for s in launcher.started if s.role == "gate")
+    # the gate runs from its own task definition (its own role), whose command is --gate: no override
+    gate_definition = offline.run_config["gate_task_definition"]
+    assert all(s.command is None and s.task_definition == gate_definition for s in launcher.started if s.role == "gate")
     results_uri = offline.run_config["results_uri"]
     assert first.uri == f"{results_uri}/{first.run_id}"
     _, prefix = cc.split_s3_uri(first.uri)
