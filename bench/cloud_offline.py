@@ -326,7 +326,7 @@ class InServiceFeed:
                 "HealthyHostCount",
                 {"TargetGroup": tg, "LoadBalancer": lb},
                 "Count",
-                self.targets.healthy(f),
+                self._healthy(f),
             )
             for f, (tg, lb) in self.dimensions.items()
         ]
@@ -339,6 +339,15 @@ class InServiceFeed:
                 "Unit": unit,
             }
             self.cw.put_metric_data(Namespace=namespace, MetricData=[datum])
+
+    def _healthy(self, fleet: str) -> int:
+        """Healthy targets now; 0 once the target group is gone (the last put after a teardown)."""
+        from botocore.exceptions import ClientError
+
+        try:
+            return self.targets.healthy(fleet)
+        except ClientError:
+            return 0
 
     def _run(self) -> None:
         while not self._stop.is_set():
