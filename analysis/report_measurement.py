@@ -274,7 +274,7 @@ def _intervals_fn(
                 requests=st.requests,
                 per_instance_tok_s=st.per_instance_goodput_tok_s,
                 window_s=st.window_s,
-                instances=inst.get(fleet, 0),
+                instances=st.instances or inst.get(fleet, 0),  # as the step's point divides (counted while it ran)
             )
         return evidence[key]
 

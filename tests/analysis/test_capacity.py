@@ -533,6 +533,12 @@ def test_a_step_divides_by_the_instances_counted_while_it_ran(tmp_path: Path, ma
     assert rows["x1"]["instances_detail"] == "the run's instances_measured"
     inf2 = {s["label"]: s for s in out["fleets"]["inf2"]["capacity"]["steps"]}
     assert inf2["x2"]["instances"] == 4  # counted for g6 only
+    # g6 is sized from x2: its capacity interval is over the same 3 instances as its point (the
+    # interval once divided by the run's 4 and left the point outside it: a negative whisker)
+    g6 = out["fleets"]["g6"]
+    assert g6["capacity"]["step"] == "x2"
+    low, high = g6["capacity_ci_tok_s"]
+    assert low <= g6["capacity"]["per_instance_tok_s"] <= high
 
 
 def test_the_replays_counted_instances_come_first_and_the_fallback_is_what_the_stack_deploys(
