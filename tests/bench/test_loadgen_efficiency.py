@@ -177,7 +177,7 @@ def test_projection_is_offered_over_cpu_share_at_the_highest_rate_measured() -> 
 def test_result_is_the_json_line_the_issue_asks_for() -> None:
     samples = _run({2.0: [2.0] * 3, 4.0: [4.0] * 3, 8.0: [5.0] * 3})
     samples = [replace(s, ttft_err_p99_s=0.001 * s.offered) if s.tool == OURS else s for s in samples]
-    c = _comparison(samples, [2.0, 4.0, 8.0], discovered_req_s=(8.0, 12.0))
+    c = _comparison(samples, [2.0, 4.0, 8.0], search=eff.KeepUpSearch(8.0, 12.0, None))
     res = json.loads(json.dumps(c.result()))  # a JSON object as printed
     assert res["rates_req_s"] == [2.0, 4.0, 8.0]
     assert res["repeats"] == 3
@@ -189,7 +189,12 @@ def test_result_is_the_json_line_the_issue_asks_for() -> None:
     assert res["ours_ttft_error_p99_ms_by_rate"] == pytest.approx({"2": 2.0, "4": 4.0, "8": 8.0})
     assert res["ratios_by_rate"] == pytest.approx({"2": 5.0, "4": 5.0})
     assert res["vllm_missed_req_s"] == [8.0]
-    assert res["vllm_discovery"] == {"kept_up_req_s": 8.0, "missed_req_s": 12.0}
+    assert res["vllm_search"] == {
+        "kept_up_req_s": 8.0,
+        "missed_req_s": 12.0,
+        "server_limited_req_s": None,
+        "limit_found": True,
+    }
     assert res["target"]["ratio_met"] and res["target"]["ttft_error_met"]
     assert res["projected_from_req_s"] == 8.0
     assert {(f["tool"], f["offered_req_s"]) for f in res["figures"]} == {
@@ -287,13 +292,13 @@ def test_a_probe_in_which_the_server_fell_behind_becomes_a_sample_that_does_not_
 
 
 class _FakeTool:
-    """Keeps up below `limit` req/s; the server falls behind at the rates in `server_limited`, once each."""
+    """Keeps up below `limit` req/s; the server falls behind from `server_limit` req/s."""
 
     name = VLLM
 
-    def __init__(self, limit: float, server_limited: tuple[float, ...] = ()) -> None:
+    def __init__(self, limit: float, server_limit: float = math.inf) -> None:
         self.limit = limit
-        self.server_limited = set(server_limited)
+        self.server_limit = server_limit
         self.offered: list[float] = []
 
     def close(self) -> None:
@@ -301,8 +306,7 @@ class _FakeTool:
 
     def probe(self, rate: float) -> ceiling.Probe:
         self.offered.append(rate)
-        limited = rate in self.server_limited
-        self.server_limited.discard(rate)
+        limited = rate >= self.server_limit
         achieved = rate if rate < self.limit else 0.9 * rate
         p = ceiling.Probe(self.name, rate, 10, 10, achieved, *[0.0] * 4, 10, None, None, 0.0, 0, 1.0, 0.0, 0.0, 0.0)
         p.server_limited = limited
@@ -316,14 +320,30 @@ class _FakeTool:
         return p
 
 
-def test_the_keep_up_search_brackets_the_rate_and_offers_a_server_limited_rate_again() -> None:
-    tool = _FakeTool(limit=10.0, server_limited=(9.0,))
-    search = ceiling.Search(6.0, 6)
-    probes = ceiling.find_keep_up_rate(tool, search, lambda _s: None)
-    # 6 kept up; 9 no verdict, then 9 again: kept up; 13.5 missed; then bisection
-    assert tool.offered[:4] == [6.0, 9.0, 9.0, 13.5]
+def test_the_keep_up_search_brackets_the_tools_own_limit() -> None:
+    tool = _FakeTool(limit=10.0)
+    found, probes = ceiling.find_keep_up_rate(tool, ceiling.Search(6.0, 6), lambda _s: None)
+    # x1.5 up to the first miss, then geometric bisection
+    assert tool.offered == [6.0, 9.0, 13.5, 11.0, 9.9, 10.4]
     assert len(probes) == 6
-    assert 9.0 <= search.lo < 10.0 <= search.hi
+    assert found == eff.KeepUpSearch(9.9, 10.4, None)
+    assert found.limit_found
+
+
+def test_a_rate_where_the_server_fell_behind_bounds_the_search_but_is_no_miss() -> None:
+    tool = _FakeTool(limit=100.0, server_limit=12.0)
+    found, _ = ceiling.find_keep_up_rate(tool, ceiling.Search(6.0, 6), lambda _s: None)
+    assert tool.offered == [6.0, 9.0, 13.5, 11.0, 12.2, 11.6]
+    assert found == eff.KeepUpSearch(11.6, None, 12.2)
+    assert not found.limit_found  # vLLM's own limit is higher: not seen
+    assert found.as_dict()["server_limited_req_s"] == 12.2
+
+
+def test_keep_up_search_of_probes_where_the_tool_never_kept_up_where_the_server_held_is_none() -> None:
+    assert eff.KeepUpSearch.of([(6.0, False, True), (4.0, True, False)]) is None
+    assert eff.KeepUpSearch.of([(6.0, False, True), (4.0, True, True), (5.0, True, False)]) == eff.KeepUpSearch(
+        4.0, 5.0, 6.0
+    )
 
 
 def test_run_efficiency_probes_every_tool_at_every_rate_each_repeat() -> None:
@@ -371,7 +391,7 @@ def test_efficiency_json_prints_its_object_as_the_last_line(
     res = _main_json(monkeypatch, capsys, "--efficiency", "--vllm-start", "6", "--probes", "4")
     ours_offered, vllm_offered = res["_offered"][OURS], res["_offered"][VLLM]
     # the search: 6 kept up, 9 kept up, 13.5 missed, sqrt(9 x 13.5) = 11.0 missed
-    assert res["vllm_discovery"] == {"kept_up_req_s": 9.0, "missed_req_s": 11.0}
+    assert res["vllm_search"]["kept_up_req_s"] == 9.0 and res["vllm_search"]["missed_req_s"] == 11.0
     assert res["rates_req_s"] == [2.2, 4.5, 9.0]
     assert res["repeats"] == 3
     assert res["highest_common_req_s"] == 9.0
@@ -388,6 +408,18 @@ def test_efficiency_with_rates_given_searches_nothing(
 ) -> None:
     res = _main_json(monkeypatch, capsys, "--efficiency", "--rates", "12,2,4", "--repeat", "1")
     assert res["_offered"] == {OURS: [2.0, 4.0, 12.0], VLLM: [2.0, 4.0, 12.0]}
-    assert res["vllm_discovery"] == {"kept_up_req_s": None, "missed_req_s": None}
+    assert res["vllm_search"] is None
     assert (res["highest_common_req_s"], res["vllm_missed_req_s"], res["repeats"]) == (4.0, [12.0], 1)
     assert res["discovery_probes"] == []
+
+
+def test_efficiency_stops_with_a_clear_error_where_vllm_kept_up_at_no_rate(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    vllm = _FakeTool(limit=1.0)
+    monkeypatch.setattr(ceiling.refsrv, "start", lambda *_a, **_k: _Server())
+    monkeypatch.setattr(ceiling, "_pin", lambda _core: False)
+    monkeypatch.setattr(ceiling, "_tools", lambda *_a: ([vllm], vllm))
+    monkeypatch.setattr(sys, "argv", ["loadgen_ceiling.py", "--efficiency", "--vllm-start", "6", "--probes", "2"])
+    with pytest.raises(SystemExit, match=r"kept up at no rate tried \(6, 4 req/s\).*--rates"):
+        ceiling.main()
