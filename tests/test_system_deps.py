@@ -83,7 +83,7 @@ def test_as_root_it_installs_only_what_is_missing(tmp_path: Path) -> None:
     lines = calls.read_text().splitlines()
     assert lines[0].startswith("apt-get update")
     assert lines[1].split() == [
-        "apt-get", "install", "-y", "-qq", "--no-install-recommends", "harness-missing-a", "harness-missing-b"
+        "apt-get", "install", "-y", "-qq", "harness-missing-a", "harness-missing-b"
     ]  # fmt: skip
     # idempotent: both are there now, so a second run asks apt-get nothing more
     proc, calls = _run(tmp_path, "cat", "harness-missing-a", "harness-missing-b", uid=0, sudo_ok=None)
@@ -101,10 +101,7 @@ def test_without_root_or_sudo_it_stops_and_names_the_one_command(tmp_path: Path)
     for sudo_ok in (False, None):  # sudo asks for a password, or there is no sudo
         proc, calls = _run(tmp_path, "cat", "harness-missing-a", uid=1000, sudo_ok=sudo_ok)
         assert proc.returncode == 1
-        assert (
-            "Run once: sudo apt-get update && sudo apt-get install -y -qq --no-install-recommends harness-missing-a"
-            in proc.stderr
-        )
+        assert "Run once: sudo apt-get update && sudo apt-get install -y -qq harness-missing-a" in proc.stderr
         assert not calls.exists() or "apt-get" not in calls.read_text()
 
 

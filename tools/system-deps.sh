@@ -17,7 +17,9 @@ for program in "$@"; do
 done
 [ "${#missing[@]}" -eq 0 ] && exit 0
 
-install=(apt-get install -y -qq --no-install-recommends "${missing[@]}")
+# With the packages' recommends, as CI has always installed them: chromium-common recommends the
+# fonts (fonts-liberation) and the Mesa drivers its headless rendering uses.
+install=(apt-get install -y -qq "${missing[@]}")
 if ! command -v apt-get >/dev/null 2>&1; then
   echo "missing: ${missing[*]}. This machine has no apt-get (the README's platform is Debian or Ubuntu):" >&2
   echo "install ${missing[*]} with its package manager so that each is on PATH, then run make again." >&2
@@ -31,7 +33,7 @@ else
   echo "missing: ${missing[*]}, and installing needs root. Run once: sudo apt-get update && sudo ${install[*]}" >&2
   exit 1
 fi
-echo "installing ${missing[*]} (apt-get, --no-install-recommends) ..."
+echo "installing ${missing[*]} (apt-get) ..."
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 if ! "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq >"$log" 2>&1 ||
