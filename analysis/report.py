@@ -27,7 +27,7 @@ from analysis.report_assembly import (
     input_provenance,
 )
 from analysis.report_evidence import gather_evidence
-from analysis.report_inputs import DEFAULT_ROOT_VOLUME_GIB, AwsClients, QualityInput, ReportInputs, quality_results
+from analysis.report_inputs import DEFAULT_ROOT_VOLUME_GIB, AwsClients, QualityInput, ReportInputs
 from analysis.report_measurement import measure, read_records
 from analysis.report_model import Report
 from core.manifest import Manifest
@@ -69,7 +69,7 @@ def build_report(inputs: ReportInputs) -> Report:
         instances_measured=ev.instances,
         unit_prices=ev.unit_prices,
         root_volume_gib=inp.root_volume_gib,
-        quality=quality_results(inp.quality) if inp.quality is not None else None,
+        quality=dict(inp.quality) if inp.quality is not None else None,
         gaps=list(found.gaps),
         saturation=meas.saturation,
         capacity=meas.capacities,

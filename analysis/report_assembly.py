@@ -22,7 +22,7 @@ from analysis.evaluate import (
 from analysis.ledger import payback_curve
 from analysis.provenance import Findings, Gap, manifest_provenance
 from analysis.report_evidence import Evidence
-from analysis.report_inputs import DEFAULT_ROOT_VOLUME_GIB, QualityInput, ReportInputs, quality_results
+from analysis.report_inputs import DEFAULT_ROOT_VOLUME_GIB, QualityInput, ReportInputs
 from analysis.report_measurement import RecordEvidence, step_percentile_intervals
 from analysis.report_model import CellSummary, Headline, Measure, ScenarioEvaluation, Sensitivity
 from analysis.sources.records import RecordSet
@@ -53,10 +53,10 @@ def input_provenance(inp: ReportInputs) -> Findings:
         s = inp.settle
         found.provenance["settle"] = {
             "source": "measured",
-            "value": dict(s),
-            "detail": f"settle phase: {s.get('stopped')} ({s.get('detail')}); {len(s.get('segments') or [])} segment(s) over "
-            f"{float(s.get('seconds') or 0):.0f} s; monthly delta 95% CI {s.get('delta_ci_before')} before, "
-            f"{s.get('delta_ci_after')} after; decision {s.get('decision_before')} -> {s.get('decision_after')}",
+            "value": s.model_dump(mode="json"),
+            "detail": f"settle phase: {s.stopped} ({s.detail}); {len(s.segments)} segment(s) over "
+            f"{s.seconds:.0f} s; monthly delta 95% CI {s.delta_ci_before} before, "
+            f"{s.delta_ci_after} after; decision {s.decision_before} -> {s.decision_after}",
         }
     if inp.quality is None:
         found.provenance["quality"] = {"source": "missing", "detail": "no quality-gate results were given"}
@@ -222,7 +222,7 @@ def _series(m: Manifest, rs: RecordSet, measures: Mapping[str, Measure], head: S
 def assemble_gate_report(m: Manifest, given: QualityInput) -> dict[str, Any]:
     """report.json's content for a comparison that stopped at the quality gate: the gate's results
     and the decision they alone give; every figure that would need the replay is absent, not zero."""
-    quality = quality_results(given)
+    quality = dict(given)
     base, cand = m.comparison.baseline, m.comparison.candidate
     failed = [f.name for f in m.fleets if quality_passed(m, quality, f.name) is False]
     detail = {name: "; ".join(quality[name].failures) for name in failed}

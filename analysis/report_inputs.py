@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.report_model import QualityResult
+from analysis.settle_record import SettleOutcome
 from analysis.sources.pricing import PRICING_ENDPOINT_REGION
 from analysis.sources.prometheus import HistogramNames
 from core import catalog
@@ -16,9 +17,9 @@ from core.manifest import Manifest
 # The root volume the stacks deploy (core.catalog); the cache volume comes from fleets[].ebs_cache_gib.
 DEFAULT_ROOT_VOLUME_GIB = float(catalog.ROOT_VOLUME_GIB)
 
-# quality.json as the campaign runner writes it: per fleet, the gate's verdict and its layers
-# (parsed into report_model.QualityResult where the report reads it).
-QualityInput = Mapping[str, Mapping[str, Any]]
+# The quality gate's results per fleet, as the campaign runner's stages produce them
+# (campaign.quality_layers.fleet_quality; quality.json read back by campaign.orchestration.read_quality).
+QualityInput = Mapping[str, QualityResult]
 
 
 @dataclass
@@ -53,7 +54,7 @@ class ReportInputs:
     rate) -> directory of that step's records; fleets are then sized from the measured capacity
     (see analysis.capacity). `systems_under_test`: what served the fleets when that is not the
     manifest's hardware (a local campaign's emulators or CPU engines); the report states it above
-    the decision. `settle`: what the campaign's settle phase did (campaign.settle.SettleOutcome.as_dict()):
+    the decision. `settle`: what the campaign's settle phase did (analysis.settle_record.SettleOutcome):
     its segments are already in the capacity steps' records; this says what they bought."""
 
     manifest: Manifest
@@ -72,9 +73,4 @@ class ReportInputs:
     with_pages: bool = True
     capacity_dirs: Mapping[str, Path] | None = None
     systems_under_test: str | None = None
-    settle: Mapping[str, Any] | None = None
-
-
-def quality_results(given: QualityInput) -> dict[str, QualityResult]:
-    """The quality gate's results as the report reads them (report_model.QualityResult per fleet)."""
-    return {name: QualityResult.model_validate(q) for name, q in given.items()}
+    settle: SettleOutcome | None = None

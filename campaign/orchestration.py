@@ -31,16 +31,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from pydantic import ValidationError
+
 from analysis.errors import AnalysisError
+from analysis.report_model import QualityLayer, QualityResult
+from analysis.settle_record import SettleOutcome
 from campaign.quality_layers import (
     DISTRIBUTION,
-    LayerResult,
     distribution_layer,
     fleet_quality,
     gate_layers,
     replay_figures,
 )
-from core.manifest import Manifest
+from core.manifest import CapacitySearch, Manifest
 
 if TYPE_CHECKING:
     from analysis.report_model import Report
@@ -126,8 +129,10 @@ class Fleets(Protocol):
         """Instances measured, what served, where metrics come from (after `gate`: readiness too)."""
         ...
 
-    def gate(self) -> dict[str, GateResult]:
-        """Wait until every fleet serves, then run the quality gate's fixtures against each."""
+    def gate(self) -> dict[str, GateResult] | None:
+        """Wait until every fleet serves, then run the quality gate's fixtures against each; None
+        where no fleet can answer a fixture (the plan's simulated fleets): the gate is then assumed
+        to pass, and said to be (ASSUMED_GATE)."""
         ...
 
     def replay(self, records_dir: Path, options: ReplayOptions) -> dict[str, RunSummary]:
@@ -156,11 +161,13 @@ def run_stages(
     duration_s: float | None = None,
     capacity: bool = True,
     final_report: bool = True,
+    full_report: bool = True,
     log: Callable[[str], None] = say,
     predicted: Mapping[str, float] | None = None,
 ) -> Report | None:
     """Every stage in order, into `run_dir`; returns the report (also written there), or None
     with `final_report=False` (`campaign run --no-report`: `campaign report --run-id` builds it later).
+    `full_report=False`: the decision without the sensitivity grid and the pages (`campaign plan`).
     `predicted`: per fleet, the boundary `campaign plan` predicted, where each search looks first."""
     from loadgen.replay_options import ReplayOptions
 
@@ -168,12 +175,17 @@ def run_stages(
     records_dir = run_dir / RECORDS_DIR
     records_dir.mkdir(exist_ok=True)
     gates = fleets.gate()
-    layers = gate_layers(m, gates)  # (a) fixtures + equivalence, (b) task acceptance
-    quality = write_quality(run_dir, gates, layers)
-    print_gates(gates, quality, log)
+    if gates is None:
+        quality = write_quality(run_dir, {name: ASSUMED_GATE for name in fleets.names})
+        layers: dict[str, list[QualityLayer]] = {}
+        log(f"quality gate: not run ({ASSUMED_GATE_NOTE})")
+    else:
+        layers = gate_layers(m, gates)  # (a) fixtures + equivalence, (b) task acceptance
+        quality = write_quality(run_dir, {k: fleet_quality(g, layers[k]) for k, g in gates.items()})
+        print_gates(gates, quality, log)
     facts = fleets.facts()
     facts.write(run_dir)
-    if not all(q["passed"] is True for q in quality.values()):
+    if not all(q.passed is True for q in quality.values()):
         from analysis.report import build_gate_report
 
         log("quality gate failed: no load is replayed; the report is decided on the gate alone")
@@ -185,26 +197,46 @@ def run_stages(
             f"{name}: scheduled {s.scheduled} = completed {s.completed} + failed {s.failed} + not sent {s.not_sent}"
             f"; schedule lag p99 {s.schedule_lag_p99_s * 1000:.1f} ms{'' if s.valid else ' INVALID: ' + '; '.join(s.invalid_reasons)}"
         )
-    try:  # (c) distribution checks over the replayed requests
-        figs = replay_figures(records_dir, m)
-    except AnalysisError as exc:  # nothing replayed: the layer says so (not evaluated)
-        log(f"distribution checks: {exc}")
-        figs = {}
-    for name in layers:
-        layers[name].append(distribution_layer(m, name, figs))
-    quality = write_quality(run_dir, gates, layers)
-    print_layer(quality, DISTRIBUTION, log)
+    if gates is not None:
+        quality = distribution_checks(m, run_dir, gates, layers, log)
 
     capacity_dirs: dict[str, Path] = {}
-    settled: dict[str, Any] | None = None
-    if capacity and not all(q["passed"] is True for q in quality.values()):
+    settled: SettleOutcome | None = None
+    if capacity and not all(q.passed is True for q in quality.values()):
         log("a quality layer failed: the comparison stops here; no capacity is measured")
     elif capacity:
         capacity_dirs = measure_capacity(m, fleets, run_dir / CAPACITY_DIR, records_dir, stop, log, predicted)
         settled = settle_phase(m, fleets, run_dir, quality, facts, capacity_dirs, stop, log)
     if not final_report:
         return None
-    return _report(m, run_dir, run_dir, quality, facts, capacity_dirs, settled)
+    return run_report(m, run_dir, run_dir, quality, facts, capacity_dirs, settled, full=full_report)
+
+
+# What the report holds for a fleet whose gate could not run (the plan's simulated fleets).
+ASSUMED_GATE_NOTE = "campaign plan assumes the quality gate passes"
+ASSUMED_GATE = QualityResult.model_validate(
+    {"passed": True, "pass_rate": 1.0, "failures": [], "assumed": ASSUMED_GATE_NOTE}
+)
+
+
+def distribution_checks(
+    m: Manifest,
+    run_dir: Path,
+    gates: dict[str, GateResult],
+    layers: dict[str, list[QualityLayer]],
+    log: Callable[[str], None],
+) -> dict[str, QualityResult]:
+    """Layer (c) over the replayed requests, added to each fleet's layers; quality.json again."""
+    try:
+        figs = replay_figures(run_dir / RECORDS_DIR, m)
+    except AnalysisError as exc:  # nothing replayed: the layer says so (not evaluated)
+        log(f"distribution checks: {exc}")
+        figs = {}
+    for name in layers:
+        layers[name].append(distribution_layer(m, name, figs))
+    quality = write_quality(run_dir, {k: fleet_quality(g, layers[k]) for k, g in gates.items()})
+    print_layer(quality, DISTRIBUTION, log)
+    return quality
 
 
 def measure_capacity(
@@ -228,63 +260,63 @@ def settle_phase(
     m: Manifest,
     fleets: Fleets,
     run_dir: Path,
-    quality: dict[str, dict[str, Any]],
+    quality: Mapping[str, QualityResult],
     facts: RunFacts,
     capacity_dirs: dict[str, Path],
     stop: threading.Event,
     log: Callable[[str], None],
-) -> dict[str, Any] | None:
+) -> SettleOutcome | None:
     """The settle phase after an automatic search (campaign.settle), when its budget allows one."""
-    from analysis.report import ReportInputs, build_report
     from campaign import settle
 
-    cfg = m.workload.capacity_search
-    if not capacity_dirs or m.workload.capacity_sweep is not None or cfg is None or cfg.settle_budget_s <= 0:
+    # A manifest without capacity_search searches with its defaults (campaign.capacity_run.run_search),
+    # and settles with them too: until 2026-12-05 the live phase was skipped without the block while
+    # `campaign plan` ran it, so the plan predicted a phase the campaign never ran.
+    cfg = m.workload.capacity_search or CapacitySearch()
+    if not capacity_dirs or m.workload.capacity_sweep is not None or cfg.settle_budget_s <= 0:
         return None
 
     def interim() -> Report:  # the decision as the records stand: what the next round must settle
-        return build_report(
-            ReportInputs(
-                m,
-                run_dir / RECORDS_DIR,
-                quality=quality,
-                out_dir=run_dir / "settle-interim",
-                with_sensitivity=False,
-                with_pages=False,
-                instances_measured=facts.instances_measured,
-                capacity_dirs=capacity_dirs,
-                systems_under_test=facts.systems_under_test,
-            )
-        )
+        return run_report(m, run_dir, run_dir / "settle-interim", quality, facts, capacity_dirs, None, full=False)
 
     root = run_dir / CAPACITY_DIR
-    return settle.settle_phase(m, fleets.steps, root, capacity_dirs, interim, stop, log, fleets.concurrent).as_dict()
+    return settle.settle_phase(m, fleets.steps, root, capacity_dirs, interim, stop, log, fleets.concurrent)
 
 
-def _report(
+def run_report(
     m: Manifest,
     run_dir: Path,
     out_dir: Path,
-    quality: dict[str, dict[str, Any]] | None,
+    quality: Mapping[str, QualityResult] | None,
     facts: RunFacts,
     capacity_dirs: Mapping[str, Path] | None,
-    settled: Mapping[str, Any] | None,
+    settled: SettleOutcome | None,
+    *,
+    full: bool = True,
+    focus_csv: str | Path | None = None,
+    records_dir: Path | str | None = None,
 ) -> Report:
-    """The final report from a run directory's records and what the stages found, into `out_dir`."""
+    """The report from a run directory's records (or `records_dir`, `campaign report --records`)
+    and what the stages found, into `out_dir`: the one place the campaign builds a report's inputs.
+    `full=False`: the decision only (the settle phase's interim reports, `campaign plan`): no
+    sensitivity grid, no pages, and no AWS or Prometheus pulls."""
     from analysis.report import ReportInputs, build_report
 
     return build_report(
         ReportInputs(
             m,
-            run_dir / RECORDS_DIR,
-            prometheus_url=facts.prometheus_url,
-            aws=facts.aws,
+            records_dir if records_dir is not None else run_dir / RECORDS_DIR,
+            prometheus_url=facts.prometheus_url if full else None,
+            aws=facts.aws and full,
             quality=quality,
             out_dir=out_dir,
             instances_measured=facts.instances_measured,
+            focus_csv=focus_csv,
             capacity_dirs=capacity_dirs or None,
             systems_under_test=facts.systems_under_test,
             settle=settled,
+            with_sensitivity=full,
+            with_pages=full,
         )
     )
 
@@ -295,7 +327,6 @@ def report_from_run_dir(
     """The report again from a run directory as `run_stages` left it (or as downloaded from S3)."""
     from analysis.capacity import discover_steps
     from analysis.report import build_gate_report
-    from campaign.settle import SETTLE_FILE
 
     facts = RunFacts.read(run_dir)
     if facts is None:
@@ -303,52 +334,70 @@ def report_from_run_dir(
             f"{run_dir}: no {CAMPAIGN_FILE} (not a run directory written by `campaign local` or `campaign run`)"
         )
     facts.prometheus_url = prometheus_url
-    qpath = run_dir / QUALITY_FILE
-    quality = json.loads(qpath.read_text(encoding="utf-8")) if qpath.is_file() else None
+    quality = read_quality(run_dir / QUALITY_FILE)
     out = out_dir or run_dir
     if quality is not None and not any(
         (run_dir / RECORDS_DIR).glob("records-*")
     ):  # the gate failed: nothing was replayed
         return build_gate_report(m, quality, out_dir=out)
     steps = discover_steps(run_dir / CAPACITY_DIR)
-    settle_file = run_dir / CAPACITY_DIR / SETTLE_FILE
-    settled = json.loads(settle_file.read_text(encoding="utf-8")) if settle_file.is_file() else None
-    return _report(m, run_dir, out, quality, facts, steps or None, settled)
+    settled = SettleOutcome.read(run_dir / CAPACITY_DIR)
+    return run_report(m, run_dir, out, quality, facts, steps or None, settled)
 
 
-def write_quality(
-    run_dir: Path, gates: dict[str, GateResult], layers: dict[str, list[LayerResult]]
-) -> dict[str, dict[str, Any]]:
-    quality = {k: fleet_quality(g, layers[k]) for k, g in gates.items()}
-    (run_dir / QUALITY_FILE).write_text(json.dumps(quality, indent=2))
+def write_quality(run_dir: Path, quality: dict[str, QualityResult]) -> dict[str, QualityResult]:
+    body = {k: q.model_dump(mode="json") for k, q in quality.items()}
+    (run_dir / QUALITY_FILE).write_text(json.dumps(body, indent=2))
     return quality
 
 
+def read_quality(path: Path) -> dict[str, QualityResult] | None:
+    """quality.json (or `campaign report --quality FILE`): per fleet, the gate's verdict and its
+    layers; None when there is no such file; an error naming the file and the field otherwise."""
+    if not path.is_file():
+        return None
+    try:
+        body = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise AnalysisError(f"{path}: not JSON ({exc})") from None
+    if not isinstance(body, dict):
+        raise AnalysisError(f"{path}: expected {{fleet: quality result}}, got {type(body).__name__}")
+    out = {}
+    for fleet, q in body.items():
+        try:
+            out[str(fleet)] = QualityResult.model_validate(q)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in (fleet, *first["loc"]))
+            raise AnalysisError(f"{path}: {where}: {first['msg']}") from None
+    return out
+
+
 def print_gates(
-    gates: dict[str, GateResult], quality: dict[str, dict[str, Any]], log: Callable[[str], None] = say
+    gates: dict[str, GateResult], quality: Mapping[str, QualityResult], log: Callable[[str], None] = say
 ) -> None:
     for name, g in gates.items():
         q = quality[name]
-        verdict = {True: "pass", False: "FAIL", None: "NOT EVALUATED"}[q["passed"]]
-        layer = f", layer {q['failed_layer']}" if q["failed_layer"] else ""
+        verdict = {True: "pass", False: "FAIL", None: "NOT EVALUATED"}[q.passed]
+        layer = f", layer {q.failed_layer}" if q.failed_layer else ""
         log(f"quality gate {name}: {verdict} ({g.pass_rate:.0%} of {len(g.fixtures)} fixtures{layer})")
-        for f in q["failures"]:
+        for f in q.failures:
             log(f"  {f}")
 
 
-def print_layer(quality: dict[str, dict[str, Any]], layer: str, log: Callable[[str], None] = say) -> None:
+def print_layer(quality: Mapping[str, QualityResult], layer: str, log: Callable[[str], None] = say) -> None:
     for name, q in quality.items():
-        res = q["layers"].get(layer)
+        res = (q.layers or {}).get(layer)
         if res is None:
             continue
-        verdict = {True: "pass", False: "FAIL", None: "NOT EVALUATED"}[res["passed"]]
-        ks = res["figures"].get("output_length_ks")
+        verdict = {True: "pass", False: "FAIL", None: "NOT EVALUATED"}[res.passed]
+        ks = res.figures.get("output_length_ks")
         test = (
             f", output lengths vs {ks['against']}: KS p = {ks['p_value']:.3g} (n = {ks['n']}, {ks['m']})" if ks else ""
         )
         log(
-            f"quality {layer} {name}: {verdict} (invalid {res['figures'].get('invalid_rate', 0):.3f}, "
-            f"retried {res['figures'].get('retry_rate', 0):.3f}{test})"
+            f"quality {layer} {name}: {verdict} (invalid {res.figures.get('invalid_rate', 0):.3f}, "
+            f"retried {res.figures.get('retry_rate', 0):.3f}{test})"
         )
-        for r in res["reasons"]:
+        for r in res.reasons:
             log(f"  {r}")

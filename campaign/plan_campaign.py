@@ -22,16 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from analysis.capacity import REPLAY, median_overhead_s, read_search_path
-from analysis.report_model import Report
-from campaign.capacity_run import run_search
+from analysis.settle_record import SettleOutcome
 from campaign.plan import NEURON_COMPILE_MIN_PER_GB, CompilePhase, compile_phase, compiled_prefix, hourly_price
-from campaign.settle import settle_phase
-from campaign.simulated_steps import SimulatedSteps, simulate_requests, write_records
+from campaign.simulated_steps import SimulatedFleets
 from core import catalog, prices
 from core.cloud_contract import HEALTH_GRACE_MIN, LOADGEN_TASK_MEMORY_GIB, LOADGEN_TASK_VCPU
 from core.errors import CampaignError
 from core.manifest import CapacitySearch, Manifest
-from core.schedule import build_schedule
 
 # Assumptions of the cloud campaign's time outside the measured load (minutes). Each is printed
 # with the plan as an assumption, not a measurement.
@@ -109,69 +106,16 @@ def predict(m: Manifest, work_dir: Path | None = None, overhead: StepOverhead = 
     if work_dir is None:
         with tempfile.TemporaryDirectory(prefix="plan-") as tmp:
             return predict(m, Path(tmp), overhead)
-    from analysis.report import ReportInputs, build_report
+    from campaign.orchestration import run_stages
 
     fleets = [f.name for f in m.fleets]
-    replay_min = 0.0
-    for name in fleets:
-        run = simulate_requests(m, name, build_schedule(m))
-        write_records(run.records, work_dir / "records", name)
-        replay_min = max(replay_min, run.duration_s / 60)
+    simulated = SimulatedFleets(m, overhead.seconds)
     log: list[str] = []
-    capacity_dirs = (
-        run_search(
-            m,
-            fleets,
-            SimulatedSteps(m, overhead.seconds),
-            work_dir / "capacity",
-            work_dir / "records",
-            threading.Event(),
-            log.append,
-        )
-        if m.workload.capacity_sweep is None
-        else None
-    )
-    quality = {
-        name: {
-            "passed": True,
-            "pass_rate": 1.0,
-            "failures": [],
-            "assumed": "campaign plan assumes the quality gate passes",
-        }
-        for name in fleets
-    }
-    sut = "campaign plan: the emulator in simulated time (a prediction)"
-
-    def report(out: str, settled: dict[str, Any] | None = None) -> Report:
-        # measure_instances per fleet served every step, as simulated (and as the local campaign's emulator serves them).
-        return build_report(
-            ReportInputs(
-                m,
-                work_dir / "records",
-                quality=quality,
-                out_dir=work_dir / out,
-                instances_measured={f.name: f.instances_measured for f in m.fleets},
-                capacity_dirs=capacity_dirs,
-                with_sensitivity=False,
-                with_pages=False,
-                systems_under_test=sut,
-                settle=settled,
-            )
-        )
-
+    rep = run_stages(m, simulated, work_dir, threading.Event(), full_report=False, log=log.append)
+    assert rep is not None  # final_report is on
+    replay_min = simulated.replay_s / 60
+    outcome = SettleOutcome.read(work_dir / "capacity")
     cfg = m.workload.capacity_search or CapacitySearch()
-    outcome = None
-    if capacity_dirs and cfg.settle_budget_s > 0:  # as a live campaign's, reopened searches included
-        outcome = settle_phase(
-            m,
-            lambda: SimulatedSteps(m, overhead.seconds),
-            work_dir / "capacity",
-            capacity_dirs,
-            lambda: report("interim"),
-            threading.Event(),
-            log.append,
-        )
-    rep = report("report", outcome.as_dict() if outcome is not None else None)
     searches = {f.name: read_search_path(work_dir / "capacity" / f.name) for f in m.fleets}
     preds: dict[str, FleetPrediction] = {}
     for f in m.fleets:
@@ -226,7 +170,7 @@ def predict(m: Manifest, work_dir: Path | None = None, overhead: StepOverhead = 
         monthly_delta_usd=rep.monthly_delta_usd,
         monthly_delta_ci_usd=list(rep.monthly_delta_ci_usd) if rep.monthly_delta_ci_usd else None,
         to_settle=rep.decision.to_settle.model_dump(mode="json") if rep.decision.to_settle is not None else None,
-        settle=outcome.as_dict() if outcome is not None else None,
+        settle=outcome.model_dump(mode="json") if outcome is not None else None,
         fleets=preds,
         minutes={k: round(v, 1) for k, v in minutes.items()},
         usd={k: round(v, 2) for k, v in usd.items()},

@@ -20,10 +20,11 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from analysis.report_model import QualityLayer, QualityResult
 from core.manifest import Manifest
 from core.records import INVALID_RESPONSE_OUTCOMES
 from loadgen.fixtures import GateResult
@@ -31,24 +32,16 @@ from loadgen.fixtures import GateResult
 FIXTURES, EQUIVALENCE, TASK_ACCEPTANCE, DISTRIBUTION = "fixtures", "equivalence", "task_acceptance", "distribution"
 
 
-@dataclass
-class LayerResult:
-    layer: str
-    passed: bool | None  # None: not evaluated (evidence missing)
-    reasons: list[str] = field(default_factory=list)
-    figures: dict[str, Any] = field(default_factory=dict)
-
-
-def fixtures_layer(gate: GateResult) -> LayerResult:
-    return LayerResult(
-        FIXTURES,
-        gate.passed,
-        [f"{FIXTURES}: {f}" for f in gate.failures],
-        {"pass_rate": gate.pass_rate, "min_pass_rate": gate.min_pass_rate},
+def fixtures_layer(gate: GateResult) -> QualityLayer:
+    return QualityLayer(
+        layer=FIXTURES,
+        passed=gate.passed,
+        reasons=[f"{FIXTURES}: {f}" for f in gate.failures],
+        figures={"pass_rate": gate.pass_rate, "min_pass_rate": gate.min_pass_rate},
     )
 
 
-def equivalence_layer(gate: GateResult, baseline: GateResult) -> LayerResult:
+def equivalence_layer(gate: GateResult, baseline: GateResult) -> QualityLayer:
     """The fleet's fixture answers against the baseline's: same tokens, stop behaviour, schema validity."""
     base = {f.id: f for f in baseline.fixtures}
     reasons = []
@@ -70,7 +63,12 @@ def equivalence_layer(gate: GateResult, baseline: GateResult) -> LayerResult:
                 f"{f.id}: schema {'valid' if f.schema_ok else 'invalid'} on {gate.fleet}, "
                 f"{'valid' if b.schema_ok else 'invalid'} on {baseline.fleet}"
             )
-    return LayerResult(EQUIVALENCE, not reasons, [f"{EQUIVALENCE}: {r}" for r in reasons], {"against": baseline.fleet})
+    return QualityLayer(
+        layer=EQUIVALENCE,
+        passed=not reasons,
+        reasons=[f"{EQUIVALENCE}: {r}" for r in reasons],
+        figures={"against": baseline.fleet},
+    )
 
 
 def scorer_input(gate: GateResult, m: Manifest) -> str:
@@ -91,18 +89,23 @@ def scorer_input(gate: GateResult, m: Manifest) -> str:
     )
 
 
-def task_acceptance_layer(m: Manifest, gate: GateResult) -> LayerResult:
+def task_acceptance_layer(m: Manifest, gate: GateResult) -> QualityLayer:
     ta = m.quality.task_acceptance
     if ta is None:
-        return LayerResult(
-            TASK_ACCEPTANCE, True, [], {"scorer": None, "note": "no quality.task_acceptance in the manifest"}
+        return QualityLayer(
+            layer=TASK_ACCEPTANCE,
+            passed=True,
+            reasons=[],
+            figures={"scorer": None, "note": "no quality.task_acceptance in the manifest"},
         )
     cwd = m.source.parent if m.source is not None else Path.cwd()
     cmd = " ".join(ta.command)
     figures: dict[str, Any] = {"scorer": cmd, "threshold": ta.threshold}
 
-    def missing(why: str) -> LayerResult:
-        return LayerResult(TASK_ACCEPTANCE, None, [f"{TASK_ACCEPTANCE}: scorer `{cmd}` {why}"], figures)
+    def missing(why: str) -> QualityLayer:
+        return QualityLayer(
+            layer=TASK_ACCEPTANCE, passed=None, reasons=[f"{TASK_ACCEPTANCE}: scorer `{cmd}` {why}"], figures=figures
+        )
 
     try:
         r = subprocess.run(
@@ -121,11 +124,13 @@ def task_acceptance_layer(m: Manifest, gate: GateResult) -> LayerResult:
         return missing(f"printed {lines[-1] if lines else 'nothing'!r} as its last line, not a pass rate in [0, 1]")
     figures["pass_rate"] = rate
     ok = rate >= ta.threshold
-    return LayerResult(
-        TASK_ACCEPTANCE,
-        ok,
-        [] if ok else [f"{TASK_ACCEPTANCE}: pass rate {rate:.3f} < threshold {ta.threshold:g} (scorer `{cmd}`)"],
-        figures,
+    return QualityLayer(
+        layer=TASK_ACCEPTANCE,
+        passed=ok,
+        reasons=[]
+        if ok
+        else [f"{TASK_ACCEPTANCE}: pass rate {rate:.3f} < threshold {ta.threshold:g} (scorer `{cmd}`)"],
+        figures=figures,
     )
 
 
@@ -164,14 +169,16 @@ def replay_figures(records_dir: Path, m: Manifest) -> dict[str, ReplayFigures]:
     return out
 
 
-def distribution_layer(m: Manifest, fleet: str, figs: Mapping[str, ReplayFigures]) -> LayerResult:
+def distribution_layer(m: Manifest, fleet: str, figs: Mapping[str, ReplayFigures]) -> QualityLayer:
     from analysis.two_sample import ks_2samp
 
     dc = m.quality.distribution
     base = m.comparison.baseline
     mine = figs.get(fleet)
     if mine is None or mine.sent == 0:
-        return LayerResult(DISTRIBUTION, None, [f"{DISTRIBUTION}: no replayed requests for {fleet}"])
+        return QualityLayer(
+            layer=DISTRIBUTION, passed=None, reasons=[f"{DISTRIBUTION}: no replayed requests for {fleet}"]
+        )
     reasons: list[str] = []
     missing: list[str] = []
     invalid_rate, retry_rate = mine.invalid / mine.sent, mine.retried / mine.sent
@@ -213,34 +220,38 @@ def distribution_layer(m: Manifest, fleet: str, figs: Mapping[str, ReplayFigures
                     f"< {dc.min_p_value:g} (n = {ks.n}, {ks.m})"
                 )
     passed: bool | None = False if reasons else (None if missing else True)
-    return LayerResult(DISTRIBUTION, passed, [f"{DISTRIBUTION}: {r}" for r in reasons + missing], figures)
+    return QualityLayer(
+        layer=DISTRIBUTION, passed=passed, reasons=[f"{DISTRIBUTION}: {r}" for r in reasons + missing], figures=figures
+    )
 
 
-def verdict(layers: list[LayerResult]) -> bool | None:
+def verdict(layers: list[QualityLayer]) -> bool | None:
     """False when a layer failed, None when none failed but one could not be evaluated, else True."""
     if any(x.passed is False for x in layers):
         return False
     return None if any(x.passed is None for x in layers) else True
 
 
-def fleet_quality(gate: GateResult, layers: list[LayerResult]) -> dict[str, Any]:
+def fleet_quality(gate: GateResult, layers: list[QualityLayer]) -> QualityResult:
     """What the report reads for one fleet: the gate's fixtures plus every layer; `passed` is
-    the layers' verdict and `failed_layer` names the first one that did not pass."""
-    d = gate.as_dict()
+    the layers' verdict and `failed_layer` names the first one that did not pass. The gate's own
+    details (fleet, min_pass_rate, fixtures) ride along as the model's extra fields."""
     failed = next((x for x in layers if x.passed is not True), None)
-    d.update(
-        passed=verdict(layers),
-        failed_layer=failed.layer if failed else None,
-        failures=[r for x in layers for r in x.reasons],
-        layers={x.layer: asdict(x) for x in layers},
+    return QualityResult.model_validate(
+        {
+            **gate.as_dict(),
+            "passed": verdict(layers),
+            "failed_layer": failed.layer if failed else None,
+            "failures": [r for x in layers for r in x.reasons],
+            "layers": {x.layer: x for x in layers},
+        }
     )
-    return d
 
 
-def gate_layers(m: Manifest, gates: Mapping[str, GateResult]) -> dict[str, list[LayerResult]]:
+def gate_layers(m: Manifest, gates: Mapping[str, GateResult]) -> dict[str, list[QualityLayer]]:
     """Layers (a) and (b), which run before any load: they decide whether the replay runs at all."""
     base = gates.get(m.comparison.baseline)
-    out: dict[str, list[LayerResult]] = {}
+    out: dict[str, list[QualityLayer]] = {}
     for name, g in gates.items():
         layers = [fixtures_layer(g)]
         if base is not None and name != base.fleet:

@@ -10,22 +10,25 @@ prints it and exits with its code.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
-from typing import Any
 
+from analysis.errors import AnalysisError
+from analysis.report_model import QualityResult
 from core.errors import EXIT_BAD_INPUT as EXIT_BAD_INPUT  # re-exported: tests and callers read the codes from here too
 from core.errors import EXIT_BY_DECISION, BadArgument
 
 EXIT_BY_STATE = EXIT_BY_DECISION  # the decision's exit code (core/errors.py)
 
 
-def _quality(path: str) -> dict[str, Any]:
+def _quality(path: str) -> dict[str, QualityResult]:
+    from campaign.orchestration import read_quality
+
     try:
-        with open(path, encoding="utf-8") as fh:
-            quality: dict[str, Any] = json.load(fh)
-    except (OSError, ValueError) as exc:
-        raise BadArgument(f"--quality {path}: {exc}") from None
+        quality = read_quality(Path(path))
+    except AnalysisError as exc:
+        raise BadArgument(f"--quality {exc}") from None
+    if quality is None:
+        raise BadArgument(f"--quality {path}: no such file")
     return quality
 
 
@@ -38,7 +41,7 @@ def _instances(pairs: list[str]) -> dict[str, int]:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from analysis.capacity import discover_steps
-    from analysis.report import ReportInputs, build_report
+    from campaign.orchestration import RunFacts, run_report
     from core.manifest import load_manifest
 
     m = load_manifest(args.manifest, check_files=False)
@@ -69,18 +72,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         return EXIT_BY_DECISION[rep.decision.state]
     if not records:
         raise BadArgument("give --records DIR, --run-dir DIR or --run-id RUN_ID")
-    rep = build_report(
-        ReportInputs(
-            m,
-            records,
-            prometheus_url=args.prometheus,
-            aws=args.aws,
-            quality=quality,
-            out_dir=args.out,
-            instances_measured=instances,
-            focus_csv=args.focus,
-            capacity_dirs=capacity,
-        )
+    facts = RunFacts(instances or {}, aws=args.aws, prometheus_url=args.prometheus)
+    rep = run_report(
+        m, Path(args.out), Path(args.out), quality, facts, capacity, None, focus_csv=args.focus, records_dir=records
     )
     state = rep.decision.state
     print(f"{state.upper()}: " + "; ".join(rep.decision.reasons))

@@ -22,57 +22,18 @@ import json
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from analysis.capacity import median_overhead_s, read_search_path
 from analysis.capacity_search import StepPlan
 from analysis.goodput import SETTLE_DIR
 from analysis.report_model import Report, ToSettleFleet
+from analysis.settle_record import Reopened, SettleOutcome, SettleSegment, SettleStop
 from campaign.capacity_run import StepRunner, arrival_offsets, resume_search
 from core.manifest import CapacitySearch, Manifest
 
 MAX_ROUNDS = 4  # the rule of thumb behind to_settle is 1/sqrt(n): a few rounds correct its misses
 MAX_REOPENED = 2  # how often the phase may reopen a fleet's search (a sizing step that missed pooled)
-SETTLE_FILE = "settle.json"
-
-
-@dataclass(frozen=True)
-class Segment:
-    fleet: str
-    step: str  # the capacity step it continues ("<fleet>/x<k>")
-    directory: str  # relative to the capacity root
-    multiplier: float
-    skip_s: float  # replay seconds at x1 of the trace skipped (what the step and earlier segments replayed)
-    span_s: float
-    planned_requests: int
-    took_s: float
-
-
-@dataclass(frozen=True)
-class Reopened:
-    step: str  # "<fleet>/x<k>"
-    why: str  # what it measured pooled
-
-
-@dataclass
-class SettleOutcome:
-    stopped: str  # "settled", "nothing to settle", "budget", "trace exhausted", "rounds", "stalled", "reopened", "no search step to continue"
-    detail: str
-    delta_ci_before: list[float | None] | None
-    delta_ci_after: list[float | None] | None
-    decision_before: str
-    decision_after: str
-    seconds: float = 0.0
-    usd: float = 0.0
-    segments: list[Segment] = field(default_factory=list)
-    over_budget: list[str] = field(default_factory=list)  # fleets the last round left out, and why
-    # "reopened": per fleet, the sizing step that held over its own requests but missed the SLO
-    # pooled with its segments (its search resumes below it).
-    reopened: dict[str, Reopened] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, object]:
-        return asdict(self)
 
 
 def settle_phase(
@@ -93,7 +54,7 @@ def settle_phase(
     the resumed searches' steps."""
     out = settle(m, steps(), capacity_root, capacity_dirs, report, stop, log, concurrent)
     for _ in range(MAX_REOPENED):
-        if out.stopped != "reopened":
+        if out.stopped != SettleStop.REOPENED:
             break
         runner = steps()
         with ThreadPoolExecutor(max_workers=concurrent or len(out.reopened)) as pool:
@@ -127,20 +88,24 @@ def settle(
     offsets = arrival_offsets(m)
     rep = report()
     out = SettleOutcome(
-        "nothing to settle",
-        "the decision is settled without it",
-        _ci(rep),
-        _ci(rep),
-        rep.decision.state,
-        rep.decision.state,
+        stopped=SettleStop.NOTHING,
+        detail="the decision is settled without it",
+        delta_ci_before=_ci(rep),
+        delta_ci_after=_ci(rep),
+        decision_before=rep.decision.state,
+        decision_after=rep.decision.state,
     )
     if resume is not None:
-        out = replace(resume, stopped=out.stopped, detail=out.detail, reopened={}, over_budget=[])
+        out = resume.model_copy(
+            update={"stopped": out.stopped, "detail": out.detail, "reopened": {}, "over_budget": []}, deep=True
+        )
     for _ in range(MAX_ROUNDS):
         ts = rep.decision.to_settle
         if ts is None:
             out.stopped, out.detail = (
-                ("settled", f"after {len(out.segments)} segment(s)") if out.segments else (out.stopped, out.detail)
+                (SettleStop.SETTLED, f"after {len(out.segments)} segment(s)")
+                if out.segments
+                else (out.stopped, out.detail)
             )
             break
         plans: dict[str, tuple[str, StepPlan, Path]] = {}
@@ -153,7 +118,7 @@ def settle(
                 plans[name], drain[name], overhead[name] = got[:3], got[3], got[4]
         if not plans:
             out.stopped, out.detail = (
-                ("no search step to continue" if not out.segments else "trace exhausted"),
+                (SettleStop.NO_STEP if not out.segments else SettleStop.TRACE_EXHAUSTED),
                 "; ".join(why_not),
             )
             break
@@ -182,7 +147,7 @@ def settle(
             )
         out.over_budget = [f"{n}: {why}" for n, why in sorted(over.items())]
         if len(over) == len(plans):
-            out.stopped, out.detail = "budget", "; ".join(out.over_budget)
+            out.stopped, out.detail = SettleStop.BUDGET, "; ".join(out.over_budget)
             break
         plans = {n: v for n, v in plans.items() if n not in over}
         for line in out.over_budget:
@@ -190,15 +155,15 @@ def settle(
         round_usd = sum(usd.values())
         took = _run_round(runner, plans, offsets, stop, concurrent)
         for name, (step, plan, seg_dir) in plans.items():
-            seg = Segment(
-                name,
-                step,
-                seg_dir.relative_to(capacity_root).as_posix(),
-                plan.multiplier,
-                plan.skip_s,
-                plan.span_s,
-                _arrivals(offsets, plan),
-                took[name],
+            seg = SettleSegment(
+                fleet=name,
+                step=step,
+                directory=seg_dir.relative_to(capacity_root).as_posix(),
+                multiplier=plan.multiplier,
+                skip_s=plan.skip_s,
+                span_s=plan.span_s,
+                planned_requests=_arrivals(offsets, plan),
+                took_s=took[name],
             )
             out.segments.append(seg)
             log(
@@ -211,12 +176,14 @@ def settle(
         rep = report()
         log(f"settle: monthly delta 95% CI now {_fmt(_ci(rep))}; decision {rep.decision.state}")
         out.reopened = {
-            name: Reopened(step, why) for name, (step, _, _) in plans.items() if (why := _flipped(rep, name, step))
+            name: Reopened(step=step, why=why)
+            for name, (step, _, _) in plans.items()
+            if (why := _flipped(rep, name, step))
         }
         if out.reopened:
             # More requests showed the sizing step does not hold: the capacity lies below it, which
             # only a step below can measure (settle_phase resumes the search there).
-            out.stopped, out.detail = "reopened", "; ".join(r.why for r in out.reopened.values())
+            out.stopped, out.detail = SettleStop.REOPENED, "; ".join(r.why for r in out.reopened.values())
             break
         if rep.decision.to_settle is not None and _evidence(rep) == before:
             # Seen in the example: to_settle asked 2-3 more requests per fleet, four rounds in a
@@ -224,16 +191,16 @@ def settle(
             # that decided came from the search's bracket (a missed step caps a capacity) and the
             # integer fleet, which more requests at the sizing step do not move.
             out.stopped, out.detail = (
-                "stalled",
+                SettleStop.STALLED,
                 "the last round moved neither end of the monthly delta's interval nor of any fleet's capacity "
                 "interval: the end that decides is set by the search's bracket or the integer fleet size, not by "
                 "the sizing step's requests",
             )
             break
     else:
-        out.stopped, out.detail = "rounds", f"{MAX_ROUNDS} rounds without settling"
+        out.stopped, out.detail = SettleStop.ROUNDS, f"{MAX_ROUNDS} rounds without settling"
     out.delta_ci_after, out.decision_after = _ci(rep), rep.decision.state
-    (capacity_root / SETTLE_FILE).write_text(json.dumps(out.as_dict(), indent=2), encoding="utf-8")
+    out.write(capacity_root)
     log(
         f"settle phase: {out.stopped} ({out.detail}); monthly delta 95% CI {_fmt(out.delta_ci_before)} -> {_fmt(out.delta_ci_after)}"
     )

@@ -1,4 +1,7 @@
-"""Capacity steps (and the trace replay) run through the emulator's engine in simulated time.
+"""The plan's fleets: the trace replay and the capacity steps run through the emulator's engine
+in simulated time, behind the same seams as a live campaign's (`SimulatedFleets` is a
+campaign.orchestration.Fleets, `SimulatedSteps` a campaign.capacity_run.StepRunner), so
+`campaign plan` runs the campaign's own stages (campaign.orchestration.run_stages).
 
 The step runner behind `campaign plan`: the same search (`campaign.capacity_run.search_fleet`),
 the same records and the same judging and report code as a live campaign, but each step's
@@ -22,15 +25,21 @@ import math
 import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from analysis.capacity_search import StepPlan, certain_miss
 from core.manifest import Manifest
-from core.records import Outcome, RequestRecord, slo_deadline_s
+from core.records import Outcome, RequestRecord, RunSummary, slo_deadline_s
 from core.schedule import ScheduledRequest, build_schedule
 from runtime.emulator.balancer import FlowHash
 from runtime.emulator.engine import EngineSeq
 from runtime.emulator.simulate import replay
 from runtime.emulator.timing import TimingModel
+
+if TYPE_CHECKING:
+    from campaign.orchestration import RunFacts
+    from loadgen.fixtures import GateResult
+    from loadgen.replay_options import ReplayOptions
 
 SIMULATED_WALL_START = 1_700_000_000.0  # records need a run start; a plan's is nominal
 
@@ -193,6 +202,54 @@ class SimulatedSteps:
         run = simulate_requests(self.m, fleet, schedule, multiplier=plan.multiplier, slo_deadline=True, planned=planned)
         write_records(run.records, step_dir, fleet)
         return run.duration_s + self.overhead_s, run.stopped_early
+
+    def abort(self) -> None:
+        """Nothing runs outside the caller's thread."""
+
+
+class SimulatedFleets:
+    """campaign.orchestration.Fleets in simulated time: what `campaign plan` runs the stages on.
+    No fleet answers a fixture, so the quality gate is not run (assumed to pass, and said to be);
+    `replay_s` is how long the longest fleet's trace replay would run live."""
+
+    systems_under_test = "campaign plan: the emulator in simulated time (a prediction)"
+
+    def __init__(self, m: Manifest, overhead_s: float = 0.0):
+        self.m, self.overhead_s = m, overhead_s
+        self.names = [f.name for f in m.fleets]
+        self.concurrent = len(self.names)  # fleets side by side, as on AWS
+        self.replay_s = 0.0
+
+    def facts(self) -> RunFacts:
+        from campaign.orchestration import RunFacts
+
+        # measure_instances per fleet serve every step, as simulated (and as the local emulator serves them).
+        return RunFacts({f.name: f.instances_measured for f in self.m.fleets}, self.systems_under_test)
+
+    def gate(self) -> dict[str, GateResult] | None:
+        return None
+
+    def replay(self, records_dir: Path, options: ReplayOptions) -> dict[str, RunSummary]:
+        from loadgen.summary import SummaryInputs, summarize
+
+        schedule = build_schedule(self.m)
+        out: dict[str, RunSummary] = {}
+        for name in self.names:
+            run = simulate_requests(self.m, name, schedule)
+            write_records(run.records, records_dir, name)
+            self.replay_s = max(self.replay_s, run.duration_s)
+            out[name] = summarize(
+                SummaryInputs(self.m.campaign, self.m.digest, name, self.m.loadgen.max_schedule_lag_p99_s),
+                run.records,
+                [r.request_id for r in schedule],
+                client_cpu_percent=0.0,
+                started_at=SIMULATED_WALL_START,
+                ended_at=SIMULATED_WALL_START + run.duration_s,
+            )
+        return out
+
+    def steps(self) -> SimulatedSteps:
+        return SimulatedSteps(self.m, self.overhead_s)
 
     def abort(self) -> None:
         """Nothing runs outside the caller's thread."""

@@ -11,6 +11,7 @@ from analysis.capacity import discover_steps
 from analysis.report import ReportInputs, build_gate_report, build_report
 from tests.analysis.synth import manifest
 from tests.analysis.test_capacity import KW, _m, _search_layout, _write
+from tests.quality import quality_results
 
 # TTFT and ITL CDFs, goodput over time, cost per 1M, capacity steps, search path, payback, tornado
 FULL_REPORT_FIGURES = 8
@@ -48,16 +49,18 @@ def gate_reject_report(tmp_path: Path, manifest_data: dict[str, Any]) -> tuple[d
             "figures": {"output_length_ks": {"against": "g6", "p_value": 0.5}},
         },
     }
-    quality = {
-        "inf2": {
-            "passed": False,
-            "pass_rate": 0.5,
-            "failures": ["fixture json-answer: schema invalid"],
-            "failed_layer": "fixtures",
-            "layers": layers,
-        },
-        "g6": {"passed": True, "pass_rate": 1.0, "failures": []},
-    }
+    quality = quality_results(
+        {
+            "inf2": {
+                "passed": False,
+                "pass_rate": 0.5,
+                "failures": ["fixture json-answer: schema invalid"],
+                "failed_layer": "fixtures",
+                "layers": layers,
+            },
+            "g6": {"passed": True, "pass_rate": 1.0, "failures": []},
+        }
+    )
     r = build_gate_report(manifest(manifest_data), quality, out_dir=tmp_path / "out")
     return r.model_dump(mode="json"), tmp_path / "out"
 

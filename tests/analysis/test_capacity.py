@@ -25,11 +25,14 @@ from analysis.report import ReportInputs, build_report
 from core.manifest import Manifest
 from core.records import INSTANCES_FILE, RequestRecord, RunSummary
 from tests.analysis.synth import manifest, rec, write_jsonl
+from tests.quality import quality_results
 
-PASS = {
-    "inf2": {"passed": True, "pass_rate": 1.0, "failures": []},
-    "g6": {"passed": True, "pass_rate": 1.0, "failures": []},
-}
+PASS = quality_results(
+    {
+        "inf2": {"passed": True, "pass_rate": 1.0, "failures": []},
+        "g6": {"passed": True, "pass_rate": 1.0, "failures": []},
+    }
+)
 KW: dict[str, Any] = {"quality": PASS, "instances_measured": {"inf2": 1, "g6": 1}}
 
 

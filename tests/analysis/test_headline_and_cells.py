@@ -11,11 +11,14 @@ import pytest
 from analysis.report import AwsClients, ReportInputs, build_report
 from analysis.sources.pricing import parse_reserved
 from tests.analysis.synth import manifest, steady, write_jsonl
+from tests.quality import quality_results
 
-PASS = {
-    "inf2": {"passed": True, "pass_rate": 1.0, "failures": []},
-    "g6": {"passed": True, "pass_rate": 1.0, "failures": []},
-}
+PASS = quality_results(
+    {
+        "inf2": {"passed": True, "pass_rate": 1.0, "failures": []},
+        "g6": {"passed": True, "pass_rate": 1.0, "failures": []},
+    }
+)
 
 
 def _records(d: Path, m: Any) -> Path:
@@ -297,10 +300,12 @@ def test_a_gate_that_could_not_be_evaluated_defers_and_says_so(tmp_path: Path, m
     from analysis.report import build_gate_report
 
     m = manifest(manifest_data)
-    quality = {
-        "inf2": {"passed": None, "pass_rate": None, "failures": ["task acceptance: the scorer exited 1"]},
-        "g6": PASS["g6"],
-    }
+    quality = quality_results(
+        {
+            "inf2": {"passed": None, "pass_rate": None, "failures": ["task acceptance: the scorer exited 1"]},
+            "g6": PASS["g6"],
+        }
+    )
     r = build_gate_report(m, quality, out_dir=tmp_path / "out").model_dump(mode="json")
     assert r["decision"]["state"] == "defer"
     assert r["decision"]["reasons"][0] == "evidence incomplete: no quality-gate result for inf2"

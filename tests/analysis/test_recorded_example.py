@@ -30,6 +30,7 @@ from core import stats
 from core.manifest import Manifest, load_manifest
 from tests.analysis.conftest import EXAMPLE_RUN as FIXTURE
 from tests.analysis.conftest import recorded_digest as _digest_of
+from tests.quality import quality_results
 
 
 def staged(tmp_path: Path) -> tuple[Manifest, Path]:
@@ -78,7 +79,7 @@ def intervals_of(report: dict[str, Any]) -> dict[str, Any]:
 def recorded_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("recorded")
     m, run = staged(tmp)
-    quality = json.loads((run / "quality.json").read_text(encoding="utf-8"))
+    quality = quality_results(json.loads((run / "quality.json").read_text(encoding="utf-8")))
     rep = build_report(
         ReportInputs(
             m,

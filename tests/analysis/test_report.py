@@ -12,11 +12,14 @@ from campaign import report_cli as cli
 from core.manifest import Manifest
 from tests.analysis.synth import manifest, steady, write_jsonl
 from tests.conftest import write_manifest
+from tests.quality import quality_results
 
-PASS = {
-    "inf2": {"passed": True, "pass_rate": 1.0, "failures": []},
-    "g6": {"passed": True, "pass_rate": 1.0, "failures": []},
-}
+PASS = quality_results(
+    {
+        "inf2": {"passed": True, "pass_rate": 1.0, "failures": []},
+        "g6": {"passed": True, "pass_rate": 1.0, "failures": []},
+    }
+)
 
 
 @pytest.fixture
@@ -112,7 +115,7 @@ def test_cheaper_candidate_with_short_payback_is_go(tmp_path: Path, manifest_dat
         ReportInputs(
             m,
             d,
-            quality={**PASS, "inf2": {"passed": False, "pass_rate": 0.5, "failures": ["x"]}},
+            quality=quality_results({**PASS, "inf2": {"passed": False, "pass_rate": 0.5, "failures": ["x"]}}),
             out_dir=tmp_path / "o2",
             instances_measured={"inf2": 1, "g6": 1},
             with_sensitivity=False,
@@ -201,7 +204,7 @@ def test_cli_handler_writes_report_and_maps_exit_codes(
     m = load_manifest(path, check_files=False)
     rec_dir = _records(tmp_path / "rec", m)
     q = tmp_path / "q.json"
-    q.write_text(json.dumps(PASS))
+    q.write_text(json.dumps({k: v.model_dump(mode="json") for k, v in PASS.items()}))
     parser = argparse.ArgumentParser()
     cli.register(parser.add_subparsers(dest="command"))
     args = parser.parse_args(

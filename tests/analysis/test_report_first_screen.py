@@ -20,12 +20,13 @@ from analysis.report_html import goodput_bins_per_step
 from analysis.report_model import Report
 from tests.analysis.report_pages import gate_reject_report
 from tests.analysis.test_recorded_example import staged
+from tests.quality import quality_results
 
 
 def recorded_pages(tmp_path: Path) -> tuple[Report, Path]:
     """The recorded example run's report, with report.md and report.html, under tmp_path/out."""
     m, run = staged(tmp_path)
-    quality = json.loads((run / "quality.json").read_text(encoding="utf-8"))
+    quality = quality_results(json.loads((run / "quality.json").read_text(encoding="utf-8")))
     rep = build_report(
         ReportInputs(
             m,

@@ -28,6 +28,7 @@ import pytest
 from analysis.capacity import discover_steps
 from analysis.report import ReportInputs, build_report
 from tests.analysis.test_recorded_example import staged
+from tests.quality import quality_results
 
 GOLDEN = Path(__file__).parent / "data" / "report_golden.json"
 DIGEST = "<manifest digest>"
@@ -64,7 +65,7 @@ def differences(got: Any, want: Any, where: str = "") -> list[str]:
 def example_report(tmp: Path) -> dict[str, Any]:
     """The recorded example's report.json, as test_recorded_example builds it, normalized."""
     m, run = staged(tmp)
-    quality = json.loads((run / "quality.json").read_text(encoding="utf-8"))
+    quality = quality_results(json.loads((run / "quality.json").read_text(encoding="utf-8")))
     build_report(
         ReportInputs(
             m,

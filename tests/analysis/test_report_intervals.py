@@ -16,11 +16,14 @@ from analysis.report_measurement import measure, read_records
 from core import stats
 from core.manifest import Manifest
 from tests.analysis.synth import manifest, rec, steady, write_jsonl
+from tests.quality import quality_results
 
-PASS = {
-    "inf2": {"passed": True, "pass_rate": 1.0, "failures": []},
-    "g6": {"passed": True, "pass_rate": 1.0, "failures": []},
-}
+PASS = quality_results(
+    {
+        "inf2": {"passed": True, "pass_rate": 1.0, "failures": []},
+        "g6": {"passed": True, "pass_rate": 1.0, "failures": []},
+    }
+)
 KW: dict[str, Any] = {"quality": PASS, "instances_measured": {"inf2": 1, "g6": 1}, "with_sensitivity": False}
 
 

@@ -12,6 +12,7 @@ import pytest
 from analysis.report import ReportInputs, build_gate_report, build_report
 from analysis.report_model import REPORT_VERSION, Report, ReportInvalid, load_report, parse_report
 from tests.analysis.test_capacity import KW, _m, _three_steps, _write
+from tests.quality import quality_results
 
 
 @pytest.fixture
@@ -35,10 +36,12 @@ def test_a_generated_report_validates_and_round_trips(written: Path) -> None:
 
 def test_a_gate_report_validates(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
     m = _m(manifest_data)
-    quality = {
-        "inf2": {"passed": False, "pass_rate": 0.5, "failures": ["x"]},
-        "g6": {"passed": True, "pass_rate": 1.0, "failures": []},
-    }
+    quality = quality_results(
+        {
+            "inf2": {"passed": False, "pass_rate": 0.5, "failures": ["x"]},
+            "g6": {"passed": True, "pass_rate": 1.0, "failures": []},
+        }
+    )
     build_gate_report(m, quality, out_dir=tmp_path / "out", with_pages=False)
     r = load_report(tmp_path / "out" / "report.json")
     assert r.stopped_at == "quality_gate" and r.decision.state == "reject"

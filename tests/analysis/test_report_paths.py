@@ -12,11 +12,14 @@ from analysis.report import ReportInputs, build_report
 from core.manifest import load_manifest
 from tests.analysis.synth import steady, write_jsonl
 from tests.conftest import write_manifest
+from tests.quality import quality_results
 
-PASS = {
-    "inf2": {"passed": True, "pass_rate": 1.0, "failures": []},
-    "g6": {"passed": True, "pass_rate": 1.0, "failures": []},
-}
+PASS = quality_results(
+    {
+        "inf2": {"passed": True, "pass_rate": 1.0, "failures": []},
+        "g6": {"passed": True, "pass_rate": 1.0, "failures": []},
+    }
+)
 
 
 def _strings(x: Any) -> Iterator[str]:

@@ -14,11 +14,14 @@ from analysis.sources.records import load_records
 from core.manifest import Manifest
 from core.records import RequestRecord
 from tests.analysis.synth import manifest, rec, steady, write_jsonl
+from tests.quality import quality_results
 
-PASS = {
-    "inf2": {"passed": True, "pass_rate": 1.0, "failures": []},
-    "g6": {"passed": True, "pass_rate": 1.0, "failures": []},
-}
+PASS = quality_results(
+    {
+        "inf2": {"passed": True, "pass_rate": 1.0, "failures": []},
+        "g6": {"passed": True, "pass_rate": 1.0, "failures": []},
+    }
+)
 
 
 def _at(r: RequestRecord, scheduled: float, sent: float | None, e2e: float | None) -> RequestRecord:

@@ -287,6 +287,7 @@ def test_the_plan_resumes_a_search_its_settle_phase_reopens(
     over 95 requests, missed over 237), the plan's search goes on below it, and the plan's
     predicted boundary (what `--from-plan` seeds the live search with) is the hold found there."""
     from analysis.capacity import read_search_path
+    from analysis.settle_record import Reopened, SettleOutcome, SettleStop
     from campaign import settle as settle_mod
     from campaign.plan_campaign import predict
 
@@ -294,21 +295,21 @@ def test_the_plan_resumes_a_search_its_settle_phase_reopens(
     real = settle_mod.settle
     first: dict[str, str] = {}  # the sizing step the fake reopened, and its multiplier
 
-    def reopening(*args: Any, **kwargs: Any) -> settle_mod.SettleOutcome:
+    def reopening(*args: Any, **kwargs: Any) -> SettleOutcome:
         if first:
             return real(*args, **kwargs)
         path = read_search_path(args[2] / "inf2")  # capacity_root: the search as it stopped
         assert path is not None
         first["step"] = next(f"inf2/{s.label}" for s in path.steps if s.multiplier == path.held_multiplier)
         first["held"] = str(path.held_multiplier)
-        return settle_mod.SettleOutcome(
-            "reopened",
-            "as measured",
-            None,
-            None,
-            "defer",
-            "defer",
-            reopened={"inf2": settle_mod.Reopened(first["step"], "as measured")},
+        return SettleOutcome(
+            stopped=SettleStop.REOPENED,
+            detail="as measured",
+            delta_ci_before=None,
+            delta_ci_after=None,
+            decision_before="defer",
+            decision_after="defer",
+            reopened={"inf2": Reopened(step=first["step"], why="as measured")},
         )
 
     monkeypatch.setattr(settle_mod, "settle", reopening)

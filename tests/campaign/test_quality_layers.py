@@ -164,8 +164,8 @@ def test_a_failed_layer_names_itself_in_the_decision(tmp_path: Path, manifest_da
     assert [x.layer for x in layers["inf2"]] == ["fixtures", "equivalence", "task_acceptance"]
     assert [x.layer for x in layers["g6"]] == ["fixtures", "task_acceptance"]  # the baseline is the reference
     quality = {k: fleet_quality(g, layers[k]) for k, g in {"g6": base, "inf2": cand}.items()}
-    assert quality["inf2"]["passed"] is False and quality["inf2"]["failed_layer"] == "equivalence"
-    assert quality["g6"]["passed"] is True and quality["g6"]["failed_layer"] is None
+    assert quality["inf2"].passed is False and quality["inf2"].failed_layer == "equivalence"
+    assert quality["g6"].passed is True and quality["g6"].failed_layer is None
     d = tmp_path / "rec"
     for f in ("g6", "inf2"):
         write_jsonl(d / f"records-{f}-w0.jsonl", steady(m, f, 30, 100))
@@ -178,8 +178,12 @@ def test_a_failed_layer_names_itself_in_the_decision(tmp_path: Path, manifest_da
         in rep["decision"]["reasons"]
     )
     # a layer that could not be evaluated is missing evidence: Defer, naming it
-    quality["inf2"].update(
-        passed=None, failed_layer="task_acceptance", failures=["task_acceptance: scorer `x` exited 3: boom"]
+    quality["inf2"] = quality["inf2"].model_copy(
+        update={
+            "passed": None,
+            "failed_layer": "task_acceptance",
+            "failures": ["task_acceptance: scorer `x` exited 3: boom"],
+        }
     )
     rep = build_report(
         ReportInputs(m, d, quality=quality, out_dir=tmp_path / "o", with_sensitivity=False, with_pages=False)

@@ -14,9 +14,10 @@ import pytest
 from analysis import goodput
 from analysis.capacity import SearchPath, SearchStep, StopRule, Verdict, read_search_path, write_search_path
 from analysis.capacity_search import StepPlan
+from analysis.settle_record import SETTLE_FILE, Reopened
 from analysis.sources.records import load_records
 from campaign.capacity_run import arrival_offsets, resume_search
-from campaign.settle import SETTLE_FILE, Reopened, settle
+from campaign.settle import settle
 from core.manifest import Manifest, load_manifest
 from tests.analysis.synth import rec, write_jsonl
 from tests.conftest import write_manifest
@@ -275,7 +276,7 @@ def test_a_sizing_step_that_misses_pooled_with_its_segment_reopens_the_search(tm
     assert out.stopped == "reopened" and len(runner.calls) == 1
     assert out.reopened == {
         "inf2": Reopened(
-            "inf2/x0.5", "inf2/x0.5 missed over 82 requests with its segments (P95 TTFT 2.6 s, P95 ITL 0.08 s)"
+            step="inf2/x0.5", why="inf2/x0.5 missed over 82 requests with its segments (P95 TTFT 2.6 s, P95 ITL 0.08 s)"
         )
     }
     saved = json.loads((tmp_path / SETTLE_FILE).read_text())
