@@ -108,43 +108,14 @@ def settle(
                 else (out.stopped, out.detail)
             )
             break
-        plans: dict[str, tuple[str, StepPlan, Path]] = {}
-        drain: dict[str, float] = {}  # the last requests' lifetime: wall time the budget counts too
-        overhead: dict[str, float] = {}  # starting and stopping the load generator, as the search's steps measured it
-        why_not: list[str] = []
-        for name, need in ts.by_fleet.items():
-            got = _plan(m, name, need.more_requests or 0, rep, capacity_root, capacity_dirs, offsets, why_not)
-            if got is not None:
-                plans[name], drain[name], overhead[name] = got[:3], got[3], got[4]
+        plans, drain, overhead, why_not = _next_segments(m, rep, capacity_root, capacity_dirs, offsets)
         if not plans:
             out.stopped, out.detail = (
                 (SettleStop.NO_STEP if not out.segments else SettleStop.TRACE_EXHAUSTED),
                 "; ".join(why_not),
             )
             break
-        # Each fleet's segment on its own: one fleet needing more than the budget must not keep
-        # the other from the few requests that bound its interval (a marginal SLO can need
-        # thousands at one fleet and tens at the other). The budget counts a round's wall time, so
-        # a segment fits with the drain of its last requests (the demo, 2026-12-05: segments that
-        # each fit by arrivals left the phase at 154 s of its 120 s budget).
-        # The runner's own start and stop (on AWS, Fargate tasks: a minute or more) is wall time and
-        # billed instance time too, so it counts as the search's steps measured it.
-        left_s = cfg.settle_budget_s - out.seconds
-        over = {
-            n: f"its next segment needs about {p.span_s:.0f} s of arrivals, {drain[n]:.0f} s to drain and "
-            f"{overhead[n]:.0f} s to start and stop the load generator; "
-            f"{max(left_s, 0):.0f} s of the {cfg.settle_budget_s:g} s settle budget are left"
-            for n, (_, p, _) in plans.items()
-            if p.span_s + drain[n] + overhead[n] > left_s
-        }
-        usd = {n: _segment_usd(ts.by_fleet[n], p.span_s) for n, (_, p, _) in plans.items() if n not in over}
-        left_usd = None if cfg.settle_budget_usd is None else cfg.settle_budget_usd - out.usd
-        while left_usd is not None and usd and sum(usd.values()) > left_usd:  # drop the dearest until it fits
-            dearest = max(usd, key=lambda n: usd[n])
-            over[dearest] = (
-                f"its next segment would cost about {usd.pop(dearest):.2f} USD on the cloud fleets; "
-                f"{max(left_usd, 0):.2f} of the {cfg.settle_budget_usd:g} USD settle budget are left"
-            )
+        over, usd = _over_budget(cfg, out, ts.by_fleet, {n: p for n, (_, p, _) in plans.items()}, drain, overhead)
         out.over_budget = [f"{n}: {why}" for n, why in sorted(over.items())]
         if len(over) == len(plans):
             out.stopped, out.detail = SettleStop.BUDGET, "; ".join(out.over_budget)
@@ -154,22 +125,7 @@ def settle(
             log(f"settle {line}: it sits this round out")
         round_usd = sum(usd.values())
         took = _run_round(runner, plans, offsets, stop, concurrent)
-        for name, (step, plan, seg_dir) in plans.items():
-            seg = SettleSegment(
-                fleet=name,
-                step=step,
-                directory=seg_dir.relative_to(capacity_root).as_posix(),
-                multiplier=plan.multiplier,
-                skip_s=plan.skip_s,
-                span_s=plan.span_s,
-                planned_requests=_arrivals(offsets, plan),
-                took_s=took[name],
-            )
-            out.segments.append(seg)
-            log(
-                f"settle {name}: {seg.planned_requests} more requests at x{plan.multiplier:.4g} continuing {step} "
-                f"({plan.why}) [{took[name]:.0f} s]"
-            )
+        _record_round(out, plans, took, offsets, capacity_root, log)
         out.seconds += max(took.values())
         out.usd += round_usd
         before = _evidence(rep)
@@ -205,6 +161,95 @@ def settle(
         f"settle phase: {out.stopped} ({out.detail}); monthly delta 95% CI {_fmt(out.delta_ci_before)} -> {_fmt(out.delta_ci_after)}"
     )
     return out
+
+
+Planned = dict[str, tuple[str, StepPlan, Path]]  # per fleet: the step it continues, the segment, its directory
+
+
+def _next_segments(
+    m: Manifest,
+    rep: Report,
+    capacity_root: Path,
+    capacity_dirs: Mapping[str, Path],
+    offsets: list[float],
+) -> tuple[Planned, dict[str, float], dict[str, float], list[str]]:
+    """The round's segment per fleet that to_settle asks more requests of, with the seconds its
+    last requests take to drain and its load generator's start and stop (as the search's steps
+    measured them: wall time the budget counts too), and why a fleet has none."""
+    plans: Planned = {}
+    drain: dict[str, float] = {}
+    overhead: dict[str, float] = {}
+    why_not: list[str] = []
+    ts = rep.decision.to_settle
+    assert ts is not None
+    for name, need in ts.by_fleet.items():
+        got = _plan(m, name, need.more_requests or 0, rep, capacity_root, capacity_dirs, offsets, why_not)
+        if got is not None:
+            plans[name], drain[name], overhead[name] = got[:3], got[3], got[4]
+    return plans, drain, overhead, why_not
+
+
+def _over_budget(
+    cfg: CapacitySearch,
+    out: SettleOutcome,
+    need: Mapping[str, ToSettleFleet],
+    plans: Mapping[str, StepPlan],
+    drain: Mapping[str, float],
+    overhead: Mapping[str, float],
+) -> tuple[dict[str, str], dict[str, float]]:
+    """The fleets whose next segment does not fit what is left of the settle budget (and why),
+    and the USD of those that do."""
+    # Each fleet's segment on its own: one fleet needing more than the budget must not keep
+    # the other from the few requests that bound its interval (a marginal SLO can need
+    # thousands at one fleet and tens at the other). The budget counts a round's wall time, so
+    # a segment fits with the drain of its last requests (the demo, 2026-12-05: segments that
+    # each fit by arrivals left the phase at 154 s of its 120 s budget).
+    # The runner's own start and stop (on AWS, Fargate tasks: a minute or more) is wall time and
+    # billed instance time too, so it counts as the search's steps measured it.
+    left_s = cfg.settle_budget_s - out.seconds
+    over = {
+        n: f"its next segment needs about {p.span_s:.0f} s of arrivals, {drain[n]:.0f} s to drain and "
+        f"{overhead[n]:.0f} s to start and stop the load generator; "
+        f"{max(left_s, 0):.0f} s of the {cfg.settle_budget_s:g} s settle budget are left"
+        for n, p in plans.items()
+        if p.span_s + drain[n] + overhead[n] > left_s
+    }
+    usd = {n: _segment_usd(need[n], p.span_s) for n, p in plans.items() if n not in over}
+    left_usd = None if cfg.settle_budget_usd is None else cfg.settle_budget_usd - out.usd
+    while left_usd is not None and usd and sum(usd.values()) > left_usd:  # drop the dearest until it fits
+        dearest = max(usd, key=lambda n: usd[n])
+        over[dearest] = (
+            f"its next segment would cost about {usd.pop(dearest):.2f} USD on the cloud fleets; "
+            f"{max(left_usd, 0):.2f} of the {cfg.settle_budget_usd:g} USD settle budget are left"
+        )
+    return over, usd
+
+
+def _record_round(
+    out: SettleOutcome,
+    plans: Planned,
+    took: Mapping[str, float],
+    offsets: list[float],
+    capacity_root: Path,
+    log: Callable[[str], None],
+) -> None:
+    """Each segment the round ran, into the outcome and the log."""
+    for name, (step, plan, seg_dir) in plans.items():
+        seg = SettleSegment(
+            fleet=name,
+            step=step,
+            directory=seg_dir.relative_to(capacity_root).as_posix(),
+            multiplier=plan.multiplier,
+            skip_s=plan.skip_s,
+            span_s=plan.span_s,
+            planned_requests=_arrivals(offsets, plan),
+            took_s=took[name],
+        )
+        out.segments.append(seg)
+        log(
+            f"settle {name}: {seg.planned_requests} more requests at x{plan.multiplier:.4g} continuing {step} "
+            f"({plan.why}) [{took[name]:.0f} s]"
+        )
 
 
 def _flipped(rep: Report, fleet: str, step: str) -> str:
