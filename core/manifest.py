@@ -593,6 +593,13 @@ class Manifest(_Frozen):
     def source(self) -> Path | None:
         return self._source
 
+    def source_file(self) -> Path:
+        """The file this manifest was parsed from (absolute): what a child process (Locust, an
+        emulator, an engine) is handed, to parse once itself."""
+        if self._source is None:
+            raise ValueError("manifest: built in memory, not from a file; a child process needs its file")
+        return self._source
+
     def fleet(self, name: str) -> Fleet:
         for f in self.fleets:
             if f.name == name:

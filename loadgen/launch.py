@@ -133,7 +133,7 @@ def exit_reason(code: int, log: Path) -> str:
 
 
 def start_fleet(
-    manifest_path: Path,
+    m: Manifest,
     fleet: str,
     host: str,
     out_dir: Path,
@@ -148,9 +148,11 @@ def start_fleet(
 ) -> FleetRun:
     """Start Locust replaying `options` (the defaults: the manifest's whole window, chat API,
     warmup, tokenizer check) against `host`; returns at once with the handle. `cpus`: the cores
-    its processes may run on (a CPU engine on the same machine keeps its own)."""
+    its processes may run on (a CPU engine on the same machine keeps its own). `m` is the
+    caller's parsed manifest; the Locust processes are handed its file (`m.source`) and parse it
+    once each."""
     opts = options or ReplayOptions()
-    m = load_manifest(manifest_path)
+    manifest_file = m.source_file()
     m.fleet(fleet)
     out_dir.mkdir(parents=True, exist_ok=True)
     stale = list(out_dir.glob(records_name(fleet, "w*")))
@@ -169,7 +171,7 @@ def start_fleet(
         "--host",
         host,
         "--manifest",
-        str(Path(manifest_path).resolve()),
+        str(manifest_file),
         "--fleet",
         fleet,
         "--records-dir",
@@ -267,11 +269,13 @@ def start_fleet(
     return FleetRun(m, fleet, out_dir, procs, logs, files, window_s=opts.window_s, skip_s=opts.skip_s)
 
 
-def run_fleet(manifest_path: Path, fleet: str, host: str, out_dir: Path, **kwargs: Any) -> RunSummary:
+def run_fleet(manifest: Manifest | Path, fleet: str, host: str, out_dir: Path, **kwargs: Any) -> RunSummary:
     """Blocking: replay the manifest's schedule against `host`, return the merged summary.
-    `kwargs` are start_fleet's (options, workers, metrics_port, ...).
+    `manifest`: parsed already, or its file (parsed here, once). `kwargs` are start_fleet's
+    (options, workers, metrics_port, ...).
     Ctrl-C stops the replay gracefully and still returns what was recorded."""
-    run = start_fleet(manifest_path, fleet, host, out_dir, **kwargs)
+    m = manifest if isinstance(manifest, Manifest) else load_manifest(manifest)
+    run = start_fleet(m, fleet, host, out_dir, **kwargs)
     try:
         return run.wait()
     except KeyboardInterrupt:
