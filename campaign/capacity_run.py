@@ -263,12 +263,11 @@ class LocalSteps:
     def __init__(
         self,
         m: Manifest,
-        manifest_path: Path,
         endpoints: Mapping[str, str],
         handles: MutableMapping[str, FleetRun],
         cpus: Mapping[str, set[int]] | None = None,
     ):
-        self.m, self.manifest_path, self.endpoints, self.handles = m, manifest_path, endpoints, handles
+        self.m, self.endpoints, self.handles = m, endpoints, handles  # m: parsed once, by the caller
         self.cpus = cpus or {}  # per fleet: the cores its Locust may use (kept off a CPU engine's core)
 
     def run(
@@ -279,7 +278,7 @@ class LocalSteps:
         t0 = time.monotonic()
         # trace seconds whose arrivals land inside the span at rate x k (offsets are trace seconds x time_scale)
         h = self.handles[fleet] = start_fleet(
-            self.manifest_path,
+            self.m,
             fleet,
             self.endpoints[fleet],
             step_dir,

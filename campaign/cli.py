@@ -90,7 +90,7 @@ def cmd_local(args: argparse.Namespace) -> int:
         predicted = predicted_boundaries(Path(args.from_plan), m)  # a bad or stale plan stops it here too
     out = Path(args.out) if args.out else Path("runs") / time.strftime("local-%Y%m%d-%H%M%S")
     return run_local(
-        Path(args.manifest),
+        m,  # parsed once: run_local, its fleets and capacity steps reuse it
         out,
         duration_s=args.duration,
         workers=args.workers,

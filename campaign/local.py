@@ -27,7 +27,7 @@ from campaign.orchestration import RECORDS_DIR, RunFacts, run_stages
 from campaign.processes import ProcessFailed, Supervisor
 from campaign.progress import RecordTail, render
 from core.errors import EXIT_BY_DECISION, EXIT_FAILED_STEP, EXIT_INTERRUPTED
-from core.manifest import Manifest, load_manifest
+from core.manifest import Manifest
 from core.ports import free_port
 from loadgen.fixtures import GateResult, run_gate
 
@@ -128,7 +128,6 @@ class LocalFleets:
         self,
         sup: Supervisor,
         m: Manifest,
-        manifest_path: Path,
         endpoints: dict[str, str],
         *,
         metrics_ports: dict[str, int],
@@ -140,7 +139,7 @@ class LocalFleets:
         instances: dict[str, int] | None = None,
         cores: CorePlan | None = None,
     ):
-        self.sup, self.m, self.manifest_path, self.endpoints = sup, m, manifest_path, endpoints
+        self.sup, self.m, self.endpoints = sup, m, endpoints  # m: parsed once, by the CLI
         self.cores = cores
         self.concurrent = cores.concurrent if cores is not None else len(endpoints)  # emulators: side by side
         self.instances = instances or dict.fromkeys(
@@ -177,7 +176,7 @@ class LocalFleets:
             self.handles.clear()
             for name in group:
                 self.handles[name] = start_fleet(
-                    self.manifest_path,
+                    self.m,
                     name,
                     self.endpoints[name],
                     records_dir,
@@ -198,9 +197,7 @@ class LocalFleets:
         from campaign.capacity_run import LocalSteps
 
         self.handles.clear()
-        return LocalSteps(
-            self.m, self.manifest_path, self.endpoints, self.handles, self.cores.client_cpus if self.cores else None
-        )
+        return LocalSteps(self.m, self.endpoints, self.handles, self.cores.client_cpus if self.cores else None)
 
     def abort(self) -> None:
         for h in list(self.handles.values()):  # SIGTERM: Locust flushes its records and marks unsent requests
@@ -208,7 +205,7 @@ class LocalFleets:
 
 
 def run_local(
-    manifest_path: Path,
+    m: Manifest,
     out_dir: Path,
     *,
     duration_s: float | None = None,
@@ -220,7 +217,8 @@ def run_local(
     ui: bool = False,
     predicted: Mapping[str, float] | None = None,
 ) -> LocalResult:
-    m = load_manifest(manifest_path)
+    """`m`: the manifest as the CLI parsed it; every process started here is handed its file."""
+    manifest_path = m.source_file()
     if engine not in engines.ENGINES:
         raise engines.EngineUnavailable(f"engine: {engine!r} is not one of {', '.join(engines.ENGINES)}")
     if engine == "vllm-cpu":
@@ -249,7 +247,7 @@ def run_local(
             else:
                 endpoints = {
                     f.name: start_emulator(
-                        sup, manifest_path.resolve(), f.name, out_dir, emulator_faults or [], f.instances_measured
+                        sup, manifest_path, f.name, out_dir, emulator_faults or [], f.instances_measured
                     )
                     for f in m.fleets
                 }
@@ -268,7 +266,6 @@ def run_local(
             fleets = LocalFleets(
                 sup,
                 m,
-                manifest_path.resolve(),
                 endpoints,
                 metrics_ports=metrics_ports,
                 prometheus_url=prom_url,

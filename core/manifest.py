@@ -593,6 +593,13 @@ class Manifest(_Frozen):
     def source(self) -> Path | None:
         return self._source
 
+    def source_file(self) -> Path:
+        """The file this manifest was parsed from (absolute): what a child process (Locust, an
+        emulator, an engine) is handed, to parse once itself."""
+        if self._source is None:
+            raise ValueError("manifest: built in memory, not from a file; a child process needs its file")
+        return self._source
+
     def fleet(self, name: str) -> Fleet:
         for f in self.fleets:
             if f.name == name:
@@ -823,6 +830,16 @@ def _raw_fleet_issues(data: dict[str, Any]) -> list[Issue]:
 
 
 def semantic_issues(m: Manifest, *, check_files: bool = True) -> list[Issue]:
+    issues = _fleet_reference_issues(m) + _request_length_issues(m)
+    for i, f in enumerate(m.fleets):
+        issues += _fleet_issues(m, f"fleets[{i}]", f)
+    if check_files:
+        issues += _file_issues(m)
+    return issues
+
+
+def _fleet_reference_issues(m: Manifest) -> list[Issue]:
+    """Fleet names unique, and every name the comparison and the commitments use defined."""
     issues: list[Issue] = []
     names = [f.name for f in m.fleets]
     for dup in sorted({n for n in names if names.count(n) > 1}):
@@ -835,8 +852,17 @@ def semantic_issues(m: Manifest, *, check_files: bool = True) -> list[Issue]:
     for i, c in enumerate(m.costs.commitments):
         if c.fleet not in names:
             issues.append(Issue(f"costs.commitments[{i}].fleet", f"no fleet named {c.fleet!r}"))
+    return issues
 
-    max_seq = m.workload.request_class.max_input_tokens + m.workload.request_class.max_output_tokens
+
+def _request_max_tokens(m: Manifest) -> int:
+    """The longest sequence the request class makes: its input plus its output bound."""
+    return m.workload.request_class.max_input_tokens + m.workload.request_class.max_output_tokens
+
+
+def _request_length_issues(m: Manifest) -> list[Issue]:
+    issues: list[Issue] = []
+    max_seq = _request_max_tokens(m)
     if m.generation.max_output_tokens < m.workload.request_class.max_output_tokens:
         issues.append(Issue("generation.max_output_tokens", "smaller than workload.request_class.max_output_tokens"))
     if max_seq > m.tokenizer.max_length:
@@ -846,124 +872,166 @@ def semantic_issues(m: Manifest, *, check_files: bool = True) -> list[Issue]:
                 f"input + output = {max_seq} exceeds tokenizer.max_length {m.tokenizer.max_length}",
             )
         )
-
-    for i, f in enumerate(m.fleets):
-        at = f"fleets[{i}]"
-        if f.instances_measured > f.asg.max:
-            issues.append(
-                Issue(
-                    f"{at}.measure_instances",
-                    f"{f.instances_measured} instances measured, more than asg.max {f.asg.max}",
-                )
-            )
-        cat_issues = _catalog_issues(at, f.instance_type, f.tensor_parallel, m.model.attention_heads)
-        issues += cat_issues
-        if cat_issues:
-            continue
-        it = catalog.instance(f.instance_type)
-        tp = f.tensor_parallel
-        if f.replicas_per_instance * tp > it.shards:
-            unit = "NeuronCores" if it.accelerator.vendor == "aws-neuron" else "GPUs"
-            issues.append(
-                Issue(
-                    f"{at}.replicas_per_instance",
-                    f"{f.replicas_per_instance} replicas x tensor_parallel {tp} need "
-                    f"{f.replicas_per_instance * tp} {unit}; {it.name} has {it.shards}",
-                )
-            )
-        stack_ok = {"aws-neuron": {"vllm-neuron"}, "nvidia": {"vllm", "tensorrt-llm", "tgi"}}[it.accelerator.vendor]
-        if f.serving.stack not in stack_ok:
-            issues.append(
-                Issue(
-                    f"{at}.serving.stack",
-                    f"{f.serving.stack} does not run on {it.accelerator.name}; use one of {sorted(stack_ok)}",
-                )
-            )
-        pc = f.serving.prefix_caching
-        if (
-            pc is not None
-            and f.serving.stack not in ("vllm", "vllm-neuron")
-            and pc != catalog.PREFIX_CACHING_DEFAULT[f.serving.stack]
-        ):
-            issues.append(
-                Issue(
-                    f"{at}.serving.prefix_caching",
-                    f"{f.serving.stack} is deployed with its default (prefix caching "
-                    f"{'on' if catalog.PREFIX_CACHING_DEFAULT[f.serving.stack] else 'off'}); only vLLM fleets can set it",
-                )
-            )
-        for field, reason in catalog.host_stack_issues(
-            it.accelerator.vendor, f.serving.sdk_version, f.serving.driver_version, f.serving.image
-        ):
-            issues.append(Issue(f"{at}.serving.{field}", reason))
-        if f.max_model_len < max_seq:
-            issues.append(
-                Issue(f"{at}.max_model_len", f"{f.max_model_len} is shorter than the request class ({max_seq} tokens)")
-            )
-        if f.sequence_buckets:
-            if list(f.sequence_buckets) != sorted(set(f.sequence_buckets)):
-                issues.append(Issue(f"{at}.sequence_buckets", "must be strictly increasing"))
-            elif f.sequence_buckets[-1] < f.max_model_len:
-                issues.append(
-                    Issue(
-                        f"{at}.sequence_buckets",
-                        f"largest bucket {f.sequence_buckets[-1]} < max_model_len {f.max_model_len}",
-                    )
-                )
-        elif it.accelerator.vendor == "aws-neuron":
-            issues.append(Issue(f"{at}.sequence_buckets", "Neuron compiles per sequence bucket; list them"))
-        cal = f.efficiency.calibration
-        if cal is not None:
-            try:
-                group = catalog.calibrated_efficiency(cal)
-            except KeyError as exc:
-                issues.append(Issue(f"{at}.efficiency.calibration", str(exc.args[0])))
-            else:
-                if group.vendor != it.accelerator.vendor:
-                    issues.append(
-                        Issue(
-                            f"{at}.efficiency.calibration",
-                            f"{cal!r} was fitted on {group.vendor} rows, not {it.accelerator.name}",
-                        )
-                    )
-        ft = fit(m, f)
-        if not ft.fits:
-            issues.append(
-                Issue(
-                    at,
-                    f"model does not fit {it.name} at tensor_parallel={tp}: weights {ft.weights_gib:.1f} GiB + "
-                    f"KV cache {ft.kv_cache_gib:.1f} GiB ({f.max_concurrency} seqs x {f.max_model_len} tokens) + "
-                    f"reserve {ft.reserve_gib:.1f} GiB = {ft.needed_gib:.1f} GiB > {ft.visible_gib:.1f} GiB visible",
-                )
-            )
-        azs = f.availability_zones
-        if len(set(azs)) != len(azs):
-            issues.append(Issue(f"{at}.availability_zones", "listed twice"))
-        if f.redundancy > 0 and len(set(azs)) < 2:
-            issues.append(
-                Issue(
-                    f"{at}.availability_zones",
-                    f"redundancy {f.redundancy} asks for at least two AZs, got {len(set(azs))}",
-                )
-            )
-        for j, az in enumerate(azs):
-            if not re.fullmatch(re.escape(m.costs.region) + r"[a-z]", az):
-                issues.append(Issue(f"{at}.availability_zones[{j}]", f"{az!r} is not an AZ of region {m.costs.region}"))
-
-    if check_files:
-        tp_path = m.trace_path
-        if not tp_path.is_file():
-            issues.append(Issue("workload.trace.path", f"no such file: {tp_path}"))
-        elif m.workload.trace.sha256:
-            got = file_sha256(tp_path)
-            if got != m.workload.trace.sha256:
-                issues.append(
-                    Issue(
-                        "workload.trace.sha256", f"file hash {got} does not match the pinned {m.workload.trace.sha256}"
-                    )
-                )
-        issues += tokenizer_file_issues(m)
     return issues
+
+
+def _fleet_issues(m: Manifest, at: str, f: Fleet) -> list[Issue]:
+    """One fleet's checks, in the order they are reported; past an instance or TP the catalog
+    refuses, only that is said (the rest need the catalog's row)."""
+    issues: list[Issue] = []
+    if f.instances_measured > f.asg.max:
+        issues.append(
+            Issue(
+                f"{at}.measure_instances",
+                f"{f.instances_measured} instances measured, more than asg.max {f.asg.max}",
+            )
+        )
+    cat_issues = _catalog_issues(at, f.instance_type, f.tensor_parallel, m.model.attention_heads)
+    if cat_issues:
+        return issues + cat_issues
+    it = catalog.instance(f.instance_type)
+    return (
+        issues
+        + _replica_issues(at, f, it)
+        + _serving_stack_issues(at, f, it)
+        + _sequence_length_issues(at, f, it, _request_max_tokens(m))
+        + _calibration_issues(at, f, it)
+        + _fit_issues(m, at, f, it)
+        + _availability_zone_issues(m, at, f)
+    )
+
+
+def _replica_issues(at: str, f: Fleet, it: catalog.InstanceType) -> list[Issue]:
+    tp = f.tensor_parallel
+    if f.replicas_per_instance * tp <= it.shards:
+        return []
+    unit = "NeuronCores" if it.accelerator.vendor == "aws-neuron" else "GPUs"
+    return [
+        Issue(
+            f"{at}.replicas_per_instance",
+            f"{f.replicas_per_instance} replicas x tensor_parallel {tp} need "
+            f"{f.replicas_per_instance * tp} {unit}; {it.name} has {it.shards}",
+        )
+    ]
+
+
+def _serving_stack_issues(at: str, f: Fleet, it: catalog.InstanceType) -> list[Issue]:
+    """The stack runs on the accelerator, sets prefix caching only where it can, and its SDK,
+    driver and image agree (catalog.host_stack_issues)."""
+    issues: list[Issue] = []
+    stack_ok = {"aws-neuron": {"vllm-neuron"}, "nvidia": {"vllm", "tensorrt-llm", "tgi"}}[it.accelerator.vendor]
+    if f.serving.stack not in stack_ok:
+        issues.append(
+            Issue(
+                f"{at}.serving.stack",
+                f"{f.serving.stack} does not run on {it.accelerator.name}; use one of {sorted(stack_ok)}",
+            )
+        )
+    pc = f.serving.prefix_caching
+    if (
+        pc is not None
+        and f.serving.stack not in ("vllm", "vllm-neuron")
+        and pc != catalog.PREFIX_CACHING_DEFAULT[f.serving.stack]
+    ):
+        issues.append(
+            Issue(
+                f"{at}.serving.prefix_caching",
+                f"{f.serving.stack} is deployed with its default (prefix caching "
+                f"{'on' if catalog.PREFIX_CACHING_DEFAULT[f.serving.stack] else 'off'}); only vLLM fleets can set it",
+            )
+        )
+    for field, reason in catalog.host_stack_issues(
+        it.accelerator.vendor, f.serving.sdk_version, f.serving.driver_version, f.serving.image
+    ):
+        issues.append(Issue(f"{at}.serving.{field}", reason))
+    return issues
+
+
+def _sequence_length_issues(at: str, f: Fleet, it: catalog.InstanceType, max_seq: int) -> list[Issue]:
+    """max_model_len holds the request class; the buckets (Neuron needs them) reach max_model_len."""
+    issues: list[Issue] = []
+    if f.max_model_len < max_seq:
+        issues.append(
+            Issue(f"{at}.max_model_len", f"{f.max_model_len} is shorter than the request class ({max_seq} tokens)")
+        )
+    if f.sequence_buckets:
+        if list(f.sequence_buckets) != sorted(set(f.sequence_buckets)):
+            issues.append(Issue(f"{at}.sequence_buckets", "must be strictly increasing"))
+        elif f.sequence_buckets[-1] < f.max_model_len:
+            issues.append(
+                Issue(
+                    f"{at}.sequence_buckets",
+                    f"largest bucket {f.sequence_buckets[-1]} < max_model_len {f.max_model_len}",
+                )
+            )
+    elif it.accelerator.vendor == "aws-neuron":
+        issues.append(Issue(f"{at}.sequence_buckets", "Neuron compiles per sequence bucket; list them"))
+    return issues
+
+
+def _calibration_issues(at: str, f: Fleet, it: catalog.InstanceType) -> list[Issue]:
+    cal = f.efficiency.calibration
+    if cal is None:
+        return []
+    try:
+        group = catalog.calibrated_efficiency(cal)
+    except KeyError as exc:
+        return [Issue(f"{at}.efficiency.calibration", str(exc.args[0]))]
+    if group.vendor != it.accelerator.vendor:
+        return [
+            Issue(
+                f"{at}.efficiency.calibration",
+                f"{cal!r} was fitted on {group.vendor} rows, not {it.accelerator.name}",
+            )
+        ]
+    return []
+
+
+def _fit_issues(m: Manifest, at: str, f: Fleet, it: catalog.InstanceType) -> list[Issue]:
+    ft = fit(m, f)
+    if ft.fits:
+        return []
+    return [
+        Issue(
+            at,
+            f"model does not fit {it.name} at tensor_parallel={f.tensor_parallel}: weights {ft.weights_gib:.1f} GiB + "
+            f"KV cache {ft.kv_cache_gib:.1f} GiB ({f.max_concurrency} seqs x {f.max_model_len} tokens) + "
+            f"reserve {ft.reserve_gib:.1f} GiB = {ft.needed_gib:.1f} GiB > {ft.visible_gib:.1f} GiB visible",
+        )
+    ]
+
+
+def _availability_zone_issues(m: Manifest, at: str, f: Fleet) -> list[Issue]:
+    issues: list[Issue] = []
+    azs = f.availability_zones
+    if len(set(azs)) != len(azs):
+        issues.append(Issue(f"{at}.availability_zones", "listed twice"))
+    if f.redundancy > 0 and len(set(azs)) < 2:
+        issues.append(
+            Issue(
+                f"{at}.availability_zones",
+                f"redundancy {f.redundancy} asks for at least two AZs, got {len(set(azs))}",
+            )
+        )
+    for j, az in enumerate(azs):
+        if not re.fullmatch(re.escape(m.costs.region) + r"[a-z]", az):
+            issues.append(Issue(f"{at}.availability_zones[{j}]", f"{az!r} is not an AZ of region {m.costs.region}"))
+    return issues
+
+
+def _file_issues(m: Manifest) -> list[Issue]:
+    """The trace exists and matches its pinned hash; the tokenizer's files likewise."""
+    issues: list[Issue] = []
+    tp_path = m.trace_path
+    if not tp_path.is_file():
+        issues.append(Issue("workload.trace.path", f"no such file: {tp_path}"))
+    elif m.workload.trace.sha256:
+        got = file_sha256(tp_path)
+        if got != m.workload.trace.sha256:
+            issues.append(
+                Issue("workload.trace.sha256", f"file hash {got} does not match the pinned {m.workload.trace.sha256}")
+            )
+    return issues + tokenizer_file_issues(m)
 
 
 def file_sha256(path: Path) -> str:

@@ -67,7 +67,7 @@ import hashlib
 import json
 import math
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from types import MappingProxyType
@@ -362,185 +362,193 @@ def host_stack_for(fleet: Fleet) -> catalog.HostStack:
     return row
 
 
-def definition_for(
-    manifest: Manifest, fleet: Fleet, *, weights_s3_uri: str | None = None, pull_image: str | None = None
-) -> ServingDefinition:
-    """The serving container for `fleet`; `weights_s3_uri` stages from S3 instead of the Hub;
-    `pull_image`: the reference a host pulls and runs `fleet.serving.image` by (the same image
-    through a registry cache, core.images). The compiled key stays the manifest's image."""
+GPU_DEVICE_ARGS = ("--gpus", "all")  # docker run: every NVIDIA GPU of the instance
+
+
+@dataclass(frozen=True)
+class _Container:
+    """What a fleet's container has whatever its stack: image, weights, cache, staging, host."""
+
+    stack: str
+    image: str  # the reference the host pulls (a registry cache's, or the manifest's)
+    weights_dir: str
+    cache_dir: str  # the stack's own cache under CACHE_MOUNT (Neuron: replaced by the compiled key's)
+    staging: tuple[str, ...]
+    host: catalog.HostStack
+    extra_args: tuple[str, ...]  # the fleet's serving.extra_args, after our flags
+
+    def definition(
+        self,
+        command: Sequence[str],
+        env: dict[str, str],
+        device_args: tuple[str, ...],
+        metrics_path: str,
+        *,
+        cache_dir: str | None = None,
+        config_files: Mapping[str, str] | None = None,
+        compiled: CompiledArtifacts | None = None,
+    ) -> ServingDefinition:
+        return ServingDefinition(
+            self.stack,
+            self.image,
+            (*command, *self.extra_args),
+            MappingProxyType(env),
+            device_args,
+            SERVING_PORT,
+            "/health",
+            metrics_path,
+            METRICS_BY_STACK[self.stack],
+            self.weights_dir,
+            cache_dir or self.cache_dir,
+            self.staging,
+            self.host,
+            MappingProxyType(dict(config_files or {})),
+            compiled,
+        )
+
+
+def _container(manifest: Manifest, fleet: Fleet, weights_s3_uri: str | None, pull_image: str | None) -> _Container:
     stack = fleet.serving.stack
     host = host_stack_for(fleet)
     image = pull_image or fleet.serving.image
     wdir = weights_dir_for(manifest)
     cache = f"{CACHE_MOUNT}/compile/{stack}/{manifest.model.commit}/{fleet.instance_type}-tp{fleet.tensor_parallel}"
     staging = _staging(manifest, image, wdir, weights_s3_uri)
-    env: dict[str, str]
-    extra = list(fleet.serving.extra_args)
+    return _Container(stack, image, wdir, cache, staging, host, tuple(fleet.serving.extra_args))
 
-    if stack == "vllm-neuron":
-        buckets = list(fleet.sequence_buckets)
-        override: dict[str, object] = {
-            "enable_bucketing": True,
-            "context_encoding_buckets": buckets,
-            "token_generation_buckets": buckets,
-        }
-        layout = neuron_kv_layout(fleet)
-        if layout.block_tokens is None:
-            # Contiguous (SDK 2.28 vLLM user guide, Known Issues 2): NxDI overwrites block_size
-            # with max_model_len; num_gpu_blocks_override exactly max_num_seqs.
-            kv_flags = ["--num-gpu-blocks-override", str(layout.num_blocks)]
-        else:
-            # Block layout (same guide, Known Issues 2 and Feature Configuration / Prefix Caching):
-            # is_prefix_caching + is_block_kv_layout, pa_block_size 32, and pa_num_blocks equal to
-            # num_gpu_blocks_override, at least ceil(max_model_len / block_size) * max_num_seqs.
-            override |= {
-                "is_prefix_caching": True,
-                "is_block_kv_layout": True,
-                "pa_block_size": layout.block_tokens,
-                "pa_num_blocks": layout.num_blocks,
-            }
-            kv_flags = ["--block-size", str(layout.block_tokens), "--num-gpu-blocks-override", str(layout.num_blocks)]
-        command = [
-            *_vllm_common(manifest, fleet, wdir),
-            *kv_flags,
-            "--additional-config",
-            json.dumps({"override_neuron_config": override}, separators=(",", ":")),
-        ]
-        argv = (*command, *extra)
-        env = {
-            "NEURON_RT_NUM_CORES": str(fleet.tensor_parallel),
-            "VLLM_NEURON_FRAMEWORK": "neuronx-distributed-inference",
-        }
-        # A loaded compiled model ignores differing settings (the guide cited at CompiledArtifacts), so
-        # the directory is named by everything that shapes it: changed buckets compile anew.
-        compiled = CompiledArtifacts.for_server(
-            fleet.instance_type, fleet.serving.image, argv, env, f"{CACHE_MOUNT}/compile"
-        )
-        cache = compiled.directory
-        env |= {
-            "NEURON_COMPILED_ARTIFACTS": cache,  # compiled once, then loaded: from EBS, or fetched from S3
-            "NEURON_CC_FLAGS": f"--cache_dir={cache}/neuronx-cc",
-        }
-        return ServingDefinition(
-            stack,
-            image,
-            argv,
-            MappingProxyType(env),
-            (*_neuron_devices(fleet), *NEURON_CAPABILITIES),
-            SERVING_PORT,
-            "/health",
-            "/metrics",
-            METRICS_BY_STACK[stack],
-            wdir,
-            cache,
-            staging,
-            host,
-            compiled=compiled,
-        )
 
-    if stack == "vllm":
-        command = _vllm_common(manifest, fleet, wdir)
-        env = {"VLLM_CACHE_ROOT": cache, "HF_HUB_OFFLINE": "1"}
-        return ServingDefinition(
-            stack,
-            image,
-            (*command, *extra),
-            MappingProxyType(env),
-            ("--gpus", "all"),
-            SERVING_PORT,
-            "/health",
-            "/metrics",
-            METRICS_BY_STACK[stack],
-            wdir,
-            cache,
-            staging,
-            host,
-        )
+def definition_for(
+    manifest: Manifest, fleet: Fleet, *, weights_s3_uri: str | None = None, pull_image: str | None = None
+) -> ServingDefinition:
+    """The serving container for `fleet`; `weights_s3_uri` stages from S3 instead of the Hub;
+    `pull_image`: the reference a host pulls and runs `fleet.serving.image` by (the same image
+    through a registry cache, core.images). The compiled key stays the manifest's image."""
+    container = _container(manifest, fleet, weights_s3_uri, pull_image)
+    build = _DEFINITION_BY_STACK.get(container.stack)
+    if build is None:
+        raise ValueError(f"unknown serving stack {container.stack!r}")
+    return build(manifest, fleet, container)
 
-    if stack == "tgi":
-        max_input = manifest.workload.request_class.max_input_tokens
-        command = [
-            "text-generation-launcher",
-            "--model-id",
-            wdir,
-            "--revision",
-            manifest.model.commit,
-            "--num-shard",
-            str(fleet.tensor_parallel),
-            "--max-input-tokens",
-            str(max_input),
-            "--max-total-tokens",
-            str(fleet.max_model_len),
-            "--max-batch-size",
-            str(fleet.max_concurrency),
-            "--max-concurrent-requests",
-            str(max(128, 8 * fleet.max_concurrency)),
-            "--dtype",
-            "bfloat16" if manifest.precision.activations == "bf16" else "float16",
-            "--huggingface-hub-cache",
-            cache,
-            "--hostname",
-            "0.0.0.0",
-            "--port",
-            str(SERVING_PORT),
-        ]
-        env = {"HF_HUB_OFFLINE": "1"}
-        return ServingDefinition(
-            stack,
-            image,
-            (*command, *extra),
-            MappingProxyType(env),
-            ("--gpus", "all"),
-            SERVING_PORT,
-            "/health",
-            "/metrics",
-            METRICS_BY_STACK[stack],
-            wdir,
-            cache,
-            staging,
-            host,
-        )
 
-    if stack == "tensorrt-llm":
-        options_path = f"{cache}/trtllm-options.yaml"
-        command = [
-            "trtllm-serve",
-            wdir,
-            "--backend",
-            "pytorch",
-            "--tp_size",
-            str(fleet.tensor_parallel),
-            "--max_batch_size",
-            str(fleet.max_concurrency),
-            "--max_seq_len",
-            str(fleet.max_model_len),
-            "--extra_llm_api_options",
-            options_path,
-            "--host",
-            "0.0.0.0",
-            "--port",
-            str(SERVING_PORT),
-        ]
-        env = {"HF_HUB_OFFLINE": "1", "TRTLLM_CACHE_DIR": cache}
-        return ServingDefinition(
-            stack,
-            image,
-            (*command, *extra),
-            MappingProxyType(env),
-            ("--gpus", "all"),
-            SERVING_PORT,
-            "/health",
-            "/prometheus/metrics",
-            METRICS_BY_STACK[stack],
-            wdir,
-            cache,
-            staging,
-            host,
-            # YAML is a superset of JSON: one dependency-free rendering of the options file.
-            MappingProxyType({options_path: json.dumps(TRTLLM_OPTIONS, sort_keys=True) + "\n"}),
-        )
+def _neuron_kv_settings(fleet: Fleet) -> tuple[list[str], dict[str, object]]:
+    """The KV flags for `vllm serve` and the override_neuron_config entries of the fleet's layout."""
+    layout = neuron_kv_layout(fleet)
+    if layout.block_tokens is None:
+        # Contiguous (SDK 2.28 vLLM user guide, Known Issues 2): NxDI overwrites block_size
+        # with max_model_len; num_gpu_blocks_override exactly max_num_seqs.
+        return ["--num-gpu-blocks-override", str(layout.num_blocks)], {}
+    # Block layout (same guide, Known Issues 2 and Feature Configuration / Prefix Caching):
+    # is_prefix_caching + is_block_kv_layout, pa_block_size 32, and pa_num_blocks equal to
+    # num_gpu_blocks_override, at least ceil(max_model_len / block_size) * max_num_seqs.
+    flags = ["--block-size", str(layout.block_tokens), "--num-gpu-blocks-override", str(layout.num_blocks)]
+    override: dict[str, object] = {
+        "is_prefix_caching": True,
+        "is_block_kv_layout": True,
+        "pa_block_size": layout.block_tokens,
+        "pa_num_blocks": layout.num_blocks,
+    }
+    return flags, override
 
-    raise ValueError(f"unknown serving stack {stack!r}")
+
+def _vllm_neuron_definition(manifest: Manifest, fleet: Fleet, c: _Container) -> ServingDefinition:
+    buckets = list(fleet.sequence_buckets)
+    kv_flags, kv_override = _neuron_kv_settings(fleet)
+    override: dict[str, object] = {
+        "enable_bucketing": True,
+        "context_encoding_buckets": buckets,
+        "token_generation_buckets": buckets,
+        **kv_override,
+    }
+    command = [
+        *_vllm_common(manifest, fleet, c.weights_dir),
+        *kv_flags,
+        "--additional-config",
+        json.dumps({"override_neuron_config": override}, separators=(",", ":")),
+    ]
+    env = {
+        "NEURON_RT_NUM_CORES": str(fleet.tensor_parallel),
+        "VLLM_NEURON_FRAMEWORK": "neuronx-distributed-inference",
+    }
+    # A loaded compiled model ignores differing settings (the guide cited at CompiledArtifacts), so
+    # the directory is named by everything that shapes it: changed buckets compile anew.
+    compiled = CompiledArtifacts.for_server(
+        fleet.instance_type, fleet.serving.image, (*command, *c.extra_args), env, f"{CACHE_MOUNT}/compile"
+    )
+    cache = compiled.directory
+    env |= {
+        "NEURON_COMPILED_ARTIFACTS": cache,  # compiled once, then loaded: from EBS, or fetched from S3
+        "NEURON_CC_FLAGS": f"--cache_dir={cache}/neuronx-cc",
+    }
+    devices = (*_neuron_devices(fleet), *NEURON_CAPABILITIES)
+    return c.definition(command, env, devices, "/metrics", cache_dir=cache, compiled=compiled)
+
+
+def _vllm_definition(manifest: Manifest, fleet: Fleet, c: _Container) -> ServingDefinition:
+    env = {"VLLM_CACHE_ROOT": c.cache_dir, "HF_HUB_OFFLINE": "1"}
+    return c.definition(_vllm_common(manifest, fleet, c.weights_dir), env, GPU_DEVICE_ARGS, "/metrics")
+
+
+def _tgi_definition(manifest: Manifest, fleet: Fleet, c: _Container) -> ServingDefinition:
+    command = [
+        "text-generation-launcher",
+        "--model-id",
+        c.weights_dir,
+        "--revision",
+        manifest.model.commit,
+        "--num-shard",
+        str(fleet.tensor_parallel),
+        "--max-input-tokens",
+        str(manifest.workload.request_class.max_input_tokens),
+        "--max-total-tokens",
+        str(fleet.max_model_len),
+        "--max-batch-size",
+        str(fleet.max_concurrency),
+        "--max-concurrent-requests",
+        str(max(128, 8 * fleet.max_concurrency)),
+        "--dtype",
+        "bfloat16" if manifest.precision.activations == "bf16" else "float16",
+        "--huggingface-hub-cache",
+        c.cache_dir,
+        "--hostname",
+        "0.0.0.0",
+        "--port",
+        str(SERVING_PORT),
+    ]
+    return c.definition(command, {"HF_HUB_OFFLINE": "1"}, GPU_DEVICE_ARGS, "/metrics")
+
+
+def _tensorrt_llm_definition(manifest: Manifest, fleet: Fleet, c: _Container) -> ServingDefinition:
+    options_path = f"{c.cache_dir}/trtllm-options.yaml"
+    command = [
+        "trtllm-serve",
+        c.weights_dir,
+        "--backend",
+        "pytorch",
+        "--tp_size",
+        str(fleet.tensor_parallel),
+        "--max_batch_size",
+        str(fleet.max_concurrency),
+        "--max_seq_len",
+        str(fleet.max_model_len),
+        "--extra_llm_api_options",
+        options_path,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(SERVING_PORT),
+    ]
+    env = {"HF_HUB_OFFLINE": "1", "TRTLLM_CACHE_DIR": c.cache_dir}
+    # YAML is a superset of JSON: one dependency-free rendering of the options file.
+    options = {options_path: json.dumps(TRTLLM_OPTIONS, sort_keys=True) + "\n"}
+    return c.definition(command, env, GPU_DEVICE_ARGS, "/prometheus/metrics", config_files=options)
+
+
+_DEFINITION_BY_STACK: dict[str, Callable[[Manifest, Fleet, _Container], ServingDefinition]] = {
+    "vllm-neuron": _vllm_neuron_definition,
+    "vllm": _vllm_definition,
+    "tgi": _tgi_definition,
+    "tensorrt-llm": _tensorrt_llm_definition,
+}
 
 
 def render_docker_run(defn: ServingDefinition, name: str = "llm") -> str:

@@ -133,7 +133,7 @@ def exit_reason(code: int, log: Path) -> str:
 
 
 def start_fleet(
-    manifest_path: Path,
+    m: Manifest,
     fleet: str,
     host: str,
     out_dir: Path,
@@ -148,28 +148,20 @@ def start_fleet(
 ) -> FleetRun:
     """Start Locust replaying `options` (the defaults: the manifest's whole window, chat API,
     warmup, tokenizer check) against `host`; returns at once with the handle. `cpus`: the cores
-    its processes may run on (a CPU engine on the same machine keeps its own)."""
+    its processes may run on (a CPU engine on the same machine keeps its own). `m` is the
+    caller's parsed manifest; the Locust processes are handed its file (`m.source`) and parse it
+    once each."""
     opts = options or ReplayOptions()
-    m = load_manifest(manifest_path)
+    manifest_file = m.source_file()
     m.fleet(fleet)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    stale = list(out_dir.glob(records_name(fleet, "w*")))
-    if stale:
-        raise FileExistsError(
-            f"{out_dir} already holds records for fleet {fleet} ({stale[0].name}); use a fresh directory"
-        )
-    span = span_s(build_schedule(m, window_s=opts.window_s, skip_s=opts.skip_s)) / opts.rate_multiplier
-    if opts.duration_s is not None:
-        span = min(span, opts.duration_s)
-    # Safety net only: the replayer stops the run itself when its schedule is done.
-    run_time = int(span + m.loadgen.request_timeout_s + 60)
+    _claim_records_dir(out_dir, fleet)
     common = [
         "-f",
         str(LOCUSTFILE),
         "--host",
         host,
         "--manifest",
-        str(Path(manifest_path).resolve()),
+        str(manifest_file),
         "--fleet",
         fleet,
         "--records-dir",
@@ -179,10 +171,41 @@ def start_fleet(
         *replay_argv(opts),
         *extra_args,
     ]
+    lead = _locust_lead(workers, _run_time_s(m, opts), ui_port)
+    procs, logs, files = _spawn(_locust_commands(lead, common, workers), out_dir, fleet, _child_env(extra_env), cpus)
+    return FleetRun(m, fleet, out_dir, procs, logs, files, window_s=opts.window_s, skip_s=opts.skip_s)
+
+
+def _claim_records_dir(out_dir: Path, fleet: str) -> None:
+    """Create `out_dir`; refuse one already holding this fleet's records (they would be merged in)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stale = list(out_dir.glob(records_name(fleet, "w*")))
+    if stale:
+        raise FileExistsError(
+            f"{out_dir} already holds records for fleet {fleet} ({stale[0].name}); use a fresh directory"
+        )
+
+
+def _run_time_s(m: Manifest, opts: ReplayOptions) -> int:
+    """Locust's --run-time: the replay's span plus a request timeout and a minute. A safety net
+    only: the replayer stops the run itself when its schedule is done."""
+    span = span_s(build_schedule(m, window_s=opts.window_s, skip_s=opts.skip_s)) / opts.rate_multiplier
+    if opts.duration_s is not None:
+        span = min(span, opts.duration_s)
+    return int(span + m.loadgen.request_timeout_s + 60)
+
+
+def _child_env(extra_env: Mapping[str, str] | None) -> dict[str, str]:
+    """This process's environment with `extra_env`, and our packages importable from ROOT."""
     env = {**os.environ, **(extra_env or {})}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    # Headless, or (`ui_port`) as the cloud master runs: the replay starts by itself and the web UI
-    # (loopback only) shows it live, staying UI_LINGER_S after the run (stacks/load_generator.py).
+    return env
+
+
+def _locust_lead(workers: int, run_time_s: int, ui_port: int | None) -> list[str]:
+    """`python -m locust` with the run's users, run time and mode: headless, or (`ui_port`) as the
+    cloud master runs: the replay starts by itself and the web UI (loopback only) shows it live,
+    staying LOCAL_UI_LINGER_S after the run (stacks/load_generator.py)."""
     mode = (
         ["--headless", "--only-summary"]
         if ui_port is None
@@ -196,7 +219,7 @@ def start_fleet(
             str(ui_port),
         ]
     )
-    lead = [
+    return [
         sys.executable,
         "-m",
         "locust",
@@ -208,48 +231,40 @@ def start_fleet(
         "-r",
         str(workers),
         "--run-time",
-        f"{run_time}s",
+        f"{run_time_s}s",
         "--stop-timeout",
         "5",
     ]
-    cmds: list[tuple[str, list[str]]] = []
+
+
+def _locust_commands(lead: list[str], common: list[str], workers: int) -> list[tuple[str, list[str]]]:
+    """(name, argv) per process: one standalone Locust, or a master on a loopback port and its workers."""
     if workers == 1:
-        cmds.append(("standalone", lead + common))
-    else:
-        port = free_port()
-        cmds.append(
-            (
-                "master",
-                [
-                    *lead,
-                    "--master",
-                    "--master-bind-host",
-                    "127.0.0.1",
-                    "--master-bind-port",
-                    str(port),
-                    "--expect-workers",
-                    str(workers),
-                    *common,
-                ],
-            )
-        )
-        for i in range(workers):
-            cmds.append(
-                (
-                    f"worker{i}",
-                    [
-                        sys.executable,
-                        "-m",
-                        "locust",
-                        "--worker",
-                        "--master-host",
-                        "127.0.0.1",
-                        "--master-port",
-                        str(port),
-                        *common,
-                    ],
-                )
-            )
+        return [("standalone", lead + common)]
+    port = free_port()
+    master = [
+        *lead,
+        "--master",
+        "--master-bind-host",
+        "127.0.0.1",
+        "--master-bind-port",
+        str(port),
+        "--expect-workers",
+        str(workers),
+        *common,
+    ]
+    worker = [sys.executable, "-m", "locust", "--worker", "--master-host", "127.0.0.1", "--master-port", str(port)]
+    return [("master", master)] + [(f"worker{i}", [*worker, *common]) for i in range(workers)]
+
+
+def _spawn(
+    cmds: list[tuple[str, list[str]]],
+    out_dir: Path,
+    fleet: str,
+    env: dict[str, str],
+    cpus: Collection[int] | None,
+) -> tuple[list[subprocess.Popen[bytes]], list[Path], list[IO[bytes]]]:
+    """Start each command in its own session, its output in locust-<fleet>-<name>.log."""
     procs: list[subprocess.Popen[bytes]] = []
     logs: list[Path] = []
     files: list[IO[bytes]] = []
@@ -264,14 +279,16 @@ def start_fleet(
         procs.append(proc)
         logs.append(log)
         files.append(fh)
-    return FleetRun(m, fleet, out_dir, procs, logs, files, window_s=opts.window_s, skip_s=opts.skip_s)
+    return procs, logs, files
 
 
-def run_fleet(manifest_path: Path, fleet: str, host: str, out_dir: Path, **kwargs: Any) -> RunSummary:
+def run_fleet(manifest: Manifest | Path, fleet: str, host: str, out_dir: Path, **kwargs: Any) -> RunSummary:
     """Blocking: replay the manifest's schedule against `host`, return the merged summary.
-    `kwargs` are start_fleet's (options, workers, metrics_port, ...).
+    `manifest`: parsed already, or its file (parsed here, once). `kwargs` are start_fleet's
+    (options, workers, metrics_port, ...).
     Ctrl-C stops the replay gracefully and still returns what was recorded."""
-    run = start_fleet(manifest_path, fleet, host, out_dir, **kwargs)
+    m = manifest if isinstance(manifest, Manifest) else load_manifest(manifest)
+    run = start_fleet(m, fleet, host, out_dir, **kwargs)
     try:
         return run.wait()
     except KeyboardInterrupt:

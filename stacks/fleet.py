@@ -121,66 +121,11 @@ class ServingFleet(Construct):
         )
         # what the boot script runs and how it pulls the image (the compile instance runs the same)
         self.boot_definition, self.cached_pull = boot_defn, cached
-        self.ami = ami = ami_parameter(self, fleet, defn.host)
+        self.ami = ami_parameter(self, fleet, defn.host)
         vendor = catalog.instance(fleet.instance_type).accelerator.vendor
         region = Stack.of(self).region
-
-        self.log_group = logs.LogGroup(
-            self, "Logs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY
-        )
-        self.agent_param = agent_param = ssm.StringParameter(
-            self,
-            "CloudWatchAgentConfig",
-            parameter_name=f"/harness/{manifest.campaign}/{fleet.name}/cloudwatch-agent",
-            string_value=as_json(
-                cloudwatch_agent_config(
-                    campaign=manifest.campaign,
-                    fleet=fleet.name,
-                    gpu=vendor == "nvidia",
-                    log_group=self.log_group.log_group_name,
-                )
-            ),
-        )
-        neuron_param = None
-        if vendor == "aws-neuron":
-            neuron_param = ssm.StringParameter(
-                self,
-                "NeuronMonitorConfig",
-                parameter_name=f"/harness/{manifest.campaign}/{fleet.name}/neuron-monitor",
-                string_value=as_json(neuron_monitor_config()),
-            )
-
-        self.role = role = iam.Role(
-            self,
-            "InstanceRole",
-            assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
-            description=f"{fleet.name} serving instances: Session Manager, its own logs and metrics, image pull, weights",
-        )
-        namespaces = [cloudwatch_namespace(manifest.campaign, fleet.name)]
-        if vendor == "aws-neuron":
-            namespaces.append(neuron_namespace(manifest.campaign, fleet.name))
-        self._grant_session_manager(role, region)
-        self._grant_telemetry(role, self.log_group, namespaces)
-        agent_param.grant_read(role)
-        if neuron_param:
-            neuron_param.grant_read(role)
-        if cached:
-            image_cache.grant_pull(role, [cached])
-        else:
-            self._grant_image_pull(role, defn.image)
-        if manifest.model.hub_token_secret_arn:
-            role.add_to_policy(
-                iam.PolicyStatement(
-                    actions=["secretsmanager:GetSecretValue"], resources=[manifest.model.hub_token_secret_arn]
-                )
-            )
-        if weights_s3_uri:
-            self._grant_weights_read(role, weights_s3_uri, manifest.model.commit)
-        self.compiled_uri = compiled_uri = None
-        if results is not None and defn.compiled is not None:
-            self.compiled_uri = compiled_uri = f"s3://{results.bucket_name}/{COMPILED_PREFIX}"
-            self._grant_compiled_share(role, results, defn.compiled.key)
-
+        neuron_param = self._telemetry_config(manifest.campaign, fleet.name, vendor)
+        self.role = self._instance_role(manifest, vendor, region, neuron_param, image_cache, weights_s3_uri, results)
         self.security_group = ec2.SecurityGroup(
             self,
             "SecurityGroup",
@@ -197,20 +142,100 @@ class ServingFleet(Construct):
                 weights_s3_uri=weights_s3_uri,
                 driver_version=fleet.serving.driver_version,
                 region=region,
-                agent_param=agent_param.parameter_name,
+                agent_param=self.agent_param.parameter_name,
                 neuron_monitor_param=neuron_param.parameter_name if neuron_param else None,
                 neuron_namespace=neuron_namespace(manifest.campaign, fleet.name),
-                compiled_uri=compiled_uri,
+                compiled_uri=self.compiled_uri,
                 cached=cached,
             )
         )
-        self.launch_template = ec2.LaunchTemplate(
+        self.launch_template = self._launch_template(region, user_data)
+        self.asg = self._auto_scaling_group(vpc, vendor, held_at_zero)
+        if cached:
+            image_cache.needed_by(self.asg)
+
+    def _telemetry_config(self, campaign: str, fleet: str, vendor: str) -> ssm.StringParameter | None:
+        """The fleet's log group and the agents' configurations its instances read at boot: the
+        CloudWatch agent's, and on Neuron neuron-monitor's (returned; None elsewhere)."""
+        self.log_group = logs.LogGroup(
+            self, "Logs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY
+        )
+        self.agent_param = ssm.StringParameter(
+            self,
+            "CloudWatchAgentConfig",
+            parameter_name=f"/harness/{campaign}/{fleet}/cloudwatch-agent",
+            string_value=as_json(
+                cloudwatch_agent_config(
+                    campaign=campaign,
+                    fleet=fleet,
+                    gpu=vendor == "nvidia",
+                    log_group=self.log_group.log_group_name,
+                )
+            ),
+        )
+        if vendor != "aws-neuron":
+            return None
+        return ssm.StringParameter(
+            self,
+            "NeuronMonitorConfig",
+            parameter_name=f"/harness/{campaign}/{fleet}/neuron-monitor",
+            string_value=as_json(neuron_monitor_config()),
+        )
+
+    def _instance_role(
+        self,
+        manifest: Manifest,
+        vendor: str,
+        region: str,
+        neuron_param: ssm.StringParameter | None,
+        image_cache: DockerHubCache,
+        weights_s3_uri: str | None,
+        results: s3.IBucket | None,
+    ) -> iam.Role:
+        """The instances' role, granted what the boot script and the agents use and nothing more;
+        sets `compiled_uri` where the fleet shares compiled artifacts through `results`."""
+        fleet, defn = self.fleet, self.definition
+        role = iam.Role(
+            self,
+            "InstanceRole",
+            assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+            description=f"{fleet.name} serving instances: Session Manager, its own logs and metrics, image pull, weights",
+        )
+        namespaces = [cloudwatch_namespace(manifest.campaign, fleet.name)]
+        if vendor == "aws-neuron":
+            namespaces.append(neuron_namespace(manifest.campaign, fleet.name))
+        self._grant_session_manager(role, region)
+        self._grant_telemetry(role, self.log_group, namespaces)
+        self.agent_param.grant_read(role)
+        if neuron_param:
+            neuron_param.grant_read(role)
+        if self.cached_pull:
+            image_cache.grant_pull(role, [self.cached_pull])
+        else:
+            self._grant_image_pull(role, defn.image)
+        if manifest.model.hub_token_secret_arn:
+            role.add_to_policy(
+                iam.PolicyStatement(
+                    actions=["secretsmanager:GetSecretValue"], resources=[manifest.model.hub_token_secret_arn]
+                )
+            )
+        if weights_s3_uri:
+            self._grant_weights_read(role, weights_s3_uri, manifest.model.commit)
+        self.compiled_uri: str | None = None
+        if results is not None and defn.compiled is not None:
+            self.compiled_uri = f"s3://{results.bucket_name}/{COMPILED_PREFIX}"
+            self._grant_compiled_share(role, results, defn.compiled.key)
+        return role
+
+    def _launch_template(self, region: str, user_data: ec2.UserData) -> ec2.LaunchTemplate:
+        fleet = self.fleet
+        template = ec2.LaunchTemplate(
             self,
             "LaunchTemplate",
             instance_type=ec2.InstanceType(fleet.instance_type),
-            machine_image=ec2.MachineImage.generic_linux({region: ami.value_as_string}),
+            machine_image=ec2.MachineImage.generic_linux({region: self.ami.value_as_string}),
             user_data=user_data,
-            role=role,
+            role=self.role,
             security_group=self.security_group,
             require_imdsv2=True,
             # 1 hop: only the host (CloudWatch agent, aws CLI) reaches IMDS; no container needs the role.
@@ -222,9 +247,13 @@ class ServingFleet(Construct):
         # definition, not the manifest (the stack-wide manifest-digest tag would make every manifest
         # edit a new template version); instances still get manifest-digest from the group's tags,
         # which CloudFormation updates without replacing an instance.
-        Tags.of(self.launch_template).remove(MANIFEST_DIGEST_TAG)
-        Tags.of(self.launch_template).add(SERVING_DIGEST_TAG, self.serving_digest)
-        self.asg = autoscaling.AutoScalingGroup(
+        Tags.of(template).remove(MANIFEST_DIGEST_TAG)
+        Tags.of(template).add(SERVING_DIGEST_TAG, self.serving_digest)
+        return template
+
+    def _auto_scaling_group(self, vpc: ec2.IVpc, vendor: str, held_at_zero: bool) -> autoscaling.AutoScalingGroup:
+        fleet = self.fleet
+        asg = autoscaling.AutoScalingGroup(
             self,
             "Asg",
             vpc=vpc,
@@ -252,18 +281,17 @@ class ServingFleet(Construct):
                 max_batch_size=fleet.asg.max, min_instances_in_service=0, pause_time=Duration.seconds(0)
             ),
         )
-        if cached:
-            image_cache.needed_by(self.asg)
         # The manifest pins desired; a redeploy resetting it to the manifest value is the intent.
-        Annotations.of(self.asg).acknowledge_warning(
+        Annotations.of(asg).acknowledge_warning(
             "@aws-cdk/aws-autoscaling:desiredCapacitySet",
             "desired comes from the frozen manifest; resetting it on deploy is intended",
         )
         acknowledge(
-            self.asg,
+            asg,
             "AwsSolutions-AS3",
             "Scaling events of a supervised benchmark are read from the ASG activity history and CloudTrail; no SNS subscriber exists.",
         )
+        return asg
 
     @staticmethod
     def _grant_session_manager(role: iam.Role, region: str) -> None:

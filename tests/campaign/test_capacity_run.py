@@ -133,7 +133,7 @@ def test_search_against_an_emulator_sizes_every_step_and_records_its_path(
             fleet_dir,
             CapacitySearch(**cfg),
             0.5,
-            LocalSteps(m, path, {"g6": url}, {}),
+            LocalSteps(m, {"g6": url}, {}),
             threading.Event(),
             lines.append,
         )

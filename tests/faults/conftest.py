@@ -128,7 +128,7 @@ def replay(
                 ),
             ]
             _, prom_url = prometheus_local.start(sup, workdir / "prometheus", targets)
-        run = start_fleet(manifest_path.resolve(), FLEET, url, records_dir, workers=workers, metrics_port=metrics_port)
+        run = start_fleet(m, FLEET, url, records_dir, workers=workers, metrics_port=metrics_port)
         try:
             deadline = time.monotonic() + REPLAY_TIMEOUT_S
             while not _snapshot(records_dir) and not run.poll():

@@ -33,7 +33,7 @@ def test_rate_multiplier_compresses_offsets_and_deadline_bounds_each_request(
     with Supervisor(tmp_path / "logs") as sup:
         url = start_emulator(sup, path, "g6", tmp_path, [])
         run = start_fleet(
-            path,
+            m,
             "g6",
             url,
             tmp_path / "step",

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from bench.report_browser import CHROMIUM, FLAGS, chromium_available
+from core.manifest import load_manifest
 from core.ports import free_port
 from loadgen.launch import start_fleet
 from tests.loadgen.conftest import small_manifest_data, write
@@ -41,7 +42,7 @@ def test_the_local_ui_shows_the_replay_live(
     # 60 trace seconds at time_scale 0.3: an 18 s replay, long enough to look at it running
     manifest = write(tmp_path, small_manifest_data(manifest_data, time_scale=0.3))
     port = free_port()
-    run = start_fleet(manifest, "g6", sse_server.url, tmp_path / "rec", ui_port=port)
+    run = start_fleet(load_manifest(manifest), "g6", sse_server.url, tmp_path / "rec", ui_port=port)
     try:
         rows: set[str] = set()
         deadline = time.monotonic() + 60

@@ -75,7 +75,7 @@ def test_duration_cut_and_lag_bound(sse_server: SSEServer, manifest_data: dict[s
 def test_terminate_keeps_flushed_records(sse_server: SSEServer, manifest_data: dict[str, Any], tmp_path: Path) -> None:
     m = write(tmp_path, small_manifest_data(manifest_data, time_scale=1.0))  # 60 s replay
     before = len(sse_server.seen)
-    run = start_fleet(m, "g6", sse_server.url, tmp_path / "t")
+    run = start_fleet(load_manifest(m), "g6", sse_server.url, tmp_path / "t")
     # Stop mid-replay, not mid-setup: a fixed 5 s sleep ended some runs before the worker had
     # prepared its prompts on a loaded machine (no worker summary at all).
     deadline = time.monotonic() + 60
@@ -99,7 +99,7 @@ def test_setup_failure_stops_the_run_once_and_names_the_cause(
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        run = start_fleet(small_manifest, "g6", sse_server.url, tmp_path / "s", metrics_port=port)
+        run = start_fleet(load_manifest(small_manifest), "g6", sse_server.url, tmp_path / "s", metrics_port=port)
         s = run.wait(timeout=60)
     assert [p.returncode for p in run.procs] == [3]
     assert not s.valid and any("setup failed, nothing was sent" in r and "in use" in r for r in s.invalid_reasons), (

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from core.manifest import load_manifest
 from core.records import Outcome
 from loadgen.launch import start_fleet
 from loadgen.recording import read_records
@@ -30,7 +31,7 @@ def _records(out: Path, fleet: str) -> list:
 
 def test_server_killed_mid_run(real_server: RealServer, write_real_manifest: WriteManifest, tmp_path: Path) -> None:
     out = tmp_path / "run"
-    run = start_fleet(real_server.manifest, real_server.fleet, real_server.url, out)
+    run = start_fleet(load_manifest(real_server.manifest), real_server.fleet, real_server.url, out)
     deadline = time.monotonic() + 120
     before: list = []
     while time.monotonic() < deadline and run.poll() is False:
