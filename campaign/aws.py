@@ -129,7 +129,7 @@ def deregister_discovery_instances(session: Any, cfn: Any, stack: str, *, say: A
     ends): CloudFormation cannot delete a service that still has instances, so they go first."""
     from botocore.exceptions import ClientError
 
-    from campaign.cloud_run import read_run_config
+    from campaign.run_config import read_run_config
 
     try:
         cfg = read_run_config(cfn, stack)

@@ -5,26 +5,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import threading
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from campaign import aws, cdk_assets
-from campaign.cloud_run import CloudFleets, CloudRun, CloudRunResult, TaskLauncher, download_tree, read_run_config
-from campaign.plan_file import FROM_PLAN_HELP, predicted_boundaries
-from core import cloud_contract as cc
-from core.errors import EXIT_BY_DECISION, EXIT_FAILED_STEP, EXIT_OK, BadArgument, CampaignError
+from campaign.aws_session import aws_session
+from campaign.cli_help import DOCKER_HUB_CREDENTIAL_HELP, FROM_PLAN_HELP, MANIFEST_HELP
+from campaign.fargate_campaign import fetch_run, run_campaign
+from campaign.plan_file import predicted_boundaries
+from campaign.run_config import read_run_config
+from core.errors import EXIT_FAILED_STEP, EXIT_OK, CampaignError
 from core.manifest import Manifest, load_manifest
 from core.naming import DOCKER_HUB_CREDENTIAL_PARAMETER
 from core.schedule import check_workload
-
-
-def aws_session(region: str) -> Any:
-    import boto3
-
-    return boto3.session.Session(region_name=region)
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
@@ -72,76 +66,6 @@ def _cdk_deploy(args: argparse.Namespace, *, extra: list[str], session: Any, **k
         raise aws.AwsStepFailed(f"cdk deploy exited {rc} (its output above says why)")
 
 
-def run_campaign(
-    session: Any,
-    m: Manifest,
-    out_dir: Path,
-    *,
-    duration_s: float | None = None,
-    launcher: TaskLauncher | None = None,
-    poll_s: float = 10.0,
-    capacity: bool = True,
-    final_report: bool = True,
-    predicted: Mapping[str, float] | None = None,
-    concurrent: int | None = None,
-) -> CloudRunResult:
-    """What `campaign run` does: the campaign's stages (campaign.orchestration) on the deployed
-    fleets, the run directory uploaded under the run's prefix; `launcher` replaces ECS RunTask
-    (the offline cloud-path test); `concurrent`: fleets measured at once (default all; the
-    offline run with CPU engines measures one at a time)."""
-    from campaign.cloud_readiness import not_ready_evidence
-    from campaign.ecs_tasks import EcsTaskLauncher
-    from campaign.orchestration import run_stages
-
-    cfg = read_run_config(session.client("cloudformation"), aws.stack_name(m))
-    run_id = cc.new_run_id()
-    if launcher is None:
-        launcher = EcsTaskLauncher(session.client("ecs"), cfg, run_id)
-    run = CloudRun(
-        m,
-        cfg,
-        launcher,
-        session.client("s3"),
-        out_dir=out_dir,
-        poll_s=poll_s,
-        discovery=session.client("servicediscovery"),
-        elbv2=session.client("elbv2"),
-        run_id=run_id,
-    )
-    fleets = CloudFleets(
-        run, diagnose=lambda fleet: not_ready_evidence(session, m.campaign, fleet), concurrent=concurrent
-    )
-    stop = threading.Event()
-    status = "failed"
-    try:
-        run.upload_inputs()
-        report = run_stages(
-            m,
-            fleets,
-            run.run_dir,
-            stop,
-            duration_s=duration_s,
-            capacity=capacity,
-            final_report=final_report,
-            predicted=predicted,
-        )
-        status = "finished"
-    except KeyboardInterrupt:
-        stop.set()
-        run.say("interrupted: stopping every task of this run (workers flush and upload what they recorded)")
-        fleets.abort()
-        run.wait_all_stopped()
-        status = "interrupted"
-        raise
-    finally:
-        run.deregister()
-        if run.run_dir.is_dir():
-            run.say(f"run {run_id}: {run.publish()} file(s) of the run directory uploaded to {run.uri}/")
-        run.write_run_record(status)
-    code = EXIT_BY_DECISION[report.decision.state] if report is not None else EXIT_OK
-    return CloudRunResult(run_id, run.uri, run.run_dir, code, report)
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     m = load_manifest(args.manifest)
     check_workload(m)  # every bad trace row, before any task starts
@@ -162,31 +86,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         print(f"next: python -m campaign report {args.manifest} --run-id {result.run_id} --aws --out {result.run_dir}")
     return result.exit_code
-
-
-def fetch_run(session: Any, m: Manifest, source: str, dest: Path) -> Path:
-    """One run's directory (records, capacity steps, quality, campaign.json) into `dest`:
-    `source` is a run id (found through the stack's results prefix) or the run's s3:// URI as
-    `run` printed it (works after teardown too)."""
-    from campaign.orchestration import CAMPAIGN_FILE
-
-    try:  # a malformed id or URI is refused before any AWS call
-        if source.startswith("s3://"):
-            cc.split_s3_uri(source)
-        else:
-            cc.check_run_id(source)
-    except ValueError as exc:
-        raise BadArgument(f"--run-id: {exc}") from None
-    if source.startswith("s3://"):
-        uri = source.rstrip("/")
-    else:
-        cfg = read_run_config(session.client("cloudformation"), aws.stack_name(m))
-        uri = cc.run_uri(cfg.results_uri, source)
-    dest.mkdir(parents=True, exist_ok=True)
-    files = download_tree(session.client("s3"), uri, dest)
-    if not any(p.name == CAMPAIGN_FILE for p in files):
-        raise BadArgument(f"--run-id: no run directory under {uri}/ (is the run id right? `campaign run` prints it)")
-    return dest
 
 
 def cmd_teardown(args: argparse.Namespace) -> int:
@@ -259,7 +158,6 @@ def _stop_left_tasks(session: Any, m: Manifest) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from campaign.cli import DOCKER_HUB_CREDENTIAL_HELP, MANIFEST_HELP
 
     d = sub.add_parser(
         "deploy",

@@ -17,8 +17,7 @@ from __future__ import annotations
 import bisect
 import statistics
 import threading
-import time
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -41,13 +40,10 @@ from campaign.progress import RecordTail
 from core.manifest import CapacitySearch, Manifest
 
 if TYPE_CHECKING:
-    from loadgen.launch import FleetRun
     from loadgen.replay_options import ReplayOptions
 
 # The whole trace from the window's start: a step needs as much of it as its span asks for.
 _WHOLE_TRACE_S = 1e9
-# How often a running step's records are read for a certain miss (they are flushed every second).
-_WATCH_S = 1.0
 
 
 class Interrupted(Exception):
@@ -254,51 +250,6 @@ class StepRunner(Protocol):
     def abort(self) -> None:
         """Stop every step in flight (Ctrl-C)."""
         ...
-
-
-class LocalSteps:
-    """Steps replayed by the real Locust (loadgen.launch) against each fleet's endpoint, watched
-    as they run and stopped on a certain miss."""
-
-    def __init__(
-        self,
-        m: Manifest,
-        endpoints: Mapping[str, str],
-        handles: MutableMapping[str, FleetRun],
-        cpus: Mapping[str, set[int]] | None = None,
-    ):
-        self.m, self.endpoints, self.handles = m, endpoints, handles  # m: parsed once, by the caller
-        self.cpus = cpus or {}  # per fleet: the cores its Locust may use (kept off a CPU engine's core)
-
-    def run(
-        self, fleet: str, plan: StepPlan, step_dir: Path, planned: int, stop: threading.Event
-    ) -> tuple[float, str | None]:
-        from loadgen.launch import start_fleet
-
-        t0 = time.monotonic()
-        # trace seconds whose arrivals land inside the span at rate x k (offsets are trace seconds x time_scale)
-        h = self.handles[fleet] = start_fleet(
-            self.m,
-            fleet,
-            self.endpoints[fleet],
-            step_dir,
-            step_options(self.m, plan),
-            cpus=self.cpus.get(fleet),
-        )
-        early = None
-        tail = RecordTail(step_dir, fleet, planned)
-        while not h.poll() and not stop.is_set():
-            early = running_miss(self.m, tail, planned)
-            if early is not None:
-                h.terminate()
-                break
-            time.sleep(_WATCH_S)
-        h.wait()
-        return time.monotonic() - t0, early
-
-    def abort(self) -> None:
-        for h in list(self.handles.values()):
-            h.terminate()
 
 
 def search_fleet(

@@ -10,7 +10,7 @@ until teardown. So `deploy`:
 3. runs `cdk deploy -c compile_fleets=...` (every fleet at 0, one compile instance's group per
    fleet: stacks/compile_instance.py), starts each group (desired capacity 1) and waits for each
    fleet's set, with a progress line per fleet every poll and at most the plan's minutes
-   (campaign.plan.compile_phase); a compile instance that ends without publishing, or the
+   (campaign.compile_estimate.compile_phase); a compile instance that ends without publishing, or the
    timeout, stops `deploy` with its boot log's last lines and its group's activities;
 4. then the plain `cdk deploy` sizes the fleets and removes the compile resources (aws_cli.cmd_deploy).
 """
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from campaign.aws import AwsStepFailed
-from campaign.plan import compile_phase
+from campaign.compile_estimate import compile_phase
 from core.compile_host import CompileHost, compile_host
 from core.errors import EXIT_BAD_INPUT, CampaignError
 from core.manifest import Manifest
@@ -54,7 +54,7 @@ class CompileTarget:
 
     host: CompileHost
     key: str
-    timeout_min: float | None  # campaign.plan.compile_phase's minutes; None: no host can compile it
+    timeout_min: float | None  # campaign.compile_estimate.compile_phase's minutes; None: no host can compile it
 
     @property
     def fleet(self) -> str:

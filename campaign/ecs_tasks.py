@@ -14,7 +14,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from campaign.cloud_run import CloudRunError, TaskSpec, TaskStatus
+from campaign.fargate_tasks import TaskSpec, TaskStatus
+from campaign.run_config import CloudRunError
 from core import cloud_contract as cc
 
 STARTED_BY_PREFIX = "run-"  # startedBy: up to 36 letters, digits, hyphens, underscores

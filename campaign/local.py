@@ -122,7 +122,7 @@ def start_engines(sup: Supervisor, m: Manifest, plan: CorePlan) -> dict[str, str
 class LocalFleets:
     """The `Fleets` seam (campaign.orchestration) on this machine: one server process per fleet
     (emulator or CPU engine, already started), Locust processes for the replay and for every
-    capacity step (campaign.capacity_run.LocalSteps)."""
+    capacity step (campaign.local_steps.LocalSteps)."""
 
     def __init__(
         self,
@@ -194,7 +194,7 @@ class LocalFleets:
         return summaries
 
     def steps(self) -> StepRunner:
-        from campaign.capacity_run import LocalSteps
+        from campaign.local_steps import LocalSteps
 
         self.handles.clear()
         return LocalSteps(self.m, self.endpoints, self.handles, self.cores.client_cpus if self.cores else None)

@@ -23,7 +23,13 @@ from typing import Any
 
 from analysis.capacity import REPLAY, median_overhead_s, read_search_path
 from analysis.settle_record import SettleOutcome
-from campaign.plan import NEURON_COMPILE_MIN_PER_GB, CompilePhase, compile_phase, compiled_prefix, hourly_price
+from campaign.compile_estimate import (
+    NEURON_COMPILE_MIN_PER_GB,
+    CompilePhase,
+    compile_phase,
+    compiled_prefix,
+    hourly_price,
+)
 from campaign.simulated_steps import SimulatedFleets
 from core import catalog, prices
 from core.cloud_contract import HEALTH_GRACE_MIN, LOADGEN_TASK_MEMORY_GIB, LOADGEN_TASK_VCPU

@@ -18,11 +18,6 @@ from typing import Any
 from core.errors import BadArgument
 from core.manifest import Manifest
 
-FROM_PLAN_HELP = (
-    "a plan saved by `campaign plan MANIFEST --save FILE` for this manifest: each fleet's capacity search "
-    "looks first at the boundary the plan predicted (its simulated search's highest hold); every verdict is still measured"
-)
-
 
 def plan_document(m: Manifest, fleets: list[dict[str, object]], prediction: dict[str, Any] | None) -> dict[str, object]:
     """What `plan --json` prints and `plan --save` writes."""

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from analysis.errors import AnalysisError
 from analysis.report_model import QualityResult
+from campaign.cli_help import MANIFEST_HELP
 from core.errors import EXIT_BAD_INPUT as EXIT_BAD_INPUT  # re-exported: tests and callers read the codes from here too
 from core.errors import EXIT_BY_DECISION, BadArgument
 
@@ -55,7 +56,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     records = args.records
     run_dir = Path(args.run_dir) if args.run_dir else None
     if args.run_id:  # the run's directory is downloaded from the results bucket first
-        from campaign.aws_cli import aws_session, fetch_run
+        from campaign.aws_session import aws_session
+        from campaign.fargate_campaign import fetch_run
 
         run_dir = fetch_run(aws_session(m.costs.region), m, args.run_id, Path(args.out) / "run")
     if run_dir is not None:  # the same report the run itself built, from the same files
@@ -95,8 +97,6 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from campaign.cli import MANIFEST_HELP
-
     p = subparsers.add_parser(
         "report", help="records + metrics + prices -> report.json/.md/.html and a Go/Defer/Reject"
     )

@@ -11,7 +11,6 @@ import pytest
 from analysis.capacity import SearchPath, StopRule, Verdict, read_search_path
 from analysis.capacity_search import StepPlan, Stop, next_lifetime
 from campaign.capacity_run import (
-    LocalSteps,
     measure_step,
     planned_requests,
     resolve_span,
@@ -20,6 +19,7 @@ from campaign.capacity_run import (
     settings_from,
 )
 from campaign.local import start_emulator
+from campaign.local_steps import LocalSteps
 from campaign.processes import Supervisor
 from campaign.progress import RecordTail
 from core.manifest import CapacitySearch, load_manifest

@@ -17,7 +17,9 @@ from moto import mock_aws
 
 from analysis.capacity_search import StepPlan
 from campaign.capacity_run import step_options
-from campaign.cloud_run import GATE_READY_TIMEOUT_S, CloudFleets, CloudRunError
+from campaign.cloud_run import CloudFleets
+from campaign.fargate_run import GATE_READY_TIMEOUT_S
+from campaign.run_config import CloudRunError
 from core import cloud_contract as cc
 from core.manifest import load_manifest
 from core.serving import served_model_id

@@ -23,7 +23,10 @@ import pytest
 from moto import mock_aws
 
 from analysis.capacity_search import StepPlan
-from campaign.cloud_run import CloudFleets, CloudRun, CloudRunError, TaskSpec, TaskStatus
+from campaign.cloud_run import CloudFleets
+from campaign.fargate_run import CloudRun
+from campaign.fargate_tasks import TaskSpec, TaskStatus
+from campaign.run_config import CloudRunError
 from core import cloud_contract as cc
 from core.manifest import load_manifest
 from core.records import INSTANCES_FILE

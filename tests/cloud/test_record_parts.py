@@ -12,8 +12,8 @@ import boto3
 import pytest
 
 from analysis.sources.records import load_records
-from campaign.cloud_run import download_run
 from campaign.progress import RecordTail
+from campaign.s3_trees import download_run
 from core.manifest import Manifest, load_manifest
 from core.records import RequestRecord
 from core.schedule import ScheduledRequest, build_schedule, partition

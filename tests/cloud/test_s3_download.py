@@ -6,7 +6,7 @@ from pathlib import Path
 
 import boto3
 
-from campaign.cloud_run import download_run, download_tree
+from campaign.s3_trees import download_run, download_tree
 from tests.conftest import moto_server
 
 KEYS = [

@@ -102,7 +102,7 @@ def test_the_gate_runs_from_its_own_definition_the_only_one_that_writes_gate_res
     definition and task role, the only role that may write gate-*, and `campaign run` (CloudRun._spec)
     and the offline launcher start it from that definition."""
     from bench.offline_tasks import LocalTaskLauncher
-    from campaign.cloud_run import CloudRun
+    from campaign.fargate_run import CloudRun
     from core.cloud_contract import RUN_CONFIG_OUTPUT, RunConfig
 
     cfg = RunConfig.from_json(_flat(example.template_json["Outputs"][RUN_CONFIG_OUTPUT]["Value"]))
