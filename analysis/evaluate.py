@@ -217,8 +217,8 @@ def evaluate(ctx: Context, sc: Scenario) -> rm.ScenarioEvaluation:
         iv = intervals.get(f.name)
         if iv is not None:
             monthly_ends[f.name] = _add_intervals(row, ctx, sc, f.name, iv, demand_tok_s, util)
-            basis_rates[f.name] = _basis_rate(iv.basis, fm.requests, fm.window_s, cap)
-            basis_times[f.name] = _basis_time(iv.basis, cap)
+            basis_rates[f.name] = _basis_rate(iv.shown.basis, fm.requests, fm.window_s, cap)
+            basis_times[f.name] = _basis_time(iv.shown.basis, cap)
         monthly_tokens = demand_tok_s * 3600.0 * hours if demand_tok_s is not None else 0.0
         row.monthly_successful_tokens = monthly_tokens if mc else None
         row.cost_per_million_successful_tokens = cost.cost_per_million(mc.total_usd, monthly_tokens) if mc else None
@@ -297,13 +297,8 @@ def evaluate(ctx: Context, sc: Scenario) -> rm.ScenarioEvaluation:
             blocking_gaps=tuple(f"{g.what}: {g.reason}" for g in ctx.gaps if g.blocks_go),
             economics=econ,
             settle_text=settle[1] if settle else "",
+            to_settle=settle[0] if settle else None,
         )
-    )
-    decision = rm.Decision(
-        state=dec.state,
-        reasons=list(dec.reasons),
-        go_threshold_usd_per_month=dec.go_threshold_usd,
-        to_settle=settle[0] if settle and dec.aim is not None else None,
     )
     return rm.ScenarioEvaluation(
         fleets=fleets,
@@ -317,7 +312,7 @@ def evaluate(ctx: Context, sc: Scenario) -> rm.ScenarioEvaluation:
         payback_months=payback,
         payback_months_ci=spread.payback_ci if spread else None,
         months_to_next_refresh=refresh,
-        decision=decision,
+        decision=dec,
     )
 
 
@@ -332,10 +327,11 @@ def _add_intervals(
 ) -> tuple[float | None, float | None]:
     """The fleet row's interval fields; returns its monthly cost at the capacity interval's ends
     (the high capacity end gives the low cost; an unknown capacity end, an unknown cost)."""
-    row.p95_ttft_ci_s, row.p95_ttft_n = (iv.replay_ttft.low, iv.replay_ttft.high), iv.replay_ttft.n
-    row.p95_itl_ci_s, row.p95_itl_n = (iv.replay_itl.low, iv.replay_itl.high), iv.replay_itl.n
+    shown = iv.shown.model_copy(deep=True)  # the row's own: the intervals are cached across scenarios
+    row.p95_ttft_ci_s, row.p95_ttft_n = shown.p95_ttft.ci, shown.p95_ttft.n
+    row.p95_itl_ci_s, row.p95_itl_n = shown.p95_itl.ci, shown.p95_itl.n
     row.capacity_ci_tok_s = iv.capacity_tok_s if iv.capacity_tok_s else None
-    row.intervals = rm.FleetIntervalsModel.model_validate(iv.as_dict())
+    row.intervals = shown
     low_cap, high_cap = iv.capacity_tok_s if iv.capacity_tok_s else (None, None)
     small, cheap = _size_and_cost(ctx, sc, fleet, demand_tok_s, high_cap, util)
     large, dear = _size_and_cost(ctx, sc, fleet, demand_tok_s, low_cap, util)
@@ -456,7 +452,7 @@ def _end_requests(
         return None
     low, high = iv.capacity_tok_s
     assert low is not None and high is not None
-    n = iv.basis_requests
+    n = iv.shown.basis_requests
     move_low = requests_to_move_end(n, point, low, count)
     if iv.low_borrowed:  # the basis must first hold with 95% confidence for its own low end to count
         move_low = max(iv.hold_requests, move_low or 0) if iv.hold_requests is not None else move_low
@@ -484,7 +480,7 @@ def _to_settle(
     for n in names:
         iv, prices = intervals[n], ctx.unit_prices.get(n)
         fleets[n] = FleetBasis(
-            requests=iv.basis_requests,
+            requests=iv.shown.basis_requests,
             rate_req_s=rates.get(n),
             instances=ctx.instances_measured.get(n, 0),
             instance_hourly_usd=prices.instance_hourly_usd if prices is not None else None,
@@ -498,7 +494,7 @@ def _to_settle(
             overhead_s=(times or {}).get(n, (0.0, 0.0))[1],
         )
     ts = to_settle(econ, aim, fleets, ctx.loadgen_price_source)
-    unknown = [f"{n}: {intervals[n].capacity_note}" for n in names if not fleets[n].end_known]
+    unknown = [f"{n}: {intervals[n].shown.capacity_note}" for n in names if not fleets[n].end_known]
     return ts, settle_text(ts, unknown)
 
 

@@ -246,7 +246,7 @@ def assemble_gate_report(m: Manifest, given: QualityInput) -> dict[str, Any]:
         "migration_cost_usd": None,
         "payback_months": None,
         "months_to_next_refresh": None,
-        "decision": dec.as_dict(),
+        "decision": dec,
         "headline": {
             "decided": False,
             "blocked_by": [f"{g.what}: {g.reason}" for g in gaps],
