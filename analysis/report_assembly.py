@@ -1,6 +1,6 @@
 """The report's assembly: the headline scenario and the sensitivity grid evaluated by one rule
 (analysis.evaluate), the findings the evaluation adds, and report.json's content: a Report built
-from the stages' models as they are (the evidence sections still arrive as dicts and are validated
+from the stages' models as they are (the evidence sections that still arrive as dicts are validated
 once, here).
 """
 
@@ -90,7 +90,7 @@ def input_provenance(inp: ReportInputs) -> Findings:
     return found
 
 
-def evaluation_findings(inp: ReportInputs, head: ScenarioEvaluation, prefix: Mapping[str, Any]) -> Findings:
+def evaluation_findings(inp: ReportInputs, head: ScenarioEvaluation, prefix: PrefixCache) -> Findings:
     """The manifest's inputs to the evaluation, the computed demand, and the prefix-cache caveat."""
     m = inp.manifest
     found = Findings()
@@ -118,7 +118,7 @@ def evaluation_findings(inp: ReportInputs, head: ScenarioEvaluation, prefix: Map
         "detail": "manifest peak_requests_per_s x measured mean output tokens per completed request "
         "(pooled over fleets)",
     }
-    if prefix["mixed"]:
+    if prefix.mixed:
         found.gaps.append(
             Gap(
                 "prefix_cache",
@@ -136,7 +136,7 @@ def assemble_report(
     rec: RecordEvidence,
     ev: Evidence,
     evaluation: Evaluation,
-    prefix: dict[str, Any],
+    prefix: PrefixCache,
     found: Findings,
 ) -> Report:
     """Stage 5: report.json's content (its order is the model's)."""
@@ -163,7 +163,7 @@ def assemble_report(
         gaps=list(found.gaps),
         # these evidence sections arrive as their producers' JSON-shaped dicts: validated here, once
         prometheus=_section(PrometheusSection, ev.prometheus),
-        prefix_cache=_section(PrefixCache, prefix),
+        prefix_cache=prefix,
         cloudwatch=non_finite_to_null(ev.cloudwatch) or None,
         time_to_ready=non_finite_to_null(ev.time_to_ready) or None,
         billing=_section(Billing, ev.billing or None),
