@@ -38,7 +38,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-State = Literal["go", "defer", "reject"]
+from analysis.report_model import Decision, ToSettle
+
 Aim = Literal["go", "zero"]  # the threshold the evidence must still settle: the Go threshold, or 0
 
 # The rule as the report states it (docs/design.md: Decision says the same).
@@ -153,17 +154,9 @@ class DecisionInputs:
     candidate_completed_output_tokens: int | None = None
     candidate_requests_sent: int | None = None  # non-warmup requests sent to the candidate (None: not counted)
     candidate_saturated: bool = False  # the replay drove one candidate instance to its batch limit
-
-
-@dataclass(frozen=True)
-class Decision:
-    state: State
-    reasons: list[str]
-    go_threshold_usd: float | None = None  # migration cost / horizon + margin (None: not computed)
-    aim: Aim | None = None  # the threshold still to settle; None: settled (or decided on other grounds)
-
-    def as_dict(self) -> dict[str, object]:
-        return {"state": self.state, "reasons": list(self.reasons), "go_threshold_usd_per_month": self.go_threshold_usd}
+    # The evidence that would settle the interval (analysis.to_settle): the decision carries it only
+    # while it still aims at a threshold (not when settled, or decided on semantics or quality).
+    to_settle: ToSettle | None = None
 
 
 def quality_reasons(
@@ -202,8 +195,8 @@ def decide_at_gate(
     reject, defer = quality_reasons(candidate, baseline, candidate_passed, baseline_passed, detail)
     stopped = "the comparison stopped at the quality gate: no load was replayed, so no cost, fleet size or payback was measured"
     if reject:
-        return Decision("reject", [*reject, *defer, stopped])
-    return Decision("defer", [*defer, stopped])
+        return Decision(state="reject", reasons=[*reject, *defer, stopped])
+    return Decision(state="defer", reasons=[*defer, stopped])
 
 
 def economics_of(d: DecisionInputs) -> Economics | None:
@@ -291,18 +284,18 @@ def decide(d: DecisionInputs) -> Decision:
 
     threshold = e.go_threshold if e is not None else None
     aim = None if settled_elsewhere or e is None else e.aim
+    settle = d.to_settle if aim is not None else None
     if reject:
-        return Decision("reject", reject + defer, threshold, aim)
+        return Decision(state="reject", reasons=reject + defer, go_threshold_usd_per_month=threshold, to_settle=settle)
     if defer:
-        return Decision("defer", defer, threshold, aim)
+        return Decision(state="defer", reasons=defer, go_threshold_usd_per_month=threshold, to_settle=settle)
     assert e is not None  # no Defer reason: the delta and the threshold are known, its low end above it
     point = f" (in {d.payback_months:.1f} months at the point)" if d.payback_months is not None else ""
     return Decision(
-        "go",
-        [
+        state="go",
+        reasons=[
             f"{c} holds the SLO and quality; {e.ci_text()}: its low end is above {e.threshold_text()}, so the migration "
             f"pays back{point} inside the {d.horizon_months:g}-month horizon even at the pessimistic end, and before the next refresh"
         ],
-        threshold,
-        None,
+        go_threshold_usd_per_month=threshold,
     )

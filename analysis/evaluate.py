@@ -147,177 +147,253 @@ def _holds_slo(row: rm.FleetRow) -> bool:
     return row.slo_pass or (row.sized_from or "replay") != "replay"
 
 
+@dataclass(frozen=True)
+class _FleetFigures:
+    """One fleet under one scenario: its row, its size, and what the comparison and to_settle need of it."""
+
+    row: rm.FleetRow
+    size: rm.FleetSize | None = None
+    monthly_usd: float | None = None
+    monthly_ends: tuple[float | None, float | None] | None = None  # 95% interval of the monthly cost; None: no interval
+    basis_rate: float | None = None  # request rate of the step the fleet is sized from (with an interval only)
+    basis_time: tuple[float, float] | None = (
+        None  # its (drain, load-generator overhead) seconds (with an interval only)
+    )
+
+
+@dataclass(frozen=True)
+class _Comparison:
+    """The baseline against the candidate: the monthly delta, the migration ledger, the payback and their intervals."""
+
+    delta: float | None
+    ledger: rm.Ledger | None
+    migration_cost_usd: float | None
+    payback_months: float | None
+    spread: _Spread | None
+    economics: Economics | None
+
+
 def evaluate(ctx: Context, sc: Scenario) -> rm.ScenarioEvaluation:
     m = ctx.manifest
-    slo = m.slo
     measures = ctx.measures(sc.slo_scale)
-    ttft_t, itl_t = slo.ttft_p95_s * sc.slo_scale, slo.itl_p95_s * sc.slo_scale
     util = sc.utilization_target if sc.utilization_target is not None else m.costs.utilization_target
-    hours = m.workload.demand.hours_per_month
     tok_per_req = ctx.pooled_tokens_per_request(measures)
     demand_tok_s = (
         None if tok_per_req is None else m.workload.demand.peak_requests_per_s * sc.demand_scale * tok_per_req
     )
-    fleets: dict[str, rm.FleetRow] = {}
-    monthly: dict[str, float | None] = {}
-    monthly_ends: dict[str, tuple[float | None, float | None]] = {}  # 95% interval of each fleet's monthly cost
     intervals = ctx.intervals(sc.slo_scale) if ctx.intervals is not None else {}
-    sizes: dict[str, rm.FleetSize | None] = {}
-    basis_rates: dict[str, float | None] = {}  # request rate of the step each fleet is sized from
-    basis_times: dict[str, tuple[float, float]] = {}  # its (drain, load-generator overhead) seconds
-    for f in m.fleets:
-        fm = measures.get(f.name)
-        monthly[f.name] = None
-        sizes[f.name] = None
-        if fm is None:
-            fleets[f.name] = unmeasured_row(f.instance_type)
-            continue
-        inst = ctx.instances_measured.get(f.name, 0)
-        per_inst = fm.goodput_tok_s / inst if fm.goodput_tok_s is not None and inst > 0 else None
-        row = rm.FleetRow(
-            instance_type=f.instance_type,
-            requests=fm.requests,
-            successful_requests=fm.successful_requests,
-            successful_output_tokens=fm.successful_output_tokens,
-            p95_ttft_s=fm.p95_ttft_s,
-            p95_itl_s=fm.p95_itl_s,
-            error_rate=fm.error_rate,
-            slo_pass=fm.slo_pass(ttft_t, itl_t, slo.max_error_rate),
-            instances_measured=inst,
-            per_instance_goodput_tok_s=per_inst,
-            measure=fm,
-            instances_required=None,
-            monthly_cost_usd=None,
-            cost_per_million_successful_tokens=None,
-        )
-        sat = ctx.saturation.get(f.name)
-        if sat is not None:
-            row.peak_in_flight = sat.peak_in_flight
-            row.peak_in_flight_per_instance = sat.peak_in_flight_per_instance
-            row.max_concurrency = sat.max_concurrency
-            row.saturated = sat.saturated
-            # below saturation the measured throughput is what was offered, not what one instance can do
-            row.per_instance_goodput_bound = "capacity" if sat.saturated else "lower_bound"
-        size_per_inst = per_inst
-        cap: rm.CapacityModel | None = None
-        if ctx.capacity is not None:
-            cap = ctx.capacity(sc.slo_scale).get(f.name)
-            row.capacity = cap
-            if cap is not None and cap.per_instance_tok_s:
-                size_per_inst = cap.per_instance_tok_s  # measured inside the SLO: the capacity figure
-            row.sized_from = f"capacity sweep step {cap.step}" if cap is not None and cap.step else "replay"
-        size, mc = _size_and_cost(ctx, sc, f.name, demand_tok_s, size_per_inst, util)
-        sizes[f.name] = size
-        row.size = size
-        row.instances_required = size.required if size else None
-        prices = ctx.unit_prices.get(f.name)
-        monthly[f.name] = mc.total_usd if mc else None
-        row.monthly_cost = mc
-        row.monthly_cost_usd = mc.total_usd if mc else None
-        iv = intervals.get(f.name)
-        if iv is not None:
-            monthly_ends[f.name] = _add_intervals(row, ctx, sc, f.name, iv, demand_tok_s, util)
-            basis_rates[f.name] = _basis_rate(iv.basis, fm.requests, fm.window_s, cap)
-            basis_times[f.name] = _basis_time(iv.basis, cap)
-        monthly_tokens = demand_tok_s * 3600.0 * hours if demand_tok_s is not None else 0.0
-        row.monthly_successful_tokens = monthly_tokens if mc else None
-        row.cost_per_million_successful_tokens = cost.cost_per_million(mc.total_usd, monthly_tokens) if mc else None
-        if prices is not None and inst > 0:
-            mc_run = mc.non_compute_usd if mc else 0.0
-            rc = cost.run_cost(inst, fm.window_s or 0.0, prices.instance_hourly_usd, mc_run, hours)
-            row.measured_run = rm.MeasuredRun(
-                cost_usd=rc,
-                window_s=fm.window_s,
-                cost_per_million_successful_tokens=cost.cost_per_million(rc, fm.successful_output_tokens),
-                basis="instances in service during the run x On-Demand hourly x max(window, 60 s) + the window's share of non-compute cost",
-            )
-        fleets[f.name] = row
+    figures = {
+        f.name: _fleet_figures(ctx, sc, f.name, measures.get(f.name), intervals.get(f.name), demand_tok_s, util)
+        for f in m.fleets
+    }
+    cmp = _compare(ctx, sc, figures, with_intervals=bool(intervals))
+    econ = cmp.economics
+    settle = (
+        _settle_for(ctx, econ, intervals, figures, demand_tok_s, util)
+        if econ is not None and econ.aim is not None
+        else None
+    )
+    refresh = _months_to_next_refresh(m, sc)
+    dec = decide(_decision_inputs(ctx, measures, figures, cmp, refresh, settle))
+    return rm.ScenarioEvaluation(
+        fleets={name: fig.row for name, fig in figures.items()},
+        demand_tok_s=demand_tok_s,
+        pooled_output_tokens_per_request=tok_per_req,
+        utilization_target=util,
+        monthly_delta_usd=cmp.delta,
+        monthly_delta_ci_usd=cmp.spread.delta_ci if cmp.spread else None,
+        migration=cmp.ledger,
+        migration_cost_usd=cmp.migration_cost_usd,
+        payback_months=cmp.payback_months,
+        payback_months_ci=cmp.spread.payback_ci if cmp.spread else None,
+        months_to_next_refresh=refresh,
+        decision=dec,
+    )
 
+
+def _fleet_figures(
+    ctx: Context,
+    sc: Scenario,
+    fleet: str,
+    fm: rm.Measure | None,
+    iv: FleetIntervals | None,
+    demand_tok_s: float | None,
+    util: float,
+) -> _FleetFigures:
+    """One fleet's row under the scenario: its replay, saturation, capacity, size, monthly cost,
+    intervals and the measured run's cost."""
+    m = ctx.manifest
+    f = m.fleet(fleet)
+    if fm is None:
+        return _FleetFigures(unmeasured_row(f.instance_type))
+    slo, hours = m.slo, m.workload.demand.hours_per_month
+    inst = ctx.instances_measured.get(fleet, 0)
+    per_inst = fm.goodput_tok_s / inst if fm.goodput_tok_s is not None and inst > 0 else None
+    row = rm.FleetRow(
+        instance_type=f.instance_type,
+        requests=fm.requests,
+        successful_requests=fm.successful_requests,
+        successful_output_tokens=fm.successful_output_tokens,
+        p95_ttft_s=fm.p95_ttft_s,
+        p95_itl_s=fm.p95_itl_s,
+        error_rate=fm.error_rate,
+        slo_pass=fm.slo_pass(slo.ttft_p95_s * sc.slo_scale, slo.itl_p95_s * sc.slo_scale, slo.max_error_rate),
+        instances_measured=inst,
+        per_instance_goodput_tok_s=per_inst,
+        measure=fm,
+        instances_required=None,
+        monthly_cost_usd=None,
+        cost_per_million_successful_tokens=None,
+    )
+    _add_saturation(row, ctx.saturation.get(fleet))
+    cap = _add_capacity(row, ctx, sc, fleet)
+    size_per_inst = cap.per_instance_tok_s if cap is not None and cap.per_instance_tok_s else per_inst
+    size, mc = _size_and_cost(ctx, sc, fleet, demand_tok_s, size_per_inst, util)
+    row.size = size
+    row.instances_required = size.required if size else None
+    row.monthly_cost = mc
+    row.monthly_cost_usd = mc.total_usd if mc else None
+    ends = rate = time = None
+    if iv is not None:
+        ends = _add_intervals(row, ctx, sc, fleet, iv, demand_tok_s, util)
+        rate = _basis_rate(iv.shown.basis, fm.requests, fm.window_s, cap)
+        time = _basis_time(iv.shown.basis, cap)
+    monthly_tokens = demand_tok_s * 3600.0 * hours if demand_tok_s is not None else 0.0
+    row.monthly_successful_tokens = monthly_tokens if mc else None
+    row.cost_per_million_successful_tokens = cost.cost_per_million(mc.total_usd, monthly_tokens) if mc else None
+    prices = ctx.unit_prices.get(fleet)
+    if prices is not None and inst > 0:
+        row.measured_run = _measured_run(fm, inst, prices, mc, hours)
+    return _FleetFigures(row, size, mc.total_usd if mc else None, ends, rate, time)
+
+
+def _add_saturation(row: rm.FleetRow, sat: Saturation | None) -> None:
+    """The replay's peak concurrency against the batch limit, where it was measured."""
+    if sat is None:
+        return
+    row.peak_in_flight = sat.peak_in_flight
+    row.peak_in_flight_per_instance = sat.peak_in_flight_per_instance
+    row.max_concurrency = sat.max_concurrency
+    row.saturated = sat.saturated
+    # below saturation the measured throughput is what was offered, not what one instance can do
+    row.per_instance_goodput_bound = "capacity" if sat.saturated else "lower_bound"
+
+
+def _add_capacity(row: rm.FleetRow, ctx: Context, sc: Scenario, fleet: str) -> rm.CapacityModel | None:
+    """The capacity sweep's result and the step the fleet is sized from (the replay when no step is chosen)."""
+    if ctx.capacity is None:
+        return None
+    cap = ctx.capacity(sc.slo_scale).get(fleet)
+    row.capacity = cap
+    row.sized_from = f"capacity sweep step {cap.step}" if cap is not None and cap.step else "replay"
+    return cap
+
+
+def _measured_run(
+    fm: rm.Measure, inst: int, prices: cost.UnitPrices, mc: rm.MonthlyCost | None, hours: float
+) -> rm.MeasuredRun:
+    """What the measured run itself cost, and per million successful tokens."""
+    rc = cost.run_cost(inst, fm.window_s or 0.0, prices.instance_hourly_usd, mc.non_compute_usd if mc else 0.0, hours)
+    return rm.MeasuredRun(
+        cost_usd=rc,
+        window_s=fm.window_s,
+        cost_per_million_successful_tokens=cost.cost_per_million(rc, fm.successful_output_tokens),
+        basis="instances in service during the run x On-Demand hourly x max(window, 60 s) + the window's share of non-compute cost",
+    )
+
+
+def _compare(ctx: Context, sc: Scenario, figures: Mapping[str, _FleetFigures], with_intervals: bool) -> _Comparison:
+    """The monthly delta (baseline - candidate), the migration ledger and payback, their 95%
+    intervals (when the fleets have intervals) and the delta against the thresholds."""
+    m = ctx.manifest
     base, cand = m.comparison.baseline, m.comparison.candidate
-    b_month, c_month = monthly.get(base), monthly.get(cand)
-    delta = ledger.monthly_delta(b_month, c_month) if b_month is not None and c_month is not None else None
-    led = None
+    b_month, c_month = figures[base].monthly_usd, figures[cand].monthly_usd
+    delta = led = None
     if b_month is not None and c_month is not None:
+        delta = ledger.monthly_delta(b_month, c_month)
         led = ledger.migration_ledger(
             m.migration,
             candidate_monthly_usd=c_month,
             baseline_monthly_usd=b_month,
-            hours_per_month=hours,
+            hours_per_month=m.workload.demand.hours_per_month,
             effort_scale=sc.effort_scale,
         )
     mig_cost = led.total_usd if led else None
     payback = ledger.payback_months(mig_cost, delta) if mig_cost is not None and delta is not None else None
-    spread = _delta_payback_intervals(ctx, sc, delta, monthly_ends) if intervals else None
+    ends = {name: fig.monthly_ends for name, fig in figures.items() if fig.monthly_ends is not None}
+    spread = _delta_payback_intervals(ctx, sc, delta, ends) if with_intervals else None
     margin = m.indifference_margin.usd(b_month) if b_month is not None else 0.0
     econ = _economics(m.horizon_months, delta, mig_cost, margin, spread)
-    counts = {
-        name: _count_at(ctx, name, demand_tok_s, util)
-        for name, size in sizes.items()
-        if size is not None and demand_tok_s is not None
-    }
-    points = {name: size.per_instance_tok_s for name, size in sizes.items() if size is not None}
-    settle = (
-        _to_settle(ctx, econ, intervals, basis_rates, points, counts, basis_times)
-        if econ is not None and econ.aim is not None
-        else None
-    )
-    refresh = sc.months_to_next_refresh
-    if refresh is None:
-        refresh = (
-            m.migration.months_to_next_refresh
-            if m.migration.months_to_next_refresh is not None
-            else m.migration.refresh_cadence_months
-        )
+    return _Comparison(delta, led, mig_cost, payback, spread, econ)
+
+
+def _settle_for(
+    ctx: Context,
+    econ: Economics,
+    intervals: Mapping[str, FleetIntervals],
+    figures: Mapping[str, _FleetFigures],
+    demand_tok_s: float | None,
+    util: float,
+) -> tuple[rm.ToSettle, str] | None:
+    """decision.to_settle from each sized fleet's sizing step: its rate, timings, point capacity and instance count."""
+    sized = {name: fig for name, fig in figures.items() if fig.size is not None}
+    counts = {name: _count_at(ctx, name, demand_tok_s, util) for name in sized if demand_tok_s is not None}
+    points = {name: fig.size.per_instance_tok_s for name, fig in sized.items() if fig.size is not None}
+    rates = {name: fig.basis_rate for name, fig in figures.items() if fig.basis_time is not None}
+    times = {name: fig.basis_time for name, fig in figures.items() if fig.basis_time is not None}
+    return _to_settle(ctx, econ, intervals, rates, points, counts, times)
+
+
+def _months_to_next_refresh(m: Manifest, sc: Scenario) -> float:
+    """The scenario's months to the next refresh, else the manifest's, else a full refresh cadence."""
+    if sc.months_to_next_refresh is not None:
+        return sc.months_to_next_refresh
+    if m.migration.months_to_next_refresh is not None:
+        return m.migration.months_to_next_refresh
+    return m.migration.refresh_cadence_months
+
+
+def _decision_inputs(
+    ctx: Context,
+    measures: Mapping[str, rm.Measure],
+    figures: Mapping[str, _FleetFigures],
+    cmp: _Comparison,
+    refresh: float,
+    settle: tuple[rm.ToSettle, str] | None,
+) -> DecisionInputs:
+    """What analysis.decision decides from: the candidate's replay, both fleets' quality and SLO,
+    availability, the economics and the blocking gaps."""
+    m = ctx.manifest
+    base, cand = m.comparison.baseline, m.comparison.candidate
     cf, bf = m.fleet(cand), m.fleet(base)
     cm = measures.get(cand)
-    c_size = sizes.get(cand)
-    dec = decide(
-        DecisionInputs(
-            candidate=cand,
-            baseline=base,
-            candidate_successful_tokens=cm.successful_output_tokens if cm else 0,
-            candidate_error_rate=cm.error_rate if cm else None,
-            candidate_completed_output_tokens=cm.completed_output_tokens if cm else 0,
-            candidate_requests_sent=(cm.requests - cm.not_sent) if cm else 0,
-            candidate_saturated=cand in ctx.saturation and ctx.saturation[cand].saturated,
-            max_error_rate=slo.max_error_rate,
-            candidate_quality_passed=quality_passed(m, ctx.quality, cand),
-            baseline_quality_passed=quality_passed(m, ctx.quality, base),
-            candidate_quality_failure=quality_failure(ctx.quality, cand),
-            baseline_quality_failure=quality_failure(ctx.quality, base),
-            candidate_slo_pass=_holds_slo(fleets[cand]),
-            baseline_slo_pass=_holds_slo(fleets[base]),
-            same_availability=len(set(cf.availability_zones)) >= len(set(bf.availability_zones))
-            and cf.redundancy >= bf.redundancy,
-            candidate_within_asg_max=c_size is None or not c_size.exceeds_asg_max,
-            monthly_delta_usd=delta,
-            payback_months=payback,
-            horizon_months=m.horizon_months,
-            months_to_next_refresh=refresh,
-            blocking_gaps=tuple(f"{g.what}: {g.reason}" for g in ctx.gaps if g.blocks_go),
-            economics=econ,
-            settle_text=settle[1] if settle else "",
-        )
-    )
-    decision = rm.Decision(
-        state=dec.state,
-        reasons=list(dec.reasons),
-        go_threshold_usd_per_month=dec.go_threshold_usd,
-        to_settle=settle[0] if settle and dec.aim is not None else None,
-    )
-    return rm.ScenarioEvaluation(
-        fleets=fleets,
-        demand_tok_s=demand_tok_s,
-        pooled_output_tokens_per_request=tok_per_req,
-        utilization_target=util,
-        monthly_delta_usd=delta,
-        monthly_delta_ci_usd=spread.delta_ci if spread else None,
-        migration=led,
-        migration_cost_usd=mig_cost,
-        payback_months=payback,
-        payback_months_ci=spread.payback_ci if spread else None,
+    c_size = figures[cand].size
+    return DecisionInputs(
+        candidate=cand,
+        baseline=base,
+        candidate_successful_tokens=cm.successful_output_tokens if cm else 0,
+        candidate_error_rate=cm.error_rate if cm else None,
+        candidate_completed_output_tokens=cm.completed_output_tokens if cm else 0,
+        candidate_requests_sent=(cm.requests - cm.not_sent) if cm else 0,
+        candidate_saturated=cand in ctx.saturation and ctx.saturation[cand].saturated,
+        max_error_rate=m.slo.max_error_rate,
+        candidate_quality_passed=quality_passed(m, ctx.quality, cand),
+        baseline_quality_passed=quality_passed(m, ctx.quality, base),
+        candidate_quality_failure=quality_failure(ctx.quality, cand),
+        baseline_quality_failure=quality_failure(ctx.quality, base),
+        candidate_slo_pass=_holds_slo(figures[cand].row),
+        baseline_slo_pass=_holds_slo(figures[base].row),
+        same_availability=len(set(cf.availability_zones)) >= len(set(bf.availability_zones))
+        and cf.redundancy >= bf.redundancy,
+        candidate_within_asg_max=c_size is None or not c_size.exceeds_asg_max,
+        monthly_delta_usd=cmp.delta,
+        payback_months=cmp.payback_months,
+        horizon_months=m.horizon_months,
         months_to_next_refresh=refresh,
-        decision=decision,
+        blocking_gaps=tuple(f"{g.what}: {g.reason}" for g in ctx.gaps if g.blocks_go),
+        economics=cmp.economics,
+        settle_text=settle[1] if settle else "",
+        to_settle=settle[0] if settle else None,
     )
 
 
@@ -332,10 +408,11 @@ def _add_intervals(
 ) -> tuple[float | None, float | None]:
     """The fleet row's interval fields; returns its monthly cost at the capacity interval's ends
     (the high capacity end gives the low cost; an unknown capacity end, an unknown cost)."""
-    row.p95_ttft_ci_s, row.p95_ttft_n = (iv.replay_ttft.low, iv.replay_ttft.high), iv.replay_ttft.n
-    row.p95_itl_ci_s, row.p95_itl_n = (iv.replay_itl.low, iv.replay_itl.high), iv.replay_itl.n
+    shown = iv.shown.model_copy(deep=True)  # the row's own: the intervals are cached across scenarios
+    row.p95_ttft_ci_s, row.p95_ttft_n = shown.p95_ttft.ci, shown.p95_ttft.n
+    row.p95_itl_ci_s, row.p95_itl_n = shown.p95_itl.ci, shown.p95_itl.n
     row.capacity_ci_tok_s = iv.capacity_tok_s if iv.capacity_tok_s else None
-    row.intervals = rm.FleetIntervalsModel.model_validate(iv.as_dict())
+    row.intervals = shown
     low_cap, high_cap = iv.capacity_tok_s if iv.capacity_tok_s else (None, None)
     small, cheap = _size_and_cost(ctx, sc, fleet, demand_tok_s, high_cap, util)
     large, dear = _size_and_cost(ctx, sc, fleet, demand_tok_s, low_cap, util)
@@ -456,7 +533,7 @@ def _end_requests(
         return None
     low, high = iv.capacity_tok_s
     assert low is not None and high is not None
-    n = iv.basis_requests
+    n = iv.shown.basis_requests
     move_low = requests_to_move_end(n, point, low, count)
     if iv.low_borrowed:  # the basis must first hold with 95% confidence for its own low end to count
         move_low = max(iv.hold_requests, move_low or 0) if iv.hold_requests is not None else move_low
@@ -484,7 +561,7 @@ def _to_settle(
     for n in names:
         iv, prices = intervals[n], ctx.unit_prices.get(n)
         fleets[n] = FleetBasis(
-            requests=iv.basis_requests,
+            requests=iv.shown.basis_requests,
             rate_req_s=rates.get(n),
             instances=ctx.instances_measured.get(n, 0),
             instance_hourly_usd=prices.instance_hourly_usd if prices is not None else None,
@@ -498,7 +575,7 @@ def _to_settle(
             overhead_s=(times or {}).get(n, (0.0, 0.0))[1],
         )
     ts = to_settle(econ, aim, fleets, ctx.loadgen_price_source)
-    unknown = [f"{n}: {intervals[n].capacity_note}" for n in names if not fleets[n].end_known]
+    unknown = [f"{n}: {intervals[n].shown.capacity_note}" for n in names if not fleets[n].end_known]
     return ts, settle_text(ts, unknown)
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from analysis.goodput import latency_array
-from analysis.report_model import Measure
+from analysis.report_model import FleetIntervalsModel, Measure, QuantileInterval
 from analysis.sources.records import RecordSet
 from core import stats
 
@@ -145,33 +145,47 @@ def replay_evidence(rs: RecordSet, fleet: str, fm: Measure | None, instances: in
     )
 
 
+# How every P95 interval is computed (core.stats.quantile_ci), as the report states it.
+QUANTILE_CI_METHOD = "order-statistic (binomial) interval, distribution-free"
+
+
+def quantile_interval(ci: stats.QuantileCI) -> QuantileInterval:
+    """A P95 with its 95% interval, as the report holds it."""
+    return QuantileInterval(
+        q=ci.q,
+        n=ci.n,
+        point=ci.point,
+        ci=(ci.low, ci.high),
+        ranks=(ci.low_rank, ci.high_rank),
+        coverage=ci.coverage,
+        method=QUANTILE_CI_METHOD,
+    )
+
+
+def _shown(replay: StepEvidence, basis: str, b: StepEvidence, note: str) -> FleetIntervalsModel:
+    """What the fleet row shows: the replay's P95 intervals (the row's P95s are the replay's), the
+    step the size rests on ("replay" or a capacity step label) with its P95 intervals, and the note."""
+    return FleetIntervalsModel(
+        basis=basis,
+        basis_requests=b.requests,
+        capacity_note=note,
+        p95_ttft=quantile_interval(replay.p95_ttft),
+        p95_itl=quantile_interval(replay.p95_itl),
+        basis_p95_ttft=quantile_interval(b.p95_ttft),
+        basis_p95_itl=quantile_interval(b.p95_itl),
+    )
+
+
 @dataclass(frozen=True)
 class FleetIntervals:
-    replay_ttft: stats.QuantileCI  # the fleet row's P95s are the replay's
-    replay_itl: stats.QuantileCI
-    basis: str  # the step the size rests on ("replay" or a capacity step label)
-    basis_requests: int
+    shown: FleetIntervalsModel  # the fleet row's `intervals`, built here once
     capacity_tok_s: tuple[float | None, float | None] | None  # per instance, [low, high]; None: nothing to size from
-    capacity_note: str  # how the low end was found, or why it is unknown
-    basis_ttft: stats.QuantileCI
-    basis_itl: stats.QuantileCI
     # Requests the basis step would need to hold the SLO with 95% confidence at the shares it
     # missed by (StepEvidence.requests_to_hold); None: it cannot, or it already does.
     hold_requests: int | None = None
     # True: the low end is a lower step's (the basis held the SLO only at its point estimate), so
     # more requests at the basis move it only once the basis holds with 95% confidence.
     low_borrowed: bool = False
-
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "basis": self.basis,
-            "basis_requests": self.basis_requests,
-            "capacity_note": self.capacity_note,
-            "p95_ttft": self.replay_ttft.as_dict(),
-            "p95_itl": self.replay_itl.as_dict(),
-            "basis_p95_ttft": self.basis_ttft.as_dict(),
-            "basis_p95_itl": self.basis_itl.as_dict(),
-        }
 
 
 def fleet_intervals(
@@ -188,9 +202,7 @@ def fleet_intervals(
     borrowed = False
     high_ci = b.capacity_ci(fleet, ttft_slo_s, itl_slo_s)
     if high_ci is None:
-        return FleetIntervals(
-            replay.p95_ttft, replay.p95_itl, basis, b.requests, None, "no requests to size from", b.p95_ttft, b.p95_itl
-        )
+        return FleetIntervals(_shown(replay, basis, b, "no requests to size from"), None)
     if b.surely_holds(ttft_slo_s, itl_slo_s) or (
         b is replay and basis == REPLAY and not _point_holds(b, ttft_slo_s, itl_slo_s)
     ):
@@ -217,18 +229,7 @@ def fleet_intervals(
     how = b.tokens_ci(fleet, ttft_slo_s, itl_slo_s)
     note += f" (successful tokens' interval: {how.method})" if how is not None else ""
     hold = None if low is not None and not borrowed else b.requests_to_hold(fleet, ttft_slo_s, itl_slo_s)
-    return FleetIntervals(
-        replay.p95_ttft,
-        replay.p95_itl,
-        basis,
-        b.requests,
-        (low, high_ci[1]),
-        note,
-        b.p95_ttft,
-        b.p95_itl,
-        hold,
-        borrowed,
-    )
+    return FleetIntervals(_shown(replay, basis, b, note), (low, high_ci[1]), hold, borrowed)
 
 
 def _point_holds(s: StepEvidence, ttft_slo_s: float, itl_slo_s: float) -> bool:

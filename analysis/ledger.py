@@ -55,6 +55,6 @@ def payback_months(migration_cost_usd: float, delta_usd: float) -> float | None:
     return migration_cost_usd / delta_usd if delta_usd > 0 else None
 
 
-def payback_curve(migration_cost_usd: float, delta_usd: float, months: int) -> list[tuple[int, float]]:
+def payback_curve(migration_cost_usd: float, delta_usd: float, months: int) -> list[tuple[float, float]]:
     """Cumulative net savings after m months: -migration cost + m x delta."""
     return [(m, -migration_cost_usd + m * delta_usd) for m in range(months + 1)]

@@ -15,9 +15,10 @@ and uncached runs separately; per fleet this section gives
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from analysis.errors import SourceUnavailable
+from analysis.report_model import PrefixCache, PrefixCacheFleet, PrefixSplit
 from analysis.sources.prometheus import PrometheusSource
 from analysis.sources.records import RecordSet
 from core.manifest import Manifest
@@ -56,7 +57,7 @@ def shared_prefix_requests(schedule: Sequence[ScheduledRequest]) -> dict[int, bo
     return {rid: shared >= HIT_SHARE * total for rid, (total, shared) in tokens.items()}
 
 
-def _ttft_split(rs: RecordSet, fleet: str, shared: Mapping[int, bool]) -> dict[str, Any]:
+def _ttft_split(rs: RecordSet, fleet: str, shared: Mapping[int, bool]) -> dict[Literal["hit", "miss"], PrefixSplit]:
     con = rs.con
     con.execute("CREATE OR REPLACE TEMP TABLE prefix_shared (request_id BIGINT, shared BOOLEAN)")
     con.executemany("INSERT INTO prefix_shared VALUES (?, ?)", list(shared.items()))
@@ -66,9 +67,9 @@ def _ttft_split(rs: RecordSet, fleet: str, shared: Mapping[int, bool]) -> dict[s
         "AND r.ttft_s IS NOT NULL GROUP BY p.shared",
         {"fleet": fleet},
     ).fetchall()
-    out: dict[str, Any] = {}
+    out: dict[Literal["hit", "miss"], PrefixSplit] = {}
     for is_shared, n, p50, p95 in rows:
-        out["hit" if is_shared else "miss"] = {"requests": int(n), "ttft_p50_s": p50, "ttft_p95_s": p95}
+        out["hit" if is_shared else "miss"] = PrefixSplit(requests=int(n), ttft_p50_s=p50, ttft_p95_s=p95)
     return out
 
 
@@ -88,17 +89,19 @@ def section(
     rs: RecordSet,
     schedule: Sequence[ScheduledRequest] | None,
     server_rates: Mapping[str, float | None] | None = None,
-) -> dict[str, Any]:
+) -> PrefixCache:
     tokens = shared_prefix_tokens(schedule) if schedule is not None else None
     shared = None if tokens is None else {rid: sh >= HIT_SHARE * total for rid, (total, sh) in tokens.items()}
-    fleets: dict[str, Any] = {}
-    for f in m.fleets:
-        caching = f.serving.resolved_prefix_caching  # the manifest's setting, else the stack's documented default
-        entry: dict[str, Any] = {"caching": "on" if caching else "off", "stack": f.serving.stack}
-        entry["server_hit_rate"] = (server_rates or {}).get(f.name)
-        if shared is not None:
-            entry["ttft_by_prefix"] = _ttft_split(rs, f.name, shared)
-        fleets[f.name] = entry
+    fleets = {
+        f.name: PrefixCacheFleet(
+            # the manifest's setting, else the stack's documented default
+            caching="on" if f.serving.resolved_prefix_caching else "off",
+            stack=f.serving.stack,
+            server_hit_rate=(server_rates or {}).get(f.name),
+            ttft_by_prefix=None if shared is None else _ttft_split(rs, f.name, shared),
+        )
+        for f in m.fleets
+    }
     if schedule is None:
         trace = "the trace could not be read here, so requests are not split by shared prefix"
     elif shared is None:
@@ -111,20 +114,20 @@ def section(
             f"{sum(shared.values())} of {len(shared)} requests reuse at least half their prompt as a prefix seen before (hit); "
             f"{reuse:.1%} of all prompt tokens are such prefixes, the hit rate an unbounded cache would reach"
         )
-    differs = len({e["caching"] for e in fleets.values()}) > 1
-    return {
-        "trace": trace,
-        "fleets": fleets,
-        "mixed": differs and shared is not None and any(shared.values()),
-        "trace_reuse": None
+    differs = len({e.caching for e in fleets.values()}) > 1
+    return PrefixCache(
+        trace=trace,
+        fleets=fleets,
+        mixed=differs and shared is not None and any(shared.values()),
+        trace_reuse=None
         if tokens is None
         else sum(sh for _, sh in tokens.values()) / max(1, sum(t for t, _ in tokens.values())),
-        "note": "a fleet with prefix caching on skips the shared blocks of a 'hit' request: compare fleets on the 'miss' rows, "
+        note="a fleet with prefix caching on skips the shared blocks of a 'hit' request: compare fleets on the 'miss' rows, "
         "and read 'hit' rows as what caching buys",
-    }
+    )
 
 
-def for_report(m: Manifest, rs: RecordSet, prometheus_url: str | None, measures: Mapping[str, Any]) -> dict[str, Any]:
+def for_report(m: Manifest, rs: RecordSet, prometheus_url: str | None, measures: Mapping[str, Any]) -> PrefixCache:
     """The section as build_report adds it: the schedule rebuilt from the manifest's trace,
     the server's hit rate from Prometheus over each fleet's measured window where given."""
     from core.schedule import ScheduleError, build_schedule

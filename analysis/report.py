@@ -13,9 +13,7 @@ concatenated here in one fixed order.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
-from typing import Any
 
 from analysis import prefix_cache
 from analysis.evaluate import Context
@@ -29,7 +27,7 @@ from analysis.report_assembly import (
 from analysis.report_evidence import gather_evidence
 from analysis.report_inputs import DEFAULT_ROOT_VOLUME_GIB, AwsClients, QualityInput, ReportInputs
 from analysis.report_measurement import measure, read_records
-from analysis.report_model import Report
+from analysis.report_model import Report, non_finite_to_null
 from core.manifest import Manifest
 
 # What callers import from here besides the builders: the inputs they build it from.
@@ -91,19 +89,8 @@ def build_gate_report(
     return _write(assemble_gate_report(manifest, quality), out_dir, with_pages)
 
 
-def _finite(x: Any) -> Any:
-    """JSON has no Infinity/NaN: such values become null."""
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _finite(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_finite(v) for v in x]
-    return x
-
-
-def _write(report: dict[str, Any], out_dir: str | Path, with_pages: bool) -> Report:
-    model = Report.model_validate(_finite(report))
+def _write(report: Report, out_dir: str | Path, with_pages: bool) -> Report:
+    model = non_finite_to_null(report)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(model.to_json(), encoding="utf-8")

@@ -1,5 +1,7 @@
 """The report's assembly: the headline scenario and the sensitivity grid evaluated by one rule
-(analysis.evaluate), the findings the evaluation adds, and report.json's content in its order.
+(analysis.evaluate), the findings the evaluation adds, and report.json's content: a Report built
+from the stages' models as they are (the evidence sections that still arrive as dicts are validated
+once, here).
 """
 
 from __future__ import annotations
@@ -7,7 +9,9 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
 
 from analysis import goodput, sensitivity
 from analysis.decision import decide_at_gate
@@ -24,9 +28,27 @@ from analysis.provenance import Findings, Gap, manifest_provenance
 from analysis.report_evidence import Evidence
 from analysis.report_inputs import DEFAULT_ROOT_VOLUME_GIB, QualityInput, ReportInputs
 from analysis.report_measurement import RecordEvidence, step_percentile_intervals
-from analysis.report_model import CellSummary, Headline, Measure, ScenarioEvaluation, Sensitivity
+from analysis.report_model import (
+    Billing,
+    CellSummary,
+    Comparison,
+    FleetSeries,
+    Headline,
+    Measure,
+    PrefixCache,
+    PrometheusSection,
+    ProvenanceEntry,
+    Report,
+    ScenarioEvaluation,
+    Sensitivity,
+    Series,
+    Slo,
+    non_finite_to_null,
+)
 from analysis.sources.records import RecordSet
 from core.manifest import Manifest
+
+_M = TypeVar("_M", bound=BaseModel)
 
 
 @dataclass(frozen=True)
@@ -68,7 +90,7 @@ def input_provenance(inp: ReportInputs) -> Findings:
     return found
 
 
-def evaluation_findings(inp: ReportInputs, head: ScenarioEvaluation, prefix: Mapping[str, Any]) -> Findings:
+def evaluation_findings(inp: ReportInputs, head: ScenarioEvaluation, prefix: PrefixCache) -> Findings:
     """The manifest's inputs to the evaluation, the computed demand, and the prefix-cache caveat."""
     m = inp.manifest
     found = Findings()
@@ -96,7 +118,7 @@ def evaluation_findings(inp: ReportInputs, head: ScenarioEvaluation, prefix: Map
         "detail": "manifest peak_requests_per_s x measured mean output tokens per completed request "
         "(pooled over fleets)",
     }
-    if prefix["mixed"]:
+    if prefix.mixed:
         found.gaps.append(
             Gap(
                 "prefix_cache",
@@ -114,37 +136,60 @@ def assemble_report(
     rec: RecordEvidence,
     ev: Evidence,
     evaluation: Evaluation,
-    prefix: dict[str, Any],
+    prefix: PrefixCache,
     found: Findings,
-) -> dict[str, Any]:
-    """Stage 5: report.json's content, in its order (validated against analysis.report_model by _write)."""
+) -> Report:
+    """Stage 5: report.json's content (its order is the model's)."""
     m = inp.manifest
     head = evaluation.head.model_copy(deep=True)
     step_percentile_intervals(head, rec.records, rec.sweep)
     _add_outcomes(head, rec.records)
-    report: dict[str, Any] = {
+    return Report(
+        **_identity(m),
+        systems_under_test=inp.systems_under_test,
+        fleets=head.fleets,
+        demand_tok_s=head.demand_tok_s,
+        pooled_output_tokens_per_request=head.pooled_output_tokens_per_request,
+        utilization_target=head.utilization_target,
+        monthly_delta_usd=head.monthly_delta_usd,
+        monthly_delta_ci_usd=head.monthly_delta_ci_usd,
+        migration=head.migration,
+        migration_cost_usd=head.migration_cost_usd,
+        payback_months=head.payback_months,
+        payback_months_ci=head.payback_months_ci,
+        months_to_next_refresh=head.months_to_next_refresh,
+        decision=head.decision,
+        headline=headline(head, list(found.gaps)),
+        gaps=list(found.gaps),
+        # these evidence sections arrive as their producers' JSON-shaped dicts: validated here, once
+        prometheus=_section(PrometheusSection, ev.prometheus),
+        prefix_cache=prefix,
+        cloudwatch=non_finite_to_null(ev.cloudwatch) or None,
+        time_to_ready=non_finite_to_null(ev.time_to_ready) or None,
+        billing=_section(Billing, ev.billing or None),
+        quality=quality_results(non_finite_to_null(inp.quality)) if inp.quality is not None else None,
+        provenance=found.provenance,
+        sensitivity=evaluation.sensitivity,
+        series=_series(m, rec.records, rec.base, head),
+    )
+
+
+def _section(model: type[_M], produced: Mapping[str, Any] | None) -> _M | None:
+    """A report section from the dict its producer built (non-finite floats made null first, as
+    report.json writes them); None stays None."""
+    return None if produced is None else model.model_validate(non_finite_to_null(produced))
+
+
+def _identity(m: Manifest) -> dict[str, Any]:
+    """The fields every report starts with: which campaign, manifest and comparison, when, and the SLO and horizon."""
+    return {
         "campaign": m.campaign,
         "manifest_digest": m.digest,
         "generated_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "comparison": {"baseline": m.comparison.baseline, "candidate": m.comparison.candidate},
-        "slo": m.slo.model_dump(),
+        "comparison": Comparison(baseline=m.comparison.baseline, candidate=m.comparison.candidate),
+        "slo": Slo.model_validate(m.slo, from_attributes=True),
         "horizon_months": m.horizon_months,
-        "systems_under_test": inp.systems_under_test,
-        **head.model_dump(),
-        "gaps": list(found.gaps),
-        "prometheus": ev.prometheus,
-        "prefix_cache": prefix,
-        "cloudwatch": ev.cloudwatch or None,
-        "time_to_ready": ev.time_to_ready or None,
-        "billing": ev.billing or None,
-        "quality": dict(inp.quality) if inp.quality is not None else None,
-        "provenance": found.provenance,
-        "headline": headline(head, list(found.gaps)).model_dump(),
     }
-    if evaluation.sensitivity is not None:
-        report["sensitivity"] = evaluation.sensitivity.model_dump()
-    report["series"] = _series(m, rec.records, rec.base, head)
-    return report
 
 
 # Gaps in the evidence a delta, fleet size or payback is computed from (by Gap.what's first part):
@@ -199,27 +244,28 @@ def _add_outcomes(head: ScenarioEvaluation, rs: RecordSet) -> None:
             row.itl_basis = bases.get(name, {})
 
 
-def _series(m: Manifest, rs: RecordSet, measures: Mapping[str, Measure], head: ScenarioEvaluation) -> dict[str, Any]:
+def _series(m: Manifest, rs: RecordSet, measures: Mapping[str, Measure], head: ScenarioEvaluation) -> Series:
     """Plot data: latency CDFs and goodput over time from the records, and the payback curve."""
-    out: dict[str, Any] = {"fleets": {}}
-    for name, fm in measures.items():
-        s: dict[str, Any] = {
-            "ttft_cdf": goodput.latency_cdf(rs, name, "ttft_s"),
-            "itl_cdf": goodput.latency_cdf(rs, name, "itl_s"),
-        }
-        if fm.window_start_s is not None and fm.window_end_s is not None:
-            s["goodput"] = goodput.goodput_series(
+    fleets = {
+        name: FleetSeries(
+            ttft_cdf=goodput.latency_cdf(rs, name, "ttft_s"),
+            itl_cdf=goodput.latency_cdf(rs, name, "itl_s"),
+            goodput=None
+            if fm.window_start_s is None or fm.window_end_s is None
+            else goodput.goodput_series(
                 rs, name, m.slo.ttft_p95_s, m.slo.itl_p95_s, fm.window_start_s, fm.window_end_s
-            )
-        out["fleets"][name] = s
+            ),
+        )
+        for name, fm in measures.items()
+    }
     mig, delta = head.migration_cost_usd, head.monthly_delta_usd
-    if mig is not None and delta is not None:
-        months = int(max(m.horizon_months * 2, (head.payback_months or 0) * 1.5, 12))
-        out["payback_curve"] = payback_curve(mig, delta, months)
-    return out
+    if mig is None or delta is None:
+        return Series(fleets=fleets)
+    months = int(max(m.horizon_months * 2, (head.payback_months or 0) * 1.5, 12))
+    return Series(fleets=fleets, payback_curve=payback_curve(mig, delta, months))
 
 
-def assemble_gate_report(m: Manifest, given: QualityInput) -> dict[str, Any]:
+def assemble_gate_report(m: Manifest, given: QualityInput) -> Report:
     """report.json's content for a comparison that stopped at the quality gate: the gate's results
     and the decision they alone give; every figure that would need the replay is absent, not zero."""
     quality = dict(given)
@@ -231,38 +277,32 @@ def assemble_gate_report(m: Manifest, given: QualityInput) -> dict[str, Any]:
     stopped_by = [f"failed for {', '.join(failed)}"] if failed else []
     stopped_by += [f"could not be evaluated for {', '.join(unknown)}"] if unknown else []
     gaps = [Gap("records", f"no load was replayed: the quality gate {' and '.join(stopped_by) or 'did not pass'}")]
-    report: dict[str, Any] = {
-        "campaign": m.campaign,
-        "manifest_digest": m.digest,
-        "generated_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "comparison": {"baseline": base, "candidate": cand},
-        "slo": m.slo.model_dump(),
-        "horizon_months": m.horizon_months,
-        "stopped_at": "quality_gate",
-        "fleets": {f.name: unmeasured_row(f.instance_type).model_dump() for f in m.fleets},
-        "demand_tok_s": None,
-        "monthly_delta_usd": None,
-        "migration": None,
-        "migration_cost_usd": None,
-        "payback_months": None,
-        "months_to_next_refresh": None,
-        "decision": dec.as_dict(),
-        "headline": {
-            "decided": False,
-            "blocked_by": [f"{g.what}: {g.reason}" for g in gaps],
-            "monthly_delta_usd": None,
-            "payback_months": None,
-            "instances_required": {f.name: None for f in m.fleets},
+    return Report(
+        **_identity(m),
+        stopped_at="quality_gate",
+        fleets={f.name: unmeasured_row(f.instance_type) for f in m.fleets},
+        demand_tok_s=None,
+        monthly_delta_usd=None,
+        migration=None,
+        migration_cost_usd=None,
+        payback_months=None,
+        months_to_next_refresh=None,
+        decision=dec,
+        headline=Headline(
+            decided=False,
+            blocked_by=[f"{g.what}: {g.reason}" for g in gaps],
+            monthly_delta_usd=None,
+            payback_months=None,
+            instances_required={f.name: None for f in m.fleets},
+        ),
+        gaps=list(gaps),
+        prometheus=None,
+        cloudwatch=None,
+        billing=None,
+        quality=quality_results(non_finite_to_null(given)),
+        provenance={
+            "manifest": ProvenanceEntry(**manifest_provenance(m)),
+            "quality": ProvenanceEntry(source="measured", detail="quality-gate results given by the campaign runner"),
         },
-        "gaps": list(gaps),
-        "prometheus": None,
-        "cloudwatch": None,
-        "billing": None,
-        "quality": dict(given),
-        "provenance": {
-            "manifest": manifest_provenance(m),
-            "quality": {"source": "measured", "detail": "quality-gate results given by the campaign runner"},
-        },
-        "series": {"fleets": {}},
-    }
-    return report
+        series=Series(fleets={}),
+    )

@@ -18,17 +18,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema, field_validator
 
 from analysis.errors import AnalysisError
 
 REPORT_VERSION = "2.1"
+
+_T = TypeVar("_T")
 
 Interval = tuple[float | None, float | None]  # a 95% interval's [low, high]; a null end: unbounded or unknown
 Point = tuple[float, float]  # one (x, y) of a plot series
@@ -1088,6 +1091,29 @@ class Report(_Model):
     def to_json(self) -> str:
         """report.json's text; non-finite floats become null (`ser_json_inf_nan`)."""
         return self.model_dump_json(indent=2)
+
+
+def non_finite_to_null(x: _T) -> _T:
+    """`x` with every Infinity/NaN float (JSON has none) made None, inside models, dicts, lists and
+    tuples alike, so the pages rendered from a report show what report.json says. Models are
+    copied only where a value changes; anything without a non-finite float is returned as is."""
+    return cast(_T, _finite(x))
+
+
+def _finite(x: Any) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, BaseModel):
+        values = {**x.__dict__, **(x.__pydantic_extra__ or {})}
+        changed = {k: new for k, v in values.items() if (new := _finite(v)) is not v}
+        return x.model_copy(update=changed) if changed else x
+    if isinstance(x, dict):
+        items = {k: _finite(v) for k, v in x.items()}
+        return items if any(items[k] is not v for k, v in x.items()) else x
+    if isinstance(x, list | tuple):
+        seq = [_finite(v) for v in x]
+        return type(x)(seq) if any(new is not old for new, old in zip(seq, x, strict=True)) else x
+    return x
 
 
 def _version(v: str) -> tuple[int, int]:

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from analysis.decision import DecisionInputs, Economics, decide
 from analysis.ledger import migration_ledger, monthly_delta, payback_months
+from analysis.report_model import ToSettle
 from core.manifest import Manifest
 
 GOOD = DecisionInputs(
@@ -138,6 +139,21 @@ MIG, HORIZON = 33_297.0, 12.0
 GO = MIG / HORIZON  # 2,774.75
 
 
+# What would settle an undecided interval (analysis.to_settle computes the real one): the decision
+# carries it exactly while it still aims at a threshold, so `to_settle is SETTLE` tells that it does.
+SETTLE = ToSettle(
+    threshold="go",
+    threshold_usd_per_month=2_774.75,
+    factor=2.4,
+    lower_bound=False,
+    requests={"inf2": 100, "g6": 100},
+    minutes=5.0,
+    usd=1.0,
+    by_fleet={},
+    basis="test",
+)
+
+
 def _at(delta: float, low: float | None, high: float | None, margin: float = 0.0, **kw: Any) -> DecisionInputs:
     econ = Economics(delta, low, high, GO + margin, GO + margin, GO + margin, MIG, HORIZON, margin)
     return replace(
@@ -147,6 +163,7 @@ def _at(delta: float, low: float | None, high: float | None, margin: float = 0.0
         migration_cost_usd=MIG,
         economics=econ,
         months_to_next_refresh=80,
+        to_settle=SETTLE,
         **kw,
     )
 
@@ -157,16 +174,17 @@ def _insufficient(reasons: list[str]) -> list[str]:
 
 def test_go_when_the_deltas_low_end_is_above_the_go_threshold() -> None:
     d = decide(_at(4_000.0, 3_000.0, 5_000.0))  # 3,000 > 2,774.75: pays back in 11.1 months even at the pessimistic end
-    assert d.state == "go" and d.aim is None and d.go_threshold_usd == pytest.approx(2_774.75)
+    assert d.state == "go" and d.to_settle is None and d.go_threshold_usd_per_month == pytest.approx(2_774.75)
     assert "the Go threshold 2,774.75 USD/month (migration 33,297.00 USD / 12 months" in d.reasons[0]
     # a low end exactly on the threshold pays back exactly at the horizon: not yet a Go
     on = decide(_at(4_000.0, 2_774.75, 5_000.0))
-    assert on.state == "defer" and on.aim == "go"
+    assert on.state == "defer" and on.to_settle is SETTLE
+    assert _insufficient(on.reasons)[0].startswith("evidence insufficient at the Go threshold")
 
 
 def test_defer_when_the_payback_is_beyond_the_horizon_even_at_the_optimistic_end() -> None:
     d = decide(_at(1_500.0, 1_000.0, 2_000.0))  # 0 < 2,000 <= 2,774.75, and 1,000 > 0: settled, not insufficient
-    assert d.state == "defer" and d.aim is None
+    assert d.state == "defer" and d.to_settle is None
     assert any(r.startswith("payback beyond the 12-month horizon even at the optimistic end") for r in d.reasons), (
         d.reasons
     )
@@ -176,7 +194,7 @@ def test_defer_when_the_payback_is_beyond_the_horizon_even_at_the_optimistic_end
 def test_the_issues_example_is_insufficient_at_the_go_threshold_not_at_zero() -> None:
     # 476 USD/month, 95% CI [-3,033, +4,053]: it straddles 0 too, but the action turns on 2,774.75
     d = decide(_at(476.0, -3_033.0, 4_053.0, settle_text="about 2.4x the requests"))
-    assert d.state == "defer" and d.aim == "go"
+    assert d.state == "defer" and d.to_settle is SETTLE
     [why] = _insufficient(d.reasons)
     assert why.startswith(
         "evidence insufficient at the Go threshold: monthly delta 476.00 USD, 95% CI [-3,033.00, 4,053.00] USD "
@@ -189,7 +207,7 @@ def test_insufficient_at_zero_once_go_is_ruled_out() -> None:
     # high end 1,500 <= 2,774.75: no Go even at the optimistic end; low end -500 <= 0 < 1,500: Defer or Reject is open
     for delta in (500.0, -200.0):  # a negative point whose interval reaches above 0 does not Reject
         d = decide(_at(delta, -500.0, 1_500.0))
-        assert d.state == "defer" and d.aim == "zero", d.reasons
+        assert d.state == "defer" and d.to_settle is SETTLE, d.reasons
         [why] = _insufficient(d.reasons)
         assert why.startswith("evidence insufficient at 0 (Defer or Reject): Go is ruled out"), why
         assert any(r.startswith("payback beyond the 12-month horizon even at the optimistic end") for r in d.reasons)
@@ -198,7 +216,7 @@ def test_insufficient_at_zero_once_go_is_ruled_out() -> None:
 def test_reject_when_the_deltas_high_end_is_at_or_below_zero() -> None:
     for high in (-100.0, 0.0):
         d = decide(_at(-1_000.0, -2_000.0, high))
-        assert d.state == "reject" and d.aim is None
+        assert d.state == "reject" and d.to_settle is None
         assert any("at or below 0 even at the optimistic end: inf2 is not cheaper than g6" in r for r in d.reasons), (
             d.reasons
         )
@@ -206,13 +224,13 @@ def test_reject_when_the_deltas_high_end_is_at_or_below_zero() -> None:
 
 def test_reject_on_quality_leaves_nothing_to_settle() -> None:
     d = decide(_at(476.0, -3_033.0, 4_053.0, candidate_quality_passed=False))
-    assert d.state == "reject" and d.aim is None  # more load cannot undo a failed quality gate
+    assert d.state == "reject" and d.to_settle is None  # more load cannot undo a failed quality gate
     assert "inf2: quality gate failed" in d.reasons
 
 
 def test_an_indifference_margin_raises_the_go_threshold() -> None:
     d = decide(_at(4_000.0, 3_000.0, 5_000.0, margin=500.0))  # 2,774.75 + 500 = 3,274.75 > the 3,000 low end
-    assert d.state == "defer" and d.aim == "go" and d.go_threshold_usd == pytest.approx(3_274.75)
+    assert d.state == "defer" and d.to_settle is SETTLE and d.go_threshold_usd_per_month == pytest.approx(3_274.75)
     assert "+ indifference margin 500.00 USD/month" in _insufficient(d.reasons)[0]
 
 

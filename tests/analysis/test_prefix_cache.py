@@ -158,5 +158,5 @@ def test_the_report_says_what_the_manifest_sets_not_the_stacks_default(
     m = load_manifest(write_manifest(tmp_path, manifest_data), check_files=False)
     write_jsonl(tmp_path / "r" / "records-g6-w0.jsonl", [rec(m, "g6", i) for i in range(5)])
     got = prefix_cache.section(m, load_records(tmp_path / "r", m.digest), None)
-    assert got["fleets"]["g6"]["caching"] == "off"
-    assert got["fleets"]["inf2"]["caching"] == ("on" if m.fleet("inf2").serving.resolved_prefix_caching else "off")
+    assert got.fleets["g6"].caching == "off"
+    assert got.fleets["inf2"].caching == ("on" if m.fleet("inf2").serving.resolved_prefix_caching else "off")

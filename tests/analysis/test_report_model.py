@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 from pathlib import Path
@@ -10,7 +11,14 @@ from typing import Any
 import pytest
 
 from analysis.report import ReportInputs, build_gate_report, build_report
-from analysis.report_model import REPORT_VERSION, Report, ReportInvalid, load_report, parse_report
+from analysis.report_model import (
+    REPORT_VERSION,
+    Report,
+    ReportInvalid,
+    load_report,
+    non_finite_to_null,
+    parse_report,
+)
 from tests.analysis.test_capacity import KW, _m, _three_steps, _write
 from tests.quality import quality_results
 
@@ -114,3 +122,42 @@ def test_render_refuses_a_bad_report_json_naming_the_field(
     assert main(["render", str(written), "--out", str(tmp_path / "again")]) == EXIT_BAD_INPUT
     assert "fleets.g6.requests" in capsys.readouterr().err
     assert not (tmp_path / "again").exists()
+
+
+def test_non_finite_floats_become_null_in_the_model_the_pages_render(written: Path) -> None:
+    r = load_report(written)
+    r.fleets["inf2"].p95_ttft_s = math.nan
+    r.monthly_delta_ci_usd = (math.inf, 1.0)
+    assert r.cloudwatch is None
+    r.cloudwatch = {"inf2": {"cpu": -math.inf, "nlb": 2.0}}
+    clean = non_finite_to_null(r)
+    assert clean.fleets["inf2"].p95_ttft_s is None and clean.monthly_delta_ci_usd == (None, 1.0)
+    assert clean.cloudwatch == {"inf2": {"cpu": None, "nlb": 2.0}}
+    assert r.fleets["inf2"].p95_ttft_s != r.fleets["inf2"].p95_ttft_s  # the original is left as it was
+    # what holds no non-finite float is the same object: nothing else is copied
+    assert clean.fleets["g6"] is r.fleets["g6"] and clean.decision is r.decision
+
+
+def _method_calls(node: ast.AST) -> list[ast.Attribute]:
+    return [n.func for n in ast.walk(node) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)]
+
+
+def test_the_report_is_assembled_as_a_model_not_round_tripped_through_a_dict() -> None:
+    """report.json's content is built as analysis.report_model.Report from the typed stages: no
+    stage's model or dataclass is turned into a dict for the report to validate it back (issue 38).
+    (evaluation_findings echoes manifest sections as provenance values: dicts by design.)"""
+    root = Path(__file__).resolve().parents[2] / "analysis"
+    checked: list[ast.AST] = []
+    for name in ("report.py", "evaluate.py", "intervals.py", "decision.py"):
+        checked.append(ast.parse((root / name).read_text(encoding="utf-8")))
+    assembly = ast.parse((root / "report_assembly.py").read_text(encoding="utf-8"))
+    checked += [f for f in assembly.body if isinstance(f, ast.FunctionDef) and f.name != "evaluation_findings"]
+    assert any(isinstance(f, ast.FunctionDef) and f.name == "assemble_report" for f in checked)
+    for node in checked:
+        calls = _method_calls(node)
+        where = getattr(node, "name", "a module")
+        assert not [c.attr for c in calls if c.attr in ("model_dump", "as_dict")], where
+        validated = [c.value for c in calls if c.attr == "model_validate"]
+        assert not [
+            v.id for v in validated if isinstance(v, ast.Name) and v.id in ("Report", "Decision", "FleetIntervalsModel")
+        ], where
