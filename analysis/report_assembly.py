@@ -75,7 +75,7 @@ def input_provenance(inp: ReportInputs) -> Findings:
         s = inp.settle
         found.provenance["settle"] = {
             "source": "measured",
-            "value": s.model_dump(mode="json"),
+            "value": s,
             "detail": f"settle phase: {s.stopped} ({s.detail}); {len(s.segments)} segment(s) over "
             f"{s.seconds:.0f} s; monthly delta 95% CI {s.delta_ci_before} before, "
             f"{s.delta_ci_after} after; decision {s.decision_before} -> {s.decision_after}",
@@ -167,7 +167,7 @@ def assemble_report(
         cloudwatch=non_finite_to_null(ev.cloudwatch) or None,
         time_to_ready=non_finite_to_null(ev.time_to_ready) or None,
         billing=_section(Billing, ev.billing or None),
-        quality=quality_results(non_finite_to_null(inp.quality)) if inp.quality is not None else None,
+        quality=non_finite_to_null(dict(inp.quality)) if inp.quality is not None else None,
         provenance=found.provenance,
         sensitivity=evaluation.sensitivity,
         series=_series(m, rec.records, rec.base, head),
@@ -299,7 +299,7 @@ def assemble_gate_report(m: Manifest, given: QualityInput) -> Report:
         prometheus=None,
         cloudwatch=None,
         billing=None,
-        quality=quality_results(non_finite_to_null(given)),
+        quality=non_finite_to_null(dict(given)),
         provenance={
             "manifest": ProvenanceEntry(**manifest_provenance(m)),
             "quality": ProvenanceEntry(source="measured", detail="quality-gate results given by the campaign runner"),

@@ -100,7 +100,7 @@ def test_without_a_capacity_search_block_the_stages_settle_with_its_defaults(
     assert fleets.replay_s > 0
     settled = SettleOutcome.read(tmp_path / "capacity")
     assert settled is not None, lines
-    assert rep.provenance["settle"].value["stopped"] == settled.stopped.value
+    assert rep.model_dump(mode="json")["provenance"]["settle"]["value"]["stopped"] == settled.stopped.value
     # The plan's gate is assumed, and the report says so.
     quality = read_quality(tmp_path / QUALITY_FILE)
     assert quality is not None and all(q.model_extra and "assumed" in q.model_extra for q in quality.values())
