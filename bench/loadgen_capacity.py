@@ -6,7 +6,7 @@ TTFT error against a server whose latency is known exactly (fixed TTFT and ITL).
 
 Concurrency ~= rate x (ttft + tokens x itl); tokens/s ~= rate x tokens once the first
 streams end (after ttft + tokens x itl). Defaults aim at >= 500 streams and 20,000 tokens/s.
-The Locust worker is pinned to core 0 and the server (bench/fixed_latency_server.py) to
+The Locust worker is pinned to core 0 and the server (testing/fixed_latency_server.py) to
 core 1, so "one worker on one core" is literal and the server's CPU is never the client's.
 Prints figures only; pass/fail is the reader's call against the targets.
 
@@ -39,9 +39,9 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.fixed_latency_server import ServerStats, serve_in_process  # noqa: E402
 from core.quantiles import interpolated_quantile  # noqa: E402
 from core.records import RequestRecord  # noqa: E402
+from testing.fixed_latency_server import ServerStats, serve_in_process  # noqa: E402
 
 
 def _pin(core: int) -> bool:

@@ -13,7 +13,7 @@ request streaming `--tokens` tokens) at which, on one core:
 - the schedule lag P99 is under 5 ms: each request's send against the time it was due;
 - the TTFT error P99 is under 10 ms: the tool's TTFT (from its own send to the first token)
   minus the server's ground truth (first token written - request arrived, both on the
-  machine's one CLOCK_MONOTONIC; bench/reference_server.py);
+  machine's one CLOCK_MONOTONIC; testing/reference_server.py);
 and the server kept its schedule (90% of its token writes, first ones too, within 2 ms of
 their due time: reference_server.kept_schedule), else the probe is "server-limited" and is no
 pass either.
@@ -23,7 +23,7 @@ seconds of them, and at least 30; the achieved rate over all of them. Each probe
 the TTFT error split in two: the send side (the request's arrival at the server - the tool's
 send) and the read side (the tool's first-token stamp - the server's write).
 
-One reference server (bench/reference_server.py) runs on core 1 for the whole run; it first
+One reference server (testing/reference_server.py) runs on core 1 for the whole run; it first
 measures its own ceiling with a bulk reader (`server_tokens_per_s`). Then each tool runs on
 core 0, taking turns probe by probe so a noisy spell of this shared machine falls on both:
 - ours: one Locust worker (loadgen.launch.run_fleet), completions API, the same prompts;
@@ -93,7 +93,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import loadgen_efficiency as eff  # noqa: E402
-from bench import reference_server as refsrv  # noqa: E402
 from core.manifest import load_manifest  # noqa: E402
 from core.quantiles import interpolated_quantile  # noqa: E402
 from core.schedule import build_schedule  # noqa: E402
@@ -101,6 +100,7 @@ from loadgen.openai_request import request_id_header  # noqa: E402
 from loadgen.prompts import PromptBuilder  # noqa: E402
 from loadgen.recording import read_records  # noqa: E402
 from loadgen.summary import load_summary  # noqa: E402
+from testing import reference_server as refsrv  # noqa: E402
 
 CLIENT_CORE, SERVER_CORE = 0, 1
 FLEET = "g6"  # the reference server ignores the fleet; records need one

@@ -1,5 +1,5 @@
 """Stand-ins for what AWS does around the load-generator tasks, for the offline cloud path
-(bench/cloud_offline.py, `make cloud-offline`, and its test).
+(testing/cloud_offline.py, `make cloud-offline`, and its test).
 
 `LocalTaskLauncher` implements campaign.cloud_run.TaskLauncher with local processes: each
 "task" runs the container exactly as the synthesized task definition describes it (the
