@@ -60,7 +60,7 @@ def main() -> int:
         )
     else:
         print("\n=== TTFT/TPOT vs vllm bench serve: skipped, no .venv-engine (make engine)", flush=True)
-    _run("emulator vs published measurements", [py, "bench/calibration.py"])
+    _run("emulator vs published measurements", [py, "-m", "runtime.emulator.calibrate"])
     _run("analysis throughput", [py, "bench/analysis_throughput.py", *(["--records", "200000"] if a.quick else [])])
     _run("prompt synthesis", [py, "bench/prompt_build.py", *(["--runs", "1"] if a.quick else [])])
     # about 10 min per trace (a whole local campaign each): --quick runs the Mooncake excerpt only
