@@ -1,9 +1,9 @@
 """The load generator's ceiling, ours and `vllm bench serve`'s, found in the same run; or
 (`--efficiency`) the client CPU each of them spends per streamed token at rates the server holds.
 
-    .venv/bin/python bench/loadgen_ceiling.py [--json] [--tokens 500] [--itl 0.025] [--ttft 0.05]
+    .venv/bin/python -m bench.loadgen_ceiling [--json] [--tokens 500] [--itl 0.025] [--ttft 0.05]
         [--steady 5] [--probes 4] [--ours-start 60] [--vllm-start 6] [--no-vllm] [--baseline REF] [--keep DIR]
-    .venv/bin/python bench/loadgen_ceiling.py --efficiency [--repeat 3] [--rates R1,R2,R3] [--json]
+    .venv/bin/python -m bench.loadgen_ceiling --efficiency [--repeat 3] [--rates R1,R2,R3] [--json]
         [--vllm-start 20] [--probes 6] [--baseline REF] [--keep DIR]
 
 The ceiling of a load generator is the highest offered rate (requests/s, evenly spaced, each
@@ -89,18 +89,17 @@ from typing import Any, Protocol
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench import loadgen_efficiency as eff
+from core.manifest import load_manifest
+from core.quantiles import interpolated_quantile
+from core.schedule import build_schedule
+from loadgen.openai_request import request_id_header
+from loadgen.prompts import PromptBuilder
+from loadgen.recording import read_records
+from loadgen.summary import load_summary
+from testing import reference_server as refsrv
 
-from bench import loadgen_efficiency as eff  # noqa: E402
-from core.manifest import load_manifest  # noqa: E402
-from core.quantiles import interpolated_quantile  # noqa: E402
-from core.schedule import build_schedule  # noqa: E402
-from loadgen.openai_request import request_id_header  # noqa: E402
-from loadgen.prompts import PromptBuilder  # noqa: E402
-from loadgen.recording import read_records  # noqa: E402
-from loadgen.summary import load_summary  # noqa: E402
-from testing import reference_server as refsrv  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 CLIENT_CORE, SERVER_CORE = 0, 1
 FLEET = "g6"  # the reference server ignores the fleet; records need one
@@ -430,14 +429,15 @@ def _manifest(workdir: Path, shape: Shape, rate: float) -> Path:
     return path
 
 
+# Run with the checkout's root first on PYTHONPATH, so a baseline revision's loadgen/ and core/
+# are the ones imported rather than this environment's editable install.
 _RUN_OURS = (
     "import sys\n"
-    "sys.path.insert(0, sys.argv[1])\n"
     "from pathlib import Path\n"
     "from loadgen.launch import run_fleet\n"
     "from loadgen.replay_options import ReplayOptions\n"
     "opts = ReplayOptions(api='completions', warmup=False, tokenizer_check=False)\n"
-    "run_fleet(Path(sys.argv[2]), sys.argv[3], sys.argv[4], Path(sys.argv[5]), options=opts)\n"
+    "run_fleet(Path(sys.argv[1]), sys.argv[2], sys.argv[3], Path(sys.argv[4]), options=opts)\n"
 )
 
 
@@ -461,8 +461,9 @@ class Ours:
         self.server.truth()  # forget what came before
         t = time.monotonic()
         proc = subprocess.Popen(
-            [sys.executable, "-c", _RUN_OURS, str(self.root), str(mpath), FLEET, self.server.url, str(wd / "run")],
+            [sys.executable, "-c", _RUN_OURS, str(mpath), FLEET, self.server.url, str(wd / "run")],
             cwd=self.root,
+            env={**os.environ, "PYTHONPATH": str(self.root)},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )

@@ -1,6 +1,6 @@
 """Our replayer next to vLLM's own benchmark client, same requests, same real vLLM server.
 
-    .venv/bin/python bench/vllm_bench_compare.py [--url http://127.0.0.1:PORT] [--requests 24]
+    .venv/bin/python -m bench.vllm_bench_compare [--url http://127.0.0.1:PORT] [--requests 24]
         [--rate 1] [--input 256] [--output 32]
 
 One fixed request set (constant rate, fixed input/output lengths, the exact prompt texts our
@@ -39,19 +39,18 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from campaign import engine as engines
+from campaign.processes import Supervisor
+from core.manifest import load_manifest
+from core.quantiles import interpolated_quantile
+from core.records import Outcome
+from core.schedule import build_schedule
+from loadgen.launch import run_fleet
+from loadgen.prompts import PromptBuilder
+from loadgen.recording import read_records
+from loadgen.replay_options import ReplayOptions
 
-from campaign import engine as engines  # noqa: E402
-from campaign.processes import Supervisor  # noqa: E402
-from core.manifest import load_manifest  # noqa: E402
-from core.quantiles import interpolated_quantile  # noqa: E402
-from core.records import Outcome  # noqa: E402
-from core.schedule import build_schedule  # noqa: E402
-from loadgen.launch import run_fleet  # noqa: E402
-from loadgen.prompts import PromptBuilder  # noqa: E402
-from loadgen.recording import read_records  # noqa: E402
-from loadgen.replay_options import ReplayOptions  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 REAL_MANIFEST = ROOT / "manifests" / "tiny-llama-real-engine.yaml"
 FLEET = "g6"

@@ -12,9 +12,6 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT
-
-sys.path.insert(0, str(ROOT))
 from bench import loadgen_ceiling as ceiling
 from bench import loadgen_efficiency as eff
 
