@@ -1,7 +1,7 @@
 """Our replayer next to vLLM's own benchmark client, same requests, same real vLLM server.
 
     .venv/bin/python -m bench.vllm_bench_compare [--url http://127.0.0.1:PORT] [--requests 24]
-        [--rate 1] [--input 256] [--output 32]
+        [--rate 1] [--input 256] [--output 32] [--json]
 
 One fixed request set (constant rate, fixed input/output lengths, the exact prompt texts our
 PromptBuilder makes) goes to one real vLLM server (CPU build; started here from .venv-engine
@@ -33,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -258,6 +258,9 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=1.0, help="requests per second per tool, evenly spaced")
     ap.add_argument("--input", type=int, default=256, help="prompt tokens per request")
     ap.add_argument("--output", type=int, default=32, help="output tokens per request (ignore_eos)")
+    ap.add_argument(
+        "--json", action="store_true", help="after the table, one line of JSON: each tool's per-request figures"
+    )
     a = ap.parse_args()
     m = load_manifest(a.manifest)
     checkpoint = engines.checkpoint_dir(m)
@@ -282,6 +285,8 @@ def main() -> int:
     print(HEADER)
     print(c.ours.row())
     print(c.vllm.row())
+    if a.json:
+        print(json.dumps({"ours": asdict(c.ours), "vllm": asdict(c.vllm)}))
     return 0
 
 
