@@ -53,7 +53,7 @@ plan: install
 # (RECORDS=10000000 for the README's figure).
 RECORDS ?= 1000000
 bench: install
-	$(PY) bench/analysis_throughput.py --records $(RECORDS)
+	$(PY) -m bench.analysis_throughput --records $(RECORDS)
 
 # The system programs no pinned package ships, installed from the OS's packages only when missing
 # (as root, or through passwordless sudo; otherwise it stops and names the one command to run):
