@@ -53,7 +53,7 @@ plan: install
 # (RECORDS=10000000 for the README's figure).
 RECORDS ?= 1000000
 bench: install
-	$(PY) bench/analysis_throughput.py --records $(RECORDS)
+	$(PY) -m bench.analysis_throughput --records $(RECORDS)
 
 # The system programs no pinned package ships, installed from the OS's packages only when missing
 # (as root, or through passwordless sudo; otherwise it stops and names the one command to run):
@@ -120,7 +120,7 @@ docs: install
 lint: install
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
-	.venv/bin/mypy core campaign runtime loadgen analysis stacks app.py
+	.venv/bin/mypy core campaign runtime loadgen analysis stacks testing app.py
 	.venv/bin/lint-imports
 
 # The real engine: vLLM's CPU build in its own venv (vLLM pins torch/transformers releases
@@ -149,21 +149,21 @@ real-engine: install engine tiny-model
 
 # `campaign run` end to end on this machine through the Fargate seam: the synthesized task
 # definitions as local processes, emulated fleets (measure_instances each) behind their
-# endpoints, moto for S3, CloudFormation, Auto Scaling and CloudWatch (bench/cloud_offline.py).
+# endpoints, moto for S3, CloudFormation, Auto Scaling and CloudWatch (testing/cloud_offline.py).
 cloud-offline: install
-	@$(call decision_ok,$(PY) bench/cloud_offline.py $(MANIFEST) --out runs/cloud-offline)
+	@$(call decision_ok,$(PY) -m testing.cloud_offline $(MANIFEST) --out runs/cloud-offline)
 
 # `campaign run` through the same Fargate seam against real vLLM engines (CPU build), one per fleet
 # on its own core, behind an NLB stand-in reached through the client's resolver seam, targets
-# becoming healthy one by one and one dropping out during a step (bench/nlb_stand_in.py); about
+# becoming healthy one by one and one dropping out during a step (testing/nlb_stand_in.py); about
 # 4 min on 2 cores. tests/cloud/test_cloud_offline_engine.py runs it in `make test`.
 cloud-offline-engine: install engine tiny-model
-	@$(call decision_ok,$(PY) bench/cloud_offline.py $(REAL_ENGINE_MANIFEST) --engine vllm-cpu --out runs/cloud-offline-engine)
+	@$(call decision_ok,$(PY) -m testing.cloud_offline $(REAL_ENGINE_MANIFEST) --engine vllm-cpu --out runs/cloud-offline-engine)
 
 # The newest runs/*/report.html rendered by headless Chromium (Debian `chromium`) to report.png beside
 # it; prints the figures' sizes and fails on a console error, a page error or a request off file://.
 report-screenshot: install
-	$(PY) bench/report_browser.py $(REPORT)
+	$(PY) -m testing.report_browser $(REPORT)
 
 clean:
 	rm -rf .venv .venv-checkov .venv-engine .cache/tiny-llama cdk.out runs node_modules

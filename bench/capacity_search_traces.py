@@ -1,6 +1,6 @@
 """The automatic capacity search on every shipped trace, with no tuning: prints where it stopped.
 
-    .venv/bin/python bench/capacity_search_traces.py [--traces conv code mooncake] [--out DIR]
+    .venv/bin/python -m bench.capacity_search_traces [--traces conv code mooncake] [--out DIR]
 
 For each trace, the example manifest is copied with only the trace (path, format, sha256) and,
 for the 600 s Mooncake excerpt, the window's start changed; `capacity_search` keeps the

@@ -5,7 +5,7 @@ holds them all) as a subprocess, opens N concurrent streams from this process, t
 emulator's own step lag (actual minus scheduled step end) from /emulator/stats and prints it
 against the model's step time. Lag well below the step time means the emulator kept up.
 
-    .venv/bin/python bench/emulator_capacity.py [--streams 1000] [--max-tokens 40]
+    .venv/bin/python -m bench.emulator_capacity [--streams 1000] [--max-tokens 40]
 """
 
 from __future__ import annotations

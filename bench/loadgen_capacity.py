@@ -1,12 +1,12 @@
 """Capacity of one loadgen worker: concurrent streams, streamed tokens/s, schedule lag, and
 TTFT error against a server whose latency is known exactly (fixed TTFT and ITL).
 
-    .venv/bin/python bench/loadgen_capacity.py [--rate 42] [--seconds 40] [--tokens 500] [--itl 0.025]
-    .venv/bin/python bench/loadgen_capacity.py --server emulator [--fleet inf2] [--rate 2] [--tokens 200]
+    .venv/bin/python -m bench.loadgen_capacity [--rate 42] [--seconds 40] [--tokens 500] [--itl 0.025]
+    .venv/bin/python -m bench.loadgen_capacity --server emulator [--fleet inf2] [--rate 2] [--tokens 200]
 
 Concurrency ~= rate x (ttft + tokens x itl); tokens/s ~= rate x tokens once the first
 streams end (after ttft + tokens x itl). Defaults aim at >= 500 streams and 20,000 tokens/s.
-The Locust worker is pinned to core 0 and the server (bench/fixed_latency_server.py) to
+The Locust worker is pinned to core 0 and the server (testing/fixed_latency_server.py) to
 core 1, so "one worker on one core" is literal and the server's CPU is never the client's.
 Prints figures only; pass/fail is the reader's call against the targets.
 
@@ -36,12 +36,11 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from core.quantiles import interpolated_quantile
+from core.records import RequestRecord
+from testing.fixed_latency_server import ServerStats, serve_in_process
 
-from bench.fixed_latency_server import ServerStats, serve_in_process  # noqa: E402
-from core.quantiles import interpolated_quantile  # noqa: E402
-from core.records import RequestRecord  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _pin(core: int) -> bool:

@@ -1,6 +1,6 @@
 """TTFT P95 of our load generator vs a peer tool (NVIDIA AIPerf), same load, same emulator.
 
-    .venv/bin/python bench/peer_compare.py [--rate 3] [--seconds 20] [--input 128] [--output 64]
+    .venv/bin/python -m bench.peer_compare [--rate 3] [--seconds 20] [--input 128] [--output 64]
         [--fleet inf2] [--aiperf PATH/TO/aiperf]
 
 One fixed request set (constant rate, fixed input/output lengths, the exact prompt texts our
@@ -23,7 +23,7 @@ prometheus-client~=0.23 (we pin 0.26), so it goes into its own virtual environme
 
     python3.11 -m venv /tmp/aiperf-venv
     /tmp/aiperf-venv/bin/pip install -r bench/requirements-peer.txt
-    .venv/bin/python bench/peer_compare.py --aiperf /tmp/aiperf-venv/bin/aiperf
+    .venv/bin/python -m bench.peer_compare --aiperf /tmp/aiperf-venv/bin/aiperf
 
 It runs offline: aiperf gets a local tokenizer directory written here (a WordLevel tokenizer.json
 that counts like the emulator's word tokenizer) plus `--use-server-token-count`, so nothing is
@@ -49,14 +49,13 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from analysis.histogram import histogram_quantile
+from campaign.local import start_emulator
+from campaign.processes import Supervisor
+from core.manifest import load_manifest
+from core.quantiles import interpolated_quantile
 
-from analysis.histogram import histogram_quantile  # noqa: E402
-from campaign.local import start_emulator  # noqa: E402
-from campaign.processes import Supervisor  # noqa: E402
-from core.manifest import load_manifest  # noqa: E402
-from core.quantiles import interpolated_quantile  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 TTFT_METRIC = "vllm:time_to_first_token_seconds"
 

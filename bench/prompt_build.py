@@ -1,7 +1,7 @@
 """Prompt synthesis time for a manifest's whole schedule: every request's exact-length prompt,
 as `Replayer.prepare` builds them before the clock starts. Prints figures; asserts nothing.
 
-    .venv/bin/python bench/prompt_build.py [MANIFEST] [--tokenizer tokenizer.json] [--runs 5]
+    .venv/bin/python -m bench.prompt_build [MANIFEST] [--tokenizer tokenizer.json] [--runs 5]
 
 `--tokenizer` swaps in a Hugging Face tokenizer.json (tokenizer.kind huggingface) for the
 manifest's own, e.g. to time a byte-level BPE whose filler words are several tokens each.
@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from core.manifest import load_manifest
 from core.schedule import build_schedule

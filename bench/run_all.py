@@ -1,6 +1,6 @@
 """Every benchmark in one run, one after another so they do not compete for the cores.
 
-    .venv/bin/python bench/run_all.py [--quick]
+    .venv/bin/python -m bench.run_all [--quick]
 
 Prints each benchmark's own figures, then the CDK synth time (median of 3, in-process app
 through `python app.py`). --quick shrinks the sizes for a smoke run.
@@ -48,25 +48,26 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="small sizes: a smoke run, not figures to quote")
     a = ap.parse_args()
     py = sys.executable
-    _run("emulator capacity", [py, "bench/emulator_capacity.py", *(["--streams", "200"] if a.quick else [])])
+    _run("emulator capacity", [py, "-m", "bench.emulator_capacity", *(["--streams", "200"] if a.quick else [])])
     _run(
-        "loadgen capacity", [py, "bench/loadgen_capacity.py", *(["--rate", "10", "--seconds", "5"] if a.quick else [])]
+        "loadgen capacity",
+        [py, "-m", "bench.loadgen_capacity", *(["--rate", "10", "--seconds", "5"] if a.quick else [])],
     )
-    _run("TTFT vs peer tool (aiperf)", [py, "bench/peer_compare.py", *(["--seconds", "10"] if a.quick else [])])
+    _run("TTFT vs peer tool (aiperf)", [py, "-m", "bench.peer_compare", *(["--seconds", "10"] if a.quick else [])])
     if (ROOT / ".venv-engine" / "bin" / "python").is_file():  # `make engine`; it starts one real vLLM (CPU)
         _run(
             "TTFT/TPOT vs vllm bench serve (real vLLM, CPU)",
-            [py, "bench/vllm_bench_compare.py", *(["--requests", "10"] if a.quick else [])],
+            [py, "-m", "bench.vllm_bench_compare", *(["--requests", "10"] if a.quick else [])],
         )
     else:
         print("\n=== TTFT/TPOT vs vllm bench serve: skipped, no .venv-engine (make engine)", flush=True)
-    _run("emulator vs published measurements", [py, "bench/calibration.py"])
-    _run("analysis throughput", [py, "bench/analysis_throughput.py", *(["--records", "200000"] if a.quick else [])])
-    _run("prompt synthesis", [py, "bench/prompt_build.py", *(["--runs", "1"] if a.quick else [])])
+    _run("emulator vs published measurements", [py, "-m", "runtime.emulator.calibrate"])
+    _run("analysis throughput", [py, "-m", "bench.analysis_throughput", *(["--records", "200000"] if a.quick else [])])
+    _run("prompt synthesis", [py, "-m", "bench.prompt_build", *(["--runs", "1"] if a.quick else [])])
     # about 10 min per trace (a whole local campaign each): --quick runs the Mooncake excerpt only
     _run(
         "capacity search on every shipped trace",
-        [py, "bench/capacity_search_traces.py", *(["--traces", "mooncake"] if a.quick else [])],
+        [py, "-m", "bench.capacity_search_traces", *(["--traces", "mooncake"] if a.quick else [])],
     )
     t = synth_seconds(1 if a.quick else 3)
     print(f"\n=== cdk synth (python app.py): median {statistics.median(t):.1f} s over {len(t)} run(s)")

@@ -1,7 +1,7 @@
 """Our replayer next to vLLM's own benchmark client, same requests, same real vLLM server.
 
-    .venv/bin/python bench/vllm_bench_compare.py [--url http://127.0.0.1:PORT] [--requests 24]
-        [--rate 1] [--input 256] [--output 32]
+    .venv/bin/python -m bench.vllm_bench_compare [--url http://127.0.0.1:PORT] [--requests 24]
+        [--rate 1] [--input 256] [--output 32] [--json]
 
 One fixed request set (constant rate, fixed input/output lengths, the exact prompt texts our
 PromptBuilder makes) goes to one real vLLM server (CPU build; started here from .venv-engine
@@ -33,25 +33,24 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from campaign import engine as engines
+from campaign.processes import Supervisor
+from core.manifest import load_manifest
+from core.quantiles import interpolated_quantile
+from core.records import Outcome
+from core.schedule import build_schedule
+from loadgen.launch import run_fleet
+from loadgen.prompts import PromptBuilder
+from loadgen.recording import read_records
+from loadgen.replay_options import ReplayOptions
 
-from campaign import engine as engines  # noqa: E402
-from campaign.processes import Supervisor  # noqa: E402
-from core.manifest import load_manifest  # noqa: E402
-from core.quantiles import interpolated_quantile  # noqa: E402
-from core.records import Outcome  # noqa: E402
-from core.schedule import build_schedule  # noqa: E402
-from loadgen.launch import run_fleet  # noqa: E402
-from loadgen.prompts import PromptBuilder  # noqa: E402
-from loadgen.recording import read_records  # noqa: E402
-from loadgen.replay_options import ReplayOptions  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 REAL_MANIFEST = ROOT / "manifests" / "tiny-llama-real-engine.yaml"
 FLEET = "g6"
@@ -259,6 +258,9 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=1.0, help="requests per second per tool, evenly spaced")
     ap.add_argument("--input", type=int, default=256, help="prompt tokens per request")
     ap.add_argument("--output", type=int, default=32, help="output tokens per request (ignore_eos)")
+    ap.add_argument(
+        "--json", action="store_true", help="after the table, one line of JSON: each tool's per-request figures"
+    )
     a = ap.parse_args()
     m = load_manifest(a.manifest)
     checkpoint = engines.checkpoint_dir(m)
@@ -283,6 +285,8 @@ def main() -> int:
     print(HEADER)
     print(c.ours.row())
     print(c.vllm.row())
+    if a.json:
+        print(json.dumps({"ours": asdict(c.ours), "vllm": asdict(c.vllm)}))
     return 0
 
 

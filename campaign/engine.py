@@ -47,7 +47,7 @@ VLLM_CPU_NOTE = (
 
 
 def emulator_error(m: Manifest | None = None) -> str:
-    """The emulator's out-of-sample error as `bench/calibration.py --fit` pinned it in
+    """The emulator's out-of-sample error as `python -m runtime.emulator.calibrate --fit` pinned it in
     data/calibration/efficiency.json (each group's --loso band): per fleet of `m` (a fleet whose
     efficiency the manifest assumes has none), else per vendor family of the fitted groups.
     Read from the file, never refitted here."""
@@ -66,7 +66,7 @@ def emulator_error(m: Manifest | None = None) -> str:
     for g in catalog.calibration_groups().values():
         if g.error_band and g.vendor not in bands:
             bands[g.vendor] = f"{' and '.join(g.accelerators) or g.vendor} rows: {g.error_band}"
-    return "; ".join(bands.values()) or "no out-of-sample error is pinned (bench/calibration.py --fit)"
+    return "; ".join(bands.values()) or "no out-of-sample error is pinned (python -m runtime.emulator.calibrate --fit)"
 
 
 def emulator_note(m: Manifest | None = None) -> str:

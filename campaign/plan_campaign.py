@@ -8,7 +8,7 @@ what would settle it; from the simulated steps' durations and the price snapshot
 cloud campaign will take and what it will cost.
 
 Every figure here is a prediction of the emulator, whose out-of-sample error the plan prints
-beside it (the calibration band in each fleet's efficiency provenance, bench/calibration.py
+beside it (the calibration band in each fleet's efficiency provenance, runtime/emulator/calibrate.py
 --loso). The quality gate is assumed to pass: it is not predicted.
 """
 

@@ -104,7 +104,7 @@ NVIDIA_A10G = Accelerator(
         "'share the same GPU memory and bandwidth', '24 gigabytes of GDDR6 VRAM with a memory bandwidth of 600 gigabytes per "
         "second', and differ 'most notably around tensor compute'; its spec table (an image, not in the stored text) is "
         "the usual source of the A10G's 70 TFLOPS dense FP16 tensor figure. Treat 70 as a lower-confidence figure",
-        "bench/calibration.py: the A10G rows need >= 57 TFLOPS delivered at one user (0.81 of 70), above the 0.76 "
+        "runtime/emulator/calibrate.py: the A10G rows need >= 57 TFLOPS delivered at one user (0.81 of 70), above the 0.76 "
         "upper bound on a prefill's compute fraction (data/calibration/SOURCES.md)",
     ),
 )
@@ -389,7 +389,7 @@ class CalibratedEfficiency:
     request_overhead_ms: float
     rows: tuple[str, ...]  # ids in data/calibration/published.csv
     method: str
-    # bench/calibration.py --loso over the group's vendor family, as --fit stored it: holdout,
+    # runtime/emulator/calibrate.py --loso over the group's vendor family, as --fit stored it: holdout,
     # rows, median_abs_rel_error and max_abs_rel_error per metric (output_tok_s, ttft_ms, itl_ms)
     out_of_sample: dict[str, Any] | None = None
     accelerators: tuple[str, ...] = ()  # of the rows it was fitted on

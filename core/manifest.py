@@ -176,7 +176,7 @@ class Efficiency(_Frozen):
     """Fraction of the roofline a real stack reaches, and its fixed costs per scheduler step.
 
     Either `calibration` names a group fitted on published measurements
-    (data/calibration/efficiency.json, written by `bench/calibration.py --fit`), or the numbers
+    (data/calibration/efficiency.json, written by `python -m runtime.emulator.calibrate --fit`), or the numbers
     are given here (assumed: the seed's 60-80% of theoretical), never both.
     """
 

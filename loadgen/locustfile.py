@@ -12,31 +12,30 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-# Locust runs this file by path: make the directory holding our packages importable (the
-# checkout, or site-packages for an installed copy, where this is a no-op).
-_ROOT = Path(__file__).resolve().parent.parent
-if str(_ROOT) not in sys.path:
-    sys.path.insert(0, str(_ROOT))
+# Locust imports this file by path, putting only the working directory and loadgen/ on sys.path
+# (locust 2.47 locust/util/load_locustfile.py, load_locustfile). `loadgen.*` and `core.*` import
+# because whatever starts Locust puts the directory holding our packages on PYTHONPATH: locally
+# loadgen/launch.py (run_fleet); on Fargate the image's ENV PYTHONPATH=/app (Dockerfile: core/ and
+# loadgen/ are copied there), which loadgen/task_entry.py's Locust inherits and
+# testing/offline_tasks.py reproduces offline.
+import gevent
+from locust import User, events, task
+from locust.env import Environment
+from locust.exception import StopUser
+from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 
-import gevent  # noqa: E402
-from locust import User, events, task  # noqa: E402
-from locust.env import Environment  # noqa: E402
-from locust.exception import StopUser  # noqa: E402
-from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner  # noqa: E402
-
-from core.manifest import load_manifest  # noqa: E402
-from core.records import Outcome, RequestRecord  # noqa: E402
-from loadgen.launch import SETUP_FAILED  # noqa: E402
-from loadgen.metrics import ClientMetrics  # noqa: E402
-from loadgen.openai_request import PATHS  # noqa: E402
-from loadgen.replay import ReplayConfig, Replayer  # noqa: E402
-from loadgen.replay_options import add_arguments as add_replay_arguments  # noqa: E402
-from loadgen.replay_options import from_namespace as replay_options  # noqa: E402
+from core.manifest import load_manifest
+from core.records import Outcome, RequestRecord
+from loadgen.launch import SETUP_FAILED
+from loadgen.metrics import ClientMetrics
+from loadgen.openai_request import PATHS
+from loadgen.replay import ReplayConfig, Replayer
+from loadgen.replay_options import add_arguments as add_replay_arguments
+from loadgen.replay_options import from_namespace as replay_options
 
 log = logging.getLogger("loadgen")
 DONE_MSG = "loadgen_done"

@@ -114,7 +114,7 @@ _FLAGS = (
         "resolver",
         "--resolver",
         RESOLVER_ENV,
-        "look the host name up at this loopback answer source (http://127.0.0.1:PORT/PATH, e.g. bench/nlb_dns.py) "
+        "look the host name up at this loopback answer source (http://127.0.0.1:PORT/PATH, e.g. testing/nlb_dns.py) "
         "instead of the system resolver",
     ),
 )

@@ -9,7 +9,7 @@ Offline there is no such name, so a run may name an answer source instead (`LOAD
 
     GET <path>?name=<host name>   ->   {"name": "<host name>", "addresses": ["127.0.0.2", ...]}
 
-as the NLB's DNS would (bench/nlb_dns.py is one). Only IP addresses come back, as in a DNS
+as the NLB's DNS would (testing/nlb_dns.py is one). Only IP addresses come back, as in a DNS
 A/AAAA answer: the port stays the one of the host's URL (the listener's). This module holds that contract; the lookup itself
 runs in the client (loadgen/client.py), on gevent's sockets.
 """

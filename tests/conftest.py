@@ -10,7 +10,7 @@ import yaml
 
 # One moto server for the tests and `make cloud-offline`: a free loopback port, an empty account,
 # the AWS_* variables set for this process and its children (tests import it from here).
-from bench.cloud_offline import moto_server as moto_server
+from testing.cloud_offline import moto_server as moto_server
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_MANIFEST = ROOT / "manifests" / "llama3-8b-inf2-vs-g6.yaml"

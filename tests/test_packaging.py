@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 WHEEL_PACKAGES: list[str] = PYPROJECT["tool"]["setuptools"]["packages"]
 MAPPED = set(PYPROJECT["tool"]["setuptools"].get("package-dir", {}))  # data directories shipped as packages
-NOT_SHIPPED = {"tests", "bench", "node_modules", "cdk.out", "build", "runs"}
+NOT_SHIPPED = {"tests", "bench", "testing", "node_modules", "cdk.out", "build", "runs"}
 MANIFEST = ROOT / "manifests" / "llama3-8b-inf2-vs-g6.yaml"
 
 

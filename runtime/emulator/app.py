@@ -373,7 +373,7 @@ async def _scheduler_ctx(app: web.Application) -> AsyncIterator[None]:
 
 def create_app(cfg: EmulatorConfig, timing: TimingModel | None = None) -> web.Application:
     """The app; the scheduler task starts and stops with it (aiohttp cleanup context).
-    `timing` replaces the fleet's own (bench/calibration.py's rows: configurations no manifest
+    `timing` replaces the fleet's own (runtime/emulator/calibrate.py's rows: configurations no manifest
     fleet describes)."""
     app = web.Application(middlewares=[_errors], client_max_size=16 * 1024 * 1024)
     timing = timing or TimingModel.for_fleet(cfg.manifest, cfg.fleet)

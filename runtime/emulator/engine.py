@@ -2,7 +2,7 @@
 
 The same Engine runs the live emulator (runtime/emulator/scheduler.py sleeps each step's
 duration on the event loop) and the simulated-time replays (runtime/emulator/simulate.py, used
-by bench/calibration.py), so a benchmark of the model is a benchmark of the server.
+by runtime/emulator/calibrate.py), so a benchmark of the model is a benchmark of the server.
 
 What a step contains follows the stack's policy (core/scheduling.py):
 - Neuron (static shapes): a prefill step encodes the admitted prompts one pass each (context

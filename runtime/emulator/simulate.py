@@ -26,7 +26,7 @@ class Load:
     kind: LoadKind
     value: float  # users (concurrency), requests/s (rate); 1 for synchronous
     # Closed loops only: seconds a user waits after a response before sending its next request
-    # (a load generator that held fewer requests in flight than its users: bench/calibration.py).
+    # (a load generator that held fewer requests in flight than its users: runtime/emulator/calibrate.py).
     think_s: float = 0.0
 
     @property

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from bench.report_browser import chromium_available, load
+from testing.report_browser import chromium_available, load
 from tests.analysis.report_pages import FULL_REPORT_FIGURES, PageText, full_report
 from tests.real_parts import missing
 

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from bench.cloud_offline import OfflineAws, engine_run, offline_aws, offline_manifest, run_once
 from campaign import engine as engines
 from core.manifest import Manifest, load_manifest
 from core.records import INSTANCES_FILE
+from testing.cloud_offline import OfflineAws, engine_run, offline_aws, offline_manifest, run_once
 from tests.conftest import ROOT
 from tests.real_parts import missing
 

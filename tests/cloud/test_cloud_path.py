@@ -1,11 +1,11 @@
 """The cloud path, offline: the synthesized Fargate task definitions run as local processes.
 
-The stand-ins are `make cloud-offline`'s (bench/cloud_offline.py): `cdk synth` in a subprocess
+The stand-ins are `make cloud-offline`'s (testing/cloud_offline.py): `cdk synth` in a subprocess
 (jsii and gevent deadlock in one process), the load-generator task definitions' Command and
 Environment and the run-config stack output read from the template, a moto server for S3,
 CloudFormation (the deployed stack's outputs), Auto Scaling, CloudWatch and the Tagging API, and
 one emulator per fleet serving its measured instances behind the NLB endpoint (the one value of
-the run config replaced). Two `campaign run`s go through campaign.aws_cli.run_campaign,
+the run config replaced). Two `campaign run`s go through campaign.fargate_campaign.run_campaign,
 the function `python -m campaign run` calls, with LocalTaskLauncher in place of ECS RunTask:
 the first runs every stage (gate tasks, replay, a short capacity search and the settle phase,
 each step on its own master + workers, records streamed through S3, the report), the second
@@ -29,11 +29,11 @@ from typing import Any
 
 import pytest
 
-from bench.cloud_offline import BUCKET, OfflineAws, offline_aws, offline_manifest, run_once
-from bench.offline_tasks import resolve
 from core import cloud_contract as cc
 from core.manifest import load_manifest
 from core.ports import free_port
+from testing.cloud_offline import BUCKET, OfflineAws, offline_aws, offline_manifest, run_once
+from testing.offline_tasks import resolve
 from tests.conftest import EXAMPLE_MANIFEST, ROOT
 from tests.real_parts import program
 
@@ -77,7 +77,7 @@ def manifest_path(workdir: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def offline(workdir: Path, manifest_path: Path) -> Iterator[OfflineAws]:
-    """The stand-ins `make cloud-offline` uses (bench/cloud_offline.py): moto, the synthesized
+    """The stand-ins `make cloud-offline` uses (testing/cloud_offline.py): moto, the synthesized
     stack's outputs, emulated fleets, tagged Auto Scaling groups with their in-service metric."""
     with offline_aws(manifest_path, workdir, say=lambda _: None) as aws:
         yield aws
@@ -174,7 +174,7 @@ def test_two_runs_report_and_teardown_from_the_synthesized_task_definitions(
     # Instances in service as the run counted them while the replay ran (the fewest healthy
     # targets, DescribeTargetHealth), not the manifest; and the settle phase's interim report
     # decided on the same fleet as the final one (issue 37: it divided by asg.desired). Time to
-    # ready: each group's launch activities (moto's, filled in by bench/moto_gaps at its
+    # ready: each group's launch activities (moto's, filled in by testing/moto_gaps at its
     # emulator's start) to its target group's first healthy minute.
     interim = _json(f"{prefix}/settle-interim/report.json")
     for f in m.fleets:

@@ -1,6 +1,6 @@
 """What `campaign run` does around each replay and capacity step on AWS, against moto's ELBv2,
 EC2, Cloud Map and S3 and a task launcher whose tasks the test drives (no offline task
-processes, so none of bench/offline_tasks.py's substitutions, e.g. its 1 s UI linger, apply):
+processes, so none of testing/offline_tasks.py's substitutions, e.g. its 1 s UI linger, apply):
 
 - ready is every measured instance healthy in the fleet's target group, not the first answer;
 - a step's master and workers start together, each fleet's workers find their own master of

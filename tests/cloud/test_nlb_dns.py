@@ -1,4 +1,4 @@
-"""The offline NLB DNS stand-in (bench/nlb_dns.py): which node addresses an NLB's name answers
+"""The offline NLB DNS stand-in (testing/nlb_dns.py): which node addresses an NLB's name answers
 with, by target health and cross-zone setting, and that it serves them as the client's resolver
 contract says (loadgen/resolver.py)."""
 
@@ -11,8 +11,8 @@ from collections import Counter
 
 import pytest
 
-from bench.nlb_dns import NlbDns, NlbDnsServer, Target, loopback_nodes, zones_in_dns
 from loadgen.resolver import decode_answer, query_target
+from testing.nlb_dns import NlbDns, NlbDnsServer, Target, loopback_nodes, zones_in_dns
 
 AZS = ["us-east-1a", "us-east-1b", "us-east-1c"]
 

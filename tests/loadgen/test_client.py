@@ -526,7 +526,7 @@ _SPREAD = r"""
 import json, socket, sys, threading, time
 import gevent
 from gevent.event import Event
-from bench.nlb_dns import NlbDns, NlbDnsServer, Target, loopback_nodes
+from testing.nlb_dns import NlbDns, NlbDnsServer, Target, loopback_nodes
 from loadgen.client import StreamingClient, http_resolver
 
 NAME = "fleet-nlb.invalid"
@@ -606,7 +606,7 @@ print(json.dumps({"served": served, "errors": results, "after": after, "held": H
 
 
 def test_connections_spread_over_every_address_of_the_name_and_leave_a_dropped_one() -> None:
-    # An NLB name answers one node address per AZ (bench/nlb_dns.py): 40 requests after one lookup
+    # An NLB name answers one node address per AZ (testing/nlb_dns.py): 40 requests after one lookup
     # go to each of the four nodes in turn, not all to the first address. Once an AZ leaves the
     # answer, new requests go only to the others, and the stream already on its node finishes.
     out = subprocess.run([sys.executable, "-c", _SPREAD], capture_output=True, text=True, cwd=ROOT, timeout=60)

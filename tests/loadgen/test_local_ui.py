@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from bench.report_browser import CHROMIUM, FLAGS, chromium_available
 from core.manifest import load_manifest
 from core.ports import free_port
 from loadgen.launch import start_fleet
+from testing.report_browser import CHROMIUM, FLAGS, chromium_available
 from tests.loadgen.conftest import small_manifest_data, write
 from tests.loadgen.sse_server import SSEServer
 from tests.real_parts import missing

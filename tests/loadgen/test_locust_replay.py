@@ -115,7 +115,7 @@ def test_workers_given_the_resolver_in_their_environment_spread_over_the_nlb_nam
     # As a Fargate task gets it: LOADGEN_RESOLVER in the environment only, the host an NLB name
     # that no system resolver knows (RFC 6761: .invalid), answered by the offline NLB DNS stand-in
     # with one node address per AZ. Every node serves; each worker's requests take them in turn.
-    from bench.nlb_dns import NlbDns, NlbDnsServer, Target, loopback_nodes
+    from testing.nlb_dns import NlbDns, NlbDnsServer, Target, loopback_nodes
 
     name, azs = "fleet-nlb.invalid", ["az-a", "az-b", "az-c"]
     nodes = loopback_nodes(azs)

@@ -1,4 +1,4 @@
-"""bench/reference_server.py, the loadgen ceiling bench's ground truth, against the real client."""
+"""testing/reference_server.py, the loadgen ceiling bench's ground truth, against the real client."""
 
 from __future__ import annotations
 
@@ -13,10 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from testing import reference_server as refsrv
 from tests.conftest import ROOT
-
-sys.path.insert(0, str(ROOT))
-from bench import reference_server as refsrv
 
 _STREAMS = r"""
 import json, sys

@@ -1,5 +1,6 @@
 """Our replayer and vLLM's own `bench serve` client agree on the same requests to the same
-real vLLM (bench/vllm_bench_compare.py prints the figures; this asserts them).
+real vLLM (bench/vllm_bench_compare.py prints the figures, run here as a module against the
+fixture's server; this asserts them).
 
 Tolerances: the two tools run at the same time against one server (1 request/s of 256 + 32
 tokens each), so the load of the shared 2-core machine weighs on both alike; what differs is
@@ -21,8 +22,9 @@ tokens x TPOT later) or a TPOT off by a factor, not a few-ms client overhead.
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,9 +32,6 @@ import pytest
 from core.quantiles import interpolated_quantile
 from tests.conftest import ROOT
 from tests.real_engine.conftest import RealServer
-
-sys.path.insert(0, str(ROOT / "bench"))
-import vllm_bench_compare
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(900)]
 N = 30
@@ -42,25 +41,27 @@ def _close(a: float, b: float, rel: float, abs_s: float) -> bool:
     return abs(a - b) <= rel * max(a, b) + abs_s
 
 
-def test_ours_and_vllm_bench_serve_agree(
-    real_server: RealServer, real_manifest_data: dict[str, Any], tiny_checkpoint: Path, tmp_path: Path
-) -> None:
-    c = vllm_bench_compare.compare(
-        real_server.url,
-        real_manifest_data,
-        tiny_checkpoint,
-        tmp_path,
-        n=N,
-        rate=1.0,
-        input_tokens=256,
-        output_tokens=32,
-    )
-    print(vllm_bench_compare.HEADER, c.ours.row(), c.vllm.row(), sep="\n")
-    assert c.ours.completed == c.vllm.completed == N
-    assert len(c.ours.tpot_s) == len(c.vllm.tpot_s) == N
+def _bench_figures(server: RealServer) -> dict[str, dict[str, Any]]:
+    """`python -m bench.vllm_bench_compare --json` against the fixture's server: its table goes
+    to the test's output, its last line is each tool's per-request figures."""
+    argv = [sys.executable, "-m", "bench.vllm_bench_compare", "--url", server.url, "--manifest", str(server.manifest)]
+    argv += ["--requests", str(N), "--rate", "1", "--input", "256", "--output", "32", "--json"]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=800)
+    assert done.returncode == 0, done.stderr[-3000:]
+    *table, last = done.stdout.strip().splitlines()
+    print("\n".join(table))
+    figures: dict[str, dict[str, Any]] = json.loads(last)
+    return figures
+
+
+def test_ours_and_vllm_bench_serve_agree(real_server: RealServer) -> None:
+    c = _bench_figures(real_server)
+    ours, vllm = c["ours"], c["vllm"]
+    assert ours["completed"] == vllm["completed"] == N
+    assert len(ours["tpot_s"]) == len(vllm["tpot_s"]) == N
     for q, rel, abs_s in ((0.5, 0.5, 0.025), (0.75, 0.5, 0.050)):
-        a, b = interpolated_quantile(c.ours.ttft_s, q), interpolated_quantile(c.vllm.ttft_s, q)
+        a, b = interpolated_quantile(ours["ttft_s"], q), interpolated_quantile(vllm["ttft_s"], q)
         assert _close(a, b, rel, abs_s), f"TTFT p{q * 100:g}: ours {a:.4f} s, vllm bench {b:.4f} s"
     for q, rel, abs_s in ((0.5, 0.30, 0.003), (0.75, 0.5, 0.050)):
-        a, b = interpolated_quantile(c.ours.tpot_s, q), interpolated_quantile(c.vllm.tpot_s, q)
+        a, b = interpolated_quantile(ours["tpot_s"], q), interpolated_quantile(vllm["tpot_s"], q)
         assert _close(a, b, rel, abs_s), f"TPOT p{q * 100:g}: ours {a:.4f} s, vllm bench {b:.4f} s"

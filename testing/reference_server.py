@@ -1,7 +1,7 @@
 """The reference server of the load-generator benches: OpenAI-style SSE with known timing, as cheap as Python makes it.
 
-    .venv/bin/python bench/reference_server.py [--port 0] [--port-file F] [--ttft 0.05] [--itl 0.025]
-    .venv/bin/python bench/reference_server.py --ceiling [--json]   # its own ceiling: server on core 1, a bulk reader on core 0
+    .venv/bin/python -m testing.reference_server [--port 0] [--port-file F] [--ttft 0.05] [--itl 0.025]
+    .venv/bin/python -m testing.reference_server --ceiling [--json]   # its own ceiling: server on core 1, a bulk reader on core 0
 
 Every request's token k (0-based) is due at arrival + ttft + k x itl. One thread, one epoll
 loop, plain non-blocking sockets (no asyncio, no framework), and every frame pre-encoded: a

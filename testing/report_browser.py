@@ -2,7 +2,7 @@
 browser saw: the figures' rendered sizes, console and page errors, every request the page made;
 optionally a full-page PNG screenshot.
 
-    python -m bench.report_browser [REPORT_HTML] [--png OUT.png]
+    python -m testing.report_browser [REPORT_HTML] [--png OUT.png]
 
 Without REPORT_HTML it takes the newest runs/*/report.html; the PNG goes beside it by default.
 The browser is the system's (no download: `apt-get install chromium`), launched with a fresh
