@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from analysis.report_model import Gap as Gap  # the stages' gaps are report.json's, named here as before
+from analysis.model import Gap as Gap  # the stages' gaps are report.json's, named here as before
 
 if TYPE_CHECKING:
     from core.manifest import Manifest

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import duckdb
 
-from analysis.report import ReportInputs, build_report
+from analysis.report.build import ReportInputs, build_report
 from core.manifest import load_manifest
 
 ROOT = Path(__file__).resolve().parent.parent

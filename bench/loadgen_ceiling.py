@@ -245,7 +245,7 @@ class Vllm:
     name = VLLM_TOOL
 
     def __init__(self, server: refsrv.ServerProcess, shape: Shape, workdir: Path) -> None:
-        from campaign import engine as engines
+        from campaign.backends.local import engine as engines
 
         self.server = server
         self.shape = shape

@@ -49,9 +49,9 @@ from pathlib import Path
 
 import yaml
 
-from analysis.histogram import histogram_quantile
-from campaign.local import start_emulator
-from campaign.processes import Supervisor
+from analysis.measure.histogram import histogram_quantile
+from campaign.backends.local.fleets import start_emulator
+from campaign.backends.local.processes import Supervisor
 from core.manifest import load_manifest
 from core.quantiles import interpolated_quantile
 
@@ -102,7 +102,7 @@ def scrape_ttft(url: str) -> tuple[list[tuple[float, float]], float, float]:
 
 
 def server_p95(buckets: list[tuple[float, float]]) -> float:
-    """The server histogram's P95 as Prometheus computes it (analysis.histogram); NaN when empty."""
+    """The server histogram's P95 as Prometheus computes it (analysis.measure.histogram); NaN when empty."""
     q = histogram_quantile(0.95, dict(buckets))
     return math.nan if q is None else q
 

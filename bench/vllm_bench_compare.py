@@ -39,8 +39,8 @@ from typing import Any
 
 import yaml
 
-from campaign import engine as engines
-from campaign.processes import Supervisor
+from campaign.backends.local import engine as engines
+from campaign.backends.local.processes import Supervisor
 from core.manifest import load_manifest
 from core.quantiles import interpolated_quantile
 from core.records import Outcome

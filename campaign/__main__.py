@@ -1,5 +1,5 @@
 import sys
 
-from campaign.cli import main
+from campaign.cli.main import main
 
 sys.exit(main())

@@ -12,7 +12,7 @@ and loads there. The Neuron docs name this flow: "Model compilation can be execu
 instance for later deployment ... leverage Amazon Simple Storage Service (S3) to share the
 compiled models between different instances" ("Compile with Framework API and Deploy on EC2
 Inf2", https://awsdocs-neuron.readthedocs-hosted.com/en/latest/devflows/inference/ec2-then-ec2-devflow-inf2.html).
-`campaign plan` prices it, `campaign deploy` runs it (campaign/compile_phase.py), the stacks
+`campaign plan` prices it, `campaign deploy` runs it (campaign/aws/compile_phase.py), the stacks
 build its instance (stacks/compile_instance.py).
 """
 

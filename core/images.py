@@ -15,7 +15,7 @@ A pull-through cache fills on a pull by tag only: a first pull of an uncached ma
 (or by tag and digest together) answers that the image does not exist (aws/containers-roadmap#2837,
 open). So a host pulls by tag first and then by the manifest's digest, which fails if the tag no
 longer points at the pinned image; a Docker Hub image deployed to the cloud must carry both
-(campaign/cloud_checks.py refuses one without its tag).
+(campaign/aws/cloud_checks.py refuses one without its tag).
 
 Amazon ECR Public (public.ecr.aws) and private ECR images are pulled as they are: private ECR with
 the role's own ECR permissions, ECR Public without Docker Hub's per-address pull-count limit

@@ -299,7 +299,7 @@ class CapacitySearch(_Frozen):
     """The default way capacity is measured: per fleet, raise the replay rate geometrically until
     the fleet SLO fails (or lower it to each miss's own estimate of the boundary until it holds),
     then bisect until the highest holding rate is known within `tolerance`
-    (analysis.capacity_search). Each step is sized from the previous step's median request
+    (analysis.capacity.search). Each step is sized from the previous step's median request
     lifetime (3 lifetimes of arrivals) and `min_requests`."""
 
     start_multiplier: Pos = 1.0
@@ -314,7 +314,7 @@ class CapacitySearch(_Frozen):
     time_budget_s: Pos = Field(default=1200.0, description="per fleet: arrival spans plus drains of all its steps")
     min_multiplier: Pos = 1 / 64
     max_multiplier: Pos = 64.0
-    # The settle phase (campaign.settle): after the searches, more requests at each fleet's
+    # The settle phase (campaign.stages.settle): after the searches, more requests at each fleet's
     # sizing step until the decision settles or this budget is spent. Seconds: of arrivals and
     # drains, fleets side by side; 0 turns the phase off. USD: what those seconds cost on the
     # cloud fleets at the report's prices (decision.to_settle.usd); None: no USD cap.

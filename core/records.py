@@ -38,7 +38,7 @@ class Outcome(StrEnum):
     # A capacity step's client gave up on the request once it could no longer meet its own SLO
     # (`--slo-deadline`: TTFT target + output tokens x ITL target after its scheduled time). An
     # SLO miss, not an error: left to run, it would have finished late, over a latency target,
-    # and counted against the P95 (see analysis.goodput.LATENCY_SQL), not the error ceiling.
+    # and counted against the P95 (see analysis.measure.goodput.LATENCY_SQL), not the error ceiling.
     SLO_ABANDONED = "slo_abandoned"
 
 
@@ -57,7 +57,7 @@ def latency_values(
     outcome: str, ttft_s: float | None, itl_s: float | None, e2e_s: float | None, max_tokens: int
 ) -> tuple[float | None, float | None]:
     """(TTFT, ITL) a record contributes to the latency percentiles: its own, or for a request
-    abandoned on its SLO deadline the lower bounds of analysis.goodput.LATENCY_SQL (the same
+    abandoned on its SLO deadline the lower bounds of analysis.measure.goodput.LATENCY_SQL (the same
     rule, for the readers that follow records as they are written)."""
     if outcome != Outcome.SLO_ABANDONED.value or e2e_s is None:
         return ttft_s, itl_s

@@ -3,7 +3,7 @@
 A forward pass over a batch costs the larger of
 - memory time: (weight bytes + KV bytes read) / (peak bandwidth x bandwidth efficiency), and
 - compute time: 2 x params x tokens processed / (peak dense BF16 FLOP/s x compute efficiency),
-plus the stack's fixed per-step overhead. `campaign.plan` prints these figures for a fleet and
+plus the stack's fixed per-step overhead. `campaign.plan.roofline` prints these figures for a fleet and
 `runtime.emulator.timing` prices every emulated scheduler step with them; the efficiencies and
 overheads come from the manifest, or from the calibration fitted on published measurements
 (`data/calibration/efficiency.json`).

@@ -56,7 +56,7 @@ Sources (checked while writing; re-check on every version bump):
   NVIDIA/TensorRT-LLM examples/serve/prometheus_metrics.py and tensorrt_llm/metrics/collector.py
   (MetricsCollector.log_metrics_dict: "Needs to include `return_perf_metrics: true` in LLM args").
 - AMIs: no unpinned `latest` parameter. Each fleet's AMI is a deploy-time template parameter
-  that `deploy` fills from campaign.dlami (the host stack row of core.catalog.HOST_STACKS:
+  that `deploy` fills from campaign.aws.dlami (the host stack row of core.catalog.HOST_STACKS:
   DLAMI name + SDK-version description filter), and the boot script refuses to start the
   server when the host driver is not the manifest's serving.driver_version.
 """

@@ -100,7 +100,7 @@ class ComparisonStack(Stack):
             description=f"attach to the operator's role: Locust UI port forward from {m.operator.cidr} only",
         )
         if compiles:
-            # `deploy` starts each compile instance's group and waits for the fleet's set (campaign/compile_phase.py).
+            # `deploy` starts each compile instance's group and waits for the fleet's set (campaign/aws/compile_phase.py).
             CfnOutput(
                 self,
                 COMPILE_PHASE_OUTPUT,

@@ -20,7 +20,7 @@ from core.images import CachedPull
 from core.serving import ServingDefinition
 from stacks.fleet_boot import LOCAL_MARKER, boot_script
 
-# What `deploy` (campaign/compile_phase.py) and the stacks agree on: the CDK context that asks for
+# What `deploy` (campaign/aws/compile_phase.py) and the stacks agree on: the CDK context that asks for
 # the compile phase (fleet names, comma-separated), and the stack output that names, per fleet, its
 # compile instance's Auto Scaling group and the log group its boot log goes to (JSON; present only
 # while the compile phase is deployed).

@@ -1,7 +1,7 @@
 """deploy's compile phase: one instance of a larger type compiles an at-risk fleet's model first.
 
 Synthesized only when `deploy` asks for it (`-c compile_fleets=<fleet>[,<fleet>]`,
-campaign/compile_phase.py); every fleet's group is then at 0, and per named fleet this adds:
+campaign/aws/compile_phase.py); every fleet's group is then at 0, and per named fleet this adds:
 - a launch template: the compile instance type (core.compile_host), and of the fleet its AMI
   parameter, role, security group and volumes; user data = stacks/compile_boot.compile_script,
   the fleet's own boot script that publishes under the fleet's key and then terminates;

@@ -260,7 +260,7 @@ LOCAL_MARKER = ".harness-complete"  # this cache volume holds a complete set (co
 def complete_marker_pattern(key_prefix: str) -> str:
     """The object key of a complete set's marker under `key_prefix` (compiled/<key>): one publisher
     directory deep. An extended regular expression that grep -E (the boot script's fetch) and
-    Python's re (deploy's compile phase, campaign/compile_phase.py) read alike."""
+    Python's re (deploy's compile phase, campaign/aws/compile_phase.py) read alike."""
     return f"^{key_prefix}/[^/]+/{COMPLETE_MARKER}$"
 
 

@@ -17,7 +17,7 @@ What AWS would be is stood in for, and nothing else:
 - the operator's credentials: moto's;
 - the client-lag bound (loadgen.max_schedule_lag_p99_s), relaxed to 0.5 s in a copy of the
   manifest: it states what a 1-vCPU Fargate worker holds, not this machine shared by every task.
-Then `campaign.fargate_campaign.run_campaign` (what `python -m campaign run` calls) runs every stage: the
+Then `campaign.backends.fargate.campaign.run_campaign` (what `python -m campaign run` calls) runs every stage: the
 gate tasks (readiness, quality), the trace replay, both capacity searches, the settle phase and
 the report, written under DIR/runs/<run id>/ and uploaded to the stand-in bucket.
 For `time_to_ready`, each fleet also gets an NLB and a tagged target group in the stand-in
@@ -439,7 +439,7 @@ def offline_aws(
     its first capacity step)."""
     import boto3
 
-    from campaign.processes import Supervisor
+    from campaign.backends.local.processes import Supervisor
     from core.manifest import load_manifest
     from testing.moto_gaps import filled_in
 
@@ -454,7 +454,7 @@ def offline_aws(
             if engine == "vllm-cpu":
                 yield from _with_engines(sup, session, m, manifest_path, out, template, env, groups, say, drop_fleet)
                 return
-            from campaign.local import start_emulator
+            from campaign.backends.local.fleets import start_emulator
 
             launched = time.time()  # the fleets' "instances" start with their emulators
             endpoints = {
@@ -487,11 +487,11 @@ def _with_engines(
     say: Any,
     drop_fleet: str | None,
 ) -> Iterator[OfflineAws]:
-    """A real vLLM (CPU build) per fleet, each on its own core (campaign.local.core_plan), behind
+    """A real vLLM (CPU build) per fleet, each on its own core (campaign.backends.local.fleets.core_plan), behind
     the NLB stand-in: the tasks reach it by its DNS name through the resolver seam; their own
     cores are the others'; fleets are measured one at a time, as `campaign local` does on 2 cores."""
-    from campaign import engine as engines
-    from campaign.local import core_plan, start_engines
+    from campaign.backends.local import engine as engines
+    from campaign.backends.local.fleets import core_plan, start_engines
     from loadgen.resolver import RESOLVER_ENV
     from testing.moto_gaps import filled_in
     from testing.nlb_stand_in import HealthScript, StandInNlb
@@ -540,9 +540,9 @@ def _with_engines(
 
 
 def run_once(aws: OfflineAws, manifest_path: Path, out: Path, name: str, **kwargs: Any) -> Any:
-    """One `campaign run` (campaign.fargate_campaign.run_campaign) with local task processes; returns its
+    """One `campaign run` (campaign.backends.fargate.campaign.run_campaign) with local task processes; returns its
     CloudRunResult and the launcher (its task logs)."""
-    from campaign.fargate_campaign import run_campaign
+    from campaign.backends.fargate.campaign import run_campaign
     from core.manifest import load_manifest
     from testing.offline_tasks import LocalTaskLauncher
 

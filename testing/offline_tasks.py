@@ -1,7 +1,7 @@
 """Stand-ins for what AWS does around the load-generator tasks, for the offline cloud path
 (testing/cloud_offline.py, `make cloud-offline`, and its test).
 
-`LocalTaskLauncher` implements campaign.fargate_tasks.TaskLauncher with local processes: each
+`LocalTaskLauncher` implements campaign.backends.fargate.tasks.TaskLauncher with local processes: each
 "task" runs the container exactly as the synthesized task definition describes it (the
 image's ENTRYPOINT from the Dockerfile + the container's Command, the definition's
 Environment with its CloudFormation references resolved, then the RunTask overrides). What
@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from campaign.fargate_tasks import TaskSpec, TaskStatus
+from campaign.backends.fargate.tasks import TaskSpec, TaskStatus
 from core import cloud_contract as cc
 from core.ports import free_port
 from loadgen.launch import exit_reason

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from analysis.report_model import QualityResult
+from analysis.model import QualityResult
 
 
 def quality_results(given: Mapping[str, Mapping[str, Any] | QualityResult]) -> dict[str, QualityResult]:

@@ -1,6 +1,6 @@
 """The instances a replay or a capacity step ran on, as its runner counted them
 (core.records.INSTANCES_FILE beside the records: on AWS, the fewest healthy targets of the fleet's
-target group while it ran, campaign.target_health)."""
+target group while it ran, campaign.backends.fargate.target_health)."""
 
 from __future__ import annotations
 

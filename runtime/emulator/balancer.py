@@ -5,7 +5,7 @@ ports), and the load generator opens one connection per request (`Connection: cl
 a fresh source port: every request lands on an instance drawn afresh, whatever the others got and
 however busy each instance is. Modelled as a seeded uniform draw per request, in arrival order,
 by the live emulator (runtime.emulator.scheduler) and the simulated replays
-(campaign.simulated_steps) alike. Not round-robin and not least-outstanding: those smooth each
+(campaign.backends.simulated.fleets) alike. Not round-robin and not least-outstanding: those smooth each
 instance's arrivals (or pool the instances' queues) and would overstate what one instance
 sustains behind the NLB; with the draw each instance sees a random thinning of the trace, as one
 instance replaying 1/N of it would. Within an instance its replicas take turns (round-robin, the

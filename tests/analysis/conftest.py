@@ -27,7 +27,7 @@ def recorded_digest(run: Path) -> str:
 @pytest.fixture
 def recorded_tokens() -> list[int]:
     """Per-request successful output tokens of the recorded replay, both fleets."""
-    from analysis import intervals
+    from analysis.measure import intervals
     from analysis.sources.records import load_records
 
     m = load_manifest(EXAMPLE_RUN / "manifest.yaml", check_files=False)

@@ -7,8 +7,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
-from analysis.capacity import discover_steps
-from analysis.report import ReportInputs, build_gate_report, build_report
+from analysis.capacity.steps import discover_steps
+from analysis.report.build import ReportInputs, build_gate_report, build_report
 from tests.analysis.synth import manifest
 from tests.analysis.test_capacity import KW, _m, _search_layout, _write
 from tests.quality import quality_results

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from analysis import goodput, intervals
+from analysis.measure import goodput, intervals
 from analysis.sources.records import load_records
 from core.records import Outcome, latency_values
 from tests.analysis.synth import manifest, rec, write_jsonl
@@ -91,7 +91,7 @@ def test_the_followers_rule_is_the_analysis_rule(
     tmp_path: Path, manifest_data: dict[str, Any], kw: dict[str, Any]
 ) -> None:
     """core.records.latency_values (what the capacity search's early stop reads as records are
-    written) gives the values analysis.goodput.LATENCY_SQL does."""
+    written) gives the values analysis.measure.goodput.LATENCY_SQL does."""
     m = manifest(manifest_data)
     r = replace(rec(m, "g6", 0), **kw)
     write_jsonl(tmp_path / "records-g6-w0.jsonl", [r])

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from analysis import goodput, intervals
+from analysis.measure import goodput, intervals
 from analysis.sources.records import load_records
 from core import stats
 from core.records import ERROR_OUTCOMES
@@ -177,7 +177,7 @@ def test_a_capacity_interval_is_computed_once_per_step_and_slo(
 ) -> None:
     """The sensitivity grid re-reads the intervals of cells that keep the SLO: the successful
     tokens' interval of a step runs once per (fleet, SLO), not once per cell."""
-    from analysis.report import ReportInputs, build_report
+    from analysis.report.build import ReportInputs, build_report
 
     m = manifest(manifest_data)
     for fleet in (f.name for f in m.fleets):

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from analysis.capacity import (
+from analysis.capacity.steps import (
     SearchPath,
     SearchStep,
     StopRule,
@@ -21,7 +21,7 @@ from analysis.capacity import (
     write_search_path,
 )
 from analysis.errors import AnalysisError, BadCapacityStep
-from analysis.report import ReportInputs, build_report
+from analysis.report.build import ReportInputs, build_report
 from core.manifest import Manifest
 from core.records import INSTANCES_FILE, RequestRecord, RunSummary
 from tests.analysis.synth import manifest, rec, write_jsonl
@@ -467,8 +467,8 @@ def test_a_step_the_search_judged_too_short_is_never_the_capacity() -> None:
     """The replay held over 32 requests, which the search judged short (min_requests 72) and ran
     again at x1 with 72, which missed; x0.5 held over 72. The fleet is sized from x0.5, not from
     the replay's higher goodput (the report sized g6 from such a replay in the example run)."""
-    from analysis.capacity import REPLAY, choose, steady_state
-    from analysis.report_model import CapacityStep
+    from analysis.capacity.steps import REPLAY, choose, steady_state
+    from analysis.model import CapacityStep
 
     def row(label: str, k: float, tok_s: float, held: bool) -> CapacityStep:
         return CapacityStep(

@@ -20,8 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.capacity import SearchPath, SearchStep, StopRule, Verdict, read_search_path, write_search_path
-from analysis.capacity_search import (
+from analysis.capacity.search import (
     SLO_QUANTILE,
     SearchSettings,
     StepPlan,
@@ -34,6 +33,7 @@ from analysis.capacity_search import (
     sizing_lifetime,
     step_down,
 )
+from analysis.capacity.steps import SearchPath, SearchStep, StopRule, Verdict, read_search_path, write_search_path
 from core.manifest import CapacitySearch
 from core.quantiles import nearest_rank
 from core.stats import min_n_bounded_upper, quantile_ci
@@ -525,7 +525,7 @@ def test_an_invalid_run_is_repeated_once_and_never_counted_as_a_miss() -> None:
     steps = [_step("x1", 1.0, Verdict.HELD, 5.0), _step("x2", 2.0, Verdict.INVALID, 5.0)]
     plan = next_step(st, steps, lifetime_s=5.0)
     assert isinstance(plan, StepPlan) and plan.label == "x2-r2" and plan.why == "repeat: the last run was invalid"
-    from analysis.capacity_search import bracket
+    from analysis.capacity.search import bracket
 
     assert bracket(steps) == (1.0, None)  # the invalid run is neither a hold nor a miss
     stop = next_step(st, [*steps, _step("x2-r2", 2.0, Verdict.INVALID, 5.0)], lifetime_s=5.0)

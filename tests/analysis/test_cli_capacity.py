@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from campaign.cli import main
+from campaign.cli.main import main
 from core.manifest import load_manifest
 from tests.analysis.synth import steady, write_jsonl
 from tests.conftest import write_manifest

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from analysis import cost
-from analysis.sizing import size_fleet, spread_over_azs
+from analysis.economics import cost
+from analysis.economics.sizing import size_fleet, spread_over_azs
 
 PRICES = cost.UnitPrices(
     instance_hourly_usd=1.0, ebs_gb_month_usd=0.08, nlb_hour_usd=0.0225, nlb_lcu_hour_usd=0.006, inter_az_gb_usd=0.01

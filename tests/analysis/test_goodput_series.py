@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.goodput import goodput_series
+from analysis.measure.goodput import goodput_series
 from analysis.sources.records import load_records
 from core.manifest import Manifest
 from tests.analysis.synth import rec, write_jsonl

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from analysis.report import AwsClients, ReportInputs, build_report
+from analysis.report.build import AwsClients, ReportInputs, build_report
 from analysis.sources.pricing import parse_reserved
 from tests.analysis.synth import manifest, steady, write_jsonl
 from tests.quality import quality_results
@@ -297,7 +297,7 @@ def test_a_tighter_slo_cell_uses_the_step_that_held_it_and_no_extrapolation(
 
 
 def test_a_gate_that_could_not_be_evaluated_defers_and_says_so(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
-    from analysis.report import build_gate_report
+    from analysis.report.build import build_gate_report
 
     m = manifest(manifest_data)
     quality = quality_results(

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from analysis.decision import DecisionInputs, Economics, decide
-from analysis.ledger import migration_ledger, monthly_delta, payback_months
-from analysis.report_model import ToSettle
+from analysis.economics.decision import DecisionInputs, Economics, decide
+from analysis.economics.ledger import migration_ledger, monthly_delta, payback_months
+from analysis.model import ToSettle
 from core.manifest import Manifest
 
 GOOD = DecisionInputs(
@@ -139,7 +139,7 @@ MIG, HORIZON = 33_297.0, 12.0
 GO = MIG / HORIZON  # 2,774.75
 
 
-# What would settle an undecided interval (analysis.to_settle computes the real one): the decision
+# What would settle an undecided interval (analysis.economics.to_settle computes the real one): the decision
 # carries it exactly while it still aims at a threshold, so `to_settle is SETTLE` tells that it does.
 SETTLE = ToSettle(
     threshold="go",

@@ -1,4 +1,4 @@
-"""analysis/plots.py: readable ticks, self-contained and reproducible SVG."""
+"""analysis/report/render/plots.py: readable ticks, self-contained and reproducible SVG."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from analysis import plots
+from analysis.report.render import plots
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -85,6 +85,6 @@ def test_tornado_orders_by_swing_and_shows_a_cell_equal_to_the_base() -> None:
 
 def test_a_log_latency_axis_labels_two_and_five_between_the_decades() -> None:
     # A 30 s run's TTFT axis went from 0.12 to 2.3 s with "1" its only label.
-    from analysis.plots import _two_and_five
+    from analysis.report.render.plots import _two_and_five
 
     assert [_two_and_five(v) for v in (0.2, 0.3, 0.5, 2.0, 4.0, 5.0, 20.0)] == ["0.2", "", "0.5", "2", "", "5", "20"]

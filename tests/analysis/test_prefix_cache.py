@@ -13,8 +13,8 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
-from analysis import prefix_cache
-from analysis.report import ReportInputs, build_report
+from analysis.measure import prefix_cache
+from analysis.report.build import ReportInputs, build_report
 from analysis.sources.records import load_records
 from core.manifest import load_manifest
 from core.schedule import ScheduledRequest, build_schedule

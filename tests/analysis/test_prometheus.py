@@ -13,7 +13,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Histogram, start_http_server
 
 from analysis.errors import SourceUnavailable
-from analysis.histogram import histogram_quantile, merge_buckets
+from analysis.measure.histogram import histogram_quantile, merge_buckets
 from analysis.sources.prometheus import PrometheusSource
 from core.ports import free_port
 from tests.real_parts import program

@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from analysis import intervals
-from analysis.capacity import discover_steps
-from analysis.report import ReportInputs, build_report
+from analysis.capacity.steps import discover_steps
+from analysis.measure import intervals
+from analysis.report.build import ReportInputs, build_report
 from analysis.sources.records import load_records
 from core import stats
 from core.manifest import Manifest, load_manifest

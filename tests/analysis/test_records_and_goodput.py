@@ -5,9 +5,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from analysis.cost import unit_cost_per_million
+from analysis.economics.cost import unit_cost_per_million
 from analysis.errors import DigestMismatch, EmptyWindow
-from analysis.goodput import measure_fleets
+from analysis.measure.goodput import measure_fleets
 from analysis.sources.records import load_records
 from core.manifest import Manifest
 from tests.analysis.synth import rec, steady, write_jsonl

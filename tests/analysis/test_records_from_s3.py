@@ -11,7 +11,7 @@ import duckdb
 import pytest
 
 from analysis.errors import DigestMismatch, EmptyWindow
-from analysis.report import ReportInputs, build_report
+from analysis.report.build import ReportInputs, build_report
 from analysis.sources.records import load_records
 from core.records import RunSummary
 from tests.analysis.synth import manifest, rec, write_jsonl

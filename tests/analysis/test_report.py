@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from analysis.report import ReportInputs, build_report
-from campaign import report_cli as cli
+from analysis.report.build import ReportInputs, build_report
+from campaign.cli import report_cmds as cli
 from core.manifest import Manifest
 from tests.analysis.synth import manifest, steady, write_jsonl
 from tests.conftest import write_manifest
@@ -226,7 +226,7 @@ def test_cli_handler_writes_report_and_maps_exit_codes(
     assert code == cli.EXIT_BY_STATE[json.loads((tmp_path / "out" / "report.json").read_text())["decision"]["state"]]
     write_jsonl(rec_dir / "records-x.jsonl", steady(m, "g6", 2, 1, digest="0" * 64))
     # A project error reaches campaign's main, which prints it (no traceback) and exits with its code.
-    from campaign.cli import main
+    from campaign.cli.main import main
 
     assert main(["report", str(path), "--records", str(rec_dir), "--out", str(tmp_path / "o2")]) == cli.EXIT_BAD_INPUT
     assert "0" * 64 in capsys.readouterr().err

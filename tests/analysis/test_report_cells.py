@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from analysis.report_cells import NOT_DECIDED, quality_row, sensitivity_rows
-from analysis.report_model import CellSummary, QualityResult, Sensitivity, SensitivityCell
+from analysis.model import CellSummary, QualityResult, Sensitivity, SensitivityCell
+from analysis.report.render.cells import NOT_DECIDED, quality_row, sensitivity_rows
 
 
 def test_a_gate_not_evaluated_is_not_shown_as_failed() -> None:

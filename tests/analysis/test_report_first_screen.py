@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from analysis import plots
-from analysis.capacity import discover_steps
-from analysis.report import ReportInputs, build_report
-from analysis.report_cells import CHANGE_LABEL, ci_text, first_screen, fmt, payback_ci_text
-from analysis.report_html import goodput_bins_per_step
-from analysis.report_model import Report
+from analysis.capacity.steps import discover_steps
+from analysis.model import Report
+from analysis.report.build import ReportInputs, build_report
+from analysis.report.render import plots
+from analysis.report.render.cells import CHANGE_LABEL, ci_text, first_screen, fmt, payback_ci_text
+from analysis.report.render.html import goodput_bins_per_step
 from tests.analysis.report_pages import gate_reject_report
 from tests.analysis.test_recorded_example import staged
 from tests.quality import quality_results

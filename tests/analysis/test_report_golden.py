@@ -1,7 +1,7 @@
 """The example's report.json, built from the recorded run, against a golden copy.
 
 tests/analysis/data/report_golden.json was written by the analysis as it stood before issue 28
-split analysis/report.py and typed its evaluation (the analysis of commit 7a6709f): a refactor that
+split analysis/report/build.py and typed its evaluation (the analysis of commit 7a6709f): a refactor that
 changes no behaviour leaves every field equal. Set REPORT_GOLDEN_WRITE=1 to write the file
 again after a change that is meant to alter the report (and say so in the commit).
 
@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from analysis.capacity import discover_steps
-from analysis.report import ReportInputs, build_report
+from analysis.capacity.steps import discover_steps
+from analysis.report.build import ReportInputs, build_report
 from tests.analysis.test_recorded_example import staged
 from tests.quality import quality_results
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from analysis.report import ReportInputs, build_report
-from analysis.report_measurement import measure, read_records
+from analysis.report.build import ReportInputs, build_report
+from analysis.report.measurement import measure, read_records
 from core import stats
 from core.manifest import Manifest
 from tests.analysis.synth import manifest, rec, steady, write_jsonl

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from analysis.report_md import _histogram_lines
-from analysis.report_model import PrometheusSection
+from analysis.model import PrometheusSection
+from analysis.report.render.markdown import _histogram_lines
 
 
 def test_histogram_table_puts_merged_and_record_p95_side_by_side() -> None:

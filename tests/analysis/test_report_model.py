@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from analysis.report import ReportInputs, build_gate_report, build_report
-from analysis.report_model import (
+from analysis.model import (
     REPORT_VERSION,
     Report,
     ReportInvalid,
@@ -19,6 +18,7 @@ from analysis.report_model import (
     non_finite_to_null,
     parse_report,
 )
+from analysis.report.build import ReportInputs, build_gate_report, build_report
 from tests.analysis.test_capacity import KW, _m, _three_steps, _write
 from tests.quality import quality_results
 
@@ -101,8 +101,8 @@ def test_nan_and_inf_are_written_as_null(written: Path) -> None:
 def test_render_rewrites_the_pages_from_report_json(
     written: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from campaign.cli import main
-    from campaign.report_cli import EXIT_BY_STATE
+    from campaign.cli.main import main
+    from campaign.cli.report_cmds import EXIT_BY_STATE
 
     state = json.loads(written.read_text())["decision"]["state"]
     assert main(["render", str(written), "--out", str(tmp_path / "again")]) == EXIT_BY_STATE[state]
@@ -113,7 +113,7 @@ def test_render_rewrites_the_pages_from_report_json(
 def test_render_refuses_a_bad_report_json_naming_the_field(
     written: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from campaign.cli import main
+    from campaign.cli.main import main
     from core.errors import EXIT_BAD_INPUT
 
     data = json.loads(written.read_text())
@@ -143,7 +143,7 @@ def _method_calls(node: ast.AST) -> list[ast.Attribute]:
 
 
 def test_the_report_is_assembled_as_a_model_not_round_tripped_through_a_dict() -> None:
-    """report.json's content is built as analysis.report_model.Report from the typed stages: no
+    """report.json's content is built as analysis.model.Report from the typed stages: no
     stage's model or dataclass is turned into a dict for the report to validate it back (issue 38).
     (evaluation_findings echoes manifest sections as provenance values: dicts by design.)"""
     root = Path(__file__).resolve().parents[2] / "analysis"

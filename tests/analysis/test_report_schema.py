@@ -1,4 +1,4 @@
-"""report.json's contract: every field of analysis/report_model.py described, and the JSON Schema
+"""report.json's contract: every field of analysis/model.py described, and the JSON Schema
 generated from the model committed as schemas/report-v<major>.json."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from analysis import report_model
-from analysis.report_model import REPORT_VERSION, Report
+from analysis import model as report_model
+from analysis.model import REPORT_VERSION, Report
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,11 +45,9 @@ def test_the_committed_schema_is_the_models() -> None:
     major = REPORT_VERSION.split(".")[0]
     path = ROOT / "schemas" / f"report-v{major}.json"
     assert report_model.schema_path() == path
-    assert path.is_file(), f"{path} missing: run `python -m analysis.report_model --schema --write`"
+    assert path.is_file(), f"{path} missing: run `python -m analysis.model --schema --write`"
     committed = json.loads(path.read_text(encoding="utf-8"))
-    assert committed == report_model.json_schema(), (
-        f"{path} is stale: run `python -m analysis.report_model --schema --write`"
-    )
+    assert committed == report_model.json_schema(), f"{path} is stale: run `python -m analysis.model --schema --write`"
     assert path.read_text(encoding="utf-8") == report_model.schema_text()  # byte for byte, as the generator writes it
     assert committed["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     assert REPORT_VERSION in committed["description"]
@@ -57,7 +55,7 @@ def test_the_committed_schema_is_the_models() -> None:
 
 def test_the_generator_prints_the_schema() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "analysis.report_model", "--schema"],
+        [sys.executable, "-m", "analysis.model", "--schema"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from analysis import report_evidence
+from analysis.report import evidence as report_evidence
 from analysis.sources.prometheus import HistogramNames
 from core.manifest import load_manifest
 from core.serving import TGI_METRICS, TRTLLM_METRICS

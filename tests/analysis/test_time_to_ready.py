@@ -133,7 +133,7 @@ def test_api_errors_are_source_unavailable_naming_the_call() -> None:
 def test_report_section_carries_provenance_and_a_gap_for_a_fleet_never_ready(monkeypatch: pytest.MonkeyPatch) -> None:
     from pathlib import Path
 
-    from analysis import report_evidence
+    from analysis.report import evidence as report_evidence
     from analysis.sources.time_to_ready import TimeToReady
     from core.manifest import load_manifest
 

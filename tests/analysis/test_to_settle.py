@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 import pytest
 
-from analysis.decision import Economics
-from analysis.to_settle import FleetBasis, requests_to_move_end, settle_text, to_settle
+from analysis.economics.decision import Economics
+from analysis.economics.to_settle import FleetBasis, requests_to_move_end, settle_text, to_settle
 
 MIG, HORIZON = 33_297.0, 12.0
 GO = MIG / HORIZON  # 2,774.75 USD/month

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from analysis.errors import EmptyWindow
-from analysis.report import ReportInputs, build_report
+from analysis.report.build import ReportInputs, build_report
 from analysis.sources.records import load_records
 from core.manifest import Manifest
 from tests.analysis.synth import steady, write_jsonl

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from analysis.two_sample import kolmogorov_q, ks_2samp
+from analysis.measure.two_sample import kolmogorov_q, ks_2samp
 
 
 def test_identical_samples_have_d_zero_and_p_one() -> None:

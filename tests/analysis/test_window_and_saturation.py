@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from analysis.goodput import Saturation, measure_fleets, peak_in_flight
-from analysis.report import ReportInputs, build_report
+from analysis.measure.goodput import Saturation, measure_fleets, peak_in_flight
+from analysis.report.build import ReportInputs, build_report
 from analysis.sources.records import load_records
 from core.manifest import Manifest
 from core.records import RequestRecord

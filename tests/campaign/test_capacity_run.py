@@ -8,9 +8,12 @@ from typing import Any
 
 import pytest
 
-from analysis.capacity import SearchPath, StopRule, Verdict, read_search_path
-from analysis.capacity_search import StepPlan, Stop, next_lifetime
-from campaign.capacity_run import (
+from analysis.capacity.search import StepPlan, Stop, next_lifetime
+from analysis.capacity.steps import SearchPath, StopRule, Verdict, read_search_path
+from campaign.backends.local.fleets import start_emulator
+from campaign.backends.local.processes import Supervisor
+from campaign.backends.local.steps import LocalSteps
+from campaign.stages.capacity import (
     measure_step,
     planned_requests,
     resolve_span,
@@ -18,10 +21,7 @@ from campaign.capacity_run import (
     search_fleet,
     settings_from,
 )
-from campaign.local import start_emulator
-from campaign.local_steps import LocalSteps
-from campaign.processes import Supervisor
-from campaign.progress import RecordTail
+from campaign.stages.progress import RecordTail
 from core.manifest import CapacitySearch, load_manifest
 from loadgen.recording import read_records
 from tests.analysis.synth import rec, write_jsonl
@@ -107,7 +107,7 @@ def test_a_measured_step_carries_the_share_of_sent_requests_that_met_their_slo(
     step = measure_step(m, "inf2", d, "x1", 1.0, "start", 30.0, settings_from(CapacitySearch()))
     assert step.verdict is Verdict.MISSED and step.met_share == pytest.approx(0.6)
     assert not step.itl_missed  # a TTFT miss: its share is the search's estimate
-    # a miss on P95 ITL says so (its share estimates nothing: analysis.capacity_search.step_down)
+    # a miss on P95 ITL says so (its share estimates nothing: analysis.capacity.search.step_down)
     e = tmp_path / "x2"
     write_jsonl(e / "records-inf2-w0.jsonl", [rec(m, "inf2", i, itl=0.2 if i % 2 else 0.05) for i in range(20)])
     step = measure_step(m, "inf2", e, "x2", 2.0, "bracket up", 30.0, settings_from(CapacitySearch()))
@@ -184,7 +184,7 @@ class _TimedSteps:
 def test_fleets_are_measured_side_by_side_or_one_after_another(
     tmp_path: Path, manifest_data: dict[str, Any], concurrent: int | None
 ) -> None:
-    from campaign.capacity_run import run_sweep
+    from campaign.stages.capacity import run_sweep
     from tests.conftest import write_manifest
 
     manifest_data["workload"].pop("capacity_search", None)

@@ -6,7 +6,7 @@ import json
 
 import boto3
 
-from campaign.cdk_assets import CdkAsset, assets_in_template, gc_command, stack_assets, still_stored
+from campaign.aws.cdk_assets import CdkAsset, assets_in_template, gc_command, stack_assets, still_stored
 from tests.conftest import moto_server
 
 TAG = "0952" * 16

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from analysis.errors import SourceUnavailable
-from campaign import cli, report_cli
+from campaign.cli import main as cli
+from campaign.cli import report_cmds as report_cli
 from core.errors import EXIT_BAD_INPUT, EXIT_CODES, EXIT_FAILED_STEP, CampaignError
 from tests.conftest import EXAMPLE_MANIFEST, ROOT, write_manifest
 from tests.loadgen.test_traces import BAD_ROWS, BAD_ROWS_FOUND
@@ -33,11 +34,11 @@ def test_help_lists_every_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
 
 # The modules that decide a command's exit code. Every code comes from core/errors.py's table.
 _EXIT_CODE_MODULES = [
-    "campaign/cli.py",
-    "campaign/report_cli.py",
-    "campaign/aws_cli.py",
-    "campaign/cloud_run.py",
-    "campaign/local.py",
+    "campaign/cli/main.py",
+    "campaign/cli/report_cmds.py",
+    "campaign/cli/aws_cmds.py",
+    "campaign/backends/fargate/fleets.py",
+    "campaign/backends/local/fleets.py",
 ]
 
 
@@ -81,7 +82,7 @@ def test_a_failed_source_exits_as_a_failed_step(
     def unreachable(*_a: object, **_k: object) -> None:
         raise SourceUnavailable("Prometheus at http://127.0.0.1:9 is unreachable: connection refused")
 
-    monkeypatch.setattr("analysis.report.build_report", unreachable)
+    monkeypatch.setattr("analysis.report.build.build_report", unreachable)
     (tmp_path / "rec").mkdir()
     rc = cli.main(
         [
@@ -174,7 +175,7 @@ def test_help_imports_none_of_the_heavy_packages(argv: list[str]) -> None:
         for line in r.stderr.splitlines()
         if line.startswith("import time:") and "|" in line
     }
-    assert "campaign.cli" in loaded  # the listing is there to be read
+    assert "campaign.cli.main" in loaded  # the listing is there to be read
     assert sorted(m for m in loaded if m.split(".")[0] in HEAVY) == []
 
 
@@ -223,7 +224,7 @@ def test_local_stops_on_a_bad_trace_row_before_anything_starts(
     def started(*_a: object, **_k: object) -> None:
         raise AssertionError("run_local started the campaign on a trace with bad rows")
 
-    monkeypatch.setattr("campaign.local.run_local", started)
+    monkeypatch.setattr("campaign.backends.local.fleets.run_local", started)
     manifest, trace = _bad_trace_manifest(tmp_path, manifest_data)
     assert cli.main(["local", str(manifest), "--out", str(tmp_path / "run")]) == EXIT_BAD_INPUT
     _every_bad_row_listed(capsys.readouterr().err, trace)
@@ -241,9 +242,9 @@ def test_deploy_and_run_stop_on_a_bad_trace_row_before_any_aws_call(
     def no_aws(*_a: object, **_k: object) -> None:
         raise AssertionError(f"{command} reached AWS with a trace with bad rows")
 
-    monkeypatch.setattr("campaign.aws_cli.aws_session", no_aws)
+    monkeypatch.setattr("campaign.cli.aws_cmds.aws_session", no_aws)
     monkeypatch.setattr(
-        "campaign.cloud_checks.cloud_issues", lambda *_a, **_k: []
+        "campaign.aws.cloud_checks.cloud_issues", lambda *_a, **_k: []
     )  # the example's illustrative hashes aside
     manifest, trace = _bad_trace_manifest(tmp_path, manifest_data)
     assert cli.main([command, str(manifest)]) == EXIT_BAD_INPUT

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from campaign.cloud_checks import ILLUSTRATIVE_VALUES, cloud_issues
+from campaign.aws.cloud_checks import ILLUSTRATIVE_VALUES, cloud_issues
 from core.manifest import load_manifest, manifest_from_data
 from runtime import tiny_model
 from tests.conftest import ROOT, write_manifest

@@ -1,4 +1,4 @@
-"""deploy's compile phase (campaign/compile_phase.py) against a moto server on loopback.
+"""deploy's compile phase (campaign/aws/compile_phase.py) against a moto server on loopback.
 
 S3, CloudFormation, Auto Scaling, EC2 and CloudWatch Logs are moto's; `cdk deploy` is a stand-in
 that builds what the stacks would (the results bucket and the compile phase's output and group),
@@ -19,8 +19,9 @@ from typing import Any
 import boto3
 import pytest
 
-from campaign import aws, compile_phase
-from campaign.compile_phase import CompilePhaseFailed, CompileRefused
+from campaign.aws import compile_phase
+from campaign.aws import stack as aws
+from campaign.aws.compile_phase import CompilePhaseFailed, CompileRefused
 from core.errors import EXIT_BAD_INPUT, EXIT_FAILED_STEP
 from core.manifest import Manifest, load_manifest, manifest_from_data
 from core.naming import stack_name
@@ -269,7 +270,7 @@ def _with_tokenizer_files(directory: Path, data: dict[str, Any]) -> dict[str, An
 def _deploy(tmp_path: Path, manifest_data: dict[str, Any], session: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     """`deploy` with `cdk deploy` replaced by a stand-in that builds the stack deploy reads; the
     stand-in's compile instance publishes and terminates on the first poll."""
-    from campaign import aws_cli
+    from campaign.cli import aws_cmds as aws_cli
 
     path = write_manifest(tmp_path, _with_tokenizer_files(tmp_path, _filled(manifest_data)))
     m = load_manifest(path)

@@ -11,8 +11,8 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from campaign import aws
-from campaign.cloud_checks import quota_needs
+from campaign.aws import stack as aws
+from campaign.aws.cloud_checks import quota_needs
 from core.manifest import load_manifest
 from tests.conftest import EXAMPLE_MANIFEST
 

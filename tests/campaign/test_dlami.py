@@ -1,4 +1,4 @@
-"""campaign.dlami: each fleet's AMI pinned to its SDK release through describe-images (botocore Stubber)."""
+"""campaign.aws.dlami: each fleet's AMI pinned to its SDK release through describe-images (botocore Stubber)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from campaign.dlami import AmiNotFound, ami_parameter_name, cdk_parameter_args, parse_ami_overrides, resolve_amis
+from campaign.aws.dlami import AmiNotFound, ami_parameter_name, cdk_parameter_args, parse_ami_overrides, resolve_amis
 from core.manifest import load_manifest
 
 NEURON_NAME = "Deep Learning Base Neuron AMI (Ubuntu 24.04)"

@@ -1,4 +1,4 @@
-"""campaign.engine without starting vLLM: what it refuses, and the command it would run."""
+"""campaign.backends.local.engine without starting vLLM: what it refuses, and the command it would run."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from campaign import engine as engines
-from campaign.cli import main
+from campaign.backends.local import engine as engines
+from campaign.cli.main import main
 from core.manifest import load_manifest
 from runtime import tiny_model
 from tests.conftest import ROOT

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from analysis.errors import EmptyWindow
-from campaign import cli
-from campaign.processes import ProcessFailed
+from campaign.backends.local.processes import ProcessFailed
+from campaign.cli import main as cli
 from core.errors import EXIT_BAD_INPUT, EXIT_FAILED_STEP, CampaignError
 from tests.conftest import ROOT
 
@@ -20,7 +20,7 @@ _INTERNAL = {
     "loadgen/http1.py": "HTTPParseError",  # a malformed response becomes the request's error outcome
     "runtime/emulator/protocol.py": "ApiError",  # an HTTP error response of the emulator
     "stacks/settings.py": "SynthInputError",  # raised inside `cdk synth`, not through this CLI
-    "campaign/capacity_run.py": "Interrupted",  # raised in a search thread only once Ctrl-C is already stopping the run
+    "campaign/stages/capacity.py": "Interrupted",  # raised in a search thread only once Ctrl-C is already stopping the run
 }
 
 
@@ -56,7 +56,7 @@ def test_main_prints_a_project_error_and_exits_with_its_code(
     def boom(*_a: object, **_k: object) -> None:
         raise exc
 
-    monkeypatch.setattr("campaign.local.run_local", boom)
+    monkeypatch.setattr("campaign.backends.local.fleets.run_local", boom)
     # A real manifest: `local` reads it and checks its whole trace before it calls run_local.
     assert cli.main(["local", str(ROOT / "manifests" / "llama3-8b-inf2-vs-g6.yaml")]) == code
     err = capsys.readouterr().err

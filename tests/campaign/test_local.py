@@ -14,7 +14,7 @@ from typing import Any
 import psutil
 import pytest
 
-from campaign.report_cli import EXIT_BY_STATE
+from campaign.cli.report_cmds import EXIT_BY_STATE
 from tests.conftest import ROOT, write_manifest
 
 pytestmark = pytest.mark.slow
@@ -118,7 +118,7 @@ def test_second_run_does_not_collide(tmp_path: Path) -> None:
 
 
 def test_cpu_engines_and_their_load_generators_never_share_a_core() -> None:
-    from campaign.local import core_plan
+    from campaign.backends.local.fleets import core_plan
 
     wide = core_plan(["inf2", "g6"], 8)  # a core per engine and spare ones: side by side, clients on the spare cores
     assert wide.concurrent == 2 and wide.engine_core == {"inf2": 0, "g6": 1}

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from campaign.report_cli import EXIT_BY_STATE
+from campaign.cli.report_cmds import EXIT_BY_STATE
 from tests.conftest import ROOT, write_manifest
 
 pytestmark = pytest.mark.slow

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 import core.manifest
-from analysis.capacity_search import StepPlan
-from campaign import cli
+from analysis.capacity.search import StepPlan
+from campaign.cli import main as cli
 from core.errors import EXIT_OK
 from loadgen.replay_options import ReplayOptions
 from tests.conftest import EXAMPLE_MANIFEST
@@ -54,8 +54,10 @@ def test_campaign_local_parses_the_manifest_once_in_its_process(
         return _ExitedProcess(argv, **kwargs)
 
     monkeypatch.setattr("loadgen.launch.subprocess.Popen", popen)
-    monkeypatch.setattr("campaign.local.start_emulator", lambda _sup, _path, fleet, *_a: f"http://127.0.0.1:1/{fleet}")
-    monkeypatch.setattr("campaign.local._maybe_prometheus", lambda *_a: None)
+    monkeypatch.setattr(
+        "campaign.backends.local.fleets.start_emulator", lambda _sup, _path, fleet, *_a: f"http://127.0.0.1:1/{fleet}"
+    )
+    monkeypatch.setattr("campaign.backends.local.fleets._maybe_prometheus", lambda *_a: None)
 
     def stages(m: core.manifest.Manifest, fleets: Any, out_dir: Path, stop: threading.Event, **_k: Any) -> Any:
         """The stages' use of the fleets: one replay, then two capacity steps (a search and a settle segment)."""
@@ -65,7 +67,7 @@ def test_campaign_local_parses_the_manifest_once_in_its_process(
             steps.run(name, StepPlan(1.0, 1.0, "test", skip_s=float(i)), out_dir / f"step{i}", 1, stop)
         return SimpleNamespace(decision=SimpleNamespace(state="go", reasons=[]))
 
-    monkeypatch.setattr("campaign.local.run_stages", stages)
+    monkeypatch.setattr("campaign.backends.local.fleets.run_stages", stages)
     code = cli.main(["local", str(EXAMPLE_MANIFEST), "--out", str(tmp_path / "run")])
     parsed_by_the_campaign = list(parses)
 

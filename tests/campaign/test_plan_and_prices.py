@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from campaign.cloud_checks import cloud_issues
-from campaign.plan import plan, render_text
+from campaign.aws.cloud_checks import cloud_issues
+from campaign.plan.roofline import plan, render_text
 from core import catalog, prices
 from core.manifest import ManifestError, fit, load_manifest, manifest_from_data, semantic_issues
 from runtime.emulator.timing import TimingModel
@@ -182,7 +182,7 @@ def test_cli_plan_json(example_manifest_path: Path, tmp_path: Path) -> None:
         max(f["search_minutes"] for f in pred["fleets"].values()), abs=0.1
     )
     # --save writes the same document; --from-plan reads each fleet's predicted boundary back from it
-    from campaign.plan_file import predicted_boundaries
+    from campaign.plan.plan_file import predicted_boundaries
 
     assert json.loads(saved.read_text()) == out
     assert predicted_boundaries(saved, m) == {
@@ -286,10 +286,10 @@ def test_the_plan_resumes_a_search_its_settle_phase_reopens(
     phase finds a sizing step missing pooled (the example's demo, 2026-12-05: inf2 x0.7071 held
     over 95 requests, missed over 237), the plan's search goes on below it, and the plan's
     predicted boundary (what `--from-plan` seeds the live search with) is the hold found there."""
-    from analysis.capacity import read_search_path
-    from analysis.settle_record import Reopened, SettleOutcome, SettleStop
-    from campaign import settle as settle_mod
-    from campaign.plan_campaign import predict
+    from analysis.capacity.settle_record import Reopened, SettleOutcome, SettleStop
+    from analysis.capacity.steps import read_search_path
+    from campaign.plan.predict import predict
+    from campaign.stages import settle as settle_mod
 
     m = load_manifest(example_manifest_path)
     real = settle_mod.settle
@@ -321,9 +321,9 @@ def test_the_plan_resumes_a_search_its_settle_phase_reopens(
 
 
 def test_the_step_overhead_is_measured_from_an_earlier_run_or_assumed(tmp_path: Path) -> None:
-    from analysis.capacity import write_search_path
-    from analysis.report_model import SearchPath, SearchStep, StopRule, Verdict
-    from campaign.plan_campaign import STEP_OVERHEAD_S, StepOverhead
+    from analysis.capacity.steps import write_search_path
+    from analysis.model import SearchPath, SearchStep, StopRule, Verdict
+    from campaign.plan.predict import STEP_OVERHEAD_S, StepOverhead
     from core.errors import CampaignError
 
     assert StepOverhead() == StepOverhead(STEP_OVERHEAD_S, "assumed")

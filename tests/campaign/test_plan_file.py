@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from analysis.capacity import StopRule
-from campaign.capacity_run import search_fleet
-from campaign.plan_file import plan_document, predicted_boundaries
-from campaign.simulated_steps import SimulatedSteps
+from analysis.capacity.steps import StopRule
+from campaign.backends.simulated.fleets import SimulatedSteps
+from campaign.plan.plan_file import plan_document, predicted_boundaries
+from campaign.stages.capacity import search_fleet
 from core.errors import BadArgument
 from core.manifest import CapacitySearch, Manifest, load_manifest
 from tests.conftest import write_manifest

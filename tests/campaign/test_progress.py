@@ -8,7 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from campaign.progress import RecordTail
+from campaign.stages.progress import RecordTail
 from core.manifest import Manifest
 from tests.analysis.synth import manifest, rec
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from campaign.local import start_emulator
-from campaign.processes import Supervisor
+from campaign.backends.local.fleets import start_emulator
+from campaign.backends.local.processes import Supervisor
 from core.manifest import load_manifest
 from loadgen.fixtures import run_gate
 from tests.conftest import write_manifest

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from analysis.report import ReportInputs, build_report
-from campaign.quality_layers import (
+from analysis.report.build import ReportInputs, build_report
+from campaign.stages.quality import (
     ReplayFigures,
     distribution_layer,
     equivalence_layer,

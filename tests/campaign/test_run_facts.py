@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from analysis.errors import AnalysisError
-from campaign.orchestration import CAMPAIGN_FILE, RunFacts
+from campaign.stages.run import CAMPAIGN_FILE, RunFacts
 from core.errors import EXIT_BAD_INPUT
 
 

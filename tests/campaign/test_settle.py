@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from analysis import goodput
-from analysis.capacity import SearchPath, SearchStep, StopRule, Verdict, read_search_path, write_search_path
-from analysis.capacity_search import StepPlan
-from analysis.settle_record import SETTLE_FILE, Reopened
+from analysis.capacity.search import StepPlan
+from analysis.capacity.settle_record import SETTLE_FILE, Reopened
+from analysis.capacity.steps import SearchPath, SearchStep, StopRule, Verdict, read_search_path, write_search_path
+from analysis.measure import goodput
 from analysis.sources.records import load_records
-from campaign.capacity_run import arrival_offsets, resume_search
-from campaign.settle import settle
+from campaign.stages.capacity import arrival_offsets, resume_search
+from campaign.stages.settle import settle
 from core.manifest import Manifest, load_manifest
 from tests.analysis.synth import rec, write_jsonl
 from tests.conftest import write_manifest

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from analysis.capacity import StopRule
-from analysis.capacity_search import StepPlan
-from campaign.capacity_run import arrival_offsets, measure_step, planned_requests, search_fleet, settings_from
-from campaign.simulated_steps import SimulatedSteps, simulate_requests
+from analysis.capacity.search import StepPlan
+from analysis.capacity.steps import StopRule
+from campaign.backends.simulated.fleets import SimulatedSteps, simulate_requests
+from campaign.stages.capacity import arrival_offsets, measure_step, planned_requests, search_fleet, settings_from
 from core.manifest import CapacitySearch, load_manifest
 from core.records import Outcome, slo_deadline_s
 from core.schedule import build_schedule

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from analysis.capacity.settle_record import SETTLE_FILE, SettleOutcome, SettleSegment, SettleStop
 from analysis.errors import AnalysisError
-from analysis.settle_record import SETTLE_FILE, SettleOutcome, SettleSegment, SettleStop
-from campaign.orchestration import QUALITY_FILE, read_quality, run_stages
-from campaign.simulated_steps import SimulatedFleets
+from campaign.backends.simulated.fleets import SimulatedFleets
+from campaign.stages.run import QUALITY_FILE, read_quality, run_stages
 from core.manifest import manifest_from_data
 
 

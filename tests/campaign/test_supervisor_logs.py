@@ -1,11 +1,11 @@
-"""campaign.processes.Supervisor reads only its own child's output from a log that earlier runs appended to."""
+"""campaign.backends.local.processes.Supervisor reads only its own child's output from a log that earlier runs appended to."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from campaign.processes import Supervisor
+from campaign.backends.local.processes import Supervisor
 
 
 def test_wait_for_line_ignores_an_earlier_runs_lines(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from campaign import aws
+from campaign.aws import stack as aws
 from tests.conftest import ROOT, moto_server
 
 CAMPAIGN = "llama3-8b-inf2-vs-g6"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from campaign import cli
+from campaign.cli import main as cli
 from core.errors import EXIT_BAD_INPUT
 from tests.conftest import EXAMPLE_MANIFEST
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from campaign import engine as engines
+from campaign.backends.local import engine as engines
 from core.manifest import Manifest, load_manifest
 from core.records import INSTANCES_FILE
 from testing.cloud_offline import OfflineAws, engine_run, offline_aws, offline_manifest, run_once

@@ -5,7 +5,7 @@ The stand-ins are `make cloud-offline`'s (testing/cloud_offline.py): `cdk synth`
 Environment and the run-config stack output read from the template, a moto server for S3,
 CloudFormation (the deployed stack's outputs), Auto Scaling, CloudWatch and the Tagging API, and
 one emulator per fleet serving its measured instances behind the NLB endpoint (the one value of
-the run config replaced). Two `campaign run`s go through campaign.fargate_campaign.run_campaign,
+the run config replaced). Two `campaign run`s go through campaign.backends.fargate.campaign.run_campaign,
 the function `python -m campaign run` calls, with LocalTaskLauncher in place of ECS RunTask:
 the first runs every stage (gate tasks, replay, a short capacity search and the settle phase,
 each step on its own master + workers, records streamed through S3, the report), the second

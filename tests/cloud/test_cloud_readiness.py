@@ -8,9 +8,9 @@ from typing import Any
 import boto3
 import pytest
 
-from campaign.cloud_readiness import not_ready_evidence
-from campaign.cloud_run import CloudFleets
-from campaign.run_config import CloudRunError
+from campaign.aws.readiness import not_ready_evidence
+from campaign.aws.run_config import CloudRunError
+from campaign.backends.fargate.fleets import CloudFleets
 from testing.moto_gaps import filled_in
 from tests.cloud.test_cloud_stages import _passed, _Run
 from tests.conftest import moto_server

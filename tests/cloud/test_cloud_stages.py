@@ -15,11 +15,11 @@ import configargparse
 import pytest
 from moto import mock_aws
 
-from analysis.capacity_search import StepPlan
-from campaign.capacity_run import step_options
-from campaign.cloud_run import CloudFleets
-from campaign.fargate_run import GATE_READY_TIMEOUT_S
-from campaign.run_config import CloudRunError
+from analysis.capacity.search import StepPlan
+from campaign.aws.run_config import CloudRunError
+from campaign.backends.fargate.fleets import CloudFleets
+from campaign.backends.fargate.run import GATE_READY_TIMEOUT_S
+from campaign.stages.capacity import step_options
 from core import cloud_contract as cc
 from core.manifest import load_manifest
 from core.serving import served_model_id

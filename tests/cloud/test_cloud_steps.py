@@ -22,11 +22,11 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from analysis.capacity_search import StepPlan
-from campaign.cloud_run import CloudFleets
-from campaign.fargate_run import CloudRun
-from campaign.fargate_tasks import TaskSpec, TaskStatus
-from campaign.run_config import CloudRunError
+from analysis.capacity.search import StepPlan
+from campaign.aws.run_config import CloudRunError
+from campaign.backends.fargate.fleets import CloudFleets
+from campaign.backends.fargate.run import CloudRun
+from campaign.backends.fargate.tasks import TaskSpec, TaskStatus
 from core import cloud_contract as cc
 from core.manifest import load_manifest
 from core.records import INSTANCES_FILE
@@ -204,7 +204,7 @@ def test_a_fleet_with_a_target_never_healthy_ends_the_run_naming_its_states(
 
 
 def _step(run: CloudRun, fleet: str, multiplier: float) -> Path:
-    from campaign.cloud_run import FargateSteps
+    from campaign.backends.fargate.fleets import FargateSteps
 
     plan = StepPlan(multiplier=multiplier, span_s=10.0, why="test")
     step_dir = run.run_dir / "capacity" / fleet / plan.label

@@ -9,9 +9,9 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from campaign.ecs_tasks import EcsTaskLauncher, stop_run_tasks
-from campaign.fargate_tasks import TaskSpec
-from campaign.run_config import CloudRunError
+from campaign.aws.run_config import CloudRunError
+from campaign.backends.fargate.ecs_tasks import EcsTaskLauncher, stop_run_tasks
+from campaign.backends.fargate.tasks import TaskSpec
 from core import cloud_contract as cc
 
 CFG = cc.RunConfig(

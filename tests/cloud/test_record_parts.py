@@ -12,8 +12,8 @@ import boto3
 import pytest
 
 from analysis.sources.records import load_records
-from campaign.progress import RecordTail
-from campaign.s3_trees import download_run
+from campaign.aws.s3_trees import download_run
+from campaign.stages.progress import RecordTail
 from core.manifest import Manifest, load_manifest
 from core.records import RequestRecord
 from core.schedule import ScheduledRequest, build_schedule, partition

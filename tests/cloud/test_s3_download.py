@@ -6,7 +6,7 @@ from pathlib import Path
 
 import boto3
 
-from campaign.s3_trees import download_run, download_tree
+from campaign.aws.s3_trees import download_run, download_tree
 from tests.conftest import moto_server
 
 KEYS = [

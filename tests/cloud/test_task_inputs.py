@@ -13,8 +13,8 @@ import pytest
 import yaml
 from moto import mock_aws
 
-from campaign.fargate_run import upload_inputs
-from campaign.run_config import CloudRunError
+from campaign.aws.run_config import CloudRunError
+from campaign.backends.fargate.run import upload_inputs
 from core import cloud_contract as cc
 from core.errors import EXIT_SETUP_FAILED
 from core.manifest import load_manifest, manifest_from_data

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from analysis.report import ReportInputs, build_report
-from campaign.processes import Supervisor
+from analysis.report.build import ReportInputs, build_report
+from campaign.backends.local.processes import Supervisor
 from core.manifest import Manifest, load_manifest
 from core.ports import free_port
 from core.records import RequestRecord, RunSummary
@@ -105,8 +105,8 @@ def replay(
     `during(fleet_run, supervisor, emulator_url)` runs once the first records are flushed:
     that is where a case kills a worker or Prometheus.
     """
-    from campaign import prometheus_local
-    from campaign.local import start_emulator
+    from campaign.backends.local import prometheus as prometheus_local
+    from campaign.backends.local.fleets import start_emulator
     from loadgen.launch import start_fleet
 
     m = load_manifest(manifest_path)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from campaign.processes import Supervisor
+from campaign.backends.local.processes import Supervisor
 from core.schedule import build_schedule
 from tests.faults.conftest import Replay
 from tests.real_parts import program

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from analysis import goodput, intervals
+from analysis.measure import goodput, intervals
 from analysis.sources.records import load_records
-from campaign.local import start_emulator
-from campaign.processes import Supervisor
+from campaign.backends.local.fleets import start_emulator
+from campaign.backends.local.processes import Supervisor
 from core.manifest import load_manifest
 from core.schedule import build_schedule
 from loadgen.launch import start_fleet

@@ -154,7 +154,7 @@ def test_a_cloud_worker_flushes_its_records_as_new_parts_then_its_summary(
     # a new object put once, together exactly the worker's records file, and no whole-file object.
     import boto3
 
-    from campaign.s3_trees import download_run
+    from campaign.aws.s3_trees import download_run
     from loadgen.launch import merge_worker_outputs
     from loadgen.recording import records_part_name
     from tests.conftest import moto_server

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import yaml
 
-from campaign import engine as engines
-from campaign import prometheus_local
-from campaign.processes import Managed, Supervisor
+from campaign.backends.local import engine as engines
+from campaign.backends.local import prometheus as prometheus_local
+from campaign.backends.local.processes import Managed, Supervisor
 from core.ports import free_port
 from tests.conftest import ROOT
 from tests.real_parts import missing

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from analysis.histogram import histogram_quantile
+from analysis.measure.histogram import histogram_quantile
 from analysis.sources.metrics_text import Histogram, bucket_index, metric_names, parse_histograms, scrape
 from analysis.sources.prometheus import HistogramNames, PrometheusSource
-from campaign import prometheus_local
+from campaign.backends.local import prometheus as prometheus_local
 from core.quantiles import interpolated_quantile
 from core.records import Outcome, RequestRecord, RunSummary
 from core.serving import VLLM_METRICS

@@ -243,7 +243,7 @@ def test_an_llmperf_row_is_replayed_in_waves_as_llmperf_before_its_fix_sent_them
 def test_plan_prints_the_out_of_sample_band_with_the_fitted_efficiency(
     manifest_data: dict[str, Any], tmp_path: Path
 ) -> None:
-    from campaign.plan import plan, render_text
+    from campaign.plan.roofline import plan, render_text
     from core import catalog
 
     _, m = load(tmp_path, manifest_data)
@@ -260,7 +260,7 @@ def test_plan_prints_the_out_of_sample_band_with_the_fitted_efficiency(
 def test_the_report_note_carries_each_fleets_pinned_out_of_sample_band(
     manifest_data: dict[str, Any], tmp_path: Path
 ) -> None:
-    from campaign import engine
+    from campaign.backends.local import engine
     from core import catalog
 
     data = copy.deepcopy(manifest_data)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from campaign import plan
+from campaign.plan import roofline as plan
 from core.manifest import fit
 from core.tokenizer import VOCAB
 from runtime.emulator.config import FaultConfig

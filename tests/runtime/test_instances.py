@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
-from campaign.simulated_steps import spread_replay
+from campaign.backends.simulated.fleets import spread_replay
 from runtime.emulator import EmulatorConfig, TimingModel, create_app
 from runtime.emulator.balancer import FlowHash
 from runtime.emulator.engine import EngineSeq

@@ -133,6 +133,6 @@ def test_real_engine_manifest_validates_once_the_checkpoint_exists(
 ) -> None:
     d, _ = generated
     m = load_manifest(_loadable(manifest_data, d, tmp_path))
-    from campaign.engine import checkpoint_dir
+    from campaign.backends.local.engine import checkpoint_dir
 
     assert checkpoint_dir(m) == d

@@ -75,7 +75,7 @@ def three_fleets(tmp_path_factory: pytest.TempPathFactory) -> Synth:
 
 @pytest.fixture(scope="session")
 def compile_phase(tmp_path_factory: pytest.TempPathFactory) -> Synth:
-    """The example as `deploy`'s compile phase synthesizes it (campaign/compile_phase.py)."""
+    """The example as `deploy`'s compile phase synthesizes it (campaign/aws/compile_phase.py)."""
     from stacks.compile_boot import COMPILE_FLEETS_CONTEXT
 
     return synthesize(

@@ -1,11 +1,11 @@
 """Teardown's asset report reads the template CDK synthesizes: every image asset the cloud
-assembly publishes is found in it (campaign.cdk_assets), so none is missed after destroy."""
+assembly publishes is found in it (campaign.aws.cdk_assets), so none is missed after destroy."""
 
 from __future__ import annotations
 
 import json
 
-from campaign.cdk_assets import assets_in_template
+from campaign.aws.cdk_assets import assets_in_template
 from tests.stacks.conftest import Synth
 
 

@@ -70,7 +70,9 @@ def test_cache_volume_is_sized_from_the_manifest_and_mounted_before_docker_run(e
         assert f.ebs_cache_gib in sizes
         # the root volume deployed is the one the cost model bills (100 GiB was billed against 150 deployed)
         root = next(b for b in lt["BlockDeviceMappings"] if b["DeviceName"] == "/dev/sda1")
-        assert root["Ebs"]["VolumeSize"] == catalog.ROOT_VOLUME_GIB  # analysis.report bills catalog.ROOT_VOLUME_GIB
+        assert (
+            root["Ebs"]["VolumeSize"] == catalog.ROOT_VOLUME_GIB
+        )  # analysis.report.build bills catalog.ROOT_VOLUME_GIB
         script = "".join(p if isinstance(p, str) else "" for p in lt["UserData"]["Fn::Base64"]["Fn::Join"][1])
         assert script.index("mount /opt/cache") < script.index("docker run -d")
         assert f.serving.image in script

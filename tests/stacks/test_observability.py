@@ -101,7 +101,7 @@ def test_the_gate_runs_from_its_own_definition_the_only_one_that_writes_gate_res
     """The gate's gate-<fleet>.json is what the run's verdict is read from: the gate task has its own
     definition and task role, the only role that may write gate-*, and `campaign run` (CloudRun._spec)
     and the offline launcher start it from that definition."""
-    from campaign.fargate_run import CloudRun
+    from campaign.backends.fargate.run import CloudRun
     from core.cloud_contract import RUN_CONFIG_OUTPUT, RunConfig
     from testing.offline_tasks import LocalTaskLauncher
 

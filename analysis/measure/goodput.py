@@ -1,0 +1,352 @@
+"""Successful output tokens, fleet percentiles and SLO-compliant throughput, from per-request records.
+
+docs/design.md: a token is successful when its request completed without error, passed the
+quality gate and met the per-request SLO; server usage counts where the server reported it.
+Warmup requests are excluded from everything. The per-request SLO is recomputed here from
+the measured TTFT and ITL (ttft <= slo.ttft and itl <= slo.itl; a request with one token has
+no ITL) so a tighter or looser SLO can be evaluated from the same records; disagreements
+with the loadgen's own `slo_ok` verdict are counted and reported, never hidden.
+The measured window is the arrival span of the requests that were actually sent (non-warmup,
+outcome other than not_sent): first to last scheduled send, widened by n/(n-1) so n arrivals
+cover n inter-arrival gaps. Goodput over it is the SLO-compliant demand the instance sustained:
+an open-loop request counts toward the moment it arrived, however long it then took, and the
+drain after the last arrival (one request's length, or a queue in overload) neither dilutes a
+short step nor credits an overloaded server. Requests scheduled but never sent (a `--duration`
+cut, a dead worker) do not stretch the window.
+Percentiles are exact nearest-rank P95 over the fleet's non-warmup requests that received
+a first token (duckdb quantile_disc), i.e. over raw records, never averaged per replica.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from analysis.model import Measure
+from analysis.sources.records import RecordSet
+from core.quantiles import nearest_rank
+from core.records import ERROR_OUTCOMES, Outcome
+
+_TOKENS = "coalesce(server_output_tokens, client_output_tokens)"
+_ABANDONED = f"outcome = '{Outcome.SLO_ABANDONED.value}'"
+# What each record contributes to a latency percentile, its CDF and its interval. A request a
+# capacity step abandoned on its SLO deadline (Outcome.SLO_ABANDONED, given up e2e_s after it
+# was scheduled) is censored, and enters at a lower bound: with no first token, its TTFT is
+# over e2e_s; with one, its ITL is at least the rest of e2e_s spread over the tokens it still
+# owed. Since the deadline is the TTFT target + max_tokens x the ITL target, the TTFT bound is
+# over its target, and so is the ITL bound of a request whose first token came in time: a P95
+# that is within its target is then exact, and one over it a lower bound. (One whose first token
+# came late is already over on TTFT; its ITL bound may be under target.)
+LATENCY_SQL = {
+    "ttft_s": f"CASE WHEN {_ABANDONED} AND ttft_s IS NULL THEN e2e_s ELSE ttft_s END",
+    "itl_s": f"CASE WHEN {_ABANDONED} AND ttft_s IS NOT NULL AND max_tokens > 1 "
+    "THEN greatest(coalesce(itl_s, 0), (e2e_s - ttft_s) / (max_tokens - 1)) ELSE itl_s END",
+}
+_SLO_MET = "(ttft_s IS NOT NULL AND ttft_s <= $ttft AND (itl_s IS NULL OR itl_s <= $itl))"
+# A capacity step's settle segments (campaign.stages.settle) sit in its directory as settle-<n>/: more
+# requests at the same rate, replayed after the step, each with its own schedule from 0. Records
+# of the step itself are segment "".
+SETTLE_DIR = "settle-"
+SEGMENT_SQL = f"regexp_extract(filename, '/{SETTLE_DIR}([0-9]+)/', 1)"
+
+
+def measure_fleets(
+    rs: RecordSet, ttft_slo_s: float, itl_slo_s: float, *, percentiles: bool = True
+) -> dict[str, Measure]:
+    """Every fleet's counts, tokens, window and P95s.
+
+    One scan groups the records by (fleet, warmup, outcome, SLO met, verdict disagrees): a few
+    dozen groups whatever the number of records, summed here, which is about twice as fast over
+    ten million records as one aggregate per field (bench/analysis_throughput.py). The P95s do not
+    depend on the SLO thresholds; `percentiles=False` skips them (None) for callers that
+    re-evaluate goodput under another SLO and already hold them."""
+    groups = rs.con.execute(
+        f"""SELECT fleet, warmup, outcome, {_SLO_MET} AS met, {_SLO_MET} IS DISTINCT FROM slo_ok AS differs,
+                   count(*), coalesce(sum({_TOKENS}), 0), min(wall_start), min(scheduled_s), max(scheduled_s), {SEGMENT_SQL} AS segment
+            FROM records GROUP BY ALL""",
+        {"ttft": ttft_slo_s, "itl": itl_slo_s},
+    ).fetchall()
+    p95s: dict[str, tuple[float | None, float | None]] = {}
+    if percentiles:
+        for fleet, ttft, itl in rs.con.execute(
+            f"""SELECT fleet, quantile_disc({LATENCY_SQL["ttft_s"]}, 0.95) FILTER (WHERE NOT warmup AND {LATENCY_SQL["ttft_s"]} IS NOT NULL),
+                       quantile_disc({LATENCY_SQL["itl_s"]}, 0.95) FILTER (WHERE NOT warmup AND {LATENCY_SQL["itl_s"]} IS NOT NULL)
+                FROM records GROUP BY fleet"""
+        ).fetchall():
+            p95s[str(fleet)] = (None if ttft is None else float(ttft), None if itl is None else float(itl))
+    acc: dict[str, _Tally] = {}
+    for fleet, warmup, outcome, met, differs, n, tok, wall, first, last, segment in groups:
+        acc.setdefault(str(fleet), _Tally()).add(
+            bool(warmup), str(outcome), bool(met), bool(differs), int(n), int(tok), wall, first, last, str(segment)
+        )
+    return {fleet: t.measure(fleet, *p95s.get(fleet, (None, None))) for fleet, t in sorted(acc.items())}
+
+
+@dataclass
+class _Tally:
+    """One fleet's sums over measure_fleets' groups."""
+
+    requests: int = 0
+    warmup: int = 0
+    ok: int = 0
+    errors: int = 0
+    quality_failed: int = 0
+    no_text: int = 0
+    not_sent: int = 0
+    slo_violations: int = 0
+    successful: int = 0
+    successful_tokens: int = 0
+    ok_tokens: int = 0
+    disagreements: int = 0
+    wall_start: float | None = None
+    # Per segment (SEGMENT_SQL): non-warmup requests sent, first and last scheduled send
+    spans: dict[str, _Span] = field(default_factory=dict)
+
+    def add(
+        self,
+        warmup: bool,
+        outcome: str,
+        met: bool,
+        differs: bool,
+        n: int,
+        tok: int,
+        wall: float | None,
+        first: float | None,
+        last: float | None,
+        segment: str = "",
+    ) -> None:
+        if wall is not None:
+            self.wall_start = wall if self.wall_start is None else min(self.wall_start, wall)
+        if warmup:
+            self.warmup += n
+            return
+        self.requests += n
+        self.errors += n if outcome in ERROR_OUTCOMES else 0
+        self.quality_failed += n if outcome == "quality_fail" else 0
+        self.no_text += n if outcome == Outcome.NO_TEXT.value else 0
+        if outcome == "not_sent":
+            self.not_sent += n
+        else:
+            self.spans.setdefault(segment, _Span()).add(n, first, last)
+        if outcome == "ok":
+            self.ok += n
+            self.ok_tokens += tok
+            self.disagreements += n if differs else 0
+            if met:
+                self.successful += n
+                self.successful_tokens += tok
+            else:
+                self.slo_violations += n
+
+    def measure(self, fleet: str, p95_ttft: float | None, p95_itl: float | None) -> Measure:
+        # A step continued by settle segments ran them one after another: its window is the first
+        # segment's start plus every segment's window.
+        first = self.spans[""].first if "" in self.spans else None
+        windows = [s.window_s() for s in self.spans.values()]
+        end = (
+            first + sum(w for w in windows if w is not None)
+            if first is not None and all(w is not None for w in windows)
+            else None
+        )
+        window = max(end - first, 0.0) if first is not None and end is not None else 0.0  # 0: no window
+        sent = self.requests - self.not_sent
+        return Measure(
+            fleet=fleet,
+            requests=self.requests,
+            warmup_excluded=self.warmup,
+            completed_ok=self.ok,
+            errors=self.errors,
+            quality_failed=self.quality_failed,
+            no_text=self.no_text,
+            not_sent=self.not_sent,
+            slo_violations=self.slo_violations,
+            successful_requests=self.successful,
+            successful_output_tokens=self.successful_tokens,
+            completed_output_tokens=self.ok_tokens,
+            slo_verdict_disagreements=self.disagreements,
+            wall_start=self.wall_start,
+            window_start_s=first,
+            window_end_s=end,
+            p95_ttft_s=p95_ttft,
+            p95_itl_s=p95_itl,
+            window_s=window,
+            error_rate=self.errors / sent if sent else None,
+            # goodput: successful output tokens per second over the measured window (whole fleet)
+            goodput_tok_s=self.successful_tokens / window if window > 0 else None,
+        )
+
+
+@dataclass
+class _Span:
+    sent: int = 0
+    first: float | None = None
+    last: float | None = None
+
+    def add(self, n: int, first: float | None, last: float | None) -> None:
+        self.sent += n
+        if first is not None and last is not None:
+            self.first = first if self.first is None else min(self.first, first)
+            self.last = last if self.last is None else max(self.last, last)
+
+    def window_s(self) -> float | None:
+        """The sent requests' schedule plus one mean inter-arrival gap (n - 1 gaps over n arrivals)."""
+        if self.sent > 1 and self.first is not None and self.last is not None:
+            return (self.last - self.first) * self.sent / (self.sent - 1)
+        return None
+
+
+def outcome_counts(rs: RecordSet) -> dict[str, dict[str, int]]:
+    """Non-warmup requests per fleet and outcome (every outcome value present, zeros omitted)."""
+    rows = rs.con.execute(
+        "SELECT fleet, outcome, count(*) FROM records WHERE NOT warmup GROUP BY fleet, outcome ORDER BY fleet, outcome"
+    ).fetchall()
+    out: dict[str, dict[str, int]] = {}
+    for fleet, outcome, n in rows:
+        out.setdefault(str(fleet), {})[str(outcome)] = int(n)
+    return out
+
+
+def itl_basis_counts(rs: RecordSet) -> dict[str, dict[str, int]]:
+    """Completed, non-warmup requests per fleet by how their ITL was computed (records.itl_basis):
+    "server_tokens", "chunks" (no server usage), "unknown" (records older than the field)."""
+    rows = rs.con.execute(
+        "SELECT fleet, coalesce(itl_basis, 'unknown'), count(*) FROM records "
+        "WHERE NOT warmup AND outcome = 'ok' AND itl_s IS NOT NULL GROUP BY ALL ORDER BY ALL"
+    ).fetchall()
+    out: dict[str, dict[str, int]] = {}
+    for fleet, basis, n in rows:
+        out.setdefault(str(fleet), {})[str(basis)] = int(n)
+    return out
+
+
+def load_span_s(rs: RecordSet) -> dict[str, float]:
+    """Per fleet, wall seconds from its first request sent to its last request's end (scheduled
+    send + lifetime; an answer never completed ends at its first token or its send): the time the
+    load itself took, without the runner's start and stop around it."""
+    rows = rs.con.execute(
+        "SELECT fleet, max(wall_start + scheduled_s + coalesce(e2e_s, ttft_s, send_lag_s, 0)) - min(wall_start + sent_s) "
+        "FROM records WHERE sent_s IS NOT NULL GROUP BY fleet"
+    ).fetchall()
+    return {str(f): max(float(v), 0.0) for f, v in rows if v is not None}
+
+
+def median_e2e(rs: RecordSet, ttft_slo_s: float | None = None, itl_slo_s: float | None = None) -> dict[str, float]:
+    """Median scheduled-send -> last-token time of each fleet's completed, non-warmup requests;
+    with the SLO given, of those that also met it (a lifetime not inflated by an overload's queue)."""
+    met = f"AND {_SLO_MET}" if ttft_slo_s is not None and itl_slo_s is not None else ""
+    rows = rs.con.execute(
+        "SELECT fleet, quantile_cont(e2e_s, 0.5) FROM records "
+        f"WHERE NOT warmup AND outcome = 'ok' AND e2e_s IS NOT NULL {met} GROUP BY fleet",
+        {"ttft": ttft_slo_s, "itl": itl_slo_s} if met else None,
+    ).fetchall()
+    return {str(f): float(v) for f, v in rows if v is not None}
+
+
+@dataclass(frozen=True)
+class Saturation:
+    """Whether one instance of a fleet was driven to its batch limit during the run.
+
+    Per-instance SLO-compliant throughput is a capacity figure only when the instance was
+    saturated; at low offered load goodput equals the offered load, the throughput is a
+    lower bound and a fleet sized from it an upper bound."""
+
+    fleet: str
+    peak_in_flight: int  # whole fleet, non-warmup requests
+    instances_measured: int
+    max_concurrency: int  # sequences one instance runs at once: max_concurrency x replicas_per_instance
+
+    @property
+    def peak_in_flight_per_instance(self) -> float | None:
+        return self.peak_in_flight / self.instances_measured if self.instances_measured > 0 else None
+
+    @property
+    def saturated(self) -> bool:
+        per = self.peak_in_flight_per_instance
+        return per is not None and per >= self.max_concurrency
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "peak_in_flight": self.peak_in_flight,
+            "peak_in_flight_per_instance": self.peak_in_flight_per_instance,
+            "max_concurrency": self.max_concurrency,
+            "saturated": self.saturated,
+        }
+
+
+def peak_in_flight(rs: RecordSet) -> dict[str, int]:
+    """Peak number of non-warmup requests in flight at once, per fleet (whole fleet, not per instance).
+
+    A request is in flight from its actual send (scheduled_s + send_lag_s, else sent_s) to its
+    last token (scheduled_s + e2e_s: E2E is measured from the scheduled send). Requests never
+    sent, or without an E2E (errors whose end is unknown), are not counted. Ends count before
+    starts at the same instant, so back-to-back requests do not overlap.
+
+    The count only rises at a start, so the peak is the largest, over the sorted starts s_k, of
+    (k + 1) - #(ends <= s_k): two numpy sorts and a binary search, where a SQL running sum over
+    every start and end event sorts twice as many rows in one window (8.5 s of a 10-million-record
+    report, bench/analysis_throughput.py)."""
+    out: dict[str, int] = {}
+    for fleet in rs.fleets():
+        got = rs.con.execute(
+            """SELECT t0, t1 FROM (
+                 SELECT coalesce(scheduled_s + send_lag_s, sent_s) AS t0, scheduled_s + e2e_s AS t1 FROM records
+                 WHERE fleet = $fleet AND NOT warmup AND outcome <> 'not_sent' AND e2e_s IS NOT NULL)
+               WHERE t0 IS NOT NULL AND t1 > t0""",
+            {"fleet": fleet},
+        ).fetchnumpy()
+        starts = np.sort(np.asarray(got["t0"], dtype=np.float64))
+        if len(starts) == 0:
+            continue
+        ends = np.sort(np.asarray(got["t1"], dtype=np.float64))
+        in_flight = np.arange(1, len(starts) + 1) - np.searchsorted(ends, starts, side="right")
+        out[fleet] = int(in_flight.max())
+    return out
+
+
+def goodput_series(
+    rs: RecordSet, fleet: str, ttft_slo_s: float, itl_slo_s: float, start_s: float, end_s: float, bins: int = 60
+) -> list[tuple[float, float]]:
+    """Successful output tokens/s in equal bins by completion time: (bin start offset, tok/s).
+
+    `bins` bins span the window; requests that complete after it (the drain) get further bins of
+    the same width, up to the last completion, rather than being piled into the window's last bin."""
+    if end_s <= start_s or bins < 1:
+        return []
+    width = (end_s - start_s) / bins
+    rows = rs.con.execute(
+        f"""SELECT CAST(floor((scheduled_s + coalesce(e2e_s, 0) - $start) / $w) AS BIGINT) AS b, sum({_TOKENS})
+            FROM records
+            WHERE fleet = $fleet AND NOT warmup AND outcome = 'ok' AND {_SLO_MET}
+            GROUP BY b""",
+        {"start": start_s, "w": width, "fleet": fleet, "ttft": ttft_slo_s, "itl": itl_slo_s},
+    ).fetchall()
+    per_bin = {int(b): float(t) for b, t in rows if b is not None and b >= 0}
+    n = max([bins, *(b + 1 for b in per_bin)])
+    return [(start_s + i * width, per_bin.get(i, 0.0) / width) for i in range(n)]
+
+
+def latency_array(rs: RecordSet, fleet: str, column: str) -> npt.NDArray[np.float64]:
+    """Non-warmup values of `column` as the P95s take them (LATENCY_SQL), unsorted, as one numpy
+    array straight from duckdb (no Python object per request)."""
+    if column not in LATENCY_SQL:
+        raise ValueError(f"no latency column {column!r}")
+    v = LATENCY_SQL[column]
+    got = rs.con.execute(
+        f"SELECT CAST({v} AS DOUBLE) AS v FROM records WHERE fleet = $fleet AND NOT warmup AND {v} IS NOT NULL",
+        {"fleet": fleet},
+    ).fetchnumpy()["v"]
+    return np.asarray(got, dtype=np.float64)
+
+
+def latency_cdf(rs: RecordSet, fleet: str, column: str, points: int = 50) -> list[tuple[float, float]]:
+    """(latency, cumulative fraction) pairs for a CDF plot, from raw non-warmup records: the
+    nearest-rank quantiles (duckdb's quantile_disc), placed by a partial sort."""
+    x = latency_array(rs, fleet, column)
+    if len(x) == 0:
+        return []
+    qs = [round((i + 1) / points, 6) for i in range(points)]
+    ranks = [nearest_rank(len(x), q) for q in qs]
+    part = np.partition(x, sorted({r - 1 for r in ranks}))
+    return [(float(part[r - 1]), q) for r, q in zip(ranks, qs, strict=True)]

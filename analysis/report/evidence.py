@@ -1,0 +1,376 @@
+"""The report's evidence from outside the records: CloudWatch and time to ready (the cloud path),
+instances in service, unit prices, bills and the Prometheus cross-check.
+
+Each source returns its own findings (gaps and provenance); a source that does not answer is a
+gap, never a silent zero.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from analysis.economics.cost import UnitPrices
+from analysis.errors import PriceMissing, SourceUnavailable
+from analysis.measure.histogram import bucket_cdf
+from analysis.model import Measure
+from analysis.provenance import Findings, Gap, Sourced
+from analysis.report.inputs import AwsClients, ReportInputs
+from analysis.sources.billing import cost_explorer_by_fleet, read_focus
+from analysis.sources.cloudwatch import CloudWatchSource, discover_asgs, fleet_specs
+from analysis.sources.instances import CountedInstances, read_counted
+from analysis.sources.pricing import RESERVED_KIND, PriceBook, PriceListSource
+from analysis.sources.prometheus import HistogramNames, PrometheusSource
+from analysis.sources.time_to_ready import time_to_ready
+from core import catalog
+from core.cloud_contract import LOADGEN_TASK_MEMORY_GIB, LOADGEN_TASK_VCPU
+from core.manifest import Manifest
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Stage 2: what the cloud, the price source, the bills and Prometheus said; each source's findings apart."""
+
+    cloudwatch: dict[str, Any]
+    time_to_ready: dict[str, Any]
+    instances: dict[str, int]
+    unit_prices: dict[str, UnitPrices]
+    billing: dict[str, Any]
+    prometheus: dict[str, Any] | None
+    cloud_found: Findings
+    instances_found: Findings
+    prices_found: Findings
+    billing_found: Findings
+    prometheus_found: Findings
+    loadgen_task_hourly_usd: float | None = None  # one load-generator task (Fargate), for decision.to_settle
+    loadgen_price_source: str = "no Fargate price: load-generator tasks not counted"
+
+
+def _resolve_prices(m: Manifest, book: PriceBook) -> tuple[dict[str, UnitPrices], Findings]:
+    found = Findings()
+    out: dict[str, UnitPrices] = {}
+    shared: dict[str, Sourced] = {}
+    for kind, key, name in (
+        ("ebs", "gp3-storage", "ebs_gp3_gb_month"),
+        ("nlb", "hour", "nlb_hour"),
+        ("nlb", "lcu-hour", "nlb_lcu_hour"),
+        ("network", "inter-az", "inter_az_gb"),
+    ):
+        try:
+            shared[name] = book.get(kind, key)
+            found.provenance[f"prices.{name}"] = shared[name].as_dict()
+        except PriceMissing as exc:
+            found.gaps.append(Gap(f"prices.{name}", str(exc)))
+    for f in m.fleets:
+        try:
+            inst = book.get("instance", f.instance_type)
+        except PriceMissing as exc:
+            found.gaps.append(Gap(f"prices.instance.{f.instance_type}", str(exc)))
+            continue
+        found.provenance[f"prices.instance.{f.instance_type}"] = inst.as_dict()
+        reserved: float | None = None
+        if not any(c.fleet == f.name for c in m.costs.commitments):  # only the sensitivity's rate cells use it
+            key = f"prices.{RESERVED_KIND}.{f.instance_type}"
+            try:
+                got = book.get(RESERVED_KIND, f.instance_type)
+                reserved = got.value
+                found.provenance[key] = got.as_dict()
+            except PriceMissing as exc:
+                found.provenance[key] = {
+                    "value": None,
+                    "source": "missing",
+                    "detail": f"{exc}: the covered / renewal cells say 'no commitment'",
+                }
+        if len(shared) == 4:
+            out[f.name] = UnitPrices(
+                inst.value,
+                shared["ebs_gp3_gb_month"].value,
+                shared["nlb_hour"].value,
+                shared["nlb_lcu_hour"].value,
+                shared["inter_az_gb"].value,
+                reserved,
+            )
+    return out, found
+
+
+def _loadgen_task_price(book: PriceBook) -> tuple[float | None, str, Findings]:
+    """One load-generator task's hourly Fargate price (its vCPU and memory, core.cloud_contract) and
+    where it came from; only decision.to_settle uses it, so a missing price is no gap."""
+    found = Findings()
+    got: dict[str, Sourced] = {}
+    for key, name in (("vcpu-hour", "fargate_vcpu_hour"), ("gb-hour", "fargate_gb_hour")):
+        try:
+            got[key] = book.get("fargate", key)
+            found.provenance[f"prices.{name}"] = got[key].as_dict()
+        except PriceMissing as exc:
+            found.provenance[f"prices.{name}"] = {
+                "value": None,
+                "source": "missing",
+                "detail": f"{exc}: decision.to_settle's usd leaves the load-generator tasks out",
+            }
+    if len(got) < 2:
+        return None, "no Fargate price: load-generator tasks not counted", found
+    hourly = LOADGEN_TASK_VCPU * got["vcpu-hour"].value + LOADGEN_TASK_MEMORY_GIB * got["gb-hour"].value
+    return (
+        hourly,
+        (
+            f"{LOADGEN_TASK_VCPU} vCPU x {got['vcpu-hour'].value:g} + {LOADGEN_TASK_MEMORY_GIB} GiB x {got['gb-hour'].value:g} "
+            f"USD/h per task, provenance prices.fargate_*"
+        ),
+        found,
+    )
+
+
+def _prometheus_section(
+    m: Manifest,
+    url: str,
+    given: HistogramNames | None,
+    measures: Mapping[str, Measure],
+) -> tuple[dict[str, Any], Findings]:
+    found = Findings()
+    src = PrometheusSource(url)
+    out: dict[str, Any] = {"url": url, "fleets": {}}
+    for f in m.fleets:
+        fm = measures.get(f.name)
+        if fm is None or fm.wall_start is None or fm.window_start_s is None or fm.window_end_s is None:
+            continue
+        start, end = fm.wall_start + fm.window_start_s, fm.wall_start + fm.window_end_s
+        names = given or HistogramNames.for_stack(f.serving.stack)  # each fleet's own series
+        labels = {names.fleet_label: f.name}
+        sec: dict[str, Any] = {"window_unix": [start, end]}
+        try:
+            server_itl = names.server_itl
+            if server_itl and not src.has_series(server_itl, labels, start, end) and names.server_itl_fallback:
+                server_itl = names.server_itl_fallback
+            for key, metric, recorded in (
+                ("client_ttft", names.client_ttft, fm.p95_ttft_s),
+                ("client_itl", names.client_itl, fm.p95_itl_s),
+                ("server_ttft", names.server_ttft, None),
+                ("server_itl", server_itl, None),
+            ):
+                if metric is None:
+                    sec[key] = {
+                        "metric": None,
+                        "note": f"{f.serving.stack} exports no such histogram; the records' figure stands alone",
+                    }
+                    continue
+                p95 = src.merged_quantile(0.95, metric, labels, start, end)
+                entry: dict[str, Any] = {"metric": f"{metric}_bucket", "p95_s_merged_histogram": p95}
+                if p95 is not None:
+                    entry["cdf"] = bucket_cdf(src.merged_buckets(metric, labels, start, end))
+                    per = src.per_replica_quantiles(0.95, metric, labels, start, end, names.replica_label)
+                    entry["per_replica_p95_s"] = per
+                    entry["mean_of_replica_p95_s_not_used"] = sum(per.values()) / len(per) if per else None
+                if recorded is not None and p95 is not None:
+                    entry["p95_s_records"] = recorded
+                    entry["difference_s"] = (
+                        p95 - recorded
+                    )  # bucket resolution bounds this; large = a client/clock problem
+                sec[key] = entry
+        except SourceUnavailable as exc:
+            found.gaps.append(Gap("prometheus", str(exc)))
+            out["error"] = str(exc)
+            return out, found
+        out["fleets"][f.name] = sec
+    return out, found
+
+
+def _time_to_ready(m: Manifest, clients: AwsClients) -> tuple[dict[str, Any], Findings]:
+    """Per fleet, instance launch -> first healthy NLB target: a migration activity measured in the cloud run."""
+    found = Findings()
+    if clients.autoscaling is None or clients.elbv2 is None or clients.cloudwatch is None:
+        return {}, found
+    try:
+        asgs = discover_asgs(clients.autoscaling, m.campaign)
+        ready = time_to_ready(clients.autoscaling, clients.elbv2, clients.cloudwatch, m.campaign, asgs, time.time())
+    except SourceUnavailable as exc:
+        found.gaps.append(Gap("time_to_ready", str(exc), blocks_go=False))
+        return {}, found
+    for f in m.fleets:
+        if f.name not in ready:
+            found.gaps.append(
+                Gap(
+                    f"time_to_ready.{f.name}",
+                    "no launch activity or no healthy target found for this fleet",
+                    blocks_go=False,
+                )
+            )
+    found.provenance["time_to_ready"] = {
+        "source": "pulled",
+        "detail": "first 'Launching a new EC2 instance' activity (DescribeScalingActivities) to the first minute with "
+        "AWS/NetworkELB HealthyHostCount >= 1 on the fleet's target group (60 s resolution)",
+    }
+    return {name: r.as_dict() for name, r in ready.items()}, found
+
+
+def _instances_measured(
+    m: Manifest,
+    given: Mapping[str, int] | None,
+    cw: dict[str, Any],
+    counted: Mapping[str, CountedInstances],
+) -> tuple[dict[str, int], Findings]:
+    """Per fleet, the instances the replay ran on: as its runner counted them while it ran (on
+    AWS, the fewest healthy targets), else as the runner gives them (locally, the emulated
+    instances), else CloudWatch's in-service count, else what the stack deploys (assumed)."""
+    found = Findings()
+    out: dict[str, int] = {}
+    for f in m.fleets:
+        if f.name in counted:
+            c = counted[f.name]
+            out[f.name] = c.instances
+            found.provenance[f"instances_measured.{f.name}"] = {
+                "value": c.instances,
+                "source": c.source,
+                "detail": c.detail,
+            }
+        elif given and f.name in given:
+            out[f.name] = int(given[f.name])
+            found.provenance[f"instances_measured.{f.name}"] = {
+                "value": out[f.name],
+                "source": "measured",
+                "detail": "given by the campaign runner",
+            }
+        elif cw.get(f.name, {}).get("instances_in_service_max"):
+            out[f.name] = round(cw[f.name]["instances_in_service_max"])
+            found.provenance[f"instances_measured.{f.name}"] = {
+                "value": out[f.name],
+                "source": "pulled",
+                "detail": "CloudWatch AWS/AutoScaling GroupInServiceInstances, max over the window",
+            }
+        else:
+            out[f.name] = f.instances_deployed
+            found.provenance[f"instances_measured.{f.name}"] = {
+                "value": out[f.name],
+                "source": "manifest",
+                "detail": "what the stack deploys (the larger of fleets[].asg.desired and measure_instances), "
+                "assumed in service for the whole run",
+            }
+            found.gaps.append(
+                Gap(
+                    f"instances_measured.{f.name}",
+                    "instances in service not measured; assumed what the stack deploys",
+                    blocks_go=False,
+                )
+            )
+    return out, found
+
+
+def gather_evidence(inp: ReportInputs, base: Mapping[str, Measure]) -> Evidence:
+    """CloudWatch and time to ready (the cloud path), instances in service, prices, bills and Prometheus;
+    `base`: the replay's measures under the manifest's SLO (their windows bound every query)."""
+    m = inp.manifest
+    clients = inp.aws_clients or (AwsClients.from_session(m.costs.region) if inp.aws else None)
+    cw: dict[str, Any] = {}
+    ready: dict[str, Any] = {}
+    cloud = Findings()
+    if inp.aws and clients is not None:
+        cw, cloud = _cloudwatch(m, clients, base)
+        ready, found_ready = _time_to_ready(m, clients)
+        cloud = cloud + found_ready
+    inst, inst_found = _instances_measured(m, inp.instances_measured, cw, read_counted(Path(inp.records_dir)))
+
+    use_api = inp.aws or m.costs.price_source == "price-list-api"
+    api = (
+        PriceListSource(clients.pricing, m.costs.region)
+        if use_api and clients is not None and clients.pricing is not None
+        else None
+    )
+    book = PriceBook(m.costs.region, api)
+    unit_prices, prices_found = _resolve_prices(m, book)
+    task_hourly, task_source, task_found = _loadgen_task_price(book)
+    prices_found = prices_found + task_found
+    for note in book.notes:
+        prices_found.gaps.append(Gap("prices.api", note, blocks_go=False))
+
+    billing, billing_found = _billing(inp, clients, base)
+    prom: dict[str, Any] | None = None
+    prom_found = Findings()
+    if inp.prometheus_url:
+        prom, prom_found = _prometheus_section(m, inp.prometheus_url, inp.histogram_names, base)
+        prom_found.provenance["prometheus"] = {
+            "source": "measured",
+            "detail": f"{inp.prometheus_url}: sum by (le) of increase() over the window, histogram_quantile",
+        }
+    return Evidence(
+        cloudwatch=cw,
+        time_to_ready=ready,
+        instances=inst,
+        unit_prices=unit_prices,
+        billing=billing,
+        prometheus=prom,
+        cloud_found=cloud,
+        instances_found=inst_found,
+        prices_found=prices_found,
+        billing_found=billing_found,
+        prometheus_found=prom_found,
+        loadgen_task_hourly_usd=task_hourly,
+        loadgen_price_source=task_source,
+    )
+
+
+def _cloudwatch(m: Manifest, clients: AwsClients, base: Mapping[str, Measure]) -> tuple[dict[str, Any], Findings]:
+    """Per fleet, the ASG's and accelerator's CloudWatch figures over the measured window."""
+    found = Findings()
+    cw: dict[str, Any] = {}
+    try:
+        asgs = discover_asgs(clients.autoscaling, m.campaign)
+        src = CloudWatchSource(clients.cloudwatch)
+        for f in m.fleets:
+            fm = base.get(f.name)
+            if (
+                f.name not in asgs
+                or fm is None
+                or fm.wall_start is None
+                or fm.window_start_s is None
+                or fm.window_end_s is None
+            ):
+                found.gaps.append(
+                    Gap(f"cloudwatch.{f.name}", "no ASG tagged with this campaign and fleet", blocks_go=False)
+                )
+                continue
+            vendor = catalog.instance(f.instance_type).accelerator.vendor
+            cw[f.name] = src.fetch(
+                fleet_specs(asgs[f.name], vendor), fm.wall_start + fm.window_start_s, fm.wall_start + fm.window_end_s
+            )
+        found.provenance["cloudwatch"] = {
+            "source": "pulled",
+            "detail": "CloudWatch GetMetricData (Average/Sum/Maximum)",
+        }
+    except SourceUnavailable as exc:
+        found.gaps.append(Gap("cloudwatch", str(exc), blocks_go=False))
+    return cw, found
+
+
+def _billing(
+    inp: ReportInputs,
+    clients: AwsClients | None,
+    base: Mapping[str, Measure],
+) -> tuple[dict[str, Any], Findings]:
+    """Cost Explorer by fleet tag over the run's days (cloud path) and a FOCUS export, where given."""
+    m = inp.manifest
+    found = Findings()
+    billing: dict[str, Any] = {}
+    if inp.aws and clients is not None and clients.ce is not None:
+        walls = [fm.wall_start + (fm.window_end_s or 0) for fm in base.values() if fm.wall_start is not None]
+        starts = [fm.wall_start + (fm.window_start_s or 0) for fm in base.values() if fm.wall_start is not None]
+        if walls:
+            d0 = dt.datetime.fromtimestamp(min(starts), dt.UTC).date()
+            d1 = dt.datetime.fromtimestamp(max(walls), dt.UTC).date() + dt.timedelta(days=1)
+            try:
+                billing["cost_explorer"] = cost_explorer_by_fleet(
+                    clients.ce, m.campaign, d0.isoformat(), d1.isoformat()
+                )
+                found.provenance["billing.cost_explorer"] = {
+                    "source": "pulled",
+                    "detail": f"Cost Explorer UnblendedCost by tag fleet, {d0}..{d1}",
+                }
+            except SourceUnavailable as exc:
+                found.gaps.append(Gap("billing.cost_explorer", str(exc), blocks_go=False))
+    if inp.focus_csv is not None:
+        billing["focus"] = {k: v.as_dict() for k, v in read_focus(inp.focus_csv, m.campaign).items()}
+        found.provenance["billing.focus"] = {"source": "pulled", "detail": f"FOCUS export {inp.focus_csv}"}
+    return billing, found

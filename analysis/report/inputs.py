@@ -1,0 +1,76 @@
+"""What the campaign hands `build_report`: the manifest, where the records are, and what else the run knows."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import KW_ONLY, dataclass
+from pathlib import Path
+from typing import Any
+
+from analysis.capacity.settle_record import SettleOutcome
+from analysis.model import QualityResult
+from analysis.sources.pricing import PRICING_ENDPOINT_REGION
+from analysis.sources.prometheus import HistogramNames
+from core import catalog
+from core.manifest import Manifest
+
+# The root volume the stacks deploy (core.catalog); the cache volume comes from fleets[].ebs_cache_gib.
+DEFAULT_ROOT_VOLUME_GIB = float(catalog.ROOT_VOLUME_GIB)
+
+# The quality gate's results per fleet, as the campaign runner's stages produce them
+# (campaign.stages.quality.fleet_quality; quality.json read back by campaign.stages.run.read_quality).
+QualityInput = Mapping[str, QualityResult]
+
+
+@dataclass
+class AwsClients:
+    """boto3 clients the report may use; injectable so tests run against moto / Stubber."""
+
+    pricing: Any = None
+    cloudwatch: Any = None
+    autoscaling: Any = None
+    ce: Any = None
+    elbv2: Any = None
+
+    @classmethod
+    def from_session(cls, region: str) -> AwsClients:
+        import boto3
+
+        s = boto3.session.Session()
+        return cls(
+            pricing=s.client("pricing", region_name=PRICING_ENDPOINT_REGION),
+            cloudwatch=s.client("cloudwatch", region_name=region),
+            autoscaling=s.client("autoscaling", region_name=region),
+            elbv2=s.client("elbv2", region_name=region),
+            ce=s.client("ce", region_name="us-east-1"),
+        )
+
+
+@dataclass(frozen=True)
+class ReportInputs:
+    """Everything `build_report` reads. Past `records_dir` every field is keyword-only.
+
+    `capacity_dirs`: capacity-sweep steps, label ("x0.5", "g6/x2": a multiplier of the manifest's
+    rate) -> directory of that step's records; fleets are then sized from the measured capacity
+    (see analysis.capacity.steps). `systems_under_test`: what served the fleets when that is not the
+    manifest's hardware (a local campaign's emulators or CPU engines); the report states it above
+    the decision. `settle`: what the campaign's settle phase did (analysis.capacity.settle_record.SettleOutcome):
+    its segments are already in the capacity steps' records; this says what they bought."""
+
+    manifest: Manifest
+    records_dir: str | Path
+    _: KW_ONLY
+    out_dir: str | Path
+    prometheus_url: str | None = None
+    aws: bool = False
+    quality: QualityInput | None = None
+    instances_measured: Mapping[str, int] | None = None
+    histogram_names: HistogramNames | None = None
+    focus_csv: str | Path | None = None
+    root_volume_gib: float = DEFAULT_ROOT_VOLUME_GIB
+    aws_clients: AwsClients | None = None
+    with_sensitivity: bool = True
+    with_pages: bool = True
+    capacity_dirs: Mapping[str, Path] | None = None
+    systems_under_test: str | None = None
+    settle: SettleOutcome | None = None

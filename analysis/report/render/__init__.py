@@ -1,0 +1,3 @@
+"""report.md and report.html from a `Report`: the cells both share, the Markdown, the HTML and its
+plots.
+"""

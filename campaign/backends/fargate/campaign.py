@@ -1,0 +1,115 @@
+"""`campaign run` on AWS: the campaign's stages (campaign.stages.run.run_stages) on the
+deployed fleets through Fargate tasks (campaign.backends.fargate.fleets.CloudFleets), and a finished run's
+directory fetched back from the results bucket (`report --run-id`, `teardown`)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from campaign.aws import stack as aws
+from campaign.aws.run_config import read_run_config
+from campaign.aws.s3_trees import download_tree
+from campaign.backends.fargate.fleets import CloudFleets
+from campaign.backends.fargate.run import CloudRun, CloudRunResult
+from campaign.backends.fargate.tasks import TaskLauncher
+from core import cloud_contract as cc
+from core.errors import EXIT_BY_DECISION, EXIT_OK, BadArgument
+from core.manifest import Manifest
+
+
+def run_campaign(
+    session: Any,
+    m: Manifest,
+    out_dir: Path,
+    *,
+    duration_s: float | None = None,
+    launcher: TaskLauncher | None = None,
+    poll_s: float = 10.0,
+    capacity: bool = True,
+    final_report: bool = True,
+    predicted: Mapping[str, float] | None = None,
+    concurrent: int | None = None,
+) -> CloudRunResult:
+    """What `campaign run` does: the campaign's stages (campaign.stages.run) on the deployed
+    fleets, the run directory uploaded under the run's prefix; `launcher` replaces ECS RunTask
+    (the offline cloud-path test); `concurrent`: fleets measured at once (default all; the
+    offline run with CPU engines measures one at a time)."""
+    from campaign.aws.readiness import not_ready_evidence
+    from campaign.backends.fargate.ecs_tasks import EcsTaskLauncher
+    from campaign.stages.run import run_stages
+
+    cfg = read_run_config(session.client("cloudformation"), aws.stack_name(m))
+    run_id = cc.new_run_id()
+    if launcher is None:
+        launcher = EcsTaskLauncher(session.client("ecs"), cfg, run_id)
+    run = CloudRun(
+        m,
+        cfg,
+        launcher,
+        session.client("s3"),
+        out_dir=out_dir,
+        poll_s=poll_s,
+        discovery=session.client("servicediscovery"),
+        elbv2=session.client("elbv2"),
+        run_id=run_id,
+    )
+    fleets = CloudFleets(
+        run, diagnose=lambda fleet: not_ready_evidence(session, m.campaign, fleet), concurrent=concurrent
+    )
+    stop = threading.Event()
+    status = "failed"
+    try:
+        run.upload_inputs()
+        report = run_stages(
+            m,
+            fleets,
+            run.run_dir,
+            stop,
+            duration_s=duration_s,
+            capacity=capacity,
+            final_report=final_report,
+            predicted=predicted,
+        )
+        status = "finished"
+    except KeyboardInterrupt:
+        stop.set()
+        run.say("interrupted: stopping every task of this run (workers flush and upload what they recorded)")
+        fleets.abort()
+        run.wait_all_stopped()
+        status = "interrupted"
+        raise
+    finally:
+        run.deregister()
+        if run.run_dir.is_dir():
+            run.say(f"run {run_id}: {run.publish()} file(s) of the run directory uploaded to {run.uri}/")
+        run.write_run_record(status)
+    code = EXIT_BY_DECISION[report.decision.state] if report is not None else EXIT_OK
+    return CloudRunResult(run_id, run.uri, run.run_dir, code, report)
+
+
+def fetch_run(session: Any, m: Manifest, source: str, dest: Path) -> Path:
+    """One run's directory (records, capacity steps, quality, campaign.json) into `dest`:
+    `source` is a run id (found through the stack's results prefix) or the run's s3:// URI as
+    `run` printed it (works after teardown too)."""
+    from campaign.stages.run import CAMPAIGN_FILE
+
+    try:  # a malformed id or URI is refused before any AWS call
+        if source.startswith("s3://"):
+            cc.split_s3_uri(source)
+        else:
+            cc.check_run_id(source)
+    except ValueError as exc:
+        raise BadArgument(f"--run-id: {exc}") from None
+    if source.startswith("s3://"):
+        uri = source.rstrip("/")
+    else:
+        cfg = read_run_config(session.client("cloudformation"), aws.stack_name(m))
+        uri = cc.run_uri(cfg.results_uri, source)
+    dest.mkdir(parents=True, exist_ok=True)
+    files = download_tree(session.client("s3"), uri, dest)
+    if not any(p.name == CAMPAIGN_FILE for p in files):
+        raise BadArgument(f"--run-id: no run directory under {uri}/ (is the run id right? `campaign run` prints it)")
+    return dest

@@ -1,0 +1,56 @@
+"""The Fargate tasks of a cloud run, as the stages see them: what to start (TaskSpec), what ECS
+says of it (TaskStatus), and the one seam that starts them (TaskLauncher: ECS RunTask in a
+campaign, local processes in the offline cloud path, testing/offline_tasks.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from campaign.aws.run_config import CloudRunError
+from core.errors import EXIT_SETUP_FAILED
+
+Role = Literal["master", "worker", "gate"]
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    role: Role
+    fleet: str
+    task_definition: str
+    environment: dict[str, str]  # overrides on top of the task definition's own
+    command: tuple[str, ...] | None = None  # None: the task definition's command
+
+
+@dataclass(frozen=True)
+class TaskStatus:
+    state: str  # PROVISIONING, PENDING, RUNNING, STOPPED (ECS's lastStatus)
+    exit_code: int | None = None
+    reason: str = ""
+    address: str | None = None  # where other tasks reach this one, once it runs
+    ports: Mapping[int, int] = field(default_factory=dict)  # container port -> reachable port, where they differ
+    ui_hint: str = ""  # how the operator reaches this task's web UI
+
+    @property
+    def stopped(self) -> bool:
+        return self.state == "STOPPED"
+
+
+class TaskLauncher(Protocol):
+    def start(self, spec: TaskSpec) -> str: ...
+
+    def describe(self, handles: Sequence[str]) -> dict[str, TaskStatus]: ...
+
+    def stop(self, handle: str, reason: str) -> None: ...
+
+
+@dataclass
+class RunningTask:
+    spec: TaskSpec
+    handle: str
+    status: TaskStatus = field(default_factory=lambda: TaskStatus("PROVISIONING"))
+
+
+class TaskRefused(CloudRunError):
+    exit_code = EXIT_SETUP_FAILED

@@ -1,0 +1,3 @@
+"""`campaign plan`'s fleets: the replay and every capacity step through the emulator's engine in
+simulated time.
+"""

@@ -1,0 +1,225 @@
+"""CLI subcommands of the AWS path: deploy, run, teardown."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from campaign.aws import cdk_assets
+from campaign.aws import stack as aws
+from campaign.aws.run_config import read_run_config
+from campaign.aws.session import aws_session
+from campaign.backends.fargate.campaign import fetch_run, run_campaign
+from campaign.cli.help import DOCKER_HUB_CREDENTIAL_HELP, FROM_PLAN_HELP, MANIFEST_HELP
+from campaign.plan.plan_file import predicted_boundaries
+from core.errors import EXIT_FAILED_STEP, EXIT_OK, CampaignError
+from core.manifest import Manifest, load_manifest
+from core.naming import DOCKER_HUB_CREDENTIAL_PARAMETER
+from core.schedule import check_workload
+
+
+def cmd_deploy(args: argparse.Namespace) -> int:
+    from campaign.aws import compile_phase
+    from campaign.aws.cloud_checks import cloud_issues
+    from campaign.aws.dlami import cdk_parameter_args, parse_ami_overrides, resolve_amis
+    from core.manifest import ManifestError
+    from stacks.compile_boot import COMPILE_FLEETS_CONTEXT
+
+    m = load_manifest(args.manifest)  # refuses to deploy an invalid manifest (exit 2 via ManifestError)
+    # Illustrative hashes/digests, a gated model without a token: refused before any spend.
+    issues = cloud_issues(
+        m, weights_from_s3=bool(args.weights_s3_uri), docker_hub_credential_arn=args.docker_hub_credential_arn
+    )
+    if issues:
+        raise ManifestError(issues, args.manifest)
+    check_workload(m)  # every bad trace row, before any AWS call
+    overrides = parse_ami_overrides(args.ami, [f.name for f in m.fleets])
+    session = aws_session(m.costs.region)
+    stack = aws.stack_name(m)
+    # Fleets whose own host cannot hold the model compile once on a larger one first (or refuse).
+    targets = compile_phase.needed(session, m, stack, enabled=not args.no_compile_phase)
+    amis = resolve_amis(m, session.client("ec2"), overrides)
+    for a in amis:
+        print(f"{a.fleet}: AMI {a.image_id} {a.name!r} ({a.how})")
+    context = ["-c", f"weights_s3_uri={args.weights_s3_uri}"] if args.weights_s3_uri else []
+    # cloud_issues refused a deploy without it: every stack pulls Prometheus from Docker Hub.
+    credential = ["--parameters", f"{DOCKER_HUB_CREDENTIAL_PARAMETER}={args.docker_hub_credential_arn}"]
+    extra = [*context, *credential, *cdk_parameter_args(amis)]
+    hosts = [t.host for t in targets]
+    if targets:
+        fleets = ", ".join(f"{t.fleet} on one {t.host.instance_type}" for t in targets)
+        print(f"compile phase: {fleets} (every fleet at 0 meanwhile); deploying {stack} to {m.costs.region}")
+        phase = ["-c", f"{COMPILE_FLEETS_CONTEXT}={','.join(t.fleet for t in targets)}"]
+        _cdk_deploy(args, extra=[*extra, *phase], session=session, compiling=hosts)
+        compile_phase.run(session, m, stack, targets)
+    print(f"deploying {stack} (manifest {m.short_digest}) to {m.costs.region}")
+    _cdk_deploy(args, extra=extra, session=session, compiling=hosts, check_quota=not targets)
+    return EXIT_OK
+
+
+def _cdk_deploy(args: argparse.Namespace, *, extra: list[str], session: Any, **kw: Any) -> None:
+    rc = aws.deploy(Path(args.manifest), approve=args.yes, extra=extra, session=session, **kw)
+    if rc != 0:
+        raise aws.AwsStepFailed(f"cdk deploy exited {rc} (its output above says why)")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    m = load_manifest(args.manifest)
+    check_workload(m)  # every bad trace row, before any task starts
+    predicted = predicted_boundaries(Path(args.from_plan), m) if args.from_plan else None
+    result = run_campaign(
+        aws_session(m.costs.region),
+        m,
+        Path(args.out),
+        duration_s=args.duration,
+        capacity=not args.no_capacity,
+        final_report=not args.no_report,
+        predicted=predicted,
+    )  # CloudRunError: exit 1
+    if result.report is not None:
+        rep = result.report
+        print(f"decision: {rep.decision.state.upper()} — " + "; ".join(rep.decision.reasons))
+        print(f"report: {result.run_dir / 'report.html'} (and under {result.uri}/)")
+    else:
+        print(f"next: python -m campaign report {args.manifest} --run-id {result.run_id} --aws --out {result.run_dir}")
+    return result.exit_code
+
+
+def cmd_teardown(args: argparse.Namespace) -> int:
+    m = load_manifest(args.manifest)
+    session = aws_session(m.costs.region)
+    if not args.check_only:
+        out = Path(args.out)
+        run_dir = Path(args.run_dir) if args.run_dir else None
+        if args.run_id:
+            try:
+                run_dir = fetch_run(session, m, args.run_id, out / "run")
+            except CampaignError as exc:  # main prints it, and this note, and exits with its code
+                exc.add_note("nothing was destroyed")
+                raise
+        if run_dir is not None:
+            from campaign.stages.run import report_from_run_dir
+
+            report_from_run_dir(m, run_dir, out)
+            print(f"report written first: {out / 'report.html'}")
+        else:
+            print("no --run-id or --run-dir given: no report written before teardown", file=sys.stderr)
+        _stop_left_tasks(session, m)
+        try:  # read before the template goes; a report, never a reason not to tear down
+            assets = cdk_assets.stack_assets(session, aws.stack_name(m))
+        except Exception as exc:  # botocore: AccessDenied on GetTemplate, throttling, endpoint errors
+            print(f"CDK assets not read ({type(exc).__name__}: {exc}); tearing down anyway", file=sys.stderr)
+            assets = []
+        rc = aws.destroy(session, aws.stack_name(m))
+        if rc != 0:
+            print(f"stack deletion failed (exit {rc}); checking what is left anyway", file=sys.stderr)
+        _report_cdk_assets(session, assets)
+    left, kept = aws.check_nothing_left(session, m.campaign)
+    for x in kept:
+        print(f"kept by design: {x.arn}")
+    if left:
+        print(f"{len(left)} resource(s) still tagged campaign={m.campaign}:", file=sys.stderr)
+        for x in left:
+            print(f"  LEFT RUNNING: {x.arn} {json.dumps(x.tags, sort_keys=True)}", file=sys.stderr)
+        return EXIT_FAILED_STEP
+    print(f"nothing tagged campaign={m.campaign} is left running")
+    return EXIT_OK
+
+
+def _report_cdk_assets(session: Any, assets: list[cdk_assets.CdkAsset]) -> None:
+    """The stack's CDK assets still stored: the bootstrap's, shared, so reported, not deleted."""
+    try:
+        stored = cdk_assets.still_stored(session, assets)
+    except Exception as exc:  # the leftover check that follows must still run
+        print(f"CDK assets not checked ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return
+    for asset, mb in stored:
+        size = f", {mb:,.0f} MB" if mb is not None else ""
+        print(f"kept by the CDK bootstrap (shared by every CDK app in this account and region{size}): {asset}")
+    if stored:
+        print(f"  `{cdk_assets.gc_command(session)}` deletes the bootstrap's assets no stack uses any more")
+
+
+def _stop_left_tasks(session: Any, m: Manifest) -> None:
+    """Tasks a run started are no stack resources: stop them, or the cluster cannot be deleted."""
+    from campaign.backends.fargate.ecs_tasks import stop_run_tasks
+
+    try:
+        cfg = read_run_config(session.client("cloudformation"), aws.stack_name(m))
+        stopped = stop_run_tasks(session.client("ecs"), cfg.cluster)
+    except Exception as exc:  # no stack, no cluster: nothing of a run can be left running in it
+        print(f"no load-generator tasks to stop ({type(exc).__name__}: {exc})")
+        return
+    for arn in stopped:
+        print(f"stopped load-generator task {arn}")
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+
+    d = sub.add_parser(
+        "deploy",
+        help="npx cdk deploy the comparison environment (refuses an invalid manifest); a Neuron fleet whose host memory "
+        "is at risk is compiled once on a larger host first, every fleet at 0 until its set is published",
+    )
+    d.add_argument("manifest", help=MANIFEST_HELP)
+    d.add_argument("--yes", action="store_true", help="do not ask to approve IAM / security-group changes")
+    d.add_argument(
+        "--ami",
+        action="append",
+        metavar="FLEET=AMI_ID",
+        help="the fleet's AMI id (repeatable); needed for NVIDIA fleets, whose DLAMI description names no driver",
+    )
+    d.add_argument(
+        "--weights-s3-uri",
+        metavar="S3_URI",
+        help="stage the checkpoint from s3://bucket/prefix/<commit>/ instead of the Hub (no hub token needed)",
+    )
+    d.add_argument("--docker-hub-credential-arn", metavar="SECRET_ARN", help=DOCKER_HUB_CREDENTIAL_HELP)
+    d.add_argument(
+        "--no-compile-phase",
+        action="store_true",
+        help="never compile a fleet once on a larger host first (the compile phase `plan` shows for a Neuron fleet "
+        "whose host memory is at risk): refuse such a fleet unless its compiled set is already published",
+    )
+    d.set_defaults(handler=cmd_deploy)
+
+    r = sub.add_parser(
+        "run",
+        help="the whole campaign on the deployed fleets: readiness and quality gate, trace replay, capacity search and settle "
+        "phase per fleet (fresh Fargate master + workers per step), then the report",
+    )
+    r.add_argument("manifest", help=MANIFEST_HELP + "; the one its stack was deployed from")
+    r.add_argument(
+        "--duration", type=float, help="replay only the first S seconds of the schedule (default: the whole window)"
+    )
+    r.add_argument(
+        "--out", default=f"runs/aws-{time.strftime('%Y%m%d')}", help="where the run's local copy goes (under <run id>/)"
+    )
+    r.add_argument(
+        "--no-capacity", action="store_true", help="stop after the trace replay: no capacity search, no settle phase"
+    )
+    r.add_argument("--from-plan", metavar="FILE", help=FROM_PLAN_HELP)
+    r.add_argument(
+        "--no-report",
+        action="store_true",
+        help="do not build the report at the end (`campaign report --run-id` builds it)",
+    )
+    r.set_defaults(handler=cmd_run)
+
+    t = sub.add_parser(
+        "teardown",
+        help="report first, then stop a run's tasks and delete the stack, then list anything still tagged with the campaign",
+    )
+    t.add_argument("manifest", help=MANIFEST_HELP + "; the one its stack was deployed from")
+    t.add_argument(
+        "--run-id",
+        help="the run to report on (as `run` printed it), or its s3:// URI; its records are downloaded first",
+    )
+    t.add_argument("--run-dir", help="a run's local directory (as `run` left it under --out) instead of --run-id")
+    t.add_argument("--out", default="runs/aws-report", help="where the report goes")
+    t.add_argument("--check-only", action="store_true", help="skip report and destroy; only list what is still tagged")
+    t.set_defaults(handler=cmd_teardown)

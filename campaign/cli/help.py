@@ -1,0 +1,17 @@
+"""Help texts more than one command group shows (every command module imports them from here,
+so no command module imports the parser's)."""
+
+# validate --for cloud and deploy take the same flag (campaign.aws.cloud_checks, stacks/image_cache.py).
+DOCKER_HUB_CREDENTIAL_HELP = (
+    "with --for cloud / deploy: ARN of the Secrets Manager secret (named ecr-pullthroughcache/..., in the manifest's "
+    "region) holding Docker Hub credentials; the stack's ECR pull-through cache pulls every Docker Hub image "
+    "(vLLM, Prometheus) with them instead of anonymously (docs/cloud.md)"
+)
+
+# The positional every campaign command takes (report_cli and aws_cli register theirs with it too).
+MANIFEST_HELP = "the campaign's manifest (YAML: model, fleets, workload trace, SLOs, prices; e.g. manifests/llama3-8b-inf2-vs-g6.yaml)"
+
+FROM_PLAN_HELP = (
+    "a plan saved by `campaign plan MANIFEST --save FILE` for this manifest: each fleet's capacity search "
+    "looks first at the boundary the plan predicted (its simulated search's highest hold); every verdict is still measured"
+)

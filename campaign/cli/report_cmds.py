@@ -1,0 +1,145 @@
+"""`python -m campaign report MANIFEST --records DIR [--prometheus URL] [--aws] --out DIR`, and
+`python -m campaign render REPORT_JSON --out DIR` (the pages again from a report.json).
+
+campaign/cli/main.py calls `register` to add the subcommands. Exit codes (core/errors.py's table):
+0 Go, 10 Defer, 11 Reject (the report was written in all three), 2 bad input (nothing written),
+1 a remote source failed. Every error is raised, never printed here: campaign/cli/main.py's `main`
+prints it and exits with its code.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from analysis.errors import AnalysisError
+from analysis.model import QualityResult
+from campaign.cli.help import MANIFEST_HELP
+from core.errors import EXIT_BAD_INPUT as EXIT_BAD_INPUT  # re-exported: tests and callers read the codes from here too
+from core.errors import EXIT_BY_DECISION, BadArgument
+
+EXIT_BY_STATE = EXIT_BY_DECISION  # the decision's exit code (core/errors.py)
+
+
+def _quality(path: str) -> dict[str, QualityResult]:
+    from campaign.stages.run import read_quality
+
+    try:
+        quality = read_quality(Path(path))
+    except AnalysisError as exc:
+        raise BadArgument(f"--quality {exc}") from None
+    if quality is None:
+        raise BadArgument(f"--quality {path}: no such file")
+    return quality
+
+
+def _instances(pairs: list[str]) -> dict[str, int]:
+    try:
+        return {k: int(v) for k, v in (pair.split("=", 1) for pair in pairs)}
+    except ValueError:
+        raise BadArgument(f"--instances takes FLEET=N pairs, got {' '.join(pairs)}") from None
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from analysis.capacity.steps import discover_steps
+    from campaign.stages.run import RunFacts, run_report
+    from core.manifest import load_manifest
+
+    m = load_manifest(args.manifest, check_files=False)
+    quality = _quality(args.quality) if args.quality else None
+    instances = _instances(args.instances) if args.instances else None
+    capacity = None
+    if args.capacity:
+        capacity = discover_steps(Path(args.capacity))
+        if not capacity:
+            raise BadArgument(f"--capacity {args.capacity}: no step directories (x<k>/ or <fleet>/x<k>/) found")
+    records = args.records
+    run_dir = Path(args.run_dir) if args.run_dir else None
+    if args.run_id:  # the run's directory is downloaded from the results bucket first
+        from campaign.aws.session import aws_session
+        from campaign.backends.fargate.campaign import fetch_run
+
+        run_dir = fetch_run(aws_session(m.costs.region), m, args.run_id, Path(args.out) / "run")
+    if run_dir is not None:  # the same report the run itself built, from the same files
+        from campaign.stages.run import report_from_run_dir
+
+        if records or capacity or quality or instances:
+            raise BadArgument(
+                "--run-id / --run-dir take the records, capacity, quality and instances from the run: drop "
+                "--records, --capacity, --quality and --instances"
+            )
+        rep = report_from_run_dir(m, run_dir, Path(args.out), prometheus_url=args.prometheus)
+        print(f"{rep.decision.state.upper()}: " + "; ".join(rep.decision.reasons))
+        print(f"wrote {args.out}/report.json, report.md, report.html")
+        return EXIT_BY_DECISION[rep.decision.state]
+    if not records:
+        raise BadArgument("give --records DIR, --run-dir DIR or --run-id RUN_ID")
+    facts = RunFacts(instances or {}, aws=args.aws, prometheus_url=args.prometheus)
+    rep = run_report(
+        m, Path(args.out), Path(args.out), quality, facts, capacity, None, focus_csv=args.focus, records_dir=records
+    )
+    state = rep.decision.state
+    print(f"{state.upper()}: " + "; ".join(rep.decision.reasons))
+    print(f"wrote {args.out}/report.json, report.md, report.html")
+    return EXIT_BY_DECISION[state]
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    """report.md and report.html again from a report.json, which must validate against the report model."""
+    from analysis.model import load_report
+    from analysis.report.build import write_pages
+
+    rep = load_report(args.report_json)  # ReportInvalid: exit 2, printed by main
+    write_pages(rep, args.out)
+    print(f"{rep.decision.state.upper()}: " + "; ".join(rep.decision.reasons))
+    print(f"wrote {args.out}/report.md, report.html")
+    return EXIT_BY_DECISION[rep.decision.state]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = subparsers.add_parser(
+        "report", help="records + metrics + prices -> report.json/.md/.html and a Go/Defer/Reject"
+    )
+    p.add_argument("manifest", help=MANIFEST_HELP + "; the one the records were made with (their digest must match)")
+    p.add_argument(
+        "--records",
+        help="directory holding records-*.jsonl / records-*.parquet, or an s3://BUCKET/PREFIX read in place",
+    )
+    p.add_argument(
+        "--run-id",
+        help="a cloud run (as `campaign run` printed it, or its s3:// URI): its directory is downloaded into "
+        "--out DIR/run and reported as `campaign run` did",
+    )
+    p.add_argument(
+        "--run-dir",
+        help="a run's directory as `campaign local` or `campaign run` left it (records/, capacity/, "
+        "quality.json, campaign.json): the report again from the same files",
+    )
+    p.add_argument("--prometheus", help="Prometheus base URL for merged-histogram percentiles")
+    p.add_argument("--aws", action="store_true", help="pull prices, CloudWatch and Cost Explorer from AWS")
+    p.add_argument("--quality", help="JSON file: {fleet: {passed, pass_rate, failures}}")
+    p.add_argument("--instances", nargs="*", metavar="FLEET=N", help="instances in service per fleet during the run")
+    p.add_argument("--focus", help="FOCUS billing export CSV")
+    p.add_argument(
+        "--capacity",
+        help="capacity directory: x<k>/ steps of a fixed sweep, "
+        "or <fleet>/x<k>/ steps and <fleet>/search.json of the automatic search",
+    )
+    p.add_argument(
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="directory for report.json, report.md and report.html (created if missing)",
+    )
+    p.set_defaults(handler=cmd_report)
+    r = subparsers.add_parser(
+        "render", help="report.json -> report.md/.html again (the JSON must validate against the report model)"
+    )
+    r.add_argument("report_json", help="a report.json that `report` (or `local`) wrote")
+    r.add_argument(
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="directory for the new report.md and report.html (created if missing)",
+    )
+    r.set_defaults(handler=cmd_render)

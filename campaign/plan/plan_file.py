@@ -1,0 +1,75 @@
+"""A saved plan (`campaign plan --save FILE`) read back for `campaign local/run --from-plan FILE`.
+
+The plan runs the whole campaign in simulated time; its searches end on a bracket per fleet. The
+live search then looks at the predicted boundary first (analysis.capacity.search:
+SearchSettings.predicted) instead of at the replay miss's estimate, which an overloaded replay
+drags low (its queue grows for the whole window). A right prediction saves steps, which on the
+cloud fleets are paid instance-minutes; a wrong one costs one step. Every verdict is measured
+either way, and each step's `why` in the report says where it came from.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from core.errors import BadArgument
+from core.manifest import Manifest
+
+
+def plan_document(m: Manifest, fleets: list[dict[str, object]], prediction: dict[str, Any] | None) -> dict[str, object]:
+    """What `plan --json` prints and `plan --save` writes."""
+    out: dict[str, object] = {"campaign": m.campaign, "manifest_digest": m.digest, "fleets": fleets}
+    if prediction is not None:
+        out.update(
+            campaign_minutes=prediction["campaign_minutes"],
+            campaign_usd=prediction["campaign_usd"],
+            predicted_decision=prediction["predicted_decision"],
+            prediction=prediction,
+        )
+    return out
+
+
+def predicted_boundaries(path: Path, m: Manifest) -> dict[str, float]:
+    """Per fleet, the multiplier the plan's search last held at; a fleet whose simulated search
+    held nowhere is left out (its live search starts as without a plan). Errors name the file and
+    the field."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BadArgument(f"--from-plan {path}: cannot read it ({exc.strerror or exc})") from exc
+    except json.JSONDecodeError as exc:
+        raise BadArgument(f"--from-plan {path}: line {exc.lineno}: not JSON ({exc.msg})") from exc
+    if not isinstance(doc, dict):
+        raise BadArgument(f"--from-plan {path}: expected the JSON object `campaign plan --save` writes")
+    digest = doc.get("manifest_digest")
+    if digest != m.digest:
+        raise BadArgument(
+            f"--from-plan {path}: manifest_digest {digest!r} is not this manifest's {m.digest!r}: "
+            f"run `campaign plan MANIFEST --save {path}` again"
+        )
+    prediction = doc.get("prediction")
+    fleets = prediction.get("fleets") if isinstance(prediction, dict) else None
+    if not isinstance(fleets, dict):
+        raise BadArgument(
+            f"--from-plan {path}: prediction.fleets: missing (a plan saved with --no-simulate predicts none)"
+        )
+    out: dict[str, float] = {}
+    for f in m.fleets:
+        entry = fleets.get(f.name)
+        if not isinstance(entry, dict):
+            raise BadArgument(f"--from-plan {path}: prediction.fleets.{f.name}: missing")
+        bracket = entry.get("search_bracket")
+        if not isinstance(bracket, list) or len(bracket) != 2:
+            raise BadArgument(f"--from-plan {path}: prediction.fleets.{f.name}.search_bracket: expected [held, missed]")
+        held = bracket[0]
+        if held is None:
+            continue
+        if isinstance(held, bool) or not isinstance(held, int | float) or not math.isfinite(held) or held <= 0:
+            raise BadArgument(
+                f"--from-plan {path}: prediction.fleets.{f.name}.search_bracket[0]: expected a positive multiplier, got {held!r}"
+            )
+        out[f.name] = float(held)
+    return out

@@ -1,0 +1,297 @@
+"""`campaign plan`'s prediction: the whole campaign run in simulated time, before any spend.
+
+The trace replay and each fleet's capacity search run through the emulator's engine in simulated
+time (`campaign.backends.simulated.fleets`), by the same search, records and report code as a live
+campaign (`campaign.stages.capacity`, `analysis.report.build.build_report`). From that predicted report
+come each fleet's per-instance capacity and size, the likely decision with its interval and
+what would settle it; from the simulated steps' durations and the price snapshot, how long the
+cloud campaign will take and what it will cost.
+
+Every figure here is a prediction of the emulator, whose out-of-sample error the plan prints
+beside it (the calibration band in each fleet's efficiency provenance, runtime/emulator/calibrate.py
+--loso). The quality gate is assumed to pass: it is not predicted.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from analysis.capacity.settle_record import SettleOutcome
+from analysis.capacity.steps import REPLAY, median_overhead_s, read_search_path
+from campaign.aws.compile_estimate import (
+    NEURON_COMPILE_MIN_PER_GB,
+    CompilePhase,
+    compile_phase,
+    compiled_prefix,
+    hourly_price,
+)
+from campaign.backends.simulated.fleets import SimulatedFleets
+from core import catalog, prices
+from core.cloud_contract import HEALTH_GRACE_MIN, LOADGEN_TASK_MEMORY_GIB, LOADGEN_TASK_VCPU
+from core.errors import CampaignError
+from core.manifest import CapacitySearch, Manifest
+
+# Assumptions of the cloud campaign's time outside the measured load (minutes). Each is printed
+# with the plan as an assumption, not a measurement.
+DEPLOY_MIN = 15.0  # cdk deploy of the VPC, NLB, fleets, ECS cluster and bucket before instances boot
+QUALITY_GATE_MIN = 5.0  # the manifest's fixtures and the tokenizer check on every fleet
+REPORT_AND_TEARDOWN_MIN = 15.0  # report, cdk destroy and the leftover check
+STEP_OVERHEAD_S = 60.0  # each capacity step's load-generator tasks started and stopped on Fargate, when not measured
+
+
+@dataclass(frozen=True)
+class FleetPrediction:
+    fleet: str
+    instance_type: str
+    capacity_tok_s: float | None  # per instance, SLO-compliant
+    capacity_ci_tok_s: list[float | None] | None
+    instances_required: int | None
+    instances_required_ci: list[int | None] | None
+    search_steps: int
+    search_bracket: list[float | None]
+    search_stop: str
+    search_minutes: float
+    instances_measured: int  # measure_instances: behind the endpoint while load runs, as simulated
+    instances_deployed: (
+        int  # what runs (and is paid) for the whole campaign: asg.desired, or measure_instances when more
+    )
+    hourly_usd: float | None
+    error_band: str  # the emulator's calibration and its out-of-sample error, as the fleet's efficiency states it
+
+
+@dataclass(frozen=True)
+class CampaignPrediction:
+    campaign_minutes: float
+    campaign_usd: float | None
+    predicted_decision: str
+    decision_reasons: list[str]
+    monthly_delta_usd: float | None
+    monthly_delta_ci_usd: list[float | None] | None
+    to_settle: dict[str, Any] | None  # what would still settle the decision after the settle phase's budget
+    settle: dict[str, Any] | None  # the settle phase as simulated (campaign.stages.settle.SettleOutcome)
+    fleets: dict[str, FleetPrediction]
+    minutes: dict[str, float]  # the campaign_minutes breakdown
+    usd: dict[str, float]  # the campaign_usd breakdown
+    assumptions: list[str]
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class StepOverhead:
+    """Seconds a capacity step or settle segment spends starting and stopping its load generator,
+    and where the figure comes from."""
+
+    seconds: float = STEP_OVERHEAD_S
+    source: str = "assumed"
+
+    @classmethod
+    def measured_in(cls, run_dir: Path) -> StepOverhead:
+        """The median step overhead (SearchStep.overhead_s) over every search of a run directory
+        (`campaign run`'s on AWS: Fargate's start and stop), or an error naming what is missing."""
+        fleets = sorted(p.parent for p in (run_dir / "capacity").glob("*/search.json"))
+        steps = [s for d in fleets if (path := read_search_path(d)) is not None for s in path.steps]
+        measured = [s for s in steps if s.overhead_s is not None]
+        if not measured:
+            raise CampaignError(
+                f"{run_dir}: no capacity step with a measured overhead under capacity/*/search.json "
+                "(a run directory of `campaign run` or `campaign local`)"
+            )
+        return cls(median_overhead_s(measured), f"measured: the median of {len(measured)} steps of {run_dir}")
+
+
+def predict(m: Manifest, work_dir: Path | None = None, overhead: StepOverhead = StepOverhead()) -> CampaignPrediction:
+    """Run the campaign in simulated time under `work_dir` (a temporary directory by default);
+    each simulated step and settle segment pays `overhead` on top of its arrivals and drain."""
+    if work_dir is None:
+        with tempfile.TemporaryDirectory(prefix="plan-") as tmp:
+            return predict(m, Path(tmp), overhead)
+    from campaign.stages.run import run_stages
+
+    fleets = [f.name for f in m.fleets]
+    simulated = SimulatedFleets(m, overhead.seconds)
+    log: list[str] = []
+    rep = run_stages(m, simulated, work_dir, threading.Event(), full_report=False, log=log.append)
+    assert rep is not None  # final_report is on
+    replay_min = simulated.replay_s / 60
+    outcome = SettleOutcome.read(work_dir / "capacity")
+    cfg = m.workload.capacity_search or CapacitySearch()
+    searches = {f.name: read_search_path(work_dir / "capacity" / f.name) for f in m.fleets}
+    preds: dict[str, FleetPrediction] = {}
+    for f in m.fleets:
+        row = rep.fleets[f.name]
+        path = searches.get(f.name)
+        steps = [s for s in path.steps if s.label != REPLAY] if path is not None else []
+        hourly, _ = hourly_price(f.instance_type, m.costs.region)
+        preds[f.name] = FleetPrediction(
+            fleet=f.name,
+            instance_type=f.instance_type,
+            capacity_tok_s=row.capacity.per_instance_tok_s if row.capacity is not None else None,
+            capacity_ci_tok_s=list(row.capacity_ci_tok_s) if row.capacity_ci_tok_s else None,
+            instances_required=row.instances_required,
+            instances_required_ci=list(row.instances_required_ci) if row.instances_required_ci else None,
+            search_steps=len(steps),
+            search_bracket=[path.held_multiplier, path.missed_multiplier] if path is not None else [None, None],
+            search_stop=str(path.stop_rule) if path is not None else "no search",
+            search_minutes=sum(s.took_s or 0.0 for s in steps) / 60,
+            instances_measured=f.instances_measured,
+            instances_deployed=f.instances_deployed,
+            hourly_usd=hourly,
+            error_band=f.efficiency.resolved().provenance,
+        )
+    ready_min = max(HEALTH_GRACE_MIN[catalog.instance(f.instance_type).accelerator.vendor] for f in m.fleets)
+    search_min = max((p.search_minutes for p in preds.values()), default=0.0)  # fleets side by side
+    settle_min = 0.0
+    if (
+        outcome is not None and outcome.segments
+    ):  # its rounds, fleets side by side; each round starts load-generator tasks too
+        rounds = max(sum(seg.fleet == name for seg in outcome.segments) for name in fleets)
+        settle_min = outcome.seconds / 60 + rounds * overhead.seconds / 60
+    # deploy's compile phases run side by side, with every fleet at 0 (campaign/aws/compile_phase.py).
+    compiles = [c for c in (compile_phase(m, f) for f in m.fleets) if c is not None]
+    compile_min = max((c.minutes for c in compiles), default=0.0)
+    minutes = {
+        "deploy": DEPLOY_MIN,
+        **({"compile_phase_at_most": compile_min} if compiles else {}),
+        "ready_at_most": ready_min,
+        "quality_gate": QUALITY_GATE_MIN,
+        "replay": replay_min,
+        "capacity_searches": search_min,
+        "settle_phase": settle_min,
+        "report_and_teardown": REPORT_AND_TEARDOWN_MIN,
+    }
+    total_min = sum(minutes.values())
+    usd = _cost(m, preds, total_min, replay_min + search_min + settle_min, compiles)
+    return CampaignPrediction(
+        campaign_minutes=round(total_min, 1),
+        campaign_usd=round(sum(usd.values()), 2) if usd else None,
+        predicted_decision=rep.decision.state,
+        decision_reasons=list(rep.decision.reasons),
+        monthly_delta_usd=rep.monthly_delta_usd,
+        monthly_delta_ci_usd=list(rep.monthly_delta_ci_usd) if rep.monthly_delta_ci_usd else None,
+        to_settle=rep.decision.to_settle.model_dump(mode="json") if rep.decision.to_settle is not None else None,
+        settle=outcome.model_dump(mode="json") if outcome is not None else None,
+        fleets=preds,
+        minutes={k: round(v, 1) for k, v in minutes.items()},
+        usd={k: round(v, 2) for k, v in usd.items()},
+        assumptions=[
+            f"deploy {DEPLOY_MIN:g} min, quality gate {QUALITY_GATE_MIN:g} min, report and teardown {REPORT_AND_TEARDOWN_MIN:g} min: assumed",
+            f"step overhead {overhead.seconds:.0f} s: starting and stopping each capacity step's and settle segment's "
+            f"load-generator tasks ({overhead.source})",
+            "ready: at most the fleets' health-check grace (core.cloud_contract.HEALTH_GRACE_MIN), the time the stacks allow "
+            "a first boot (weights, Neuron compile)",
+            "each fleet's measure_instances measured behind its NLB, as simulated; asg.desired instances (measure_instances when "
+            "more) run and are paid for the whole campaign but deploy's compile phase (every fleet at 0 while it runs); "
+            "load-generator tasks (a master and loadgen.workers workers per fleet) "
+            "while load runs; one NLB",
+            *_compile_assumptions(m),
+            "the quality gate passes (not predicted)",
+            f"the settle phase within capacity_search.settle_budget_s ({cfg.settle_budget_s:g} s of arrivals and drains) as simulated",
+        ],
+    )
+
+
+def _compile_assumptions(m: Manifest) -> list[str]:
+    """What a Neuron fleet's first boot compiles, and what its later instances fetch instead."""
+    from core.manifest import weight_bytes
+
+    out = []
+    for f in m.fleets:
+        where = compiled_prefix(m, f)
+        if where is None:
+            continue
+        gb = weight_bytes(m) / 1e9
+        phase = compile_phase(m, f)
+        if phase is not None:
+            out.append(
+                f"{f.name}: compiled once by deploy's compile phase on one {phase.instance_type} (its own host memory is at "
+                f"risk), about {phase.compile_minutes:.0f} min for {gb:.0f} GB of weights (published: the NxD Inference "
+                f"vLLM guide's 15 GB in about 15 min) within compile_phase_at_most, while every fleet is at 0; published "
+                f"under the results bucket's {where}, which every instance of the fleet fetches instead of compiling "
+                "(its boot log says in how many seconds)"
+            )
+            continue
+        out.append(
+            f"{f.name}: the first instances compile (all those that boot before a set is published: a new fleet's "
+            f"first boots, side by side), about {gb * NEURON_COMPILE_MIN_PER_GB:.0f} min for {gb:.0f} GB of weights "
+            "(published: the NxD Inference vLLM guide's 15 GB in about 15 min), within ready_at_most; each then "
+            f"publishes its set under the results bucket's {where}, and every later instance or "
+            "replacement fetches one instead of compiling (its boot log says in how many seconds)"
+        )
+    return out
+
+
+def _cost(
+    m: Manifest,
+    preds: dict[str, FleetPrediction],
+    total_min: float,
+    load_min: float,
+    compiles: Sequence[CompilePhase] = (),
+) -> dict[str, float]:
+    """USD of the campaign: instance-hours of every fleet for its whole length but the compile
+    phase (every fleet is at 0 while it runs), each compile instance for its phase, load-generator
+    tasks while load runs, the NLB's hours; empty when a price is missing from the snapshot."""
+    out: dict[str, float] = {}
+    compile_min = max((c.minutes for c in compiles), default=0.0)
+    for p in preds.values():
+        if p.hourly_usd is None:
+            return {}
+        out[f"instances.{p.fleet}"] = p.hourly_usd * p.instances_deployed * (total_min - compile_min) / 60
+    for c in compiles:
+        if c.usd is None:
+            return {}
+        out[f"compile.{c.fleet}"] = c.usd
+    try:
+        vcpu = prices.lookup("fargate", "vcpu-hour", m.costs.region).usd
+        gib = prices.lookup("fargate", "gb-hour", m.costs.region).usd
+        nlb = prices.lookup("nlb", "hour", m.costs.region).usd
+    except prices.PriceNotFound:
+        return {}
+    tasks = len(preds) * (1 + m.loadgen.workers)
+    out["loadgen_tasks"] = tasks * (LOADGEN_TASK_VCPU * vcpu + LOADGEN_TASK_MEMORY_GIB * gib) * load_min / 60
+    out["nlb"] = nlb * total_min / 60
+    return out
+
+
+def _x(k: float | None) -> str:
+    return "none" if k is None else f"x{k:.4g}"
+
+
+def render(p: CampaignPrediction) -> str:
+    lines = ["", "Predicted campaign (the emulator in simulated time: the same search, records and report code)"]
+    for f in p.fleets.values():
+        cap = "n/a" if f.capacity_tok_s is None else f"{f.capacity_tok_s:.0f}"
+        ci = (
+            ""
+            if not f.capacity_ci_tok_s
+            else " [" + ", ".join("?" if v is None else f"{v:.0f}" for v in f.capacity_ci_tok_s) + "]"
+        )
+        size = "n/a" if f.instances_required is None else str(f.instances_required)
+        lo, hi = f.search_bracket
+        lines += [
+            f"  {f.fleet}: capacity {cap}{ci} tok/s per instance ({f.instances_measured} measured), fleet {size} x {f.instance_type}; "
+            f"search {f.search_steps} steps, {f.search_minutes:.1f} min, stopped {f.search_stop} (held {_x(lo)}, missed {_x(hi)})",
+            f"    error band: {f.error_band}",
+        ]
+    delta = "n/a" if p.monthly_delta_usd is None else f"{p.monthly_delta_usd:+,.0f} USD/month"
+    ci = (
+        ""
+        if not p.monthly_delta_ci_usd
+        else " [" + ", ".join("?" if v is None else f"{v:+,.0f}" for v in p.monthly_delta_ci_usd) + "]"
+    )
+    lines += [f"  likely decision: {p.predicted_decision.upper()}, monthly delta {delta}{ci}"]
+    lines += [f"    {r}" for r in p.decision_reasons[:3]]
+    usd = "n/a (a price is missing)" if p.campaign_usd is None else f"{p.campaign_usd:,.2f} USD"
+    lines += [
+        f"  cloud campaign: about {p.campaign_minutes:.0f} min, {usd}",
+        "    minutes: " + ", ".join(f"{k} {v:g}" for k, v in p.minutes.items()),
+        "    usd: " + ", ".join(f"{k} {v:,.2f}" for k, v in p.usd.items()),
+    ]
+    lines += [f"  assumed: {a}" for a in p.assumptions]
+    return "\n".join(lines)

@@ -1,0 +1,403 @@
+"""A campaign's stages, written once for `campaign local` and `campaign run`.
+
+    quality gate (fixtures, task acceptance) -> trace replay -> distribution checks
+    -> capacity search per fleet (or the fixed sweep) -> settle phase -> report
+
+Where the fleets run is behind one seam, `Fleets`: local processes (campaign.backends.local.fleets.LocalFleets:
+emulators or CPU engines, Locust on this machine) or the deployed stack (campaign.backends.fargate.fleets.
+CloudFleets: Fargate tasks inside the VPC). A capacity step reaches a fleet through the same
+`StepRunner` on both sides, so the search, the settle phase and the report cannot differ.
+
+Everything a report is built from lands in one run directory, laid out the same on both sides
+(and, for a cloud run, in S3 under the run's prefix):
+
+    records/                         the trace replay's records and summaries
+    quality.json                     the gate's layers per fleet
+    capacity/<fleet>/search.json, capacity/<fleet>/x<k>/ (records; settle-<n>/ segments)
+    capacity/settle.json             what the settle phase did
+    campaign.json                    instances measured, what served the fleets, readiness
+    report.json, report.md, report.html
+
+`report_from_run_dir` rebuilds the report from such a directory (`campaign report --run-id`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pydantic import ValidationError
+
+from analysis.capacity.settle_record import SettleOutcome
+from analysis.errors import AnalysisError
+from analysis.model import QualityLayer, QualityResult
+from campaign.stages.quality import (
+    DISTRIBUTION,
+    distribution_layer,
+    fleet_quality,
+    gate_layers,
+    replay_figures,
+)
+from core.manifest import CapacitySearch, Manifest
+
+if TYPE_CHECKING:
+    from analysis.model import Report
+    from campaign.stages.capacity import StepRunner
+    from core.records import RunSummary
+    from loadgen.fixtures import GateResult
+    from loadgen.replay_options import ReplayOptions
+
+CAMPAIGN_FILE = "campaign.json"
+QUALITY_FILE = "quality.json"
+RECORDS_DIR = "records"
+CAPACITY_DIR = "capacity"
+
+
+@dataclass
+class RunFacts:
+    """What the report needs to know about where the fleets ran (campaign.json)."""
+
+    instances_measured: dict[str, int]
+    systems_under_test: str | None = None  # None: the manifest's own hardware (a cloud run)
+    aws: bool = False  # pull prices, CloudWatch and billing from AWS
+    prometheus_url: str | None = None
+    ready_after_s: dict[str, float] = field(default_factory=dict)
+
+    def write(self, run_dir: Path) -> None:
+        body = {
+            "instances_measured": self.instances_measured,
+            "systems_under_test": self.systems_under_test,
+            "aws": self.aws,
+            "ready_after_s": self.ready_after_s,
+        }
+        (run_dir / CAMPAIGN_FILE).write_text(json.dumps(body, indent=2), encoding="utf-8")
+
+    @classmethod
+    def read(cls, run_dir: Path) -> RunFacts | None:
+        path = run_dir / CAMPAIGN_FILE
+        if not path.is_file():
+            return None
+        try:
+            d = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise AnalysisError(f"{path}: not JSON ({exc})") from None
+        if not isinstance(d, dict):
+            raise AnalysisError(f"{path}: expected an object with instances_measured, got {type(d).__name__}")
+        sut = d.get("systems_under_test")
+        if sut is not None and not isinstance(sut, str):
+            raise AnalysisError(f"{path}: systems_under_test: expected text or null, got {sut!r}")
+        return cls(
+            _numbers(path, d, "instances_measured", int, required=True),
+            sut,
+            bool(d.get("aws")),
+            None,
+            _numbers(path, d, "ready_after_s", float, required=False),
+        )
+
+
+def _numbers(
+    path: Path, d: Mapping[str, Any], key: str, kind: type[int] | type[float], *, required: bool
+) -> dict[str, Any]:
+    """campaign.json's {fleet: number} field, or an error naming the field and the bad entry
+    (the file may have been edited by hand before `report --run-dir`)."""
+    value = d.get(key)
+    if value is None and not required:
+        return {}
+    if not isinstance(value, dict):
+        raise AnalysisError(f"{path}: {key}: expected {{fleet: number}}, got {value!r}")
+    out = {}
+    for fleet, v in value.items():
+        bad = isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0
+        if bad or (kind is int and v != int(v)):
+            raise AnalysisError(f"{path}: {key}.{fleet}: expected a non-negative {kind.__name__}, got {v!r}")
+        out[str(fleet)] = kind(v)
+    return out
+
+
+class Fleets(Protocol):
+    """Where the fleets serve and how load reaches them: the seam between the stages and a backend."""
+
+    names: list[str]
+    concurrent: int  # fleets measured at once by the search and the settle phase (1: one after another)
+
+    def facts(self) -> RunFacts:
+        """Instances measured, what served, where metrics come from (after `gate`: readiness too)."""
+        ...
+
+    def gate(self) -> dict[str, GateResult] | None:
+        """Wait until every fleet serves, then run the quality gate's fixtures against each; None
+        where no fleet can answer a fixture (the plan's simulated fleets): the gate is then assumed
+        to pass, and said to be (ASSUMED_GATE)."""
+        ...
+
+    def replay(self, records_dir: Path, options: ReplayOptions) -> dict[str, RunSummary]:
+        """The trace replay against every fleet at once; records into `records_dir`."""
+        ...
+
+    def steps(self) -> StepRunner:
+        """How a capacity step or settle segment reaches one fleet."""
+        ...
+
+    def abort(self) -> None:
+        """Stop everything in flight (Ctrl-C); records flushed so far stay."""
+        ...
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+def run_stages(
+    m: Manifest,
+    fleets: Fleets,
+    run_dir: Path,
+    stop: threading.Event,
+    *,
+    duration_s: float | None = None,
+    capacity: bool = True,
+    final_report: bool = True,
+    full_report: bool = True,
+    log: Callable[[str], None] = say,
+    predicted: Mapping[str, float] | None = None,
+) -> Report | None:
+    """Every stage in order, into `run_dir`; returns the report (also written there), or None
+    with `final_report=False` (`campaign run --no-report`: `campaign report --run-id` builds it later).
+    `full_report=False`: the decision without the sensitivity grid and the pages (`campaign plan`).
+    `predicted`: per fleet, the boundary `campaign plan` predicted, where each search looks first."""
+    from loadgen.replay_options import ReplayOptions
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    records_dir = run_dir / RECORDS_DIR
+    records_dir.mkdir(exist_ok=True)
+    gates = fleets.gate()
+    if gates is None:
+        quality = write_quality(run_dir, {name: ASSUMED_GATE for name in fleets.names})
+        layers: dict[str, list[QualityLayer]] = {}
+        log(f"quality gate: not run ({ASSUMED_GATE_NOTE})")
+    else:
+        layers = gate_layers(m, gates)  # (a) fixtures + equivalence, (b) task acceptance
+        quality = write_quality(run_dir, {k: fleet_quality(g, layers[k]) for k, g in gates.items()})
+        print_gates(gates, quality, log)
+    facts = fleets.facts()
+    facts.write(run_dir)
+    if not all(q.passed is True for q in quality.values()):
+        from analysis.report.build import build_gate_report
+
+        log("quality gate failed: no load is replayed; the report is decided on the gate alone")
+        return build_gate_report(m, quality, out_dir=run_dir)
+
+    summaries = fleets.replay(records_dir, ReplayOptions(duration_s=duration_s))
+    for name, s in summaries.items():
+        log(
+            f"{name}: scheduled {s.scheduled} = completed {s.completed} + failed {s.failed} + not sent {s.not_sent}"
+            f"; schedule lag p99 {s.schedule_lag_p99_s * 1000:.1f} ms{'' if s.valid else ' INVALID: ' + '; '.join(s.invalid_reasons)}"
+        )
+    if gates is not None:
+        quality = distribution_checks(m, run_dir, gates, layers, log)
+
+    capacity_dirs: dict[str, Path] = {}
+    settled: SettleOutcome | None = None
+    if capacity and not all(q.passed is True for q in quality.values()):
+        log("a quality layer failed: the comparison stops here; no capacity is measured")
+    elif capacity:
+        capacity_dirs = measure_capacity(m, fleets, run_dir / CAPACITY_DIR, records_dir, stop, log, predicted)
+        settled = settle_phase(m, fleets, run_dir, quality, facts, capacity_dirs, stop, log)
+    if not final_report:
+        return None
+    return run_report(m, run_dir, run_dir, quality, facts, capacity_dirs, settled, full=full_report)
+
+
+# What the report holds for a fleet whose gate could not run (the plan's simulated fleets).
+ASSUMED_GATE_NOTE = "campaign plan assumes the quality gate passes"
+ASSUMED_GATE = QualityResult.model_validate(
+    {"passed": True, "pass_rate": 1.0, "failures": [], "assumed": ASSUMED_GATE_NOTE}
+)
+
+
+def distribution_checks(
+    m: Manifest,
+    run_dir: Path,
+    gates: dict[str, GateResult],
+    layers: dict[str, list[QualityLayer]],
+    log: Callable[[str], None],
+) -> dict[str, QualityResult]:
+    """Layer (c) over the replayed requests, added to each fleet's layers; quality.json again."""
+    try:
+        figs = replay_figures(run_dir / RECORDS_DIR, m)
+    except AnalysisError as exc:  # nothing replayed: the layer says so (not evaluated)
+        log(f"distribution checks: {exc}")
+        figs = {}
+    for name in layers:
+        layers[name].append(distribution_layer(m, name, figs))
+    quality = write_quality(run_dir, {k: fleet_quality(g, layers[k]) for k, g in gates.items()})
+    print_layer(quality, DISTRIBUTION, log)
+    return quality
+
+
+def measure_capacity(
+    m: Manifest,
+    fleets: Fleets,
+    root: Path,
+    replay_dir: Path,
+    stop: threading.Event,
+    log: Callable[[str], None],
+    predicted: Mapping[str, float] | None = None,
+) -> dict[str, Path]:
+    """The fixed sweep when the manifest has workload.capacity_sweep, else the automatic search."""
+    from campaign.stages.capacity import run_search, run_sweep
+
+    if m.workload.capacity_sweep is not None:
+        return run_sweep(m, fleets.names, fleets.steps(), root, stop, log, fleets.concurrent)
+    return run_search(m, fleets.names, fleets.steps(), root, replay_dir, stop, log, fleets.concurrent, predicted)
+
+
+def settle_phase(
+    m: Manifest,
+    fleets: Fleets,
+    run_dir: Path,
+    quality: Mapping[str, QualityResult],
+    facts: RunFacts,
+    capacity_dirs: dict[str, Path],
+    stop: threading.Event,
+    log: Callable[[str], None],
+) -> SettleOutcome | None:
+    """The settle phase after an automatic search (campaign.stages.settle), when its budget allows one."""
+    from campaign.stages import settle
+
+    # A manifest without capacity_search searches with its defaults (campaign.stages.capacity.run_search),
+    # and settles with them too: until 2026-12-05 the live phase was skipped without the block while
+    # `campaign plan` ran it, so the plan predicted a phase the campaign never ran.
+    cfg = m.workload.capacity_search or CapacitySearch()
+    if not capacity_dirs or m.workload.capacity_sweep is not None or cfg.settle_budget_s <= 0:
+        return None
+
+    def interim() -> Report:  # the decision as the records stand: what the next round must settle
+        return run_report(m, run_dir, run_dir / "settle-interim", quality, facts, capacity_dirs, None, full=False)
+
+    root = run_dir / CAPACITY_DIR
+    return settle.settle_phase(m, fleets.steps, root, capacity_dirs, interim, stop, log, fleets.concurrent)
+
+
+def run_report(
+    m: Manifest,
+    run_dir: Path,
+    out_dir: Path,
+    quality: Mapping[str, QualityResult] | None,
+    facts: RunFacts,
+    capacity_dirs: Mapping[str, Path] | None,
+    settled: SettleOutcome | None,
+    *,
+    full: bool = True,
+    focus_csv: str | Path | None = None,
+    records_dir: Path | str | None = None,
+) -> Report:
+    """The report from a run directory's records (or `records_dir`, `campaign report --records`)
+    and what the stages found, into `out_dir`: the one place the campaign builds a report's inputs.
+    `full=False`: the decision only (the settle phase's interim reports, `campaign plan`): no
+    sensitivity grid, no pages, and no AWS or Prometheus pulls."""
+    from analysis.report.build import ReportInputs, build_report
+
+    return build_report(
+        ReportInputs(
+            m,
+            records_dir if records_dir is not None else run_dir / RECORDS_DIR,
+            prometheus_url=facts.prometheus_url if full else None,
+            aws=facts.aws and full,
+            quality=quality,
+            out_dir=out_dir,
+            instances_measured=facts.instances_measured,
+            focus_csv=focus_csv,
+            capacity_dirs=capacity_dirs or None,
+            systems_under_test=facts.systems_under_test,
+            settle=settled,
+            with_sensitivity=full,
+            with_pages=full,
+        )
+    )
+
+
+def report_from_run_dir(
+    m: Manifest, run_dir: Path, out_dir: Path | None = None, *, prometheus_url: str | None = None
+) -> Report:
+    """The report again from a run directory as `run_stages` left it (or as downloaded from S3)."""
+    from analysis.capacity.steps import discover_steps
+    from analysis.report.build import build_gate_report
+
+    facts = RunFacts.read(run_dir)
+    if facts is None:
+        raise AnalysisError(
+            f"{run_dir}: no {CAMPAIGN_FILE} (not a run directory written by `campaign local` or `campaign run`)"
+        )
+    facts.prometheus_url = prometheus_url
+    quality = read_quality(run_dir / QUALITY_FILE)
+    out = out_dir or run_dir
+    if quality is not None and not any(
+        (run_dir / RECORDS_DIR).glob("records-*")
+    ):  # the gate failed: nothing was replayed
+        return build_gate_report(m, quality, out_dir=out)
+    steps = discover_steps(run_dir / CAPACITY_DIR)
+    settled = SettleOutcome.read(run_dir / CAPACITY_DIR)
+    return run_report(m, run_dir, out, quality, facts, steps or None, settled)
+
+
+def write_quality(run_dir: Path, quality: dict[str, QualityResult]) -> dict[str, QualityResult]:
+    body = {k: q.model_dump(mode="json") for k, q in quality.items()}
+    (run_dir / QUALITY_FILE).write_text(json.dumps(body, indent=2))
+    return quality
+
+
+def read_quality(path: Path) -> dict[str, QualityResult] | None:
+    """quality.json (or `campaign report --quality FILE`): per fleet, the gate's verdict and its
+    layers; None when there is no such file; an error naming the file and the field otherwise."""
+    if not path.is_file():
+        return None
+    try:
+        body = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise AnalysisError(f"{path}: not JSON ({exc})") from None
+    if not isinstance(body, dict):
+        raise AnalysisError(f"{path}: expected {{fleet: quality result}}, got {type(body).__name__}")
+    out = {}
+    for fleet, q in body.items():
+        try:
+            out[str(fleet)] = QualityResult.model_validate(q)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in (fleet, *first["loc"]))
+            raise AnalysisError(f"{path}: {where}: {first['msg']}") from None
+    return out
+
+
+def print_gates(
+    gates: dict[str, GateResult], quality: Mapping[str, QualityResult], log: Callable[[str], None] = say
+) -> None:
+    for name, g in gates.items():
+        q = quality[name]
+        verdict = {True: "pass", False: "FAIL", None: "NOT EVALUATED"}[q.passed]
+        layer = f", layer {q.failed_layer}" if q.failed_layer else ""
+        log(f"quality gate {name}: {verdict} ({g.pass_rate:.0%} of {len(g.fixtures)} fixtures{layer})")
+        for f in q.failures:
+            log(f"  {f}")
+
+
+def print_layer(quality: Mapping[str, QualityResult], layer: str, log: Callable[[str], None] = say) -> None:
+    for name, q in quality.items():
+        res = (q.layers or {}).get(layer)
+        if res is None:
+            continue
+        verdict = {True: "pass", False: "FAIL", None: "NOT EVALUATED"}[res.passed]
+        ks = res.figures.get("output_length_ks")
+        test = (
+            f", output lengths vs {ks['against']}: KS p = {ks['p_value']:.3g} (n = {ks['n']}, {ks['m']})" if ks else ""
+        )
+        log(
+            f"quality {layer} {name}: {verdict} (invalid {res.figures.get('invalid_rate', 0):.3f}, "
+            f"retried {res.figures.get('retry_rate', 0):.3f}{test})"
+        )
+        for r in res.reasons:
+            log(f"  {r}")
