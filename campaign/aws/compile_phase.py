@@ -12,7 +12,7 @@ until teardown. So `deploy`:
    fleet's set, with a progress line per fleet every poll and at most the plan's minutes
    (campaign.aws.compile_estimate.compile_phase); a compile instance that ends without publishing, or the
    timeout, stops `deploy` with its boot log's last lines and its group's activities;
-4. then the plain `cdk deploy` sizes the fleets and removes the compile resources (aws_cli.cmd_deploy).
+4. then the plain `cdk deploy` sizes the fleets and removes the compile resources (campaign.cli.aws_cmds.cmd_deploy).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ DOCKER_HUB_CREDENTIAL_HELP = (
     "(vLLM, Prometheus) with them instead of anonymously (docs/cloud.md)"
 )
 
-# The positional every campaign command takes (report_cli and aws_cli register theirs with it too).
+# The positional every campaign command takes (report_cmds and aws_cmds register theirs with it too).
 MANIFEST_HELP = "the campaign's manifest (YAML: model, fleets, workload trace, SLOs, prices; e.g. manifests/llama3-8b-inf2-vs-g6.yaml)"
 
 FROM_PLAN_HELP = (

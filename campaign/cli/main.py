@@ -12,9 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from campaign.cli import aws_cmds as aws_cli
-from campaign.cli import local_cmds as cli_local
-from campaign.cli import report_cmds as report_cli
+from campaign.cli import aws_cmds, local_cmds, report_cmds
 from core.errors import EXIT_INTERRUPTED, CampaignError, exit_code_table
 from core.manifest import ManifestError
 from core.traces import TraceError
@@ -39,9 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    cli_local.register(sub)
-    report_cli.register(sub)
-    aws_cli.register(sub)
+    local_cmds.register(sub)
+    report_cmds.register(sub)
+    aws_cmds.register(sub)
     return p
 
 

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from core import catalog
+from core.errors import EXIT_BAD_INPUT, CampaignError
 from core.manifest import ResolvedEfficiency
 from core.roofline import Roofline
 from core.scheduling import POLICIES, policy_for
@@ -127,8 +128,10 @@ LLMPERF_REQUESTS = 100  # scripts/benchmark.py num_requests (ray-project/llmperf
 LLMPERF_LAUNCH_S = 0.12
 
 
-class RowError(ValueError):
-    pass
+class RowError(CampaignError, ValueError):
+    """A bad row of a measurements file: named by file, line and column; exit 2."""
+
+    exit_code = EXIT_BAD_INPUT
 
 
 @dataclass(frozen=True)

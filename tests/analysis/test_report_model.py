@@ -148,9 +148,9 @@ def test_the_report_is_assembled_as_a_model_not_round_tripped_through_a_dict() -
     (evaluation_findings echoes manifest sections as provenance values: dicts by design.)"""
     root = Path(__file__).resolve().parents[2] / "analysis"
     checked: list[ast.AST] = []
-    for name in ("report.py", "evaluate.py", "intervals.py", "decision.py"):
+    for name in ("report/build.py", "report/evaluate.py", "measure/intervals.py", "economics/decision.py"):
         checked.append(ast.parse((root / name).read_text(encoding="utf-8")))
-    assembly = ast.parse((root / "report_assembly.py").read_text(encoding="utf-8"))
+    assembly = ast.parse((root / "report" / "assembly.py").read_text(encoding="utf-8"))
     checked += [f for f in assembly.body if isinstance(f, ast.FunctionDef) and f.name != "evaluation_findings"]
     assert any(isinstance(f, ast.FunctionDef) and f.name == "assemble_report" for f in checked)
     for node in checked:

@@ -52,7 +52,9 @@ SEP = "\x1f"
 # One stub for every host command; behaviour by name. Each call appends NAME<US>arg<US>arg... to $STUB_LOG.
 STUB = r"""#!/bin/bash
 name="$(basename "$0")"
-{ printf '%s' "$name"; for a in "$@"; do printf '\x1f%s' "$a"; done; printf '\n'; } >> "$STUB_LOG"
+# One write per call: the stubs of a pipeline (aws ... | docker login) log side by side, and
+# several printf calls each would interleave their lines (seen under load: a lost `docker login`).
+line="$name"; for a in "$@"; do line+=$'\x1f'"$a"; done; printf '%s\n' "$line" >> "$STUB_LOG"
 case "$name" in
   lsblk) case "$*" in *PKNAME*) echo nvme0n1;; *) printf '/dev/nvme0n1 Amazon Elastic Block Store\n/dev/nvme1n1 Amazon Elastic Block Store\n';; esac;;
   findmnt) echo /dev/nvme0n1p1;;

@@ -33,7 +33,7 @@ from core.ports import free_port
 from core.serving import served_model_id
 from core.shipped import checkout_root
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]  # campaign/backends/local/<this> -> the repository
 ENGINE_VENV = ROOT / ".venv-engine"
 ENGINES = ("emulator", "vllm-cpu")
 

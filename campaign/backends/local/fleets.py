@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from loadgen.launch import FleetRun
     from loadgen.replay_options import ReplayOptions
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]  # campaign/backends/local/<this> -> the repository
 
 
 @dataclass
