@@ -14,6 +14,7 @@ from pathlib import Path
 
 from campaign.cli import aws_cmds as aws_cli
 from campaign.cli import local_cmds as cli_local
+from campaign.cli import pin_cmds as pin_cli
 from campaign.cli import report_cmds as report_cli
 from core.errors import EXIT_INTERRUPTED, CampaignError, exit_code_table
 from core.manifest import ManifestError
@@ -42,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_local.register(sub)
     report_cli.register(sub)
     aws_cli.register(sub)
+    pin_cli.register(sub)
     return p
 
 
