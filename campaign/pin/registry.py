@@ -1,20 +1,23 @@
 """An image tag's manifest digest, from its registry: the OCI distribution API.
 
-The OCI Distribution Specification (opencontainers/distribution-spec, spec.md, "Pulling manifests"):
-`HEAD /v2/<name>/manifests/<reference>` with an `Accept` header listing the manifest media types the
-client takes; the registry answers the manifest's digest in `Docker-Content-Digest`. A multi-arch
-image's digest is its index's (OCI image index, Docker manifest list), the digest `docker pull
-IMAGE@sha256:...` and the fleets' boot script pin, so those types come first in `Accept`.
+The OCI Distribution Specification (opencontainers/distribution-spec, spec.md): `HEAD
+/v2/<name>/manifests/<tag>` ("Checking if content exists in the registry": a successful response
+MUST carry the manifest's digest in `Docker-Content-Digest`), with an `Accept` header listing the
+manifest media types the client takes ("Pulling manifests"). A multi-arch image's digest is its
+index's (OCI image index, Docker manifest list), the digest `docker pull IMAGE@sha256:...` and the
+fleets' boot script pin, so those types come first in `Accept`.
 
 A registry that wants a token answers 401 with `WWW-Authenticate: Bearer realm="...",service="...",
 scope="..."`; the client GETs `realm?service=...&scope=...` (anonymously for a public image) and
 retries with `Authorization: Bearer <token>`, the token in the answer's `token` (or `access_token`)
-field (distribution/distribution docs/spec/auth/token.md, "How to authenticate"; Docker Hub, ECR
-Public, nvcr.io and ghcr.io all answer so).
+field (CNCF Distribution, "Token Authentication Specification", "Token Response Fields",
+https://distribution.github.io/distribution/spec/auth/token; its example is Docker Hub's,
+https://auth.docker.io/token?service=registry.docker.io&scope=repository:...:pull).
 
 Docker Hub's registry is registry-1.docker.io, an official image under library/ (core/images.py).
-A registry on a loopback address is spoken to over plain HTTP, as dockerd does (it treats
-127.0.0.0/8 as an insecure registry: Docker docs, dockerd "Insecure registries"); every other over HTTPS.
+A registry on a loopback address is spoken to over plain HTTP, as dockerd does ("By default, local
+registries (::1/128 and 127.0.0.0/8) are configured as insecure": Docker Engine API,
+RegistryServiceConfig.InsecureRegistryCIDRs); every other over HTTPS.
 """
 
 from __future__ import annotations
@@ -93,8 +96,8 @@ def _manifest_digest(url: str, token: str | None) -> str:
     with urllib.request.urlopen(urllib.request.Request(url, method="HEAD", headers=headers), timeout=TIMEOUT_S) as r:
         digest = r.headers.get("Docker-Content-Digest")
     if digest is None:
-        # The header is a SHOULD (distribution-spec, "Pulling manifests"); the digest is the sha256 of
-        # the manifest's bytes exactly as served.
+        # Registries of earlier spec versions may leave the header out; the digest is then the sha256
+        # of the manifest's bytes exactly as served (distribution-spec, the implementers' note there).
         with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=TIMEOUT_S) as r:
             digest = "sha256:" + hashlib.sha256(r.read()).hexdigest()
     if not _DIGEST.match(digest):

@@ -47,6 +47,7 @@ NEURON_TAG = "0.13.0-neuronx-py312-sdk2.28.0-ubuntu24.04"  # the documented tag 
 @dataclass
 class StubHub:
     gated_token: str | None = None  # set: the repo is gated, and only this token reads it
+    gate_metadata: bool = True  # False: file metadata is public, only downloads need the token
     files: dict[str, bytes] = field(default_factory=lambda: dict(TOKENIZER_FILES))
     lfs: dict[str, str] = field(default_factory=lambda: dict(WEIGHTS))  # LFS files: name -> sha256
     lfs_too: frozenset[str] = frozenset({"tokenizer.json"})  # git-stored files the Hub also keeps in LFS
@@ -90,8 +91,8 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
-    def _hub_refuses(self) -> bool:
-        want = self.hub.gated_token
+    def _hub_refuses(self, *, metadata: bool = False) -> bool:
+        want = self.hub.gated_token if self.hub.gate_metadata or not metadata else None
         if want is not None and self.headers.get("Authorization") != f"Bearer {want}":
             self._send(401, b"gated", {"X-Error-Code": "GatedRepo", "X-Error-Message": "Access to model is restricted"})
             return True
@@ -103,7 +104,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(404, b"", {"X-Error-Code": "RepoNotFound"})
         if self.path.removeprefix(prefix) != COMMIT:
             return self._send(404, b"", {"X-Error-Code": "RevisionNotFound"})
-        if self._hub_refuses():
+        if self._hub_refuses(metadata=True):
             return None
         form = urllib.parse.parse_qs(self.rfile.read(int(self.headers["Content-Length"])).decode())
         found = [e for p in form.get("paths", []) if (e := self.hub.entry(p)) is not None]
@@ -238,7 +239,11 @@ def test_registry_401_then_anonymous_token(stubs: Stubs) -> None:
     ]
 
 
+# huggingface/huggingface_hub#2457: a gated repository's metadata answered without a token (closed);
+# either way, the files are refused without one.
+@pytest.mark.parametrize("gate_metadata", [True, False], ids=["metadata-gated", "downloads-gated"])
 def test_gated_repo_without_token_is_refused_and_with_it_pinned(
+    gate_metadata: bool,
     stubs: Stubs,
     tmp_path: Path,
     manifest_data: dict[str, Any],
@@ -246,7 +251,7 @@ def test_gated_repo_without_token_is_refused_and_with_it_pinned(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     _serve_images(stubs)
-    stubs.hub.gated_token = "hf_reader"
+    stubs.hub.gated_token, stubs.hub.gate_metadata = "hf_reader", gate_metadata
     path = _manifest(
         tmp_path, manifest_data, stubs.host, digests=(f"sha256:{ILLUSTRATIVE[3]}", f"sha256:{ILLUSTRATIVE[4]}")
     )
@@ -256,6 +261,7 @@ def test_gated_repo_without_token_is_refused_and_with_it_pinned(
     err = capsys.readouterr().err
     assert "model.repo:" in err and "gated" in err and "HF_TOKEN" in err
     assert path.read_text() == before
+    assert not (tmp_path / "tok").exists()
 
     monkeypatch.setenv("HF_TOKEN", "hf_reader")  # huggingface_hub's own token variable, honoured
     assert main(["pin", str(path)]) == EXIT_OK
