@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from campaign.cli.help import MANIFEST_HELP
@@ -20,7 +21,10 @@ def cmd_pin(args: argparse.Namespace) -> int:
     pinned = pin_manifest(source, out, update=args.update)
     for note in pinned.notes:
         print(note)
-    print(pinned.diff or f"{out}: already pinned; nothing changed", end="" if pinned.diff else "\n")
+    if pinned.diff:
+        sys.stdout.write(pinned.diff)
+    else:
+        print(f"{out}: already pinned; nothing changed")
     return EXIT_OK
 
 
