@@ -54,7 +54,8 @@ def cloud_issues(
             issues.append(
                 Issue(
                     f"model.weight_files.{name}",
-                    "illustrative hash from the example; put `sha256sum` of this file at model.commit",
+                    "illustrative hash from the example; `inf2-vs-g6 pin MANIFEST` writes the Hub's sha256 of this "
+                    "file at model.commit (no download)",
                 )
             )
     for i, f in enumerate(m.fleets):
@@ -63,8 +64,8 @@ def cloud_issues(
             issues.append(
                 Issue(
                     f"fleets[{i}].serving.image",
-                    "illustrative digest from the example; pin the image's real digest "
-                    "(`docker buildx imagetools inspect IMAGE:TAG`)",
+                    "illustrative digest from the example; `inf2-vs-g6 pin MANIFEST` writes the digest its tag has "
+                    "now in its registry (the image written REPOSITORY:TAG@sha256:...)",
                 )
             )
         if f.replicas_per_instance > 1:
@@ -111,9 +112,10 @@ def tokenizer_issues(m: Manifest) -> list[Issue]:
         return [
             Issue(
                 "tokenizer.files",
-                f"not pinned: put `sha256sum` of tokenizer.json and {TOKENIZER_CONFIG} (and {CHAT_TEMPLATE_FILE} "
-                f"when the checkpoint has one) of {m.model.repo} at model.commit; the load-generator tasks stage "
-                "exactly these and check them",
+                f"not pinned: list tokenizer.json and {TOKENIZER_CONFIG} here and run `inf2-vs-g6 pin MANIFEST`, which "
+                f"downloads them (and {CHAT_TEMPLATE_FILE} when the checkpoint has one) of {m.model.repo} at "
+                "model.commit beside tokenizer.path and writes their sha256; the load-generator tasks stage exactly "
+                "these and check them",
             )
         ]
     return []

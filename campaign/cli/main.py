@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from campaign.cli import aws_cmds, local_cmds, report_cmds
+from campaign.cli import aws_cmds, local_cmds, pin_cmds, report_cmds
 from core.errors import EXIT_INTERRUPTED, CampaignError, exit_code_table
 from core.manifest import ManifestError
 from core.traces import TraceError
@@ -40,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     local_cmds.register(sub)
     report_cmds.register(sub)
     aws_cmds.register(sub)
+    pin_cmds.register(sub)
     return p
 
 

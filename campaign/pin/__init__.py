@@ -1,0 +1,1 @@
+"""`pin`: a manifest's checkpoint hashes (Hugging Face Hub) and image digests (OCI registries), resolved."""
