@@ -34,6 +34,7 @@ import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 
 # How long a fleet's first boot may take before its NLB health check counts (minutes, by
@@ -49,6 +50,36 @@ def health_grace_s(vendor: str) -> int:
     so the script gives up when the load balancer's check starts to count, not long after."""
     return HEALTH_GRACE_MIN[vendor] * 60
 
+
+# The campaign's deadline as the stack carries it (the CampaignDeadline parameter) and the fleets'
+# scheduled actions read it: "in YYYY-MM-DDThh:mm:ssZ format in UTC/GMT only" (EC2 Auto Scaling API
+# reference, PutScheduledUpdateGroupAction, StartTime; AWS::AutoScaling::ScheduledAction's StartTime
+# is the same field).
+DEADLINE_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+DEADLINE_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$"
+
+
+def format_deadline(at: datetime) -> str:
+    """`at` (timezone-aware) as the scheduled action's StartTime, whole seconds, UTC."""
+    if at.tzinfo is None:
+        raise ValueError("deadline: a timezone-aware time is needed (UTC)")
+    return at.astimezone(UTC).strftime(DEADLINE_FORMAT)
+
+
+def parse_deadline(text: str, *, field_name: str = "deadline") -> datetime:
+    """A deadline written by format_deadline back as an aware UTC time; ValueError naming `field_name`."""
+    if not re.match(DEADLINE_PATTERN, text):
+        raise ValueError(f"{field_name}: expected YYYY-MM-DDThh:mm:ssZ (UTC), got {text!r}")
+    return datetime.strptime(text, DEADLINE_FORMAT).replace(tzinfo=UTC)
+
+
+# What the stacks keep billing whatever the fleets' size, until `teardown`: `plan` and `deploy` list
+# it as what the deadline does not stop (tests/stacks/test_deadline.py holds each to the template).
+NAT_GATEWAYS = 1  # stacks/network.py
+# stacks/network.py's interface endpoints, by the service name's last part (com.amazonaws.<region>.<name>)
+INTERFACE_ENDPOINT_SERVICES = ("ecr.api", "ecr.dkr", "logs", "monitoring", "ssm", "ssmmessages", "ec2messages")
+PROMETHEUS_TASK_VCPU = 1  # stacks/observability.py: the Prometheus Fargate service's one task
+PROMETHEUS_TASK_MEMORY_GIB = 2
 
 LOCUST_WEB_PORT = 8089
 LOCUST_MASTER_PORT = 5557  # workers connect to the master here (Locust default)
@@ -175,6 +206,17 @@ class RunConfig:
     namespace: str = ""
     master_services: dict[str, str] = field(default_factory=dict)
     workers_services: dict[str, str] = field(default_factory=dict)
+    # When each fleet's scheduled action sets its group to 0 (DEADLINE_FORMAT); "" from a stack
+    # deployed before the deadline existed: `run` then has no deadline to hold a stage to.
+    deadline: str = ""
+
+    @property
+    def deadline_at(self) -> datetime | None:
+        return (
+            parse_deadline(self.deadline, field_name=f"stack output {RUN_CONFIG_OUTPUT}: deadline")
+            if self.deadline
+            else None
+        )
 
     @classmethod
     def from_json(cls, text: str) -> RunConfig:
@@ -226,10 +268,17 @@ class RunConfig:
             namespace=str(data.get("namespace", "")),
             master_services={str(k): str(v) for k, v in dict(data.get("master_services") or {}).items()},
             workers_services={str(k): str(v) for k, v in dict(data.get("workers_services") or {}).items()},
+            deadline=_checked_deadline(str(data.get("deadline") or "")),
         )
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
+
+
+def _checked_deadline(text: str) -> str:
+    if text:
+        parse_deadline(text, field_name=f"stack output {RUN_CONFIG_OUTPUT}: deadline")
+    return text
 
 
 @dataclass(frozen=True)

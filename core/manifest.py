@@ -549,6 +549,11 @@ class Manifest(_Frozen):
     indifference_margin: IndifferenceMargin = IndifferenceMargin()
     operator: Operator
     loadgen: Loadgen
+    # The cloud campaign's deadline, in hours after `deploy`: each fleet's Auto Scaling group gets a
+    # scheduled action setting it to 0 then (stacks/fleet.py). Optional so that a manifest written
+    # before it loads unchanged; `deploy` refuses without it, and `validate --for cloud` checks that it
+    # covers the plan's campaign minutes (campaign.plan.predict.deadline_issues).
+    max_campaign_hours: Annotated[float, Field(gt=0, le=24 * 14)] | None = None
 
     _source: Path | None = PrivateAttr(default=None)
     _checkpoint_template: str | None = PrivateAttr(default=None)
@@ -564,6 +569,9 @@ class Manifest(_Frozen):
         and its measure_instances while it is its default (asg.desired), given or not; tokenizer.files
         while none is pinned."""
         data = self.model_dump(mode="json")
+        # The deadline bounds what the stack bills, not what is measured: never in the digest, so
+        # moving it neither changes the campaign's results prefix nor orphans its runs.
+        del data["max_campaign_hours"]
         if self.indifference_margin == IndifferenceMargin():
             del data["indifference_margin"]
         for fleet, dumped in zip(self.fleets, data["fleets"], strict=True):

@@ -14,6 +14,9 @@ SERVING_DIGEST_TAG = "serving-digest"
 # by `campaign deploy --docker-hub-credential-arn`. A name with "secret" in it would read as a password
 # to CloudFormation validation (W2509), and an ARN is none.
 DOCKER_HUB_CREDENTIAL_PARAMETER = "DockerHubCredentialArn"
+# Template parameter of the campaign's deadline (an ISO-8601 UTC time, core.cloud_contract.DEADLINE_FORMAT):
+# each fleet's scheduled action sets its group to 0 then (stacks/fleet.py); `campaign deploy` fills it.
+CAMPAIGN_DEADLINE_PARAMETER = "CampaignDeadline"
 
 
 def stack_name(campaign: str) -> str:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from aws_cdk import CfnOutput, Stack, Tags
+from aws_cdk import CfnOutput, CfnParameter, Stack, Tags
 from constructs import Construct
 
+from core.cloud_contract import DEADLINE_PATTERN
 from core.compile_host import compile_host
-from core.naming import MANIFEST_DIGEST_TAG
+from core.naming import CAMPAIGN_DEADLINE_PARAMETER, MANIFEST_DIGEST_TAG
 from stacks.compile_boot import COMPILE_PHASE_OUTPUT
 from stacks.compile_instance import CompileInstance
 from stacks.fleet import ServingFleet
@@ -31,6 +32,7 @@ class ComparisonStack(Stack):
         store = ResultsStore(self, "Results")
         image_cache = DockerHubCache(self, "DockerHubCache")
         network = Network(self, "Network", availability_zones=settings.vpc_azs, flow_log_bucket=store.logs)
+        deadline = self._deadline_parameter(m.max_campaign_hours)
         fleets = []
         for i, f in enumerate(m.fleets):
             fleet = ServingFleet(
@@ -42,6 +44,7 @@ class ComparisonStack(Stack):
                 weights_s3_uri=settings.weights_s3_uri,
                 results=store.results,
                 image_cache=image_cache,
+                deadline=deadline,
                 held_at_zero=bool(settings.compile_fleets),  # nothing to measure until every fleet can serve
             )
             Tags.of(fleet).add("fleet", f.name)
@@ -77,6 +80,7 @@ class ComparisonStack(Stack):
             targets=nlb.endpoints,
             target_groups=nlb.target_group_arns,
             prometheus_security_group=obs.prometheus_security_group,
+            deadline=deadline,
         )
         nlb.allow_clients(loadgen.security_group)
 
@@ -128,3 +132,21 @@ class ComparisonStack(Stack):
                 value=nlb.endpoints[name],
                 description=f"{name} OpenAI-compatible endpoint (internal NLB)",
             )
+
+    def _deadline_parameter(self, hours: float | None) -> str:
+        """The campaign's deadline as a parameter without a default: the template is the same at every
+        synth (tests, checkov), each fleet's scheduled action is always in it, and a deploy that does not
+        name a deadline is refused by CloudFormation itself, never scheduled at some stale default time."""
+        within = (
+            f"deploy time + max_campaign_hours ({hours:g} h)"
+            if hours is not None
+            else "deploy time + max_campaign_hours"
+        )
+        return CfnParameter(
+            self,
+            CAMPAIGN_DEADLINE_PARAMETER,
+            type="String",
+            allowed_pattern=DEADLINE_PATTERN,
+            constraint_description="a UTC time as YYYY-MM-DDThh:mm:ssZ",
+            description=f"When every fleet's Auto Scaling group is set to 0: {within}; filled by `campaign deploy`",
+        ).value_as_string

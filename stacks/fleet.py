@@ -99,10 +99,12 @@ class ServingFleet(Construct):
         weights_s3_uri: str | None,
         results: s3.IBucket | None = None,
         image_cache: DockerHubCache,
+        deadline: str,
         held_at_zero: bool = False,
     ) -> None:
         """`results`: the results bucket, where instances share what they compile (compiled/<key>/).
         `image_cache`: a Docker Hub serving image is pulled through it, never anonymously.
+        `deadline`: the campaign's deadline (the CampaignDeadline parameter), when the group goes to 0.
         `held_at_zero`: deploy's compile phase (stacks/compile_instance.py): no instance until the
         fleets' compiled sets are published."""
         super().__init__(scope, cid)
@@ -151,6 +153,7 @@ class ServingFleet(Construct):
         )
         self.launch_template = self._launch_template(region, user_data)
         self.asg = self._auto_scaling_group(vpc, vendor, held_at_zero)
+        self.deadline_action = self._stop_at_deadline(deadline)
         if cached:
             image_cache.needed_by(self.asg)
 
@@ -292,6 +295,25 @@ class ServingFleet(Construct):
             "Scaling events of a supervised benchmark are read from the ASG activity history and CloudTrail; no SNS subscriber exists.",
         )
         return asg
+
+    def _stop_at_deadline(self, deadline: str) -> autoscaling.CfnScheduledAction:
+        """A one-time scheduled action (StartTime, no Recurrence) that sets the group's min, max and
+        desired to 0 at the campaign's deadline, so a forgotten campaign stops billing its instances.
+        StartTime is "YYYY-MM-DDThh:mm:ssZ ... UTC/GMT only"; a time in the past is refused ("If you try
+        to schedule your action in the past, Amazon EC2 Auto Scaling returns an error message", EC2 Auto
+        Scaling API reference, PutScheduledUpdateGroupAction; AWS::AutoScaling::ScheduledAction in the
+        CloudFormation template reference is that call): `campaign deploy` computes a future deadline and
+        refuses a past one (campaign/aws/stack.py). The group's rolling update suspends ScheduledActions
+        while it replaces instances (CDK's rolling_update default), as the same page asks."""
+        return autoscaling.CfnScheduledAction(
+            self,
+            "StopAtDeadline",
+            auto_scaling_group_name=self.asg.auto_scaling_group_name,
+            start_time=deadline,
+            min_size=0,
+            max_size=0,
+            desired_capacity=0,
+        )
 
     @staticmethod
     def _grant_session_manager(role: iam.Role, region: str) -> None:

@@ -90,7 +90,9 @@ class LoadGenerator(Construct):
         targets: Mapping[str, str],
         target_groups: Mapping[str, str],
         prometheus_security_group: ec2.ISecurityGroup,
+        deadline: str,
     ) -> None:
+        """`deadline`: the campaign's deadline (CampaignDeadline), in the run config for `run`'s check."""
         super().__init__(scope, cid)
         self.runs_prefix = f"{campaign_prefix}/runs"
         self.results_uri = f"s3://{results.bucket_name}/{self.runs_prefix}"
@@ -198,6 +200,7 @@ class LoadGenerator(Construct):
                 "namespace": namespace.namespace_name,
                 "master_services": {name: s.service_id for name, s in self.master_discovery.items()},
                 "workers_services": {name: s.service_id for name, s in self.workers_discovery.items()},
+                "deadline": deadline,
             }
         )
 

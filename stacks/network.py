@@ -10,6 +10,8 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
+from core.cloud_contract import NAT_GATEWAYS
+
 # Interface endpoints for the AWS APIs every instance and task calls on the hot path (image
 # pulls, logs, metrics, SSM): that traffic then skips the NAT gateway's per-GB charge.
 _INTERFACE_ENDPOINTS: tuple[tuple[str, ec2.InterfaceVpcEndpointAwsService], ...] = (
@@ -40,7 +42,7 @@ class Network(Construct):
             # One NAT gateway: a campaign lasts days, and what still needs the internet (ECR Public
             # images, Hub weights) is a one-off download per instance. Docker Hub images come through
             # the ECR pull-through cache (stacks/image_cache.py); interface endpoints cover the rest.
-            nat_gateways=1,
+            nat_gateways=NAT_GATEWAYS,
             subnet_configuration=[
                 ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=24),
                 ec2.SubnetConfiguration(name="private", subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, cidr_mask=20),

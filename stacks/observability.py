@@ -22,6 +22,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_servicediscovery as servicediscovery
 from constructs import Construct
 
+from core.cloud_contract import PROMETHEUS_TASK_MEMORY_GIB, PROMETHEUS_TASK_VCPU
 from core.images import PROMETHEUS_IMAGE, CachedPull
 from core.manifest import Manifest
 from stacks import loadgen_contract as lg
@@ -136,7 +137,9 @@ class Observability(Construct):
             region=stack.region,
             remote_write_url=remote_write,
         )
-        task = ecs.FargateTaskDefinition(self, "PrometheusTask", cpu=1024, memory_limit_mib=2048)
+        task = ecs.FargateTaskDefinition(
+            self, "PrometheusTask", cpu=1024 * PROMETHEUS_TASK_VCPU, memory_limit_mib=1024 * PROMETHEUS_TASK_MEMORY_GIB
+        )
         task.add_to_task_role_policy(
             iam.PolicyStatement(actions=["aps:RemoteWrite"], resources=[self.workspace.attr_arn])
         )

@@ -117,11 +117,16 @@ def deploy_stand_in(session: Any, m: Any, template: Mapping[str, Any], endpoints
     whose resources include one Auto Scaling group per fleet, tagged as the stacks tag them
     (campaign, fleet) and sized to the instances measured, so that deleting the stack (teardown)
     terminates their instances as CloudFormation would."""
+    from campaign.aws.stack import campaign_deadline, utc_now
     from core import cloud_contract as cc
+    from core.naming import CAMPAIGN_DEADLINE_PARAMETER
     from testing.offline_tasks import resolve
 
     outputs = template["Outputs"]
     refs = {outputs["ResultsBucketName"]["Value"]["Ref"]: BUCKET}
+    # The deadline `deploy` would pass as the CampaignDeadline parameter (the run config carries it).
+    hours = m.max_campaign_hours if m.max_campaign_hours is not None else 24.0
+    refs[CAMPAIGN_DEADLINE_PARAMETER] = campaign_deadline(hours, now=utc_now(), deployed=None).parameter
     run_config = json.loads(resolve(outputs[cc.RUN_CONFIG_OUTPUT]["Value"], refs))
     if set(run_config["targets"]) != {f.name for f in m.fleets}:
         raise RuntimeError(f"synthesized targets {sorted(run_config['targets'])} are not the manifest's fleets")

@@ -86,6 +86,14 @@ def cloud_issues(
                 "secret holding a read token, or stage the weights in S3 (--weights-s3-uri)",
             )
         )
+    if m.max_campaign_hours is None:
+        issues.append(
+            Issue(
+                "max_campaign_hours",
+                "a cloud campaign needs a deadline: the hours after `deploy` at which every fleet's group is set to 0 "
+                "(at least the plan's campaign minutes, compile phase included; `campaign plan` prints them)",
+            )
+        )
     net = ipaddress.ip_network(m.operator.cidr, strict=False)
     if any(net.version == d.version and net.subnet_of(d) for d in DOCUMENTATION_NETWORKS):  # type: ignore[arg-type]
         issues.append(

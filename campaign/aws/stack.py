@@ -13,12 +13,14 @@ import shutil
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from core import naming
+from core.cloud_contract import format_deadline, parse_deadline
 from core.compile_host import CompileHost
-from core.errors import EXIT_FAILED_STEP, CampaignError
+from core.errors import EXIT_BAD_INPUT, EXIT_FAILED_STEP, CampaignError
 from core.manifest import Manifest
 from core.naming import RETAINED_TAG
 from core.shipped import checkout_root
@@ -37,6 +39,83 @@ def cdk_argv(action: str, manifest_path: Path, extra: Sequence[str] = ()) -> lis
     if npx is None:
         raise AwsStepFailed("npx not found: install Node.js 20+ and run `npm ci` in the repository")
     return [npx, "cdk", action, "-c", f"manifest={manifest_path.resolve()}", *extra]
+
+
+# The least time a deadline must leave when `deploy` starts: `cdk deploy` creates each fleet's group
+# before its scheduled action, and EC2 Auto Scaling refuses an action scheduled in the past ("If you
+# try to schedule your action in the past, Amazon EC2 Auto Scaling returns an error message", EC2 Auto
+# Scaling API reference, PutScheduledUpdateGroupAction), which would fail the deploy midway.
+DEADLINE_MARGIN = timedelta(minutes=30)
+
+
+class DeadlineRefused(CampaignError, ValueError):
+    """The deadline `deploy` would set is past or too close: refused before anything is deployed."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+@dataclass(frozen=True)
+class Deadline:
+    at: datetime
+    how: str  # where it comes from, for deploy's line
+
+    @property
+    def parameter(self) -> str:
+        return format_deadline(self.at)
+
+
+def utc_now() -> datetime:
+    """The clock `deploy` sets the deadline from (a seam for tests)."""
+    return datetime.now(UTC)
+
+
+def deployed_deadline(cfn: Any, stack: str) -> datetime | None:
+    """The CampaignDeadline the deployed stack holds; None when there is no stack or it has none."""
+    from botocore.exceptions import ClientError
+
+    try:
+        stacks = cfn.describe_stacks(StackName=stack)["Stacks"]
+    except ClientError as exc:
+        if "does not exist" in str(exc):
+            return None
+        raise
+    for p in stacks[0].get("Parameters", []) if stacks else []:
+        if p.get("ParameterKey") == naming.CAMPAIGN_DEADLINE_PARAMETER:
+            return parse_deadline(
+                p["ParameterValue"], field_name=f"stack {stack}: {naming.CAMPAIGN_DEADLINE_PARAMETER}"
+            )
+    return None
+
+
+def campaign_deadline(
+    max_hours: float, *, now: datetime, deployed: datetime | None, extend_hours: float | None = None
+) -> Deadline:
+    """The deadline `deploy` sets: a new stack's is now + max_campaign_hours; a deployed stack keeps
+    its own (a second `deploy` is no new campaign), moved by `extend_hours` when given. A deadline
+    less than DEADLINE_MARGIN ahead is refused, naming both times."""
+    if deployed is None:
+        if extend_hours:
+            raise DeadlineRefused(
+                "--extend-hours: no deployed stack whose deadline it could move; raise max_campaign_hours instead"
+            )
+        at, how = now + timedelta(hours=max_hours), f"deploy time + max_campaign_hours ({max_hours:g} h)"
+    elif extend_hours:
+        at = deployed + timedelta(hours=extend_hours)
+        how = f"the deployed stack's {format_deadline(deployed)} moved by --extend-hours {extend_hours:g}"
+    else:
+        at, how = deployed, "kept from the deployed stack (--extend-hours N moves it)"
+    if at - now < DEADLINE_MARGIN:
+        raise DeadlineRefused(
+            f"deadline {format_deadline(at)} ({how}) is less than {DEADLINE_MARGIN.seconds // 60} min after now "
+            f"({format_deadline(now)}): EC2 Auto Scaling refuses a scheduled action in the past; "
+            "move it with `deploy --extend-hours N`"
+        )
+    return Deadline(at, how)
+
+
+def deadline_parameter_args(deadline: Deadline) -> list[str]:
+    """`cdk deploy` arguments filling the CampaignDeadline parameter."""
+    return ["--parameters", f"{naming.CAMPAIGN_DEADLINE_PARAMETER}={deadline.parameter}"]
 
 
 class QuotaTooLow(AwsStepFailed):

@@ -15,7 +15,7 @@ from campaign.aws.run_config import read_run_config
 from campaign.aws.session import aws_session
 from campaign.backends.fargate.campaign import fetch_run, run_campaign
 from campaign.cli.help import DOCKER_HUB_CREDENTIAL_HELP, FROM_PLAN_HELP, MANIFEST_HELP
-from campaign.plan.plan_file import predicted_boundaries
+from campaign.plan.plan_file import planned_stage_minutes, predicted_boundaries
 from core.errors import EXIT_FAILED_STEP, EXIT_OK, CampaignError
 from core.manifest import Manifest, load_manifest
 from core.naming import DOCKER_HUB_CREDENTIAL_PARAMETER
@@ -40,6 +40,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     overrides = parse_ami_overrides(args.ami, [f.name for f in m.fleets])
     session = aws_session(m.costs.region)
     stack = aws.stack_name(m)
+    deadline = _deadline(args, m, session, stack)
     # Fleets whose own host cannot hold the model compile once on a larger one first (or refuse).
     targets = compile_phase.needed(session, m, stack, enabled=not args.no_compile_phase)
     amis = resolve_amis(m, session.client("ec2"), overrides)
@@ -48,7 +49,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     context = ["-c", f"weights_s3_uri={args.weights_s3_uri}"] if args.weights_s3_uri else []
     # cloud_issues refused a deploy without it: every stack pulls Prometheus from Docker Hub.
     credential = ["--parameters", f"{DOCKER_HUB_CREDENTIAL_PARAMETER}={args.docker_hub_credential_arn}"]
-    extra = [*context, *credential, *cdk_parameter_args(amis)]
+    extra = [*context, *credential, *aws.deadline_parameter_args(deadline), *cdk_parameter_args(amis)]
     hosts = [t.host for t in targets]
     if targets:
         fleets = ", ".join(f"{t.fleet} on one {t.host.instance_type}" for t in targets)
@@ -58,7 +59,25 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         compile_phase.run(session, m, stack, targets)
     print(f"deploying {stack} (manifest {m.short_digest}) to {m.costs.region}")
     _cdk_deploy(args, extra=extra, session=session, compiling=hosts, check_quota=not targets)
+    print(f"deadline: every fleet's Auto Scaling group is set to 0 at {deadline.parameter}")
     return EXIT_OK
+
+
+def _deadline(args: argparse.Namespace, m: Manifest, session: Any, stack: str) -> aws.Deadline:
+    """One deadline for this deploy's every `cdk deploy` (the compile phase's included), printed with
+    what still bills after it, before anything is deployed."""
+    from campaign.plan.predict import billing_after_deadline
+
+    assert m.max_campaign_hours is not None  # cloud_issues refused a manifest without it
+    deployed = aws.deployed_deadline(session.client("cloudformation"), stack)
+    deadline = aws.campaign_deadline(
+        m.max_campaign_hours, now=aws.utc_now(), deployed=deployed, extend_hours=args.extend_hours
+    )
+    print(f"deadline {deadline.parameter}: {deadline.how}")
+    print("warning: after the deadline the fleets are at 0, but these still bill until `teardown`:")
+    for line in billing_after_deadline(m):
+        print(f"  {line}")
+    return deadline
 
 
 def _cdk_deploy(args: argparse.Namespace, *, extra: list[str], session: Any, **kw: Any) -> None:
@@ -79,7 +98,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         capacity=not args.no_capacity,
         final_report=not args.no_report,
         predicted=predicted,
-    )  # CloudRunError: exit 1
+        stage_minutes=lambda: _stage_minutes(args, m),
+    )  # CloudRunError: exit 1; PastDeadline: exit 1 before the stage that would outlast the stack's deadline
     if result.report is not None:
         rep = result.report
         print(f"decision: {rep.decision.state.upper()} — " + "; ".join(rep.decision.reasons))
@@ -87,6 +107,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         print(f"next: python -m campaign report {args.manifest} --run-id {result.run_id} --aws --out {result.run_dir}")
     return result.exit_code
+
+
+def _stage_minutes(args: argparse.Namespace, m: Manifest) -> dict[str, float]:
+    """The plan's minutes per stage, which each stage must end within before the stack's deadline:
+    the saved plan's with --from-plan, else the plan computed here (about 10 s of simulated time)."""
+    if args.from_plan:
+        return planned_stage_minutes(Path(args.from_plan), m)
+    from campaign.plan.predict import predict
+
+    print("deadline: planning each stage's minutes (campaign plan, in simulated time) ...")
+    return predict(m).minutes
 
 
 def cmd_teardown(args: argparse.Namespace) -> int:
@@ -158,6 +189,16 @@ def _stop_left_tasks(session: Any, m: Manifest) -> None:
         print(f"stopped load-generator task {arn}")
 
 
+def _positive_hours(text: str) -> float:
+    try:
+        hours = float(text)
+    except ValueError:
+        hours = float("nan")
+    if not hours > 0 or hours == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of hours, got {text!r}")
+    return hours
+
+
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     d = sub.add_parser(
@@ -184,6 +225,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         action="store_true",
         help="never compile a fleet once on a larger host first (the compile phase `plan` shows for a Neuron fleet "
         "whose host memory is at risk): refuse such a fleet unless its compiled set is already published",
+    )
+    d.add_argument(
+        "--extend-hours",
+        type=_positive_hours,
+        metavar="N",
+        help="move the deployed stack's deadline (when every fleet's group is set to 0) N hours later; without it a "
+        "deployed stack keeps its deadline and a new one gets deploy time + max_campaign_hours",
     )
     d.set_defaults(handler=cmd_deploy)
 

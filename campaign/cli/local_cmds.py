@@ -30,11 +30,25 @@ def cmd_validate(args: argparse.Namespace) -> int:
         if issues:
             raise ManifestError(issues, args.manifest)
     scheduled = len(check_workload(m))  # the whole trace: every bad row listed (TraceError), exit 2
+    if args.target == "cloud":
+        _check_deadline_covers_plan(m, args.manifest)
     print(
         f"ok: {args.manifest} campaign={m.campaign} digest={m.digest} (checked for a {args.target} campaign); "
         f"trace {m.trace_path.name}: {scheduled} requests scheduled"
     )
     return EXIT_OK
+
+
+def _check_deadline_covers_plan(m: Manifest, path: str) -> None:
+    """max_campaign_hours against the plan's campaign minutes (the campaign in simulated time, about 10 s)."""
+    from campaign.plan.predict import deadline_issues, predict
+    from campaign.plan.roofline import plan
+
+    if m.max_campaign_hours is None or not all(p.fits for p in plan(m)):
+        return  # cloud_issues named a missing deadline; a model that does not fit has no plan to cover
+    issues = deadline_issues(m, predict(m))
+    if issues:
+        raise ManifestError(issues, path)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -46,7 +60,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     fits = all(p.fits for p in plans)
     prediction = None
     if fits and not args.no_simulate:
-        from campaign.plan.predict import StepOverhead, predict, render
+        from campaign.plan.predict import StepOverhead, deadline_issues, predict, render
 
         overhead = StepOverhead.measured_in(Path(args.overhead_from)) if args.overhead_from else StepOverhead()
         prediction = predict(m, overhead=overhead)
@@ -60,6 +74,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(render_text(m, plans))
         if prediction is not None:
             print(render(prediction))
+            for issue in deadline_issues(m, prediction):
+                print(f"warning: {issue}")
     if args.save:
         # stderr: --json's stdout stays one JSON document
         print(

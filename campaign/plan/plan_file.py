@@ -32,10 +32,9 @@ def plan_document(m: Manifest, fleets: list[dict[str, object]], prediction: dict
     return out
 
 
-def predicted_boundaries(path: Path, m: Manifest) -> dict[str, float]:
-    """Per fleet, the multiplier the plan's search last held at; a fleet whose simulated search
-    held nowhere is left out (its live search starts as without a plan). Errors name the file and
-    the field."""
+def _saved_prediction(path: Path, m: Manifest) -> dict[str, Any]:
+    """The `prediction` object of a saved plan of this manifest ({} when it has none); errors name the
+    file and the field."""
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -51,7 +50,31 @@ def predicted_boundaries(path: Path, m: Manifest) -> dict[str, float]:
             f"run `campaign plan MANIFEST --save {path}` again"
         )
     prediction = doc.get("prediction")
-    fleets = prediction.get("fleets") if isinstance(prediction, dict) else None
+    return prediction if isinstance(prediction, dict) else {}  # --no-simulate: each caller names its missing field
+
+
+def planned_stage_minutes(path: Path, m: Manifest) -> dict[str, float]:
+    """The saved plan's minutes per stage (`prediction.minutes`, campaign.plan.predict), which `run`
+    holds each stage to against the stack's deadline."""
+    minutes = _saved_prediction(path, m).get("minutes")
+    if not isinstance(minutes, dict):
+        raise BadArgument(
+            f"--from-plan {path}: prediction.minutes: missing (a plan saved with --no-simulate predicts none)"
+        )
+    out: dict[str, float] = {}
+    for stage, value in minutes.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+            raise BadArgument(f"--from-plan {path}: prediction.minutes.{stage}: expected minutes >= 0, got {value!r}")
+        out[str(stage)] = float(value)
+    return out
+
+
+def predicted_boundaries(path: Path, m: Manifest) -> dict[str, float]:
+    """Per fleet, the multiplier the plan's search last held at; a fleet whose simulated search
+    held nowhere is left out (its live search starts as without a plan). Errors name the file and
+    the field."""
+    prediction = _saved_prediction(path, m)
+    fleets = prediction.get("fleets")
     if not isinstance(fleets, dict):
         raise BadArgument(
             f"--from-plan {path}: prediction.fleets: missing (a plan saved with --no-simulate predicts none)"

@@ -14,6 +14,7 @@ beside it (the calibration band in each fleet's efficiency provenance, runtime/e
 
 from __future__ import annotations
 
+import math
 import tempfile
 import threading
 from collections.abc import Sequence
@@ -31,10 +32,19 @@ from campaign.aws.compile_estimate import (
     hourly_price,
 )
 from campaign.backends.simulated.fleets import SimulatedFleets
+from campaign.stages.deadline import CAPACITY_STAGE, GATE_STAGE, REPLAY_STAGE, SETTLE_STAGE
 from core import catalog, prices
-from core.cloud_contract import HEALTH_GRACE_MIN, LOADGEN_TASK_MEMORY_GIB, LOADGEN_TASK_VCPU
+from core.cloud_contract import (
+    HEALTH_GRACE_MIN,
+    INTERFACE_ENDPOINT_SERVICES,
+    LOADGEN_TASK_MEMORY_GIB,
+    LOADGEN_TASK_VCPU,
+    NAT_GATEWAYS,
+    PROMETHEUS_TASK_MEMORY_GIB,
+    PROMETHEUS_TASK_VCPU,
+)
 from core.errors import CampaignError
-from core.manifest import CapacitySearch, Manifest
+from core.manifest import CapacitySearch, Issue, Manifest
 
 # Assumptions of the cloud campaign's time outside the measured load (minutes). Each is printed
 # with the plan as an assumption, not a measurement.
@@ -78,6 +88,7 @@ class CampaignPrediction:
     minutes: dict[str, float]  # the campaign_minutes breakdown
     usd: dict[str, float]  # the campaign_usd breakdown
     assumptions: list[str]
+    billing_after_deadline: list[str]  # what the deadline's scheduled actions do not stop (billing_after_deadline)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -160,10 +171,10 @@ def predict(m: Manifest, work_dir: Path | None = None, overhead: StepOverhead = 
         "deploy": DEPLOY_MIN,
         **({"compile_phase_at_most": compile_min} if compiles else {}),
         "ready_at_most": ready_min,
-        "quality_gate": QUALITY_GATE_MIN,
-        "replay": replay_min,
-        "capacity_searches": search_min,
-        "settle_phase": settle_min,
+        GATE_STAGE: QUALITY_GATE_MIN,
+        REPLAY_STAGE: replay_min,
+        CAPACITY_STAGE: search_min,
+        SETTLE_STAGE: settle_min,
         "report_and_teardown": REPORT_AND_TEARDOWN_MIN,
     }
     total_min = sum(minutes.values())
@@ -194,7 +205,60 @@ def predict(m: Manifest, work_dir: Path | None = None, overhead: StepOverhead = 
             "the quality gate passes (not predicted)",
             f"the settle phase within capacity_search.settle_budget_s ({cfg.settle_budget_s:g} s of arrivals and drains) as simulated",
         ],
+        billing_after_deadline=billing_after_deadline(m),
     )
+
+
+def deadline_issues(m: Manifest, p: CampaignPrediction) -> list[Issue]:
+    """max_campaign_hours must cover the plan's campaign minutes (the compile phase included), or the
+    fleets go to 0 before the campaign can end."""
+    hours = m.max_campaign_hours
+    if hours is None or hours * 60 >= p.campaign_minutes:
+        return []
+    return [
+        Issue(
+            "max_campaign_hours",
+            f"{hours:g} h ({hours * 60:.0f} min) does not cover the plan's campaign, {p.campaign_minutes:.0f} min "
+            f"({', '.join(f'{k} {v:g}' for k, v in p.minutes.items())}): every fleet would be set to 0 before it "
+            f"ends; set at least {math.ceil(p.campaign_minutes / 60)}",
+        )
+    ]
+
+
+def billing_after_deadline(m: Manifest) -> list[str]:
+    """What the stacks keep running after the deadline sets every fleet to 0, until `teardown`: one
+    line each, with its hourly price and the price's source where the snapshot has it."""
+    region = m.costs.region
+    azs = len({az for f in m.fleets for az in f.availability_zones})
+    endpoints = ", ".join(INTERFACE_ENDPOINT_SERVICES)
+    return [
+        f"{NAT_GATEWAYS} NAT gateway (stacks/network.py): hours and per-GB processing, not priced (no snapshot row)",
+        f"1 Network Load Balancer (stacks/load_balancer.py): {_hourly(('nlb', 'hour'), region)}",
+        f"{len(INTERFACE_ENDPOINT_SERVICES)} interface VPC endpoints ({endpoints}; stacks/network.py), one network "
+        f"interface each in every one of the VPC's {azs} AZs: not priced (no snapshot row)",
+        f"the Prometheus task (stacks/observability.py, Fargate, {PROMETHEUS_TASK_VCPU} vCPU, "
+        f"{PROMETHEUS_TASK_MEMORY_GIB} GiB): {_fargate_hourly(region)}",
+        "the Amazon Managed Service for Prometheus workspace (stacks/observability.py): samples ingested and stored, "
+        "not priced (no snapshot row)",
+    ]
+
+
+def _hourly(row: tuple[str, str], region: str) -> str:
+    try:
+        price = prices.lookup(*row, region)
+    except prices.PriceNotFound:
+        return f"not priced (no snapshot row for {region})"
+    return f"{price.usd:.4f} USD/hour ({price.provenance})"
+
+
+def _fargate_hourly(region: str) -> str:
+    try:
+        vcpu = prices.lookup("fargate", "vcpu-hour", region)
+        gib = prices.lookup("fargate", "gb-hour", region)
+    except prices.PriceNotFound:
+        return f"not priced (no snapshot row for {region})"
+    usd = PROMETHEUS_TASK_VCPU * vcpu.usd + PROMETHEUS_TASK_MEMORY_GIB * gib.usd
+    return f"{usd:.4f} USD/hour (vCPU-hour and GB-hour, {vcpu.provenance})"
 
 
 def _compile_assumptions(m: Manifest) -> list[str]:
@@ -294,4 +358,6 @@ def render(p: CampaignPrediction) -> str:
         "    usd: " + ", ".join(f"{k} {v:,.2f}" for k, v in p.usd.items()),
     ]
     lines += [f"  assumed: {a}" for a in p.assumptions]
+    lines += ["  still billing after the deadline (every fleet at 0 then), until teardown:"]
+    lines += [f"    {b}" for b in p.billing_after_deadline]
     return "\n".join(lines)

@@ -36,6 +36,7 @@ from pydantic import ValidationError
 from analysis.capacity.settle_record import SettleOutcome
 from analysis.errors import AnalysisError
 from analysis.model import QualityLayer, QualityResult
+from campaign.stages.deadline import CAPACITY_STAGE, GATE_STAGE, REPLAY_STAGE, SETTLE_STAGE, StageGuard
 from campaign.stages.quality import (
     DISTRIBUTION,
     distribution_layer,
@@ -164,16 +165,20 @@ def run_stages(
     full_report: bool = True,
     log: Callable[[str], None] = say,
     predicted: Mapping[str, float] | None = None,
+    before_stage: StageGuard = lambda stage: None,
 ) -> Report | None:
     """Every stage in order, into `run_dir`; returns the report (also written there), or None
     with `final_report=False` (`campaign run --no-report`: `campaign report --run-id` builds it later).
     `full_report=False`: the decision without the sensitivity grid and the pages (`campaign plan`).
-    `predicted`: per fleet, the boundary `campaign plan` predicted, where each search looks first."""
+    `predicted`: per fleet, the boundary `campaign plan` predicted, where each search looks first.
+    `before_stage`: called with each fleet-using stage's name before it starts (`campaign run`'s
+    deadline, campaign.stages.deadline); it stops the campaign by raising."""
     from loadgen.replay_options import ReplayOptions
 
     run_dir.mkdir(parents=True, exist_ok=True)
     records_dir = run_dir / RECORDS_DIR
     records_dir.mkdir(exist_ok=True)
+    before_stage(GATE_STAGE)
     gates = fleets.gate()
     if gates is None:
         quality = write_quality(run_dir, {name: ASSUMED_GATE for name in fleets.names})
@@ -191,6 +196,7 @@ def run_stages(
         log("quality gate failed: no load is replayed; the report is decided on the gate alone")
         return build_gate_report(m, quality, out_dir=run_dir)
 
+    before_stage(REPLAY_STAGE)
     summaries = fleets.replay(records_dir, ReplayOptions(duration_s=duration_s))
     for name, s in summaries.items():
         log(
@@ -205,7 +211,9 @@ def run_stages(
     if capacity and not all(q.passed is True for q in quality.values()):
         log("a quality layer failed: the comparison stops here; no capacity is measured")
     elif capacity:
+        before_stage(CAPACITY_STAGE)
         capacity_dirs = measure_capacity(m, fleets, run_dir / CAPACITY_DIR, records_dir, stop, log, predicted)
+        before_stage(SETTLE_STAGE)
         settled = settle_phase(m, fleets, run_dir, quality, facts, capacity_dirs, stop, log)
     if not final_report:
         return None

@@ -301,6 +301,7 @@ def _deploy(tmp_path: Path, manifest_data: dict[str, Any], session: Any, monkeyp
         weights_s3_uri=None,
         no_compile_phase=False,
         docker_hub_credential_arn=HUB_CREDENTIAL_ARN,
+        extend_hours=None,
     )
     assert aws_cli.cmd_deploy(args) == 0
     return deploys, quota_checks

@@ -86,6 +86,33 @@ def test_a_bad_indifference_margin_names_the_field(
     assert expected in _issues(tmp_path, manifest_data)
 
 
+def test_max_campaign_hours_is_optional_and_never_in_the_digest(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    manifest_data.pop("max_campaign_hours", None)
+    a = load_manifest(write_manifest(tmp_path, manifest_data, "a.yaml"))
+    assert a.max_campaign_hours is None  # a manifest written before the field loads unchanged
+    manifest_data["max_campaign_hours"] = 12
+    b = load_manifest(write_manifest(tmp_path, manifest_data, "b.yaml"))
+    assert b.max_campaign_hours == 12.0
+    assert b.digest == a.digest  # moving the deadline keeps the campaign's results prefix
+
+
+@pytest.mark.parametrize(
+    ("hours", "expected"),
+    [
+        (0, "max_campaign_hours: Input should be greater than 0"),
+        (-3, "max_campaign_hours: Input should be greater than 0"),
+        (24 * 14 + 1, "max_campaign_hours: Input should be less than or equal to 336"),
+        ("soon", "max_campaign_hours: Input should be a valid number"),
+    ],
+)
+def test_a_bad_max_campaign_hours_names_the_field(
+    tmp_path: Path, manifest_data: dict[str, Any], hours: Any, expected: str
+) -> None:
+    manifest_data["max_campaign_hours"] = hours
+    issues = _issues(tmp_path, manifest_data)
+    assert any(i.startswith(expected) for i in issues), issues
+
+
 def test_unknown_instance_type(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
     manifest_data["fleets"][1]["instance_type"] = "g7.mega"
     issues = _issues(tmp_path, manifest_data)

@@ -18,6 +18,19 @@ def _flat(v: Any) -> str:
     return ".".join(v["Fn::GetAtt"])
 
 
+# What `deploy` would fill the CampaignDeadline parameter with (campaign.aws.stack.campaign_deadline).
+SAMPLE_DEADLINE = "2026-12-06T03:00:00Z"
+
+
+def _run_config(example: Synth) -> Any:
+    """The run config output as `run` reads it once deployed: the deadline parameter filled in."""
+    from core.cloud_contract import RUN_CONFIG_OUTPUT, RunConfig
+    from core.naming import CAMPAIGN_DEADLINE_PARAMETER
+
+    text = _flat(example.template_json["Outputs"][RUN_CONFIG_OUTPUT]["Value"])
+    return RunConfig.from_json(text.replace(f'"{CAMPAIGN_DEADLINE_PARAMETER}"', f'"{SAMPLE_DEADLINE}"'))
+
+
 def test_loadgen_cluster_has_enhanced_container_insights(example: Synth) -> None:
     (cluster,) = example.resources("AWS::ECS::Cluster").values()
     assert {"Name": "containerInsights", "Value": "enhanced"} in cluster["Properties"]["ClusterSettings"]
@@ -66,9 +79,8 @@ def test_loadgen_master_and_workers_are_task_definitions_started_per_run(example
 
 
 def test_run_config_output_is_what_campaign_run_reads(example: Synth) -> None:
-    from core.cloud_contract import RUN_CONFIG_OUTPUT, RunConfig
-
-    cfg = RunConfig.from_json(_flat(example.template_json["Outputs"][RUN_CONFIG_OUTPUT]["Value"]))
+    cfg = _run_config(example)
+    assert cfg.deadline == SAMPLE_DEADLINE  # the CampaignDeadline parameter, for run's check before each stage
     tasks = example.resources("AWS::ECS::TaskDefinition")
     assert {cfg.master_task_definition, cfg.worker_task_definition, cfg.gate_task_definition} <= set(tasks)
     assert len({cfg.master_task_definition, cfg.worker_task_definition, cfg.gate_task_definition}) == 3
@@ -102,10 +114,9 @@ def test_the_gate_runs_from_its_own_definition_the_only_one_that_writes_gate_res
     definition and task role, the only role that may write gate-*, and `campaign run` (CloudRun._spec)
     and the offline launcher start it from that definition."""
     from campaign.backends.fargate.run import CloudRun
-    from core.cloud_contract import RUN_CONFIG_OUTPUT, RunConfig
     from testing.offline_tasks import LocalTaskLauncher
 
-    cfg = RunConfig.from_json(_flat(example.template_json["Outputs"][RUN_CONFIG_OUTPUT]["Value"]))
+    cfg = _run_config(example)
     assert _s3_writes_of(example, cfg.gate_task_definition) == {"gate"}
     for locust_role in (cfg.master_task_definition, cfg.worker_task_definition):
         writes = _s3_writes_of(example, locust_role)

@@ -5,7 +5,8 @@ directory fetched back from the results bucket (`report --run-id`, `teardown`)."
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from campaign.aws.s3_trees import download_tree
 from campaign.backends.fargate.fleets import CloudFleets
 from campaign.backends.fargate.run import CloudRun, CloudRunResult
 from campaign.backends.fargate.tasks import TaskLauncher
+from campaign.stages.deadline import GATE_STAGE, DeadlineGuard, StageGuard, utc_now
 from core import cloud_contract as cc
 from core.errors import EXIT_BY_DECISION, EXIT_OK, BadArgument
 from core.manifest import Manifest
@@ -32,16 +34,22 @@ def run_campaign(
     final_report: bool = True,
     predicted: Mapping[str, float] | None = None,
     concurrent: int | None = None,
+    stage_minutes: Callable[[], Mapping[str, float]] | None = None,
+    clock: Callable[[], datetime] = utc_now,
 ) -> CloudRunResult:
     """What `campaign run` does: the campaign's stages (campaign.stages.run) on the deployed
     fleets, the run directory uploaded under the run's prefix; `launcher` replaces ECS RunTask
     (the offline cloud-path test); `concurrent`: fleets measured at once (default all; the
-    offline run with CPU engines measures one at a time)."""
+    offline run with CPU engines measures one at a time). `stage_minutes`: the plan's minutes per
+    stage, asked for only when the stack has a deadline, which each stage must then end before
+    (campaign.stages.deadline; `clock` tells the time)."""
     from campaign.aws.readiness import not_ready_evidence
     from campaign.backends.fargate.ecs_tasks import EcsTaskLauncher
     from campaign.stages.run import run_stages
 
     cfg = read_run_config(session.client("cloudformation"), aws.stack_name(m))
+    guard = deadline_guard(cfg, stage_minutes, clock)
+    guard(GATE_STAGE)  # before anything is uploaded or started
     run_id = cc.new_run_id()
     if launcher is None:
         launcher = EcsTaskLauncher(session.client("ecs"), cfg, run_id)
@@ -72,6 +80,7 @@ def run_campaign(
             capacity=capacity,
             final_report=final_report,
             predicted=predicted,
+            before_stage=guard,
         )
         status = "finished"
     except KeyboardInterrupt:
@@ -88,6 +97,17 @@ def run_campaign(
         run.write_run_record(status)
     code = EXIT_BY_DECISION[report.decision.state] if report is not None else EXIT_OK
     return CloudRunResult(run_id, run.uri, run.run_dir, code, report)
+
+
+def deadline_guard(
+    cfg: cc.RunConfig, stage_minutes: Callable[[], Mapping[str, float]] | None, clock: Callable[[], datetime]
+) -> StageGuard:
+    """The stack's deadline held against the plan's stage minutes; no check without a deadline (a
+    stack deployed before it existed) or without a plan."""
+    deadline = cfg.deadline_at
+    if deadline is None or stage_minutes is None:
+        return lambda stage: None
+    return DeadlineGuard(deadline, stage_minutes(), clock)
 
 
 def fetch_run(session: Any, m: Manifest, source: str, dest: Path) -> Path:
