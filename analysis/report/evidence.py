@@ -132,8 +132,11 @@ def _prometheus_section(
     measures: Mapping[str, Measure],
 ) -> tuple[dict[str, Any], Findings]:
     found = Findings()
-    src = PrometheusSource(url)
     out: dict[str, Any] = {"url": url, "fleets": {}}
+    try:
+        src = PrometheusSource(url)
+    except ValueError as exc:  # a URL that is no Prometheus's (the stack's output, or --prometheus)
+        return _prometheus_gap(out, found, str(exc))
     for f in m.fleets:
         fm = measures.get(f.name)
         if fm is None or fm.wall_start is None or fm.window_start_s is None or fm.window_end_s is None:
@@ -172,10 +175,21 @@ def _prometheus_section(
                     )  # bucket resolution bounds this; large = a client/clock problem
                 sec[key] = entry
         except SourceUnavailable as exc:
-            found.gaps.append(Gap("prometheus", str(exc)))
-            out["error"] = str(exc)
-            return out, found
+            return _prometheus_gap(out, found, str(exc))
         out["fleets"][f.name] = sec
+    return out, found
+
+
+# What the report loses without Prometheus: the cross-check, never a figure (the P95s are the records').
+RECORDS_FALLBACK = (
+    "every fleet's P95 TTFT and ITL come from the client's records alone, "
+    "without the merged-histogram cross-check or the server's own histograms"
+)
+
+
+def _prometheus_gap(out: dict[str, Any], found: Findings, why: str) -> tuple[dict[str, Any], Findings]:
+    found.gaps.append(Gap("prometheus", f"{why}; {RECORDS_FALLBACK}"))
+    out["error"] = why
     return out, found
 
 

@@ -29,6 +29,8 @@ def test_names_per_stack() -> None:
 
 
 class _RecordingSource:
+    """Stands in for PrometheusSource: records which series the report asks for."""
+
     queried: ClassVar[list[str]] = []
 
     def __init__(self, url: str) -> None:
