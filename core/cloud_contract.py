@@ -107,6 +107,9 @@ ENV_STEP = "LOADGEN_STEP"
 ENV_AUTOQUIT = "LOCUST_AUTOQUIT"
 
 RUN_CONFIG_OUTPUT = "LoadgenRunConfig"  # stack output: JSON of RunConfig
+# Stack output: the Prometheus workspace's query URL (<its endpoint>api/v1/query), which the
+# analysis queries with SigV4 (analysis.sources.prometheus); `run` and `report --run-id` read it.
+PROMETHEUS_QUERY_OUTPUT = "PrometheusQueryUrl"
 INPUTS_DIR = "inputs"
 INPUT_MANIFEST = "manifest.yaml"
 INPUT_SCHEDULE = "schedule.json"
@@ -175,6 +178,9 @@ class RunConfig:
     namespace: str = ""
     master_services: dict[str, str] = field(default_factory=dict)
     workers_services: dict[str, str] = field(default_factory=dict)
+    # The Prometheus workspace's query URL (the PROMETHEUS_QUERY_OUTPUT output, read_run_config
+    # adds it); "" where the stack has none (an older stack): the report then reads the records alone.
+    prometheus_url: str = ""
 
     @classmethod
     def from_json(cls, text: str) -> RunConfig:
@@ -226,6 +232,7 @@ class RunConfig:
             namespace=str(data.get("namespace", "")),
             master_services={str(k): str(v) for k, v in dict(data.get("master_services") or {}).items()},
             workers_services={str(k): str(v) for k, v in dict(data.get("workers_services") or {}).items()},
+            prometheus_url=str(data.get("prometheus_url") or ""),
         )
 
     def to_json(self) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from aws_cdk import CfnOutput, Stack, Tags
 from constructs import Construct
 
+from core.cloud_contract import PROMETHEUS_QUERY_OUTPUT
 from core.compile_host import compile_host
 from core.naming import MANIFEST_DIGEST_TAG
 from stacks.compile_boot import COMPILE_PHASE_OUTPUT
@@ -119,7 +120,13 @@ class ComparisonStack(Stack):
                 description="the compile phase: per fleet, its compile instance's Auto Scaling group and boot log group",
             )
         CfnOutput(self, "PrometheusWorkspaceId", value=obs.workspace.attr_workspace_id)
-        CfnOutput(self, "PrometheusQueryUrl", value=f"{obs.workspace.attr_prometheus_endpoint}api/v1/query")
+        # `run` and `report --run-id` read it (campaign/aws/run_config.py): the report's histograms.
+        CfnOutput(
+            self,
+            PROMETHEUS_QUERY_OUTPUT,
+            value=obs.query_url,
+            description="the workspace's query URL; the analysis role needs aps:QueryMetrics on the workspace",
+        )
         for fleet in fleets:
             name = fleet.fleet.name
             CfnOutput(
