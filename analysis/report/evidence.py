@@ -130,11 +130,13 @@ def _prometheus_section(
     url: str,
     given: HistogramNames | None,
     measures: Mapping[str, Measure],
+    *,
+    sigv4_region: str | None = None,
 ) -> tuple[dict[str, Any], Findings]:
     found = Findings()
     out: dict[str, Any] = {"url": url, "fleets": {}}
     try:
-        src = PrometheusSource(url)
+        src = PrometheusSource(url, sigv4_region=sigv4_region)
     except ValueError as exc:  # a URL that is no Prometheus's (the stack's output, or --prometheus)
         return _prometheus_gap(out, found, str(exc))
     for f in m.fleets:
@@ -304,7 +306,9 @@ def gather_evidence(inp: ReportInputs, base: Mapping[str, Measure]) -> Evidence:
     prom: dict[str, Any] | None = None
     prom_found = Findings()
     if inp.prometheus_url:
-        prom, prom_found = _prometheus_section(m, inp.prometheus_url, inp.histogram_names, base)
+        prom, prom_found = _prometheus_section(
+            m, inp.prometheus_url, inp.histogram_names, base, sigv4_region=inp.prometheus_sigv4_region
+        )
         prom_found.provenance["prometheus"] = {
             "source": "measured",
             "detail": f"{inp.prometheus_url}: sum by (le) of increase() over the window, histogram_quantile",

@@ -1,4 +1,4 @@
-"""`python -m campaign report MANIFEST --records DIR [--prometheus URL] [--aws] --out DIR`, and
+"""`python -m campaign report MANIFEST --records DIR [--prometheus URL [--prometheus-sigv4 REGION]] [--aws] --out DIR`, and
 `python -m campaign render REPORT_JSON --out DIR` (the pages again from a report.json).
 
 campaign/cli/main.py calls `register` to add the subcommands. Exit codes (core/errors.py's table):
@@ -44,12 +44,17 @@ def _instances(pairs: list[str]) -> dict[str, int]:
         raise BadArgument(f"--instances takes FLEET=N pairs, got {' '.join(pairs)}") from None
 
 
-def _prometheus(url: str) -> str:
-    """--prometheus checked before anything is read: a plain Prometheus, or an AMP workspace's URL."""
+def _prometheus(url: str | None, sigv4_region: str | None) -> str | None:
+    """--prometheus (and --prometheus-sigv4) checked before anything is read: a plain Prometheus,
+    or an AMP workspace's URL (signed for its own region)."""
     from analysis.sources.prometheus import prometheus_endpoint
 
+    if url is None:
+        if sigv4_region is not None:
+            raise BadArgument("--prometheus-sigv4 signs the queries to --prometheus URL: give --prometheus too")
+        return None
     try:
-        prometheus_endpoint(url)
+        prometheus_endpoint(url, sigv4_region)
     except ValueError as exc:
         raise BadArgument(f"--prometheus: {exc}") from None
     return url
@@ -83,7 +88,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from core.manifest import load_manifest
 
     m = load_manifest(args.manifest, check_files=False)
-    prometheus = _prometheus(args.prometheus) if args.prometheus else None
+    prometheus = _prometheus(args.prometheus, args.prometheus_sigv4)
     quality = _quality(args.quality) if args.quality else None
     instances = _instances(args.instances) if args.instances else None
     capacity = None
@@ -108,13 +113,17 @@ def cmd_report(args: argparse.Namespace) -> int:
                 "--run-id / --run-dir take the records, capacity, quality and instances from the run: drop "
                 "--records, --capacity, --quality and --instances"
             )
-        rep = report_from_run_dir(m, run_dir, Path(args.out), prometheus_url=prometheus)
+        rep = report_from_run_dir(
+            m, run_dir, Path(args.out), prometheus_url=prometheus, prometheus_sigv4_region=args.prometheus_sigv4
+        )
         print(f"{rep.decision.state.upper()}: " + "; ".join(rep.decision.reasons))
         print(f"wrote {args.out}/report.json, report.md, report.html")
         return EXIT_BY_DECISION[rep.decision.state]
     if not records:
         raise BadArgument("give --records DIR, --run-dir DIR or --run-id RUN_ID")
-    facts = RunFacts(instances or {}, aws=args.aws, prometheus_url=prometheus)
+    facts = RunFacts(
+        instances or {}, aws=args.aws, prometheus_url=prometheus, prometheus_sigv4_region=args.prometheus_sigv4
+    )
     rep = run_report(
         m, Path(args.out), Path(args.out), quality, facts, capacity, None, focus_csv=args.focus, records_dir=records
     )
@@ -162,6 +171,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "Managed Prometheus workspace's query URL (https://aps-workspaces.REGION.amazonaws.com/workspaces/ID"
         "[/api/v1/query]), queried signed with SigV4 (needs aps:QueryMetrics); with --run-id, the stack's "
         "workspace when not given",
+    )
+    p.add_argument(
+        "--prometheus-sigv4",
+        metavar="REGION",
+        help="sign the queries to --prometheus with SigV4 for service aps in REGION though it is not an AMP "
+        "workspace's URL (a stand-in such as testing/sigv4_proxy.py)",
     )
     p.add_argument("--aws", action="store_true", help="pull prices, CloudWatch and Cost Explorer from AWS")
     p.add_argument("--quality", help="JSON file: {fleet: {passed, pass_rate, failures}}")

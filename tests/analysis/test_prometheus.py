@@ -4,6 +4,7 @@ behind testing/sigv4_proxy.py, the stand-in for an AMP workspace that takes only
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import time
@@ -12,6 +13,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from botocore.auth import SigV4Auth
@@ -23,9 +25,12 @@ from analysis.errors import SourceUnavailable
 from analysis.measure.histogram import histogram_quantile, merge_buckets
 from analysis.report import evidence as report_evidence
 from analysis.sources.prometheus import PrometheusSource, sigv4_headers
+from campaign.cli import main as cli
 from core.manifest import load_manifest
 from core.ports import free_port
 from testing.sigv4_proxy import SigV4Proxy, StandInCredentials
+from tests.analysis.synth import manifest, steady, write_jsonl
+from tests.conftest import write_manifest
 from tests.real_parts import program
 
 pytestmark = pytest.mark.prometheus
@@ -223,3 +228,34 @@ def test_report_names_the_refusal_and_what_fell_back_to_records(amp: SigV4Proxy,
     assert gap.what == "prometheus" and gap.blocks_go
     assert "HTTP 403: the request is not signed" in gap.reason and report_evidence.RECORDS_FALLBACK in gap.reason
     assert out["fleets"] == {} and "HTTP 403" in out["error"]
+
+
+def test_report_cli_signs_for_the_stand_in_when_told(
+    amp: SigV4Proxy,
+    tmp_path: Path,
+    manifest_data: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`report --prometheus URL --prometheus-sigv4 REGION`: every query of the report (the histogram
+    section's and the prefix cache's) reaches the stand-in signed with the caller's credentials
+    (botocore's chain: here the environment); without --prometheus-sigv4, the same report has a
+    prometheus gap naming the 403."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", STAND_IN.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", STAND_IN.secret_key)
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    manifest_data["workload"]["demand"]["peak_requests_per_s"] = 1.0
+    m = manifest(manifest_data)
+    path = write_manifest(tmp_path, manifest_data)
+    write_jsonl(tmp_path / "rec" / "records-inf2-w0.jsonl", steady(m, "inf2", 60, 600))
+    write_jsonl(tmp_path / "rec" / "records-g6-w0.jsonl", steady(m, "g6", 60, 450))
+    base = ["report", str(path), "--records", str(tmp_path / "rec"), "--prometheus", amp.url]
+    cli.main([*base, "--prometheus-sigv4", REGION, "--out", str(tmp_path / "signed")])
+    signed = json.loads((tmp_path / "signed" / "report.json").read_text())
+    assert amp.refusals == [] and not [g for g in signed["gaps"] if g["what"] == "prometheus"]
+    assert set(signed["prometheus"]["fleets"]) == {"inf2", "g6"}
+    cli.main([*base, "--out", str(tmp_path / "unsigned")])
+    unsigned = json.loads((tmp_path / "unsigned" / "report.json").read_text())
+    (gap,) = [g for g in unsigned["gaps"] if g["what"] == "prometheus"]
+    assert "HTTP 403: the request is not signed" in gap["reason"] and amp.refusals
+    capsys.readouterr()

@@ -33,7 +33,7 @@ class _RecordingSource:
 
     queried: ClassVar[list[str]] = []
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, **_signing: Any) -> None:
         self.url = url
 
     def has_series(self, metric: str, *_: Any) -> bool:

@@ -85,26 +85,19 @@ def test_report_run_id_says_when_the_stack_and_its_workspace_are_gone(capsys: py
 
 
 @pytest.mark.parametrize(
-    ("url", "why"),
+    ("given", "why"),
     [
-        ("https://aps-workspaces.us-east-1.amazonaws.com/", "not a workspace's query URL"),
-        ("prometheus:9090", "is not an http"),
+        (["--prometheus", "https://aps-workspaces.us-east-1.amazonaws.com/"], "not a workspace's query URL"),
+        (["--prometheus", "prometheus:9090"], "is not an http"),
+        (["--prometheus", WORKSPACE_QUERY, "--prometheus-sigv4", "eu-west-1"], "is in us-east-1, not in eu-west-1"),
+        (["--prometheus-sigv4", "us-east-1"], "give --prometheus too"),
     ],
 )
 def test_a_bad_prometheus_url_is_refused_before_anything_is_read(
-    tmp_path: Any, capsys: pytest.CaptureFixture[str], url: str, why: str
+    tmp_path: Any, capsys: pytest.CaptureFixture[str], given: list[str], why: str
 ) -> None:
-    argv = [
-        "report",
-        str(EXAMPLE_MANIFEST),
-        "--records",
-        str(tmp_path),
-        "--prometheus",
-        url,
-        "--out",
-        str(tmp_path / "o"),
-    ]
+    argv = ["report", str(EXAMPLE_MANIFEST), "--records", str(tmp_path), *given, "--out", str(tmp_path / "o")]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
-    assert "--prometheus: " in err and why in err
+    assert "--prometheus" in err and why in err
     assert not (tmp_path / "o").exists()
