@@ -181,6 +181,10 @@ class PrometheusSource:
             self._credentials = _default_credentials()
         return sigv4_headers(full, self.sigv4_region, self._credentials)
 
+    # AMP's errors: AccessDeniedException is HTTP 403 and ResourceNotFoundException (a workspace
+    # that does not exist) 404, each with a `message` (AMP API reference, e.g. DescribeWorkspace's
+    # Errors); querying needs aps:QueryMetrics (the AWS managed policy AmazonPrometheusQueryAccess
+    # grants it with GetLabels, GetSeries, GetMetricMetadata).
     def _refused(self, exc: urllib.error.HTTPError, query: str | None) -> SourceUnavailable:
         detail = _refusal_detail(exc)
         if exc.code == 403 and self.sigv4_region is not None:
