@@ -138,6 +138,9 @@ ENV_STEP = "LOADGEN_STEP"
 ENV_AUTOQUIT = "LOCUST_AUTOQUIT"
 
 RUN_CONFIG_OUTPUT = "LoadgenRunConfig"  # stack output: JSON of RunConfig
+# Stack output: the Prometheus workspace's query URL (<its endpoint>api/v1/query), which the
+# analysis queries with SigV4 (analysis.sources.prometheus); `run` and `report --run-id` read it.
+PROMETHEUS_QUERY_OUTPUT = "PrometheusQueryUrl"
 INPUTS_DIR = "inputs"
 INPUT_MANIFEST = "manifest.yaml"
 INPUT_SCHEDULE = "schedule.json"
@@ -209,6 +212,9 @@ class RunConfig:
     # When each fleet's scheduled action sets its group to 0 (DEADLINE_FORMAT); "" from a stack
     # deployed before the deadline existed: `run` then has no deadline to hold a stage to.
     deadline: str = ""
+    # The Prometheus workspace's query URL (the PROMETHEUS_QUERY_OUTPUT output, read_run_config
+    # adds it); "" where the stack has none (an older stack): the report then reads the records alone.
+    prometheus_url: str = ""
 
     @property
     def deadline_at(self) -> datetime | None:
@@ -269,6 +275,7 @@ class RunConfig:
             master_services={str(k): str(v) for k, v in dict(data.get("master_services") or {}).items()},
             workers_services={str(k): str(v) for k, v in dict(data.get("workers_services") or {}).items()},
             deadline=_checked_deadline(str(data.get("deadline") or "")),
+            prometheus_url=str(data.get("prometheus_url") or ""),
         )
 
     def to_json(self) -> str:

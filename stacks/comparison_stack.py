@@ -5,7 +5,7 @@ from __future__ import annotations
 from aws_cdk import CfnOutput, CfnParameter, Stack, Tags
 from constructs import Construct
 
-from core.cloud_contract import DEADLINE_PATTERN
+from core.cloud_contract import DEADLINE_PATTERN, PROMETHEUS_QUERY_OUTPUT
 from core.compile_host import compile_host
 from core.naming import CAMPAIGN_DEADLINE_PARAMETER, MANIFEST_DIGEST_TAG
 from stacks.compile_boot import COMPILE_PHASE_OUTPUT
@@ -123,7 +123,13 @@ class ComparisonStack(Stack):
                 description="the compile phase: per fleet, its compile instance's Auto Scaling group and boot log group",
             )
         CfnOutput(self, "PrometheusWorkspaceId", value=obs.workspace.attr_workspace_id)
-        CfnOutput(self, "PrometheusQueryUrl", value=f"{obs.workspace.attr_prometheus_endpoint}api/v1/query")
+        # `run` and `report --run-id` read it (campaign/aws/run_config.py): the report's histograms.
+        CfnOutput(
+            self,
+            PROMETHEUS_QUERY_OUTPUT,
+            value=obs.query_url,
+            description="the workspace's query URL; the analysis role needs aps:QueryMetrics on the workspace",
+        )
         for fleet in fleets:
             name = fleet.fleet.name
             CfnOutput(

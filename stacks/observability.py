@@ -127,6 +127,14 @@ class Observability(Construct):
             allow_all_outbound=True,
         )
 
+    @property
+    def query_url(self) -> str:
+        """The workspace's Prometheus-compatible query URL, which the analysis queries with SigV4
+        (service aps): <its PrometheusEndpoint>api/v1/query, the endpoint ending in a slash
+        (AWS::APS::Workspace return values, PrometheusEndpoint; AMP user guide, "Use awscurl to
+        query with Prometheus-compatible APIs": .../workspaces/<id>/api/v1/query)."""
+        return f"{self.workspace.attr_prometheus_endpoint}api/v1/query"
+
     def add_prometheus(self, fleets: Sequence[ServingFleet]) -> ecs.FargateService:
         stack = Stack.of(self)
         remote_write = f"{self.workspace.attr_prometheus_endpoint}api/v1/remote_write"

@@ -127,7 +127,14 @@ def section(
     )
 
 
-def for_report(m: Manifest, rs: RecordSet, prometheus_url: str | None, measures: Mapping[str, Any]) -> PrefixCache:
+def for_report(
+    m: Manifest,
+    rs: RecordSet,
+    prometheus_url: str | None,
+    measures: Mapping[str, Any],
+    *,
+    sigv4_region: str | None = None,
+) -> PrefixCache:
     """The section as build_report adds it: the schedule rebuilt from the manifest's trace,
     the server's hit rate from Prometheus over each fleet's measured window where given."""
     from core.schedule import ScheduleError, build_schedule
@@ -139,7 +146,7 @@ def for_report(m: Manifest, rs: RecordSet, prometheus_url: str | None, measures:
         schedule = None
     rates: dict[str, float | None] = {}
     if prometheus_url:
-        src = PrometheusSource(prometheus_url)
+        src = PrometheusSource(prometheus_url, sigv4_region=sigv4_region)
         for name, fm in measures.items():
             if fm.wall_start is None or fm.window_start_s is None or fm.window_end_s is None:
                 continue

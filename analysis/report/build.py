@@ -49,7 +49,9 @@ def build_report(inputs: ReportInputs) -> Report:
     rec = read_records(inp)
     ev = gather_evidence(inp, rec.base)
     meas = measure(inp, rec, ev.instances)
-    prefix = prefix_cache.for_report(m, rec.records, inp.prometheus_url, rec.base)
+    prefix = prefix_cache.for_report(
+        m, rec.records, inp.prometheus_url, rec.base, sigv4_region=inp.prometheus_sigv4_region
+    )
     found = (
         rec.found
         + ev.cloud_found

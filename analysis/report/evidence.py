@@ -130,10 +130,15 @@ def _prometheus_section(
     url: str,
     given: HistogramNames | None,
     measures: Mapping[str, Measure],
+    *,
+    sigv4_region: str | None = None,
 ) -> tuple[dict[str, Any], Findings]:
     found = Findings()
-    src = PrometheusSource(url)
     out: dict[str, Any] = {"url": url, "fleets": {}}
+    try:
+        src = PrometheusSource(url, sigv4_region=sigv4_region)
+    except ValueError as exc:  # a URL that is no Prometheus's (the stack's output, or --prometheus)
+        return _prometheus_gap(out, found, str(exc))
     for f in m.fleets:
         fm = measures.get(f.name)
         if fm is None or fm.wall_start is None or fm.window_start_s is None or fm.window_end_s is None:
@@ -172,10 +177,21 @@ def _prometheus_section(
                     )  # bucket resolution bounds this; large = a client/clock problem
                 sec[key] = entry
         except SourceUnavailable as exc:
-            found.gaps.append(Gap("prometheus", str(exc)))
-            out["error"] = str(exc)
-            return out, found
+            return _prometheus_gap(out, found, str(exc))
         out["fleets"][f.name] = sec
+    return out, found
+
+
+# What the report loses without Prometheus: the cross-check, never a figure (the P95s are the records').
+RECORDS_FALLBACK = (
+    "every fleet's P95 TTFT and ITL come from the client's records alone, "
+    "without the merged-histogram cross-check or the server's own histograms"
+)
+
+
+def _prometheus_gap(out: dict[str, Any], found: Findings, why: str) -> tuple[dict[str, Any], Findings]:
+    found.gaps.append(Gap("prometheus", f"{why}; {RECORDS_FALLBACK}"))
+    out["error"] = why
     return out, found
 
 
@@ -290,7 +306,9 @@ def gather_evidence(inp: ReportInputs, base: Mapping[str, Measure]) -> Evidence:
     prom: dict[str, Any] | None = None
     prom_found = Findings()
     if inp.prometheus_url:
-        prom, prom_found = _prometheus_section(m, inp.prometheus_url, inp.histogram_names, base)
+        prom, prom_found = _prometheus_section(
+            m, inp.prometheus_url, inp.histogram_names, base, sigv4_region=inp.prometheus_sigv4_region
+        )
         prom_found.provenance["prometheus"] = {
             "source": "measured",
             "detail": f"{inp.prometheus_url}: sum by (le) of increase() over the window, histogram_quantile",

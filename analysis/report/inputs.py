@@ -62,6 +62,9 @@ class ReportInputs:
     _: KW_ONLY
     out_dir: str | Path
     prometheus_url: str | None = None
+    # Sign the queries with SigV4 for service aps in this region even though the URL is not an AMP
+    # workspace's (the offline stand-in, testing/sigv4_proxy.py); an AMP URL is signed anyway.
+    prometheus_sigv4_region: str | None = None
     aws: bool = False
     quality: QualityInput | None = None
     instances_measured: Mapping[str, int] | None = None

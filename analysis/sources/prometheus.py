@@ -1,4 +1,6 @@
-"""Fleet latency histograms over the Prometheus HTTP API (`/api/v1/query`, `/api/v1/query_range`).
+"""Fleet latency histograms over the Prometheus HTTP API (`/api/v1/query`, `/api/v1/query_range`),
+from a plain Prometheus (the local campaign's) or an Amazon Managed Service for Prometheus (AMP)
+workspace (the cloud campaign's), whose query API takes only SigV4-signed requests.
 
 Buckets are merged across every replica and worker with `sum by (le)` of `increase` over the
 campaign window, and only then turned into a quantile (histogram_quantile); per-replica
@@ -9,11 +11,12 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from analysis.errors import SourceUnavailable
 
@@ -57,24 +60,154 @@ def _range(start: float, end: float) -> str:
     return f"{max(math.ceil(end - start), 1)}s"
 
 
+# AMP's Prometheus-compatible query API lives under the workspace's endpoint,
+# https://aps-workspaces.<region>.amazonaws.com/workspaces/<workspace id>/api/v1/query (and
+# query_range), and every request to it "must be signed with SigV4" for service `aps` (AMP user
+# guide: "Query using Prometheus-compatible APIs", AMP-onboard-query-APIs.html, and "Use awscurl to
+# query with Prometheus-compatible APIs", AMP-compatible-APIs.html: `awscurl --service aps`).
+AMP_SERVICE = "aps"
+_AMP_HOST = re.compile(r"^aps-workspaces\.(?P<region>[a-z0-9-]+)\.amazonaws\.com$")
+_AMP_PATH = re.compile(r"^/workspaces/(?P<workspace>[A-Za-z0-9-]+)$")
+_API_SUFFIX = re.compile(r"/api/v1/(query|query_range)/?$")
+
+
+@dataclass(frozen=True)
+class PrometheusEndpoint:
+    """Where the queries go: the base URL (the API paths are added to it), and the region the
+    requests are SigV4-signed for (None: plain, unsigned HTTP, as a local Prometheus takes)."""
+
+    base_url: str
+    sigv4_region: str | None = None
+
+
+def prometheus_endpoint(url: str, sigv4_region: str | None = None) -> PrometheusEndpoint:
+    """`url`: a Prometheus base URL, or a query URL (`.../api/v1/query`, as the AMP console and
+    the stack's PrometheusQueryUrl output give it). An AMP workspace's URL is signed for the
+    region in its host name; any other URL only when `sigv4_region` is given (the offline
+    stand-in behind testing/sigv4_proxy.py)."""
+    parts = urllib.parse.urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"Prometheus URL {url!r} is not an http(s) URL")
+    path = _API_SUFFIX.sub("", parts.path).rstrip("/")
+    base = urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+    amp = _AMP_HOST.match(parts.hostname or "")
+    if amp is None:
+        return PrometheusEndpoint(base, sigv4_region)
+    if parts.scheme != "https" or _AMP_PATH.match(path) is None:
+        raise ValueError(
+            f"Prometheus URL {url!r} is an Amazon Managed Prometheus host but not a workspace's query URL "
+            "(https://aps-workspaces.<region>.amazonaws.com/workspaces/<workspace id>[/api/v1/query])"
+        )
+    region = amp.group("region")
+    if sigv4_region is not None and sigv4_region != region:
+        raise ValueError(f"Prometheus URL: the workspace {url!r} is in {region}, not in {sigv4_region}")
+    return PrometheusEndpoint(base, region)
+
+
+class _Credentials(Protocol):
+    access_key: str
+    secret_key: str
+    token: str | None
+
+
+def _default_credentials() -> _Credentials:
+    """The AWS credentials botocore's own chain finds (environment, profile, instance or task role)."""
+    import botocore.exceptions
+    import botocore.session
+
+    try:
+        creds = botocore.session.get_session().get_credentials()
+    except botocore.exceptions.BotoCoreError as exc:  # a profile or role that fails to give them
+        raise SourceUnavailable(f"no AWS credentials to sign the Prometheus queries with: {exc}") from None
+    if creds is None:
+        raise SourceUnavailable(
+            "no AWS credentials to sign the Prometheus queries with (SigV4, service aps): "
+            "set a profile or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
+        )
+    frozen: _Credentials = creds.get_frozen_credentials()
+    return frozen
+
+
+def sigv4_headers(url: str, region: str, credentials: _Credentials) -> dict[str, str]:
+    """The headers that sign a GET of `url` for service aps in `region`, by botocore's own signer."""
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+
+    request = AWSRequest(method="GET", url=url)
+    SigV4Auth(credentials, AMP_SERVICE, region).add_auth(request)
+    return dict(request.headers.items())
+
+
+def _query_string(params: dict[str, str]) -> str:
+    # Percent-encoded as SigV4's canonical query string wants it (space as %20, not '+'; only
+    # -_.~ left as they are: AWS Signature Version 4 "Create a canonical request"): botocore signs
+    # the query string of the URL as it is, and AMP recomputes the signature from the canonical form.
+    return urllib.parse.urlencode(params, quote_via=urllib.parse.quote, safe="-_.~")
+
+
+def _refusal_detail(exc: urllib.error.HTTPError) -> str:
+    """Prometheus answers {"error": ...}; AMP (and the stand-in proxy) {"message": ...}."""
+    raw = exc.read()[:2000].decode("utf-8", "replace")
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return raw.strip()
+    if isinstance(body, dict):
+        return str(body.get("error") or body.get("message") or body.get("Message") or raw).strip()
+    return raw.strip()
+
+
 class PrometheusSource:
-    def __init__(self, url: str, *, timeout_s: float = 5.0):
-        self.url = url.rstrip("/")
+    def __init__(
+        self,
+        url: str | PrometheusEndpoint,
+        *,
+        timeout_s: float = 5.0,
+        sigv4_region: str | None = None,
+        credentials: _Credentials | None = None,
+    ):
+        """`url` as `prometheus_endpoint` takes it (an AMP workspace's is signed); `credentials`:
+        for signing, botocore's default chain when not given."""
+        endpoint = url if isinstance(url, PrometheusEndpoint) else prometheus_endpoint(url, sigv4_region)
+        self.url = endpoint.base_url
+        self.sigv4_region = endpoint.sigv4_region
         self.timeout_s = timeout_s
+        self._credentials = credentials
+
+    def _headers(self, full: str) -> dict[str, str]:
+        if self.sigv4_region is None:
+            return {}
+        if self._credentials is None:
+            self._credentials = _default_credentials()
+        return sigv4_headers(full, self.sigv4_region, self._credentials)
+
+    # AMP's errors: AccessDeniedException is HTTP 403 and ResourceNotFoundException (a workspace
+    # that does not exist) 404, each with a `message` (AMP API reference, e.g. DescribeWorkspace's
+    # Errors); querying needs aps:QueryMetrics (the AWS managed policy AmazonPrometheusQueryAccess
+    # grants it with GetLabels, GetSeries, GetMetricMetadata).
+    def _refused(self, exc: urllib.error.HTTPError, query: str | None) -> SourceUnavailable:
+        detail = _refusal_detail(exc)
+        if exc.code == 403 and self.sigv4_region is not None:
+            why = (
+                f"the query was refused (HTTP 403: {detail}): the caller needs aps:QueryMetrics on the workspace, "
+                f"and requests signed with SigV4 for service {AMP_SERVICE} in {self.sigv4_region}"
+            )
+        elif exc.code == 403:
+            why = f"the query was refused (HTTP 403: {detail}); an AMP workspace needs SigV4-signed requests"
+        elif exc.code == 404 and self.sigv4_region is not None:
+            why = f"no such workspace (HTTP 404: {detail}): it was deleted, or the URL names another region"
+        else:
+            return SourceUnavailable(f"Prometheus at {self.url} answered HTTP {exc.code} to {query!r}: {detail}")
+        return SourceUnavailable(f"Prometheus at {self.url}: {why}")
 
     def _get(self, path: str, params: dict[str, str]) -> Any:
-        full = f"{self.url}{path}?{urllib.parse.urlencode(params)}"
+        full = f"{self.url}{path}?{_query_string(params)}"
+        request = urllib.request.Request(full, headers=self._headers(full))
         try:
-            with urllib.request.urlopen(full, timeout=self.timeout_s) as resp:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as resp:
                 body = json.load(resp)
         except urllib.error.HTTPError as exc:
-            try:
-                detail = json.load(exc).get("error", "")
-            except ValueError:
-                detail = ""
-            raise SourceUnavailable(
-                f"Prometheus at {self.url} answered HTTP {exc.code} to {params.get('query')!r}: {detail}"
-            ) from None
+            raise self._refused(exc, params.get("query")) from None
         except (urllib.error.URLError, OSError, ValueError) as exc:
             reason = getattr(exc, "reason", exc)
             raise SourceUnavailable(f"Prometheus at {self.url} is unreachable: {reason}") from None

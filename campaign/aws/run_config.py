@@ -1,9 +1,10 @@
 """The deployed stack's run configuration (its LoadgenRunConfig output: cluster, subnets, task
-definitions, results bucket), as `campaign run` and `teardown` read it, and the error a cloud
-run raises when a step of it fails."""
+definitions, results bucket; and its PrometheusQueryUrl output), as `campaign run`, `report
+--run-id` and `teardown` read it, and the error a cloud run raises when a step of it fails."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from core import cloud_contract as cc
@@ -25,6 +26,7 @@ def read_run_config(cfn: Any, stack: str) -> cc.RunConfig:
             f"stack {stack} has no {cc.RUN_CONFIG_OUTPUT} output (outputs: {sorted(outputs)}): deploy with this version"
         )
     try:
-        return cc.RunConfig.from_json(outputs[cc.RUN_CONFIG_OUTPUT])
+        cfg = cc.RunConfig.from_json(outputs[cc.RUN_CONFIG_OUTPUT])
     except ValueError as exc:
         raise CloudRunError(str(exc)) from None
+    return replace(cfg, prometheus_url=outputs.get(cc.PROMETHEUS_QUERY_OUTPUT, cfg.prometheus_url))

@@ -1,4 +1,4 @@
-"""`python -m campaign report MANIFEST --records DIR [--prometheus URL] [--aws] --out DIR`, and
+"""`python -m campaign report MANIFEST --records DIR [--prometheus URL [--prometheus-sigv4 REGION]] [--aws] --out DIR`, and
 `python -m campaign render REPORT_JSON --out DIR` (the pages again from a report.json).
 
 campaign/cli/main.py calls `register` to add the subcommands. Exit codes (core/errors.py's table):
@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from analysis.errors import AnalysisError
 from analysis.model import QualityResult
 from campaign.cli.help import MANIFEST_HELP
 from core.errors import EXIT_BAD_INPUT as EXIT_BAD_INPUT  # re-exported: tests and callers read the codes from here too
 from core.errors import EXIT_BY_DECISION, BadArgument
+
+if TYPE_CHECKING:
+    from core.manifest import Manifest
 
 EXIT_BY_STATE = EXIT_BY_DECISION  # the decision's exit code (core/errors.py)
 
@@ -40,12 +44,51 @@ def _instances(pairs: list[str]) -> dict[str, int]:
         raise BadArgument(f"--instances takes FLEET=N pairs, got {' '.join(pairs)}") from None
 
 
+def _prometheus(url: str | None, sigv4_region: str | None) -> str | None:
+    """--prometheus (and --prometheus-sigv4) checked before anything is read: a plain Prometheus,
+    or an AMP workspace's URL (signed for its own region)."""
+    from analysis.sources.prometheus import prometheus_endpoint
+
+    if url is None:
+        if sigv4_region is not None:
+            raise BadArgument("--prometheus-sigv4 signs the queries to --prometheus URL: give --prometheus too")
+        return None
+    try:
+        prometheus_endpoint(url, sigv4_region)
+    except ValueError as exc:
+        raise BadArgument(f"--prometheus: {exc}") from None
+    return url
+
+
+def stack_prometheus(session: Any, m: Manifest) -> str | None:
+    """For `report --run-id` without --prometheus: the stack's Prometheus workspace, whose series
+    outlive the run; None, saying why, when the stack (and with it the workspace) is gone."""
+    from campaign.aws import stack as aws
+    from campaign.aws.run_config import CloudRunError, read_run_config
+    from core.cloud_contract import PROMETHEUS_QUERY_OUTPUT
+
+    stack = aws.stack_name(m)
+    try:
+        url = read_run_config(session.client("cloudformation"), stack).prometheus_url
+    except CloudRunError as exc:
+        print(f"prometheus: none ({exc}); the histograms come from the records alone", flush=True)
+        return None
+    if not url:
+        print(
+            f"prometheus: stack {stack} has no {PROMETHEUS_QUERY_OUTPUT} output; the histograms come from the records alone"
+        )
+        return None
+    print(f"prometheus: {url} (stack {stack}'s workspace, queried with SigV4)", flush=True)
+    return url
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from analysis.capacity.steps import discover_steps
     from campaign.stages.run import RunFacts, run_report
     from core.manifest import load_manifest
 
     m = load_manifest(args.manifest, check_files=False)
+    prometheus = _prometheus(args.prometheus, args.prometheus_sigv4)
     quality = _quality(args.quality) if args.quality else None
     instances = _instances(args.instances) if args.instances else None
     capacity = None
@@ -59,7 +102,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         from campaign.aws.session import aws_session
         from campaign.backends.fargate.campaign import fetch_run
 
-        run_dir = fetch_run(aws_session(m.costs.region), m, args.run_id, Path(args.out) / "run")
+        session = aws_session(m.costs.region)
+        run_dir = fetch_run(session, m, args.run_id, Path(args.out) / "run")
+        prometheus = prometheus or stack_prometheus(session, m)
     if run_dir is not None:  # the same report the run itself built, from the same files
         from campaign.stages.run import report_from_run_dir
 
@@ -68,13 +113,17 @@ def cmd_report(args: argparse.Namespace) -> int:
                 "--run-id / --run-dir take the records, capacity, quality and instances from the run: drop "
                 "--records, --capacity, --quality and --instances"
             )
-        rep = report_from_run_dir(m, run_dir, Path(args.out), prometheus_url=args.prometheus)
+        rep = report_from_run_dir(
+            m, run_dir, Path(args.out), prometheus_url=prometheus, prometheus_sigv4_region=args.prometheus_sigv4
+        )
         print(f"{rep.decision.state.upper()}: " + "; ".join(rep.decision.reasons))
         print(f"wrote {args.out}/report.json, report.md, report.html")
         return EXIT_BY_DECISION[rep.decision.state]
     if not records:
         raise BadArgument("give --records DIR, --run-dir DIR or --run-id RUN_ID")
-    facts = RunFacts(instances or {}, aws=args.aws, prometheus_url=args.prometheus)
+    facts = RunFacts(
+        instances or {}, aws=args.aws, prometheus_url=prometheus, prometheus_sigv4_region=args.prometheus_sigv4
+    )
     rep = run_report(
         m, Path(args.out), Path(args.out), quality, facts, capacity, None, focus_csv=args.focus, records_dir=records
     )
@@ -115,7 +164,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="a run's directory as `campaign local` or `campaign run` left it (records/, capacity/, "
         "quality.json, campaign.json): the report again from the same files",
     )
-    p.add_argument("--prometheus", help="Prometheus base URL for merged-histogram percentiles")
+    p.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help="Prometheus for the merged-histogram percentiles: a base URL (http://127.0.0.1:9090), or an Amazon "
+        "Managed Prometheus workspace's query URL (https://aps-workspaces.REGION.amazonaws.com/workspaces/ID"
+        "[/api/v1/query]), queried signed with SigV4 (needs aps:QueryMetrics); with --run-id, the stack's "
+        "workspace when not given",
+    )
+    p.add_argument(
+        "--prometheus-sigv4",
+        metavar="REGION",
+        help="sign the queries to --prometheus with SigV4 for service aps in REGION though it is not an AMP "
+        "workspace's URL (a stand-in such as testing/sigv4_proxy.py)",
+    )
     p.add_argument("--aws", action="store_true", help="pull prices, CloudWatch and Cost Explorer from AWS")
     p.add_argument("--quality", help="JSON file: {fleet: {passed, pass_rate, failures}}")
     p.add_argument("--instances", nargs="*", metavar="FLEET=N", help="instances in service per fleet during the run")

@@ -68,6 +68,7 @@ class RunFacts:
     aws: bool = False  # pull prices, CloudWatch and billing from AWS
     prometheus_url: str | None = None
     ready_after_s: dict[str, float] = field(default_factory=dict)
+    prometheus_sigv4_region: str | None = None  # sign for aps in it though not an AMP URL (a stand-in)
 
     def write(self, run_dir: Path) -> None:
         body = {
@@ -315,6 +316,7 @@ def run_report(
             m,
             records_dir if records_dir is not None else run_dir / RECORDS_DIR,
             prometheus_url=facts.prometheus_url if full else None,
+            prometheus_sigv4_region=facts.prometheus_sigv4_region,
             aws=facts.aws and full,
             quality=quality,
             out_dir=out_dir,
@@ -330,7 +332,12 @@ def run_report(
 
 
 def report_from_run_dir(
-    m: Manifest, run_dir: Path, out_dir: Path | None = None, *, prometheus_url: str | None = None
+    m: Manifest,
+    run_dir: Path,
+    out_dir: Path | None = None,
+    *,
+    prometheus_url: str | None = None,
+    prometheus_sigv4_region: str | None = None,
 ) -> Report:
     """The report again from a run directory as `run_stages` left it (or as downloaded from S3)."""
     from analysis.capacity.steps import discover_steps
@@ -341,7 +348,7 @@ def report_from_run_dir(
         raise AnalysisError(
             f"{run_dir}: no {CAMPAIGN_FILE} (not a run directory written by `campaign local` or `campaign run`)"
         )
-    facts.prometheus_url = prometheus_url
+    facts.prometheus_url, facts.prometheus_sigv4_region = prometheus_url, prometheus_sigv4_region
     quality = read_quality(run_dir / QUALITY_FILE)
     out = out_dir or run_dir
     if quality is not None and not any(

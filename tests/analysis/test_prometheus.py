@@ -1,21 +1,36 @@
 """Against a real Prometheus (Debian package `prometheus`, /usr/bin/prometheus) scraping two
-prometheus_client exporters that play two replicas with very different latency."""
+prometheus_client exporters that play two replicas with very different latency; directly, and
+behind testing/sigv4_proxy.py, the stand-in for an AMP workspace that takes only SigV4-signed queries."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
 from prometheus_client import CollectorRegistry, Histogram, start_http_server
 
 from analysis.errors import SourceUnavailable
 from analysis.measure.histogram import histogram_quantile, merge_buckets
-from analysis.sources.prometheus import PrometheusSource
+from analysis.report import evidence as report_evidence
+from analysis.sources.prometheus import PrometheusSource, sigv4_headers
+from campaign.cli import main as cli
+from core.manifest import load_manifest
 from core.ports import free_port
+from testing.sigv4_proxy import SigV4Proxy, StandInCredentials
+from tests.analysis.synth import manifest, steady, write_jsonl
+from tests.conftest import write_manifest
 from tests.real_parts import program
 
 pytestmark = pytest.mark.prometheus
@@ -124,3 +139,123 @@ def test_bad_query_names_the_query(prom: tuple[str, list[Histogram]]) -> None:
 def test_ready_endpoint(prom: tuple[str, list[Histogram]]) -> None:
     with urllib.request.urlopen(prom[0] + "/-/ready", timeout=5) as r:
         assert r.status == 200
+
+
+# The stand-in AMP workspace: the same Prometheus behind testing/sigv4_proxy.py, which takes only
+# queries signed (SigV4, service aps) for REGION by STAND_IN.
+REGION = "us-east-1"
+STAND_IN = StandInCredentials("AKIDSTANDIN0000000000", "stand-in-secret-key")
+
+
+@pytest.fixture
+def amp(prom: tuple[str, list[Histogram]]) -> Iterator[SigV4Proxy]:
+    with SigV4Proxy(prom[0], REGION, STAND_IN) as proxy:
+        yield proxy
+
+
+def _signed(url: str, region: str = REGION, secret: str = STAND_IN.secret_key) -> PrometheusSource:
+    return PrometheusSource(url, sigv4_region=region, credentials=Credentials(STAND_IN.access_key, secret))
+
+
+def test_stand_in_workspace_refuses_unsigned_queries(amp: SigV4Proxy) -> None:
+    with pytest.raises(SourceUnavailable, match=r"refused \(HTTP 403: the request is not signed"):
+        PrometheusSource(amp.url).query("up", time.time())
+    assert amp.refusals == ["the request is not signed (no SigV4 Authorization header)"]
+
+
+def test_stand_in_workspace_refuses_wrong_signatures(amp: SigV4Proxy) -> None:
+    with pytest.raises(
+        SourceUnavailable, match="HTTP 403: signed for service aps in eu-west-1; this is service aps in us-east-1"
+    ):
+        _signed(amp.url, region="eu-west-1").query("up", time.time())
+    with pytest.raises(SourceUnavailable, match=r"HTTP 403: the request signature does not match.*aps:QueryMetrics"):
+        _signed(amp.url, secret="not-the-secret").query("up", time.time())
+    # Signed for another service, and a signed query sent with another query string: refused too.
+    other_service = AWSRequest(method="GET", url=f"{amp.url}/api/v1/query?query=up")
+    SigV4Auth(Credentials(STAND_IN.access_key, STAND_IN.secret_key), "s3", REGION).add_auth(other_service)
+    tampered = sigv4_headers(
+        f"{amp.url}/api/v1/query?query=up", REGION, Credentials(STAND_IN.access_key, STAND_IN.secret_key)
+    )
+    for url, headers in (
+        (f"{amp.url}/api/v1/query?query=up", dict(other_service.headers.items())),
+        (f"{amp.url}/api/v1/query?query=vector(1)", tampered),
+    ):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=5)
+        assert refused.value.code == 403
+    assert amp.refusals[-2:] == [
+        "signed for service s3 in us-east-1; this is service aps in us-east-1",
+        "the request signature does not match the one computed from the request and the secret key",
+    ]
+
+
+def test_gone_workspace_is_a_clear_error(amp: SigV4Proxy) -> None:
+    with pytest.raises(SourceUnavailable, match=r"no such workspace \(HTTP 404"):
+        _signed(amp.url.replace("ws-stand-in", "ws-deleted")).query("up", time.time())
+
+
+def test_signed_queries_give_the_direct_quantiles(prom: tuple[str, list[Histogram]], amp: SigV4Proxy) -> None:
+    url, (fast, slow) = prom
+    t0 = time.time() - 0.5
+    for _ in range(40):
+        fast.observe(0.3)
+    for _ in range(5):
+        slow.observe(4.0)
+    time.sleep(2.5)  # two more scrapes
+    t1 = time.time()
+    labels = {"fleet": "inf2"}
+    direct, signed = PrometheusSource(url), _signed(amp.url)
+    assert signed.sigv4_region == REGION and direct.sigv4_region is None
+    merged = signed.merged_quantile(0.95, "loadgen_ttft_seconds", labels, t0, t1)
+    assert merged is not None and merged == direct.merged_quantile(0.95, "loadgen_ttft_seconds", labels, t0, t1)
+    assert signed.merged_buckets("loadgen_ttft_seconds", labels, t0, t1) == direct.merged_buckets(
+        "loadgen_ttft_seconds", labels, t0, t1
+    )
+    per = signed.per_replica_quantiles(0.95, "loadgen_ttft_seconds", labels, t0, t1)
+    assert len(per) == 2 and per == direct.per_replica_quantiles(0.95, "loadgen_ttft_seconds", labels, t0, t1)
+    assert amp.refusals == []
+
+
+def test_report_names_the_refusal_and_what_fell_back_to_records(amp: SigV4Proxy, example_manifest_path: Path) -> None:
+    """The report's Prometheus section against the workspace, unsigned: a gap naming the 403 and
+    saying the percentiles are the records' alone."""
+    m = load_manifest(example_manifest_path, check_files=False)
+    measure = SimpleNamespace(
+        wall_start=time.time() - 60, window_start_s=0.0, window_end_s=30.0, p95_ttft_s=0.4, p95_itl_s=0.05
+    )
+    out, found = report_evidence._prometheus_section(m, amp.url, None, {"inf2": measure})  # type: ignore[dict-item]
+    (gap,) = found.gaps
+    assert gap.what == "prometheus" and gap.blocks_go
+    assert "HTTP 403: the request is not signed" in gap.reason and report_evidence.RECORDS_FALLBACK in gap.reason
+    assert out["fleets"] == {} and "HTTP 403" in out["error"]
+
+
+def test_report_cli_signs_for_the_stand_in_when_told(
+    amp: SigV4Proxy,
+    tmp_path: Path,
+    manifest_data: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`report --prometheus URL --prometheus-sigv4 REGION`: every query of the report (the histogram
+    section's and the prefix cache's) reaches the stand-in signed with the caller's credentials
+    (botocore's chain: here the environment); without --prometheus-sigv4, the same report has a
+    prometheus gap naming the 403."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", STAND_IN.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", STAND_IN.secret_key)
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    manifest_data["workload"]["demand"]["peak_requests_per_s"] = 1.0
+    m = manifest(manifest_data)
+    path = write_manifest(tmp_path, manifest_data)
+    write_jsonl(tmp_path / "rec" / "records-inf2-w0.jsonl", steady(m, "inf2", 60, 600))
+    write_jsonl(tmp_path / "rec" / "records-g6-w0.jsonl", steady(m, "g6", 60, 450))
+    base = ["report", str(path), "--records", str(tmp_path / "rec"), "--prometheus", amp.url]
+    cli.main([*base, "--prometheus-sigv4", REGION, "--out", str(tmp_path / "signed")])
+    signed = json.loads((tmp_path / "signed" / "report.json").read_text())
+    assert amp.refusals == [] and not [g for g in signed["gaps"] if g["what"] == "prometheus"]
+    assert set(signed["prometheus"]["fleets"]) == {"inf2", "g6"}
+    cli.main([*base, "--out", str(tmp_path / "unsigned")])
+    unsigned = json.loads((tmp_path / "unsigned" / "report.json").read_text())
+    (gap,) = [g for g in unsigned["gaps"] if g["what"] == "prometheus"]
+    assert "HTTP 403: the request is not signed" in gap["reason"] and amp.refusals
+    capsys.readouterr()

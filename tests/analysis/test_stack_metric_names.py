@@ -29,9 +29,11 @@ def test_names_per_stack() -> None:
 
 
 class _RecordingSource:
+    """Stands in for PrometheusSource: records which series the report asks for."""
+
     queried: ClassVar[list[str]] = []
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, **_signing: Any) -> None:
         self.url = url
 
     def has_series(self, metric: str, *_: Any) -> bool:

@@ -177,3 +177,14 @@ def test_only_workers_may_discover_and_only_their_campaigns_master_services(exam
     assert "WorkerTask" in policy
     assert set(st["Condition"]["StringEquals"]["servicediscovery:ServiceName"]) == {"master-inf2", "master-g6"}
     assert "servicediscovery:NamespaceName" in st["Condition"]["StringEquals"]
+
+
+def test_the_workspace_query_url_is_a_stack_output(example: Synth) -> None:
+    """`run` and `report --run-id` read it (campaign/aws/run_config.py): the workspace's own endpoint
+    (which ends in a slash) + api/v1/query, the query API the analysis signs for aps."""
+    from core.cloud_contract import PROMETHEUS_QUERY_OUTPUT
+
+    (workspace,) = example.resources("AWS::APS::Workspace")
+    value = example.template_json["Outputs"][PROMETHEUS_QUERY_OUTPUT]["Value"]
+    assert _flat(value) == f"{workspace}.PrometheusEndpointapi/v1/query"
+    assert "aps:QueryMetrics" in example.template_json["Outputs"][PROMETHEUS_QUERY_OUTPUT]["Description"]

@@ -53,8 +53,15 @@ class CloudFleets:
 
         # No run-wide instance count: the replay and each step record the instances they really
         # ran on beside their records (INSTANCES_FILE, the fewest healthy targets while they ran),
-        # which the report reads; without it, CloudWatch's GroupInServiceInstances.
-        return RunFacts({}, None, aws=True, ready_after_s=dict(self.ready_after_s))
+        # which the report reads; without it, CloudWatch's GroupInServiceInstances. The histograms
+        # come from the stack's Prometheus workspace, queried with SigV4 (analysis.sources.prometheus).
+        return RunFacts(
+            {},
+            None,
+            aws=True,
+            prometheus_url=self.run.cfg.prometheus_url or None,
+            ready_after_s=dict(self.ready_after_s),
+        )
 
     def gate(self) -> dict[str, GateResult]:
         """Ready is every measured instance healthy in the fleet's target group (campaign.backends.fargate.target_health),

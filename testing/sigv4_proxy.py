@@ -1,0 +1,158 @@
+"""A stand-in for an Amazon Managed Prometheus workspace's query API: a small HTTP proxy in front of
+a real Prometheus that lets through only requests SigV4-signed for service `aps`, the campaign's
+region and the stand-in credentials, as AMP takes only signed queries (AMP user guide, "Query
+using Prometheus-compatible APIs", AMP-onboard-query-APIs.html).
+
+Each request's signature is recomputed with botocore's own signer (botocore.auth.SigV4Auth: the
+canonical request, the string to sign and the signature, at the request's own X-Amz-Date) over
+the headers the request says it signed, and compared with the one it carries. Unsigned, signed
+for another service or region, with another key or a wrong signature: 403 with a JSON
+{"message": ...} naming why. Queries are served under /workspaces/<workspace id>/, as AMP serves
+them; another workspace id is answered 404.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import re
+import threading
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any
+
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+
+SERVICE = "aps"
+# SigV4's Authorization header: "AWS4-HMAC-SHA256 Credential=<key>/<date>/<region>/<service>/aws4_request,
+# SignedHeaders=<h1;h2>, Signature=<hex>" (AWS Signature Version 4, "Add the signature to the request").
+_AUTHORIZATION = re.compile(
+    r"^AWS4-HMAC-SHA256 Credential=(?P<key>[^/]+)/(?P<date>\d{8})/(?P<region>[^/]+)/(?P<service>[^/]+)/aws4_request,"
+    r"\s*SignedHeaders=(?P<signed>[a-z0-9;-]+),\s*Signature=(?P<signature>[0-9a-f]{64})$"
+)
+_WORKSPACE_PATH = re.compile(r"^/workspaces/(?P<workspace>[A-Za-z0-9-]+)(?P<rest>/.*)$")
+
+
+@dataclass(frozen=True)
+class StandInCredentials:
+    access_key: str
+    secret_key: str
+
+
+def signature_problem(
+    method: str, host: str, path: str, headers: dict[str, str], body: bytes, creds: StandInCredentials, region: str
+) -> str | None:
+    """Why this request's SigV4 signature is not one for `aps` in `region` by `creds`; None when it is.
+    `headers` with lower-case names, `path` with its query string."""
+    authorization = headers.get("authorization")
+    if authorization is None:
+        return "the request is not signed (no SigV4 Authorization header)"
+    parsed = _AUTHORIZATION.match(authorization.strip())
+    if parsed is None:
+        return "the Authorization header is not a SigV4 (AWS4-HMAC-SHA256) one"
+    if parsed["key"] != creds.access_key:
+        return f"signed with access key {parsed['key']}, which this workspace does not know"
+    if (parsed["service"], parsed["region"]) != (SERVICE, region):
+        return f"signed for service {parsed['service']} in {parsed['region']}; this is service {SERVICE} in {region}"
+    stamp = headers.get("x-amz-date", "")
+    if not stamp.startswith(parsed["date"]):
+        return "no X-Amz-Date header of the credential's date"
+    signed = parsed["signed"].split(";")
+    if "host" not in signed or any(name not in headers for name in signed):
+        return f"signed headers {parsed['signed']} must include host and be present in the request"
+    request = AWSRequest(
+        method=method, url=f"http://{host}{path}", data=body or None, headers={n: headers[n] for n in signed}
+    )
+    request.context["timestamp"] = stamp
+    auth = SigV4Auth(Credentials(creds.access_key, creds.secret_key), SERVICE, region)
+    expected = auth.signature(auth.string_to_sign(request, auth.canonical_request(request)), request)
+    if not hmac.compare_digest(expected, parsed["signature"]):
+        return "the request signature does not match the one computed from the request and the secret key"
+    return None
+
+
+class SigV4Proxy:
+    """`with SigV4Proxy(upstream, region, creds) as proxy:` the workspace's base URL is `proxy.url`."""
+
+    def __init__(
+        self, upstream: str, region: str, creds: StandInCredentials, *, workspace: str = "ws-stand-in"
+    ) -> None:
+        self.upstream, self.region, self.creds, self.workspace = upstream.rstrip("/"), region, creds, workspace
+        self.refusals: list[str] = []  # why each refused request was refused, in order
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="sigv4-proxy", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_port}/workspaces/{self.workspace}"
+
+    def __enter__(self) -> SigV4Proxy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self._serve()
+
+            def do_POST(self) -> None:
+                self._serve()
+
+            def _serve(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                problem = signature_problem(
+                    self.command, headers.get("host", ""), self.path, headers, body, proxy.creds, proxy.region
+                )
+                if problem is not None:
+                    proxy.refusals.append(problem)
+                    self._answer(403, {"message": problem})
+                    return
+                where = _WORKSPACE_PATH.match(self.path)
+                if where is None or where["workspace"] != proxy.workspace:
+                    self._answer(404, {"message": f"no workspace at {self.path.split('?')[0]}"})
+                    return
+                self._forward(where["rest"], body)
+
+            def _forward(self, rest: str, body: bytes) -> None:
+                request = urllib.request.Request(
+                    proxy.upstream + rest, data=body or None, method=self.command, headers=self._content_type()
+                )
+                try:
+                    with urllib.request.urlopen(request, timeout=30) as resp:
+                        status, payload = resp.status, resp.read()
+                except urllib.error.HTTPError as exc:
+                    status, payload = exc.code, exc.read()
+                self._send(status, payload)
+
+            def _content_type(self) -> dict[str, str]:
+                kind = self.headers.get("Content-Type")
+                return {"Content-Type": kind} if kind else {}
+
+            def _answer(self, status: int, body: dict[str, Any]) -> None:
+                self._send(status, json.dumps(body).encode())
+
+            def _send(self, status: int, payload: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass  # the tests read the refusals, not a log
+
+        return Handler
