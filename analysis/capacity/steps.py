@@ -68,6 +68,18 @@ def write_search_path(path: SearchPath, fleet_dir: Path) -> Path:
     return out
 
 
+STEP_FILE = "step.json"  # capacity/<fleet>/x<k>/step.json: the step's verdict, written as it ends
+
+
+def write_search_step(step: SearchStep, step_dir: Path) -> Path:
+    """One step's verdict beside its records as soon as it is judged, before the search goes on:
+    the search's state so far, which a run killed mid-search keeps (search.json comes at its end)."""
+    step_dir.mkdir(parents=True, exist_ok=True)
+    out = step_dir / STEP_FILE
+    out.write_text(json.dumps(step.model_dump(), indent=2), encoding="utf-8")
+    return out
+
+
 def read_search_path(fleet_dir: Path) -> SearchPath | None:
     """The fleet's search path if its directory has one; a malformed file is an AnalysisError naming it."""
     f = fleet_dir / SEARCH_FILE

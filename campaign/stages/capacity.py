@@ -41,6 +41,7 @@ from analysis.capacity.steps import (
     Verdict,
     read_search_path,
     write_search_path,
+    write_search_step,
 )
 from analysis.measure import goodput
 from analysis.sources.records import load_records
@@ -293,6 +294,7 @@ def search_fleet(
         )
         if early is not None:
             step = step.model_copy(update={"detail": f"{step.detail} (stopped early, a certain miss: {early})"})
+        write_search_step(step, step_dir)
         log(
             f"capacity search {fleet} {plan.label} ({plan.why}): {step.requests} requests over {step.arrival_span_s or 0:.1f} s, "
             f"{step.verdict}: {step.detail} [{took:.0f} s]"

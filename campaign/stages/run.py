@@ -47,6 +47,7 @@ from campaign.stages.quality import (
 from core.manifest import CapacitySearch, Manifest
 
 if TYPE_CHECKING:
+    from analysis.capacity.search import StepPlan
     from analysis.model import Report
     from campaign.stages.capacity import StepRunner
     from core.records import RunSummary
@@ -149,6 +150,12 @@ class Fleets(Protocol):
         """Stop everything in flight (Ctrl-C); records flushed so far stay."""
         ...
 
+    def checkpoint(self, stage: str) -> None:
+        """Keep the run directory as it stands where it outlives this process (on AWS: uploaded to
+        the run's prefix, with the run record naming `stage`); run_stages calls it after each
+        stage and before each capacity step or settle segment. Locally the disk already is."""
+        ...
+
 
 def say(line: str) -> None:
     print(line, flush=True)
@@ -191,6 +198,7 @@ def run_stages(
         print_gates(gates, quality, log)
     facts = fleets.facts()
     facts.write(run_dir)
+    fleets.checkpoint("quality gate")
     if not all(q.passed is True for q in quality.values()):
         from analysis.report.build import build_gate_report
 
@@ -206,6 +214,7 @@ def run_stages(
         )
     if gates is not None:
         quality = distribution_checks(m, run_dir, gates, layers, log)
+    fleets.checkpoint("trace replay")
 
     capacity_dirs: dict[str, Path] = {}
     settled: SettleOutcome | None = None
@@ -214,8 +223,10 @@ def run_stages(
     elif capacity:
         before_stage(CAPACITY_STAGE)
         capacity_dirs = measure_capacity(m, fleets, run_dir / CAPACITY_DIR, records_dir, stop, log, predicted)
+        fleets.checkpoint("capacity search")
         before_stage(SETTLE_STAGE)
         settled = settle_phase(m, fleets, run_dir, quality, facts, capacity_dirs, stop, log)
+        fleets.checkpoint("settle phase")
     if not final_report:
         return None
     return run_report(m, run_dir, run_dir, quality, facts, capacity_dirs, settled, full=full_report)
@@ -248,6 +259,24 @@ def distribution_checks(
     return quality
 
 
+class CheckpointedSteps:
+    """A StepRunner that checkpoints the run before each step or segment it starts: what the steps
+    before it left (their records, verdicts, the search's and settle phase's files) is kept before
+    more load goes on a fleet, so a run killed mid-search loses at most the steps in flight."""
+
+    def __init__(self, inner: StepRunner, fleets: Fleets, stage: str) -> None:
+        self.inner, self.fleets, self.stage = inner, fleets, stage
+
+    def run(
+        self, fleet: str, plan: StepPlan, step_dir: Path, planned: int, stop: threading.Event
+    ) -> tuple[float, str | None]:
+        self.fleets.checkpoint(f"{self.stage}: before {fleet}/{plan.label}")
+        return self.inner.run(fleet, plan, step_dir, planned, stop)
+
+    def abort(self) -> None:
+        self.inner.abort()
+
+
 def measure_capacity(
     m: Manifest,
     fleets: Fleets,
@@ -260,9 +289,10 @@ def measure_capacity(
     """The fixed sweep when the manifest has workload.capacity_sweep, else the automatic search."""
     from campaign.stages.capacity import run_search, run_sweep
 
+    steps = CheckpointedSteps(fleets.steps(), fleets, "capacity search")
     if m.workload.capacity_sweep is not None:
-        return run_sweep(m, fleets.names, fleets.steps(), root, stop, log, fleets.concurrent)
-    return run_search(m, fleets.names, fleets.steps(), root, replay_dir, stop, log, fleets.concurrent, predicted)
+        return run_sweep(m, fleets.names, steps, root, stop, log, fleets.concurrent)
+    return run_search(m, fleets.names, steps, root, replay_dir, stop, log, fleets.concurrent, predicted)
 
 
 def settle_phase(
@@ -289,7 +319,11 @@ def settle_phase(
         return run_report(m, run_dir, run_dir / "settle-interim", quality, facts, capacity_dirs, None, full=False)
 
     root = run_dir / CAPACITY_DIR
-    return settle.settle_phase(m, fleets.steps, root, capacity_dirs, interim, stop, log, fleets.concurrent)
+
+    def steps() -> StepRunner:
+        return CheckpointedSteps(fleets.steps(), fleets, "settle phase")
+
+    return settle.settle_phase(m, steps, root, capacity_dirs, interim, stop, log, fleets.concurrent)
 
 
 def run_report(

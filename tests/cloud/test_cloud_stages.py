@@ -8,6 +8,7 @@ import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
 from typing import Any
 
 import boto3
@@ -115,6 +116,7 @@ class _Run:
 
     def __init__(self, results: dict[str, dict[str, Any]]) -> None:
         self.m = load_manifest(EXAMPLE_MANIFEST)
+        self.cfg = SimpleNamespace(prometheus_url="")  # a stack without the workspace's query URL
         self.results = results
         self.asked: dict[str, float] = {}
         self.lines: list[str] = []

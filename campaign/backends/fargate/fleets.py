@@ -145,6 +145,9 @@ class CloudFleets:
     def abort(self) -> None:
         self.run.stop(None, "operator interrupted the run")
 
+    def checkpoint(self, stage: str) -> None:
+        self.run.checkpoint(stage)
+
 
 class FargateSteps:
     """A capacity step or settle segment on Fargate: a fresh master + workers for the fleet, the

@@ -121,6 +121,8 @@ class CloudRun:
         self.run_dir = out_dir / self.run_id  # the run's local copy: the same layout as under self.uri
         self.tasks: list[RunningTask] = []
         self._lock = threading.Lock()
+        self._publish_lock = threading.Lock()
+        self._published: dict[str, tuple[int, int]] = {}  # run-dir path -> (size, mtime) as last put
         self._registered: dict[str, list[tuple[str, str]]] = {}  # step -> (Cloud Map service id, instance id)
         self.started = time.time()
         self._check_stack_matches()
@@ -460,10 +462,30 @@ class CloudRun:
 
     def publish(self) -> int:
         """The run directory's own files (quality, capacity paths, settle, report) to the run's
-        prefix; the records are there already (the tasks wrote them)."""
-        return upload_tree(self.s3, self.run_dir, self.uri, skip=lambda p: p.name.startswith("records-"))
+        prefix, each only when it changed since this run last put it; the records are there
+        already (the tasks wrote them). Returns how many files went up."""
+        with self._publish_lock:  # fleets searched side by side checkpoint from their own threads
 
-    def write_run_record(self, status: str) -> None:
+            def skip(p: Path) -> bool:
+                if p.name.startswith("records-"):
+                    return True
+                st = p.stat()
+                key, stamp = p.relative_to(self.run_dir).as_posix(), (st.st_size, st.st_mtime_ns)
+                if self._published.get(key) == stamp:
+                    return True
+                self._published[key] = stamp
+                return False
+
+            return upload_tree(self.s3, self.run_dir, self.uri, skip=skip)
+
+    def checkpoint(self, stage: str) -> None:
+        """The run directory as it stands, and the run record saying the run is at `stage`: what
+        a killed orchestrator leaves for `report --run-id` (and a resume) to start from."""
+        if self.run_dir.is_dir():
+            self.publish()
+        self.write_run_record("running", stage=stage)
+
+    def write_run_record(self, status: str, *, stage: str | None = None) -> None:
         bucket, prefix = cc.split_s3_uri(self.uri)
         with self._lock:
             tasks = [
@@ -484,6 +506,7 @@ class CloudRun:
             "manifest_digest": self.m.digest,
             "started_at": self.started,
             "updated_at": time.time(),
+            **({"stage": stage} if stage is not None else {}),
             "tasks": tasks,
         }
         self.s3.put_object(Bucket=bucket, Key=f"{prefix}/{cc.RUN_RECORD}", Body=json.dumps(body, indent=2).encode())

@@ -203,6 +203,9 @@ class LocalFleets:
         for h in list(self.handles.values()):  # SIGTERM: Locust flushes its records and marks unsent requests
             h.terminate()
 
+    def checkpoint(self, stage: str) -> None:
+        """The run directory is on this machine's disk as each stage writes it: nothing to keep."""
+
 
 def run_local(
     m: Manifest,

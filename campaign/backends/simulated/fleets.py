@@ -253,3 +253,6 @@ class SimulatedFleets:
 
     def abort(self) -> None:
         """Nothing runs outside the caller's thread."""
+
+    def checkpoint(self, stage: str) -> None:
+        """A plan's run directory is a temporary one: nothing to keep."""

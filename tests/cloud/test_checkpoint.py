@@ -1,0 +1,84 @@
+"""A run's state outlives its orchestrator (issue 40, item 1): the stages checkpoint after each
+stage and before each capacity step or settle segment, a step's verdict is written as soon as
+it is judged, and on AWS a checkpoint puts what changed in the run directory under the run's
+prefix with the run record naming the stage."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+from analysis.capacity.steps import STEP_FILE
+from analysis.model import Verdict
+from campaign.backends.simulated.fleets import SimulatedFleets
+from campaign.stages.run import run_stages
+from core import cloud_contract as cc
+from core.manifest import manifest_from_data
+from tests.cloud.test_cloud_steps import BUCKET, Aws, Launcher, _run, aws  # noqa: F401 (fixture)
+
+
+class Recording(SimulatedFleets):
+    """The plan's fleets, each checkpoint recorded with what the run directory held at it."""
+
+    def __init__(self, *args: Any, run_dir: Path, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.run_dir = run_dir
+        self.calls: list[tuple[str, set[str]]] = []
+
+    def checkpoint(self, stage: str) -> None:
+        verdicts = {p.parent.relative_to(self.run_dir).as_posix() for p in self.run_dir.rglob(STEP_FILE)}
+        self.calls.append((stage, verdicts))
+
+
+def test_the_stages_checkpoint_after_each_stage_and_before_each_step(
+    tmp_path: Path, manifest_data: dict[str, Any]
+) -> None:
+    m = manifest_from_data(manifest_data)
+    fleets = Recording(m, 60.0, run_dir=tmp_path)
+    rep = run_stages(m, fleets, tmp_path, threading.Event(), full_report=False, log=lambda line: None)
+    assert rep is not None
+    stages = [s for s, _ in fleets.calls]
+    # after the gate and the replay, then before each step, then after the search, and the settle phase
+    assert stages[:2] == ["quality gate", "trace replay"]
+    assert stages.index("capacity search") < stages.index("settle phase") == len(stages) - 1
+    before_steps = [s for s in stages if s.startswith("capacity search: before ")]
+    steps = sorted(p.parent.relative_to(tmp_path / "capacity").as_posix() for p in tmp_path.rglob(STEP_FILE))
+    assert len(before_steps) == len(steps) > 2
+    assert sorted(s.removeprefix("capacity search: before ") for s in before_steps) == steps
+    # each step's verdict is on disk before the next step of its fleet starts (kept by that checkpoint)
+    for i, (stage, seen) in enumerate(fleets.calls):
+        if not stage.startswith("capacity search: before "):
+            continue
+        fleet = stage.removeprefix("capacity search: before ").split("/")[0]
+        earlier = [s.removeprefix("capacity search: before ") for s, _ in fleets.calls[:i]]
+        for prev in (e for e in earlier if e.startswith(f"{fleet}/")):
+            assert f"capacity/{prev}" in seen, (stage, prev)
+    step = json.loads((tmp_path / "capacity" / steps[0] / STEP_FILE).read_text())
+    assert step["verdict"] in {v.value for v in Verdict} and step["requests"] > 0
+
+
+def test_a_cloud_checkpoint_puts_only_what_changed_and_names_the_stage(aws: Aws, tmp_path: Path) -> None:  # noqa: F811
+    run = _run(aws, Launcher(aws), tmp_path)
+    run.run_dir.mkdir(parents=True, exist_ok=True)
+    (run.run_dir / "quality.json").write_text("{}")
+    (run.run_dir / "records").mkdir()
+    (run.run_dir / "records" / "records-inf2-w0.jsonl").write_text("{}\n")  # the tasks put records themselves
+    run.checkpoint("quality gate")
+    bucket, prefix = cc.split_s3_uri(run.uri)
+
+    def keys() -> set[str]:
+        listed = aws.s3.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/").get("Contents", [])
+        return {o["Key"].removeprefix(f"{prefix}/") for o in listed}
+
+    assert keys() == {"quality.json", cc.RUN_RECORD}
+    record = json.loads(aws.s3.get_object(Bucket=bucket, Key=f"{prefix}/{cc.RUN_RECORD}")["Body"].read())
+    assert record["status"] == "running" and record["stage"] == "quality gate"
+    assert run.publish() == 0  # nothing changed since
+    step = run.run_dir / "capacity" / "inf2" / "x1"
+    step.mkdir(parents=True)
+    (step / STEP_FILE).write_text('{"verdict": "held"}')
+    assert run.publish() == 1 and f"capacity/inf2/x1/{STEP_FILE}" in keys()
+    (run.run_dir / "quality.json").write_text('{"inf2": {}}')  # changed: put again
+    assert run.publish() == 1
