@@ -16,7 +16,7 @@ from pathlib import Path
 
 import duckdb
 
-from analysis.report.build import ReportInputs, build_report
+from campaign.stages.run import RunFacts, run_report
 from core.manifest import load_manifest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,9 +62,11 @@ def main() -> int:
         t_gen = time.perf_counter() - t0
         size_mb = sum(p.stat().st_size for p in rec_dir.glob("records-*")) / 1e6
         t1 = time.perf_counter()
-        rep = build_report(
-            ReportInputs(m, rec_dir, quality=None, out_dir=Path(tmp) / "out", instances_measured={"inf2": 1, "g6": 1})
-        ).model_dump(mode="json")
+        # The report's inputs as the campaign builds them (campaign.stages.run.run_report), records only.
+        out = Path(tmp) / "out"
+        rep = run_report(m, out, out, None, RunFacts({"inf2": 1, "g6": 1}), None, None, records_dir=rec_dir).model_dump(
+            mode="json"
+        )
         t_rep = time.perf_counter() - t1
     total = sum(f["requests"] for f in rep["fleets"].values())
     print(f"records: {args.records:,} ({args.format}, {size_mb:.0f} MB), generated in {t_gen:.1f} s")
