@@ -171,3 +171,40 @@ def test_report_run_dir_takes_the_run_directorys_plan_and_a_focus_export_in_s3(
     assert b["billed"]["usd"] == pytest.approx(0.76 + 1.61)
     assert b["billed"]["source"].startswith("billed: FOCUS export s3://results/focus/export.csv")
     assert b["computed"]["usd"] > 0
+
+
+def test_billed_from_cost_explorer_says_it_covers_whole_utc_days(tmp_path: Path, small: Manifest) -> None:
+    from botocore.stub import Stubber
+
+    from analysis.report.inputs import AwsClients
+
+    ce = boto3.client("ce", region_name="us-east-1", aws_access_key_id="k", aws_secret_access_key="s")
+    answer = {
+        "ResultsByTime": [
+            {
+                "TimePeriod": {"Start": "2023-11-14", "End": "2023-11-15"},
+                "Groups": [
+                    {"Keys": ["fleet$inf2"], "Metrics": {"UnblendedCost": {"Amount": "18.2", "Unit": "USD"}}},
+                    {"Keys": ["fleet$g6"], "Metrics": {"UnblendedCost": {"Amount": "19.3", "Unit": "USD"}}},
+                ],
+            }
+        ]
+    }
+    with Stubber(ce) as stub:  # the records are from 2023: past HOURLY's 14 days, so whole days at once
+        stub.add_response(
+            "get_cost_and_usage",
+            answer,
+            {
+                "TimePeriod": {"Start": "2023-11-14", "End": "2023-11-15"},
+                "Granularity": "DAILY",
+                "Metrics": ["UnblendedCost"],
+                "Filter": {"Tags": {"Key": "campaign", "Values": [small.campaign], "MatchOptions": ["EQUALS"]}},
+                "GroupBy": [{"Type": "TAG", "Key": "fleet"}],
+            },
+        )
+        r = _report(tmp_path, small, aws=True, aws_clients=AwsClients(ce=ce))
+    b = r["billing"]
+    assert b["plan"] is None and b["cost_explorer"] == {"inf2": 18.2, "g6": 19.3}
+    assert b["billed"]["usd"] == pytest.approx(37.5) and b["billed"]["date"] == "2023-11-14 .. 2023-11-15"
+    assert b["billed"]["covers"].startswith("DAILY: the whole UTC days that hold the measured window")
+    assert "DAILY 2023-11-14 .. 2023-11-15" in r["provenance"]["billing.cost_explorer"]["detail"]
