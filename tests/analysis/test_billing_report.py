@@ -208,3 +208,20 @@ def test_billed_from_cost_explorer_says_it_covers_whole_utc_days(tmp_path: Path,
     assert b["billed"]["usd"] == pytest.approx(37.5) and b["billed"]["date"] == "2023-11-14 .. 2023-11-15"
     assert b["billed"]["covers"].startswith("DAILY: the whole UTC days that hold the measured window")
     assert "DAILY 2023-11-14 .. 2023-11-15" in r["provenance"]["billing.cost_explorer"]["detail"]
+
+
+def test_the_measured_window_runs_from_the_replays_first_request_to_the_last_step_summarys_end() -> None:
+    from types import SimpleNamespace as NS
+
+    from analysis.report.evidence import measured_window
+
+    base = {
+        "inf2": NS(wall_start=WALL, window_start_s=2.0, window_end_s=100.0),
+        "g6": NS(wall_start=WALL + 1, window_start_s=0.5, window_end_s=90.0),
+    }
+    steps = [NS(ended_at=WALL + 700.0), NS(ended_at=WALL + 1500.0), NS(ended_at=0.0)]  # 0: a summary that says nothing
+    got = measured_window(base, steps)  # type: ignore[arg-type]
+    assert got is not None and (got.start, got.end) == (WALL + 1.5, WALL + 1500.0)
+    assert got.words() == "2023-11-14T22:13:21Z .. 2023-11-14T22:38:20Z UTC (25.0 min)"
+    assert measured_window(base, []).end == WALL + 100.0  # type: ignore[arg-type,union-attr]
+    assert measured_window({"g6": NS(wall_start=None, window_start_s=None, window_end_s=None)}, steps) is None  # type: ignore[arg-type,dict-item]
