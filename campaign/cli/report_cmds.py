@@ -185,7 +185,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument(
         "--run-dir",
         help="a run's directory as `campaign local` or `campaign run` left it (records/, capacity/, "
-        "quality.json, campaign.json): the report again from the same files",
+        "quality.json, campaign.json; plan.json when present): the report again from the same files",
     )
     p.add_argument(
         "--prometheus",
