@@ -946,13 +946,38 @@ class FocusBill(_Model):
     resources: int = Field(description="distinct resources among the rows")
 
 
+class CampaignCost(_Model):
+    """One figure of the campaign's cost: what it is, where it came from, as of when, and what it covers."""
+
+    usd: float | None = Field(description="the campaign's cost, USD; null: unavailable (`unavailable` says why)")
+    source: str = Field(description="where the figure came from, in words (the plan, the prices, the billing source)")
+    date: str | None = Field(description="the figure's date: the plan's, the prices', or the billed period's (UTC)")
+    covers: str = Field(description="what the figure covers and what it leaves out, in words")
+    unavailable: str | None = Field(default=None, description="why there is no figure; null when there is one")
+
+
 class Billing(_Model):
-    """What was actually billed for the run, where a billing source was given."""
+    """The campaign's cost three ways, side by side (the plan's prediction, prices x the instance-hours
+    measured, the bill), and the billing sources' own figures per fleet."""
 
     cost_explorer: dict[str, float] | None = Field(
-        default=None, description="per fleet tag: Cost Explorer UnblendedCost over the run's days, USD"
+        default=None,
+        description="per fleet tag: Cost Explorer UnblendedCost over the whole UTC hours (or days: `billed` says "
+        "which) that hold the run's window, USD",
     )
-    focus: dict[str, FocusBill] | None = Field(default=None, description="per fleet tag: the FOCUS export's sums")
+    focus: dict[str, FocusBill] | None = Field(
+        default=None,
+        description="per fleet tag: the FOCUS export's sums over rows whose charge period meets the window",
+    )
+    plan: CampaignCost | None = Field(
+        default=None, description="the plan's predicted campaign cost (campaign plan); null: older reports"
+    )
+    computed: CampaignCost | None = Field(
+        default=None, description="unit prices x the instance-hours the run measured; null: older reports"
+    )
+    billed: CampaignCost | None = Field(
+        default=None, description="what the billing source says was billed; null: older reports"
+    )
 
 
 class QualityLayer(_Model):
@@ -1066,7 +1091,10 @@ class Report(_Model):
     time_to_ready: dict[str, TimeToReadyModel] | None = Field(
         default=None, description="per fleet: launch to first healthy target"
     )
-    billing: Billing | None = Field(default=None, description="what was billed; null: no billing source")
+    billing: Billing | None = Field(
+        default=None,
+        description="the campaign's cost planned, computed and billed; null: no plan and no billing source given",
+    )
     quality: dict[str, QualityResult] | None = Field(
         default=None, description="per fleet: the quality gate's results; null: none given"
     )

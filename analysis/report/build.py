@@ -47,7 +47,7 @@ def build_report(inputs: ReportInputs) -> Report:
     inp = inputs
     m = inp.manifest
     rec = read_records(inp)
-    ev = gather_evidence(inp, rec.base)
+    ev = gather_evidence(inp, rec.base, rec.summaries())
     meas = measure(inp, rec, ev.instances)
     prefix = prefix_cache.for_report(
         m, rec.records, inp.prometheus_url, rec.base, sigv4_region=inp.prometheus_sigv4_region

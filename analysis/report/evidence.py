@@ -8,8 +8,9 @@ gap, never a silent zero.
 from __future__ import annotations
 
 import datetime as dt
+import re
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,9 +19,9 @@ from analysis.economics.cost import UnitPrices
 from analysis.errors import PriceMissing, SourceUnavailable
 from analysis.measure.histogram import bucket_cdf
 from analysis.model import Measure
-from analysis.provenance import Findings, Gap, Sourced
-from analysis.report.inputs import AwsClients, ReportInputs
-from analysis.sources.billing import cost_explorer_by_fleet, read_focus
+from analysis.provenance import Findings, Gap, Sourced, run_relative
+from analysis.report.inputs import AwsClients, PlannedCost, ReportInputs
+from analysis.sources.billing import cost_explorer_window, read_focus
 from analysis.sources.cloudwatch import CloudWatchSource, discover_asgs, fleet_specs
 from analysis.sources.instances import CountedInstances, read_counted
 from analysis.sources.pricing import RESERVED_KIND, PriceBook, PriceListSource
@@ -29,6 +30,7 @@ from analysis.sources.time_to_ready import time_to_ready
 from core import catalog
 from core.cloud_contract import LOADGEN_TASK_MEMORY_GIB, LOADGEN_TASK_VCPU
 from core.manifest import Manifest
+from core.records import RunSummary
 
 
 @dataclass(frozen=True)
@@ -275,9 +277,10 @@ def _instances_measured(
     return out, found
 
 
-def gather_evidence(inp: ReportInputs, base: Mapping[str, Measure]) -> Evidence:
+def gather_evidence(inp: ReportInputs, base: Mapping[str, Measure], summaries: Iterable[RunSummary] = ()) -> Evidence:
     """CloudWatch and time to ready (the cloud path), instances in service, prices, bills and Prometheus;
-    `base`: the replay's measures under the manifest's SLO (their windows bound every query)."""
+    `base`: the replay's measures under the manifest's SLO (their windows bound every query);
+    `summaries`: the run summaries of the replay and every capacity step (where the run ended)."""
     m = inp.manifest
     clients = inp.aws_clients or (AwsClients.from_session(m.costs.region) if inp.aws else None)
     cw: dict[str, Any] = {}
@@ -302,7 +305,14 @@ def gather_evidence(inp: ReportInputs, base: Mapping[str, Measure]) -> Evidence:
     for note in book.notes:
         prices_found.gaps.append(Gap("prices.api", note, blocks_go=False))
 
-    billing, billing_found = _billing(inp, clients, base)
+    billing: dict[str, Any] = {}
+    billing_found = Findings()
+    if inp.planned_cost is not None or inp.focus_csv is not None or inp.aws:  # else no billing section
+        window = measured_window(base, summaries)
+        billing, billing_found = _billing(inp, clients, window)
+        if inp.planned_cost is not None:
+            billing["plan"] = _planned(inp.planned_cost)
+        billing["computed"] = _computed_cost(m, book, inst, task_hourly, window)
     prom: dict[str, Any] | None = None
     prom_found = Findings()
     if inp.prometheus_url:
@@ -363,32 +373,168 @@ def _cloudwatch(m: Manifest, clients: AwsClients, base: Mapping[str, Measure]) -
     return cw, found
 
 
+@dataclass(frozen=True)
+class MeasuredWindow:
+    """The run's measured wall-clock window: the replay's first request to the last end a step or
+    settle segment's run summary records (core.records.RunSummary.ended_at), Unix seconds."""
+
+    start: float
+    end: float
+
+    @property
+    def hours(self) -> float:
+        return (self.end - self.start) / 3600
+
+    def words(self) -> str:
+        return f"{_iso(self.start)} .. {_iso(self.end)} UTC ({self.hours * 60:.1f} min)"
+
+
+def _iso(unix: float) -> str:
+    return dt.datetime.fromtimestamp(unix, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def measured_window(base: Mapping[str, Measure], summaries: Iterable[RunSummary]) -> MeasuredWindow | None:
+    """From the replay's first request to the latest ended_at among the replay's, the capacity
+    steps' and the settle segments' run summaries (their last answer, or the window's end when none
+    says); None without a replay window."""
+    starts = [
+        fm.wall_start + fm.window_start_s
+        for fm in base.values()
+        if fm.wall_start is not None and fm.window_start_s is not None
+    ]
+    if not starts:
+        return None
+    ends = [
+        fm.wall_start + fm.window_end_s
+        for fm in base.values()
+        if fm.wall_start is not None and fm.window_end_s is not None
+    ]
+    ends += [s.ended_at for s in summaries if s.ended_at > 0]
+    start = min(starts)
+    return MeasuredWindow(start, max([start, *ends]))
+
+
+# What the computed figure leaves out, in the report's words.
+COMPUTED_LEAVES_OUT = (
+    "EBS volumes, inter-AZ transfer and LCUs are left out, and so is the time outside the window: the fleets "
+    "bill from deploy to teardown (deploy, compile, readiness, the quality gate, the report and teardown), "
+    "which campaign.json does not record"
+)
+
+
+def _computed_cost(
+    m: Manifest,
+    book: PriceBook,
+    instances: Mapping[str, int],
+    task_hourly: float | None,
+    window: MeasuredWindow | None,
+) -> dict[str, Any]:
+    """Unit prices x the instance-hours measured: each fleet's instances in service for the whole
+    measured window (a fleet bills while the other is measured), the load generator's tasks (a
+    master and the workers per fleet) and the NLB's hours over the same window."""
+    if window is None:
+        return _unavailable("computed (prices x measured instance-hours)", "the replay recorded no window")
+    usd, parts, dates = 0.0, [], set()
+    try:
+        for f in m.fleets:
+            price = book.get("instance", f.instance_type)
+            dates.update(_DATE.findall(price.detail))
+            n = instances.get(f.name, f.instances_deployed)
+            usd += n * price.value * window.hours
+            parts.append(f"{f.name}: {n} x {f.instance_type} at {price.value:g} USD/h")
+        nlb = book.get("nlb", "hour")
+        usd += nlb.value * window.hours
+        parts.append(f"the NLB at {nlb.value:g} USD/h")
+    except PriceMissing as exc:
+        return _unavailable("computed (prices x measured instance-hours)", str(exc))
+    if task_hourly is not None:
+        tasks = len(m.fleets) * (m.loadgen.workers + 1)
+        usd += tasks * task_hourly * window.hours
+        parts.append(
+            f"{tasks} load-generator tasks at {task_hourly:.4g} USD/h (they run only while a step does: an upper bound)"
+        )
+    else:
+        parts.append("load-generator tasks not counted (no Fargate price)")
+    return {
+        "usd": round(usd, 4),
+        "source": "computed: unit prices (provenance prices.*) x the instance-hours measured",
+        "date": " .. ".join(sorted({min(dates), max(dates)})) if dates else None,  # the prices' as-of dates
+        "covers": f"the measured window, {window.words()}: " + "; ".join(parts) + f". {COMPUTED_LEAVES_OUT}",
+    }
+
+
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def _unavailable(source: str, why: str) -> dict[str, Any]:
+    return {"usd": None, "source": source, "date": None, "covers": "nothing: unavailable", "unavailable": why}
+
+
+def _planned(planned: PlannedCost) -> dict[str, Any]:
+    covers = f"the whole campaign as planned, {planned.minutes:.0f} min from deploy to teardown (campaign plan's usd breakdown)"
+    if planned.usd is None:
+        return _unavailable(
+            planned.source, "the plan could not price every part (a price is missing from the snapshot)"
+        )
+    return {"usd": planned.usd, "source": planned.source, "date": planned.date, "covers": covers}
+
+
 def _billing(
     inp: ReportInputs,
     clients: AwsClients | None,
-    base: Mapping[str, Measure],
+    window: MeasuredWindow | None,
 ) -> tuple[dict[str, Any], Findings]:
-    """Cost Explorer by fleet tag over the run's days (cloud path) and a FOCUS export, where given."""
+    """What the bill says over the run's window: a FOCUS export (local or s3://, rows whose charge
+    period meets the window) and Cost Explorer by fleet tag (cloud path), each where given; `billed`
+    is the FOCUS export's BilledCost when there is one (resource-level, by the hour), else Cost
+    Explorer's, else unavailable with the reason."""
     m = inp.manifest
     found = Findings()
     billing: dict[str, Any] = {}
-    if inp.aws and clients is not None and clients.ce is not None:
-        walls = [fm.wall_start + (fm.window_end_s or 0) for fm in base.values() if fm.wall_start is not None]
-        starts = [fm.wall_start + (fm.window_start_s or 0) for fm in base.values() if fm.wall_start is not None]
-        if walls:
-            d0 = dt.datetime.fromtimestamp(min(starts), dt.UTC).date()
-            d1 = dt.datetime.fromtimestamp(max(walls), dt.UTC).date() + dt.timedelta(days=1)
-            try:
-                billing["cost_explorer"] = cost_explorer_by_fleet(
-                    clients.ce, m.campaign, d0.isoformat(), d1.isoformat()
-                )
-                found.provenance["billing.cost_explorer"] = {
-                    "source": "pulled",
-                    "detail": f"Cost Explorer UnblendedCost by tag fleet, {d0}..{d1}",
-                }
-            except SourceUnavailable as exc:
-                found.gaps.append(Gap("billing.cost_explorer", str(exc), blocks_go=False))
+    billed: dict[str, Any] | None = None
+    why_not: list[str] = []
+    if not (inp.aws and clients is not None and clients.ce is not None):
+        why_not.append("Cost Explorer: not asked (a report without --aws)")
+    elif window is None:
+        why_not.append("Cost Explorer: the replay recorded no window to ask about")
+    else:
+        try:
+            ce = cost_explorer_window(clients.ce, m.campaign, window.start, window.end, time.time())
+            billing["cost_explorer"] = ce.by_fleet
+            detail = f"Cost Explorer UnblendedCost by tag fleet, {ce.granularity} {ce.start} .. {ce.end} (end exclusive); {ce.note}"
+            found.provenance["billing.cost_explorer"] = {"source": "pulled", "detail": detail}
+            billed = {
+                "usd": round(ce.usd, 4),
+                "source": f"billed: Cost Explorer GetCostAndUsage, tag campaign={m.campaign}",
+                "date": f"{ce.start} .. {ce.end}",
+                "covers": f"{ce.granularity}: the whole UTC {'hours' if ce.granularity == 'HOURLY' else 'days'} "
+                f"that hold the measured window, so whatever else the campaign's resources ran in them; {ce.note}",
+            }
+        except SourceUnavailable as exc:
+            found.gaps.append(Gap("billing.cost_explorer", str(exc), blocks_go=False))
+            why_not.append(str(exc))
     if inp.focus_csv is not None:
-        billing["focus"] = {k: v.as_dict() for k, v in read_focus(inp.focus_csv, m.campaign).items()}
-        found.provenance["billing.focus"] = {"source": "pulled", "detail": f"FOCUS export {inp.focus_csv}"}
+        span = (window.start, window.end) if window is not None else None
+        s3 = clients.s3 if clients is not None else None
+        try:
+            bills = read_focus(inp.focus_csv, m.campaign, span, s3=s3)
+        except SourceUnavailable as exc:
+            found.gaps.append(Gap("billing.focus", str(exc), blocks_go=False))
+            why_not.append(str(exc))
+        else:
+            billing["focus"] = {k: v.as_dict() for k, v in bills.items()}
+            where = run_relative(inp.focus_csv, inp.out_dir)
+            found.provenance["billing.focus"] = {"source": "pulled", "detail": f"FOCUS export {where}"}
+            billed = {
+                "usd": round(sum(b.billed_usd for b in bills.values()), 4),
+                "source": f"billed: FOCUS export {where}, BilledCost of rows tagged campaign={m.campaign}",
+                "date": window.words() if window is not None else None,
+                "covers": "rows whose charge period [ChargePeriodStart, ChargePeriodEnd) meets the measured window: "
+                "whole charge periods (an hour, typically), so all their resources billed in them"
+                if window is not None
+                else "every row of the export (no replay window to limit it)",
+            }
+    else:
+        why_not.append("FOCUS: no export given (report --focus FILE or s3://BUCKET/KEY)")
+    billing["billed"] = billed or _unavailable("billed: no billing source answered", "; ".join(why_not))
     return billing, found

@@ -31,6 +31,7 @@ class AwsClients:
     autoscaling: Any = None
     ce: Any = None
     elbv2: Any = None
+    s3: Any = None  # a FOCUS export at s3://
 
     @classmethod
     def from_session(cls, region: str) -> AwsClients:
@@ -43,7 +44,19 @@ class AwsClients:
             autoscaling=s.client("autoscaling", region_name=region),
             elbv2=s.client("elbv2", region_name=region),
             ce=s.client("ce", region_name="us-east-1"),
+            s3=s.client("s3", region_name=region),
         )
+
+
+@dataclass(frozen=True)
+class PlannedCost:
+    """The plan's predicted campaign cost (campaign.plan.predict's campaign_usd and minutes), as the
+    campaign hands it over: analysis cannot import the plan, which is above it."""
+
+    usd: float | None  # None: the plan could not price a fleet
+    minutes: float
+    source: str  # e.g. "predicted (campaign plan, 2026-12-05T20:00:00Z)"
+    date: str  # when the plan was made; `source` says how that is known
 
 
 @dataclass(frozen=True)
@@ -69,7 +82,8 @@ class ReportInputs:
     quality: QualityInput | None = None
     instances_measured: Mapping[str, int] | None = None
     histogram_names: HistogramNames | None = None
-    focus_csv: str | Path | None = None
+    focus_csv: str | Path | None = None  # a FOCUS export: a local CSV or s3://bucket/key
+    planned_cost: PlannedCost | None = None  # the plan's figure, for billing's plan / computed / billed
     root_volume_gib: float = DEFAULT_ROOT_VOLUME_GIB
     aws_clients: AwsClients | None = None
     with_sensitivity: bool = True

@@ -17,6 +17,7 @@ from analysis.provenance import Findings, Gap, manifest_provenance, run_relative
 from analysis.report.inputs import ReportInputs
 from analysis.sources.records import RecordSet, load_records
 from core.manifest import Manifest
+from core.records import RunSummary
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,11 @@ class RecordEvidence:
     @property
     def base(self) -> dict[str, Measure]:
         return self.measures(1.0)
+
+    def summaries(self) -> list[RunSummary]:
+        """The run summaries of the replay and of every capacity step and settle segment."""
+        steps = [s for step in self.sweep or [] for s in step.records.summaries.values()]
+        return [*self.records.summaries.values(), *steps]
 
 
 @dataclass(frozen=True)

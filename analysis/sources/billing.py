@@ -1,13 +1,18 @@
 """What was actually billed: Cost Explorer grouped by the `campaign` and `fleet` tags, or a
-FOCUS (FinOps Open Cost and Usage Specification) export CSV."""
+FOCUS (FinOps Open Cost and Usage Specification) export CSV, local or in S3; each limited to the
+run's own window where the source's resolution allows."""
 
 from __future__ import annotations
 
 import csv
+import datetime as dt
+import gzip
+import io
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from analysis.errors import BadBillingData, SourceUnavailable
 
@@ -20,6 +25,15 @@ FOCUS_COLUMNS = (
     "ServiceName",
     "CommitmentDiscountId",
 )
+# FOCUS 1.0 (focus.finops.org, spec "Charge Period End"): the exclusive end of the row's charge
+# period; needed only to limit the export to the run's window (ChargePeriodStart is its inclusive start).
+FOCUS_PERIOD_END = "ChargePeriodEnd"
+
+# Cost Explorer GetCostAndUsage (docs.aws.amazon.com/aws-cost-management/latest/APIReference/
+# API_GetCostAndUsage.html, "Granularity" and "TimePeriod"): HOURLY needs hourly granularity
+# enabled on the account's Cost Explorer settings page and reaches back 14 days only, with
+# TimePeriod in yyyy-MM-ddThh:mm:ssZ; DAILY takes yyyy-MM-dd, whole UTC days. Start inclusive, end exclusive.
+HOURLY_LOOKBACK = dt.timedelta(days=14)
 
 
 @dataclass
@@ -34,15 +48,33 @@ class FleetBill:
         return dict(self.__dict__)
 
 
-def cost_explorer_by_fleet(ce: Any, campaign: str, start_date: str, end_date: str) -> dict[str, float]:
-    """Unblended cost per `fleet` tag value for resources tagged campaign=<campaign>."""
+@dataclass(frozen=True)
+class CostExplorerBill:
+    """Cost Explorer's answer for a window: per fleet tag, and the period it actually covers."""
+
+    by_fleet: dict[str, float]
+    granularity: str  # HOURLY or DAILY
+    start: str  # as sent: inclusive
+    end: str  # as sent: exclusive
+    note: str  # why this granularity (the HOURLY refusal, or the window's age)
+
+    @property
+    def usd(self) -> float:
+        return sum(self.by_fleet.values())
+
+
+def cost_explorer_by_fleet(
+    ce: Any, campaign: str, start: str, end: str, granularity: str = "DAILY"
+) -> dict[str, float]:
+    """Unblended cost per `fleet` tag value for resources tagged campaign=<campaign>, from
+    `start` (inclusive) to `end` (exclusive): dates for DAILY, yyyy-MM-ddThh:mm:ssZ for HOURLY."""
     out: dict[str, float] = {}
     token = None
     try:
         while True:
             kw: dict[str, Any] = {
-                "TimePeriod": {"Start": start_date, "End": end_date},
-                "Granularity": "DAILY",
+                "TimePeriod": {"Start": start, "End": end},
+                "Granularity": granularity,
                 "Metrics": ["UnblendedCost"],
                 "Filter": {"Tags": {"Key": "campaign", "Values": [campaign], "MatchOptions": ["EQUALS"]}},
                 "GroupBy": [{"Type": "TAG", "Key": "fleet"}],
@@ -66,37 +98,141 @@ def cost_explorer_by_fleet(ce: Any, campaign: str, start_date: str, end_date: st
     return out
 
 
-def _num(value: str, path: Path, line: int, col: str) -> float:
+def _utc(unix: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(unix, dt.UTC)
+
+
+def _hour_floor(t: dt.datetime) -> dt.datetime:
+    return t.replace(minute=0, second=0, microsecond=0)
+
+
+def hourly_period(start_unix: float, end_unix: float) -> tuple[str, str]:
+    """The whole UTC hours that hold [start, end], as HOURLY's TimePeriod takes them."""
+    s, end = _hour_floor(_utc(start_unix)), _utc(end_unix)
+    e = _hour_floor(end)
+    if e < end or e <= s:
+        e += dt.timedelta(hours=1)
+    return s.strftime("%Y-%m-%dT%H:%M:%SZ"), e.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def daily_period(start_unix: float, end_unix: float) -> tuple[str, str]:
+    """The whole UTC days that hold [start, end], as DAILY's TimePeriod takes them."""
+    return _utc(start_unix).date().isoformat(), (_utc(end_unix).date() + dt.timedelta(days=1)).isoformat()
+
+
+def cost_explorer_window(
+    ce: Any, campaign: str, start_unix: float, end_unix: float, now_unix: float
+) -> CostExplorerBill:
+    """The campaign's cost over the whole UTC hours that hold the run's window (HOURLY), or, where
+    the account has no hourly data or the window is older than 14 days, the whole UTC days (DAILY)."""
+    if _utc(now_unix) - _utc(start_unix) > HOURLY_LOOKBACK:
+        note = "DAILY: the window began more than 14 days ago, past HOURLY's reach"
+    else:
+        s, e = hourly_period(start_unix, end_unix)
+        try:
+            return CostExplorerBill(
+                cost_explorer_by_fleet(ce, campaign, s, e, "HOURLY"),
+                "HOURLY",
+                s,
+                e,
+                "HOURLY: the window's whole UTC hours",
+            )
+        except SourceUnavailable as exc:
+            note = f"DAILY: HOURLY refused ({exc}; it needs hourly granularity enabled in Cost Explorer's settings)"
+    s, e = daily_period(start_unix, end_unix)
+    return CostExplorerBill(cost_explorer_by_fleet(ce, campaign, s, e, "DAILY"), "DAILY", s, e, note)
+
+
+def _num(value: str, name: str, line: int, col: str) -> float:
     try:
         return float(value) if value != "" else 0.0
     except ValueError:
-        raise BadBillingData(f"{path}:{line}: {col}: not a number: {value!r}") from None
+        raise BadBillingData(f"{name}:{line}: {col}: not a number: {value!r}") from None
 
 
-def read_focus(path: str | Path, campaign: str) -> dict[str, FleetBill]:
-    """Sum a FOCUS export's costs per `fleet` tag for rows tagged campaign=<campaign>."""
-    p = Path(path)
+def _instant(value: str, name: str, line: int, col: str) -> float:
+    """A FOCUS date-time (ISO 8601, UTC: `2026-01-01T00:00:00Z`) as Unix seconds."""
+    try:
+        t = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise BadBillingData(f"{name}:{line}: {col}: not an ISO 8601 date-time: {value!r}") from None
+    return (t if t.tzinfo else t.replace(tzinfo=dt.UTC)).timestamp()
+
+
+def _in_window(row: dict[str, str], name: str, line: int, window: tuple[float, float]) -> bool:
+    """The row's charge period [ChargePeriodStart, ChargePeriodEnd) overlaps the window."""
+    start = _instant(row["ChargePeriodStart"], name, line, "ChargePeriodStart")
+    end = _instant(row[FOCUS_PERIOD_END], name, line, FOCUS_PERIOD_END)
+    return start < window[1] and end > window[0]
+
+
+def sum_focus(
+    lines: Iterable[str], name: str, campaign: str, window: tuple[float, float] | None = None
+) -> dict[str, FleetBill]:
+    """Sum a FOCUS export's costs per `fleet` tag for rows tagged campaign=<campaign> (and, with
+    `window` in Unix seconds, whose charge period overlaps it); `name` is what errors cite."""
     out: dict[str, FleetBill] = {}
     resources: dict[str, set[str]] = {}
-    with p.open(newline="", encoding="utf-8") as fh:
-        reader = csv.DictReader(fh)
-        missing = [c for c in FOCUS_COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise BadBillingData(f"{p}: FOCUS export lacks column(s): {', '.join(missing)}")
-        for line, row in enumerate(reader, start=2):
-            try:
-                tags = json.loads(row["Tags"]) if row["Tags"] else {}
-            except ValueError:
-                raise BadBillingData(f"{p}:{line}: Tags: not a JSON object: {row['Tags']!r}") from None
-            if not isinstance(tags, dict) or tags.get("campaign") != campaign:
-                continue
-            fleet = str(tags.get("fleet", "(untagged)"))
-            b = out.setdefault(fleet, FleetBill())
-            b.effective_usd += _num(row["EffectiveCost"], p, line, "EffectiveCost")
-            b.billed_usd += _num(row["BilledCost"], p, line, "BilledCost")
-            b.rows += 1
-            b.commitment_rows += bool(row["CommitmentDiscountId"])
-            resources.setdefault(fleet, set()).add(row["ResourceId"])
+    reader = csv.DictReader(lines)
+    needed = FOCUS_COLUMNS + ((FOCUS_PERIOD_END,) if window is not None else ())
+    missing = [c for c in needed if c not in (reader.fieldnames or [])]
+    if missing:
+        raise BadBillingData(f"{name}: FOCUS export lacks column(s): {', '.join(missing)}")
+    for line, row in enumerate(reader, start=2):
+        try:
+            tags = json.loads(row["Tags"]) if row["Tags"] else {}
+        except ValueError:
+            raise BadBillingData(f"{name}:{line}: Tags: not a JSON object: {row['Tags']!r}") from None
+        if not isinstance(tags, dict) or tags.get("campaign") != campaign:
+            continue
+        if window is not None and not _in_window(row, name, line, window):
+            continue
+        fleet = str(tags.get("fleet", "(untagged)"))
+        b = out.setdefault(fleet, FleetBill())
+        b.effective_usd += _num(row["EffectiveCost"], name, line, "EffectiveCost")
+        b.billed_usd += _num(row["BilledCost"], name, line, "BilledCost")
+        b.rows += 1
+        b.commitment_rows += bool(row["CommitmentDiscountId"])
+        resources.setdefault(fleet, set()).add(row["ResourceId"])
     for fleet, rs in resources.items():
         out[fleet].resources = len(rs)
     return out
+
+
+def split_s3_uri(uri: str) -> tuple[str, str]:
+    """s3://bucket/key -> (bucket, key), or an error naming the URI."""
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    if not uri.startswith("s3://") or not bucket or not key or key.endswith("/"):
+        raise BadBillingData(f"{uri}: expected s3://BUCKET/KEY of one FOCUS export CSV")
+    return bucket, key
+
+
+def read_focus(
+    source: str | Path, campaign: str, window: tuple[float, float] | None = None, *, s3: Any = None
+) -> dict[str, FleetBill]:
+    """A FOCUS export's sums per fleet (sum_focus) from a local CSV or from s3://bucket/key, streamed
+    from GetObject's body without a local copy (`s3`: a boto3 S3 client; one is made when None). A
+    name ending .gz is gunzipped on the way (AWS Data Exports writes FOCUS as gzip-compressed CSV)."""
+    text = str(source)
+    if not text.startswith("s3://"):
+        with Path(source).open("rb") as raw:
+            return _sum_stream(raw, text, campaign, window)
+    bucket, key = split_s3_uri(text)
+    if s3 is None:
+        import boto3
+
+        s3 = boto3.client("s3")
+    try:
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"]
+    except Exception as exc:  # botocore
+        raise SourceUnavailable(f"{text}: GetObject: {type(exc).__name__}: {exc}") from None
+    with body:
+        return _sum_stream(body, text, campaign, window)
+
+
+def _sum_stream(raw: IO[bytes], name: str, campaign: str, window: tuple[float, float] | None) -> dict[str, FleetBill]:
+    stream: IO[bytes] = gzip.GzipFile(fileobj=raw) if name.endswith(".gz") else raw  # type: ignore[assignment]
+    try:
+        return sum_focus(io.TextIOWrapper(stream, encoding="utf-8", newline=""), name, campaign, window)
+    except (UnicodeDecodeError, gzip.BadGzipFile, EOFError) as exc:
+        raise BadBillingData(f"{name}: not a UTF-8 CSV{' (gzip)' if name.endswith('.gz') else ''}: {exc}") from None

@@ -20,6 +20,7 @@ from core.errors import EXIT_BAD_INPUT as EXIT_BAD_INPUT  # re-exported: tests a
 from core.errors import EXIT_BY_DECISION, BadArgument
 
 if TYPE_CHECKING:
+    from analysis.report.inputs import PlannedCost
     from core.manifest import Manifest
 
 EXIT_BY_STATE = EXIT_BY_DECISION  # the decision's exit code (core/errors.py)
@@ -82,6 +83,18 @@ def stack_prometheus(session: Any, m: Manifest) -> str | None:
     return url
 
 
+def _planned_cost(given: str | None, m: Manifest, run_dir: Path | None) -> PlannedCost | None:
+    """--plan FILE's campaign cost, else the run directory's plan.json (`plan --save RUN_DIR/plan.json`)
+    where there is one, else None (the run's campaign.json may still hold the plan it was given)."""
+    from campaign.plan.plan_file import RUN_DIR_PLAN, planned_cost
+
+    if given:
+        return planned_cost(Path(given), m)
+    if run_dir is not None and (run_dir / RUN_DIR_PLAN).is_file():
+        return planned_cost(run_dir / RUN_DIR_PLAN, m, flag="the run directory's plan")
+    return None
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from analysis.capacity.steps import discover_steps
     from campaign.stages.run import RunFacts, run_report
@@ -114,7 +127,13 @@ def cmd_report(args: argparse.Namespace) -> int:
                 "--records, --capacity, --quality and --instances"
             )
         rep = report_from_run_dir(
-            m, run_dir, Path(args.out), prometheus_url=prometheus, prometheus_sigv4_region=args.prometheus_sigv4
+            m,
+            run_dir,
+            Path(args.out),
+            prometheus_url=prometheus,
+            prometheus_sigv4_region=args.prometheus_sigv4,
+            planned_cost=_planned_cost(args.plan, m, run_dir),
+            focus_csv=args.focus,
         )
         print(f"{rep.decision.state.upper()}: " + "; ".join(rep.decision.reasons))
         print(f"wrote {args.out}/report.json, report.md, report.html")
@@ -122,7 +141,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     if not records:
         raise BadArgument("give --records DIR, --run-dir DIR or --run-id RUN_ID")
     facts = RunFacts(
-        instances or {}, aws=args.aws, prometheus_url=prometheus, prometheus_sigv4_region=args.prometheus_sigv4
+        instances or {},
+        aws=args.aws,
+        prometheus_url=prometheus,
+        prometheus_sigv4_region=args.prometheus_sigv4,
+        planned_cost=_planned_cost(args.plan, m, None),
     )
     rep = run_report(
         m, Path(args.out), Path(args.out), quality, facts, capacity, None, focus_csv=args.focus, records_dir=records
@@ -162,7 +185,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument(
         "--run-dir",
         help="a run's directory as `campaign local` or `campaign run` left it (records/, capacity/, "
-        "quality.json, campaign.json): the report again from the same files",
+        "quality.json, campaign.json; plan.json when present): the report again from the same files",
     )
     p.add_argument(
         "--prometheus",
@@ -181,7 +204,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--aws", action="store_true", help="pull prices, CloudWatch and Cost Explorer from AWS")
     p.add_argument("--quality", help="JSON file: {fleet: {passed, pass_rate, failures}}")
     p.add_argument("--instances", nargs="*", metavar="FLEET=N", help="instances in service per fleet during the run")
-    p.add_argument("--focus", help="FOCUS billing export CSV")
+    p.add_argument(
+        "--focus",
+        metavar="CSV",
+        help="FOCUS billing export: a CSV file or s3://BUCKET/KEY read in place (.gz: gzip-compressed, as AWS "
+        "Data Exports writes it); its BilledCost over the run's window is the report's billed campaign cost",
+    )
+    p.add_argument(
+        "--plan",
+        metavar="FILE",
+        help="a plan saved by `campaign plan MANIFEST --save FILE`: its campaign cost is set beside the computed "
+        "and billed ones (with --run-dir / --run-id: RUN_DIR/plan.json when present)",
+    )
     p.add_argument(
         "--capacity",
         help="capacity directory: x<k>/ steps of a fixed sweep, "

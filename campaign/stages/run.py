@@ -27,7 +27,7 @@ import json
 import math
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -36,6 +36,7 @@ from pydantic import ValidationError
 from analysis.capacity.settle_record import SettleOutcome
 from analysis.errors import AnalysisError
 from analysis.model import QualityLayer, QualityResult
+from analysis.report.inputs import PlannedCost
 from campaign.stages.deadline import CAPACITY_STAGE, GATE_STAGE, REPLAY_STAGE, SETTLE_STAGE, StageGuard
 from campaign.stages.quality import (
     DISTRIBUTION,
@@ -70,14 +71,17 @@ class RunFacts:
     prometheus_url: str | None = None
     ready_after_s: dict[str, float] = field(default_factory=dict)
     prometheus_sigv4_region: str | None = None  # sign for aps in it though not an AMP URL (a stand-in)
+    planned_cost: PlannedCost | None = None  # the plan the run was given: its cost beside the computed and billed
 
     def write(self, run_dir: Path) -> None:
-        body = {
+        body: dict[str, Any] = {
             "instances_measured": self.instances_measured,
             "systems_under_test": self.systems_under_test,
             "aws": self.aws,
             "ready_after_s": self.ready_after_s,
         }
+        if self.planned_cost is not None:
+            body["planned_cost"] = asdict(self.planned_cost)
         (run_dir / CAMPAIGN_FILE).write_text(json.dumps(body, indent=2), encoding="utf-8")
 
     @classmethod
@@ -100,7 +104,30 @@ class RunFacts:
             bool(d.get("aws")),
             None,
             _numbers(path, d, "ready_after_s", float, required=False),
+            planned_cost=_planned_cost(path, d.get("planned_cost")),
         )
+
+
+def _planned_cost(path: Path, value: object) -> PlannedCost | None:
+    """campaign.json's planned_cost ({usd, minutes, source, date}), or an error naming the field."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise AnalysisError(f"{path}: planned_cost: expected {{usd, minutes, source, date}}, got {value!r}")
+    usd, minutes, source, date = (value.get(k) for k in ("usd", "minutes", "source", "date"))
+    for key, v, ok in (
+        (
+            "usd",
+            usd,
+            usd is None or (isinstance(usd, int | float) and not isinstance(usd, bool) and math.isfinite(usd)),
+        ),
+        ("minutes", minutes, isinstance(minutes, int | float) and not isinstance(minutes, bool) and minutes >= 0),
+        ("source", source, isinstance(source, str) and bool(source)),
+        ("date", date, isinstance(date, str) and bool(date)),
+    ):
+        if not ok:
+            raise AnalysisError(f"{path}: planned_cost.{key}: not valid: {v!r}")
+    return PlannedCost(None if usd is None else float(usd), float(minutes), str(source), str(date))  # type: ignore[arg-type]
 
 
 def _numbers(
@@ -356,6 +383,7 @@ def run_report(
             out_dir=out_dir,
             instances_measured=facts.instances_measured,
             focus_csv=focus_csv,
+            planned_cost=facts.planned_cost if full else None,
             capacity_dirs=capacity_dirs or None,
             systems_under_test=facts.systems_under_test,
             settle=settled,
@@ -372,8 +400,11 @@ def report_from_run_dir(
     *,
     prometheus_url: str | None = None,
     prometheus_sigv4_region: str | None = None,
+    planned_cost: PlannedCost | None = None,
+    focus_csv: str | Path | None = None,
 ) -> Report:
-    """The report again from a run directory as `run_stages` left it (or as downloaded from S3)."""
+    """The report again from a run directory as `run_stages` left it (or as downloaded from S3);
+    `planned_cost`: the plan's figure, over campaign.json's; `focus_csv`: a FOCUS export to bill from."""
     from analysis.capacity.steps import discover_steps
     from analysis.report.build import build_gate_report
 
@@ -383,6 +414,7 @@ def report_from_run_dir(
             f"{run_dir}: no {CAMPAIGN_FILE} (not a run directory written by `campaign local` or `campaign run`)"
         )
     facts.prometheus_url, facts.prometheus_sigv4_region = prometheus_url, prometheus_sigv4_region
+    facts.planned_cost = planned_cost or facts.planned_cost
     quality = read_quality(run_dir / QUALITY_FILE)
     out = out_dir or run_dir
     if quality is not None and not any(
@@ -391,7 +423,7 @@ def report_from_run_dir(
         return build_gate_report(m, quality, out_dir=out)
     steps = discover_steps(run_dir / CAPACITY_DIR)
     settled = SettleOutcome.read(run_dir / CAPACITY_DIR)
-    return run_report(m, run_dir, out, quality, facts, steps or None, settled)
+    return run_report(m, run_dir, out, quality, facts, steps or None, settled, focus_csv=focus_csv)
 
 
 def write_quality(run_dir: Path, quality: dict[str, QualityResult]) -> dict[str, QualityResult]:

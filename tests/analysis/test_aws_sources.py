@@ -11,8 +11,8 @@ from botocore.stub import Stubber
 from moto import mock_aws
 from moto.core import DEFAULT_ACCOUNT_ID
 
-from analysis.errors import BadBillingData, PriceMissing
-from analysis.sources.billing import cost_explorer_by_fleet, read_focus
+from analysis.errors import BadBillingData, PriceMissing, SourceUnavailable
+from analysis.sources.billing import cost_explorer_by_fleet, cost_explorer_window, read_focus
 from analysis.sources.cloudwatch import CloudWatchSource, MetricSpec, discover_asgs, fleet_specs
 from analysis.sources.pricing import PriceBook, PriceListSource, ec2_instance_filters, parse_price_list
 
@@ -246,3 +246,92 @@ def test_focus_export_sums_by_fleet_and_validates(tmp_path: Path) -> None:
     nan.write_text(FOCUS_HEAD + '2026-01-01,abc,1,i-1,"{""campaign"": ""c1""}",EC2,\n')
     with pytest.raises(BadBillingData, match=r"nan.csv:2: EffectiveCost"):
         read_focus(nan, "c1")
+
+
+FOCUS_WINDOWED_HEAD = FOCUS_HEAD.rstrip("\n") + ",ChargePeriodEnd\n"
+T0 = dt.datetime(2026, 1, 1, 10, 0, tzinfo=dt.UTC).timestamp()  # the run's window: 10:20 .. 11:40 UTC
+
+
+def _focus_rows() -> str:
+    tag = '"{""campaign"": ""c1"", ""fleet"": ""inf2""}"'
+    return (
+        FOCUS_WINDOWED_HEAD
+        + f"2026-01-01T09:00:00Z,1.0,1.0,i-1,{tag},Amazon EC2,,2026-01-01T10:00:00Z\n"  # ends as the window's hour starts
+        + f"2026-01-01T10:00:00Z,2.0,2.0,i-1,{tag},Amazon EC2,,2026-01-01T11:00:00Z\n"
+        + f"2026-01-01T11:00:00Z,4.0,4.0,i-1,{tag},Amazon EC2,,2026-01-01T12:00:00Z\n"
+        + f"2026-01-01T12:00:00Z,8.0,8.0,i-1,{tag},Amazon EC2,,2026-01-01T13:00:00Z\n"  # after the window
+    )
+
+
+@mock_aws
+def test_focus_export_is_read_from_s3_in_place_and_limited_to_the_window() -> None:
+    import gzip
+
+    s3 = boto3.client("s3", region_name="us-east-1")
+    s3.create_bucket(Bucket="results")
+    s3.put_object(Bucket="results", Key="focus/export.csv", Body=_focus_rows().encode())
+    s3.put_object(Bucket="results", Key="focus/export.csv.gz", Body=gzip.compress(_focus_rows().encode()))
+    window = (T0 + 20 * 60, T0 + 100 * 60)
+    for key in ("focus/export.csv", "focus/export.csv.gz"):
+        bills = read_focus(f"s3://results/{key}", "c1", window, s3=s3)
+        assert bills["inf2"].billed_usd == pytest.approx(6.0) and bills["inf2"].rows == 2, key
+    assert read_focus("s3://results/focus/export.csv", "c1", s3=s3)["inf2"].billed_usd == pytest.approx(15.0)
+    with pytest.raises(SourceUnavailable, match=r"s3://results/missing.csv: GetObject"):
+        read_focus("s3://results/missing.csv", "c1", s3=s3)
+    with pytest.raises(BadBillingData, match="expected s3://BUCKET/KEY"):
+        read_focus("s3://results/focus/", "c1", s3=s3)
+
+
+def test_focus_window_needs_charge_period_end_and_names_a_bad_date(tmp_path: Path) -> None:
+    old = tmp_path / "old.csv"
+    old.write_text(FOCUS_HEAD + '2026-01-01T00:00:00Z,1,1,i-1,"{""campaign"": ""c1""}",EC2,\n')
+    with pytest.raises(BadBillingData, match=r"lacks column.*ChargePeriodEnd"):
+        read_focus(old, "c1", (T0, T0 + 60))
+    bad = tmp_path / "bad.csv"
+    bad.write_text(FOCUS_WINDOWED_HEAD + '2026-01-01T00:00:00Z,1,1,i-1,"{""campaign"": ""c1""}",EC2,,noon\n')
+    with pytest.raises(BadBillingData, match=r"bad.csv:2: ChargePeriodEnd: not an ISO 8601"):
+        read_focus(bad, "c1", (T0, T0 + 60))
+
+
+def _ce_answer(amount: str) -> dict[str, Any]:
+    return {
+        "ResultsByTime": [
+            {
+                "TimePeriod": {"Start": "x", "End": "y"},
+                "Groups": [{"Keys": ["fleet$g6"], "Metrics": {"UnblendedCost": {"Amount": amount, "Unit": "USD"}}}],
+            }
+        ]
+    }
+
+
+def _ce_params(start: str, end: str, granularity: str) -> dict[str, Any]:
+    return {
+        "TimePeriod": {"Start": start, "End": end},
+        "Granularity": granularity,
+        "Metrics": ["UnblendedCost"],
+        "Filter": {"Tags": {"Key": "campaign", "Values": ["c1"], "MatchOptions": ["EQUALS"]}},
+        "GroupBy": [{"Type": "TAG", "Key": "fleet"}],
+    }
+
+
+def test_cost_explorer_asks_hourly_for_the_window_hours_then_falls_back_to_whole_days() -> None:
+    start, end = T0 + 20 * 60, T0 + 100 * 60
+    ce = boto3.client("ce", region_name="us-east-1", aws_access_key_id="k", aws_secret_access_key="s")
+    with Stubber(ce) as stub:
+        stub.add_response(
+            "get_cost_and_usage",
+            _ce_answer("3.5"),
+            _ce_params("2026-01-01T10:00:00Z", "2026-01-01T12:00:00Z", "HOURLY"),
+        )
+        got = cost_explorer_window(ce, "c1", start, end, now_unix=T0 + 86400)
+    assert (got.granularity, got.usd, got.by_fleet) == ("HOURLY", pytest.approx(3.5), {"g6": pytest.approx(3.5)})
+    with Stubber(ce) as stub:
+        stub.add_client_error("get_cost_and_usage", "ValidationException", "hourly granularity is not enabled")
+        stub.add_response("get_cost_and_usage", _ce_answer("40"), _ce_params("2026-01-01", "2026-01-02", "DAILY"))
+        got = cost_explorer_window(ce, "c1", start, end, now_unix=T0 + 86400)
+    assert got.granularity == "DAILY" and got.usd == pytest.approx(40.0)
+    assert "HOURLY refused" in got.note and "hourly granularity is not enabled" in got.note
+    with Stubber(ce) as stub:  # older than HOURLY's 14 days: whole days straight away
+        stub.add_response("get_cost_and_usage", _ce_answer("40"), _ce_params("2026-01-01", "2026-01-02", "DAILY"))
+        got = cost_explorer_window(ce, "c1", start, end, now_unix=T0 + 15 * 86400)
+    assert got.granularity == "DAILY" and "14 days" in got.note

@@ -109,3 +109,30 @@ def test_a_search_given_its_own_predicted_boundary_starts_there_and_converges(tm
     )
     assert any("outside the search's range" in line and "not used" in line for line in lines)
     assert out.steps[0].why == "start"
+
+
+def test_planned_cost_is_the_plans_campaign_usd_dated_by_generated_at_or_the_files_mtime(
+    tmp_path: Path, m: Manifest
+) -> None:
+    import os
+
+    from campaign.plan.plan_file import planned_cost
+
+    doc = plan_document(
+        m,
+        [],
+        {"campaign_minutes": 206.0, "campaign_usd": 31.4, "predicted_decision": "defer"},
+        generated_at="2026-12-05T20:00:00Z",
+    )
+    got = planned_cost(_write(tmp_path, doc), m)
+    assert (got.usd, got.minutes, got.date) == (31.4, 206.0, "2026-12-05T20:00:00Z")
+    assert got.source == "predicted (campaign plan, 2026-12-05T20:00:00Z; plan.json, dated by generated_at)"
+    del doc["generated_at"]  # a plan saved before the field existed
+    path = _write(tmp_path, doc)
+    os.utime(path, (1_764_964_800, 1_764_964_800))  # 2025-12-05T20:00:00Z
+    got = planned_cost(path, m)
+    assert got.date == "2025-12-05T20:00:00Z" and "dated by the file's modification time" in got.source
+    with pytest.raises(BadArgument, match="campaign_usd / campaign_minutes: missing"):
+        planned_cost(_write(tmp_path, plan_document(m, [], None)), m)
+    with pytest.raises(BadArgument, match="campaign_usd: expected USD or null"):
+        planned_cost(_write(tmp_path, {**doc, "campaign_usd": "lots"}), m)

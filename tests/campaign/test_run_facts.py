@@ -51,3 +51,21 @@ def test_optional_fields_may_be_absent(tmp_path: Path) -> None:
     (tmp_path / CAMPAIGN_FILE).write_text(json.dumps({"instances_measured": {"g6": 3.0}}), encoding="utf-8")
     facts = RunFacts.read(tmp_path)
     assert facts is not None and facts.instances_measured == {"g6": 3} and facts.ready_after_s == {}
+
+
+def test_the_plan_a_run_was_given_round_trips_and_a_bad_field_is_named(tmp_path: Path) -> None:
+    from analysis.report.inputs import PlannedCost
+
+    planned = PlannedCost(12.5, 240.0, "predicted (campaign plan, 2026-12-05T20:00:00Z)", "2026-12-05T20:00:00Z")
+    RunFacts({"g6": 1}, planned_cost=planned).write(tmp_path)
+    got = RunFacts.read(tmp_path)
+    assert got is not None and got.planned_cost == planned
+    for bad, field in (
+        ({"usd": "12"}, "planned_cost.usd"),
+        ({"minutes": -1}, "planned_cost.minutes"),
+        ({"source": ""}, "planned_cost.source"),
+    ):
+        body = {"instances_measured": {"g6": 1}, "planned_cost": {**planned.__dict__, **bad}}
+        (tmp_path / CAMPAIGN_FILE).write_text(json.dumps(body), encoding="utf-8")
+        with pytest.raises(AnalysisError, match=field):
+            RunFacts.read(tmp_path)

@@ -11,6 +11,8 @@ from typing import Any
 from analysis.economics.decision import RULE
 from analysis.economics.ledger import FLEET_COST_ITEMS
 from analysis.model import (
+    Billing,
+    CampaignCost,
     CapacityStep,
     CellSummary,
     FleetRow,
@@ -582,3 +584,26 @@ def ledger_rows(r: Report) -> list[tuple[str, str]]:
         (k, NOT_DECIDED if blocked and k in FLEET_COST_ITEMS else fmt(v, 2)) for k, v in r.migration.items_usd.items()
     ]
     return [*rows, ("total", NOT_DECIDED if blocked else fmt(r.migration.total_usd, 2))]
+
+
+BILLING_COLUMNS = ("figure", "USD", "source", "date", "covers")
+BILLING_NOTE = (
+    "The campaign's cost three ways: what the plan predicted, unit prices x the instance-hours this run "
+    "measured, and what the bill says. They cover different spans (each row says which), so they differ."
+)
+
+
+def billing_rows(b: Billing) -> list[tuple[str, ...]]:
+    """One row per figure present: planned, computed, billed; an unavailable one says why."""
+    named: list[tuple[str, CampaignCost | None]] = [("planned", b.plan), ("computed", b.computed), ("billed", b.billed)]
+    return [
+        (
+            label,
+            "unavailable" if c.usd is None else fmt(c.usd, 2),
+            c.source,
+            c.date or "n/a",
+            c.covers if c.unavailable is None else f"unavailable: {c.unavailable}",
+        )
+        for label, c in named
+        if c is not None
+    ]

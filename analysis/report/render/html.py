@@ -19,6 +19,8 @@ from analysis.economics.ledger import payback_curve
 from analysis.model import PrefixCache, PrometheusSection, Report
 from analysis.report.render import plots
 from analysis.report.render.cells import (
+    BILLING_COLUMNS,
+    BILLING_NOTE,
     CAPACITY_COLUMNS,
     FLEET_COLUMNS,
     FLEETS_NOTE,
@@ -28,6 +30,7 @@ from analysis.report.render.cells import (
     REPLAY_COLUMNS,
     SEARCH_COLUMNS,
     SENSITIVITY_COLUMNS,
+    billing_rows,
     capacity_heading,
     capacity_notes,
     capacity_row,
@@ -343,6 +346,21 @@ def _migration(r: Report) -> str:
     return "".join(out)
 
 
+def _billing(r: Report) -> str:
+    if r.billing is None or not (rows := billing_rows(r.billing)):
+        return ""
+    return (
+        "<h2>Campaign cost: planned, computed, billed</h2>"
+        + f"<p>{_inline(BILLING_NOTE)}</p>"
+        + _table(BILLING_COLUMNS, rows)
+        + (
+            f"<p>{links.removeprefix('. ')}</p>"
+            if (links := _prov_links(r, ("billing.*", "prices.instance.*")))
+            else ""
+        )
+    )
+
+
 def _time_to_ready(r: Report) -> str:
     if not r.time_to_ready:
         return ""
@@ -480,6 +498,7 @@ def render_html(r: Report) -> str:
         _prefix_cache(r.prefix_cache),
         _placement(r),
         _migration(r),
+        _billing(r),
         _time_to_ready(r),
         _sensitivity(r),
         _gaps(r),

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from analysis.model import PrefixCache, PrometheusSection, Report
 from analysis.report.render.cells import (
+    BILLING_COLUMNS,
+    BILLING_NOTE,
     FLEET_COLUMNS,
     FLEETS_NOTE,
     NOT_DECIDED,
@@ -16,6 +18,7 @@ from analysis.report.render.cells import (
     PREFIX_CACHE_COLUMNS,
     REPLAY_COLUMNS,
     SEARCH_COLUMNS,
+    billing_rows,
     capacity_heading,
     capacity_notes,
     capacity_row,
@@ -158,6 +161,12 @@ def first_screen_lines(r: Report) -> list[str]:
     return out
 
 
+def _billing_lines(r: Report) -> list[str]:
+    if r.billing is None or not (rows := billing_rows(r.billing)):
+        return []
+    return ["", "## Campaign cost: planned, computed, billed", "", BILLING_NOTE, "", *_table(BILLING_COLUMNS, rows)]
+
+
 def _placement_lines(r: Report) -> list[str]:
     return ["", "Per-AZ placement and cost lines:", "", *(f"- {line}" for line in placement_lines(r))]
 
@@ -205,6 +214,7 @@ def render_markdown(r: Report) -> str:
     if r.migration:
         lines += ["", "## Migration ledger", ""]
         lines += [f"- {k}: {v}{'' if v == NOT_DECIDED else ' USD'}" for k, v in ledger_rows(r)]
+    lines += _billing_lines(r)
     if r.time_to_ready:
         lines += [
             "",
