@@ -196,3 +196,24 @@ def test_a_malformed_saved_series_names_the_file_and_field(tmp_path: Path, small
     path.write_text(json.dumps(saved))
     with pytest.raises(AnalysisError, match=r"queries.server_itl: a bucket series without le"):
         server_step(read_series(path), str(path))
+
+
+def test_both_pages_show_each_steps_server_p95s_gap_and_why_a_step_has_none(tmp_path: Path, small: Manifest) -> None:
+    from analysis.model import Report
+    from analysis.report.render.html import render_html
+    from analysis.report.render.markdown import render_markdown
+
+    m = small
+    run = _run_dir(tmp_path, m)
+    _save(m, run, StandInPrometheus(1.0))
+    short = json.loads((run / "metrics/inf2/replay.json").read_text())
+    short["window_unix"][1] = short["window_unix"][0] + 4.0  # 4 s: under 6 scrapes of 1 s
+    (run / "metrics/inf2/replay.json").write_text(json.dumps(short))
+    report = Report.model_validate(_report(m, run))
+    md, page = render_markdown(report), render_html(report)
+    g6_row = "| g6 | replay | 60.0 | 0.750 | 0.900 | 0.150 | 0.0350 | 0.0500 | 0.0150 | pulled |"
+    assert g6_row in md
+    assert "<td>g6</td><td>replay</td><td>60.0</td><td>0.750</td><td>0.900</td><td>0.150</td>" in page
+    assert "| inf2 | replay | 4.0 | n/a |" in md and f"{TOO_SHORT}: a 4.0 s window" in md
+    assert f"{TOO_SHORT}: a 4.0 s window" in page
+    assert "Histograms over the replay window: not queried for this report" in md
