@@ -64,19 +64,22 @@ def pull_step(
     window: tuple[float, float],
     scrape_interval_s: float,
 ) -> SavedSeries:
-    """The step's raw query results. Queried at one scrape interval past the last completion, over
-    the window plus that interval: the last requests' observations reach Prometheus at the next
-    scrape. Raises SourceUnavailable when Prometheus does not answer."""
+    """The step's raw query results, over the window widened by one scrape interval each side and
+    queried at its end: `increase` reads only the samples inside its range, so the range must hold
+    the last scrape before the first request (the counters' values when the step began) and the
+    first scrape after the last completion (its observations reach Prometheus then). Steps are
+    apart by the load generator's start and stop, so the widening rarely reaches another step's
+    requests. Raises SourceUnavailable when Prometheus does not answer."""
     start, end = window
-    at = end + scrape_interval_s
+    begin, at = start - scrape_interval_s, end + scrape_interval_s
     labels = {names.fleet_label: fleet}
     queries: dict[str, RawQuery | None] = {}
     itl = names.server_itl
-    if itl and names.server_itl_fallback and not src.has_series(itl, labels, start, at):
+    if itl and names.server_itl_fallback and not src.has_series(itl, labels, begin, at):
         itl = names.server_itl_fallback  # older vLLM releases
     for key, metric in (("server_ttft", names.server_ttft), ("server_itl", itl)):
-        queries[key] = None if metric is None else raw_query(src, merged_bucket_query(metric, labels, start, at), at)
-    for key, expr in target_up_queries(labels, start, at).items():
+        queries[key] = None if metric is None else raw_query(src, merged_bucket_query(metric, labels, begin, at), at)
+    for key, expr in target_up_queries(labels, begin, at).items():
         queries[key] = raw_query(src, expr, at)
     return SavedSeries(fleet, step, src.url, (start, end), scrape_interval_s, queries)
 

@@ -94,7 +94,7 @@ def test_saved_series_hold_the_query_and_window_and_give_pulled_p95s_and_the_gap
     # first send (wall_start + 0) to last completion (wall_start + 59 + 1 s)
     assert saved["window_unix"] == [1_700_000_000.0, 1_700_000_060.0]
     q = saved["queries"]["server_ttft"]
-    assert q["query"] == 'sum by (le) (increase(vllm:time_to_first_token_seconds_bucket{fleet="g6"}[61s]))'
+    assert q["query"] == 'sum by (le) (increase(vllm:time_to_first_token_seconds_bucket{fleet="g6"}[62s]))'
     assert q["at"] == 1_700_000_061.0  # one scrape past the last completion
     assert saved["queries"]["up_min"]["query"].startswith('min_over_time(up{fleet="g6",job=~"server|serving-.+"}')
 
