@@ -12,8 +12,10 @@ from typing import Any
 import pytest
 
 from analysis.errors import AnalysisError
+from analysis.measure import goodput
 from analysis.measure.server_truth import MIN_SCRAPES, TOO_SHORT, server_step
 from analysis.sources.prometheus import HistogramNames
+from analysis.sources.records import load_records
 from analysis.sources.server_series import METRICS_DIR, pull_step, read_series, series_path, write_series
 from campaign.stages.run import RunFacts, run_report, step_windows
 from core.manifest import Manifest
@@ -173,6 +175,8 @@ def test_settle_segments_and_steps_get_their_own_windows(tmp_path: Path, small: 
     assert windows[("g6", "g6/x2")] == (t0, t0 + 30)
     assert windows[("g6", "g6/x2+settle-1")] == (t0 + 100, t0 + 130)
     assert windows[("inf2", "replay")] == (t0, t0 + 10)
+    # the step's load span (its overhead's reference) still runs over its segments together
+    assert goodput.load_span_s(load_records(step, m.digest)) == {"g6": 130.0}
     assert series_path(Path("metrics"), "g6", "g6/x2+settle-1") == Path("metrics/g6/x2+settle-1.json")
 
 
