@@ -221,3 +221,8 @@ def test_both_pages_show_each_steps_server_p95s_gap_and_why_a_step_has_none(tmp_
     assert "| inf2 | replay | 4.0 | n/a |" in md and f"{TOO_SHORT}: a 4.0 s window" in md
     assert f"{TOO_SHORT}: a 4.0 s window" in page
     assert "Histograms over the replay window: not queried for this report" in md
+    from tests.analysis.report_pages import PageText
+    from tests.analysis.test_report_html import _md_cells
+
+    cells = set(PageText(page).cells)  # every cell of the new table in both pages, as for the others
+    assert [c for c in _md_cells(md) if c not in cells] == []
