@@ -873,12 +873,59 @@ class PrometheusFleet(_Model):
         }
 
 
+class ServerStep(_Model):
+    """One fleet's server-side truth over one step's window (the replay, a capacity step or a settle
+    segment), computed from the series saved in the run directory (analysis.sources.server_series)."""
+
+    label: str = Field(
+        description="'replay', the capacity step's label ('x0.5', 'g6/x2') or '<label>+settle-<n>' for a settle segment"
+    )
+    source: Literal["pulled"] = Field(
+        description="the figures come from Prometheus's own histograms, pulled at the end of the run"
+    )
+    series: str = Field(
+        description="the saved query results the figures are computed from, relative to the run directory"
+    )
+    window_unix: tuple[float, float] = Field(
+        description="[first request sent, last request completed] of the step for this fleet, Unix seconds"
+    )
+    window_s: float = Field(description="that window's length, seconds")
+    scrape_interval_s: float = Field(description="the Prometheus scrape interval the window is judged against, seconds")
+    status: Literal["ok", "too_short", "target_down", "no_series"] = Field(
+        description="'ok'; 'too_short': under 6 scrape intervals, too short for server truth (no figure); "
+        "'target_down': a serving target was down for part of the window (a gap, no figure); "
+        "'no_series': the server's histograms saw no request"
+    )
+    note: str = Field(description="why there is no figure, in words; empty when status is 'ok'")
+    p95_ttft_s: float | None = Field(
+        description="the server's P95 TTFT over the window, seconds: buckets summed across instances (sum by (le) of "
+        "increase), then histogram_quantile; null: no figure (status) or the stack exports no TTFT histogram"
+    )
+    p95_itl_s: float | None = Field(
+        description="the server's P95 inter-token latency over the window, seconds, likewise"
+    )
+    client_p95_ttft_s: float | None = Field(
+        description="the same step's P95 TTFT from the client's records, seconds; null: no capacity row for this label"
+    )
+    client_p95_itl_s: float | None = Field(description="the same step's P95 ITL from the client's records, seconds")
+    ttft_gap_s: float | None = Field(
+        description="client P95 TTFT - server P95 TTFT, seconds: the time outside the server's own measurement (network, "
+        "load balancer, queueing before the server's clock starts) plus bucket resolution"
+    )
+    itl_gap_s: float | None = Field(description="client P95 ITL - server P95 ITL, seconds")
+
+
 class PrometheusSection(_Model):
     """The Prometheus cross-check of the records' percentiles (pulled at report time)."""
 
     url: str = Field(description="the Prometheus server queried")
     fleets: dict[str, PrometheusFleet] = Field(description="per fleet name: its histograms")
     error: str | None = Field(default=None, description="why the source failed part-way; null: it answered")
+    steps: dict[str, list[ServerStep]] | None = Field(
+        default=None,
+        description="per fleet name: the server's P95s over every step's window, from the series saved in the run "
+        "directory's metrics/; null: the run saved none",
+    )
 
 
 class PrefixSplit(_Model):

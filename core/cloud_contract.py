@@ -80,6 +80,9 @@ NAT_GATEWAYS = 1  # stacks/network.py
 INTERFACE_ENDPOINT_SERVICES = ("ecr.api", "ecr.dkr", "logs", "monitoring", "ssm", "ssmmessages", "ec2messages")
 PROMETHEUS_TASK_VCPU = 1  # stacks/observability.py: the Prometheus Fargate service's one task
 PROMETHEUS_TASK_MEMORY_GIB = 2
+# The stack's Prometheus scrapes every target this often (stacks/observability.py); a short run
+# needs it short: a 15 s interval leaves too few points per step window.
+PROMETHEUS_SCRAPE_INTERVAL_S = 5
 
 LOCUST_WEB_PORT = 8089
 LOCUST_MASTER_PORT = 5557  # workers connect to the master here (Locust default)

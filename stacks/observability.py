@@ -22,7 +22,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_servicediscovery as servicediscovery
 from constructs import Construct
 
-from core.cloud_contract import PROMETHEUS_TASK_MEMORY_GIB, PROMETHEUS_TASK_VCPU
+from core.cloud_contract import PROMETHEUS_SCRAPE_INTERVAL_S, PROMETHEUS_TASK_MEMORY_GIB, PROMETHEUS_TASK_VCPU
 from core.images import PROMETHEUS_IMAGE, CachedPull
 from core.manifest import Manifest
 from stacks import loadgen_contract as lg
@@ -34,7 +34,7 @@ from stacks.network import PRIVATE
 __all__ = ["PROMETHEUS_IMAGE", "Observability", "prometheus_config", "prometheus_pull"]
 
 PROMETHEUS_CONFIG_PATH = "/prometheus/prometheus.yml"
-SCRAPE_INTERVAL = "5s"  # short runs: a 15 s interval leaves too few points per replay window
+SCRAPE_INTERVAL = f"{PROMETHEUS_SCRAPE_INTERVAL_S}s"  # core.cloud_contract says why it is short
 
 
 def prometheus_config(

@@ -221,15 +221,27 @@ def itl_basis_counts(rs: RecordSet) -> dict[str, dict[str, int]]:
     return out
 
 
-def load_span_s(rs: RecordSet) -> dict[str, float]:
-    """Per fleet, wall seconds from its first request sent to its last request's end (scheduled
-    send + lifetime; an answer never completed ends at its first token or its send): the time the
-    load itself took, without the runner's start and stop around it."""
+def load_windows(rs: RecordSet) -> dict[tuple[str, str], tuple[float, float]]:
+    """Per (fleet, segment: SEGMENT_SQL, "" for the step itself), the wall-clock window from its first
+    request sent to its last request's end (scheduled send + lifetime; an answer never completed
+    ends at its first token or its send), Unix seconds: the time the load itself took, without the
+    runner's start and stop around it, and the window the server's histograms are read over."""
     rows = rs.con.execute(
-        "SELECT fleet, max(wall_start + scheduled_s + coalesce(e2e_s, ttft_s, send_lag_s, 0)) - min(wall_start + sent_s) "
-        "FROM records WHERE sent_s IS NOT NULL GROUP BY fleet"
+        f"SELECT fleet, {SEGMENT_SQL} AS segment, min(wall_start + sent_s), "
+        "max(wall_start + scheduled_s + coalesce(e2e_s, ttft_s, send_lag_s, 0)) "
+        "FROM records WHERE sent_s IS NOT NULL GROUP BY ALL"
     ).fetchall()
-    return {str(f): max(float(v), 0.0) for f, v in rows if v is not None}
+    return {(str(f), str(seg)): (float(a), max(float(a), float(b))) for f, seg, a, b in rows if a is not None}
+
+
+def load_span_s(rs: RecordSet) -> dict[str, float]:
+    """Per fleet, wall seconds from its first request sent to its last request's end, over every
+    segment (load_windows)."""
+    spans: dict[str, tuple[float, float]] = {}
+    for (fleet, _), (a, b) in load_windows(rs).items():
+        lo, hi = spans.get(fleet, (a, b))
+        spans[fleet] = (min(lo, a), max(hi, b))
+    return {f: max(b - a, 0.0) for f, (a, b) in spans.items()}
 
 
 def median_e2e(rs: RecordSet, ttft_slo_s: float | None = None, itl_slo_s: float | None = None) -> dict[str, float]:

@@ -25,7 +25,7 @@ from analysis.report.assembly import (
     input_provenance,
 )
 from analysis.report.evaluate import Context
-from analysis.report.evidence import gather_evidence
+from analysis.report.evidence import gather_evidence, with_server_steps
 from analysis.report.inputs import DEFAULT_ROOT_VOLUME_GIB, AwsClients, QualityInput, ReportInputs
 from analysis.report.measurement import measure, read_records
 from core.manifest import Manifest
@@ -49,6 +49,7 @@ def build_report(inputs: ReportInputs) -> Report:
     rec = read_records(inp)
     ev = gather_evidence(inp, rec.base, rec.summaries())
     meas = measure(inp, rec, ev.instances)
+    ev = with_server_steps(ev, inp, meas.capacities(1.0) if meas.capacities is not None else {}, rec.base)
     prefix = prefix_cache.for_report(
         m, rec.records, inp.prometheus_url, rec.base, sigv4_region=inp.prometheus_sigv4_region
     )

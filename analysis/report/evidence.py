@@ -7,6 +7,7 @@ gap, never a silent zero.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import re
 import time
@@ -18,7 +19,8 @@ from typing import Any
 from analysis.economics.cost import UnitPrices
 from analysis.errors import PriceMissing, SourceUnavailable
 from analysis.measure.histogram import bucket_cdf
-from analysis.model import Measure
+from analysis.measure.server_truth import server_step
+from analysis.model import CapacityModel, Measure, ServerStep
 from analysis.provenance import Findings, Gap, Sourced, run_relative
 from analysis.report.inputs import AwsClients, PlannedCost, ReportInputs
 from analysis.sources.billing import cost_explorer_window, read_focus
@@ -26,6 +28,7 @@ from analysis.sources.cloudwatch import CloudWatchSource, discover_asgs, fleet_s
 from analysis.sources.instances import CountedInstances, read_counted
 from analysis.sources.pricing import RESERVED_KIND, PriceBook, PriceListSource
 from analysis.sources.prometheus import HistogramNames, PrometheusSource
+from analysis.sources.server_series import SavedSeries, read_fleet_series, series_path
 from analysis.sources.time_to_ready import time_to_ready
 from core import catalog
 from core.cloud_contract import LOADGEN_TASK_MEMORY_GIB, LOADGEN_TASK_VCPU
@@ -195,6 +198,78 @@ def _prometheus_gap(out: dict[str, Any], found: Findings, why: str) -> tuple[dic
     found.gaps.append(Gap("prometheus", f"{why}; {RECORDS_FALLBACK}"))
     out["error"] = why
     return out, found
+
+
+def with_server_steps(
+    ev: Evidence,
+    inp: ReportInputs,
+    capacities: Mapping[str, CapacityModel],
+    base: Mapping[str, Measure],
+) -> Evidence:
+    """`ev` with the server's P95s per step (prometheus.steps), computed from the series the run saved
+    in `inp.metrics_dir` alone (no query), next to each step's client P95s from the records."""
+    if inp.metrics_dir is None:
+        return ev
+    metrics_dir = Path(inp.metrics_dir)
+    found = Findings()
+    steps: dict[str, list[ServerStep]] = {}
+    url = ""
+    for f in inp.manifest.fleets:
+        saved = read_fleet_series(metrics_dir, f.name)
+        if not saved:
+            continue
+        clients = _client_p95s(capacities.get(f.name), base.get(f.name))
+        steps[f.name] = [_server_step(s, metrics_dir, clients.get(s.step), found) for s in saved]
+        steps[f.name].sort(key=lambda st: st.window_unix[0])
+        url = url or saved[0].url
+        found.provenance[f"prometheus.steps.{f.name}"] = {
+            "source": "pulled",
+            "detail": f"{metrics_dir.name}/{f.name}/*.json: the server's histograms over each step's window, pulled "
+            f"from {saved[0].url} at the end of the run (sum by (le) of increase, then histogram_quantile)",
+        }
+    if not steps:
+        return ev
+    section = dict(ev.prometheus) if ev.prometheus is not None else {"url": url, "fleets": {}}
+    section["steps"] = {k: [st.model_dump() for st in v] for k, v in steps.items()}
+    return dataclasses.replace(ev, prometheus=section, prometheus_found=ev.prometheus_found + found)
+
+
+def _client_p95s(cap: CapacityModel | None, replay: Measure | None) -> dict[str, tuple[float | None, float | None]]:
+    """Per step label, the client's P95 TTFT and ITL from the records (the capacity rows, the replay)."""
+    out = {row.label: (row.p95_ttft_s, row.p95_itl_s) for row in (cap.steps if cap is not None else [])}
+    if replay is not None:
+        out.setdefault("replay", (replay.p95_ttft_s, replay.p95_itl_s))
+    return out
+
+
+def _gap(client: float | None, server: float | None) -> float | None:
+    return None if client is None or server is None else client - server
+
+
+def _server_step(
+    saved: SavedSeries, metrics_dir: Path, client: tuple[float | None, float | None] | None, found: Findings
+) -> ServerStep:
+    rel = series_path(Path(metrics_dir.name), saved.fleet, saved.step).as_posix()
+    got = server_step(saved, rel)
+    if got.status == "target_down":  # a gap, never a smaller histogram
+        found.gaps.append(Gap(f"prometheus.steps.{saved.fleet}.{saved.step}", got.note, blocks_go=False))
+    ttft, itl = client if client is not None else (None, None)
+    return ServerStep(
+        label=saved.step,
+        source="pulled",
+        series=rel,
+        window_unix=saved.window_unix,
+        window_s=saved.window_s,
+        scrape_interval_s=saved.scrape_interval_s,
+        status=got.status,
+        note=got.note,
+        p95_ttft_s=got.p95_ttft_s,
+        p95_itl_s=got.p95_itl_s,
+        client_p95_ttft_s=ttft,
+        client_p95_itl_s=itl,
+        ttft_gap_s=_gap(ttft, got.p95_ttft_s),
+        itl_gap_s=_gap(itl, got.p95_itl_s),
+    )
 
 
 def _time_to_ready(m: Manifest, clients: AwsClients) -> tuple[dict[str, Any], Findings]:

@@ -91,3 +91,6 @@ class ReportInputs:
     capacity_dirs: Mapping[str, Path] | None = None
     systems_under_test: str | None = None
     settle: SettleOutcome | None = None
+    # The run directory's metrics/: the server's histograms per step as the run saved them
+    # (analysis.sources.server_series); the report's per-step server figures come from it alone.
+    metrics_dir: str | Path | None = None

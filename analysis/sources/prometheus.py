@@ -231,8 +231,10 @@ class PrometheusSource:
 
     def merged_buckets(self, metric: str, labels: dict[str, str], start: float, end: float) -> dict[float, float]:
         """Cumulative counts per le over the window, summed across replicas and workers."""
-        expr = f"sum by (le) (increase({metric}_bucket{_selector(labels)}[{_range(start, end)}]))"
-        return {float(s["metric"]["le"]): float(s["value"][1]) for s in self.query(expr, end)}
+        return {
+            float(s["metric"]["le"]): float(s["value"][1])
+            for s in self.query(merged_bucket_query(metric, labels, start, end), end)
+        }
 
     def merged_quantile(self, q: float, metric: str, labels: dict[str, str], start: float, end: float) -> float | None:
         """Prometheus's own histogram_quantile of the merged buckets: the fleet percentile."""
@@ -256,3 +258,40 @@ class PrometheusSource:
             if not math.isnan(v):
                 out[s["metric"].get(by, "?")] = v
         return out
+
+
+# The serving targets' scrape jobs: the local campaign's `server` job (campaign/backends/local/
+# prometheus.py) and the stack's `serving-<fleet>` jobs (stacks/observability.py), both labelled
+# with the fleet; the load generators' jobs are left out of a fleet's target check.
+SERVER_JOBS = "server|serving-.+"
+
+
+@dataclass(frozen=True)
+class RawQuery:
+    """One instant query as sent and its raw result vector: what a run directory keeps (metrics/)."""
+
+    query: str
+    at: float
+    result: list[dict[str, Any]]
+
+
+def merged_bucket_query(metric: str, labels: dict[str, str], start: float, end: float) -> str:
+    """`sum by (le)` of `increase` over [start, end]: the fleet's merged cumulative buckets."""
+    return f"sum by (le) (increase({metric}_bucket{_selector(labels)}[{_range(start, end)}]))"
+
+
+def target_up_queries(labels: dict[str, str], start: float, end: float) -> dict[str, str]:
+    """Per serving target over [start, end]: its lowest `up` (0: at least one scrape failed) and
+    how many `up` samples it has (fewer than the window's scrapes: it was gone part of the time,
+    e.g. an instance replaced, which leaves no sample at all rather than a 0)."""
+    job = f'job=~"{SERVER_JOBS}"'
+    sel = _selector(labels)[:-1] + "," + job + "}" if labels else "{" + job + "}"
+    rng = _range(start, end)
+    return {
+        "up_min": f"min_over_time(up{sel}[{rng}])",
+        "up_samples": f"count_over_time(up{sel}[{rng}])",
+    }
+
+
+def raw_query(src: PrometheusSource, expr: str, at: float) -> RawQuery:
+    return RawQuery(expr, at, src.query(expr, at))

@@ -184,8 +184,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     p.add_argument(
         "--run-dir",
-        help="a run's directory as `campaign local` or `campaign run` left it (records/, capacity/, "
-        "quality.json, campaign.json; plan.json when present): the report again from the same files",
+        help="a run's directory as `campaign local` or `campaign run` left it (records/, capacity/, metrics/, "
+        "quality.json, campaign.json; plan.json when present): the report again from the same files, the per-step "
+        "server figures from metrics/ with no Prometheus",
     )
     p.add_argument(
         "--prometheus",

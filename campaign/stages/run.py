@@ -15,6 +15,7 @@ Everything a report is built from lands in one run directory, laid out the same 
     quality.json                     the gate's layers per fleet
     capacity/<fleet>/search.json, capacity/<fleet>/x<k>/ (records; settle-<n>/ segments)
     capacity/settle.json             what the settle phase did
+    metrics/<fleet>/<step>.json      the server's histograms and up checks per step, as Prometheus gave them
     campaign.json                    instances measured, what served the fleets, readiness
     report.json, report.md, report.html
 
@@ -72,6 +73,7 @@ class RunFacts:
     ready_after_s: dict[str, float] = field(default_factory=dict)
     prometheus_sigv4_region: str | None = None  # sign for aps in it though not an AMP URL (a stand-in)
     planned_cost: PlannedCost | None = None  # the plan the run was given: its cost beside the computed and billed
+    scrape_interval_s: float | None = None  # the Prometheus scrape interval the fleets were scraped at
 
     def write(self, run_dir: Path) -> None:
         body: dict[str, Any] = {
@@ -254,9 +256,61 @@ def run_stages(
         before_stage(SETTLE_STAGE)
         settled = settle_phase(m, fleets, run_dir, quality, facts, capacity_dirs, stop, log)
         fleets.checkpoint("settle phase")
+    save_server_series(m, run_dir, facts, capacity_dirs, log)  # before the report, and before any teardown
+    fleets.checkpoint("server series")
     if not final_report:
         return None
     return run_report(m, run_dir, run_dir, quality, facts, capacity_dirs, settled, full=full_report)
+
+
+def step_windows(
+    m: Manifest, records_dir: Path, capacity_dirs: Mapping[str, Path]
+) -> dict[tuple[str, str], tuple[float, float]]:
+    """Per (fleet, step label), the step's window from its records (first send to last completion,
+    analysis.measure.goodput.load_windows): the replay, every capacity step and every settle segment
+    ("<label>+settle-<n>")."""
+    from analysis.capacity.steps import REPLAY
+    from analysis.measure.goodput import SETTLE_DIR, load_windows
+    from analysis.sources.records import load_records
+
+    out: dict[tuple[str, str], tuple[float, float]] = {}
+    for label, d in {REPLAY: records_dir, **capacity_dirs}.items():
+        for (fleet, segment), window in load_windows(load_records(d, m.digest)).items():
+            out[(fleet, label if not segment else f"{label}+{SETTLE_DIR}{segment}")] = window
+    return out
+
+
+def save_server_series(
+    m: Manifest,
+    run_dir: Path,
+    facts: RunFacts,
+    capacity_dirs: Mapping[str, Path],
+    log: Callable[[str], None] = say,
+) -> int:
+    """Pull the server's histograms and the targets' up checks over every step's window into
+    metrics/<fleet>/<step>.json (analysis.sources.server_series), so the report's per-step server
+    figures can be computed again from the run directory with no network. Returns the files
+    written; a Prometheus that does not answer is logged (the report's prometheus gap says it)."""
+    from analysis.errors import SourceUnavailable
+    from analysis.sources.prometheus import HistogramNames, PrometheusSource
+    from analysis.sources.server_series import METRICS_DIR, pull_step, write_series
+
+    if not facts.prometheus_url or not facts.scrape_interval_s:
+        return 0
+    stacks = {f.name: f.serving.stack for f in m.fleets}
+    written = 0
+    try:
+        src = PrometheusSource(facts.prometheus_url, sigv4_region=facts.prometheus_sigv4_region)
+        for (fleet, label), window in sorted(step_windows(m, run_dir / RECORDS_DIR, capacity_dirs).items()):
+            names = HistogramNames.for_stack(stacks[fleet])
+            saved = pull_step(src, names, fleet, label, window, facts.scrape_interval_s)
+            write_series(run_dir / METRICS_DIR, saved)
+            written += 1
+    except (SourceUnavailable, ValueError) as exc:
+        log(f"server histograms per step not saved after {written} step(s): {exc}")
+        return written
+    log(f"server histograms per step: {written} step(s) saved in {METRICS_DIR}/")
+    return written
 
 
 # What the report holds for a fleet whose gate could not run (the plan's simulated fleets).
@@ -371,11 +425,14 @@ def run_report(
     `full=False`: the decision only (the settle phase's interim reports, `campaign plan`): no
     sensitivity grid, no pages, and no AWS or Prometheus pulls."""
     from analysis.report.build import ReportInputs, build_report
+    from analysis.sources.server_series import METRICS_DIR
 
+    metrics_dir = run_dir / METRICS_DIR
     return build_report(
         ReportInputs(
             m,
             records_dir if records_dir is not None else run_dir / RECORDS_DIR,
+            metrics_dir=metrics_dir if metrics_dir.is_dir() else None,
             prometheus_url=facts.prometheus_url if full else None,
             prometheus_sigv4_region=facts.prometheus_sigv4_region,
             aws=facts.aws and full,

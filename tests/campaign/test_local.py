@@ -75,6 +75,13 @@ def test_local_campaign_writes_a_report_with_both_fleets(tmp_path: Path, manifes
         steps = report["fleets"][name]["capacity"]["steps"]
         assert len([s for s in steps if s.get("label", s.get("step")) != "replay"]) == 2, steps
         assert (out / "capacity" / "x4" / f"records-{name}-w0.jsonl").is_file()
+    # the server's histograms per step, saved in the run directory and read back by the report
+    steps = report["prometheus"]["steps"]
+    for name in ("inf2", "g6"):
+        assert {p.stem for p in (out / "metrics" / name).glob("*.json")} >= {"replay", "x4"}
+        replay = next(s for s in steps[name] if s["label"] == "replay")
+        assert replay["source"] == "pulled" and replay["status"] == "ok", replay
+        assert replay["p95_ttft_s"] > 0 and replay["ttft_gap_s"] is not None
     assert _leftovers(str(out)) == []
 
 

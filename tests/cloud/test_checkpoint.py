@@ -40,9 +40,11 @@ def test_the_stages_checkpoint_after_each_stage_and_before_each_step(
     rep = run_stages(m, fleets, tmp_path, threading.Event(), full_report=False, log=lambda line: None)
     assert rep is not None
     stages = [s for s, _ in fleets.calls]
-    # after the gate and the replay, then before each step, then after the search, and the settle phase
+    # after the gate and the replay, then before each step, then after the search, the settle phase
+    # and the server series saved for the report
     assert stages[:2] == ["quality gate", "trace replay"]
-    assert stages.index("capacity search") < stages.index("settle phase") == len(stages) - 1
+    assert stages.index("capacity search") < stages.index("settle phase") == len(stages) - 2
+    assert stages[-1] == "server series"
     before_steps = [s for s in stages if s.startswith("capacity search: before ")]
     steps = sorted(p.parent.relative_to(tmp_path / "capacity").as_posix() for p in tmp_path.rglob(STEP_FILE))
     assert len(before_steps) == len(steps) > 2

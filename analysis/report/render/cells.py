@@ -18,6 +18,7 @@ from analysis.model import (
     FleetRow,
     Interval,
     PrefixCache,
+    PrometheusSection,
     QualityResult,
     Report,
     SearchPath,
@@ -606,4 +607,56 @@ def billing_rows(b: Billing) -> list[tuple[str, ...]]:
         )
         for label, c in named
         if c is not None
+    ]
+
+
+SERVER_STEP_COLUMNS = (
+    "fleet",
+    "step",
+    "window s",
+    "server P95 TTFT s",
+    "client P95 TTFT s",
+    "TTFT gap s",
+    "server P95 ITL s",
+    "client P95 ITL s",
+    "ITL gap s",
+    "server truth",
+)
+
+
+def no_histograms_text(prom: PrometheusSection | None) -> str:
+    """The sentence where the replay window's histograms would be."""
+    if prom is not None and prom.steps:
+        return (
+            "Histograms over the replay window: not queried for this report (the server truth per step below comes "
+            "from the run's saved series); every percentile above comes from the raw records."
+        )
+    return "Histograms: no Prometheus source; every percentile above comes from the raw records."
+
+
+def server_steps_intro(prom: PrometheusSection) -> str:
+    return (
+        f"Server truth per step (the server's own histograms, pulled from {prom.url} at the end of the run and kept in "
+        "the run directory's metrics/: buckets summed across instances, sum by (le) of increase over each step's "
+        "window, first send to last completion); gap = client P95 - server P95:"
+    )
+
+
+def server_step_rows(prom: PrometheusSection) -> list[tuple[str, ...]]:
+    """One row per fleet and step; a step without a figure says why (too short, a target down)."""
+    return [
+        (
+            fleet,
+            st.label,
+            fmt(st.window_s, 1),
+            fmt(st.p95_ttft_s),
+            fmt(st.client_p95_ttft_s),
+            fmt(st.ttft_gap_s),
+            fmt(st.p95_itl_s, 4),
+            fmt(st.client_p95_itl_s, 4),
+            fmt(st.itl_gap_s, 4),
+            st.source if st.status == "ok" else st.note,
+        )
+        for fleet, steps in (prom.steps or {}).items()
+        for st in steps
     ]

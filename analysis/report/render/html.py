@@ -30,6 +30,7 @@ from analysis.report.render.cells import (
     REPLAY_COLUMNS,
     SEARCH_COLUMNS,
     SENSITIVITY_COLUMNS,
+    SERVER_STEP_COLUMNS,
     billing_rows,
     capacity_heading,
     capacity_notes,
@@ -42,6 +43,7 @@ from analysis.report.render.cells import (
     fmt,
     headline_text,
     ledger_rows,
+    no_histograms_text,
     outcome_row,
     placement_lines,
     prefix_cache_rows,
@@ -52,6 +54,8 @@ from analysis.report.render.cells import (
     search_rows,
     search_stop,
     sensitivity_rows,
+    server_step_rows,
+    server_steps_intro,
     to_settle_text,
 )
 
@@ -283,9 +287,15 @@ def _capacity(r: Report) -> str:
     return "".join(out)
 
 
+def _server_steps(prom: PrometheusSection | None) -> str:
+    if prom is None or not prom.steps:
+        return ""
+    return f"<p>{html.escape(server_steps_intro(prom))}</p>" + _table(SERVER_STEP_COLUMNS, server_step_rows(prom))
+
+
 def _histograms(prom: PrometheusSection | None) -> str:
     if not prom or not prom.fleets:
-        return "<p>Histograms: no Prometheus source; every percentile above comes from the raw records.</p>"
+        return f"<p>{html.escape(no_histograms_text(prom))}</p>" + _server_steps(prom)
     rows = [
         (
             fleet,
@@ -301,6 +311,7 @@ def _histograms(prom: PrometheusSection | None) -> str:
     return (
         f"<p>Histograms from Prometheus ({html.escape(prom.url)}), buckets summed across replicas before the quantile:</p>"
         + _table(("fleet", "histogram", "metric", "P95 s (merged histogram)", "P95 s (records)", "difference s"), rows)
+        + _server_steps(prom)
     )
 
 

@@ -18,6 +18,7 @@ from analysis.report.render.cells import (
     PREFIX_CACHE_COLUMNS,
     REPLAY_COLUMNS,
     SEARCH_COLUMNS,
+    SERVER_STEP_COLUMNS,
     billing_rows,
     capacity_heading,
     capacity_notes,
@@ -30,6 +31,7 @@ from analysis.report.render.cells import (
     fmt,
     headline_text,
     ledger_rows,
+    no_histograms_text,
     outcome_row,
     placement_lines,
     prefix_cache_rows,
@@ -39,6 +41,8 @@ from analysis.report.render.cells import (
     search_rows,
     search_stop,
     sensitivity_rows,
+    server_step_rows,
+    server_steps_intro,
     to_settle_text,
 )
 
@@ -83,9 +87,11 @@ def _capacity_lines(r: Report) -> list[str]:
 
 
 def _histogram_lines(prom: PrometheusSection | None) -> list[str]:
-    """P95 from merged Prometheus histograms next to P95 from raw records, with the difference."""
+    """P95 from merged Prometheus histograms next to P95 from raw records, with the difference;
+    then the server's P95s per step where the run saved them."""
+    steps = _server_step_lines(prom)
     if prom is None or not prom.fleets:
-        return ["", "Histograms: no Prometheus source; every percentile above comes from the raw records."]
+        return ["", no_histograms_text(prom), *steps]
     out = [
         "",
         f"Histograms from Prometheus ({prom.url}), buckets summed across replicas before the quantile:",
@@ -99,7 +105,13 @@ def _histogram_lines(prom: PrometheusSection | None) -> list[str]:
             out.append(
                 f"| {fleet} | {key} | {metric} | {fmt(h.p95_s_merged_histogram)} | {fmt(h.p95_s_records)} | {fmt(h.difference_s)} |"
             )
-    return out
+    return out + steps
+
+
+def _server_step_lines(prom: PrometheusSection | None) -> list[str]:
+    if prom is None or not prom.steps:
+        return []
+    return ["", server_steps_intro(prom), "", *_table(SERVER_STEP_COLUMNS, server_step_rows(prom))]
 
 
 def prefix_cache_lines(pc: PrefixCache | None) -> list[str]:

@@ -61,6 +61,7 @@ class CloudFleets:
             aws=True,
             prometheus_url=self.run.cfg.prometheus_url or None,
             ready_after_s=dict(self.ready_after_s),
+            scrape_interval_s=float(cc.PROMETHEUS_SCRAPE_INTERVAL_S),
         )
 
     def gate(self) -> dict[str, GateResult]:

@@ -151,7 +151,13 @@ class LocalFleets:
         self.handles: dict[str, FleetRun] = {}
 
     def facts(self) -> RunFacts:
-        return RunFacts(dict(self.instances), self.sut, aws=False, prometheus_url=self.prometheus_url)
+        return RunFacts(
+            dict(self.instances),
+            self.sut,
+            aws=False,
+            prometheus_url=self.prometheus_url,
+            scrape_interval_s=prometheus_local.SCRAPE_INTERVAL_S,
+        )
 
     def gate(self) -> dict[str, GateResult]:
         with ThreadPoolExecutor(max_workers=len(self.endpoints)) as pool:  # fleets are independent servers
