@@ -46,6 +46,10 @@ from campaign.stages.quality import (
     gate_layers,
     replay_figures,
 )
+from campaign.stages.resume import CAMPAIGN_FILE as CAMPAIGN_FILE
+from campaign.stages.resume import CAPACITY_DIR as CAPACITY_DIR
+from campaign.stages.resume import QUALITY_FILE as QUALITY_FILE
+from campaign.stages.resume import RECORDS_DIR as RECORDS_DIR
 from core.manifest import CapacitySearch, Manifest
 
 if TYPE_CHECKING:
@@ -55,11 +59,6 @@ if TYPE_CHECKING:
     from core.records import RunSummary
     from loadgen.fixtures import GateResult
     from loadgen.replay_options import ReplayOptions
-
-CAMPAIGN_FILE = "campaign.json"
-QUALITY_FILE = "quality.json"
-RECORDS_DIR = "records"
-CAPACITY_DIR = "capacity"
 
 
 @dataclass

@@ -1,0 +1,170 @@
+"""Where a run that was cut off stands, read from its run directory (`campaign run --resume`).
+
+`run_stages` checkpoints the run directory after each stage and before each capacity step or
+settle segment (campaign.stages.run), and a search step's verdict lands in its `step.json` as soon
+as it is judged (analysis.capacity.steps.write_search_step). So a downloaded run directory says,
+file by file, what finished:
+
+    quality.json + campaign.json                     the quality gate
+    records/records-* + records/summary-* and the
+    distribution layer in quality.json               the trace replay
+    capacity/<fleet>/x<k>/step.json                  a finished search step (its verdict)
+    capacity/<fleet>/x<k>/ without step.json         a step cut off mid-way: interrupted
+    capacity/<fleet>/search.json                     that fleet's search finished
+    capacity/settle.json                             the settle phase finished
+    inputs/schedule.json                             the run's inputs (manifest and schedule digests)
+
+An interrupted step's partial records are moved aside, under `interrupted/`, outside `capacity/`,
+so no report pools them (analysis.capacity.steps.discover_steps reads every directory under
+`capacity/<fleet>/`), and the step is run again from its start.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from analysis.capacity.settle_record import SETTLE_FILE
+from analysis.capacity.steps import SEARCH_FILE, STEP_FILE, SearchStep
+from analysis.errors import AnalysisError
+from campaign.stages.quality import DISTRIBUTION
+from core.cloud_contract import INPUT_SCHEDULE, INPUTS_DIR, RunInputs
+
+# The run directory's layout (campaign.stages.run's docstring draws it).
+CAMPAIGN_FILE = "campaign.json"
+QUALITY_FILE = "quality.json"
+RECORDS_DIR = "records"
+CAPACITY_DIR = "capacity"
+# Under the run directory, beside capacity/: what a cut-off step or replay had recorded.
+INTERRUPTED_DIR = "interrupted"
+
+# The stages in order, as run_stages names them in its checkpoints.
+GATE = "quality gate"
+REPLAY = "trace replay"
+SEARCH = "capacity search"
+SETTLE = "settle phase"
+REPORT = "report"
+
+
+@dataclass(frozen=True)
+class FleetSteps:
+    """One fleet's capacity search as its directory stands."""
+
+    finished: Mapping[str, SearchStep]  # label -> the verdict in its step.json
+    interrupted: tuple[str, ...]  # labels of step directories without a step.json
+    search_finished: bool  # search.json is there
+
+
+@dataclass(frozen=True)
+class RunState:
+    """What a run directory says finished; `inputs`: the run's inputs/schedule.json, if downloaded."""
+
+    run_dir: Path
+    gate_finished: bool
+    replay_finished: bool
+    fleets: Mapping[str, FleetSteps]
+    settle_finished: bool
+    inputs: RunInputs | None = None
+
+    @property
+    def search_finished(self) -> bool:
+        return bool(self.fleets) and all(f.search_finished for f in self.fleets.values())
+
+    @property
+    def stage(self) -> str:
+        """The first stage that did not finish (REPORT: every stage did)."""
+        if not self.gate_finished:
+            return GATE
+        if not self.replay_finished:
+            return REPLAY
+        if not self.search_finished:
+            return SEARCH
+        if not self.settle_finished:
+            return SETTLE
+        return REPORT
+
+    def carried_over(self) -> list[str]:
+        """Every finished search step, "<fleet>/<label>", which a resumed run does not run again."""
+        return [f"{fleet}/{label}" for fleet, st in sorted(self.fleets.items()) for label in sorted(st.finished)]
+
+    def interrupted(self) -> list[str]:
+        return [f"{fleet}/{label}" for fleet, st in sorted(self.fleets.items()) for label in st.interrupted]
+
+
+def read_run_state(run_dir: Path, fleets: list[str]) -> RunState:
+    """The state of `run_dir` for the manifest's `fleets`; a step.json or inputs file that does not
+    parse is an AnalysisError naming it."""
+    read = _read_json(run_dir / QUALITY_FILE)
+    quality: dict[str, Any] = read if isinstance(read, dict) else {}
+    gate = bool(quality) and (run_dir / CAMPAIGN_FILE).is_file()
+    records = run_dir / RECORDS_DIR
+    replayed = any(records.glob("records-*")) and any(records.glob("summary-*"))
+    # quality.json gains the distribution layer once the replay's records are judged (run_stages)
+    distribution = all(DISTRIBUTION in ((quality.get(f) or {}).get("layers") or {}) for f in fleets)
+    capacity = run_dir / CAPACITY_DIR
+    return RunState(
+        run_dir,
+        gate,
+        gate and replayed and distribution,
+        {f: _fleet_steps(capacity / f) for f in fleets},
+        (capacity / SETTLE_FILE).is_file(),
+        _read_inputs(run_dir / INPUTS_DIR / INPUT_SCHEDULE),
+    )
+
+
+def _fleet_steps(fleet_dir: Path) -> FleetSteps:
+    finished: dict[str, SearchStep] = {}
+    interrupted: list[str] = []
+    for d in sorted(p for p in fleet_dir.iterdir() if p.is_dir()) if fleet_dir.is_dir() else []:
+        verdict = d / STEP_FILE
+        if not verdict.is_file():
+            interrupted.append(d.name)
+            continue
+        try:
+            finished[d.name] = SearchStep.model_validate_json(verdict.read_bytes())
+        except ValueError as exc:
+            raise AnalysisError(f"{verdict}: not a search step's verdict ({exc})") from None
+    return FleetSteps(finished, tuple(interrupted), (fleet_dir / SEARCH_FILE).is_file())
+
+
+def _read_json(path: Path) -> object:
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise AnalysisError(f"{path}: not JSON ({exc})") from None
+
+
+def _read_inputs(path: Path) -> RunInputs | None:
+    if not path.is_file():
+        return None
+    try:
+        return RunInputs.from_json(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise AnalysisError(f"{path}: {exc}") from None
+
+
+def set_aside(run_dir: Path, relative: str) -> Path:
+    """Move `run_dir/relative` (a cut-off step's or replay's partial records) to
+    `run_dir/interrupted/<relative>-<n>` (n: the first free), where no report reads it; the new path."""
+    src = run_dir / relative
+    n = 1
+    while (dst := run_dir / INTERRUPTED_DIR / f"{relative}-{n}").exists():
+        n += 1
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(src, dst)
+    return dst
+
+
+def set_aside_interrupted(state: RunState) -> list[Path]:
+    """Every interrupted step of `state` moved aside (set_aside); the directories they went to."""
+    return [
+        set_aside(state.run_dir, f"{CAPACITY_DIR}/{fleet}/{label}")
+        for fleet, st in sorted(state.fleets.items())
+        for label in st.interrupted
+    ]
