@@ -6,8 +6,9 @@ as it is judged (analysis.capacity.steps.write_search_step). So a downloaded run
 file by file, what finished:
 
     quality.json + campaign.json                     the quality gate
-    records/records-* + records/summary-* and the
-    distribution layer in quality.json               the trace replay
+    records/records-<fleet>-* of every fleet and the
+    distribution layer in quality.json               the trace replay (no layer where the gate was
+                                                     assumed: `campaign plan`'s simulated fleets)
     capacity/<fleet>/x<k>/step.json                  a finished search step (its verdict)
     capacity/<fleet>/x<k>/ without step.json         a step cut off mid-way: interrupted
     capacity/<fleet>/search.json                     that fleet's search finished
@@ -23,16 +24,17 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from analysis.capacity.settle_record import SETTLE_FILE
-from analysis.capacity.steps import SEARCH_FILE, STEP_FILE, SearchStep
 from analysis.errors import AnalysisError
 from campaign.stages.quality import DISTRIBUTION
 from core.cloud_contract import INPUT_SCHEDULE, INPUTS_DIR, RunInputs
+
+if TYPE_CHECKING:  # the analysis stack (duckdb) stays out of the CLI's `--help` (tests/campaign/test_cli.py)
+    from analysis.capacity.steps import SearchStep
 
 # The run directory's layout (campaign.stages.run's docstring draws it).
 CAMPAIGN_FILE = "campaign.json"
@@ -102,9 +104,14 @@ def read_run_state(run_dir: Path, fleets: list[str]) -> RunState:
     quality: dict[str, Any] = read if isinstance(read, dict) else {}
     gate = bool(quality) and (run_dir / CAMPAIGN_FILE).is_file()
     records = run_dir / RECORDS_DIR
-    replayed = any(records.glob("records-*")) and any(records.glob("summary-*"))
-    # quality.json gains the distribution layer once the replay's records are judged (run_stages)
-    distribution = all(DISTRIBUTION in ((quality.get(f) or {}).get("layers") or {}) for f in fleets)
+    replayed = all(any(records.glob(f"records-{f}-*")) for f in fleets)
+    # quality.json gains the distribution layer once the replay's records are judged (run_stages),
+    # unless the gate was assumed (campaign plan's simulated fleets): then there are no layers
+    distribution = all(
+        (q := quality.get(f) or {}).get("assumed") or DISTRIBUTION in (q.get("layers") or {}) for f in fleets
+    )
+    from analysis.capacity.settle_record import SETTLE_FILE
+
     capacity = run_dir / CAPACITY_DIR
     return RunState(
         run_dir,
@@ -117,6 +124,8 @@ def read_run_state(run_dir: Path, fleets: list[str]) -> RunState:
 
 
 def _fleet_steps(fleet_dir: Path) -> FleetSteps:
+    from analysis.capacity.steps import SEARCH_FILE, STEP_FILE, SearchStep
+
     finished: dict[str, SearchStep] = {}
     interrupted: list[str] = []
     for d in sorted(p for p in fleet_dir.iterdir() if p.is_dir()) if fleet_dir.is_dir() else []:
@@ -168,3 +177,39 @@ def set_aside_interrupted(state: RunState) -> list[Path]:
         for fleet, st in sorted(state.fleets.items())
         for label in st.interrupted
     ]
+
+
+def prepare(state: RunState, sweep: bool, log: Callable[[str], None]) -> RunState:
+    """Move aside what the stage the run resumes at had left half done, so it runs again from its
+    start and nothing of it is pooled with the new records; the state again, as it now stands.
+    Idempotent: a second call finds nothing left to move.
+
+    At the gate or the replay: the replay's records. In the search: each interrupted step (a
+    fixed sweep, which records no verdict per step, is run again whole: its steps). In the settle
+    phase, which records its state only at its end: its segments so far and the steps of a search
+    it reopened, which search.json does not hold."""
+    from analysis.capacity.steps import read_search_path
+    from analysis.measure.goodput import SETTLE_DIR
+
+    run_dir, stage = state.run_dir, state.stage
+    moved: list[Path] = []
+    if stage in (GATE, REPLAY) and any((run_dir / RECORDS_DIR).glob("*")):
+        moved.append(set_aside(run_dir, RECORDS_DIR))
+    if stage == SEARCH and sweep and (run_dir / CAPACITY_DIR).is_dir():
+        moved.append(set_aside(run_dir, CAPACITY_DIR))
+    elif stage == SEARCH:
+        moved += set_aside_interrupted(state)
+    if stage == SETTLE:
+        for fleet in sorted(state.fleets):
+            path = read_search_path(run_dir / CAPACITY_DIR / fleet)
+            searched = {s.label for s in path.steps} if path is not None else set()
+            for label in sorted(state.fleets[fleet].finished.keys() | set(state.fleets[fleet].interrupted)):
+                step = f"{CAPACITY_DIR}/{fleet}/{label}"
+                if label not in searched:
+                    moved.append(set_aside(run_dir, step))
+                    continue
+                for seg in sorted((run_dir / step).glob(f"{SETTLE_DIR}*")):
+                    moved.append(set_aside(run_dir, f"{step}/{seg.name}"))
+    for d in moved:
+        log(f"resume: set aside what was cut off: {d.relative_to(run_dir)}")
+    return read_run_state(run_dir, list(state.fleets)) if moved else state
