@@ -158,7 +158,12 @@ def _read_inputs(path: Path) -> RunInputs | None:
         raise AnalysisError(f"{path}: {exc}") from None
 
 
-def set_aside(run_dir: Path, relative: str) -> Path:
+# Told of each move (the run-relative source and destination), so a copy elsewhere (the run's
+# S3 prefix, campaign.backends.fargate.run.CloudRun.move) moves the same.
+OnMove = Callable[[str, str], object]
+
+
+def set_aside(run_dir: Path, relative: str, on_move: OnMove | None = None) -> Path:
     """Move `run_dir/relative` (a cut-off step's or replay's partial records) to
     `run_dir/interrupted/<relative>-<n>` (n: the first free), where no report reads it; the new path."""
     src = run_dir / relative
@@ -167,19 +172,21 @@ def set_aside(run_dir: Path, relative: str) -> Path:
         n += 1
     dst.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(src, dst)
+    if on_move is not None:
+        on_move(relative, dst.relative_to(run_dir).as_posix())
     return dst
 
 
-def set_aside_interrupted(state: RunState) -> list[Path]:
+def set_aside_interrupted(state: RunState, on_move: OnMove | None = None) -> list[Path]:
     """Every interrupted step of `state` moved aside (set_aside); the directories they went to."""
     return [
-        set_aside(state.run_dir, f"{CAPACITY_DIR}/{fleet}/{label}")
+        set_aside(state.run_dir, f"{CAPACITY_DIR}/{fleet}/{label}", on_move)
         for fleet, st in sorted(state.fleets.items())
         for label in st.interrupted
     ]
 
 
-def prepare(state: RunState, sweep: bool, log: Callable[[str], None]) -> RunState:
+def prepare(state: RunState, sweep: bool, log: Callable[[str], None], on_move: OnMove | None = None) -> RunState:
     """Move aside what the stage the run resumes at had left half done, so it runs again from its
     start and nothing of it is pooled with the new records; the state again, as it now stands.
     Idempotent: a second call finds nothing left to move.
@@ -194,11 +201,11 @@ def prepare(state: RunState, sweep: bool, log: Callable[[str], None]) -> RunStat
     run_dir, stage = state.run_dir, state.stage
     moved: list[Path] = []
     if stage in (GATE, REPLAY) and any((run_dir / RECORDS_DIR).glob("*")):
-        moved.append(set_aside(run_dir, RECORDS_DIR))
+        moved.append(set_aside(run_dir, RECORDS_DIR, on_move))
     if stage == SEARCH and sweep and (run_dir / CAPACITY_DIR).is_dir():
-        moved.append(set_aside(run_dir, CAPACITY_DIR))
+        moved.append(set_aside(run_dir, CAPACITY_DIR, on_move))
     elif stage == SEARCH:
-        moved += set_aside_interrupted(state)
+        moved += set_aside_interrupted(state, on_move)
     if stage == SETTLE:
         for fleet in sorted(state.fleets):
             path = read_search_path(run_dir / CAPACITY_DIR / fleet)
@@ -206,10 +213,10 @@ def prepare(state: RunState, sweep: bool, log: Callable[[str], None]) -> RunStat
             for label in sorted(state.fleets[fleet].finished.keys() | set(state.fleets[fleet].interrupted)):
                 step = f"{CAPACITY_DIR}/{fleet}/{label}"
                 if label not in searched:
-                    moved.append(set_aside(run_dir, step))
+                    moved.append(set_aside(run_dir, step, on_move))
                     continue
                 for seg in sorted((run_dir / step).glob(f"{SETTLE_DIR}*")):
-                    moved.append(set_aside(run_dir, f"{step}/{seg.name}"))
+                    moved.append(set_aside(run_dir, f"{step}/{seg.name}", on_move))
     for d in moved:
         log(f"resume: set aside what was cut off: {d.relative_to(run_dir)}")
     return read_run_state(run_dir, list(state.fleets)) if moved else state
