@@ -17,6 +17,7 @@ Everything a report is built from lands in one run directory, laid out the same 
     capacity/settle.json             what the settle phase did
     metrics/<fleet>/<step>.json      the server's histograms and up checks per step, as Prometheus gave them
     campaign.json                    instances measured, what served the fleets, readiness
+    interrupted/                     a resumed run's cut-off steps, set aside (campaign.stages.resume): no report reads them
     report.json, report.md, report.html
 
 `report_from_run_dir` rebuilds the report from such a directory (`campaign report --run-id`).
