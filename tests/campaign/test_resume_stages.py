@@ -16,7 +16,7 @@ from analysis.capacity.steps import write_search_step
 from campaign.backends.simulated.fleets import SimulatedFleets, SimulatedSteps
 from campaign.stages import resume
 from campaign.stages.capacity import ResumeMismatch
-from campaign.stages.run import run_stages
+from campaign.stages.run import report_from_run_dir, run_stages
 from core.manifest import Manifest, load_manifest
 
 
@@ -102,6 +102,9 @@ def test_a_run_killed_mid_search_resumes_on_the_same_path(
     assert _searches(tmp_path, m) == _searches(whole_dir, m)
     assert (tmp_path / "capacity" / "settle.json").read_text() == (whole_dir / "capacity" / "settle.json").read_text()
     assert _decision(tmp_path) == _decision(whole_dir)
+    # `report --run-dir` over the resumed directory (interrupted/ beside it) decides as the resumed run did
+    again = report_from_run_dir(m, tmp_path, tmp_path / "again")
+    assert again.decision.model_dump(mode="json") == _decision(tmp_path)
 
 
 def test_a_run_killed_mid_settle_carries_the_search_over(
