@@ -34,7 +34,7 @@ class Ecs:
     """ListTasks / DescribeTasks / StopTask over a few tasks of two runs."""
 
     def __init__(self, tasks: dict[str, str]) -> None:
-        self.tasks, self.stopped = tasks, []  # type: dict[str, str], list[str]
+        self.tasks, self.stopped, self.waited = tasks, [], []  # type: dict[str, str], list[str], list[str]
 
     def get_paginator(self, name: str) -> Any:
         outer = self
@@ -50,6 +50,16 @@ class Ecs:
 
     def stop_task(self, cluster: str, task: str, reason: str) -> None:
         self.stopped.append(task)
+
+    def get_waiter(self, name: str) -> Any:
+        outer = self
+
+        class W:
+            def wait(self, cluster: str, tasks: list[str]) -> None:
+                assert name == "tasks_stopped" and set(tasks) <= set(outer.stopped)
+                outer.waited += tasks
+
+        return W()
 
 
 class Session:
@@ -123,7 +133,7 @@ def test_resume_stops_its_tasks_drops_its_registrations_and_sets_its_cut_step_as
 
     state = resume_run(Session(aws, ecs), run, None)
 
-    assert ecs.stopped == ["arn:task/mine"]  # only this run's task
+    assert ecs.stopped == ecs.waited == ["arn:task/mine"]  # only this run's task, waited for until it stopped
     left = [i["Id"] for i in aws.sd.list_instances(ServiceId=aws.masters["g6"])["Instances"]]
     assert left == ["theirs"]
     assert state.stage == resume.SEARCH and state.carried_over() == ["g6/x1"] and state.interrupted() == []

@@ -118,9 +118,14 @@ def resume_run(session: Any, run: CloudRun, predicted: Mapping[str, float] | Non
     from campaign.stages import resume
 
     m = run.m
-    stopped = stop_run_tasks(
-        session.client("ecs"), run.cfg.cluster, f"campaign run --resume {run.run_id}", run_id=run.run_id
-    )
+    ecs = session.client("ecs")
+    stopped = stop_run_tasks(ecs, run.cfg.cluster, f"campaign run --resume {run.run_id}", run_id=run.run_id)
+    # A stopped worker still flushes and uploads its last records (SIGTERM, then SIGKILL after the
+    # stop timeout: ECS API reference, StopTask): wait until every task is STOPPED before moving a
+    # cut-off step's objects, or a late part would land where the step runs again. boto3's
+    # TasksStopped waiter polls DescribeTasks every 6 s, 100 times, up to 100 tasks a call.
+    for i in range(0, len(stopped), 100):
+        ecs.get_waiter("tasks_stopped").wait(cluster=run.cfg.cluster, tasks=stopped[i : i + 100])
     run.say(
         f"run {run.run_id}: {len(stopped)} task(s) of it still running stopped; "
         f"{run.deregister_stale()} Cloud Map registration(s) of it removed"
