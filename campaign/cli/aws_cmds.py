@@ -16,7 +16,8 @@ from campaign.aws.session import aws_session
 from campaign.backends.fargate.campaign import fetch_run, run_campaign
 from campaign.cli.help import DOCKER_HUB_CREDENTIAL_HELP, FROM_PLAN_HELP, MANIFEST_HELP
 from campaign.plan.plan_file import planned_stage_minutes, predicted_boundaries
-from core.errors import EXIT_FAILED_STEP, EXIT_OK, CampaignError
+from core import cloud_contract as cc
+from core.errors import EXIT_FAILED_STEP, EXIT_OK, BadArgument, CampaignError
 from core.manifest import Manifest, load_manifest
 from core.naming import DOCKER_HUB_CREDENTIAL_PARAMETER
 from core.schedule import check_workload
@@ -90,6 +91,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     m = load_manifest(args.manifest)
     check_workload(m)  # every bad trace row, before any task starts
     predicted = predicted_boundaries(Path(args.from_plan), m) if args.from_plan else None
+    resume_id = _resume_id(args.resume)  # before any AWS call
     result = run_campaign(
         aws_session(m.costs.region),
         m,
@@ -99,6 +101,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         final_report=not args.no_report,
         predicted=predicted,
         stage_minutes=lambda: _stage_minutes(args, m),
+        resume_id=resume_id,
     )  # CloudRunError: exit 1; PastDeadline: exit 1 before the stage that would outlast the stack's deadline
     if result.report is not None:
         rep = result.report
@@ -107,6 +110,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         print(f"next: python -m campaign report {args.manifest} --run-id {result.run_id} --aws --out {result.run_dir}")
     return result.exit_code
+
+
+def _resume_id(value: str | None) -> str | None:
+    """--resume's run id, checked before any AWS call."""
+    if value is None:
+        return None
+    try:
+        return cc.check_run_id(value)
+    except ValueError as exc:
+        raise BadArgument(f"--resume: {exc}") from None
 
 
 def _stage_minutes(args: argparse.Namespace, m: Manifest) -> dict[str, float]:
@@ -251,6 +264,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--no-capacity", action="store_true", help="stop after the trace replay: no capacity search, no settle phase"
     )
     r.add_argument("--from-plan", metavar="FILE", help=FROM_PLAN_HELP)
+    r.add_argument(
+        "--resume",
+        metavar="RUN_ID",
+        help="continue a run that was cut off, under its own id and prefix: stop its leftover tasks, skip what "
+        "finished (its search steps included), run the step it was cut off in again from its start (its partial "
+        "records kept apart, under interrupted/); refused unless the manifest, schedule and --from-plan are the run's",
+    )
     r.add_argument(
         "--no-report",
         action="store_true",

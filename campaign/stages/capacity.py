@@ -46,6 +46,7 @@ from analysis.capacity.steps import (
 from analysis.measure import goodput
 from analysis.sources.records import load_records
 from campaign.stages.progress import RecordTail
+from campaign.stages.resume import FleetSteps
 from core.manifest import CapacitySearch, Manifest
 
 if TYPE_CHECKING:
@@ -57,6 +58,10 @@ _WHOLE_TRACE_S = 1e9
 
 class Interrupted(Exception):
     """Ctrl-C reached a search between steps: no new step is started."""
+
+
+class ResumeMismatch(Exception):
+    """A resumed search does not retrace the steps its run recorded."""
 
 
 def settings_from(cfg: CapacitySearch) -> SearchSettings:
@@ -272,8 +277,17 @@ def search_fleet(
     log: Callable[[str], None] | None = None,
     seed: tuple[SearchStep, ...] = (),
     predicted: float | None = None,
+    recorded: Mapping[str, SearchStep] | None = None,
 ) -> SearchPath:
+    """One fleet's search into `fleet_dir`. `recorded`: the steps a run cut off had finished
+    (label -> verdict, campaign.stages.resume): the search walks its path again from the start,
+    and where it reaches one of them takes its recorded verdict and time instead of running it,
+    so its state (the bracket, the sizing lifetime, the time spent, the runner's overhead) is
+    rebuilt by the search's own code and the next step is the one the uninterrupted search
+    would have taken. A recorded step the walk never reaches is an error naming it: the run was
+    searched with other settings (another plan, manifest or code)."""
     log = log or (lambda line: print(line, flush=True))
+    carried = dict(recorded or {})
     settings = settings_from(cfg)
     if predicted is not None and settings.min_multiplier <= predicted <= settings.max_multiplier:
         settings = replace(settings, predicted=predicted)
@@ -285,6 +299,12 @@ def search_fleet(
     offsets = arrival_offsets(m)
 
     def run(plan: StepPlan) -> tuple[SearchStep, float]:
+        if plan.label in carried:
+            step = carried.pop(plan.label)
+            log(
+                f"capacity search {fleet} {plan.label}: carried over from the run cut off ({step.verdict}: {step.detail})"
+            )
+            return step, step.took_s or 0.0
         if stop.is_set():
             raise Interrupted
         step_dir = fleet_dir / plan.label
@@ -313,6 +333,11 @@ def search_fleet(
         resolve=lambda p: resolve_span(p, offsets, settings.min_requests),
         seed=seed,
     )
+    if carried:
+        raise ResumeMismatch(
+            f"capacity search {fleet}: recorded step(s) {', '.join(sorted(carried))} are not on the path the "
+            "search takes now: the run was searched with other settings (plan, manifest or code)"
+        )
     write_search_path(path, fleet_dir)
     log(f"capacity search {fleet}: stopped ({path.stop_rule}): {path.stop_detail}")
     return path
@@ -328,16 +353,26 @@ def run_search(
     log: Callable[[str], None] | None = None,
     concurrent: int | None = None,
     predicted: Mapping[str, float] | None = None,
+    resume: Mapping[str, FleetSteps] | None = None,
 ) -> dict[str, Path]:
     """Every fleet's search, `concurrent` at a time (default: all side by side); returns the
     report's capacity steps ("<fleet>/x<k>" -> directory). `predicted`: per fleet, the boundary
-    `campaign plan` predicted (SearchSettings.predicted)."""
+    `campaign plan` predicted (SearchSettings.predicted). `resume`: per fleet, what a run cut off
+    had recorded (campaign.stages.resume): a fleet whose search finished keeps its search.json,
+    the others continue from their finished steps (search_fleet's `recorded`)."""
+    resume = resume or {}
+    done = {
+        name: p
+        for name in fleets
+        if name in resume and resume[name].search_finished and (p := read_search_path(root / name)) is not None
+    }
+    fleets = [name for name in fleets if name not in done]
     cfg = m.workload.capacity_search or CapacitySearch()
     settings = settings_from(cfg)
     seeds = {name: replay_step(m, name, replay_dir, settings) if replay_dir is not None else None for name in fleets}
     fallback = fallback_lifetime(m)
     lives = {name: next_lifetime(st, fallback) if st is not None else fallback for name, st in seeds.items()}
-    pool = ThreadPoolExecutor(max_workers=concurrent or len(fleets))
+    pool = ThreadPoolExecutor(max_workers=concurrent or len(fleets) or 1)
     try:
         futures = {
             name: pool.submit(
@@ -352,10 +387,11 @@ def run_search(
                 log,
                 tuple(st for st in (seeds[name],) if st is not None),
                 (predicted or {}).get(name),
+                resume[name].finished if name in resume else None,
             )
             for name in fleets
         }
-        paths = {name: f.result() for name, f in futures.items()}
+        paths = {**done, **{name: f.result() for name, f in futures.items()}}
     except BaseException:  # Ctrl-C: stop the steps in flight, so the searches end now, not after their steps
         stop.set()
         runner.abort()

@@ -17,6 +17,7 @@ Everything a report is built from lands in one run directory, laid out the same 
     capacity/settle.json             what the settle phase did
     metrics/<fleet>/<step>.json      the server's histograms and up checks per step, as Prometheus gave them
     campaign.json                    instances measured, what served the fleets, readiness
+    interrupted/                     a resumed run's cut-off steps, set aside (campaign.stages.resume): no report reads them
     report.json, report.md, report.html
 
 `report_from_run_dir` rebuilds the report from such a directory (`campaign report --run-id`).
@@ -46,6 +47,12 @@ from campaign.stages.quality import (
     gate_layers,
     replay_figures,
 )
+from campaign.stages.resume import CAMPAIGN_FILE as CAMPAIGN_FILE
+from campaign.stages.resume import CAPACITY_DIR as CAPACITY_DIR
+from campaign.stages.resume import GATE, REPLAY, REPORT, SEARCH, SETTLE, FleetSteps, RunState
+from campaign.stages.resume import QUALITY_FILE as QUALITY_FILE
+from campaign.stages.resume import RECORDS_DIR as RECORDS_DIR
+from campaign.stages.resume import prepare as prepare_resume
 from core.manifest import CapacitySearch, Manifest
 
 if TYPE_CHECKING:
@@ -55,11 +62,6 @@ if TYPE_CHECKING:
     from core.records import RunSummary
     from loadgen.fixtures import GateResult
     from loadgen.replay_options import ReplayOptions
-
-CAMPAIGN_FILE = "campaign.json"
-QUALITY_FILE = "quality.json"
-RECORDS_DIR = "records"
-CAPACITY_DIR = "capacity"
 
 
 @dataclass
@@ -203,18 +205,75 @@ def run_stages(
     log: Callable[[str], None] = say,
     predicted: Mapping[str, float] | None = None,
     before_stage: StageGuard = lambda stage: None,
+    resume: RunState | None = None,
 ) -> Report | None:
     """Every stage in order, into `run_dir`; returns the report (also written there), or None
     with `final_report=False` (`campaign run --no-report`: `campaign report --run-id` builds it later).
     `full_report=False`: the decision without the sensitivity grid and the pages (`campaign plan`).
     `predicted`: per fleet, the boundary `campaign plan` predicted, where each search looks first.
     `before_stage`: called with each fleet-using stage's name before it starts (`campaign run`'s
-    deadline, campaign.stages.deadline); it stops the campaign by raising."""
-    from loadgen.replay_options import ReplayOptions
-
+    deadline, campaign.stages.deadline); it stops the campaign by raising.
+    `resume`: what a run cut off in `run_dir` had finished (campaign.stages.resume): the stages it
+    finished are read from the directory, not run again; the one it was cut off in runs again
+    from its start, its partial records set aside, but a search carries over its finished steps."""
     run_dir.mkdir(parents=True, exist_ok=True)
     records_dir = run_dir / RECORDS_DIR
+    if resume is not None:
+        resume = prepare_resume(resume, m.workload.capacity_sweep is not None, log)
+        log(f"resuming at the {resume.stage}; carried over: {', '.join(resume.carried_over()) or 'no search step'}")
     records_dir.mkdir(exist_ok=True)
+    if resume is None or resume.stage in (GATE, REPLAY):
+        gated = gate_and_replay(m, fleets, run_dir, duration_s, log, before_stage)
+        if isinstance(gated, tuple):
+            quality, facts = gated
+        else:
+            return gated  # the gate failed: its report
+    else:
+        quality, facts = carried_gate_and_replay(fleets, run_dir, log)
+
+    capacity_dirs: dict[str, Path] = {}
+    settled: SettleOutcome | None = None
+    carried = resume.stage if resume is not None else GATE
+    if capacity and not all(q.passed is True for q in quality.values()):
+        log("a quality layer failed: the comparison stops here; no capacity is measured")
+    elif capacity:
+        if carried in (SETTLE, REPORT):  # the search finished before the run was cut off
+            from analysis.capacity.steps import discover_steps
+
+            capacity_dirs = discover_steps(run_dir / CAPACITY_DIR)
+        else:
+            before_stage(CAPACITY_STAGE)
+            steps = resume.fleets if resume is not None else None
+            capacity_dirs = measure_capacity(
+                m, fleets, run_dir / CAPACITY_DIR, records_dir, stop, log, predicted, steps
+            )
+            fleets.checkpoint(SEARCH)
+        if carried == REPORT:  # so did the settle phase
+            settled = SettleOutcome.read(run_dir / CAPACITY_DIR)
+        else:
+            before_stage(SETTLE_STAGE)
+            settled = settle_phase(m, fleets, run_dir, quality, facts, capacity_dirs, stop, log)
+            fleets.checkpoint(SETTLE)
+    save_server_series(m, run_dir, facts, capacity_dirs, log)  # before the report, and before any teardown
+    fleets.checkpoint("server series")
+    if not final_report:
+        return None
+    return run_report(m, run_dir, run_dir, quality, facts, capacity_dirs, settled, full=full_report)
+
+
+def gate_and_replay(
+    m: Manifest,
+    fleets: Fleets,
+    run_dir: Path,
+    duration_s: float | None,
+    log: Callable[[str], None],
+    before_stage: StageGuard,
+) -> tuple[dict[str, QualityResult], RunFacts] | Report:
+    """The quality gate, then (if it passed) the trace replay and its distribution checks: the
+    quality per fleet and the run's facts, or the gate's report when the gate failed."""
+    from loadgen.replay_options import ReplayOptions
+
+    records_dir = run_dir / RECORDS_DIR
     before_stage(GATE_STAGE)
     gates = fleets.gate()
     if gates is None:
@@ -227,7 +286,7 @@ def run_stages(
         print_gates(gates, quality, log)
     facts = fleets.facts()
     facts.write(run_dir)
-    fleets.checkpoint("quality gate")
+    fleets.checkpoint(GATE)
     if not all(q.passed is True for q in quality.values()):
         from analysis.report.build import build_gate_report
 
@@ -243,24 +302,23 @@ def run_stages(
         )
     if gates is not None:
         quality = distribution_checks(m, run_dir, gates, layers, log)
-    fleets.checkpoint("trace replay")
+    fleets.checkpoint(REPLAY)
+    return quality, facts
 
-    capacity_dirs: dict[str, Path] = {}
-    settled: SettleOutcome | None = None
-    if capacity and not all(q.passed is True for q in quality.values()):
-        log("a quality layer failed: the comparison stops here; no capacity is measured")
-    elif capacity:
-        before_stage(CAPACITY_STAGE)
-        capacity_dirs = measure_capacity(m, fleets, run_dir / CAPACITY_DIR, records_dir, stop, log, predicted)
-        fleets.checkpoint("capacity search")
-        before_stage(SETTLE_STAGE)
-        settled = settle_phase(m, fleets, run_dir, quality, facts, capacity_dirs, stop, log)
-        fleets.checkpoint("settle phase")
-    save_server_series(m, run_dir, facts, capacity_dirs, log)  # before the report, and before any teardown
-    fleets.checkpoint("server series")
-    if not final_report:
-        return None
-    return run_report(m, run_dir, run_dir, quality, facts, capacity_dirs, settled, full=full_report)
+
+def carried_gate_and_replay(
+    fleets: Fleets, run_dir: Path, log: Callable[[str], None]
+) -> tuple[dict[str, QualityResult], RunFacts]:
+    """A resumed run's gate and replay, as the run cut off recorded them: quality.json, and the
+    facts of the fleets now with the readiness campaign.json recorded (the gate is not waited for again)."""
+    quality = read_quality(run_dir / QUALITY_FILE)
+    recorded = RunFacts.read(run_dir)
+    if quality is None or recorded is None:  # RunState said the gate finished: both files were there
+        raise AnalysisError(f"{run_dir}: no {QUALITY_FILE} or {CAMPAIGN_FILE} to resume from")
+    facts = fleets.facts()
+    facts.ready_after_s = recorded.ready_after_s or facts.ready_after_s
+    log(f"quality gate and trace replay: carried over ({', '.join(f'{k} {q.passed}' for k, q in quality.items())})")
+    return quality, facts
 
 
 def step_windows(
@@ -366,14 +424,16 @@ def measure_capacity(
     stop: threading.Event,
     log: Callable[[str], None],
     predicted: Mapping[str, float] | None = None,
+    resume: Mapping[str, FleetSteps] | None = None,
 ) -> dict[str, Path]:
-    """The fixed sweep when the manifest has workload.capacity_sweep, else the automatic search."""
+    """The fixed sweep when the manifest has workload.capacity_sweep, else the automatic search
+    (`resume`: per fleet, the steps a run cut off had finished)."""
     from campaign.stages.capacity import run_search, run_sweep
 
-    steps = CheckpointedSteps(fleets.steps(), fleets, "capacity search")
+    steps = CheckpointedSteps(fleets.steps(), fleets, SEARCH)
     if m.workload.capacity_sweep is not None:
         return run_sweep(m, fleets.names, steps, root, stop, log, fleets.concurrent)
-    return run_search(m, fleets.names, steps, root, replay_dir, stop, log, fleets.concurrent, predicted)
+    return run_search(m, fleets.names, steps, root, replay_dir, stop, log, fleets.concurrent, predicted, resume)
 
 
 def settle_phase(
@@ -402,7 +462,7 @@ def settle_phase(
     root = run_dir / CAPACITY_DIR
 
     def steps() -> StepRunner:
-        return CheckpointedSteps(fleets.steps(), fleets, "settle phase")
+        return CheckpointedSteps(fleets.steps(), fleets, SETTLE)
 
     return settle.settle_phase(m, steps, root, capacity_dirs, interim, stop, log, fleets.concurrent)
 

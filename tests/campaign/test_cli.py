@@ -249,3 +249,14 @@ def test_deploy_and_run_stop_on_a_bad_trace_row_before_any_aws_call(
     manifest, trace = _bad_trace_manifest(tmp_path, manifest_data)
     assert cli.main([command, str(manifest)]) == EXIT_BAD_INPUT
     _every_bad_row_listed(capsys.readouterr().err, trace)
+
+
+def test_run_resume_refuses_a_malformed_run_id_before_any_aws_call(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], example_manifest_path: Path
+) -> None:
+    def no_aws(*_a: object, **_k: object) -> None:
+        raise AssertionError("run --resume reached AWS with a malformed run id")
+
+    monkeypatch.setattr("campaign.cli.aws_cmds.aws_session", no_aws)
+    assert cli.main(["run", str(example_manifest_path), "--resume", "not-a-run"]) == EXIT_BAD_INPUT
+    assert "--resume" in capsys.readouterr().err

@@ -4,11 +4,12 @@ directory fetched back from the results bucket (`report --run-id`, `teardown`)."
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from campaign.aws import stack as aws
 from campaign.aws.run_config import read_run_config
@@ -20,6 +21,9 @@ from campaign.stages.deadline import GATE_STAGE, DeadlineGuard, StageGuard, utc_
 from core import cloud_contract as cc
 from core.errors import EXIT_BY_DECISION, EXIT_OK, BadArgument
 from core.manifest import Manifest
+
+if TYPE_CHECKING:
+    from campaign.stages.resume import RunState
 
 
 def run_campaign(
@@ -36,13 +40,15 @@ def run_campaign(
     concurrent: int | None = None,
     stage_minutes: Callable[[], Mapping[str, float]] | None = None,
     clock: Callable[[], datetime] = utc_now,
+    resume_id: str | None = None,
 ) -> CloudRunResult:
     """What `campaign run` does: the campaign's stages (campaign.stages.run) on the deployed
     fleets, the run directory uploaded under the run's prefix; `launcher` replaces ECS RunTask
     (the offline cloud-path test); `concurrent`: fleets measured at once (default all; the
     offline run with CPU engines measures one at a time). `stage_minutes`: the plan's minutes per
     stage, asked for only when the stack has a deadline, which each stage must then end before
-    (campaign.stages.deadline; `clock` tells the time)."""
+    (campaign.stages.deadline; `clock` tells the time). `resume_id`: `run --resume`, the run to
+    continue under its own id and prefix (resume_run)."""
     from campaign.aws.readiness import not_ready_evidence
     from campaign.backends.fargate.ecs_tasks import EcsTaskLauncher
     from campaign.stages.run import run_stages
@@ -50,7 +56,7 @@ def run_campaign(
     cfg = read_run_config(session.client("cloudformation"), aws.stack_name(m))
     guard = deadline_guard(cfg, stage_minutes, clock)
     guard(GATE_STAGE)  # before anything is uploaded or started
-    run_id = cc.new_run_id()
+    run_id = resume_id or cc.new_run_id()
     if launcher is None:
         launcher = EcsTaskLauncher(session.client("ecs"), cfg, run_id)
     run = CloudRun(
@@ -67,10 +73,13 @@ def run_campaign(
     fleets = CloudFleets(
         run, diagnose=lambda fleet: not_ready_evidence(session, m.campaign, fleet), concurrent=concurrent
     )
+    run.predicted = predicted
+    state = resume_run(session, run, predicted) if resume_id is not None else None
     stop = threading.Event()
     status = "failed"
     try:
-        run.upload_inputs()
+        if state is None:
+            run.upload_inputs()
         report = run_stages(
             m,
             fleets,
@@ -81,6 +90,7 @@ def run_campaign(
             final_report=final_report,
             predicted=predicted,
             before_stage=guard,
+            resume=state,
         )
         status = "finished"
     except KeyboardInterrupt:
@@ -97,6 +107,80 @@ def run_campaign(
         run.write_run_record(status)
     code = EXIT_BY_DECISION[report.decision.state] if report is not None else EXIT_OK
     return CloudRunResult(run_id, run.uri, run.run_dir, code, report)
+
+
+def resume_run(session: Any, run: CloudRun, predicted: Mapping[str, float] | None) -> RunState:
+    """`run --resume`: stop and deregister what the run cut off left running, fetch its directory,
+    refuse unless its manifest, schedule and plan are this one's (naming both values), and set
+    aside, here and under its prefix, what its last stage had left half done; the state it
+    resumes from (campaign.stages.resume), also in the run record (`resumed`)."""
+    from campaign.backends.fargate.ecs_tasks import stop_run_tasks
+    from campaign.stages import resume
+
+    m = run.m
+    ecs = session.client("ecs")
+    stopped = stop_run_tasks(ecs, run.cfg.cluster, f"campaign run --resume {run.run_id}", run_id=run.run_id)
+    # A stopped worker still flushes and uploads its last records (SIGTERM, then SIGKILL after the
+    # stop timeout: ECS API reference, StopTask): wait until every task is STOPPED before moving a
+    # cut-off step's objects, or a late part would land where the step runs again. boto3's
+    # TasksStopped waiter polls DescribeTasks every 6 s, 100 times, up to 100 tasks a call.
+    for i in range(0, len(stopped), 100):
+        ecs.get_waiter("tasks_stopped").wait(cluster=run.cfg.cluster, tasks=stopped[i : i + 100])
+    run.say(
+        f"run {run.run_id}: {len(stopped)} task(s) of it still running stopped; "
+        f"{run.deregister_stale()} Cloud Map registration(s) of it removed"
+    )
+    recorded, inputs = _recorded_run(run)
+    check_same_run(m, inputs, recorded, predicted)
+    download_tree(session.client("s3"), run.uri, run.run_dir)
+    run.mark_published()
+    state = resume.read_run_state(run.run_dir, [f.name for f in m.fleets])
+    state = resume.prepare(state, m.workload.capacity_sweep is not None, run.say, on_move=run.move)
+    run.resumed = {
+        "at": state.stage,
+        "carried_over": state.carried_over(),
+        "stopped_tasks": len(stopped),
+        "first_started_at": recorded.get("resumed", {}).get("first_started_at", recorded.get("started_at")),
+    }
+    return state
+
+
+def _recorded_run(run: CloudRun) -> tuple[dict[str, Any], cc.RunInputs]:
+    """The run record (run.json) and inputs/schedule.json under the run's prefix."""
+    bucket, prefix = cc.split_s3_uri(run.uri)
+    s3 = run.s3
+    try:
+        record = json.loads(s3.get_object(Bucket=bucket, Key=f"{prefix}/{cc.RUN_RECORD}")["Body"].read())
+        schedule = s3.get_object(Bucket=bucket, Key=f"{prefix}/{cc.INPUTS_DIR}/{cc.INPUT_SCHEDULE}")["Body"].read()
+    except s3.exceptions.NoSuchKey:
+        raise BadArgument(
+            f"--resume {run.run_id}: no run record or inputs under {run.uri}/ (is the run id right? `campaign run` prints it)"
+        ) from None
+    try:
+        return record, cc.RunInputs.from_json(schedule.decode())
+    except ValueError as exc:
+        raise BadArgument(f"--resume {run.run_id}: {run.uri}/{cc.INPUTS_DIR}/{exc}") from None
+
+
+def check_same_run(
+    m: Manifest, inputs: cc.RunInputs, record: Mapping[str, Any], predicted: Mapping[str, float] | None
+) -> None:
+    """Refuse to resume a run with another manifest, schedule or plan than it was started with:
+    its finished steps were measured and searched under those, naming each difference with both values."""
+    from core.schedule import build_schedule, schedule_digest
+
+    problems = []
+    if inputs.manifest_digest != m.digest:
+        problems.append(f"manifest digest: the run's {inputs.manifest_digest}, this manifest's {m.digest}")
+    digest = schedule_digest(build_schedule(m))
+    if inputs.schedule_digest != digest:
+        problems.append(f"schedule digest: the run's {inputs.schedule_digest}, this manifest's {digest}")
+    before = record.get("predicted")
+    now = dict(predicted) if predicted is not None else None
+    if before != now:
+        problems.append(f"plan (--from-plan's predicted boundaries): the run's {before}, now {now}")
+    if problems:
+        raise BadArgument("--resume: not the run's inputs: " + "; ".join(problems))
 
 
 def deadline_guard(

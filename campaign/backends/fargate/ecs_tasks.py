@@ -150,8 +150,10 @@ def port_forward_command(
     )
 
 
-def stop_run_tasks(ecs: Any, cluster: str, reason: str = "campaign teardown") -> list[str]:
-    """Stop every task a `run` started that is still alive in the cluster; returns their ARNs."""
+def stop_run_tasks(ecs: Any, cluster: str, reason: str = "campaign teardown", run_id: str | None = None) -> list[str]:
+    """Stop every task a `run` started that is still alive in the cluster (only run `run_id`'s,
+    when given: `run --resume`); returns their ARNs."""
+    started_by = f"{STARTED_BY_PREFIX}{run_id}"[:36] if run_id is not None else STARTED_BY_PREFIX
     stopped: list[str] = []
     arns: list[str] = []
     for status in ("RUNNING", "PENDING"):
@@ -159,7 +161,7 @@ def stop_run_tasks(ecs: Any, cluster: str, reason: str = "campaign teardown") ->
             arns += page.get("taskArns", [])
     for i in range(0, len(arns), 100):
         for task in ecs.describe_tasks(cluster=cluster, tasks=arns[i : i + 100]).get("tasks", []):
-            if str(task.get("startedBy", "")).startswith(STARTED_BY_PREFIX):
+            if str(task.get("startedBy", "")).startswith(started_by):
                 ecs.stop_task(cluster=cluster, task=task["taskArn"], reason=reason)
                 stopped.append(task["taskArn"])
     return stopped

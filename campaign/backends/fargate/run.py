@@ -125,6 +125,8 @@ class CloudRun:
         self._published: dict[str, tuple[int, int]] = {}  # run-dir path -> (size, mtime) as last put
         self._registered: dict[str, list[tuple[str, str]]] = {}  # step -> (Cloud Map service id, instance id)
         self.started = time.time()
+        self.predicted: Mapping[str, float] | None = None  # the plan's boundaries the searches were given
+        self.resumed: dict[str, Any] | None = None  # `run --resume`: where it resumed, what it carried over
         self._check_stack_matches()
 
     def _check_stack_matches(self) -> None:
@@ -478,6 +480,51 @@ class CloudRun:
 
             return upload_tree(self.s3, self.run_dir, self.uri, skip=skip)
 
+    def mark_published(self) -> None:
+        """The run directory as it stands is what the run's prefix holds (just downloaded from it):
+        the next publish puts only what changes after this."""
+        with self._publish_lock:
+            for p in self.run_dir.rglob("*"):
+                if p.is_file():
+                    st = p.stat()
+                    self._published[p.relative_to(self.run_dir).as_posix()] = (st.st_size, st.st_mtime_ns)
+
+    def move(self, src: str, dst: str) -> int:
+        """Every object under the run's `src/` to `dst/` (run-relative), as campaign.stages.resume
+        moved the local copy: S3 has no rename, so each is copied (CopyObject) and its key deleted
+        (DeleteObject; in the versioned results bucket that leaves a delete marker over it, and the
+        listing a report reads no longer shows it: S3 user guide, "Deleting object versions from a
+        versioning-enabled bucket"). Returns how many objects moved."""
+        bucket, prefix = cc.split_s3_uri(self.uri)
+        moved = 0
+        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/{src}/"):
+            for obj in page.get("Contents", []):
+                key = obj["Key"]
+                new = f"{prefix}/{dst}/{key[len(prefix) + len(src) + 2 :]}"
+                self.s3.copy_object(Bucket=bucket, Key=new, CopySource={"Bucket": bucket, "Key": key})
+                self.s3.delete_object(Bucket=bucket, Key=key)
+                moved += 1
+        self._published = {k: v for k, v in self._published.items() if not k.startswith(f"{src}/")}
+        return moved
+
+    def deregister_stale(self) -> int:
+        """Deregister every Cloud Map instance a step of this run registered (its step attribute
+        starts with the run id), which the orchestrator cut off never deregistered: a step run
+        again has the same step id, and its workers must not find the dead step's master. Cloud
+        Map ListInstances returns each instance's Id and Attributes (Cloud Map API reference,
+        ListInstances). Returns how many were deregistered."""
+        if self.discovery is None:
+            return 0
+        services = {*self.cfg.master_services.values(), *self.cfg.workers_services.values()} - {""}
+        gone = 0
+        for service in sorted(services):
+            for page in self.discovery.get_paginator("list_instances").paginate(ServiceId=service):
+                for inst in page.get("Instances", []):
+                    if str(inst.get("Attributes", {}).get(cc.STEP_ATTRIBUTE, "")).startswith(f"{self.run_id}/"):
+                        self.discovery.deregister_instance(ServiceId=service, InstanceId=inst["Id"])
+                        gone += 1
+        return gone
+
     def checkpoint(self, stage: str) -> None:
         """The run directory as it stands, and the run record saying the run is at `stage`: what
         a killed orchestrator leaves for `report --run-id` (and a resume) to start from."""
@@ -507,6 +554,8 @@ class CloudRun:
             "started_at": self.started,
             "updated_at": time.time(),
             **({"stage": stage} if stage is not None else {}),
+            "predicted": dict(self.predicted) if self.predicted is not None else None,
+            **({"resumed": self.resumed} if self.resumed is not None else {}),
             "tasks": tasks,
         }
         self.s3.put_object(Bucket=bucket, Key=f"{prefix}/{cc.RUN_RECORD}", Body=json.dumps(body, indent=2).encode())

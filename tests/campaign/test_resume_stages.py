@@ -1,0 +1,138 @@
+"""run_stages(resume=...): a run killed mid-search or mid-settle, resumed from its run directory,
+takes the steps the uninterrupted run took, in the same order, and runs no finished step twice.
+The campaign's own stages run on `campaign plan`'s simulated fleets (seconds, deterministic)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from analysis.capacity.search import StepPlan
+from analysis.capacity.steps import write_search_step
+from campaign.backends.simulated.fleets import SimulatedFleets, SimulatedSteps
+from campaign.stages import resume
+from campaign.stages.capacity import ResumeMismatch
+from campaign.stages.run import report_from_run_dir, run_stages
+from core.manifest import Manifest, load_manifest
+
+
+class Killed(Exception):
+    """The orchestrator died here."""
+
+
+class KillingSteps:
+    """A StepRunner that runs steps in simulated time, noting each one it starts, and after `after`
+    of them dies in the next one once its records are written, before its verdict (a SIGKILL mid-step)."""
+
+    def __init__(self, inner: SimulatedSteps, run_dir: Path, started: list[str], after: int | None) -> None:
+        self.inner, self.run_dir, self.started, self.after = inner, run_dir, started, after
+
+    def run(
+        self, fleet: str, plan: StepPlan, step_dir: Path, planned: int, stop: threading.Event
+    ) -> tuple[float, str | None]:
+        self.started.append(step_dir.relative_to(self.run_dir / "capacity").as_posix())
+        out = self.inner.run(fleet, plan, step_dir, planned, stop)
+        if self.after is not None and len(self.started) > self.after:
+            raise Killed(step_dir)
+        return out
+
+    def abort(self) -> None:
+        self.inner.abort()
+
+
+class Fleets(SimulatedFleets):
+    def __init__(self, m: Manifest, run_dir: Path, after: int | None = None) -> None:
+        super().__init__(m, overhead_s=60.0)
+        self.concurrent = 1  # one fleet after the other: the order of the steps is the run's own
+        self.run_dir, self.after, self.started = run_dir, after, []  # type: list[str]
+
+    def steps(self) -> KillingSteps:  # type: ignore[override]
+        return KillingSteps(super().steps(), self.run_dir, self.started, self.after)
+
+
+def _run(m: Manifest, run_dir: Path, after: int | None = None, state: resume.RunState | None = None) -> Fleets:
+    fleets = Fleets(m, run_dir, after)
+    run_stages(m, fleets, run_dir, threading.Event(), full_report=False, log=lambda line: None, resume=state)
+    return fleets
+
+
+def _searches(run_dir: Path, m: Manifest) -> dict[str, Any]:
+    return {f.name: json.loads((run_dir / "capacity" / f.name / "search.json").read_text()) for f in m.fleets}
+
+
+def _decision(run_dir: Path) -> Any:
+    return json.loads((run_dir / "report.json").read_text())["decision"]
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory: pytest.TempPathFactory, example_manifest_path: Path) -> tuple[Manifest, Path, list[str]]:
+    """The example's campaign run through, uninterrupted: its manifest, run directory and steps in order."""
+    m = load_manifest(example_manifest_path)
+    run_dir = tmp_path_factory.mktemp("whole")
+    return m, run_dir, _run(m, run_dir).started
+
+
+def _kill_and_resume(m: Manifest, tmp_path: Path, after: int) -> tuple[list[str], list[str], resume.RunState]:
+    with pytest.raises(Killed):
+        _run(m, tmp_path, after)
+    state = resume.read_run_state(tmp_path, [f.name for f in m.fleets])
+    resumed = _run(m, tmp_path, state=state)
+    return resumed.started, state.carried_over(), state
+
+
+def test_a_run_killed_mid_search_resumes_on_the_same_path(
+    example: tuple[Manifest, Path, list[str]], tmp_path: Path
+) -> None:
+    m, whole_dir, whole = example
+    searched = [s for s in whole if "settle-" not in s]
+    after = len(searched) // 2  # mid-search (the first fleet's, or the second's)
+    assert 0 < after < len(searched) - 1, whole
+    resumed, carried, state = _kill_and_resume(m, tmp_path, after)
+    assert state.stage == resume.SEARCH
+    cut = whole[after]
+    assert state.interrupted() == [cut]
+    assert sorted(carried) == sorted(whole[:after])
+    assert resumed == whole[after:]  # the cut step again from its start, then what the whole run did next
+    assert not set(resumed) & set(carried)  # no finished step ran twice
+    assert (tmp_path / "interrupted" / "capacity" / f"{cut}-1").is_dir()  # its partial records, kept apart
+    assert _searches(tmp_path, m) == _searches(whole_dir, m)
+    assert (tmp_path / "capacity" / "settle.json").read_text() == (whole_dir / "capacity" / "settle.json").read_text()
+    assert _decision(tmp_path) == _decision(whole_dir)
+    # `report --run-dir` over the resumed directory (interrupted/ beside it) decides as the resumed run did
+    again = report_from_run_dir(m, tmp_path, tmp_path / "again")
+    assert again.decision.model_dump(mode="json") == _decision(tmp_path)
+
+
+def test_a_run_killed_mid_settle_carries_the_search_over(
+    example: tuple[Manifest, Path, list[str]], tmp_path: Path
+) -> None:
+    m, whole_dir, whole = example
+    segments = [i for i, s in enumerate(whole) if "settle-" in s]
+    if not segments:
+        pytest.skip("the example's simulated campaign settles without segments")
+    after = segments[-1]  # killed in the phase's last segment: the phase runs again from its start
+    resumed, carried, state = _kill_and_resume(m, tmp_path, after)
+    assert state.stage == resume.SETTLE
+    assert not set(resumed) & set(carried)  # no search step ran again
+    assert resumed == whole[segments[0] :]
+    assert (tmp_path / "capacity" / "settle.json").read_text() == (whole_dir / "capacity" / "settle.json").read_text()
+    assert _decision(tmp_path) == _decision(whole_dir)
+
+
+def test_a_recorded_step_off_the_search_path_is_refused(
+    example: tuple[Manifest, Path, list[str]], tmp_path: Path
+) -> None:
+    m, _, whole = example
+    with pytest.raises(Killed):
+        _run(m, tmp_path, 1)
+    state = resume.read_run_state(tmp_path, [f.name for f in m.fleets])
+    fleet = whole[0].split("/")[0]
+    carried = state.fleets[fleet].finished[whole[0].split("/")[1]]
+    stray = carried.model_copy(update={"label": "x7.77", "multiplier": 7.77})
+    write_search_step(stray, tmp_path / "capacity" / fleet / "x7.77")
+    with pytest.raises(ResumeMismatch, match=r"x7\.77"):
+        _run(m, tmp_path, state=resume.read_run_state(tmp_path, [f.name for f in m.fleets]))
