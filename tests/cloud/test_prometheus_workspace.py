@@ -65,11 +65,11 @@ def test_the_stack_workspace_reaches_the_reports_facts(capsys: pytest.CaptureFix
         assert stack_prometheus(session, m) == WORKSPACE_QUERY
         assert f"prometheus: {WORKSPACE_QUERY} (stack {stack_name(m)}'s workspace" in capsys.readouterr().out
     run = SimpleNamespace(m=SimpleNamespace(fleets=[]), cfg=cfg)
-    assert CloudFleets(run).facts().prometheus_url == WORKSPACE_QUERY  # type: ignore[arg-type]
-    assert (
-        CloudFleets(SimpleNamespace(m=run.m, cfg=cc.RunConfig.from_json(json.dumps(CONFIG)))).facts().prometheus_url
-        is None
-    )  # type: ignore[arg-type]
+    facts = CloudFleets(run).facts()  # type: ignore[arg-type]
+    # signed for the stack's region: what an AMP URL names, and what the offline stand-in takes
+    assert (facts.prometheus_url, facts.prometheus_sigv4_region) == (WORKSPACE_QUERY, "us-east-1")
+    bare = CloudFleets(SimpleNamespace(m=run.m, cfg=cc.RunConfig.from_json(json.dumps(CONFIG)))).facts()  # type: ignore[arg-type]
+    assert (bare.prometheus_url, bare.prometheus_sigv4_region) == (None, None)
 
 
 def test_report_run_id_says_when_the_stack_and_its_workspace_are_gone(capsys: pytest.CaptureFixture[str]) -> None:
