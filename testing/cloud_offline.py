@@ -14,7 +14,11 @@ What AWS would be is stood in for, and nothing else:
   Each fleet's Auto Scaling group exists there, in the stand-in stack, with the stacks' tags; its
   `GroupInServiceInstances` metric is fed every 30 s with the instances the emulator serves, so
   the report measures instances in service as it would on AWS;
-- the operator's credentials: moto's;
+- the stack's Prometheus and its AMP workspace: testing/offline_prometheus.py, the synthesized
+  scrape configuration with static targets (each fleet's local server) in a real Prometheus,
+  remote-writing to a second one behind the SigV4-checking proxy, whose query URL is the stand-in
+  stack's PrometheusQueryUrl output (the per-step server truth is pulled through it);
+- the operator's credentials: moto's (the workspace stand-in takes what they sign);
 - the client-lag bound (loadgen.max_schedule_lag_p99_s), relaxed to 0.5 s in a copy of the
   manifest: it states what a 1-vCPU Fargate worker holds, not this machine shared by every task.
 Then `campaign.backends.fargate.campaign.run_campaign` (what `python -m campaign run` calls) runs every stage: the
@@ -45,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from testing.nlb_stand_in import HealthScript, StandInNlb
+    from testing.offline_prometheus import StandInWorkspace
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "manifests" / "llama3-8b-inf2-vs-g6.yaml"
@@ -111,12 +116,19 @@ def group_name(m: Any, fleet: str) -> str:
     return f"{m.campaign}-{fleet}-offline"
 
 
-def deploy_stand_in(session: Any, m: Any, template: Mapping[str, Any], endpoints: Mapping[str, str]) -> dict[str, Any]:
+def deploy_stand_in(
+    session: Any,
+    m: Any,
+    template: Mapping[str, Any],
+    endpoints: Mapping[str, str],
+    prometheus_query_url: str | None = None,
+) -> dict[str, Any]:
     """What `deploy` would leave: the results bucket, and a stack whose outputs are the synthesized
     ones (references resolved to the offline names; the fleet endpoints are the emulators) and
     whose resources include one Auto Scaling group per fleet, tagged as the stacks tag them
     (campaign, fleet) and sized to the instances measured, so that deleting the stack (teardown)
-    terminates their instances as CloudFormation would."""
+    terminates their instances as CloudFormation would. `prometheus_query_url`: the stand-in
+    workspace's, as the PrometheusQueryUrl output (None: the stack has no such output)."""
     from campaign.aws.stack import campaign_deadline, utc_now
     from core import cloud_contract as cc
     from core.naming import CAMPAIGN_DEADLINE_PARAMETER
@@ -201,6 +213,7 @@ def deploy_stand_in(session: Any, m: Any, template: Mapping[str, Any], endpoints
         "Outputs": {
             cc.RUN_CONFIG_OUTPUT: {"Value": _with_refs(json.dumps(run_config))},
             "ResultsBucketName": {"Value": BUCKET},
+            **({cc.PROMETHEUS_QUERY_OUTPUT: {"Value": prometheus_query_url}} if prometheus_query_url else {}),
         },
     }
     cfn = session.client("cloudformation")
@@ -369,15 +382,20 @@ class InServiceFeed:
 
 
 LAG_BOUND_S = 0.5
+ENGINE_MIN_REQUESTS = 240
 
 
 def engine_run(data: dict[str, Any]) -> None:
     """What the real-engine offline run changes beside the lag bound (`offline_manifest(change=)`):
     a coarser search (a 50% bracket, 5 steps, 150 s of steps per fleet) and a 40 s settle budget,
     so both fleets' searches and settle phases fit in 10 minutes on 2 cores with the fleets measured
-    one at a time. The stages and their accounting are under test, not the CPU's capacity."""
+    one at a time. The stages and their accounting are under test, not the CPU's capacity.
+    Steps of ENGINE_MIN_REQUESTS at least: the first (x2, about 7 requests/s on the tiny
+    checkpoint) then spans over 6 of the stack's 5 s scrapes, the shortest window that carries
+    server truth (analysis.measure.server_truth.MIN_SCRAPES); at the default 72 every step was shorter."""
     data["workload"]["capacity_search"] = {
         **data["workload"].get("capacity_search", {}),
+        "min_requests": ENGINE_MIN_REQUESTS,
         "tolerance": 0.5,
         "max_steps": 5,
         "time_budget_s": 150,
@@ -431,6 +449,13 @@ class OfflineAws:
     concurrent: int | None = None  # fleets measured at once (None: all)
     health: HealthScript | None = None  # the real-engine run's target health over time
     nlb: StandInNlb | None = None  # the real-engine run's NLB stand-in (connections per node)
+    prometheus: OfflinePrometheus | None = None  # the stack's Prometheus and the workspace stand-in
+
+
+@dataclass(frozen=True)
+class OfflinePrometheus:
+    workspace: StandInWorkspace  # the AMP stand-in behind the SigV4-checking proxy
+    scraper_url: str  # the stack's Prometheus itself (what the local path would query)
 
 
 @contextmanager
@@ -469,14 +494,25 @@ def offline_aws(
                 "fleets (emulated, behind one port each): "
                 + ", ".join(f"{f.name} x{f.instances_measured} {endpoints[f.name]}" for f in m.fleets)
             )
-            with filled_in({g: launched for g in groups.values()}):
-                deployed = deploy_stand_in(session, m, template, endpoints)
+            with (
+                filled_in({g: launched for g in groups.values()}),
+                stand_in_workspace(sup, m, out, env) as workspace,
+            ):
+                deployed = deploy_stand_in(session, m, template, endpoints, workspace.query_url)
                 targets = StandInTargets(session, m, deployed["run_config"]["target_groups"])
                 for f in m.fleets:  # every instance serves from the start: the emulators do
                     targets.register(f.name)
+                prometheus = start_stack_prometheus(sup, m, out, template, workspace, endpoints, targets, env)
                 with InServiceFeed(session, groups, targets, deployed["target_groups"]):
                     yield OfflineAws(
-                        env, session, template, deployed["refs"], deployed["run_config"], endpoints, targets
+                        env,
+                        session,
+                        template,
+                        deployed["refs"],
+                        deployed["run_config"],
+                        endpoints,
+                        targets,
+                        prometheus=prometheus,
                     )
 
 
@@ -520,9 +556,11 @@ def _with_engines(
         f"engines {served} (cores {cores.engine_core}); NLB stand-in {nlb.name}: nodes {nlb.nodes}, "
         f"listeners {nlb.endpoints}"
     )
-    with filled_in({g: launched for g in groups.values()}):
-        deployed = deploy_stand_in(session, m, template, nlb.endpoints)
+    with filled_in({g: launched for g in groups.values()}), stand_in_workspace(sup, m, out, env) as workspace:
+        deployed = deploy_stand_in(session, m, template, nlb.endpoints, workspace.query_url)
         targets = holder["targets"] = StandInTargets(session, m, deployed["run_config"]["target_groups"])
+        # the stack's Prometheus scrapes each engine itself, as ec2_sd finds the instances, not the NLB
+        prometheus = start_stack_prometheus(sup, m, out, template, workspace, served, targets, env)
         with (
             nlb,
             HealthScript(targets, [f.name for f in m.fleets], out / "runs", drop_fleet=drop_fleet) as health,
@@ -541,7 +579,53 @@ def _with_engines(
                 concurrent=cores.concurrent,
                 health=health,
                 nlb=nlb,
+                prometheus=prometheus,
             )
+
+
+@contextmanager
+def stand_in_workspace(sup: Any, m: Any, out: Path, env: Mapping[str, str]) -> Iterator[StandInWorkspace]:
+    """The AMP workspace stand-in (testing.offline_prometheus), taking what is signed for the
+    manifest's region with the operator's stand-in credentials (moto's, in `env`)."""
+    from testing import offline_prometheus
+    from testing.sigv4_proxy import StandInCredentials
+
+    creds = StandInCredentials(env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"])
+    with offline_prometheus.stand_in_workspace(sup, out / "prometheus", m.costs.region, creds) as workspace:
+        yield workspace
+
+
+def start_stack_prometheus(
+    sup: Any,
+    m: Any,
+    out: Path,
+    template: Mapping[str, Any],
+    workspace: StandInWorkspace,
+    servers: Mapping[str, str],
+    targets: StandInTargets,
+    env: Mapping[str, str],
+) -> OfflinePrometheus:
+    """The stack's Prometheus (the synthesized configuration, testing.offline_prometheus) scraping
+    each fleet's local server (`servers`: fleet -> its base URL), which stands for every instance of
+    the fleet's group: ec2_sd's labels name them all."""
+    from urllib.parse import urlsplit
+
+    from testing import offline_prometheus
+    from testing.sigv4_proxy import StandInCredentials
+
+    scraped = {
+        f.name: offline_prometheus.ServingTarget(
+            f.name,
+            urlsplit(servers[f.name]).netloc,
+            "+".join(targets.instances[f.name]),
+            f.instance_type,
+            f.availability_zones[0],
+        )
+        for f in m.fleets
+    }
+    creds = StandInCredentials(env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"])
+    url = offline_prometheus.start_scraper(sup, out / "prometheus", template, workspace, scraped, creds)
+    return OfflinePrometheus(workspace, url)
 
 
 def run_once(aws: OfflineAws, manifest_path: Path, out: Path, name: str, **kwargs: Any) -> Any:

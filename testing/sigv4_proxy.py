@@ -9,6 +9,11 @@ the headers the request says it signed, and compared with the one it carries. Un
 for another service or region, with another key or a wrong signature: 403 with a JSON
 {"message": ...} naming why. Queries are served under /workspaces/<workspace id>/, as AMP serves
 them; another workspace id is answered 404.
+
+Remote writes are checked the same way: AMP takes them at /workspaces/<id>/api/v1/remote_write
+(AMP user guide, "Ingest Prometheus metrics to the workspace": the remote_write url), and the
+proxy hands them to the upstream Prometheus's receiver at /api/v1/write (Prometheus docs, "HTTP
+API", "Remote Write Receiver"), with the headers that say how the body is encoded.
 """
 
 from __future__ import annotations
@@ -36,6 +41,10 @@ _AUTHORIZATION = re.compile(
     r"\s*SignedHeaders=(?P<signed>[a-z0-9;-]+),\s*Signature=(?P<signature>[0-9a-f]{64})$"
 )
 _WORKSPACE_PATH = re.compile(r"^/workspaces/(?P<workspace>[A-Za-z0-9-]+)(?P<rest>/.*)$")
+AMP_REMOTE_WRITE, RECEIVER_WRITE = "/api/v1/remote_write", "/api/v1/write"
+# What a remote-write body needs beside its bytes: snappy-compressed protobuf, and its protocol version
+# (Prometheus remote-write specification 1.0, "Protocol": Content-Encoding, Content-Type, X-Prometheus-Remote-Write-Version).
+_FORWARDED_HEADERS = ("Content-Type", "Content-Encoding", "X-Prometheus-Remote-Write-Version")
 
 
 @dataclass(frozen=True)
@@ -84,13 +93,18 @@ class SigV4Proxy:
     ) -> None:
         self.upstream, self.region, self.creds, self.workspace = upstream.rstrip("/"), region, creds, workspace
         self.refusals: list[str] = []  # why each refused request was refused, in order
+        self.accepted: list[str] = []  # the path (without its query) of each request let through, in order
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="sigv4-proxy", daemon=True)
 
     @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_port}"
+
+    @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_port}/workspaces/{self.workspace}"
+        return f"{self.base}/workspaces/{self.workspace}"
 
     def __enter__(self) -> SigV4Proxy:
         self._thread.start()
@@ -125,11 +139,13 @@ class SigV4Proxy:
                 if where is None or where["workspace"] != proxy.workspace:
                     self._answer(404, {"message": f"no workspace at {self.path.split('?')[0]}"})
                     return
-                self._forward(where["rest"], body)
+                proxy.accepted.append(self.path.split("?")[0])
+                rest = where["rest"]
+                self._forward(RECEIVER_WRITE if rest == AMP_REMOTE_WRITE else rest, body)
 
             def _forward(self, rest: str, body: bytes) -> None:
                 request = urllib.request.Request(
-                    proxy.upstream + rest, data=body or None, method=self.command, headers=self._content_type()
+                    proxy.upstream + rest, data=body or None, method=self.command, headers=self._body_headers()
                 )
                 try:
                     with urllib.request.urlopen(request, timeout=30) as resp:
@@ -138,9 +154,8 @@ class SigV4Proxy:
                     status, payload = exc.code, exc.read()
                 self._send(status, payload)
 
-            def _content_type(self) -> dict[str, str]:
-                kind = self.headers.get("Content-Type")
-                return {"Content-Type": kind} if kind else {}
+            def _body_headers(self) -> dict[str, str]:
+                return {name: self.headers[name] for name in _FORWARDED_HEADERS if self.headers.get(name)}
 
             def _answer(self, status: int, body: dict[str, Any]) -> None:
                 self._send(status, json.dumps(body).encode())
@@ -154,5 +169,74 @@ class SigV4Proxy:
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass  # the tests read the refusals, not a log
+
+        return Handler
+
+
+class SigningSidecar:
+    """A signing hop for a Prometheus whose `sigv4` block does not sign: Debian's prometheus
+    2.42.0+ds (what tools/system-deps.sh installs) sends remote writes with no Authorization header
+    although its configuration has the block (seen in the offline run). AWS's answer for a
+    Prometheus that cannot sign is a SigV4 proxy sidecar in front of the workspace (AMP user
+    guide, "Set up ingestion from a new Prometheus server using Helm" / awslabs/aws-sigv4-proxy);
+    this is that sidecar. A request that arrives signed passes unchanged, so a Prometheus that
+    does sign is checked by the workspace stand-in on its own signature; an unsigned one is signed
+    with botocore for service `aps` in `region` with `creds`. `signed` counts what it signed."""
+
+    def __init__(self, upstream: str, region: str, creds: StandInCredentials) -> None:
+        self.upstream, self.region, self.creds = upstream.rstrip("/"), region, creds
+        self.signed = 0
+        self.passed = 0  # arrived signed
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="sigv4-sidecar", daemon=True)
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_port}"
+
+    def __enter__(self) -> SigningSidecar:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def sign(self, method: str, url: str, headers: dict[str, str], body: bytes) -> dict[str, str]:
+        request = AWSRequest(method=method, url=url, data=body or None, headers=headers)
+        SigV4Auth(Credentials(self.creds.access_key, self.creds.secret_key), SERVICE, self.region).add_auth(request)
+        return dict(request.headers.items())
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        sidecar = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                url = sidecar.upstream + self.path
+                headers = {name: self.headers[name] for name in _FORWARDED_HEADERS if self.headers.get(name)}
+                if self.headers.get("Authorization"):
+                    sidecar.passed += 1
+                    for name in ("Host", "Authorization", "X-Amz-Date", "X-Amz-Security-Token", "X-Amz-Content-Sha256"):
+                        if self.headers.get(name):
+                            headers[name] = self.headers[name]
+                else:
+                    sidecar.signed += 1
+                    headers = sidecar.sign("POST", url, headers, body)
+                request = urllib.request.Request(url, data=body, method="POST", headers=headers)
+                try:
+                    with urllib.request.urlopen(request, timeout=30) as resp:
+                        status, payload = resp.status, resp.read()
+                except urllib.error.HTTPError as exc:
+                    status, payload = exc.code, exc.read()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
 
         return Handler

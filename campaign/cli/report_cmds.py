@@ -102,6 +102,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     m = load_manifest(args.manifest, check_files=False)
     prometheus = _prometheus(args.prometheus, args.prometheus_sigv4)
+    sigv4: str | None = args.prometheus_sigv4
     quality = _quality(args.quality) if args.quality else None
     instances = _instances(args.instances) if args.instances else None
     capacity = None
@@ -117,7 +118,10 @@ def cmd_report(args: argparse.Namespace) -> int:
 
         session = aws_session(m.costs.region)
         run_dir = fetch_run(session, m, args.run_id, Path(args.out) / "run")
-        prometheus = prometheus or stack_prometheus(session, m)
+        if not prometheus:
+            prometheus = stack_prometheus(session, m)
+            # the stack's own workspace, signed for the stack's region as `run` signs it (CloudFleets.facts)
+            sigv4 = sigv4 or (m.costs.region if prometheus else None)
     if run_dir is not None:  # the same report the run itself built, from the same files
         from campaign.stages.run import report_from_run_dir
 
@@ -131,7 +135,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             run_dir,
             Path(args.out),
             prometheus_url=prometheus,
-            prometheus_sigv4_region=args.prometheus_sigv4,
+            prometheus_sigv4_region=sigv4,
             planned_cost=_planned_cost(args.plan, m, run_dir),
             focus_csv=args.focus,
         )

@@ -6,18 +6,30 @@ tokenizer check counts prompts against the real server's /tokenize. They reach t
 NLB's DNS name through the resolver seam (one loopback node per AZ). Each fleet's targets become
 healthy one by one, `run` waits for all of them, and one target of the first fleet drops out
 during its first capacity step: every step's instances are the fewest healthy while it ran.
+
+The stack's Prometheus is real too (testing/offline_prometheus.py): the synthesized scrape
+configuration with static targets, remote-writing to a second Prometheus behind the SigV4-checking
+workspace stand-in, which the report's per-step server truth is pulled through (issue 39, item 4).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from analysis.measure.histogram import histogram_quantile
+from analysis.measure.server_truth import MIN_SCRAPES, server_step
+from analysis.sources.prometheus import HistogramNames, PrometheusSource
+from analysis.sources.server_series import HISTOGRAMS, SavedSeries, pull_step, read_fleet_series
 from campaign.backends.local import engine as engines
+from campaign.cli import main as cli
 from core.manifest import Manifest, load_manifest
 from core.records import INSTANCES_FILE
 from testing.cloud_offline import OfflineAws, engine_run, offline_aws, offline_manifest, run_once
@@ -109,3 +121,108 @@ def test_the_load_reaches_every_availability_zones_node(run: tuple[Manifest, Off
     for f in m.fleets:
         per_node = aws.nlb.connections(f.name)
         assert len(per_node) == len(set(f.availability_zones)) and all(n > 0 for n in per_node.values()), per_node
+
+
+def _search_labels(report: dict[str, Any], fleet: str) -> list[str]:
+    return [s["label"] for s in report["fleets"][fleet]["capacity"]["search"]["steps"] if s["label"] != "replay"]
+
+
+def test_every_search_step_has_the_servers_p95s_pulled_through_the_signed_workspace(
+    run: tuple[Manifest, OfflineAws, Any, Any],
+) -> None:
+    """Every search step has its server row, pulled; each long enough for server truth (6 of the
+    stack's 5 s scrapes) has both P95s and the client-server gaps, and each fleet has such a step
+    (engine_run sizes the first one for it); a miss stopped after a few seconds says it is too short."""
+    m, aws, result, _ = run
+    assert aws.prometheus is not None
+    report = json.loads((result.run_dir / "report.json").read_text())
+    assert report["prometheus"]["url"] == aws.prometheus.workspace.query_url
+    for f in m.fleets:
+        assert report["provenance"][f"prometheus.steps.{f.name}"]["source"] == "pulled"
+        rows = {r["label"].split("/")[-1]: r for r in report["prometheus"]["steps"][f.name]}
+        labels = _search_labels(report, f.name)
+        assert labels and set(labels) <= set(rows), (labels, sorted(rows))
+        with_figures = 0
+        for label in labels:
+            row = rows[label]
+            assert row["source"] == "pulled", row
+            if row["window_s"] < MIN_SCRAPES * row["scrape_interval_s"]:
+                assert row["status"] == "too_short" and row["p95_ttft_s"] is None, row
+                continue
+            assert row["status"] == "ok", row
+            assert row["p95_ttft_s"] > 0 and row["p95_itl_s"] > 0, row
+            assert row["ttft_gap_s"] is not None and row["itl_gap_s"] is not None, row
+            with_figures += 1
+        assert with_figures >= 1, (f.name, [(rows[k]["window_s"], rows[k]["status"]) for k in labels])
+    # Every write and every query reached the stand-in signed; an unsigned query is refused.
+    proxy = aws.prometheus.workspace.proxy
+    assert not proxy.refusals, proxy.refusals[:3]
+    assert any(p.endswith("/api/v1/remote_write") for p in proxy.accepted)
+    assert any(p.endswith("/api/v1/query") for p in proxy.accepted)
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(aws.prometheus.workspace.query_url + "?query=up", timeout=10)
+    assert refused.value.code == 403
+    assert proxy.refusals == ["the request is not signed (no SigV4 Authorization header)"]
+
+
+def test_report_run_dir_gives_the_same_step_figures_from_the_saved_series_alone(
+    run: tuple[Manifest, OfflineAws, Any, Any], tmp_path: Path
+) -> None:
+    m, aws, result, _ = run
+    assert aws.prometheus is not None
+    queried = len(aws.prometheus.workspace.proxy.accepted)
+    out = tmp_path / "again"
+    cli.main(["report", str(m.source_file()), "--run-dir", str(result.run_dir), "--out", str(out)])
+    again = json.loads((out / "report.json").read_text())
+    first = json.loads((result.run_dir / "report.json").read_text())
+    figures = ("label", "status", "p95_ttft_s", "p95_itl_s", "ttft_gap_s", "itl_gap_s")
+    for f in m.fleets:
+        assert [{k: r[k] for k in figures} for r in again["prometheus"]["steps"][f.name]] == [
+            {k: r[k] for k in figures} for r in first["prometheus"]["steps"][f.name]
+        ]
+    # no query reached the workspace (reads since are remote writes only)
+    assert all(p.endswith("/api/v1/remote_write") for p in aws.prometheus.workspace.proxy.accepted[queried:])
+
+
+def _bucket_index(bounds: list[float], value: float) -> int:
+    return next(i for i, le in enumerate(bounds) if value <= le)
+
+
+def test_the_pulled_step_histograms_match_the_local_paths_within_one_bucket(
+    run: tuple[Manifest, OfflineAws, Any, Any],
+) -> None:
+    """The local path reads the scraping Prometheus itself (campaign local's); the cloud path the
+    workspace the scraper remote-wrote to, through the proxy. Same steps, same buckets, and P95s no
+    more than one bucket apart."""
+    m, aws, result, _ = run
+    assert aws.prometheus is not None
+    local = PrometheusSource(aws.prometheus.scraper_url)
+    compared = 0
+    for f in m.fleets:
+        names = HistogramNames.for_stack(f.serving.stack)
+        for saved in read_fleet_series(result.run_dir / "metrics", f.name):
+            if server_step(saved).status != "ok":
+                continue  # too short for server truth: the search test checks it says so
+            direct = pull_step(local, names, f.name, saved.step, saved.window_unix, saved.scrape_interval_s)
+            assert server_step(direct).status == "ok", (f.name, saved.step, server_step(direct).note)
+            for key in HISTOGRAMS:
+                pulled, scraped = _buckets(saved, key), _buckets(direct, key)
+                assert sorted(pulled) == sorted(scraped), (f.name, saved.step, key)
+                bounds = sorted(pulled)
+                p_cloud, p_local = histogram_quantile(0.95, pulled), histogram_quantile(0.95, scraped)
+                assert p_cloud is not None and p_local is not None
+                assert abs(_bucket_index(bounds, p_cloud) - _bucket_index(bounds, p_local)) <= 1, (
+                    f.name,
+                    saved.step,
+                    key,
+                    p_cloud,
+                    p_local,
+                )
+            compared += 1
+    assert compared >= 2 * len(m.fleets)  # the replay and a search step per fleet at least
+
+
+def _buckets(saved: SavedSeries, key: str) -> dict[float, float]:
+    q = saved.queries[key]
+    assert q is not None, (saved.fleet, saved.step, key)
+    return {float(s["metric"]["le"]): float(s["value"][1]) for s in q.result}

@@ -65,11 +65,11 @@ def test_the_stack_workspace_reaches_the_reports_facts(capsys: pytest.CaptureFix
         assert stack_prometheus(session, m) == WORKSPACE_QUERY
         assert f"prometheus: {WORKSPACE_QUERY} (stack {stack_name(m)}'s workspace" in capsys.readouterr().out
     run = SimpleNamespace(m=SimpleNamespace(fleets=[]), cfg=cfg)
-    assert CloudFleets(run).facts().prometheus_url == WORKSPACE_QUERY  # type: ignore[arg-type]
-    assert (
-        CloudFleets(SimpleNamespace(m=run.m, cfg=cc.RunConfig.from_json(json.dumps(CONFIG)))).facts().prometheus_url
-        is None
-    )  # type: ignore[arg-type]
+    facts = CloudFleets(run).facts()  # type: ignore[arg-type]
+    # signed for the stack's region: what an AMP URL names, and what the offline stand-in takes
+    assert (facts.prometheus_url, facts.prometheus_sigv4_region) == (WORKSPACE_QUERY, "us-east-1")
+    bare = CloudFleets(SimpleNamespace(m=run.m, cfg=cc.RunConfig.from_json(json.dumps(CONFIG)))).facts()  # type: ignore[arg-type]
+    assert (bare.prometheus_url, bare.prometheus_sigv4_region) == (None, None)
 
 
 def test_report_run_id_says_when_the_stack_and_its_workspace_are_gone(capsys: pytest.CaptureFixture[str]) -> None:
@@ -101,3 +101,38 @@ def test_a_bad_prometheus_url_is_refused_before_anything_is_read(
     err = capsys.readouterr().err
     assert "--prometheus" in err and why in err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+    ("given", "signed_for"),
+    [
+        ([], "us-east-1"),
+        (["--prometheus", "http://127.0.0.1:9/workspaces/ws", "--prometheus-sigv4", "eu-west-1"], "eu-west-1"),
+    ],
+)
+def test_report_run_id_signs_the_stacks_workspace_for_the_stacks_region(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, given: list[str], signed_for: str
+) -> None:
+    """`report --run-id` queries the stack's workspace signed for the stack's region, as `run` did
+    (CloudFleets.facts): a stand-in workspace's loopback URL (make cloud-offline) names no region.
+    A --prometheus URL given is signed as --prometheus-sigv4 says."""
+    import campaign.aws.session
+    import campaign.backends.fargate.campaign
+    import campaign.cli.report_cmds
+    import campaign.stages.run
+
+    stand_in = "http://127.0.0.1:9/workspaces/ws-stand-in/api/v1/query"
+    called: dict[str, Any] = {}
+
+    def report_from_run_dir(m: Any, run_dir: Any, out: Any, **kw: Any) -> Any:
+        called.update(kw)
+        return SimpleNamespace(decision=SimpleNamespace(state="go", reasons=[]))
+
+    monkeypatch.setattr(campaign.aws.session, "aws_session", lambda region: None)
+    monkeypatch.setattr(campaign.backends.fargate.campaign, "fetch_run", lambda s, m, run_id, out: tmp_path)
+    monkeypatch.setattr(campaign.cli.report_cmds, "stack_prometheus", lambda s, m: stand_in)
+    monkeypatch.setattr(campaign.stages.run, "report_from_run_dir", report_from_run_dir)
+    argv = ["report", str(EXAMPLE_MANIFEST), "--run-id", "r1", *given, "--out", str(tmp_path / "o")]
+    assert cli.main(argv) == 0
+    assert called["prometheus_sigv4_region"] == signed_for
+    assert called["prometheus_url"] == (stand_in if not given else given[1])

@@ -39,6 +39,8 @@ def test_metrics_are_published_with_the_run_directory_and_fetched_back(tmp_path:
 
 
 def test_a_cloud_runs_facts_carry_the_stacks_scrape_interval() -> None:
-    cfg = SimpleNamespace(prometheus_url="https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1")
+    cfg = SimpleNamespace(
+        prometheus_url="https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1", region="us-east-1"
+    )
     facts = CloudFleets(SimpleNamespace(m=SimpleNamespace(fleets=[]), cfg=cfg)).facts()  # type: ignore[arg-type]
     assert facts.scrape_interval_s == cc.PROMETHEUS_SCRAPE_INTERVAL_S == 5

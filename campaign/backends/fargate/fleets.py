@@ -54,12 +54,16 @@ class CloudFleets:
         # No run-wide instance count: the replay and each step record the instances they really
         # ran on beside their records (INSTANCES_FILE, the fewest healthy targets while they ran),
         # which the report reads; without it, CloudWatch's GroupInServiceInstances. The histograms
-        # come from the stack's Prometheus workspace, queried with SigV4 (analysis.sources.prometheus).
+        # come from the stack's Prometheus workspace, queried with SigV4 (analysis.sources.prometheus)
+        # for the stack's region: the workspace is the stack's own (stacks/observability.py), so an
+        # AMP URL names that region too, and the offline stand-in (testing/sigv4_proxy.py) is signed for it.
+        url = self.run.cfg.prometheus_url or None
         return RunFacts(
             {},
             None,
             aws=True,
-            prometheus_url=self.run.cfg.prometheus_url or None,
+            prometheus_url=url,
+            prometheus_sigv4_region=self.run.cfg.region if url else None,
             ready_after_s=dict(self.ready_after_s),
             scrape_interval_s=float(cc.PROMETHEUS_SCRAPE_INTERVAL_S),
         )
