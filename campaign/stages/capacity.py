@@ -47,6 +47,7 @@ from analysis.measure import goodput
 from analysis.sources.records import load_records
 from campaign.stages.progress import RecordTail
 from campaign.stages.resume import FleetSteps
+from core.errors import EXIT_BAD_INPUT, CampaignError
 from core.manifest import CapacitySearch, Manifest
 
 if TYPE_CHECKING:
@@ -60,8 +61,11 @@ class Interrupted(Exception):
     """Ctrl-C reached a search between steps: no new step is started."""
 
 
-class ResumeMismatch(Exception):
-    """A resumed search does not retrace the steps its run recorded."""
+class ResumeMismatch(CampaignError):
+    """A resumed search does not retrace the steps its run recorded: `run --resume` refuses (exit 2,
+    as for a manifest, schedule or plan that differs from the run's)."""
+
+    exit_code = EXIT_BAD_INPUT
 
 
 def settings_from(cfg: CapacitySearch) -> SearchSettings:
