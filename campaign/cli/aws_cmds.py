@@ -15,7 +15,7 @@ from campaign.aws.run_config import read_run_config
 from campaign.aws.session import aws_session
 from campaign.backends.fargate.campaign import fetch_run, run_campaign
 from campaign.cli.help import DOCKER_HUB_CREDENTIAL_HELP, FROM_PLAN_HELP, MANIFEST_HELP
-from campaign.plan.plan_file import planned_stage_minutes, predicted_boundaries
+from campaign.plan.plan_file import planned_cost, planned_stage_minutes, predicted_boundaries
 from core import cloud_contract as cc
 from core.errors import EXIT_FAILED_STEP, EXIT_OK, BadArgument, CampaignError
 from core.manifest import Manifest, load_manifest
@@ -91,6 +91,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     m = load_manifest(args.manifest)
     check_workload(m)  # every bad trace row, before any task starts
     predicted = predicted_boundaries(Path(args.from_plan), m) if args.from_plan else None
+    planned = planned_cost(Path(args.from_plan), m, "--from-plan") if args.from_plan else None
     resume_id = _resume_id(args.resume)  # before any AWS call
     result = run_campaign(
         aws_session(m.costs.region),
@@ -100,6 +101,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         capacity=not args.no_capacity,
         final_report=not args.no_report,
         predicted=predicted,
+        planned_cost=planned,
         stage_minutes=lambda: _stage_minutes(args, m),
         resume_id=resume_id,
     )  # CloudRunError: exit 1; PastDeadline: exit 1 before the stage that would outlast the stack's deadline

@@ -90,11 +90,12 @@ def cmd_local(args: argparse.Namespace) -> int:
 
     m = _load(args.manifest)
     check_workload(m)  # a bad trace row stops it here, before any fleet starts
-    predicted = None
+    predicted, planned = None, None
     if args.from_plan:
-        from campaign.plan.plan_file import predicted_boundaries
+        from campaign.plan.plan_file import planned_cost, predicted_boundaries
 
         predicted = predicted_boundaries(Path(args.from_plan), m)  # a bad or stale plan stops it here too
+        planned = planned_cost(Path(args.from_plan), m, "--from-plan")  # the report's planned campaign cost
     out = Path(args.out) if args.out else Path("runs") / time.strftime("local-%Y%m%d-%H%M%S")
     return run_local(
         m,  # parsed once: run_local, its fleets and capacity steps reuse it
@@ -105,6 +106,7 @@ def cmd_local(args: argparse.Namespace) -> int:
         engine=args.engine,
         ui=args.ui,
         predicted=predicted,
+        planned_cost=planned,
     ).exit_code
 
 

@@ -204,13 +204,15 @@ def run_stages(
     full_report: bool = True,
     log: Callable[[str], None] = say,
     predicted: Mapping[str, float] | None = None,
+    planned_cost: PlannedCost | None = None,
     before_stage: StageGuard = lambda stage: None,
     resume: RunState | None = None,
 ) -> Report | None:
     """Every stage in order, into `run_dir`; returns the report (also written there), or None
     with `final_report=False` (`campaign run --no-report`: `campaign report --run-id` builds it later).
     `full_report=False`: the decision without the sensitivity grid and the pages (`campaign plan`).
-    `predicted`: per fleet, the boundary `campaign plan` predicted, where each search looks first.
+    `predicted`: per fleet, the boundary `campaign plan` predicted, where each search looks first;
+    `planned_cost`: that plan's campaign cost, kept in campaign.json for the report's billing.
     `before_stage`: called with each fleet-using stage's name before it starts (`campaign run`'s
     deadline, campaign.stages.deadline); it stops the campaign by raising.
     `resume`: what a run cut off in `run_dir` had finished (campaign.stages.resume): the stages it
@@ -230,6 +232,9 @@ def run_stages(
             return gated  # the gate failed: its report
     else:
         quality, facts = carried_gate_and_replay(fleets, run_dir, log)
+    if planned_cost is not None:  # the plan the run was given (--from-plan): the report's planned campaign cost
+        facts.planned_cost = planned_cost
+        facts.write(run_dir)
 
     capacity_dirs: dict[str, Path] = {}
     settled: SettleOutcome | None = None
@@ -317,6 +322,7 @@ def carried_gate_and_replay(
         raise AnalysisError(f"{run_dir}: no {QUALITY_FILE} or {CAMPAIGN_FILE} to resume from")
     facts = fleets.facts()
     facts.ready_after_s = recorded.ready_after_s or facts.ready_after_s
+    facts.planned_cost = recorded.planned_cost
     log(f"quality gate and trace replay: carried over ({', '.join(f'{k} {q.passed}' for k, q in quality.items())})")
     return quality, facts
 

@@ -104,3 +104,22 @@ def test_without_a_capacity_search_block_the_stages_settle_with_its_defaults(
     # The plan's gate is assumed, and the report says so.
     quality = read_quality(tmp_path / QUALITY_FILE)
     assert quality is not None and all(q.model_extra and "assumed" in q.model_extra for q in quality.values())
+
+
+def test_the_plan_a_run_was_given_reaches_its_report_and_campaign_json(
+    tmp_path: Path, manifest_data: dict[str, Any]
+) -> None:
+    """`local/run --from-plan FILE`: the plan's campaign cost is the report's planned figure, and
+    campaign.json keeps it for `report --run-dir` (it was read only from RUN_DIR/plan.json or --plan)."""
+    from analysis.report.inputs import PlannedCost
+    from campaign.stages.run import RunFacts
+
+    m = manifest_from_data(manifest_data)
+    planned = PlannedCost(123.45, 200.0, "predicted (campaign plan)", "2026-12-05T21:00:00Z")
+    rep = run_stages(
+        m, SimulatedFleets(m, 60.0), tmp_path, threading.Event(), planned_cost=planned, log=lambda line: None
+    )
+    assert rep is not None and rep.billing is not None and rep.billing.plan is not None
+    assert rep.billing.plan.usd == 123.45 and rep.billing.plan.source.startswith("predicted")
+    facts = RunFacts.read(tmp_path)
+    assert facts is not None and facts.planned_cost == planned

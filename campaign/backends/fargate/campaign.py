@@ -23,6 +23,7 @@ from core.errors import EXIT_BY_DECISION, EXIT_OK, BadArgument
 from core.manifest import Manifest
 
 if TYPE_CHECKING:
+    from analysis.report.inputs import PlannedCost
     from campaign.stages.resume import RunState
 
 
@@ -37,6 +38,7 @@ def run_campaign(
     capacity: bool = True,
     final_report: bool = True,
     predicted: Mapping[str, float] | None = None,
+    planned_cost: PlannedCost | None = None,
     concurrent: int | None = None,
     stage_minutes: Callable[[], Mapping[str, float]] | None = None,
     clock: Callable[[], datetime] = utc_now,
@@ -89,6 +91,7 @@ def run_campaign(
             capacity=capacity,
             final_report=final_report,
             predicted=predicted,
+            planned_cost=planned_cost,
             before_stage=guard,
             resume=state,
         )

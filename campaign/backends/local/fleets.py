@@ -33,6 +33,7 @@ from loadgen.fixtures import GateResult, run_gate
 
 if TYPE_CHECKING:
     from analysis.model import Report
+    from analysis.report.inputs import PlannedCost
     from campaign.stages.capacity import StepRunner
     from core.records import RunSummary
     from loadgen.launch import FleetRun
@@ -225,6 +226,7 @@ def run_local(
     engine: str = "emulator",
     ui: bool = False,
     predicted: Mapping[str, float] | None = None,
+    planned_cost: PlannedCost | None = None,
 ) -> LocalResult:
     """`m`: the manifest as the CLI parsed it; every process started here is handed its file."""
     manifest_path = m.source_file()
@@ -287,7 +289,16 @@ def run_local(
                 else None,  # vLLM: one process
                 cores=cores,
             )
-            report = run_stages(m, fleets, out_dir, stop, duration_s=duration_s, capacity=capacity, predicted=predicted)
+            report = run_stages(
+                m,
+                fleets,
+                out_dir,
+                stop,
+                duration_s=duration_s,
+                capacity=capacity,
+                predicted=predicted,
+                planned_cost=planned_cost,
+            )
             assert report is not None  # final_report defaults to True
         print(f"decision: {report.decision.state.upper()} — " + "; ".join(report.decision.reasons))
         print(f"report: {out_dir / 'report.html'}  ({out_dir / 'report.json'}, {out_dir / 'report.md'})")
