@@ -27,7 +27,7 @@ import urllib.request
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
@@ -85,7 +85,33 @@ def signature_problem(
     return None
 
 
-class SigV4Proxy:
+class _LoopbackHop:
+    """A threaded HTTP server on a loopback port, its requests handled by `_handler()`: the proxy
+    and the sidecar below differ only in what they do with a request."""
+
+    def __init__(self, name: str) -> None:
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name=name, daemon=True)
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        raise NotImplementedError
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_port}"
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+class SigV4Proxy(_LoopbackHop):
     """`with SigV4Proxy(upstream, region, creds) as proxy:` the workspace's base URL is `proxy.url`."""
 
     def __init__(
@@ -94,26 +120,11 @@ class SigV4Proxy:
         self.upstream, self.region, self.creds, self.workspace = upstream.rstrip("/"), region, creds, workspace
         self.refusals: list[str] = []  # why each refused request was refused, in order
         self.accepted: list[str] = []  # the path (without its query) of each request let through, in order
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="sigv4-proxy", daemon=True)
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_port}"
+        super().__init__("sigv4-proxy")
 
     @property
     def url(self) -> str:
         return f"{self.base}/workspaces/{self.workspace}"
-
-    def __enter__(self) -> SigV4Proxy:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_exc: type[BaseException] | BaseException | TracebackType | None) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         proxy = self
@@ -173,7 +184,7 @@ class SigV4Proxy:
         return Handler
 
 
-class SigningSidecar:
+class SigningSidecar(_LoopbackHop):
     """A signing hop for a Prometheus whose `sigv4` block does not sign: Debian's prometheus
     2.42.0+ds (what tools/system-deps.sh installs) sends remote writes with no Authorization header
     although its configuration has the block (seen in the offline run). AWS's answer for a
@@ -187,22 +198,7 @@ class SigningSidecar:
         self.upstream, self.region, self.creds = upstream.rstrip("/"), region, creds
         self.signed = 0
         self.passed = 0  # arrived signed
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="sigv4-sidecar", daemon=True)
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_port}"
-
-    def __enter__(self) -> SigningSidecar:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_exc: type[BaseException] | BaseException | TracebackType | None) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        super().__init__("sigv4-sidecar")
 
     def sign(self, method: str, url: str, headers: dict[str, str], body: bytes) -> dict[str, str]:
         request = AWSRequest(method=method, url=url, data=body or None, headers=headers)
