@@ -118,6 +118,23 @@ def workers_service_name(fleet: str) -> str:
 LOADGEN_TASK_VCPU = 1
 LOADGEN_TASK_MEMORY_GIB = 2
 
+# The conductor (`run --detach`): one Fargate task of the conductor image (Dockerfile.conductor,
+# ENTRYPOINT `python -m campaign`) that runs the campaign's orchestration in the stack, so the
+# operator's terminal may close. Its command is CONDUCT_COMMAND, the run id, and RESUME_FLAG when it
+# picks up a run that was cut off. 1 vCPU (the orchestration mostly waits on its tasks; the report
+# at the end is one duckdb pass) and 4 GiB, a valid Fargate pairing for 1 vCPU (2 to 8 GiB: ECS
+# developer guide, "Task CPU and memory").
+CONDUCTOR_TASK_VCPU = 1
+CONDUCTOR_TASK_MEMORY_GIB = 4
+CONDUCT_COMMAND = "conduct"
+RESUME_FLAG = "--resume"
+# Set by the conductor's task definition: the stack whose LoadgenRunConfig output it reads.
+ENV_STACK_NAME = "HARNESS_STACK_NAME"
+# Under a run's prefix: the orchestration's progress lines, put again as they grow (`run --attach`
+# follows it), and what `run --detach` asked for beside the manifest (CONDUCTOR_REQUEST).
+PROGRESS_LOG = "progress.log"
+CONDUCTOR_REQUEST = "conductor.json"
+
 # Set by the task definitions (deploy time).
 ENV_RESULTS_URI = "HARNESS_RESULTS_S3_URI"  # s3://bucket/campaigns/<campaign>/<digest12>/runs
 ENV_MANIFEST_DIGEST = "HARNESS_MANIFEST_DIGEST"  # the manifest the stack was synthesized from
@@ -218,6 +235,8 @@ class RunConfig:
     # The Prometheus workspace's query URL (the PROMETHEUS_QUERY_OUTPUT output, read_run_config
     # adds it); "" where the stack has none (an older stack): the report then reads the records alone.
     prometheus_url: str = ""
+    # The conductor's task definition (`run --detach`); "" from a stack deployed before it existed.
+    conductor_task_definition: str = ""
 
     @property
     def deadline_at(self) -> datetime | None:
@@ -279,6 +298,7 @@ class RunConfig:
             workers_services={str(k): str(v) for k, v in dict(data.get("workers_services") or {}).items()},
             deadline=_checked_deadline(str(data.get("deadline") or "")),
             prometheus_url=str(data.get("prometheus_url") or ""),
+            conductor_task_definition=str(data.get("conductor_task_definition") or ""),
         )
 
     def to_json(self) -> str:

@@ -11,7 +11,7 @@ from typing import Literal, Protocol
 from campaign.aws.run_config import CloudRunError
 from core.errors import EXIT_SETUP_FAILED
 
-Role = Literal["master", "worker", "gate"]
+Role = Literal["master", "worker", "gate", "conductor"]
 
 
 @dataclass(frozen=True)
