@@ -10,16 +10,26 @@ records directory (a container has its own /data), and the master its own free p
 the worker link, the web UI and the metrics (tasks have their own network namespace), and
 the trace replay's web UI lingers 1 s after the run instead of a minute (a step's does not
 linger on AWS either).
+
+The launcher's state is on disk, so that an orchestrator in its own process can be killed and
+another pick its run up, as on ECS: each task's process is written to `<workdir>/tasks.jsonl` as it
+starts (its run id, role, fleet, step), and `stop_run` finds a cut-off run's tasks there, whoever
+started them. `<workdir>/launcher.json` holds what a launcher in another process needs
+(`LocalTaskLauncher.from_state`). The conductor (`run --detach`) runs the conductor definition's
+`campaign conduct` through testing.offline_conductor, which gives it a launcher over the same
+state in place of ECS RunTask (the one substitution: moto's ECS starts no container).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -30,6 +40,11 @@ from core.ports import free_port
 from loadgen.launch import exit_reason
 
 SETUP_FAILED_PREFIX = "setup failed, nothing was sent: "  # cloud_run says it already
+TASKS_FILE = "tasks.jsonl"
+STATE_FILE = "launcher.json"
+# StopTask: SIGTERM, then SIGKILL once the container's stop timeout has passed, 30 s unless the
+# definition sets stopTimeout (ECS API reference, StopTask; ContainerDefinition.stopTimeout).
+STOP_TIMEOUT_S = 30.0
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -71,15 +86,18 @@ class LocalTaskLauncher:
         env: Mapping[str, str],
         *,
         cpus: Mapping[str, set[int]] | None = None,
+        concurrent: int | None = None,
     ) -> None:
         """`env`: what every task gets beside its definition's (the moto endpoint and credentials,
         what the task role gives a real task; offline, the NLB stand-in's answer source);
         `cpus`: per fleet, the cores its tasks may use (a Fargate task has its own vCPU; here
-        they stay off the cores the fleets' CPU engines run on)."""
+        they stay off the cores the fleets' CPU engines run on); `concurrent`: the fleets a conductor
+        started here measures at once (the real-engine run's one at a time)."""
         self.template = template
         self.refs = refs
         self.workdir = workdir
         self.cpus = dict(cpus or {})
+        self.concurrent = concurrent
         self.env = dict(env)  # the moto endpoint and credentials: what the task role gives a real task
         self.entrypoint = dockerfile_entrypoint(ROOT / "Dockerfile")
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -88,9 +106,28 @@ class LocalTaskLauncher:
         self.logs: dict[str, Path] = {}
         self._files: list[IO[bytes]] = []
         self.started: list[TaskSpec] = []
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        (self.workdir / STATE_FILE).write_text(
+            json.dumps(
+                {
+                    "template": template,
+                    "refs": dict(refs),
+                    "env": self.env,
+                    "cpus": {k: sorted(v) for k, v in self.cpus.items()},
+                }
+            ),
+            encoding="utf-8",
+        )
         # Ports handed out stay reserved: a port found free is not bound until its task starts,
         # and two masters' ports once collided (a worker's metrics port = its master's + index).
         self._reserved: set[int] = set()
+
+    @classmethod
+    def from_state(cls, workdir: Path) -> LocalTaskLauncher:
+        """A launcher over `workdir`'s state, in another process (the conductor's, a resumed run's)."""
+        state = json.loads((workdir / STATE_FILE).read_text(encoding="utf-8"))
+        cpus = {k: set(v) for k, v in state["cpus"].items()}
+        return cls(state["template"], state["refs"], workdir, state["env"], cpus=cpus, concurrent=state["concurrent"])
 
     def _port(self, width: int = 1) -> int:
         """A free loopback port p (with p+1 .. p+width-1 free too), reserved for this launcher."""
@@ -111,7 +148,8 @@ class LocalTaskLauncher:
 
     def start(self, spec: TaskSpec) -> str:
         c = self.container(spec.task_definition)
-        handle = f"arn:local:ecs:task/local/{spec.fleet}-{spec.role}-{len(self.procs)}"
+        # unique across the processes sharing the state: this one's pid and its count
+        handle = f"arn:local:ecs:task/local/{spec.fleet or 'run'}-{spec.role}-{os.getpid()}-{len(self.procs)}"
         home = self.workdir / handle.rsplit("/", 1)[-1]
         env = {e["Name"]: str(resolve(e["Value"], self.refs)) for e in c["Environment"]}
         env.update(spec.environment)
@@ -129,10 +167,11 @@ class LocalTaskLauncher:
             )
             if env[cc.ENV_AUTOQUIT] == str(cc.UI_LINGER_S):  # the trace replay's UI linger: nobody watches it here
                 env[cc.ENV_AUTOQUIT] = "1"
-        argv = [
-            *self.entrypoint,
-            *(c["Command"] if spec.command is None else spec.command),
-        ]  # RunTask's command override
+        command = list(c["Command"] if spec.command is None else spec.command)  # RunTask's command override
+        if spec.role == "conductor":  # `campaign conduct`, with this launcher's state for ECS RunTask
+            argv = [sys.executable, "-m", "testing.offline_conductor", str(self.workdir), *command]
+        else:
+            argv = [*self.entrypoint, *command]
         home.mkdir(parents=True)
         log = home / "task.log"
         fh = log.open("wb")
@@ -150,11 +189,63 @@ class LocalTaskLauncher:
         self.ports[handle] = ports
         self.logs[handle] = log
         self.started.append(spec)
+        entry = {
+            "handle": handle,
+            "pid": self.procs[handle].pid,
+            "started": _start_ticks(self.procs[handle].pid),
+            "at": time.time(),
+            "run_id": spec.environment.get(cc.ENV_RUN_ID, ""),
+            "role": spec.role,
+            "fleet": spec.fleet,
+            "step": spec.environment.get(cc.ENV_STEP, ""),
+        }
+        with (self.workdir / TASKS_FILE).open("a", encoding="utf-8") as registry:  # one short line: one write
+            registry.write(json.dumps(entry) + "\n")
         return handle
+
+    def registry(self) -> list[dict[str, Any]]:
+        """Every task started over this state, by any process, in start order."""
+        path = self.workdir / TASKS_FILE
+        if not path.is_file():
+            return []
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+    def stop_run(self, run_id: str, reason: str, *, conductor: bool) -> list[str]:
+        """StopTask for each of the run's tasks still alive, whoever started it: SIGTERM to its
+        process group, SIGKILL after STOP_TIMEOUT_S; returns once every one has exited."""
+        alive = [
+            e
+            for e in self.registry()
+            if e["run_id"] == run_id and (conductor or e["role"] != "conductor") and _alive(e["pid"], e["started"])
+        ]
+        for e in alive:
+            _signal_group(e["pid"], signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        for e in alive:
+            while _alive(e["pid"], e["started"]) and time.monotonic() < deadline:
+                self._reap(e["handle"])
+                time.sleep(0.1)
+            if _alive(e["pid"], e["started"]):
+                _signal_group(e["pid"], signal.SIGKILL)
+                while _alive(e["pid"], e["started"]):
+                    self._reap(e["handle"])
+                    time.sleep(0.05)
+            self._reap(e["handle"])
+        return [e["handle"] for e in alive]
+
+    def _reap(self, handle: str) -> None:
+        p = self.procs.get(handle)
+        if p is not None:
+            p.poll()
 
     def describe(self, handles: Sequence[str]) -> dict[str, TaskStatus]:
         out = {}
         for h in handles:
+            if h not in self.procs:  # started by another process over this state: alive or not, no exit code
+                e = next(e for e in self.registry() if e["handle"] == h)
+                state = "RUNNING" if _alive(e["pid"], e["started"]) else "STOPPED"
+                out[h] = TaskStatus(state, None, "" if state == "RUNNING" else "its process exited")
+                continue
             p = self.procs[h]
             code = p.poll()
             if code is None:
@@ -186,3 +277,28 @@ class LocalTaskLauncher:
             text = log.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:]
             parts.append(f"--- {h}\n" + "\n".join(text))
         return "\n".join(parts)
+
+
+def _start_ticks(pid: int) -> int:
+    """The process's start time (clock ticks since boot, /proc/<pid>/stat field 22): with the pid,
+    it names one process, never a later one given the same pid."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return -1
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def _alive(pid: int, started: int) -> bool:
+    """The process still runs: it exists, is the one started then, and is no zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    fields = stat.rsplit(")", 1)[1].split()
+    return fields[0] != "Z" and int(fields[19]) == started
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, sig)  # each task leads its own session (start_new_session): its children too

@@ -14,7 +14,7 @@ from campaign.aws import stack as aws
 from campaign.aws.run_config import read_run_config
 from campaign.aws.session import aws_session
 from campaign.backends.fargate.campaign import fetch_run, run_campaign
-from campaign.cli.help import DOCKER_HUB_CREDENTIAL_HELP, FROM_PLAN_HELP, MANIFEST_HELP
+from campaign.cli.help import DOCKER_HUB_CREDENTIAL_HELP, FROM_PLAN_HELP, MANIFEST_HELP, prog
 from campaign.plan.plan_file import planned_cost, planned_stage_minutes, predicted_boundaries
 from core import cloud_contract as cc
 from core.errors import EXIT_FAILED_STEP, EXIT_OK, BadArgument, CampaignError
@@ -88,11 +88,17 @@ def _cdk_deploy(args: argparse.Namespace, *, extra: list[str], session: Any, **k
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.attach is not None and (args.detach or args.resume is not None):
+        raise BadArgument("--attach follows a run already started: give it without --detach or --resume")
     m = load_manifest(args.manifest)
+    if args.attach is not None:
+        return _attach(m, _run_id("--attach", args.attach))
     check_workload(m)  # every bad trace row, before any task starts
     predicted = predicted_boundaries(Path(args.from_plan), m) if args.from_plan else None
     planned = planned_cost(Path(args.from_plan), m, "--from-plan") if args.from_plan else None
-    resume_id = _resume_id(args.resume)  # before any AWS call
+    resume_id = _run_id("--resume", args.resume) if args.resume is not None else None  # before any AWS call
+    if args.detach:
+        return _detach(args, m, predicted, planned, resume_id)
     result = run_campaign(
         aws_session(m.costs.region),
         m,
@@ -114,14 +120,79 @@ def cmd_run(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
-def _resume_id(value: str | None) -> str | None:
-    """--resume's run id, checked before any AWS call."""
-    if value is None:
-        return None
+def _run_id(option: str, value: str) -> str:
+    """A run id given to `option`, checked before any AWS call."""
     try:
         return cc.check_run_id(value)
     except ValueError as exc:
-        raise BadArgument(f"--resume: {exc}") from None
+        raise BadArgument(f"{option}: {exc}") from None
+
+
+def _detach(
+    args: argparse.Namespace,
+    m: Manifest,
+    predicted: dict[str, float] | None,
+    planned: Any,
+    resume_id: str | None,
+) -> int:
+    """`run --detach`: the conductor task runs the campaign (campaign.backends.fargate.conductor)."""
+    from dataclasses import asdict
+
+    from campaign.backends.fargate.conductor import ConductorRequest, detach
+    from campaign.backends.fargate.ecs_tasks import EcsTaskLauncher
+
+    session = aws_session(m.costs.region)
+    cfg = read_run_config(session.client("cloudformation"), aws.stack_name(m))
+    run_id = resume_id or cc.new_run_id()
+    minutes = _stage_minutes(args, m) if cfg.deadline else None  # the conductor holds each stage to the deadline
+    request = ConductorRequest(
+        run_id,
+        resume_id is not None,
+        duration_s=args.duration,
+        capacity=not args.no_capacity,
+        final_report=not args.no_report,
+        predicted=predicted,
+        planned_cost=asdict(planned) if planned is not None else None,
+        stage_minutes=dict(minutes) if minutes is not None else None,
+        requested_at=time.time(),
+    )
+    task = detach(session, m, cfg, EcsTaskLauncher(session.client("ecs"), cfg, run_id), request)
+    print(f"run {run_id}: the conductor {task} runs it in the stack; this terminal may close")
+    print(f"follow it:  {prog()} run {args.manifest} --attach {run_id}")
+    print(f"if it dies: {prog()} run {args.manifest} --resume {run_id} --detach")
+    return EXIT_OK
+
+
+def _attach(m: Manifest, run_id: str) -> int:
+    from campaign.backends.fargate.conductor import attach
+    from campaign.backends.fargate.ecs_tasks import EcsTaskLauncher
+
+    session = aws_session(m.costs.region)
+    cfg = read_run_config(session.client("cloudformation"), aws.stack_name(m))
+    try:
+        return attach(session, cfg, run_id, EcsTaskLauncher(session.client("ecs"), cfg, run_id))
+    except KeyboardInterrupt:
+        print(f"\ndetached from run {run_id}; it goes on (`run --attach {run_id}` follows it again)")
+        return EXIT_OK
+
+
+def cmd_conduct(args: argparse.Namespace, **offline: Any) -> int:
+    """In the conductor task: the run's stages, as `run` runs them (campaign.backends.fargate.conductor).
+    `offline`: conduct's launcher, concurrent and poll_s, given by the offline cloud run
+    (testing/offline_conductor.py) in place of ECS RunTask."""
+    import os
+
+    from campaign.backends.fargate.conductor import conduct
+
+    stack = os.environ.get(cc.ENV_STACK_NAME, "")
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or ""
+    if not stack or not region:
+        raise BadArgument(
+            f"conduct runs in the conductor task, whose definition sets {cc.ENV_STACK_NAME} and AWS_DEFAULT_REGION "
+            "(start it with `run --detach`)"
+        )
+    work = Path(os.environ.get(cc.ENV_WORK_DIR) or "/data")
+    return conduct(aws_session(region), stack, _run_id("conduct", args.run_id), work, resume=args.resume, **offline)
 
 
 def _stage_minutes(args: argparse.Namespace, m: Manifest) -> dict[str, float]:
@@ -278,7 +349,29 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         action="store_true",
         help="do not build the report at the end (`campaign report --run-id` builds it)",
     )
+    r.add_argument(
+        "--detach",
+        action="store_true",
+        help="run the campaign in the stack's conductor task, not in this terminal (which may then close): prints the "
+        "run id; with --resume, a new conductor picks the run up (any of it still running is stopped first)",
+    )
+    r.add_argument(
+        "--attach",
+        metavar="RUN_ID",
+        help="follow a detached run's progress lines (the Locust web UI port-forward commands among them) until it "
+        "ends; exits with its decision's code; Ctrl-C detaches, the run goes on",
+    )
     r.set_defaults(handler=cmd_run)
+
+    c = sub.add_parser(
+        "conduct",
+        help="(in the conductor task, started by `run --detach`) run RUN_ID's campaign from the inputs under its prefix",
+    )
+    c.add_argument(
+        "run_id", metavar="RUN_ID", help="the run `run --detach` started (its inputs and request are under its prefix)"
+    )
+    c.add_argument(cc.RESUME_FLAG, action="store_true", help="continue the run from what its prefix holds")
+    c.set_defaults(handler=cmd_conduct)
 
     t = sub.add_parser(
         "teardown",

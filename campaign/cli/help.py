@@ -1,6 +1,17 @@
 """Help texts more than one command group shows (every command module imports them from here,
 so no command module imports the parser's)."""
 
+import sys
+from pathlib import Path
+
+CONSOLE_SCRIPT = "inf2-vs-g6"  # pyproject's [project.scripts] entry: the same main as `python -m campaign`
+
+
+def prog() -> str:
+    """The name the user called: the console script's, else `python -m campaign`."""
+    return CONSOLE_SCRIPT if Path(sys.argv[0]).name == CONSOLE_SCRIPT else "python -m campaign"
+
+
 # validate --for cloud and deploy take the same flag (campaign.aws.cloud_checks, stacks/image_cache.py).
 DOCKER_HUB_CREDENTIAL_HELP = (
     "with --for cloud / deploy: ARN of the Secrets Manager secret (named ecr-pullthroughcache/..., in the manifest's "

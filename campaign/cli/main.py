@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 from campaign.cli import aws_cmds, local_cmds, pin_cmds, report_cmds
+from campaign.cli.help import prog
 from core.errors import EXIT_INTERRUPTED, CampaignError, exit_code_table
 from core.manifest import ManifestError
 from core.traces import TraceError
@@ -20,17 +20,9 @@ from core.traces import TraceError
 Handler = Callable[[argparse.Namespace], int]
 
 
-CONSOLE_SCRIPT = "inf2-vs-g6"  # pyproject's [project.scripts] entry: the same main as `python -m campaign`
-
-
-def _prog() -> str:
-    """The name the user called: the console script's, else `python -m campaign`."""
-    return CONSOLE_SCRIPT if Path(sys.argv[0]).name == CONSOLE_SCRIPT else "python -m campaign"
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog=_prog(),
+        prog=prog(),
         description="Decide, with evidence, whether an LLM endpoint should run on Inf2 or G6.",
         epilog=exit_code_table(),
         formatter_class=argparse.RawDescriptionHelpFormatter,  # the epilog's table keeps its lines
@@ -50,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except ManifestError as exc:
-        print(f"invalid manifest {exc.source or args.manifest}:", file=sys.stderr)
+        print(f"invalid manifest {exc.source or getattr(args, 'manifest', '')}:", file=sys.stderr)
         for issue in exc.issues:
             print(f"  {issue}", file=sys.stderr)
         return exc.exit_code

@@ -16,6 +16,7 @@ import pytest
 from analysis.errors import SourceUnavailable
 from campaign.cli import main as cli
 from campaign.cli import report_cmds as report_cli
+from campaign.cli.help import CONSOLE_SCRIPT
 from core.errors import EXIT_BAD_INPUT, EXIT_CODES, EXIT_FAILED_STEP, CampaignError
 from tests.conftest import EXAMPLE_MANIFEST, ROOT, write_manifest
 from tests.loadgen.test_traces import BAD_ROWS, BAD_ROWS_FOUND
@@ -199,7 +200,7 @@ def test_validate_from_outside_the_repository_lists_every_bad_trace_row(
     tmp_path: Path, manifest_data: dict[str, Any]
 ) -> None:
     """The installed command (`make install` puts it in .venv), run from a directory that is not the checkout."""
-    script = Path(sys.executable).parent / cli.CONSOLE_SCRIPT
+    script = Path(sys.executable).parent / CONSOLE_SCRIPT
     assert script.is_file(), (
         f"no {script}: `make install` installs the project (editable) into .venv, its console script with it"
     )

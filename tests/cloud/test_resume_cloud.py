@@ -14,7 +14,7 @@ from moto import mock_aws
 
 from analysis.capacity.steps import SearchStep, Verdict
 from campaign.backends.fargate.campaign import check_same_run, resume_run
-from campaign.backends.fargate.ecs_tasks import STARTED_BY_PREFIX
+from campaign.backends.fargate.ecs_tasks import STARTED_BY_PREFIX, EcsTaskLauncher, started_by
 from campaign.stages import resume
 from core import cloud_contract as cc
 from core.errors import BadArgument
@@ -123,7 +123,15 @@ def test_resume_stops_its_tasks_drops_its_registrations_and_sets_its_cut_step_as
     _put(aws, run.uri, "capacity/g6/x1/step.json", _step("x1", 1.0).model_dump_json())
     _put(aws, run.uri, "capacity/g6/x1/records-g6-w0-p0.jsonl", "{}\n")
     _put(aws, run.uri, "capacity/g6/x2/records-g6-w0-p0.jsonl", "cut\n")  # no verdict: cut off
-    ecs = Ecs({"arn:task/mine": f"{STARTED_BY_PREFIX}{run.run_id}", "arn:task/theirs": f"{STARTED_BY_PREFIX}{other}"})
+    ecs = Ecs(
+        {
+            "arn:task/mine": f"{STARTED_BY_PREFIX}{run.run_id}",
+            "arn:task/theirs": f"{STARTED_BY_PREFIX}{other}",
+            "arn:task/my-conductor": started_by(run.run_id, conductor=True),
+            "arn:task/their-conductor": started_by(other, conductor=True),
+        }
+    )
+    run.launcher = EcsTaskLauncher(ecs, run.cfg, run.run_id)
     for iid, step in (("mine", f"{run.run_id}/capacity/g6/x2"), ("theirs", f"{other}/capacity/g6/x1")):
         aws.sd.register_instance(
             ServiceId=aws.masters["g6"],
@@ -131,7 +139,8 @@ def test_resume_stops_its_tasks_drops_its_registrations_and_sets_its_cut_step_as
             Attributes={"AWS_INSTANCE_IPV4": "10.0.0.1", cc.STEP_ATTRIBUTE: step},
         )
 
-    state = resume_run(Session(aws, ecs), run, None)
+    # the conductor taking the run up: this run's load generators, not itself, not another run's
+    state = resume_run(Session(aws, ecs), run, None, stop_conductor=False)
 
     assert ecs.stopped == ecs.waited == ["arn:task/mine"]  # only this run's task, waited for until it stopped
     left = [i["Id"] for i in aws.sd.list_instances(ServiceId=aws.masters["g6"])["Instances"]]
@@ -150,9 +159,15 @@ def test_resume_stops_its_tasks_drops_its_registrations_and_sets_its_cut_step_as
         "stopped_tasks": 1,
         "first_started_at": 1.0,
     }
+    # `run --resume` from the operator's terminal: this run's conductor too (one still alive
+    # would go on driving the run beside the resumed one)
+    ecs.stopped, ecs.waited = [], []
+    resume_run(Session(aws, ecs), run, None)
+    assert sorted(ecs.stopped) == ["arn:task/mine", "arn:task/my-conductor"]
 
 
 def test_a_run_id_with_nothing_under_it_is_refused(cloud: Aws, tmp_path: Path) -> None:
     run = _run(cloud, Launcher(cloud), tmp_path)
+    run.launcher = EcsTaskLauncher(Ecs({}), run.cfg, run.run_id)
     with pytest.raises(BadArgument, match="no run record or inputs"):
         resume_run(Session(cloud, Ecs({})), run, None)

@@ -42,7 +42,9 @@ def run_campaign(
     concurrent: int | None = None,
     stage_minutes: Callable[[], Mapping[str, float]] | None = None,
     clock: Callable[[], datetime] = utc_now,
+    run_id: str | None = None,
     resume_id: str | None = None,
+    in_conductor: bool = False,
 ) -> CloudRunResult:
     """What `campaign run` does: the campaign's stages (campaign.stages.run) on the deployed
     fleets, the run directory uploaded under the run's prefix; `launcher` replaces ECS RunTask
@@ -58,7 +60,7 @@ def run_campaign(
     cfg = read_run_config(session.client("cloudformation"), aws.stack_name(m))
     guard = deadline_guard(cfg, stage_minutes, clock)
     guard(GATE_STAGE)  # before anything is uploaded or started
-    run_id = resume_id or cc.new_run_id()
+    run_id = resume_id or run_id or cc.new_run_id()
     if launcher is None:
         launcher = EcsTaskLauncher(session.client("ecs"), cfg, run_id)
     run = CloudRun(
@@ -76,7 +78,7 @@ def run_campaign(
         run, diagnose=lambda fleet: not_ready_evidence(session, m.campaign, fleet), concurrent=concurrent
     )
     run.predicted = predicted
-    state = resume_run(session, run, predicted) if resume_id is not None else None
+    state = resume_run(session, run, predicted, stop_conductor=not in_conductor) if resume_id is not None else None
     stop = threading.Event()
     status = "failed"
     try:
@@ -96,6 +98,7 @@ def run_campaign(
             resume=state,
         )
         status = "finished"
+        run.exit_code = EXIT_BY_DECISION[report.decision.state] if report is not None else EXIT_OK
     except KeyboardInterrupt:
         stop.set()
         run.say("interrupted: stopping every task of this run (workers flush and upload what they recorded)")
@@ -108,27 +111,22 @@ def run_campaign(
         if run.run_dir.is_dir():
             run.say(f"run {run_id}: {run.publish()} file(s) of the run directory uploaded to {run.uri}/")
         run.write_run_record(status)
-    code = EXIT_BY_DECISION[report.decision.state] if report is not None else EXIT_OK
-    return CloudRunResult(run_id, run.uri, run.run_dir, code, report)
+    assert run.exit_code is not None  # set where the status became "finished"
+    return CloudRunResult(run_id, run.uri, run.run_dir, run.exit_code, report)
 
 
-def resume_run(session: Any, run: CloudRun, predicted: Mapping[str, float] | None) -> RunState:
-    """`run --resume`: stop and deregister what the run cut off left running, fetch its directory,
+def resume_run(
+    session: Any, run: CloudRun, predicted: Mapping[str, float] | None, *, stop_conductor: bool = True
+) -> RunState:
+    """`run --resume`: stop and deregister what the run cut off left running (its conductor too,
+    unless this is the conductor taking the run up, `stop_conductor` False), fetch its directory,
     refuse unless its manifest, schedule and plan are this one's (naming both values), and set
     aside, here and under its prefix, what its last stage had left half done; the state it
     resumes from (campaign.stages.resume), also in the run record (`resumed`)."""
-    from campaign.backends.fargate.ecs_tasks import stop_run_tasks
     from campaign.stages import resume
 
     m = run.m
-    ecs = session.client("ecs")
-    stopped = stop_run_tasks(ecs, run.cfg.cluster, f"campaign run --resume {run.run_id}", run_id=run.run_id)
-    # A stopped worker still flushes and uploads its last records (SIGTERM, then SIGKILL after the
-    # stop timeout: ECS API reference, StopTask): wait until every task is STOPPED before moving a
-    # cut-off step's objects, or a late part would land where the step runs again. boto3's
-    # TasksStopped waiter polls DescribeTasks every 6 s, 100 times, up to 100 tasks a call.
-    for i in range(0, len(stopped), 100):
-        ecs.get_waiter("tasks_stopped").wait(cluster=run.cfg.cluster, tasks=stopped[i : i + 100])
+    stopped = run.launcher.stop_run(run.run_id, f"campaign run --resume {run.run_id}", conductor=stop_conductor)
     run.say(
         f"run {run.run_id}: {len(stopped)} task(s) of it still running stopped; "
         f"{run.deregister_stale()} Cloud Map registration(s) of it removed"

@@ -19,6 +19,9 @@ from campaign.backends.fargate.tasks import TaskSpec, TaskStatus
 from core import cloud_contract as cc
 
 STARTED_BY_PREFIX = "run-"  # startedBy: up to 36 letters, digits, hyphens, underscores
+# A conductor's startedBy: its run's, and this (run-<23-character run id>-c: 29 characters), so a
+# conductor resuming its run stops the run's load generators but not itself.
+CONDUCTOR_SUFFIX = "-c"
 # RunTask is retried when Fargate has no capacity for the task right now: "Capacity is
 # unavailable at this time. Please try again later or in a different availability zone" (AWS
 # Knowledge Center, "ecs-fargate-runtask-capacity": wait and retry), a RESOURCE:* failure (ECS
@@ -69,7 +72,7 @@ class EcsTaskLauncher:
             networkConfiguration={"awsvpcConfiguration": network},
             overrides={"containerOverrides": [container]},
             enableExecuteCommand=True,
-            startedBy=f"{STARTED_BY_PREFIX}{self.run_id}"[:36],
+            startedBy=started_by(self.run_id, conductor=spec.role == "conductor"),
             propagateTags="TASK_DEFINITION",
             tags=[
                 {"key": "run-id", "value": self.run_id},
@@ -136,6 +139,15 @@ class EcsTaskLauncher:
     def stop(self, handle: str, reason: str) -> None:
         self.ecs.stop_task(cluster=self.cfg.cluster, task=handle, reason=reason[:255])
 
+    def stop_run(self, run_id: str, reason: str, *, conductor: bool) -> list[str]:
+        stopped = stop_run_tasks(self.ecs, self.cfg.cluster, reason, run_id=run_id, conductor=conductor)
+        # A stopped worker still flushes and uploads its last records (SIGTERM, then SIGKILL after
+        # the stop timeout: ECS API reference, StopTask). boto3's TasksStopped waiter polls
+        # DescribeTasks every 6 s, 100 times, up to 100 tasks a call.
+        for i in range(0, len(stopped), 100):
+            self.ecs.get_waiter("tasks_stopped").wait(cluster=self.cfg.cluster, tasks=stopped[i : i + 100])
+        return stopped
+
 
 def port_forward_command(
     region: str, cluster: str, task_id: str, runtime_id: str, local_port: int = cc.LOCUST_WEB_PORT
@@ -150,10 +162,22 @@ def port_forward_command(
     )
 
 
-def stop_run_tasks(ecs: Any, cluster: str, reason: str = "campaign teardown", run_id: str | None = None) -> list[str]:
-    """Stop every task a `run` started that is still alive in the cluster (only run `run_id`'s,
-    when given: `run --resume`); returns their ARNs."""
-    started_by = f"{STARTED_BY_PREFIX}{run_id}"[:36] if run_id is not None else STARTED_BY_PREFIX
+def started_by(run_id: str, *, conductor: bool = False) -> str:
+    return f"{STARTED_BY_PREFIX}{run_id}{CONDUCTOR_SUFFIX if conductor else ''}"[:36]
+
+
+def stop_run_tasks(
+    ecs: Any, cluster: str, reason: str = "campaign teardown", run_id: str | None = None, *, conductor: bool = True
+) -> list[str]:
+    """Stop every task a `run` started that is still alive in the cluster, conductors included
+    (only run `run_id`'s, when given: `run --resume`, and its conductor only when `conductor`);
+    returns their ARNs."""
+
+    def ours(by: str) -> bool:
+        if run_id is None:
+            return by.startswith(STARTED_BY_PREFIX)
+        return by == started_by(run_id) or (conductor and by == started_by(run_id, conductor=True))
+
     stopped: list[str] = []
     arns: list[str] = []
     for status in ("RUNNING", "PENDING"):
@@ -161,7 +185,7 @@ def stop_run_tasks(ecs: Any, cluster: str, reason: str = "campaign teardown", ru
             arns += page.get("taskArns", [])
     for i in range(0, len(arns), 100):
         for task in ecs.describe_tasks(cluster=cluster, tasks=arns[i : i + 100]).get("tasks", []):
-            if str(task.get("startedBy", "")).startswith(started_by):
+            if ours(str(task.get("startedBy", ""))):
                 ecs.stop_task(cluster=cluster, task=task["taskArn"], reason=reason)
                 stopped.append(task["taskArn"])
     return stopped

@@ -32,6 +32,9 @@ GATE_READY_TIMEOUT_S = 600.0
 # After the replay's own safety net (Locust --run-time), how long `run` still waits for a task
 # to stop before it stops it: Fargate provisioning, the workers' connect wait, the UI linger.
 PROVISIONING_MARGIN_S = 600.0
+# How often, at most, a progress line puts the run's progress.log again (`run --attach` reads it);
+# every run record put also puts it.
+PROGRESS_PUT_EVERY_S = 5.0
 
 
 @dataclass
@@ -115,7 +118,7 @@ class CloudRun:
         self.poll_s = poll_s
         self.discovery = discovery
         self.elbv2 = elbv2
-        self.say = say
+        self._print = say
         self.run_id = run_id or cc.new_run_id()
         self.uri = cc.run_uri(cfg.results_uri, self.run_id)
         self.run_dir = out_dir / self.run_id  # the run's local copy: the same layout as under self.uri
@@ -127,6 +130,8 @@ class CloudRun:
         self.started = time.time()
         self.predicted: Mapping[str, float] | None = None  # the plan's boundaries the searches were given
         self.resumed: dict[str, Any] | None = None  # `run --resume`: where it resumed, what it carried over
+        self.exit_code: int | None = None  # the decision's, once the run finished (the run record's, for --attach)
+        self._progress_put = 0.0  # when progress.log was last put
         self._check_stack_matches()
 
     def _check_stack_matches(self) -> None:
@@ -150,6 +155,28 @@ class CloudRun:
         )
         self.write_run_record("starting")
         return desc
+
+    def say(self, line: str) -> None:
+        """A progress line: printed, appended to the run directory's progress.log and, at most every
+        PROGRESS_PUT_EVERY_S, put whole under the run's prefix, where `run --attach` follows it."""
+        self._print(line)
+        log = self.run_dir / cc.PROGRESS_LOG
+        with self._lock:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with log.open("a", encoding="utf-8") as fh:
+                fh.write(f"{time.strftime('%H:%M:%S', time.gmtime())}Z {line}\n")
+        if time.monotonic() - self._progress_put >= PROGRESS_PUT_EVERY_S:
+            self._put_progress()
+
+    def _put_progress(self) -> None:
+        log = self.run_dir / cc.PROGRESS_LOG
+        if not log.is_file():
+            return
+        bucket, prefix = cc.split_s3_uri(self.uri)
+        with self._lock:
+            body = log.read_bytes()
+            self._progress_put = time.monotonic()
+        self.s3.put_object(Bucket=bucket, Key=f"{prefix}/{cc.PROGRESS_LOG}", Body=body)
 
     # --- tasks ------------------------------------------------------------------------------
 
@@ -533,6 +560,7 @@ class CloudRun:
         self.write_run_record("running", stage=stage)
 
     def write_run_record(self, status: str, *, stage: str | None = None) -> None:
+        self._put_progress()  # every line said so far is there before a record says the run ended
         bucket, prefix = cc.split_s3_uri(self.uri)
         with self._lock:
             tasks = [
@@ -556,6 +584,7 @@ class CloudRun:
             **({"stage": stage} if stage is not None else {}),
             "predicted": dict(self.predicted) if self.predicted is not None else None,
             **({"resumed": self.resumed} if self.resumed is not None else {}),
+            **({"exit_code": self.exit_code} if self.exit_code is not None else {}),
             "tasks": tasks,
         }
         self.s3.put_object(Bucket=bucket, Key=f"{prefix}/{cc.RUN_RECORD}", Body=json.dumps(body, indent=2).encode())

@@ -44,6 +44,12 @@ class TaskLauncher(Protocol):
 
     def stop(self, handle: str, reason: str) -> None: ...
 
+    def stop_run(self, run_id: str, reason: str, *, conductor: bool) -> list[str]:
+        """Stop every task of run `run_id` still alive, its conductor too when `conductor`, and
+        return once each has stopped (`run --resume`: a late record part must not land where the
+        cut-off step runs again); returns their handles."""
+        ...
+
 
 @dataclass
 class RunningTask:
