@@ -54,11 +54,18 @@ def download_tree(
     return sorted(got)
 
 
-def upload_tree(s3: Any, src: Path, uri: str, skip: Callable[[Path], bool] = lambda p: False) -> int:
-    """Every file under `src` to `uri`/<relative path>; returns how many."""
+def upload_tree(
+    s3: Any,
+    src: Path,
+    uri: str,
+    skip: Callable[[Path], bool] = lambda p: False,
+    order: Callable[[str], Any] = lambda rel: rel,
+) -> int:
+    """Every file under `src` to `uri`/<relative path>, in `order` of their relative paths (by
+    path); returns how many."""
     bucket, prefix = cc.split_s3_uri(uri)
     n = 0
-    for path in sorted(p for p in src.rglob("*") if p.is_file()):
+    for path in sorted((p for p in src.rglob("*") if p.is_file()), key=lambda p: order(p.relative_to(src).as_posix())):
         rel = path.relative_to(src).as_posix()
         if skip(path):
             continue

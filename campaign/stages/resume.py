@@ -52,6 +52,20 @@ SETTLE = "settle phase"
 REPORT = "report"
 
 
+# What read_run_state takes as "finished", each vouching for the files beside or under it, in
+# the order a copy elsewhere (the run's S3 prefix) must receive them, after everything else: a step's
+# verdict after its files, a fleet's search after its verdicts, the settle phase after its segments
+# and the steps it reopened, the gate's two files last (quality.json gains the replay's layer).
+# (Names as analysis.capacity.steps and settle_record write them; not imported: duckdb stays out.)
+FINISH_MARKERS = ("step.json", "search.json", "settle.json", CAMPAIGN_FILE, QUALITY_FILE)
+
+
+def publish_order(rel: str) -> tuple[int, str]:
+    """The sort key of a run-relative path for uploading a run directory: FINISH_MARKERS last, in order."""
+    name = rel.rsplit("/", 1)[-1]
+    return (1 + FINISH_MARKERS.index(name), rel) if name in FINISH_MARKERS else (0, rel)
+
+
 @dataclass(frozen=True)
 class FleetSteps:
     """One fleet's capacity search as its directory stands."""

@@ -84,3 +84,90 @@ def test_a_cloud_checkpoint_puts_only_what_changed_and_names_the_stage(aws: Aws,
     assert run.publish() == 1 and f"capacity/inf2/x1/{STEP_FILE}" in keys()
     (run.run_dir / "quality.json").write_text('{"inf2": {}}')  # changed: put again
     assert run.publish() == 1
+
+
+class _Killed(BaseException):
+    """The orchestrator's process dying: nothing after it runs."""
+
+
+class _DiesAfter:
+    """The results bucket, as a process killed after `n` uploads of a publish leaves it."""
+
+    def __init__(self, s3: Any, n: int) -> None:
+        self.s3, self.n, self.keys = s3, n, []  # type: Any, int, list[str]
+
+    def upload_file(self, path: str, bucket: str, key: str) -> None:
+        if len(self.keys) == self.n:
+            raise _Killed
+        self.s3.upload_file(path, bucket, key)
+        self.keys.append(key)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.s3, name)
+
+
+def test_a_publish_cut_off_at_any_upload_never_leaves_a_stage_finished_without_its_files(
+    aws: Aws,  # noqa: F811
+    tmp_path: Path,
+    manifest_data: dict[str, Any],
+) -> None:
+    """The resume reads "finished" from marker files (step.json, search.json, settle.json,
+    quality.json with campaign.json: campaign.stages.resume). A publish cut off between two uploads
+    must never have put a marker before the files it vouches for, or the resumed run would carry
+    over a step, search or settle phase whose files never reached the bucket. Failed on the old
+    order (sorted by path: capacity/<fleet>/search.json before its x<k>/ directories, step.json
+    before the step's summary)."""
+    from campaign.aws.s3_trees import download_tree
+    from campaign.stages import resume
+
+    m = manifest_from_data(manifest_data)
+    finished = tmp_path / "finished"
+    run_stages(m, SimulatedFleets(m, 60.0), finished, threading.Event(), full_report=False, log=lambda line: None)
+    local = {p.relative_to(finished).as_posix() for p in finished.rglob("*") if p.is_file()}
+    fleets = [f.name for f in m.fleets]
+    whole = resume.read_run_state(finished, fleets)
+    assert whole.stage == resume.REPORT and len(local) > 20
+
+    def files_under(rel: str) -> set[str]:
+        return {p for p in local if p.startswith(f"{rel}/") and not p.rsplit("/", 1)[-1].startswith("records-")}
+
+    n = 0
+    while True:
+        run = _run(aws, Launcher(aws), tmp_path / f"k{n}")
+        run.run_dir = finished  # this run's directory: the finished one, put from scratch
+        run.uri = f"{run.uri}-k{n}"
+        run.s3 = _DiesAfter(aws.s3, n)
+        try:
+            run.publish()
+            done = True
+        except _Killed:
+            done = False
+        landed = tmp_path / f"landed{n}"
+        download_tree(aws.s3, run.uri, landed)
+        for records in finished.rglob("records-*"):  # the tasks put these themselves, before any publish
+            dest = landed / records.relative_to(finished)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(records.read_bytes())
+        there = {p.relative_to(landed).as_posix() for p in landed.rglob("*") if p.is_file()}
+        state = resume.read_run_state(landed, fleets)
+        for fleet, st in state.fleets.items():
+            for label in st.finished:
+                missing = files_under(f"capacity/{fleet}/{label}") - there
+                assert not missing, f"after {n} upload(s): {fleet}/{label} carried over without {sorted(missing)}"
+            if st.search_finished:
+                unjudged = set(whole.fleets[fleet].finished) - set(st.finished)
+                assert not unjudged, f"after {n} upload(s): {fleet}'s search finished without {sorted(unjudged)}"
+        if state.settle_finished:
+            missing = files_under("capacity") - there
+            assert not missing, f"after {n} upload(s): the settle phase finished without {sorted(missing)}"
+        if state.gate_finished:
+            assert "campaign.json" in there and "quality.json" in there
+        if done:
+            break
+        n += 1
+    assert n == len({p for p in local if not p.rsplit("/", 1)[-1].startswith("records-")})  # every cut was tried
+    # the markers are the names the analysis writes (resume.py names them without importing duckdb)
+    from analysis.capacity.settle_record import SETTLE_FILE
+    from analysis.capacity.steps import SEARCH_FILE
+
+    assert resume.FINISH_MARKERS[:3] == (STEP_FILE, SEARCH_FILE, SETTLE_FILE)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from campaign.aws.run_config import CloudRunError
 from campaign.aws.s3_trees import download_run, upload_tree
 from campaign.backends.fargate.tasks import Role, RunningTask, TaskLauncher, TaskRefused, TaskSpec, TaskStatus
+from campaign.stages.resume import publish_order
 from core import cloud_contract as cc
 from core.errors import EXIT_SETUP_FAILED
 from core.manifest import Manifest
@@ -505,7 +506,9 @@ class CloudRun:
                 self._published[key] = stamp
                 return False
 
-            return upload_tree(self.s3, self.run_dir, self.uri, skip=skip)
+            # the files a resume reads as "finished" last, each after what it vouches for: a
+            # publish cut off half-way must not carry over a step whose files never arrived
+            return upload_tree(self.s3, self.run_dir, self.uri, skip=skip, order=publish_order)
 
     def mark_published(self) -> None:
         """The run directory as it stands is what the run's prefix holds (just downloaded from it):
