@@ -10,6 +10,7 @@ from core.compile_host import compile_host
 from core.naming import CAMPAIGN_DEADLINE_PARAMETER, MANIFEST_DIGEST_TAG
 from stacks.compile_boot import COMPILE_PHASE_OUTPUT
 from stacks.compile_instance import CompileInstance
+from stacks.conductor import Conductor
 from stacks.fleet import ServingFleet
 from stacks.image_cache import DockerHubCache
 from stacks.load_balancer import FleetLoadBalancer
@@ -83,6 +84,16 @@ class ComparisonStack(Stack):
             deadline=deadline,
         )
         nlb.allow_clients(loadgen.security_group)
+        # `run --detach`: the orchestration as a task in the stack (started by `run`, none between runs).
+        conductor = Conductor(
+            self,
+            "Conductor",
+            load_generator=loadgen,
+            cluster=obs.cluster,
+            namespace=obs.namespace,
+            results=store.results,
+            prometheus_workspace_arn=obs.workspace.attr_arn,
+        )
 
         CfnOutput(
             self,
@@ -90,11 +101,11 @@ class ComparisonStack(Stack):
             value=store.results.bucket_name,
             description="kept after teardown (RemovalPolicy.RETAIN)",
         )
-        # `campaign run` reads this: cluster, task definitions, subnets, results prefix, fleet endpoints.
+        # `campaign run` reads this: cluster, task definitions (the conductor's too), subnets, results prefix, fleet endpoints.
         CfnOutput(
             self,
             RUN_CONFIG_OUTPUT,
-            value=loadgen.run_config,
+            value=loadgen.run_config(conductor.task.task_definition_arn),
             description="what `python -m campaign run` starts tasks with",
         )
         CfnOutput(

@@ -65,14 +65,30 @@ LOCUST_WRITES = ("records", "summary", "progress")
 GATE_WRITES = ("gate",)
 
 
-def loadgen_image() -> ecs.ContainerImage:
-    if not (REPO_ROOT / "Dockerfile").is_file():
-        raise SynthInputError(
-            f"Dockerfile: the load-generator image is built from {REPO_ROOT / 'Dockerfile'}, which does not exist"
-        )
+def repo_image(dockerfile: str, what: str) -> ecs.ContainerImage:
+    """An image built from `dockerfile` at the repository root, the repository as its context (less
+    IMAGE_EXCLUDES); `cdk deploy` builds and publishes it as an asset (campaign/aws/cdk_assets.py)."""
+    if not (REPO_ROOT / dockerfile).is_file():
+        raise SynthInputError(f"{dockerfile}: {what} is built from {REPO_ROOT / dockerfile}, which does not exist")
     return ecs.ContainerImage.from_asset(
-        str(REPO_ROOT), exclude=IMAGE_EXCLUDES, platform=ecr_assets.Platform.LINUX_AMD64
+        str(REPO_ROOT), file=dockerfile, exclude=IMAGE_EXCLUDES, platform=ecr_assets.Platform.LINUX_AMD64
     )
+
+
+def loadgen_image() -> ecs.ContainerImage:
+    return repo_image("Dockerfile", "the load-generator image")
+
+
+def cluster_tasks_arn(cluster: ecs.ICluster) -> str:
+    """Every task of `cluster` (task ids are new for every run)."""
+    stack = Stack.of(cluster)
+    return f"arn:{stack.partition}:ecs:{stack.region}:{stack.account}:task/{cluster.cluster_name}/*"
+
+
+def nag_cluster_tasks(stack: Stack, cluster: ecs.ICluster) -> str:
+    """cluster_tasks_arn as cdk-nag spells it in an AwsSolutions-IAM5 finding id."""
+    cluster_ref = f"<{stack.resolve((cluster.node.default_child).logical_id)}>"  # type: ignore[union-attr]
+    return f"arn:<AWS::Partition>:ecs:{stack.region}:<AWS::AccountId>:task/{cluster_ref}/*"
 
 
 class LoadGenerator(Construct):
@@ -184,24 +200,29 @@ class LoadGenerator(Construct):
         self.operator_policy = self._operator_policy(cluster, manifest.operator.cidr)
         stack = Stack.of(self)
         subnets = vpc.select_subnets(subnet_type=PRIVATE.subnet_type).subnet_ids
-        self.run_config = stack.to_json_string(
-            {
-                "region": stack.region,
-                "cluster": cluster.cluster_name,
-                "master_task_definition": self.master_task.task_definition_arn,
-                "worker_task_definition": self.worker_task.task_definition_arn,
-                "gate_task_definition": self.gate_task.task_definition_arn,
-                "subnets": ",".join(subnets),
-                "security_groups": self.security_group.security_group_id,
-                "results_uri": self.results_uri,
-                "targets": dict(targets),
-                "target_groups": dict(target_groups),
-                "workers": workers,
-                "namespace": namespace.namespace_name,
-                "master_services": {name: s.service_id for name, s in self.master_discovery.items()},
-                "workers_services": {name: s.service_id for name, s in self.workers_discovery.items()},
-                "deadline": deadline,
-            }
+        self._run_config = {
+            "region": stack.region,
+            "cluster": cluster.cluster_name,
+            "master_task_definition": self.master_task.task_definition_arn,
+            "worker_task_definition": self.worker_task.task_definition_arn,
+            "gate_task_definition": self.gate_task.task_definition_arn,
+            "subnets": ",".join(subnets),
+            "security_groups": self.security_group.security_group_id,
+            "results_uri": self.results_uri,
+            "targets": dict(targets),
+            "target_groups": dict(target_groups),
+            "workers": workers,
+            "namespace": namespace.namespace_name,
+            "master_services": {name: s.service_id for name, s in self.master_discovery.items()},
+            "workers_services": {name: s.service_id for name, s in self.workers_discovery.items()},
+            "deadline": deadline,
+        }
+
+    def run_config(self, conductor_task_definition: str) -> str:
+        """The LoadgenRunConfig output's JSON (core.cloud_contract.RunConfig), with the conductor's
+        task definition (stacks/conductor.py), which `run --detach` starts."""
+        return Stack.of(self).to_json_string(
+            {**self._run_config, "conductor_task_definition": conductor_task_definition}
         )
 
     def _task(
@@ -289,7 +310,7 @@ class LoadGenerator(Construct):
         """Attach to the operator's role: port-forward to a load-generator task, from operator.cidr only."""
         stack = Stack.of(self)
         from_operator = {"IpAddress": {"aws:SourceIp": operator_cidr}}
-        tasks = f"arn:{stack.partition}:ecs:{stack.region}:{stack.account}:task/{cluster.cluster_name}/*"
+        tasks = cluster_tasks_arn(cluster)
         document = f"arn:{stack.partition}:ssm:{stack.region}::document/{PORT_FORWARD_DOCUMENT}"
         policy = iam.ManagedPolicy(
             self,
@@ -310,10 +331,9 @@ class LoadGenerator(Construct):
                 ),
             ],
         )
-        cluster_ref = f"<{stack.resolve((cluster.node.default_child).logical_id)}>"  # type: ignore[union-attr]
         acknowledge(
             policy,
-            f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ecs:{stack.region}:<AWS::AccountId>:task/{cluster_ref}/*]",
+            f"AwsSolutions-IAM5[Resource::{nag_cluster_tasks(stack, cluster)}]",
             "Task ids are new for every run; the wildcard stays inside this campaign's cluster.",
         )
         acknowledge(

@@ -31,6 +31,20 @@ def _run_config(example: Synth) -> Any:
     return RunConfig.from_json(text.replace(f'"{CAMPAIGN_DEADLINE_PARAMETER}"', f'"{SAMPLE_DEADLINE}"'))
 
 
+def _is_loadgen(container: dict[str, Any]) -> bool:
+    """A load-generator container (master, worker, gate): the conductor's has the same name, no role."""
+    return container["Name"] == "locust" and any(e["Name"] == "HARNESS_LOADGEN_ROLE" for e in container["Environment"])
+
+
+def _loadgen_containers(example: Synth) -> list[dict[str, Any]]:
+    return [
+        c
+        for t in example.resources("AWS::ECS::TaskDefinition").values()
+        for c in t["Properties"]["ContainerDefinitions"]
+        if _is_loadgen(c)
+    ]
+
+
 def test_loadgen_cluster_has_enhanced_container_insights(example: Synth) -> None:
     (cluster,) = example.resources("AWS::ECS::Cluster").values()
     assert {"Name": "containerInsights", "Value": "enhanced"} in cluster["Properties"]["ClusterSettings"]
@@ -56,13 +70,8 @@ def test_loadgen_master_and_workers_are_task_definitions_started_per_run(example
     services = example.resources("AWS::ECS::Service")
     assert sorted(s["Properties"]["DesiredCount"] for s in services.values()) == [1]
     assets = json.loads((example.outdir / "Comparison.assets.json").read_text(encoding="utf-8"))
-    assert len(assets["dockerImages"]) == 1
-    locust = [
-        c
-        for t in example.resources("AWS::ECS::TaskDefinition").values()
-        for c in t["Properties"]["ContainerDefinitions"]
-        if c["Name"] == "locust"
-    ]
+    assert len(assets["dockerImages"]) == 2  # the load generator's image and the conductor's (test_conductor.py)
+    locust = _loadgen_containers(example)
     assert len(locust) == 3  # master, worker and the gate, each its own definition
     m = load_manifest(EXAMPLE_MANIFEST)
     for c in locust:
@@ -139,7 +148,7 @@ def test_loadgen_task_roles_read_only_the_run_inputs_and_write_only_their_own_fi
     tasks = [
         t
         for t in example.resources("AWS::ECS::TaskDefinition").values()
-        if any(c["Name"] == "locust" for c in t["Properties"]["ContainerDefinitions"])
+        if any(_is_loadgen(c) for c in t["Properties"]["ContainerDefinitions"])
     ]
     roles = {t["Properties"]["TaskRoleArn"]["Fn::GetAtt"][0] for t in tasks}
     assert len(roles) == 3  # master, worker, gate

@@ -44,6 +44,18 @@ ACTIONS_ALLOWED_ON_STAR: dict[str, str] = {
     # Only with servicediscovery:NamespaceName and servicediscovery:ServiceName conditions naming this
     # campaign's namespace and its fleets' master services (stacks/load_generator.py).
     "servicediscovery:DiscoverInstances": "a worker finds its step's master; the namespace and service-name condition keys scope it",
+    # The conductor's (stacks/conductor.py) reads for readiness and the report: these actions define no
+    # resource type (Service Authorization Reference: ELB v2, EC2 Auto Scaling, CloudWatch, Cost Explorer, Price List).
+    "elasticloadbalancing:DescribeTargetGroups": "the conductor finds each fleet's target group by tag; no resource type",
+    "elasticloadbalancing:DescribeTags": "the conductor reads the target groups' campaign and fleet tags; no resource type",
+    "elasticloadbalancing:DescribeTargetHealth": "the conductor counts healthy targets (readiness, instances per step); no resource type",
+    "autoscaling:DescribeAutoScalingGroups": "the conductor finds each fleet's group by tag (report, readiness evidence); no resource type",
+    "autoscaling:DescribeScalingActivities": "the conductor reads launch activities (time to ready, a fleet never ready); no resource type",
+    "cloudwatch:GetMetricData": "the conductor's report reads the fleets' CloudWatch figures; no resource type",
+    "ce:GetCostAndUsage": "the conductor's report asks Cost Explorer what the campaign's tagged resources billed; no resource type",
+    "pricing:GetProducts": "the conductor's report reads the Price List; no resource type",
+    # Only with an ecs:cluster condition naming the campaign's cluster (tests/stacks/test_conductor.py).
+    "ecs:ListTasks": "run --resume lists its tasks; no Fargate container instance to name, the ecs:cluster condition scopes it",
 }
 # No AWS-managed policy: AmazonSSMManagedInstanceCore grants ssm:GetParameter(s) on every parameter and
 # CloudWatchAgentServerPolicy grants PutMetricData and log writes on '*'; the fleet roles carry inline,
