@@ -179,7 +179,6 @@ EC2_VCPU_QUOTAS: dict[str, tuple[str, str]] = {
     "vt": ("L-DB2E81BA", "Running On-Demand G and VT instances"),
 }
 FARGATE_VCPU_QUOTA = ("L-3032A538", "Fargate On-Demand vCPU resource count")
-PROMETHEUS_TASK_VCPU = 1  # stacks/observability.py: the Prometheus Fargate task (cpu=1024)
 
 
 @dataclass(frozen=True)
@@ -195,9 +194,10 @@ def quota_needs(m: Manifest, compiling: Sequence[CompileHost] | None = None) -> 
     """vCPUs per quota: asg.max x the instance's vCPUs per fleet family, plus one compile instance per
     fleet `deploy` compiles first (None: every at-risk fleet a larger host can compile, as `plan`
     shows them), counted as if it ran beside the fleets: a bound, since its phase ends before they
-    start; one vCPU per load-generator task."""
+    start; one vCPU per load-generator task, Prometheus's and the conductor's (`run --detach`), which
+    runs beside the load generators it starts."""
     from core import catalog
-    from core.cloud_contract import LOADGEN_TASK_VCPU
+    from core.cloud_contract import CONDUCTOR_TASK_VCPU, LOADGEN_TASK_VCPU, PROMETHEUS_TASK_VCPU
     from core.compile_host import compile_hosts
 
     if compiling is None:
@@ -217,8 +217,11 @@ def quota_needs(m: Manifest, compiling: Sequence[CompileHost] | None = None) -> 
             "ec2", code, name, count * per + (prev.vcpus if prev else 0), f"{prev.why} + {why}" if prev else why
         )
     tasks = len(m.fleets) * (1 + m.loadgen.workers)
-    fargate = tasks * LOADGEN_TASK_VCPU + PROMETHEUS_TASK_VCPU
-    why = f"{len(m.fleets)} fleets x (1 master + {m.loadgen.workers} workers) x {LOADGEN_TASK_VCPU} vCPU + Prometheus {PROMETHEUS_TASK_VCPU} vCPU"
+    fargate = tasks * LOADGEN_TASK_VCPU + PROMETHEUS_TASK_VCPU + CONDUCTOR_TASK_VCPU
+    why = (
+        f"{len(m.fleets)} fleets x (1 master + {m.loadgen.workers} workers) x {LOADGEN_TASK_VCPU} vCPU"
+        f" + Prometheus {PROMETHEUS_TASK_VCPU} vCPU + the conductor {CONDUCTOR_TASK_VCPU} vCPU (run --detach)"
+    )
     return [*by_code.values(), QuotaNeed("fargate", FARGATE_VCPU_QUOTA[0], FARGATE_VCPU_QUOTA[1], fargate, why)]
 
 

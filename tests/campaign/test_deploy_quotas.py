@@ -44,12 +44,20 @@ def _stubbed(values: dict[str, float | None]) -> tuple[Any, Stubber]:
     return client, stub
 
 
-def test_needs_are_asg_max_times_vcpus_per_family_and_one_vcpu_per_loadgen_task() -> None:
+def test_needs_are_asg_max_times_vcpus_per_family_and_one_vcpu_per_fargate_task() -> None:
     m = load_manifest(EXAMPLE_MANIFEST, check_files=False)
-    # inf2.xlarge and g6.xlarge have 4 vCPUs; asg.max 12 and 8; 2 fleets x (1 master + 2 workers) + Prometheus.
+    # inf2.xlarge and g6.xlarge have 4 vCPUs; asg.max 12 and 8; 2 fleets x (1 master + 2 workers), Prometheus
+    # and the conductor (`run --detach` runs it beside the load generators it starts).
     # With no compile phase (its set already published): the fleets only.
-    needs = {n.code: n.vcpus for n in quota_needs(m, compiling=[])}
-    assert needs == {"L-1945791B": 12 * 4, "L-DB2E81BA": 8 * 4, "L-3032A538": 2 * (1 + 2) + 1}
+    needs = {n.code: n for n in quota_needs(m, compiling=[])}
+    assert {code: n.vcpus for code, n in needs.items()} == {
+        "L-1945791B": 12 * 4,
+        "L-DB2E81BA": 8 * 4,
+        "L-3032A538": 2 * (1 + 2) + 1 + 1,
+    }
+    assert needs["L-3032A538"].why == (
+        "2 fleets x (1 master + 2 workers) x 1 vCPU + Prometheus 1 vCPU + the conductor 1 vCPU (run --detach)"
+    )
 
 
 def test_the_compile_instance_counts_in_its_familys_quota() -> None:
@@ -78,7 +86,7 @@ def test_deploy_refuses_a_short_quota_with_the_numbers_before_cdk_runs(monkeypat
         and "quota in us-east-1 is 48" in text
     )  # the fleets' 48 fit; the compile instance's 32 more do not
     assert (
-        "Fargate On-Demand vCPU resource count (fargate L-3032A538): the manifest needs 7 vCPU" in text
+        "Fargate On-Demand vCPU resource count (fargate L-3032A538): the manifest needs 8 vCPU" in text
         and "is 0" in text
     )
     assert "L-DB2E81BA" not in text  # 64 >= 32: that one fits
