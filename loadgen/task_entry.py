@@ -71,6 +71,8 @@ def stage_inputs(env: Mapping[str, str], s3: Any) -> Path:
         tokenizer_dir = staged.files[cc.TOKENIZER_FIELD].parent
         for name in desc.tokenizer_files:
             _download(s3, f"{inputs}/{cc.tokenizer_object(name)}", tokenizer_dir / name)
+    for i, rel in enumerate(desc.scorer_files):  # what the conductor's quality gate runs
+        _download(s3, f"{inputs}/{cc.scorer_object(i, rel)}", staged.files[cc.scorer_field(i)])
     try:
         # Also checks the staged trace's and tokenizer files' sha256 against the manifest's pins:
         # a mismatch names the file and both hashes.

@@ -89,6 +89,7 @@ class ComparisonStack(Stack):
             self,
             "Conductor",
             load_generator=loadgen,
+            manifest_digest=m.digest,
             cluster=obs.cluster,
             namespace=obs.namespace,
             results=store.results,

@@ -32,6 +32,8 @@ from core.cloud_contract import (
     CONDUCTOR_TASK_MEMORY_GIB,
     CONDUCTOR_TASK_VCPU,
     CONTAINER_NAME,
+    ENV_MANIFEST_DIGEST,
+    ENV_RESULTS_URI,
     ENV_STACK_NAME,
     ENV_WORK_DIR,
     GATE_PREFIX,
@@ -74,6 +76,7 @@ class Conductor(Construct):
         cid: str,
         *,
         load_generator: LoadGenerator,
+        manifest_digest: str,
         cluster: ecs.ICluster,
         namespace: servicediscovery.PrivateDnsNamespace,
         results: s3.IBucket,
@@ -94,13 +97,18 @@ class Conductor(Construct):
                 ENV_STACK_NAME: stack.stack_name,
                 "AWS_DEFAULT_REGION": stack.region,
                 ENV_WORK_DIR: CONDUCTOR_WORK_DIR,
+                # the conductor stages a run's inputs as a load-generator task does
+                # (loadgen.task_entry.stage_inputs): only the manifest this stack was deployed for
+                ENV_MANIFEST_DIGEST: manifest_digest,
+                ENV_RESULTS_URI: load_generator.results_uri,
             },
             logging=ecs.LogDrivers.aws_logs(stream_prefix="conductor", log_group=load_generator.log_group),
         )
         acknowledge(
             self.task,
             "AwsSolutions-ECS2",
-            "Environment holds the stack's name, its region and the staging directory; no secrets.",
+            "Environment holds the stack's name, its region, the staging directory, the manifest digest and the "
+            "results prefix; no secrets.",
         )
         self._read_stack()
         self._start_and_stop_tasks(cluster)

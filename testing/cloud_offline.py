@@ -129,13 +129,15 @@ def deploy_stand_in(
     (campaign, fleet) and sized to the instances measured, so that deleting the stack (teardown)
     terminates their instances as CloudFormation would. `prometheus_query_url`: the stand-in
     workspace's, as the PrometheusQueryUrl output (None: the stack has no such output)."""
-    from campaign.aws.stack import campaign_deadline, utc_now
+    from campaign.aws.stack import campaign_deadline, stack_name, utc_now
     from core import cloud_contract as cc
     from core.naming import CAMPAIGN_DEADLINE_PARAMETER
     from testing.offline_tasks import resolve
 
     outputs = template["Outputs"]
     refs = {outputs["ResultsBucketName"]["Value"]["Ref"]: BUCKET}
+    # the pseudo parameters a task definition's environment may name (the conductor's does)
+    refs.update({"AWS::StackName": stack_name(m), "AWS::Region": m.costs.region})
     # The deadline `deploy` would pass as the CampaignDeadline parameter (the run config carries it).
     hours = m.max_campaign_hours if m.max_campaign_hours is not None else 24.0
     refs[CAMPAIGN_DEADLINE_PARAMETER] = campaign_deadline(hours, now=utc_now(), deployed=None).parameter
@@ -217,10 +219,10 @@ def deploy_stand_in(
         },
     }
     cfn = session.client("cloudformation")
-    cfn.create_stack(StackName=f"{m.campaign}-comparison", TemplateBody=json.dumps(stack))
+    cfn.create_stack(StackName=stack_name(m), TemplateBody=json.dumps(stack))
     made = {
         r["LogicalResourceId"]: r["PhysicalResourceId"]
-        for r in cfn.describe_stack_resources(StackName=f"{m.campaign}-comparison")["StackResources"]
+        for r in cfn.describe_stack_resources(StackName=stack_name(m))["StackResources"]
     }
     elbv2 = session.client("elbv2")
     target_groups: dict[str, tuple[str, str]] = {}

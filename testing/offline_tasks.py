@@ -29,6 +29,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -106,6 +107,8 @@ class LocalTaskLauncher:
         self.logs: dict[str, Path] = {}
         self._files: list[IO[bytes]] = []
         self.started: list[TaskSpec] = []
+        self._count = 0
+        self._count_lock = threading.Lock()
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / STATE_FILE).write_text(
             json.dumps(
@@ -114,6 +117,7 @@ class LocalTaskLauncher:
                     "refs": dict(refs),
                     "env": self.env,
                     "cpus": {k: sorted(v) for k, v in self.cpus.items()},
+                    "concurrent": concurrent,
                 }
             ),
             encoding="utf-8",
@@ -149,7 +153,9 @@ class LocalTaskLauncher:
     def start(self, spec: TaskSpec) -> str:
         c = self.container(spec.task_definition)
         # unique across the processes sharing the state: this one's pid and its count
-        handle = f"arn:local:ecs:task/local/{spec.fleet or 'run'}-{spec.role}-{os.getpid()}-{len(self.procs)}"
+        with self._count_lock:  # fleets start their tasks from their own threads
+            self._count += 1
+            handle = f"arn:local:ecs:task/local/{spec.fleet or 'run'}-{spec.role}-{os.getpid()}-{self._count}"
         home = self.workdir / handle.rsplit("/", 1)[-1]
         env = {e["Name"]: str(resolve(e["Value"], self.refs)) for e in c["Environment"]}
         env.update(spec.environment)

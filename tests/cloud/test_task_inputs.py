@@ -208,3 +208,29 @@ def test_a_staged_tokenizer_file_with_another_hash_is_refused_naming_it(
     assert task_entry.main(["--worker"]) == EXIT_SETUP_FAILED == 3
     err = capsys.readouterr().err
     assert "setup failed, nothing was sent" in err and got in err and m.tokenizer.files["tokenizer.json"] in err
+
+
+def test_the_scorer_the_manifest_names_is_staged_where_its_command_finds_it(s3: Any, tmp_path: Path) -> None:
+    """The conductor (`run --detach`) runs the quality gate's scorer in the staged manifest's
+    directory: the script the command names must be there. Failed before the scorer was staged
+    (the offline conductor's gate: "can't open file .../scorers/answers_nonempty.py")."""
+    import subprocess
+
+    m = load_manifest(EXAMPLE_MANIFEST)
+    assert m.quality.task_acceptance is not None
+    command = m.quality.task_acceptance.command
+    run_id = cc.new_run_id()
+    desc = upload_inputs(s3, m, RESULTS, run_id)
+    assert desc.scorer_files == ("scorers/answers_nonempty.py",) and "python3" in command
+    staged = stage_inputs(_env(tmp_path, run_id, m.digest), s3)
+    script = staged.parent / "scorers" / "answers_nonempty.py"
+    assert script.read_bytes() == (EXAMPLE_MANIFEST.parent / "scorers" / "answers_nonempty.py").read_bytes()
+    # the command runs there as the quality gate runs it (cwd: the manifest's directory)
+    out = subprocess.run(
+        list(command), input='{"output": "an answer"}\n', capture_output=True, text=True, cwd=staged.parent
+    )
+    assert out.returncode == 0, out.stderr
+    # an older run's schedule.json, without the field, still reads
+    old = json.loads(desc.to_json())
+    del old["scorer_files"]
+    assert cc.RunInputs.from_json(json.dumps(old)).scorer_files == ()

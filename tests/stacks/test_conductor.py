@@ -69,15 +69,19 @@ def test_its_task_definition_runs_the_campaign_cli_at_the_contracts_size(example
     assert c["Name"] == cc.CONTAINER_NAME
     assert c["EntryPoint"] == ["python", "-m", "campaign"] and c["Command"] == [cc.CONDUCT_COMMAND, "--help"]
     m = load_manifest(EXAMPLE_MANIFEST)
-    # The stack whose LoadgenRunConfig it reads is the one `deploy` and `run` name (core.naming).
+    # The stack whose LoadgenRunConfig it reads is the one `deploy` and `run` name (core.naming);
+    # it stages a run's inputs as the load generators do: the deployed manifest's, under their prefix.
+    cfg = _run_config(example)
+    master = example.template_json["Resources"][cfg.master_task_definition]["Properties"]["ContainerDefinitions"][0]
+    master_env = {e["Name"]: e["Value"] for e in master["Environment"]}
     assert {e["Name"]: e["Value"] for e in c["Environment"]} == {
         cc.ENV_STACK_NAME: stack_name(m.campaign),
         "AWS_DEFAULT_REGION": m.costs.region,
         cc.ENV_WORK_DIR: "/data",
+        cc.ENV_MANIFEST_DIGEST: m.digest,
+        cc.ENV_RESULTS_URI: master_env[cc.ENV_RESULTS_URI],
     }
     # Logs go where the load generators' do, under its own stream prefix.
-    cfg = _run_config(example)
-    master = example.template_json["Resources"][cfg.master_task_definition]["Properties"]["ContainerDefinitions"][0]
     options = c["LogConfiguration"]["Options"]
     assert c["LogConfiguration"]["LogDriver"] == "awslogs" and options["awslogs-stream-prefix"] == "conductor"
     assert options["awslogs-group"] == master["LogConfiguration"]["Options"]["awslogs-group"]

@@ -57,7 +57,8 @@ def upload_inputs(
     s3: Any, m: Manifest, results_uri: str, run_id: str, schedule: Sequence[ScheduledRequest] | None = None
 ) -> cc.RunInputs:
     """The manifest (byte for byte: its digest is what the tasks check), the trace, a huggingface
-    tokenizer's pinned files and the schedule description, under <run>/inputs/."""
+    tokenizer's pinned files, the files the buyer's scorer command names (the conductor runs the
+    quality gate's scorer) and the schedule description, under <run>/inputs/."""
     from core.schedule import build_schedule, schedule_digest
 
     if m.source is None:
@@ -71,6 +72,7 @@ def upload_inputs(
         )
     if schedule is None:
         schedule = build_schedule(m)
+    scorer = m.quality.task_acceptance
     desc = cc.RunInputs(
         m.digest,
         m.workload.trace.path,
@@ -79,6 +81,7 @@ def upload_inputs(
         len(schedule),
         tokenizer.path if tokenizer.files else None,
         tuple(sorted(tokenizer.files)),
+        cc.scorer_files(scorer.command, m.source.parent) if scorer is not None else (),
     )
     cc.staged_paths(Path("/nonexistent"), desc.relative_paths)  # an absolute path fails here, before anything starts
     bucket, prefix = cc.split_s3_uri(cc.inputs_uri(results_uri, run_id))
@@ -88,6 +91,8 @@ def upload_inputs(
     for name in desc.tokenizer_files:
         assert tokenizer_dir is not None  # pinned files come with tokenizer.path (core.manifest.Tokenizer)
         s3.upload_file(str(tokenizer_dir / name), bucket, f"{prefix}/{cc.tokenizer_object(name)}")
+    for i, rel in enumerate(desc.scorer_files):
+        s3.upload_file(str(m.source.parent / rel), bucket, f"{prefix}/{cc.scorer_object(i, rel)}")
     s3.put_object(Bucket=bucket, Key=f"{prefix}/{cc.INPUT_SCHEDULE}", Body=desc.to_json().encode())
     return desc
 
