@@ -87,7 +87,7 @@ test: setup
 # it pins. The real-engine tests run last, alone: one compares our client's timings with vLLM's
 # own client against one engine, and beside the two suites on 2 cores vLLM's heavier client lagged
 # (its TTFT p75 0.46 s against our 0.04 s, twice, 2026-12-05). The closing line adds them up.
-SIDE_TESTS := tests/stacks tests/cloud/test_cloud_path.py tests/cloud/test_cloud_offline_engine.py
+SIDE_TESTS := tests/stacks tests/cloud/test_cloud_path.py tests/faults/test_cloud_kills.py tests/cloud/test_cloud_offline_engine.py
 ALONE_TESTS := tests/real_engine
 pytest: SHELL := /bin/bash
 pytest: setup

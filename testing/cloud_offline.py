@@ -405,6 +405,27 @@ def engine_run(data: dict[str, Any]) -> None:
     }
 
 
+def short_run(data: dict[str, Any]) -> None:
+    """`offline_manifest(change=)` for the tests of the cloud path: a 12 s window (warmup 2 s), one
+    instance measured per fleet at 20% of the arrivals (13 requests), a short search (steps of 12
+    requests, two at most) and a settle phase of one short round at most: the stages and their
+    S3 plumbing are under test, not the search's precision."""
+    data["workload"]["window"]["duration_s"] = 12
+    data["workload"]["warmup_s"] = 2
+    for f in data["fleets"]:
+        f["measure_instances"] = 1
+    data["workload"]["rate_scale"] = 0.2
+    data["quality"]["distribution"]["min_samples"] = 10
+    data["workload"]["capacity_search"] = {
+        "start_multiplier": 1.0,
+        "tolerance": 0.5,
+        "max_steps": 2,
+        "min_requests": 12,
+        "time_budget_s": 120,
+        "settle_budget_s": 20,
+    }
+
+
 def offline_manifest(src: Path, workdir: Path, change: Any = None) -> Path:
     """A copy of the manifest under workdir/manifests/ (its trace under workdir/data/traces/, its
     scorers beside it, so relative paths resolve as in the repository) with the client-lag bound

@@ -32,7 +32,7 @@ import pytest
 from core import cloud_contract as cc
 from core.manifest import load_manifest
 from core.ports import free_port
-from testing.cloud_offline import BUCKET, OfflineAws, offline_aws, offline_manifest, run_once
+from testing.cloud_offline import BUCKET, OfflineAws, offline_aws, offline_manifest, run_once, short_run
 from testing.offline_tasks import resolve
 from tests.conftest import EXAMPLE_MANIFEST, ROOT
 from tests.real_parts import program
@@ -49,30 +49,12 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def manifest_path(workdir: Path) -> Path:
-    """The example manifest with a 12 s window (warmup 2 s): the same relative trace path, so
-    the copy sits next to a copy of the trace exactly as in the repository."""
-
-    def change(data: dict[str, Any]) -> None:
-        data["workload"]["window"]["duration_s"] = 12
-        data["workload"]["warmup_s"] = 2
-        # One instance measured per fleet at 20% of the arrivals: the 12 s replay sends 13 requests.
-        for f in data["fleets"]:
-            f["measure_instances"] = 1
-        data["workload"]["rate_scale"] = 0.2
-        data["quality"]["distribution"]["min_samples"] = 10
-        # A short search (steps of 12 requests, two at most) and a settle phase that may run one
-        # short round: the stages and their S3 plumbing are under test, not the search's precision.
-        data["workload"]["capacity_search"] = {
-            "start_multiplier": 1.0,
-            "tolerance": 0.5,
-            "max_steps": 2,
-            "min_requests": 12,
-            "time_budget_s": 120,
-            "settle_budget_s": 20,
-        }
+    """The example manifest with a 12 s window and a short search (testing.cloud_offline.short_run):
+    the same relative trace path, so the copy sits next to a copy of the trace exactly as in the
+    repository."""
 
     # The client-lag bound relaxed as `make cloud-offline` relaxes it (the lag check itself: tests/loadgen).
-    return offline_manifest(EXAMPLE_MANIFEST, workdir, change)
+    return offline_manifest(EXAMPLE_MANIFEST, workdir, short_run)
 
 
 @pytest.fixture(scope="module")

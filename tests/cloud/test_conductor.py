@@ -209,3 +209,23 @@ def test_the_run_record_carries_the_exit_code_and_the_progress_log_is_there_firs
     assert record["exit_code"] == 10 and record["status"] == "finished"
     log = session.s3.get_object(Bucket=bucket, Key=f"{prefix}/{cc.PROGRESS_LOG}")["Body"].read().decode()
     assert "a line said right after" in log  # the record's put put the log first
+
+
+def test_a_resumed_runs_progress_lines_go_on_after_the_cut_off_runs(session: Session, tmp_path: Path) -> None:
+    """`run --attach` reads progress.log by offset: a resume must add to it, never start it again.
+    Failed before resume_run fetched it: the resume's first line put a log of that line alone."""
+    from campaign.backends.fargate.campaign import resume_run
+
+    first = _cloud_run(session, tmp_path / "first")
+    first.say("the cut-off run's line")
+    first.write_run_record("running", stage="capacity search")
+    follow = conductor.Attached(session.s3, _cfg(), RUN_ID)
+    assert "the cut-off run's line" in follow.new_lines()
+    again = _cloud_run(session, tmp_path / "again")  # the resumed run: another machine, no local copy
+    with pytest.raises(BadArgument):  # no inputs under the prefix: refused, after stopping and saying so
+        resume_run(session, again, None)
+    later = follow.new_lines()
+    assert "task(s) of it still running stopped" in later and "cut-off" not in later
+    bucket, prefix = cc.split_s3_uri(again.uri)
+    log = session.s3.get_object(Bucket=bucket, Key=f"{prefix}/{cc.PROGRESS_LOG}")["Body"].read().decode()
+    assert log.index("the cut-off run's line") < log.index("task(s) of it still running stopped")

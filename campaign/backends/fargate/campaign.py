@@ -126,6 +126,7 @@ def resume_run(
     from campaign.stages import resume
 
     m = run.m
+    run.fetch_progress()
     stopped = run.launcher.stop_run(run.run_id, f"campaign run --resume {run.run_id}", conductor=stop_conductor)
     run.say(
         f"run {run.run_id}: {len(stopped)} task(s) of it still running stopped; "

@@ -174,6 +174,19 @@ class CloudRun:
         if time.monotonic() - self._progress_put >= PROGRESS_PUT_EVERY_S:
             self._put_progress()
 
+    def fetch_progress(self) -> None:
+        """The run's progress.log as its prefix holds it, into the run directory (`run --resume`,
+        before it says anything): the resumed run's lines go on after the cut-off run's, and the
+        log under the prefix only ever grows (`run --attach` reads it by offset)."""
+        bucket, prefix = cc.split_s3_uri(self.uri)
+        try:
+            body = self.s3.get_object(Bucket=bucket, Key=f"{prefix}/{cc.PROGRESS_LOG}")["Body"].read()
+        except self.s3.exceptions.NoSuchKey:
+            return
+        with self._lock:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / cc.PROGRESS_LOG).write_bytes(body)
+
     def _put_progress(self) -> None:
         log = self.run_dir / cc.PROGRESS_LOG
         if not log.is_file():

@@ -1,0 +1,53 @@
+"""The conductor killed, offline (testing/cloud_offline_resume.py, `make cloud-offline-resume`'s
+runner): a cloud run started with `run --detach`, whose conductor is its own process, SIGKILLed
+mid-search, then its resumed run killed during a publish of the run directory (a loopback proxy in
+front of moto's S3 kills it as the first search.json is being put, before it lands), then that
+resumed run killed again as the report starts; each time `run --resume --detach` picks it up and
+`run --attach` follows the last to its report. Every kill leaves its tasks running, as a dead
+Fargate task does; the resume stops them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from campaign.stages import resume
+from testing.cloud_offline import offline_aws, offline_manifest, short_run
+from testing.cloud_offline_resume import KillingRun
+from tests.conftest import EXAMPLE_MANIFEST
+
+pytestmark = [pytest.mark.faults, pytest.mark.cloud_path]
+
+
+@pytest.mark.timeout(1200)  # one short offline campaign, three conductors after the first: 5-8 min on 2 cores
+def test_a_run_killed_mid_search_mid_upload_and_as_its_report_starts_resumes_to_the_same_decision(
+    tmp_path: Path,
+) -> None:
+    lines: list[str] = []
+    path = offline_manifest(EXAMPLE_MANIFEST, tmp_path, short_run)
+    with offline_aws(path, tmp_path, say=lines.append) as aws:
+        run = KillingRun(aws, path, tmp_path, seed=1, say=lines.append)
+        outcome = run.run(["search@2", "upload", "report"])
+    log = "\n".join(lines[-80:])
+    # the checks the runner makes: the record says it resumed; no step with a verdict at a kill
+    # ran again; `report --run-dir` over the run's prefix decides as the resumed run did
+    assert outcome.problems == [], log
+    assert outcome.exit_code in (0, 10, 11), log
+    wheres = [k.split(" ", 1)[0] for k in outcome.kills]
+    assert wheres == ["search@2", "upload", "report"], outcome.kills
+    assert "capacity search" in outcome.kills[0], outcome.kills  # killed in the search, not after it
+    # the last resume picked the run up at its report, every search step carried over
+    resumed = outcome.record["resumed"]
+    assert resumed["at"] == resume.REPORT, resumed
+    steps = sorted(
+        p.parent.relative_to(outcome.run_dir / "capacity").as_posix()
+        for p in (outcome.run_dir / "capacity").glob("*/*/step.json")
+    )
+    assert resumed["carried_over"] == steps and steps, (resumed, steps)
+    # the upload kill fell before a search.json landed, so that resume found the search unfinished
+    assert any("search.json" in line for line in lines if line.startswith("== killed")), log
+    assert outcome.record["status"] == "finished" and outcome.record["exit_code"] == outcome.exit_code
+    # the resumed runs said where they took the run up (progress.log, as --attach printed it)
+    progress = (outcome.run_dir / "progress.log").read_text(encoding="utf-8")
+    assert progress.count("task(s) of it still running stopped") == 3, progress[-3000:]
