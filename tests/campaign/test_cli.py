@@ -261,3 +261,25 @@ def test_run_resume_refuses_a_malformed_run_id_before_any_aws_call(
     monkeypatch.setattr("campaign.cli.aws_cmds.aws_session", no_aws)
     assert cli.main(["run", str(example_manifest_path), "--resume", "not-a-run"]) == EXIT_BAD_INPUT
     assert "--resume" in capsys.readouterr().err
+
+
+def test_attach_is_refused_beside_detach_or_resume_and_a_bad_run_id_before_any_aws_call(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for extra in (["--detach"], ["--resume", "20261205T230000Z-abc123"]):
+        rc = cli.main(["run", str(EXAMPLE_MANIFEST), "--attach", "20261205T230000Z-abc123", *extra])
+        assert rc == EXIT_BAD_INPUT
+        assert "--attach follows a run already started" in capsys.readouterr().err
+    assert cli.main(["run", str(EXAMPLE_MANIFEST), "--attach", "yesterday"]) == EXIT_BAD_INPUT
+    assert "--attach: run id 'yesterday' is not of the form" in capsys.readouterr().err
+
+
+def test_conduct_outside_its_task_names_what_its_definition_sets(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from core import cloud_contract as cc
+
+    monkeypatch.delenv(cc.ENV_STACK_NAME, raising=False)
+    assert cli.main(["conduct", "20261205T230000Z-abc123"]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert cc.ENV_STACK_NAME in err and "run --detach" in err
