@@ -35,6 +35,8 @@ from campaign.backends.simulated.fleets import SimulatedFleets
 from campaign.stages.deadline import CAPACITY_STAGE, GATE_STAGE, REPLAY_STAGE, SETTLE_STAGE
 from core import catalog, prices
 from core.cloud_contract import (
+    CONDUCTOR_TASK_MEMORY_GIB,
+    CONDUCTOR_TASK_VCPU,
     HEALTH_GRACE_MIN,
     INTERFACE_ENDPOINT_SERVICES,
     LOADGEN_TASK_MEMORY_GIB,
@@ -300,7 +302,8 @@ def _cost(
 ) -> dict[str, float]:
     """USD of the campaign: instance-hours of every fleet for its whole length but the compile
     phase (every fleet is at 0 while it runs), each compile instance for its phase, load-generator
-    tasks while load runs, the NLB's hours; empty when a price is missing from the snapshot."""
+    tasks while load runs, the conductor for as long as the fleets run (a `run --detach`'s; a run
+    in a terminal saves it: a bound), the NLB's hours; empty when a price is missing from the snapshot."""
     out: dict[str, float] = {}
     compile_min = max((c.minutes for c in compiles), default=0.0)
     for p in preds.values():
@@ -319,6 +322,7 @@ def _cost(
         return {}
     tasks = len(preds) * (1 + m.loadgen.workers)
     out["loadgen_tasks"] = tasks * (LOADGEN_TASK_VCPU * vcpu + LOADGEN_TASK_MEMORY_GIB * gib) * load_min / 60
+    out["conductor"] = (CONDUCTOR_TASK_VCPU * vcpu + CONDUCTOR_TASK_MEMORY_GIB * gib) * (total_min - compile_min) / 60
     out["nlb"] = nlb * total_min / 60
     return out
 

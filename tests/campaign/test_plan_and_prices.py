@@ -151,6 +151,13 @@ def test_cli_plan_json(example_manifest_path: Path, tmp_path: Path) -> None:
     )
     assert out["campaign_minutes"] == pytest.approx(sum(pred["minutes"].values()), abs=0.1)
     assert out["campaign_usd"] == pytest.approx(sum(pred["usd"].values()), abs=0.01)
+    # the conductor (`run --detach`, 1 vCPU / 4 GiB on Fargate) bills while the fleets run, after the compile phase
+    fargate = (
+        prices.lookup("fargate", "vcpu-hour", m.costs.region).usd
+        + 4 * prices.lookup("fargate", "gb-hour", m.costs.region).usd
+    )
+    running = out["campaign_minutes"] - pred["minutes"].get("compile_phase_at_most", 0.0)
+    assert pred["usd"]["conductor"] == pytest.approx(fargate * running / 60, abs=0.02)
     assert pred["minutes"]["ready_at_most"] == 75  # the Neuron fleet's health-check grace bounds the wait
     # The Neuron fleet's host memory is at risk: deploy compiles once first, on one inf2.8xlarge, while
     # every fleet is at 0 (16 GB of weights at the guide's 1 min per GB), and every instance fetches.
