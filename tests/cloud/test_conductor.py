@@ -229,3 +229,19 @@ def test_a_resumed_runs_progress_lines_go_on_after_the_cut_off_runs(session: Ses
     bucket, prefix = cc.split_s3_uri(again.uri)
     log = session.s3.get_object(Bucket=bucket, Key=f"{prefix}/{cc.PROGRESS_LOG}")["Body"].read().decode()
     assert log.index("the cut-off run's line") < log.index("task(s) of it still running stopped")
+
+
+def test_attach_prints_only_the_last_lines_of_a_long_history_then_every_new_one(
+    session: Session, tmp_path: Path
+) -> None:
+    run = _cloud_run(session, tmp_path)
+    for i in range(conductor.ATTACH_HISTORY_LINES + 10):
+        run.say(f"line {i}")
+    run.write_run_record("running", stage="capacity search")
+    follow = conductor.Attached(session.s3, _cfg(), RUN_ID, history=conductor.ATTACH_HISTORY_LINES)
+    first = follow.new_lines().splitlines()
+    assert first[0].startswith("... 10 earlier line(s): s3://") and first[0].endswith("/progress.log")
+    assert first[1].endswith(" line 10") and first[-1].endswith(f" line {conductor.ATTACH_HISTORY_LINES + 9}")
+    run.say("one more")
+    run.write_run_record("running", stage="capacity search")
+    assert [line.split("Z ", 1)[1] for line in follow.new_lines().splitlines()] == ["one more"]

@@ -34,6 +34,8 @@ from core.manifest import Manifest
 
 # run.json's status once the run ended, one way or another (CloudRun.write_run_record).
 ENDED = ("finished", "failed", "interrupted")
+# What `run --attach` prints of a run's earlier lines (an hours-long campaign has thousands).
+ATTACH_HISTORY_LINES = 40
 
 
 @dataclass(frozen=True)
@@ -168,6 +170,7 @@ class Attached:
     s3: Any
     cfg: cc.RunConfig
     run_id: str
+    history: int | None = None  # of the lines already there at the first read, the last this many (None: all)
     printed: int = 0  # bytes of progress.log printed so far
 
     def new_lines(self) -> str:
@@ -179,7 +182,12 @@ class Attached:
         # a line put half-way (never: the log is put whole) would be held back to the next poll
         end = body.rfind(b"\n") + 1
         text = body[self.printed : end].decode("utf-8", errors="replace") if end > self.printed else ""
-        self.printed = max(self.printed, end)
+        first, self.printed = self.printed == 0, max(self.printed, end)
+        lines = text.splitlines(keepends=True)
+        if first and self.history is not None and len(lines) > self.history:
+            skipped = len(lines) - self.history
+            where = f"{cc.run_uri(self.cfg.results_uri, self.run_id)}/{cc.PROGRESS_LOG}"
+            return f"... {skipped} earlier line(s): {where}\n" + "".join(lines[skipped:])
         return text
 
     def record(self) -> dict[str, Any]:
@@ -207,7 +215,7 @@ def attach(
     resume). Closing this terminal stops nothing."""
     s3 = session.client("s3")
     request = read_request(s3, cfg, run_id)
-    follow = Attached(s3, cfg, run_id)
+    follow = Attached(s3, cfg, run_id, history=ATTACH_HISTORY_LINES)
     say(f"attached to run {run_id} (conductor {request.task or 'not started'}); Ctrl-C detaches, the run goes on\n")
     while True:
         say(follow.new_lines())
