@@ -62,13 +62,16 @@ class KillMissed(RuntimeError):
 
 
 def quick_search(data: dict[str, Any]) -> None:
-    """`offline_manifest(change=)`: a coarser capacity search and a short settle budget, so a run
-    that is killed and resumed twice still ends in minutes; its stages are under test here."""
+    """`offline_manifest(change=)`: short steps (30 requests: about 30 s at x0.5 of the example's
+    arrivals), a coarser bracket and a short settle budget, so a search takes a few steps in a few
+    minutes, a kill within it usually finds some finished, and a run killed and resumed twice still
+    ends in minutes; the stages are under test here, not the search's precision."""
     data["workload"]["capacity_search"] = {
         **data["workload"].get("capacity_search", {}),
+        "min_requests": 30,
         "tolerance": 0.5,
         "max_steps": 4,
-        "time_budget_s": 120,
+        "time_budget_s": 240,
         "settle_budget_s": 30,
     }
 
