@@ -84,6 +84,21 @@ def test_run_task_request_is_a_private_fargate_task_with_exec_and_the_run_overri
         stub.assert_no_pending_responses()
 
 
+def test_the_conductor_is_started_as_its_runs_with_its_own_started_by_and_no_exec(ecs: Any) -> None:
+    """`run --detach`: startedBy run-<id>-c (a resuming conductor stops the run's load generators, not
+    itself; teardown stops both), and no ECS Exec (no web UI; its role has no ssmmessages)."""
+    spec = TaskSpec("conductor", "", "arn:td/conductor:1", {cc.ENV_RUN_ID: RUN_ID}, (cc.CONDUCT_COMMAND, RUN_ID))
+    calls: list[dict[str, Any]] = []
+    ecs.meta.events.register("provide-client-params.ecs.RunTask", lambda params, **kw: calls.append(dict(params)))
+    with Stubber(ecs) as stub:
+        stub.add_response("run_task", {"tasks": [{"taskArn": TASK}], "failures": []})
+        EcsTaskLauncher(ecs, CFG, RUN_ID).start(spec)
+    (call,) = calls
+    assert call["startedBy"] == f"run-{RUN_ID}-c" and len(call["startedBy"]) <= 36
+    assert call["enableExecuteCommand"] is False
+    assert call["overrides"]["containerOverrides"][0]["command"] == [cc.CONDUCT_COMMAND, RUN_ID]
+
+
 def _no_sleep(s: float) -> None:
     raise AssertionError(f"slept {s} s: a failure that is not about capacity must not be retried")
 

@@ -71,7 +71,10 @@ class EcsTaskLauncher:
             count=1,
             networkConfiguration={"awsvpcConfiguration": network},
             overrides={"containerOverrides": [container]},
-            enableExecuteCommand=True,
+            # ECS Exec reaches a master's web UI; the conductor serves none, and its role has no
+            # ssmmessages:* actions, which Exec's agent needs from the task role (ECS developer
+            # guide, "Monitor Amazon ECS containers with ECS Exec", IAM permissions required)
+            enableExecuteCommand=spec.role != "conductor",
             startedBy=started_by(self.run_id, conductor=spec.role == "conductor"),
             propagateTags="TASK_DEFINITION",
             tags=[
