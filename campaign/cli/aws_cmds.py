@@ -358,7 +358,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     r.add_argument(
         "--attach",
         metavar="RUN_ID",
-        help="follow a detached run's progress lines (the Locust web UI port-forward commands among them) until it "
+        help="follow a run's progress lines (detached or in another terminal; the Locust web UI port-forward commands among them) until it "
         "ends; exits with its decision's code; Ctrl-C detaches, the run goes on",
     )
     r.set_defaults(handler=cmd_run)

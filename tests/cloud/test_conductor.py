@@ -245,3 +245,21 @@ def test_attach_prints_only_the_last_lines_of_a_long_history_then_every_new_one(
     run.say("one more")
     run.write_run_record("running", stage="capacity search")
     assert [line.split("Z ", 1)[1] for line in follow.new_lines().splitlines()] == ["one more"]
+
+
+def test_attach_follows_a_run_started_in_a_terminal_and_refuses_an_unknown_one(
+    session: Session, tmp_path: Path
+) -> None:
+    with pytest.raises(BadArgument, match=f"--attach {RUN_ID}: no such run under s3://"):
+        conductor.attach(session, _cfg(), RUN_ID, Launcher(), say=lambda text: None, sleep=lambda s: None)
+    run = _cloud_run(session, tmp_path)  # `run` in someone's terminal: no conductor.json
+    run.say("inf2: step x2 held")
+    run.write_run_record("running", stage="capacity search")
+    out: list[str] = []
+
+    def ends(_: float) -> None:
+        run.exit_code = 11
+        run.write_run_record("finished")
+
+    assert conductor.attach(session, _cfg(), RUN_ID, Launcher(), say=out.append, sleep=ends) == 11
+    assert "conductor none: run from a terminal" in out[0] and "inf2: step x2 held" in "".join(out)

@@ -212,11 +212,21 @@ def attach(
     """`run --attach RUN_ID`: the run's progress lines as they reach its prefix (the masters' web
     UI port-forward commands among them), until its record says it ended (its exit code: the
     decision's) or its conductor stopped without ending it (EXIT_FAILED_STEP, naming the
-    resume). Closing this terminal stops nothing."""
+    resume). A run started in a terminal is followed too, with no conductor to watch. Closing
+    this terminal stops nothing."""
     s3 = session.client("s3")
-    request = read_request(s3, cfg, run_id)
     follow = Attached(s3, cfg, run_id, history=ATTACH_HISTORY_LINES)
-    say(f"attached to run {run_id} (conductor {request.task or 'not started'}); Ctrl-C detaches, the run goes on\n")
+    try:
+        task = read_request(s3, cfg, run_id).task
+    except BadArgument:  # a run in someone's terminal: its lines, with no conductor to watch
+        if not follow.record():
+            raise BadArgument(
+                f"--attach {run_id}: no such run under {cfg.results_uri}/ (`run` prints its id)"
+            ) from None
+        task = ""
+    say(
+        f"attached to run {run_id} (conductor {task or 'none: run from a terminal'}); Ctrl-C detaches, the run goes on\n"
+    )
     while True:
         say(follow.new_lines())
         record = follow.record()
@@ -229,7 +239,7 @@ def attach(
                 if isinstance(code, int)
                 else (EXIT_OK if record["status"] == "finished" else EXIT_FAILED_STEP)
             )
-        status = launcher.describe([request.task]).get(request.task) if request.task else None
+        status = launcher.describe([task]).get(task) if task else None
         if status is not None and status.stopped and follow.record().get("status") not in ENDED:
             say(follow.new_lines())
             say(
