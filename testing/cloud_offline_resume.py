@@ -11,7 +11,8 @@ kills the orchestration mid-flight and leaves its tasks running, as a dead Farga
 Each kill is one of:
 
     search   at a random point (the seed's) of the capacity search
-    settle   at a random point of the settle phase
+    settle   at a random point of the settle phase (at once where it ends first: one that
+             needs no segment ends as it starts)
     random   search or settle, as the seed picks (the default)
     report   as the report starts (after the last checkpoint before it)
     upload   during a publish of the run directory: the conductor's S3 traffic goes through a
@@ -49,11 +50,29 @@ from urllib.parse import urlsplit
 from testing.cloud_offline import EXAMPLE, LAG_BOUND_S, OfflineAws, offline_aws, offline_manifest
 
 KILLS = ("search", "settle", "random", "report", "upload")
-# run.json's stage as run_stages checkpoints it (campaign.stages.run): what each kill waits for.
-STAGE_OF = {"search": "capacity search: before ", "settle": "settle phase: before ", "report": "server series"}
+# Where a run is, by run.json's stage as run_stages checkpoints it (campaign.stages.run): the gate
+# and replay ("quality gate", "trace replay"), then "capacity search: before <fleet>/<step>" per
+# step, "capacity search" once every search ended (the settle phase runs from there), "settle
+# phase: before <fleet>/<step>" per segment, "settle phase" at its end, "server series" as the
+# report starts.
+PHASES = {"search": 1, "settle": 2, "report": 4}
+
+
+def phase(stage: str) -> int:
+    if stage.startswith("capacity search: before "):
+        return PHASES["search"]
+    if stage == "capacity search" or stage.startswith("settle phase: before "):
+        return PHASES["settle"]
+    if stage == "settle phase":
+        return 3
+    if stage == "server series":
+        return PHASES["report"]
+    return 0
+
+
 # How long after its stage is first seen a random kill falls, at most (seconds): the emulated
 # searches take minutes, a settle phase about one.
-RANDOM_WITHIN_S = {"search": 90.0, "settle": 30.0}
+RANDOM_WITHIN_S = {"search": 60.0, "settle": 20.0}
 UPLOAD_KILL = re.compile(r"/capacity/[^/]+/search\.json$")
 
 
@@ -243,8 +262,9 @@ class KillingRun:
     def _wait_and_kill(self, run_id: str, uri: str, where: str, after: float | None) -> str:
         """Follow the run's progress lines (as `run --attach` does) until the kill's moment, then
         kill its conductor; returns the stage run.json names at the kill. `after`: seconds after
-        the stage is reached (None: at random, up to RANDOM_WITHIN_S). The upload kill is the
-        proxy's (_on_put); this only waits for it."""
+        the run reached `where` (None: at random, up to RANDOM_WITHIN_S). Where the run moves past
+        `where` first (a settle phase of no segment ends at once), the kill falls at once, and says
+        so. The upload kill is the proxy's (_on_put); this only waits for it."""
         from campaign.backends.fargate.conductor import ENDED, Attached
 
         follow = Attached(self.s3, self.cfg, run_id)
@@ -262,13 +282,13 @@ class KillingRun:
                 return stage
             if record.get("status") in ENDED:
                 raise KillMissed(f"the run {record['status']} before the {where} kill (its last stage: {stage!r})")
-            if where != "upload" and at is None and stage.startswith(STAGE_OF[where]):
+            now = phase(stage)
+            if where != "upload" and at is None and now >= PHASES[where]:
                 at = time.monotonic()
                 self.say(f"== {where}: reached ({stage!r}); the kill falls {delay:.1f} s later")
-            if at is not None and time.monotonic() - at >= delay:
-                if where != "report" and not stage.startswith(STAGE_OF[where]):
-                    raise KillMissed(f"the {where} ended before its kill ({delay:.1f} s in; now {stage!r})")
-                _kill(self.launcher, self.conductor, self.say, f"{where}, {delay:.1f} s after reaching it")
+            if at is not None and (time.monotonic() - at >= delay or now > PHASES[where]):
+                past = "" if now == PHASES[where] else f", the {where} having ended before the drawn {delay:.1f} s"
+                _kill(self.launcher, self.conductor, self.say, f"{where} at {stage!r}{past}")
                 return stage
             if self.launcher.describe([self.conductor])[self.conductor].stopped:
                 raise KillMissed(
