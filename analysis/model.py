@@ -12,6 +12,10 @@ Compatibility rule for `report_version` ("MAJOR.MINOR"): bump MAJOR on any break
 (a field removed, renamed, retyped, or its meaning changed); bump MINOR when a field is only
 added. A reader accepts a report of its own MAJOR and a MINOR no newer than its own (every
 model forbids unknown fields, so a newer MINOR's additions would be refused anyway).
+schemas/report-fields.json records every version's fields ("Model.field"), so a field added
+without a MINOR bump fails a test (tests/analysis/test_report_schema.py), and `--write` refuses
+to record other fields under a version already recorded. 2.2 added the billing section and the
+per-step server figures (issue 39) to 2.1's.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSche
 
 from analysis.errors import AnalysisError
 
-REPORT_VERSION = "2.1"
+REPORT_VERSION = "2.2"
 
 _T = TypeVar("_T")
 
@@ -1240,6 +1244,33 @@ def json_schema() -> dict[str, Any]:
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
 
 
+FIELDS_LEDGER = SCHEMA_DIR / "report-fields.json"
+
+
+def schema_fields(schema: dict[str, Any]) -> list[str]:
+    """Every property of every model of a report schema, as "Model.field", sorted."""
+    out = {f"Report.{p}" for p in schema.get("properties", {})}
+    for name, d in schema.get("$defs", {}).items():
+        out |= {f"{name}.{p}" for p in d.get("properties", {})}
+    return sorted(out)
+
+
+def record_fields(ledger: Path = FIELDS_LEDGER) -> None:
+    """This version's fields into the ledger; refused where the version is recorded with other
+    fields: those changed without a version bump (the compatibility rule above)."""
+    recorded: dict[str, list[str]] = json.loads(ledger.read_text(encoding="utf-8")) if ledger.is_file() else {}
+    fields = schema_fields(json_schema())
+    if recorded.get(REPORT_VERSION, fields) != fields:
+        added = sorted(set(fields) - set(recorded[REPORT_VERSION]))
+        gone = sorted(set(recorded[REPORT_VERSION]) - set(fields))
+        raise SystemExit(
+            f"{ledger.name}: report_version {REPORT_VERSION} is recorded with other fields (added {added[:10]}, "
+            f"removed {gone[:10]}): bump REPORT_VERSION (MINOR for additions only, MAJOR otherwise) first"
+        )
+    recorded[REPORT_VERSION] = fields
+    ledger.write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+
+
 def schema_text() -> str:
     """The schema as committed: two-space indent, UTF-8, one trailing newline."""
     return json.dumps(json_schema(), indent=2, ensure_ascii=False) + "\n"
@@ -1253,7 +1284,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--write",
         action="store_true",
-        help=f"with --schema: write it to schemas/report-v<MAJOR>.json ({schema_path().name})",
+        help=f"with --schema: write it to schemas/report-v<MAJOR>.json ({schema_path().name}) and record this "
+        f"version's fields in {FIELDS_LEDGER.name}",
     )
     args = ap.parse_args(argv)
     if not args.schema:
@@ -1261,6 +1293,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.write:
         schema_path().parent.mkdir(parents=True, exist_ok=True)
+        record_fields()
         schema_path().write_text(schema_text(), encoding="utf-8")
         print(schema_path())
     else:

@@ -3,6 +3,7 @@ generated from the model committed as schemas/report-v<major>.json."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -74,3 +75,38 @@ def test_a_generated_report_is_valid_under_the_committed_schema(tmp_path: Path, 
         data, out = build(tmp_path / build.__name__, manifest_data)
         jsonschema.validate(json.loads((out / "report.json").read_text(encoding="utf-8")), schema)
         assert data["report_version"] == REPORT_VERSION
+
+
+def test_every_field_added_since_a_version_was_recorded_bumped_it() -> None:
+    """The compatibility rule (analysis/model.py): a field only added bumps MINOR, anything else
+    MAJOR. 2.1's fields were recorded from its committed schema (ac93cec); issue 39 added the
+    billing section and the per-step server figures without a bump, which this would have failed."""
+    ledger = json.loads(report_model.FIELDS_LEDGER.read_text(encoding="utf-8"))
+    fields = report_model.schema_fields(report_model.json_schema())
+    recorded = ledger.get(REPORT_VERSION)
+    assert recorded is not None, (
+        f"report_version {REPORT_VERSION} not recorded: `python -m analysis.model --schema --write`"
+    )
+    added, gone = sorted(set(fields) - set(recorded)), sorted(set(recorded) - set(fields))
+    assert not added and not gone, (
+        f"fields changed since {REPORT_VERSION} was recorded (added {added}, removed {gone}): bump REPORT_VERSION "
+        "(MINOR for additions only, MAJOR otherwise), then `python -m analysis.model --schema --write`"
+    )
+    versions = sorted(ledger, key=report_model._version)
+    assert versions[-1] == REPORT_VERSION  # no newer version recorded than the code's
+    for older, newer in itertools.pairwise(versions):
+        if report_model._version(older)[0] == report_model._version(newer)[0]:  # a MINOR bump only adds
+            removed = sorted(set(ledger[older]) - set(ledger[newer]))
+            assert not removed, f"{newer} removes {removed} of {older}'s fields: that needs a MAJOR bump"
+
+
+def test_recording_other_fields_under_a_recorded_version_is_refused(tmp_path: Path) -> None:
+    ledger = tmp_path / "report-fields.json"
+    ledger.write_text(json.dumps({REPORT_VERSION: ["Report.only_this"]}), encoding="utf-8")
+    with pytest.raises(SystemExit, match=f"report_version {REPORT_VERSION} is recorded with other fields"):
+        report_model.record_fields(ledger)
+    ledger.write_text("{}", encoding="utf-8")
+    report_model.record_fields(ledger)
+    assert json.loads(ledger.read_text(encoding="utf-8"))[REPORT_VERSION] == report_model.schema_fields(
+        report_model.json_schema()
+    )
