@@ -27,7 +27,7 @@ from analysis.sources.billing import cost_explorer_window, read_focus
 from analysis.sources.cloudwatch import CloudWatchSource, discover_asgs, fleet_specs
 from analysis.sources.instances import CountedInstances, read_counted
 from analysis.sources.pricing import RESERVED_KIND, PriceBook, PriceListSource
-from analysis.sources.prometheus import HistogramNames, PrometheusSource
+from analysis.sources.prometheus import HistogramNames, PrometheusSource, scrape_widened
 from analysis.sources.server_series import SavedSeries, read_fleet_series, series_path
 from analysis.sources.time_to_ready import time_to_ready
 from core import catalog
@@ -137,7 +137,10 @@ def _prometheus_section(
     measures: Mapping[str, Measure],
     *,
     sigv4_region: str | None = None,
+    scrape_interval_s: float | None = None,
 ) -> tuple[dict[str, Any], Findings]:
+    """The replay window's cross-check: each fleet's merged-histogram P95s (client and server)
+    beside the records', over the window widened by a scrape interval each side where it is known."""
     found = Findings()
     out: dict[str, Any] = {"url": url, "fleets": {}}
     try:
@@ -148,10 +151,11 @@ def _prometheus_section(
         fm = measures.get(f.name)
         if fm is None or fm.wall_start is None or fm.window_start_s is None or fm.window_end_s is None:
             continue
-        start, end = fm.wall_start + fm.window_start_s, fm.wall_start + fm.window_end_s
+        measured = fm.wall_start + fm.window_start_s, fm.wall_start + fm.window_end_s
+        start, end = scrape_widened(*measured, scrape_interval_s or 0.0)
         names = given or HistogramNames.for_stack(f.serving.stack)  # each fleet's own series
         labels = {names.fleet_label: f.name}
-        sec: dict[str, Any] = {"window_unix": [start, end]}
+        sec: dict[str, Any] = {"window_unix": list(measured)}
         try:
             server_itl = names.server_itl
             if server_itl and not src.has_series(server_itl, labels, start, end) and names.server_itl_fallback:
@@ -392,7 +396,12 @@ def gather_evidence(inp: ReportInputs, base: Mapping[str, Measure], summaries: I
     prom_found = Findings()
     if inp.prometheus_url:
         prom, prom_found = _prometheus_section(
-            m, inp.prometheus_url, inp.histogram_names, base, sigv4_region=inp.prometheus_sigv4_region
+            m,
+            inp.prometheus_url,
+            inp.histogram_names,
+            base,
+            sigv4_region=inp.prometheus_sigv4_region,
+            scrape_interval_s=inp.prometheus_scrape_interval_s,
         )
         prom_found.provenance["prometheus"] = {
             "source": "measured",

@@ -78,6 +78,9 @@ class ReportInputs:
     # Sign the queries with SigV4 for service aps in this region even though the URL is not an AMP
     # workspace's (the offline stand-in, testing/sigv4_proxy.py); an AMP URL is signed anyway.
     prometheus_sigv4_region: str | None = None
+    # The interval the fleets were scraped at (RunFacts): the replay window's queries are widened
+    # by it (analysis.sources.prometheus.scrape_widened); None: unknown, the window as measured.
+    prometheus_scrape_interval_s: float | None = None
     aws: bool = False
     quality: QualityInput | None = None
     instances_measured: Mapping[str, int] | None = None

@@ -56,6 +56,15 @@ def _selector(labels: dict[str, str]) -> str:
     return "{" + inner + "}"
 
 
+def scrape_widened(start: float, end: float, scrape_interval_s: float) -> tuple[float, float]:
+    """A measured window [start, end] widened by one scrape interval each side, to query at its
+    new end: `increase` reads only the samples inside its range, so the range must hold the last
+    scrape before the first request (the counters' values when the window began) and the first
+    scrape after the last completion (its observations reach Prometheus then). A range from the
+    first send reads no sample of the window's start, and a short window none at all."""
+    return start - scrape_interval_s, end + scrape_interval_s
+
+
 def _range(start: float, end: float) -> str:
     return f"{max(math.ceil(end - start), 1)}s"
 

@@ -23,6 +23,7 @@ from analysis.sources.prometheus import (
     RawQuery,
     merged_bucket_query,
     raw_query,
+    scrape_widened,
     target_up_queries,
 )
 
@@ -65,13 +66,11 @@ def pull_step(
     scrape_interval_s: float,
 ) -> SavedSeries:
     """The step's raw query results, over the window widened by one scrape interval each side and
-    queried at its end: `increase` reads only the samples inside its range, so the range must hold
-    the last scrape before the first request (the counters' values when the step began) and the
-    first scrape after the last completion (its observations reach Prometheus then). Steps are
-    apart by the load generator's start and stop, so the widening rarely reaches another step's
-    requests. Raises SourceUnavailable when Prometheus does not answer."""
+    queried at its end (scrape_widened). Steps are apart by the load generator's start and stop,
+    so the widening rarely reaches another step's requests. Raises SourceUnavailable when
+    Prometheus does not answer."""
     start, end = window
-    begin, at = start - scrape_interval_s, end + scrape_interval_s
+    begin, at = scrape_widened(start, end, scrape_interval_s)
     labels = {names.fleet_label: fleet}
     queries: dict[str, RawQuery | None] = {}
     itl = names.server_itl

@@ -501,6 +501,7 @@ def run_report(
             metrics_dir=metrics_dir if metrics_dir.is_dir() else None,
             prometheus_url=facts.prometheus_url if full else None,
             prometheus_sigv4_region=facts.prometheus_sigv4_region,
+            prometheus_scrape_interval_s=facts.scrape_interval_s,
             aws=facts.aws and full,
             quality=quality,
             out_dir=out_dir,

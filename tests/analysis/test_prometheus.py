@@ -259,3 +259,38 @@ def test_report_cli_signs_for_the_stand_in_when_told(
     (gap,) = [g for g in unsigned["gaps"] if g["what"] == "prometheus"]
     assert "HTTP 403: the request is not signed" in gap["reason"] and amp.refusals
     capsys.readouterr()
+
+
+def test_the_replay_cross_check_reads_one_scrape_before_and_after_its_window(
+    monkeypatch: pytest.MonkeyPatch, example_manifest_path: Path
+) -> None:
+    """`increase` reads only the samples inside its range: from the first send, the counters' value
+    when the window began is outside it, and the last completions' scrape comes after it. The
+    per-step server figures widened their range by a scrape each side (issue 39); the replay
+    window's cross-check did not (a range of 30 s at its last completion, on the old code)."""
+    sent: list[tuple[str, float]] = []
+
+    class Recording:
+        def __init__(self, url: str, sigv4_region: str | None = None) -> None:
+            self.url = url
+
+        def has_series(self, metric: str, labels: dict[str, str], start: float, end: float) -> bool:
+            sent.append((f"has_series {end - start:.0f}s", end))
+            return True
+
+        def merged_quantile(self, q: float, metric: str, labels: dict[str, str], start: float, end: float) -> None:
+            sent.append((f"{metric} {end - start:.0f}s", end))
+
+    monkeypatch.setattr(report_evidence, "PrometheusSource", Recording)
+    m = load_manifest(example_manifest_path, check_files=False)
+    t0 = 1_700_000_000.0
+    measure = SimpleNamespace(wall_start=t0, window_start_s=0.0, window_end_s=30.0, p95_ttft_s=0.4, p95_itl_s=0.05)
+    out, _ = report_evidence._prometheus_section(
+        m,
+        "http://127.0.0.1:9",
+        None,
+        {"inf2": measure},
+        scrape_interval_s=5.0,  # type: ignore[dict-item]
+    )
+    assert out["fleets"]["inf2"]["window_unix"] == [t0, t0 + 30.0]  # the window as measured
+    assert sent and all(q.endswith(" 40s") and at == t0 + 35.0 for q, at in sent), sent
