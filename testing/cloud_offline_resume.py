@@ -12,7 +12,9 @@ Each kill is one of:
 
     search   at a random point (the seed's) of the capacity search
     settle   at a random point of the settle phase (at once where it ends first: one that
-             needs no segment ends as it starts)
+             runs no segment ends as it starts; the example's here does, as each segment would
+             need about 5 min of arrivals, more than the budget; a run cut mid-settle is
+             resumed in tests/campaign/test_resume_stages.py, on the simulated fleets)
     random   search or settle, as the seed picks (the default)
     report   as the report starts (after the last checkpoint before it)
     upload   during a publish of the run directory: the conductor's S3 traffic goes through a
