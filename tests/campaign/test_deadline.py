@@ -271,21 +271,9 @@ def test_run_refuses_before_uploading_anything_when_the_gate_would_outlast_the_d
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from campaign.backends.fargate import campaign as fargate
-    from core import cloud_contract as cc
+    from tests.cloud.test_cloud_steps import run_config
 
-    cfg = cc.RunConfig(
-        region="us-east-1",
-        cluster="c",
-        master_task_definition="m",
-        worker_task_definition="w",
-        gate_task_definition="g",
-        subnets=("s",),
-        security_groups=("sg",),
-        results_uri="s3://b/campaigns/c/d/runs",
-        targets={"inf2": "http://nlb:8000", "g6": "http://nlb:8001"},
-        workers=2,
-        deadline=format_deadline(NOW + timedelta(minutes=3)),
-    )
+    cfg = run_config(deadline=format_deadline(NOW + timedelta(minutes=3)))
     monkeypatch.setattr(fargate, "read_run_config", lambda cfn, stack: cfg)
 
     class _NoAws:

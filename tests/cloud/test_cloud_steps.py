@@ -15,6 +15,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,23 @@ from tests.conftest import EXAMPLE_MANIFEST
 
 BUCKET = "results"
 REGION = "us-east-1"
+
+
+def run_config(**change: Any) -> cc.RunConfig:
+    """A stack's run config as the tests here give it, `change` replacing fields."""
+    base = cc.RunConfig(
+        region=REGION,
+        cluster="c",
+        master_task_definition="master-td",
+        worker_task_definition="worker-td",
+        gate_task_definition="gate-td",
+        subnets=("s",),
+        security_groups=("g",),
+        results_uri=f"s3://{BUCKET}/campaigns/c/d/runs",
+        targets={"inf2": "http://nlb:8000", "g6": "http://nlb:8001"},
+        workers=2,
+    )
+    return replace(base, **change)
 
 
 class Aws:
@@ -71,17 +89,7 @@ class Aws:
         self.elbv2.register_targets(TargetGroupArn=self.target_groups[fleet], Targets=[{"Id": i} for i in ids])
 
     def config(self) -> cc.RunConfig:
-        return cc.RunConfig(
-            region=REGION,
-            cluster="c",
-            master_task_definition="master-td",
-            worker_task_definition="worker-td",
-            gate_task_definition="gate-td",
-            subnets=("s",),
-            security_groups=("g",),
-            results_uri=f"s3://{BUCKET}/campaigns/c/d/runs",
-            targets={"inf2": "http://nlb:8000", "g6": "http://nlb:8001"},
-            workers=2,
+        return run_config(
             target_groups=dict(self.target_groups),
             namespace="harness.local",
             master_services=dict(self.masters),

@@ -21,10 +21,9 @@ from campaign.backends.fargate.tasks import TaskSpec, TaskStatus
 from core import cloud_contract as cc
 from core.errors import EXIT_FAILED_STEP, BadArgument
 from core.manifest import load_manifest
+from tests.cloud.test_cloud_steps import BUCKET, REGION, run_config
 from tests.conftest import EXAMPLE_MANIFEST
 
-BUCKET = "results"
-REGION = "us-east-1"
 RUN_ID = "20261205T230000Z-abc123"
 
 
@@ -46,19 +45,7 @@ def session() -> Iterator[Session]:
 
 
 def _cfg(conductor_definition: str = "conductor-td") -> cc.RunConfig:
-    return cc.RunConfig(
-        region=REGION,
-        cluster="c",
-        master_task_definition="master-td",
-        worker_task_definition="worker-td",
-        gate_task_definition="gate-td",
-        subnets=("s",),
-        security_groups=("g",),
-        results_uri=f"s3://{BUCKET}/campaigns/c/d/runs",
-        targets={"inf2": "http://nlb:8000", "g6": "http://nlb:8001"},
-        workers=2,
-        conductor_task_definition=conductor_definition,
-    )
+    return run_config(conductor_task_definition=conductor_definition)
 
 
 class Launcher:
