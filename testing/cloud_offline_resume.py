@@ -97,17 +97,6 @@ def quick_search(data: dict[str, Any]) -> None:
     }
 
 
-def _record(s3: Any, uri: str) -> dict[str, Any]:
-    from core import cloud_contract as cc
-
-    bucket, prefix = cc.split_s3_uri(uri)
-    try:
-        data: dict[str, Any] = json.loads(s3.get_object(Bucket=bucket, Key=f"{prefix}/{cc.RUN_RECORD}")["Body"].read())
-    except s3.exceptions.NoSuchKey:
-        return {}
-    return data
-
-
 def _kill(launcher: Any, conductor: str, say: Callable[[str], None], why: str) -> None:
     """SIGKILL the conductor's process alone: its tasks, each its own session, go on as on ECS."""
     proc = launcher.procs[conductor]
@@ -205,7 +194,8 @@ class KillingRun:
         return True
 
     def run(self, kills: list[str]) -> Outcome:
-        from campaign.backends.fargate.conductor import ConductorRequest, attach, detach
+        from campaign.aws.s3_trees import download_tree
+        from campaign.backends.fargate.conductor import Attached, attach
         from core import cloud_contract as cc
         from testing.offline_tasks import LocalTaskLauncher
 
@@ -224,14 +214,7 @@ class KillingRun:
             try:
                 run_id = cc.new_run_id()
                 uri = cc.run_uri(self.cfg.results_uri, run_id)
-                self.conductor = detach(
-                    self.aws.session,
-                    self.m,
-                    self.cfg,
-                    self.launcher,
-                    ConductorRequest(run_id, False, requested_at=time.time()),
-                )
-                self.say(f"== run {run_id}: detached, conductor {self.conductor}")
+                self._detach(run_id, resume=False)
                 done = []
                 for kill in kills:
                     where, _, after = kill.partition("@")
@@ -241,25 +224,24 @@ class KillingRun:
                     self.current = ""
                     done.append(f"{kill} at {stage!r}")
                     self.finished_at_kill.append((time.time(), self._verdicts(uri)))
-                    self.conductor = detach(
-                        self.aws.session,
-                        self.m,
-                        self.cfg,
-                        self.launcher,
-                        ConductorRequest(run_id, True, requested_at=time.time()),
-                    )
-                    self.say(f"== run --resume {run_id} --detach: conductor {self.conductor}")
+                    self._detach(run_id, resume=True)
                 code = attach(self.aws.session, self.cfg, run_id, self.launcher, poll_s=1.0)
             finally:
                 self.launcher.close()
-        record = _record(self.s3, uri)
+        record = Attached(self.s3, self.cfg, run_id).record()
         run_dir = self.out / "fetched" / run_id
-        from campaign.aws.s3_trees import download_tree
-
         download_tree(self.s3, uri, run_dir)
         outcome = Outcome(run_id, uri, code, done, record, run_dir, [])
         outcome.problems = self.check(outcome)
         return outcome
+
+    def _detach(self, run_id: str, *, resume: bool) -> None:
+        """`run --detach` (`--resume` with it): a conductor started on the run, this one's from now."""
+        from campaign.backends.fargate.conductor import ConductorRequest, detach
+
+        request = ConductorRequest(run_id, resume, requested_at=time.time())
+        self.conductor = detach(self.aws.session, self.m, self.cfg, self.launcher, request)
+        self.say(f"== run {'--resume ' if resume else ''}{run_id} --detach: conductor {self.conductor}")
 
     def _wait_and_kill(self, run_id: str, uri: str, where: str, after: float | None) -> str:
         """Follow the run's progress lines (as `run --attach` does) until the kill's moment, then
@@ -278,7 +260,7 @@ class KillingRun:
             text = follow.new_lines()
             if text:
                 self.say(text.rstrip("\n"))
-            record = _record(self.s3, uri)
+            record = follow.record()
             stage = str(record.get("stage", ""))
             if where == "upload" and self.killed.is_set():
                 return stage
