@@ -19,6 +19,7 @@ a first token (duckdb quantile_disc), i.e. over raw records, never averaged per 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -81,7 +82,9 @@ def measure_fleets(
         acc.setdefault(str(fleet), _Tally()).add(
             bool(warmup), str(outcome), bool(met), bool(differs), int(n), int(tok), wall, first, last, str(segment)
         )
-    return {fleet: t.measure(fleet, *p95s.get(fleet, (None, None))) for fleet, t in sorted(acc.items())}
+    return {
+        fleet: t.measure(fleet, *p95s.get(fleet, (None, None)), rs.segment_starts) for fleet, t in sorted(acc.items())
+    }
 
 
 @dataclass
@@ -140,16 +143,10 @@ class _Tally:
             else:
                 self.slo_violations += n
 
-    def measure(self, fleet: str, p95_ttft: float | None, p95_itl: float | None) -> Measure:
-        # A step continued by settle segments ran them one after another: its window is the first
-        # segment's start plus every segment's window.
-        first = self.spans[""].first if "" in self.spans else None
-        windows = [s.window_s() for s in self.spans.values()]
-        end = (
-            first + sum(w for w in windows if w is not None)
-            if first is not None and all(w is not None for w in windows)
-            else None
-        )
+    def measure(
+        self, fleet: str, p95_ttft: float | None, p95_itl: float | None, starts: Mapping[str, float] | None = None
+    ) -> Measure:
+        first, end = self._window(starts or {})
         window = max(end - first, 0.0) if first is not None and end is not None else 0.0  # 0: no window
         sent = self.requests - self.not_sent
         return Measure(
@@ -176,6 +173,31 @@ class _Tally:
             # goodput: successful output tokens per second over the measured window (whole fleet)
             goodput_tok_s=self.successful_tokens / window if window > 0 else None,
         )
+
+    def _window(self, starts: Mapping[str, float]) -> tuple[float | None, float | None]:
+        """The window's start and end in the step's schedule seconds.
+
+        A step continued by settle segments replayed one schedule in parts, each segment's
+        scheduled_s counted from its own 0 (`starts`: where each part begins on the step's
+        timeline). Placed there, the parts are one arrival span, measured as one step over the
+        same records would be: a segment of any size, one request included, adds to it (summing
+        each part's own widened span would need two arrivals in every part). Without a segment's
+        start (a run directory from before segment.json), each part's span is added up as before."""
+        parts = {seg: sp for seg, sp in self.spans.items() if sp.first is not None and sp.last is not None}
+        if "" not in parts:
+            return None, None
+        if all(seg == "" or seg in starts for seg in parts):
+            pooled = _Span()
+            for seg, sp in parts.items():
+                at = starts.get(seg, 0.0)
+                pooled.add(sp.sent, (sp.first or 0.0) + at, (sp.last or 0.0) + at)
+            w = pooled.window_s()
+            return pooled.first, None if w is None else (pooled.first or 0.0) + w
+        first = parts[""].first
+        windows = [s.window_s() for s in self.spans.values()]
+        if first is None or any(w is None for w in windows):
+            return first, None
+        return first, first + sum(w for w in windows if w is not None)
 
 
 @dataclass

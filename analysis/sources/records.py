@@ -8,6 +8,8 @@ manifest before any number is computed from it.
 from __future__ import annotations
 
 import json
+import math
+import re
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -53,6 +55,10 @@ class RecordSet:
     files: list[str]  # as duckdb read them: local paths or s3:// URIs
     summaries: dict[str, RunSummary] = field(default_factory=dict)
     torn_tails: list[str] = field(default_factory=list)  # "file: N bytes" left out, see _complete_lines
+    # Per settle segment ("1", "2": goodput.SEGMENT_SQL), where its schedule starts in its step's
+    # schedule seconds (segment.json's skip_s / multiplier): a segment's records count their
+    # scheduled_s from its own 0, and pooling them with the step needs the one timeline.
+    segment_starts: dict[str, float] = field(default_factory=dict)
 
     def fleets(self) -> list[str]:
         return [r[0] for r in self.con.execute("SELECT DISTINCT fleet FROM records ORDER BY fleet").fetchall()]
@@ -102,6 +108,29 @@ def _load_summaries(loc: RecordsLocation) -> dict[str, RunSummary]:
         except (OSError, ValueError, TypeError) as exc:
             raise AnalysisError(f"{loc.url(p)}: not a RunSummary: {exc}") from None
         out[f"{s.fleet}:{loc.relative(p)}"] = s
+    return out
+
+
+SEGMENT_FILE = "segment.json"  # settle-<n>/segment.json: the segment's plan (campaign.stages.settle)
+_SEGMENT_DIR = re.compile(r"/settle-([0-9]+)/" + re.escape(SEGMENT_FILE) + "$")
+
+
+def _segment_starts(loc: RecordsLocation) -> dict[str, float]:
+    """Each settle segment's start in its step's schedule seconds, from its segment.json: the trace
+    seconds it skipped (at x1) over its rate multiplier. A malformed file is an AnalysisError naming it."""
+    out: dict[str, float] = {}
+    for p in loc.find(SEGMENT_FILE):
+        got = _SEGMENT_DIR.search("/" + loc.relative(p))
+        if got is None:
+            continue
+        try:
+            data = json.loads(loc.read_bytes(p).decode("utf-8"))
+            skip, k = float(data["skip_s"]), float(data["multiplier"])
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            raise AnalysisError(f"{loc.url(p)}: not a settle segment's plan (skip_s, multiplier): {exc}") from None
+        if not (math.isfinite(skip) and skip >= 0 and math.isfinite(k) and k > 0):
+            raise AnalysisError(f"{loc.url(p)}: skip_s must be >= 0 and multiplier > 0, got {skip}, {k}")
+        out[got.group(1)] = skip / k
     return out
 
 
@@ -170,7 +199,7 @@ def load_records(records_dir: str | Path, manifest_digest: str, *, threads: int 
     if bad:
         raise DigestMismatch(str(bad[0]), str(bad[1]), manifest_digest, int(bad[2]))
     con.execute(f"ALTER {kind} raw RENAME TO records")  # no copy
-    rs = RecordSet(con, [*jsonl, *parquet], _load_summaries(loc), torn)
+    rs = RecordSet(con, [*jsonl, *parquet], _load_summaries(loc), torn, _segment_starts(loc))
     if rs.count() == 0:
         raise EmptyWindow(f"record files under {d} hold no records: the campaign window is empty")
     return rs
