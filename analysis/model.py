@@ -348,15 +348,17 @@ class CapacityStep(_Model):
         default=None, description="95% interval of p95_itl_s, seconds per token (order statistics)"
     )
     p95_itl_n: int | None = Field(default=None, description="requests p95_itl_s is taken over")
-    instances: int | None = Field(
+    instances: float | None = Field(
         default=None,
-        description="instances the step's goodput is divided by (per_instance_goodput_tok_s); null: a report written "
-        "before the field",
+        description="instances the step's goodput is divided by (per_instance_goodput_tok_s): where counted while it "
+        "ran, the time-weighted mean of the healthy targets over its load window and its settle segments', which may "
+        "be fractional; null: a report written before the field",
     )
     instances_detail: str | None = Field(
         default=None,
-        description="where `instances` comes from: counted while the step ran (on AWS the fewest healthy targets of the "
-        "fleet's NLB target group), or the run's instances_measured",
+        description="where `instances` comes from and how it was computed: counted while the step ran (on AWS every "
+        "poll of the healthy targets of the fleet's NLB target group, time-weighted over the load window), or the "
+        "run's instances_measured",
     )
 
 

@@ -106,11 +106,72 @@ class SweepStep:
     median_e2e: dict[str, float]  # per fleet, completed non-warmup requests
     fleet: str | None = None  # a step of this fleet's capacity search; None: every fleet ran it
     invalid: frozenset[str] = frozenset()  # fleets whose run summary marks this step invalid (it measured the client)
-    # per fleet, the instances its runner counted while the step ran (analysis.sources.instances)
-    counted: Mapping[str, CountedInstances] = field(default_factory=dict)
+    # per fleet, what its goodput is divided by: the instances its runner counted while the step
+    # and its settle segments ran, time-weighted over their load windows (step_divisors)
+    counted: Mapping[str, Divisor] = field(default_factory=dict)
 
     def covers(self, fleet: str) -> bool:
         return self.fleet is None or self.fleet == fleet
+
+
+@dataclass(frozen=True)
+class Divisor:
+    """The instances one step's goodput is divided by, and how they were counted."""
+
+    instances: float
+    detail: str
+
+
+def step_divisors(step_dir: Path, rs: RecordSet) -> dict[str, Divisor]:
+    """Per fleet with a count beside its records: the time-weighted mean of its healthy targets over
+    the load windows (first send to last end, goodput.load_windows) of the step and of each settle
+    segment pooled with it, each part by its own count (settle-<n>/instances.json; the step's
+    where a segment has none). 0: no target was healthy while the step ran (it measured nothing)."""
+    windows = goodput.load_windows(rs)
+    counts = {seg: read_counted(step_dir / f"{goodput.SETTLE_DIR}{seg}" if seg else step_dir) for _, seg in windows}
+    out: dict[str, Divisor] = {}
+    for fleet in sorted({f for f, _ in windows}):
+        parts = sorted((seg, w) for (f, seg), w in windows.items() if f == fleet)
+        used: list[tuple[str, float, float, CountedInstances]] = []
+        for seg, (a, b) in parts:
+            c = counts.get(seg, {}).get(fleet) or counts.get("", {}).get(fleet)
+            if c is not None:
+                used.append((seg, a, b, c))
+        if not used or len(used) < len(parts):
+            continue  # not counted (locally, before the count existed): the run's instances_measured
+        span = sum(b - a for _, a, b, _ in used)
+        area = sum(c.mean_over(a, b) * (b - a) for _, a, b, c in used)
+        mean = area / span if span > 0 else used[0][3].mean_over(used[0][1], used[0][1])
+        out[fleet] = Divisor(mean, _divisor_detail(mean, span, used))
+    return out
+
+
+def _divisor_detail(mean: float, span: float, used: list[tuple[str, float, float, CountedInstances]]) -> str:
+    polls = sum(len(c.polls) for *_, c in used)
+    if not polls:  # a count written before the polls were kept: the count, as its file says
+        return "; ".join(dict.fromkeys(c.detail for *_, c in used))
+    parts = "; ".join(
+        f"{'the step' if not seg else goodput.SETTLE_DIR + seg} {b - a:.0f} s: "
+        + (_changes(c, a) if c.polls else f"{c.instances} counted ({c.detail})")
+        for seg, a, b, c in used
+    )
+    how = used[0][3].detail
+    return (
+        f"time-weighted mean of the healthy targets over the load window (first send to last end, {span:.0f} s"
+        f"{' over ' + str(len(used)) + ' parts' if len(used) > 1 else ''}): {mean:.4g}, from {polls} poll(s) ({parts})"
+        + (f"; counted as: {how}" if how else "")
+    )
+
+
+def _changes(c: CountedInstances, start: float) -> str:
+    """The poll series as its changes, in seconds from the window's start: '4 from -3 s, 3 from +120 s'."""
+    out: list[str] = []
+    last: int | None = None
+    for t, n in c.polls:
+        if n != last:
+            out.append(f"{n} from {t - start:+.0f} s")
+            last = n
+    return ", ".join(out)
 
 
 def load_sweep(capacity_dirs: Mapping[str, str | Path], manifest_digest: str, fleets: set[str]) -> list[SweepStep]:
@@ -140,7 +201,15 @@ def load_sweep(capacity_dirs: Mapping[str, str | Path], manifest_digest: str, fl
         invalid = frozenset(sm.fleet for sm in rs.summaries.values() if not sm.valid)
         out.append(
             SweepStep(
-                label, mult, d, rs, goodput.peak_in_flight(rs), goodput.median_e2e(rs), scope, invalid, read_counted(d)
+                label,
+                mult,
+                d,
+                rs,
+                goodput.peak_in_flight(rs),
+                goodput.median_e2e(rs),
+                scope,
+                invalid,
+                step_divisors(d, rs),
             )
         )
     return out
@@ -185,7 +254,7 @@ def step_result(
     multiplier: float,
     fm: Measure | None,
     peak: int | None,
-    instances: int,
+    instances: float,
     ttft_slo_s: float,
     itl_slo_s: float,
     max_error_rate: float,
@@ -215,6 +284,8 @@ def step_result(
         )
     per = fm.goodput_tok_s / instances if fm.goodput_tok_s is not None and instances > 0 else None
     window = fm.window_s or None
+    if instances <= 0:  # no target was healthy while it ran: it measured no instance, not a miss
+        valid = False
     return CapacityStep(
         label=label,
         multiplier=multiplier,

@@ -81,7 +81,7 @@ class StepEvidence:
     p95_itl: stats.QuantileCI
     records: RecordSet
     window_s: float
-    instances: int
+    instances: float
     _capacity_cache: dict[tuple[str, float, float], stats.SumInterval | None] = field(
         default_factory=dict, compare=False, repr=False
     )
@@ -126,7 +126,7 @@ def step_evidence(
     requests: int,
     per_instance_tok_s: float | None,
     window_s: float | None,
-    instances: int,
+    instances: float,
 ) -> StepEvidence:
     ttft, itl = latency_cis(rs, fleet)
     return StepEvidence(label, requests, per_instance_tok_s, ttft, itl, rs, window_s or 0.0, instances)

@@ -40,6 +40,7 @@ from analysis.capacity.steps import (
     StopRule,
     Verdict,
     read_search_path,
+    step_divisors,
     write_search_path,
     write_search_step,
 )
@@ -147,6 +148,9 @@ def measure_step(
     life = goodput.median_e2e(rs).get(fleet)
     met_life = goodput.median_e2e(rs, slo.ttft_p95_s, slo.itl_p95_s).get(fleet)
     invalid = [r for s in rs.summaries.values() if s.fleet == fleet and not s.valid for r in s.invalid_reasons]
+    counted = step_divisors(records_dir, rs).get(fleet)
+    if counted is not None and counted.instances <= 0:  # it measured no instance: run it again, not a miss
+        invalid.append(f"no target of the fleet was healthy while it ran ({counted.detail})")
     if fm is None or fm.requests == 0:
         verdict, detail = judge(
             held_slo=False,

@@ -313,6 +313,10 @@ def test_a_step_runs_on_the_fewest_instances_healthy_while_it_ran(aws: Aws, tmp_
     run = _run(aws, launcher, tmp_path)
     step_dir = _step(run, "inf2", 2.0)
     counted = json.loads((step_dir / INSTANCES_FILE).read_text())["inf2"]
-    assert counted["instances"] == 3 and counted["source"] == "measured"
-    assert "fewest healthy targets" in counted["detail"]
+    assert counted["instances"] == 3 and counted["source"] == "measured"  # the fewest seen, for the log
+    # every poll is kept (issue 46): the one that dropped out shows as 3 between 4s, which the
+    # analysis averages over the step's load window (tests/analysis/test_step_divisor.py)
+    healthy = [n for _, n in counted["polls"]]
+    assert 3 in healthy and healthy[0] == 4 and healthy[-1] == 4, healthy
+    assert "DescribeTargetHealth polls" in counted["detail"]
     assert aws.elbv2.describe_target_health(TargetGroupArn=aws.target_groups["inf2"])  # all 4 back

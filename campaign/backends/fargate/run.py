@@ -478,8 +478,9 @@ class CloudRun:
     @contextmanager
     def instances_while(self, fleets: Sequence[str], dest: Path) -> Iterator[Callable[[], bool]]:
         """A poll (call it on every poll of the replay; it returns False: it never stops one)
-        counting each fleet's healthy targets; on exit the fewest per fleet go to
-        dest/INSTANCES_FILE, which the report divides that replay's or step's goodput by."""
+        counting each fleet's healthy targets; on exit every poll per fleet goes to
+        dest/INSTANCES_FILE, whose time-weighted mean over the load window the report divides that
+        replay's, step's or settle segment's goodput by (analysis.sources.instances)."""
         from campaign.backends.fargate.target_health import fewest_healthy
         from core.records import INSTANCES_FILE
 
@@ -503,7 +504,9 @@ class CloudRun:
                 path.write_text(json.dumps({**earlier, **counted}, indent=2), encoding="utf-8")
                 self.say(
                     f"[{dest.name}] instances in service: "
-                    + ", ".join(f"{f} {c['instances']} (fewest healthy)" for f, c in counted.items())
+                    + ", ".join(
+                        f"{f} {c['instances']} (fewest healthy of {len(c['polls'])} polls)" for f, c in counted.items()
+                    )
                 )
 
     # --- the run's record and its files ----------------------------------------------------------

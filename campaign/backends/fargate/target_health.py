@@ -7,9 +7,10 @@ downloads or compiles counts as InService in its Auto Scaling group during the h
 grace (EC2 Auto Scaling user guide, "Health check grace period"), but the NLB routes to healthy
 targets only (ELB user guide, "Target health status": initial, healthy, unhealthy, unused,
 draining, unavailable; only `healthy` receives new connections). The same count, polled while a
-replay or a capacity step runs, gives the instances that step really ran on: the fewest healthy
-at any poll, which per-instance capacity divides by (AWS/NetworkELB HealthyHostCount is the same
-count at one-minute resolution, too coarse for a one-minute step).
+replay or a capacity step runs, gives the instances that step really ran on: every poll is kept,
+and per-instance capacity divides by their time-weighted mean over the step's load window
+(analysis.sources.instances; AWS/NetworkELB HealthyHostCount is the same count at one-minute
+resolution, too coarse for a one-minute step).
 """
 
 from __future__ import annotations
@@ -89,7 +90,9 @@ def wait_all_healthy(
 
 @dataclass
 class FewestHealthy:
-    """The fewest healthy targets of one fleet over the polls of a replay or a step."""
+    """Every poll of one fleet's healthy targets over a replay, a step or a settle segment; the
+    analysis divides its goodput by their time-weighted mean over its load window
+    (analysis.sources.instances), and the fewest seen stays for the log."""
 
     elbv2: Any
     target_group_arn: str
@@ -98,6 +101,7 @@ class FewestHealthy:
     errors: list[str] = field(default_factory=list)
     first_poll: float | None = None  # unix seconds: the window the count covers
     last_poll: float | None = None
+    series: list[tuple[float, int]] = field(default_factory=list)  # (unix seconds, healthy), every poll
 
     def poll(self) -> None:
         try:
@@ -109,16 +113,18 @@ class FewestHealthy:
         self.fewest = n if self.fewest is None else min(self.fewest, n)
         self.last_poll = time.time()
         self.first_poll = self.first_poll or self.last_poll
+        self.series.append((self.last_poll, n))
 
     def as_dict(self, poll_s: float) -> dict[str, Any]:
-        """The step's instance count and where it came from (analysis reads it: STEP_INSTANCES_FILE)."""
+        """The step's polls and where they came from (analysis reads them: core.records.INSTANCES_FILE)."""
         return {
             "instances": self.fewest,
             "source": "measured",
             "from": self.first_poll,
             "to": self.last_poll,
-            "detail": f"fewest healthy targets of the fleet's NLB target group over {self.polls} DescribeTargetHealth "
-            f"polls, every {poll_s:g} s, while it ran"
+            "polls": [[t, n] for t, n in self.series],
+            "detail": f"healthy targets of the fleet's NLB target group, {self.polls} DescribeTargetHealth polls "
+            f"every {poll_s:g} s while it ran (polls: [Unix seconds UTC, healthy])"
             + (f"; {len(self.errors)} poll(s) failed: {self.errors[-1]}" if self.errors else ""),
         }
 
