@@ -7,12 +7,16 @@ from __future__ import annotations
 import json
 from enum import StrEnum
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from analysis.errors import AnalysisError
 
 SETTLE_FILE = "settle.json"
+# The phase's state while it runs, rewritten before and after each round and after each reopened
+# search (campaign.stages.settle): what a run cut off mid-phase resumes from.
+SETTLE_PROGRESS_FILE = "settle-progress.json"
 
 
 class SettleStop(StrEnum):
@@ -30,6 +34,9 @@ class SettleStop(StrEnum):
 
 class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+_R = TypeVar("_R", bound=_Record)
 
 
 class SettleSegment(_Record):
@@ -64,6 +71,10 @@ class SettleOutcome(_Record):
     # REOPENED: per fleet, the sizing step that held over its own requests but missed the SLO
     # pooled with its segments (its search resumes below it).
     reopened: dict[str, Reopened] = Field(default_factory=dict)
+    reopens: int = Field(default=0, description="searches the phase has reopened and finished so far")
+    # A resumed phase: what the rounds cut off had reserved and spent (their segments set aside).
+    interrupted_seconds: float = 0.0
+    interrupted_usd: float = 0.0
 
     def write(self, capacity_root: Path) -> None:
         (capacity_root / SETTLE_FILE).write_text(json.dumps(self.model_dump(mode="json"), indent=2), encoding="utf-8")
@@ -72,12 +83,51 @@ class SettleOutcome(_Record):
     def read(cls, capacity_root: Path) -> SettleOutcome | None:
         """capacity_root/settle.json, None when the run had no settle phase; an error naming the
         file and the field when it does not hold a settle record (edited by hand, or truncated)."""
-        path = capacity_root / SETTLE_FILE
-        if not path.is_file():
-            return None
-        try:
-            return cls.model_validate_json(path.read_bytes())
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-            raise AnalysisError(f"{path}: {where}: {first['msg']}") from None
+        return _read(cls, capacity_root / SETTLE_FILE)
+
+
+class SettleProgress(_Record):
+    """The settle phase so far: its outcome after the last round it finished, and the round in
+    flight (its segments' directories and what it reserved of the budget), if any. A resumed run
+    keeps the finished segments, sets the round in flight aside and counts what it reserved as
+    spent: the phase never spends past its budget however often the run is cut off."""
+
+    outcome: SettleOutcome
+    pending: list[str] = Field(default_factory=list, description="the round in flight's segment directories")
+    pending_seconds: float = 0.0
+    pending_usd: float = 0.0
+
+    def write(self, capacity_root: Path) -> None:
+        path = capacity_root / SETTLE_PROGRESS_FILE
+        tmp = path.with_name(path.name + ".tmp")  # a kill mid-write leaves the last whole state
+        tmp.write_text(json.dumps(self.model_dump(mode="json"), indent=2), encoding="utf-8")
+        tmp.replace(path)
+
+    @classmethod
+    def read(cls, capacity_root: Path) -> SettleProgress | None:
+        return _read(cls, capacity_root / SETTLE_PROGRESS_FILE)
+
+    def carried_over(self) -> SettleOutcome:
+        """The outcome a resumed phase goes on from: the round in flight's reservation spent."""
+        return self.outcome.model_copy(
+            update={
+                "seconds": self.outcome.seconds + self.pending_seconds,
+                "usd": self.outcome.usd + self.pending_usd,
+                "interrupted_seconds": self.outcome.interrupted_seconds + self.pending_seconds,
+                "interrupted_usd": self.outcome.interrupted_usd + self.pending_usd,
+            },
+            deep=True,
+        )
+
+
+def _read(cls: type[_R], path: Path) -> _R | None:
+    """The record in `path`, None without the file; an error naming the file and the field when
+    it does not hold one (edited by hand, or truncated)."""
+    if not path.is_file():
+        return None
+    try:
+        return cls.model_validate_json(path.read_bytes())
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        raise AnalysisError(f"{path}: {where}: {first['msg']}") from None

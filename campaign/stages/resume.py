@@ -12,6 +12,8 @@ file by file, what finished:
     capacity/<fleet>/x<k>/step.json                  a finished search step (its verdict)
     capacity/<fleet>/x<k>/ without step.json         a step cut off mid-way: interrupted
     capacity/<fleet>/search.json                     that fleet's search finished
+    capacity/settle-progress.json                    the settle phase's finished rounds (and
+                                                     the round in flight, whose segments run again)
     capacity/settle.json                             the settle phase finished
     inputs/schedule.json                             the run's inputs (manifest and schedule digests)
 
@@ -57,7 +59,7 @@ REPORT = "report"
 # verdict after its files, a fleet's search after its verdicts, the settle phase after its segments
 # and the steps it reopened, the gate's two files last (quality.json gains the replay's layer).
 # (Names as analysis.capacity.steps and settle_record write them; not imported: duckdb stays out.)
-FINISH_MARKERS = ("step.json", "search.json", "settle.json", CAMPAIGN_FILE, QUALITY_FILE)
+FINISH_MARKERS = ("step.json", "search.json", "settle-progress.json", "settle.json", CAMPAIGN_FILE, QUALITY_FILE)
 
 
 def publish_order(rel: str) -> tuple[int, str]:
@@ -207,8 +209,8 @@ def prepare(state: RunState, sweep: bool, log: Callable[[str], None], on_move: O
 
     At the gate or the replay: the replay's records. In the search: each interrupted step (a
     fixed sweep, which records no verdict per step, is run again whole: its steps). In the settle
-    phase, which records its state only at its end: its segments so far and the steps of a search
-    it reopened, which search.json does not hold."""
+    phase: the segments of the round it was cut off in (capacity/settle-progress.json names the
+    finished ones) and the steps of a search it reopened, which search.json does not hold yet."""
     from analysis.capacity.steps import read_search_path
     from analysis.measure.goodput import SETTLE_DIR
 
@@ -221,6 +223,12 @@ def prepare(state: RunState, sweep: bool, log: Callable[[str], None], on_move: O
     elif stage == SEARCH:
         moved += set_aside_interrupted(state, on_move)
     if stage == SETTLE:
+        from analysis.capacity.settle_record import SettleProgress
+
+        # The segments of the rounds the phase finished are kept (its progress file names them);
+        # the round in flight, and every segment of a run without that file, runs again.
+        progress = SettleProgress.read(run_dir / CAPACITY_DIR)
+        finished = {s.directory for s in progress.outcome.segments} if progress is not None else set()
         for fleet in sorted(state.fleets):
             path = read_search_path(run_dir / CAPACITY_DIR / fleet)
             searched = {s.label for s in path.steps} if path is not None else set()
@@ -230,7 +238,8 @@ def prepare(state: RunState, sweep: bool, log: Callable[[str], None], on_move: O
                     moved.append(set_aside(run_dir, step, on_move))
                     continue
                 for seg in sorted((run_dir / step).glob(f"{SETTLE_DIR}*")):
-                    moved.append(set_aside(run_dir, f"{step}/{seg.name}", on_move))
+                    if f"{fleet}/{label}/{seg.name}" not in finished:
+                        moved.append(set_aside(run_dir, f"{step}/{seg.name}", on_move))
     for d in moved:
         log(f"resume: set aside what was cut off: {d.relative_to(run_dir)}")
     return read_run_state(run_dir, list(state.fleets)) if moved else state

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from analysis.capacity.search import StepPlan
-from analysis.capacity.settle_record import Reopened, SettleOutcome, SettleSegment, SettleStop
+from analysis.capacity.settle_record import Reopened, SettleOutcome, SettleProgress, SettleSegment, SettleStop
 from analysis.capacity.steps import median_overhead_s, read_search_path
 from analysis.measure.goodput import SETTLE_DIR
 from analysis.model import Report, ToSettleFleet
@@ -52,10 +52,22 @@ def settle_phase(
     `steps()`: a step runner for every fleet (LocalFleets.steps() clears its handle table, so
     fleets measured at once share one: its abort() must reach them all). `capacity_dirs` gains
     the resumed searches' steps."""
-    out = settle(m, steps(), capacity_root, capacity_dirs, report, stop, log, concurrent)
-    for _ in range(MAX_REOPENED):
-        if out.stopped != SettleStop.REOPENED:
-            break
+    log = log or (lambda line: print(line, flush=True))
+    progress = SettleProgress.read(capacity_root)  # a run cut off mid-phase: go on from its state
+    carried = progress.carried_over() if progress is not None else None
+    if progress is not None and carried is not None:
+        log(
+            f"settle: resuming after {len(carried.segments)} finished segment(s) and {carried.reopens} reopened "
+            f"search(es), {carried.seconds:.0f} s and {carried.usd:.2f} USD of its budget spent "
+            f"({len(progress.pending)} cut-off segment(s) counted at what their round reserved)"
+        )
+    if carried is not None and carried.reopened:
+        out = carried  # cut off while its reopened searches ran: they run again first
+        if out.reopens >= MAX_REOPENED:  # cut off as it ended: nothing more to reopen
+            out.write(capacity_root)
+    else:
+        out = settle(m, steps(), capacity_root, capacity_dirs, report, stop, log, concurrent, resume=carried)
+    while out.stopped == SettleStop.REOPENED and out.reopens < MAX_REOPENED:
         runner = steps()
         with ThreadPoolExecutor(max_workers=concurrent or len(out.reopened)) as pool:
             resumed = [
@@ -64,6 +76,8 @@ def settle_phase(
             ]
             for f in resumed:
                 capacity_dirs.update(f.result())
+        out = out.model_copy(update={"reopens": out.reopens + 1, "reopened": {}}, deep=True)
+        SettleProgress(outcome=out).write(capacity_root)
         out = settle(m, steps(), capacity_root, capacity_dirs, report, stop, log, concurrent, resume=out)
     return out
 
@@ -124,6 +138,12 @@ def settle(
         for line in out.over_budget:
             log(f"settle {line}: it sits this round out")
         round_usd = sum(usd.values())
+        SettleProgress(  # what the round reserves counts as spent if the run is cut off in it
+            outcome=out,
+            pending=[d.relative_to(capacity_root).as_posix() for _, _, d in plans.values()],
+            pending_seconds=max(p.span_s + drain[n] + overhead[n] for n, (_, p, _) in plans.items()),
+            pending_usd=round_usd,
+        ).write(capacity_root)
         took = _run_round(runner, plans, offsets, stop, concurrent)
         _record_round(out, plans, took, offsets, capacity_root, log)
         out.seconds += max(took.values())
@@ -136,6 +156,8 @@ def settle(
             for name, (step, _, _) in plans.items()
             if (why := _flipped(rep, name, step))
         }
+        # The round is accounted: a run cut off from here keeps its segments (a pooled miss reads them).
+        SettleProgress(outcome=out).write(capacity_root)
         if out.reopened:
             # More requests showed the sizing step does not hold: the capacity lies below it, which
             # only a step below can measure (settle_phase resumes the search there).

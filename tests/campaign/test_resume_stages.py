@@ -107,20 +107,33 @@ def test_a_run_killed_mid_search_resumes_on_the_same_path(
     assert again.decision.model_dump(mode="json") == _decision(tmp_path)
 
 
-def test_a_run_killed_mid_settle_carries_the_search_over(
+def test_a_run_killed_mid_settle_carries_the_search_and_what_it_spent_over(
     example: tuple[Manifest, Path, list[str]], tmp_path: Path
 ) -> None:
+    """Issue 46, finding 2: the resumed phase restarted its seconds, USD and reopen count at 0, so a
+    run cut off in a segment ran the phase again from its start and could spend its budget twice.
+    Now the round in flight counts at what it reserved, and only what fits after it runs."""
     m, whole_dir, whole = example
     segments = [i for i, s in enumerate(whole) if "settle-" in s]
-    if not segments:
-        pytest.skip("the example's simulated campaign settles without segments")
-    after = segments[-1]  # killed in the phase's last segment: the phase runs again from its start
+    assert segments, f"the example's simulated campaign ran no settle segment: {whole}"  # never a skip
+    after = segments[-1]  # killed in the phase's last segment
     resumed, carried, state = _kill_and_resume(m, tmp_path, after)
     assert state.stage == resume.SETTLE
     assert not set(resumed) & set(carried)  # no search step ran again
-    assert resumed == whole[segments[0] :]
-    assert (tmp_path / "capacity" / "settle.json").read_text() == (whole_dir / "capacity" / "settle.json").read_text()
-    assert _decision(tmp_path) == _decision(whole_dir)
+    assert not set(resumed) & set(whole[segments[0] : after])  # no finished segment ran again
+    # The cut segment's reservation leaves less than it needs again: the phase stops at its budget
+    # instead of running it a second time (on 17e73d2 it ran again: the budget spent twice).
+    assert resumed == [], resumed
+    cfg = m.workload.capacity_search
+    assert cfg is not None
+    whole_settle = json.loads((whole_dir / "capacity" / "settle.json").read_text())
+    settled = json.loads((tmp_path / "capacity" / "settle.json").read_text())
+    cut = settled["interrupted_seconds"]
+    assert cut > 0 and settled["interrupted_usd"] == pytest.approx(whole_settle["usd"])  # the one round's USD
+    assert settled["stopped"] == "budget" and settled["seconds"] == pytest.approx(cut)
+    assert settled["seconds"] <= cfg.settle_budget_s
+    assert cfg.settle_budget_usd is None or settled["usd"] <= cfg.settle_budget_usd
+    assert _decision(tmp_path)["state"] == _decision(whole_dir)["state"]
 
 
 def test_a_recorded_step_off_the_search_path_is_refused(

@@ -167,7 +167,7 @@ def test_a_publish_cut_off_at_any_upload_never_leaves_a_stage_finished_without_i
         n += 1
     assert n == len({p for p in local if not p.rsplit("/", 1)[-1].startswith("records-")})  # every cut was tried
     # the markers are the names the analysis writes (resume.py names them without importing duckdb)
-    from analysis.capacity.settle_record import SETTLE_FILE
+    from analysis.capacity.settle_record import SETTLE_FILE, SETTLE_PROGRESS_FILE
     from analysis.capacity.steps import SEARCH_FILE
 
-    assert resume.FINISH_MARKERS[:3] == (STEP_FILE, SEARCH_FILE, SETTLE_FILE)
+    assert resume.FINISH_MARKERS[:4] == (STEP_FILE, SEARCH_FILE, SETTLE_PROGRESS_FILE, SETTLE_FILE)
