@@ -60,9 +60,11 @@ def upload_tree(
     uri: str,
     skip: Callable[[Path], bool] = lambda p: False,
     order: Callable[[str], Any] = lambda rel: rel,
+    uploaded: Callable[[Path], None] = lambda p: None,
 ) -> int:
-    """Every file under `src` to `uri`/<relative path>, in `order` of their relative paths (by
-    path); returns how many."""
+    """Every file under `src` that `skip` refuses not to `uri`/<relative path>, in `order` of their
+    relative paths (by path), `uploaded` called with each once its upload returned (an upload that
+    raises stops the tree there); returns how many."""
     bucket, prefix = cc.split_s3_uri(uri)
     n = 0
     for path in sorted((p for p in src.rglob("*") if p.is_file()), key=lambda p: order(p.relative_to(src).as_posix())):
@@ -70,5 +72,6 @@ def upload_tree(
         if skip(path):
             continue
         s3.upload_file(str(path), bucket, f"{prefix}/{rel}")
+        uploaded(path)
         n += 1
     return n

@@ -126,8 +126,8 @@ def download_tokenizer_files(repo: HubRepo, names: Sequence[str]) -> dict[str, b
 
 
 def write_files(contents: dict[str, bytes], into: Path) -> dict[str, str]:
-    """Write the files into `into` (the directory of tokenizer.path, where validate checks them and
-    deploy stages them from); their sha256 by name."""
+    """Write the files into `into` (pin's staging directory, moved beside tokenizer.path once its
+    checks pass: campaign/pin/pin.py); their sha256 by name."""
     into.mkdir(parents=True, exist_ok=True)
     for n, data in contents.items():
         (into / n).write_bytes(data)

@@ -8,12 +8,14 @@
 
 A tag whose digest differs from a real one already pinned is refused unless `update`: that is a new
 image, and so a new campaign digest. The illustrative values of the examples are replaced freely.
-Everything is resolved before anything is written; a refusal writes nothing.
+Everything is resolved and checked before anything is written; a refusal writes nothing.
 """
 
 from __future__ import annotations
 
 import difflib
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +24,16 @@ from campaign.pin.errors import PinError
 from campaign.pin.hub import HubRepo, download_tokenizer_files, weight_hashes, write_files
 from campaign.pin.registry import image_tag, resolve_digest
 from campaign.pin.yaml_edit import AddEntry, Edit, SetValue, apply_edits, edit_issue
-from core.manifest import CHAT_TEMPLATE_FILE, Issue, Manifest, checkpoint_chat_template, load_manifest
+from core.manifest import (
+    CHAT_TEMPLATE_FILE,
+    Issue,
+    Manifest,
+    checkpoint_chat_template,
+    load_manifest,
+    manifest_from_data,
+    parse_yaml,
+    semantic_issues,
+)
 
 
 @dataclass
@@ -60,15 +71,35 @@ def pin_manifest(source: Path, out: Path, *, update: bool = False) -> Pinned:
         raise PinError(issues, str(source))
     edits += image_edits
     notes: list[str] = []
-    edits += _tokenizer_edits(m, hub, notes)
     old_text = source.read_text(encoding="utf-8")
-    try:
-        new_text = apply_edits(old_text, edits)
-    except ValueError as exc:
-        raise PinError([edit_issue(exc)], str(source)) from None
-    out.write_text(new_text, encoding="utf-8")
-    load_manifest(out)  # what was written reads back as a valid manifest, its tokenizer files checked
+    # The tokenizer files are downloaded into a staging directory and every check reads them
+    # there; they are moved into place, and the manifest written, only once all have passed: a
+    # refusal leaves the manifest and the tokenizer directory as they were.
+    with tempfile.TemporaryDirectory(prefix="pin-tokenizer-") as tmp:
+        stage = Path(tmp)
+        tokenizer_edits, fetched = _tokenizer_edits(m, hub, stage, notes)
+        edits += tokenizer_edits
+        try:
+            new_text = apply_edits(old_text, edits)
+        except ValueError as exc:
+            raise PinError([edit_issue(exc)], str(source)) from None
+        # What load_manifest(out) will say of the written manifest with its files in place.
+        pinned = manifest_from_data(parse_yaml(new_text, str(out)), source=out)
+        issues = semantic_issues(_reading_from(pinned, stage) if fetched else pinned)
+        if issues:
+            raise PinError(issues, str(out))
+        if fetched and m.tokenizer_dir is not None:
+            m.tokenizer_dir.mkdir(parents=True, exist_ok=True)
+            for name in fetched:
+                shutil.move(stage / name, m.tokenizer_dir / name)
+    out.write_text(new_text, encoding="utf-8")  # last: it never pins files that are not in place
     return Pinned(source, out, old_text, new_text, notes)
+
+
+def _reading_from(m: Manifest, stage: Path) -> Manifest:
+    """`m` with its tokenizer files read from `stage` instead of beside tokenizer.path."""
+    path = str(stage / Path(m.tokenizer.path or "").name)
+    return m.model_copy(update={"tokenizer": m.tokenizer.model_copy(update={"path": path})})
 
 
 def _image_edits(m: Manifest, *, update: bool) -> tuple[list[Issue], list[Edit]]:
@@ -99,20 +130,25 @@ def _image_edits(m: Manifest, *, update: bool) -> tuple[list[Issue], list[Edit]]
     return issues, edits
 
 
-def _tokenizer_edits(m: Manifest, hub: HubRepo, notes: list[str]) -> list[Edit]:
-    """The tokenizer files, downloaded beside tokenizer.path, and their hashes; the chat template."""
+def _tokenizer_edits(m: Manifest, hub: HubRepo, stage: Path, notes: list[str]) -> tuple[list[Edit], list[str]]:
+    """The tokenizer files' hashes and the chat template, and the names of the files downloaded
+    into `stage` (to be moved beside tokenizer.path once every check has passed)."""
     t, into = m.tokenizer, m.tokenizer_dir
     if t.kind != "huggingface" or not t.files or into is None:
         notes.append(
             "tokenizer: no pinned checkpoint files to resolve (kind huggingface with tokenizer.files lists them; "
             "`validate --for cloud` says what it needs)"
         )
-        return []
+        return [], []
     names = sorted(t.files)
     if CHAT_TEMPLATE_FILE not in names and hub.exists(CHAT_TEMPLATE_FILE):
         names.append(CHAT_TEMPLATE_FILE)  # the server reads it before tokenizer_config.json's template
     contents = download_tokenizer_files(hub, names)
-    hashes = write_files(contents, into)
+    hashes = write_files(contents, stage)
+    if CHAT_TEMPLATE_FILE not in contents and (into / CHAT_TEMPLATE_FILE).is_file():
+        # the one file besides these the checks read (an unpinned one is refused): staged as well,
+        # so the staged directory reads as the tokenizer directory will after the move
+        shutil.copyfile(into / CHAT_TEMPLATE_FILE, stage / CHAT_TEMPLATE_FILE)
     notes.append(f"tokenizer: wrote {', '.join(names)} at model.commit to {into}")
     edits: list[Edit] = [
         SetValue(("tokenizer", "files", n), h) if n in t.files else AddEntry(("tokenizer", "files"), n, h)
@@ -120,10 +156,10 @@ def _tokenizer_edits(m: Manifest, hub: HubRepo, notes: list[str]) -> list[Edit]:
     ]
     if t.chat_template is not None:
         pinned = m.model_copy(update={"tokenizer": t.model_copy(update={"files": hashes, "chat_template": None})})
-        found = checkpoint_chat_template(pinned)
+        found = checkpoint_chat_template(_reading_from(pinned, stage))
         if isinstance(found, Issue):
             raise PinError([found], str(m.source))
         if found[1] != t.chat_template:
             edits.append(SetValue(("tokenizer", "chat_template"), found[1]))
             notes.append(f"tokenizer.chat_template: replaced by the checkpoint's, from {found[0]}")
-    return edits
+    return edits, names

@@ -406,3 +406,44 @@ def test_an_unreachable_hub_or_registry_fails_the_step_by_name(
 
     with pytest.raises(PinFailed, match=r"127\.0\.0\.1:9: cannot reach the registry"):
         resolve_digest(ImageTag("127.0.0.1:9", "app", "v1"))
+
+
+def _tree(d: Path) -> dict[str, bytes]:
+    return {p.relative_to(d).as_posix(): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("refusal", ["no-chat-template", "unpinned-chat-template-file"])
+def test_a_refusal_at_the_tokenizer_checks_writes_nothing(
+    refusal: str,
+    stubs: Stubs,
+    tmp_path: Path,
+    manifest_data: dict[str, Any],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 46, finding 9: pin wrote the tokenizer files, and the manifest, before the checks that
+    refused them: the checkpoint's chat template (no-chat-template: its tokenizer_config.json has
+    none, and no chat_template.jinja), and the pinned manifest's file checks (a chat_template.jinja
+    in the tokenizer directory the commit does not have, which the server would read unpinned)."""
+    _serve_images(stubs)
+    del stubs.hub.files["chat_template.jinja"]
+    if refusal == "no-chat-template":
+        stubs.hub.files["tokenizer_config.json"] = json.dumps({"model_max_length": 4096}).encode()
+        expected = "tokenizer.chat_template: the checkpoint has no chat template"
+    else:
+        expected = "tokenizer.files: "
+    path = _manifest(
+        tmp_path, manifest_data, stubs.host, digests=(f"sha256:{ILLUSTRATIVE[3]}", f"sha256:{ILLUSTRATIVE[4]}")
+    )
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    (tok / "tokenizer.json").write_bytes(b'{"an older": "download"}')
+    if refusal == "unpinned-chat-template-file":
+        (tok / "chat_template.jinja").write_text("a template left from another checkpoint")
+    before, files_before = path.read_bytes(), _tree(tok)
+
+    assert main(["pin", str(path)]) == EXIT_BAD_INPUT
+
+    err = capsys.readouterr().err
+    assert expected in err, err
+    assert path.read_bytes() == before
+    assert _tree(tok) == files_before  # old code: the Hub's tokenizer.json and tokenizer_config.json written

@@ -10,8 +10,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
+from boto3.exceptions import S3UploadFailedError
+
 from analysis.capacity.steps import STEP_FILE
 from analysis.model import Verdict
+from analysis.sources.server_series import METRICS_DIR
 from campaign.backends.simulated.fleets import SimulatedFleets
 from campaign.stages.run import run_stages
 from core import cloud_contract as cc
@@ -171,3 +175,44 @@ def test_a_publish_cut_off_at_any_upload_never_leaves_a_stage_finished_without_i
     from analysis.capacity.steps import SEARCH_FILE
 
     assert resume.FINISH_MARKERS[:4] == (STEP_FILE, SEARCH_FILE, SETTLE_PROGRESS_FILE, SETTLE_FILE)
+
+
+class _FailsOnce:
+    """The results bucket refusing the first upload of `key` (a timed-out PutObject, say) and
+    taking every other upload."""
+
+    def __init__(self, s3: Any, key: str) -> None:
+        self.s3, self.key, self.failed = s3, key, False
+
+    def upload_file(self, path: str, bucket: str, key: str) -> None:
+        if key.endswith(f"/{self.key}") and not self.failed:
+            self.failed = True
+            raise S3UploadFailedError(f"Failed to upload {path} to {bucket}/{key}: RequestTimeout")
+        self.s3.upload_file(path, bucket, key)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.s3, name)
+
+
+def test_a_file_whose_upload_failed_is_put_by_the_next_publish(aws: Aws, tmp_path: Path) -> None:  # noqa: F811
+    """Issue 46, finding 6: publish stamped a file as put before its upload, so a file whose upload
+    raised was skipped by every later publish, and lost once teardown deleted the workspace."""
+    run = _run(aws, Launcher(aws), tmp_path)
+    (run.run_dir / METRICS_DIR).mkdir(parents=True)
+    (run.run_dir / METRICS_DIR / "inf2.json").write_text('{"series": []}')
+    (run.run_dir / "quality.json").write_text("{}")  # a finish marker: put after the metrics
+    run.s3 = _FailsOnce(aws.s3, f"{METRICS_DIR}/inf2.json")
+    with pytest.raises(S3UploadFailedError):
+        run.publish()
+    bucket, prefix = cc.split_s3_uri(run.uri)
+
+    def keys() -> list[str]:
+        listed = aws.s3.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/").get("Contents", [])
+        return sorted(o["Key"].removeprefix(f"{prefix}/") for o in listed)
+
+    assert keys() == []  # the failed upload stopped the publish before the marker
+    assert run.publish() == 2  # the retry (the next checkpoint, or the run's last publish) puts both
+    assert keys() == [f"{METRICS_DIR}/inf2.json", "quality.json"]
+    body = aws.s3.get_object(Bucket=bucket, Key=f"{prefix}/{METRICS_DIR}/inf2.json")["Body"].read()
+    assert body == b'{"series": []}'
+    assert run.publish() == 0  # both put now: neither again

@@ -516,20 +516,25 @@ class CloudRun:
         prefix, each only when it changed since this run last put it; the records are there
         already (the tasks wrote them). Returns how many files went up."""
         with self._publish_lock:  # fleets searched side by side checkpoint from their own threads
+            seen: dict[str, tuple[int, int]] = {}  # each file's stamp as it stood before its upload
 
             def skip(p: Path) -> bool:
                 if p.name.startswith("records-"):
                     return True
                 st = p.stat()
                 key, stamp = p.relative_to(self.run_dir).as_posix(), (st.st_size, st.st_mtime_ns)
-                if self._published.get(key) == stamp:
-                    return True
-                self._published[key] = stamp
-                return False
+                seen[key] = stamp
+                return self._published.get(key) == stamp
+
+            def uploaded(p: Path) -> None:
+                # stamped only once its upload returned: a file whose upload raised is put again by
+                # the next publish (a change while it went up makes its stamp stale, so that too)
+                key = p.relative_to(self.run_dir).as_posix()
+                self._published[key] = seen[key]
 
             # the files a resume reads as "finished" last, each after what it vouches for: a
             # publish cut off half-way must not carry over a step whose files never arrived
-            return upload_tree(self.s3, self.run_dir, self.uri, skip=skip, order=publish_order)
+            return upload_tree(self.s3, self.run_dir, self.uri, skip=skip, order=publish_order, uploaded=uploaded)
 
     def mark_published(self) -> None:
         """The run directory as it stands is what the run's prefix holds (just downloaded from it):
