@@ -9,19 +9,42 @@ run's start as Unix time, for aligning with Prometheus and CloudWatch.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import MISSING, asdict, dataclass, fields
 from enum import StrEnum
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from core.manifest import Slo
 
 RECORD_VERSION = 1
-# Beside a replay's or a capacity step's records, where the runner measured it: per fleet, the
-# instances that served it and where the count comes from
-# ({"<fleet>": {"instances": n, "source": "measured", "detail": "..."}}); the analysis divides that
-# step's goodput by it instead of the run's instance count.
+# Beside a replay's, a capacity step's or a settle segment's records, what the runner counted: per
+# fleet, every poll of the instances serving it and where the count comes from
+# ({"<fleet>": {"instances": fewest, "source": "measured", "polls": [[unix s, n], ...], "detail": "..."}});
+# the analysis divides that step's goodput by the polls' time-weighted mean over its load window
+# (analysis.sources.instances) instead of the run's instance count.
 INSTANCES_FILE = "instances.json"
+
+
+def add_instance_counts(dest: Path, counted: Mapping[str, Mapping[str, Any]]) -> Path:
+    """These fleets' entries into dest/INSTANCES_FILE, beside the other fleets' already there."""
+    dest.mkdir(parents=True, exist_ok=True)
+    path = dest / INSTANCES_FILE
+    earlier = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    path.write_text(json.dumps({**earlier, **counted}, indent=2), encoding="utf-8")
+    return path
+
+
+def constant_count(instances: int, start: float, end: float, detail: str) -> dict[str, Any]:
+    """An entry for a runner whose instances cannot drop out (the local emulators, the simulated
+    fleets): the same count polled as the step starts and ends."""
+    return {
+        "instances": instances,
+        "source": "measured",
+        "polls": [[start, instances], [end, instances]],
+        "detail": detail,
+    }
 
 
 class Outcome(StrEnum):

@@ -106,3 +106,26 @@ def test_a_bad_poll_names_the_file_and_field(tmp_path: Path) -> None:
     (tmp_path / INSTANCES_FILE).write_text(json.dumps({"g6": {"instances": 4, "polls": [[1.0, 4], [2.0, "x"]]}}))
     with pytest.raises(AnalysisError, match=r"instances\.json: g6\.polls\[1\]: expected"):
         read_counted(tmp_path)
+
+
+def test_the_simulated_fleets_write_their_constant_count(tmp_path: Path, example_manifest_path: Path) -> None:
+    """A runner whose instances cannot drop out writes the same count polled at the step's start and
+    end, so every backend's step shows its divisor and how it was counted the same way."""
+    import threading
+
+    from analysis.capacity.search import StepPlan
+    from campaign.backends.simulated.fleets import SimulatedSteps
+    from core.manifest import load_manifest
+
+    m = load_manifest(example_manifest_path)
+    fleet = m.fleets[0]
+    d = tmp_path / fleet.name / "x0.5"
+    SimulatedSteps(m).run(fleet.name, StepPlan(0.5, 60.0, "test"), d, 100, threading.Event())
+    counted = read_counted(d)[fleet.name]
+    assert {n for _, n in counted.polls} == {fleet.instances_measured}
+    sweep = load_sweep({f"{fleet.name}/x0.5": d}, m.digest, {f.name for f in m.fleets})
+    step = measure_capacity(sweep, [fleet.name], {}, m.slo.ttft_p95_s, m.slo.itl_p95_s, m.slo.max_error_rate)[
+        fleet.name
+    ].steps[0]
+    assert step.instances == fleet.instances_measured
+    assert "time-weighted mean" in (step.instances_detail or "") and "all in service" in (step.instances_detail or "")

@@ -482,7 +482,7 @@ class CloudRun:
         dest/INSTANCES_FILE, whose time-weighted mean over the load window the report divides that
         replay's, step's or settle segment's goodput by (analysis.sources.instances)."""
         from campaign.backends.fargate.target_health import fewest_healthy
-        from core.records import INSTANCES_FILE
+        from core.records import add_instance_counts
 
         trackers = fewest_healthy(self.elbv2, self.cfg.target_groups, list(fleets)) if self.elbv2 is not None else {}
 
@@ -498,10 +498,7 @@ class CloudRun:
             poll()
             counted = {f: t.as_dict(self.poll_s) for f, t in trackers.items() if t.fewest is not None}
             if counted:
-                dest.mkdir(parents=True, exist_ok=True)
-                path = dest / INSTANCES_FILE
-                earlier = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}  # other fleets'
-                path.write_text(json.dumps({**earlier, **counted}, indent=2), encoding="utf-8")
+                add_instance_counts(dest, counted)
                 self.say(
                     f"[{dest.name}] instances in service: "
                     + ", ".join(

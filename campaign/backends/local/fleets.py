@@ -204,7 +204,9 @@ class LocalFleets:
         from campaign.backends.local.steps import LocalSteps
 
         self.handles.clear()
-        return LocalSteps(self.m, self.endpoints, self.handles, self.cores.client_cpus if self.cores else None)
+        return LocalSteps(
+            self.m, self.endpoints, self.handles, self.cores.client_cpus if self.cores else None, self.instances
+        )
 
     def abort(self) -> None:
         for h in list(self.handles.values()):  # SIGTERM: Locust flushes its records and marks unsent requests

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from analysis.capacity.search import StepPlan, certain_miss
 from core.manifest import Manifest
-from core.records import Outcome, RequestRecord, RunSummary, slo_deadline_s
+from core.records import Outcome, RequestRecord, RunSummary, add_instance_counts, constant_count, slo_deadline_s
 from core.schedule import ScheduledRequest, build_schedule
 from runtime.emulator.balancer import FlowHash
 from runtime.emulator.engine import EngineSeq
@@ -201,6 +201,18 @@ class SimulatedSteps:
         schedule = [replace(r, warmup=False) for r in build_schedule(self.m, window_s=window_s, skip_s=skip)]
         run = simulate_requests(self.m, fleet, schedule, multiplier=plan.multiplier, slo_deadline=True, planned=planned)
         write_records(run.records, step_dir, fleet)
+        n = next(f.instances_measured for f in self.m.fleets if f.name == fleet)
+        add_instance_counts(
+            step_dir,
+            {
+                fleet: constant_count(
+                    n,
+                    SIMULATED_WALL_START,
+                    SIMULATED_WALL_START + run.duration_s,
+                    "measure_instances simulated, all in service throughout",
+                )
+            },
+        )
         return run.duration_s + self.overhead_s, run.stopped_early
 
     def abort(self) -> None:
