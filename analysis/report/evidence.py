@@ -403,9 +403,15 @@ def gather_evidence(inp: ReportInputs, base: Mapping[str, Measure], summaries: I
             sigv4_region=inp.prometheus_sigv4_region,
             scrape_interval_s=inp.prometheus_scrape_interval_s,
         )
+        interval = inp.prometheus_scrape_interval_s
+        widened = (
+            f"the window widened by the {interval:g} s scrape interval each side"
+            if interval
+            else "the window as measured, not widened: the scrape interval is unknown (not in campaign.json)"
+        )
         prom_found.provenance["prometheus"] = {
             "source": "measured",
-            "detail": f"{inp.prometheus_url}: sum by (le) of increase() over the window, histogram_quantile",
+            "detail": f"{inp.prometheus_url}: sum by (le) of increase() over {widened}, histogram_quantile",
         }
     return Evidence(
         cloudwatch=cw,
