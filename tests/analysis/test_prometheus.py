@@ -363,3 +363,39 @@ def test_a_campaign_json_without_the_scrape_interval_reads_unwidened_and_says_so
     (run / CAMPAIGN_FILE).write_text(json.dumps({"instances_measured": {"inf2": 1, "g6": 1}}), encoding="utf-8")
     rebuilt = report_from_run_dir(m, run, tmp_path / "again", prometheus_url="http://127.0.0.1:9")
     assert "not widened: the scrape interval is unknown" in rebuilt.provenance["prometheus"].detail
+
+
+@pytest.mark.parametrize(("records", "difference"), [(0.2, None), (0.4, 0.23125 - 0.4)])
+def test_the_replay_cross_check_gives_no_signed_difference_inside_the_histograms_bucket(
+    monkeypatch: pytest.MonkeyPatch, example_manifest_path: Path, records: float, difference: float | None
+) -> None:
+    """Issue 46, finding 11, for the replay window's cross-check: the merged histogram's P95 is
+    known only to lie in its bucket (0.1-0.25 s here); the records' P95 inside it agrees within
+    that resolution (the old code gave 0.031 s), and one outside keeps its signed difference."""
+    inf = float("inf")
+    buckets = {0.1: 60.0, 0.25: 100.0, 0.5: 100.0, inf: 100.0}  # P95 = 0.1 + 0.15 * 35 / 40 = 0.23125
+
+    class Answering:
+        def __init__(self, url: str, sigv4_region: str | None = None) -> None:
+            self.url = url
+
+        def has_series(self, metric: str, labels: dict[str, str], start: float, end: float) -> bool:
+            return True
+
+        def merged_quantile(self, q: float, metric: str, labels: dict[str, str], start: float, end: float) -> float:
+            return histogram_quantile(q, buckets)  # type: ignore[return-value]
+
+        def merged_buckets(self, metric: str, labels: dict[str, str], start: float, end: float) -> dict[float, float]:
+            return buckets
+
+        def per_replica_quantiles(self, *args: Any) -> dict[str, float]:
+            return {}
+
+    monkeypatch.setattr(report_evidence, "PrometheusSource", Answering)
+    m = load_manifest(example_manifest_path, check_files=False)
+    measure = SimpleNamespace(wall_start=1e9, window_start_s=0.0, window_end_s=60.0, p95_ttft_s=records, p95_itl_s=None)
+    out, _ = report_evidence._prometheus_section(m, "http://127.0.0.1:9", None, {"inf2": measure})  # type: ignore[dict-item]
+    ttft = out["fleets"]["inf2"]["client_ttft"]
+    assert ttft["p95_s_merged_histogram"] == pytest.approx(0.23125) and ttft["p95_s_records"] == records
+    assert ttft["difference_s"] == (None if difference is None else pytest.approx(difference))
+    assert ttft["bucket_s"] == (0.1, 0.25)
