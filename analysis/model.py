@@ -15,7 +15,8 @@ model forbids unknown fields, so a newer MINOR's additions would be refused anyw
 schemas/report-fields.json records every version's fields ("Model.field"), so a field added
 without a MINOR bump fails a test (tests/analysis/test_report_schema.py), and `--write` refuses
 to record other fields under a version already recorded. 2.2 added the billing section and the
-per-step server figures (issue 39) to 2.1's.
+per-step server figures (issue 39) to 2.1's; 2.3 the histogram bucket each P95 gap is read at
+(issue 46).
 """
 
 from __future__ import annotations
@@ -33,12 +34,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSche
 
 from analysis.errors import AnalysisError
 
-REPORT_VERSION = "2.2"
+REPORT_VERSION = "2.3"
 
 _T = TypeVar("_T")
 
 Interval = tuple[float | None, float | None]  # a 95% interval's [low, high]; a null end: unbounded or unknown
 Point = tuple[float, float]  # one (x, y) of a plot series
+Bounds = tuple[float | None, float | None]  # a histogram bucket's [lower, upper] bound; a null end: unbounded
 
 
 class _Model(BaseModel):
@@ -849,9 +851,16 @@ class HistogramEntry(_Model):
         default=None, description="the mean of the replicas' P95s, seconds: not a fleet P95, shown to say so"
     )
     p95_s_records: float | None = Field(default=None, description="the same P95 from the per-request records, seconds")
+    bucket_s: Bounds | None = Field(
+        default=None,
+        description="[lower, upper] bound of the bucket the merged-histogram P95 was interpolated in, seconds: the "
+        "histogram places its P95 there and no closer, so this is the resolution it and difference_s are read at "
+        "(upper null: the +Inf bucket); null: no merged-histogram P95, or a report written before the field",
+    )
     difference_s: float | None = Field(
         default=None,
-        description="merged-histogram P95 - records P95, seconds: bucket resolution bounds it; large means a client or clock problem",
+        description="merged-histogram P95 - records P95, seconds; large means a client or clock problem; null when "
+        "either is missing, or when the records' P95 lies inside bucket_s: the two agree within the bucket's resolution",
     )
 
 
@@ -914,11 +923,24 @@ class ServerStep(_Model):
         description="the same step's P95 TTFT from the client's records, seconds; null: no capacity row for this label"
     )
     client_p95_itl_s: float | None = Field(description="the same step's P95 ITL from the client's records, seconds")
+    ttft_bucket_s: Bounds | None = Field(
+        default=None,
+        description="[lower, upper] bound of the histogram bucket the server's P95 TTFT was interpolated in, seconds: "
+        "the server's P95 is known to lie there and no closer, the resolution it and ttft_gap_s are read at (upper "
+        "null: the +Inf bucket); null: no server figure, or a report written before the field",
+    )
+    itl_bucket_s: Bounds | None = Field(
+        default=None, description="the same for the server's P95 ITL and itl_gap_s, seconds"
+    )
     ttft_gap_s: float | None = Field(
         description="client P95 TTFT - server P95 TTFT, seconds: the time outside the server's own measurement (network, "
-        "load balancer, queueing before the server's clock starts) plus bucket resolution"
+        "load balancer, queueing before the server's clock starts), read at the resolution of ttft_bucket_s; null "
+        "when either P95 is missing, or when the client's P95 lies inside ttft_bucket_s: the two agree within the "
+        "bucket's resolution"
     )
-    itl_gap_s: float | None = Field(description="client P95 ITL - server P95 ITL, seconds")
+    itl_gap_s: float | None = Field(
+        description="client P95 ITL - server P95 ITL, seconds, likewise (itl_bucket_s; null inside it)"
+    )
 
 
 class PrometheusSection(_Model):

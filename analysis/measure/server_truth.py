@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from analysis.errors import AnalysisError
-from analysis.measure.histogram import histogram_quantile
+from analysis.measure.histogram import Bucket, quantile_in_bucket
 from analysis.sources.prometheus import RawQuery
 from analysis.sources.server_series import HISTOGRAMS, SavedSeries
 
@@ -42,6 +42,9 @@ class ServerFigures:
     p95_ttft_s: float | None
     p95_itl_s: float | None
     note: str
+    # The buckets each P95 was interpolated in: its resolution, and its gap's (gap_at_resolution).
+    ttft_bucket: Bucket | None = None
+    itl_bucket: Bucket | None = None
 
 
 def _buckets(q: RawQuery, where: str) -> dict[float, float]:
@@ -82,10 +85,18 @@ def server_step(saved: SavedSeries, where: str = "") -> ServerFigures:
     down = down_targets(saved, where)
     if down:
         return ServerFigures("target_down", None, None, "a target was down for part of the window: " + "; ".join(down))
-    p95: dict[str, float | None] = {}
+    p95: dict[str, tuple[float, Bucket] | None] = {}
     for key in HISTOGRAMS:
         q = saved.queries.get(key)
-        p95[key] = None if q is None else histogram_quantile(0.95, _buckets(q, f"{where}: queries.{key}"))
+        p95[key] = None if q is None else quantile_in_bucket(0.95, _buckets(q, f"{where}: queries.{key}"))
     if all(v is None for v in p95.values()):
         return ServerFigures("no_series", None, None, "the server's histograms have no observations in the window")
-    return ServerFigures("ok", p95["server_ttft"], p95["server_itl"], "")
+    ttft, itl = p95["server_ttft"], p95["server_itl"]
+    return ServerFigures(
+        "ok",
+        None if ttft is None else ttft[0],
+        None if itl is None else itl[0],
+        "",
+        None if ttft is None else ttft[1],
+        None if itl is None else itl[1],
+    )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import math
 import re
 import time
 from collections.abc import Iterable, Mapping
@@ -18,7 +19,7 @@ from typing import Any
 
 from analysis.economics.cost import UnitPrices
 from analysis.errors import PriceMissing, SourceUnavailable
-from analysis.measure.histogram import bucket_cdf
+from analysis.measure.histogram import Bucket, bucket_cdf, gap_at_resolution, quantile_in_bucket
 from analysis.measure.server_truth import server_step
 from analysis.model import CapacityModel, Measure, ServerStep
 from analysis.provenance import Findings, Gap, Sourced, run_relative
@@ -174,16 +175,21 @@ def _prometheus_section(
                     continue
                 p95 = src.merged_quantile(0.95, metric, labels, start, end)
                 entry: dict[str, Any] = {"metric": f"{metric}_bucket", "p95_s_merged_histogram": p95}
+                bucket: Bucket | None = None
                 if p95 is not None:
-                    entry["cdf"] = bucket_cdf(src.merged_buckets(metric, labels, start, end))
+                    buckets = src.merged_buckets(metric, labels, start, end)
+                    entry["cdf"] = bucket_cdf(buckets)
+                    located = quantile_in_bucket(0.95, buckets)  # the bucket Prometheus interpolated in
+                    bucket = None if located is None else located[1]
+                    entry["bucket_s"] = bucket_bounds(bucket)
                     per = src.per_replica_quantiles(0.95, metric, labels, start, end, names.replica_label)
                     entry["per_replica_p95_s"] = per
                     entry["mean_of_replica_p95_s_not_used"] = sum(per.values()) / len(per) if per else None
                 if recorded is not None and p95 is not None:
                     entry["p95_s_records"] = recorded
-                    entry["difference_s"] = (
-                        p95 - recorded
-                    )  # bucket resolution bounds this; large = a client/clock problem
+                    # histogram - records: large means a client or clock problem; none inside the bucket
+                    gap = gap_at_resolution(recorded, p95, bucket)
+                    entry["difference_s"] = None if gap is None else -gap
                 sec[key] = entry
         except SourceUnavailable as exc:
             return _prometheus_gap(out, found, str(exc))
@@ -246,8 +252,12 @@ def _client_p95s(cap: CapacityModel | None, replay: Measure | None) -> dict[str,
     return out
 
 
-def _gap(client: float | None, server: float | None) -> float | None:
-    return None if client is None or server is None else client - server
+def bucket_bounds(bucket: Bucket | None) -> tuple[float | None, float | None] | None:
+    """A bucket as report.json holds it: an unbounded end (the +Inf bucket's) as null."""
+    if bucket is None:
+        return None
+    lower, upper = bucket
+    return (None if math.isinf(lower) else lower, None if math.isinf(upper) else upper)
 
 
 def _server_step(
@@ -271,8 +281,10 @@ def _server_step(
         p95_itl_s=got.p95_itl_s,
         client_p95_ttft_s=ttft,
         client_p95_itl_s=itl,
-        ttft_gap_s=_gap(ttft, got.p95_ttft_s),
-        itl_gap_s=_gap(itl, got.p95_itl_s),
+        ttft_bucket_s=bucket_bounds(got.ttft_bucket),
+        itl_bucket_s=bucket_bounds(got.itl_bucket),
+        ttft_gap_s=gap_at_resolution(ttft, got.p95_ttft_s, got.ttft_bucket),
+        itl_gap_s=gap_at_resolution(itl, got.p95_itl_s, got.itl_bucket),
     )
 
 
@@ -403,9 +415,15 @@ def gather_evidence(inp: ReportInputs, base: Mapping[str, Measure], summaries: I
             sigv4_region=inp.prometheus_sigv4_region,
             scrape_interval_s=inp.prometheus_scrape_interval_s,
         )
+        interval = inp.prometheus_scrape_interval_s
+        widened = (
+            f"the window widened by the {interval:g} s scrape interval each side"
+            if interval
+            else "the window as measured, not widened: the scrape interval is unknown (not in campaign.json)"
+        )
         prom_found.provenance["prometheus"] = {
             "source": "measured",
-            "detail": f"{inp.prometheus_url}: sum by (le) of increase() over the window, histogram_quantile",
+            "detail": f"{inp.prometheus_url}: sum by (le) of increase() over {widened}, histogram_quantile",
         }
     return Evidence(
         cloudwatch=cw,

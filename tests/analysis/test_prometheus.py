@@ -294,3 +294,108 @@ def test_the_replay_cross_check_reads_one_scrape_before_and_after_its_window(
     )
     assert out["fleets"]["inf2"]["window_unix"] == [t0, t0 + 30.0]  # the window as measured
     assert sent and all(q.endswith(" 40s") and at == t0 + 35.0 for q, at in sent), sent
+
+
+def test_a_report_rebuilt_from_the_run_directory_widens_the_cross_check_as_the_live_one(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, manifest_data: dict[str, Any]
+) -> None:
+    """`report --run-dir` / `--run-id` read the scrape interval from campaign.json: until issue 46
+    RunFacts did not write it, so a rebuilt report queried the replay window unwidened (a range of
+    60 s at its last completion) where the live report read one scrape each side (70 s)."""
+    from campaign.stages.run import RunFacts, report_from_run_dir, run_report
+
+    sent: list[tuple[str, float]] = []
+
+    class Recording:
+        def __init__(self, url: str, sigv4_region: str | None = None) -> None:
+            self.url = url
+
+        def has_series(self, metric: str, labels: dict[str, str], start: float, end: float) -> bool:
+            sent.append((f"has_series {labels} {end - start:.0f}s", end))
+            return True
+
+        def merged_quantile(self, q: float, metric: str, labels: dict[str, str], start: float, end: float) -> None:
+            sent.append((f"{metric} {labels} {end - start:.0f}s", end))
+
+    monkeypatch.setattr(report_evidence, "PrometheusSource", Recording)
+    manifest_data["workload"]["demand"]["peak_requests_per_s"] = 1.0
+    m = manifest(manifest_data)
+    run = tmp_path / "run"
+    for f in ("inf2", "g6"):  # one request a second for 60 s from t0, each 1 s long
+        write_jsonl(run / "records" / f"records-{f}-w0.jsonl", steady(m, f, 60, 500))
+    url = "http://127.0.0.1:9"
+    facts = RunFacts({"inf2": 1, "g6": 1}, prometheus_url=url, scrape_interval_s=5.0)
+    facts.write(run)
+
+    live = run_report(m, run, tmp_path / "live", None, facts, None, None)
+    live_sent, sent[:] = list(sent), []
+    rebuilt = report_from_run_dir(m, run, tmp_path / "again", prometheus_url=url)
+    t0 = 1_700_000_000.0
+    assert live_sent and all(q.endswith(" 70s") and at == t0 + 65.0 for q, at in live_sent), live_sent
+    assert sent == live_sent  # the same queries: 60 s of arrivals and one 5 s scrape each side
+    assert rebuilt.provenance["prometheus"].detail == live.provenance["prometheus"].detail
+    assert "widened by the 5 s scrape interval" in rebuilt.provenance["prometheus"].detail
+
+
+def test_a_campaign_json_without_the_scrape_interval_reads_unwidened_and_says_so(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, manifest_data: dict[str, Any]
+) -> None:
+    """A run directory written before campaign.json kept the interval reads as before, and the
+    report's provenance says the window was not widened."""
+    from campaign.stages.run import CAMPAIGN_FILE, report_from_run_dir
+
+    class Empty:
+        def __init__(self, url: str, sigv4_region: str | None = None) -> None:
+            self.url = url
+
+        def has_series(self, metric: str, labels: dict[str, str], start: float, end: float) -> bool:
+            return True
+
+        def merged_quantile(self, q: float, metric: str, labels: dict[str, str], start: float, end: float) -> None:
+            return None
+
+    monkeypatch.setattr(report_evidence, "PrometheusSource", Empty)
+    manifest_data["workload"]["demand"]["peak_requests_per_s"] = 1.0
+    m = manifest(manifest_data)
+    run = tmp_path / "run"
+    for f in ("inf2", "g6"):
+        write_jsonl(run / "records" / f"records-{f}-w0.jsonl", steady(m, f, 10, 500))
+    (run / CAMPAIGN_FILE).write_text(json.dumps({"instances_measured": {"inf2": 1, "g6": 1}}), encoding="utf-8")
+    rebuilt = report_from_run_dir(m, run, tmp_path / "again", prometheus_url="http://127.0.0.1:9")
+    assert "not widened: the scrape interval is unknown" in rebuilt.provenance["prometheus"].detail
+
+
+@pytest.mark.parametrize(("records", "difference"), [(0.2, None), (0.4, 0.23125 - 0.4)])
+def test_the_replay_cross_check_gives_no_signed_difference_inside_the_histograms_bucket(
+    monkeypatch: pytest.MonkeyPatch, example_manifest_path: Path, records: float, difference: float | None
+) -> None:
+    """Issue 46, finding 11, for the replay window's cross-check: the merged histogram's P95 is
+    known only to lie in its bucket (0.1-0.25 s here); the records' P95 inside it agrees within
+    that resolution (the old code gave 0.031 s), and one outside keeps its signed difference."""
+    inf = float("inf")
+    buckets = {0.1: 60.0, 0.25: 100.0, 0.5: 100.0, inf: 100.0}  # P95 = 0.1 + 0.15 * 35 / 40 = 0.23125
+
+    class Answering:
+        def __init__(self, url: str, sigv4_region: str | None = None) -> None:
+            self.url = url
+
+        def has_series(self, metric: str, labels: dict[str, str], start: float, end: float) -> bool:
+            return True
+
+        def merged_quantile(self, q: float, metric: str, labels: dict[str, str], start: float, end: float) -> float:
+            return histogram_quantile(q, buckets)  # type: ignore[return-value]
+
+        def merged_buckets(self, metric: str, labels: dict[str, str], start: float, end: float) -> dict[float, float]:
+            return buckets
+
+        def per_replica_quantiles(self, *args: Any) -> dict[str, float]:
+            return {}
+
+    monkeypatch.setattr(report_evidence, "PrometheusSource", Answering)
+    m = load_manifest(example_manifest_path, check_files=False)
+    measure = SimpleNamespace(wall_start=1e9, window_start_s=0.0, window_end_s=60.0, p95_ttft_s=records, p95_itl_s=None)
+    out, _ = report_evidence._prometheus_section(m, "http://127.0.0.1:9", None, {"inf2": measure})  # type: ignore[dict-item]
+    ttft = out["fleets"]["inf2"]["client_ttft"]
+    assert ttft["p95_s_merged_histogram"] == pytest.approx(0.23125) and ttft["p95_s_records"] == records
+    assert ttft["difference_s"] == (None if difference is None else pytest.approx(difference))
+    assert ttft["bucket_s"] == (0.1, 0.25)

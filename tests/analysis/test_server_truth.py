@@ -26,6 +26,8 @@ INF = float("inf")
 TTFT = {0.1: 90.0, 0.5: 90.0, 1.0: 100.0, INF: 100.0}
 # ITL: 80 under 0.02 s, 20 between 0.02 and 0.04 -> P95 = 0.02 + 0.02 * (95 - 80) / 20 = 0.035
 ITL = {0.02: 80.0, 0.04: 100.0, INF: 100.0}
+# 100 server TTFTs: 60 under 0.1 s, 40 in (0.1, 0.25] -> P95 = 0.1 + 0.15 * (95 - 60) / 40 = 0.23125
+TTFT_FAST = {0.1: 60.0, 0.25: 100.0, 0.5: 100.0, INF: 100.0}
 
 
 class StandInPrometheus:
@@ -33,8 +35,11 @@ class StandInPrometheus:
 
     url = "http://127.0.0.1:9"
 
-    def __init__(self, interval_s: float, *, up_min: float = 1.0, missing_scrapes: int = 0) -> None:
+    def __init__(
+        self, interval_s: float, *, up_min: float = 1.0, missing_scrapes: int = 0, ttft: dict[float, float] = TTFT
+    ) -> None:
         self.interval_s, self.up_min, self.missing = interval_s, up_min, missing_scrapes
+        self.ttft = ttft
         self.queries: list[str] = []
 
     def has_series(self, metric: str, labels: dict[str, str], start: float, end: float) -> bool:
@@ -43,7 +48,7 @@ class StandInPrometheus:
     def query(self, expr: str, at: float) -> list[dict[str, Any]]:
         self.queries.append(expr)
         if expr.startswith("sum by (le) (increase("):
-            buckets = TTFT if "time_to_first_token" in expr else ITL
+            buckets = self.ttft if "time_to_first_token" in expr else ITL
             return [
                 {"metric": {"le": "+Inf" if le == INF else str(le)}, "value": [at, str(c)]} for le, c in buckets.items()
             ]
@@ -60,10 +65,10 @@ def small(manifest_data: dict[str, Any]) -> Manifest:
     return manifest(manifest_data)
 
 
-def _run_dir(root: Path, m: Manifest, n: int = 60) -> Path:
+def _run_dir(root: Path, m: Manifest, n: int = 60, ttft: float = 0.9) -> Path:
     # one request a second for n s, each 1 s long, TTFT 0.9 s and ITL 0.05 s on the client's side
     for f in ("inf2", "g6"):
-        write_jsonl(root / "records" / f"records-{f}-w0.jsonl", steady(m, f, n, 500, ttft=0.9, itl=0.05))
+        write_jsonl(root / "records" / f"records-{f}-w0.jsonl", steady(m, f, n, 500, ttft=ttft, itl=0.05))
     return root
 
 
@@ -108,7 +113,10 @@ def test_saved_series_hold_the_query_and_window_and_give_pulled_p95s_and_the_gap
         assert step["series"] == f"metrics/{fleet}/replay.json"
         assert step["p95_ttft_s"] == pytest.approx(0.75) and step["p95_itl_s"] == pytest.approx(0.035)
         assert step["client_p95_ttft_s"] == pytest.approx(0.9)
-        assert step["ttft_gap_s"] == pytest.approx(0.9 - 0.75) and step["itl_gap_s"] == pytest.approx(0.05 - 0.035)
+        # the client's 0.9 s lies in the server P95's bucket (0.5, 1]: they agree within it, no signed gap;
+        # its 0.05 s ITL lies above the server's (0.02, 0.04]: a gap, read at that bucket
+        assert step["ttft_gap_s"] is None and step["ttft_bucket_s"] == [0.5, 1.0]
+        assert step["itl_gap_s"] == pytest.approx(0.05 - 0.035) and step["itl_bucket_s"] == [0.02, 0.04]
         assert r["provenance"][f"prometheus.steps.{fleet}"]["source"] == "pulled"
     assert r["prometheus"]["fleets"] == {}  # no live pull: only the saved series
 
@@ -125,8 +133,9 @@ def test_editing_a_saved_series_changes_the_figure(tmp_path: Path, small: Manife
             s["value"][1] = "110"
     path.write_text(json.dumps(saved))
     after = _report(m, run)["prometheus"]["steps"]
-    # 110 in all, rank 104.5 in the +Inf bucket: the highest finite bound, 1.0
+    # 110 in all, rank 104.5 in the +Inf bucket: the highest finite bound, 1.0, read in (1, +Inf)
     assert before == pytest.approx(0.75) and after["g6"][0]["p95_ttft_s"] == pytest.approx(1.0)
+    assert after["g6"][0]["ttft_bucket_s"] == [1.0, None] and after["g6"][0]["ttft_gap_s"] == pytest.approx(-0.1)
     assert after["inf2"][0]["p95_ttft_s"] == pytest.approx(0.75)  # the other fleet's file is untouched
 
 
@@ -215,9 +224,13 @@ def test_both_pages_show_each_steps_server_p95s_gap_and_why_a_step_has_none(tmp_
     (run / "metrics/inf2/replay.json").write_text(json.dumps(short))
     report = Report.model_validate(_report(m, run))
     md, page = render_markdown(report), render_html(report)
-    g6_row = "| g6 | replay | 60.0 | 0.750 | 0.900 | 0.150 | 0.0350 | 0.0500 | 0.0150 | pulled |"
+    g6_row = (
+        "| g6 | replay | 60.0 | 0.750 | 0.900 | within bucket 0.5-1 | 0.0350 | 0.0500 | 0.0150 (bucket 0.02-0.04) "
+        "| pulled |"
+    )
     assert g6_row in md
-    assert "<td>g6</td><td>replay</td><td>60.0</td><td>0.750</td><td>0.900</td><td>0.150</td>" in page
+    assert "<td>g6</td><td>replay</td><td>60.0</td><td>0.750</td><td>0.900</td><td>within bucket 0.5-1</td>" in page
+    assert "<td>0.0150 (bucket 0.02-0.04)</td>" in page
     assert "| inf2 | replay | 4.0 | n/a |" in md and f"{TOO_SHORT}: a 4.0 s window" in md
     assert f"{TOO_SHORT}: a 4.0 s window" in page
     assert "Histograms over the replay window: not queried for this report" in md
@@ -226,3 +239,35 @@ def test_both_pages_show_each_steps_server_p95s_gap_and_why_a_step_has_none(tmp_
 
     cells = set(PageText(page).cells)  # every cell of the new table in both pages, as for the others
     assert [c for c in _md_cells(md) if c not in cells] == []
+
+
+@pytest.mark.parametrize(
+    ("client", "gap", "cell"),
+    [
+        (0.2, None, "within bucket 0.1-0.25"),  # inside (0.1, 0.25]: the old code gave -0.031 s
+        (0.4, 0.4 - 0.23125, "0.169 (bucket 0.1-0.25)"),  # above it: a gap, with the resolution it is read at
+        (0.05, 0.05 - 0.23125, "-0.181 (bucket 0.1-0.25)"),  # below it
+    ],
+)
+def test_a_client_p95_inside_the_servers_bucket_agrees_within_it_and_is_no_signed_gap(
+    tmp_path: Path, small: Manifest, client: float, gap: float | None, cell: str
+) -> None:
+    """Issue 46, finding 11: the server's P95 from its histogram is known only to lie in its bucket
+    (here 0.1-0.25 s, interpolated to 0.231 s); a client P95 inside that bucket is no gap of
+    -0.031 s (client faster than the server) but agreement within the bucket's resolution."""
+    from analysis.model import Report
+    from analysis.report.render.html import render_html
+    from analysis.report.render.markdown import render_markdown
+
+    m = small
+    run = _run_dir(tmp_path, m, ttft=client)
+    _save(m, run, StandInPrometheus(1.0, ttft=TTFT_FAST))
+    r = _report(m, run)
+    step = r["prometheus"]["steps"]["g6"][0]
+    assert step["p95_ttft_s"] == pytest.approx(0.23125) and step["client_p95_ttft_s"] == pytest.approx(client)
+    assert step["ttft_gap_s"] == (None if gap is None else pytest.approx(gap))
+    assert step["ttft_bucket_s"] == [0.1, 0.25]
+    report = Report.model_validate(r)
+    md, page = render_markdown(report), render_html(report)
+    assert f"| g6 | replay | 60.0 | 0.231 | {client:.3f} | {cell} | 0.0350 |" in md
+    assert f"<td>{client:.3f}</td><td>{cell}</td>" in page

@@ -152,9 +152,10 @@ def test_per_step_server_p95s_pulled_with_the_gap_and_recomputed_offline(
     assert replay.source == "pulled" and replay.status == "ok"
     # merged across both replicas: 90 under 0.1 s, 10 in (0.5, 1] -> 0.5 + 0.5 * 5 / 10
     assert replay.p95_ttft_s == pytest.approx(0.75, abs=0.03)
-    assert replay.ttft_gap_s == pytest.approx(0.9 - replay.p95_ttft_s)  # type: ignore[operator]
+    # the client's 0.9 s lies in that bucket (0.5, 1]: the two agree within it, no signed gap
+    assert replay.ttft_bucket_s == (0.5, 1.0) and replay.ttft_gap_s is None
     assert replay.p95_itl_s is not None and 0.02 < replay.p95_itl_s <= 0.04
-    assert replay.itl_gap_s == pytest.approx(0.05 - replay.p95_itl_s)
+    assert replay.itl_bucket_s == (0.02, 0.04) and replay.itl_gap_s == pytest.approx(0.05 - replay.p95_itl_s)
     short = by_label["g6/x2"]
     assert short.status == "too_short" and short.note.startswith(TOO_SHORT) and short.p95_ttft_s is None
     (inf2,) = live.prometheus.steps["inf2"]

@@ -37,6 +37,8 @@ def test_round_trip(tmp_path: Path) -> None:
         ('{"instances_measured": {"g6": Infinity}}', "instances_measured.g6"),
         ('{"instances_measured": {"g6": 2}, "ready_after_s": 5}', "ready_after_s: expected {fleet: number}"),
         ('{"instances_measured": {"g6": 2}, "systems_under_test": 3}', "systems_under_test"),
+        ('{"instances_measured": {"g6": 2}, "scrape_interval_s": 0}', "scrape_interval_s: expected a positive"),
+        ('{"instances_measured": {"g6": 2}, "scrape_interval_s": "15"}', "scrape_interval_s"),
     ],
 )
 def test_a_malformed_file_names_the_field(tmp_path: Path, body: str, names: str) -> None:
@@ -51,6 +53,15 @@ def test_optional_fields_may_be_absent(tmp_path: Path) -> None:
     (tmp_path / CAMPAIGN_FILE).write_text(json.dumps({"instances_measured": {"g6": 3.0}}), encoding="utf-8")
     facts = RunFacts.read(tmp_path)
     assert facts is not None and facts.instances_measured == {"g6": 3} and facts.ready_after_s == {}
+    assert facts.scrape_interval_s is None  # a file from before it was kept: the window as measured
+
+
+def test_the_scrape_interval_round_trips(tmp_path: Path) -> None:
+    """The replay's cross-check is widened by it (analysis.sources.prometheus.scrape_widened), so
+    `report --run-dir` needs it as the live report had it."""
+    RunFacts({"g6": 1}, scrape_interval_s=15.0).write(tmp_path)
+    got = RunFacts.read(tmp_path)
+    assert got is not None and got.scrape_interval_s == 15.0
 
 
 def test_the_plan_a_run_was_given_round_trips_and_a_bad_field_is_named(tmp_path: Path) -> None:

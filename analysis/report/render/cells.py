@@ -12,6 +12,7 @@ from analysis.economics.decision import RULE
 from analysis.economics.ledger import FLEET_COST_ITEMS
 from analysis.model import (
     Billing,
+    Bounds,
     CampaignCost,
     CapacityStep,
     CellSummary,
@@ -638,8 +639,30 @@ def server_steps_intro(prom: PrometheusSection) -> str:
     return (
         f"Server truth per step (the server's own histograms, pulled from {prom.url} at the end of the run and kept in "
         "the run directory's metrics/: buckets summed across instances, sum by (le) of increase over each step's "
-        "window, first send to last completion); gap = client P95 - server P95:"
+        "window, first send to last completion); gap = client P95 - server P95, read at the server bucket its P95 "
+        "lies in (within bucket: the client's P95 lies in it too, and the two agree within its resolution):"
     )
+
+
+def _bound(v: float | None, unbounded: str) -> str:
+    return unbounded if v is None else f"{v:g}"
+
+
+def bucket_text(bucket: Bounds) -> str:
+    """'0.1-0.25': a histogram bucket's bounds, seconds; '1-+Inf' for the +Inf bucket."""
+    return f"{_bound(bucket[0], '-Inf')}-{_bound(bucket[1], '+Inf')}"
+
+
+def gap_cell(gap: float | None, records: float | None, bucket: Bounds | None, digits: int = 3) -> str:
+    """A P95 gap as report.json gives it, with the histogram bucket it is read at: 'within bucket
+    0.1-0.25' where the report gives no figure because the records' P95 lies inside that bucket,
+    else the signed figure and its bucket; without a bucket (no histogram P95, or a report before
+    2.3) the figure alone."""
+    if bucket is None:
+        return fmt(gap, digits)
+    if gap is None:
+        return f"within bucket {bucket_text(bucket)}" if records is not None else "n/a"
+    return f"{fmt(gap, digits)} (bucket {bucket_text(bucket)})"
 
 
 def server_step_rows(prom: PrometheusSection) -> list[tuple[str, ...]]:
@@ -651,10 +674,10 @@ def server_step_rows(prom: PrometheusSection) -> list[tuple[str, ...]]:
             fmt(st.window_s, 1),
             fmt(st.p95_ttft_s),
             fmt(st.client_p95_ttft_s),
-            fmt(st.ttft_gap_s),
+            gap_cell(st.ttft_gap_s, st.client_p95_ttft_s, st.ttft_bucket_s),
             fmt(st.p95_itl_s, 4),
             fmt(st.client_p95_itl_s, 4),
-            fmt(st.itl_gap_s, 4),
+            gap_cell(st.itl_gap_s, st.client_p95_itl_s, st.itl_bucket_s, 4),
             st.source if st.status == "ok" else st.note,
         )
         for fleet, steps in (prom.steps or {}).items()

@@ -41,6 +41,7 @@ from analysis.report.render.cells import (
     first_screen,
     fleet_row,
     fmt,
+    gap_cell,
     headline_text,
     ledger_rows,
     no_histograms_text,
@@ -303,7 +304,7 @@ def _histograms(prom: PrometheusSection | None) -> str:
             h.metric or f"none: {h.note or 'not exported'}",
             fmt(h.p95_s_merged_histogram),
             fmt(h.p95_s_records),
-            fmt(h.difference_s),
+            gap_cell(h.difference_s, h.p95_s_records, h.bucket_s),
         )
         for fleet, pf in prom.fleets.items()
         for key, h in pf.histograms().items()

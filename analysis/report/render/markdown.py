@@ -29,6 +29,7 @@ from analysis.report.render.cells import (
     first_screen,
     fleet_row,
     fmt,
+    gap_cell,
     headline_text,
     ledger_rows,
     no_histograms_text,
@@ -102,8 +103,9 @@ def _histogram_lines(prom: PrometheusSection | None) -> list[str]:
     for fleet, series in prom.fleets.items():
         for key, h in series.histograms().items():
             metric = f"`{h.metric}`" if h.metric else f"none: {h.note or 'not exported'}"
+            difference = gap_cell(h.difference_s, h.p95_s_records, h.bucket_s)
             out.append(
-                f"| {fleet} | {key} | {metric} | {fmt(h.p95_s_merged_histogram)} | {fmt(h.p95_s_records)} | {fmt(h.difference_s)} |"
+                f"| {fleet} | {key} | {metric} | {fmt(h.p95_s_merged_histogram)} | {fmt(h.p95_s_records)} | {difference} |"
             )
     return out + steps
 
