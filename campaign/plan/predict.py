@@ -127,7 +127,6 @@ def predict(m: Manifest, work_dir: Path | None = None, overhead: StepOverhead = 
             return predict(m, Path(tmp), overhead)
     from campaign.stages.run import run_stages
 
-    fleets = [f.name for f in m.fleets]
     simulated = SimulatedFleets(m, overhead.seconds)
     log: list[str] = []
     rep = run_stages(m, simulated, work_dir, threading.Event(), full_report=False, log=log.append)
@@ -160,12 +159,9 @@ def predict(m: Manifest, work_dir: Path | None = None, overhead: StepOverhead = 
         )
     ready_min = max(HEALTH_GRACE_MIN[catalog.instance(f.instance_type).accelerator.vendor] for f in m.fleets)
     search_min = max((p.search_minutes for p in preds.values()), default=0.0)  # fleets side by side
-    settle_min = 0.0
-    if (
-        outcome is not None and outcome.segments
-    ):  # its rounds, fleets side by side; each round starts load-generator tasks too
-        rounds = max(sum(seg.fleet == name for seg in outcome.segments) for name in fleets)
-        settle_min = outcome.seconds / 60 + rounds * overhead.seconds / 60
+    # The settle phase's seconds: each round's longest segment as SimulatedSteps.run returned it,
+    # its load generator's start and stop (`overhead`) already in, as a capacity step's took_s has it.
+    settle_min = outcome.seconds / 60 if outcome is not None else 0.0
     # deploy's compile phases run side by side, with every fleet at 0 (campaign/aws/compile_phase.py).
     compiles = [c for c in (compile_phase(m, f) for f in m.fleets) if c is not None]
     compile_min = max((c.minutes for c in compiles), default=0.0)
