@@ -198,7 +198,7 @@ def predict(m: Manifest, work_dir: Path | None = None, overhead: StepOverhead = 
             "each fleet's measure_instances measured behind its NLB, as simulated; asg.desired instances (measure_instances when "
             "more) run and are paid for the whole campaign but deploy's compile phase (every fleet at 0 while it runs); "
             "load-generator tasks (a master and loadgen.workers workers per fleet) "
-            "while load runs; one NLB",
+            "while load runs; the Prometheus task and one NLB for the whole campaign",
             *_compile_assumptions(m),
             "the quality gate passes (not predicted)",
             f"the settle phase within capacity_search.settle_budget_s ({cfg.settle_budget_s:g} s of arrivals and drains) as simulated",
@@ -299,7 +299,8 @@ def _cost(
     """USD of the campaign: instance-hours of every fleet for its whole length but the compile
     phase (every fleet is at 0 while it runs), each compile instance for its phase, load-generator
     tasks while load runs, the conductor for as long as the fleets run (a `run --detach`'s; a run
-    in a terminal saves it: a bound), the NLB's hours; empty when a price is missing from the snapshot."""
+    in a terminal saves it: a bound), the Prometheus task's and the NLB's hours for the whole
+    campaign; empty when a price is missing from the snapshot."""
     out: dict[str, float] = {}
     compile_min = max((c.minutes for c in compiles), default=0.0)
     for p in preds.values():
@@ -319,6 +320,10 @@ def _cost(
     tasks = len(preds) * (1 + m.loadgen.workers)
     out["loadgen_tasks"] = tasks * (LOADGEN_TASK_VCPU * vcpu + LOADGEN_TASK_MEMORY_GIB * gib) * load_min / 60
     out["conductor"] = (CONDUCTOR_TASK_VCPU * vcpu + CONDUCTOR_TASK_MEMORY_GIB * gib) * (total_min - compile_min) / 60
+    # stacks/observability.py's Prometheus service (desired_count 1; its task's size is
+    # core.cloud_contract's PROMETHEUS_TASK_*) runs from deploy to teardown, the compile phase and
+    # past the deadline included (billing_after_deadline), as the NLB does.
+    out["prometheus_task"] = (PROMETHEUS_TASK_VCPU * vcpu + PROMETHEUS_TASK_MEMORY_GIB * gib) * total_min / 60
     out["nlb"] = nlb * total_min / 60
     return out
 

@@ -89,7 +89,8 @@ def test_plan_computed_and_billed_side_by_side_each_with_its_source(tmp_path: Pa
         return prices.lookup(kind, key, region).usd
 
     task = LOADGEN_TASK_VCPU * usd("fargate", "vcpu-hour") + LOADGEN_TASK_MEMORY_GIB * usd("fargate", "gb-hour")
-    hourly = 1 * usd("instance", "inf2.xlarge") + 2 * usd("instance", "g6.xlarge") + usd("nlb", "hour")
+    # every instance deployed bills (4 per fleet: measure_instances), whatever the runner measured on (1 and 2 here)
+    hourly = 4 * usd("instance", "inf2.xlarge") + 4 * usd("instance", "g6.xlarge") + usd("nlb", "hour")
     hourly += 2 * (small.loadgen.workers + 1) * task
     # synth's records: sends at 0 .. 99 s, the arrival window widened by n/(n-1) to 100 s; no run summaries
     hours = 100 / 3600
@@ -114,6 +115,32 @@ def test_plan_computed_and_billed_side_by_side_each_with_its_source(tmp_path: Pa
     assert "Campaign cost: planned, computed, billed</h2>" in (tmp_path / "out" / "report.html").read_text(
         encoding="utf-8"
     )
+
+
+def test_computed_cost_bills_every_instance_deployed_healthy_or_not(tmp_path: Path, small: Manifest) -> None:
+    """Issue 46, finding 8: an instance out of the target group's healthy targets still bills. The
+    runner counted 3 healthy inf2 instances of the 4 deployed (instances.json): the measured
+    capacity is per those 3, the computed cost counts all 4 (until 2026-12 it counted 3)."""
+    from core.records import INSTANCES_FILE
+
+    (tmp_path / "rec").mkdir()
+    counted = {
+        "inf2": {"instances": 3, "source": "measured", "detail": "fewest healthy targets while the replay ran"},
+        "g6": {"instances": 4, "source": "measured", "detail": "fewest healthy targets while the replay ran"},
+    }
+    (tmp_path / "rec" / INSTANCES_FILE).write_text(json.dumps(counted), encoding="utf-8")
+    r = _report(tmp_path, small, planned_cost=PLAN)
+    assert r["provenance"]["instances_measured.inf2"]["value"] == 3  # what the capacity is per
+    region = small.costs.region
+    inf2, g6 = (prices.lookup("instance", t, region).usd for t in ("inf2.xlarge", "g6.xlarge"))
+    task = LOADGEN_TASK_VCPU * prices.lookup("fargate", "vcpu-hour", region).usd
+    task += LOADGEN_TASK_MEMORY_GIB * prices.lookup("fargate", "gb-hour", region).usd
+    tasks = 2 * (small.loadgen.workers + 1) * task
+    assert [f.instances_deployed for f in small.fleets] == [4, 4]
+    hourly = 4 * inf2 + 4 * g6 + prices.lookup("nlb", "hour", region).usd + tasks
+    computed = r["billing"]["computed"]
+    assert computed["usd"] == pytest.approx(hourly * 100 / 3600, abs=1e-4)  # synth's 100 s window
+    assert "inf2: 4 x inf2.xlarge deployed" in computed["covers"]
 
 
 def test_billed_is_unavailable_with_the_reason_when_no_source_answers(tmp_path: Path, small: Manifest) -> None:

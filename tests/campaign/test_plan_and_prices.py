@@ -383,3 +383,20 @@ def test_the_plan_counts_each_step_and_segments_overhead_once(example_manifest_p
                 assert s.took_s == pytest.approx(_replayed_s(records) + overhead)
         assert f.search_minutes == pytest.approx(sum(s.took_s or 0.0 for s in steps) / 60)
     assert pred.minutes["capacity_searches"] == round(max(f.search_minutes for f in pred.fleets.values()), 1)
+
+
+def test_the_plan_prices_the_prometheus_task_for_the_whole_campaign(manifest_data: dict[str, Any]) -> None:
+    """Issue 46, finding 8: stacks/observability.py's Prometheus service runs one Fargate task of
+    PROMETHEUS_TASK_VCPU vCPU and PROMETHEUS_TASK_MEMORY_GIB GiB (tests/stacks hold both to the
+    template) from deploy to teardown, as the NLB does; the plan's USD counts it (until 2026-12 it
+    did not, while the report's computed cost said the plan counts it)."""
+    from campaign.plan.predict import _cost
+    from core.cloud_contract import PROMETHEUS_TASK_MEMORY_GIB, PROMETHEUS_TASK_VCPU
+
+    m = manifest_from_data(manifest_data)
+    region = m.costs.region
+    hourly = PROMETHEUS_TASK_VCPU * prices.lookup("fargate", "vcpu-hour", region).usd
+    hourly += PROMETHEUS_TASK_MEMORY_GIB * prices.lookup("fargate", "gb-hour", region).usd
+    usd = _cost(m, {}, total_min=240.0, load_min=12.0)
+    assert usd.get("prometheus_task") == pytest.approx(hourly * 4)  # 240 min: 4 hours
+    assert usd["nlb"] == pytest.approx(prices.lookup("nlb", "hour", region).usd * 4)
