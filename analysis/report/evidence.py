@@ -587,19 +587,25 @@ def _billing(
     else:
         try:
             ce = cost_explorer_window(clients.ce, m.campaign, window.start, window.end, time.time())
-            billing["cost_explorer"] = ce.by_fleet
-            detail = f"Cost Explorer UnblendedCost by tag fleet, {ce.granularity} {ce.start} .. {ce.end} (end exclusive); {ce.note}"
-            found.provenance["billing.cost_explorer"] = {"source": "pulled", "detail": detail}
-            billed = {
-                "usd": round(ce.usd, 4),
-                "source": f"billed: Cost Explorer GetCostAndUsage, tag campaign={m.campaign}",
-                "date": f"{ce.start} .. {ce.end}",
-                "covers": f"{ce.granularity}: the whole UTC {'hours' if ce.granularity == 'HOURLY' else 'days'} "
-                f"that hold the measured window, so whatever else the campaign's resources ran in them; {ce.note}",
-            }
         except SourceUnavailable as exc:
             found.gaps.append(Gap("billing.cost_explorer", str(exc), blocks_go=False))
             why_not.append(str(exc))
+        else:
+            usd = ce.usd
+            if usd is None:  # no rows: the bill is not known yet, not 0 USD (billing.NO_ROWS says why)
+                found.gaps.append(Gap("billing.cost_explorer", ce.no_rows, blocks_go=False))
+                why_not.append(ce.no_rows)
+            else:
+                billing["cost_explorer"] = ce.by_fleet
+                detail = f"Cost Explorer UnblendedCost by tag fleet, {ce.granularity} {ce.start} .. {ce.end} (end exclusive); {ce.note}"
+                found.provenance["billing.cost_explorer"] = {"source": "pulled", "detail": detail}
+                billed = {
+                    "usd": round(usd, 4),
+                    "source": f"billed: Cost Explorer GetCostAndUsage, tag campaign={m.campaign}",
+                    "date": f"{ce.start} .. {ce.end}",
+                    "covers": f"{ce.granularity}: the whole UTC {'hours' if ce.granularity == 'HOURLY' else 'days'} "
+                    f"that hold the measured window, so whatever else the campaign's resources ran in them; {ce.note}",
+                }
     if inp.focus_csv is not None:
         span = (window.start, window.end) if window is not None else None
         s3 = clients.s3 if clients is not None else None

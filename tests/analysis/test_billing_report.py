@@ -237,6 +237,29 @@ def test_billed_from_cost_explorer_says_it_covers_whole_utc_days(tmp_path: Path,
     assert "DAILY 2023-11-14 .. 2023-11-15" in r["provenance"]["billing.cost_explorer"]["detail"]
 
 
+def test_billed_from_a_cost_explorer_with_no_rows_is_unavailable_with_the_reason(
+    tmp_path: Path, small: Manifest
+) -> None:
+    """No rows from Cost Explorer is a gap with its reason, never `billed: 0.0 USD` pulled (issue 46, finding 10)."""
+    from botocore.stub import Stubber
+
+    from analysis.report.inputs import AwsClients
+
+    ce = boto3.client("ce", region_name="us-east-1", aws_access_key_id="k", aws_secret_access_key="s")
+    empty = {"ResultsByTime": [{"TimePeriod": {"Start": "2023-11-14", "End": "2023-11-15"}, "Groups": []}]}
+    with Stubber(ce) as stub:
+        stub.add_response("get_cost_and_usage", empty)
+        r = _report(tmp_path, small, aws=True, aws_clients=AwsClients(ce=ce))
+    billed = r["billing"]["billed"]
+    assert billed["usd"] is None and billed["source"] == "billed: no billing source answered"
+    assert billed["unavailable"].startswith(
+        "Cost Explorer returned no rows for the run's tags (campaign=" + small.campaign + ", grouped by fleet) between "
+        "2023-11-14 and 2023-11-15 (DAILY, end exclusive): cost-allocation tags may not be activated yet"
+    )
+    assert "billing.cost_explorer" not in r["provenance"] and r["billing"]["cost_explorer"] is None
+    assert any(g["what"] == "billing.cost_explorer" and "no rows" in g["reason"] for g in r["gaps"])
+
+
 def test_the_measured_window_runs_from_the_replays_first_request_to_the_last_step_summarys_end() -> None:
     from types import SimpleNamespace as NS
 
