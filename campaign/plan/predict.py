@@ -177,9 +177,13 @@ def predict(m: Manifest, work_dir: Path | None = None, overhead: StepOverhead = 
     }
     total_min = sum(minutes.values())
     usd = _cost(m, preds, total_min, replay_min + search_min + settle_min, compiles)
+    # The totals are the sums of the breakdowns as printed, so that the parts add up to them
+    # (rounding each of eight parts moves their sum up to 4 cents off the rounded total).
+    shown_min = {k: round(v, 1) for k, v in minutes.items()}
+    shown_usd = {k: round(v, 2) for k, v in usd.items()}
     return CampaignPrediction(
-        campaign_minutes=round(total_min, 1),
-        campaign_usd=round(sum(usd.values()), 2) if usd else None,
+        campaign_minutes=round(sum(shown_min.values()), 1),
+        campaign_usd=round(sum(shown_usd.values()), 2) if usd else None,
         predicted_decision=rep.decision.state,
         decision_reasons=list(rep.decision.reasons),
         monthly_delta_usd=rep.monthly_delta_usd,
@@ -187,8 +191,8 @@ def predict(m: Manifest, work_dir: Path | None = None, overhead: StepOverhead = 
         to_settle=rep.decision.to_settle.model_dump(mode="json") if rep.decision.to_settle is not None else None,
         settle=outcome.model_dump(mode="json") if outcome is not None else None,
         fleets=preds,
-        minutes={k: round(v, 1) for k, v in minutes.items()},
-        usd={k: round(v, 2) for k, v in usd.items()},
+        minutes=shown_min,
+        usd=shown_usd,
         assumptions=[
             f"deploy {DEPLOY_MIN:g} min, quality gate {QUALITY_GATE_MIN:g} min, report and teardown {REPORT_AND_TEARDOWN_MIN:g} min: assumed",
             f"step overhead {overhead.seconds:.0f} s: starting and stopping each capacity step's and settle segment's "
