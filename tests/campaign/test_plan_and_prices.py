@@ -348,43 +348,6 @@ def test_the_step_overhead_is_measured_from_an_earlier_run_or_assumed(tmp_path: 
         StepOverhead.measured_in(tmp_path / "nothing")
 
 
-def _replayed_s(records: Path) -> float:
-    """From a simulated run's first arrival to its last completion, as SimulatedRun.duration_s."""
-    rows = [json.loads(line) for line in records.read_text(encoding="utf-8").splitlines()]
-    return float(max(r["scheduled_s"] + (r["e2e_s"] or 0.0) for r in rows) - min(r["scheduled_s"] for r in rows))
-
-
-def test_the_plan_counts_each_step_and_segments_overhead_once(example_manifest_path: Path, tmp_path: Path) -> None:
-    """Issue 46, finding 7: every simulated capacity step and settle segment reports its arrivals,
-    drain and the load generator's start and stop (SimulatedSteps.run); the plan's minutes, which
-    the deadline guard reads before each stage, take them as reported. Until 2026-12 the settle
-    phase's minutes added the overhead a second time per round (3.2 min where the phase took 2.2)."""
-    from analysis.capacity.steps import REPLAY, read_search_path
-    from campaign.plan.predict import StepOverhead, predict
-
-    m = load_manifest(example_manifest_path)
-    overhead = 60.0
-    pred = predict(m, tmp_path, StepOverhead(overhead, "test"))
-    capacity = tmp_path / "capacity"
-    settle = pred.settle
-    assert settle is not None and settle["segments"], "the example's plan runs a settle round"
-    for seg in settle["segments"]:
-        records = capacity / seg["directory"] / f"records-{seg['fleet']}-sim.jsonl"
-        assert seg["took_s"] == pytest.approx(_replayed_s(records) + overhead)
-    assert pred.minutes["settle_phase"] == round(settle["seconds"] / 60, 1)
-    # the capacity searches: each step's time with its overhead once, the fleets side by side
-    for name, f in pred.fleets.items():
-        path = read_search_path(capacity / name)
-        assert path is not None
-        steps = [s for s in path.steps if s.label != REPLAY]
-        for s in steps:
-            if "stopped early" not in s.detail:  # an early stop ends at the completion that decided it
-                records = capacity / name / s.label / f"records-{name}-sim.jsonl"
-                assert s.took_s == pytest.approx(_replayed_s(records) + overhead)
-        assert f.search_minutes == pytest.approx(sum(s.took_s or 0.0 for s in steps) / 60)
-    assert pred.minutes["capacity_searches"] == round(max(f.search_minutes for f in pred.fleets.values()), 1)
-
-
 def test_the_plan_prices_the_prometheus_task_for_the_whole_campaign(manifest_data: dict[str, Any]) -> None:
     """Issue 46, finding 8: stacks/observability.py's Prometheus service runs one Fargate task of
     PROMETHEUS_TASK_VCPU vCPU and PROMETHEUS_TASK_MEMORY_GIB GiB (tests/stacks hold both to the
