@@ -403,7 +403,7 @@ def gather_evidence(inp: ReportInputs, base: Mapping[str, Measure], summaries: I
         billing, billing_found = _billing(inp, clients, window)
         if inp.planned_cost is not None:
             billing["plan"] = _planned(inp.planned_cost)
-        billing["computed"] = _computed_cost(m, book, inst, task_hourly, window)
+        billing["computed"] = _computed_cost(m, book, task_hourly, window)
     prom: dict[str, Any] | None = None
     prom_found = Findings()
     if inp.prometheus_url:
@@ -528,12 +528,11 @@ COMPUTED_LEAVES_OUT = (
 def _computed_cost(
     m: Manifest,
     book: PriceBook,
-    instances: Mapping[str, int],
     task_hourly: float | None,
     window: MeasuredWindow | None,
 ) -> dict[str, Any]:
-    """Unit prices x the instance-hours measured: each fleet's instances in service for the whole
-    measured window (a fleet bills while the other is measured), the load generator's tasks (a
+    """Unit prices x the instance-hours of the measured window: each fleet's instances deployed for
+    the whole window (a fleet bills while the other is measured), the load generator's tasks (a
     master and the workers per fleet) and the NLB's hours over the same window."""
     if window is None:
         return _unavailable("computed (prices x measured instance-hours)", "the replay recorded no window")
@@ -542,9 +541,12 @@ def _computed_cost(
         for f in m.fleets:
             price = book.get("instance", f.instance_type)
             dates.update(_DATE.findall(price.detail))
-            n = instances.get(f.name, f.instances_deployed)
+            # Every instance the fleet's Auto Scaling group runs bills, healthy or not: the group's
+            # size the stack deploys (stacks/fleet.py: desired_capacity=instances_deployed), not the
+            # healthy targets the runner counted (instances.json), which size the measured capacity.
+            n = f.instances_deployed
             usd += n * price.value * window.hours
-            parts.append(f"{f.name}: {n} x {f.instance_type} at {price.value:g} USD/h")
+            parts.append(f"{f.name}: {n} x {f.instance_type} deployed at {price.value:g} USD/h")
         nlb = book.get("nlb", "hour")
         usd += nlb.value * window.hours
         parts.append(f"the NLB at {nlb.value:g} USD/h")
@@ -560,7 +562,7 @@ def _computed_cost(
         parts.append("load-generator tasks not counted (no Fargate price)")
     return {
         "usd": round(usd, 4),
-        "source": "computed: unit prices (provenance prices.*) x the instance-hours measured",
+        "source": "computed: unit prices (provenance prices.*) x the instances deployed over the measured window",
         "date": " .. ".join(sorted({min(dates), max(dates)})) if dates else None,  # the prices' as-of dates
         "covers": f"the measured window, {window.words()}: " + "; ".join(parts) + f". {COMPUTED_LEAVES_OUT}",
     }
@@ -603,19 +605,25 @@ def _billing(
     else:
         try:
             ce = cost_explorer_window(clients.ce, m.campaign, window.start, window.end, time.time())
-            billing["cost_explorer"] = ce.by_fleet
-            detail = f"Cost Explorer UnblendedCost by tag fleet, {ce.granularity} {ce.start} .. {ce.end} (end exclusive); {ce.note}"
-            found.provenance["billing.cost_explorer"] = {"source": "pulled", "detail": detail}
-            billed = {
-                "usd": round(ce.usd, 4),
-                "source": f"billed: Cost Explorer GetCostAndUsage, tag campaign={m.campaign}",
-                "date": f"{ce.start} .. {ce.end}",
-                "covers": f"{ce.granularity}: the whole UTC {'hours' if ce.granularity == 'HOURLY' else 'days'} "
-                f"that hold the measured window, so whatever else the campaign's resources ran in them; {ce.note}",
-            }
         except SourceUnavailable as exc:
             found.gaps.append(Gap("billing.cost_explorer", str(exc), blocks_go=False))
             why_not.append(str(exc))
+        else:
+            usd = ce.usd
+            if usd is None:  # no rows: the bill is not known yet, not 0 USD (billing.NO_ROWS says why)
+                found.gaps.append(Gap("billing.cost_explorer", ce.no_rows, blocks_go=False))
+                why_not.append(ce.no_rows)
+            else:
+                billing["cost_explorer"] = ce.by_fleet
+                detail = f"Cost Explorer UnblendedCost by tag fleet, {ce.granularity} {ce.start} .. {ce.end} (end exclusive); {ce.note}"
+                found.provenance["billing.cost_explorer"] = {"source": "pulled", "detail": detail}
+                billed = {
+                    "usd": round(usd, 4),
+                    "source": f"billed: Cost Explorer GetCostAndUsage, tag campaign={m.campaign}",
+                    "date": f"{ce.start} .. {ce.end}",
+                    "covers": f"{ce.granularity}: the whole UTC {'hours' if ce.granularity == 'HOURLY' else 'days'} "
+                    f"that hold the measured window, so whatever else the campaign's resources ran in them; {ce.note}",
+                }
     if inp.focus_csv is not None:
         span = (window.start, window.end) if window is not None else None
         s3 = clients.s3 if clients is not None else None

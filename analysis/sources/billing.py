@@ -35,6 +35,18 @@ FOCUS_PERIOD_END = "ChargePeriodEnd"
 # TimePeriod in yyyy-MM-ddThh:mm:ssZ; DAILY takes yyyy-MM-dd, whole UTC days. Start inclusive, end exclusive.
 HOURLY_LOOKBACK = dt.timedelta(days=14)
 
+# Cost Explorer groups cost only by cost allocation tags that are activated, and only over the
+# data it has refreshed, so an answer with no rows says the bill is not known yet, never that it
+# is 0 USD: AWS Billing User Guide, "Activating user-defined cost allocation tags" (a tag takes up
+# to 24 hours to activate, and only then appears in Cost Explorer), and AWS Cost Management User
+# Guide, "Analyzing your costs and usage with AWS Cost Explorer" (the cost data is refreshed at
+# least once every 24 hours).
+NO_ROWS = (
+    "Cost Explorer returned no rows for the run's tags (campaign={campaign}, grouped by fleet) between "
+    "{start} and {end} ({granularity}, end exclusive): cost-allocation tags may not be activated yet, or "
+    "the data not yet refreshed (up to 24 h)"
+)
+
 
 @dataclass
 class FleetBill:
@@ -52,15 +64,22 @@ class FleetBill:
 class CostExplorerBill:
     """Cost Explorer's answer for a window: per fleet tag, and the period it actually covers."""
 
-    by_fleet: dict[str, float]
+    by_fleet: dict[str, float]  # empty: Cost Explorer returned no rows (`no_rows` says why that is no figure)
     granularity: str  # HOURLY or DAILY
     start: str  # as sent: inclusive
     end: str  # as sent: exclusive
     note: str  # why this granularity (the HOURLY refusal, or the window's age)
+    campaign: str = ""
 
     @property
-    def usd(self) -> float:
-        return sum(self.by_fleet.values())
+    def usd(self) -> float | None:
+        """The bill over the period; None when Cost Explorer returned no rows (`no_rows` says why)."""
+        return sum(self.by_fleet.values()) if self.by_fleet else None
+
+    @property
+    def no_rows(self) -> str:
+        """What an answer with no rows means for this period (NO_ROWS)."""
+        return NO_ROWS.format(campaign=self.campaign, start=self.start, end=self.end, granularity=self.granularity)
 
 
 def cost_explorer_by_fleet(
@@ -136,11 +155,12 @@ def cost_explorer_window(
                 s,
                 e,
                 "HOURLY: the window's whole UTC hours",
+                campaign,
             )
         except SourceUnavailable as exc:
             note = f"DAILY: HOURLY refused ({exc}; it needs hourly granularity enabled in Cost Explorer's settings)"
     s, e = daily_period(start_unix, end_unix)
-    return CostExplorerBill(cost_explorer_by_fleet(ce, campaign, s, e, "DAILY"), "DAILY", s, e, note)
+    return CostExplorerBill(cost_explorer_by_fleet(ce, campaign, s, e, "DAILY"), "DAILY", s, e, note, campaign)
 
 
 def _num(value: str, name: str, line: int, col: str) -> float:

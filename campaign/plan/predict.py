@@ -127,7 +127,6 @@ def predict(m: Manifest, work_dir: Path | None = None, overhead: StepOverhead = 
             return predict(m, Path(tmp), overhead)
     from campaign.stages.run import run_stages
 
-    fleets = [f.name for f in m.fleets]
     simulated = SimulatedFleets(m, overhead.seconds)
     log: list[str] = []
     rep = run_stages(m, simulated, work_dir, threading.Event(), full_report=False, log=log.append)
@@ -160,12 +159,9 @@ def predict(m: Manifest, work_dir: Path | None = None, overhead: StepOverhead = 
         )
     ready_min = max(HEALTH_GRACE_MIN[catalog.instance(f.instance_type).accelerator.vendor] for f in m.fleets)
     search_min = max((p.search_minutes for p in preds.values()), default=0.0)  # fleets side by side
-    settle_min = 0.0
-    if (
-        outcome is not None and outcome.segments
-    ):  # its rounds, fleets side by side; each round starts load-generator tasks too
-        rounds = max(sum(seg.fleet == name for seg in outcome.segments) for name in fleets)
-        settle_min = outcome.seconds / 60 + rounds * overhead.seconds / 60
+    # The settle phase's seconds: each round's longest segment as SimulatedSteps.run returned it,
+    # its load generator's start and stop (`overhead`) already in, as a capacity step's took_s has it.
+    settle_min = outcome.seconds / 60 if outcome is not None else 0.0
     # deploy's compile phases run side by side, with every fleet at 0 (campaign/aws/compile_phase.py).
     compiles = [c for c in (compile_phase(m, f) for f in m.fleets) if c is not None]
     compile_min = max((c.minutes for c in compiles), default=0.0)
@@ -181,9 +177,13 @@ def predict(m: Manifest, work_dir: Path | None = None, overhead: StepOverhead = 
     }
     total_min = sum(minutes.values())
     usd = _cost(m, preds, total_min, replay_min + search_min + settle_min, compiles)
+    # The totals are the sums of the breakdowns as printed, so that the parts add up to them
+    # (rounding each of eight parts moves their sum up to 4 cents off the rounded total).
+    shown_min = {k: round(v, 1) for k, v in minutes.items()}
+    shown_usd = {k: round(v, 2) for k, v in usd.items()}
     return CampaignPrediction(
-        campaign_minutes=round(total_min, 1),
-        campaign_usd=round(sum(usd.values()), 2) if usd else None,
+        campaign_minutes=round(sum(shown_min.values()), 1),
+        campaign_usd=round(sum(shown_usd.values()), 2) if usd else None,
         predicted_decision=rep.decision.state,
         decision_reasons=list(rep.decision.reasons),
         monthly_delta_usd=rep.monthly_delta_usd,
@@ -191,8 +191,8 @@ def predict(m: Manifest, work_dir: Path | None = None, overhead: StepOverhead = 
         to_settle=rep.decision.to_settle.model_dump(mode="json") if rep.decision.to_settle is not None else None,
         settle=outcome.model_dump(mode="json") if outcome is not None else None,
         fleets=preds,
-        minutes={k: round(v, 1) for k, v in minutes.items()},
-        usd={k: round(v, 2) for k, v in usd.items()},
+        minutes=shown_min,
+        usd=shown_usd,
         assumptions=[
             f"deploy {DEPLOY_MIN:g} min, quality gate {QUALITY_GATE_MIN:g} min, report and teardown {REPORT_AND_TEARDOWN_MIN:g} min: assumed",
             f"step overhead {overhead.seconds:.0f} s: starting and stopping each capacity step's and settle segment's "
@@ -202,7 +202,7 @@ def predict(m: Manifest, work_dir: Path | None = None, overhead: StepOverhead = 
             "each fleet's measure_instances measured behind its NLB, as simulated; asg.desired instances (measure_instances when "
             "more) run and are paid for the whole campaign but deploy's compile phase (every fleet at 0 while it runs); "
             "load-generator tasks (a master and loadgen.workers workers per fleet) "
-            "while load runs; one NLB",
+            "while load runs; the Prometheus task and one NLB for the whole campaign",
             *_compile_assumptions(m),
             "the quality gate passes (not predicted)",
             f"the settle phase within capacity_search.settle_budget_s ({cfg.settle_budget_s:g} s of arrivals and drains) as simulated",
@@ -303,7 +303,8 @@ def _cost(
     """USD of the campaign: instance-hours of every fleet for its whole length but the compile
     phase (every fleet is at 0 while it runs), each compile instance for its phase, load-generator
     tasks while load runs, the conductor for as long as the fleets run (a `run --detach`'s; a run
-    in a terminal saves it: a bound), the NLB's hours; empty when a price is missing from the snapshot."""
+    in a terminal saves it: a bound), the Prometheus task's and the NLB's hours for the whole
+    campaign; empty when a price is missing from the snapshot."""
     out: dict[str, float] = {}
     compile_min = max((c.minutes for c in compiles), default=0.0)
     for p in preds.values():
@@ -323,6 +324,10 @@ def _cost(
     tasks = len(preds) * (1 + m.loadgen.workers)
     out["loadgen_tasks"] = tasks * (LOADGEN_TASK_VCPU * vcpu + LOADGEN_TASK_MEMORY_GIB * gib) * load_min / 60
     out["conductor"] = (CONDUCTOR_TASK_VCPU * vcpu + CONDUCTOR_TASK_MEMORY_GIB * gib) * (total_min - compile_min) / 60
+    # stacks/observability.py's Prometheus service (desired_count 1; its task's size is
+    # core.cloud_contract's PROMETHEUS_TASK_*) runs from deploy to teardown, the compile phase and
+    # past the deadline included (billing_after_deadline), as the NLB does.
+    out["prometheus_task"] = (PROMETHEUS_TASK_VCPU * vcpu + PROMETHEUS_TASK_MEMORY_GIB * gib) * total_min / 60
     out["nlb"] = nlb * total_min / 60
     return out
 

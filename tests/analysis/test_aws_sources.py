@@ -324,7 +324,7 @@ def test_cost_explorer_asks_hourly_for_the_window_hours_then_falls_back_to_whole
             _ce_params("2026-01-01T10:00:00Z", "2026-01-01T12:00:00Z", "HOURLY"),
         )
         got = cost_explorer_window(ce, "c1", start, end, now_unix=T0 + 86400)
-    assert (got.granularity, got.usd, got.by_fleet) == ("HOURLY", pytest.approx(3.5), {"g6": pytest.approx(3.5)})
+    assert got.granularity == "HOURLY" and got.by_fleet == {"g6": pytest.approx(3.5)} and got.usd == pytest.approx(3.5)
     with Stubber(ce) as stub:
         stub.add_client_error("get_cost_and_usage", "ValidationException", "hourly granularity is not enabled")
         stub.add_response("get_cost_and_usage", _ce_answer("40"), _ce_params("2026-01-01", "2026-01-02", "DAILY"))
@@ -335,3 +335,23 @@ def test_cost_explorer_asks_hourly_for_the_window_hours_then_falls_back_to_whole
         stub.add_response("get_cost_and_usage", _ce_answer("40"), _ce_params("2026-01-01", "2026-01-02", "DAILY"))
         got = cost_explorer_window(ce, "c1", start, end, now_unix=T0 + 15 * 86400)
     assert got.granularity == "DAILY" and "14 days" in got.note
+
+
+def test_cost_explorer_with_no_rows_is_no_figure_and_says_why() -> None:
+    """Issue 46, finding 10 (and issue 48, item 4): Cost Explorer answering no rows for the
+    campaign's tags (not activated yet, or not refreshed) is a bill not known, not 0 USD (until
+    2026-12 the live report showed `billed: 0.0 USD` from such an answer)."""
+    start, end = T0 + 20 * 60, T0 + 100 * 60
+    empty = {"ResultsByTime": [{"TimePeriod": {"Start": "x", "End": "y"}, "Groups": [], "Estimated": True}]}
+    ce = boto3.client("ce", region_name="us-east-1", aws_access_key_id="k", aws_secret_access_key="s")
+    with Stubber(ce) as stub:
+        stub.add_response(
+            "get_cost_and_usage", empty, _ce_params("2026-01-01T10:00:00Z", "2026-01-01T12:00:00Z", "HOURLY")
+        )
+        got = cost_explorer_window(ce, "c1", start, end, now_unix=T0 + 86400)
+    assert got.usd is None and got.by_fleet == {}
+    assert got.no_rows == (
+        "Cost Explorer returned no rows for the run's tags (campaign=c1, grouped by fleet) between "
+        "2026-01-01T10:00:00Z and 2026-01-01T12:00:00Z (HOURLY, end exclusive): cost-allocation tags may not be "
+        "activated yet, or the data not yet refreshed (up to 24 h)"
+    )

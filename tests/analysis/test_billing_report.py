@@ -89,7 +89,8 @@ def test_plan_computed_and_billed_side_by_side_each_with_its_source(tmp_path: Pa
         return prices.lookup(kind, key, region).usd
 
     task = LOADGEN_TASK_VCPU * usd("fargate", "vcpu-hour") + LOADGEN_TASK_MEMORY_GIB * usd("fargate", "gb-hour")
-    hourly = 1 * usd("instance", "inf2.xlarge") + 2 * usd("instance", "g6.xlarge") + usd("nlb", "hour")
+    # every instance deployed bills (4 per fleet: measure_instances), whatever the runner measured on (1 and 2 here)
+    hourly = 4 * usd("instance", "inf2.xlarge") + 4 * usd("instance", "g6.xlarge") + usd("nlb", "hour")
     hourly += 2 * (small.loadgen.workers + 1) * task
     # synth's records: sends at 0 .. 99 s, the arrival window widened by n/(n-1) to 100 s; no run summaries
     hours = 100 / 3600
@@ -114,6 +115,32 @@ def test_plan_computed_and_billed_side_by_side_each_with_its_source(tmp_path: Pa
     assert "Campaign cost: planned, computed, billed</h2>" in (tmp_path / "out" / "report.html").read_text(
         encoding="utf-8"
     )
+
+
+def test_computed_cost_bills_every_instance_deployed_healthy_or_not(tmp_path: Path, small: Manifest) -> None:
+    """Issue 46, finding 8: an instance out of the target group's healthy targets still bills. The
+    runner counted 3 healthy inf2 instances of the 4 deployed (instances.json): the measured
+    capacity is per those 3, the computed cost counts all 4 (until 2026-12 it counted 3)."""
+    from core.records import INSTANCES_FILE
+
+    (tmp_path / "rec").mkdir()
+    counted = {
+        "inf2": {"instances": 3, "source": "measured", "detail": "fewest healthy targets while the replay ran"},
+        "g6": {"instances": 4, "source": "measured", "detail": "fewest healthy targets while the replay ran"},
+    }
+    (tmp_path / "rec" / INSTANCES_FILE).write_text(json.dumps(counted), encoding="utf-8")
+    r = _report(tmp_path, small, planned_cost=PLAN)
+    assert r["provenance"]["instances_measured.inf2"]["value"] == 3  # what the capacity is per
+    region = small.costs.region
+    inf2, g6 = (prices.lookup("instance", t, region).usd for t in ("inf2.xlarge", "g6.xlarge"))
+    task = LOADGEN_TASK_VCPU * prices.lookup("fargate", "vcpu-hour", region).usd
+    task += LOADGEN_TASK_MEMORY_GIB * prices.lookup("fargate", "gb-hour", region).usd
+    tasks = 2 * (small.loadgen.workers + 1) * task
+    assert [f.instances_deployed for f in small.fleets] == [4, 4]
+    hourly = 4 * inf2 + 4 * g6 + prices.lookup("nlb", "hour", region).usd + tasks
+    computed = r["billing"]["computed"]
+    assert computed["usd"] == pytest.approx(hourly * 100 / 3600, abs=1e-4)  # synth's 100 s window
+    assert "inf2: 4 x inf2.xlarge deployed" in computed["covers"]
 
 
 def test_billed_is_unavailable_with_the_reason_when_no_source_answers(tmp_path: Path, small: Manifest) -> None:
@@ -208,6 +235,29 @@ def test_billed_from_cost_explorer_says_it_covers_whole_utc_days(tmp_path: Path,
     assert b["billed"]["usd"] == pytest.approx(37.5) and b["billed"]["date"] == "2023-11-14 .. 2023-11-15"
     assert b["billed"]["covers"].startswith("DAILY: the whole UTC days that hold the measured window")
     assert "DAILY 2023-11-14 .. 2023-11-15" in r["provenance"]["billing.cost_explorer"]["detail"]
+
+
+def test_billed_from_a_cost_explorer_with_no_rows_is_unavailable_with_the_reason(
+    tmp_path: Path, small: Manifest
+) -> None:
+    """No rows from Cost Explorer is a gap with its reason, never `billed: 0.0 USD` pulled (issue 46, finding 10)."""
+    from botocore.stub import Stubber
+
+    from analysis.report.inputs import AwsClients
+
+    ce = boto3.client("ce", region_name="us-east-1", aws_access_key_id="k", aws_secret_access_key="s")
+    empty = {"ResultsByTime": [{"TimePeriod": {"Start": "2023-11-14", "End": "2023-11-15"}, "Groups": []}]}
+    with Stubber(ce) as stub:
+        stub.add_response("get_cost_and_usage", empty)
+        r = _report(tmp_path, small, aws=True, aws_clients=AwsClients(ce=ce))
+    billed = r["billing"]["billed"]
+    assert billed["usd"] is None and billed["source"] == "billed: no billing source answered"
+    assert billed["unavailable"].startswith(
+        "Cost Explorer returned no rows for the run's tags (campaign=" + small.campaign + ", grouped by fleet) between "
+        "2023-11-14 and 2023-11-15 (DAILY, end exclusive): cost-allocation tags may not be activated yet"
+    )
+    assert "billing.cost_explorer" not in r["provenance"] and r["billing"]["cost_explorer"] is None
+    assert any(g["what"] == "billing.cost_explorer" and "no rows" in g["reason"] for g in r["gaps"])
 
 
 def test_the_measured_window_runs_from_the_replays_first_request_to_the_last_step_summarys_end() -> None:

@@ -346,3 +346,20 @@ def test_the_step_overhead_is_measured_from_an_earlier_run_or_assumed(tmp_path: 
     assert got.seconds == 50.0 and got.source == f"measured: the median of 3 steps of {tmp_path}"
     with pytest.raises(CampaignError, match="no capacity step with a measured overhead"):
         StepOverhead.measured_in(tmp_path / "nothing")
+
+
+def test_the_plan_prices_the_prometheus_task_for_the_whole_campaign(manifest_data: dict[str, Any]) -> None:
+    """Issue 46, finding 8: stacks/observability.py's Prometheus service runs one Fargate task of
+    PROMETHEUS_TASK_VCPU vCPU and PROMETHEUS_TASK_MEMORY_GIB GiB (tests/stacks hold both to the
+    template) from deploy to teardown, as the NLB does; the plan's USD counts it (until 2026-12 it
+    did not, while the report's computed cost said the plan counts it)."""
+    from campaign.plan.predict import _cost
+    from core.cloud_contract import PROMETHEUS_TASK_MEMORY_GIB, PROMETHEUS_TASK_VCPU
+
+    m = manifest_from_data(manifest_data)
+    region = m.costs.region
+    hourly = PROMETHEUS_TASK_VCPU * prices.lookup("fargate", "vcpu-hour", region).usd
+    hourly += PROMETHEUS_TASK_MEMORY_GIB * prices.lookup("fargate", "gb-hour", region).usd
+    usd = _cost(m, {}, total_min=240.0, load_min=12.0)
+    assert usd.get("prometheus_task") == pytest.approx(hourly * 4)  # 240 min: 4 hours
+    assert usd["nlb"] == pytest.approx(prices.lookup("nlb", "hour", region).usd * 4)
