@@ -23,6 +23,7 @@ from analysis.sources.records import load_records
 from core.manifest import Manifest
 from core.records import RequestRecord
 from tests.analysis.synth import rec, write_jsonl
+from tests.invariants import INVARIANT
 
 
 @st.composite
@@ -48,6 +49,7 @@ def _rec(m: Manifest, i: int, row: tuple[float, float, float, int]) -> RequestRe
     return rec(m, "g6", i, scheduled=s, ttft=ttft, itl=itl, tokens=tokens, e2e=ttft + itl * tokens)
 
 
+@INVARIANT
 @given(split_step())
 def test_a_step_split_into_settle_segments_measures_as_the_unsplit_step(
     m: Manifest, case: tuple[float, list[tuple[float, float, float, int]], list[int], list[float]]
