@@ -156,12 +156,14 @@ def settle(
             for name, (step, _, _) in plans.items()
             if (why := _flipped(rep, name, step))
         }
-        # The round is accounted: a run cut off from here keeps its segments (a pooled miss reads them).
-        SettleProgress(outcome=out).write(capacity_root)
         if out.reopened:
             # More requests showed the sizing step does not hold: the capacity lies below it, which
             # only a step below can measure (settle_phase resumes the search there).
             out.stopped, out.detail = SettleStop.REOPENED, "; ".join(r.why for r in out.reopened.values())
+        # The round is accounted: a run cut off from here keeps its segments (a pooled miss reads
+        # them) and, reopened, resumes the searches first.
+        SettleProgress(outcome=out).write(capacity_root)
+        if out.reopened:
             break
         if rep.decision.to_settle is not None and _evidence(rep) == before:
             # Seen in the example: to_settle asked 2-3 more requests per fleet, four rounds in a
@@ -178,7 +180,11 @@ def settle(
     else:
         out.stopped, out.detail = SettleStop.ROUNDS, f"{MAX_ROUNDS} rounds without settling"
     out.delta_ci_after, out.decision_after = _ci(rep), rep.decision.state
-    out.write(capacity_root)
+    SettleProgress(outcome=out).write(capacity_root)
+    if out.stopped != SettleStop.REOPENED or out.reopens >= MAX_REOPENED:
+        # settle.json marks the phase finished (campaign.stages.resume): not while a reopened
+        # search is still to run, or a run cut off in it would resume at its report
+        out.write(capacity_root)
     log(
         f"settle phase: {out.stopped} ({out.detail}); monthly delta 95% CI {_fmt(out.delta_ci_before)} -> {_fmt(out.delta_ci_after)}"
     )

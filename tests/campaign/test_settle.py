@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from analysis.capacity.search import StepPlan
-from analysis.capacity.settle_record import SETTLE_FILE, Reopened
+from analysis.capacity.settle_record import SETTLE_FILE, SETTLE_PROGRESS_FILE, Reopened
 from analysis.capacity.steps import SearchPath, SearchStep, StopRule, Verdict, read_search_path, write_search_path
 from analysis.measure import goodput
 from analysis.sources.records import load_records
@@ -279,8 +279,11 @@ def test_a_sizing_step_that_misses_pooled_with_its_segment_reopens_the_search(tm
             step="inf2/x0.5", why="inf2/x0.5 missed over 82 requests with its segments (P95 TTFT 2.6 s, P95 ITL 0.08 s)"
         )
     }
-    saved = json.loads((tmp_path / SETTLE_FILE).read_text())
-    assert saved["reopened"]["inf2"]["step"] == "inf2/x0.5"
+    # the phase is not finished (its search reopens): no settle.json, which would mark it so and
+    # send a run cut off in the reopened search to its report (on 17e73d2 it was written)
+    assert not (tmp_path / SETTLE_FILE).exists()
+    saved = json.loads((tmp_path / SETTLE_PROGRESS_FILE).read_text())["outcome"]
+    assert saved["reopened"]["inf2"]["step"] == "inf2/x0.5" and saved["stopped"] == "reopened"
     # The search resumes from its recorded steps with x0.5 a miss: the next step is just below it.
     runner = FakeRunner(m)
     resume_search(m, "inf2", tmp_path, "inf2/x0.5", out.reopened["inf2"].why, runner, threading.Event(), lambda _: None)
