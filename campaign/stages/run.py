@@ -86,6 +86,8 @@ class RunFacts:
         }
         if self.planned_cost is not None:
             body["planned_cost"] = asdict(self.planned_cost)
+        if self.scrape_interval_s is not None:  # `report --run-dir` widens the replay's queries as the run did
+            body["scrape_interval_s"] = self.scrape_interval_s
         (run_dir / CAMPAIGN_FILE).write_text(json.dumps(body, indent=2), encoding="utf-8")
 
     @classmethod
@@ -109,7 +111,18 @@ class RunFacts:
             None,
             _numbers(path, d, "ready_after_s", float, required=False),
             planned_cost=_planned_cost(path, d.get("planned_cost")),
+            scrape_interval_s=_scrape_interval(path, d.get("scrape_interval_s")),
         )
+
+
+def _scrape_interval(path: Path, value: object) -> float | None:
+    """campaign.json's scrape_interval_s; None where absent (a run directory written before it was
+    kept: the replay's window is queried as measured)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise AnalysisError(f"{path}: scrape_interval_s: expected a positive number of seconds, got {value!r}")
+    return float(value)
 
 
 def _planned_cost(path: Path, value: object) -> PlannedCost | None:

@@ -69,3 +69,17 @@ def test_the_plan_a_run_was_given_round_trips_and_a_bad_field_is_named(tmp_path:
         (tmp_path / CAMPAIGN_FILE).write_text(json.dumps(body), encoding="utf-8")
         with pytest.raises(AnalysisError, match=field):
             RunFacts.read(tmp_path)
+
+
+def test_the_scrape_interval_is_kept_for_report_run_dir(tmp_path: Path) -> None:
+    """Issue 46, finding 12: the run's report widens the replay window's Prometheus queries by the
+    scrape interval (analysis.sources.prometheus.scrape_widened); campaign.json did not keep it,
+    so `report --run-dir` queried the window unwidened (read back None on 35fb9c4)."""
+    RunFacts({"g6": 1}, aws=True, scrape_interval_s=5.0).write(tmp_path)
+    facts = RunFacts.read(tmp_path)
+    assert facts is not None and facts.scrape_interval_s == 5.0
+    for bad in ("0", "-5", '"5"', "true"):
+        body = json.dumps({"instances_measured": {"g6": 1}})[:-1] + f', "scrape_interval_s": {bad}}}'
+        (tmp_path / CAMPAIGN_FILE).write_text(body, encoding="utf-8")
+        with pytest.raises(AnalysisError, match="scrape_interval_s: expected a positive number"):
+            RunFacts.read(tmp_path)
