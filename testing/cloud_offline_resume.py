@@ -12,8 +12,8 @@ Each kill is one of:
 
     search   at a random point (the seed's) of the capacity search
     settle   at a random point of the settle phase (at once where it ends first: one that
-             runs no segment ends as it starts; the example's here does, as each segment would
-             need about 5 min of arrivals, more than the budget; a run cut mid-settle is
+             runs no segment ends as it starts; the example's here does, as its next segment
+             needs more arrivals than the short settle budget holds; a run cut mid-settle is
              resumed in tests/campaign/test_resume_stages.py, on the simulated fleets)
     random   search or settle, as the seed picks (the default)
     report   as the report starts (after the last checkpoint before it)
@@ -27,7 +27,11 @@ Then it checks, and exits 1 naming what failed, else with the decision's code (0
 - the run record says it resumed: at which stage, which steps it carried over;
 - no finished step ran twice: no search step whose verdict was under the run's prefix at a kill
   has a master task (the launcher's own record) started after it;
-- `report --run-dir` over the run's directory as its prefix holds it gives the resumed run's decision.
+- every search step's verdict (step.json) under the prefix at a kill that the run's resumes carried
+  over is byte for byte the one under the prefix at the end, and every other one was set aside;
+- the resumed run's report says it resumed (provenance "resume", as resumes.json records it), and
+  `report --run-dir` over the run's directory as its prefix holds it gives the resumed run's
+  report.json field by field (report_differences; VOLATILE names the few fields left out).
 """
 
 from __future__ import annotations
@@ -37,11 +41,12 @@ import http.client
 import json
 import random
 import re
+import shutil
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -76,6 +81,55 @@ def phase(stage: str) -> int:
 # searches take minutes, a settle phase about one.
 RANDOM_WITHIN_S = {"search": 60.0, "settle": 20.0}
 UPLOAD_KILL = re.compile(r"/capacity/[^/]+/search\.json$")
+
+
+# report.json's fields that two builds of one report from the same files differ in by nature, not
+# by a figure; report_differences compares every other field. Run-relative paths need no entry:
+# `report --run-dir` writes into a copy of the run's directory, so its run-relative paths are the run's.
+VOLATILE = frozenset(
+    {
+        "generated_at",  # when the report was built: the run's at its end, `report --run-dir`'s after it
+        # The manifest's file name and digest: the conductor staged it as manifest.yaml, `report
+        # --run-dir` names the operator's copy. Its digest, which identifies it, is manifest_digest.
+        "provenance.manifest.detail",
+    }
+)
+
+
+def report_differences(ran: Any, again: Any, skip: Collection[str] = VOLATILE) -> tuple[int, list[str]]:
+    """Walk two report.json trees (`ran`: the run's, `again`: `report --run-dir`'s) field by field:
+    how many leaf fields were compared, and each difference as "<path>: <ran> vs <again>" (a path
+    such as `fleets.g6.capacity.search.steps[2].goodput_tok_s`; "absent" where one tree lacks it).
+    A path in `skip` is not compared (nor anything under it)."""
+    differences: list[str] = []
+    compared = 0
+
+    def walk(a: Any, b: Any, path: str) -> None:
+        nonlocal compared
+        if path in skip:
+            return
+        if isinstance(a, dict) and isinstance(b, dict):
+            for key in list(a) + [k for k in b if k not in a]:
+                sub = f"{path}.{key}" if path else str(key)
+                if key not in a or key not in b:
+                    if sub not in skip:
+                        differences.append(f"{sub}: {a.get(key, 'absent')!r} vs {b.get(key, 'absent')!r}")
+                    continue
+                walk(a[key], b[key], sub)
+            return
+        if isinstance(a, list) and isinstance(b, list):
+            if len(a) != len(b):
+                differences.append(f"{path}: {len(a)} item(s) vs {len(b)}")
+            for i, (x, y) in enumerate(zip(a, b, strict=False)):
+                walk(x, y, f"{path}[{i}]")
+            return
+        compared += 1
+        # bool is an int in Python: True == 1 would pass; a figure must keep its type too
+        if a != b or type(a) is not type(b):
+            differences.append(f"{path}: {a!r} vs {b!r}")
+
+    walk(ran, again, "")
+    return compared, differences
 
 
 class KillMissed(RuntimeError):
@@ -163,6 +217,8 @@ class Outcome:
     record: dict[str, Any]  # run.json at the end
     run_dir: Path  # the run's directory as its prefix holds it (fetched at the end)
     problems: list[str]  # what the checks found wrong (empty: all held)
+    compared_fields: int = 0  # report.json's leaf fields compared with `report --run-dir`'s
+    carried_verdicts: int = 0  # carried-over step.json files found byte-identical at the end
 
 
 class KillingRun:
@@ -182,8 +238,9 @@ class KillingRun:
         self.current = ""  # the kill now awaited: the proxy kills only while it is "upload"
         self.conductor = ""
         self.launcher: Any = None
-        # per kill: when, and the search steps whose verdict (step.json) was under the run's prefix then
-        self.finished_at_kill: list[tuple[float, set[tuple[str, str]]]] = []
+        # per kill: when, and the search steps whose verdict (step.json) was under the run's prefix
+        # then, (fleet, label) -> that step.json's bytes
+        self.finished_at_kill: list[tuple[float, dict[tuple[str, str], bytes]]] = []
 
     def _on_put(self, path: str) -> bool:
         """The upload kill: the first search.json put by the conductor kills it, before it lands."""
@@ -280,17 +337,17 @@ class KillingRun:
                 )
             time.sleep(0.2)
 
-    def _verdicts(self, uri: str) -> set[tuple[str, str]]:
-        """(fleet, label) of every search step whose step.json is under the run's prefix."""
+    def _verdicts(self, uri: str) -> dict[tuple[str, str], bytes]:
+        """(fleet, label) -> the step.json of every search step whose verdict is under the run's prefix."""
         from core import cloud_contract as cc
 
         bucket, prefix = cc.split_s3_uri(uri)
-        found = set()
+        found = {}
         for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/capacity/"):
             for obj in page.get("Contents", []):
                 parts = obj["Key"][len(prefix) + 1 :].split("/")
                 if len(parts) == 4 and parts[3] == "step.json":
-                    found.add((parts[1], parts[2]))
+                    found[(parts[1], parts[2])] = self.s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read()
         return found
 
     def check(self, o: Outcome) -> list[str]:
@@ -304,7 +361,8 @@ class KillingRun:
             problems.append(f"the resumed run ended with exit {o.exit_code}, not a decision")
         # No finished step ran twice: a search step whose verdict was under the run's prefix when
         # its conductor was killed has no master task started after that kill. (A settle phase
-        # cut off runs again whole, its finished segments too: campaign.stages.resume.prepare.)
+        # cut off keeps its finished rounds' segments and runs the round in flight again:
+        # campaign.stages.resume.prepare.)
         masters = [
             (e["fleet"], e["step"].split("/", 1)[1], e["at"])
             for e in self.launcher.registry()
@@ -323,12 +381,76 @@ class KillingRun:
             "carried_over"
         ):
             problems.append("the run record carries steps over that no kill found finished")
-        # report --run-dir over the same step directories: the same decision
+        problems += self._check_carried_verdicts(o)
+        # report --run-dir over the same files: the same report, field by field
         if o.exit_code in (0, 10, 11):
-            redone = report_from_run_dir(self.m, o.run_dir, self.out / "report-run-dir")
-            ran = json.loads((o.run_dir / "report.json").read_text(encoding="utf-8"))["decision"]["state"]
-            if redone.decision.state != ran:
-                problems.append(f"report --run-dir decides {redone.decision.state}, the resumed run decided {ran}")
+            problems += self._check_report(o, report_from_run_dir)
+        return problems
+
+    def _check_carried_verdicts(self, o: Outcome) -> list[str]:
+        """Each step.json under the prefix at a kill that the run's resumes (resumes.json) carried
+        over is byte for byte the one under it at the end; any other was set aside (interrupted/)."""
+        from campaign.stages.resume import read_resumes
+
+        resumes = read_resumes(o.run_dir)
+        carried = {c for r in resumes for c in r.carried_over}
+        set_aside = [a for r in resumes for a in r.set_aside]
+        problems, same = [], set()
+        for i, (_, verdicts) in enumerate(self.finished_at_kill, 1):
+            for (fleet, label), body in sorted(verdicts.items()):
+                step = f"{fleet}/{label}"
+                if step not in carried:
+                    if not any(
+                        a.startswith((f"interrupted/capacity/{step}-", "interrupted/capacity-")) for a in set_aside
+                    ):
+                        problems.append(
+                            f"{step} had its verdict at kill {i}, yet was neither carried over nor set aside"
+                        )
+                    continue
+                final = o.run_dir / "capacity" / fleet / label / "step.json"
+                now = final.read_bytes() if final.is_file() else None
+                if now != body:
+                    problems.append(
+                        f"{step}/step.json: carried over from kill {i}, yet "
+                        + (
+                            "gone at the end"
+                            if now is None
+                            else f"not the same bytes at the end ({len(body)} then, {len(now)} now)"
+                        )
+                    )
+                else:
+                    same.add(step)
+        o.carried_verdicts = len(same)
+        return problems
+
+    def _check_report(self, o: Outcome, report_from_run_dir: Callable[..., Any]) -> list[str]:
+        """The resumed run's report.json says it resumed, and `report --run-dir` (as `report --run-id`
+        runs it: the stack's Prometheus, signed for its region) over a copy of the run's directory
+        gives it again, field by field."""
+        from campaign.stages.resume import RESUMES_FILE
+
+        problems = []
+        ran = json.loads((o.run_dir / "report.json").read_text(encoding="utf-8"))
+        kept = o.run_dir / RESUMES_FILE
+        recorded = json.loads(kept.read_text(encoding="utf-8")) if kept.is_file() else None
+        said = ran["provenance"].get("resume", {}).get("value")
+        last = o.record.get("resumed", {}).get("at")
+        if not said or said != recorded:
+            problems.append(f"the resumed run's report says provenance.resume {said!r}; {RESUMES_FILE}: {recorded!r}")
+        elif said[-1]["at"] != last:
+            problems.append(f"the report's last resume is at {said[-1]['at']!r}, the run record's at {last!r}")
+        copy = self.out / "report-run-dir" / o.run_id
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(o.run_dir, copy)
+        for name in ("report.json", "report.md", "report.html"):
+            (copy / name).unlink(missing_ok=True)
+        url = self.cfg.prometheus_url or None
+        report_from_run_dir(
+            self.m, copy, copy, prometheus_url=url, prometheus_sigv4_region=self.cfg.region if url else None
+        )
+        again = json.loads((copy / "report.json").read_text(encoding="utf-8"))
+        o.compared_fields, differences = report_differences(ran, again)
+        problems += [f"report --run-dir differs from the resumed run's report.json at {d}" for d in differences]
         return problems
 
 
@@ -378,6 +500,10 @@ def main(argv: list[str] | None = None) -> int:
     resumed = outcome.record.get("resumed", {})
     print(f"run {outcome.run_id}: {time.monotonic() - t0:.0f} s; killed: {'; '.join(outcome.kills)}")
     print(f"resumed at {resumed.get('at')!r}, carried over {resumed.get('carried_over')}; exit {outcome.exit_code}")
+    print(
+        f"report --run-dir: {outcome.compared_fields} field(s) of report.json compared; "
+        f"{outcome.carried_verdicts} carried-over step.json file(s) byte-identical"
+    )
     for problem in outcome.problems:
         print(f"FAILED: {problem}", file=sys.stderr)
     return 1 if outcome.problems else outcome.exit_code

@@ -68,7 +68,9 @@ def evaluate_scenarios(ctx: Context, with_sensitivity: bool) -> Evaluation:
 
 
 def input_provenance(inp: ReportInputs) -> Findings:
-    """What served the fleets (when not the manifest's hardware) and whether quality-gate results were given."""
+    """What served the fleets (when not the manifest's hardware), what the settle phase did, whether
+    the run was resumed (when it was cut off, what it carried over, what ran again) and whether
+    quality-gate results were given."""
     found = Findings()
     if inp.systems_under_test:
         found.provenance["systems_under_test"] = {"source": "measured", "detail": inp.systems_under_test}
@@ -80,6 +82,17 @@ def input_provenance(inp: ReportInputs) -> Findings:
             "detail": f"settle phase: {s.stopped} ({s.detail}); {len(s.segments)} segment(s) over "
             f"{s.seconds:.0f} s; monthly delta 95% CI {s.delta_ci_before} before, "
             f"{s.delta_ci_after} after; decision {s.decision_before} -> {s.decision_after}",
+        }
+    if inp.resumed:
+        found.provenance["resume"] = {
+            "source": "measured",
+            "value": [r.model_dump(mode="json") for r in inp.resumed],
+            "detail": f"the run was cut off and resumed {len(inp.resumed)} time(s) (resumes.json): "
+            + "; ".join(
+                f"{i}. cut off in the {r.at}; carried over {len(r.carried_over)} finished step(s) and "
+                f"segment(s), not run again; set aside and run again: {', '.join(r.set_aside) or 'nothing'}"
+                for i, r in enumerate(inp.resumed, 1)
+            ),
         }
     if inp.quality is None:
         found.provenance["quality"] = {"source": "missing", "detail": "no quality-gate results were given"}

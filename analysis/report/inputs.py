@@ -7,6 +7,8 @@ from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from analysis.capacity.settle_record import SettleOutcome
 from analysis.model import QualityResult
 from analysis.sources.pricing import PRICING_ENDPOINT_REGION
@@ -59,6 +61,22 @@ class PlannedCost:
     date: str  # when the plan was made; `source` says how that is known
 
 
+class Resumption(BaseModel):
+    """One `run --resume` of the run, as campaign.stages.resume.record_resume keeps it in the run
+    directory (resumes.json, one per resume, in order): the report says the run was cut off and
+    what of it was measured before and after, and `report --run-dir` says the same."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    at: str = Field(description="the stage the run was cut off in, which it went on from")
+    carried_over: tuple[str, ...] = Field(
+        description='finished search steps and settle segments kept, "<fleet>/x<k>[/settle-<n>]"'
+    )
+    set_aside: tuple[str, ...] = Field(
+        description="what the cut-off stage had left half done, moved under interrupted/ (run-relative) and run again"
+    )
+
+
 @dataclass(frozen=True)
 class ReportInputs:
     """Everything `build_report` reads. Past `records_dir` every field is keyword-only.
@@ -94,6 +112,8 @@ class ReportInputs:
     capacity_dirs: Mapping[str, Path] | None = None
     systems_under_test: str | None = None
     settle: SettleOutcome | None = None
+    # The run's resumes, in order (empty: it ran through): stated in the report's provenance.
+    resumed: tuple[Resumption, ...] = ()
     # The run directory's metrics/: the server's histograms per step as the run saved them
     # (analysis.sources.server_series); the report's per-step server figures come from it alone.
     metrics_dir: str | Path | None = None

@@ -16,6 +16,8 @@ file by file, what finished:
                                                      the round in flight, whose segments run again)
     capacity/settle.json                             the settle phase finished
     inputs/schedule.json                             the run's inputs (manifest and schedule digests)
+    resumes.json                                     the run's resumes so far (record_resume), which
+                                                     the report states (provenance "resume")
 
 An interrupted step's partial records are moved aside, under `interrupted/`, outside `capacity/`,
 so no report pools them (analysis.capacity.steps.discover_steps reads every directory under
@@ -27,7 +29,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +39,7 @@ from core.cloud_contract import INPUT_SCHEDULE, INPUTS_DIR, RunInputs
 
 if TYPE_CHECKING:  # the analysis stack (duckdb) stays out of the CLI's `--help` (tests/campaign/test_cli.py)
     from analysis.capacity.steps import SearchStep
+    from analysis.report.inputs import Resumption
 
 # The run directory's layout (campaign.stages.run's docstring draws it).
 CAMPAIGN_FILE = "campaign.json"
@@ -45,6 +48,8 @@ RECORDS_DIR = "records"
 CAPACITY_DIR = "capacity"
 # Under the run directory, beside capacity/: what a cut-off step or replay had recorded.
 INTERRUPTED_DIR = "interrupted"
+# Under the run directory: one record per resume, in order (record_resume).
+RESUMES_FILE = "resumes.json"
 
 # The stages in order, as run_stages names them in its checkpoints.
 GATE = "quality gate"
@@ -87,6 +92,8 @@ class RunState:
     fleets: Mapping[str, FleetSteps]
     settle_finished: bool
     inputs: RunInputs | None = None
+    # What `prepare` moved under interrupted/ (run-relative destinations): it runs again.
+    set_aside: tuple[str, ...] = ()
 
     @property
     def search_finished(self) -> bool:
@@ -242,4 +249,65 @@ def prepare(state: RunState, sweep: bool, log: Callable[[str], None], on_move: O
                         moved.append(set_aside(run_dir, f"{step}/{seg.name}", on_move))
     for d in moved:
         log(f"resume: set aside what was cut off: {d.relative_to(run_dir)}")
-    return read_run_state(run_dir, list(state.fleets)) if moved else state
+    if not moved:
+        return state
+    now = read_run_state(run_dir, list(state.fleets))
+    return replace(now, set_aside=state.set_aside + tuple(d.relative_to(run_dir).as_posix() for d in moved))
+
+
+def kept_segments(state: RunState) -> list[str]:
+    """The settle segments under the finished search steps, "<fleet>/<label>/settle-<n>": after
+    `prepare`, those the phase finished, which a resumed run does not run again."""
+    from analysis.measure.goodput import SETTLE_DIR
+
+    capacity = state.run_dir / CAPACITY_DIR
+    return [
+        f"{fleet}/{label}/{seg.name}"
+        for fleet, st in sorted(state.fleets.items())
+        for label in sorted(st.finished)
+        for seg in sorted((capacity / fleet / label).glob(f"{SETTLE_DIR}*"))
+        if seg.is_dir()
+    ]
+
+
+def record_resume(state: RunState) -> Resumption:
+    """Add this resume of the run, from its state after `prepare`, to the run directory's
+    RESUMES_FILE (which goes up with the run directory, so a later resume and `report --run-dir`
+    read the same): where it was cut off, what it carries over, what was set aside to run again."""
+    from analysis.report.inputs import Resumption
+
+    done = read_resumes(state.run_dir)
+    this = Resumption(
+        at=state.stage,
+        carried_over=tuple(state.carried_over() + kept_segments(state)),
+        set_aside=state.set_aside,
+    )
+    path = state.run_dir / RESUMES_FILE
+    tmp = path.with_name(path.name + ".tmp")  # a kill mid-write leaves the resumes recorded before
+    tmp.write_text(json.dumps([r.model_dump(mode="json") for r in (*done, this)], indent=2), encoding="utf-8")
+    tmp.replace(path)
+    return this
+
+
+def read_resumes(run_dir: Path) -> tuple[Resumption, ...]:
+    """The run's resumes in order (RESUMES_FILE); none without the file; an AnalysisError naming
+    the file and the field when it does not hold them."""
+    from pydantic import ValidationError
+
+    from analysis.report.inputs import Resumption
+
+    path = run_dir / RESUMES_FILE
+    body = _read_json(path)
+    if body is None:
+        return ()
+    if not isinstance(body, list):
+        raise AnalysisError(f"{path}: expected a list of resumes, got {type(body).__name__}")
+    resumes = []
+    for i, r in enumerate(body):
+        try:
+            resumes.append(Resumption.model_validate(r))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(x) for x in (i, *first["loc"]))
+            raise AnalysisError(f"{path}: {where}: {first['msg']}") from None
+    return tuple(resumes)

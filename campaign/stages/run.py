@@ -18,6 +18,7 @@ Everything a report is built from lands in one run directory, laid out the same 
     metrics/<fleet>/<step>.json      the server's histograms and up checks per step, as Prometheus gave them
     campaign.json                    instances measured, what served the fleets, readiness
     interrupted/                     a resumed run's cut-off steps, set aside (campaign.stages.resume): no report reads them
+    resumes.json                     each resume: where it was cut off, what it kept, what ran again (the report says so)
     report.json, report.md, report.html
 
 `report_from_run_dir` rebuilds the report from such a directory (`campaign report --run-id`).
@@ -49,7 +50,17 @@ from campaign.stages.quality import (
 )
 from campaign.stages.resume import CAMPAIGN_FILE as CAMPAIGN_FILE
 from campaign.stages.resume import CAPACITY_DIR as CAPACITY_DIR
-from campaign.stages.resume import GATE, REPLAY, REPORT, SEARCH, SETTLE, FleetSteps, RunState
+from campaign.stages.resume import (
+    GATE,
+    REPLAY,
+    REPORT,
+    SEARCH,
+    SETTLE,
+    FleetSteps,
+    RunState,
+    read_resumes,
+    record_resume,
+)
 from campaign.stages.resume import QUALITY_FILE as QUALITY_FILE
 from campaign.stages.resume import RECORDS_DIR as RECORDS_DIR
 from campaign.stages.resume import prepare as prepare_resume
@@ -235,6 +246,7 @@ def run_stages(
     records_dir = run_dir / RECORDS_DIR
     if resume is not None:
         resume = prepare_resume(resume, m.workload.capacity_sweep is not None, log)
+        record_resume(resume)  # the report says so (provenance "resume"), `report --run-dir` too
         log(f"resuming at the {resume.stage}; carried over: {', '.join(resume.carried_over()) or 'no search step'}")
     records_dir.mkdir(exist_ok=True)
     if resume is None or resume.stage in (GATE, REPLAY):
@@ -524,6 +536,7 @@ def run_report(
             capacity_dirs=capacity_dirs or None,
             systems_under_test=facts.systems_under_test,
             settle=settled,
+            resumed=read_resumes(run_dir),
             with_sensitivity=full,
             with_pages=full,
         )

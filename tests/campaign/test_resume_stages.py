@@ -5,6 +5,7 @@ The campaign's own stages run on `campaign plan`'s simulated fleets (seconds, de
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 
 from analysis.capacity.search import StepPlan
 from analysis.capacity.steps import write_search_step
+from analysis.errors import AnalysisError
 from campaign.backends.simulated.fleets import SimulatedFleets, SimulatedSteps
 from campaign.stages import resume
 from campaign.stages.capacity import ResumeMismatch
@@ -48,7 +50,8 @@ class Fleets(SimulatedFleets):
     def __init__(self, m: Manifest, run_dir: Path, after: int | None = None) -> None:
         super().__init__(m, overhead_s=60.0)
         self.concurrent = 1  # one fleet after the other: the order of the steps is the run's own
-        self.run_dir, self.after, self.started = run_dir, after, []  # type: list[str]
+        self.run_dir, self.after = run_dir, after
+        self.started: list[str] = []
 
     def steps(self) -> KillingSteps:  # type: ignore[override]
         return KillingSteps(super().steps(), self.run_dir, self.started, self.after)
@@ -66,6 +69,10 @@ def _searches(run_dir: Path, m: Manifest) -> dict[str, Any]:
 
 def _decision(run_dir: Path) -> Any:
     return json.loads((run_dir / "report.json").read_text())["decision"]
+
+
+def _provenance(run_dir: Path) -> dict[str, Any]:
+    return dict(json.loads((run_dir / "report.json").read_text())["provenance"])
 
 
 @pytest.fixture(scope="module")
@@ -105,6 +112,16 @@ def test_a_run_killed_mid_search_resumes_on_the_same_path(
     # `report --run-dir` over the resumed directory (interrupted/ beside it) decides as the resumed run did
     again = report_from_run_dir(m, tmp_path, tmp_path / "again")
     assert again.decision.model_dump(mode="json") == _decision(tmp_path)
+    # the report says it was resumed: where it was cut off, what it carried over, what ran again
+    # (issue 46, finding 12: on 35fb9c4 only run.json said so, the report had no "resume" entry)
+    said = _provenance(tmp_path).get("resume")
+    assert said is not None, sorted(_provenance(tmp_path))
+    assert said["value"] == [
+        {"at": resume.SEARCH, "carried_over": sorted(carried), "set_aside": [f"interrupted/capacity/{cut}-1"]}
+    ]
+    assert said["source"] == "measured" and f"set aside and run again: interrupted/capacity/{cut}-1" in said["detail"]
+    assert again.provenance["resume"].model_dump(mode="json") == said  # `report --run-dir` says the same
+    assert "resume" not in _provenance(whole_dir)  # a run that ran through says nothing of it
 
 
 def test_a_run_killed_mid_settle_carries_the_search_and_what_it_spent_over(
@@ -134,6 +151,51 @@ def test_a_run_killed_mid_settle_carries_the_search_and_what_it_spent_over(
     assert settled["seconds"] <= cfg.settle_budget_s
     assert cfg.settle_budget_usd is None or settled["usd"] <= cfg.settle_budget_usd
     assert _decision(tmp_path)["state"] == _decision(whole_dir)["state"]
+    # the report says the run was cut off in the settle phase, kept every search step, and set the
+    # segment it was cut off in aside to run again
+    assert _provenance(tmp_path).get("resume", {}).get("value") == [
+        {"at": resume.SETTLE, "carried_over": sorted(carried), "set_aside": [f"interrupted/capacity/{whole[after]}-1"]}
+    ]
+
+
+def test_a_resume_records_the_settle_segments_it_keeps(
+    example: tuple[Manifest, Path, list[str]], tmp_path: Path
+) -> None:
+    """Cut off after the phase's last round, before settle.json: its segments are kept, and the
+    resume's record (resumes.json, the report's provenance "resume") names them as carried over."""
+    m, whole_dir, whole = example
+    run_dir = tmp_path / "run"
+    shutil.copytree(whole_dir, run_dir)
+    (run_dir / "capacity" / "settle.json").unlink()
+    state = resume.read_run_state(run_dir, [f.name for f in m.fleets])
+    assert state.stage == resume.SETTLE
+    segments = sorted(s for s in whole if "/settle-" in s)
+    assert segments
+    resumed = _run(m, run_dir, state=state)
+    # the phase goes on from its finished round: none of its segments runs again, none is lost
+    assert not set(resumed.started) & set(segments), resumed.started
+    settled = json.loads((run_dir / "capacity" / "settle.json").read_text())
+    assert [s["directory"] for s in settled["segments"]] == segments
+    (recorded,) = resume.read_resumes(run_dir)
+    assert recorded.at == resume.SETTLE and recorded.set_aside == ()
+    assert list(recorded.carried_over) == state.carried_over() + segments  # the kept segments named
+    assert _provenance(run_dir)["resume"]["value"] == [recorded.model_dump(mode="json")]
+    again = resume.record_resume(resume.read_run_state(run_dir, [f.name for f in m.fleets]))  # a later resume
+    assert resume.read_resumes(run_dir) == (recorded, again) and again.at == resume.REPORT
+
+
+@pytest.mark.parametrize(
+    ("body", "names"),
+    [
+        ("{}", "expected a list of resumes, got dict"),
+        ('[{"at": "report", "carried_over": [], "set_aside": []}, {"at": "report"}]', "1.carried_over: Field required"),
+        ('[{"at": "report", "carried_over": [], "set_aside": [], "when": 1}]', "0.when: Extra inputs"),
+    ],
+)
+def test_a_malformed_resumes_file_names_the_entry_and_field(tmp_path: Path, body: str, names: str) -> None:
+    (tmp_path / resume.RESUMES_FILE).write_text(body, encoding="utf-8")
+    with pytest.raises(AnalysisError, match=names):
+        resume.read_resumes(tmp_path)
 
 
 def test_a_recorded_step_off_the_search_path_is_refused(

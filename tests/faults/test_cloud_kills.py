@@ -8,6 +8,7 @@ Fargate task does; the resume stops them."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -31,9 +32,13 @@ def test_a_run_killed_mid_search_mid_upload_and_as_its_report_starts_resumes_to_
         outcome = run.run(["search@2", "upload", "report"])
     log = "\n".join(lines[-80:])
     # the checks the runner makes: the record says it resumed; no step with a verdict at a kill
-    # ran again; `report --run-dir` over the run's prefix decides as the resumed run did
+    # ran again; each verdict carried over is the killed run's, byte for byte; the report says
+    # it resumed, and `report --run-dir` over the run's prefix gives its report.json field by field
     assert outcome.problems == [], log
-    assert outcome.exit_code in (0, 10, 11), log
+    assert outcome.exit_code in (0, 10, 11), log  # the decision itself may be any of the three
+    # ... but the figures were compared, not skipped (issue 46, finding 12: only decision.state was)
+    assert outcome.compared_fields > 100, outcome.compared_fields  # a fleet's row alone has dozens
+    assert outcome.carried_verdicts > 0, outcome.carried_verdicts
     wheres = [k.split(" ", 1)[0] for k in outcome.kills]
     assert wheres == ["search@2", "upload", "report"], outcome.kills
     assert "capacity search" in outcome.kills[0], outcome.kills  # killed in the search, not after it
@@ -45,6 +50,10 @@ def test_a_run_killed_mid_search_mid_upload_and_as_its_report_starts_resumes_to_
         for p in (outcome.run_dir / "capacity").glob("*/*/step.json")
     )
     assert resumed["carried_over"] == steps and steps, (resumed, steps)
+    # the report says so: each resume, where it was cut off, what it kept and what ran again
+    said = json.loads((outcome.run_dir / "report.json").read_text(encoding="utf-8"))["provenance"]["resume"]
+    assert [r["at"] for r in said["value"]] == [resume.SEARCH, resume.SEARCH, resume.REPORT], said
+    assert [c for c in said["value"][-1]["carried_over"] if "/settle-" not in c] == steps, said
     # the upload kill fell before a search.json landed, so that resume found the search unfinished
     assert any("search.json" in line for line in lines if line.startswith("== killed")), log
     assert outcome.record["status"] == "finished" and outcome.record["exit_code"] == outcome.exit_code
