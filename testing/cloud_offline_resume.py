@@ -46,7 +46,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -55,6 +55,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from testing.cloud_offline import EXAMPLE, LAG_BOUND_S, OfflineAws, offline_aws, offline_manifest
+from testing.json_diff import report_differences
 
 KILLS = ("search", "settle", "random", "report", "upload")
 # Where a run is, by run.json's stage as run_stages checkpoints it (campaign.stages.run): the gate
@@ -94,42 +95,6 @@ VOLATILE = frozenset(
         "provenance.manifest.detail",
     }
 )
-
-
-def report_differences(ran: Any, again: Any, skip: Collection[str] = VOLATILE) -> tuple[int, list[str]]:
-    """Walk two report.json trees (`ran`: the run's, `again`: `report --run-dir`'s) field by field:
-    how many leaf fields were compared, and each difference as "<path>: <ran> vs <again>" (a path
-    such as `fleets.g6.capacity.search.steps[2].goodput_tok_s`; "absent" where one tree lacks it).
-    A path in `skip` is not compared (nor anything under it)."""
-    differences: list[str] = []
-    compared = 0
-
-    def walk(a: Any, b: Any, path: str) -> None:
-        nonlocal compared
-        if path in skip:
-            return
-        if isinstance(a, dict) and isinstance(b, dict):
-            for key in list(a) + [k for k in b if k not in a]:
-                sub = f"{path}.{key}" if path else str(key)
-                if key not in a or key not in b:
-                    if sub not in skip:
-                        differences.append(f"{sub}: {a.get(key, 'absent')!r} vs {b.get(key, 'absent')!r}")
-                    continue
-                walk(a[key], b[key], sub)
-            return
-        if isinstance(a, list) and isinstance(b, list):
-            if len(a) != len(b):
-                differences.append(f"{path}: {len(a)} item(s) vs {len(b)}")
-            for i, (x, y) in enumerate(zip(a, b, strict=False)):
-                walk(x, y, f"{path}[{i}]")
-            return
-        compared += 1
-        # bool is an int in Python: True == 1 would pass; a figure must keep its type too
-        if a != b or type(a) is not type(b):
-            differences.append(f"{path}: {a!r} vs {b!r}")
-
-    walk(ran, again, "")
-    return compared, differences
 
 
 class KillMissed(RuntimeError):
@@ -449,7 +414,7 @@ class KillingRun:
             self.m, copy, copy, prometheus_url=url, prometheus_sigv4_region=self.cfg.region if url else None
         )
         again = json.loads((copy / "report.json").read_text(encoding="utf-8"))
-        o.compared_fields, differences = report_differences(ran, again)
+        o.compared_fields, differences = report_differences(ran, again, VOLATILE)
         problems += [f"report --run-dir differs from the resumed run's report.json at {d}" for d in differences]
         return problems
 

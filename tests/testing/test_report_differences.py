@@ -1,4 +1,4 @@
-"""testing.cloud_offline_resume.report_differences: the offline fault proof compares the resumed
+"""testing.json_diff.report_differences, as testing.cloud_offline_resume uses it: the offline fault proof compares the resumed
 run's report.json with `report --run-dir`'s field by field (issue 46, finding 12). Until then it
 compared decision.state alone, which two reports differing in every figure but the verdict pass."""
 
@@ -7,7 +7,13 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from testing.cloud_offline_resume import VOLATILE, report_differences
+from testing.cloud_offline_resume import VOLATILE
+from testing.json_diff import report_differences as _differences
+
+
+def report_differences(ran: Any, again: Any) -> tuple[int, list[str]]:
+    return _differences(ran, again, VOLATILE)
+
 
 RAN: dict[str, Any] = {
     "generated_at": "2026-12-06T22:00:00+00:00",
