@@ -124,3 +124,18 @@ def test_a_run_cut_off_at_any_checkpoint_resumes_to_the_same_report(
         assert b["segments"] == a["segments"] and b["reopens"] == a["reopens"]
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def test_a_rebuilt_report_is_the_runs(campaign: tuple[Manifest, Path, list[str]], tmp_path: Path) -> None:
+    """Invariant: a rebuild changes nothing (issue 47, 3), over this module's simulated campaign:
+    `report --run-dir` (report_from_run_dir) gives the run's report.json field by field."""
+    from campaign.stages.run import report_from_run_dir
+
+    m, whole_dir, _ = campaign
+    copy = tmp_path / "run"  # rebuilt in place, in a copy: the paths it states are the run's own
+    shutil.copytree(whole_dir, copy)
+    again = report_from_run_dir(m, copy, copy).model_dump(mode="json")
+    # sensitivity: the fixture's run wrote the decision-only report (full_report=False, as the
+    # settle phase's interim ones), without the grid that `report --run-dir` always adds
+    compared, diff = report_differences(_report(whole_dir), again, {"generated_at", "sensitivity"})
+    assert compared > 100 and not diff, "; ".join(diff[:10])
