@@ -340,7 +340,8 @@ class CapacityStep(_Model):
         description="the window lasted at least three median request lifetimes: a capacity candidate"
     )
     valid: bool = Field(
-        description="false: the run measured the client (schedule lag over the manifest's bound); never a capacity"
+        description="false: the run measured the client (schedule lag over the manifest's bound) or no instance was "
+        "healthy while it ran (its divisor is 0); never a capacity"
     )
     p95_ttft_ci_s: Interval | None = Field(
         default=None, description="95% interval of p95_ttft_s, seconds (order statistics); null: not computed"
@@ -370,9 +371,7 @@ class Verdict(StrEnum):
     HELD = "held"  # the SLO held over a steady-state step
     MISSED = "missed"  # the SLO failed (a miss in a short step is still a miss: overload only grows)
     SHORT = "short"  # the SLO held, but the step was too short or too small to show steady state
-    INVALID = (
-        "invalid"  # the run measured the client (schedule lag over the manifest's bound): no verdict on the server
-    )
+    INVALID = "invalid"  # the run measured the client (schedule lag over the manifest's bound), or no instance was healthy: no verdict on the server
 
 
 class StopRule(StrEnum):
@@ -464,7 +463,8 @@ class SearchStep(_Model):
     p95_itl_s: float | None = Field(description="P95 inter-token latency, seconds per token")
     error_rate: float | None = Field(description="errors / sent requests, a fraction 0..1")
     verdict: _VerdictField = Field(
-        description="'held', 'missed', 'short' (held but too short for steady state) or 'invalid' (measured the client)"
+        description="'held', 'missed', 'short' (held but too short for steady state) or 'invalid' (measured the client, "
+        "or no instance was healthy while it ran)"
     )
     detail: str = Field(description="why the verdict: which figure failed, which length was short")
     met_share: float | None = Field(

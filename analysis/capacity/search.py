@@ -157,8 +157,8 @@ def next_step(settings: SearchSettings, steps: Sequence[SearchStep], lifetime_s:
         if len(tries) >= 2:
             return Stop(
                 StopRule.CLIENT_LIMITED,
-                f"x{last.multiplier:.4g} was run twice and both runs measured the client, "
-                f"not the server: {last.detail}",
+                f"x{last.multiplier:.4g} was run twice and both runs were invalid (they measured the client, "
+                f"or no instance was healthy): {last.detail}",
             )
         again = 1 + sum(1 for s in steps if s.multiplier == last.multiplier and s.label != REPLAY)
         why = (
