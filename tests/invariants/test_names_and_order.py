@@ -219,6 +219,7 @@ def variants(draw: st.DrawFn) -> Variant:
     )
 
 
+@pytest.mark.timeout(max(300, 20 * (EXAMPLES + 3)))  # pyproject's 300 s holds the ci profile, not the long one
 @CAMPAIGNS
 @given(variants())
 @example(Variant({"inf2": "inf2", "g6": "g6"}, (0, 1), 1))  # one fleet at a time against side by side
