@@ -21,7 +21,7 @@ from core.manifest import Manifest, load_manifest
 from core.ports import free_port
 from core.records import RunSummary
 from core.schedule import build_schedule, span_s
-from loadgen.recording import in_stream_order, read_records, records_name, summary_name
+from loadgen.recording import fleet_records, in_stream_order, read_records, summary_name, worker_summaries
 from loadgen.replay_options import ReplayOptions
 from loadgen.replay_options import to_argv as replay_argv
 from loadgen.summary import SummaryInputs, load_summary, summarize
@@ -50,8 +50,8 @@ def merge_worker_outputs(
 
     client_cpu_percent is the busiest worker's: that worker is what bounds the client.
     """
-    rec_paths = in_stream_order(out_dir.glob(records_name(fleet, "w*")))
-    worker_sums = [load_summary(p) for p in sorted(out_dir.glob(summary_name(fleet, "w*")))]
+    rec_paths = in_stream_order(fleet_records(out_dir, fleet))
+    worker_sums = [load_summary(p) for p in worker_summaries(out_dir, fleet)]
     reasons = list(extra_invalid)
     if not worker_sums:
         reasons.append("no worker summary: a worker died before finishing")
@@ -179,7 +179,7 @@ def start_fleet(
 def _claim_records_dir(out_dir: Path, fleet: str) -> None:
     """Create `out_dir`; refuse one already holding this fleet's records (they would be merged in)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    stale = list(out_dir.glob(records_name(fleet, "w*")))
+    stale = fleet_records(out_dir, fleet)
     if stale:
         raise FileExistsError(
             f"{out_dir} already holds records for fleet {fleet} ({stale[0].name}); use a fresh directory"

@@ -63,6 +63,32 @@ def summary_name(fleet: str, worker: str | None = None) -> str:
     return f"summary-{fleet}.json" if worker is None else f"summary-{fleet}-{worker}.json"
 
 
+# The workers that write a fleet's records: a Locust worker (w<i>), or `campaign plan`'s simulated
+# replay (one file per fleet, campaign.backends.simulated.fleets).
+SIMULATED_WORKER = "sim"
+_WORKER = rf"(?:w\d+|{SIMULATED_WORKER})"
+
+
+def fleet_records(directory: Path, fleet: str) -> list[Path]:
+    """The fleet's own records files in `directory` (whole or parts), by name. Matched on the whole
+    name, never a glob on `records-<fleet>-*`: a fleet whose name continues another's would be
+    taken with it (records-g6-w* also matches g6-west's records-g6-west-w0.jsonl)."""
+    own = re.compile(rf"records-{re.escape(fleet)}-{_WORKER}(?:-p\d+)?\.jsonl")
+    return _matching(directory, own)
+
+
+def worker_summaries(directory: Path, fleet: str) -> list[Path]:
+    """The fleet's per-worker summaries in `directory` (summary-<fleet>-w<i>.json), by name;
+    not its merged summary, nor another fleet's whose name continues this one's."""
+    return _matching(directory, re.compile(rf"summary-{re.escape(fleet)}-{_WORKER}\.json"))
+
+
+def _matching(directory: Path, name: re.Pattern[str]) -> list[Path]:
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.iterdir() if name.fullmatch(p.name) and p.is_file())
+
+
 @dataclass(frozen=True)
 class RecordContext:
     campaign: str

@@ -50,6 +50,7 @@ from campaign.stages.progress import RecordTail
 from campaign.stages.resume import FleetSteps
 from core.errors import EXIT_BAD_INPUT, CampaignError
 from core.manifest import CapacitySearch, Manifest
+from loadgen.recording import fleet_records
 
 if TYPE_CHECKING:
     from loadgen.replay_options import ReplayOptions
@@ -225,7 +226,7 @@ def measure_step(
 
 def replay_step(m: Manifest, fleet: str, replay_dir: Path, settings: SearchSettings) -> SearchStep | None:
     """The trace replay (x1, both fleets at once) as the search's first measured point, when it has records for the fleet."""
-    if not any(replay_dir.glob(f"records-{fleet}-*.jsonl")):
+    if not fleet_records(replay_dir, fleet):
         return None
     span = m.workload.window.duration_s * m.workload.time_scale
     return measure_step(m, fleet, replay_dir, REPLAY, 1.0, "the trace replay, every fleet at once", span, settings)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from core.quantiles import nearest_rank
 from core.records import COMPLETED_OUTCOMES, ERROR_OUTCOMES, Outcome, latency_values, split_torn_tail
-from loadgen.recording import in_stream_order
+from loadgen.recording import fleet_records, in_stream_order
 
 
 @dataclass
@@ -48,7 +48,7 @@ class RecordTail:
 
     def poll(self) -> FleetProgress:
         p = self.progress
-        for path in in_stream_order(self.dir.glob(f"records-{p.fleet}-*.jsonl")):
+        for path in in_stream_order(fleet_records(self.dir, p.fleet)):
             start = self._offsets.get(path, 0)
             with path.open("rb") as fh:
                 fh.seek(start)

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from analysis.errors import AnalysisError
 from campaign.stages.quality import DISTRIBUTION
 from core.cloud_contract import INPUT_SCHEDULE, INPUTS_DIR, RunInputs
+from loadgen.recording import fleet_records
 
 if TYPE_CHECKING:  # the analysis stack (duckdb) stays out of the CLI's `--help` (tests/campaign/test_cli.py)
     from analysis.capacity.steps import SearchStep
@@ -127,7 +128,7 @@ def read_run_state(run_dir: Path, fleets: list[str]) -> RunState:
     quality: dict[str, Any] = read if isinstance(read, dict) else {}
     gate = bool(quality) and (run_dir / CAMPAIGN_FILE).is_file()
     records = run_dir / RECORDS_DIR
-    replayed = all(any(records.glob(f"records-{f}-*")) for f in fleets)
+    replayed = all(fleet_records(records, f) for f in fleets)
     # quality.json gains the distribution layer once the replay's records are judged (run_stages),
     # unless the gate was assumed (campaign plan's simulated fleets): then there are no layers
     distribution = all(

@@ -31,6 +31,7 @@ from analysis.capacity.search import StepPlan, certain_miss
 from core.manifest import Manifest
 from core.records import Outcome, RequestRecord, RunSummary, add_instance_counts, constant_count, slo_deadline_s
 from core.schedule import ScheduledRequest, build_schedule
+from loadgen.recording import SIMULATED_WORKER, records_name
 from runtime.emulator.balancer import FlowHash
 from runtime.emulator.engine import EngineSeq
 from runtime.emulator.simulate import replay
@@ -179,7 +180,7 @@ def _early_stop(m: Manifest, records: list[RequestRecord], planned: int) -> tupl
 
 def write_records(records: list[RequestRecord], step_dir: Path, fleet: str) -> Path:
     step_dir.mkdir(parents=True, exist_ok=True)
-    path = step_dir / f"records-{fleet}-sim.jsonl"
+    path = step_dir / records_name(fleet, SIMULATED_WORKER)
     path.write_text("".join(r.to_json() + "\n" for r in records), encoding="utf-8")
     return path
 
