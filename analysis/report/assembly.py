@@ -80,13 +80,19 @@ def input_provenance(inp: ReportInputs) -> Findings:
             "source": "measured",
             "value": s,
             "detail": f"settle phase: {s.stopped} ({s.detail}); {len(s.segments)} segment(s) over "
-            f"{s.seconds:.0f} s; monthly delta 95% CI {s.delta_ci_before} before, "
+            f"{s.seconds:.0f} s"
+            + (
+                f" ({s.interrupted_seconds:.0f} s and {s.interrupted_usd:.2f} USD of it reserved by a round a resume cut off)"
+                if s.interrupted_seconds or s.interrupted_usd
+                else ""
+            )
+            + f"; monthly delta 95% CI {s.delta_ci_before} before, "
             f"{s.delta_ci_after} after; decision {s.decision_before} -> {s.decision_after}",
         }
     if inp.resumed:
         found.provenance["resume"] = {
             "source": "measured",
-            "value": [r.model_dump(mode="json") for r in inp.resumed],
+            "value": list(inp.resumed),
             "detail": f"the run was cut off and resumed {len(inp.resumed)} time(s) (resumes.json): "
             + "; ".join(
                 f"{i}. cut off in the {r.at}; carried over {len(r.carried_over)} finished step(s) and "

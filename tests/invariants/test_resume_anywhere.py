@@ -32,9 +32,11 @@ from testing.json_diff import report_differences
 from tests.invariants import INVARIANT
 
 SETTLE_BUDGET_S = 900.0
-# What a resume may change: when the report was written, and the settle record's seconds and USD
-# (compared apart, below), which its detail line also states.
+# What a resume may change: when the report was written, the resume record itself (when it was
+# cut, what carried over), and the settle record's seconds and USD (compared apart, below), which
+# its detail line also states.
 VOLATILE = {
+    "provenance.resume",
     "generated_at",
     "provenance.settle.value.seconds",
     "provenance.settle.value.usd",
