@@ -39,12 +39,13 @@ SOURCES = frozenset({CLOUDWATCH, TIME_TO_READY, BILLING, PRICES, PROMETHEUS})
 _DATETIME = "$datetime"  # how a datetime of an AWS answer (StartTime, Timestamps) is kept in JSON
 
 
-class NotPulled(Exception):
-    """A call the saved answers do not hold (rebuilt with no network)."""
+class NotPulled(SourceUnavailable):
+    """A call the saved answers do not hold (rebuilt with no network): the source did not answer."""
 
 
-class PulledFailure(Exception):
-    """A call that failed when it was pulled, failing again with the same type name and message."""
+class PulledFailure(SourceUnavailable):
+    """A call that failed when it was pulled, failing again with the same type name and message
+    (the AWS sources name the type in their gaps; a Prometheus failure is SourceUnavailable already)."""
 
 
 _FAILURES: dict[str, type[PulledFailure]] = {}
@@ -244,10 +245,7 @@ class _Prometheus(PrometheusSource):
 
     def _get(self, path: str, params: dict[str, str]) -> Any:
         fetch = (lambda: super(_Prometheus, self)._get(path, params)) if self._source.live else None
-        try:
-            return self._source.answer("prometheus", path, params, fetch)
-        except (NotPulled, PulledFailure) as exc:  # the callers read a failed query as SourceUnavailable
-            raise SourceUnavailable(str(exc)) from None
+        return self._source.answer("prometheus", path, params, fetch)
 
 
 @dataclass(frozen=True)
