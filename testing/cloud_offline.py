@@ -473,6 +473,16 @@ class OfflineAws:
     health: HealthScript | None = None  # the real-engine run's target health over time
     nlb: StandInNlb | None = None  # the real-engine run's NLB stand-in (connections per node)
     prometheus: OfflinePrometheus | None = None  # the stack's Prometheus and the workspace stand-in
+    stand_in: str | None = None  # what serves the fleets in place of the stack's instances (stand_in_note)
+
+
+def stand_in_note(m: Any, engine: str) -> str:
+    """What the report says served the fleets of an offline cloud run: the emulators or the real
+    vLLM CPU engines, as `campaign local` says it of the same servers."""
+    from campaign.backends.local import engine as engines
+
+    note = engines.VLLM_CPU_NOTE if engine == "vllm-cpu" else engines.emulator_note(m)
+    return f"An offline cloud run (testing/cloud_offline.py, no AWS). {note}"
 
 
 @dataclass(frozen=True)
@@ -536,6 +546,7 @@ def offline_aws(
                         endpoints,
                         targets,
                         prometheus=prometheus,
+                        stand_in=stand_in_note(m, engine),
                     )
 
 
@@ -603,6 +614,7 @@ def _with_engines(
                 health=health,
                 nlb=nlb,
                 prometheus=prometheus,
+                stand_in=stand_in_note(m, "vllm-cpu"),
             )
 
 
@@ -702,7 +714,12 @@ def run_once(aws: OfflineAws, manifest_path: Path, out: Path, name: str, **kwarg
     from testing.offline_tasks import LocalTaskLauncher
 
     launcher = LocalTaskLauncher(
-        aws.template, aws.refs, out / f"tasks-{name}", {**aws.env, **aws.task_env}, cpus=aws.task_cpus
+        aws.template,
+        aws.refs,
+        out / f"tasks-{name}",
+        {**aws.env, **aws.task_env},
+        cpus=aws.task_cpus,
+        stand_in=aws.stand_in,
     )
     try:
         result = run_campaign(
@@ -710,7 +727,7 @@ def run_once(aws: OfflineAws, manifest_path: Path, out: Path, name: str, **kwarg
             load_manifest(manifest_path),
             out / "runs",
             launcher=launcher,
-            **{"poll_s": 1.0, "concurrent": aws.concurrent, **kwargs},
+            **{"poll_s": 1.0, "concurrent": aws.concurrent, "stand_in": aws.stand_in, **kwargs},
         )
     finally:
         launcher.close()
