@@ -514,6 +514,10 @@ def run_report(
     from analysis.sources.server_series import METRICS_DIR
 
     metrics_dir = run_dir / METRICS_DIR
+    # The steps in the order their directory lists them (analysis.capacity.steps.discover_steps),
+    # not the order the run measured them in: the report the run builds and the one rebuilt from
+    # its directory list them alike.
+    steps = dict(sorted(capacity_dirs.items(), key=lambda kv: kv[0].split("/"))) if capacity_dirs else None
     return build_report(
         ReportInputs(
             m,
@@ -528,7 +532,7 @@ def run_report(
             instances_measured=facts.instances_measured,
             focus_csv=focus_csv,
             planned_cost=facts.planned_cost if full else None,
-            capacity_dirs=capacity_dirs or None,
+            capacity_dirs=steps,
             systems_under_test=facts.systems_under_test,
             settle=settled,
             with_sensitivity=full,

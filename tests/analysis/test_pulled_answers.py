@@ -318,3 +318,25 @@ def test_a_pulled_file_that_is_not_one_is_refused_naming_the_file_and_field(
     path.write_text(json.dumps(body))
     with pytest.raises(AnalysisError, match=r"prometheus\.json: calls\[0\]: .*one of answer or failed"):
         report_from_run_dir(small, run, tmp_path / "again")
+
+
+def test_the_run_lists_its_capacity_steps_as_the_rebuilt_report_does(tmp_path: Path, small: Manifest) -> None:
+    """The run hands the report its steps in the order it measured them (fleets one after the
+    other: inf2/x1, g6/x1, g6/x2); `report --run-dir` finds them in its directory's order. The
+    offline engine run's rebuilt report differed from the run's in provenance.capacity_sweep."""
+    m = small
+    run = tmp_path / "run"
+    for f in ("inf2", "g6"):
+        write_jsonl(run / "records" / f"records-{f}-w0.jsonl", steady(m, f, 60, 500))
+    measured = {}
+    for label in ("inf2/x1", "g6/x1", "g6/x2"):
+        fleet = label.split("/")[0]
+        measured[label] = run / "capacity" / label
+        write_jsonl(measured[label] / f"records-{fleet}-w0.jsonl", steady(m, fleet, 30, 500))
+    facts = RunFacts({"inf2": 1, "g6": 1})
+    facts.write(run)
+    write_quality(run, dict(PASS))
+    live = run_report(m, run, run, PASS, facts, measured, None)
+    again = report_from_run_dir(m, run, run)
+    assert again.provenance["capacity_sweep"].detail == live.provenance["capacity_sweep"].detail
+    assert live.provenance["capacity_sweep"].detail.startswith("g6/x1: ")
