@@ -232,6 +232,7 @@ class KillingRun:
                 env,
                 cpus=self.aws.task_cpus,
                 concurrent=self.aws.concurrent,
+                stand_in=self.aws.stand_in,
             )
             try:
                 run_id = cc.new_run_id()

@@ -25,7 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(command)
     launcher = LocalTaskLauncher.from_state(state)
     try:
-        return cmd_conduct(args, launcher=launcher, concurrent=launcher.concurrent, poll_s=POLL_S)
+        return cmd_conduct(
+            args, launcher=launcher, concurrent=launcher.concurrent, poll_s=POLL_S, stand_in=launcher.stand_in
+        )
     except CampaignError as exc:  # as campaign.cli.main prints it: the run record says the rest
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

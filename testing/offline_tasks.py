@@ -88,17 +88,20 @@ class LocalTaskLauncher:
         *,
         cpus: Mapping[str, set[int]] | None = None,
         concurrent: int | None = None,
+        stand_in: str | None = None,
     ) -> None:
         """`env`: what every task gets beside its definition's (the moto endpoint and credentials,
         what the task role gives a real task; offline, the NLB stand-in's answer source);
         `cpus`: per fleet, the cores its tasks may use (a Fargate task has its own vCPU; here
         they stay off the cores the fleets' CPU engines run on); `concurrent`: the fleets a conductor
-        started here measures at once (the real-engine run's one at a time)."""
+        started here measures at once (the real-engine run's one at a time); `stand_in`: what serves
+        the fleets (testing.cloud_offline.OfflineAws.stand_in), for a conductor's report."""
         self.template = template
         self.refs = refs
         self.workdir = workdir
         self.cpus = dict(cpus or {})
         self.concurrent = concurrent
+        self.stand_in = stand_in
         self.env = dict(env)  # the moto endpoint and credentials: what the task role gives a real task
         self.entrypoint = dockerfile_entrypoint(ROOT / "Dockerfile")
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -118,6 +121,7 @@ class LocalTaskLauncher:
                     "env": self.env,
                     "cpus": {k: sorted(v) for k, v in self.cpus.items()},
                     "concurrent": concurrent,
+                    "stand_in": stand_in,
                 }
             ),
             encoding="utf-8",
@@ -131,7 +135,15 @@ class LocalTaskLauncher:
         """A launcher over `workdir`'s state, in another process (the conductor's, a resumed run's)."""
         state = json.loads((workdir / STATE_FILE).read_text(encoding="utf-8"))
         cpus = {k: set(v) for k, v in state["cpus"].items()}
-        return cls(state["template"], state["refs"], workdir, state["env"], cpus=cpus, concurrent=state["concurrent"])
+        return cls(
+            state["template"],
+            state["refs"],
+            workdir,
+            state["env"],
+            cpus=cpus,
+            concurrent=state["concurrent"],
+            stand_in=state.get("stand_in"),
+        )
 
     def _port(self, width: int = 1) -> int:
         """A free loopback port p (with p+1 .. p+width-1 free too), reserved for this launcher."""

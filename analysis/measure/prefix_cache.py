@@ -127,16 +127,25 @@ def section(
     )
 
 
-def for_report(
-    m: Manifest,
-    rs: RecordSet,
-    prometheus_url: str | None,
-    measures: Mapping[str, Any],
-    *,
-    sigv4_region: str | None = None,
-) -> PrefixCache:
-    """The section as build_report adds it: the schedule rebuilt from the manifest's trace,
-    the server's hit rate from Prometheus over each fleet's measured window where given."""
+def server_hit_rates(src: PrometheusSource, measures: Mapping[str, Any]) -> dict[str, float | None]:
+    """Per fleet, the server's hit rate from Prometheus over its measured window (the report's
+    evidence asks it through the run's pulled answers, analysis.report.evidence)."""
+    rates: dict[str, float | None] = {}
+    for name, fm in measures.items():
+        if fm.wall_start is None or fm.window_start_s is None or fm.window_end_s is None:
+            continue
+        try:
+            rates[name] = server_hit_rate(
+                src, "fleet", name, fm.wall_start + fm.window_start_s, fm.wall_start + fm.window_end_s
+            )
+        except SourceUnavailable:  # the histogram section reports Prometheus's own failure as a gap
+            rates[name] = None
+    return rates
+
+
+def for_report(m: Manifest, rs: RecordSet, server_rates: Mapping[str, float | None]) -> PrefixCache:
+    """The section as build_report adds it: the schedule rebuilt from the manifest's trace, and
+    the server's hit rates as the evidence pulled them (server_hit_rates; none without Prometheus)."""
     from core.schedule import ScheduleError, build_schedule
     from core.traces import TraceError
 
@@ -144,16 +153,4 @@ def for_report(
         schedule: list[ScheduledRequest] | None = build_schedule(m)
     except (OSError, ScheduleError, TraceError):
         schedule = None
-    rates: dict[str, float | None] = {}
-    if prometheus_url:
-        src = PrometheusSource(prometheus_url, sigv4_region=sigv4_region)
-        for name, fm in measures.items():
-            if fm.wall_start is None or fm.window_start_s is None or fm.window_end_s is None:
-                continue
-            try:
-                rates[name] = server_hit_rate(
-                    src, "fleet", name, fm.wall_start + fm.window_start_s, fm.wall_start + fm.window_end_s
-                )
-            except SourceUnavailable:  # the histogram section reports Prometheus's own failure as a gap
-                rates[name] = None
-    return section(m, rs, schedule, rates)
+    return section(m, rs, schedule, server_rates)

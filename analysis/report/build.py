@@ -50,9 +50,7 @@ def build_report(inputs: ReportInputs) -> Report:
     ev = gather_evidence(inp, rec.base, rec.summaries())
     meas = measure(inp, rec, ev.instances)
     ev = with_server_steps(ev, inp, meas.capacities(1.0) if meas.capacities is not None else {}, rec.base)
-    prefix = prefix_cache.for_report(
-        m, rec.records, inp.prometheus_url, rec.base, sigv4_region=inp.prometheus_sigv4_region
-    )
+    prefix = prefix_cache.for_report(m, rec.records, ev.prefix_cache_rates)
     found = (
         rec.found
         + ev.cloud_found

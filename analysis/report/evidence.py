@@ -2,7 +2,9 @@
 instances in service, unit prices, bills and the Prometheus cross-check.
 
 Each source returns its own findings (gaps and provenance); a source that does not answer is a
-gap, never a silent zero.
+gap, never a silent zero. Every answer pulled from outside goes through the run's pulled store
+(analysis.sources.pulled, `ReportInputs.pulled`): kept under the run directory's pulled/ as it is
+pulled, and read back from there in place of the network when the report is rebuilt.
 """
 
 from __future__ import annotations
@@ -11,15 +13,15 @@ import dataclasses
 import datetime as dt
 import math
 import re
-import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from analysis.economics.cost import UnitPrices
 from analysis.errors import PriceMissing, SourceUnavailable
 from analysis.measure.histogram import Bucket, bucket_cdf, gap_at_resolution, quantile_in_bucket
+from analysis.measure.prefix_cache import server_hit_rates
 from analysis.measure.server_truth import server_step
 from analysis.model import CapacityModel, Measure, ServerStep
 from analysis.provenance import Findings, Gap, Sourced, run_relative
@@ -28,7 +30,8 @@ from analysis.sources.billing import cost_explorer_window, read_focus
 from analysis.sources.cloudwatch import CloudWatchSource, discover_asgs, fleet_specs
 from analysis.sources.instances import CountedInstances, read_counted
 from analysis.sources.pricing import RESERVED_KIND, PriceBook, PriceListSource
-from analysis.sources.prometheus import HistogramNames, PrometheusSource, scrape_widened
+from analysis.sources.prometheus import HistogramNames, scrape_widened
+from analysis.sources.pulled import BILLING, CLOUDWATCH, PRICES, PROMETHEUS, TIME_TO_READY, PulledSource, utc
 from analysis.sources.server_series import SavedSeries, read_fleet_series, series_path
 from analysis.sources.time_to_ready import time_to_ready
 from core import catalog
@@ -54,6 +57,8 @@ class Evidence:
     prometheus_found: Findings
     loadgen_task_hourly_usd: float | None = None  # one load-generator task (Fargate), for decision.to_settle
     loadgen_price_source: str = "no Fargate price: load-generator tasks not counted"
+    # per fleet, the server's prefix-cache hit rate over the replay window (analysis.measure.prefix_cache)
+    prefix_cache_rates: dict[str, float | None] = field(default_factory=dict)
 
 
 def _resolve_prices(m: Manifest, book: PriceBook) -> tuple[dict[str, UnitPrices], Findings]:
@@ -137,15 +142,17 @@ def _prometheus_section(
     given: HistogramNames | None,
     measures: Mapping[str, Measure],
     *,
+    pulled: PulledSource | None = None,
     sigv4_region: str | None = None,
     scrape_interval_s: float | None = None,
 ) -> tuple[dict[str, Any], Findings]:
     """The replay window's cross-check: each fleet's merged-histogram P95s (client and server)
-    beside the records', over the window widened by a scrape interval each side where it is known."""
+    beside the records', over the window widened by a scrape interval each side where it is known.
+    Every query goes through `pulled` (the run's pulled answers; None: live, kept nowhere)."""
     found = Findings()
     out: dict[str, Any] = {"url": url, "fleets": {}}
     try:
-        src = PrometheusSource(url, sigv4_region=sigv4_region)
+        src = (pulled or PulledSource.unkept(PROMETHEUS)).prometheus(url, sigv4_region)
     except ValueError as exc:  # a URL that is no Prometheus's (the stack's output, or --prometheus)
         return _prometheus_gap(out, found, str(exc))
     for f in m.fleets:
@@ -195,6 +202,17 @@ def _prometheus_section(
             return _prometheus_gap(out, found, str(exc))
         out["fleets"][f.name] = sec
     return out, found
+
+
+def _prefix_cache_rates(
+    pulled: PulledSource, url: str, sigv4_region: str | None, measures: Mapping[str, Measure]
+) -> dict[str, float | None]:
+    """Each fleet's prefix-cache hit rate over its window, asked through the same pulled answers."""
+    try:
+        src = pulled.prometheus(url, sigv4_region)
+    except ValueError:  # the cross-check's gap names the URL
+        return {}
+    return server_hit_rates(src, measures)
 
 
 # What the report loses without Prometheus: the cross-check, never a figure (the P95s are the records').
@@ -288,14 +306,18 @@ def _server_step(
     )
 
 
-def _time_to_ready(m: Manifest, clients: AwsClients) -> tuple[dict[str, Any], Findings]:
+def _time_to_ready(m: Manifest, clients: AwsClients, pulled: PulledSource) -> tuple[dict[str, Any], Findings]:
     """Per fleet, instance launch -> first healthy NLB target: a migration activity measured in the cloud run."""
     found = Findings()
-    if clients.autoscaling is None or clients.elbv2 is None or clients.cloudwatch is None:
+    autoscaling = pulled.client("autoscaling", clients.autoscaling)
+    elbv2 = pulled.client("elbv2", clients.elbv2)
+    cloudwatch = pulled.client("cloudwatch", clients.cloudwatch)
+    if autoscaling is None or elbv2 is None or cloudwatch is None:
         return {}, found
     try:
-        asgs = discover_asgs(clients.autoscaling, m.campaign)
-        ready = time_to_ready(clients.autoscaling, clients.elbv2, clients.cloudwatch, m.campaign, asgs, time.time())
+        asgs = discover_asgs(autoscaling, m.campaign)
+        # health up to when the answers were pulled (a rebuilt report asks up to the same time)
+        ready = time_to_ready(autoscaling, elbv2, cloudwatch, m.campaign, asgs, pulled.now)
     except SourceUnavailable as exc:
         found.gaps.append(Gap("time_to_ready", str(exc), blocks_go=False))
         return {}, found
@@ -311,7 +333,8 @@ def _time_to_ready(m: Manifest, clients: AwsClients) -> tuple[dict[str, Any], Fi
     found.provenance["time_to_ready"] = {
         "source": "pulled",
         "detail": "first 'Launching a new EC2 instance' activity (DescribeScalingActivities) to the first minute with "
-        "AWS/NetworkELB HealthyHostCount >= 1 on the fleet's target group (60 s resolution)",
+        f"AWS/NetworkELB HealthyHostCount >= 1 on the fleet's target group (60 s resolution); pulled {utc(pulled.now)}, "
+        f"kept in {pulled.where}",
     }
     return {name: r.as_dict() for name, r in ready.items()}, found
 
@@ -374,22 +397,27 @@ def gather_evidence(inp: ReportInputs, base: Mapping[str, Measure], summaries: I
     `summaries`: the run summaries of the replay and every capacity step (where the run ended)."""
     m = inp.manifest
     clients = inp.aws_clients or (AwsClients.from_session(m.costs.region) if inp.aws else None)
+
+    def pulled(name: str) -> PulledSource:
+        return inp.pulled.source(name) if inp.pulled is not None else PulledSource.unkept(name)
+
     cw: dict[str, Any] = {}
     ready: dict[str, Any] = {}
     cloud = Findings()
     if inp.aws and clients is not None:
-        cw, cloud = _cloudwatch(m, clients, base)
-        ready, found_ready = _time_to_ready(m, clients)
+        cw, cloud = _cloudwatch(m, clients, base, pulled(CLOUDWATCH))
+        ready, found_ready = _time_to_ready(m, clients, pulled(TIME_TO_READY))
         cloud = cloud + found_ready
     inst, inst_found = _instances_measured(m, inp.instances_measured, cw, read_counted(Path(inp.records_dir)))
 
     use_api = inp.aws or m.costs.price_source == "price-list-api"
-    api = (
-        PriceListSource(clients.pricing, m.costs.region)
-        if use_api and clients is not None and clients.pricing is not None
-        else None
-    )
+    prices = pulled(PRICES) if use_api and clients is not None else None
+    pricing = prices.client("pricing", clients.pricing) if prices is not None and clients is not None else None
+    api = PriceListSource(pricing, m.costs.region) if pricing is not None else None
+    # a pulled price is dated the day it was pulled, also when the report is rebuilt later
     book = PriceBook(m.costs.region, api)
+    if prices is not None:
+        book.today = utc(prices.now)[:10]
     unit_prices, prices_found = _resolve_prices(m, book)
     task_hourly, task_source, task_found = _loadgen_task_price(book)
     prices_found = prices_found + task_found
@@ -400,21 +428,28 @@ def gather_evidence(inp: ReportInputs, base: Mapping[str, Measure], summaries: I
     billing_found = Findings()
     if inp.planned_cost is not None or inp.focus_csv is not None or inp.aws:  # else no billing section
         window = measured_window(base, summaries)
-        billing, billing_found = _billing(inp, clients, window)
+        billing, billing_found = _billing(inp, clients, window, pulled(BILLING))
         if inp.planned_cost is not None:
             billing["plan"] = _planned(inp.planned_cost)
         billing["computed"] = _computed_cost(m, book, task_hourly, window)
     prom: dict[str, Any] | None = None
     prom_found = Findings()
-    if inp.prometheus_url:
+    rates: dict[str, float | None] = {}
+    queries = pulled(PROMETHEUS)
+    # saved answers are the run's own Prometheus's, at the URL they were pulled from
+    url = inp.prometheus_url if queries.live else queries.prometheus_url
+    if url:
+        sigv4 = inp.prometheus_sigv4_region if queries.live else queries.about.get("sigv4_region")
         prom, prom_found = _prometheus_section(
             m,
-            inp.prometheus_url,
+            url,
             inp.histogram_names,
             base,
-            sigv4_region=inp.prometheus_sigv4_region,
+            pulled=queries,
+            sigv4_region=sigv4,
             scrape_interval_s=inp.prometheus_scrape_interval_s,
         )
+        rates = _prefix_cache_rates(queries, url, sigv4, base)
         interval = inp.prometheus_scrape_interval_s
         widened = (
             f"the window widened by the {interval:g} s scrape interval each side"
@@ -423,7 +458,8 @@ def gather_evidence(inp: ReportInputs, base: Mapping[str, Measure], summaries: I
         )
         prom_found.provenance["prometheus"] = {
             "source": "measured",
-            "detail": f"{inp.prometheus_url}: sum by (le) of increase() over {widened}, histogram_quantile",
+            "detail": f"{url}: sum by (le) of increase() over {widened}, histogram_quantile; pulled "
+            f"{utc(queries.now)}, kept in {queries.where}",
         }
     return Evidence(
         cloudwatch=cw,
@@ -439,16 +475,19 @@ def gather_evidence(inp: ReportInputs, base: Mapping[str, Measure], summaries: I
         prometheus_found=prom_found,
         loadgen_task_hourly_usd=task_hourly,
         loadgen_price_source=task_source,
+        prefix_cache_rates=rates,
     )
 
 
-def _cloudwatch(m: Manifest, clients: AwsClients, base: Mapping[str, Measure]) -> tuple[dict[str, Any], Findings]:
+def _cloudwatch(
+    m: Manifest, clients: AwsClients, base: Mapping[str, Measure], pulled: PulledSource
+) -> tuple[dict[str, Any], Findings]:
     """Per fleet, the ASG's and accelerator's CloudWatch figures over the measured window."""
     found = Findings()
     cw: dict[str, Any] = {}
     try:
-        asgs = discover_asgs(clients.autoscaling, m.campaign)
-        src = CloudWatchSource(clients.cloudwatch)
+        asgs = discover_asgs(pulled.client("autoscaling", clients.autoscaling), m.campaign)
+        src = CloudWatchSource(pulled.client("cloudwatch", clients.cloudwatch))
         for f in m.fleets:
             fm = base.get(f.name)
             if (
@@ -468,7 +507,7 @@ def _cloudwatch(m: Manifest, clients: AwsClients, base: Mapping[str, Measure]) -
             )
         found.provenance["cloudwatch"] = {
             "source": "pulled",
-            "detail": "CloudWatch GetMetricData (Average/Sum/Maximum)",
+            "detail": f"CloudWatch GetMetricData (Average/Sum/Maximum); pulled {utc(pulled.now)}, kept in {pulled.where}",
         }
     except SourceUnavailable as exc:
         found.gaps.append(Gap("cloudwatch", str(exc), blocks_go=False))
@@ -588,6 +627,7 @@ def _billing(
     inp: ReportInputs,
     clients: AwsClients | None,
     window: MeasuredWindow | None,
+    pulled: PulledSource,
 ) -> tuple[dict[str, Any], Findings]:
     """What the bill says over the run's window: a FOCUS export (local or s3://, rows whose charge
     period meets the window) and Cost Explorer by fleet tag (cloud path), each where given; `billed`
@@ -598,13 +638,15 @@ def _billing(
     billing: dict[str, Any] = {}
     billed: dict[str, Any] | None = None
     why_not: list[str] = []
-    if not (inp.aws and clients is not None and clients.ce is not None):
+    client = pulled.client("ce", clients.ce) if inp.aws and clients is not None else None
+    if client is None:
         why_not.append("Cost Explorer: not asked (a report without --aws)")
     elif window is None:
         why_not.append("Cost Explorer: the replay recorded no window to ask about")
     else:
         try:
-            ce = cost_explorer_window(clients.ce, m.campaign, window.start, window.end, time.time())
+            # "now" is when the bill was pulled: HOURLY reaches 14 days back from then
+            ce = cost_explorer_window(client, m.campaign, window.start, window.end, pulled.now)
         except SourceUnavailable as exc:
             found.gaps.append(Gap("billing.cost_explorer", str(exc), blocks_go=False))
             why_not.append(str(exc))
@@ -615,11 +657,16 @@ def _billing(
                 why_not.append(ce.no_rows)
             else:
                 billing["cost_explorer"] = ce.by_fleet
-                detail = f"Cost Explorer UnblendedCost by tag fleet, {ce.granularity} {ce.start} .. {ce.end} (end exclusive); {ce.note}"
+                # the bill as it stood when pulled: Cost Explorer refreshes it for up to 24 h after
+                # (billing.NO_ROWS), so the answer keeps its date (pulled/billing.json)
+                detail = (
+                    f"Cost Explorer UnblendedCost by tag fleet, {ce.granularity} {ce.start} .. {ce.end} (end exclusive); "
+                    f"{ce.note}; pulled {utc(pulled.now)}, kept in {pulled.where}"
+                )
                 found.provenance["billing.cost_explorer"] = {"source": "pulled", "detail": detail}
                 billed = {
                     "usd": round(usd, 4),
-                    "source": f"billed: Cost Explorer GetCostAndUsage, tag campaign={m.campaign}",
+                    "source": f"billed: Cost Explorer GetCostAndUsage, tag campaign={m.campaign}, pulled {utc(pulled.now)}",
                     "date": f"{ce.start} .. {ce.end}",
                     "covers": f"{ce.granularity}: the whole UTC {'hours' if ce.granularity == 'HOURLY' else 'days'} "
                     f"that hold the measured window, so whatever else the campaign's resources ran in them; {ce.note}",

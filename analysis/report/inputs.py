@@ -13,6 +13,7 @@ from analysis.capacity.settle_record import SettleOutcome
 from analysis.model import QualityResult
 from analysis.sources.pricing import PRICING_ENDPOINT_REGION
 from analysis.sources.prometheus import HistogramNames
+from analysis.sources.pulled import PulledStore
 from core import catalog
 from core.manifest import Manifest
 
@@ -117,3 +118,7 @@ class ReportInputs:
     # The run directory's metrics/: the server's histograms per step as the run saved them
     # (analysis.sources.server_series); the report's per-step server figures come from it alone.
     metrics_dir: str | Path | None = None
+    # The run directory's pulled/: every answer pulled from AWS and Prometheus is kept there as it
+    # is pulled, and read from there in place of the network for the sources it names as saved
+    # (analysis.sources.pulled); None: pulled live and kept nowhere.
+    pulled: PulledStore | None = None

@@ -178,7 +178,7 @@ def _attach(m: Manifest, run_id: str) -> int:
 
 def cmd_conduct(args: argparse.Namespace, **offline: Any) -> int:
     """In the conductor task: the run's stages, as `run` runs them (campaign.backends.fargate.conductor).
-    `offline`: conduct's launcher, concurrent and poll_s, given by the offline cloud run
+    `offline`: conduct's launcher, concurrent, poll_s and stand_in, given by the offline cloud run
     (testing/offline_conductor.py) in place of ECS RunTask."""
     import os
 

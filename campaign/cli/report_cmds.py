@@ -72,11 +72,15 @@ def stack_prometheus(session: Any, m: Manifest) -> str | None:
     try:
         url = read_run_config(session.client("cloudformation"), stack).prometheus_url
     except CloudRunError as exc:
-        print(f"prometheus: none ({exc}); the histograms come from the records alone", flush=True)
+        print(
+            f"prometheus: none ({exc}); the histograms come from the run's pulled/ answers, else the records alone",
+            flush=True,
+        )
         return None
     if not url:
         print(
-            f"prometheus: stack {stack} has no {PROMETHEUS_QUERY_OUTPUT} output; the histograms come from the records alone"
+            f"prometheus: stack {stack} has no {PROMETHEUS_QUERY_OUTPUT} output; the histograms come from the run's "
+            "pulled/ answers, else the records alone"
         )
         return None
     print(f"prometheus: {url} (stack {stack}'s workspace, queried with SigV4)", flush=True)
@@ -123,6 +127,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             # the stack's own workspace, signed for the stack's region as `run` signs it (CloudFleets.facts)
             sigv4 = sigv4 or (m.costs.region if prometheus else None)
     if run_dir is not None:  # the same report the run itself built, from the same files
+        from analysis.sources.pulled import BILLING
         from campaign.stages.run import report_from_run_dir
 
         if records or capacity or quality or instances:
@@ -138,6 +143,10 @@ def cmd_report(args: argparse.Namespace) -> int:
             prometheus_sigv4_region=sigv4,
             planned_cost=_planned_cost(args.plan, m, run_dir),
             focus_csv=args.focus,
+            # --run-id asks Cost Explorer again: the bill pulled minutes after the run may have been
+            # refreshed since (up to 24 h, analysis.sources.billing.NO_ROWS); --run-dir reads the
+            # run's own answer, dated when it was pulled. Every other answer is the run's either way.
+            pull_again=(BILLING,) if args.run_id else (),
         )
         print(f"{rep.decision.state.upper()}: " + "; ".join(rep.decision.reasons))
         print(f"wrote {args.out}/report.json, report.md, report.html")

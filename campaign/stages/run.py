@@ -16,12 +16,15 @@ Everything a report is built from lands in one run directory, laid out the same 
     capacity/<fleet>/search.json, capacity/<fleet>/x<k>/ (records; settle-<n>/ segments)
     capacity/settle.json             what the settle phase did
     metrics/<fleet>/<step>.json      the server's histograms and up checks per step, as Prometheus gave them
+    pulled/<source>.json             every other answer the report pulled (CloudWatch, time to ready, bills,
+                                     prices, the replay window's Prometheus queries), with when it was pulled
     campaign.json                    instances measured, what served the fleets, readiness
     interrupted/                     a resumed run's cut-off steps, set aside (campaign.stages.resume): no report reads them
     resumes.json                     each resume: where it was cut off, what it kept, what ran again (the report says so)
     report.json, report.md, report.html
 
-`report_from_run_dir` rebuilds the report from such a directory (`campaign report --run-id`).
+`report_from_run_dir` rebuilds the report from such a directory (`campaign report --run-dir`, and
+`--run-id` once it is downloaded), reading pulled/ in place of the network: the same report after teardown.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from __future__ import annotations
 import json
 import math
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -510,15 +513,23 @@ def run_report(
     full: bool = True,
     focus_csv: str | Path | None = None,
     records_dir: Path | str | None = None,
+    saved: Collection[str] = (),
 ) -> Report:
     """The report from a run directory's records (or `records_dir`, `campaign report --records`)
     and what the stages found, into `out_dir`: the one place the campaign builds a report's inputs.
     `full=False`: the decision only (the settle phase's interim reports, `campaign plan`): no
-    sensitivity grid, no pages, and no AWS or Prometheus pulls."""
+    sensitivity grid, no pages, and no AWS or Prometheus pulls. Every answer pulled is kept in
+    `run_dir`'s pulled/ (analysis.sources.pulled); `saved`: the sources read from there instead
+    of pulled again (report_from_run_dir)."""
     from analysis.report.build import ReportInputs, build_report
+    from analysis.sources.pulled import PulledStore
     from analysis.sources.server_series import METRICS_DIR
 
     metrics_dir = run_dir / METRICS_DIR
+    # The steps in the order their directory lists them (analysis.capacity.steps.discover_steps),
+    # not the order the run measured them in: the report the run builds and the one rebuilt from
+    # its directory list them alike.
+    steps = dict(sorted(capacity_dirs.items(), key=lambda kv: kv[0].split("/"))) if capacity_dirs else None
     return build_report(
         ReportInputs(
             m,
@@ -533,12 +544,13 @@ def run_report(
             instances_measured=facts.instances_measured,
             focus_csv=focus_csv,
             planned_cost=facts.planned_cost if full else None,
-            capacity_dirs=capacity_dirs or None,
+            capacity_dirs=steps,
             systems_under_test=facts.systems_under_test,
             settle=settled,
             resumed=read_resumes(run_dir),
             with_sensitivity=full,
             with_pages=full,
+            pulled=PulledStore.for_run(run_dir, saved) if full else None,
         )
     )
 
@@ -552,11 +564,16 @@ def report_from_run_dir(
     prometheus_sigv4_region: str | None = None,
     planned_cost: PlannedCost | None = None,
     focus_csv: str | Path | None = None,
+    pull_again: Collection[str] = (),
 ) -> Report:
     """The report again from a run directory as `run_stages` left it (or as downloaded from S3);
-    `planned_cost`: the plan's figure, over campaign.json's; `focus_csv`: a FOCUS export to bill from."""
+    `planned_cost`: the plan's figure, over campaign.json's; `focus_csv`: a FOCUS export to bill from.
+    Every answer the run pulled is read from its pulled/ (analysis.sources.pulled), not asked again,
+    so the report after teardown is the run's; `pull_again`: sources asked again all the same (their
+    new answers kept in the directory in place of the old), as `report --run-id` asks for the bill."""
     from analysis.capacity.steps import discover_steps
     from analysis.report.build import build_gate_report
+    from analysis.sources.pulled import SOURCES
 
     facts = RunFacts.read(run_dir)
     if facts is None:
@@ -573,7 +590,8 @@ def report_from_run_dir(
         return build_gate_report(m, quality, out_dir=out)
     steps = discover_steps(run_dir / CAPACITY_DIR)
     settled = SettleOutcome.read(run_dir / CAPACITY_DIR)
-    return run_report(m, run_dir, out, quality, facts, steps or None, settled, focus_csv=focus_csv)
+    saved = SOURCES - set(pull_again)
+    return run_report(m, run_dir, out, quality, facts, steps or None, settled, focus_csv=focus_csv, saved=saved)
 
 
 def write_quality(run_dir: Path, quality: dict[str, QualityResult]) -> dict[str, QualityResult]:

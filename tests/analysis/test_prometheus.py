@@ -216,6 +216,14 @@ def test_signed_queries_give_the_direct_quantiles(prom: tuple[str, list[Histogra
     assert amp.refusals == []
 
 
+def _answer_with(monkeypatch: pytest.MonkeyPatch, fake: type) -> None:
+    """Every PrometheusSource (the report's, through the run's pulled answers, included) answers
+    with `fake`'s methods in place of its own."""
+    for name in ("has_series", "merged_quantile", "merged_buckets", "per_replica_quantiles"):
+        if name in vars(fake):
+            monkeypatch.setattr(PrometheusSource, name, vars(fake)[name])
+
+
 def test_report_names_the_refusal_and_what_fell_back_to_records(amp: SigV4Proxy, example_manifest_path: Path) -> None:
     """The report's Prometheus section against the workspace, unsigned: a gap naming the 403 and
     saying the percentiles are the records' alone."""
@@ -281,7 +289,7 @@ def test_the_replay_cross_check_reads_one_scrape_before_and_after_its_window(
         def merged_quantile(self, q: float, metric: str, labels: dict[str, str], start: float, end: float) -> None:
             sent.append((f"{metric} {end - start:.0f}s", end))
 
-    monkeypatch.setattr(report_evidence, "PrometheusSource", Recording)
+    _answer_with(monkeypatch, Recording)
     m = load_manifest(example_manifest_path, check_files=False)
     t0 = 1_700_000_000.0
     measure = SimpleNamespace(wall_start=t0, window_start_s=0.0, window_end_s=30.0, p95_ttft_s=0.4, p95_itl_s=0.05)
@@ -317,7 +325,7 @@ def test_a_report_rebuilt_from_the_run_directory_widens_the_cross_check_as_the_l
         def merged_quantile(self, q: float, metric: str, labels: dict[str, str], start: float, end: float) -> None:
             sent.append((f"{metric} {labels} {end - start:.0f}s", end))
 
-    monkeypatch.setattr(report_evidence, "PrometheusSource", Recording)
+    _answer_with(monkeypatch, Recording)
     manifest_data["workload"]["demand"]["peak_requests_per_s"] = 1.0
     m = manifest(manifest_data)
     run = tmp_path / "run"
@@ -354,7 +362,7 @@ def test_a_campaign_json_without_the_scrape_interval_reads_unwidened_and_says_so
         def merged_quantile(self, q: float, metric: str, labels: dict[str, str], start: float, end: float) -> None:
             return None
 
-    monkeypatch.setattr(report_evidence, "PrometheusSource", Empty)
+    _answer_with(monkeypatch, Empty)
     manifest_data["workload"]["demand"]["peak_requests_per_s"] = 1.0
     m = manifest(manifest_data)
     run = tmp_path / "run"
@@ -391,7 +399,7 @@ def test_the_replay_cross_check_gives_no_signed_difference_inside_the_histograms
         def per_replica_quantiles(self, *args: Any) -> dict[str, float]:
             return {}
 
-    monkeypatch.setattr(report_evidence, "PrometheusSource", Answering)
+    _answer_with(monkeypatch, Answering)
     m = load_manifest(example_manifest_path, check_files=False)
     measure = SimpleNamespace(wall_start=1e9, window_start_s=0.0, window_end_s=60.0, p95_ttft_s=records, p95_itl_s=None)
     out, _ = report_evidence._prometheus_section(m, "http://127.0.0.1:9", None, {"inf2": measure})  # type: ignore[dict-item]

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 import pytest
 
 from analysis.report import evidence as report_evidence
-from analysis.sources.prometheus import HistogramNames
+from analysis.sources.prometheus import HistogramNames, PrometheusSource
 from core.manifest import load_manifest
 from core.serving import TGI_METRICS, TRTLLM_METRICS
 
@@ -29,19 +29,18 @@ def test_names_per_stack() -> None:
 
 
 class _RecordingSource:
-    """Stands in for PrometheusSource: records which series the report asks for."""
+    """Stands in for PrometheusSource's answers (its methods replace the class's, so the report's
+    source, which answers through the run's pulled answers, answers with them): records which
+    series the report asks for."""
 
     queried: ClassVar[list[str]] = []
 
-    def __init__(self, url: str, **_signing: Any) -> None:
-        self.url = url
-
     def has_series(self, metric: str, *_: Any) -> bool:
-        self.queried.append(metric)
+        _RecordingSource.queried.append(metric)
         return True
 
     def merged_quantile(self, q: float, metric: str, *_: Any) -> float:
-        self.queried.append(metric)
+        _RecordingSource.queried.append(metric)
         return 0.5
 
     def merged_buckets(self, metric: str, *_: Any) -> dict[float, float]:
@@ -59,7 +58,8 @@ def test_report_queries_each_fleets_own_series(example_manifest_path: Path, monk
         for f in m.fleets
     ]
     m2 = m.model_copy(update={"fleets": tuple(fleets)})
-    monkeypatch.setattr(report_evidence, "PrometheusSource", _RecordingSource)
+    for name in ("has_series", "merged_quantile", "merged_buckets", "per_replica_quantiles"):
+        monkeypatch.setattr(PrometheusSource, name, vars(_RecordingSource)[name])
     _RecordingSource.queried = []
     measure = SimpleNamespace(wall_start=1000.0, window_start_s=0.0, window_end_s=60.0, p95_ttft_s=0.4, p95_itl_s=0.05)
     out, _found = report_evidence._prometheus_section(m2, "http://prom", None, {"inf2": measure, "g6": measure})  # type: ignore[dict-item]

@@ -134,6 +134,7 @@ def test_report_section_carries_provenance_and_a_gap_for_a_fleet_never_ready(mon
     from pathlib import Path
 
     from analysis.report import evidence as report_evidence
+    from analysis.sources.pulled import PulledSource
     from analysis.sources.time_to_ready import TimeToReady
     from core.manifest import load_manifest
 
@@ -143,7 +144,9 @@ def test_report_section_carries_provenance_and_a_gap_for_a_fleet_never_ready(mon
     monkeypatch.setattr(report_evidence, "discover_asgs", lambda client, campaign: {"inf2": "a", "g6": "b"})
     monkeypatch.setattr(report_evidence, "time_to_ready", lambda *a: {"inf2": TimeToReady("inf2", 100.0, 2560.0, 1)})
     out, found = report_evidence._time_to_ready(
-        m, report_evidence.AwsClients(cloudwatch=object(), autoscaling=object(), elbv2=object())
+        m,
+        report_evidence.AwsClients(cloudwatch=object(), autoscaling=object(), elbv2=object()),
+        PulledSource.unkept("time_to_ready"),
     )
     prov, gaps = found.provenance, found.gaps
     assert out == {

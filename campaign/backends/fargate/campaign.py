@@ -45,6 +45,7 @@ def run_campaign(
     run_id: str | None = None,
     resume_id: str | None = None,
     in_conductor: bool = False,
+    stand_in: str | None = None,
 ) -> CloudRunResult:
     """What `campaign run` does: the campaign's stages (campaign.stages.run) on the deployed
     fleets, the run directory uploaded under the run's prefix; `launcher` replaces ECS RunTask
@@ -52,9 +53,11 @@ def run_campaign(
     offline run with CPU engines measures one at a time). `stage_minutes`: the plan's minutes per
     stage, asked for only when the stack has a deadline, which each stage must then end before
     (campaign.stages.deadline; `clock` tells the time). `resume_id`: `run --resume`, the run to
-    continue under its own id and prefix (resume_run)."""
+    continue under its own id and prefix (resume_run). `stand_in`: what serves the fleets in place
+    of the stack's instances (the offline cloud run's emulators or CPU engines), for the report."""
     from campaign.aws.readiness import not_ready_evidence
     from campaign.backends.fargate.ecs_tasks import EcsTaskLauncher
+    from campaign.backends.fargate.systems import stack_amis, systems_under_test
     from campaign.stages.run import run_stages
 
     cfg = read_run_config(session.client("cloudformation"), aws.stack_name(m))
@@ -75,7 +78,12 @@ def run_campaign(
         run_id=run_id,
     )
     fleets = CloudFleets(
-        run, diagnose=lambda fleet: not_ready_evidence(session, m.campaign, fleet), concurrent=concurrent
+        run,
+        diagnose=lambda fleet: not_ready_evidence(session, m.campaign, fleet),
+        concurrent=concurrent,
+        systems_under_test=systems_under_test(
+            m, stack_amis(session.client("cloudformation"), aws.stack_name(m), m), stand_in
+        ),
     )
     run.predicted = predicted
     state = resume_run(session, run, predicted, stop_conductor=not in_conductor) if resume_id is not None else None

@@ -121,11 +121,12 @@ def conduct(
     concurrent: int | None = None,
     poll_s: float = 10.0,
     env: Mapping[str, str] = os.environ,
+    stand_in: str | None = None,
 ) -> int:
     """`python -m campaign conduct RUN_ID [--resume]`, in the conductor task: the run's inputs
     staged and checked as a load-generator task stages them (the manifest digest the stack was
     deployed for, the trace's and tokenizer's sha256, the schedule), then the campaign, exactly as
-    `run` runs it (`launcher`, `concurrent` and `poll_s`: the offline run's, as for run_campaign)."""
+    `run` runs it (`launcher`, `concurrent`, `poll_s` and `stand_in`: the offline run's, as for run_campaign)."""
     from analysis.report.inputs import PlannedCost
     from campaign.backends.fargate.campaign import run_campaign
     from core.manifest import load_manifest
@@ -159,6 +160,7 @@ def conduct(
         run_id=run_id,
         resume_id=run_id if resume else None,
         in_conductor=True,
+        stand_in=stand_in,
     )
     return result.exit_code
 

@@ -36,12 +36,19 @@ class CloudFleets:
     """The orchestration's `Fleets` seam on AWS (campaign.stages.run)."""
 
     def __init__(
-        self, run: CloudRun, diagnose: Callable[[str], str] | None = None, *, concurrent: int | None = None
+        self,
+        run: CloudRun,
+        diagnose: Callable[[str], str] | None = None,
+        *,
+        concurrent: int | None = None,
+        systems_under_test: str | None = None,
     ) -> None:
         """`concurrent`: fleets measured at once, the trace replay included (default: all; on AWS each
         step has its own Fargate tasks and each fleet its own instances). The offline run with real
-        CPU engines on 2 cores measures one at a time, as `campaign local` does."""
+        CPU engines on 2 cores measures one at a time, as `campaign local` does. `systems_under_test`:
+        what serves each fleet (campaign.backends.fargate.systems), for the report."""
         self.run = run
+        self.systems_under_test = systems_under_test
         self.diagnose = diagnose  # fleet -> what AWS says of it (campaign.aws.readiness), for a fleet never ready
         self.names = [f.name for f in run.m.fleets]
         self.concurrent = concurrent or len(self.names)
@@ -60,7 +67,7 @@ class CloudFleets:
         url = self.run.cfg.prometheus_url or None
         return RunFacts(
             {},
-            None,
+            self.systems_under_test,
             aws=True,
             prometheus_url=url,
             prometheus_sigv4_region=self.run.cfg.region if url else None,
