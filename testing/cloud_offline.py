@@ -41,7 +41,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -664,46 +664,10 @@ def start_stack_prometheus(
 
 
 # report.json's fields that two builds of one report from the same files differ in by nature, not by
-# a figure; report_differences compares every other one. Paths need no entry where the report is
+# a figure; testing.json_diff.report_differences compares every other one. Paths need no entry where the report is
 # rebuilt in a copy of the run directory (its run-relative paths are the run's), and the URLs are
 # the run's own (the Prometheus URL is kept with its answers, analysis.sources.pulled).
-# (branch fault-figures writes the same comparer into testing/cloud_offline_resume.py: one to keep)
 VOLATILE = frozenset({"generated_at"})  # when the report was built
-
-
-def report_differences(ran: Any, again: Any, skip: Collection[str] = VOLATILE) -> tuple[int, list[str]]:
-    """Walk two report.json trees (`ran`: the run's, `again`: a rebuild's) field by field: how many
-    leaf fields were compared, and each difference as "<path>: <ran> vs <again>" (a path such as
-    `fleets.g6.capacity.search.steps[2].goodput_tok_s`; 'absent' where one tree lacks it). A path
-    in `skip` is not compared (nor anything under it)."""
-    differences: list[str] = []
-    compared = 0
-
-    def walk(a: Any, b: Any, path: str) -> None:
-        nonlocal compared
-        if path in skip:
-            return
-        if isinstance(a, dict) and isinstance(b, dict):
-            for key in list(a) + [k for k in b if k not in a]:
-                sub = f"{path}.{key}" if path else str(key)
-                if key not in a or key not in b:
-                    if sub not in skip:
-                        differences.append(f"{sub}: {a.get(key, 'absent')!r} vs {b.get(key, 'absent')!r}")
-                    continue
-                walk(a[key], b[key], sub)
-            return
-        if isinstance(a, list) and isinstance(b, list):
-            if len(a) != len(b):
-                differences.append(f"{path}: {len(a)} item(s) vs {len(b)}")
-            for i, (x, y) in enumerate(zip(a, b, strict=False)):
-                walk(x, y, f"{path}[{i}]")
-            return
-        compared += 1
-        if a != b or type(a) is not type(b):  # bool is an int: True == 1 would pass; a figure keeps its type
-            differences.append(f"{path}: {a!r} vs {b!r}")
-
-    walk(ran, again, "")
-    return compared, differences
 
 
 def run_once(aws: OfflineAws, manifest_path: Path, out: Path, name: str, **kwargs: Any) -> Any:
