@@ -357,7 +357,8 @@ def _instances_measured(
             found.provenance[f"instances_measured.{f.name}"] = {
                 "value": c.instances,
                 "source": c.source,
-                "detail": c.detail,
+                # every poll is kept (the steps divide by their time-weighted mean); the replay by the fewest
+                "detail": f"the fewest {c.detail}" if c.polls else c.detail,
             }
         elif given and f.name in given:
             out[f.name] = int(given[f.name])
