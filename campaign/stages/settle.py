@@ -54,8 +54,9 @@ def settle_phase(
     the resumed searches' steps."""
     log = log or (lambda line: print(line, flush=True))
     progress = SettleProgress.read(capacity_root)  # a run cut off mid-phase: go on from its state
-    carried = progress.carried_over() if progress is not None else None
-    if progress is not None and carried is not None:
+    carried = None
+    if progress is not None:
+        carried = progress.carried_over()
         log(
             f"settle: resuming after {len(carried.segments)} finished segment(s) and {carried.reopens} reopened "
             f"search(es), {carried.seconds:.0f} s and {carried.usd:.2f} USD of its budget spent "
