@@ -1,6 +1,12 @@
 # Two commands on a fresh machine: `make demo` (install + run the local campaign) and `make test`
 # (install everything the checks use, then run them all: exactly what CI runs, .ci/run).
 PY := .venv/bin/python
+
+# The tests and the demo start hundreds of Python processes (emulators, Locust masters and workers,
+# the CLI). Where the environment sets PYTHONDONTWRITEBYTECODE (this project's CI image does), each
+# of them compiled every module of ours it imported again (about 0.8 CPU-s a process on 2 cores),
+# and each pytest process rewrote every test module again. The checkout's __pycache__ is ignored.
+unexport PYTHONDONTWRITEBYTECODE
 MANIFEST ?= manifests/llama3-8b-inf2-vs-g6.yaml
 
 .PHONY: install install-runtime setup system-deps system-deps-demo demo plan test pytest lint bench docs clean checkov checkov-venv engine tiny-model real-engine cloud-offline cloud-offline-engine cloud-offline-resume report-screenshot

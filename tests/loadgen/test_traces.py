@@ -197,3 +197,26 @@ def test_rows_after_a_line_that_is_not_utf8_are_still_checked(tmp_path: Path) ->
     p = tmp_path / "t.csv"
     p.write_bytes(b"offset_s,input_tokens,output_tokens\n0,1,1\n1,\xff2,1\n2,-1,1\n")
     assert [(q.line, q.field) for q in check_trace(p, "plain-csv")] == [(3, "(row)"), (4, "input_tokens")]
+
+
+@pytest.mark.parametrize("bad", ["2023-13-01 00:00:00.0", "2023-02-31 00:00:00.0", "2023-01-01 24:00:00.0"])
+def test_an_impossible_date_or_time_is_refused(bad: str) -> None:
+    with pytest.raises(ValueError, match="bad timestamp"):
+        parse_azure_timestamp(bad)
+
+
+def test_a_trace_read_again_is_the_same_and_an_edited_one_is_read_anew(tmp_path: Path) -> None:
+    """A process keeps each trace version it read (core.traces._scan): the same rows again, lists
+    of its own for each caller, and a file edited in place read anew, its problems naming the path
+    the caller gave."""
+    p = tmp_path / "t.csv"
+    p.write_text("offset_s,input_tokens,output_tokens\n0,10,5\n1,20,6\n", encoding="utf-8")
+    first = read_trace(p, "plain-csv")
+    first.clear()  # the caller's own list
+    again = read_trace(p, "plain-csv")
+    assert [(r.offset_s, r.input_tokens) for r in again] == [(0.0, 10), (1.0, 20)]
+    p.write_text("offset_s,input_tokens,output_tokens\n0,10,5\n1,20,6\n2,30,7\n", encoding="utf-8")
+    assert [r.input_tokens for r in read_trace(p, "plain-csv")] == [10, 20, 30]
+    p.write_text("offset_s,input_tokens,output_tokens\n0,10,5\n1,0,6\n", encoding="utf-8")
+    problems = check_trace(str(p), "plain-csv")
+    assert [(q.path, q.line, q.field) for q in problems] == [(str(p), 3, "input_tokens")]
