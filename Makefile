@@ -3,7 +3,7 @@
 PY := .venv/bin/python
 
 # The tests and the demo start hundreds of Python processes (emulators, Locust masters and workers,
-# the CLI). Where the environment sets PYTHONDONTWRITEBYTECODE (this project's CI image does), each
+# the CLI). Where the environment sets PYTHONDONTWRITEBYTECODE (the machines here do), each
 # of them compiled every module of ours it imported again (about 0.8 CPU-s a process on 2 cores),
 # and each pytest process rewrote every test module again. The checkout's __pycache__ is ignored.
 unexport PYTHONDONTWRITEBYTECODE
