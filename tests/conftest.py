@@ -30,7 +30,13 @@ def _example_data() -> dict[str, Any]:
 @pytest.fixture
 def manifest_data(_example_data: dict[str, Any]) -> dict[str, Any]:
     """A deep copy of the example manifest as plain data, for tests that mutate one field."""
-    data = copy.deepcopy(_example_data)
+    return example_data(_example_data)
+
+
+def example_data(source: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`manifest_data` for a fixture of wider scope: the example manifest as plain data, its
+    trace and scorer runnable from wherever it is written."""
+    data = copy.deepcopy(source) if source is not None else yaml.safe_load(EXAMPLE_MANIFEST.read_text())
     # Keep the trace path valid when the data is written somewhere else.
     data["workload"]["trace"]["path"] = str(ROOT / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv")
     # ... and the buyer's scorer runnable from there (it runs in the manifest's directory).

@@ -16,6 +16,18 @@ def manifest(data: dict[str, Any]) -> Manifest:
     return manifest_from_data(data)
 
 
+_DIGESTS: dict[int, tuple[Manifest, str]] = {}
+
+
+def _digest(m: Manifest) -> str:
+    """`m.digest`, computed once per manifest object (it dumps and hashes the whole model; the
+    tests write thousands of records). The object is kept, so its id is never reused."""
+    hit = _DIGESTS.get(id(m))
+    if hit is None or hit[0] is not m:
+        hit = _DIGESTS[id(m)] = (m, m.digest)
+    return hit[1]
+
+
 def rec(
     m: Manifest,
     fleet: str,
@@ -36,7 +48,7 @@ def rec(
         slo_ok = ttft is not None and ttft <= m.slo.ttft_p95_s and (itl is None or itl <= m.slo.itl_p95_s)
     return RequestRecord(
         campaign=m.campaign,
-        manifest_digest=digest or m.digest,
+        manifest_digest=digest or _digest(m),
         fleet=fleet,
         request_id=i,
         worker="w0",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import json
 import math
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +21,25 @@ from analysis.model import (
 )
 from analysis.report.build import ReportInputs, build_gate_report, build_report
 from tests.analysis.test_capacity import KW, _m, _three_steps, _write
+from tests.conftest import example_data
 from tests.quality import quality_results
 
 
+@pytest.fixture(scope="module")
+def _built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A report with every section the replay gives: a capacity sweep, intervals, sensitivity,
+    series; built once for the module (the tests only read it, or edit their own copy)."""
+    tmp = tmp_path_factory.mktemp("report-model")
+    m = _m(example_data())
+    rep = _write(tmp / "replay", m, {"inf2": (1.0, 900, False), "g6": (1.0, 300, True)})
+    build_report(ReportInputs(m, rep, out_dir=tmp / "out", capacity_dirs=_three_steps(tmp, m), **KW))
+    return tmp / "out"
+
+
 @pytest.fixture
-def written(tmp_path: Path, manifest_data: dict[str, Any]) -> Path:
-    """A report with every section the replay gives: a capacity sweep, intervals, sensitivity, series."""
-    m = _m(manifest_data)
-    rep = _write(tmp_path / "replay", m, {"inf2": (1.0, 900, False), "g6": (1.0, 300, True)})
-    build_report(ReportInputs(m, rep, out_dir=tmp_path / "out", capacity_dirs=_three_steps(tmp_path, m), **KW))
+def written(_built: Path, tmp_path: Path) -> Path:
+    """The module's report directory, copied for this test: its report.json."""
+    shutil.copytree(_built, tmp_path / "out")
     return tmp_path / "out" / "report.json"
 
 
