@@ -37,9 +37,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING, TypeAlias
 
 from core.quantiles import nearest_rank  # the report's quantile definition (why: core/quantiles.py)
 
@@ -50,7 +48,13 @@ BOOTSTRAP_MAX_N = 10_000  # above it, the normal interval of a sum (module docst
 _BOOTSTRAP_BLOCK = 1 << 22  # resampled indices drawn at once (32 MiB of int64): bounds memory for any n
 _CDF_WINDOW_SD = 12.0  # the binomial CDF's window, in standard deviations (module docstring)
 
-FloatArray = npt.NDArray[np.float64]
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+# numpy is imported by the two functions that compute with it: core.manifest imports this module,
+# and numpy would add ~0.2 s to the start of every process that reads a manifest (CLI, emulator).
+FloatArray: TypeAlias = "npt.NDArray[np.float64]"
 
 
 def binom_cdf_table(n: int, p: float) -> list[float]:
@@ -154,6 +158,8 @@ def quantile_ci_unsorted(values: FloatArray, q: float = 0.95, confidence: float 
     """The same interval over an unsorted sample: only the three order statistics it reads are
     placed (numpy.partition, linear time), which is what makes millions of requests cheap."""
 
+    import numpy as np
+
     def at(ranks: list[int]) -> dict[int, float]:
         part = np.partition(values, [r - 1 for r in ranks])
         return {r: float(part[r - 1]) for r in ranks}
@@ -229,6 +235,8 @@ def bootstrap_sum_ci(
 
     Vectorized: each block of resamples is one (k, n) array of indices drawn by numpy's seeded
     generator, so the same values and seed always give the same interval."""
+    import numpy as np
+
     x = np.asarray(values, dtype=np.float64)
     n = len(x)
     if n == 0:

@@ -15,12 +15,13 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any
-
-from openai import OpenAI, OpenAIError
+from typing import TYPE_CHECKING, Any
 
 from core.manifest import Manifest, QualityFixture
 from core.serving import served_model_id
+
+if TYPE_CHECKING:
+    from openai import OpenAI
 
 
 @dataclass
@@ -76,6 +77,8 @@ def _ask(client: OpenAI, m: Manifest, model: str, fx: QualityFixture) -> tuple[s
 
 def check_fixture(client: OpenAI, m: Manifest, model: str, fx: QualityFixture) -> FixtureResult:
     """`model`: the id the fleet serves (core.serving.served_model_id)."""
+    from openai import OpenAIError  # imported here: `openai` costs the CLI ~1 s at startup
+
     problems: list[str] = []
     try:
         text, finish, tokens = _ask(client, m, model, fx)
@@ -109,6 +112,8 @@ def check_fixture(client: OpenAI, m: Manifest, model: str, fx: QualityFixture) -
 
 
 def run_gate(m: Manifest, fleet: str, base_url: str, timeout_s: float = 60.0) -> GateResult:
+    from openai import OpenAI  # imported here: `openai` costs the CLI ~1 s at startup
+
     client = OpenAI(
         base_url=base_url.rstrip("/") + "/v1", api_key="not-needed-locally", timeout=timeout_s, max_retries=0
     )

@@ -21,12 +21,14 @@ pytestmark = pytest.mark.slow
 
 
 def _short_manifest(tmp_path: Path, data: dict[str, Any]) -> Path:
-    # Short outputs keep the drain after the last arrival to seconds; the real trace's arrivals stay.
+    # Short outputs keep the drain after the last arrival to seconds; the real trace's arrivals
+    # stay, played twice as fast so a short replay still sends a dozen requests per fleet.
     data["workload"]["request_class"]["max_output_tokens"] = 48
-    data["workload"]["warmup_s"] = 2
-    data["workload"]["capacity_sweep"] = {"multipliers": [1, 4], "step_s": 6}
+    data["workload"]["time_scale"] = 0.5
+    data["workload"]["warmup_s"] = 1
+    data["workload"]["capacity_sweep"] = {"multipliers": [1, 4], "step_s": 3}
     data["workload"].pop("capacity_search", None)
-    data["quality"]["distribution"]["min_samples"] = 5  # a 15 s replay sends about a dozen requests per fleet
+    data["quality"]["distribution"]["min_samples"] = 5  # a 9 s replay (18 trace seconds) sends about a dozen per fleet
     return write_manifest(tmp_path, data)
 
 
@@ -47,10 +49,12 @@ def _records(out: Path) -> list[dict[str, Any]]:
 
 
 def test_local_campaign_writes_a_report_with_both_fleets(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    # Real time on purpose: the one end-to-end run of the local live path (emulators, Locust,
+    # Prometheus, the report) as a user starts it; its logic is tested in simulated time elsewhere.
     manifest = _short_manifest(tmp_path, manifest_data)
     out = tmp_path / "run"
     r = subprocess.run(
-        [sys.executable, "-m", "campaign", "local", str(manifest), "--duration", "15", "--out", str(out)],
+        [sys.executable, "-m", "campaign", "local", str(manifest), "--duration", "9", "--out", str(out)],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -89,6 +93,7 @@ def test_local_campaign_writes_a_report_with_both_fleets(tmp_path: Path, manifes
 
 
 def test_ctrl_c_stops_every_process_and_keeps_records(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    # Real processes on purpose: the subject is a real SIGINT reaching every child of a real run.
     manifest = _short_manifest(tmp_path, manifest_data)
     out = tmp_path / "run"
     proc = subprocess.Popen(
@@ -107,7 +112,7 @@ def test_ctrl_c_stops_every_process_and_keeps_records(tmp_path: Path, manifest_d
         f.stat().st_size > 0 for f in (out / "records").glob("records-*.jsonl")
     ):
         assert proc.poll() is None, proc.communicate()
-        time.sleep(0.5)
+        time.sleep(0.1)
     assert _records(out), "no record was flushed before the interrupt"
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=90)

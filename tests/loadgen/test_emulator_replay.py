@@ -24,9 +24,12 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-@pytest.fixture
-def emulator(tmp_path: Path, manifest_data: dict[str, Any]) -> Iterator[tuple[Path, str]]:
-    data = small_manifest_data(manifest_data, time_scale=0.2)  # 60 s of trace in 12 s
+@pytest.fixture(scope="module")
+def emulator(tmp_path_factory: pytest.TempPathFactory, _example_data: dict[str, Any]) -> Iterator[tuple[Path, str]]:
+    """One emulator for the module's tests (its start is seconds on a loaded machine); each test
+    reads only what its own requests left on it."""
+    tmp_path = tmp_path_factory.mktemp("emulator")
+    data = small_manifest_data(_example_data, time_scale=0.2)  # 60 s of trace in 12 s
     data["loadgen"]["request_timeout_s"] = 30.0
     m = write(tmp_path, data)
     port_file = tmp_path / "port"
@@ -110,11 +113,12 @@ def test_a_template_the_server_does_not_use_stops_the_run_before_it_sends(
     # One extra word in the loadgen's copy of the template: every prompt would be a token long.
     data["tokenizer"]["chat_template"] = "note " + data["tokenizer"]["chat_template"]
     wrong = write(tmp_path, data, "wrong.yaml")
+    before = json.loads(urllib.request.urlopen(f"{url}/emulator/requests", timeout=10).read())["requests"]
     s = run_fleet(wrong, "g6", url, tmp_path / "run")
     assert not s.valid
     assert any("setup failed" in r and "the server counts" in r for r in s.invalid_reasons), s.invalid_reasons
     sent = json.loads(urllib.request.urlopen(f"{url}/emulator/requests", timeout=10).read())["requests"]
-    assert sent == []  # /tokenize is not generation: nothing was replayed
+    assert sent == before  # /tokenize is not generation: nothing was replayed (the module's emulator is shared)
     # ... and every scheduled request still has its record, not_sent with the cause: the replay
     # invariant (scheduled = ok + errors + not_sent) holds for a stopped run too.
     from core.manifest import load_manifest

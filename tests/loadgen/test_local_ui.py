@@ -16,6 +16,7 @@ import pytest
 
 from core.manifest import load_manifest
 from core.ports import free_port
+from loadgen import launch
 from loadgen.launch import start_fleet
 from testing.report_browser import CHROMIUM, FLAGS, chromium_available
 from tests.loadgen.conftest import small_manifest_data, write
@@ -32,15 +33,19 @@ def _stats(port: int) -> dict[str, Any]:
 
 @pytest.mark.timeout(180)
 def test_the_local_ui_shows_the_replay_live(
-    sse_server: SSEServer, manifest_data: dict[str, Any], tmp_path: Path
+    sse_server: SSEServer, manifest_data: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Real time on purpose: the subject is the live UI of a running replay, seen by a real browser.
     why = chromium_available()
     if why is not None:
         missing(why)
     from playwright.sync_api import sync_playwright
 
-    # 60 trace seconds at time_scale 0.3: an 18 s replay, long enough to look at it running
-    manifest = write(tmp_path, small_manifest_data(manifest_data, time_scale=0.3))
+    # 60 trace seconds at time_scale 0.2: a 12 s replay, long enough to look at it running (its
+    # rows show within its first seconds); the UI then stays up 5 s, not the CLI's 10, for a
+    # browser that is still loading the page when the replay ends.
+    monkeypatch.setattr(launch, "LOCAL_UI_LINGER_S", 5)
+    manifest = write(tmp_path, small_manifest_data(manifest_data, time_scale=0.2))
     port = free_port()
     run = start_fleet(load_manifest(manifest), "g6", sse_server.url, tmp_path / "rec", ui_port=port)
     try:
@@ -49,7 +54,7 @@ def test_the_local_ui_shows_the_replay_live(
         while time.monotonic() < deadline and not {"SSE ttft", "SSE itl", "SLO goodput"} <= rows:
             with contextlib.suppress(OSError):  # the UI is not up yet
                 rows = {f"{s['method']} {s['name']}" for s in _stats(port)["stats"] if s["num_requests"] > 0}
-            time.sleep(0.5)
+            time.sleep(0.1)
         assert {"SSE ttft", "SSE itl", "SLO goodput"} <= rows, rows
         assert not run.poll(), "the replay should still be running while it is watched"
         with tempfile.TemporaryDirectory(prefix="ui-browser-") as profile, sync_playwright() as pw:

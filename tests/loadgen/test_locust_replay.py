@@ -52,7 +52,9 @@ def test_one_worker_and_two_workers_replay_the_same_requests(
 def test_faulty_server_gives_failure_records_not_a_crash(
     sse_server: SSEServer, small_manifest: Path, tmp_path: Path
 ) -> None:
-    sse_server.behaviour = Behaviour(mode="mixed", stall_s=4.0)
+    # A stall past the 2 s request timeout times out; 3 s keeps a second's margin for a late timer
+    # and frees the server's handlers sooner than a longer stall would.
+    sse_server.behaviour = Behaviour(mode="mixed", stall_s=3.0)
     s = run_fleet(small_manifest, "g6", sse_server.url, tmp_path / "f")
     assert s.invariant_holds() and s.failed > 0 and s.completed > 0
     outcomes = Counter(r.outcome for r in _records(tmp_path / "f"))
@@ -80,8 +82,10 @@ def test_terminate_keeps_flushed_records(sse_server: SSEServer, manifest_data: d
     # prepared its prompts on a loaded machine (no worker summary at all).
     deadline = time.monotonic() + 60
     while len(sse_server.seen) < before + 3 and time.monotonic() < deadline and not run.poll():
-        time.sleep(0.1)
-    time.sleep(2)
+        time.sleep(0.05)
+    # The test server answers in ~0.1 s (20 ms TTFT, 16 tokens 5 ms apart): by now the first of the
+    # three has completed, and the 60 s schedule has most of its requests still unsent.
+    time.sleep(0.5)
     s = run.terminate()
     recs = _records(tmp_path / "t")
     assert s.invariant_holds() and s.not_sent > 0 and s.completed > 0

@@ -3,9 +3,11 @@ the probe and the Locust replay send the name they are given; the wrong name is 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from core.manifest import load_manifest
@@ -21,24 +23,31 @@ from tests.runtime.conftest import emulator_process
 SERVED = "local/tiny-llama"
 
 
-def test_probe_sends_the_served_model_name(example_manifest_path: Path) -> None:
+@pytest.fixture(scope="module")
+def served_g6(example_manifest_path: Path) -> Iterator[str]:
+    """One emulated g6 serving SERVED for the probe and the replay: the cut-down manifest the
+    replay reads changes only the workload and the load generator, not what the fleet serves."""
     with emulator_process(example_manifest_path, "g6", "--served-model-name", SERVED) as url:
-        wrong = probe(url, example_manifest_path, "--output-tokens", "4")  # sends model.repo
-        assert (wrong["outcome"], wrong["http_status"]) == ("http_error", 404)
-        r = probe(url, example_manifest_path, "--output-tokens", "4", "--served-model", SERVED)
-        assert r["outcome"] == "ok" and r["server_output_tokens"] == 4
+        yield url
 
 
-def test_replay_sends_the_served_model_name(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+def test_probe_sends_the_served_model_name(example_manifest_path: Path, served_g6: str) -> None:
+    url = served_g6
+    wrong = probe(url, example_manifest_path, "--output-tokens", "4")  # sends model.repo
+    assert (wrong["outcome"], wrong["http_status"]) == ("http_error", 404)
+    r = probe(url, example_manifest_path, "--output-tokens", "4", "--served-model", SERVED)
+    assert r["outcome"] == "ok" and r["server_output_tokens"] == 4
+
+
+def test_replay_sends_the_served_model_name(tmp_path: Path, manifest_data: dict[str, Any], served_g6: str) -> None:
     data = small_manifest_data(manifest_data, window={"start_s": 600, "duration_s": 20})
     data["loadgen"]["request_timeout_s"] = 30.0  # the emulated L4 streams 16 tokens in about 2 s
     m = write(tmp_path, data)
-    with emulator_process(m, "g6", "--served-model-name", SERVED) as url:
-        # The tokenizer check (/tokenize with the model name) and every request use the name.
-        s = run_fleet(m, "g6", url, tmp_path / "run", options=ReplayOptions(served_model=SERVED))
-        assert s.valid and s.invariant_holds() and s.completed == s.scheduled > 0, s.invalid_reasons
-        recs = list(read_records(sorted((tmp_path / "run").glob("records-g6-*.jsonl"))))
-        assert recs and all(r.outcome == "ok" for r in recs)
+    # The tokenizer check (/tokenize with the model name) and every request use the name.
+    s = run_fleet(m, "g6", served_g6, tmp_path / "run", options=ReplayOptions(served_model=SERVED))
+    assert s.valid and s.invariant_holds() and s.completed == s.scheduled > 0, s.invalid_reasons
+    recs = list(read_records(sorted((tmp_path / "run").glob("records-g6-*.jsonl"))))
+    assert recs and all(r.outcome == "ok" for r in recs)
 
 
 THREE_FLEETS = ROOT / "manifests" / "llama3-8b-three-fleets.yaml"

@@ -279,7 +279,9 @@ def test_the_report_note_carries_each_fleets_pinned_out_of_sample_band(
 @pytest.mark.parametrize(
     ("row_id", "output_tokens"),
     [
-        ("a10g-vllm-c4", None),  # vLLM V0 on GPU: 4 users, 550+-150 prompt / 150+-10 output tokens
+        # vLLM V0 on GPU: 4 users, 550+-150 prompt / 150+-10 output tokens. Not cut as the row below
+        # is: at 48 output tokens the live TTFT came out 26% above the simulated on a loaded machine.
+        ("a10g-vllm-c4", None),
         # vLLM on Neuron: prefill steps of several 4,096-token passes whose first tokens leave
         # together, static decode; outputs cut to 24 tokens to keep the run short
         ("on-vllm-inf2-tp2-c4", 24),
@@ -288,7 +290,9 @@ def test_the_report_note_carries_each_fleets_pinned_out_of_sample_band(
 def test_a_published_row_replayed_live_agrees_with_simulated_time(
     manifest_data: dict[str, Any], tmp_path: Path, row_id: str, output_tokens: int | None
 ) -> None:
-    """The row's configuration through the HTTP server (sockets, streaming) vs simulated time."""
+    """The row's configuration through the HTTP server (sockets, streaming) vs simulated time.
+
+    Real time on purpose: the subject is the live server's timing agreeing with the simulation."""
     row = next(r for r in cal.read_rows(cal.DEFAULT_ROWS) if r.id == row_id)
     if not row.input_spread:
         # Identical requests keep the users in lockstep, where a millisecond of HTTP decides whether
