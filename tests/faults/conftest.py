@@ -134,7 +134,10 @@ def replay(
             while not _snapshot(records_dir) and not run.poll():
                 assert time.monotonic() < deadline, "no record flushed"
                 time.sleep(0.2)
-            time.sleep(1.5)  # let a few more batches land, then remember what is on disk
+            # let a few more batches land (a second flush, 1.5 s at most), then remember what is on disk
+            first, settle_by = _snapshot(records_dir), time.monotonic() + 1.5
+            while _snapshot(records_dir) == first and time.monotonic() < settle_by and not run.poll():
+                time.sleep(0.1)
             snapshots = _snapshot(records_dir)
             if during is not None:
                 during(run, sup, prom_url or url)
@@ -150,7 +153,9 @@ def replay(
                 out_dir=workdir / "report",
                 instances_measured={FLEET: 1},
                 with_sensitivity=False,
-                with_pages=True,
+                # the pages only where a case reads them (the Prometheus case: the report of a run
+                # whose Prometheus died still renders); the figures are what the rest compare
+                with_pages=with_prometheus,
             )
         ).model_dump(mode="json")
     return Replay(m, workdir, records_dir, summary, report, time.monotonic() - t0, snapshots)
