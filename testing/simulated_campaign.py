@@ -1,15 +1,15 @@
 """Whole campaigns in simulated time for the orchestration tests, as `campaign plan` runs them
-(campaign.backends.simulated.fleets), with the trace read once per process instead of at every
-schedule.
+(campaign.backends.simulated.fleets), and the other in-process orchestration tests, with the
+trace read once per process instead of at every schedule.
 
 A simulated campaign of the example builds its request schedule a dozen times (the replay, the
-search's arrival offsets and fallback lifetime, every step and settle segment, every interim
-report's prefix-cache figures), and each build parsed the whole 19,366-row trace again: on a busy
-2-core machine about 1.5 s a read, half of the campaign's time (profiled 2026-12-07). The
-orchestration tests' subject is the stages' decisions, not the trace's parsing
-(tests/loadgen/test_traces.py has that), so they read each unchanged file once: `traces_read_once`
-keys the rows on the file's path, size and modification time, so an edited or rewritten trace is
-read again, and hands each caller its own list (the rows themselves are frozen).
+search's arrival offsets and fallback lifetime, every step and settle segment, every report's
+prefix-cache figures; `campaign local`'s launcher more), and each build parsed the whole
+19,366-row trace again: about 1.5 s a read on a busy 2-core machine, half of a simulated
+campaign's time (profiled 2026-12-07). These tests' subject is the stages' decisions, not the
+trace's parsing (tests/loadgen/test_traces.py has that), so they read each unchanged file once:
+`traces_read_once` keys the rows on the file's path, size and modification time, so an edited or
+rewritten trace is read again, and hands each caller its own list (the rows themselves are frozen).
 """
 
 from __future__ import annotations
