@@ -173,7 +173,8 @@ def test_search_in_simulated_time_sizes_every_step_and_records_its_path(
 
 
 class _TimedSteps:
-    """A StepRunner that only records when each fleet's step ran."""
+    """A StepRunner that only records when each fleet's step ran. Real time on purpose: the
+    subject is whether the fleets' threads overlap, read off the clock (0.2 s a step, 1 to 2 s a test)."""
 
     def __init__(self) -> None:
         self.spans: list[tuple[str, float, float]] = []
