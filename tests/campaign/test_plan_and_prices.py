@@ -13,6 +13,7 @@ from campaign.plan.roofline import plan, render_text
 from core import catalog, prices
 from core.manifest import ManifestError, fit, load_manifest, manifest_from_data, semantic_issues
 from runtime.emulator.timing import TimingModel
+from testing.simulated_campaign import traces_read_once
 from tests.conftest import ROOT
 
 
@@ -127,17 +128,18 @@ def test_bad_snapshot_row_names_the_line(tmp_path: Path) -> None:
         prices._parse(bad)
 
 
-def test_cli_plan_json(example_manifest_path: Path, tmp_path: Path) -> None:
+def test_cli_plan_json(example_manifest_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # In this process, through the CLI's own entry (campaign.cli.main.main), with the trace read
+    # once (testing.simulated_campaign): what the command prints is the subject, not the
+    # interpreter starting; test_plan_text_shows_the_host_memory_risk runs `python -m campaign plan`.
+    from campaign.cli.main import main
+
     saved = tmp_path / "plan.json"
-    r = subprocess.run(
-        [sys.executable, "-m", "campaign", "plan", str(example_manifest_path), "--json", "--save", str(saved)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-    )
-    assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout)
+    with traces_read_once():
+        code = main(["plan", str(example_manifest_path), "--json", "--save", str(saved)])
+    r = capsys.readouterr()
+    assert code == 0, r.err
+    out = json.loads(r.out)
     m = load_manifest(example_manifest_path)
     assert out["manifest_digest"] == m.digest
     fleets = {f["fleet"]: f for f in out["fleets"]}
@@ -243,6 +245,7 @@ def test_plan_says_deploy_refuses_a_model_no_instance_can_compile(manifest_data:
 
 
 def test_plan_text_shows_the_host_memory_risk(example_manifest_path: Path) -> None:
+    # A process of its own: `python -m campaign plan` as a user runs it (the --json test calls main in-process).
     out = subprocess.run(
         [sys.executable, "-m", "campaign", "plan", str(example_manifest_path), "--no-simulate"],  # the roofline part
         capture_output=True,
@@ -320,10 +323,11 @@ def test_the_plan_resumes_a_search_its_settle_phase_reopens(
         )
 
     monkeypatch.setattr(settle_mod, "settle", reopening)
-    pred = predict(m, tmp_path)
+    with traces_read_once():
+        pred = predict(m, tmp_path)
     held, missed = pred.fleets["inf2"].search_bracket
     assert missed == pytest.approx(float(first["held"]))  # the reopened step is now the miss
-    assert held is not None and held < missed
+    assert held is not None and missed is not None and held < missed
     assert pred.settle is not None and pred.settle["stopped"] != "reopened"
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from campaign.plan.plan_file import plan_document, predicted_boundaries
 from campaign.stages.capacity import search_fleet
 from core.errors import BadArgument
 from core.manifest import CapacitySearch, Manifest, load_manifest
+from testing.simulated_campaign import traces_read_once
 from tests.conftest import write_manifest
 
 
@@ -80,6 +82,13 @@ def test_a_missing_file_is_a_bad_argument(tmp_path: Path, m: Manifest) -> None:
         predicted_boundaries(tmp_path / "absent.json", m)
 
 
+@pytest.fixture
+def _trace_read_once() -> Iterator[None]:
+    with traces_read_once():  # each step's schedule: the trace parsed once, not at every step
+        yield
+
+
+@pytest.mark.usefixtures("_trace_read_once")
 def test_a_search_given_its_own_predicted_boundary_starts_there_and_converges(tmp_path: Path, m: Manifest) -> None:
     """The emulator in simulated time, searched once without a prediction, then again given the
     boundary that search held at: the second starts there, confirms just above, and needs no more
@@ -103,9 +112,10 @@ def test_a_search_given_its_own_predicted_boundary_starts_there_and_converges(tm
     assert told.steps[0].why == "the plan's predicted boundary (campaign plan, simulated)"
     assert told.stop_rule is StopRule.CONVERGED, lines
     assert len(told.steps) <= len(blind.steps)
-    # outside the search's range: said, and not used
+    # outside the search's range: said, and not used (only its first step is asserted on: one step is run)
+    one_step = cfg.model_copy(update={"max_steps": 1})
     out = search_fleet(
-        m, "inf2", tmp_path / "out", cfg, 20.0, SimulatedSteps(m), threading.Event(), lines.append, predicted=1e-6
+        m, "inf2", tmp_path / "out", one_step, 20.0, SimulatedSteps(m), threading.Event(), lines.append, predicted=1e-6
     )
     assert any("outside the search's range" in line and "not used" in line for line in lines)
     assert out.steps[0].why == "start"

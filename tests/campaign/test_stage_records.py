@@ -4,8 +4,10 @@ the file and the field, and `campaign plan` runs the campaign's own stages (run_
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +15,18 @@ import pytest
 
 from analysis.capacity.settle_record import SETTLE_FILE, SettleOutcome, SettleSegment, SettleStop
 from analysis.errors import AnalysisError
+from analysis.model import Report
+from analysis.report.inputs import PlannedCost
 from campaign.backends.simulated.fleets import SimulatedFleets
-from campaign.stages.run import QUALITY_FILE, read_quality, run_stages
-from core.manifest import manifest_from_data
+from campaign.stages.run import QUALITY_FILE, RunFacts, read_quality, run_stages
+from core.manifest import Manifest, manifest_from_data
+from testing.simulated_campaign import traces_read_once
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _trace_read_once() -> Iterator[None]:
+    with traces_read_once():
+        yield
 
 
 def _outcome() -> SettleOutcome:
@@ -83,43 +94,52 @@ def test_quality_results_read_back_typed_and_bad_ones_are_named(tmp_path: Path) 
         read_quality(path)
 
 
+@pytest.fixture(scope="module")
+def defaults_run(
+    tmp_path_factory: pytest.TempPathFactory, _example_data: dict[str, Any]
+) -> tuple[Manifest, SimulatedFleets, Report, Path, list[str], PlannedCost]:
+    """One campaign on the plan's fleets, shared by the two tests below (each ran its own until
+    2026-12-07): the example without its workload.capacity_search block, given a plan's cost."""
+    from tests.conftest import ROOT
+
+    data = copy.deepcopy(_example_data)
+    data["workload"]["trace"]["path"] = str(ROOT / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv")
+    data["workload"].pop("capacity_search", None)
+    m = manifest_from_data(data)
+    run_dir = tmp_path_factory.mktemp("defaults")
+    fleets = SimulatedFleets(m, overhead_s=60.0)
+    planned = PlannedCost(123.45, 200.0, "predicted (campaign plan)", "2026-12-05T21:00:00Z")
+    lines: list[str] = []
+    rep = run_stages(m, fleets, run_dir, threading.Event(), planned_cost=planned, log=lines.append)
+    assert rep is not None
+    return m, fleets, rep, run_dir, lines, planned
+
+
 def test_without_a_capacity_search_block_the_stages_settle_with_its_defaults(
-    tmp_path: Path, manifest_data: dict[str, Any]
+    defaults_run: tuple[Manifest, SimulatedFleets, Report, Path, list[str], PlannedCost],
 ) -> None:
     """The live stages skipped the settle phase for a manifest without workload.capacity_search,
     while the search ran with its defaults and `campaign plan` settled with them: the plan then
     predicted a phase the campaign never ran (fixed 2026-12-05). The plan's fleets run the same
     stages here, in simulated time."""
-    manifest_data["workload"].pop("capacity_search", None)
-    m = manifest_from_data(manifest_data)
+    m, fleets, rep, run_dir, lines, _ = defaults_run
     assert m.workload.capacity_search is None and m.workload.capacity_sweep is None
-    fleets = SimulatedFleets(m, overhead_s=60.0)
-    lines: list[str] = []
-    rep = run_stages(m, fleets, tmp_path, threading.Event(), full_report=False, log=lines.append)
-    assert rep is not None
     assert fleets.replay_s > 0
-    settled = SettleOutcome.read(tmp_path / "capacity")
+    settled = SettleOutcome.read(run_dir / "capacity")
     assert settled is not None, lines
     assert rep.model_dump(mode="json")["provenance"]["settle"]["value"]["stopped"] == settled.stopped.value
     # The plan's gate is assumed, and the report says so.
-    quality = read_quality(tmp_path / QUALITY_FILE)
+    quality = read_quality(run_dir / QUALITY_FILE)
     assert quality is not None and all(q.model_extra and "assumed" in q.model_extra for q in quality.values())
 
 
 def test_the_plan_a_run_was_given_reaches_its_report_and_campaign_json(
-    tmp_path: Path, manifest_data: dict[str, Any]
+    defaults_run: tuple[Manifest, SimulatedFleets, Report, Path, list[str], PlannedCost],
 ) -> None:
     """`local/run --from-plan FILE`: the plan's campaign cost is the report's planned figure, and
     campaign.json keeps it for `report --run-dir` (it was read only from RUN_DIR/plan.json or --plan)."""
-    from analysis.report.inputs import PlannedCost
-    from campaign.stages.run import RunFacts
-
-    m = manifest_from_data(manifest_data)
-    planned = PlannedCost(123.45, 200.0, "predicted (campaign plan)", "2026-12-05T21:00:00Z")
-    rep = run_stages(
-        m, SimulatedFleets(m, 60.0), tmp_path, threading.Event(), planned_cost=planned, log=lambda line: None
-    )
-    assert rep is not None and rep.billing is not None and rep.billing.plan is not None
+    _, _, rep, run_dir, _, planned = defaults_run
+    assert rep.billing is not None and rep.billing.plan is not None
     assert rep.billing.plan.usd == 123.45 and rep.billing.plan.source.startswith("predicted")
-    facts = RunFacts.read(tmp_path)
+    facts = RunFacts.read(run_dir)
     assert facts is not None and facts.planned_cost == planned

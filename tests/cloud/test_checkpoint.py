@@ -5,13 +5,16 @@ prefix with the run record naming the stage."""
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from boto3.exceptions import S3UploadFailedError
+from moto import mock_aws
 
 from analysis.capacity.steps import STEP_FILE
 from analysis.model import Verdict
@@ -19,8 +22,17 @@ from analysis.sources.server_series import METRICS_DIR
 from campaign.backends.simulated.fleets import SimulatedFleets
 from campaign.stages.run import run_stages
 from core import cloud_contract as cc
-from core.manifest import manifest_from_data
-from tests.cloud.test_cloud_steps import BUCKET, Aws, Launcher, _run, aws  # noqa: F401 (fixture)
+from core.manifest import Manifest, manifest_from_data
+from testing.simulated_campaign import traces_read_once
+from tests.cloud.test_cloud_steps import Aws, Launcher, _run
+
+
+@pytest.fixture(scope="module")
+def aws() -> Iterator[Aws]:
+    """One moto account for the module's cloud tests (test_cloud_steps' fixture makes one per test,
+    5 to 9 s each here): each test's run puts under its own run id's prefix."""
+    with mock_aws():
+        yield Aws()
 
 
 class Recording(SimulatedFleets):
@@ -36,13 +48,26 @@ class Recording(SimulatedFleets):
         self.calls.append((stage, verdicts))
 
 
-def test_the_stages_checkpoint_after_each_stage_and_before_each_step(
-    tmp_path: Path, manifest_data: dict[str, Any]
-) -> None:
-    m = manifest_from_data(manifest_data)
-    fleets = Recording(m, 60.0, run_dir=tmp_path)
-    rep = run_stages(m, fleets, tmp_path, threading.Event(), full_report=False, log=lambda line: None)
+@pytest.fixture(scope="module")
+def example_run(tmp_path_factory: pytest.TempPathFactory, _example_data: dict[str, Any]) -> tuple[Manifest, Recording]:
+    """The example's campaign on the plan's fleets, run through with its checkpoints recorded:
+    shared by the two tests below (each ran its own until 2026-12-07)."""
+    from tests.conftest import ROOT
+
+    data = copy.deepcopy(_example_data)
+    data["workload"]["trace"]["path"] = str(ROOT / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv")
+    m = manifest_from_data(data)
+    run_dir = tmp_path_factory.mktemp("finished")
+    fleets = Recording(m, 60.0, run_dir=run_dir)
+    with traces_read_once():
+        rep = run_stages(m, fleets, run_dir, threading.Event(), full_report=False, log=lambda line: None)
     assert rep is not None
+    return m, fleets
+
+
+def test_the_stages_checkpoint_after_each_stage_and_before_each_step(example_run: tuple[Manifest, Recording]) -> None:
+    _, fleets = example_run
+    tmp_path = fleets.run_dir
     stages = [s for s, _ in fleets.calls]
     # after the gate and the replay, then before each step, then after the search, the settle phase
     # and the server series saved for the report
@@ -65,7 +90,7 @@ def test_the_stages_checkpoint_after_each_stage_and_before_each_step(
     assert step["verdict"] in {v.value for v in Verdict} and step["requests"] > 0
 
 
-def test_a_cloud_checkpoint_puts_only_what_changed_and_names_the_stage(aws: Aws, tmp_path: Path) -> None:  # noqa: F811
+def test_a_cloud_checkpoint_puts_only_what_changed_and_names_the_stage(aws: Aws, tmp_path: Path) -> None:
     run = _run(aws, Launcher(aws), tmp_path)
     run.run_dir.mkdir(parents=True, exist_ok=True)
     (run.run_dir / "quality.json").write_text("{}")
@@ -111,9 +136,9 @@ class _DiesAfter:
 
 
 def test_a_publish_cut_off_at_any_upload_never_leaves_a_stage_finished_without_its_files(
-    aws: Aws,  # noqa: F811
+    aws: Aws,
     tmp_path: Path,
-    manifest_data: dict[str, Any],
+    example_run: tuple[Manifest, Recording],
 ) -> None:
     """The resume reads "finished" from marker files (step.json, search.json, settle.json,
     quality.json with campaign.json: campaign.stages.resume). A publish cut off between two uploads
@@ -124,9 +149,8 @@ def test_a_publish_cut_off_at_any_upload_never_leaves_a_stage_finished_without_i
     from campaign.aws.s3_trees import download_tree
     from campaign.stages import resume
 
-    m = manifest_from_data(manifest_data)
-    finished = tmp_path / "finished"
-    run_stages(m, SimulatedFleets(m, 60.0), finished, threading.Event(), full_report=False, log=lambda line: None)
+    m, recording = example_run
+    finished = recording.run_dir  # read only: every publish below puts it from scratch
     local = {p.relative_to(finished).as_posix() for p in finished.rglob("*") if p.is_file()}
     fleets = [f.name for f in m.fleets]
     whole = resume.read_run_state(finished, fleets)
@@ -194,7 +218,7 @@ class _FailsOnce:
         return getattr(self.s3, name)
 
 
-def test_a_file_whose_upload_failed_is_put_by_the_next_publish(aws: Aws, tmp_path: Path) -> None:  # noqa: F811
+def test_a_file_whose_upload_failed_is_put_by_the_next_publish(aws: Aws, tmp_path: Path) -> None:
     """Issue 46, finding 6: publish stamped a file as put before its upload, so a file whose upload
     raised was skipped by every later publish, and lost once teardown deleted the workspace."""
     run = _run(aws, Launcher(aws), tmp_path)
