@@ -10,7 +10,6 @@ import pytest
 
 from campaign.cli.main import main
 from campaign.cli.report_cmds import EXIT_BY_STATE
-from testing.simulated_campaign import traces_read_once
 from tests.conftest import write_manifest
 
 pytestmark = pytest.mark.slow
@@ -27,9 +26,8 @@ def test_failing_quality_gate_writes_a_reject_report(
     path = write_manifest(tmp_path, manifest_data)
     out = tmp_path / "run"
     # The CLI's own entry in this process (the emulators and Prometheus are still real processes),
-    # with the trace read once: `python -m campaign` adds only the interpreter's start.
-    with traces_read_once():
-        code = main(["local", str(path), "--out", str(out)])
+    # so `python -m campaign` would add only the interpreter's start.
+    code = main(["local", str(path), "--out", str(out)])
     said = capfd.readouterr()
     assert "Traceback" not in said.err, said.err[-3000:]
     assert code == EXIT_BY_STATE["reject"], said.out[-2000:] + said.err[-2000:]

@@ -13,7 +13,6 @@ from campaign.plan.roofline import plan, render_text
 from core import catalog, prices
 from core.manifest import ManifestError, fit, load_manifest, manifest_from_data, semantic_issues
 from runtime.emulator.timing import TimingModel
-from testing.simulated_campaign import traces_read_once
 from tests.conftest import ROOT
 
 
@@ -129,14 +128,12 @@ def test_bad_snapshot_row_names_the_line(tmp_path: Path) -> None:
 
 
 def test_cli_plan_json(example_manifest_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # In this process, through the CLI's own entry (campaign.cli.main.main), with the trace read
-    # once (testing.simulated_campaign): what the command prints is the subject, not the
-    # interpreter starting; test_plan_text_shows_the_host_memory_risk runs `python -m campaign plan`.
+    # In this process, through the CLI's own entry (campaign.cli.main.main): what the command
+    # prints is the subject, not the interpreter starting; test_plan_text_shows_the_host_memory_risk runs `python -m campaign plan`.
     from campaign.cli.main import main
 
     saved = tmp_path / "plan.json"
-    with traces_read_once():
-        code = main(["plan", str(example_manifest_path), "--json", "--save", str(saved)])
+    code = main(["plan", str(example_manifest_path), "--json", "--save", str(saved)])
     r = capsys.readouterr()
     assert code == 0, r.err
     out = json.loads(r.out)
@@ -323,8 +320,7 @@ def test_the_plan_resumes_a_search_its_settle_phase_reopens(
         )
 
     monkeypatch.setattr(settle_mod, "settle", reopening)
-    with traces_read_once():
-        pred = predict(m, tmp_path)
+    pred = predict(m, tmp_path)
     held, missed = pred.fleets["inf2"].search_bracket
     assert missed == pytest.approx(float(first["held"]))  # the reopened step is now the miss
     assert held is not None and missed is not None and held < missed

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,6 @@ from campaign.plan.plan_file import plan_document, predicted_boundaries
 from campaign.stages.capacity import search_fleet
 from core.errors import BadArgument
 from core.manifest import CapacitySearch, Manifest, load_manifest
-from testing.simulated_campaign import traces_read_once
 from tests.conftest import write_manifest
 
 
@@ -82,13 +80,6 @@ def test_a_missing_file_is_a_bad_argument(tmp_path: Path, m: Manifest) -> None:
         predicted_boundaries(tmp_path / "absent.json", m)
 
 
-@pytest.fixture
-def _trace_read_once() -> Iterator[None]:
-    with traces_read_once():  # each step's schedule: the trace parsed once, not at every step
-        yield
-
-
-@pytest.mark.usefixtures("_trace_read_once")
 def test_a_search_given_its_own_predicted_boundary_starts_there_and_converges(tmp_path: Path, m: Manifest) -> None:
     """The emulator in simulated time, searched once without a prediction, then again given the
     boundary that search held at: the second starts there, confirms just above, and needs no more

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import shutil
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +20,6 @@ from campaign.stages import resume
 from campaign.stages.capacity import ResumeMismatch
 from campaign.stages.run import report_from_run_dir, run_stages
 from core.manifest import Manifest, load_manifest
-from testing.simulated_campaign import traces_read_once
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _trace_read_once() -> Iterator[None]:
-    with traces_read_once():
-        yield
 
 
 class Killed(Exception):

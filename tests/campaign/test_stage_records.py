@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 import json
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +19,6 @@ from analysis.report.inputs import PlannedCost
 from campaign.backends.simulated.fleets import SimulatedFleets
 from campaign.stages.run import QUALITY_FILE, RunFacts, read_quality, run_stages
 from core.manifest import Manifest, manifest_from_data
-from testing.simulated_campaign import traces_read_once
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _trace_read_once() -> Iterator[None]:
-    with traces_read_once():
-        yield
 
 
 def _outcome() -> SettleOutcome:

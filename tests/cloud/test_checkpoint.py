@@ -23,7 +23,6 @@ from campaign.backends.simulated.fleets import SimulatedFleets
 from campaign.stages.run import run_stages
 from core import cloud_contract as cc
 from core.manifest import Manifest, manifest_from_data
-from testing.simulated_campaign import traces_read_once
 from tests.cloud.test_cloud_steps import Aws, Launcher, _run
 
 
@@ -59,8 +58,7 @@ def example_run(tmp_path_factory: pytest.TempPathFactory, _example_data: dict[st
     m = manifest_from_data(data)
     run_dir = tmp_path_factory.mktemp("finished")
     fleets = Recording(m, 60.0, run_dir=run_dir)
-    with traces_read_once():
-        rep = run_stages(m, fleets, run_dir, threading.Event(), full_report=False, log=lambda line: None)
+    rep = run_stages(m, fleets, run_dir, threading.Event(), full_report=False, log=lambda line: None)
     assert rep is not None
     return m, fleets
 

@@ -32,7 +32,6 @@ from core.cloud_contract import (
     PROMETHEUS_TASK_VCPU,
 )
 from core.manifest import Manifest, load_manifest
-from testing.simulated_campaign import traces_read_once
 from tests.conftest import EXAMPLE_MANIFEST
 
 OVERHEAD_S = 60.0  # each simulated step's and segment's load-generator start and stop
@@ -42,8 +41,7 @@ OVERHEAD_S = 60.0  # each simulated step's and segment's load-generator start an
 def planned(tmp_path_factory: pytest.TempPathFactory) -> tuple[Manifest, CampaignPrediction, Path]:
     m = load_manifest(EXAMPLE_MANIFEST)
     work = tmp_path_factory.mktemp("plan")
-    with traces_read_once():  # the campaign's dozen schedules: the trace parsed once
-        return m, predict(m, work, StepOverhead(OVERHEAD_S, "test")), work
+    return m, predict(m, work, StepOverhead(OVERHEAD_S, "test")), work
 
 
 def _replayed_s(records: Path) -> float:
