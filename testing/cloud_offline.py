@@ -424,24 +424,36 @@ def engine_run(data: dict[str, Any]) -> None:
     }
 
 
-SHORT_OUTPUT_TOKENS = 32
-
-
 SHORT_ENGINE_MAX_STEPS = 3
 SHORT_ENGINE_WINDOW_S = 38
+SHORT_ENGINE_MIN_REQUESTS = 130
+SHORT_ENGINE_TIME_BUDGET_S = 200
 
 
 def short_engine_run(data: dict[str, Any]) -> None:
-    """engine_run, shorter, for tests/cloud/test_cloud_offline_engine.py: max_steps
-    SHORT_ENGINE_MAX_STEPS (the replay counts as a step, so two search steps per fleet, the
-    fewest the test asks for; engine_run's 5 took four or five, each on fresh task processes) and
-    a SHORT_ENGINE_WINDOW_S window (warmup 5 s): the replay's load window (first send to last
-    answer, about 33 s of arrivals and a 5 s answer) still spans over MIN_SCRAPES (6) of the
-    stack's 5 s scrapes, so it carries server truth, as the test's comparison of the pulled and
-    local histograms needs; at engine_run's 50 s it spent 12 s more per fleet."""
+    """engine_run, shorter, for tests/cloud/test_cloud_offline_engine.py, which needs per fleet two
+    search steps, one of them and the replay each with a load window (first send to last answer)
+    over MIN_SCRAPES (6) of the stack's 5 s scrapes, for server truth:
+    - max_steps SHORT_ENGINE_MAX_STEPS: the replay counts as a step, so two search steps (engine_run's
+      5 ran four or five, each on fresh task processes);
+    - a SHORT_ENGINE_WINDOW_S window (warmup 5 s): 142 requests, 125 measured, about 33 s of
+      arrivals and a 5 s answer, still over the 30 s;
+    - SHORT_ENGINE_MIN_REQUESTS: above the replay's 125 measured, so the replay is too short to
+      count and the first search step is x1 (130 requests, about 35 s of arrivals: over 30 s);
+      x0.5 after a miss there takes about 70 s of arrivals, where 240 took 122 s;
+    - time_budget_s SHORT_ENGINE_TIME_BUDGET_S: room for that second step after a miss at x1 (at
+      150 s and 240 requests, g6 missed at x1 on a busy machine and the budget stopped its search
+      after one step); max_steps ends the search either way."""
     engine_run(data)
     data["workload"]["window"]["duration_s"] = SHORT_ENGINE_WINDOW_S
-    data["workload"]["capacity_search"]["max_steps"] = SHORT_ENGINE_MAX_STEPS
+    data["workload"]["capacity_search"].update(
+        max_steps=SHORT_ENGINE_MAX_STEPS,
+        min_requests=SHORT_ENGINE_MIN_REQUESTS,
+        time_budget_s=SHORT_ENGINE_TIME_BUDGET_S,
+    )
+
+
+SHORT_OUTPUT_TOKENS = 32
 
 
 def short_run(data: dict[str, Any]) -> None:
