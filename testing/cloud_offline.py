@@ -41,7 +41,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,17 +99,36 @@ def moto_server(region: str) -> Iterator[dict[str, str]]:
 
 def synth(manifest_path: Path, outdir: Path) -> dict[str, Any]:
     """The comparison stack's template, synthesized from the manifest in a subprocess."""
-    proc = subprocess.run(
+    with synthesizing(manifest_path, outdir) as template:
+        return template()
+
+
+@contextmanager
+def synthesizing(manifest_path: Path, outdir: Path) -> Iterator[Callable[[], dict[str, Any]]]:
+    """`cdk synth` started in a subprocess now; the block gets a function that waits for it and
+    returns the template, so that the stand-ins (the emulators, the CPU engines' minutes of
+    loading) start while it runs. A synthesis still running when the block ends is killed."""
+    proc = subprocess.Popen(
         [sys.executable, "-c", SYNTH, str(manifest_path), str(outdir)],
         cwd=ROOT,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=600,
     )
-    if proc.returncode != 0:
-        raise RuntimeError(f"cdk synth failed: {proc.stderr[-3000:]}")
-    template: dict[str, Any] = json.loads((outdir / "Comparison.template.json").read_text(encoding="utf-8"))
-    return template
+
+    def template() -> dict[str, Any]:
+        _, err = proc.communicate(timeout=600)
+        if proc.returncode != 0:
+            raise RuntimeError(f"cdk synth failed: {err[-3000:]}")
+        done: dict[str, Any] = json.loads((outdir / "Comparison.template.json").read_text(encoding="utf-8"))
+        return done
+
+    try:
+        yield template
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
 
 
 def group_name(m: Any, fleet: str) -> str:
@@ -405,13 +424,50 @@ def engine_run(data: dict[str, Any]) -> None:
     }
 
 
+SHORT_ENGINE_MAX_STEPS = 3
+SHORT_ENGINE_WINDOW_S = 38
+SHORT_ENGINE_MIN_REQUESTS = 130
+SHORT_ENGINE_TIME_BUDGET_S = 200
+
+
+def short_engine_run(data: dict[str, Any]) -> None:
+    """engine_run, shorter, for tests/cloud/test_cloud_offline_engine.py, which needs per fleet two
+    search steps, one of them and the replay each with a load window (first send to last answer)
+    over MIN_SCRAPES (6) of the stack's 5 s scrapes, for server truth:
+    - max_steps SHORT_ENGINE_MAX_STEPS: the replay counts as a step, so two search steps (engine_run's
+      5 ran four or five, each on fresh task processes);
+    - a SHORT_ENGINE_WINDOW_S window (warmup 5 s): 142 requests, 125 measured, about 33 s of
+      arrivals and a 5 s answer, still over the 30 s;
+    - SHORT_ENGINE_MIN_REQUESTS: above the replay's 125 measured, so the replay is too short to
+      count and the first search step is x1 (130 requests, about 35 s of arrivals: over 30 s);
+      x0.5 after a miss there takes about 70 s of arrivals, where 240 took 122 s;
+    - time_budget_s SHORT_ENGINE_TIME_BUDGET_S: room for that second step after a miss at x1 (at
+      150 s and 240 requests, g6 missed at x1 on a busy machine and the budget stopped its search
+      after one step); max_steps ends the search either way."""
+    engine_run(data)
+    data["workload"]["window"]["duration_s"] = SHORT_ENGINE_WINDOW_S
+    data["workload"]["capacity_search"].update(
+        max_steps=SHORT_ENGINE_MAX_STEPS,
+        min_requests=SHORT_ENGINE_MIN_REQUESTS,
+        time_budget_s=SHORT_ENGINE_TIME_BUDGET_S,
+    )
+
+
+SHORT_OUTPUT_TOKENS = 32
+
+
 def short_run(data: dict[str, Any]) -> None:
     """`offline_manifest(change=)` for the tests of the cloud path: a 12 s window (warmup 2 s), one
-    instance measured per fleet at 20% of the arrivals (13 requests), a short search (steps of 12
-    requests, two at most) and a settle phase of one short round at most: the stages and their
-    S3 plumbing are under test, not the search's precision."""
+    instance measured per fleet at 20% of the arrivals (13 requests), answers clipped to
+    SHORT_OUTPUT_TOKENS, a short search (steps of 12 requests, two at most) and a settle phase of
+    one short round at most: the stages and their S3 plumbing are under test, not the search's
+    precision. The clip is what keeps the steps short: at the example's 512 tokens an emulated
+    answer took up to 28 s, so each replay and step ran 30 s past its arrivals, and the replay
+    (10.9 s of arrivals under 3 median lifetimes of 7.8 s) was too short to count as a step,
+    so the search ran x1 again over 28 s of arrivals; at 32 a lifetime is about 2.5 s."""
     data["workload"]["window"]["duration_s"] = 12
     data["workload"]["warmup_s"] = 2
+    data["workload"]["request_class"]["max_output_tokens"] = SHORT_OUTPUT_TOKENS
     for f in data["fleets"]:
         f["measure_instances"] = 1
     data["workload"]["rate_scale"] = 0.2
@@ -508,46 +564,49 @@ def offline_aws(
 
     m = load_manifest(manifest_path)
     out.mkdir(parents=True, exist_ok=True)
-    with moto_server(m.costs.region) as env:
-        say(f"moto server at {env['AWS_ENDPOINT_URL']}; synthesizing the stacks (cdk synth) ...")
-        template = synth(manifest_path, out / "cdk.out")
+    with (
+        moto_server(m.costs.region) as env,
+        synthesizing(manifest_path, out / "cdk.out") as synthesized,
+        Supervisor(out / "server-logs") as sup,
+    ):
+        say(f"moto server at {env['AWS_ENDPOINT_URL']}; synthesizing the stacks (cdk synth) while the fleets start ...")
         session = boto3.session.Session(region_name=m.costs.region)
         groups = {f.name: group_name(m, f.name) for f in m.fleets}
-        with Supervisor(out / "server-logs") as sup:
-            if engine == "vllm-cpu":
-                yield from _with_engines(sup, session, m, manifest_path, out, template, env, groups, say, drop_fleet)
-                return
-            from campaign.backends.local.fleets import start_emulator
+        if engine == "vllm-cpu":
+            yield from _with_engines(sup, session, m, manifest_path, out, synthesized, env, groups, say, drop_fleet)
+            return
+        from campaign.backends.local.fleets import start_emulator
 
-            launched = time.time()  # the fleets' "instances" start with their emulators
-            endpoints = {
-                f.name: start_emulator(sup, manifest_path, f.name, out, [], f.instances_measured) for f in m.fleets
-            }
-            say(
-                "fleets (emulated, behind one port each): "
-                + ", ".join(f"{f.name} x{f.instances_measured} {endpoints[f.name]}" for f in m.fleets)
-            )
-            with (
-                filled_in({g: launched for g in groups.values()}),
-                stand_in_workspace(sup, m, out, env) as workspace,
-            ):
-                deployed = deploy_stand_in(session, m, template, endpoints, workspace.query_url)
-                targets = StandInTargets(session, m, deployed["run_config"]["target_groups"])
-                for f in m.fleets:  # every instance serves from the start: the emulators do
-                    targets.register(f.name)
-                prometheus = start_stack_prometheus(sup, m, out, template, workspace, endpoints, targets, env)
-                with InServiceFeed(session, groups, targets, deployed["target_groups"]):
-                    yield OfflineAws(
-                        env,
-                        session,
-                        template,
-                        deployed["refs"],
-                        deployed["run_config"],
-                        endpoints,
-                        targets,
-                        prometheus=prometheus,
-                        stand_in=stand_in_note(m, engine),
-                    )
+        launched = time.time()  # the fleets' "instances" start with their emulators
+        endpoints = {
+            f.name: start_emulator(sup, manifest_path, f.name, out, [], f.instances_measured) for f in m.fleets
+        }
+        template = synthesized()
+        say(
+            "fleets (emulated, behind one port each): "
+            + ", ".join(f"{f.name} x{f.instances_measured} {endpoints[f.name]}" for f in m.fleets)
+        )
+        with (
+            filled_in({g: launched for g in groups.values()}),
+            stand_in_workspace(sup, m, out, env) as workspace,
+        ):
+            deployed = deploy_stand_in(session, m, template, endpoints, workspace.query_url)
+            targets = StandInTargets(session, m, deployed["run_config"]["target_groups"])
+            for f in m.fleets:  # every instance serves from the start: the emulators do
+                targets.register(f.name)
+            prometheus = start_stack_prometheus(sup, m, out, template, workspace, endpoints, targets, env)
+            with InServiceFeed(session, groups, targets, deployed["target_groups"]):
+                yield OfflineAws(
+                    env,
+                    session,
+                    template,
+                    deployed["refs"],
+                    deployed["run_config"],
+                    endpoints,
+                    targets,
+                    prometheus=prometheus,
+                    stand_in=stand_in_note(m, engine),
+                )
 
 
 def _with_engines(
@@ -556,7 +615,7 @@ def _with_engines(
     m: Any,
     manifest_path: Path,
     out: Path,
-    template: dict[str, Any],
+    synthesized: Callable[[], dict[str, Any]],
     env: dict[str, str],
     groups: dict[str, str],
     say: Any,
@@ -574,6 +633,7 @@ def _with_engines(
     say("starting one vLLM (CPU build) per fleet; each takes a minute or more to load")
     cores = core_plan([f.name for f in m.fleets], engines.cpu_count())
     served = start_engines(sup, m, cores)
+    template = synthesized()  # synthesized while the engines loaded
     launched = time.time()  # the fleets' instances "launch" once their engines serve, then pass health checks
     zones = list(dict.fromkeys(z for f in m.fleets for z in f.availability_zones))
     holder: dict[str, StandInTargets] = {}

@@ -49,7 +49,9 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def manifest_path(workdir: Path) -> Path:
-    """The example manifest with a 12 s window and a short search (testing.cloud_offline.short_run):
+    """The example manifest with a 12 s window, answers of 32 tokens at most and a short search
+    (testing.cloud_offline.short_run: the replay and one capacity step per fleet, in real time:
+    the tasks are real processes):
     the same relative trace path, so the copy sits next to a copy of the trace exactly as in the
     repository."""
 
@@ -93,7 +95,7 @@ def _json(key: str) -> Any:
     return json.loads(_session().client("s3").get_object(Bucket=BUCKET, Key=key)["Body"].read())
 
 
-@pytest.mark.timeout(900)  # every stage, each step on fresh task processes: 4-6 min on 2 shared cores
+@pytest.mark.timeout(900)  # every stage, each step on fresh task processes: about 3 min on 2 shared cores
 def test_two_runs_report_and_teardown_from_the_synthesized_task_definitions(
     offline: OfflineAws, manifest_path: Path, workdir: Path
 ) -> None:

@@ -223,3 +223,14 @@ def test_a_worker_s_file_beside_its_parts_is_refused_not_counted_twice(tmp_path:
         in_stream_order(tmp_path.glob("records-*.jsonl"))
     with pytest.raises(ValueError, match="both the worker's records file"):
         RecordTail(tmp_path, "g6", 10).poll()
+
+
+def test_the_s3_client_is_made_before_the_schedule_starts_not_at_the_first_flush(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RecordParts is built with the worker (ReplayWorker.__init__), before its schedule's clock
+    starts: the S3 client made at the first periodic flush held up the sends due meanwhile."""
+    made: list[str] = []
+    monkeypatch.setattr(boto3, "client", lambda service, *a, **k: made.append(service) or object())
+    RecordParts(tmp_path / "records-g6-w0.jsonl", STEP, "g6", "w0")
+    assert made == ["s3"]

@@ -21,7 +21,9 @@ from tests.conftest import EXAMPLE_MANIFEST
 pytestmark = [pytest.mark.faults, pytest.mark.cloud_path]
 
 
-@pytest.mark.timeout(1200)  # one short offline campaign, three conductors after the first: 5-8 min on 2 cores
+# Real time: the conductor and its tasks are real processes, killed by signal (short_run keeps the
+# campaign itself short).
+@pytest.mark.timeout(1200)  # one short offline campaign, three conductors after the first: about 4 min on 2 cores
 def test_a_run_killed_mid_search_mid_upload_and_as_its_report_starts_resumes_to_the_same_decision(
     tmp_path: Path,
 ) -> None:
