@@ -71,7 +71,9 @@ class Aws:
         self.target_groups: dict[str, str] = {}
         self.masters: dict[str, str] = {}
         self.workers: dict[str, str] = {}
-        image = self.ec2.describe_images()["Images"][0]["ImageId"]
+        # one of moto's stock images, by name: listing all of them (1,300) costs seconds to serialize
+        amzn2 = [{"Name": "name", "Values": ["amzn2-ami-hvm-2.0.*-x86_64-gp2"]}]
+        image = self.ec2.describe_images(Filters=amzn2)["Images"][0]["ImageId"]
         for fleet in ("inf2", "g6"):
             self.target_groups[fleet] = self.elbv2.create_target_group(
                 Name=f"tg-{fleet}", Protocol="TCP", Port=8000, VpcId=vpc, TargetType="instance"
