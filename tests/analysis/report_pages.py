@@ -1,16 +1,21 @@
 """Reports to render in the page tests: a full one (capacity search on both fleets, sensitivity,
-ledger, payback) and one stopped at the quality gate (Reject), both written with their pages."""
+ledger, payback), one stopped at the quality gate (Reject) and the recorded example run's, all
+written with their pages. tests/analysis/conftest.py builds each once per session for the tests
+that only read them."""
 
 from __future__ import annotations
 
+import json
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 from analysis.capacity.steps import discover_steps
+from analysis.model import Report
 from analysis.report.build import ReportInputs, build_gate_report, build_report
 from tests.analysis.synth import manifest
 from tests.analysis.test_capacity import KW, _m, _search_layout, _write
+from tests.analysis.test_recorded_example import staged
 from tests.quality import quality_results
 
 # TTFT and ITL CDFs, goodput over time, cost per 1M, capacity steps, search path, payback, tornado
@@ -63,6 +68,23 @@ def gate_reject_report(tmp_path: Path, manifest_data: dict[str, Any]) -> tuple[d
     )
     r = build_gate_report(manifest(manifest_data), quality, out_dir=tmp_path / "out")
     return r.model_dump(mode="json"), tmp_path / "out"
+
+
+def recorded_pages(tmp_path: Path) -> tuple[Report, Path]:
+    """The recorded example run's report, with report.md and report.html, under tmp_path/out."""
+    m, run = staged(tmp_path)
+    quality = quality_results(json.loads((run / "quality.json").read_text(encoding="utf-8")))
+    rep = build_report(
+        ReportInputs(
+            m,
+            run / "records",
+            quality=quality,
+            out_dir=tmp_path / "out",
+            instances_measured={"inf2": 1, "g6": 1},
+            capacity_dirs=discover_steps(run / "capacity"),
+        )
+    )
+    return rep, tmp_path / "out"
 
 
 class PageText(HTMLParser):

@@ -136,7 +136,9 @@ def test_price_missing_everywhere_is_an_error_not_zero() -> None:
 def test_cloudwatch_window_aggregates_and_asg_discovery() -> None:
     region = "us-east-1"
     ec2 = boto3.client("ec2", region_name=region)
-    ami = ec2.describe_images()["Images"][0]["ImageId"]
+    # One of moto's stock images, by name: listing all of them (1,300) costs seconds to serialize.
+    amzn2 = [{"Name": "name", "Values": ["amzn2-ami-hvm-2.0.*-x86_64-gp2"]}]
+    ami = ec2.describe_images(Filters=amzn2)["Images"][0]["ImageId"]
     asc = boto3.client("autoscaling", region_name=region)
     asc.create_launch_configuration(LaunchConfigurationName="lc", ImageId=ami, InstanceType="t3.micro")
     for fleet in ("inf2", "g6"):

@@ -40,7 +40,8 @@ def small(manifest_data: dict[str, Any]) -> Manifest:
     return manifest(manifest_data)
 
 
-def _report(tmp_path: Path, m: Manifest, **kw: Any) -> dict[str, Any]:
+def _report(tmp_path: Path, m: Manifest, *, pages: bool = False, **kw: Any) -> dict[str, Any]:
+    """report.json's data; `pages`: report.md and report.html beside it too (for a test that reads them)."""
     rec = tmp_path / "rec"
     write_jsonl(rec / "records-inf2-w0.jsonl", steady(m, "inf2", 100, 600))
     write_jsonl(rec / "records-g6-w0.jsonl", steady(m, "g6", 100, 450))
@@ -51,6 +52,7 @@ def _report(tmp_path: Path, m: Manifest, **kw: Any) -> dict[str, Any]:
         out_dir=tmp_path / "out",
         instances_measured={"inf2": 1, "g6": 2},
         with_sensitivity=False,
+        with_pages=pages,
         **kw,
     )
     return build_report(inp).model_dump(mode="json")
@@ -78,7 +80,7 @@ def _focus(path: Path, m: Manifest) -> Path:
 
 
 def test_plan_computed_and_billed_side_by_side_each_with_its_source(tmp_path: Path, small: Manifest) -> None:
-    r = _report(tmp_path, small, planned_cost=PLAN, focus_csv=_focus(tmp_path / "focus.csv", small))
+    r = _report(tmp_path, small, planned_cost=PLAN, focus_csv=_focus(tmp_path / "focus.csv", small), pages=True)
     b = r["billing"]
     assert b["plan"]["usd"] == 12.5 and b["plan"]["date"] == "2023-11-14T20:00:00Z"
     assert "campaign plan" in b["plan"]["source"] and "240 min" in b["plan"]["covers"]
@@ -144,7 +146,7 @@ def test_computed_cost_bills_every_instance_deployed_healthy_or_not(tmp_path: Pa
 
 
 def test_billed_is_unavailable_with_the_reason_when_no_source_answers(tmp_path: Path, small: Manifest) -> None:
-    b = _report(tmp_path, small, planned_cost=PLAN)["billing"]
+    b = _report(tmp_path, small, planned_cost=PLAN, pages=True)["billing"]
     assert b["plan"]["usd"] == 12.5 and b["computed"]["usd"] > 0
     billed = b["billed"]
     assert billed["usd"] is None and billed["source"] == "billed: no billing source answered"

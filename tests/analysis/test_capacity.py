@@ -224,7 +224,9 @@ def test_without_a_sweep_the_report_is_unchanged(tmp_path: Path, manifest_data: 
     m = _m(manifest_data)
     rep = _write(tmp_path / "replay", m, {"inf2": (1.0, 900, False), "g6": (1.0, 300, True)})
     a = build_report(ReportInputs(m, rep, out_dir=tmp_path / "a", **KW)).model_dump(mode="json")
-    b = build_report(ReportInputs(m, rep, out_dir=tmp_path / "b", capacity_dirs=None, **KW)).model_dump(mode="json")
+    b = build_report(  # report.json alone: the pages come from the same model (and a's are read below)
+        ReportInputs(m, rep, out_dir=tmp_path / "b", capacity_dirs=None, with_pages=False, **KW)
+    ).model_dump(mode="json")
     assert (
         set(a)
         == set(b)
@@ -378,14 +380,11 @@ def _search_layout(tmp_path: Path, m: Manifest) -> Path:
     return root
 
 
-def test_search_steps_are_per_fleet_and_the_report_carries_the_path(
-    tmp_path: Path, manifest_data: dict[str, Any]
-) -> None:
-    m = _m(manifest_data)
-    rep = _write(tmp_path / "replay", m, {"inf2": (1.0, 900, False), "g6": (1.0, 300, True)})
-    dirs = discover_steps(_search_layout(tmp_path, m))
+def test_search_steps_are_per_fleet_and_the_report_carries_the_path(full_pages: tuple[dict[str, Any], Path]) -> None:
+    # tests.analysis.report_pages.full_report: this replay and _search_layout's steps, built once a session
+    r, out = full_pages
+    dirs = discover_steps(out.parent / "capacity")
     assert sorted(dirs) == ["g6/x1", "g6/x2", "g6/x4", "inf2/x1", "inf2/x2", "inf2/x2.2"]
-    r = build_report(ReportInputs(m, rep, out_dir=tmp_path / "o", capacity_dirs=dirs, **KW)).model_dump(mode="json")
     g6, inf2 = r["fleets"]["g6"]["capacity"], r["fleets"]["inf2"]["capacity"]
     # each fleet's rows are its own steps only (plus the replay), never the other fleet's
     assert [s["label"] for s in g6["steps"]] == ["replay", "g6/x1", "g6/x2", "g6/x4"]
@@ -405,10 +404,10 @@ def test_search_steps_are_per_fleet_and_the_report_carries_the_path(
     assert "capacity.inf2" not in gaps
     assert "the capacity search stopped (converged" in r["provenance"]["capacity.inf2"]["detail"]
     # the report shows each fleet's path: the rule that stopped it and one row per step
-    md = (tmp_path / "o" / "report.md").read_text()
+    md = (out / "report.md").read_text()
     assert "Search stopped (max_steps): max_steps (hand-made)" in md
     assert "| 3 | x4 | test | 100.0 | 100.0 | 400 | 4.00 | 0.2 | 3.000 | missed | hand-made |" in md
-    page = (tmp_path / "o" / "report.html").read_text()
+    page = (out / "report.html").read_text()
     assert "<p>Search stopped (converged): converged (hand-made)</p>" in page and "<td>x2.2</td>" in page
 
 

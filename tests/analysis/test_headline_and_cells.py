@@ -139,6 +139,7 @@ def test_rate_cells_with_a_commitment_are_priced(tmp_path: Path, manifest_data: 
             quality=PASS,
             out_dir=tmp_path / "out",
             instances_measured={"inf2": 1, "g6": 1},
+            with_pages=False,
         )
     ).model_dump(mode="json")
     cells = {c["label"]: c for c in r["sensitivity"]["cells"]}
@@ -163,6 +164,7 @@ def test_rate_cells_with_a_commitment_are_priced(tmp_path: Path, manifest_data: 
             quality=PASS,
             out_dir=tmp_path / "o2",
             instances_measured={"inf2": 1, "g6": 1},
+            with_pages=False,
         )
     ).model_dump(mode="json")
     covered = next(c for c in r["sensitivity"]["cells"] if c["label"] == "covered")
@@ -241,6 +243,7 @@ def test_rate_cells_use_the_price_sources_reserved_rate_when_the_manifest_has_no
             out_dir=tmp_path / "out",
             instances_measured={"inf2": 1, "g6": 1},
             aws_clients=AwsClients(pricing=_FakePricing(docs)),
+            with_pages=False,
         )
     ).model_dump(mode="json")
     assert r["provenance"]["prices.instance-reserved-1yr-no-upfront.inf2.xlarge"]["source"] == "pulled"
@@ -283,7 +286,13 @@ def test_a_tighter_slo_cell_uses_the_step_that_held_it_and_no_extrapolation(
     write_jsonl(rep / "records-g6-w0.jsonl", _steps(m, "g6", 1.0, 300, 1.8))
     r = build_report(
         ReportInputs(
-            m, rep, quality=PASS, out_dir=tmp_path / "out", instances_measured={"inf2": 1, "g6": 1}, capacity_dirs=dirs
+            m,
+            rep,
+            quality=PASS,
+            out_dir=tmp_path / "out",
+            instances_measured={"inf2": 1, "g6": 1},
+            capacity_dirs=dirs,
+            with_pages=False,
         )
     ).model_dump(mode="json")
     demand = 20.0 * (900 + 300) / 2  # 12,000 tok/s, pooled over the replay
@@ -306,7 +315,7 @@ def test_a_gate_that_could_not_be_evaluated_defers_and_says_so(tmp_path: Path, m
             "g6": PASS["g6"],
         }
     )
-    r = build_gate_report(m, quality, out_dir=tmp_path / "out").model_dump(mode="json")
+    r = build_gate_report(m, quality, out_dir=tmp_path / "out", with_pages=False).model_dump(mode="json")
     assert r["decision"]["state"] == "defer"
     assert r["decision"]["reasons"][0] == "evidence incomplete: no quality-gate result for inf2"
     assert r["gaps"][0]["reason"] == "no load was replayed: the quality gate could not be evaluated for inf2"

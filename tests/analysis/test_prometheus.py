@@ -147,10 +147,20 @@ REGION = "us-east-1"
 STAND_IN = StandInCredentials("AKIDSTANDIN0000000000", "stand-in-secret-key")
 
 
-@pytest.fixture
-def amp(prom: tuple[str, list[Histogram]]) -> Iterator[SigV4Proxy]:
+@pytest.fixture(scope="module")
+def _amp(prom: tuple[str, list[Histogram]]) -> Iterator[SigV4Proxy]:
+    # one proxy for the module: stopping one waits out its server's 0.5 s poll
     with SigV4Proxy(prom[0], REGION, STAND_IN) as proxy:
         yield proxy
+
+
+@pytest.fixture
+def amp(_amp: SigV4Proxy) -> SigV4Proxy:
+    """The module's stand-in workspace, what it refused and let through emptied: a test reads only
+    its own requests (the proxy keeps no other state between them)."""
+    _amp.refusals.clear()
+    _amp.accepted.clear()
+    return _amp
 
 
 def _signed(url: str, region: str = REGION, secret: str = STAND_IN.secret_key) -> PrometheusSource:

@@ -22,15 +22,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from analysis.capacity.steps import discover_steps
 from analysis.measure import intervals
-from analysis.report.build import ReportInputs, build_report
+from analysis.model import Report
 from analysis.sources.records import load_records
 from core import stats
 from core.manifest import Manifest, load_manifest
 from tests.analysis.conftest import EXAMPLE_RUN as FIXTURE
 from tests.analysis.conftest import recorded_digest as _digest_of
-from tests.quality import quality_results
 
 
 def staged(tmp_path: Path) -> tuple[Manifest, Path]:
@@ -76,22 +74,10 @@ def intervals_of(report: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def recorded_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    tmp = tmp_path_factory.mktemp("recorded")
-    m, run = staged(tmp)
-    quality = quality_results(json.loads((run / "quality.json").read_text(encoding="utf-8")))
-    rep = build_report(
-        ReportInputs(
-            m,
-            run / "records",
-            quality=quality,
-            out_dir=tmp / "out",
-            instances_measured={"inf2": 1, "g6": 1},
-            capacity_dirs=discover_steps(run / "capacity"),
-            with_pages=False,
-        )
-    )
-    return rep.model_dump(mode="json")
+def recorded_report(_recorded_pages: tuple[Report, Path]) -> dict[str, Any]:
+    """The recorded run's report (tests.analysis.report_pages.recorded_pages, built once a session
+    in tests/analysis/conftest.py; its pages do not change report.json)."""
+    return _recorded_pages[0].model_dump(mode="json")
 
 
 def test_order_statistic_intervals_are_unchanged(recorded_report: dict[str, Any]) -> None:

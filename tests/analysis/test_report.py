@@ -143,7 +143,14 @@ def test_missing_prices_mark_gaps_not_zero(tmp_path: Path, manifest_data: dict[s
     manifest_data["costs"]["region"] = "eu-north-1"  # no pinned snapshot, no API asked
     m = manifest(manifest_data)
     r = build_report(
-        ReportInputs(m, _records(tmp_path / "rec", m), quality=PASS, out_dir=tmp_path / "out", with_sensitivity=False)
+        ReportInputs(
+            m,
+            _records(tmp_path / "rec", m),
+            quality=PASS,
+            out_dir=tmp_path / "out",
+            with_sensitivity=False,
+            with_pages=False,
+        )
     ).model_dump(mode="json")
     assert r["fleets"]["inf2"]["monthly_cost_usd"] is None and r["monthly_delta_usd"] is None
     assert any(g["what"] == "prices.instance.inf2.xlarge" for g in r["gaps"])

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from analysis.model import Report
 from testing.report_browser import chromium_available, load
-from tests.analysis.report_pages import FULL_REPORT_FIGURES, PageText, full_report
+from tests.analysis.report_pages import FULL_REPORT_FIGURES, PageText
 from tests.real_parts import missing
 
 pytestmark = pytest.mark.browser
@@ -25,9 +26,9 @@ def browser_ready() -> None:
 
 @pytest.mark.timeout(120)
 def test_report_renders_every_figure_and_section_with_no_error_and_no_network(
-    browser_ready: None, tmp_path: Path, manifest_data: dict[str, Any]
+    browser_ready: None, tmp_path: Path, full_pages: tuple[dict[str, Any], Path]
 ) -> None:
-    _, out = full_report(tmp_path, manifest_data)
+    _, out = full_pages
     seen = load(out / "report.html", png=tmp_path / "report.png")
     assert len(seen.figures) == FULL_REPORT_FIGURES
     assert all(w > 200 and h > 100 for w, h in seen.figures), seen.figures
@@ -38,12 +39,14 @@ def test_report_renders_every_figure_and_section_with_no_error_and_no_network(
 
 
 @pytest.mark.timeout(180)
-def test_the_first_screen_answers_and_every_figure_links_to_its_provenance(browser_ready: None, tmp_path: Path) -> None:
+def test_the_first_screen_answers_and_every_figure_links_to_its_provenance(
+    browser_ready: None, tmp_path: Path, recorded_pages: tuple[Report, Path]
+) -> None:
     """The recorded example run's report.html at 1280x800: the verdict and why, the delta and the payback with their
     intervals and what would settle the verdict are drawn inside the first viewport; every in-page link resolves."""
-    from tests.analysis.test_report_first_screen import first_screen_strings, recorded_pages
+    from tests.analysis.test_report_first_screen import first_screen_strings
 
-    r, out = recorded_pages(tmp_path)
+    r, out = recorded_pages
     seen = load(out / "report.html", top_png=tmp_path / "first-screen.png", width=1280, height=800)
     assert seen.console_errors == [] and seen.page_errors == []
     missing = [x for x in first_screen_strings(r) if " ".join(x.split()) not in seen.top_text]

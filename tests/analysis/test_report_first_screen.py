@@ -5,44 +5,22 @@ figure links to its provenance. On the recorded example run (tests/analysis/data
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from analysis.capacity.steps import discover_steps
 from analysis.model import Report
-from analysis.report.build import ReportInputs, build_report
 from analysis.report.render import plots
 from analysis.report.render.cells import CHANGE_LABEL, ci_text, first_screen, fmt, payback_ci_text
 from analysis.report.render.html import goodput_bins_per_step
-from tests.analysis.report_pages import gate_reject_report
-from tests.analysis.test_recorded_example import staged
-from tests.quality import quality_results
 
 
-def recorded_pages(tmp_path: Path) -> tuple[Report, Path]:
-    """The recorded example run's report, with report.md and report.html, under tmp_path/out."""
-    m, run = staged(tmp_path)
-    quality = quality_results(json.loads((run / "quality.json").read_text(encoding="utf-8")))
-    rep = build_report(
-        ReportInputs(
-            m,
-            run / "records",
-            quality=quality,
-            out_dir=tmp_path / "out",
-            instances_measured={"inf2": 1, "g6": 1},
-            capacity_dirs=discover_steps(run / "capacity"),
-        )
-    )
-    return rep, tmp_path / "out"
-
-
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Report, Path]:
-    return recorded_pages(tmp_path_factory.mktemp("first-screen"))
+@pytest.fixture
+def recorded(recorded_pages: tuple[Report, Path]) -> tuple[Report, Path]:
+    """The recorded example run's report and its pages (tests/analysis/conftest.py: built once)."""
+    return recorded_pages
 
 
 def first_screen_strings(r: Report) -> list[str]:
@@ -95,8 +73,10 @@ def test_report_html_opens_with_the_same(recorded: tuple[Report, Path]) -> None:
         assert " ".join(want.split()) in text, want
 
 
-def test_a_report_that_is_not_decided_says_so_and_what_blocks_it(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
-    data, out = gate_reject_report(tmp_path, manifest_data)
+def test_a_report_that_is_not_decided_says_so_and_what_blocks_it(
+    gate_reject_pages: tuple[dict[str, Any], Path],
+) -> None:
+    data, out = gate_reject_pages
     md = (out / "report.md").read_text(encoding="utf-8")
     top = md.split("\n## ", 1)[0]
     assert (

@@ -25,10 +25,7 @@ from typing import Any
 
 import pytest
 
-from analysis.capacity.steps import discover_steps
-from analysis.report.build import ReportInputs, build_report
-from tests.analysis.test_recorded_example import staged
-from tests.quality import quality_results
+from analysis.model import Report
 
 GOLDEN = Path(__file__).parent / "data" / "report_golden.json"
 DIGEST = "<manifest digest>"
@@ -62,27 +59,15 @@ def differences(got: Any, want: Any, where: str = "") -> list[str]:
     return [] if got == want and type(got) is type(want) else [f"{where}: {got!r} != {want!r}"]
 
 
-def example_report(tmp: Path) -> dict[str, Any]:
-    """The recorded example's report.json, as test_recorded_example builds it, normalized."""
-    m, run = staged(tmp)
-    quality = quality_results(json.loads((run / "quality.json").read_text(encoding="utf-8")))
-    build_report(
-        ReportInputs(
-            m,
-            run / "records",
-            quality=quality,
-            out_dir=tmp / "out",
-            instances_measured={"inf2": 1, "g6": 1},
-            capacity_dirs=discover_steps(run / "capacity"),
-            with_pages=False,
-        )
-    )
-    written = json.loads((tmp / "out" / "report.json").read_text(encoding="utf-8"))
-    return dict(normalized(written, m.digest))
+def example_report(out: Path) -> dict[str, Any]:
+    """The recorded example's report.json, as tests.analysis.report_pages.recorded_pages wrote it
+    under `out`, normalized."""
+    written = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    return dict(normalized(written, written["manifest_digest"]))
 
 
-def test_the_example_report_equals_the_golden(tmp_path: Path) -> None:
-    got = example_report(tmp_path)
+def test_the_example_report_equals_the_golden(recorded_pages: tuple[Report, Path]) -> None:
+    got = example_report(recorded_pages[1])
     if os.environ.get("REPORT_GOLDEN_WRITE"):
         GOLDEN.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n", encoding="utf-8")
         pytest.skip(f"wrote {GOLDEN}")

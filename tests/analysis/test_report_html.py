@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.analysis.report_pages import FULL_REPORT_FIGURES, PageText, full_report, gate_reject_report
+from tests.analysis.report_pages import FULL_REPORT_FIGURES, PageText
 
 
 def _md_headings(md: str) -> list[str]:
@@ -31,11 +31,9 @@ def _md_cells(md: str) -> list[str]:
     return [c for c in out if c]
 
 
-@pytest.mark.parametrize("build", [full_report, gate_reject_report], ids=["full", "gate-reject"])
-def test_every_markdown_heading_and_table_cell_is_in_the_html(
-    tmp_path: Path, manifest_data: dict[str, Any], build: Any
-) -> None:
-    _, out = build(tmp_path, manifest_data)
+@pytest.mark.parametrize("pages", ["full_pages", "gate_reject_pages"], ids=["full", "gate-reject"])
+def test_every_markdown_heading_and_table_cell_is_in_the_html(request: pytest.FixtureRequest, pages: str) -> None:
+    _, out = request.getfixturevalue(pages)
     md, page = (out / "report.md").read_text(), PageText((out / "report.html").read_text())
     headings = _md_headings(md)
     assert len(headings) >= 4
@@ -47,9 +45,9 @@ def test_every_markdown_heading_and_table_cell_is_in_the_html(
 
 
 def test_full_report_holds_ledger_placement_sensitivity_reasons_gaps_and_provenance(
-    tmp_path: Path, manifest_data: dict[str, Any]
+    full_pages: tuple[dict[str, Any], Path],
 ) -> None:
-    r, out = full_report(tmp_path, manifest_data)
+    r, out = full_pages
     page = PageText((out / "report.html").read_text())
     text = page.all_text
     for item in r["migration"]["items_usd"]:
@@ -73,9 +71,9 @@ def test_full_report_holds_ledger_placement_sensitivity_reasons_gaps_and_provena
 
 
 def test_figures_are_inline_svg_with_unique_ids_and_no_external_reference(
-    tmp_path: Path, manifest_data: dict[str, Any]
+    full_pages: tuple[dict[str, Any], Path],
 ) -> None:
-    _, out = full_report(tmp_path, manifest_data)
+    _, out = full_pages
     page = (out / "report.html").read_text()
     figures = re.findall(r"<figure>(.*?)</figure>", page, flags=re.S)
     assert len(figures) == FULL_REPORT_FIGURES
@@ -91,10 +89,8 @@ def test_figures_are_inline_svg_with_unique_ids_and_no_external_reference(
     )
 
 
-def test_tornado_draws_only_cells_with_a_figure_and_lists_the_others(
-    tmp_path: Path, manifest_data: dict[str, Any]
-) -> None:
-    r, out = full_report(tmp_path, manifest_data)
+def test_tornado_draws_only_cells_with_a_figure_and_lists_the_others(full_pages: tuple[dict[str, Any], Path]) -> None:
+    r, out = full_pages
     left = [c for c in r["sensitivity"]["cells"] if c["monthly_delta_usd"] is None]
     drawn = [c for c in r["sensitivity"]["cells"] if c["monthly_delta_usd"] is not None]
     assert left and drawn  # covered / renewal: no commitment in the example manifest
@@ -107,8 +103,8 @@ def test_tornado_draws_only_cells_with_a_figure_and_lists_the_others(
     assert all(f"{c['label']} ({c['decision']})" in caption for c in left)
 
 
-def test_gate_reject_report_has_no_figures_and_says_not_decided(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
-    r, out = gate_reject_report(tmp_path, manifest_data)
+def test_gate_reject_report_has_no_figures_and_says_not_decided(gate_reject_pages: tuple[dict[str, Any], Path]) -> None:
+    r, out = gate_reject_pages
     assert r["decision"]["state"] == "reject"
     page = (out / "report.html").read_text()
     assert "<figure>" not in page and "<b>not decided</b>" in page

@@ -41,11 +41,14 @@ def _varied_inf2(m: Manifest, n: int = 100) -> list[Any]:
     return [rec(m, "inf2", i, tokens=1780 if i % 2 else 20) for i in range(n)]
 
 
-def _report(tmp_path: Path, m: Manifest, g6_tokens: int, n: int = 100) -> dict[str, Any]:
+def _report(tmp_path: Path, m: Manifest, g6_tokens: int, n: int = 100, *, pages: bool = False) -> dict[str, Any]:
+    """report.json's data; `pages`: report.md and report.html beside it too (for a test that reads them)."""
     d = tmp_path / f"rec-{g6_tokens}-{n}"
     write_jsonl(d / "records-inf2-w0.jsonl", _varied_inf2(m, n))
     write_jsonl(d / "records-g6-w0.jsonl", steady(m, "g6", n, g6_tokens))
-    return build_report(ReportInputs(m, d, out_dir=tmp_path / f"out-{g6_tokens}-{n}", **KW)).model_dump(mode="json")
+    return build_report(
+        ReportInputs(m, d, out_dir=tmp_path / f"out-{g6_tokens}-{n}", with_pages=pages, **KW)
+    ).model_dump(mode="json")
 
 
 def test_p95_intervals_and_n_by_hand(tmp_path: Path, big: Manifest) -> None:
@@ -121,7 +124,7 @@ def test_a_payback_interval_across_the_horizon_defers_a_point_go(tmp_path: Path,
 
 
 def test_too_few_requests_for_a_bounded_p95_leave_the_pessimistic_end_unknown(tmp_path: Path, big: Manifest) -> None:
-    r = _report(tmp_path, big, 560, n=40)
+    r = _report(tmp_path, big, 560, n=40, pages=True)
     f = r["fleets"]["inf2"]
     assert f["p95_ttft_ci_s"][1] is None and f["p95_ttft_n"] == 40  # 0.95^40 > 0.025: no order statistic bounds it
     assert f["capacity_ci_tok_s"][0] is None and f["instances_required_ci"][1] is None
@@ -206,7 +209,7 @@ def test_an_interval_across_the_go_threshold_is_settled_at_it_not_at_zero(
     assert low < 0 < delta < high
     go = delta + (high - delta) / 2  # the threshold halfway between the point and the high end
     _fixed_ledger(manifest_data, go)
-    r = _report(tmp_path / "b", manifest(manifest_data), 820)
+    r = _report(tmp_path / "b", manifest(manifest_data), 820, pages=True)
     assert (r["monthly_delta_usd"], r["monthly_delta_ci_usd"]) == (delta, [low, high])  # the ledger moves no fleet cost
     dec = r["decision"]
     assert dec["state"] == "defer"

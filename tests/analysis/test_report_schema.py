@@ -66,13 +66,13 @@ def test_the_generator_prints_the_schema() -> None:
     assert json.loads(out) == report_model.json_schema()
 
 
-def test_a_generated_report_is_valid_under_the_committed_schema(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+def test_a_generated_report_is_valid_under_the_committed_schema(
+    full_pages: tuple[dict[str, Any], Path], gate_reject_pages: tuple[dict[str, Any], Path]
+) -> None:
     jsonschema = pytest.importorskip("jsonschema")
-    from tests.analysis.report_pages import full_report, gate_reject_report
 
     schema = json.loads(report_model.schema_path().read_text(encoding="utf-8"))
-    for build in (full_report, gate_reject_report):
-        data, out = build(tmp_path / build.__name__, manifest_data)
+    for data, out in (full_pages, gate_reject_pages):
         jsonschema.validate(json.loads((out / "report.json").read_text(encoding="utf-8")), schema)
         assert data["report_version"] == REPORT_VERSION
 

@@ -268,13 +268,24 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_cli_validate_ok(example_manifest_path: Path) -> None:
-    r = _cli("validate", str(example_manifest_path))
+def _main(capsys: pytest.CaptureFixture[str], *args: str) -> subprocess.CompletedProcess[str]:
+    """`_cli` in this process: the exit code campaign.cli.main.main returns (campaign/__main__.py exits
+    with it) and what it printed. A new interpreter costs seconds of imports; one test below keeps it."""
+    from campaign.cli.main import main
+
+    code = main(list(args))
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(["campaign", *args], code, out.out, out.err)
+
+
+def test_cli_validate_ok(example_manifest_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    r = _main(capsys, "validate", str(example_manifest_path))
     assert r.returncode == 0, r.stderr
     assert "digest=" in r.stdout
 
 
 def test_cli_validate_bad_input_exits_2_without_traceback(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    # a real `python -m campaign` process: the entry point's exit status and stderr, end to end
     manifest_data["fleets"][0]["tensor_parallel"] = 3
     manifest_data["model"]["commit"] = "abc123"
     p = write_manifest(tmp_path, manifest_data)
@@ -285,8 +296,8 @@ def test_cli_validate_bad_input_exits_2_without_traceback(tmp_path: Path, manife
     assert "model.commit:" in r.stderr
 
 
-def test_cli_validate_missing_file(tmp_path: Path) -> None:
-    r = _cli("validate", str(tmp_path / "nope.yaml"))
+def test_cli_validate_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    r = _main(capsys, "validate", str(tmp_path / "nope.yaml"))
     assert r.returncode == 2
     assert "(file): cannot read" in r.stderr and "Traceback" not in r.stderr
 
