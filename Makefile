@@ -87,8 +87,7 @@ test: setup
 
 # The tests in three pytest processes. tests/stacks run in one of their own (jsii's node child and
 # gevent's monkey-patching cannot share one), alongside the main suite rather than after it: the
-# main suite spends most of its time waiting on replays in real time, and the CDK synthesis fills
-# that wait. The offline cloud paths (mostly waiting on their task processes; no gevent in the
+# main suite's live replays wait in real time, and the CDK synthesis fills that wait. The offline cloud paths (mostly waiting on their task processes; no gevent in the
 # pytest process) run after them in that same process, the real-engine one's CPU engines on cores
 # it pins. The real-engine tests run last, alone: one compares our client's timings with vLLM's
 # own client against one engine, and beside the two suites on 2 cores vLLM's heavier client lagged
