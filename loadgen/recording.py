@@ -302,7 +302,7 @@ class RecordParts:
         self.bucket, self.prefix = split_s3_uri(s3_uri)
         self.fleet = fleet
         self.worker = worker
-        # Made now, before the worker's schedule starts (ReplayWorker.run): made at the first
+        # Made now, with the Replayer, before its schedule starts (Replayer.run): made at the first
         # flush, the client's service model loading (about 1 s of CPU on a busy core) stalled
         # every send due then, and a step's schedule lag p99 read 1.07 s (offline cloud path).
         self._client = _s3_client(client)
