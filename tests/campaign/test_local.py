@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +16,10 @@ import psutil
 import pytest
 
 from campaign.cli.report_cmds import EXIT_BY_STATE
+from campaign.stages.run import report_from_run_dir
+from core.manifest import load_manifest
+from testing.cloud_offline import VOLATILE
+from testing.json_diff import report_differences
 from tests.conftest import ROOT, write_manifest
 
 pytestmark = pytest.mark.slow
@@ -90,6 +95,14 @@ def test_local_campaign_writes_a_report_with_both_fleets(tmp_path: Path, manifes
         client = report["fleets"][name]["p95_ttft_s"]
         assert replay["p95_ttft_s"] > 0 and (replay["ttft_gap_s"] is not None or lo <= client <= (hi or client)), replay
     assert _leftovers(str(out)) == []
+    # Invariant (issue 47, 3): a rebuild changes nothing. `report --run-dir` over the run's
+    # directory, its emulators and Prometheus stopped, gives its report.json field by field (in a
+    # copy, rebuilt in place: the paths it states are the run's own).
+    copy = tmp_path / "rebuilt"
+    shutil.copytree(out, copy)
+    again = report_from_run_dir(load_manifest(manifest), copy, copy).model_dump(mode="json")
+    compared, diff = report_differences(report, again, VOLATILE)
+    assert compared > 100 and not diff, "; ".join(diff[:10])
 
 
 def test_ctrl_c_stops_every_process_and_keeps_records(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
