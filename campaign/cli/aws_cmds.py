@@ -61,7 +61,40 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     if args.extend_hours:  # the deadline may have fired: its groups at 0 until set back
         _restore_fleets(session, stack)
     print(f"deadline: every fleet's Auto Scaling group is set to 0 at {deadline.parameter}")
+    _cost_allocation_tags(session)
     return EXIT_OK
+
+
+def _cost_allocation_tags(session: Any) -> None:
+    """Whether the tags the report reads the bill by are activated cost allocation tags, and what to
+    activate: until they are, Cost Explorer answers no rows for the campaign. A refusal (no
+    ce:ListCostAllocationTags, an endpoint without the call) is a line, never a failed deploy."""
+    from botocore.exceptions import BotoCoreError
+
+    from analysis.errors import SourceUnavailable
+    from analysis.sources.billing import CE_REQUEST_USD, COST_ALLOCATION_TAGS, activation_advice, tag_activation
+
+    keys = ", ".join(COST_ALLOCATION_TAGS)
+    try:
+        # Cost Explorer's one endpoint is in us-east-1 (as analysis.report.inputs.AwsClients asks it)
+        status, requests = tag_activation(session.client("ce", region_name="us-east-1"))
+    except (SourceUnavailable, BotoCoreError) as exc:  # BotoCoreError: no client for Cost Explorer at all
+        print(
+            f"billing: the cost allocation tags {keys} could not be checked ({exc}); the report reads the bill by them: "
+            f"{activation_advice()}"
+        )
+        return
+    states = ", ".join(f"{k} {v}" for k, v in status.items())
+    print(
+        f"billing: cost allocation tags {states} (ListCostAllocationTags: {requests} request(s), "
+        f"{requests * CE_REQUEST_USD:.2f} USD)"
+    )
+    inactive = [k for k, v in status.items() if v != "Active"]
+    if inactive:
+        print(
+            f"billing: until {', '.join(inactive)} {'is' if len(inactive) == 1 else 'are'} active, Cost Explorer "
+            f"answers no rows for this campaign and the report says the bill is not known: {activation_advice(inactive)}"
+        )
 
 
 def _restore_fleets(session: Any, stack: str) -> None:

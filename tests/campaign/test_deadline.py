@@ -86,13 +86,15 @@ class _Session:
     def __init__(self, cfn: _Cfn) -> None:
         self.cfn = cfn
 
-    def client(self, name: str) -> Any:
-        return self.cfn if name == "cloudformation" else None  # ec2: resolve_amis is replaced
+    def client(self, name: str, **kw: Any) -> Any:
+        return (
+            self.cfn if name == "cloudformation" else None
+        )  # ec2: resolve_amis is replaced; ce: none (deploy says so)
 
 
 def _deploy(tmp_path: Path, manifest_data: dict[str, Any], monkeypatch: pytest.MonkeyPatch, **kw: Any) -> list[Any]:
     """cmd_deploy with every AWS call replaced: returns each `cdk deploy`'s extra arguments."""
-    from campaign.aws import compile_phase, dlami
+    from campaign.aws import compile_phase, dlami, fleet_sizes
     from campaign.cli import aws_cmds
 
     path = write_manifest(tmp_path, _with_tokenizer_files(tmp_path, _filled(manifest_data)))
@@ -102,7 +104,14 @@ def _deploy(tmp_path: Path, manifest_data: dict[str, Any], monkeypatch: pytest.M
     monkeypatch.setattr(compile_phase, "needed", lambda *a, **k: [])
     monkeypatch.setattr(dlami, "resolve_amis", lambda *a: [])
     monkeypatch.setattr(aws, "utc_now", lambda: NOW)
-    monkeypatch.setattr(aws, "deploy", lambda manifest_path, **k: deploys.append(k["extra"]) or 0)
+
+    def deploy(manifest_path: Path, **k: Any) -> int:
+        deploys.append(k["extra"])
+        return 0
+
+    monkeypatch.setattr(aws, "deploy", deploy)
+    # the groups the deadline set to 0 (tests/campaign/test_extend_hours.py drives it on moto)
+    monkeypatch.setattr(fleet_sizes, "restore_fleet_sizes", lambda session, stack: ([], []))
     args = argparse.Namespace(
         manifest=str(path),
         yes=True,
