@@ -385,6 +385,7 @@ class StopRule(StrEnum):
     NEVER_STEADY = "never_steady"  # a step stayed too short for steady state after it was lengthened
     CLIENT_LIMITED = "client_limited"  # a step's run was invalid (the load generator fell behind) twice in a row
     TRACE_EXHAUSTED = "trace_exhausted"  # the trace has too few requests for a long-enough step at this rate
+    DEADLINE = "deadline"  # the campaign's deadline (every fleet's group to 0) would cut the next step: not started
 
 
 # The enums are validated and held as such (the search compares them by identity); report.json
@@ -521,8 +522,8 @@ class SearchPath(_Model):
     )
     missed_multiplier: float | None = Field(description="lowest multiplier that missed the SLO; null: none missed")
     stop_rule: _StopRuleField = Field(
-        description="why the search ended: converged, ceiling, floor, max_steps, time_budget, never_steady, client_limited or "
-        "trace_exhausted (analysis.capacity.steps.StopRule)"
+        description="why the search ended: converged, ceiling, floor, max_steps, time_budget, never_steady, client_limited, "
+        "trace_exhausted or deadline (analysis.capacity.steps.StopRule)"
     )
     stop_detail: str = Field(description="the stop rule's figures, in words")
     tolerance: float = Field(

@@ -311,6 +311,9 @@ def over_budget(
 Resolve = Callable[[StepPlan], StepPlan | Stop]
 # Runs a resolved plan: the measured step and the seconds it took.
 RunStep = Callable[[StepPlan], tuple[SearchStep, float]]
+# Asked last before a step runs, with the seconds it needs (as over_budget counts them): a Stop
+# when something outside the search forbids it (the campaign's deadline, campaign.stages.deadline).
+Admit = Callable[[StepPlan, float], Stop | None]
 
 
 def next_lifetime(step: SearchStep, previous_s: float) -> float:
@@ -351,10 +354,12 @@ def search(
     first_lifetime_s: float,
     resolve: Resolve | None = None,
     seed: Sequence[SearchStep] = (),
+    admit: Admit | None = None,
 ) -> SearchPath:
     """Run the search to a stop rule; `first_lifetime_s` sizes the first step (e.g. the replay's
     median lifetime). `seed`: steps already measured (the trace replay at x1) that the search
-    starts from instead of repeating them; their time is not counted in the budget."""
+    starts from instead of repeating them; their time is not counted in the budget. `admit`: the
+    last say on each step that would run (Admit)."""
     steps: list[SearchStep] = list(seed)
     lifetime, elapsed = first_lifetime_s, 0.0
     for st in steps:
@@ -368,7 +373,10 @@ def search(
             nxt = resolve(nxt)
         if not isinstance(nxt, Stop):
             # The runner's fixed cost per step is the least seen over full steps: a miss's drain (or early stop) is not overhead.
-            nxt = over_budget(settings, nxt, lifetime, elapsed, min(overheads, default=0.0)) or nxt
+            overhead = min(overheads, default=0.0)
+            nxt = over_budget(settings, nxt, lifetime, elapsed, overhead) or nxt
+        if not isinstance(nxt, Stop) and admit is not None:
+            nxt = admit(nxt, nxt.span_s + lifetime + overhead) or nxt
         if isinstance(nxt, Stop):
             break
         step, took = run_step(nxt)

@@ -30,6 +30,7 @@ class SettleStop(StrEnum):
     STALLED = "stalled"  # a round moved no end of any interval
     REOPENED = "reopened"  # a sizing step missed the SLO pooled with its segments: its search resumes below
     NO_STEP = "no search step to continue"  # no fleet had a sizing step to continue
+    DEADLINE = "deadline"  # the campaign's deadline would cut every fleet's next segment: none started
 
 
 class _Record(BaseModel):

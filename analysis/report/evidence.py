@@ -26,7 +26,13 @@ from analysis.measure.server_truth import server_step
 from analysis.model import CapacityModel, Measure, ServerStep
 from analysis.provenance import Findings, Gap, Sourced, run_relative
 from analysis.report.inputs import AwsClients, PlannedCost, ReportInputs
-from analysis.sources.billing import cost_explorer_window, read_focus
+from analysis.sources.billing import (
+    CE_REQUEST_USD,
+    REFRESH_HOURS,
+    CostExplorerRefused,
+    cost_explorer_window,
+    read_focus_parts,
+)
 from analysis.sources.cloudwatch import CloudWatchSource, discover_asgs, fleet_specs
 from analysis.sources.instances import CountedInstances, read_counted
 from analysis.sources.pricing import RESERVED_KIND, PriceBook, PriceListSource
@@ -35,7 +41,7 @@ from analysis.sources.pulled import BILLING, CLOUDWATCH, PRICES, PROMETHEUS, TIM
 from analysis.sources.server_series import SavedSeries, read_fleet_series, series_path
 from analysis.sources.time_to_ready import time_to_ready
 from core import catalog
-from core.cloud_contract import LOADGEN_TASK_MEMORY_GIB, LOADGEN_TASK_VCPU
+from core.cloud_contract import LOADGEN_TASK_MEMORY_GIB, LOADGEN_TASK_VCPU, check_run_id
 from core.manifest import Manifest
 from core.records import RunSummary
 
@@ -624,22 +630,56 @@ def _planned(planned: PlannedCost) -> dict[str, Any]:
     return {"usd": planned.usd, "source": planned.source, "date": planned.date, "covers": covers}
 
 
+def _refetch_command(inp: ReportInputs) -> str:
+    """The command that asks for the bill again: `report --run-id` (docs/cli.md), with the run's id
+    where the run directory is named by it (a cloud run's), else a placeholder."""
+    run_dir = Path(inp.records_dir).parent
+    try:
+        run_id = check_run_id(run_dir.name)
+    except ValueError:
+        run_id = "RUN_ID"
+    return f"`python -m campaign report MANIFEST --run-id {run_id} --out DIR` (it asks Cost Explorer again)"
+
+
+def _provisional(
+    inp: ReportInputs, window: MeasuredWindow, pulled_at: float, estimated: bool, source: str
+) -> str | None:
+    """Why a billed figure may still change, naming the command that fetches it again; None when
+    nothing says so. Cost Explorer marks a period whose month is not closed `Estimated`
+    (GetCostAndUsage, ResultByTime.Estimated) and refreshes its data up to REFRESH_HOURS after usage."""
+    why = []
+    if estimated:
+        why.append(f"{source} marks it Estimated (its month's bill is not final)")
+    age_h = (pulled_at - window.end) / 3600
+    if age_h < REFRESH_HOURS:
+        why.append(
+            f"pulled {max(age_h, 0.0):.1f} h after the window ended, less than the {REFRESH_HOURS:g} h Cost Explorer and "
+            "the billing data take to refresh (and cost allocation tags to activate)"
+        )
+    if not why:
+        return None
+    return "; ".join(why) + f"; fetch it again later with {_refetch_command(inp)}"
+
+
 def _billing(
     inp: ReportInputs,
     clients: AwsClients | None,
     window: MeasuredWindow | None,
     pulled: PulledSource,
 ) -> tuple[dict[str, Any], Findings]:
-    """What the bill says over the run's window: a FOCUS export (local or s3://, rows whose charge
-    period meets the window) and Cost Explorer by fleet tag (cloud path), each where given; `billed`
-    is the FOCUS export's BilledCost when there is one (resource-level, by the hour), else Cost
-    Explorer's, else unavailable with the reason."""
+    """What the bill says over the run's window: a FOCUS export (local, s3:// object or every part
+    under an s3:// prefix, rows whose charge period meets the window) and Cost Explorer by fleet tag
+    (cloud path), each where given; `billed` is the FOCUS export's BilledCost when it has rows
+    (resource-level, by the hour), else Cost Explorer's, else unavailable with the reason. No rows
+    is no figure (a gap with its reason), never 0 USD; a figure that may still change says so
+    (`_provisional`), and Cost Explorer's requests are counted and priced (provenance)."""
     m = inp.manifest
     found = Findings()
     billing: dict[str, Any] = {}
     billed: dict[str, Any] | None = None
     why_not: list[str] = []
     client = pulled.client("ce", clients.ce) if inp.aws and clients is not None else None
+    requests = 0
     if client is None:
         why_not.append("Cost Explorer: not asked (a report without --aws)")
     elif window is None:
@@ -649,13 +689,16 @@ def _billing(
             # "now" is when the bill was pulled: HOURLY reaches 14 days back from then
             ce = cost_explorer_window(client, m.campaign, window.start, window.end, pulled.now)
         except SourceUnavailable as exc:
+            requests = exc.requests if isinstance(exc, CostExplorerRefused) else 0
             found.gaps.append(Gap("billing.cost_explorer", str(exc), blocks_go=False))
             why_not.append(str(exc))
         else:
+            requests = ce.requests
             usd = ce.usd
             if usd is None:  # no rows: the bill is not known yet, not 0 USD (billing.NO_ROWS says why)
-                found.gaps.append(Gap("billing.cost_explorer", ce.no_rows, blocks_go=False))
-                why_not.append(ce.no_rows)
+                no_rows = f"{ce.no_rows}; fetch it again later with {_refetch_command(inp)}"
+                found.gaps.append(Gap("billing.cost_explorer", no_rows, blocks_go=False))
+                why_not.append(no_rows)
             else:
                 billing["cost_explorer"] = ce.by_fleet
                 # the bill as it stood when pulled: Cost Explorer refreshes it for up to 24 h after
@@ -665,35 +708,69 @@ def _billing(
                     f"{ce.note}; pulled {utc(pulled.now)}, kept in {pulled.where}"
                 )
                 found.provenance["billing.cost_explorer"] = {"source": "pulled", "detail": detail}
+                covers = (
+                    f"{ce.granularity}: the whole UTC {'hours' if ce.granularity == 'HOURLY' else 'days'} "
+                    f"that hold the measured window, so whatever else the campaign's resources ran in them; {ce.note}"
+                )
+                provisional = _provisional(inp, window, pulled.now, ce.estimated, "Cost Explorer")
+                if provisional:
+                    found.gaps.append(Gap("billing.billed", f"the billed figure is provisional: {provisional}", False))
+                    covers = f"PROVISIONAL: {provisional}. {covers}"
                 billed = {
                     "usd": round(usd, 4),
                     "source": f"billed: Cost Explorer GetCostAndUsage, tag campaign={m.campaign}, pulled {utc(pulled.now)}",
                     "date": f"{ce.start} .. {ce.end}",
-                    "covers": f"{ce.granularity}: the whole UTC {'hours' if ce.granularity == 'HOURLY' else 'days'} "
-                    f"that hold the measured window, so whatever else the campaign's resources ran in them; {ce.note}",
+                    "covers": covers,
                 }
+    if requests:
+        found.provenance["billing.cost_explorer_requests"] = {
+            "source": "pulled",
+            "value": round(requests * CE_REQUEST_USD, 4),
+            "detail": f"{requests} Cost Explorer GetCostAndUsage request(s) when the bill was pulled "
+            f"({utc(pulled.now)}), {requests * CE_REQUEST_USD:.2f} USD at {CE_REQUEST_USD:g} USD a request, every page "
+            "and a refused HOURLY one counted (AWS Cost Explorer pricing, 'AWS Cost Explorer API'); each "
+            "`report --run-id` asks again",
+        }
     if inp.focus_csv is not None:
         span = (window.start, window.end) if window is not None else None
         s3 = clients.s3 if clients is not None else None
+        where = run_relative(inp.focus_csv, inp.out_dir)
         try:
-            bills = read_focus(inp.focus_csv, m.campaign, span, s3=s3)
+            sums = read_focus_parts(inp.focus_csv, m.campaign, span, s3=s3)
         except SourceUnavailable as exc:
             found.gaps.append(Gap("billing.focus", str(exc), blocks_go=False))
             why_not.append(str(exc))
         else:
-            billing["focus"] = {k: v.as_dict() for k, v in bills.items()}
-            where = run_relative(inp.focus_csv, inp.out_dir)
-            found.provenance["billing.focus"] = {"source": "pulled", "detail": f"FOCUS export {where}"}
-            billed = {
-                "usd": round(sum(b.billed_usd for b in bills.values()), 4),
-                "source": f"billed: FOCUS export {where}, BilledCost of rows tagged campaign={m.campaign}",
-                "date": window.words() if window is not None else None,
-                "covers": "rows whose charge period [ChargePeriodStart, ChargePeriodEnd) meets the measured window: "
-                "whole charge periods (an hour, typically), so all their resources billed in them"
-                if window is not None
-                else "every row of the export (no replay window to limit it)",
-            }
+            parts = f"{len(sums.parts)} part(s)" if len(sums.parts) > 1 else "one file"
+            if not sums.bills:  # no rows is no bill known, not 0 USD
+                why = (
+                    f"FOCUS export {where} ({parts}) has no rows tagged campaign={m.campaign}"
+                    + (" whose charge period meets the measured window" if window is not None else "")
+                    + ": the export may not cover the window yet (it is refreshed as the bill is, up to 24 h "
+                    "after usage), or the campaign's cost allocation tags were not active when it was written"
+                )
+                found.gaps.append(Gap("billing.focus", why, blocks_go=False))
+                why_not.append(why)
+            else:
+                billing["focus"] = {k: v.as_dict() for k, v in sums.bills.items()}
+                found.provenance["billing.focus"] = {"source": "pulled", "detail": f"FOCUS export {where}, {parts}"}
+                covers = (
+                    "rows whose charge period [ChargePeriodStart, ChargePeriodEnd) meets the measured window: "
+                    "whole charge periods (an hour, typically), so all their resources billed in them"
+                    if window is not None
+                    else "every row of the export (no replay window to limit it)"
+                )
+                provisional = _provisional(inp, window, pulled.now, False, "") if window is not None else None
+                if provisional:
+                    found.gaps.append(Gap("billing.billed", f"the billed figure is provisional: {provisional}", False))
+                    covers = f"PROVISIONAL: {provisional}. {covers}"
+                billed = {
+                    "usd": round(sum(b.billed_usd for b in sums.bills.values()), 4),
+                    "source": f"billed: FOCUS export {where} ({parts}), BilledCost of rows tagged campaign={m.campaign}",
+                    "date": window.words() if window is not None else None,
+                    "covers": covers,
+                }
     else:
-        why_not.append("FOCUS: no export given (report --focus FILE or s3://BUCKET/KEY)")
+        why_not.append("FOCUS: no export given (report --focus FILE, s3://BUCKET/KEY or s3://BUCKET/PREFIX/)")
     billing["billed"] = billed or _unavailable("billed: no billing source answered", "; ".join(why_not))
     return billing, found

@@ -1,6 +1,8 @@
 """What was actually billed: Cost Explorer grouped by the `campaign` and `fleet` tags, or a
-FOCUS (FinOps Open Cost and Usage Specification) export CSV, local or in S3; each limited to the
-run's own window where the source's resolution allows."""
+FOCUS (FinOps Open Cost and Usage Specification) export CSV, local or in S3 (one object, or every
+part under a prefix); each limited to the run's own window where the source's resolution allows.
+Also what tells when the bill cannot be known yet: the tags' cost-allocation activation (`deploy`
+asks, `plan` names them), Cost Explorer's `Estimated` mark, and what its requests cost."""
 
 from __future__ import annotations
 
@@ -47,6 +49,58 @@ NO_ROWS = (
     "the data not yet refreshed (up to 24 h)"
 )
 
+# The tags the bill is read by: Cost Explorer filters on `campaign` and groups by `fleet`, which it
+# does only once both are activated as cost allocation tags (NO_ROWS' sources), and a tag can be
+# activated only once resources carry it and it has reached the billing data.
+COST_ALLOCATION_TAGS = ("campaign", "fleet")
+
+# AWS Cost Explorer pricing page (aws.amazon.com/aws-cost-management/aws-cost-explorer/pricing/),
+# "AWS Cost Explorer API": each request incurs a cost of 0.01 USD; a paginated answer is one request
+# per page (GetCostAndUsage's NextPageToken).
+CE_REQUEST_USD = 0.01
+
+# Cost Explorer refreshes its data up to 24 h after usage (NO_ROWS' sources): a bill pulled sooner
+# after the window ended may still grow.
+REFRESH_HOURS = 24.0
+
+
+def activation_advice(keys: Iterable[str] = COST_ALLOCATION_TAGS) -> str:
+    """How to activate the tags, in the words `plan` and `deploy` print."""
+    listed = " ".join(f"TagKey={k},Status=Active" for k in keys)
+    return (
+        f"activate them as cost allocation tags (Billing console, Cost allocation tags; or `aws ce "
+        f"update-cost-allocation-tags-status --cost-allocation-tags-status {listed}`): a tag can be activated only "
+        "once resources carry it and it reached the billing data (up to 24 h), and Cost Explorer shows it up to 24 h "
+        "after (AWS Billing user guide, 'Activating user-defined cost allocation tags')"
+    )
+
+
+def tag_activation(ce: Any, keys: Iterable[str] = COST_ALLOCATION_TAGS) -> tuple[dict[str, str], int]:
+    """Each tag key's cost-allocation status from ListCostAllocationTags (Cost Explorer API
+    reference): "Active", "Inactive", or "not seen" for a key the billing data does not hold yet
+    (it is then not listed at all); and the requests made (each one priced as CE_REQUEST_USD).
+    A refusal (AccessDenied, an endpoint without the call) raises SourceUnavailable naming it."""
+    wanted = list(keys)
+    status = dict.fromkeys(wanted, "not seen")
+    requests = 0
+    token = None
+    try:
+        while True:
+            kw: dict[str, Any] = {"TagKeys": wanted, "Type": "UserDefined"}
+            if token:
+                kw["NextToken"] = token
+            resp = ce.list_cost_allocation_tags(**kw)
+            requests += 1
+            for tag in resp.get("CostAllocationTags", []):
+                if tag.get("TagKey") in status:
+                    status[tag["TagKey"]] = str(tag.get("Status", "not seen"))
+            token = resp.get("NextToken")
+            if not token:
+                break
+    except Exception as exc:  # botocore: AccessDenied, UnknownOperation, endpoint errors
+        raise SourceUnavailable(f"Cost Explorer ListCostAllocationTags: {type(exc).__name__}: {exc}") from None
+    return status, requests
+
 
 @dataclass
 class FleetBill:
@@ -70,6 +124,8 @@ class CostExplorerBill:
     end: str  # as sent: exclusive
     note: str  # why this granularity (the HOURLY refusal, or the window's age)
     campaign: str = ""
+    requests: int = 0  # GetCostAndUsage requests sent for it, the refused HOURLY one included
+    estimated: bool = False  # a period of the answer is marked Estimated (its month's bill is not final)
 
     @property
     def usd(self) -> float | None:
@@ -82,12 +138,27 @@ class CostExplorerBill:
         return NO_ROWS.format(campaign=self.campaign, start=self.start, end=self.end, granularity=self.granularity)
 
 
+@dataclass
+class _Pages:
+    """What the GetCostAndUsage pages of one question said, and how many requests they took."""
+
+    by_fleet: dict[str, float]
+    requests: int = 0
+    estimated: bool = False
+
+
 def cost_explorer_by_fleet(
     ce: Any, campaign: str, start: str, end: str, granularity: str = "DAILY"
 ) -> dict[str, float]:
     """Unblended cost per `fleet` tag value for resources tagged campaign=<campaign>, from
     `start` (inclusive) to `end` (exclusive): dates for DAILY, yyyy-MM-ddThh:mm:ssZ for HOURLY."""
-    out: dict[str, float] = {}
+    return _cost_pages(ce, campaign, start, end, granularity, _Pages({})).by_fleet
+
+
+def _cost_pages(ce: Any, campaign: str, start: str, end: str, granularity: str, pages: _Pages) -> _Pages:
+    """cost_explorer_by_fleet's pages into `pages`, each request counted (a refused one too) and
+    an `Estimated` period noted (GetCostAndUsage's ResultByTime.Estimated)."""
+    out = pages.by_fleet
     token = None
     try:
         while True:
@@ -100,8 +171,10 @@ def cost_explorer_by_fleet(
             }
             if token:
                 kw["NextPageToken"] = token
+            pages.requests += 1
             resp = ce.get_cost_and_usage(**kw)
             for period in resp.get("ResultsByTime", []):
+                pages.estimated = pages.estimated or bool(period.get("Estimated"))
                 for g in period.get("Groups", []):
                     key = g["Keys"][0]
                     fleet = key.split("$", 1)[1] if "$" in key else key  # CE returns "fleet$<value>"
@@ -114,7 +187,7 @@ def cost_explorer_by_fleet(
                 break
     except Exception as exc:  # botocore
         raise SourceUnavailable(f"Cost Explorer GetCostAndUsage: {type(exc).__name__}: {exc}") from None
-    return out
+    return pages
 
 
 def _utc(unix: float) -> dt.datetime:
@@ -143,24 +216,44 @@ def cost_explorer_window(
     ce: Any, campaign: str, start_unix: float, end_unix: float, now_unix: float
 ) -> CostExplorerBill:
     """The campaign's cost over the whole UTC hours that hold the run's window (HOURLY), or, where
-    the account has no hourly data or the window is older than 14 days, the whole UTC days (DAILY)."""
+    the account has no hourly data or the window is older than 14 days, the whole UTC days (DAILY).
+    Raises CostExplorerRefused (a SourceUnavailable) with the requests it made when no answer came."""
+    sent = 0
     if _utc(now_unix) - _utc(start_unix) > HOURLY_LOOKBACK:
         note = "DAILY: the window began more than 14 days ago, past HOURLY's reach"
     else:
         s, e = hourly_period(start_unix, end_unix)
+        pages = _Pages({})
         try:
+            _cost_pages(ce, campaign, s, e, "HOURLY", pages)
             return CostExplorerBill(
-                cost_explorer_by_fleet(ce, campaign, s, e, "HOURLY"),
+                pages.by_fleet,
                 "HOURLY",
                 s,
                 e,
                 "HOURLY: the window's whole UTC hours",
                 campaign,
+                pages.requests,
+                pages.estimated,
             )
         except SourceUnavailable as exc:
+            sent = pages.requests
             note = f"DAILY: HOURLY refused ({exc}; it needs hourly granularity enabled in Cost Explorer's settings)"
     s, e = daily_period(start_unix, end_unix)
-    return CostExplorerBill(cost_explorer_by_fleet(ce, campaign, s, e, "DAILY"), "DAILY", s, e, note, campaign)
+    pages = _Pages({}, sent)
+    try:
+        _cost_pages(ce, campaign, s, e, "DAILY", pages)
+    except SourceUnavailable as exc:
+        raise CostExplorerRefused(str(exc), pages.requests) from None
+    return CostExplorerBill(pages.by_fleet, "DAILY", s, e, note, campaign, pages.requests, pages.estimated)
+
+
+class CostExplorerRefused(SourceUnavailable):
+    """Cost Explorer gave no answer; `requests`: the ones sent for it all the same."""
+
+    def __init__(self, message: str, requests: int) -> None:
+        super().__init__(message)
+        self.requests = requests
 
 
 def _num(value: str, name: str, line: int, col: str) -> float:
@@ -186,73 +279,121 @@ def _in_window(row: dict[str, str], name: str, line: int, window: tuple[float, f
     return start < window[1] and end > window[0]
 
 
+class FocusSums:
+    """A FOCUS export's costs per `fleet` tag, summed over one or more parts (AWS Data Exports may
+    split one export over several files): rows tagged campaign=<campaign> and, with `window` in
+    Unix seconds, whose charge period overlaps it. `parts`: what was read, as errors cite it."""
+
+    def __init__(self, campaign: str, window: tuple[float, float] | None = None) -> None:
+        self.campaign, self.window = campaign, window
+        self.bills: dict[str, FleetBill] = {}
+        self._resources: dict[str, set[str]] = {}  # across parts: a resource billed in two counts once
+        self.parts: list[str] = []
+
+    def add(self, lines: Iterable[str], name: str) -> None:
+        """One part's rows; `name` is what errors cite."""
+        reader = csv.DictReader(lines)
+        needed = FOCUS_COLUMNS + ((FOCUS_PERIOD_END,) if self.window is not None else ())
+        missing = [c for c in needed if c not in (reader.fieldnames or [])]
+        if missing:
+            raise BadBillingData(f"{name}: FOCUS export lacks column(s): {', '.join(missing)}")
+        for line, row in enumerate(reader, start=2):
+            try:
+                tags = json.loads(row["Tags"]) if row["Tags"] else {}
+            except ValueError:
+                raise BadBillingData(f"{name}:{line}: Tags: not a JSON object: {row['Tags']!r}") from None
+            if not isinstance(tags, dict) or tags.get("campaign") != self.campaign:
+                continue
+            if self.window is not None and not _in_window(row, name, line, self.window):
+                continue
+            fleet = str(tags.get("fleet", "(untagged)"))
+            b = self.bills.setdefault(fleet, FleetBill())
+            b.effective_usd += _num(row["EffectiveCost"], name, line, "EffectiveCost")
+            b.billed_usd += _num(row["BilledCost"], name, line, "BilledCost")
+            b.rows += 1
+            b.commitment_rows += bool(row["CommitmentDiscountId"])
+            self._resources.setdefault(fleet, set()).add(row["ResourceId"])
+            b.resources = len(self._resources[fleet])
+        self.parts.append(name)
+
+
 def sum_focus(
     lines: Iterable[str], name: str, campaign: str, window: tuple[float, float] | None = None
 ) -> dict[str, FleetBill]:
     """Sum a FOCUS export's costs per `fleet` tag for rows tagged campaign=<campaign> (and, with
     `window` in Unix seconds, whose charge period overlaps it); `name` is what errors cite."""
-    out: dict[str, FleetBill] = {}
-    resources: dict[str, set[str]] = {}
-    reader = csv.DictReader(lines)
-    needed = FOCUS_COLUMNS + ((FOCUS_PERIOD_END,) if window is not None else ())
-    missing = [c for c in needed if c not in (reader.fieldnames or [])]
-    if missing:
-        raise BadBillingData(f"{name}: FOCUS export lacks column(s): {', '.join(missing)}")
-    for line, row in enumerate(reader, start=2):
-        try:
-            tags = json.loads(row["Tags"]) if row["Tags"] else {}
-        except ValueError:
-            raise BadBillingData(f"{name}:{line}: Tags: not a JSON object: {row['Tags']!r}") from None
-        if not isinstance(tags, dict) or tags.get("campaign") != campaign:
-            continue
-        if window is not None and not _in_window(row, name, line, window):
-            continue
-        fleet = str(tags.get("fleet", "(untagged)"))
-        b = out.setdefault(fleet, FleetBill())
-        b.effective_usd += _num(row["EffectiveCost"], name, line, "EffectiveCost")
-        b.billed_usd += _num(row["BilledCost"], name, line, "BilledCost")
-        b.rows += 1
-        b.commitment_rows += bool(row["CommitmentDiscountId"])
-        resources.setdefault(fleet, set()).add(row["ResourceId"])
-    for fleet, rs in resources.items():
-        out[fleet].resources = len(rs)
-    return out
+    sums = FocusSums(campaign, window)
+    sums.add(lines, name)
+    return sums.bills
+
+
+# A FOCUS part this reads: CSV, gzip-compressed or not (AWS Data Exports writes "csv.gz"; its
+# Parquet parts are not read). Anything else under a prefix (the export's manifest files) is skipped.
+FOCUS_PART_SUFFIXES = (".csv", ".csv.gz")
 
 
 def split_s3_uri(uri: str) -> tuple[str, str]:
-    """s3://bucket/key -> (bucket, key), or an error naming the URI."""
+    """s3://bucket/key or s3://bucket/prefix/ -> (bucket, key or prefix), or an error naming the URI."""
     bucket, _, key = uri.removeprefix("s3://").partition("/")
-    if not uri.startswith("s3://") or not bucket or not key or key.endswith("/"):
-        raise BadBillingData(f"{uri}: expected s3://BUCKET/KEY of one FOCUS export CSV")
+    if not uri.startswith("s3://") or not bucket or not key:
+        raise BadBillingData(
+            f"{uri}: expected s3://BUCKET/KEY of one FOCUS export CSV, or s3://BUCKET/PREFIX/ of its parts"
+        )
     return bucket, key
 
 
 def read_focus(
     source: str | Path, campaign: str, window: tuple[float, float] | None = None, *, s3: Any = None
 ) -> dict[str, FleetBill]:
-    """A FOCUS export's sums per fleet (sum_focus) from a local CSV or from s3://bucket/key, streamed
-    from GetObject's body without a local copy (`s3`: a boto3 S3 client; one is made when None). A
-    name ending .gz is gunzipped on the way (AWS Data Exports writes FOCUS as gzip-compressed CSV)."""
+    """A FOCUS export's sums per fleet (FocusSums), read_focus_parts' bills."""
+    return read_focus_parts(source, campaign, window, s3=s3).bills
+
+
+def read_focus_parts(
+    source: str | Path, campaign: str, window: tuple[float, float] | None = None, *, s3: Any = None
+) -> FocusSums:
+    """A FOCUS export's sums per fleet from a local CSV, from s3://bucket/key (one object), or from
+    every CSV part under s3://bucket/prefix/ (ListObjectsV2, every page), each streamed from
+    GetObject's body without a local copy (`s3`: a boto3 S3 client; one is made when None). A name
+    ending .gz is gunzipped on the way (AWS Data Exports writes FOCUS as gzip-compressed CSV)."""
     text = str(source)
+    sums = FocusSums(campaign, window)
     if not text.startswith("s3://"):
         with Path(source).open("rb") as raw:
-            return _sum_stream(raw, text, campaign, window)
+            _sum_stream(raw, text, sums)
+        return sums
     bucket, key = split_s3_uri(text)
     if s3 is None:
         import boto3
 
         s3 = boto3.client("s3")
-    try:
-        body = s3.get_object(Bucket=bucket, Key=key)["Body"]
-    except Exception as exc:  # botocore
-        raise SourceUnavailable(f"{text}: GetObject: {type(exc).__name__}: {exc}") from None
-    with body:
-        return _sum_stream(body, text, campaign, window)
+    keys = [key]
+    if key.endswith("/"):
+        try:
+            pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key)
+            listed = [o["Key"] for page in pages for o in page.get("Contents", [])]
+        except Exception as exc:  # botocore
+            raise SourceUnavailable(f"{text}: ListObjectsV2: {type(exc).__name__}: {exc}") from None
+        keys = sorted(k for k in listed if k.endswith(FOCUS_PART_SUFFIXES))
+        if not keys:
+            raise SourceUnavailable(
+                f"{text}: no FOCUS CSV part under the prefix ({len(listed)} object(s), none ending "
+                f"{' or '.join(FOCUS_PART_SUFFIXES)})"
+            )
+    for k in keys:
+        name = f"s3://{bucket}/{k}"
+        try:
+            body = s3.get_object(Bucket=bucket, Key=k)["Body"]
+        except Exception as exc:  # botocore
+            raise SourceUnavailable(f"{name}: GetObject: {type(exc).__name__}: {exc}") from None
+        with body:
+            _sum_stream(body, name, sums)
+    return sums
 
 
-def _sum_stream(raw: IO[bytes], name: str, campaign: str, window: tuple[float, float] | None) -> dict[str, FleetBill]:
+def _sum_stream(raw: IO[bytes], name: str, sums: FocusSums) -> None:
     stream: IO[bytes] = gzip.GzipFile(fileobj=raw) if name.endswith(".gz") else raw  # type: ignore[assignment]
     try:
-        return sum_focus(io.TextIOWrapper(stream, encoding="utf-8", newline=""), name, campaign, window)
+        sums.add(io.TextIOWrapper(stream, encoding="utf-8", newline=""), name)
     except (UnicodeDecodeError, gzip.BadGzipFile, EOFError) as exc:
         raise BadBillingData(f"{name}: not a UTF-8 CSV{' (gzip)' if name.endswith('.gz') else ''}: {exc}") from None

@@ -58,8 +58,64 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         compile_phase.run(session, m, stack, targets)
     print(f"deploying {stack} (manifest {m.short_digest}) to {m.costs.region}")
     _cdk_deploy(args, extra=extra, session=session, compiling=hosts, check_quota=not targets)
+    if args.extend_hours:  # the deadline may have fired: its groups at 0 until set back
+        _restore_fleets(session, stack)
     print(f"deadline: every fleet's Auto Scaling group is set to 0 at {deadline.parameter}")
+    _cost_allocation_tags(session)
     return EXIT_OK
+
+
+def _cost_allocation_tags(session: Any) -> None:
+    """Whether the tags the report reads the bill by are activated cost allocation tags, and what to
+    activate: until they are, Cost Explorer answers no rows for the campaign. A refusal (no
+    ce:ListCostAllocationTags, an endpoint without the call) is a line, never a failed deploy."""
+    from botocore.exceptions import BotoCoreError
+
+    from analysis.errors import SourceUnavailable
+    from analysis.sources.billing import CE_REQUEST_USD, COST_ALLOCATION_TAGS, activation_advice, tag_activation
+
+    keys = ", ".join(COST_ALLOCATION_TAGS)
+    try:
+        # Cost Explorer's one endpoint is in us-east-1 (as analysis.report.inputs.AwsClients asks it)
+        status, requests = tag_activation(session.client("ce", region_name="us-east-1"))
+    except (SourceUnavailable, BotoCoreError) as exc:  # BotoCoreError: no client for Cost Explorer at all
+        print(
+            f"billing: the cost allocation tags {keys} could not be checked ({exc}); the report reads the bill by them: "
+            f"{activation_advice()}"
+        )
+        return
+    states = ", ".join(f"{k} {v}" for k, v in status.items())
+    print(
+        f"billing: cost allocation tags {states} (ListCostAllocationTags: {requests} request(s), "
+        f"{requests * CE_REQUEST_USD:.2f} USD)"
+    )
+    inactive = [k for k, v in status.items() if v != "Active"]
+    if inactive:
+        print(
+            f"billing: until {', '.join(inactive)} {'is' if len(inactive) == 1 else 'are'} active, Cost Explorer "
+            f"answers no rows for this campaign and the report says the bill is not known: {activation_advice(inactive)}"
+        )
+
+
+def _restore_fleets(session: Any, stack: str) -> None:
+    """After `--extend-hours`' stack update: every group the deadline left below its template's
+    sizes set back (campaign.aws.fleet_sizes), each named."""
+    from campaign.aws.fleet_sizes import restore_fleet_sizes
+
+    try:
+        restored, notes = restore_fleet_sizes(session, stack)
+    except Exception as exc:  # botocore: AccessDenied on GetTemplate or UpdateAutoScalingGroup, throttling
+        raise aws.AwsStepFailed(
+            f"the stack is updated with the new deadline, but its Auto Scaling groups could not be checked or set back "
+            f"to their template's sizes ({type(exc).__name__}: {exc}); a group the deadline set to 0 stays there: "
+            "`aws autoscaling describe-auto-scaling-groups` shows them"
+        ) from None
+    for r in restored:
+        print(r.line())
+    for note in notes:
+        print(f"fleet sizes: {note}")
+    if not restored:
+        print("fleet sizes: every Auto Scaling group is at its template's min, max and desired: none set back")
 
 
 def _deadline(args: argparse.Namespace, m: Manifest, session: Any, stack: str) -> aws.Deadline:
@@ -112,7 +168,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         planned_cost=planned,
         stage_minutes=lambda: _stage_minutes(args, m),
         resume_id=resume_id,
-    )  # CloudRunError: exit 1; PastDeadline: exit 1 before the stage that would outlast the stack's deadline
+    )  # CloudRunError: exit 1; PastDeadline: exit 1 before the gate or replay that would outlast the deadline
     if result.report is not None:
         rep = result.report
         print(f"decision: {rep.decision.state.upper()} — " + "; ".join(rep.decision.reasons))

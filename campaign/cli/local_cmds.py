@@ -76,12 +76,23 @@ def cmd_plan(args: argparse.Namespace) -> int:
             print(render(prediction))
             for issue in deadline_issues(m, prediction):
                 print(f"warning: {issue}")
+        print(_billing_tags_line())
     if args.save:
         # stderr: --json's stdout stays one JSON document
         print(
             f"plan saved to {args.save} (`local/run --from-plan {args.save}` starts each search there)", file=sys.stderr
         )
     return EXIT_OK if fits else EXIT_FAILED_STEP
+
+
+def _billing_tags_line() -> str:
+    """What a cloud campaign's bill needs activated, said offline (no AWS call): `deploy` checks it."""
+    from analysis.sources.billing import COST_ALLOCATION_TAGS, activation_advice
+
+    return (
+        f"billing: the report reads the bill by the tags {', '.join(COST_ALLOCATION_TAGS)} (Cost Explorer filters on "
+        f"campaign and groups by fleet); {activation_advice()}; `deploy` checks them"
+    )
 
 
 def cmd_local(args: argparse.Namespace) -> int:

@@ -221,8 +221,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument(
         "--focus",
         metavar="CSV",
-        help="FOCUS billing export: a CSV file or s3://BUCKET/KEY read in place (.gz: gzip-compressed, as AWS "
-        "Data Exports writes it); its BilledCost over the run's window is the report's billed campaign cost",
+        help="FOCUS billing export: a CSV file, s3://BUCKET/KEY read in place, or s3://BUCKET/PREFIX/ (every CSV part "
+        "under it) (.gz: gzip-compressed, as AWS Data Exports writes it); its BilledCost over the run's window is the "
+        "report's billed campaign cost",
     )
     p.add_argument(
         "--plan",

@@ -46,6 +46,7 @@ from analysis.capacity.steps import (
 )
 from analysis.measure import goodput
 from analysis.sources.records import load_records
+from campaign.stages.deadline import StepDeadline
 from campaign.stages.progress import RecordTail
 from campaign.stages.resume import FleetSteps
 from core.errors import EXIT_BAD_INPUT, CampaignError
@@ -287,8 +288,11 @@ def search_fleet(
     seed: tuple[SearchStep, ...] = (),
     predicted: float | None = None,
     recorded: Mapping[str, SearchStep] | None = None,
+    deadline: StepDeadline | None = None,
 ) -> SearchPath:
-    """One fleet's search into `fleet_dir`. `recorded`: the steps a run cut off had finished
+    """One fleet's search into `fleet_dir`. `deadline`: asked before each step it would run; a step
+    the campaign's deadline would cut is not started and the search stops (StopRule.DEADLINE).
+    `recorded`: the steps a run cut off had finished
     (label -> verdict, campaign.stages.resume): the search walks its path again from the start,
     and where it reaches one of them takes its recorded verdict and time instead of running it,
     so its state (the bracket, the sizing lifetime, the time spent, the runner's overhead) is
@@ -330,6 +334,12 @@ def search_fleet(
         )
         return step, took
 
+    def admit(plan: StepPlan, seconds: float) -> Stop | None:
+        if deadline is None or plan.label in carried:  # a carried-over step is not run again
+            return None
+        why = deadline(f"capacity search {fleet} {plan.label} ({plan.why})", seconds)
+        return Stop(StopRule.DEADLINE, why) if why else None
+
     for st in seed:
         log(
             f"capacity search {fleet} starts from {st.label} (x{st.multiplier:g}): {st.requests} requests, {st.verdict}: {st.detail}"
@@ -341,6 +351,7 @@ def search_fleet(
         first_lifetime_s,
         resolve=lambda p: resolve_span(p, offsets, settings.min_requests),
         seed=seed,
+        admit=admit,
     )
     if carried:
         raise ResumeMismatch(
@@ -363,6 +374,7 @@ def run_search(
     concurrent: int | None = None,
     predicted: Mapping[str, float] | None = None,
     resume: Mapping[str, FleetSteps] | None = None,
+    deadline: StepDeadline | None = None,
 ) -> dict[str, Path]:
     """Every fleet's search, `concurrent` at a time (default: all side by side); returns the
     report's capacity steps ("<fleet>/x<k>" -> directory). `predicted`: per fleet, the boundary
@@ -397,6 +409,7 @@ def run_search(
                 tuple(st for st in (seeds[name],) if st is not None),
                 (predicted or {}).get(name),
                 resume[name].finished if name in resume else None,
+                deadline,
             )
             for name in fleets
         }
@@ -421,6 +434,7 @@ def resume_search(
     runner: StepRunner,
     stop: threading.Event,
     log: Callable[[str], None] | None = None,
+    deadline: StepDeadline | None = None,
 ) -> dict[str, Path]:
     """The fleet's search again from its recorded steps, with `step_label` ("<fleet>/x<k>", which the
     settle phase found missing the SLO once pooled with its segments: `why`) now a miss, within
@@ -436,7 +450,9 @@ def resume_search(
     )
     spent = sum(s.took_s or 0.0 for s in path.steps if s.label != REPLAY)
     left = cfg.model_copy(update={"time_budget_s": max(cfg.time_budget_s - spent, 0.0)})
-    resumed = search_fleet(m, fleet, root / fleet, left, fallback_lifetime(m), runner, stop, log, seed)
+    resumed = search_fleet(
+        m, fleet, root / fleet, left, fallback_lifetime(m), runner, stop, log, seed, deadline=deadline
+    )
     return {f"{fleet}/{s.label}": root / fleet / s.label for s in resumed.steps if s.label != REPLAY}
 
 
@@ -448,21 +464,29 @@ def run_sweep(
     stop: threading.Event,
     log: Callable[[str], None] | None = None,
     concurrent: int | None = None,
+    deadline: StepDeadline | None = None,
 ) -> dict[str, Path]:
     """The explicit sweep: one open-loop step of `step_s` replay seconds per multiplier, fleets side
     by side, each step's records in `root/x<k>/` (shared by the fleets), through the same runner as
-    the search (so a step stops early on a certain miss here too)."""
+    the search (so a step stops early on a certain miss here too). `deadline`: a step it would cut
+    ends the sweep before it starts; the step is counted at its span plus the most any earlier
+    step took beyond its span (drain and the load generator's start and stop), none before the first."""
     log = log or (lambda line: print(line, flush=True))
     sweep = m.workload.capacity_sweep
     assert sweep is not None
     offsets = arrival_offsets(m)
     dirs: dict[str, Path] = {}
+    beyond_span = 0.0
     pool = ThreadPoolExecutor(max_workers=concurrent or len(fleets))
     try:
         for k in sweep.multipliers:
             if stop.is_set():
                 raise Interrupted
             plan = StepPlan(k, sweep.step_s, "the manifest's fixed sweep")
+            cut = deadline(f"capacity step {plan.label}", plan.span_s + beyond_span) if deadline else None
+            if cut:
+                log(f"capacity sweep: stopped: {cut}")
+                break
             step_dir = root / plan.label
             futures = {
                 name: pool.submit(runner.run, name, plan, step_dir, planned_requests(plan, offsets), stop)
@@ -470,6 +494,7 @@ def run_sweep(
             }
             for name, f in futures.items():
                 took, early = f.result()
+                beyond_span = max(beyond_span, took - plan.span_s)
                 log(
                     f"capacity step {plan.label} {name}: [{took:.0f} s]"
                     + (f" stopped early, a certain miss: {early}" if early else "")

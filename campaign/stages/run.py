@@ -43,7 +43,7 @@ from analysis.capacity.settle_record import SettleOutcome
 from analysis.errors import AnalysisError
 from analysis.model import QualityLayer, QualityResult
 from analysis.report.inputs import PlannedCost
-from campaign.stages.deadline import CAPACITY_STAGE, GATE_STAGE, REPLAY_STAGE, SETTLE_STAGE, StageGuard
+from campaign.stages.deadline import GATE_STAGE, REPLAY_STAGE, StageGuard, StepDeadline
 from campaign.stages.quality import (
     DISTRIBUTION,
     distribution_layer,
@@ -234,14 +234,18 @@ def run_stages(
     planned_cost: PlannedCost | None = None,
     before_stage: StageGuard = lambda stage: None,
     resume: RunState | None = None,
+    deadline: StepDeadline | None = None,
 ) -> Report | None:
     """Every stage in order, into `run_dir`; returns the report (also written there), or None
     with `final_report=False` (`campaign run --no-report`: `campaign report --run-id` builds it later).
     `full_report=False`: the decision without the sensitivity grid and the pages (`campaign plan`).
     `predicted`: per fleet, the boundary `campaign plan` predicted, where each search looks first;
     `planned_cost`: that plan's campaign cost, kept in campaign.json for the report's billing.
-    `before_stage`: called with each fleet-using stage's name before it starts (`campaign run`'s
-    deadline, campaign.stages.deadline); it stops the campaign by raising.
+    `before_stage`: called with the quality gate's and the replay's names before each starts (`campaign
+    run`'s deadline, campaign.stages.deadline); it stops the campaign by raising. `deadline`: asked
+    before each capacity step and settle segment (campaign.stages.deadline.StepDeadline); one it
+    would cut is not started, the search or settle phase stops saying why, and the report follows.
+    None (locally, in a plan): no stack, no deadline.
     `resume`: what a run cut off in `run_dir` had finished (campaign.stages.resume): the stages it
     finished are read from the directory, not run again; the one it was cut off in runs again
     from its start, its partial records set aside, but a search carries over its finished steps."""
@@ -275,17 +279,15 @@ def run_stages(
 
             capacity_dirs = discover_steps(run_dir / CAPACITY_DIR)
         else:
-            before_stage(CAPACITY_STAGE)
             steps = resume.fleets if resume is not None else None
             capacity_dirs = measure_capacity(
-                m, fleets, run_dir / CAPACITY_DIR, records_dir, stop, log, predicted, steps
+                m, fleets, run_dir / CAPACITY_DIR, records_dir, stop, log, predicted, steps, deadline
             )
             fleets.checkpoint(SEARCH)
         if carried == REPORT:  # so did the settle phase
             settled = SettleOutcome.read(run_dir / CAPACITY_DIR)
         else:
-            before_stage(SETTLE_STAGE)
-            settled = settle_phase(m, fleets, run_dir, quality, facts, capacity_dirs, stop, log)
+            settled = settle_phase(m, fleets, run_dir, quality, facts, capacity_dirs, stop, log, deadline)
             fleets.checkpoint(SETTLE)
     save_server_series(m, run_dir, facts, capacity_dirs, log)  # before the report, and before any teardown
     fleets.checkpoint("server series")
@@ -459,15 +461,18 @@ def measure_capacity(
     log: Callable[[str], None],
     predicted: Mapping[str, float] | None = None,
     resume: Mapping[str, FleetSteps] | None = None,
+    deadline: StepDeadline | None = None,
 ) -> dict[str, Path]:
     """The fixed sweep when the manifest has workload.capacity_sweep, else the automatic search
-    (`resume`: per fleet, the steps a run cut off had finished)."""
+    (`resume`: per fleet, the steps a run cut off had finished; `deadline`: asked before each step)."""
     from campaign.stages.capacity import run_search, run_sweep
 
     steps = CheckpointedSteps(fleets.steps(), fleets, SEARCH)
     if m.workload.capacity_sweep is not None:
-        return run_sweep(m, fleets.names, steps, root, stop, log, fleets.concurrent)
-    return run_search(m, fleets.names, steps, root, replay_dir, stop, log, fleets.concurrent, predicted, resume)
+        return run_sweep(m, fleets.names, steps, root, stop, log, fleets.concurrent, deadline)
+    return run_search(
+        m, fleets.names, steps, root, replay_dir, stop, log, fleets.concurrent, predicted, resume, deadline
+    )
 
 
 def settle_phase(
@@ -479,6 +484,7 @@ def settle_phase(
     capacity_dirs: dict[str, Path],
     stop: threading.Event,
     log: Callable[[str], None],
+    deadline: StepDeadline | None = None,
 ) -> SettleOutcome | None:
     """The settle phase after an automatic search (campaign.stages.settle), when its budget allows one."""
     from campaign.stages import settle
@@ -498,7 +504,7 @@ def settle_phase(
     def steps() -> StepRunner:
         return CheckpointedSteps(fleets.steps(), fleets, SETTLE)
 
-    return settle.settle_phase(m, steps, root, capacity_dirs, interim, stop, log, fleets.concurrent)
+    return settle.settle_phase(m, steps, root, capacity_dirs, interim, stop, log, fleets.concurrent, deadline)
 
 
 def run_report(

@@ -30,6 +30,7 @@ from analysis.capacity.steps import median_overhead_s, read_search_path
 from analysis.measure.goodput import SETTLE_DIR
 from analysis.model import Report, ToSettleFleet
 from campaign.stages.capacity import StepRunner, arrival_offsets, resume_search
+from campaign.stages.deadline import StepDeadline
 from core.manifest import CapacitySearch, Manifest
 
 MAX_ROUNDS = 4  # the rule of thumb behind to_settle is 1/sqrt(n): a few rounds correct its misses
@@ -45,13 +46,15 @@ def settle_phase(
     stop: threading.Event,
     log: Callable[[str], None] | None = None,
     concurrent: int | None = None,
+    deadline: StepDeadline | None = None,
 ) -> SettleOutcome:
     """The whole phase, for a live campaign and for `campaign plan` alike: `settle`, and while it
     stops "reopened", each such fleet's search resumed below the step that missed pooled (its own
     time budget), then `settle` again with what the phase has spent (at most MAX_REOPENED times).
     `steps()`: a step runner for every fleet (LocalFleets.steps() clears its handle table, so
     fleets measured at once share one: its abort() must reach them all). `capacity_dirs` gains
-    the resumed searches' steps."""
+    the resumed searches' steps. `deadline`: asked before each segment and each step of a
+    reopened search; one it would cut is not started."""
     log = log or (lambda line: print(line, flush=True))
     progress = SettleProgress.read(capacity_root)  # a run cut off mid-phase: go on from its state
     carried = None
@@ -67,19 +70,19 @@ def settle_phase(
         if out.reopens >= MAX_REOPENED:  # cut off as it ended: nothing more to reopen
             out.write(capacity_root)
     else:
-        out = settle(m, steps(), capacity_root, capacity_dirs, report, stop, log, concurrent, resume=carried)
+        out = settle(m, steps(), capacity_root, capacity_dirs, report, stop, log, concurrent, carried, deadline)
     while out.stopped == SettleStop.REOPENED and out.reopens < MAX_REOPENED:
         runner = steps()
         with ThreadPoolExecutor(max_workers=concurrent or len(out.reopened)) as pool:
             resumed = [
-                pool.submit(resume_search, m, name, capacity_root, r.step, r.why, runner, stop, log)
+                pool.submit(resume_search, m, name, capacity_root, r.step, r.why, runner, stop, log, deadline)
                 for name, r in out.reopened.items()
             ]
             for f in resumed:
                 capacity_dirs.update(f.result())
         out = out.model_copy(update={"reopens": out.reopens + 1, "reopened": {}}, deep=True)
         SettleProgress(outcome=out).write(capacity_root)
-        out = settle(m, steps(), capacity_root, capacity_dirs, report, stop, log, concurrent, resume=out)
+        out = settle(m, steps(), capacity_root, capacity_dirs, report, stop, log, concurrent, out, deadline)
     return out
 
 
@@ -93,11 +96,13 @@ def settle(
     log: Callable[[str], None] | None = None,
     concurrent: int | None = None,
     resume: SettleOutcome | None = None,
+    deadline: StepDeadline | None = None,
 ) -> SettleOutcome:
-    """Rounds of segments until the report's decision settles or the budget is spent; writes
-    capacity_root/settle.json. `report()` builds the report from the records as they are now.
-    `resume`: the outcome of the phase before a search reopened (its budget spent so far, its
-    segments and its "before" carry on)."""
+    """Rounds of segments until the report's decision settles, the budget is spent or the deadline
+    would cut every fleet's next segment; writes capacity_root/settle.json. `report()` builds the
+    report from the records as they are now. `resume`: the outcome of the phase before a search
+    reopened (its budget spent so far, its segments and its "before" carry on). `deadline`: asked
+    per segment with its arrivals, drain and load-generator start and stop, as the budget counts them."""
     log = log or (lambda line: print(line, flush=True))
     cfg = m.workload.capacity_search or CapacitySearch()
     offsets = arrival_offsets(m)
@@ -136,9 +141,22 @@ def settle(
             out.stopped, out.detail = SettleStop.BUDGET, "; ".join(out.over_budget)
             break
         plans = {n: v for n, v in plans.items() if n not in over}
+        # A segment the deadline would cut sits out as one over budget does; each fleet on its own,
+        # so the other's segment still runs when it fits.
+        cut = {
+            n: why
+            for n, (_, p, _) in plans.items()
+            if deadline is not None
+            and (why := deadline(f"settle {n}'s next segment", p.span_s + drain[n] + overhead[n]))
+        }
+        out.over_budget += [f"{n}: {why}" for n, why in sorted(cut.items())]
+        if cut and len(cut) == len(plans):
+            out.stopped, out.detail = SettleStop.DEADLINE, "; ".join(cut[n] for n in sorted(cut))
+            break
+        plans = {n: v for n, v in plans.items() if n not in cut}
         for line in out.over_budget:
             log(f"settle {line}: it sits this round out")
-        round_usd = sum(usd.values())
+        round_usd = sum(usd[n] for n in plans)
         SettleProgress(  # what the round reserves counts as spent if the run is cut off in it
             outcome=out,
             pending=[d.relative_to(capacity_root).as_posix() for _, _, d in plans.values()],

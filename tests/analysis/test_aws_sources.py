@@ -281,7 +281,44 @@ def test_focus_export_is_read_from_s3_in_place_and_limited_to_the_window() -> No
     with pytest.raises(SourceUnavailable, match=r"s3://results/missing.csv: GetObject"):
         read_focus("s3://results/missing.csv", "c1", s3=s3)
     with pytest.raises(BadBillingData, match="expected s3://BUCKET/KEY"):
-        read_focus("s3://results/focus/", "c1", s3=s3)
+        read_focus("s3://results", "c1", s3=s3)
+
+
+@mock_aws
+def test_a_focus_export_split_in_parts_is_read_whole_under_its_prefix() -> None:
+    """AWS Data Exports may write one export as several files: `s3://BUCKET/PREFIX/` reads every CSV
+    part under it (ListObjectsV2), not one object. On 63bedbd a prefix was refused ("expected
+    s3://BUCKET/KEY of one FOCUS export CSV")."""
+    import gzip
+
+    from analysis.sources.billing import read_focus_parts
+
+    s3 = boto3.client("s3", region_name="us-east-1")
+    s3.create_bucket(Bucket="results")
+    tag = '"{""campaign"": ""c1"", ""fleet"": ""inf2""}"'
+    part = FOCUS_WINDOWED_HEAD + "{start},{usd},{usd},i-1,{tag},Amazon EC2,,{end}\n"
+    data = "exports/focus/data/BILLING_PERIOD=2026-01"
+    s3.put_object(
+        Bucket="results",
+        Key=f"{data}/focus-00001.csv.gz",
+        Body=gzip.compress(
+            part.format(start="2026-01-01T10:00:00Z", end="2026-01-01T11:00:00Z", usd=2.0, tag=tag).encode()
+        ),
+    )
+    s3.put_object(
+        Bucket="results",
+        Key=f"{data}/focus-00002.csv.gz",
+        Body=gzip.compress(
+            part.format(start="2026-01-01T11:00:00Z", end="2026-01-01T12:00:00Z", usd=4.0, tag=tag).encode()
+        ),
+    )
+    s3.put_object(Bucket="results", Key="exports/focus/metadata/focus-Manifest.json", Body=b"{}")  # skipped
+    sums = read_focus_parts("s3://results/exports/focus/", "c1", (T0 + 20 * 60, T0 + 100 * 60), s3=s3)
+    assert sums.bills["inf2"].billed_usd == pytest.approx(6.0) and sums.bills["inf2"].rows == 2
+    assert sums.bills["inf2"].resources == 1  # the same instance in both parts counts once
+    assert sums.parts == [f"s3://results/{data}/focus-00001.csv.gz", f"s3://results/{data}/focus-00002.csv.gz"]
+    with pytest.raises(SourceUnavailable, match=r"no FOCUS CSV part under the prefix \(1 object"):
+        read_focus_parts("s3://results/exports/focus/metadata/", "c1", s3=s3)
 
 
 def test_focus_window_needs_charge_period_end_and_names_a_bad_date(tmp_path: Path) -> None:

@@ -277,3 +277,90 @@ def test_the_measured_window_runs_from_the_replays_first_request_to_the_last_ste
     assert got.words() == "2023-11-14T22:13:21Z .. 2023-11-14T22:38:20Z UTC (25.0 min)"
     assert measured_window(base, []).end == WALL + 100.0  # type: ignore[arg-type,union-attr]
     assert measured_window({"g6": NS(wall_start=None, window_start_s=None, window_end_s=None)}, steps) is None  # type: ignore[arg-type,dict-item]
+
+
+# --- issue 48, finding 4: a bill that knows when it cannot know ------------------------------------
+
+
+def test_a_focus_export_with_no_rows_for_the_run_is_no_figure_and_says_why(tmp_path: Path, small: Manifest) -> None:
+    """An export whose rows are all another campaign's (or outside the window) is no bill known, not
+    0 USD. On 63bedbd: billed 0.0 USD, "billed: FOCUS export ..."."""
+    other = small.model_copy(update={"campaign": "another-campaign"})
+    r = _report(tmp_path, small, focus_csv=_focus(tmp_path / "focus.csv", other))
+    billed = r["billing"]["billed"]
+    assert billed["usd"] is None, billed
+    assert billed["source"] == "billed: no billing source answered"
+    assert (
+        f"has no rows tagged campaign={small.campaign} whose charge period meets the measured window"
+        in (billed["unavailable"])
+    )
+    assert any(g["what"] == "billing.focus" and "no rows" in g["reason"] for g in r["gaps"])
+
+
+@mock_aws
+def test_a_focus_export_under_an_s3_prefix_is_read_part_by_part(tmp_path: Path, small: Manifest) -> None:
+    """`--focus s3://BUCKET/PREFIX/`: every CSV part under it (AWS Data Exports may split an
+    export). On 63bedbd the prefix was refused: BadBillingData "expected s3://BUCKET/KEY of one
+    FOCUS export CSV", no report."""
+    from analysis.errors import BadBillingData
+    from analysis.report.inputs import AwsClients
+
+    rows = _focus(tmp_path / "focus.csv", small).read_text(encoding="utf-8").splitlines(keepends=True)
+    head, body = rows[0], rows[1:]
+    s3 = boto3.client("s3", region_name="us-east-1")
+    s3.create_bucket(Bucket="results")
+    for i, part in enumerate((body[:2], body[2:]), start=1):  # the window's rows in part 1, the others in 2
+        s3.put_object(Bucket="results", Key=f"exports/data/part-{i}.csv", Body="".join([head, *part]).encode())
+    try:
+        r = _report(tmp_path, small, focus_csv="s3://results/exports/", aws_clients=AwsClients(s3=s3))
+    except BadBillingData as exc:
+        r = {"billing": {"billed": {"usd": str(exc)}}}
+    billed = r["billing"]["billed"]
+    assert billed["usd"] == pytest.approx(0.76 + 1.61)
+    assert billed["source"].startswith("billed: FOCUS export s3://results/exports/ (2 part(s))")
+
+
+def test_an_estimated_bill_pulled_within_24_hours_is_flagged_and_its_requests_priced(
+    tmp_path: Path, small: Manifest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cost Explorer's answer marked Estimated and pulled an hour after the window: the billed figure
+    says it is provisional and which command fetches it again, and the report counts and prices the
+    two paginated requests it took (0.01 USD each). On 63bedbd the figure read as final ("HOURLY: the
+    whole UTC hours ...") and no request was counted."""
+    from types import SimpleNamespace
+
+    from botocore.stub import Stubber
+
+    from analysis.report.inputs import AwsClients
+    from analysis.sources import pulled
+
+    monkeypatch.setattr(pulled, "time", SimpleNamespace(time=lambda: WALL + 3600))  # pulled an hour after
+
+    def page(amount: str, fleet: str, token: str | None) -> dict[str, Any]:
+        return {
+            "ResultsByTime": [
+                {
+                    "TimePeriod": {"Start": "2023-11-14T22:00:00Z", "End": "2023-11-14T23:00:00Z"},
+                    "Estimated": True,
+                    "Groups": [
+                        {"Keys": [f"fleet${fleet}"], "Metrics": {"UnblendedCost": {"Amount": amount, "Unit": "USD"}}}
+                    ],
+                }
+            ],
+            **({"NextPageToken": token} if token else {}),
+        }
+
+    ce = boto3.client("ce", region_name="us-east-1", aws_access_key_id="k", aws_secret_access_key="s")
+    with Stubber(ce) as stub:
+        stub.add_response("get_cost_and_usage", page("0.8", "inf2", "next"))
+        stub.add_response("get_cost_and_usage", page("1.6", "g6", None))
+        r = _report(tmp_path, small, aws=True, aws_clients=AwsClients(ce=ce))
+    billed = r["billing"]["billed"]
+    assert billed["usd"] == pytest.approx(2.4)
+    assert billed["covers"].startswith("PROVISIONAL: Cost Explorer marks it Estimated"), billed["covers"]
+    assert "pulled 1.0 h after the window ended, less than the 24 h" in billed["covers"]
+    assert "`python -m campaign report MANIFEST --run-id RUN_ID --out DIR`" in billed["covers"]
+    assert any(g["what"] == "billing.billed" and "provisional" in g["reason"] for g in r["gaps"])
+    requests = r["provenance"].get("billing.cost_explorer_requests") or {}
+    assert requests.get("value") == pytest.approx(0.02)
+    assert requests["detail"].startswith("2 Cost Explorer GetCostAndUsage request(s)")

@@ -86,13 +86,15 @@ class _Session:
     def __init__(self, cfn: _Cfn) -> None:
         self.cfn = cfn
 
-    def client(self, name: str) -> Any:
-        return self.cfn if name == "cloudformation" else None  # ec2: resolve_amis is replaced
+    def client(self, name: str, **kw: Any) -> Any:
+        return (
+            self.cfn if name == "cloudformation" else None
+        )  # ec2: resolve_amis is replaced; ce: none (deploy says so)
 
 
 def _deploy(tmp_path: Path, manifest_data: dict[str, Any], monkeypatch: pytest.MonkeyPatch, **kw: Any) -> list[Any]:
     """cmd_deploy with every AWS call replaced: returns each `cdk deploy`'s extra arguments."""
-    from campaign.aws import compile_phase, dlami
+    from campaign.aws import compile_phase, dlami, fleet_sizes
     from campaign.cli import aws_cmds
 
     path = write_manifest(tmp_path, _with_tokenizer_files(tmp_path, _filled(manifest_data)))
@@ -102,7 +104,14 @@ def _deploy(tmp_path: Path, manifest_data: dict[str, Any], monkeypatch: pytest.M
     monkeypatch.setattr(compile_phase, "needed", lambda *a, **k: [])
     monkeypatch.setattr(dlami, "resolve_amis", lambda *a: [])
     monkeypatch.setattr(aws, "utc_now", lambda: NOW)
-    monkeypatch.setattr(aws, "deploy", lambda manifest_path, **k: deploys.append(k["extra"]) or 0)
+
+    def deploy(manifest_path: Path, **k: Any) -> int:
+        deploys.append(k["extra"])
+        return 0
+
+    monkeypatch.setattr(aws, "deploy", deploy)
+    # the groups the deadline set to 0 (tests/campaign/test_extend_hours.py drives it on moto)
+    monkeypatch.setattr(fleet_sizes, "restore_fleet_sizes", lambda session, stack: ([], []))
     args = argparse.Namespace(
         manifest=str(path),
         yes=True,
@@ -244,7 +253,7 @@ def test_the_guard_refuses_a_stage_that_would_end_after_the_deadline_naming_both
     assert "2026-12-05T20:45:00Z" in msg and "after the deadline 2026-12-05T20:30:00Z" in msg
 
 
-def test_run_stages_stops_before_the_stage_that_would_outlast_the_deadline(
+def test_run_stages_stops_before_the_replay_that_would_outlast_the_deadline(
     tmp_path: Path, manifest_data: dict[str, Any]
 ) -> None:
     from campaign.backends.simulated.fleets import SimulatedFleets
@@ -252,19 +261,130 @@ def test_run_stages_stops_before_the_stage_that_would_outlast_the_deadline(
 
     m = manifest_from_data(manifest_data)
     asked: list[str] = []
-    guard = DeadlineGuard(
-        NOW + timedelta(minutes=10), {GATE_STAGE: 5.0, REPLAY_STAGE: 5.0, CAPACITY_STAGE: 30.0}, lambda: NOW
-    )
+    guard = DeadlineGuard(NOW + timedelta(minutes=10), {GATE_STAGE: 5.0, REPLAY_STAGE: 30.0}, lambda: NOW)
 
     def before(stage: str) -> None:
         asked.append(stage)
         guard(stage)
 
-    with pytest.raises(PastDeadline, match="capacity_searches not started"):
+    with pytest.raises(PastDeadline, match="replay not started"):
         run_stages(m, SimulatedFleets(m), tmp_path, threading.Event(), before_stage=before, log=lambda s: None)
-    assert asked == [GATE_STAGE, REPLAY_STAGE, CAPACITY_STAGE]
-    assert list((tmp_path / "records").glob("records-*.jsonl"))  # the replay before it is kept
-    assert not (tmp_path / "capacity").exists()
+    assert asked == [GATE_STAGE, REPLAY_STAGE]
+    assert (tmp_path / "quality.json").is_file()  # the gate before it is kept
+    assert not list((tmp_path / "records").glob("records-*.jsonl"))
+
+
+# --- run: the deadline per capacity step, read from the stack again before each (issue 48) -------
+
+
+class _FakeRun:
+    """What run_campaign asks of CloudRun, with no AWS behind it."""
+
+    def __init__(self, m: Any, cfg: Any, launcher: Any, s3: Any, *, out_dir: Path, run_id: str, **kw: Any) -> None:
+        self.run_dir = out_dir / run_id
+        self.uri = f"s3://b/runs/{run_id}"
+        self.exit_code: int | None = None
+        self.predicted = None
+        self.lines: list[str] = []
+
+    def say(self, line: str) -> None:
+        self.lines.append(line)
+
+    def upload_inputs(self) -> None: ...
+
+    def deregister(self) -> None: ...
+
+    def publish(self) -> int:
+        return 0
+
+    def write_run_record(self, status: str) -> None: ...
+
+
+def _run_on_simulated_fleets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, m: Any, deadlines: list[str], minutes: dict[str, float]
+) -> Any:
+    """run_campaign on the simulated fleets, the stack's deadline read as `deadlines` gives it, one per
+    read (the last repeated): the report, or the PastDeadline that stopped the run, as its message."""
+    from campaign.backends.fargate import campaign as fargate
+    from campaign.backends.fargate import systems
+    from campaign.backends.simulated.fleets import SimulatedFleets
+    from tests.cloud.test_cloud_steps import run_config
+
+    reads = iter(deadlines)
+    last = [deadlines[0]]
+
+    def read(cfn: Any, stack: str) -> Any:
+        last[0] = next(reads, last[0])
+        return run_config(deadline=last[0])
+
+    monkeypatch.setattr(fargate, "read_run_config", read)
+    monkeypatch.setattr(fargate, "CloudRun", _FakeRun)
+    monkeypatch.setattr(fargate, "CloudFleets", lambda run, **kw: SimulatedFleets(m))
+    monkeypatch.setattr(systems, "stack_amis", lambda *a: {})
+    monkeypatch.setattr(systems, "systems_under_test", lambda *a: None)
+
+    class _Session:
+        def client(self, name: str) -> Any:
+            return None
+
+    try:
+        result = fargate.run_campaign(
+            _Session(),
+            m,
+            tmp_path,
+            launcher=object(),  # type: ignore[arg-type]  # _FakeRun never launches a task
+            stage_minutes=lambda: minutes,
+            clock=lambda: NOW,
+        )
+    except PastDeadline as exc:
+        return str(exc)
+    return result.report
+
+
+def test_a_deadline_extended_during_the_run_reaches_its_capacity_steps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, manifest_data: dict[str, Any]
+) -> None:
+    """`deploy --extend-hours` while the run goes: the stack's new deadline is read before the
+    capacity steps. On 63bedbd the deadline read at the start stopped the run before its search
+    (PastDeadline: "capacity_searches not started ... after the deadline 2026-12-05T20:20:00Z")."""
+    manifest_data["workload"]["capacity_search"] = {
+        **manifest_data["workload"].get("capacity_search", {}),
+        "settle_budget_s": 0,
+    }
+    m = manifest_from_data(manifest_data)
+    first, extended = format_deadline(NOW + timedelta(minutes=20)), format_deadline(NOW + timedelta(hours=5))
+    minutes = {GATE_STAGE: 1.0, REPLAY_STAGE: 1.0, CAPACITY_STAGE: 60.0}
+    got = _run_on_simulated_fleets(tmp_path, monkeypatch, m, [first, first, extended], minutes)
+    assert not isinstance(got, str), got
+    rules = {n: f.capacity.search.stop_rule for n, f in got.fleets.items() if f.capacity and f.capacity.search}
+    assert rules == {"inf2": "converged", "g6": "converged"}  # the searches ran to their own end
+
+
+def test_a_step_the_deadline_would_cut_is_not_started_and_the_run_ends_with_its_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, manifest_data: dict[str, Any]
+) -> None:
+    """The stack's deadline is 5 h ahead for the gate, the replay and each fleet's first step (the
+        fleets search side by side: reads 5 and 6, the gate is asked twice), then moved to 30 s ahead: each fleet's next step
+        is not started, its search stops `deadline` saying why, so does the settle phase (its segments
+    would be cut too), and the run ends with its report. On
+        63bedbd the deadline was read once and no step was held to it: every search ran to its own
+        stop rule (inf2 and g6 "converged")."""
+    m = manifest_from_data(manifest_data)
+    far, near = format_deadline(NOW + timedelta(hours=5)), format_deadline(NOW + timedelta(seconds=30))
+    minutes = {GATE_STAGE: 0.1, REPLAY_STAGE: 0.1}
+    got = _run_on_simulated_fleets(tmp_path, monkeypatch, m, [far] * 6 + [near], minutes)
+    assert not isinstance(got, str), got
+    paths = {name: f.capacity.search for name, f in got.fleets.items() if f.capacity is not None}
+    assert {name: p.stop_rule if p else None for name, p in paths.items()} == {"inf2": "deadline", "g6": "deadline"}
+    for p in paths.values():
+        assert p is not None and [s.label for s in p.steps][:1] == ["replay"] and len(p.steps) == 2  # one step ran
+        assert "not started" in p.stop_detail and "after the deadline 2026-12-05T20:00:30Z" in p.stop_detail
+        assert "--extend-hours" in p.stop_detail
+    # the settle phase after them: every fleet's next segment would be cut, none started
+    settle = got.provenance["settle"].detail
+    assert (
+        settle.startswith("settle phase: deadline (settle g6's next segment not started") and "0 segment(s)" in settle
+    )
 
 
 def test_run_refuses_before_uploading_anything_when_the_gate_would_outlast_the_deadline(
@@ -287,9 +407,30 @@ def test_run_refuses_before_uploading_anything_when_the_gate_would_outlast_the_d
         fargate.run_campaign(_NoAws(), m, tmp_path, stage_minutes=lambda: {GATE_STAGE: 5.0}, clock=lambda: NOW)
     # A stack without a deadline (deployed before it existed) asks for no plan at all.
     asked: list[bool] = []
-    guard = fargate.deadline_guard(replace(cfg, deadline=""), lambda: asked.append(True) or {}, lambda: NOW)
-    guard(GATE_STAGE)
-    assert asked == []
+
+    def minutes() -> dict[str, float]:
+        asked.append(True)
+        return {}
+
+    none = replace(cfg, deadline="")
+    monkeypatch.setattr(fargate, "read_run_config", lambda cfn, stack: none)
+    deadline = fargate.stack_deadline(None, "s", none, minutes, lambda: NOW)
+    deadline.stage(GATE_STAGE)
+    assert asked == [] and deadline.cuts("a step", 1e9) is None
+
+
+def test_a_stack_that_cannot_be_read_again_keeps_the_deadline_last_read() -> None:
+    from campaign.stages.deadline import StackDeadline
+
+    said: list[str] = []
+
+    def read() -> datetime:
+        raise ClientError({"Error": {"Code": "Throttling", "Message": "Rate exceeded"}}, "DescribeStacks")
+
+    deadline = StackDeadline(read, None, lambda: NOW, said.append, last=NOW + timedelta(minutes=1))
+    assert "after the deadline 2026-12-05T20:01:00Z" in (deadline.cuts("capacity search g6 x2", 120) or "")
+    assert deadline.cuts("capacity search g6 x2", 30) is None
+    assert "could not be read again (ClientError" in said[0] and "2026-12-05T20:01:00Z" in said[0]
 
 
 def test_the_run_config_deadline_is_checked_and_parsed() -> None:

@@ -17,7 +17,7 @@ from campaign.aws.s3_trees import download_tree
 from campaign.backends.fargate.fleets import CloudFleets
 from campaign.backends.fargate.run import CloudRun, CloudRunResult
 from campaign.backends.fargate.tasks import TaskLauncher
-from campaign.stages.deadline import GATE_STAGE, DeadlineGuard, StageGuard, utc_now
+from campaign.stages.deadline import GATE_STAGE, StackDeadline, utc_now
 from core import cloud_contract as cc
 from core.errors import EXIT_BY_DECISION, EXIT_OK, BadArgument
 from core.manifest import Manifest
@@ -51,8 +51,10 @@ def run_campaign(
     fleets, the run directory uploaded under the run's prefix; `launcher` replaces ECS RunTask
     (the offline cloud-path test); `concurrent`: fleets measured at once (default all; the
     offline run with CPU engines measures one at a time). `stage_minutes`: the plan's minutes per
-    stage, asked for only when the stack has a deadline, which each stage must then end before
-    (campaign.stages.deadline; `clock` tells the time). `resume_id`: `run --resume`, the run to
+    stage, asked for only when the stack has a deadline, which the quality gate and the replay
+    must then end before; each capacity step and settle segment must too, by its own estimate
+    (campaign.stages.deadline; the deadline is read from the stack again before each, `clock`
+    tells the time). `resume_id`: `run --resume`, the run to
     continue under its own id and prefix (resume_run). `stand_in`: what serves the fleets in place
     of the stack's instances (the offline cloud run's emulators or CPU engines), for the report."""
     from campaign.aws.readiness import not_ready_evidence
@@ -60,9 +62,10 @@ def run_campaign(
     from campaign.backends.fargate.systems import stack_amis, systems_under_test
     from campaign.stages.run import run_stages
 
-    cfg = read_run_config(session.client("cloudformation"), aws.stack_name(m))
-    guard = deadline_guard(cfg, stage_minutes, clock)
-    guard(GATE_STAGE)  # before anything is uploaded or started
+    cfn = session.client("cloudformation")
+    cfg = read_run_config(cfn, aws.stack_name(m))
+    deadline = stack_deadline(cfn, aws.stack_name(m), cfg, stage_minutes, clock)
+    deadline.stage(GATE_STAGE)  # before anything is uploaded or started
     run_id = resume_id or run_id or cc.new_run_id()
     if launcher is None:
         launcher = EcsTaskLauncher(session.client("ecs"), cfg, run_id)
@@ -77,6 +80,7 @@ def run_campaign(
         elbv2=session.client("elbv2"),
         run_id=run_id,
     )
+    deadline.log = run.say  # a changed deadline, or a stack that could not be read again, in the progress lines
     fleets = CloudFleets(
         run,
         diagnose=lambda fleet: not_ready_evidence(session, m.campaign, fleet),
@@ -102,8 +106,9 @@ def run_campaign(
             final_report=final_report,
             predicted=predicted,
             planned_cost=planned_cost,
-            before_stage=guard,
+            before_stage=deadline.stage,
             resume=state,
+            deadline=deadline.cuts,
         )
         status = "finished"
         run.exit_code = EXIT_BY_DECISION[report.decision.state] if report is not None else EXIT_OK
@@ -193,15 +198,17 @@ def check_same_run(
         raise BadArgument("--resume: not the run's inputs: " + "; ".join(problems))
 
 
-def deadline_guard(
-    cfg: cc.RunConfig, stage_minutes: Callable[[], Mapping[str, float]] | None, clock: Callable[[], datetime]
-) -> StageGuard:
-    """The stack's deadline held against the plan's stage minutes; no check without a deadline (a
-    stack deployed before it existed) or without a plan."""
-    deadline = cfg.deadline_at
-    if deadline is None or stage_minutes is None:
-        return lambda stage: None
-    return DeadlineGuard(deadline, stage_minutes(), clock)
+def stack_deadline(
+    cfn: Any,
+    stack: str,
+    cfg: cc.RunConfig,
+    stage_minutes: Callable[[], Mapping[str, float]] | None,
+    clock: Callable[[], datetime],
+) -> StackDeadline:
+    """The stack's deadline (its run config's, `cfg` as first read), read again from the stack before
+    each stage, step and segment: no check while it has none (a stack deployed before it existed),
+    no stage check without a plan."""
+    return StackDeadline(lambda: read_run_config(cfn, stack).deadline_at, stage_minutes, clock, last=cfg.deadline_at)
 
 
 def fetch_run(session: Any, m: Manifest, source: str, dest: Path) -> Path:
