@@ -16,7 +16,8 @@ schemas/report-fields.json records every version's fields ("Model.field"), so a 
 without a MINOR bump fails a test (tests/analysis/test_report_schema.py), and `--write` refuses
 to record other fields under a version already recorded. 2.2 added the billing section and the
 per-step server figures (issue 39) to 2.1's; 2.3 the histogram bucket each P95 gap is read at
-(issue 46).
+(issue 46); 2.4 no new field, a new value: a capacity search stopped by the campaign's deadline
+(stop_rule "deadline", issue 48), which a 2.3 reader would refuse.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSche
 
 from analysis.errors import AnalysisError
 
-REPORT_VERSION = "2.3"
+REPORT_VERSION = "2.4"
 
 _T = TypeVar("_T")
 
