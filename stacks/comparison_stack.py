@@ -59,6 +59,7 @@ class ComparisonStack(Stack):
                 host=host,
                 vpc=network.vpc,
                 weights_s3_uri=settings.weights_s3_uri,
+                deadline=deadline,
             )
             for fleet in fleets
             if fleet.fleet.name in settings.compile_fleets and (host := compile_host(m, fleet.fleet)) is not None

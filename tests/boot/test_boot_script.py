@@ -76,7 +76,9 @@ case "$name" in
     *list-objects-v2*) echo None;; esac;;  # an empty listing, as --output text prints it
   docker) echo "docker-env${STUB_SEP}HF_TOKEN=${HF_TOKEN:-<unset>}" >> "$STUB_LOG"; [ "$1" = login ] && cat >/dev/null
     # a pull of a reference containing $DOCKER_PULL_FAILS fails (the cache does not serve it)
-    if [ "$1" = pull ] && [ -n "${DOCKER_PULL_FAILS:-}" ]; then case "$2" in *"$DOCKER_PULL_FAILS"*) exit 1;; esac; fi; true;;
+    if [ "$1" = pull ] && [ -n "${DOCKER_PULL_FAILS:-}" ]; then case "$2" in *"$DOCKER_PULL_FAILS"*) exit 1;; esac; fi
+    # a pull that hangs for $DOCKER_PULL_HANGS s (the real sleep: the `sleep` stub returns at once)
+    if [ "$1" = pull ] && [ -n "${DOCKER_PULL_HANGS:-}" ]; then exec /bin/sleep "$DOCKER_PULL_HANGS"; fi; true;;
   sha256sum) cat >/dev/null;;
   curl)
     case "$*" in  # IMDSv2: a session token from a PUT, then the instance id with it

@@ -146,3 +146,14 @@ def test_a_bad_compile_fleets_context_names_the_key(raw: str, match: str) -> Non
         compile_fleets_from_context(m, raw)
     assert compile_fleets_from_context(m, "inf2, inf2") == ("inf2",)
     assert compile_fleets_from_context(m, None) == ()
+
+
+def test_the_compile_user_data_runs_its_whole_boot_under_the_timeout(compile_phase: Synth) -> None:
+    """Issue 48, item 3, in the synthesized template: the boot script sandbox
+    (tests/boot/test_compile_script.py) runs what this user data is."""
+    from stacks.compile_boot import KILL_AFTER_S, compile_boot_limit_s
+
+    _, compiles = _groups(compile_phase)
+    script = _user_data(_launch_template(compile_phase, compiles["inf2"]))
+    timed = f'timeout --kill-after={KILL_AFTER_S} {compile_boot_limit_s("aws-neuron")} bash "$0"'
+    assert timed in script and script.index(timed) < script.index("docker pull")
