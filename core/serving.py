@@ -475,10 +475,17 @@ def _vllm_neuron_definition(manifest: Manifest, fleet: Fleet, c: _Container) -> 
         fleet.instance_type, fleet.serving.image, (*command, *c.extra_args), env, f"{CACHE_MOUNT}/compile"
     )
     cache = compiled.directory
-    env |= {
-        "NEURON_COMPILED_ARTIFACTS": cache,  # compiled once, then loaded: from EBS, or fetched from S3
-        "NEURON_CC_FLAGS": f"--cache_dir={cache}/neuronx-cc",
-    }
+    # compiled once, then loaded: from EBS, or fetched from S3 (vllm-project/vllm-neuron
+    # vllm_neuron/worker/neuronx_distributed_model_loader.py reads NEURON_COMPILED_ARTIFACTS).
+    # No NEURON_CC_FLAGS="--cache_dir=...": NxD's ModelBuilder compiles through libneuronxla's
+    # neuron_xla_compile with cache_dir=None (aws-neuron/neuronx-distributed, Release 2.29,
+    # src/neuronx_distributed/trace/model_builder.py, submit_compilation_job_with_cache), and how
+    # libneuronxla resolves None is in no public source (optimum-neuron's cache_utils reads the flag
+    # as the compiler's cache location, default /var/tmp/neuron-compile-cache). Unread, the flag was
+    # dead weight in the serving definition's digest; read, it put the compiler's own cache inside
+    # this directory, which is published and fetched whole. NEURON_COMPILED_ARTIFACTS alone is what
+    # the loader reuses.
+    env |= {"NEURON_COMPILED_ARTIFACTS": cache}
     devices = (*_neuron_devices(fleet), *NEURON_CAPABILITIES)
     return c.definition(command, env, devices, "/metrics", cache_dir=cache, compiled=compiled)
 
