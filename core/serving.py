@@ -457,6 +457,23 @@ def _vllm_neuron_definition(manifest: Manifest, fleet: Fleet, c: _Container) -> 
         "enable_bucketing": True,
         "context_encoding_buckets": buckets,
         "token_generation_buckets": buckets,
+        # Pre-sharded weights (NxD Inference Weights Sharding Guide, "Shard on compile (Pre-shard)").
+        # At compile, aws-neuron/neuronx-distributed-inference@4bcdc54
+        # src/neuronx_distributed_inference/models/application_base.py NeuronApplicationBase.shard_weights
+        # writes each rank's weights to <compiled dir>/weights/tp<rank>_sharded_checkpoint.safetensors
+        # (ModelBuilder.shard_checkpoint(serialize_path=...)), inside NEURON_COMPILED_ARTIFACTS, so the
+        # compiled set published and fetched whole carries them. At load, vllm-project/vllm-neuron@a5ef7c8
+        # vllm_neuron/worker/neuronx_distributed_model_loader.py _load_compiled_model builds the model
+        # from the compiled directory (its saved config: this option included) and calls model.load;
+        # NeuronApplicationBase.load_weights then reads those files (safetensors load_file, one per
+        # local rank) instead of ModelBuilder.shard_checkpoint, which loads the whole checkpoint and
+        # then builds every rank's shard from it (aws-neuron/neuronx-distributed Release 2.29,
+        # src/neuronx_distributed/trace/model_builder.py). Host memory at load: about the weights
+        # once (weights / TP per rank, every local rank's shard held until nxd_model.initialize)
+        # instead of about twice; for Llama 3 8B bf16 at TP 2, about 7.5 GiB a rank and 15 GiB for
+        # both, still close to inf2.xlarge's 16 GiB: pre-sharding halves the peak, it does not make
+        # the fit certain (docs/cloud.md, the compile phase).
+        "save_sharded_checkpoint": True,
         **kv_override,
     }
     command = [

@@ -201,3 +201,15 @@ def test_the_whole_boot_bound_is_the_grace_plus_a_margin_inside_the_plans_minute
     assert COMPILE_BOOT_MARGIN_S < COMPILE_PHASE_OVERHEAD_MIN * 60
     script = _compile_scripts(example)["inf2"]
     assert f'timeout --kill-after={KILL_AFTER_S} {limit} bash "$0"' in script
+
+
+def test_the_compile_host_compiles_pre_sharded_weights(example: Manifest, tmp_path: Path) -> None:
+    """Issue 50, item 1: the compile host's server writes each rank's weights into the set it publishes
+    (tests/boot/test_compiled_share.py runs the publish and the fetch with a stand-in for NxD Inference)."""
+    import json
+
+    rc, calls, output = _run(_compile_scripts(example)["inf2"], tmp_path)
+    assert rc == 0, output
+    (serving,) = [r for r in _docker_runs(calls) if "--rm" not in r]
+    cfg = json.loads(serving[serving.index("--additional-config") + 1])["override_neuron_config"]
+    assert cfg.get("save_sharded_checkpoint") is True

@@ -222,3 +222,12 @@ def test_the_neuron_server_sets_no_compiler_cache_dir(manifest: Manifest) -> Non
     assert flags == {}
     assert defn.environment["NEURON_COMPILED_ARTIFACTS"] == defn.compiled.directory
     assert "--cache_dir" not in render_docker_run(defn)
+
+
+def test_the_neuron_server_compiles_pre_sharded_weights(manifest: Manifest) -> None:
+    """Issue 50, item 1: without save_sharded_checkpoint every inf2.xlarge instance shards the full
+    checkpoint at load (about twice the weights in host memory); with it, NxD Inference writes each
+    rank's weights into the compiled directory at compile and loads them from there."""
+    defn = definition_for(manifest, manifest.fleet("inf2"))
+    cfg = json.loads(_flag(_argv(render_docker_run(defn)), "--additional-config"))["override_neuron_config"]
+    assert cfg.get("save_sharded_checkpoint") is True
