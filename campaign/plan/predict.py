@@ -165,9 +165,12 @@ def predict(m: Manifest, work_dir: Path | None = None, overhead: StepOverhead = 
     # deploy's compile phases run side by side, with every fleet at 0 (campaign/aws/compile_phase.py).
     compiles = [c for c in (compile_phase(m, f) for f in m.fleets) if c is not None]
     compile_min = max((c.minutes for c in compiles), default=0.0)
+    # Then one instance per compiled fleet on its own type, side by side (compile_phase.prove_on_fleet_type).
+    check_min = max((c.check_minutes for c in compiles), default=0.0)
     minutes = {
         "deploy": DEPLOY_MIN,
         **({"compile_phase_at_most": compile_min} if compiles else {}),
+        **({"one_instance_check_at_most": check_min} if compiles else {}),
         "ready_at_most": ready_min,
         GATE_STAGE: QUALITY_GATE_MIN,
         REPLAY_STAGE: replay_min,
@@ -301,20 +304,25 @@ def _cost(
     compiles: Sequence[CompilePhase] = (),
 ) -> dict[str, float]:
     """USD of the campaign: instance-hours of every fleet for its whole length but the compile
-    phase (every fleet is at 0 while it runs), each compile instance for its phase, load-generator
+    phase and the one-instance check after it (every fleet is at 0 meanwhile), each compile
+    instance for its phase and the check's one instance of the fleet's type for its grace, load-generator
     tasks while load runs, the conductor for as long as the fleets run (a `run --detach`'s; a run
     in a terminal saves it: a bound), the Prometheus task's and the NLB's hours for the whole
     campaign; empty when a price is missing from the snapshot."""
     out: dict[str, float] = {}
-    compile_min = max((c.minutes for c in compiles), default=0.0)
+    # The fleets are at 0 through the compile phase and the one-instance check after it.
+    compile_min = max((c.minutes for c in compiles), default=0.0) + max(
+        (c.check_minutes for c in compiles), default=0.0
+    )
     for p in preds.values():
         if p.hourly_usd is None:
             return {}
         out[f"instances.{p.fleet}"] = p.hourly_usd * p.instances_deployed * (total_min - compile_min) / 60
     for c in compiles:
-        if c.usd is None:
+        if c.usd is None or c.check_usd is None:
             return {}
         out[f"compile.{c.fleet}"] = c.usd
+        out[f"one_instance_check.{c.fleet}"] = c.check_usd
     try:
         vcpu = prices.lookup("fargate", "vcpu-hour", m.costs.region).usd
         gib = prices.lookup("fargate", "gb-hour", m.costs.region).usd

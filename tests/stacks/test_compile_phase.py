@@ -157,3 +157,20 @@ def test_the_compile_user_data_runs_its_whole_boot_under_the_timeout(compile_pha
     script = _user_data(_launch_template(compile_phase, compiles["inf2"]))
     timed = f'timeout --kill-after={KILL_AFTER_S} {compile_boot_limit_s("aws-neuron")} bash "$0"'
     assert timed in script and script.index(timed) < script.index("docker pull")
+
+
+def test_the_compile_phase_output_names_each_fleets_own_group_and_target_group(compile_phase: Synth) -> None:
+    """Issue 50, item 2: deploy's one-instance check (campaign/aws/compile_phase.py prove_on_fleet_type)
+    starts one instance in the fleet's own group, held at 0 with the manifest's max, and waits for it
+    in the fleet's target group: the output names both."""
+    fleets, _ = _groups(compile_phase)
+    out = compile_phase.template_json["Outputs"][COMPILE_PHASE_OUTPUT]["Value"]["Fn::Join"][1]
+    text = "".join(p if isinstance(p, str) else "@" for p in out)
+    refs = [p.get("Ref") for p in out if isinstance(p, dict)]
+    assert '"fleet_group":"@"' in text.replace(" ", "") and '"target_group":"@"' in text.replace(" ", "")
+    assert fleets["inf2"]["id"] in refs  # the fleet's own group, by its Ref
+    groups = compile_phase.resources("AWS::ElasticLoadBalancingV2::TargetGroup")
+    (inf2_tg,) = [k for k, v in groups.items() if {"Key": "fleet", "Value": "inf2"} in v["Properties"]["Tags"]]
+    assert inf2_tg in refs and inf2_tg in fleets["inf2"]["Properties"]["TargetGroupARNs"][0]["Ref"]
+    props = fleets["inf2"]["Properties"]
+    assert int(props["DesiredCapacity"]) == 0 and int(props["MaxSize"]) >= 1  # deploy may set 1 within it
