@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,7 @@ from core.cloud_contract import (
     PROMETHEUS_TASK_VCPU,
 )
 from core.errors import CampaignError
-from core.manifest import CapacitySearch, Issue, Manifest
+from core.manifest import CapacitySearch, Issue, Manifest, weight_bytes
 
 # Assumptions of the cloud campaign's time outside the measured load (minutes). Each is printed
 # with the plan as an assumption, not a measurement.
@@ -207,6 +207,11 @@ def predict(m: Manifest, work_dir: Path | None = None, overhead: StepOverhead = 
             "load-generator tasks (a master and loadgen.workers workers per fleet) "
             "while load runs; the Prometheus task and one NLB for the whole campaign",
             *_compile_assumptions(m),
+            f"weights: {weight_bytes(m) / 1e9:.1f} GB per instance boot from the Hub through the NAT gateway "
+            f"(nat_weights: {nat_weight_gb(m, preds, compiles):.0f} GB for the instances deployed and the compile "
+            "instances, replacements not counted); `deploy --weights-s3-uri` stages them from S3 through the VPC's "
+            "gateway endpoint instead, with no NAT data processing charge (docs/cloud.md); the Neuron image from "
+            "public.ecr.aws crosses the NAT too, not priced (its size is not in the manifest)",
             "the quality gate passes (not predicted)",
             f"the settle phase within capacity_search.settle_budget_s ({cfg.settle_budget_s:g} s of arrivals and drains) as simulated",
         ],
@@ -268,8 +273,6 @@ def _fargate_hourly(region: str) -> str:
 
 def _compile_assumptions(m: Manifest) -> list[str]:
     """What a Neuron fleet's first boot compiles, and what its later instances fetch instead."""
-    from core.manifest import weight_bytes
-
     out = []
     for f in m.fleets:
         where = compiled_prefix(m, f)
@@ -329,6 +332,16 @@ def _cost(
         nlb = prices.lookup("nlb", "hour", m.costs.region).usd
     except prices.PriceNotFound:
         return {}
+    # The weights cross the NAT gateway once per instance boot when they come from the Hub (the boot
+    # script's default): each fleet instance and each compile instance; replacements add more.
+    # `deploy --weights-s3-uri` stages them from S3 through the VPC's gateway endpoint instead, which
+    # has no data processing charge. Priced at the snapshot's NAT per-GB rate where it has one.
+    try:
+        nat_gb = prices.lookup("network", "nat-gb", m.costs.region).usd
+    except prices.PriceNotFound:
+        nat_gb = None
+    if nat_gb is not None:
+        out["nat_weights"] = nat_weight_gb(m, preds, compiles) * nat_gb
     tasks = len(preds) * (1 + m.loadgen.workers)
     out["loadgen_tasks"] = tasks * (LOADGEN_TASK_VCPU * vcpu + LOADGEN_TASK_MEMORY_GIB * gib) * load_min / 60
     out["conductor"] = (CONDUCTOR_TASK_VCPU * vcpu + CONDUCTOR_TASK_MEMORY_GIB * gib) * (total_min - compile_min) / 60
@@ -338,6 +351,13 @@ def _cost(
     out["prometheus_task"] = (PROMETHEUS_TASK_VCPU * vcpu + PROMETHEUS_TASK_MEMORY_GIB * gib) * total_min / 60
     out["nlb"] = nlb * total_min / 60
     return out
+
+
+def nat_weight_gb(m: Manifest, preds: Mapping[str, FleetPrediction], compiles: Sequence[CompilePhase]) -> float:
+    """GB of weights through the NAT gateway when every boot downloads them from the Hub: every fleet
+    instance deployed and every compile instance, once (an instance replaced downloads them again)."""
+    boots = sum(p.instances_deployed for p in preds.values()) + len(compiles)
+    return weight_bytes(m) / 1e9 * boots
 
 
 def _x(k: float | None) -> str:

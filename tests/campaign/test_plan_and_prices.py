@@ -378,3 +378,24 @@ def test_the_plan_prices_the_prometheus_task_for_the_whole_campaign(manifest_dat
     usd = _cost(m, {}, total_min=240.0, load_min=12.0)
     assert usd.get("prometheus_task") == pytest.approx(hourly * 4)  # 240 min: 4 hours
     assert usd["nlb"] == pytest.approx(prices.lookup("nlb", "hour", region).usd * 4)
+
+
+def test_the_plan_prices_the_weights_through_the_nat_gateway(example_manifest_path: Path) -> None:
+    """Issue 50, item 4: the weights come from the Hub through the NAT gateway at every boot unless
+    `deploy --weights-s3-uri`; the plan prices that at the NAT's per-GB rate and names the way out."""
+    from types import SimpleNamespace
+
+    from campaign.aws.compile_estimate import compile_phase
+    from campaign.plan.predict import _cost
+    from core.manifest import weight_bytes
+
+    m = load_manifest(example_manifest_path, check_files=False)
+    # what _cost reads of each fleet's prediction
+    preds: dict[str, Any] = {
+        name: SimpleNamespace(fleet=name, hourly_usd=1.0, instances_deployed=4) for name in ("inf2", "g6")
+    }
+    compiles = [c for c in (compile_phase(m, f) for f in m.fleets) if c is not None]
+    usd = _cost(m, preds, total_min=240.0, load_min=12.0, compiles=compiles)
+    boots = 4 + 4 + 1  # every fleet instance deployed, and the inf2 compile instance
+    assert prices.lookup("network", "nat-gb", m.costs.region).usd == 0.045
+    assert usd.get("nat_weights") == pytest.approx(weight_bytes(m) / 1e9 * boots * 0.045)
