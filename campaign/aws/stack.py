@@ -21,7 +21,7 @@ from core import naming
 from core.cloud_contract import format_deadline, parse_deadline
 from core.compile_host import CompileHost
 from core.errors import EXIT_BAD_INPUT, EXIT_FAILED_STEP, CampaignError
-from core.images import DOCKER_HUB_CACHE_PREFIX
+from core.images import DOCKER_HUB_CACHE_PREFIX, ECR_PUBLIC_CACHE_PREFIX
 from core.manifest import Manifest
 from core.naming import RETAINED_TAG
 from core.shipped import checkout_root
@@ -260,7 +260,7 @@ def delete_container_insights_logs(session: Any, stack: str, *, say: Any = print
 # A prefix has one rule per registry (CreatePullThroughCacheRule refuses another:
 # PullThroughCacheRuleAlreadyExistsException), so while the stack held it every repository under it
 # came through the campaign's rule; teardown deletes them after the stack.
-CACHE_REPOSITORY_PREFIXES = (DOCKER_HUB_CACHE_PREFIX,)
+CACHE_REPOSITORY_PREFIXES = (DOCKER_HUB_CACHE_PREFIX, ECR_PUBLIC_CACHE_PREFIX)
 
 
 def cache_repositories(session: Any) -> list[str]:

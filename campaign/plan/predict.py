@@ -210,8 +210,8 @@ def predict(m: Manifest, work_dir: Path | None = None, overhead: StepOverhead = 
             f"weights: {weight_bytes(m) / 1e9:.1f} GB per instance boot from the Hub through the NAT gateway "
             f"(nat_weights: {nat_weight_gb(m, preds, compiles):.0f} GB for the instances deployed and the compile "
             "instances, replacements not counted); `deploy --weights-s3-uri` stages them from S3 through the VPC's "
-            "gateway endpoint instead, with no NAT data processing charge (docs/cloud.md); the Neuron image from "
-            "public.ecr.aws crosses the NAT too, not priced (its size is not in the manifest)",
+            "gateway endpoint instead, with no NAT data processing charge (docs/cloud.md); the images come through "
+            "the ECR pull-through cache (a tagged Docker Hub or ECR Public image), once per account",
             "the quality gate passes (not predicted)",
             f"the settle phase within capacity_search.settle_budget_s ({cfg.settle_budget_s:g} s of arrivals and drains) as simulated",
         ],

@@ -648,8 +648,15 @@ def test_a_tag_that_moved_off_the_pinned_digest_stops_the_boot(example: Manifest
     assert _docker_runs(calls) == []
 
 
-def test_an_ecr_public_image_is_pulled_as_it_is(example: Manifest, tmp_path: Path) -> None:
+def test_an_ecr_public_image_comes_through_the_pull_through_cache(example: Manifest, tmp_path: Path) -> None:
+    """Issue 50, item 3: the Neuron image was pulled from public.ecr.aws at every boot, through the NAT
+    gateway; now through the stack's ECR Public rule (core/images.py), tag first, then the pin."""
     rc, calls, output = _run(_fleet_scripts(example)["inf2"], tmp_path)
     assert rc == 0, output
-    assert [c[2] for c in calls if c[:2] == ["docker", "pull"]] == [example.fleet("inf2").serving.image]
-    assert not [c for c in calls if c[:2] == ["docker", "login"]]  # ECR Public: no login, no cache
+    image = example.fleet("inf2").serving.image
+    tag = image.split("@")[0].rsplit(":", 1)[1]
+    digest = image.rsplit("@", 1)[1]
+    base = f"{CACHE_REGISTRY}/ecr-public/neuron/pytorch-inference-vllm-neuronx"
+    assert [c[2] for c in calls if c[:2] == ["docker", "pull"]] == [f"{base}:{tag}", f"{base}@{digest}"]
+    assert [c[-1] for c in calls if c[:2] == ["docker", "login"]] == [CACHE_REGISTRY]
+    assert f"{base}@{digest}" in _docker_runs(calls)[-1]  # the server runs the pinned digest

@@ -90,9 +90,10 @@ def test_the_compile_host_compiles_the_fleets_server_publishes_under_the_fleets_
     assert rc == 0, output
     fleet = definition_for(example, example.fleet("inf2"))
     assert fleet.compiled is not None
-    # The fleet's own server, flag for flag: TP 2, its buckets, NEURON_COMPILED_ARTIFACTS named by its key.
+    # The fleet's own server, flag for flag: TP 2, its buckets, NEURON_COMPILED_ARTIFACTS named by its key,
+    # its image pulled as the fleet pulls it (through the ECR Public cache).
     (serving,) = [r for r in _docker_runs(calls) if "--rm" not in r]
-    assert serving == shlex.split(render_docker_run(fleet))[1:]
+    assert serving == shlex.split(render_docker_run(_boot_definition(example, "inf2")[0]))[1:]
     assert f"NEURON_COMPILED_ARTIFACTS={fleet.compiled.directory}" in serving
     assert "no complete set in s3://results-bucket/compiled/" in output and "this instance compiles" in output
     assert not [c for c in calls if c[0] == "systemctl" and "neuron-monitor.service" in c]  # not the fleet's metrics

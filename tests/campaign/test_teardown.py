@@ -188,7 +188,12 @@ def test_teardown_lists_and_deletes_the_pull_through_caches_repositories(moto_en
     pulls created; they carry no campaign tag, so the Tagging API never showed them."""
     session = boto3.session.Session(region_name="us-east-1")
     ecr = session.client("ecr")
-    for name in ("docker-hub/vllm/vllm-openai", "docker-hub/prom/prometheus", "cdk-hnb659fds-container-assets-1"):
+    for name in (
+        "docker-hub/vllm/vllm-openai",
+        "docker-hub/prom/prometheus",
+        "ecr-public/neuron/pytorch-inference-vllm-neuronx",
+        "cdk-hnb659fds-container-assets-1",
+    ):
         ecr.create_repository(repositoryName=name)
     cfn = session.client("cloudformation")
     cfn.create_stack(
@@ -200,6 +205,7 @@ def test_teardown_lists_and_deletes_the_pull_through_caches_repositories(moto_en
     assert sorted(x.arn for x in left) == [
         "ecr-repository:docker-hub/prom/prometheus",
         "ecr-repository:docker-hub/vllm/vllm-openai",
+        "ecr-repository:ecr-public/neuron/pytorch-inference-vllm-neuronx",
     ]
     said: list[str] = []
     assert aws.destroy(session, STACK, say=said.append) == 0

@@ -85,7 +85,15 @@ def test_the_compile_launch_template_is_the_fleets_on_the_larger_type(compile_ph
     script = _user_data(lt)
     defn = definition_for(m, m.fleet("inf2"))
     assert defn.compiled is not None
-    assert render_docker_run(defn) in script and f"/compiled/{defn.compiled.key}" in script
+    # the fleet's own server line, its image pulled through the ECR Public cache (the account is a
+    # token, so the reference is quoted and the account left out here)
+    before, after = render_docker_run(defn).split(defn.image)
+    digest = defn.image.rsplit("@", 1)[1]
+    assert (
+        f"{before}'.dkr.ecr.{m.costs.region}.amazonaws.com/ecr-public/neuron/pytorch-inference-vllm-neuronx@{digest}'{after}"
+        in script
+    )
+    assert f"/compiled/{defn.compiled.key}" in script
     assert "terminate-instance-in-auto-scaling-group" in script and "--should-decrement-desired-capacity" in script
     assert shlex.split(render_docker_run(defn))[0] == "docker"
     assert "neuron-monitor.service" not in script and "neuron-monitor.service" in _user_data(fleet_lt)
