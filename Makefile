@@ -109,7 +109,8 @@ pytest: setup
 	tools/test-total.sh .test-main.log .test-side.log .test-alone.log; \
 	for rc in $$main $$side $$alone; do if [ $$rc -ne 0 ]; then exit $$rc; fi; done
 
-# checkov on both example manifests' synthesized templates, from its own venv (its dependency pins
+# checkov on every template `deploy` can create from both example manifests (the compile phase's
+# too: stacks/checkov_gate.py deploy_templates), from its own venv (its dependency pins
 # clash with requirements.txt). Fails on any failed check not listed with a reason in
 # stacks/checkov-accepted.yaml.
 .venv-checkov/.installed: stacks/requirements-checkov.txt

@@ -223,10 +223,13 @@ NVIDIA_DLAMI_NAMES = (
 # (>= 570.26, CUDA 12.8's minimum) and the docker-ce / containerd.io versions the boot script installs on a
 # Neuron host (stacks/fleet_boot.py DOCKER_VERSION). The container brings its own CUDA; the host's 13.2
 # toolkit is unused.
+# The driver a fleet on that DLAMI has: the examples pin it (serving.driver_version), since the boot
+# script refuses a host driver other than the pinned one (stacks/fleet_boot.py _driver_check).
+NVIDIA_DLAMI_DRIVER = "595.71.05"
 NVIDIA_DLAMI_RELEASE_NOTES = (
     "https://docs.aws.amazon.com/dlami/latest/devguide/aws-deep-learning-ami-gpubasesinglecuda-ul2404-2026-07-17.html "
     "(Deep Learning Base AMI with Single CUDA (Ubuntu 24.04) 20260717: Ubuntu 24.04.4 LTS, x86_64, nvidia_driver "
-    "595.71.05, docker-ce-cli 29.6.2-1~ubuntu.24.04~noble, containerd v2.2.6)"
+    f"{NVIDIA_DLAMI_DRIVER}, docker-ce-cli 29.6.2-1~ubuntu.24.04~noble, containerd v2.2.6)"
 )
 
 

@@ -17,10 +17,14 @@ open). So a host pulls by tag first and then by the manifest's digest, which fai
 longer points at the pinned image; a Docker Hub image deployed to the cloud must carry both
 (campaign/aws/cloud_checks.py refuses one without its tag).
 
-Amazon ECR Public (public.ecr.aws) and private ECR images are pulled as they are: private ECR with
-the role's own ECR permissions, ECR Public without Docker Hub's per-address pull-count limit
-(it caps unauthenticated data at 500 GB a month instead; Amazon ECR Public user guide, "Service
-quotas"). Other registries (nvcr.io, ghcr.io) are pulled as they are.
+An Amazon ECR Public image (public.ecr.aws, the Neuron image) goes through a second rule of the
+same kind, upstream public.ecr.aws, which needs no credentials (Amazon ECR user guide, "Sync an
+upstream registry with an Amazon ECR private registry": "Amazon ECR Public, Kubernetes container
+image registry, and Quay (doesn't require authentication)"): pulled directly, every boot's
+multi-GB image crossed the NAT gateway, billed per GB; through the cache it is fetched once into the account and then comes through the VPC's ECR
+endpoints. It needs its tag for the first fill, as a Docker Hub image does; an untagged one is
+pulled as it is. Private ECR images are pulled as they are, with the role's own ECR permissions;
+other registries (nvcr.io, ghcr.io) too.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from dataclasses import dataclass
 DOCKER_HUB_HOSTS = frozenset({"docker.io", "index.docker.io", "registry-1.docker.io"})
 DOCKER_HUB_UPSTREAM_URL = "registry-1.docker.io"  # the rule's upstream (ECR API, CreatePullThroughCacheRule)
 DOCKER_HUB_CACHE_PREFIX = "docker-hub"  # the ECR repository prefix of the cache rule
+ECR_PUBLIC_HOST = "public.ecr.aws"  # also the second rule's upstream URL
+ECR_PUBLIC_CACHE_PREFIX = "ecr-public"  # the ECR repository prefix of that rule
 PULL_THROUGH_SECRET_PREFIX = "ecr-pullthroughcache/"
 # CreatePullThroughCacheRule's credentialArn pattern (ECR API reference), with the account and region
 # written out so a check can name what is wrong.
@@ -70,23 +76,41 @@ def docker_hub_image(image: str) -> DockerHubImage | None:
     return DockerHubImage(path, tag or None, digest or None)
 
 
+def ecr_public_image(image: str) -> DockerHubImage | None:
+    """The ECR Public repository, tag and digest of `image` (the same three parts as a Docker Hub
+    image's), or None when it names another registry."""
+    name, _, digest = image.partition("@")
+    host, sep, path = name.partition("/")
+    if host != ECR_PUBLIC_HOST or not sep:
+        return None
+    tag = None
+    if ":" in path.rsplit("/", 1)[-1]:
+        path, _, tag = path.rpartition(":")
+    return DockerHubImage(path, tag or None, digest or None)
+
+
 @dataclass(frozen=True)
 class CachedPull:
-    """How a host pulls a Docker Hub image through the ECR pull-through cache."""
+    """How a host pulls a Docker Hub or ECR Public image through the ECR pull-through cache."""
 
     registry: str  # <account>.dkr.ecr.<region>.amazonaws.com, the host `docker login` needs
     region: str
-    repository: str  # docker-hub/<Docker Hub repository>, the ECR repository the cache creates
+    repository: str  # <rule prefix>/<upstream repository>, the ECR repository the cache creates
     by_tag: str | None  # pulled first: the cache fills on a pull by tag only
     pinned: str  # the reference the image runs by: the digest when the manifest pins one
 
 
 def cached_pull(image: str, *, registry: str, region: str) -> CachedPull | None:
-    """The cache references of a Docker Hub `image`, or None for an image of another registry."""
+    """The cache references of a Docker Hub or tagged ECR Public `image`, or None for an image
+    pulled as it is."""
     hub = docker_hub_image(image)
+    prefix = DOCKER_HUB_CACHE_PREFIX
     if hub is None:
-        return None
-    repository = f"{DOCKER_HUB_CACHE_PREFIX}/{hub.repository}"
+        hub = ecr_public_image(image)
+        if hub is None or hub.tag is None:  # the cache fills on a pull by tag only
+            return None
+        prefix = ECR_PUBLIC_CACHE_PREFIX
+    repository = f"{prefix}/{hub.repository}"
     base = f"{registry}/{repository}"
     by_tag = f"{base}:{hub.tag}" if hub.tag else None
     pinned = f"{base}@{hub.digest}" if hub.digest else (by_tag or base)

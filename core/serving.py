@@ -457,6 +457,23 @@ def _vllm_neuron_definition(manifest: Manifest, fleet: Fleet, c: _Container) -> 
         "enable_bucketing": True,
         "context_encoding_buckets": buckets,
         "token_generation_buckets": buckets,
+        # Pre-sharded weights (NxD Inference Weights Sharding Guide, "Shard on compile (Pre-shard)").
+        # At compile, aws-neuron/neuronx-distributed-inference@4bcdc54
+        # src/neuronx_distributed_inference/models/application_base.py NeuronApplicationBase.shard_weights
+        # writes each rank's weights to <compiled dir>/weights/tp<rank>_sharded_checkpoint.safetensors
+        # (ModelBuilder.shard_checkpoint(serialize_path=...)), inside NEURON_COMPILED_ARTIFACTS, so the
+        # compiled set published and fetched whole carries them. At load, vllm-project/vllm-neuron@a5ef7c8
+        # vllm_neuron/worker/neuronx_distributed_model_loader.py _load_compiled_model builds the model
+        # from the compiled directory (its saved config: this option included) and calls model.load;
+        # NeuronApplicationBase.load_weights then reads those files (safetensors load_file, one per
+        # local rank) instead of ModelBuilder.shard_checkpoint, which loads the whole checkpoint and
+        # then builds every rank's shard from it (aws-neuron/neuronx-distributed Release 2.29,
+        # src/neuronx_distributed/trace/model_builder.py). Host memory at load: about the weights
+        # once (weights / TP per rank, every local rank's shard held until nxd_model.initialize)
+        # instead of about twice; for Llama 3 8B bf16 at TP 2, about 7.5 GiB a rank and 15 GiB for
+        # both, still close to inf2.xlarge's 16 GiB: pre-sharding halves the peak, it does not make
+        # the fit certain (docs/cloud.md, the compile phase).
+        "save_sharded_checkpoint": True,
         **kv_override,
     }
     command = [
@@ -475,10 +492,17 @@ def _vllm_neuron_definition(manifest: Manifest, fleet: Fleet, c: _Container) -> 
         fleet.instance_type, fleet.serving.image, (*command, *c.extra_args), env, f"{CACHE_MOUNT}/compile"
     )
     cache = compiled.directory
-    env |= {
-        "NEURON_COMPILED_ARTIFACTS": cache,  # compiled once, then loaded: from EBS, or fetched from S3
-        "NEURON_CC_FLAGS": f"--cache_dir={cache}/neuronx-cc",
-    }
+    # compiled once, then loaded: from EBS, or fetched from S3 (vllm-project/vllm-neuron
+    # vllm_neuron/worker/neuronx_distributed_model_loader.py reads NEURON_COMPILED_ARTIFACTS).
+    # No NEURON_CC_FLAGS="--cache_dir=...": NxD's ModelBuilder compiles through libneuronxla's
+    # neuron_xla_compile with cache_dir=None (aws-neuron/neuronx-distributed, Release 2.29,
+    # src/neuronx_distributed/trace/model_builder.py, submit_compilation_job_with_cache), and how
+    # libneuronxla resolves None is in no public source (optimum-neuron's cache_utils reads the flag
+    # as the compiler's cache location, default /var/tmp/neuron-compile-cache). Unread, the flag was
+    # dead weight in the serving definition's digest; read, it put the compiler's own cache inside
+    # this directory, which is published and fetched whole. NEURON_COMPILED_ARTIFACTS alone is what
+    # the loader reuses.
+    env |= {"NEURON_COMPILED_ARTIFACTS": cache}
     devices = (*_neuron_devices(fleet), *NEURON_CAPABILITIES)
     return c.definition(command, env, devices, "/metrics", cache_dir=cache, compiled=compiled)
 

@@ -109,13 +109,30 @@ def run_checkov(template: Path, checkov: Path = CHECKOV) -> Any:
         ) from None
 
 
-def synthesize(manifest: Path, outdir: Path) -> Path:
-    """The manifest's template, synthesized as `cdk synth` does (cdk-nag attached)."""
+def synthesize(manifest: Path, outdir: Path, **context: str) -> Path:
+    """The manifest's template, synthesized as `cdk synth` does (cdk-nag attached); `context`: more
+    -c values."""
     from stacks.app_builder import build_app
 
-    app, stack = build_app(context={"manifest": str(manifest.resolve())}, outdir=str(outdir))
+    app, stack = build_app(context={"manifest": str(manifest.resolve()), **context}, outdir=str(outdir))
     app.synth()
     return outdir / f"{stack.artifact_id}.template.json"
+
+
+def deploy_templates(manifest: Path, outdir: Path) -> list[Path]:
+    """Every template `deploy` can create from the manifest: the plain one and, when a fleet is
+    compiled first (campaign/aws/compile_phase.py), the compile phase's with every fleet that can
+    be (a deploy that compiles fewer creates a subset of its resources)."""
+    from core.compile_host import compile_hosts
+    from core.manifest import load_manifest
+    from stacks.compile_boot import COMPILE_FLEETS_CONTEXT
+
+    templates = [synthesize(manifest, outdir / "deploy")]
+    compiled = [h.fleet for h in compile_hosts(load_manifest(manifest, check_files=False)) if h.instance_type]
+    if compiled:
+        context = {COMPILE_FLEETS_CONTEXT: ",".join(compiled)}
+        templates.append(synthesize(manifest, outdir / "compile-phase", **context))
+    return templates
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -124,7 +141,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "templates", nargs="*", type=Path, help="synthesized CloudFormation templates (cdk.out/*.template.json)"
     )
     p.add_argument(
-        "--manifest", action="append", type=Path, default=[], help="synthesize this manifest first (repeatable)"
+        "--manifest",
+        action="append",
+        type=Path,
+        default=[],
+        help="synthesize every template deploy can create from this manifest first (repeatable)",
     )
     p.add_argument(
         "--outdir", type=Path, default=REPO_ROOT / "cdk.out" / "checkov", help="where --manifest templates are written"
@@ -132,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     templates = list(args.templates)
     for m in args.manifest:
-        templates.append(synthesize(m, args.outdir / m.stem))
+        templates += deploy_templates(m, args.outdir / m.stem)
     if not templates:
         p.error("give templates or --manifest")
     args.templates = templates

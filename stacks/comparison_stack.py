@@ -59,6 +59,7 @@ class ComparisonStack(Stack):
                 host=host,
                 vpc=network.vpc,
                 weights_s3_uri=settings.weights_s3_uri,
+                deadline=deadline,
             )
             for fleet in fleets
             if fleet.fleet.name in settings.compile_fleets and (host := compile_host(m, fleet.fleet)) is not None
@@ -116,7 +117,10 @@ class ComparisonStack(Stack):
             description=f"attach to the operator's role: Locust UI port forward from {m.operator.cidr} only",
         )
         if compiles:
-            # `deploy` starts each compile instance's group and waits for the fleet's set (campaign/aws/compile_phase.py).
+            # `deploy` starts each compile instance's group and waits for the fleet's set, then brings
+            # one instance of the fleet's own group up and waits for it in the fleet's target group
+            # (campaign/aws/compile_phase.py run and prove_on_fleet_type).
+            by_name = {f.fleet.name: f for f in fleets}
             CfnOutput(
                 self,
                 COMPILE_PHASE_OUTPUT,
@@ -125,14 +129,15 @@ class ComparisonStack(Stack):
                         c.host.fleet: {
                             "group": c.asg.auto_scaling_group_name,
                             "instance_type": c.host.instance_type,
-                            "log_group": next(
-                                f for f in fleets if f.fleet.name == c.host.fleet
-                            ).log_group.log_group_name,
+                            "log_group": by_name[c.host.fleet].log_group.log_group_name,
+                            "fleet_group": by_name[c.host.fleet].asg.auto_scaling_group_name,
+                            "target_group": nlb.target_group_arns[c.host.fleet],
                         }
                         for c in compiles
                     }
                 ),
-                description="the compile phase: per fleet, its compile instance's Auto Scaling group and boot log group",
+                description="the compile phase: per fleet, its compile instance's group and boot log group, and the "
+                "fleet's own group and target group for the one-instance check",
             )
         CfnOutput(self, "PrometheusWorkspaceId", value=obs.workspace.attr_workspace_id)
         # `run` and `report --run-id` read it (campaign/aws/run_config.py): the report's histograms.

@@ -10,6 +10,9 @@ campaign/aws/compile_phase.py); every fleet's group is then at 0, and per named 
   it back to 0. A group rather than an AWS::EC2::Instance: it launches in whichever of the AZs has
   the capacity, a failed launch is an activity `deploy` can show instead of a failed stack, and a
   compile that ended is never re-run by a later `cdk deploy` of the same template;
+- the fleets' scheduled action at the campaign's deadline (min, max and desired 0), so a compile
+  instance nobody watches stops billing then at the latest (its boot is bounded too:
+  stacks/compile_boot.py's whole-boot timeout);
 - a policy on the fleet's role allowing autoscaling:TerminateInstanceInAutoScalingGroup on that
   group only (Service Authorization Reference, Amazon EC2 Auto Scaling: resource type
   autoScalingGroup).
@@ -46,6 +49,7 @@ class CompileInstance(Construct):
         host: CompileHost,
         vpc: ec2.IVpc,
         weights_s3_uri: str | None,
+        deadline: str,
     ) -> None:
         super().__init__(scope, cid)
         f = fleet.fleet
@@ -94,6 +98,17 @@ class CompileInstance(Construct):
             vpc_subnets=ec2.SubnetSelection(
                 subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, availability_zones=list(f.availability_zones)
             ),
+        )
+        # The same one-time action as each fleet's (stacks/fleet.py ServingFleet._stop_at_deadline,
+        # where its sources are): the group to 0 at the CampaignDeadline parameter.
+        autoscaling.CfnScheduledAction(
+            self,
+            "StopAtDeadline",
+            auto_scaling_group_name=self.asg.auto_scaling_group_name,
+            start_time=deadline,
+            min_size=0,
+            max_size=0,
+            desired_capacity=0,
         )
         acknowledge(
             self.asg,

@@ -1,7 +1,9 @@
-"""The ECR pull-through cache every Docker Hub image is pulled through (core/images.py says why).
+"""The ECR pull-through cache every Docker Hub and tagged ECR Public image is pulled through
+(core/images.py says why).
 
-One `AWS::ECR::PullThroughCacheRule` (prefix docker-hub, upstream registry-1.docker.io) whose
-credential is a template parameter: the ARN of the operator's Secrets Manager secret named
+A second rule (prefix ecr-public, upstream public.ecr.aws) needs no credential. The Docker Hub
+`AWS::ECR::PullThroughCacheRule` (prefix docker-hub, upstream registry-1.docker.io) has one,
+a template parameter: the ARN of the operator's Secrets Manager secret named
 `ecr-pullthroughcache/...`, which `campaign deploy --docker-hub-credential-arn` fills (docs/cloud.md
 says how to create it). Docker Hub upstreams require credentials (Amazon ECR user guide,
 "Creating a pull through cache rule"), and neither the secret's value nor its ARN is in the
@@ -21,6 +23,8 @@ from constructs import Construct
 from core.images import (
     DOCKER_HUB_CACHE_PREFIX,
     DOCKER_HUB_UPSTREAM_URL,
+    ECR_PUBLIC_CACHE_PREFIX,
+    ECR_PUBLIC_HOST,
     PULL_THROUGH_SECRET_PREFIX,
     CachedPull,
     cached_pull,
@@ -66,6 +70,15 @@ class DockerHubCache(Construct):
             upstream_registry_url=DOCKER_HUB_UPSTREAM_URL,
             credential_arn=self.credential_arn.value_as_string,
         )
+        # ECR Public needs no credentials; the Neuron image then comes through the VPC's ECR
+        # endpoints instead of the NAT gateway (core/images.py says why).
+        self.public_rule = ecr.CfnPullThroughCacheRule(
+            self,
+            "EcrPublicRule",
+            ecr_repository_prefix=ECR_PUBLIC_CACHE_PREFIX,
+            upstream_registry="ecr-public",
+            upstream_registry_url=ECR_PUBLIC_HOST,
+        )
         self.region = stack.region
         self.registry = f"{stack.account}.dkr.ecr.{stack.region}.amazonaws.com"
 
@@ -74,8 +87,8 @@ class DockerHubCache(Construct):
         return cached_pull(image, registry=self.registry, region=self.region)
 
     def needed_by(self, construct: Construct) -> None:
-        """`construct` pulls through the cache: CloudFormation creates the rule first."""
-        construct.node.add_dependency(self.rule)
+        """`construct` pulls through the cache: CloudFormation creates the rules first."""
+        construct.node.add_dependency(self.rule, self.public_rule)
 
     def grant_pull(self, grantee: iam.IGrantable, pulls: list[CachedPull]) -> None:
         """Pull these images through the cache: the actions on their cache repositories only, plus

@@ -28,6 +28,21 @@ FIRST_LISTENER_PORT = 8000  # fleet i listens on 8000 + i, in manifest order
 # So one NLB still serves both fleets without coupling their AZs; aws-cdk-lib NetworkTargetGroup's
 # cross_zone_enabled renders that attribute (default: the load balancer's setting).
 MEASURED_CROSS_ZONE = True
+# Client IP preservation is off on every measured target group. An instance target group keeps
+# the client's address by default, and with it a client that connects to several addresses of
+# the same NLB (cross-zone on, and the load generators open a new connection per request to
+# whichever node address DNS gave) can reach the same target from the same source IP and port
+# through two nodes; the target then sees a duplicate 5-tuple and the connection fails, more
+# often the higher the connection rate. ELB user guide, Network Load Balancers, "Troubleshoot
+# your Network Load Balancer" > "Intermittent connection failure when client IP preservation is
+# enabled" (its remedy: disable preservation), and "Edit target group attributes" > "Client IP
+# preservation" (attribute preserve_client_ip.enabled; disabled, "the source IP address is the
+# private IP address of the Network Load Balancer"). The servers log nothing per client, so
+# nothing is lost. The fleets' ingress rule names the NLB's security group, which those private
+# addresses carry, so it still admits traffic and health checks (AWS re:Post knowledge center,
+# "security-group-load-balancer": with preservation off, allow the NLB's security group on the
+# target's).
+MEASURED_PRESERVE_CLIENT_IP = False
 
 
 class FleetLoadBalancer(Construct):
@@ -77,6 +92,7 @@ class FleetLoadBalancer(Construct):
             protocol=elbv2.Protocol.TCP,
             targets=[fleet.asg],
             cross_zone_enabled=MEASURED_CROSS_ZONE,
+            preserve_client_ip=MEASURED_PRESERVE_CLIENT_IP,
             deregistration_delay=Duration.seconds(30),
             health_check=elbv2.HealthCheck(
                 protocol=elbv2.Protocol.HTTP,
@@ -95,7 +111,8 @@ class FleetLoadBalancer(Construct):
             protocol=elbv2.Protocol.TCP,
             default_target_groups=[target_group],
         )
-        # Targets see the NLB's security group as the source (health checks and traffic).
+        # Targets see the NLB's security group as the source (health checks and traffic; with
+        # client IP preservation off, every packet comes from the NLB's own private addresses).
         fleet.security_group.add_ingress_rule(
             self.security_group, ec2.Port.tcp(defn.port), f"NLB to {name} serving port"
         )

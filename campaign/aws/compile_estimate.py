@@ -39,6 +39,14 @@ class CompilePhase:
     usd: float | None  # hourly_usd x minutes
     price_provenance: str
     compiled_prefix: str  # compiled/<the fleet's key>/ in the results bucket
+    # Then `deploy` brings one instance of the fleet's own type up on the published set and waits
+    # until it is healthy in the fleet's target group, at most the fleet's health grace, before the
+    # group is sized (campaign.aws.compile_phase.prove_on_fleet_type): the only proof the set loads
+    # there. Every other fleet instance is still at 0 meanwhile.
+    check_instance_type: str = ""
+    check_minutes: float = 0.0  # at most
+    check_usd: float | None = None
+    check_price_provenance: str = ""
 
 
 def hourly_price(instance_type: str, region: str) -> tuple[float | None, str]:
@@ -60,6 +68,8 @@ def compile_phase(m: Manifest, f: Fleet) -> CompilePhase | None:
     compile_min = weight_bytes(m) / 1e9 * NEURON_COMPILE_MIN_PER_GB
     minutes = grace + COMPILE_PHASE_OVERHEAD_MIN
     hourly, prov = hourly_price(host.instance_type, m.costs.region)
+    check_min = float(HEALTH_GRACE_MIN[catalog.instance(f.instance_type).accelerator.vendor])
+    check_hourly, check_prov = hourly_price(f.instance_type, m.costs.region)
     return CompilePhase(
         fleet=f.name,
         instance_type=host.instance_type,
@@ -77,6 +87,10 @@ def compile_phase(m: Manifest, f: Fleet) -> CompilePhase | None:
         usd=None if hourly is None else round(hourly * minutes / 60, 2),
         price_provenance=prov,
         compiled_prefix=compiled_prefix(m, f) or f"{COMPILED_PREFIX}/<key>/",
+        check_instance_type=f.instance_type,
+        check_minutes=check_min,
+        check_usd=None if check_hourly is None else round(check_hourly * check_min / 60, 2),
+        check_price_provenance=check_prov,
     )
 
 

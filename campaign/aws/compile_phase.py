@@ -12,7 +12,12 @@ until teardown. So `deploy`:
    fleet's set, with a progress line per fleet every poll and at most the plan's minutes
    (campaign.aws.compile_estimate.compile_phase); a compile instance that ends without publishing, or the
    timeout, stops `deploy` with its boot log's last lines and its group's activities;
-4. then the plain `cdk deploy` sizes the fleets and removes the compile resources (campaign.cli.aws_cmds.cmd_deploy).
+4. still on that template, brings one instance of each compiled fleet's own group up on the published
+   set and waits, at most the fleet's health grace, until it is healthy in the fleet's target group
+   (prove_on_fleet_type): the set loaded on the larger host, and only this shows the fleet's own
+   type holds it. Not in time: that group back to 0, the set's markers withdrawn, the instance's
+   console output and what to change, exit 1;
+5. then the plain `cdk deploy` sizes the fleets and removes the compile resources (campaign.cli.aws_cmds.cmd_deploy).
 """
 
 from __future__ import annotations
@@ -285,3 +290,115 @@ def _done(s3: Any, bucket: str, w: _Watch, say: Callable[[str], None]) -> bool:
     if found:
         say(f"{w.target.fleet}: compiled set published at {found}; its compile instance terminates itself")
     return found is not None
+
+
+# --- after the compile phase: one instance of the fleet's own type serves the set first -----------
+
+PROVEN_MARKER = "PROVEN"  # compiled/<key>/PROVEN: an instance of the fleet's own type served this key's set
+CONSOLE_LINES = 30  # of the instance's console output, in the error when the check failed
+
+
+class OneInstanceCheckFailed(AwsStepFailed):
+    """The fleet's own type did not serve the published set within its grace; its group is at 0."""
+
+
+def _console_tail(ec2: Any, instance: str) -> str:
+    try:  # botocore decodes GetConsoleOutput's base64 Output
+        text = ec2.get_console_output(InstanceId=instance, Latest=True).get("Output") or ""
+    except Exception as exc:  # botocore: no permission, instance gone
+        return f"    (not readable: {type(exc).__name__}: {exc})"
+    lines = text.rstrip().splitlines()[-CONSOLE_LINES:]
+    return "\n".join(f"    | {line}" for line in lines) or "    (empty)"
+
+
+def _withdraw(s3: Any, bucket: str, key_prefix: str) -> list[str]:
+    """Delete the key's COMPLETE markers: no fleet instance fetches a set its type cannot load,
+    and the next `deploy` compiles (and checks) again instead of sizing the fleet on it."""
+    marker = re.compile(complete_marker_pattern(key_prefix))
+    gone = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{key_prefix}/"):
+        for obj in page.get("Contents", []):
+            if marker.match(obj["Key"]):
+                s3.delete_object(Bucket=bucket, Key=obj["Key"])
+                gone.append(obj["Key"])
+    return gone
+
+
+def prove_on_fleet_type(
+    session: Any,
+    m: Manifest,
+    stack: str,
+    targets: Sequence[CompileTarget],
+    *,
+    poll_s: float = 30.0,
+    say: Callable[[str], None] = print,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """After `run` published every set, still on the compile phase's template (every fleet's group
+    at 0, its max as the manifest's): one instance in each compiled fleet's own group, which must
+    become healthy in the fleet's target group within the fleet's health grace before the plain
+    `cdk deploy` sizes the group. The set was only proven to load on the larger compile host; the
+    fleet's type may still not hold it (host memory at load). Healthy: PROVEN is written under the
+    key, and a later deploy, which finds the set published, runs neither the phase nor this check.
+    Not healthy in time: that group goes back to 0, the key's COMPLETE markers are withdrawn, and
+    OneInstanceCheckFailed names the console output's last lines and what to change."""
+    from core import catalog
+    from core.cloud_contract import health_grace_s
+
+    outputs = stack_outputs(session.client("cloudformation"), stack) or {}
+    try:
+        bucket = outputs[RESULTS_BUCKET_OUTPUT]
+        phase = json.loads(outputs[COMPILE_PHASE_OUTPUT])
+        checks = {t.fleet: (t, phase[t.fleet]["fleet_group"], phase[t.fleet]["target_group"]) for t in targets}
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CompilePhaseFailed(
+            f"stack {stack}: output {COMPILE_PHASE_OUTPUT} names no fleet group or target group ({exc}): "
+            "the compile phase's `cdk deploy` did not build it"
+        ) from None
+    autoscaling, elbv2, s3 = session.client("autoscaling"), session.client("elbv2"), session.client("s3")
+    for fleet, (_, group, _) in checks.items():
+        autoscaling.update_auto_scaling_group(AutoScalingGroupName=group, MinSize=0, DesiredCapacity=1)
+        say(
+            f"{fleet}: one {m.fleet(fleet).instance_type} requested in its own group {group}: it must serve the "
+            "published set (healthy in its target group) before the group is sized"
+        )
+    start = clock()
+    pending = dict(checks)
+    while pending:
+        elapsed_s = clock() - start
+        for fleet, (t, group, target_group) in list(pending.items()):
+            f = m.fleet(fleet)
+            grace = health_grace_s(catalog.instance(f.instance_type).accelerator.vendor)
+            states = [
+                d["TargetHealth"]["State"]
+                for d in elbv2.describe_target_health(TargetGroupArn=target_group)["TargetHealthDescriptions"]
+            ]
+            if "healthy" in states:
+                s3.put_object(Bucket=bucket, Key=f"{t.key_prefix}/{PROVEN_MARKER}", Body=f.instance_type.encode())
+                say(f"{fleet}: one {f.instance_type} serves the set after {elapsed_s / 60:.0f} min; sizing the group")
+                del pending[fleet]
+                continue
+            if elapsed_s >= grace:
+                _, instances = _group_state(autoscaling, group)
+                autoscaling.update_auto_scaling_group(AutoScalingGroupName=group, MinSize=0, DesiredCapacity=0)
+                withdrawn = _withdraw(s3, bucket, t.key_prefix)
+                tails = "\n".join(
+                    f"  {i}'s console output, last lines (EC2 GetConsoleOutput):\n"
+                    + _console_tail(session.client("ec2"), i)
+                    for i, _ in instances
+                )
+                raise OneInstanceCheckFailed(
+                    f"{fleet}: no {f.instance_type} of its own group was healthy in its target group within its "
+                    f"{grace // 60}-min grace (targets: {', '.join(states) or 'none'}); its group is back at 0 and the "
+                    f"set's marker withdrawn ({len(withdrawn)} COMPLETE), so no instance loads it and the next deploy "
+                    f"compiles again\n{tails}\n  the set loads on {t.host.instance_type} but not, it seems, on "
+                    f"{f.instance_type} ({f.instance_type}'s host memory against {t.host.weights_gib:.1f} GiB of "
+                    "weights): give the fleet a larger instance_type, or quantized weights, and deploy again"
+                )
+            say(
+                f"{fleet}: one {f.instance_type} booting on the published set ({', '.join(states) or 'not registered'}), "
+                f"{elapsed_s / 60:.0f} of at most {grace // 60} min"
+            )
+        if pending:
+            sleep(poll_s)

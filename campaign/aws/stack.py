@@ -21,6 +21,7 @@ from core import naming
 from core.cloud_contract import format_deadline, parse_deadline
 from core.compile_host import CompileHost
 from core.errors import EXIT_BAD_INPUT, EXIT_FAILED_STEP, CampaignError
+from core.images import DOCKER_HUB_CACHE_PREFIX, ECR_PUBLIC_CACHE_PREFIX
 from core.manifest import Manifest
 from core.naming import RETAINED_TAG
 from core.shipped import checkout_root
@@ -200,6 +201,7 @@ def destroy(session: Any, stack: str, *, say: Any = print) -> int:
         return 1
     say(f"stack {stack} deleted")
     delete_container_insights_logs(session, stack, say=say)
+    delete_cache_repositories(session, say=say)
     return 0
 
 
@@ -248,6 +250,41 @@ def delete_container_insights_logs(session: Any, stack: str, *, say: Any = print
     for name in container_insights_log_groups(session, stack):
         session.client("logs").delete_log_group(logGroupName=name)
         say(f"deleted log group {name} (Container Insights, created by ECS outside the stack)")
+
+
+# The ECR repository prefixes of the stack's pull-through cache rules (stacks/image_cache.py). The
+# cache creates <prefix>/<upstream repository> on a first pull ("All repositories using this prefix
+# become pull through cache-enabled repositories", Amazon ECR user guide, "Customizing repository
+# prefixes for ECR to ECR pull through cache"); deleting the rule with the stack leaves those
+# repositories and their images, which carry no tag of ours, so the Tagging API never lists them.
+# A prefix has one rule per registry (CreatePullThroughCacheRule refuses another:
+# PullThroughCacheRuleAlreadyExistsException), so while the stack held it every repository under it
+# came through the campaign's rule; teardown deletes them after the stack.
+CACHE_REPOSITORY_PREFIXES = (DOCKER_HUB_CACHE_PREFIX, ECR_PUBLIC_CACHE_PREFIX)
+
+
+def cache_repositories(session: Any) -> list[str]:
+    """The pull-through cache's repositories in the region (ECR DescribeRepositories)."""
+    ecr = session.client("ecr")
+    return sorted(
+        r["repositoryName"]
+        for page in ecr.get_paginator("describe_repositories").paginate()
+        for r in page.get("repositories", [])
+        if r["repositoryName"].startswith(tuple(f"{p}/" for p in CACHE_REPOSITORY_PREFIXES))
+    )
+
+
+def delete_cache_repositories(session: Any, *, say: Any = print) -> None:
+    """After the stack (and its rule) is gone: each cache repository with its images (force)."""
+    from botocore.exceptions import ClientError
+
+    ecr = session.client("ecr")
+    for name in cache_repositories(session):
+        try:
+            ecr.delete_repository(repositoryName=name, force=True)
+            say(f"deleted ECR repository {name} (created by the pull-through cache outside the stack)")
+        except ClientError as exc:  # the leftover check that follows lists it
+            say(f"ECR repository {name} not deleted: {exc}")
 
 
 @dataclass(frozen=True)
@@ -327,12 +364,17 @@ def unprotected_retained_buckets(session: Any, kept: list[Leftover]) -> list[Lef
 def check_nothing_left(session: Any, campaign: str) -> tuple[list[Leftover], list[Leftover]]:
     """(left running, kept by design). Left: whatever the Tagging API lists with the campaign tag
     (terminated instances dropped), instances EC2 lists with the tag that are not terminated, the
-    cluster's Container Insights log group, and a retained bucket that lost its TLS-only policy."""
+    cluster's Container Insights log group, the pull-through cache's repositories, and a retained
+    bucket that lost its TLS-only policy."""
     tagged = tagged_leftovers(session, campaign)
     left = [x for x in tagged if not x.retained]
     kept = [x for x in tagged if x.retained]
     left += untagged_api_instances(session, campaign, {i for i in (_instance_id(x.arn) for x in tagged) if i})
     insights = container_insights_log_groups(session, naming.stack_name(campaign))
     left += [Leftover(f"log-group:{g}", {"created-by": "ECS Container Insights"}) for g in insights]
+    left += [
+        Leftover(f"ecr-repository:{r}", {"created-by": "the ECR pull-through cache"})
+        for r in cache_repositories(session)
+    ]
     left += unprotected_retained_buckets(session, kept)
     return left, kept

@@ -56,6 +56,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         phase = ["-c", f"{COMPILE_FLEETS_CONTEXT}={','.join(t.fleet for t in targets)}"]
         _cdk_deploy(args, extra=[*extra, *phase], session=session, compiling=hosts)
         compile_phase.run(session, m, stack, targets)
+        compile_phase.prove_on_fleet_type(session, m, stack, targets)  # one on the fleet's own type, first
     print(f"deploying {stack} (manifest {m.short_digest}) to {m.costs.region}")
     _cdk_deploy(args, extra=extra, session=session, compiling=hosts, check_quota=not targets)
     if args.extend_hours:  # the deadline may have fired: its groups at 0 until set back

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,7 @@ from core.cloud_contract import (
     PROMETHEUS_TASK_VCPU,
 )
 from core.errors import CampaignError
-from core.manifest import CapacitySearch, Issue, Manifest
+from core.manifest import CapacitySearch, Issue, Manifest, weight_bytes
 
 # Assumptions of the cloud campaign's time outside the measured load (minutes). Each is printed
 # with the plan as an assumption, not a measurement.
@@ -165,9 +165,12 @@ def predict(m: Manifest, work_dir: Path | None = None, overhead: StepOverhead = 
     # deploy's compile phases run side by side, with every fleet at 0 (campaign/aws/compile_phase.py).
     compiles = [c for c in (compile_phase(m, f) for f in m.fleets) if c is not None]
     compile_min = max((c.minutes for c in compiles), default=0.0)
+    # Then one instance per compiled fleet on its own type, side by side (compile_phase.prove_on_fleet_type).
+    check_min = max((c.check_minutes for c in compiles), default=0.0)
     minutes = {
         "deploy": DEPLOY_MIN,
         **({"compile_phase_at_most": compile_min} if compiles else {}),
+        **({"one_instance_check_at_most": check_min} if compiles else {}),
         "ready_at_most": ready_min,
         GATE_STAGE: QUALITY_GATE_MIN,
         REPLAY_STAGE: replay_min,
@@ -204,6 +207,11 @@ def predict(m: Manifest, work_dir: Path | None = None, overhead: StepOverhead = 
             "load-generator tasks (a master and loadgen.workers workers per fleet) "
             "while load runs; the Prometheus task and one NLB for the whole campaign",
             *_compile_assumptions(m),
+            f"weights: {weight_bytes(m) / 1e9:.1f} GB per instance boot from the Hub through the NAT gateway "
+            f"(nat_weights: {nat_weight_gb(m, preds, compiles):.0f} GB for the instances deployed and the compile "
+            "instances, replacements not counted); `deploy --weights-s3-uri` stages them from S3 through the VPC's "
+            "gateway endpoint instead, with no NAT data processing charge (docs/cloud.md); the images come through "
+            "the ECR pull-through cache (a tagged Docker Hub or ECR Public image), once per account",
             "the quality gate passes (not predicted)",
             f"the settle phase within capacity_search.settle_budget_s ({cfg.settle_budget_s:g} s of arrivals and drains) as simulated",
         ],
@@ -265,8 +273,6 @@ def _fargate_hourly(region: str) -> str:
 
 def _compile_assumptions(m: Manifest) -> list[str]:
     """What a Neuron fleet's first boot compiles, and what its later instances fetch instead."""
-    from core.manifest import weight_bytes
-
     out = []
     for f in m.fleets:
         where = compiled_prefix(m, f)
@@ -301,26 +307,41 @@ def _cost(
     compiles: Sequence[CompilePhase] = (),
 ) -> dict[str, float]:
     """USD of the campaign: instance-hours of every fleet for its whole length but the compile
-    phase (every fleet is at 0 while it runs), each compile instance for its phase, load-generator
+    phase and the one-instance check after it (every fleet is at 0 meanwhile), each compile
+    instance for its phase and the check's one instance of the fleet's type for its grace, load-generator
     tasks while load runs, the conductor for as long as the fleets run (a `run --detach`'s; a run
     in a terminal saves it: a bound), the Prometheus task's and the NLB's hours for the whole
     campaign; empty when a price is missing from the snapshot."""
     out: dict[str, float] = {}
-    compile_min = max((c.minutes for c in compiles), default=0.0)
+    # The fleets are at 0 through the compile phase and the one-instance check after it.
+    compile_min = max((c.minutes for c in compiles), default=0.0) + max(
+        (c.check_minutes for c in compiles), default=0.0
+    )
     for p in preds.values():
         if p.hourly_usd is None:
             return {}
         out[f"instances.{p.fleet}"] = p.hourly_usd * p.instances_deployed * (total_min - compile_min) / 60
     for c in compiles:
-        if c.usd is None:
+        if c.usd is None or c.check_usd is None:
             return {}
         out[f"compile.{c.fleet}"] = c.usd
+        out[f"one_instance_check.{c.fleet}"] = c.check_usd
     try:
         vcpu = prices.lookup("fargate", "vcpu-hour", m.costs.region).usd
         gib = prices.lookup("fargate", "gb-hour", m.costs.region).usd
         nlb = prices.lookup("nlb", "hour", m.costs.region).usd
     except prices.PriceNotFound:
         return {}
+    # The weights cross the NAT gateway once per instance boot when they come from the Hub (the boot
+    # script's default): each fleet instance and each compile instance; replacements add more.
+    # `deploy --weights-s3-uri` stages them from S3 through the VPC's gateway endpoint instead, which
+    # has no data processing charge. Priced at the snapshot's NAT per-GB rate where it has one.
+    try:
+        nat_gb = prices.lookup("network", "nat-gb", m.costs.region).usd
+    except prices.PriceNotFound:
+        nat_gb = None
+    if nat_gb is not None:
+        out["nat_weights"] = nat_weight_gb(m, preds, compiles) * nat_gb
     tasks = len(preds) * (1 + m.loadgen.workers)
     out["loadgen_tasks"] = tasks * (LOADGEN_TASK_VCPU * vcpu + LOADGEN_TASK_MEMORY_GIB * gib) * load_min / 60
     out["conductor"] = (CONDUCTOR_TASK_VCPU * vcpu + CONDUCTOR_TASK_MEMORY_GIB * gib) * (total_min - compile_min) / 60
@@ -330,6 +351,13 @@ def _cost(
     out["prometheus_task"] = (PROMETHEUS_TASK_VCPU * vcpu + PROMETHEUS_TASK_MEMORY_GIB * gib) * total_min / 60
     out["nlb"] = nlb * total_min / 60
     return out
+
+
+def nat_weight_gb(m: Manifest, preds: Mapping[str, FleetPrediction], compiles: Sequence[CompilePhase]) -> float:
+    """GB of weights through the NAT gateway when every boot downloads them from the Hub: every fleet
+    instance deployed and every compile instance, once (an instance replaced downloads them again)."""
+    boots = sum(p.instances_deployed for p in preds.values()) + len(compiles)
+    return weight_bytes(m) / 1e9 * boots
 
 
 def _x(k: float | None) -> str:

@@ -178,8 +178,13 @@ def _compile_phase_lines(c: CompilePhase | None) -> list[str]:
     usd = (
         f"{c.usd:,.2f} USD at ${c.hourly_usd:.4f}/h ({c.price_provenance})" if c.usd is not None else c.price_provenance
     )
+    check_usd = (
+        f"{c.check_usd:,.2f} USD ({c.check_price_provenance})" if c.check_usd is not None else c.check_price_provenance
+    )
     return [
         f"  compile  once, before the fleet boots: 1 x {c.instance_type} ({c.host_memory_gib} GiB host), "
         f"at most {c.minutes:g} min, {usd}",
         f"           minutes: {c.minutes_source}",
+        f"  check    then 1 x {c.check_instance_type}, the fleet's own type, on the published set, healthy in its "
+        f"target group before the group is sized: at most {c.check_minutes:g} min (its health grace), {check_usd}",
     ]

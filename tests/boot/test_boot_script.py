@@ -76,7 +76,9 @@ case "$name" in
     *list-objects-v2*) echo None;; esac;;  # an empty listing, as --output text prints it
   docker) echo "docker-env${STUB_SEP}HF_TOKEN=${HF_TOKEN:-<unset>}" >> "$STUB_LOG"; [ "$1" = login ] && cat >/dev/null
     # a pull of a reference containing $DOCKER_PULL_FAILS fails (the cache does not serve it)
-    if [ "$1" = pull ] && [ -n "${DOCKER_PULL_FAILS:-}" ]; then case "$2" in *"$DOCKER_PULL_FAILS"*) exit 1;; esac; fi; true;;
+    if [ "$1" = pull ] && [ -n "${DOCKER_PULL_FAILS:-}" ]; then case "$2" in *"$DOCKER_PULL_FAILS"*) exit 1;; esac; fi
+    # a pull that hangs for $DOCKER_PULL_HANGS s (the real sleep: the `sleep` stub returns at once)
+    if [ "$1" = pull ] && [ -n "${DOCKER_PULL_HANGS:-}" ]; then exec /bin/sleep "$DOCKER_PULL_HANGS"; fi; true;;
   sha256sum) cat >/dev/null;;
   curl)
     case "$*" in  # IMDSv2: a session token from a PUT, then the instance id with it
@@ -194,7 +196,7 @@ def _run(
     tmp_path: Path,
     *,
     neuron_driver: str = "2.26.5.0",
-    nvidia_driver: str = "570.172.08",
+    nvidia_driver: str = "595.71.05",
     docker_on_host: bool = True,
     apt_lists_locked: int = 0,
     docker_pull_fails: str = "",
@@ -349,7 +351,8 @@ def test_boot_refuses_a_host_driver_other_than_the_pinned_one(
 ) -> None:
     rc, calls, output = _run(_fleet_scripts(example)[fleet], tmp_path, **kw)
     assert rc == 1
-    assert "is not the pinned" in output
+    host, pinned = next(iter(kw.values())), example.fleet(fleet).serving.driver_version
+    assert f"host driver {host} is not the pinned {pinned} " in output  # both versions, named
     assert _docker_runs(calls) == []  # the server never starts on the wrong driver
 
 
@@ -645,8 +648,15 @@ def test_a_tag_that_moved_off_the_pinned_digest_stops_the_boot(example: Manifest
     assert _docker_runs(calls) == []
 
 
-def test_an_ecr_public_image_is_pulled_as_it_is(example: Manifest, tmp_path: Path) -> None:
+def test_an_ecr_public_image_comes_through_the_pull_through_cache(example: Manifest, tmp_path: Path) -> None:
+    """Issue 50, item 3: the Neuron image was pulled from public.ecr.aws at every boot, through the NAT
+    gateway; now through the stack's ECR Public rule (core/images.py), tag first, then the pin."""
     rc, calls, output = _run(_fleet_scripts(example)["inf2"], tmp_path)
     assert rc == 0, output
-    assert [c[2] for c in calls if c[:2] == ["docker", "pull"]] == [example.fleet("inf2").serving.image]
-    assert not [c for c in calls if c[:2] == ["docker", "login"]]  # ECR Public: no login, no cache
+    image = example.fleet("inf2").serving.image
+    tag = image.split("@")[0].rsplit(":", 1)[1]
+    digest = image.rsplit("@", 1)[1]
+    base = f"{CACHE_REGISTRY}/ecr-public/neuron/pytorch-inference-vllm-neuronx"
+    assert [c[2] for c in calls if c[:2] == ["docker", "pull"]] == [f"{base}:{tag}", f"{base}@{digest}"]
+    assert [c[-1] for c in calls if c[:2] == ["docker", "login"]] == [CACHE_REGISTRY]
+    assert f"{base}@{digest}" in _docker_runs(calls)[-1]  # the server runs the pinned digest

@@ -90,9 +90,10 @@ def test_the_compile_host_compiles_the_fleets_server_publishes_under_the_fleets_
     assert rc == 0, output
     fleet = definition_for(example, example.fleet("inf2"))
     assert fleet.compiled is not None
-    # The fleet's own server, flag for flag: TP 2, its buckets, NEURON_COMPILED_ARTIFACTS named by its key.
+    # The fleet's own server, flag for flag: TP 2, its buckets, NEURON_COMPILED_ARTIFACTS named by its key,
+    # its image pulled as the fleet pulls it (through the ECR Public cache).
     (serving,) = [r for r in _docker_runs(calls) if "--rm" not in r]
-    assert serving == shlex.split(render_docker_run(fleet))[1:]
+    assert serving == shlex.split(render_docker_run(_boot_definition(example, "inf2")[0]))[1:]
     assert f"NEURON_COMPILED_ARTIFACTS={fleet.compiled.directory}" in serving
     assert "no complete set in s3://results-bucket/compiled/" in output and "this instance compiles" in output
     assert not [c for c in calls if c[0] == "systemctl" and "neuron-monitor.service" in c]  # not the fleet's metrics
@@ -164,3 +165,52 @@ def test_only_a_fleet_that_shares_compiled_artifacts_gets_a_compile_script(examp
             neuron_namespace="n",
             compiled_uri=COMPILED_URI,
         )
+
+
+def test_a_compile_boot_that_hangs_before_the_health_wait_is_stopped_and_terminates(
+    example: Manifest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `docker pull` that hangs comes before the health wait's own bound: only the whole-boot
+    timeout (issue 48, item 3) stops it, and the instance still terminates itself. The limit is
+    patched to 2 s (raising=False: the old script had no such bound and ran the pull out)."""
+    import time
+
+    import stacks.compile_boot
+
+    monkeypatch.setattr(stacks.compile_boot, "compile_boot_limit_s", lambda vendor: 2, raising=False)
+    start = time.monotonic()
+    rc, calls, output = _run(_compile_scripts(example)["inf2"], tmp_path, env_extra={"DOCKER_PULL_HANGS": "20"})
+    elapsed = time.monotonic() - start
+    assert rc == 124, output  # timeout's status for the command it stopped
+    assert elapsed < 15, elapsed  # stopped at the limit, not after the 20 s hang
+    assert "the whole boot ran past 2 s" in output
+    assert _docker_runs(calls) == [] and not [c for c in calls if c[:3] == ["aws", "s3", "cp"]]
+    (term,) = _terminations(calls)
+    assert "--should-decrement-desired-capacity" in term and "compile host: exit status 124" in output
+
+
+def test_the_whole_boot_bound_is_the_grace_plus_a_margin_inside_the_plans_minutes(example: Manifest) -> None:
+    from campaign.aws.compile_estimate import COMPILE_PHASE_OVERHEAD_MIN, compile_phase
+    from core.cloud_contract import health_grace_s
+    from stacks.compile_boot import COMPILE_BOOT_MARGIN_S, KILL_AFTER_S, compile_boot_limit_s
+
+    limit = compile_boot_limit_s("aws-neuron")
+    assert limit == health_grace_s("aws-neuron") + COMPILE_BOOT_MARGIN_S
+    # deploy gives up at the plan's minutes; the instance's own bound (and KILL after it) ends first.
+    phase = compile_phase(example, example.fleet("inf2"))
+    assert phase is not None and limit + KILL_AFTER_S < phase.minutes * 60
+    assert COMPILE_BOOT_MARGIN_S < COMPILE_PHASE_OVERHEAD_MIN * 60
+    script = _compile_scripts(example)["inf2"]
+    assert f'timeout --kill-after={KILL_AFTER_S} {limit} bash "$0"' in script
+
+
+def test_the_compile_host_compiles_pre_sharded_weights(example: Manifest, tmp_path: Path) -> None:
+    """Issue 50, item 1: the compile host's server writes each rank's weights into the set it publishes
+    (tests/boot/test_compiled_share.py runs the publish and the fetch with a stand-in for NxD Inference)."""
+    import json
+
+    rc, calls, output = _run(_compile_scripts(example)["inf2"], tmp_path)
+    assert rc == 0, output
+    (serving,) = [r for r in _docker_runs(calls) if "--rm" not in r]
+    cfg = json.loads(serving[serving.index("--additional-config") + 1])["override_neuron_config"]
+    assert cfg.get("save_sharded_checkpoint") is True

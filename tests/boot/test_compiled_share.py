@@ -69,6 +69,7 @@ def _boot(
     fail_upload: bool = False,
     fail_download: bool = False,
     fail_read: bool = False,
+    serve: list[str] | None = None,
 ) -> tuple[str, str]:
     """One boot of an instance whose cache volume is `volume`: fetch, "serve", publish."""
     m = load_manifest(EXAMPLE_MANIFEST, check_files=False)
@@ -76,7 +77,7 @@ def _boot(
     assert defn.compiled is not None
     directory = defn.compiled.directory
     # What the server does with NEURON_COMPILED_ARTIFACTS: load what is there, else compile into it.
-    serve = [
+    serve = serve or [
         f'if [ -f {directory}/model.pt ]; then echo "server: loaded"; '
         f'else echo "server: compiled"; echo neff > {directory}/model.pt; fi'
     ]
@@ -224,3 +225,55 @@ def test_the_key_names_the_instance_type() -> None:
         CompiledArtifacts.for_server("inf2.xlarge", "img", ("a",), {}, "/r").key
         != CompiledArtifacts.for_server("trn1.2xlarge", "img", ("a",), {}, "/r").key
     )
+
+
+def _nxdi_stand_in() -> list[str]:
+    """The server as NxD Inference behaves with the fleet's own override_neuron_config (core/serving.py
+    cites the sources): compiling writes the NEFF and, with save_sharded_checkpoint, each rank's
+    weights/tp<rank>_sharded_checkpoint.safetensors into the compiled directory; loading a set
+    compiled with it reads those files, and without it shards the whole checkpoint on the host."""
+    import json
+    import shlex
+
+    from core.serving import render_docker_run
+
+    m = load_manifest(EXAMPLE_MANIFEST, check_files=False)
+    defn = definition_for(m, m.fleet("inf2"))
+    assert defn.compiled is not None
+    argv = shlex.split(render_docker_run(defn))
+    cfg = json.loads(argv[argv.index("--additional-config") + 1])["override_neuron_config"]
+    tp = argv[argv.index("--tensor-parallel-size") + 1]
+    d = defn.compiled.directory
+    shard = f"{d}/weights/tp${{r}}_sharded_checkpoint.safetensors"
+    if cfg.get("save_sharded_checkpoint"):
+        compile_weights = f'mkdir -p {d}/weights; for r in $(seq 0 $(({tp} - 1))); do echo "rank $r" > {shard}; done'
+        load_weights = (
+            f'for r in $(seq 0 $(({tp} - 1))); do [ -f {shard} ] || {{ echo "server: no {shard}"; exit 1; }}; done; '
+            'echo "server: pre-sharded weights loaded"'
+        )
+    else:
+        compile_weights = "true"
+        load_weights = 'echo "server: sharded the whole checkpoint on load"'
+    return [
+        f'if [ -f {d}/model.pt ]; then echo "server: loaded"; {load_weights}; '
+        f'else echo "server: compiled"; echo neff > {d}/model.pt; {compile_weights}; fi'
+    ]
+
+
+def test_the_compiled_set_carries_each_ranks_pre_sharded_weights_and_later_instances_load_them(tmp_path: Path) -> None:
+    """Issue 50, item 1: the set published (COMPLETE last, as before) holds weights/tp0 and tp1 (TP 2),
+    and an instance that fetches it finds them where NxD Inference's load_weights reads them."""
+    bucket = tmp_path / "bucket"
+    key = definition_for(*_inf2()).compiled.key  # type: ignore[union-attr]
+    _boot(tmp_path, tmp_path / "vol-a", bucket, serve=_nxdi_stand_in())
+    (shared,) = _published(bucket, key)
+    shards = (
+        sorted(str(p.relative_to(shared)) for p in (shared / "weights").glob("*"))
+        if (shared / "weights").is_dir()
+        else []
+    )
+    assert shards == ["weights/tp0_sharded_checkpoint.safetensors", "weights/tp1_sharded_checkpoint.safetensors"]
+    assert (shared / COMPLETE_MARKER).is_file()
+
+    out, _ = _boot(tmp_path, tmp_path / "vol-b", bucket, serve=_nxdi_stand_in())
+    assert "compiled artifacts fetched from" in out and "server: pre-sharded weights loaded" in out

@@ -58,19 +58,32 @@ def _stack(session: Any, m: Manifest, *, compile_phase_output: bool) -> None:
     phase its output and the compile instance's empty group (stacks/compile_instance.py)."""
     outputs: dict[str, Any] = {"ResultsBucketName": {"Value": {"Ref": "Results"}}}
     if compile_phase_output:
-        phase = {"inf2": {"group": GROUP, "instance_type": "inf2.8xlarge", "log_group": LOG_GROUP}}
-        outputs["CompilePhase"] = {"Value": json.dumps(phase)}
         ec2 = session.client("ec2")
-        lt = ec2.create_launch_template(
-            LaunchTemplateName="compile-inf2", LaunchTemplateData={"ImageId": AMI, "InstanceType": "inf2.8xlarge"}
-        )["LaunchTemplate"]["LaunchTemplateId"]
-        session.client("autoscaling").create_auto_scaling_group(
-            AutoScalingGroupName=GROUP,
-            LaunchTemplate={"LaunchTemplateId": lt},
-            MinSize=0,
-            MaxSize=1,
-            AvailabilityZones=[f"{REGION}a"],
-        )
+        autoscaling = session.client("autoscaling")
+        if not autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[GROUP])["AutoScalingGroups"]:
+            lt = ec2.create_launch_template(
+                LaunchTemplateName="compile-inf2", LaunchTemplateData={"ImageId": AMI, "InstanceType": "inf2.8xlarge"}
+            )["LaunchTemplate"]["LaunchTemplateId"]
+            autoscaling.create_auto_scaling_group(
+                AutoScalingGroupName=GROUP,
+                LaunchTemplate={"LaunchTemplateId": lt},
+                MinSize=0,
+                MaxSize=1,
+                AvailabilityZones=[f"{REGION}a"],
+            )
+        # The fleet's own group at 0 (its max the manifest's) behind its target group, as the compile
+        # phase's template holds it (stacks/comparison_stack.py), for the one-instance check.
+        target_group = _fleet_group(session, m)
+        phase = {
+            "inf2": {
+                "group": GROUP,
+                "instance_type": "inf2.8xlarge",
+                "log_group": LOG_GROUP,
+                "fleet_group": FLEET_GROUP,
+                "target_group": target_group,
+            }
+        }
+        outputs["CompilePhase"] = {"Value": json.dumps(phase)}
     template = {
         "Resources": {"Results": {"Type": "AWS::S3::Bucket", "Properties": {"BucketName": BUCKET}}},
         "Outputs": outputs,
@@ -81,6 +94,35 @@ def _stack(session: Any, m: Manifest, *, compile_phase_output: bool) -> None:
         cfn.update_stack(StackName=name, TemplateBody=json.dumps(template))
     except cfn.exceptions.ClientError:
         cfn.create_stack(StackName=name, TemplateBody=json.dumps(template))
+
+
+FLEET_GROUP = "fleet-inf2-group"
+
+
+def _fleet_group(session: Any, m: Manifest) -> str:
+    """The inf2 fleet's group (created once) and its target group's ARN."""
+    elbv2, autoscaling = session.client("elbv2"), session.client("autoscaling")
+    found = elbv2.describe_target_groups().get("TargetGroups", [])
+    if found:
+        return str(found[0]["TargetGroupArn"])
+    ec2 = session.client("ec2")
+    vpc = ec2.describe_vpcs()["Vpcs"][0]["VpcId"]
+    tg = elbv2.create_target_group(Name="inf2", Protocol="TCP", Port=8000, VpcId=vpc, TargetType="instance")[
+        "TargetGroups"
+    ][0]["TargetGroupArn"]
+    lt = ec2.create_launch_template(
+        LaunchTemplateName="fleet-inf2", LaunchTemplateData={"ImageId": AMI, "InstanceType": "inf2.xlarge"}
+    )["LaunchTemplate"]["LaunchTemplateId"]
+    autoscaling.create_auto_scaling_group(
+        AutoScalingGroupName=FLEET_GROUP,
+        LaunchTemplate={"LaunchTemplateId": lt},
+        MinSize=0,
+        MaxSize=m.fleet("inf2").asg.max,
+        DesiredCapacity=0,
+        AvailabilityZones=[f"{REGION}a"],
+        TargetGroupARNs=[tg],
+    )
+    return str(tg)
 
 
 def _publish(session: Any, m: Manifest, publisher: str = "ip-10-0-1-7-1767225600", *, marker: bool = True) -> None:
@@ -294,6 +336,8 @@ def _deploy(tmp_path: Path, manifest_data: dict[str, Any], session: Any, monkeyp
     monkeypatch.setattr(
         compile_phase, "run", lambda *a, **k: real_run(*a, **k, sleep=lambda s: compile_instance(0), poll_s=0)
     )
+    real_check = compile_phase.prove_on_fleet_type  # moto's target is healthy once its instance runs
+    monkeypatch.setattr(compile_phase, "prove_on_fleet_type", lambda *a, **k: real_check(*a, **k, poll_s=0))
     args = argparse.Namespace(
         manifest=str(path),
         yes=True,
@@ -323,9 +367,13 @@ def test_deploy_compiles_first_then_sizes_the_fleets_and_a_second_deploy_skips_i
     assert host.instance_type == "inf2.8xlarge"
     out = capsys.readouterr().out
     assert "compile phase: inf2 on one inf2.8xlarge (every fleet at 0 meanwhile)" in out
+    # Issue 50, item 2: one instance of the fleet's own type serves the set before the group is sized.
+    assert "inf2: one inf2.xlarge serves the set after" in out
     assert (
         out.index("compile phase:")
         < out.index("inf2: compiled set published at")
+        < out.index("inf2: one inf2.xlarge requested in its own group")
+        < out.index("inf2: one inf2.xlarge serves the set after")
         < out.index("deploying llama3-8b-inf2-vs-g6-comparison (manifest")
     )
     # The set is published now: a second deploy is one plain `cdk deploy`, and says why.
@@ -333,3 +381,113 @@ def test_deploy_compiles_first_then_sizes_the_fleets_and_a_second_deploy_skips_i
     (only,) = deploys
     assert not any("compile_fleets" in a for a in only["extra"]) and quota_checks == [[]]
     assert "inf2: its compiled set is already published at s3://" in capsys.readouterr().out
+
+
+# --- issue 50, item 2: one instance on the fleet's own type before its group is sized -------------
+
+
+def _check(session: Any, m: Manifest, on_sleep: Callable[[int], None]) -> tuple[list[str], _Clock]:
+    said: list[str] = []
+    clock = _Clock()
+    sleeps = 0
+
+    def sleep(s: float) -> None:
+        nonlocal sleeps
+        sleeps += 1
+        clock.now += s
+        on_sleep(sleeps)
+
+    targets = compile_phase.compile_targets(m)
+    compile_phase.prove_on_fleet_type(
+        session, m, stack_name(m.campaign), targets, say=said.append, clock=clock, sleep=sleep, poll_s=60
+    )
+    return said, clock
+
+
+def _check_stopped(session: Any, m: Manifest, stop: Callable[[int], None]) -> None:
+    """The check with every instance of the fleet stopped as soon as the group launches it."""
+    autoscaling = session.client("autoscaling")
+
+    class _Session:
+        def client(self, name: str) -> Any:
+            if name != "autoscaling":
+                return session.client(name)
+
+            class _Asg:  # the group launches the instance, which then stops (out of memory, say)
+                def __getattr__(self, attr: str) -> Any:
+                    return getattr(autoscaling, attr)
+
+                def update_auto_scaling_group(self, **kw: Any) -> Any:
+                    out = autoscaling.update_auto_scaling_group(**kw)
+                    if kw.get("DesiredCapacity"):
+                        stop(0)
+                    return out
+
+            return _Asg()
+
+    clock = _Clock()
+
+    def sleep(s: float) -> None:
+        clock.now += s
+
+    targets = compile_phase.compile_targets(m)
+    compile_phase.prove_on_fleet_type(
+        _Session(), m, stack_name(m.campaign), targets, say=lambda _: None, clock=clock, sleep=sleep, poll_s=60
+    )
+    assert clock.now >= 75 * 60  # it waited out the Neuron grace
+
+
+def _fleet_instances(session: Any) -> list[str]:
+    (group,) = session.client("autoscaling").describe_auto_scaling_groups(AutoScalingGroupNames=[FLEET_GROUP])[
+        "AutoScalingGroups"
+    ]
+    return [i["InstanceId"] for i in group["Instances"]]
+
+
+def test_one_fleet_instance_that_serves_the_set_proves_it_and_a_later_deploy_skips_the_check(
+    session: Any, example: Manifest
+) -> None:
+    _stack(session, example, compile_phase_output=True)
+    _publish(session, example)
+    said, _ = _check(session, example, lambda n: None)
+    (group,) = session.client("autoscaling").describe_auto_scaling_groups(AutoScalingGroupNames=[FLEET_GROUP])[
+        "AutoScalingGroups"
+    ]
+    assert group["DesiredCapacity"] == 1 and len(_fleet_instances(session)) == 1  # one, not the manifest's size
+    assert said[0].startswith("inf2: one inf2.xlarge requested in its own group fleet-inf2-group")
+    assert said[-1] == "inf2: one inf2.xlarge serves the set after 0 min; sizing the group"
+    body = session.client("s3").get_object(Bucket=BUCKET, Key=f"compiled/{_key(example)}/PROVEN")["Body"].read()
+    assert body == b"inf2.xlarge"
+    # The set stays published: a later deploy skips the compile phase, and the check with it.
+    assert compile_phase.needed(session, example, stack_name(example.campaign), say=lambda _: None) == []
+
+
+def test_a_fleet_instance_not_healthy_within_its_grace_stops_deploy_with_its_console_and_withdraws_the_set(
+    session: Any, example: Manifest
+) -> None:
+    _stack(session, example, compile_phase_output=True)
+    _publish(session, example)
+    ec2 = session.client("ec2")
+
+    def out_of_memory(n: int) -> None:  # the instance boots, then never serves: its target is never healthy
+        ec2.stop_instances(InstanceIds=_fleet_instances(session))
+
+    # moto's target is healthy while its instance runs: it stops as soon as the group launched it.
+    with pytest.raises(compile_phase.OneInstanceCheckFailed) as exc:
+        _check_stopped(session, example, out_of_memory)
+    msg = str(exc.value)
+    assert msg.startswith(
+        "inf2: no inf2.xlarge of its own group was healthy in its target group within its 75-min grace"
+    )
+    assert "console output, last lines (EC2 GetConsoleOutput)" in msg and "    | Linux version" in msg
+    assert "give the fleet a larger instance_type, or quantized weights" in msg
+    assert exc.value.exit_code == EXIT_FAILED_STEP
+    (group,) = session.client("autoscaling").describe_auto_scaling_groups(AutoScalingGroupNames=[FLEET_GROUP])[
+        "AutoScalingGroups"
+    ]
+    assert group["DesiredCapacity"] == 0
+    # Withdrawn: no instance fetches it, and the next deploy compiles (and checks) again.
+    assert compile_phase.published_set(session.client("s3"), BUCKET, f"compiled/{_key(example)}") is None
+    assert [
+        t.fleet for t in compile_phase.needed(session, example, stack_name(example.campaign), say=lambda _: None)
+    ] == ["inf2"]

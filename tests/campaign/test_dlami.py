@@ -70,7 +70,7 @@ def test_gpu_fleet_without_an_ami_is_refused_by_name(example_manifest_path: Path
         stub.add_response(
             "describe_images", {"Images": [{"ImageId": "ami-0000000000000aaaa", "CreationDate": "2026-02-26"}]}
         )
-        with pytest.raises(AmiNotFound, match=r"fleets\[1\] \(g6\): .*nvidia_driver 570.172 and pass --ami g6=ami-"):
+        with pytest.raises(AmiNotFound, match=r"fleets\[1\] \(g6\): .*nvidia_driver 595.71.05 and pass --ami g6=ami-"):
             resolve_amis(m, ec2)
 
 

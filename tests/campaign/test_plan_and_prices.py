@@ -155,7 +155,11 @@ def test_cli_plan_json(example_manifest_path: Path, tmp_path: Path, capsys: pyte
         prices.lookup("fargate", "vcpu-hour", m.costs.region).usd
         + 4 * prices.lookup("fargate", "gb-hour", m.costs.region).usd
     )
-    running = out["campaign_minutes"] - pred["minutes"].get("compile_phase_at_most", 0.0)
+    running = (
+        out["campaign_minutes"]
+        - pred["minutes"].get("compile_phase_at_most", 0.0)
+        - pred["minutes"].get("one_instance_check_at_most", 0.0)
+    )
     assert pred["usd"]["conductor"] == pytest.approx(fargate * running / 60, abs=0.02)
     assert pred["minutes"]["ready_at_most"] == 75  # the Neuron fleet's health-check grace bounds the wait
     # The Neuron fleet's host memory is at risk: deploy compiles once first, on one inf2.8xlarge, while
@@ -173,8 +177,14 @@ def test_cli_plan_json(example_manifest_path: Path, tmp_path: Path, capsys: pyte
     assert phase["minutes"] == 75 + 10 and "health-check grace, 75 min" in phase["minutes_source"]
     assert phase["usd"] == round(1.9679 * 85 / 60, 2) == pred["usd"]["compile.inf2"]
     assert pred["minutes"]["compile_phase_at_most"] == 85  # in campaign_minutes (the sum above)
-    # The fleets are at 0 during the compile phase: each is paid for the rest of the campaign only.
-    paid_min = out["campaign_minutes"] - 85
+    # Then one instance of inf2.xlarge on the published set, healthy within its 75-min grace, before
+    # the group is sized (issue 50, item 2), priced at the fleet's own On-Demand price.
+    inf2_hourly = pred["fleets"]["inf2"]["hourly_usd"]
+    assert (phase["check_instance_type"], phase["check_minutes"]) == ("inf2.xlarge", 75)
+    assert phase["check_usd"] == round(inf2_hourly * 75 / 60, 2) == pred["usd"]["one_instance_check.inf2"]
+    assert pred["minutes"]["one_instance_check_at_most"] == 75
+    # The fleets are at 0 during the compile phase and the check: each is paid for the rest only.
+    paid_min = out["campaign_minutes"] - 85 - 75
     for name in ("inf2", "g6"):
         f = pred["fleets"][name]
         assert pred["usd"][f"instances.{name}"] == pytest.approx(
@@ -256,6 +266,11 @@ def test_plan_text_shows_the_host_memory_risk(example_manifest_path: Path) -> No
         "2.79 USD at $1.9679/h (snapshot 2023-04-20" in inf2
     )
     assert "           minutes: the Neuron health-check grace, 75 min (core.cloud_contract.HEALTH_GRACE_MIN)" in inf2
+    # Issue 50, item 2: beside it, the one instance on the fleet's own type that must serve the set.
+    assert (
+        "  check    then 1 x inf2.xlarge, the fleet's own type, on the published set, healthy in its target group "
+        "before the group is sized: at most 75 min (its health grace), 0.95 USD (snapshot 2023-04-20" in inf2
+    )
     assert "compile  " not in out.stdout.split("\ng6:")[1]
 
 
@@ -363,3 +378,24 @@ def test_the_plan_prices_the_prometheus_task_for_the_whole_campaign(manifest_dat
     usd = _cost(m, {}, total_min=240.0, load_min=12.0)
     assert usd.get("prometheus_task") == pytest.approx(hourly * 4)  # 240 min: 4 hours
     assert usd["nlb"] == pytest.approx(prices.lookup("nlb", "hour", region).usd * 4)
+
+
+def test_the_plan_prices_the_weights_through_the_nat_gateway(example_manifest_path: Path) -> None:
+    """Issue 50, item 4: the weights come from the Hub through the NAT gateway at every boot unless
+    `deploy --weights-s3-uri`; the plan prices that at the NAT's per-GB rate and names the way out."""
+    from types import SimpleNamespace
+
+    from campaign.aws.compile_estimate import compile_phase
+    from campaign.plan.predict import _cost
+    from core.manifest import weight_bytes
+
+    m = load_manifest(example_manifest_path, check_files=False)
+    # what _cost reads of each fleet's prediction
+    preds: dict[str, Any] = {
+        name: SimpleNamespace(fleet=name, hourly_usd=1.0, instances_deployed=4) for name in ("inf2", "g6")
+    }
+    compiles = [c for c in (compile_phase(m, f) for f in m.fleets) if c is not None]
+    usd = _cost(m, preds, total_min=240.0, load_min=12.0, compiles=compiles)
+    boots = 4 + 4 + 1  # every fleet instance deployed, and the inf2 compile instance
+    assert prices.lookup("network", "nat-gb", m.costs.region).usd == 0.045
+    assert usd.get("nat_weights") == pytest.approx(weight_bytes(m) / 1e9 * boots * 0.045)

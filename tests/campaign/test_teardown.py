@@ -178,3 +178,41 @@ def test_destroy_deregisters_cloud_map_instances_a_killed_run_left(moto_env: dic
         sd.list_instances(ServiceId=master)["Instances"] == []
         and sd.list_instances(ServiceId=workers)["Instances"] == []
     )
+
+
+# --- issue 50, item 5: the repositories the Docker Hub pull-through cache created -----------------
+
+
+def test_teardown_lists_and_deletes_the_pull_through_caches_repositories(moto_env: dict[str, str]) -> None:
+    """Deleting the stack deletes the cache rule, not the docker-hub/* repositories (and images) its
+    pulls created; they carry no campaign tag, so the Tagging API never showed them."""
+    session = boto3.session.Session(region_name="us-east-1")
+    ecr = session.client("ecr")
+    for name in (
+        "docker-hub/vllm/vllm-openai",
+        "docker-hub/prom/prometheus",
+        "ecr-public/neuron/pytorch-inference-vllm-neuronx",
+        "cdk-hnb659fds-container-assets-1",
+    ):
+        ecr.create_repository(repositoryName=name)
+    cfn = session.client("cloudformation")
+    cfn.create_stack(
+        StackName=STACK,
+        TemplateBody=json.dumps({"Resources": {"T": {"Type": "AWS::SNS::Topic"}}}),
+    )
+
+    left, _ = aws.check_nothing_left(session, CAMPAIGN)
+    assert sorted(x.arn for x in left) == [
+        "ecr-repository:docker-hub/prom/prometheus",
+        "ecr-repository:docker-hub/vllm/vllm-openai",
+        "ecr-repository:ecr-public/neuron/pytorch-inference-vllm-neuronx",
+    ]
+    said: list[str] = []
+    assert aws.destroy(session, STACK, say=said.append) == 0
+    names = [r["repositoryName"] for r in ecr.describe_repositories()["repositories"]]
+    assert names == ["cdk-hnb659fds-container-assets-1"]  # the CDK bootstrap's is not the cache's
+    assert (
+        "deleted ECR repository docker-hub/vllm/vllm-openai (created by the pull-through cache outside the stack)"
+        in said
+    )
+    assert aws.check_nothing_left(session, CAMPAIGN)[0] == []

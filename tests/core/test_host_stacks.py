@@ -69,3 +69,21 @@ def test_cuda_12_8_needs_driver_570_26_or_newer(driver: str, ok: bool) -> None:
 def test_every_row_names_its_sources() -> None:
     for row in catalog.HOST_STACKS.values():
         assert row.sources and all(("http" in s or "@" in s) for s in row.sources)
+
+
+@pytest.mark.parametrize(
+    "name", ["llama3-8b-inf2-vs-g6.yaml", "llama3-8b-three-fleets.yaml", "tiny-llama-real-engine.yaml"]
+)
+def test_the_examples_pin_the_nvidia_dlamis_own_driver(name: str) -> None:
+    """Issue 50, item 5: the examples pinned 570.172 while the DLAMI they boot lists 595.71.05, and the
+    boot script refuses a host driver other than the pinned one: every NVIDIA instance would refuse."""
+    from tests.conftest import ROOT
+
+    m = load_manifest(ROOT / "manifests" / name, check_files=False)
+    nvidia = {
+        f.name: f.serving.driver_version
+        for f in m.fleets
+        if catalog.instance(f.instance_type).accelerator.vendor == "nvidia"
+    }
+    assert nvidia and nvidia == dict.fromkeys(nvidia, catalog.NVIDIA_DLAMI_DRIVER)
+    assert catalog.NVIDIA_DLAMI_DRIVER in catalog.NVIDIA_DLAMI_RELEASE_NOTES

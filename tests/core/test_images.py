@@ -46,3 +46,18 @@ def test_only_an_ecr_pullthroughcache_secret_of_the_region_is_a_credential() -> 
     assert secret_arn_issue(ok, "us-east-1") is None
     assert "ecr-pullthroughcache/" in str(secret_arn_issue(ok.replace("ecr-pullthroughcache/", "hub/"), "us-east-1"))
     assert "us-west-2" in str(secret_arn_issue(ok, "us-west-2"))
+
+
+def test_a_tagged_ecr_public_image_goes_through_its_own_cache_rule_an_untagged_one_as_it_is() -> None:
+    """Issue 50, item 3: the ECR Public rule (prefix ecr-public, no credentials) fills on a pull by tag."""
+    registry = "123456789012.dkr.ecr.us-east-1.amazonaws.com"
+    image = f"public.ecr.aws/neuron/pytorch-inference-vllm-neuronx:0.13.0-neuronx-py312-sdk2.28.0-ubuntu24.04@{DIGEST}"
+    pull = cached_pull(image, registry=registry, region="us-east-1")
+    assert pull is not None
+    assert pull.repository == "ecr-public/neuron/pytorch-inference-vllm-neuronx"
+    assert (
+        pull.by_tag
+        == f"{registry}/ecr-public/neuron/pytorch-inference-vllm-neuronx:0.13.0-neuronx-py312-sdk2.28.0-ubuntu24.04"
+    )
+    assert pull.pinned == f"{registry}/ecr-public/neuron/pytorch-inference-vllm-neuronx@{DIGEST}"
+    assert cached_pull(f"public.ecr.aws/x/y@{DIGEST}", registry=registry, region="us-east-1") is None

@@ -209,3 +209,25 @@ def test_a_fleet_fetches_and_checks_the_pinned_tokenizer_files(example_manifest_
         for name, digest in {**tiny.model.weight_files, **tiny.tokenizer.files}.items():
             assert f"{digest}  {name}" in script
         assert "--include chat_template.jinja" in script if s3 else '"chat_template.jinja"' in script
+
+
+def test_the_neuron_server_sets_no_compiler_cache_dir(manifest: Manifest) -> None:
+    """Issue 50, item 5: NEURON_CC_FLAGS=--cache_dir=<compiled dir>/neuronx-cc was in the server's
+    environment (not in the compiled key, computed before it), and NxD's ModelBuilder passes
+    cache_dir=None to libneuronxla (core/serving.py cites where): either unread,
+    or the compiler's cache inside the published set. NEURON_COMPILED_ARTIFACTS stays."""
+    defn = definition_for(manifest, manifest.fleet("inf2"))
+    assert defn.compiled is not None
+    flags = {k: v for k, v in defn.environment.items() if k.startswith("NEURON_CC")}
+    assert flags == {}
+    assert defn.environment["NEURON_COMPILED_ARTIFACTS"] == defn.compiled.directory
+    assert "--cache_dir" not in render_docker_run(defn)
+
+
+def test_the_neuron_server_compiles_pre_sharded_weights(manifest: Manifest) -> None:
+    """Issue 50, item 1: without save_sharded_checkpoint every inf2.xlarge instance shards the full
+    checkpoint at load (about twice the weights in host memory); with it, NxD Inference writes each
+    rank's weights into the compiled directory at compile and loads them from there."""
+    defn = definition_for(manifest, manifest.fleet("inf2"))
+    cfg = json.loads(_flag(_argv(render_docker_run(defn)), "--additional-config"))["override_neuron_config"]
+    assert cfg.get("save_sharded_checkpoint") is True

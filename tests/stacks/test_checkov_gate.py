@@ -79,3 +79,33 @@ def test_gate_fails_on_an_unexplained_failure(
     assert "UNEXPLAINED CKV_AWS_2 AWS::ElasticLoadBalancingV2::Listener.Other1" in capsys.readouterr().err
     monkeypatch.setattr(gate, "run_checkov", lambda t: _report(("CKV_AWS_158", "AWS::Logs::LogGroup.FleetLogs1")))
     assert main([str(tmp_path / "t.json")]) == 0
+
+
+def test_the_gate_checks_every_template_deploy_can_create(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 50, item 5: `make checkov` synthesized only the plain template; the example's inf2 is
+    compiled first, so deploy also creates the compile phase's (stacks/compile_instance.py)."""
+    import stacks.checkov_gate as gate
+    from stacks.compile_boot import COMPILE_FLEETS_CONTEXT
+    from tests.stacks.conftest import EXAMPLE_MANIFEST, THREE_FLEET_MANIFEST
+
+    synthesized: list[tuple[str, dict[str, str]]] = []
+
+    def fake_synth(manifest: Path, outdir: Path, **context: str) -> Path:
+        synthesized.append((manifest.name, context))
+        return outdir / "t.json"
+
+    checked: list[Path] = []
+    monkeypatch.setattr(gate, "synthesize", fake_synth)
+    monkeypatch.setattr(gate, "run_checkov", lambda t: checked.append(t) or _report())
+    args = ["--manifest", str(EXAMPLE_MANIFEST), "--manifest", str(THREE_FLEET_MANIFEST), "--outdir", str(tmp_path)]
+    assert main(args) == 0
+    assert synthesized == [
+        (EXAMPLE_MANIFEST.name, {}),
+        (EXAMPLE_MANIFEST.name, {COMPILE_FLEETS_CONTEXT: "inf2"}),
+        (THREE_FLEET_MANIFEST.name, {}),
+        (THREE_FLEET_MANIFEST.name, {COMPILE_FLEETS_CONTEXT: "inf2"}),
+    ]
+    assert len(set(checked)) == 4  # each in its own directory, each checked
+    assert "over 4 template(s)" in capsys.readouterr().out

@@ -85,7 +85,15 @@ def test_the_compile_launch_template_is_the_fleets_on_the_larger_type(compile_ph
     script = _user_data(lt)
     defn = definition_for(m, m.fleet("inf2"))
     assert defn.compiled is not None
-    assert render_docker_run(defn) in script and f"/compiled/{defn.compiled.key}" in script
+    # the fleet's own server line, its image pulled through the ECR Public cache (the account is a
+    # token, so the reference is quoted and the account left out here)
+    before, after = render_docker_run(defn).split(defn.image)
+    digest = defn.image.rsplit("@", 1)[1]
+    assert (
+        f"{before}'.dkr.ecr.{m.costs.region}.amazonaws.com/ecr-public/neuron/pytorch-inference-vllm-neuronx@{digest}'{after}"
+        in script
+    )
+    assert f"/compiled/{defn.compiled.key}" in script
     assert "terminate-instance-in-auto-scaling-group" in script and "--should-decrement-desired-capacity" in script
     assert shlex.split(render_docker_run(defn))[0] == "docker"
     assert "neuron-monitor.service" not in script and "neuron-monitor.service" in _user_data(fleet_lt)
@@ -146,3 +154,31 @@ def test_a_bad_compile_fleets_context_names_the_key(raw: str, match: str) -> Non
         compile_fleets_from_context(m, raw)
     assert compile_fleets_from_context(m, "inf2, inf2") == ("inf2",)
     assert compile_fleets_from_context(m, None) == ()
+
+
+def test_the_compile_user_data_runs_its_whole_boot_under_the_timeout(compile_phase: Synth) -> None:
+    """Issue 48, item 3, in the synthesized template: the boot script sandbox
+    (tests/boot/test_compile_script.py) runs what this user data is."""
+    from stacks.compile_boot import KILL_AFTER_S, compile_boot_limit_s
+
+    _, compiles = _groups(compile_phase)
+    script = _user_data(_launch_template(compile_phase, compiles["inf2"]))
+    timed = f'timeout --kill-after={KILL_AFTER_S} {compile_boot_limit_s("aws-neuron")} bash "$0"'
+    assert timed in script and script.index(timed) < script.index("docker pull")
+
+
+def test_the_compile_phase_output_names_each_fleets_own_group_and_target_group(compile_phase: Synth) -> None:
+    """Issue 50, item 2: deploy's one-instance check (campaign/aws/compile_phase.py prove_on_fleet_type)
+    starts one instance in the fleet's own group, held at 0 with the manifest's max, and waits for it
+    in the fleet's target group: the output names both."""
+    fleets, _ = _groups(compile_phase)
+    out = compile_phase.template_json["Outputs"][COMPILE_PHASE_OUTPUT]["Value"]["Fn::Join"][1]
+    text = "".join(p if isinstance(p, str) else "@" for p in out)
+    refs = [p.get("Ref") for p in out if isinstance(p, dict)]
+    assert '"fleet_group":"@"' in text.replace(" ", "") and '"target_group":"@"' in text.replace(" ", "")
+    assert fleets["inf2"]["id"] in refs  # the fleet's own group, by its Ref
+    groups = compile_phase.resources("AWS::ElasticLoadBalancingV2::TargetGroup")
+    (inf2_tg,) = [k for k, v in groups.items() if {"Key": "fleet", "Value": "inf2"} in v["Properties"]["Tags"]]
+    assert inf2_tg in refs and inf2_tg in fleets["inf2"]["Properties"]["TargetGroupARNs"][0]["Ref"]
+    props = fleets["inf2"]["Properties"]
+    assert int(props["DesiredCapacity"]) == 0 and int(props["MaxSize"]) >= 1  # deploy may set 1 within it

@@ -92,3 +92,26 @@ def test_what_plan_says_still_bills_after_the_deadline_is_what_the_template_keep
     assert service["Properties"]["DesiredCount"] == 1
     task = example.template_json["Resources"][service["Properties"]["TaskDefinition"]["Ref"]]["Properties"]
     assert (int(task["Cpu"]), int(task["Memory"])) == (1024 * PROMETHEUS_TASK_VCPU, 1024 * PROMETHEUS_TASK_MEMORY_GIB)
+
+
+def test_the_compile_instance_goes_to_zero_at_the_deadline_too(compile_phase: Synth) -> None:
+    """Issue 48, item 3: the compile group had no deadline; an inf2.8xlarge nobody watched billed until teardown."""
+    from stacks.compile_instance import COMPILE_FOR_TAG
+
+    compile_groups = [
+        lid
+        for lid, r in compile_phase.resources("AWS::AutoScaling::AutoScalingGroup").items()
+        if COMPILE_FOR_TAG in {t["Key"] for t in r["Properties"].get("Tags", [])}
+    ]
+    assert len(compile_groups) == 1
+    actions = _deadline_actions(compile_phase)
+    assert {g: actions.get(g) for g in compile_groups} == {
+        g: {
+            "AutoScalingGroupName": {"Ref": g},
+            "StartTime": {"Ref": CAMPAIGN_DEADLINE_PARAMETER},
+            "MinSize": 0,
+            "MaxSize": 0,
+            "DesiredCapacity": 0,
+        }
+        for g in compile_groups
+    }

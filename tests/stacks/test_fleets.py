@@ -75,7 +75,7 @@ def test_cache_volume_is_sized_from_the_manifest_and_mounted_before_docker_run(e
         )  # analysis.report.build bills catalog.ROOT_VOLUME_GIB
         script = "".join(p if isinstance(p, str) else "" for p in lt["UserData"]["Fn::Base64"]["Fn::Join"][1])
         assert script.index("mount /opt/cache") < script.index("docker run -d")
-        assert f.serving.image in script
+        assert f"@{f.serving.image.rsplit('@', 1)[1]}" in script  # the pinned digest (pulled through the cache)
 
 
 def test_each_fleet_ami_is_a_deploy_parameter_never_a_latest_alias(example: Synth) -> None:

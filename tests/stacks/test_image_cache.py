@@ -39,9 +39,13 @@ def _user_data(s: Synth) -> dict[str, str]:
     }
 
 
+def _rules(s: Synth) -> dict[str, dict[str, Any]]:
+    """The pull-through cache rules by their repository prefix."""
+    return {r["Properties"]["EcrRepositoryPrefix"]: r for r in s.resources("AWS::ECR::PullThroughCacheRule").values()}
+
+
 def test_one_pull_through_cache_rule_for_docker_hub_with_the_operators_credentials(example: Synth) -> None:
-    (rule,) = example.resources("AWS::ECR::PullThroughCacheRule").values()
-    props = rule["Properties"]
+    props = _rules(example)["docker-hub"]["Properties"]
     assert props["UpstreamRegistryUrl"] == "registry-1.docker.io" and props["UpstreamRegistry"] == "docker-hub"
     assert props["EcrRepositoryPrefix"] == "docker-hub"
     assert props["CredentialArn"] == {"Ref": CREDENTIAL_PARAMETER}
@@ -106,7 +110,11 @@ def test_roles_that_pull_through_the_cache_may_import_into_their_own_repositorie
             resources = st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]]
             for r in resources:
                 by_repository.setdefault(_joined(r).rsplit(":repository/", 1)[1], set()).add(role_id)
-    assert set(by_repository) == {"docker-hub/vllm/vllm-openai", "docker-hub/prom/prometheus"}
+    assert set(by_repository) == {
+        "docker-hub/vllm/vllm-openai",
+        "docker-hub/prom/prometheus",
+        "ecr-public/neuron/pytorch-inference-vllm-neuronx",
+    }
     (g6_role,) = by_repository["docker-hub/vllm/vllm-openai"]
     assert roles[g6_role]["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {
         "Service": "ec2.amazonaws.com"
@@ -120,12 +128,27 @@ def test_roles_that_pull_through_the_cache_may_import_into_their_own_repositorie
     assert execution == [{"Fn::GetAtt": [prometheus_role, "Arn"]}]  # Fargate pulls with the execution role
 
 
-def test_whatever_pulls_through_the_cache_is_created_after_the_rule(example: Synth) -> None:
-    (rule_id,) = example.resources("AWS::ECR::PullThroughCacheRule")
-    pullers = {
-        **{k: v for k, v in example.resources("AWS::AutoScaling::AutoScalingGroup").items() if "g6" in k},
-        **example.resources("AWS::ECS::Service"),
-    }
-    assert len(pullers) == 2
+def test_whatever_pulls_through_the_cache_is_created_after_the_rules(example: Synth) -> None:
+    rule_ids = set(example.resources("AWS::ECR::PullThroughCacheRule"))
+    assert len(rule_ids) == 2
+    pullers = {**example.resources("AWS::AutoScaling::AutoScalingGroup"), **example.resources("AWS::ECS::Service")}
+    assert len(pullers) == 3  # both fleets' groups and the Prometheus service
     for lid, r in pullers.items():
-        assert rule_id in r.get("DependsOn", []), lid
+        assert rule_ids <= set(r.get("DependsOn", [])), lid
+
+
+def test_an_ecr_public_rule_without_credentials_and_the_neuron_fleet_pulls_through_it(example: Synth) -> None:
+    """Issue 50, item 3: the Neuron image came from public.ecr.aws through the NAT gateway at every boot."""
+    props = _rules(example).get("ecr-public", {}).get("Properties")
+    assert props == {
+        "EcrRepositoryPrefix": "ecr-public",
+        "UpstreamRegistry": "ecr-public",
+        "UpstreamRegistryUrl": "public.ecr.aws",
+    }
+    m = load_manifest(example.manifest_path, check_files=False)
+    inf2 = m.fleet("inf2")
+    text = next(t for lid, t in _user_data(example).items() if lid.startswith("Fleetinf2"))
+    registry = f"<account>.dkr.ecr.{m.costs.region}.amazonaws.com"
+    digest = inf2.serving.image.rsplit("@", 1)[1]
+    assert f"{registry}/ecr-public/neuron/pytorch-inference-vllm-neuronx@{digest}" in DOCKER_PULL.findall(text)
+    assert not [p for p in DOCKER_PULL.findall(text) if p.startswith("public.ecr.aws/")]

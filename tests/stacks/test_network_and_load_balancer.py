@@ -73,3 +73,41 @@ def test_every_measured_target_group_balances_across_zones_whatever_the_priced_s
         if v["Properties"]["Type"] == "network"
     ]
     assert _attributes(nlb)["load_balancing.cross_zone.enabled"] == "true"
+
+
+def test_measured_target_groups_do_not_preserve_client_ip_and_the_fleets_still_admit_the_nlb(example: Synth) -> None:
+    """With client IP preservation on (the instance target group's default), a load generator that
+    reaches the same target through two NLB nodes from one source port fails intermittently (ELB NLB
+    guide, troubleshooting: "Intermittent connection failure when client IP preservation is enabled").
+    Off, the target sees the NLB's private addresses, so the fleet's rule must name the NLB's group."""
+    m = load_manifest(EXAMPLE_MANIFEST)
+    groups = example.resources("AWS::ElasticLoadBalancingV2::TargetGroup")
+    fleets = {next(t["Value"] for t in tg["Properties"]["Tags"] if t["Key"] == "fleet"): tg for tg in groups.values()}
+    assert set(fleets) == {f.name for f in m.fleets}
+    preserved = {name: _target_group_attributes(tg).get("preserve_client_ip.enabled") for name, tg in fleets.items()}
+    assert preserved == {f.name: "false" for f in m.fleets}
+
+    (nlb,) = [
+        v
+        for v in example.resources("AWS::ElasticLoadBalancingV2::LoadBalancer").values()
+        if v["Properties"]["Type"] == "network"
+    ]
+    ((nlb_sg,),) = [[g["Fn::GetAtt"][0] for g in nlb["Properties"]["SecurityGroups"]]]
+    templates = example.resources("AWS::EC2::LaunchTemplate")
+    asgs = example.resources("AWS::AutoScaling::AutoScalingGroup")
+    ingress = list(example.resources("AWS::EC2::SecurityGroupIngress").values())
+    tg_ids = {name: next(k for k, v in groups.items() if v is tg) for name, tg in fleets.items()}
+    for name, tg in fleets.items():
+        (asg,) = [a for a in asgs.values() if {"Ref": tg_ids[name]} in a["Properties"].get("TargetGroupARNs", [])]
+        lt_id = asg["Properties"]["LaunchTemplate"]["LaunchTemplateId"]["Ref"]
+        (fleet_sg,) = [
+            g["Fn::GetAtt"][0] for g in templates[lt_id]["Properties"]["LaunchTemplateData"]["SecurityGroupIds"]
+        ]
+        port = tg["Properties"]["Port"]
+        admits = [
+            r["Properties"]
+            for r in ingress
+            if r["Properties"]["GroupId"] == {"Fn::GetAtt": [fleet_sg, "GroupId"]}
+            and r["Properties"].get("SourceSecurityGroupId") == {"Fn::GetAtt": [nlb_sg, "GroupId"]}
+        ]
+        assert [(r["IpProtocol"], r["FromPort"], r["ToPort"]) for r in admits] == [("tcp", port, port)], name

@@ -68,6 +68,10 @@ def run_campaign(
     deadline.stage(GATE_STAGE)  # before anything is uploaded or started
     run_id = resume_id or run_id or cc.new_run_id()
     if launcher is None:
+        from campaign.backends.fargate.image_pins import verify_task_images
+
+        # The stack's own tasks (Prometheus) run by tag: what ran is compared with the pin first.
+        verify_task_images(session.client("ecs"), cfg.cluster)
         launcher = EcsTaskLauncher(session.client("ecs"), cfg, run_id)
     run = CloudRun(
         m,
