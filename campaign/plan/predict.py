@@ -242,7 +242,8 @@ def billing_after_deadline(m: Manifest) -> list[str]:
     azs = len({az for f in m.fleets for az in f.availability_zones})
     endpoints = ", ".join(INTERFACE_ENDPOINT_SERVICES)
     return [
-        f"{NAT_GATEWAYS} NAT gateway (stacks/network.py): hours and per-GB processing, not priced (no snapshot row)",
+        f"{NAT_GATEWAYS} NAT gateway (stacks/network.py): hours not priced (no snapshot row); data processed "
+        f"{_per_gb(('network', 'nat-gb'), region)}",
         f"1 Network Load Balancer (stacks/load_balancer.py): {_hourly(('nlb', 'hour'), region)}",
         f"{len(INTERFACE_ENDPOINT_SERVICES)} interface VPC endpoints ({endpoints}; stacks/network.py), one network "
         f"interface each in every one of the VPC's {azs} AZs: not priced (no snapshot row)",
@@ -251,6 +252,14 @@ def billing_after_deadline(m: Manifest) -> list[str]:
         "the Amazon Managed Service for Prometheus workspace (stacks/observability.py): samples ingested and stored, "
         "not priced (no snapshot row)",
     ]
+
+
+def _per_gb(row: tuple[str, str], region: str) -> str:
+    try:
+        price = prices.lookup(*row, region)
+    except prices.PriceNotFound:
+        return f"not priced (no snapshot row for {region})"
+    return f"{price.usd:.4f} USD/GB ({price.provenance})"
 
 
 def _hourly(row: tuple[str, str], region: str) -> str:

@@ -178,7 +178,7 @@ def test_what_still_bills_is_the_stacks_standing_resources_priced_where_the_snap
     lines = billing_after_deadline(load_manifest(EXAMPLE_MANIFEST, check_files=False))
     assert len(lines) == 5
     nat, nlb, endpoints, prometheus, workspace = lines
-    assert nat.startswith("1 NAT gateway") and "not priced" in nat
+    assert nat.startswith("1 NAT gateway") and "hours not priced" in nat and "0.0450 USD/GB" in nat  # the nat-gb row
     assert nlb.startswith("1 Network Load Balancer") and "0.0225 USD/hour" in nlb and "Elastic Load Balancing" in nlb
     assert endpoints.startswith("7 interface VPC endpoints (ecr.api, ecr.dkr,") and "2 AZs" in endpoints
     # 1 vCPU x 0.04048 + 2 GiB x 0.004445 per hour (the Fargate rows of the snapshot)
