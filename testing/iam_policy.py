@@ -116,6 +116,7 @@ class World:
     hosted_zone_of_service: Callable[[str], str]
     task_definition: Callable[[str], str]  # a family, family:revision or ARN -> the ARN RunTask runs
     roles_of_task_definition: Callable[[str], list[str]]
+    discovery_arns: Callable[[str, str], tuple[str, str]]  # (namespace name, service name) -> their ARNs
     stack_arn: Callable[[str], str]
     partition: str = "aws"
 
@@ -204,6 +205,12 @@ def authorizations(call: Call, world: World) -> list[Authorization]:
             zone = f"arn:{world.partition}:route53:::hostedzone/{world.hosted_zone_of_service(p['ServiceId'])}"
             out.append(Authorization("route53:ChangeResourceRecordSets", zone))
         return out
+    if call.service == "servicediscovery" and op == "DiscoverInstances":
+        # resource types namespace and service, both required; condition keys
+        # servicediscovery:NamespaceName and servicediscovery:ServiceName
+        namespace, service = world.discovery_arns(p["NamespaceName"], p["ServiceName"])
+        names = {"servicediscovery:NamespaceName": p["NamespaceName"], "servicediscovery:ServiceName": p["ServiceName"]}
+        return [Authorization("servicediscovery:DiscoverInstances", arn, names) for arn in (namespace, service)]
     if call.service == "cloudformation" and op == "DescribeStacks":
         return [Authorization("cloudformation:DescribeStacks", world.stack_arn(p["StackName"]))]
     if call.service == "s3":

@@ -1,9 +1,10 @@
-"""The conductor's synthesized task role against the AWS calls `run` makes (issue 49): each call the
-seam makes in moto (a capacity step's target health, Cloud Map registrations and uploads; a
-resume's stale registrations and moves; RunTask, DescribeTasks, ListTasks and StopTask) is recorded
-as the conductor's and evaluated against the role's policies from `cdk synth` by a real evaluator
-(testing/iam_policy.py: iam-simulate, actions, resources and conditions). Every call is allowed;
-removing any one statement the calls exercise makes a call of its action denied, named.
+"""The conductor's and a worker's synthesized task roles against the AWS calls they make (issue 49):
+each call the seam makes in moto is recorded as its actor's (the conductor: a run's inputs, a
+capacity step's target health, Cloud Map registrations and uploads, a resume's stale registrations
+and moves, RunTask, DescribeTasks, ListTasks and StopTask; a worker: its inputs staged, its master
+found, a part of its records put) and evaluated against the actor's role's policies from `cdk synth`
+by a real evaluator (testing/iam_policy.py: iam-simulate, actions, resources and conditions). Every
+call is allowed; removing any one statement the calls exercise denies a call of its action, named.
 """
 
 from __future__ import annotations
@@ -26,12 +27,14 @@ from campaign.backends.fargate.run import CloudRun
 from campaign.backends.fargate.tasks import TaskSpec
 from core import cloud_contract as cc
 from core.manifest import load_manifest
+from loadgen.recording import RecordParts
+from loadgen.task_entry import discover_master, stage_inputs
 from testing.iam_policy import Denial, Evaluator, Recorded, World, resolve, role_policies, without_statement
 from tests.cloud.test_cloud_steps import BUCKET, REGION, Aws, Launcher
 from tests.conftest import EXAMPLE_MANIFEST
 
 ACCOUNT = "123456789012"  # moto's
-ACTOR = "conductor"
+CONDUCTOR, WORKER = "conductor", "worker"
 STACK = "harness-stack"
 
 
@@ -48,6 +51,11 @@ def _logical(template: dict[str, Any], kind: str, name: str | None = None) -> li
         for k, v in template["Resources"].items()
         if v["Type"] == kind and (name is None or v["Properties"].get("Name") == name)
     ]
+
+
+def _role(template: dict[str, Any], prefix: str) -> str:
+    (role,) = [r for r in _logical(template, "AWS::IAM::Role") if r.startswith(prefix)]
+    return role
 
 
 def _runs_prefix(template: dict[str, Any]) -> str:
@@ -119,22 +127,37 @@ class Conductor:
             )["taskDefinition"]
             refs[td] = made["taskDefinitionArn"]
             self.roles[made["taskDefinitionArn"]] = roles
-        services = {**aws.masters, **{f"w-{k}": v for k, v in aws.workers.items()}}
-        for fleet, sid in services.items():
-            name = cc.workers_service_name(fleet[2:]) if fleet.startswith("w-") else cc.master_service_name(fleet)
-            (logical,) = _logical(template, "AWS::ServiceDiscovery::Service", name)
-            attrs[(logical, "Arn")] = aws.sd.get_service(Id=sid)["Service"]["Arn"]
+        # the namespace and services the stack makes, by the template's names (a worker's
+        # DiscoverInstances is authorized on them)
         (namespace,) = _logical(template, "AWS::ServiceDiscovery::PrivateDnsNamespace")
-        ns = aws.sd.list_namespaces()["Namespaces"][0]["Id"]
-        zone = aws.sd.get_namespace(Id=ns)["Namespace"]["Properties"]["DnsProperties"]["HostedZoneId"]
+        self.namespace = template["Resources"][namespace]["Properties"]["Name"]
+        vpc = aws.ec2.describe_vpcs(Filters=[{"Name": "cidr", "Values": ["10.0.0.0/16"]}])["Vpcs"][0]["VpcId"]
+        # moto takes one namespace per VPC, and the test's Aws made one in `vpc`
+        other_vpc = aws.ec2.create_vpc(CidrBlock="10.1.0.0/16")["Vpc"]["VpcId"]
+        aws.sd.create_private_dns_namespace(Name=self.namespace, Vpc=other_vpc)
+        (ns,) = [n for n in aws.sd.list_namespaces()["Namespaces"] if n["Name"] == self.namespace]
+        zone = aws.sd.get_namespace(Id=ns["Id"])["Namespace"]["Properties"]["DnsProperties"]["HostedZoneId"]
         self.zone = zone.split("/")[-1]  # moto answers "/hostedzone/<id>", Cloud Map the id alone
         attrs[(namespace, "HostedZoneId")] = self.zone
+        self.services: dict[str, dict[str, str]] = {"master": {}, "workers": {}}
+        by_name: dict[str, str] = {}
+        for role, name_of in (("master", cc.master_service_name), ("workers", cc.workers_service_name)):
+            for fleet in ("inf2", "g6"):
+                made = aws.sd.create_service(Name=name_of(fleet), NamespaceId=ns["Id"])["Service"]
+                (logical,) = _logical(template, "AWS::ServiceDiscovery::Service", name_of(fleet))
+                attrs[(logical, "Arn")], self.services[role][fleet] = made["Arn"], made["Id"]
+                by_name[name_of(fleet)] = made["Arn"]
         (results,) = [r for r in _logical(template, "AWS::S3::Bucket") if r.startswith("Results") and "Logs" not in r]
         refs[results], attrs[(results, "Arn")] = BUCKET, f"arn:aws:s3:::{BUCKET}"
         (workspace,) = _logical(template, "AWS::APS::Workspace")
         attrs[(workspace, "Arn")] = f"arn:aws:aps:{REGION}:{ACCOUNT}:workspace/ws-stand-in"
-        (role,) = [r for r in _logical(template, "AWS::IAM::Role") if r.startswith("ConductorTaskTaskRole")]
-        self.policies = [resolve(doc, refs, attrs) for doc in role_policies(template, role)]
+        self.policies = {
+            actor: [resolve(doc, refs, attrs) for doc in role_policies(template, role)]
+            for actor, role in (
+                (CONDUCTOR, _role(template, "ConductorTaskTaskRole")),
+                (WORKER, _role(template, "LoadGeneratorWorkerTaskTaskRole")),
+            )
+        }
         self.world = World(
             account=ACCOUNT,
             region=REGION,
@@ -143,11 +166,11 @@ class Conductor:
                 "taskDefinitionArn"
             ],
             roles_of_task_definition=lambda arn: self.roles[arn],
+            discovery_arns=lambda namespace, service: (ns["Arn"], by_name[service]),
             stack_arn=lambda name: (
                 refs["AWS::StackId"] if name == STACK else f"arn:aws:cloudformation:::stack/{name}/x"
             ),
         )
-        vpc = aws.ec2.describe_vpcs(Filters=[{"Name": "cidr", "Values": ["10.0.0.0/16"]}])["Vpcs"][0]["VpcId"]
         subnet = aws.ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.1.0/24")["Subnet"]["SubnetId"]
         group = aws.ec2.create_security_group(GroupName="lg", Description="lg", VpcId=vpc)["GroupId"]
         self.cfg = replace(
@@ -155,11 +178,14 @@ class Conductor:
             subnets=(subnet,),
             security_groups=(group,),
             results_uri=f"s3://{BUCKET}/{_runs_prefix(template)}",
+            namespace=self.namespace,
+            master_services=self.services["master"],
+            workers_services=self.services["workers"],
             master_task_definition=refs[next(t for t in refs if t.startswith("LoadGeneratorMasterTask"))],
         )
 
-    def client(self, service: str, client: Any) -> Any:
-        return Recorded(client, service, ACTOR, self.calls)
+    def client(self, service: str, client: Any, actor: str = "conductor") -> Any:
+        return Recorded(client, service, actor, self.calls)
 
 
 @pytest.fixture
@@ -184,13 +210,14 @@ def conductor(template: dict[str, Any], tmp_path: Path, monkeypatch: pytest.Monk
         )
         from analysis.capacity.search import StepPlan
 
+        run.upload_inputs()
         plan = StepPlan(multiplier=1.0, span_s=10.0, why="test")
         FargateSteps(run).run("g6", plan, run.run_dir / "capacity" / "g6" / plan.label, 10, threading.Event())
         run.write_run_record("running")
         run.publish()
         # a resume: a stale registration dropped, a cut-off step's objects set aside
         aws.sd.register_instance(
-            ServiceId=aws.masters["g6"],
+            ServiceId=c.services["master"]["g6"],
             InstanceId="stale",
             Attributes={"AWS_INSTANCE_IPV4": "10.0.0.1", cc.STEP_ATTRIBUTE: f"{run.run_id}/capacity/g6/x2"},
         )
@@ -210,16 +237,41 @@ def conductor(template: dict[str, Any], tmp_path: Path, monkeypatch: pytest.Monk
         handle = launcher.start(spec)
         launcher.describe([handle])
         stop_run_tasks(ecs, c.cfg.cluster, "test", run.run_id, conductor=False)
+        # a worker of step x1: its inputs staged, its master found, a part of its records put
+        step = f"{run.run_id}/capacity/g6/x1"
+        aws.sd.register_instance(
+            ServiceId=c.services["master"]["g6"],
+            InstanceId="m",
+            Attributes={"AWS_INSTANCE_IPV4": "10.0.0.9", cc.STEP_ATTRIBUTE: step},
+        )
+        env = {
+            cc.ENV_RESULTS_URI: c.cfg.results_uri,
+            cc.ENV_RUN_ID: run.run_id,
+            cc.ENV_MANIFEST_DIGEST: m.digest,
+            cc.ENV_WORK_DIR: str(tmp_path / "worker"),
+            cc.ENV_DISCOVERY_NAMESPACE: c.namespace,
+            cc.ENV_MASTER_SERVICE: cc.master_service_name("g6"),
+            cc.ENV_STEP: step,
+        }
+        stage_inputs(env, c.client("s3", aws.s3, WORKER))
+        assert discover_master(env, c.client("servicediscovery", aws.sd, WORKER), timeout_s=1) == (
+            "10.0.0.9",
+            str(cc.LOCUST_MASTER_PORT),
+        )
+        records = tmp_path / "records-g6-w0.jsonl"
+        records.write_text("{}\n")
+        parts = RecordParts(records, f"{run.uri}/capacity/g6/x1", "g6", "w0", c.client("s3", aws.s3, WORKER))
+        assert parts.flush() is not None
         yield c
 
 
-def _denied(c: Conductor, policies: list[dict[str, Any]]) -> list[Denial]:
+def _denied(c: Conductor, policies: dict[str, list[dict[str, Any]]]) -> list[Denial]:
     with Evaluator(ACCOUNT) as iam:
-        return iam.denials(c.calls, {ACTOR: policies}, c.world)
+        return iam.denials(c.calls, policies, c.world)
 
 
 def test_every_call_the_conductor_makes_is_allowed_by_its_role(conductor: Conductor) -> None:
-    made = {(call.service, call.operation) for call in conductor.calls}
+    made = {(call.service, call.operation) for call in conductor.calls if call.actor == CONDUCTOR}
     assert {
         ("ecs", "RunTask"),
         ("ecs", "DescribeTasks"),
@@ -233,7 +285,13 @@ def test_every_call_the_conductor_makes_is_allowed_by_its_role(conductor: Conduc
         ("s3", "CopyObject"),
         ("s3", "DeleteObject"),
     } <= made
-    assert [str(d) for d in _denied(conductor, conductor.policies)] == []
+    assert [str(d) for d in _denied(conductor, conductor.policies) if d.call.actor == CONDUCTOR] == []
+
+
+def test_every_call_a_worker_makes_is_allowed_by_its_role(conductor: Conductor) -> None:
+    made = {(call.service, call.operation) for call in conductor.calls if call.actor == WORKER}
+    assert made == {("s3", "GetObject"), ("s3", "PutObject"), ("servicediscovery", "DiscoverInstances")}
+    assert [str(d) for d in _denied(conductor, conductor.policies) if d.call.actor == WORKER] == []
 
 
 def _statement_with(policies: list[dict[str, Any]], action: str) -> tuple[int, int]:
@@ -246,24 +304,32 @@ def _statement_with(policies: list[dict[str, Any]], action: str) -> tuple[int, i
 
 
 @pytest.mark.parametrize(
-    "action",
+    ("actor", "action"),
     [
-        "ecs:RunTask",
-        "ecs:ListTasks",
-        "ecs:StopTask",
-        "iam:PassRole",
-        "ecs:TagResource",
-        "servicediscovery:RegisterInstance",
-        "route53:ChangeResourceRecordSets",
-        "s3:PutObject",
-        "elasticloadbalancing:DescribeTargetHealth",
+        (CONDUCTOR, "ecs:RunTask"),
+        (CONDUCTOR, "ecs:ListTasks"),
+        (CONDUCTOR, "ecs:StopTask"),
+        (CONDUCTOR, "iam:PassRole"),
+        (CONDUCTOR, "ecs:TagResource"),
+        (CONDUCTOR, "servicediscovery:RegisterInstance"),
+        (CONDUCTOR, "route53:ChangeResourceRecordSets"),
+        (CONDUCTOR, "s3:PutObject"),
+        (CONDUCTOR, "elasticloadbalancing:DescribeTargetHealth"),
+        (WORKER, "s3:GetObject"),
+        (WORKER, "s3:PutObject"),
+        (WORKER, "servicediscovery:DiscoverInstances"),
     ],
 )
-def test_removing_a_statement_denies_the_call_that_needs_it(conductor: Conductor, action: str) -> None:
-    doc, statement = _statement_with(conductor.policies, action)
-    denied = _denied(conductor, without_statement(conductor.policies, doc, statement))
-    assert denied, f"removing the statement with {action} denied nothing"
-    assert action in {d.authorization.action for d in denied}
+def test_removing_a_statement_denies_the_call_that_needs_it(conductor: Conductor, actor: str, action: str) -> None:
+    doc, statement = _statement_with(conductor.policies[actor], action)
+    policies = {**conductor.policies, actor: without_statement(conductor.policies[actor], doc, statement)}
+    denied = _denied(conductor, policies)
+    assert denied, f"removing the {actor}'s statement with {action} denied nothing"
+    removed = conductor.policies[actor][doc]["Statement"][statement]["Action"]
+    removed = set(removed) if isinstance(removed, list) else {removed}
+    # only the removed statement's actions, only of this actor, and the one asked among them
+    assert {d.call.actor for d in denied} == {actor}
+    assert action in {d.authorization.action for d in denied} <= removed
     first = next(d for d in denied if d.authorization.action == action)
-    assert str(first).startswith(f"conductor may not {action} on ")
+    assert str(first).startswith(f"{actor} may not {action} on ")
     print(json.dumps([str(d) for d in denied][:3]))
