@@ -2,7 +2,7 @@
 each call the seam makes in moto is recorded as its actor's (the conductor: a run's inputs, a
 capacity step's target health, Cloud Map registrations and uploads, a resume's stale registrations
 and moves, RunTask, DescribeTasks, ListTasks and StopTask; a worker: its inputs staged, its master
-found, a part of its records put) and evaluated against the actor's role's policies from `cdk synth`
+found, a part of its records and its summary put) and evaluated against the actor's role's policies from `cdk synth`
 by a real evaluator (testing/iam_policy.py: iam-simulate, actions, resources and conditions). Every
 call is allowed; removing any one statement the calls exercise denies a call of its action, named.
 """
@@ -27,7 +27,7 @@ from campaign.backends.fargate.run import CloudRun
 from campaign.backends.fargate.tasks import TaskSpec
 from core import cloud_contract as cc
 from core.manifest import load_manifest
-from loadgen.recording import RecordParts
+from loadgen.recording import RecordParts, upload_to_s3
 from loadgen.task_entry import discover_master, stage_inputs
 from testing.iam_policy import Denial, Evaluator, Recorded, World, resolve, role_policies, without_statement
 from tests.cloud.test_cloud_steps import BUCKET, REGION, Aws, Launcher
@@ -262,6 +262,9 @@ def conductor(template: dict[str, Any], tmp_path: Path, monkeypatch: pytest.Monk
         records.write_text("{}\n")
         parts = RecordParts(records, f"{run.uri}/capacity/g6/x1", "g6", "w0", c.client("s3", aws.s3, WORKER))
         assert parts.flush() is not None
+        summary = tmp_path / "summary-g6-w0.json"
+        summary.write_text("{}")
+        upload_to_s3([summary], f"{run.uri}/capacity/g6/x1", c.client("s3", aws.s3, WORKER))
         yield c
 
 
