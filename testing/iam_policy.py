@@ -198,12 +198,25 @@ def authorizations(call: Call, world: World) -> list[Authorization]:
     if call.service == "servicediscovery" and op in ("RegisterInstance", "DeregisterInstance", "ListInstances"):
         service = world.service_arn(p["ServiceId"])
         out = [Authorization(f"servicediscovery:{op}", service)]
-        if op != "ListInstances":
-            # In a DNS namespace Cloud Map writes the instance's records in the namespace's hosted
-            # zone with the caller's permission (Cloud Map developer guide, "AWS Cloud Map API
-            # permissions reference": route53:ChangeResourceRecordSets; resource type hostedzone).
-            zone = f"arn:{world.partition}:route53:::hostedzone/{world.hosted_zone_of_service(p['ServiceId'])}"
-            out.append(Authorization("route53:ChangeResourceRecordSets", zone))
+        if op == "ListInstances":
+            return out
+        # Cloud Map acts with the caller's permission in Route 53 (and EC2): the Cloud Map developer
+        # guide, "AWS Cloud Map API permissions reference", lists as required for RegisterInstance
+        # route53:GetHealthCheck, route53:CreateHealthCheck, route53:UpdateHealthCheck,
+        # route53:ChangeResourceRecordSets and ec2:DescribeInstances; for DeregisterInstance
+        # route53:GetHealthCheck, route53:DeleteHealthCheck, route53:UpdateHealthCheck and
+        # route53:ChangeResourceRecordSets; whatever the service's health-check configuration.
+        # Resource types (Service Authorization Reference, Route 53 and EC2): ChangeResourceRecordSets
+        # the hosted zone, Get/Update/DeleteHealthCheck a health check (none exists yet: any),
+        # CreateHealthCheck and DescribeInstances none.
+        zone = f"arn:{world.partition}:route53:::hostedzone/{world.hosted_zone_of_service(p['ServiceId'])}"
+        health_check = f"arn:{world.partition}:route53:::healthcheck/*"
+        out.append(Authorization("route53:ChangeResourceRecordSets", zone))
+        out += [Authorization(f"route53:{a}", health_check) for a in ("GetHealthCheck", "UpdateHealthCheck")]
+        if op == "RegisterInstance":
+            out += [Authorization("route53:CreateHealthCheck", "*"), Authorization("ec2:DescribeInstances", "*")]
+        else:
+            out.append(Authorization("route53:DeleteHealthCheck", health_check))
         return out
     if call.service == "servicediscovery" and op == "DiscoverInstances":
         # resource types namespace and service, both required; condition keys

@@ -316,6 +316,8 @@ def _statement_with(policies: list[dict[str, Any]], action: str) -> tuple[int, i
         (CONDUCTOR, "ecs:TagResource"),
         (CONDUCTOR, "servicediscovery:RegisterInstance"),
         (CONDUCTOR, "route53:ChangeResourceRecordSets"),
+        (CONDUCTOR, "route53:GetHealthCheck"),
+        (CONDUCTOR, "route53:CreateHealthCheck"),
         (CONDUCTOR, "s3:PutObject"),
         (CONDUCTOR, "elasticloadbalancing:DescribeTargetHealth"),
         (WORKER, "s3:GetObject"),
