@@ -19,6 +19,7 @@ not know is an error naming it, never a pass.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -119,6 +120,7 @@ class World:
     discovery_arns: Callable[[str, str], tuple[str, str]]  # (namespace name, service name) -> their ARNs
     stack_arn: Callable[[str], str]
     partition: str = "aws"
+    instance_group: Callable[[str], str] | None = None  # an instance id -> its Auto Scaling group's ARN
 
     def arn(self, service: str, resource: str, *, region: bool = True, account: bool = True) -> str:
         return f"arn:{self.partition}:{service}:{self.region if region else ''}:{self.account if account else ''}:{resource}"
@@ -378,13 +380,18 @@ class Evaluator:
         self, calls: Sequence[Call], policies: Mapping[str, Sequence[Mapping[str, Any]]], world: World
     ) -> list[Denial]:
         """Each authorization of `calls` that the actor's `policies` do not allow."""
+        return [d for call in calls for d in self.check(call, authorizations(call, world), policies[call.actor], world)]
+
+    def check(
+        self, call: Call, auths: Sequence[Authorization], policies: Sequence[Mapping[str, Any]], world: World
+    ) -> list[Denial]:
+        """Each of `auths` (what `call` needs) that `policies` do not allow."""
+        principal = world.arn("iam", f"role/{call.actor}", region=False)
         out = []
-        for call in calls:
-            principal = world.arn("iam", f"role/{call.actor}", region=False)
-            for auth in authorizations(call, world):
-                result = self.decide(policies[call.actor], principal, auth)
-                if result != "Allowed":
-                    out.append(Denial(call, auth, result))
+        for auth in auths:
+            result = self.decide(policies, principal, auth)
+            if result != "Allowed":
+                out.append(Denial(call, auth, result))
         return out
 
 
@@ -392,3 +399,108 @@ class Evaluator:
 def evaluator(account: str) -> Iterator[Evaluator]:
     with Evaluator(account) as iam:
         yield iam
+
+
+# ---------------------------------------------------------------------------------------------
+# An instance's boot: its `aws` CLI calls and its image pulls from ECR
+
+# The CLI's options that take no value (AWS CLI command reference: s3 cp / sync, ssm get-parameter).
+_CLI_FLAGS = {"--recursive", "--quiet", "--only-show-errors", "--no-progress", "--with-decryption", "--no-paginate"}
+
+
+def _cli_options(args: Sequence[str]) -> tuple[dict[str, list[str]], list[str]]:
+    opts: dict[str, list[str]] = {}
+    positional: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a.startswith("--") and a not in _CLI_FLAGS and i + 1 < len(args):
+            opts.setdefault(a, []).append(args[i + 1])
+            i += 2
+            continue
+        if a.startswith("--"):
+            opts.setdefault(a, []).append("")
+        else:
+            positional.append(a)
+        i += 1
+    return opts, positional
+
+
+def _s3_uri(uri: str) -> tuple[str, str] | None:
+    if not uri.startswith("s3://"):
+        return None
+    bucket, _, key = uri[len("s3://") :].partition("/")
+    return bucket, key
+
+
+def cli_authorizations(argv: Sequence[str], world: World) -> list[Authorization]:
+    """What AWS authorizes for one `aws ...` command line (argv without `aws`), as the CLI makes
+    its calls: `s3 cp --recursive` and `s3 sync` list the source prefix (s3:ListBucket with
+    s3:prefix) and get or put each object under it (AWS CLI command reference, s3 cp / s3 sync;
+    an object under a prefix is authorized as `prefix/*` here, the objects' names being the
+    script's). A command not known here is an error naming it."""
+    service, command, rest = argv[0], argv[1], list(argv[2:])
+    opts, positional = _cli_options(rest)
+
+    def one(name: str) -> str:
+        return opts[name][0]
+
+    if (service, command) == ("ecr", "get-login-password"):
+        return [Authorization("ecr:GetAuthorizationToken", "*")]
+    if (service, command) == ("ssm", "get-parameter"):
+        name = one("--name")
+        return [
+            Authorization(
+                "ssm:GetParameter", world.arn("ssm", "parameter" + (name if name.startswith("/") else f"/{name}"))
+            )
+        ]
+    if (service, command) == ("secretsmanager", "get-secret-value"):
+        return [Authorization("secretsmanager:GetSecretValue", one("--secret-id"))]
+    if (service, command) == ("s3api", "list-objects-v2"):
+        return [Authorization("s3:ListBucket", world.s3(one("--bucket")), {"s3:prefix": opts.get("--prefix", [""])[0]})]
+    if service == "s3" and command in ("cp", "sync", "ls"):
+        out: list[Authorization] = []
+        recursive = "--recursive" in opts or command == "sync"
+        for n, uri in enumerate(positional):
+            where = _s3_uri(uri)
+            if where is None:
+                continue
+            bucket, key = where
+            source = command == "ls" or (n == 0 and len(positional) > 1)
+            if recursive or command == "ls":
+                prefix = key.rstrip("/") + "/" if key else ""
+                out.append(Authorization("s3:ListBucket", world.s3(bucket), {"s3:prefix": prefix}))
+                if command != "ls":
+                    out.append(
+                        Authorization("s3:GetObject" if source else "s3:PutObject", world.s3(bucket, prefix + "*"))
+                    )
+            else:
+                if not source and key.endswith("/"):
+                    key += Path(positional[0]).name
+                out.append(Authorization("s3:GetObject" if source else "s3:PutObject", world.s3(bucket, key)))
+        return out
+    if (service, command) == ("autoscaling", "terminate-instance-in-auto-scaling-group") and world.instance_group:
+        return [
+            Authorization("autoscaling:TerminateInstanceInAutoScalingGroup", world.instance_group(one("--instance-id")))
+        ]
+    raise IamCheckError(
+        f"no authorization known for `aws {service} {command}` (add it from the Service Authorization Reference)"
+    )
+
+
+def image_pull_authorizations(image: str, world: World) -> list[Authorization]:
+    """A `docker pull` of an image in this account's ECR (nothing for another registry): the
+    repository's BatchGetImage, GetDownloadUrlForLayer and BatchCheckLayerAvailability (ECR user
+    guide, "Private repository policies" / image pulls), and for a pull-through cache's repository
+    (`docker-hub/...`) BatchImportUpstreamImage and CreateRepository as well, which a first pull of
+    an image not yet cached needs (ECR user guide, "Creating a pull through cache rule", IAM
+    permissions)."""
+    host, _, path = image.partition("/")
+    if host != f"{world.account}.dkr.ecr.{world.region}.amazonaws.com":
+        return []
+    repository = re.split(r"[@:]", path, maxsplit=1)[0]
+    arn = world.arn("ecr", f"repository/{repository}")
+    actions = ["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"]
+    if repository.startswith("docker-hub/"):
+        actions += ["ecr:BatchImportUpstreamImage", "ecr:CreateRepository"]
+    return [Authorization(a, arn) for a in actions]
