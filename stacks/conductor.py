@@ -63,6 +63,9 @@ UNSCOPED_READS = (
     "ce:GetCostAndUsage",  # the report's billed cost (analysis/sources/billing.py)
     "pricing:GetProducts",  # the report's prices (analysis/sources/pricing.py)
 )
+# What Cloud Map's RegisterInstance needs beside it that defines no resource type (Cloud Map API
+# permissions reference; Service Authorization Reference, Amazon Route 53 and Amazon EC2).
+CLOUD_MAP_UNSCOPED = ("route53:CreateHealthCheck", "ec2:DescribeInstances")
 
 
 def conductor_image() -> ecs.ContainerImage:
@@ -166,20 +169,25 @@ class Conductor(Construct):
             "AwsSolutions-IAM5[Resource::*]",
             "ListTasks (only with the ecs:cluster condition: this cluster), ELB/Auto Scaling/CloudWatch "
             "Describe and Get calls, Cost Explorer and the Price List define no resource type; "
-            "ecr:GetAuthorizationToken neither.",
+            "ecr:GetAuthorizationToken neither, nor route53:CreateHealthCheck and ec2:DescribeInstances, "
+            "which Cloud Map's RegisterInstance needs.",
         )
 
     def _register_tasks(self, namespace: servicediscovery.PrivateDnsNamespace) -> None:
         """Each step's master and workers in their fleet's Cloud Map services, deregistered when
         the step ends; `run --resume` lists them (campaign/backends/fargate/run.py). Resource type
-        `service` (Service Authorization Reference, AWS Cloud Map). In a DNS namespace Cloud Map
-        writes the records in the namespace's hosted zone with the caller's permission (Cloud Map
-        developer guide, "AWS Cloud Map API permissions reference": route53:ChangeResourceRecordSets
-        for RegisterInstance and DeregisterInstance); the Route 53 health-check permissions it
-        also lists are for a service with a health check (RegisterInstance API reference: one is
-        created only if the service includes HealthCheckConfig), which these services have not, and
-        its ec2:DescribeInstances for an instance registered by AWS_EC2_INSTANCE_ID, which `run`
-        never does (it registers AWS_INSTANCE_IPV4)."""
+        `service` (Service Authorization Reference, AWS Cloud Map). Cloud Map acts in Route 53 (and
+        EC2) with the caller's permission: its developer guide's "AWS Cloud Map API permissions
+        reference" lists as required for RegisterInstance route53:GetHealthCheck,
+        route53:CreateHealthCheck, route53:UpdateHealthCheck, route53:ChangeResourceRecordSets and
+        ec2:DescribeInstances, and for DeregisterInstance route53:GetHealthCheck,
+        route53:DeleteHealthCheck, route53:UpdateHealthCheck and route53:ChangeResourceRecordSets,
+        without exception for a service that has no health check or an instance registered by
+        AWS_INSTANCE_IPV4 (until issue 49 only ChangeResourceRecordSets was granted, on that
+        reasoning: the first registration on an account could have been refused). Resource types
+        (Service Authorization Reference, Amazon Route 53 and Amazon EC2): ChangeResourceRecordSets
+        the namespace's hosted zone; Get/Update/DeleteHealthCheck `healthcheck` (the one Cloud Map
+        would create has no name ahead: any); CreateHealthCheck and DescribeInstances none."""
         services = [*self._lg.master_discovery.values(), *self._lg.workers_discovery.values()]
         self._allow(
             [
@@ -189,8 +197,20 @@ class Conductor(Construct):
             ],
             [s.service_arn for s in services],
         )
-        zone = f"arn:{Stack.of(self).partition}:route53:::hostedzone/{namespace.namespace_hosted_zone_id}"
+        partition = Stack.of(self).partition
+        zone = f"arn:{partition}:route53:::hostedzone/{namespace.namespace_hosted_zone_id}"
         self._allow(["route53:ChangeResourceRecordSets"], [zone])
+        self._allow(
+            ["route53:GetHealthCheck", "route53:UpdateHealthCheck", "route53:DeleteHealthCheck"],
+            [f"arn:{partition}:route53:::healthcheck/*"],
+        )
+        self._allow(list(CLOUD_MAP_UNSCOPED), ["*"])
+        acknowledge(
+            self.task,
+            "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:route53:::healthcheck/*]",
+            "Cloud Map's registrations act on Route 53 health checks with the caller's permission (Cloud Map API "
+            "permissions reference); the one it would create has no name ahead.",
+        )
 
     def _run_files(self, results: s3.IBucket) -> None:
         """The run's prefix, and only it: inputs up, records and step files read as they stream,

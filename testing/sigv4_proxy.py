@@ -5,9 +5,13 @@ using Prometheus-compatible APIs", AMP-onboard-query-APIs.html).
 
 Each request's signature is recomputed with botocore's own signer (botocore.auth.SigV4Auth: the
 canonical request, the string to sign and the signature, at the request's own X-Amz-Date) over
-the headers the request says it signed, and compared with the one it carries. Unsigned, signed
-for another service or region, with another key or a wrong signature: 403 with a JSON
-{"message": ...} naming why. Queries are served under /workspaces/<workspace id>/, as AMP serves
+the headers the request says it signed, and compared with the one it carries. The canonical query
+string in it is not botocore's, which is the query string as sent, sorted: it is built here from
+the specification (`canonical_query_string`), as the service does from the parameters it decoded,
+so a client that sends its query in any other encoding (`+` for a space, a raw `{` or `"`,
+lower-case hex) and signs what it sent is refused, as AWS would refuse it. Unsigned, signed for
+another service or region, with another key or a wrong signature: 403 with a JSON {"message": ...}
+naming why. Queries are served under /workspaces/<workspace id>/, as AMP serves
 them; another workspace id is answered 404.
 
 Remote writes are checked the same way: AMP takes them at /workspaces/<id>/api/v1/remote_write
@@ -28,6 +32,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Self
+from urllib.parse import unquote_to_bytes
 
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
@@ -45,6 +50,41 @@ AMP_REMOTE_WRITE, RECEIVER_WRITE = "/api/v1/remote_write", "/api/v1/write"
 # What a remote-write body needs beside its bytes: snappy-compressed protobuf, and its protocol version
 # (Prometheus remote-write specification 1.0, "Protocol": Content-Encoding, Content-Type, X-Prometheus-Remote-Write-Version).
 _FORWARDED_HEADERS = ("Content-Type", "Content-Encoding", "X-Prometheus-Remote-Write-Version")
+
+
+# SigV4's URI encoding (IAM user guide, "Create a signed AWS API request", section "Create a canonical
+# request", UriEncode): every byte of the UTF-8 text is percent-encoded as %XY with upper-case hex,
+# except the unreserved A-Z a-z 0-9 - . _ ~; a space is %20, never +. "You URI-encode each name and
+# value individually" and sort the parameters by name ("The sorting occurs after encoding"), a
+# repeated name by value. What follows is that rule, not botocore's code, so it checks the client.
+_UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+
+
+def uri_encode(text: str) -> str:
+    return "".join(
+        chr(byte) if byte in _UNRESERVED else f"%{byte:02X}" for byte in text.encode("utf-8", "surrogateescape")
+    )
+
+
+def query_parameters(raw_query: str) -> list[tuple[str, str]]:
+    """The names and values a query string carries, percent-decoded. A `+` stays a `+`: only HTML
+    form encoding makes it a space (RFC 3986 gives it no meaning in a query), and either way a
+    client that sent one for a space signed something other than the canonical %20."""
+    pairs = []
+    for part in raw_query.split("&") if raw_query else []:
+        name, _, value = part.partition("=")
+        pairs.append((_decode(name), _decode(value)))
+    return pairs
+
+
+def _decode(text: str) -> str:
+    return unquote_to_bytes(text).decode("utf-8", "surrogateescape")
+
+
+def canonical_query_string(parameters: list[tuple[str, str]]) -> str:
+    """SigV4's CanonicalQueryString of these (decoded) parameters: each name and value URI-encoded,
+    sorted by encoded name, then encoded value, joined `name=value` with `&`."""
+    return "&".join(f"{name}={value}" for name, value in sorted((uri_encode(n), uri_encode(v)) for n, v in parameters))
 
 
 @dataclass(frozen=True)
@@ -74,15 +114,34 @@ def signature_problem(
     signed = parsed["signed"].split(";")
     if "host" not in signed or any(name not in headers for name in signed):
         return f"signed headers {parsed['signed']} must include host and be present in the request"
+    # botocore takes the URL's query string as it stands (sorted) for the canonical one; given the
+    # specification's, it signs what the service would.
+    where, _, raw_query = path.partition("?")
+    canonical = canonical_query_string(query_parameters(raw_query))
     request = AWSRequest(
-        method=method, url=f"http://{host}{path}", data=body or None, headers={n: headers[n] for n in signed}
+        method=method,
+        url=f"http://{host}{where}" + (f"?{canonical}" if canonical else ""),
+        data=body or None,
+        headers={n: headers[n] for n in signed},
     )
     request.context["timestamp"] = stamp
     auth = SigV4Auth(Credentials(creds.access_key, creds.secret_key), SERVICE, region)
     expected = auth.signature(auth.string_to_sign(request, auth.canonical_request(request)), request)
     if not hmac.compare_digest(expected, parsed["signature"]):
-        return "the request signature does not match the one computed from the request and the secret key"
+        why = "the request signature does not match the one computed from the request and the secret key"
+        return why + _query_encoding_note(raw_query, canonical)
     return None
+
+
+def _query_encoding_note(raw_query: str, canonical: str) -> str:
+    """What a signature mismatch most likely comes from when the query was not sent in canonical form."""
+    as_sent = "&".join(sorted(raw_query.split("&"))) if raw_query else ""
+    if as_sent == canonical:
+        return ""
+    return (
+        f": the query string as sent, {raw_query!r}, is not in SigV4's canonical encoding, {canonical!r} "
+        "(every byte but A-Z a-z 0-9 - _ . ~ percent-encoded, upper-case hex, a space as %20, never +)"
+    )
 
 
 class _LoopbackHop:

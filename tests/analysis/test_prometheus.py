@@ -188,7 +188,7 @@ def test_stand_in_workspace_refuses_wrong_signatures(amp: SigV4Proxy) -> None:
     )
     for url, headers in (
         (f"{amp.url}/api/v1/query?query=up", dict(other_service.headers.items())),
-        (f"{amp.url}/api/v1/query?query=vector(1)", tampered),
+        (f"{amp.url}/api/v1/query?query=vector%281%29", tampered),  # canonical: only the signature is wrong
     ):
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=5)

@@ -13,7 +13,13 @@ import pytest
 from core import cloud_contract as cc
 from core.manifest import load_manifest
 from core.naming import stack_name
-from stacks.conductor import CONDUCTOR_DEFAULT_COMMAND, CONDUCTOR_DOCKERFILE, CONDUCTOR_ENTRYPOINT, UNSCOPED_READS
+from stacks.conductor import (
+    CLOUD_MAP_UNSCOPED,
+    CONDUCTOR_DEFAULT_COMMAND,
+    CONDUCTOR_DOCKERFILE,
+    CONDUCTOR_ENTRYPOINT,
+    UNSCOPED_READS,
+)
 from tests.stacks.conftest import EXAMPLE_MANIFEST, REPO_ROOT, Synth
 from tests.stacks.test_observability import _run_config
 
@@ -124,6 +130,10 @@ def test_its_role_grants_exactly_the_calls_run_and_resume_make(statements: list[
         "servicediscovery:DeregisterInstance",
         "servicediscovery:ListInstances",
         "route53:ChangeResourceRecordSets",
+        "route53:GetHealthCheck",
+        "route53:UpdateHealthCheck",
+        "route53:DeleteHealthCheck",
+        *CLOUD_MAP_UNSCOPED,
         "s3:ListBucket",
         "s3:GetObject",
         "s3:PutObject",
@@ -134,7 +144,11 @@ def test_its_role_grants_exactly_the_calls_run_and_resume_make(statements: list[
     }
     # Resource "*" only for the actions that define no resource type, and ListTasks with its cluster condition.
     on_star = [st for st in statements if st["Effect"] == "Allow" and "*" in _as_list(st["Resource"])]
-    assert {a for st in on_star for a in _as_list(st["Action"])} == {*UNSCOPED_READS, "ecs:ListTasks"}
+    assert {a for st in on_star for a in _as_list(st["Action"])} == {
+        *UNSCOPED_READS,
+        *CLOUD_MAP_UNSCOPED,
+        "ecs:ListTasks",
+    }
     (list_tasks,) = _granting(statements, "ecs:ListTasks")
     assert set(_as_list(list_tasks["Action"])) == {"ecs:ListTasks"}
     assert list_tasks["Condition"] == {"ArnEquals": {"ecs:cluster": {"Fn::GetAtt": [_cluster(statements), "Arn"]}}}
@@ -188,6 +202,14 @@ def test_it_registers_only_in_the_campaigns_services_and_writes_only_the_runs_pr
     (namespace,) = example.resources("AWS::ServiceDiscovery::PrivateDnsNamespace")
     (records,) = _granting(statements, "route53:ChangeResourceRecordSets")
     assert _text(records["Resource"]).endswith(f'hostedzone/", {{"Fn::GetAtt": ["{namespace}", "HostedZoneId"]}}]]}}')
+    # what Cloud Map's API permissions reference lists beside it, on health checks only
+    (health,) = _granting(statements, "route53:GetHealthCheck")
+    assert set(_as_list(health["Action"])) == {
+        "route53:GetHealthCheck",
+        "route53:UpdateHealthCheck",
+        "route53:DeleteHealthCheck",
+    }
+    assert _text(health["Resource"]).endswith(':route53:::healthcheck/*"]]}')
     m = load_manifest(EXAMPLE_MANIFEST)
     runs = f"campaigns/{m.campaign}/{m.short_digest}/runs"
     (listing,) = _granting(statements, "s3:ListBucket")

@@ -31,7 +31,11 @@ Template = dict[str, Any]
 # ---------------------------------------------------------------------------------------------
 ACTIONS_ALLOWED_ON_STAR: dict[str, str] = {
     "ecr:GetAuthorizationToken": "ECR has no resource-level permission for the registry login token (fleet image pull, ECS execution roles)",
-    "ec2:DescribeInstances": "Describe* calls have no resource-level permissions; Prometheus ec2_sd discovers fleet instances by tag",
+    "ec2:DescribeInstances": "Describe* calls have no resource-level permissions; Prometheus ec2_sd discovers fleet instances by tag, "
+    "and Cloud Map's RegisterInstance needs it of the conductor (Cloud Map API permissions reference)",
+    # The conductor's Cloud Map registrations: Cloud Map creates a service's Route 53 health check
+    # with the caller's permission (Cloud Map API permissions reference, RegisterInstance).
+    "route53:CreateHealthCheck": "Cloud Map's RegisterInstance requires it of the caller; CreateHealthCheck defines no resource type",
     "ec2:DescribeAvailabilityZones": "Describe* calls have no resource-level permissions; Prometheus ec2_sd labels targets by AZ",
     # Session Manager channels: the ssmmessages actions define no resource types (Service Authorization Reference,
     # https://docs.aws.amazon.com/service-authorization/latest/reference/list_ssmmessages.html).
