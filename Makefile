@@ -11,7 +11,7 @@ MANIFEST ?= manifests/llama3-8b-inf2-vs-g6.yaml
 
 .PHONY: install install-runtime setup system-deps system-deps-demo demo plan test pytest lint bench docs clean checkov checkov-venv engine tiny-model real-engine cloud-offline cloud-offline-engine cloud-offline-resume report-screenshot
 
-install: .venv/.installed
+install: .venv/.installed node_modules/.package-lock.json
 install-runtime: .venv/.runtime-installed
 
 # The project itself goes in last, editable (no deps: requirements.txt pinned them; no build
@@ -23,8 +23,13 @@ install-runtime: .venv/.runtime-installed
 	.venv/bin/pip install -q --upgrade pip
 	.venv/bin/pip install -q -r requirements.txt
 	PYTHONWARNINGS=ignore::UserWarning .venv/bin/pip install -q --no-deps --no-build-isolation -e .
-	@if [ -f package-lock.json ]; then npm ci --no-audit --no-fund --loglevel=error; fi
 	touch .venv/.runtime-installed $@
+
+# The CDK CLI and the IAM policy evaluator the tests run (package-lock.json pins both), installed
+# again whenever the lock changes (npm ci writes this file; touch: newer than the lock).
+node_modules/.package-lock.json: package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
 
 # What `make demo` needs, no more: the runtime pins, the build backend's pinned setuptools (the
 # venv's own is too old to build the editable install) and the project; no test tools, no npm.
