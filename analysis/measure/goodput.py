@@ -411,25 +411,43 @@ def _peak(starts: npt.NDArray[np.float64], ends: npt.NDArray[np.float64]) -> int
 
 
 def goodput_series(
-    rs: RecordSet, fleet: str, ttft_slo_s: float, itl_slo_s: float, start_s: float, end_s: float, bins: int = 60
-) -> list[tuple[float, float]]:
-    """Successful output tokens/s in equal bins by completion time: (bin start offset, tok/s).
+    rs: RecordSet, windows: Mapping[str, tuple[float, float]], ttft_slo_s: float, itl_slo_s: float, bins: int = 60
+) -> dict[str, list[tuple[float, float]]]:
+    """Per fleet, successful output tokens/s in equal bins by completion time over its window
+    (start_s, end_s): (bin start offset, tok/s); [] for an empty window.
 
     `bins` bins span the window; requests that complete after it (the drain) get further bins of
-    the same width, up to the last completion, rather than being piled into the window's last bin."""
-    if end_s <= start_s or bins < 1:
-        return []
-    width = (end_s - start_s) / bins
+    the same width, up to the last completion, rather than being piled into the window's last bin.
+    One scan bins every fleet, each by its own start and width (query parameters, so the
+    arithmetic is that of a query per fleet)."""
+    spans = {f: (start, (end - start) / bins) for f, (start, end) in windows.items() if end > start and bins >= 1}
+    out: dict[str, list[tuple[float, float]]] = {f: [] for f in windows}
+    if not spans:
+        return out
+    params: dict[str, object] = {"ttft": ttft_slo_s, "itl": itl_slo_s}
+    for i, (f, (start, width)) in enumerate(spans.items()):
+        params |= {f"f{i}": f, f"s{i}": start, f"w{i}": width}
+    names = ", ".join(f"$f{i}" for i in range(len(spans)))
+
+    def per_fleet(p: str) -> str:
+        return "CASE fleet " + " ".join(f"WHEN $f{i} THEN ${p}{i}" for i in range(len(spans))) + " END"
+
     rows = rs.con.execute(
-        f"""SELECT CAST(floor((scheduled_s + coalesce(e2e_s, 0) - $start) / $w) AS BIGINT) AS b, sum({_TOKENS})
+        f"""SELECT fleet, CAST(floor((scheduled_s + coalesce(e2e_s, 0) - {per_fleet("s")}) / {per_fleet("w")}) AS BIGINT) AS b,
+                   sum({_TOKENS})
             FROM records
-            WHERE fleet = $fleet AND NOT warmup AND outcome = 'ok' AND {_SLO_MET}
-            GROUP BY b""",
-        {"start": start_s, "w": width, "fleet": fleet, "ttft": ttft_slo_s, "itl": itl_slo_s},
+            WHERE fleet IN ({names}) AND NOT warmup AND outcome = 'ok' AND {_SLO_MET}
+            GROUP BY fleet, b""",
+        params,
     ).fetchall()
-    per_bin = {int(b): float(t) for b, t in rows if b is not None and b >= 0}
-    n = max([bins, *(b + 1 for b in per_bin)])
-    return [(start_s + i * width, per_bin.get(i, 0.0) / width) for i in range(n)]
+    per_bin: dict[str, dict[int, float]] = {f: {} for f in spans}
+    for f, b, t in rows:
+        if b is not None and b >= 0:
+            per_bin[str(f)][int(b)] = float(t)
+    for f, (start, width) in spans.items():
+        n = max([bins, *(b + 1 for b in per_bin[f])])
+        out[f] = [(start + i * width, per_bin[f].get(i, 0.0) / width) for i in range(n)]
+    return out
 
 
 def latency_array(rs: RecordSet, fleet: str, column: str) -> npt.NDArray[np.float64]:
