@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import numpy as np
 import numpy.typing as npt
@@ -50,9 +51,8 @@ LATENCY_SQL = {
 _SLO_MET = "(ttft_s IS NOT NULL AND ttft_s <= $ttft AND (itl_s IS NULL OR itl_s <= $itl))"
 # One value per request: its successful output tokens (0 unless it completed ok inside the
 # per-request SLO). Over the non-warmup requests sent, their sum is what goodput divides by the window.
-SUCCESSFUL_TOKENS_SQL = (
-    f"CAST(CASE WHEN outcome = 'ok' AND {_SLO_MET} THEN coalesce({_TOKENS}, 0) ELSE 0 END AS DOUBLE)"
-)
+_SUCCESSFUL = f"CASE WHEN outcome = 'ok' AND {_SLO_MET} THEN coalesce({_TOKENS}, 0) ELSE 0 END"
+SUCCESSFUL_TOKENS_SQL = f"CAST({_SUCCESSFUL} AS DOUBLE)"
 # A capacity step's settle segments (campaign.stages.settle) sit in its directory as settle-<n>/: more
 # requests at the same rate, replayed after the step, each with its own schedule from 0. Records
 # of the step itself are segment "".
@@ -115,10 +115,17 @@ class SloTally:
     successful_tokens: int = 0  # their output tokens, the server's count where it gave one
     disagreements: int = 0  # completed ok, and loadgen's own slo_ok verdict differs
     sent: int = 0  # requests sent (outcome other than not_sent)
-    # Population variance, over the requests sent, of each one's successful tokens (0 unless it
-    # was successful): with `sent` and `successful_tokens`, the interval of their sum
-    # (analysis.measure.intervals.successful_tokens_ci).
-    tokens_var: float = 0.0
+    successful_tokens_sq: int = 0  # over the requests sent, the sum of each one's successful tokens squared
+
+    @property
+    def tokens_var(self) -> float:
+        """Population variance, over the requests sent, of each one's successful tokens (0 unless
+        it was successful): with `sent` and `successful_tokens`, the interval of their sum
+        (analysis.measure.intervals.successful_tokens_ci). From the exact integer sums, rounded
+        once, so every run gives the same figure: duckdb's var_pop merges its threads' partial
+        states in the order they finish, which moves its last bits from run to run."""
+        n = self.sent
+        return float(Fraction(n * self.successful_tokens_sq - self.successful_tokens**2, n * n)) if n else 0.0
 
 
 def slo_tallies(rs: RecordSet, ttft_slo_s: float, itl_slo_s: float) -> dict[str, SloTally]:
@@ -131,13 +138,13 @@ def slo_tallies(rs: RecordSet, ttft_slo_s: float, itl_slo_s: float) -> dict[str,
             f"""SELECT fleet, count(*) FILTER (WHERE {ok_met}), coalesce(sum({_TOKENS}) FILTER (WHERE {ok_met}), 0),
                        count(*) FILTER (WHERE outcome = 'ok' AND {_SLO_MET} IS DISTINCT FROM slo_ok),
                        count(*) FILTER (WHERE outcome <> 'not_sent'),
-                       coalesce(var_pop({SUCCESSFUL_TOKENS_SQL}) FILTER (WHERE outcome <> 'not_sent'), 0)
+                       coalesce(sum(({_SUCCESSFUL}) * ({_SUCCESSFUL})) FILTER (WHERE outcome <> 'not_sent'), 0)
                 FROM records WHERE NOT warmup GROUP BY fleet""",
             {"ttft": ttft_slo_s, "itl": itl_slo_s},
         ).fetchall()
         rs.derived[key] = {
-            str(f): SloTally(int(ok), int(tok), int(differs), int(sent), float(var))
-            for f, ok, tok, differs, sent, var in rows
+            str(f): SloTally(int(ok), int(tok), int(differs), int(sent), int(sq))
+            for f, ok, tok, differs, sent, sq in rows
         }
     judged: dict[str, SloTally] = rs.derived[key]
     return judged

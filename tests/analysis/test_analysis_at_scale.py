@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import random
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -269,5 +270,10 @@ def test_slo_tally_gives_the_tokens_interval_of_the_per_request_values(
     t = goodput.slo_tallies(rs, 1.5, 0.1)["g6"]
     assert (t.sent, t.successful_tokens) == (len(x), int(x.sum()))
     assert t.tokens_var == pytest.approx(float(x.var()), rel=1e-12)
+    # and it is the exact variance, rounded once: the same bits on every run, whatever order
+    # duckdb's threads finish in (its var_pop's last bits move with that order)
+    ints = [int(v) for v in x]
+    exact = Fraction(len(ints) * sum(v * v for v in ints) - sum(ints) ** 2, len(ints) ** 2)
+    assert t.tokens_var == float(exact)
     fm = goodput.measure_fleets(rs, 1.5, 0.1)["g6"]
     assert (fm.successful_output_tokens, fm.requests - fm.not_sent) == (t.successful_tokens, t.sent)
