@@ -149,8 +149,8 @@ def quantile_ranks(n: int, q: float, confidence: float = CONFIDENCE) -> tuple[in
 
 def quantile_ci(sorted_values: Sequence[float], q: float = 0.95, confidence: float = CONFIDENCE) -> QuantileCI:
     """The interval over an already sorted sample."""
-    return _quantile_ci(
-        len(sorted_values), q, confidence, lambda ranks: {r: float(sorted_values[r - 1]) for r in ranks}
+    return quantile_ci_at(
+        len(sorted_values), lambda ranks: {r: float(sorted_values[r - 1]) for r in ranks}, q, confidence
     )
 
 
@@ -164,11 +164,14 @@ def quantile_ci_unsorted(values: FloatArray, q: float = 0.95, confidence: float 
         part = np.partition(values, [r - 1 for r in ranks])
         return {r: float(part[r - 1]) for r in ranks}
 
-    return _quantile_ci(len(values), q, confidence, at)
+    return quantile_ci_at(len(values), at, q, confidence)
 
 
-def _quantile_ci(n: int, q: float, confidence: float, at: Callable[[list[int]], dict[int, float]]) -> QuantileCI:
-    """`at(ranks)`: the sample's order statistics at those 1-based ranks."""
+def quantile_ci_at(
+    n: int, at: Callable[[list[int]], dict[int, float]], q: float = 0.95, confidence: float = CONFIDENCE
+) -> QuantileCI:
+    """The interval of a sample of n values, given `at(ranks)`: the sample's order statistics at
+    those 1-based ranks (its point and its bounded ends; `at` is called once, and not for n = 0)."""
     if n == 0:
         return QuantileCI(q, 0, None, None, None, 0, 1, 1.0)
     lo, hi, cov = quantile_ranks(n, q, confidence)

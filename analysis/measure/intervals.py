@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analysis.measure.goodput import latency_array
+from analysis.measure.goodput import SUCCESSFUL_TOKENS_SQL, SloTally, latency_array, latency_order, slo_tallies
 from analysis.model import FleetIntervalsModel, Measure, QuantileInterval
 from analysis.sources.records import RecordSet
 from core import stats
@@ -33,22 +33,15 @@ def latency_sample(rs: RecordSet, fleet: str, column: str) -> list[float]:
 
 def latency_cis(rs: RecordSet, fleet: str) -> tuple[stats.QuantileCI, stats.QuantileCI]:
     """The P95 TTFT and P95 ITL intervals of one fleet's records."""
-    return (
-        stats.quantile_ci_unsorted(latency_array(rs, fleet, "ttft_s")),
-        stats.quantile_ci_unsorted(latency_array(rs, fleet, "itl_s")),
-    )
+    return latency_order(rs, fleet, "ttft_s").p95, latency_order(rs, fleet, "itl_s").p95
 
 
-# One value per non-warmup request that was sent: its successful output tokens (0 unless it
-# completed ok inside the per-request SLO). Their sum is what goodput divides by the window.
-_SUCCESSFUL_TOKENS = """CASE WHEN outcome = 'ok' AND ttft_s IS NOT NULL AND ttft_s <= $ttft AND (itl_s IS NULL OR itl_s <= $itl)
-                           THEN coalesce(server_output_tokens, client_output_tokens, 0) ELSE 0 END"""
 _SENT = "fleet = $fleet AND NOT warmup AND outcome <> 'not_sent'"
 
 
 def successful_tokens_per_request(rs: RecordSet, fleet: str, ttft_slo_s: float, itl_slo_s: float) -> stats.FloatArray:
     got = rs.con.execute(
-        f"SELECT CAST({_SUCCESSFUL_TOKENS} AS DOUBLE) AS v FROM records WHERE {_SENT}",
+        f"SELECT {SUCCESSFUL_TOKENS_SQL} AS v FROM records WHERE {_SENT}",
         {"fleet": fleet, "ttft": ttft_slo_s, "itl": itl_slo_s},
     ).fetchnumpy()["v"]
     return np.asarray(got, dtype=np.float64)
@@ -56,14 +49,15 @@ def successful_tokens_per_request(rs: RecordSet, fleet: str, ttft_slo_s: float, 
 
 def successful_tokens_ci(rs: RecordSet, fleet: str, ttft_slo_s: float, itl_slo_s: float) -> stats.SumInterval | None:
     """95% interval of the step's successful output tokens (core.stats.sum_ci): n, the sum and
-    the variance come from one duckdb pass; the per-request values are read only to bootstrap."""
-    row = rs.con.execute(
-        f"SELECT count(*), coalesce(sum(v), 0), coalesce(var_pop(v), 0) FROM (SELECT CAST({_SUCCESSFUL_TOKENS} AS DOUBLE) AS v "
-        f"FROM records WHERE {_SENT})",
-        {"fleet": fleet, "ttft": ttft_slo_s, "itl": itl_slo_s},
-    ).fetchone()
-    n, total, var = (int(row[0]), float(row[1]), float(row[2])) if row else (0, 0.0, 0.0)
-    return stats.sum_ci(n, total, var, lambda: successful_tokens_per_request(rs, fleet, ttft_slo_s, itl_slo_s))
+    the variance come from the scan that judges the fleet by this SLO (goodput.slo_tallies); the
+    per-request values are read only to bootstrap."""
+    t = slo_tallies(rs, ttft_slo_s, itl_slo_s).get(fleet, SloTally())
+    return stats.sum_ci(
+        t.sent,
+        float(t.successful_tokens),
+        t.tokens_var,
+        lambda: successful_tokens_per_request(rs, fleet, ttft_slo_s, itl_slo_s),
+    )
 
 
 @dataclass(frozen=True)

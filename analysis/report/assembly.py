@@ -266,17 +266,19 @@ def _add_outcomes(head: ScenarioEvaluation, rs: RecordSet) -> None:
 
 def _series(m: Manifest, rs: RecordSet, measures: Mapping[str, Measure], head: ScenarioEvaluation) -> Series:
     """Plot data: latency CDFs and goodput over time from the records, and the payback curve."""
+    windows = {
+        name: (fm.window_start_s, fm.window_end_s)
+        for name, fm in measures.items()
+        if fm.window_start_s is not None and fm.window_end_s is not None
+    }
+    series = goodput.goodput_series(rs, windows, m.slo.ttft_p95_s, m.slo.itl_p95_s)
     fleets = {
         name: FleetSeries(
             ttft_cdf=goodput.latency_cdf(rs, name, "ttft_s"),
             itl_cdf=goodput.latency_cdf(rs, name, "itl_s"),
-            goodput=None
-            if fm.window_start_s is None or fm.window_end_s is None
-            else goodput.goodput_series(
-                rs, name, m.slo.ttft_p95_s, m.slo.itl_p95_s, fm.window_start_s, fm.window_end_s
-            ),
+            goodput=series.get(name),  # None: no window
         )
-        for name, fm in measures.items()
+        for name in measures
     }
     mig, delta = head.migration_cost_usd, head.monthly_delta_usd
     if mig is None or delta is None:

@@ -14,6 +14,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
@@ -59,6 +60,10 @@ class RecordSet:
     # schedule seconds (segment.json's skip_s / multiplier): a segment's records count their
     # scheduled_s from its own 0, and pooling them with the step needs the one timeline.
     segment_starts: dict[str, float] = field(default_factory=dict)
+    # What the measures derive from these records and read more than once (analysis.measure.goodput:
+    # the tallies, latency order statistics, peak in flight), by the key the computing function
+    # gives it: each is one or more scans of every record, done once.
+    derived: dict[tuple[object, ...], Any] = field(default_factory=dict)
 
     def fleets(self) -> list[str]:
         return [r[0] for r in self.con.execute("SELECT DISTINCT fleet FROM records ORDER BY fleet").fetchall()]

@@ -8,7 +8,9 @@ sweep, and the grouped measure against per-record Python sums.
 
 from __future__ import annotations
 
+import math
 import random
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -151,7 +153,7 @@ def test_grouped_measure_equals_per_record_sums(tmp_path: Path, manifest_data: d
             return r.ttft_s is not None and r.ttft_s <= ttft_slo and (r.itl_s is None or r.itl_s <= itl_slo)
 
         def tok(r: Any) -> int:
-            return r.server_output_tokens if r.server_output_tokens is not None else r.client_output_tokens
+            return int(r.server_output_tokens if r.server_output_tokens is not None else r.client_output_tokens)
 
         sent = sorted(r.scheduled_s for r in live if r.outcome != "not_sent")
         fm = got[fleet]
@@ -197,3 +199,81 @@ def test_a_capacity_interval_is_computed_once_per_step_and_slo(
     assert rep.sensitivity is not None and len(rep.sensitivity.cells) > 5
     assert calls and len(calls) == len(set(calls))  # each (fleet, SLO) once
     assert len(calls) <= len(m.fleets) * 3  # the base SLO and the grid's two SLO cells
+
+
+def test_blockwise_peak_equals_one_search_over_every_start() -> None:
+    """goodput._peak searches the ends a block of starts at a time: over several blocks, with
+    ties between starts and ends, it finds the peak the whole-array search does."""
+    rng = np.random.default_rng(11)
+    n = 3 * goodput._PEAK_BLOCK + 17
+    for starts in (rng.integers(0, 5_000, n).astype(np.float64), rng.random(n) * 1_000):
+        ends = starts + rng.integers(1, 40, n)
+        s, e = np.sort(starts), np.sort(ends)
+        whole = int((np.arange(1, n + 1) - np.searchsorted(e, s, side="right")).max())
+        assert goodput._peak(starts.copy(), ends.copy()) == whole
+
+
+def test_latency_order_is_duckdbs_nearest_rank_and_the_full_sort(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    """One read of a fleet's latencies gives the P95 duckdb's quantile_disc gives, the interval
+    over the fully sorted sample, and the CDF's nearest-rank quantiles; warmup requests and
+    requests without a value are left out."""
+    m = manifest(manifest_data)
+    rng = random.Random(13)
+    recs = [
+        rec(
+            m,
+            "g6",
+            i,
+            ttft=None if i % 17 == 0 else round(rng.uniform(0.05, 3.0), 2),  # ties included
+            itl=None if i % 5 == 0 else rng.uniform(0.01, 0.2),
+            warmup=i < 20,
+        )
+        for i in range(3_000)
+    ]
+    write_jsonl(tmp_path / "records-g6-w0.jsonl", recs)
+    rs = load_records(tmp_path, m.digest)
+    for column in ("ttft_s", "itl_s"):
+        values = sorted(v for r in recs if not r.warmup and (v := getattr(r, column)) is not None)
+        order = goodput.latency_order(rs, "g6", column)
+        assert order.p95 == stats.quantile_ci(values)
+        row = rs.con.execute(f"SELECT quantile_disc({column}, 0.95) FROM records WHERE NOT warmup").fetchone()
+        assert row is not None and order.p95.point == row[0]
+        n = len(values)
+        assert order.cdf == [(values[math.ceil(n * q - 1e-12) - 1], q) for q in goodput.CDF_QUANTILES]
+        assert goodput.latency_order(rs, "g6", column) is order  # read once, kept with the records
+
+
+def test_slo_tally_gives_the_tokens_interval_of_the_per_request_values(
+    tmp_path: Path, manifest_data: dict[str, Any]
+) -> None:
+    """The capacity interval's n, sum and variance come from the scan that judges the fleet by
+    the SLO: they are those of the per-request successful tokens the bootstrap would resample."""
+    m = manifest(manifest_data)
+    rng = random.Random(17)
+    recs = [
+        rec(
+            m,
+            "g6",
+            i,
+            ttft=rng.uniform(0.05, 3.0),
+            itl=rng.choice([None, rng.uniform(0.01, 0.2)]),
+            tokens=rng.randrange(1, 400),
+            server_tokens=rng.choice([None, rng.randrange(1, 400)]),
+            outcome=rng.choice(["ok", "ok", "ok", "http_error", "not_sent"]),
+            warmup=i < 10,
+        )
+        for i in range(2_000)
+    ]
+    write_jsonl(tmp_path / "records-g6-w0.jsonl", recs)
+    rs = load_records(tmp_path, m.digest)
+    x = intervals.successful_tokens_per_request(rs, "g6", 1.5, 0.1)
+    t = goodput.slo_tallies(rs, 1.5, 0.1)["g6"]
+    assert (t.sent, t.successful_tokens) == (len(x), int(x.sum()))
+    assert t.tokens_var == pytest.approx(float(x.var()), rel=1e-12)
+    # and it is the exact variance, rounded once: the same bits on every run, whatever order
+    # duckdb's threads finish in (its var_pop's last bits move with that order)
+    ints = [int(v) for v in x]
+    exact = Fraction(len(ints) * sum(v * v for v in ints) - sum(ints) ** 2, len(ints) ** 2)
+    assert t.tokens_var == float(exact)
+    fm = goodput.measure_fleets(rs, 1.5, 0.1)["g6"]
+    assert (fm.successful_output_tokens, fm.requests - fm.not_sent) == (t.successful_tokens, t.sent)
