@@ -31,7 +31,7 @@ from core.cloud_contract import (
     PROMETHEUS_TASK_MEMORY_GIB,
     PROMETHEUS_TASK_VCPU,
 )
-from core.manifest import Manifest, load_manifest
+from core.manifest import Manifest, load_manifest, weight_bytes
 from tests.conftest import EXAMPLE_MANIFEST
 
 OVERHEAD_S = 60.0  # each simulated step's and segment's load-generator start and stop
@@ -109,21 +109,32 @@ def test_the_plans_usd_is_its_stage_times_at_the_snapshots_prices(
     load_min = sum(stages.values()) / 60
     compiles = [c for c in (compile_phase(m, f) for f in m.fleets) if c is not None]
     compile_min = max((c.minutes for c in compiles), default=0.0)
+    # then one instance of each compiled fleet's own type, for at most its grace (side by side)
+    check_min = max((c.check_minutes for c in compiles), default=0.0)
     ready_min = max(HEALTH_GRACE_MIN[catalog.instance(f.instance_type).accelerator.vendor] for f in m.fleets)
-    total_min = DEPLOY_MIN + compile_min + ready_min + QUALITY_GATE_MIN + load_min + REPORT_AND_TEARDOWN_MIN
+    total_min = DEPLOY_MIN + compile_min + check_min + ready_min + QUALITY_GATE_MIN + load_min + REPORT_AND_TEARDOWN_MIN
+    fleets_at_zero_min = compile_min + check_min  # every group is at 0 until the check passed
     vcpu = prices.lookup("fargate", "vcpu-hour", region).usd
     gib = prices.lookup("fargate", "gb-hour", region).usd
     want = {}
     for f in m.fleets:
         hourly, _ = hourly_price(f.instance_type, region)
         assert hourly is not None
-        want[f"instances.{f.name}"] = hourly * f.instances_deployed * (total_min - compile_min) / 60
+        want[f"instances.{f.name}"] = hourly * f.instances_deployed * (total_min - fleets_at_zero_min) / 60
     for c in compiles:
         assert c.usd is not None
         want[f"compile.{c.fleet}"] = c.usd
+        check_hourly, _ = hourly_price(m.fleet(c.fleet).instance_type, region)
+        assert check_hourly is not None
+        want[f"one_instance_check.{c.fleet}"] = check_hourly * c.check_minutes / 60
+    # the weights cross the NAT once per boot from the Hub: every instance deployed and every compile instance
+    boots = sum(f.instances_deployed for f in m.fleets) + len(compiles)
+    want["nat_weights"] = weight_bytes(m) / 1e9 * boots * prices.lookup("network", "nat-gb", region).usd
     tasks = len(m.fleets) * (1 + m.loadgen.workers)
     want["loadgen_tasks"] = tasks * (LOADGEN_TASK_VCPU * vcpu + LOADGEN_TASK_MEMORY_GIB * gib) * load_min / 60
-    want["conductor"] = (CONDUCTOR_TASK_VCPU * vcpu + CONDUCTOR_TASK_MEMORY_GIB * gib) * (total_min - compile_min) / 60
+    want["conductor"] = (
+        (CONDUCTOR_TASK_VCPU * vcpu + CONDUCTOR_TASK_MEMORY_GIB * gib) * (total_min - fleets_at_zero_min) / 60
+    )
     want["prometheus_task"] = (PROMETHEUS_TASK_VCPU * vcpu + PROMETHEUS_TASK_MEMORY_GIB * gib) * total_min / 60
     want["nlb"] = prices.lookup("nlb", "hour", region).usd * total_min / 60
     assert pred.usd.keys() == want.keys()
