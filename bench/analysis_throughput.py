@@ -34,13 +34,14 @@ MANIFEST = ROOT / "manifests" / "llama3-8b-inf2-vs-g6.yaml"
 # (records, format) -> report.json's sha256 (report_hash) from the analysis code before issue 53's
 # changes. First recorded at 63bedbd (2026-12-07); recorded again the same day at 5218038 (main
 # before issue 53's branch was merged: the example manifest's NVIDIA driver pin and report 2.4 had
-# changed the report since) with this bench, and the merged code gave the same hashes at 200 k, 1 M
-# and 10 M. The report names its records folder relative to its own (`../records`), which is why
+# changed the report since) with this bench, and the merged code gave the same hashes at 200 k, 1 M,
+# 10 M and 100 M. The report names its records folder relative to its own (`../records`), which is why
 # the bench keeps that layout fixed.
 REFERENCE: dict[tuple[int, str], str] = {
     (200_000, "parquet"): "d25c4dc7d8099aa977ed677533e216040bf47d419affb11f6910de38bef4c824",
     (1_000_000, "parquet"): "5fb347e623f8069f442f5dfaaab55418e62357e83eb199a88fcfb6613a088519",
     (10_000_000, "parquet"): "736162358782cb71dcd1058f6c7824251b36126382b24eafe5edbc96dd0e52e9",
+    (100_000_000, "parquet"): "99b6340ada9d0e1cde592b786d5e487b64b9d57eb6fb7408e56eebcb0530502b",
 }
 
 
