@@ -3,11 +3,15 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analysis.economics import cost
 from analysis.economics.sizing import size_fleet, spread_over_azs
+
+# Pure arithmetic, no deadline: `make test` runs these at nice 10 beside the two suites (Makefile),
+# where the scheduler may hold one example past hypothesis's default 200 ms.
+NO_DEADLINE = settings(deadline=None)
 
 PRICES = cost.UnitPrices(
     instance_hourly_usd=1.0, ebs_gb_month_usd=0.08, nlb_hour_usd=0.0225, nlb_lcu_hour_usd=0.006, inter_az_gb_usd=0.01
@@ -89,6 +93,7 @@ def test_run_cost_bills_at_least_sixty_seconds_per_instance() -> None:
     assert cost.run_cost(2, 120.0, 3.6, 730.0, 730) == pytest.approx(2 * 3.6 * 120 / 3600 + 730 * (120 / 3600) / 730)
 
 
+@NO_DEADLINE
 @given(
     ok=st.integers(1, 10_000),
     tok=st.integers(1, 2000),
@@ -106,6 +111,7 @@ def test_failures_never_lower_cost_per_successful_token(
     assert worse >= base * (1 - 1e-12)  # equal when nothing failed, up to float rounding
 
 
+@NO_DEADLINE
 @given(
     d1=st.floats(0, 1e6), d2=st.floats(0, 1e6), per=st.floats(1, 1e4), util=st.floats(0.1, 1.0), red=st.integers(0, 3)
 )
@@ -115,6 +121,7 @@ def test_fleet_size_monotone_in_demand(d1: float, d2: float, per: float, util: f
     assert small.required <= size_fleet(hi, per, utilization_target=util, redundancy=red).required
 
 
+@NO_DEADLINE
 @given(n=st.integers(0, 100), k=st.integers(1, 6))
 def test_az_spread_sums_and_balances(n: int, k: int) -> None:
     spread = spread_over_azs(n, [f"az{i}" for i in range(k)])
@@ -122,6 +129,7 @@ def test_az_spread_sums_and_balances(n: int, k: int) -> None:
     assert max(spread.values()) - min(spread.values()) <= 1
 
 
+@NO_DEADLINE
 @given(thr=st.floats(1, 1e4), drop=st.floats(0.01, 0.99))
 def test_lower_goodput_never_cheapens_the_fleet(thr: float, drop: float) -> None:
     a = cost.monthly_fleet_cost(size_fleet(5000, thr), PRICES, INPUTS)
