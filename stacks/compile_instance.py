@@ -33,7 +33,7 @@ from core.manifest import Manifest
 from stacks.accelerator_telemetry import neuron_namespace
 from stacks.compile_boot import compile_script
 from stacks.compliance import acknowledge
-from stacks.fleet import ServingFleet, fleet_block_devices
+from stacks.fleet import ServingFleet, fleet_block_devices, stop_at_deadline
 
 COMPILE_FOR_TAG = "compile-for"  # not `fleet`: the fleet's own group is the one tagged `fleet` (analysis.sources.cloudwatch.discover_asgs)
 
@@ -99,17 +99,8 @@ class CompileInstance(Construct):
                 subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, availability_zones=list(f.availability_zones)
             ),
         )
-        # The same one-time action as each fleet's (stacks/fleet.py ServingFleet._stop_at_deadline,
-        # where its sources are): the group to 0 at the CampaignDeadline parameter.
-        autoscaling.CfnScheduledAction(
-            self,
-            "StopAtDeadline",
-            auto_scaling_group_name=self.asg.auto_scaling_group_name,
-            start_time=deadline,
-            min_size=0,
-            max_size=0,
-            desired_capacity=0,
-        )
+        # The same one-time action as each fleet's: the group to 0 at the CampaignDeadline parameter.
+        stop_at_deadline(self, self.asg, deadline)
         acknowledge(
             self.asg,
             "AwsSolutions-AS3",

@@ -153,7 +153,7 @@ class ServingFleet(Construct):
         )
         self.launch_template = self._launch_template(region, user_data)
         self.asg = self._auto_scaling_group(vpc, vendor, held_at_zero)
-        self.deadline_action = self._stop_at_deadline(deadline)
+        self.deadline_action = stop_at_deadline(self, self.asg, deadline)
         if cached:
             image_cache.needed_by(self.asg)
 
@@ -296,25 +296,6 @@ class ServingFleet(Construct):
         )
         return asg
 
-    def _stop_at_deadline(self, deadline: str) -> autoscaling.CfnScheduledAction:
-        """A one-time scheduled action (StartTime, no Recurrence) that sets the group's min, max and
-        desired to 0 at the campaign's deadline, so a forgotten campaign stops billing its instances.
-        StartTime is "YYYY-MM-DDThh:mm:ssZ ... UTC/GMT only"; a time in the past is refused ("If you try
-        to schedule your action in the past, Amazon EC2 Auto Scaling returns an error message", EC2 Auto
-        Scaling API reference, PutScheduledUpdateGroupAction; AWS::AutoScaling::ScheduledAction in the
-        CloudFormation template reference is that call): `campaign deploy` computes a future deadline and
-        refuses a past one (campaign/aws/stack.py). The group's rolling update suspends ScheduledActions
-        while it replaces instances (CDK's rolling_update default), as the same page asks."""
-        return autoscaling.CfnScheduledAction(
-            self,
-            "StopAtDeadline",
-            auto_scaling_group_name=self.asg.auto_scaling_group_name,
-            start_time=deadline,
-            min_size=0,
-            max_size=0,
-            desired_capacity=0,
-        )
-
     @staticmethod
     def _grant_session_manager(role: iam.Role, region: str) -> None:
         # The Session Manager instance-profile actions (AWS Systems Manager user guide, "Create a
@@ -436,3 +417,26 @@ class ServingFleet(Construct):
             f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::{bucket}/{key_prefix}/*]",
             "Read-only on the pinned checkpoint commit's prefix.",
         )
+
+
+def stop_at_deadline(
+    scope: Construct, asg: autoscaling.AutoScalingGroup, deadline: str
+) -> autoscaling.CfnScheduledAction:
+    """A one-time scheduled action (StartTime, no Recurrence) that sets the group's min, max and
+    desired to 0 at the campaign's deadline, so a forgotten campaign stops billing its instances
+    (each fleet's group, and the compile phase's). StartTime is "YYYY-MM-DDThh:mm:ssZ ... UTC/GMT
+    only"; a time in the past is refused ("If you try to schedule your action in the past, Amazon EC2
+    Auto Scaling returns an error message", EC2 Auto Scaling API reference,
+    PutScheduledUpdateGroupAction; AWS::AutoScaling::ScheduledAction in the CloudFormation template
+    reference is that call): `campaign deploy` computes a future deadline and refuses a past one
+    (campaign/aws/stack.py). The group's rolling update suspends ScheduledActions while it replaces
+    instances (CDK's rolling_update default), as the same page asks."""
+    return autoscaling.CfnScheduledAction(
+        scope,
+        "StopAtDeadline",
+        auto_scaling_group_name=asg.auto_scaling_group_name,
+        start_time=deadline,
+        min_size=0,
+        max_size=0,
+        desired_capacity=0,
+    )
