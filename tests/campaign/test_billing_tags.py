@@ -5,7 +5,6 @@ deploy; `plan` names them offline."""
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +13,9 @@ import pytest
 from botocore.stub import Stubber
 
 from campaign.aws import stack as aws
-from tests.campaign.test_cloud_checks import HUB_CREDENTIAL_ARN, _filled
+from tests.campaign.test_cloud_checks import _filled
 from tests.campaign.test_compile_phase import _with_tokenizer_files
-from tests.campaign.test_deadline import NOW, _Cfn
+from tests.campaign.test_deadline import NOW, _Cfn, deploy_args
 from tests.conftest import EXAMPLE_MANIFEST, write_manifest
 
 
@@ -47,15 +46,7 @@ def _deploy_output(
     monkeypatch.setattr(dlami, "resolve_amis", lambda *a: [])
     monkeypatch.setattr(aws, "utc_now", lambda: NOW)
     monkeypatch.setattr(aws, "deploy", lambda manifest_path, **k: 0)
-    args = argparse.Namespace(
-        manifest=str(path),
-        yes=True,
-        ami=None,
-        weights_s3_uri=None,
-        no_compile_phase=False,
-        docker_hub_credential_arn=HUB_CREDENTIAL_ARN,
-        extend_hours=None,
-    )
+    args = deploy_args(path)
     assert aws_cmds.cmd_deploy(args) == 0
     return capsys.readouterr().out
 

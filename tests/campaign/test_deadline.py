@@ -28,6 +28,16 @@ from tests.conftest import EXAMPLE_MANIFEST, write_manifest
 NOW = datetime(2026, 12, 5, 20, 0, 0, tzinfo=UTC)
 
 
+def deploy_args(path: Path, extend_hours: float | None = None) -> argparse.Namespace:
+    """`deploy MANIFEST --yes` with the test's Docker Hub credential, as the CLI's own parser reads it
+    (a flag deploy gains is then in every test's arguments, at its default)."""
+    from campaign.cli.main import build_parser
+
+    hours = ["--extend-hours", str(extend_hours)] if extend_hours is not None else []
+    argv = ["deploy", str(path), "--yes", "--docker-hub-credential-arn", HUB_CREDENTIAL_ARN, *hours]
+    return build_parser().parse_args(argv)
+
+
 # --- deploy: which deadline -------------------------------------------------------------------
 
 
@@ -112,15 +122,7 @@ def _deploy(tmp_path: Path, manifest_data: dict[str, Any], monkeypatch: pytest.M
     monkeypatch.setattr(aws, "deploy", deploy)
     # the groups the deadline set to 0 (tests/campaign/test_extend_hours.py drives it on moto)
     monkeypatch.setattr(fleet_sizes, "restore_fleet_sizes", lambda session, stack: ([], []))
-    args = argparse.Namespace(
-        manifest=str(path),
-        yes=True,
-        ami=None,
-        weights_s3_uri=None,
-        no_compile_phase=False,
-        docker_hub_credential_arn=HUB_CREDENTIAL_ARN,
-        extend_hours=kw.get("extend_hours"),
-    )
+    args = deploy_args(path, kw.get("extend_hours"))
     assert aws_cmds.cmd_deploy(args) == 0
     return deploys
 

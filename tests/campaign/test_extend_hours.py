@@ -9,7 +9,6 @@ reference, does not reset a group that the update leaves unchanged.
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Iterator
 from datetime import timedelta
@@ -23,9 +22,9 @@ from campaign.aws import stack as aws
 from core.cloud_contract import format_deadline
 from core.manifest import load_manifest
 from core.naming import CAMPAIGN_DEADLINE_PARAMETER, stack_name
-from tests.campaign.test_cloud_checks import HUB_CREDENTIAL_ARN, _filled
+from tests.campaign.test_cloud_checks import _filled
 from tests.campaign.test_compile_phase import _with_tokenizer_files
-from tests.campaign.test_deadline import NOW
+from tests.campaign.test_deadline import NOW, deploy_args
 from tests.conftest import moto_server, write_manifest
 
 REGION = "us-east-1"
@@ -126,15 +125,7 @@ def test_extend_hours_sets_back_every_group_the_deadline_set_to_zero(
     monkeypatch.setattr(dlami, "resolve_amis", lambda *a: [])
     monkeypatch.setattr(aws, "utc_now", lambda: NOW)
     monkeypatch.setattr(aws, "deploy", cdk_deploy)
-    args = argparse.Namespace(
-        manifest=str(path),
-        yes=True,
-        ami=None,
-        weights_s3_uri=None,
-        no_compile_phase=False,
-        docker_hub_credential_arn=HUB_CREDENTIAL_ARN,
-        extend_hours=3.0,
-    )
+    args = deploy_args(path, 3.0)
     assert aws_cmds.cmd_deploy(args) == 0
     assert updates == [format_deadline(NOW + timedelta(hours=2))]  # 19:00 + 3 h
     assert _sizes(session) == {"group-inf2": (1, 3, 2), "group-g6": (2, 4, 2)}
