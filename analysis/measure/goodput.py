@@ -512,7 +512,7 @@ class LatencyOrder:
     """One fleet's latencies as the P95s take them (latency_array), reduced to what the report
     reads of them: the P95 with its 95% interval (core.stats) and the CDF's points. The records
     are read once per fleet and column for all of them (latency_order): at a hundred million
-    records each read is a fetch and a partial sort of fifty million values."""
+    records each read is a fetch and a sort of fifty million values."""
 
     p95: stats.QuantileCI  # the point is the nearest-rank P95
     cdf: list[tuple[float, float]]  # (latency, cumulative fraction): the nearest-rank quantiles at CDF_QUANTILES
@@ -523,16 +523,13 @@ def latency_order(rs: RecordSet, fleet: str, column: str) -> LatencyOrder:
     key = ("latency_order", fleet, column)
     if key not in rs.derived:
         x = latency_array(rs, fleet, column)
-        cdf_ranks = {q: nearest_rank(len(x), q) for q in CDF_QUANTILES} if len(x) else {}
-
-        def at(ranks: list[int]) -> dict[int, float]:
-            # One partial sort, in place (x is this call's own array), places the interval's
-            # ranks and the CDF's together.
-            x.partition(sorted({r - 1 for r in [*ranks, *cdf_ranks.values()]}))
-            return {r: float(x[r - 1]) for r in ranks}
-
-        p95 = stats.quantile_ci_at(len(x), at)  # calls `at` unless x is empty
-        rs.derived[key] = LatencyOrder(p95, [(float(x[r - 1]), q) for q, r in cdf_ranks.items()])
+        # Sorted in place (x is this call's own array), it gives every rank the interval and the CDF
+        # read: numpy's sort of fifty million doubles took a third of the time of the partial sort
+        # that placed only those 53 ranks (0.9 against 2.2 s, numpy 2.4).
+        x.sort()
+        p95 = stats.quantile_ci_at(len(x), lambda ranks: {r: float(x[r - 1]) for r in ranks})
+        cdf = [(float(x[nearest_rank(len(x), q) - 1]), q) for q in CDF_QUANTILES] if len(x) else []
+        rs.derived[key] = LatencyOrder(p95, cdf)
     order: LatencyOrder = rs.derived[key]
     return order
 
