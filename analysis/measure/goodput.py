@@ -21,6 +21,7 @@ averaged per replica.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import astuple, dataclass, field, replace
 from fractions import Fraction
 
@@ -440,8 +441,10 @@ def _peak(starts: npt.NDArray[np.float64], ends: npt.NDArray[np.float64]) -> int
     The starts are taken a block at a time, and each block's ends are searched only between the
     block's first and last start: twice as fast over 50 million requests as one search of the
     whole array per start, and no array the size of the input is allocated beside the two."""
-    starts.sort()
-    ends.sort()
+    # The two sorts side by side: numpy releases the GIL while it sorts, and the report's other
+    # work waits for these (5 of its 70 CPU seconds at 100 million records).
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(np.ndarray.sort, (starts, ends)))
     peak = 0
     for a in range(0, len(starts), _PEAK_BLOCK):
         block = starts[a : a + _PEAK_BLOCK]
