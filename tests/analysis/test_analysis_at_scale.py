@@ -107,12 +107,14 @@ def test_peak_in_flight_equals_a_brute_force_sweep(tmp_path: Path, manifest_data
     for i in range(400):
         sched = float(rng.randrange(0, 60))  # whole seconds: many ties between starts and ends
         e2e = float(rng.randrange(1, 8))
-        lag = rng.choice([0.0, 0.0, 1.0])
+        lag = rng.choice([0.0, 0.0, 1.0, None])  # None: the send is sent_s
         r = rec(m, "g6", i, scheduled=sched, e2e=e2e)
         r.send_lag_s = lag
         recs.append(r)
-        if sched + e2e > sched + lag:
-            spans.append((sched + lag, sched + e2e))
+        assert r.sent_s is not None
+        start = r.sent_s if lag is None else sched + lag
+        if sched + e2e > start:
+            spans.append((start, sched + e2e))
     write_jsonl(tmp_path / "records-g6-w0.jsonl", recs)
     rs = load_records(tmp_path, m.digest)
     assert goodput.peak_in_flight(rs) == {"g6": _brute_peak(spans)}
