@@ -66,6 +66,11 @@ def grid(m: Manifest) -> list[Cell]:
     return cells
 
 
+def slo_scales(m: Manifest) -> list[float]:
+    """The SLO scales the grid's cells judge the records by, the base's 1.0 first."""
+    return list(dict.fromkeys([BASE.slo_scale, *(c.scenario.slo_scale for c in grid(m))]))
+
+
 def run_grid(m: Manifest, evaluate: Callable[[Scenario], CellSummary]) -> Sensitivity:
     """Evaluate the base and every cell; `evaluate` returns the summary of one scenario."""
     base = evaluate(BASE)

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from analysis.capacity import steps as capacity
+from analysis.economics import sensitivity
 from analysis.errors import AnalysisError
 from analysis.measure import goodput, intervals
 from analysis.model import CapacityModel, CapacityStep, Measure, ScenarioEvaluation
@@ -126,6 +127,11 @@ def read_records(inp: ReportInputs) -> RecordEvidence:
     if unknown:
         raise AnalysisError(f"records name fleet(s) {unknown} that the manifest does not define")
 
+    # Goodput is judged by the base SLO and, in the sensitivity grid, by each SLO it scales that to:
+    # one scan of the records tallies them all (goodput.tally), named before the first is asked for.
+    scales = sensitivity.slo_scales(m) if inp.with_sensitivity else [1.0]
+    slos = [(m.slo.ttft_p95_s * s, m.slo.itl_p95_s * s) for s in scales]
+    goodput.tally(rs, slos)
     cache: dict[float, dict[str, Measure]] = {}
 
     def measures(scale: float) -> dict[str, Measure]:
@@ -146,6 +152,8 @@ def read_records(inp: ReportInputs) -> RecordEvidence:
     sweep: list[capacity.SweepStep] | None = None
     if inp.capacity_dirs is not None:
         sweep = capacity.load_sweep(inp.capacity_dirs, m.digest, {f.name for f in m.fleets})
+        for step in sweep:  # each step is judged by the same SLOs (_capacity_fn)
+            goodput.tally(step.records, slos)
         found.provenance["capacity_sweep"] = {
             "source": "measured",
             "detail": "; ".join(

@@ -107,12 +107,14 @@ def test_peak_in_flight_equals_a_brute_force_sweep(tmp_path: Path, manifest_data
     for i in range(400):
         sched = float(rng.randrange(0, 60))  # whole seconds: many ties between starts and ends
         e2e = float(rng.randrange(1, 8))
-        lag = rng.choice([0.0, 0.0, 1.0])
+        lag = rng.choice([0.0, 0.0, 1.0, None])  # None: the send is sent_s
         r = rec(m, "g6", i, scheduled=sched, e2e=e2e)
         r.send_lag_s = lag
         recs.append(r)
-        if sched + e2e > sched + lag:
-            spans.append((sched + lag, sched + e2e))
+        assert r.sent_s is not None
+        start = r.sent_s if lag is None else sched + lag
+        if sched + e2e > start:
+            spans.append((start, sched + e2e))
     write_jsonl(tmp_path / "records-g6-w0.jsonl", recs)
     rs = load_records(tmp_path, m.digest)
     assert goodput.peak_in_flight(rs) == {"g6": _brute_peak(spans)}
@@ -170,6 +172,68 @@ def test_grouped_measure_equals_per_record_sums(tmp_path: Path, manifest_data: d
         assert fm.slo_verdict_disagreements == sum(met(r) != r.slo_ok for r in ok)
         assert fm.window_start_s == sent[0]
         assert fm.window_end_s == pytest.approx(sent[0] + (sent[-1] - sent[0]) * len(sent) / (len(sent) - 1))
+
+
+def test_one_tally_of_several_slos_equals_per_record_sums(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    """goodput.tally judges the records by several SLOs in one scan grouped by the verdicts: each
+    SLO's tally is the per-record sums (and what a scan of that SLO alone gives), and the outcome
+    and ITL-basis counts come from the same scan."""
+    m = manifest(manifest_data)
+    rng = random.Random(23)
+    outcomes = ["ok"] * 6 + sorted(ERROR_OUTCOMES) + ["quality_fail", "no_text", "not_sent"]
+    recs = []
+    for i in range(900):
+        outcome = rng.choice(outcomes)
+        r = rec(
+            m,
+            "inf2" if i % 3 else "g6",
+            i,
+            ttft=None if outcome != "ok" and rng.random() < 0.5 else round(rng.uniform(0.05, 3.0), 1),  # ties
+            itl=rng.choice([None, round(rng.uniform(0.01, 0.2), 2)]),
+            tokens=rng.randrange(1, 400),
+            server_tokens=rng.choice([None, rng.randrange(1, 400)]),
+            outcome=outcome,
+            warmup=i < 30,
+            slo_ok=rng.random() < 0.5,
+        )
+        r.itl_basis = rng.choice([None, "server_tokens", "chunks"])
+        recs.append(r)
+    write_jsonl(tmp_path / "records-w0.jsonl", recs)
+    slos = [(1.5, 0.1), (1.2, 0.05), (2.2, 0.15), (0.3, 0.2)]
+    rs = load_records(tmp_path, m.digest)
+    goodput.tally(rs, slos)
+    for ttft_slo, itl_slo in slos:
+        alone = goodput.slo_tallies(load_records(tmp_path, m.digest), ttft_slo, itl_slo)
+        assert goodput.slo_tallies(rs, ttft_slo, itl_slo) == alone
+        for fleet in ("inf2", "g6"):
+            live = [r for r in recs if r.fleet == fleet and not r.warmup]
+            ok = [r for r in live if r.outcome == "ok"]
+            met = [
+                r.ttft_s is not None and r.ttft_s <= ttft_slo and (r.itl_s is None or r.itl_s <= itl_slo) for r in ok
+            ]
+            tok = [
+                int(r.server_output_tokens if r.server_output_tokens is not None else r.client_output_tokens)
+                for r in ok
+            ]
+            assert alone[fleet] == goodput.SloTally(
+                successful=sum(met),
+                successful_tokens=sum(t for t, y in zip(tok, met, strict=True) if y),
+                disagreements=sum(y != r.slo_ok for r, y in zip(ok, met, strict=True)),
+                sent=sum(r.outcome != "not_sent" for r in live),
+                successful_tokens_sq=sum(t * t for t, y in zip(tok, met, strict=True) if y),
+            )
+    for fleet in ("g6", "inf2"):
+        live = [r for r in recs if r.fleet == fleet and not r.warmup]
+        assert goodput.outcome_counts(rs)[fleet] == {
+            o: n for o in sorted(set(outcomes)) if (n := sum(r.outcome == o for r in live))
+        }
+        with_itl = [r for r in live if r.outcome == "ok" and r.itl_s is not None]
+        assert goodput.itl_basis_counts(rs)[fleet] == {
+            b: n
+            for b in ("chunks", "server_tokens", "unknown")
+            if (n := sum((r.itl_basis or "unknown") == b for r in with_itl))
+        }
+    assert list(goodput.outcome_counts(rs)) == ["g6", "inf2"]  # sorted, as report.json lists them
 
 
 def test_a_capacity_interval_is_computed_once_per_step_and_slo(
