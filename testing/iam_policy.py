@@ -163,6 +163,7 @@ UNSCOPED = {
     ("ec2", "DescribeInstances"): "ec2:DescribeInstances",
     ("ec2", "DescribeImages"): "ec2:DescribeImages",
     ("resourcegroupstaggingapi", "GetResources"): "tag:GetResources",
+    ("logs", "DescribeLogGroups"): "logs:DescribeLogGroups",
 }
 # S3 API operation -> the action that authorizes it (Amazon S3 user guide, "Required permissions
 # for Amazon S3 API operations": HeadObject needs s3:GetObject; a multipart upload's operations
@@ -250,11 +251,11 @@ def authorizations(call: Call, world: World) -> list[Authorization]:
     ):
         # each: resource type stack
         return [Authorization(f"cloudformation:{op}", world.stack_arn(p["StackName"]))]
-    if call.service == "logs" and op == "DescribeLogGroups":
-        # resource type log-group; a listing by prefix is authorized on every group
-        return [Authorization("logs:DescribeLogGroups", world.arn("logs", "log-group:*"))]
-    if call.service == "logs" and op in ("DeleteLogGroup", "GetLogEvents"):
-        return [Authorization(f"logs:{op}", world.arn("logs", f"log-group:{p['logGroupName']}"))]
+    if call.service == "logs" and op == "DeleteLogGroup":  # resource type log-group
+        return [Authorization("logs:DeleteLogGroup", world.arn("logs", f"log-group:{p['logGroupName']}"))]
+    if call.service == "logs" and op == "GetLogEvents":  # resource type log-stream
+        stream = f"log-group:{p['logGroupName']}:log-stream:{p['logStreamName']}"
+        return [Authorization("logs:GetLogEvents", world.arn("logs", stream))]
     if call.service == "ecr" and op == "DescribeRepositories":
         # resource type repository; an unfiltered listing is authorized on every repository
         repositories = p.get("repositoryNames") or ["*"]
