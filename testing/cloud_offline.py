@@ -18,7 +18,13 @@ What AWS would be is stood in for, and nothing else:
   scrape configuration with static targets (each fleet's local server) in a real Prometheus,
   remote-writing to a second one behind the SigV4-checking proxy, whose query URL is the stand-in
   stack's PrometheusQueryUrl output (the per-step server truth is pulled through it);
-- the operator's credentials: moto's (the workspace stand-in takes what they sign);
+- the credentials: each actor its own access key id, its role's (moto takes any; the workspace
+  stand-in takes what each signs): every task its task role's logical id, the stack's Prometheus
+  its task role's, the operator `operator`, and what stands in for AWS itself `stand-in`. Every
+  botocore call of every process is recorded under its key (testing/iam_recorder.py), and at the
+  end each is evaluated against the caller's synthesized role or the operator's published minimum
+  policy (docs/operator-policy.json) by iam-simulate (testing/iam_policy.py, `enforce_roles`): a
+  denied call fails the run, naming the role, the action and the resource;
 - the client-lag bound (loadgen.max_schedule_lag_p99_s), relaxed to 0.5 s in a copy of the
   manifest: it states what a 1-vCPU Fargate worker holds, not this machine shared by every task.
 Then `campaign.backends.fargate.campaign.run_campaign` (what `python -m campaign run` calls) runs every stage: the
