@@ -185,7 +185,9 @@ real-engine: install engine tiny-model
 # definitions as local processes, emulated fleets (measure_instances each) behind their
 # endpoints, moto for S3, CloudFormation, Auto Scaling and CloudWatch (testing/cloud_offline.py);
 # the stack's Prometheus as a real one, remote-writing to a SigV4-checking workspace stand-in
-# (testing/offline_prometheus.py), hence Prometheus from system-deps-demo.
+# (testing/offline_prometheus.py), hence Prometheus from system-deps-demo. Each actor calls with
+# its own role's key, and every call is held to that role (this and the two below fail on a
+# denial: testing/cloud_offline.py enforce_roles, iam-simulate from node_modules).
 cloud-offline: install system-deps-demo
 	@$(call decision_ok,$(PY) -m testing.cloud_offline $(MANIFEST) --out runs/cloud-offline)
 

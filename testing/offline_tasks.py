@@ -70,6 +70,15 @@ def resolve(value: Any, refs: Mapping[str, str]) -> Any:
     raise AssertionError(f"unsupported CloudFormation value in the offline run: {json.dumps(value)[:200]}")
 
 
+def task_role(template: Mapping[str, Any], task_definition: str) -> str:
+    """The logical id of the task definition's task role: each task's access key id, so that its
+    calls are recorded as that role's (testing/iam_recorder.py; moto takes any key)."""
+    role = template["Resources"][task_definition]["Properties"]["TaskRoleArn"]
+    if set(role) != {"Fn::GetAtt"}:
+        raise AssertionError(f"{task_definition}: TaskRoleArn {json.dumps(role)} is not a role of the stack")
+    return str(role["Fn::GetAtt"][0])
+
+
 def dockerfile_entrypoint(dockerfile: Path) -> list[str]:
     m = re.search(r"^ENTRYPOINT\s+(\[.*\])\s*$", dockerfile.read_text(encoding="utf-8"), re.M)
     assert m, f"{dockerfile}: no exec-form ENTRYPOINT"
@@ -91,7 +100,8 @@ class LocalTaskLauncher:
         stand_in: str | None = None,
     ) -> None:
         """`env`: what every task gets beside its definition's (the moto endpoint and credentials,
-        what the task role gives a real task; offline, the NLB stand-in's answer source);
+        what the task role gives a real task, the access key id being the task role's logical id;
+        offline, the NLB stand-in's answer source);
         `cpus`: per fleet, the cores its tasks may use (a Fargate task has its own vCPU; here
         they stay off the cores the fleets' CPU engines run on); `concurrent`: the fleets a conductor
         started here measures at once (the real-engine run's one at a time); `stand_in`: what serves
@@ -172,6 +182,7 @@ class LocalTaskLauncher:
         env = {e["Name"]: str(resolve(e["Value"], self.refs)) for e in c["Environment"]}
         env.update(spec.environment)
         env.update({cc.ENV_WORK_DIR: str(home), "LOADGEN_RECORDS_DIR": str(home / "records"), "PYTHONPATH": str(ROOT)})
+        env["AWS_ACCESS_KEY_ID"] = task_role(self.template, spec.task_definition)  # its role's calls
         ports: dict[int, int] = {}
         if spec.role == "master":
             ports[cc.LOCUST_MASTER_PORT] = self._port()

@@ -94,16 +94,26 @@ class StandInCredentials:
 
 
 def signature_problem(
-    method: str, host: str, path: str, headers: dict[str, str], body: bytes, creds: StandInCredentials, region: str
+    method: str,
+    host: str,
+    path: str,
+    headers: dict[str, str],
+    body: bytes,
+    creds: StandInCredentials,
+    region: str,
+    keys: frozenset[str] = frozenset(),
 ) -> str | None:
     """Why this request's SigV4 signature is not one for `aps` in `region` by `creds`; None when it is.
-    `headers` with lower-case names, `path` with its query string."""
+    `headers` with lower-case names, `path` with its query string. `keys`: further access key ids
+    taken, each with `creds`' secret (one per actor of an offline run: testing/iam_recorder.py)."""
     authorization = headers.get("authorization")
     if authorization is None:
         return "the request is not signed (no SigV4 Authorization header)"
     parsed = _AUTHORIZATION.match(authorization.strip())
     if parsed is None:
         return "the Authorization header is not a SigV4 (AWS4-HMAC-SHA256) one"
+    if parsed["key"] in keys:
+        creds = StandInCredentials(parsed["key"], creds.secret_key)
     if parsed["key"] != creds.access_key:
         return f"signed with access key {parsed['key']}, which this workspace does not know"
     if (parsed["service"], parsed["region"]) != (SERVICE, region):
@@ -174,11 +184,19 @@ class SigV4Proxy(_LoopbackHop):
     """`with SigV4Proxy(upstream, region, creds) as proxy:` the workspace's base URL is `proxy.url`."""
 
     def __init__(
-        self, upstream: str, region: str, creds: StandInCredentials, *, workspace: str = "ws-stand-in"
+        self,
+        upstream: str,
+        region: str,
+        creds: StandInCredentials,
+        *,
+        workspace: str = "ws-stand-in",
+        keys: frozenset[str] = frozenset(),
     ) -> None:
         self.upstream, self.region, self.creds, self.workspace = upstream.rstrip("/"), region, creds, workspace
+        self.keys = keys  # further access key ids taken with creds' secret (signature_problem)
         self.refusals: list[str] = []  # why each refused request was refused, in order
         self.accepted: list[str] = []  # the path (without its query) of each request let through, in order
+        self.signers: list[tuple[str, str]] = []  # (access key id, path in the workspace) of each let through
         super().__init__("sigv4-proxy")
 
     @property
@@ -199,7 +217,14 @@ class SigV4Proxy(_LoopbackHop):
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 problem = signature_problem(
-                    self.command, headers.get("host", ""), self.path, headers, body, proxy.creds, proxy.region
+                    self.command,
+                    headers.get("host", ""),
+                    self.path,
+                    headers,
+                    body,
+                    proxy.creds,
+                    proxy.region,
+                    proxy.keys,
                 )
                 if problem is not None:
                     proxy.refusals.append(problem)
@@ -211,6 +236,9 @@ class SigV4Proxy(_LoopbackHop):
                     return
                 proxy.accepted.append(self.path.split("?")[0])
                 rest = where["rest"]
+                key = _AUTHORIZATION.match(headers["authorization"].strip())
+                assert key is not None  # signature_problem parsed it
+                proxy.signers.append((key["key"], rest.split("?")[0]))
                 self._forward(RECEIVER_WRITE if rest == AMP_REMOTE_WRITE else rest, body)
 
             def _forward(self, rest: str, body: bytes) -> None:

@@ -32,8 +32,17 @@ import pytest
 from core import cloud_contract as cc
 from core.manifest import load_manifest
 from core.ports import free_port
-from testing.cloud_offline import BUCKET, OfflineAws, offline_aws, offline_manifest, run_once, short_run
-from testing.offline_tasks import resolve
+from testing.cloud_offline import (
+    BUCKET,
+    STAND_IN_KEY,
+    OfflineAws,
+    denied_without,
+    offline_aws,
+    offline_manifest,
+    run_once,
+    short_run,
+)
+from testing.offline_tasks import resolve, task_role
 from tests.conftest import EXAMPLE_MANIFEST, ROOT
 from tests.real_parts import program
 
@@ -73,9 +82,10 @@ def template(offline: OfflineAws) -> dict[str, Any]:
 
 
 def _session() -> Any:
+    """The test's own reads and the bucket policy it sets (CloudFormation's): not the operator's."""
     import boto3
 
-    return boto3.session.Session(region_name=REGION)
+    return boto3.session.Session(region_name=REGION, aws_access_key_id=STAND_IN_KEY, aws_secret_access_key="testing")
 
 
 def _objects(prefix: str) -> dict[str, str]:
@@ -243,6 +253,21 @@ def test_two_runs_report_and_teardown_from_the_synthesized_task_definitions(
         _session().client("cloudformation").describe_stacks(StackName=f"{m.campaign}-comparison")
     s3.delete_bucket_policy(Bucket=BUCKET)
     assert _objects(prefix + "/") == first_objects and _objects(prefix2 + "/") == second_objects and second_objects
+
+    # Every call is recorded as its caller's (each task's access key is its task role's) and the
+    # run fails on a denial (offline_aws, at its end: testing.cloud_offline.enforce_roles). Here
+    # the same evaluation of the calls so far, with one statement of a task's role removed,
+    # denies the call that needed it, naming the role, the action and the resource.
+    for definition, action in (
+        ("worker_task_definition", "s3:GetObject"),
+        ("worker_task_definition", "s3:PutObject"),
+        ("worker_task_definition", "servicediscovery:DiscoverInstances"),
+        ("gate_task_definition", "s3:PutObject"),
+    ):
+        role = task_role(offline.template, offline.run_config[definition])
+        denied = denied_without(workdir, role, action)
+        assert denied and all(d.startswith(f"{role} may not ") for d in denied), (definition, action, denied)
+        assert any(d.startswith(f"{role} may not {action} on arn:aws:") for d in denied), (definition, action, denied)
 
 
 @pytest.mark.prometheus

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from campaign.stages import resume
-from testing.cloud_offline import offline_aws, offline_manifest, short_run
+from testing.cloud_offline import denied_without, offline_aws, offline_manifest, short_run
 from testing.cloud_offline_resume import KillingRun
+from testing.offline_tasks import task_role
 from tests.conftest import EXAMPLE_MANIFEST
 
 pytestmark = [pytest.mark.faults, pytest.mark.cloud_path]
@@ -33,6 +34,20 @@ def test_a_run_killed_mid_search_mid_upload_and_as_its_report_starts_resumes_to_
         run = KillingRun(aws, path, tmp_path, seed=1, say=lines.append)
         outcome = run.run(["search@2", "upload", "report"])
     log = "\n".join(lines[-80:])
+    # Every call was allowed by its caller's role (offline_aws fails the run otherwise: the
+    # conductors' by the conductor's task role); with one statement of that role removed, the
+    # same evaluation of the run's calls denies the call that needed it, named.
+    assert any(line.startswith("IAM: the run's ") for line in lines), log
+    conductor = task_role(aws.template, aws.run_config["conductor_task_definition"])
+    for action in (
+        "cloudformation:DescribeStacks",
+        "servicediscovery:RegisterInstance",
+        "s3:PutObject",
+        "s3:ListBucket",
+    ):
+        denied = denied_without(tmp_path, conductor, action)
+        assert denied and all(d.startswith(f"{conductor} may not ") for d in denied), (action, denied)
+        assert any(d.startswith(f"{conductor} may not {action} on arn:aws:") for d in denied), (action, denied)
     # the checks the runner makes: the record says it resumed; no step with a verdict at a kill
     # ran again; each verdict carried over is the killed run's, byte for byte; the report says
     # it resumed, and `report --run-dir` over the run's prefix gives its report.json field by field

@@ -162,3 +162,28 @@ def test_our_clients_queries_pass(stand_in: tuple[SigV4Proxy, _Upstream]) -> Non
         f"query={PLUS_ENCODED}&time=1765000000.500",
         f"query={PLUS_ENCODED}&start=1765000000.000&end=1765000060.000&step=5",
     ]
+
+
+def test_each_actors_key_is_taken_and_named_an_unknown_one_refused() -> None:
+    """An offline run signs with one key per actor (its role's; one secret): the workspace takes
+    the keys it is given, records who called it for what (testing/cloud_offline.py evaluates those
+    as aps calls of that role), and refuses any other key."""
+    upstream = _Upstream()
+    upstream.thread.start()
+    try:
+        with SigV4Proxy(
+            f"http://127.0.0.1:{upstream.server.server_port}", REGION, STAND_IN, keys=frozenset({"ConductorRole"})
+        ) as proxy:
+            for key, status in (("ConductorRole", 200), ("OtherRole", 403)):
+                url = f"{proxy.url}/api/v1/query?query=up&time=1"
+                headers = sigv4_headers(url, REGION, Credentials(key, STAND_IN.secret_key))
+                try:
+                    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=5) as resp:
+                        assert (key, resp.status) == (key, status)
+                except urllib.error.HTTPError as exc:
+                    assert (key, exc.code) == (key, status)
+            assert proxy.signers == [("ConductorRole", "/api/v1/query")]
+            assert proxy.refusals == ["signed with access key OtherRole, which this workspace does not know"]
+    finally:
+        upstream.server.shutdown()
+        upstream.server.server_close()
