@@ -95,26 +95,27 @@ setup:
 test: setup
 	@$(MAKE) --no-print-directory pytest CHECKS="lint docs checkov"
 
-# The tests in four pytest processes. tests/stacks run in one of their own (jsii's node child and
-# gevent's monkey-patching cannot share one), alongside the main suite rather than after it: the
-# main suite's live replays wait in real time, and the CDK synthesis fills that wait. The offline
-# cloud paths (mostly waiting on their task processes; no gevent in the pytest process) run after
-# them in that same process, the real-engine one's CPU engines on cores it pins, and the rest of
-# tests/cloud (no test there imports locust). The real-engine tests run last, alone: one compares
-# our client's timings with vLLM's own client against one engine, and beside the two suites on 2
-# cores vLLM's heavier client lagged (its TTFT p75 0.46 s against our 0.04 s, twice, 2026-12-05).
-# The logic-only tests (the analysis, the manifest and core, the invariants: pure CPU, no timing,
-# no real server) run in a third process beside them at nice 10: with the two suites alone the two
-# cores sat about 40% idle while the replays waited (2026-12-07: 21 min 45 s of CPU in 19 min 50 s),
-# and at nice 10 the logic takes the idle CPU without taking it from a test whose subject is timing
-# (the kernel gives a nice-0 process about 9 times a nice-10 one's share when they compete). Kept in
-# the main suite from those directories: the tests of a real Prometheus's windows, of the browser,
-# and of the emulator's prefix-cache TTFT. The closing line adds the four up.
-SIDE_TESTS := tests/stacks tests/cloud tests/faults/test_cloud_kills.py
+# The tests in four pytest processes. The offline cloud paths (mostly waiting on their task
+# processes; no gevent in the pytest process; the real-engine one's CPU engines on cores it pins)
+# and the rest of tests/cloud (no test there imports locust) run in one of their own beside the
+# main suite, whose live replays wait in real time. The real-engine tests run last, alone: one
+# compares our client's timings with vLLM's own client against one engine, and beside the two
+# suites on 2 cores vLLM's heavier client lagged (its TTFT p75 0.46 s against our 0.04 s, twice,
+# 2026-12-05). The tests with no timing subject and no real server (tests/stacks' CDK synthesis
+# and its linters, the analysis, the manifest and core, the invariants) run in a third process
+# beside them at nice 10: with the suites alone the two cores sat about 40% idle while the replays
+# waited (2026-12-07: 21 min 45 s of CPU in 19 min 50 s), and at nice 10 they take the idle CPU
+# without taking it from a test whose subject is timing (the kernel gives a nice-0 process about 9
+# times a nice-10 one's share when they compete). tests/stacks come first in it: jsii's node child
+# and gevent's monkey-patching cannot share a process (tests/stacks/conftest.py refuses to start
+# where either is imported), and nothing after them imports gevent. Kept in the main suite from
+# those directories: the tests of a real Prometheus's windows, of the browser, and of the
+# emulator's prefix-cache TTFT. The closing line adds the four up.
+SIDE_TESTS := tests/cloud tests/faults/test_cloud_kills.py
 ALONE_TESTS := tests/real_engine
 LOGIC_REAL_TIME := tests/analysis/test_prometheus.py tests/analysis/test_server_truth_prometheus.py \
 	tests/analysis/test_report_browser.py tests/analysis/test_prefix_cache.py
-LOGIC_TESTS := $(filter-out $(LOGIC_REAL_TIME),$(wildcard tests/analysis/test_*.py tests/core/test_*.py tests/invariants/test_*.py))
+LOGIC_TESTS := tests/stacks $(filter-out $(LOGIC_REAL_TIME),$(wildcard tests/analysis/test_*.py tests/core/test_*.py tests/invariants/test_*.py))
 pytest: SHELL := /bin/bash
 pytest: setup
 	@set -o pipefail; main=0; side=0; logic=0; alone=0; checks=0; pid=""; lpid=""; cpid=""; \
@@ -122,7 +123,7 @@ pytest: setup
 	$(PY) -m pytest $(SIDE_TESTS) -q > .test-side.log 2>&1 & pid=$$!; \
 	nice -n 10 $(PY) -m pytest $(LOGIC_TESTS) -q > .test-logic.log 2>&1 & lpid=$$!; \
 	$(PY) -m pytest $(addprefix --ignore=,$(SIDE_TESTS) $(ALONE_TESTS) $(LOGIC_TESTS)) -q 2>&1 | tee .test-main.log || main=$$?; \
-	wait $$lpid || logic=$$?; echo "== the logic-only tests (own process at nice 10, ran alongside)"; cat .test-logic.log; \
+	wait $$lpid || logic=$$?; echo "== tests/stacks and the logic-only tests (own process at nice 10, ran alongside)"; cat .test-logic.log; \
 	wait $$pid || side=$$?; echo "== $(SIDE_TESTS) (own process, ran alongside)"; cat .test-side.log; \
 	if [ -n "$$cpid" ]; then wait $$cpid || checks=$$?; echo "== $(CHECKS) (at nice 10, ran alongside)"; cat .test-checks.log; fi; \
 	echo "== $(ALONE_TESTS) (alone, after the rest)"; \

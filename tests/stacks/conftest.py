@@ -1,7 +1,8 @@
 """Fixtures for the CDK tests: each manifest is synthesized once per session.
 
-These tests run in their own pytest process (`pytest tests/stacks`): jsii's node child
-process and gevent's monkey-patching (imported by Locust) deadlock when they share one.
+These tests run in a pytest process that never imports gevent (`make pytest` runs them first in
+its nice-10 process, before the analysis and core tests): jsii's node child process and gevent's
+monkey-patching (imported by Locust) deadlock when they share one.
 """
 
 from __future__ import annotations
