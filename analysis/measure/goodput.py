@@ -105,28 +105,33 @@ def tally(rs: RecordSet, slos: Iterable[tuple[float, float]]) -> None:
     (RecordSet.derived) for _slo_free_tallies, slo_tallies, outcome_counts and itl_basis_counts.
 
     One scan, grouped by what each of them tells apart (a few hundred groups, whatever the number
-    of records): fleet, warmup, outcome, segment, ITL basis, and which of the SLOs the request met
-    (bit i of `met` for slos[i]) beside its own slo_ok verdict. Grouping by the verdicts, rather
-    than an aggregate filtered by each, costs the scan one comparison per request and SLO."""
+    of records): fleet, warmup, outcome, segment, ITL basis, its own slo_ok verdict, and where its
+    TTFT and ITL stand against the SLOs' targets: how many of the distinct TTFT targets its TTFT is
+    within (NULL without a TTFT), and how many ITL targets its ITL is (NULL without an ITL). Being
+    within a target means being within every larger one, so a request within c of m targets is
+    within the c largest, and its verdict under each SLO follows (_within). One comparison per
+    request and distinct target: the verdicts themselves, one expression per SLO grouped as bits,
+    cost the scan twice as much (1.0 against 0.56 s of its 1.9 s at 10 million records, 3 SLOs)."""
     slos = list(dict.fromkeys(slos))
-    params: dict[str, object] = {}
-    bits = []
-    for i, (ttft, itl) in enumerate(slos):
-        params |= {f"ttft{i}": ttft, f"itl{i}": itl}
-        bits.append(f"{1 << i} * CAST({_slo_met(f'$ttft{i}', f'$itl{i}')} AS INTEGER)")
+    ttfts, itls = sorted({t for t, _ in slos}), sorted({i for _, i in slos})
+    params = {f"t{j}": t for j, t in enumerate(ttfts)} | {f"i{j}": i for j, i in enumerate(itls)}
+
+    def within_sql(column: str, p: str, targets: list[float]) -> str:
+        return " + ".join(f"CAST({column} <= ${p}{j} AS INTEGER)" for j in range(len(targets))) or "0"
+
     rows = rs.con.execute(
         f"""SELECT fleet, warmup, outcome, {SEGMENT_SQL} AS segment, itl_s IS NOT NULL AS has_itl, itl_basis,
-                   {" + ".join(bits) or "0"} AS met, slo_ok,
+                   {within_sql("ttft_s", "t", ttfts)} AS ttft_within, {within_sql("itl_s", "i", itls)} AS itl_within, slo_ok,
                    count(*), coalesce(sum({_TOKENS}), 0), coalesce(sum({_TOKENS} * {_TOKENS}), 0),
                    min(wall_start), min(scheduled_s), max(scheduled_s)
             FROM records GROUP BY ALL""",
-        params,
+        params or None,
     ).fetchall()
     free: dict[str, _Tally] = {}
     outcomes: dict[str, dict[str, int]] = {}
     bases: dict[str, dict[str, int]] = {}
     judged: list[dict[str, SloTally]] = [{} for _ in slos]
-    for fleet, warmup, outcome, segment, has_itl, basis, met, slo_ok, n, tok, sq, wall, first, last in rows:
+    for fleet, warmup, outcome, segment, has_itl, basis, ttft_in, itl_in, slo_ok, n, tok, sq, wall, first, last in rows:
         fleet, n, tok, sq = str(fleet), int(n), int(tok), int(sq)
         free.setdefault(fleet, _Tally()).add(bool(warmup), str(outcome), n, tok, wall, first, last, str(segment))
         if warmup is not False:  # what follows counts `NOT warmup`, which a NULL is not either
@@ -141,7 +146,8 @@ def tally(rs: RecordSet, slos: Iterable[tuple[float, float]]) -> None:
         for i, by_fleet in enumerate(judged):
             got = SloTally(sent=sent)
             if outcome == "ok":
-                within = bool(met >> i & 1)
+                ttft, itl = slos[i]
+                within = _within(ttft_in, ttfts, ttft) and (itl_in is None or _within(itl_in, itls, itl))
                 got = replace(got, disagreements=n if within != slo_ok else 0)  # slo_ok NULL disagrees too
                 if within:
                     got = replace(got, successful=n, successful_tokens=tok, successful_tokens_sq=sq)
@@ -151,6 +157,12 @@ def tally(rs: RecordSet, slos: Iterable[tuple[float, float]]) -> None:
     rs.derived[("itl_basis_counts",)] = {f: dict(sorted(c.items())) for f, c in sorted(bases.items())}
     for (ttft, itl), by_fleet in zip(slos, judged, strict=True):
         rs.derived[("slo_tallies", ttft, itl)] = by_fleet
+
+
+def _within(count: int | None, targets: list[float], target: float) -> bool:
+    """Whether a value within `count` of the sorted `targets` (None: no value) is within `target`,
+    one of them: it is within the `count` largest."""
+    return count is not None and count >= len(targets) - targets.index(target)
 
 
 def _slo_free_tallies(rs: RecordSet) -> dict[str, _Tally]:
