@@ -66,7 +66,11 @@ class RecordSet:
     derived: dict[tuple[object, ...], Any] = field(default_factory=dict)
 
     def fleets(self) -> list[str]:
-        return [r[0] for r in self.con.execute("SELECT DISTINCT fleet FROM records ORDER BY fleet").fetchall()]
+        """The fleets the records name, sorted: a scan of every record, so done once (derived)."""
+        if ("fleets",) not in self.derived:
+            rows = self.con.execute("SELECT DISTINCT fleet FROM records ORDER BY fleet").fetchall()
+            self.derived[("fleets",)] = [r[0] for r in rows]
+        return list(self.derived[("fleets",)])
 
     def count(self) -> int:
         row = self.con.execute("SELECT count(*) FROM records").fetchone()

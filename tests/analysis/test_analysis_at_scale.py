@@ -175,9 +175,10 @@ def test_grouped_measure_equals_per_record_sums(tmp_path: Path, manifest_data: d
 
 
 def test_one_tally_of_several_slos_equals_per_record_sums(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
-    """goodput.tally judges the records by several SLOs in one scan grouped by the verdicts: each
-    SLO's tally is the per-record sums (and what a scan of that SLO alone gives), and the outcome
-    and ITL-basis counts come from the same scan."""
+    """goodput.tally judges the records by several SLOs in one scan, grouped by how many of the
+    targets each request's TTFT and ITL are within (SLOs sharing a target included): each SLO's
+    tally is the per-record sums (and what a scan of that SLO alone gives), and the outcome and
+    ITL-basis counts come from the same scan."""
     m = manifest(manifest_data)
     rng = random.Random(23)
     outcomes = ["ok"] * 6 + sorted(ERROR_OUTCOMES) + ["quality_fail", "no_text", "not_sent"]
@@ -199,7 +200,7 @@ def test_one_tally_of_several_slos_equals_per_record_sums(tmp_path: Path, manife
         r.itl_basis = rng.choice([None, "server_tokens", "chunks"])
         recs.append(r)
     write_jsonl(tmp_path / "records-w0.jsonl", recs)
-    slos = [(1.5, 0.1), (1.2, 0.05), (2.2, 0.15), (0.3, 0.2)]
+    slos = [(1.5, 0.1), (1.2, 0.05), (2.2, 0.15), (0.3, 0.2), (1.5, 0.15)]  # the last shares both targets
     rs = load_records(tmp_path, m.digest)
     goodput.tally(rs, slos)
     for ttft_slo, itl_slo in slos:
