@@ -64,7 +64,20 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
         overhead = StepOverhead.measured_in(Path(args.overhead_from)) if args.overhead_from else StepOverhead()
         prediction = predict(m, overhead=overhead)
-    out = plan_document(m, [p.as_dict() for p in plans], prediction.as_dict() if prediction is not None else None)
+    rehearsal = None
+    if args.rehearsal:
+        from campaign.plan.predict import StepOverhead
+        from campaign.plan.rehearsal import predict_rehearsal
+
+        # the same step overhead as the campaign's: a rehearsal's steps start and stop the same tasks
+        overhead = StepOverhead.measured_in(Path(args.overhead_from)) if args.overhead_from else StepOverhead()
+        rehearsal = predict_rehearsal(m, overhead)
+    out = plan_document(
+        m,
+        [p.as_dict() for p in plans],
+        prediction.as_dict() if prediction is not None else None,
+        rehearsal=rehearsal.as_dict() if rehearsal is not None else None,
+    )
     if args.save:
         Path(args.save).parent.mkdir(parents=True, exist_ok=True)
         Path(args.save).write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
@@ -76,6 +89,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
             print(render(prediction))
             for issue in deadline_issues(m, prediction):
                 print(f"warning: {issue}")
+        if rehearsal is not None:
+            from campaign.plan.rehearsal import render as render_rehearsal
+
+            print(render_rehearsal(rehearsal, prediction))
         print(_billing_tags_line())
     if args.save:
         # stderr: --json's stdout stays one JSON document
@@ -163,6 +180,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--save",
         metavar="FILE",
         help="also write the --json document to FILE, for `local` / `run --from-plan FILE`",
+    )
+    pl.add_argument(
+        "--rehearsal",
+        action="store_true",
+        help="also the rehearsal's minutes and USD (`deploy --rehearsal`: every fleet an emulator on the cheapest "
+        "fit instance type, which it names; a fixed gate, replay, 2 capacity steps and a settle segment per fleet)",
     )
     pl.add_argument(
         "--overhead-from",

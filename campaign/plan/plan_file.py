@@ -31,9 +31,15 @@ def _utc_now() -> str:
 
 
 def plan_document(
-    m: Manifest, fleets: list[dict[str, object]], prediction: dict[str, Any] | None, *, generated_at: str | None = None
+    m: Manifest,
+    fleets: list[dict[str, object]],
+    prediction: dict[str, Any] | None,
+    *,
+    generated_at: str | None = None,
+    rehearsal: dict[str, Any] | None = None,
 ) -> dict[str, object]:
-    """What `plan --json` prints and `plan --save` writes; `generated_at`: UTC, now by default."""
+    """What `plan --json` prints and `plan --save` writes; `generated_at`: UTC, now by default;
+    `rehearsal`: `plan --rehearsal`'s (campaign.plan.rehearsal.RehearsalPrediction)."""
     out: dict[str, object] = {
         "campaign": m.campaign,
         "manifest_digest": m.digest,
@@ -46,6 +52,13 @@ def plan_document(
             campaign_usd=prediction["campaign_usd"],
             predicted_decision=prediction["predicted_decision"],
             prediction=prediction,
+        )
+    if rehearsal is not None:
+        out.update(
+            rehearsal_minutes=rehearsal["rehearsal_minutes"],
+            rehearsal_usd=rehearsal["rehearsal_usd"],
+            rehearsal_instance_type=rehearsal["instance_type"],
+            rehearsal=rehearsal,
         )
     return out
 

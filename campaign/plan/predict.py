@@ -317,10 +317,9 @@ def _cost(
 ) -> dict[str, float]:
     """USD of the campaign: instance-hours of every fleet for its whole length but the compile
     phase and the one-instance check after it (every fleet is at 0 meanwhile), each compile
-    instance for its phase and the check's one instance of the fleet's type for its grace, load-generator
-    tasks while load runs, the conductor for as long as the fleets run (a `run --detach`'s; a run
-    in a terminal saves it: a bound), the Prometheus task's and the NLB's hours for the whole
-    campaign; empty when a price is missing from the snapshot."""
+    instance for its phase and the check's one instance of the fleet's type for its grace, and
+    the infrastructure beside the fleets (infrastructure_cost); empty when a price is missing
+    from the snapshot."""
     out: dict[str, float] = {}
     # The fleets are at 0 through the compile phase and the one-instance check after it.
     compile_min = max((c.minutes for c in compiles), default=0.0) + max(
@@ -329,18 +328,12 @@ def _cost(
     for p in preds.values():
         if p.hourly_usd is None:
             return {}
-        out[f"instances.{p.fleet}"] = p.hourly_usd * p.instances_deployed * (total_min - compile_min) / 60
+        out[f"instances.{p.fleet}"] = instance_usd(p.hourly_usd, p.instances_deployed, total_min - compile_min)
     for c in compiles:
         if c.usd is None or c.check_usd is None:
             return {}
         out[f"compile.{c.fleet}"] = c.usd
         out[f"one_instance_check.{c.fleet}"] = c.check_usd
-    try:
-        vcpu = prices.lookup("fargate", "vcpu-hour", m.costs.region).usd
-        gib = prices.lookup("fargate", "gb-hour", m.costs.region).usd
-        nlb = prices.lookup("nlb", "hour", m.costs.region).usd
-    except prices.PriceNotFound:
-        return {}
     # The weights cross the NAT gateway once per instance boot when they come from the Hub (the boot
     # script's default): each fleet instance and each compile instance; replacements add more.
     # `deploy --weights-s3-uri` stages them from S3 through the VPC's gateway endpoint instead, which
@@ -351,15 +344,37 @@ def _cost(
         nat_gb = None
     if nat_gb is not None:
         out["nat_weights"] = nat_weight_gb(m, preds, compiles) * nat_gb
-    tasks = len(preds) * (1 + m.loadgen.workers)
-    out["loadgen_tasks"] = tasks * (LOADGEN_TASK_VCPU * vcpu + LOADGEN_TASK_MEMORY_GIB * gib) * load_min / 60
-    out["conductor"] = (CONDUCTOR_TASK_VCPU * vcpu + CONDUCTOR_TASK_MEMORY_GIB * gib) * (total_min - compile_min) / 60
-    # stacks/observability.py's Prometheus service (desired_count 1; its task's size is
-    # core.cloud_contract's PROMETHEUS_TASK_*) runs from deploy to teardown, the compile phase and
-    # past the deadline included (billing_after_deadline), as the NLB does.
-    out["prometheus_task"] = (PROMETHEUS_TASK_VCPU * vcpu + PROMETHEUS_TASK_MEMORY_GIB * gib) * total_min / 60
-    out["nlb"] = nlb * total_min / 60
-    return out
+    shared = infrastructure_cost(m, total_min, load_min, fleets_min=total_min - compile_min)
+    return {**out, **shared} if shared is not None else {}
+
+
+def instance_usd(hourly_usd: float, instances: int, minutes: float) -> float:
+    """`instances` of one type at `hourly_usd` for `minutes` (On-Demand bills by the second)."""
+    return hourly_usd * instances * minutes / 60
+
+
+def infrastructure_cost(m: Manifest, total_min: float, load_min: float, fleets_min: float) -> dict[str, float] | None:
+    """USD of what runs beside the fleets, a campaign's or a rehearsal's alike: the load-generator
+    tasks (a master and loadgen.workers workers per fleet) while load runs (`load_min`), the
+    conductor for as long as the fleets run (`fleets_min`: a `run --detach`'s; a run in a
+    terminal saves it: a bound), the Prometheus task's and the NLB's hours for the whole
+    `total_min`; None when a price is missing from the snapshot."""
+    try:
+        vcpu = prices.lookup("fargate", "vcpu-hour", m.costs.region).usd
+        gib = prices.lookup("fargate", "gb-hour", m.costs.region).usd
+        nlb = prices.lookup("nlb", "hour", m.costs.region).usd
+    except prices.PriceNotFound:
+        return None
+    tasks = len(m.fleets) * (1 + m.loadgen.workers)
+    return {
+        "loadgen_tasks": tasks * (LOADGEN_TASK_VCPU * vcpu + LOADGEN_TASK_MEMORY_GIB * gib) * load_min / 60,
+        "conductor": (CONDUCTOR_TASK_VCPU * vcpu + CONDUCTOR_TASK_MEMORY_GIB * gib) * fleets_min / 60,
+        # stacks/observability.py's Prometheus service (desired_count 1; its task's size is
+        # core.cloud_contract's PROMETHEUS_TASK_*) runs from deploy to teardown, the compile phase and
+        # past the deadline included (billing_after_deadline), as the NLB does.
+        "prometheus_task": (PROMETHEUS_TASK_VCPU * vcpu + PROMETHEUS_TASK_MEMORY_GIB * gib) * total_min / 60,
+        "nlb": nlb * total_min / 60,
+    }
 
 
 def nat_weight_gb(m: Manifest, preds: Mapping[str, FleetPrediction], compiles: Sequence[CompilePhase]) -> float:

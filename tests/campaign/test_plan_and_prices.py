@@ -133,7 +133,7 @@ def test_cli_plan_json(example_manifest_path: Path, tmp_path: Path, capsys: pyte
     from campaign.cli.main import main
 
     saved = tmp_path / "plan.json"
-    code = main(["plan", str(example_manifest_path), "--json", "--save", str(saved)])
+    code = main(["plan", str(example_manifest_path), "--json", "--save", str(saved), "--rehearsal"])
     r = capsys.readouterr()
     assert code == 0, r.err
     out = json.loads(r.out)
@@ -197,6 +197,15 @@ def test_cli_plan_json(example_manifest_path: Path, tmp_path: Path, capsys: pyte
     assert pred["minutes"]["capacity_searches"] == pytest.approx(
         max(f["search_minutes"] for f in pred["fleets"].values()), abs=0.1
     )
+    # --rehearsal: the rehearsal's minutes, USD and host type beside the campaign's, each the sum of its parts
+    # (tests/invariants/test_rehearsal_sum_of_parts.py computes them from their parts)
+    reh = out["rehearsal"]
+    assert (out["rehearsal_minutes"], out["rehearsal_usd"]) == (reh["rehearsal_minutes"], reh["rehearsal_usd"])
+    assert out["rehearsal_minutes"] == pytest.approx(sum(reh["minutes"].values()), abs=1e-9)
+    assert out["rehearsal_usd"] == pytest.approx(sum(reh["usd"].values()), abs=1e-9)
+    assert out["rehearsal_minutes"] < 45 and out["rehearsal_usd"] < 5
+    assert out["rehearsal_instance_type"] == reh["instance_type"] == "c6a.large"
+    assert out["rehearsal_minutes"] < out["campaign_minutes"] and out["rehearsal_usd"] < out["campaign_usd"]
     # --save writes the same document; --from-plan reads each fleet's predicted boundary back from it
     from campaign.plan.plan_file import predicted_boundaries
 
