@@ -180,33 +180,73 @@ def wall_to_monotonic() -> float:
 
 
 def join_by_time(
-    sends: Sequence[float], arrivals: Sequence[float], *, before_s: float = 0.002, within_s: float = 0.5
+    records: Sequence[tuple[float, float | None]],
+    truth: Sequence[tuple[float, float]],
+    *,
+    tolerance_s: float = 0.002,
+    within_s: float = 0.5,
 ) -> list[int | None]:
-    """For each send (monotonic, any order), the index of the server arrival it became: the
-    earliest arrival not yet taken from `before_s` before the send (a wall-clock stamp read just
-    after the send began) to `within_s` after it; None where there is none (the request never
-    reached the server). Sends and arrivals are matched in time order."""
-    order = sorted(range(len(sends)), key=lambda i: sends[i])
-    arr = sorted(range(len(arrivals)), key=lambda j: arrivals[j])
-    out: list[int | None] = [None] * len(sends)
-    k = 0
-    for i in order:
-        s = sends[i]
-        while k < len(arr) and arrivals[arr[k]] < s - before_s:
-            k += 1
-        if k < len(arr) and arrivals[arr[k]] <= s + within_s:
-            out[i] = arr[k]
-            k += 1
-    return out
+    """For each request a tool recorded, (its send, its TTFT or None), both on CLOCK_MONOTONIC,
+    the index of the server's request (arrival, first token's write) it was, or None. A server
+    request can be a record's only if it arrived after the record's send and its first token was
+    written before the tool read one (send + TTFT; with no TTFT, it arrived within `within_s` of
+    the send); stamps read just after the event they mark are allowed `tolerance_s`. A tool can
+    stamp a request and send it late, or read its first token late (inference-perf did both, by
+    seconds, on a busy core), so neither the sends' order nor the first tokens' need be the
+    server's: the join is a maximum matching under those two bounds (augmenting paths), started
+    from the earliest free arrival for each record in send order. Where two server requests fit
+    one record, which it takes changes its TTFT error only by the server's own TTFT jitter (the
+    server's TTFT is fixed), so the figures do not depend on the choice."""
+    import bisect
+
+    order = sorted(range(len(truth)), key=lambda j: truth[j][0])
+    arrivals = [truth[j][0] for j in order]
+
+    def candidates(i: int) -> list[int]:
+        send, ttft = records[i]
+        lo = bisect.bisect_left(arrivals, send - tolerance_s)
+        if ttft is None:
+            hi = bisect.bisect_right(arrivals, send + within_s)
+            return order[lo:hi]
+        hi = bisect.bisect_right(arrivals, send + ttft + tolerance_s)  # arrival < first write <= the read
+        return [j for j in order[lo:hi] if truth[j][1] <= send + ttft + tolerance_s]
+
+    cand = [candidates(i) for i in range(len(records))]
+    owner: dict[int, int] = {}  # server request -> record
+    match: list[int | None] = [None] * len(records)
+    for i in sorted(range(len(records)), key=lambda i: records[i][0]):
+        # breadth-first search for an augmenting path from record i
+        prev: dict[int, tuple[int, int | None]] = {}  # server request -> (record reaching it, that record's old one)
+        frontier, seen, end = [i], set(), None
+        while frontier and end is None:
+            nxt = []
+            for r in frontier:
+                for j in cand[r]:
+                    if j in seen:
+                        continue
+                    seen.add(j)
+                    prev[j] = (r, match[r])
+                    if j not in owner:
+                        end = j
+                        break
+                    nxt.append(owner[j])
+                if end is not None:
+                    break
+            frontier = nxt
+        while end is not None:  # flip the path back to record i
+            r, old = prev[end]
+            owner[end], match[r] = r, end
+            end = old if r != i else None
+    return match
 
 
-def relabel_truth(truth: dict[str, Any]) -> tuple[dict[str, Any], list[float]]:
+def relabel_truth(truth: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[float, float]]]:
     """The server's truth with every request named by its arrival order (`t<j>`), for tools whose
-    requests carry no id of their own, and the arrivals in that order."""
+    requests carry no id of their own, and (arrival, first write) of each in that order."""
     reqs = sorted(truth["requests"], key=lambda r: r["arrival"])
     out = dict(truth)
     out["requests"] = [{**r, "id": f"t{j}"} for j, r in enumerate(reqs)]
-    return out, [r["arrival"] for r in reqs]
+    return out, [(r["arrival"], r["first_write"]) for r in reqs]
 
 
 Row = tuple[float, str, float | None, float | None, bool, float]
@@ -219,9 +259,9 @@ def rows_by_time(
     whether it ended whole) as probe_from's rows, joined to the relabelled truth by time. Its
     schedule is evenly spaced at `rate` from an unrecorded start: placed through its most punctual
     request, as for vLLM's bench (a lower bound of the lag)."""
-    truth2, arrivals = relabel_truth(truth)
+    truth2, server = relabel_truth(truth)
     recs = sorted(records, key=lambda r: r[0])
-    match = join_by_time([r[0] for r in recs], arrivals)
+    match = join_by_time([(r[0], r[1]) for r in recs], server)
     t0 = min((s - i / rate for i, (s, _, _) in enumerate(recs)), default=0.0)
     rows: list[Row] = []
     for i, ((sent, ttft, whole), j) in enumerate(zip(recs, match, strict=True)):
