@@ -80,7 +80,7 @@ whose context grows to 32K tokens, at a fixed rate, sent to every tool as the sa
 single prompts (the conversation so far, flattened: ours and vLLM's bench replay no multi-turn
 conversations); per tool, client CPU-seconds per request and the TTFT error. `--short` makes the
 run a few minutes (200-token streams, 3 steady seconds, rates 10, 20, 40, one repeat, 4 x 4 turns).
-`--json` prints, as the last line, one object: `ours_tokens_per_cpu_s`, `vllm_tokens_per_cpu_s`
+`--json` prints the table, then, as the last line, one object: `ours_tokens_per_cpu_s`, `vllm_tokens_per_cpu_s`
 and their `ratio` (medians at `highest_common_req_s`, the highest rate where both kept up),
 `ours_ttft_error_p99_ms` there, `rates_req_s`, `repeats`, and every figure
 (testing/loadgen_efficiency.py computes them; testing/loadgen_probes.py turns probes into figures),
@@ -820,6 +820,8 @@ def main() -> int:
         wall_s=round(time.monotonic() - t_start, 1),
     )
     if a.json:
+        if a.efficiency:  # the table, then the JSON object as the last line
+            print("\n".join(lines))
         print(json.dumps(result))
         return 0
     print("\n".join(lines))
