@@ -134,6 +134,9 @@ ROOT = Path(__file__).resolve().parent.parent
 CLIENT_CORE, SERVER_CORE = 0, 1
 ALL_TOOLS = ("ours", "vllm", *peers.PEER_CLASSES)
 SHORT_RATES = "10,20,40"
+# issue 54's targets for ours against every peer
+TARGET_RATIO_TO_BEST_PEER = 2.0
+TARGET_TTFT_ERROR_P99_MS = 1.0
 LONG = peers.LongShape()
 SHORT_LONG = peers.LongShape(conversations=4, turns=4, rate=2.0)
 FLEET = "g6"  # the reference server ignores the fleet; records need one
@@ -748,6 +751,27 @@ def five_tools(
                 f"{num(d['ttft_error_p50_ms'], '.2f'):>14}{num(d['ttft_error_p99_ms'], '.2f'):>9}"
                 f"{d['ok']:>6}/{d['requests']}"
             )
+    # issue 54's targets: ours >= 2x the best peer's tokens per CPU-second at every rate, the least
+    # CPU per long-context request, TTFT error p99 under 1 ms at every rate
+    ratio_met = {r: v["ratio"] is not None and v["ratio"] >= TARGET_RATIO_TO_BEST_PEER for r, v in best.items()}
+    ttft = result["ttft_error_p99_ms_by_tool"].get("ours", {})
+    ttft_met = {r: v is not None and v < TARGET_TTFT_ERROR_P99_MS for r, v in ttft.items()}
+    cpu = {n: d["cpu_s_per_request"] for n, d in long_by.items() if d["cpu_s_per_request"] is not None}
+    long_met = bool(cpu) and "ours" in cpu and all(cpu["ours"] < v for n, v in cpu.items() if n != "ours")
+    result["targets"] = {
+        "min_ratio_to_best_peer": TARGET_RATIO_TO_BEST_PEER,
+        "ratio_met_by_rate": ratio_met,
+        "max_ttft_error_p99_ms": TARGET_TTFT_ERROR_P99_MS,
+        "ttft_error_met_by_rate": ttft_met,
+        "least_cpu_per_long_context_request": long_met if long else None,
+    }
+    lines.append(
+        f"targets: ours >= {TARGET_RATIO_TO_BEST_PEER:g}x the best peer at "
+        + ", ".join(f"{r} req/s {'met' if v else 'NOT met'}" for r, v in ratio_met.items())
+        + f"; TTFT error p99 < {TARGET_TTFT_ERROR_P99_MS:g} ms at "
+        + ", ".join(f"{r} {'met' if v else 'NOT met'}" for r, v in ttft_met.items())
+        + ("" if not long else f"; least CPU per long-context request: {'met' if long_met else 'NOT met'}")
+    )
     for n, why in unavailable.items():
         lines.append(f"NOT RUN: {n}: {why.splitlines()[0] if why else ''}")
     la = result["load_average"]
