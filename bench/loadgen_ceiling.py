@@ -5,6 +5,7 @@
         [--steady 5] [--probes 4] [--ours-start 60] [--vllm-start 6] [--no-vllm] [--baseline REF] [--keep DIR]
     .venv/bin/python -m bench.loadgen_ceiling --efficiency [--repeat 3] [--rates R1,R2,R3] [--json]
         [--vllm-start 20] [--probes 6] [--baseline REF] [--keep DIR]
+        [--tools ours,vllm,aiperf,inference-perf,guidellm] [--short] [--no-long-context] [--count-server-limited]
 
 The ceiling of a load generator is the highest offered rate (requests/s, evenly spaced, each
 request streaming `--tokens` tokens) at which, on one core:
@@ -65,10 +66,28 @@ server runs out first (docs/testing.md). `--efficiency` measures what such a mac
   its schedule (the others are left out, for every tool); ours to vLLM's in tokens per
   CPU-second at every rate where both kept up, and ours' projected rate per core (offered /
   CPU share) at the highest rate measured, printed as a projection.
-`--json` prints, as the last line, one object: `ours_tokens_per_cpu_s`, `vllm_tokens_per_cpu_s`
+Five tools (`--tools` picks some; ours is always one): ours, `vllm bench serve`, and the peers of
+bench/peer_tools.py, AIPerf, inference-perf and GuideLLM, each pinned in a venv of its own
+(bench/requirements-peer-<tool>.txt, installed on first use into .cache/peer-venvs/<tool>), each run
+through its own CLI per probe, offline (a local word tokenizer, loopback only). Every tool sees
+the same server, shapes, rates and prompt texts; every process of every tool runs on core 0
+(this bench pins itself there before it starts any, and every child inherits it; a peer's process
+found allowed elsewhere stops the bench) and counts in its CPU (bench/peer_tools.py TreeCpuSampler: the whole tree, reaped children
+too). The peers send no X-Request-Id the server could join by (AIPerf does), so their requests
+are joined to the server's truth by time (bench/peer_tools.py join_by_time). Then the
+long-context shape (bench/peer_tools.py LongShape; `--no-long-context` skips it): conversations
+whose context grows to 32K tokens, at a fixed rate, sent to every tool as the same growing
+single prompts (the conversation so far, flattened: ours and vLLM's bench replay no multi-turn
+conversations); per tool, client CPU-seconds per request and the TTFT error. `--short` makes the
+run a few minutes (200-token streams, 3 steady seconds, rates 10, 20, 40, one repeat, 4 x 4 turns).
+`--json` prints the table, then, as the last line, one object: `ours_tokens_per_cpu_s`, `vllm_tokens_per_cpu_s`
 and their `ratio` (medians at `highest_common_req_s`, the highest rate where both kept up),
 `ours_ttft_error_p99_ms` there, `rates_req_s`, `repeats`, and every figure
-(testing/loadgen_efficiency.py computes them; testing/loadgen_probes.py turns probes into figures).
+(testing/loadgen_efficiency.py computes them; testing/loadgen_probes.py turns probes into figures),
+and, over the five tools, `tokens_per_cpu_s_by_tool` (tool -> rate -> median), `ratio_to_best_peer`
+(rate -> ours over the peer with the most tokens per CPU-second there), `ttft_error_p99_ms_by_tool`,
+`long_context` (`by_tool`: CPU-seconds per request and TTFT error), `tool_versions`,
+`tools_unavailable` (a peer that could not be installed or run, and why) and `load_average`.
 """
 
 from __future__ import annotations
@@ -76,7 +95,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -84,9 +105,11 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
+from bench import peer_tools as peers
 from core.manifest import load_manifest
 from core.schedule import build_schedule
 from loadgen.openai_request import request_id_header
@@ -97,7 +120,6 @@ from testing import loadgen_efficiency as eff
 from testing import reference_server as refsrv
 from testing.loadgen_probes import (
     VLLM_TOOL,
-    CpuSampler,
     Probe,
     Shape,
     Tool,
@@ -110,6 +132,13 @@ from testing.loadgen_probes import (
 ROOT = Path(__file__).resolve().parent.parent
 
 CLIENT_CORE, SERVER_CORE = 0, 1
+ALL_TOOLS = ("ours", "vllm", *peers.PEER_CLASSES)
+SHORT_RATES = "10,20,40"
+# issue 54's targets for ours against every peer
+TARGET_RATIO_TO_BEST_PEER = 2.0
+TARGET_TTFT_ERROR_P99_MS = 1.0
+LONG = peers.LongShape()
+SHORT_LONG = peers.LongShape(conversations=4, turns=4, rate=2.0)
 FLEET = "g6"  # the reference server ignores the fleet; records need one
 VLLM_DRIVER = r"""
 import json, sys, traceback
@@ -142,18 +171,35 @@ def _pin(core: int) -> bool:
 
 def _manifest(workdir: Path, shape: Shape, rate: float) -> Path:
     n = shape.requests(rate)
+    return _manifest_rows(workdir, [(i / rate, shape.input_tokens, shape.tokens) for i in range(n)], rate)
+
+
+def _manifest_rows(workdir: Path, rows: list[tuple[float, int, int]], rate: float) -> Path:
+    """A manifest replaying `rows` (offset s, input tokens, output tokens) once. Prompts longer
+    than the stock manifest allows (the long-context shape) get a tokenizer, a context and one
+    sequence per server that hold them: the reference server ignores all three, but the
+    manifest's own checks (core/manifest.py: input + output within tokenizer.max_length, the KV
+    cache of max_concurrency x max_model_len within the instance) would refuse them."""
     trace = workdir / "trace.jsonl"
-    rows = ({"offset_s": i / rate, "input_tokens": shape.input_tokens, "output_tokens": shape.tokens} for i in range(n))
-    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    trace.write_text(
+        "".join(json.dumps({"offset_s": o, "input_tokens": i, "output_tokens": t}) + "\n" for o, i, t in rows)
+    )
+    max_in, max_out = max(r[1] for r in rows), max(r[2] for r in rows)
     d = yaml.safe_load((ROOT / "manifests" / "llama3-8b-inf2-vs-g6.yaml").read_text())
     d["workload"].update(
         trace={"path": str(trace), "format": "plain-jsonl"},
-        window={"start_s": 0, "duration_s": n / rate + 1},
+        window={"start_s": 0, "duration_s": rows[-1][0] + 1 / rate + 1},
         time_scale=1.0,
         rate_scale=1.0,
         warmup_s=0,
-        request_class={"max_input_tokens": shape.input_tokens, "max_output_tokens": shape.tokens, "mode": "clip"},
+        request_class={"max_input_tokens": max_in, "max_output_tokens": max_out, "mode": "clip"},
     )
+    if max_in + max_out > d["tokenizer"]["max_length"]:
+        d["tokenizer"]["max_length"] = max_in + max_out
+        for f in d["fleets"]:
+            f.update(max_model_len=max_in + max_out, max_concurrency=1)
+            if "sequence_buckets" in f:
+                f["sequence_buckets"] = [max_in + max_out]
     d["workload"].pop("capacity_sweep", None)
     d["loadgen"]["request_timeout_s"] = 120
     path = workdir / "bench.yaml"
@@ -174,6 +220,18 @@ _RUN_OURS = (
 
 
 @dataclass
+class Run:
+    """One run of a tool over a request set: the server's truth, probe_from's rows, the CPU of
+    the tool's process tree, its wall time, and its own CPU meter where it has one (ours)."""
+
+    truth: dict[str, Any]
+    rows: list[peers.Row]
+    sampler: peers.TreeCpuSampler
+    wall: float
+    client_cpu: float | None
+
+
+@dataclass
 class Ours:
     """Our replayer, from this checkout or from another (a baseline revision's loadgen/ and core/)."""
 
@@ -185,10 +243,16 @@ class Ours:
     runs: int = 0
 
     def probe(self, rate: float) -> Probe:
+        r = self.run(_shape_rows(self.shape, rate), rate)
+        return probe_from(
+            self.name, rate, self.shape, r.truth, r.rows, r.client_cpu, r.sampler, r.wall, sent_monotonic=False
+        )
+
+    def run(self, rows: list[tuple[float, int, int]], rate: float) -> Run:
         self.runs += 1
         wd = self.workdir / f"{self.name.replace('@', '-')}-{self.runs}"
         wd.mkdir(parents=True)
-        mpath = _manifest(wd, self.shape, rate)
+        mpath = _manifest_rows(wd, rows, rate)
         m = load_manifest(mpath)
         self.server.truth()  # forget what came before
         t = time.monotonic()
@@ -199,7 +263,7 @@ class Ours:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
-        sampler = CpuSampler(proc.pid)
+        sampler = peers.TreeCpuSampler(proc.pid)
         _out, err = proc.communicate()
         wall = time.monotonic() - t
         sampler.stop()
@@ -210,7 +274,7 @@ class Ours:
                 f"{self.name}: the replay failed ({proc.returncode}): {err.decode(errors='replace')[-2000:]}"
             )
         recs = list(read_records(sorted((wd / "run").glob(f"records-{FLEET}-*.jsonl"))))
-        rows = [
+        out = [
             (
                 r.scheduled_s,
                 request_id_header(m.campaign, FLEET, r.request_id),
@@ -222,7 +286,47 @@ class Ours:
             for r in recs
         ]
         cpu = load_summary(wd / "run" / f"summary-{FLEET}.json").client_cpu_percent / 100
-        return probe_from(self.name, rate, self.shape, truth, rows, cpu, sampler, wall, sent_monotonic=False)
+        return Run(truth, out, sampler, wall, cpu)
+
+
+def _shape_rows(shape: Shape, rate: float) -> list[tuple[float, int, int]]:
+    return [(i / rate, shape.input_tokens, shape.tokens) for i in range(shape.requests(rate))]
+
+
+def _items(workdir: Path, rows: list[tuple[float, int, int]], rate: float) -> tuple[list[peers.Item], list[float]]:
+    """The request set as prompt texts (the ones ours sends, loadgen.prompts.PromptBuilder, the
+    completions API), with their token and output counts, and their scheduled offsets."""
+    m = load_manifest(_manifest_rows(workdir, rows, rate))
+    builder = PromptBuilder(m, "completions")
+    sched = build_schedule(m)
+    return [(builder.build(r).text, r.input_tokens, r.output_tokens) for r in sched], [r.offset_s for r in sched]
+
+
+class Peer:
+    """A peer load generator (bench/peer_tools.py) as the bench's Tool: the same request set as
+    ours, its TTFT against the server's truth."""
+
+    def __init__(self, tool: peers.PeerTool, server: refsrv.ServerProcess, shape: Shape, workdir: Path) -> None:
+        self.name = tool.name
+        self.tool, self.server, self.shape, self.workdir = tool, server, shape, workdir
+
+    def probe(self, rate: float) -> Probe:
+        r = self.run(_shape_rows(self.shape, rate), rate)
+        return probe_from(self.name, rate, self.shape, r.truth, r.rows, None, r.sampler, r.wall, sent_monotonic=True)
+
+    def run(self, rows: list[tuple[float, int, int]], rate: float) -> Run:
+        wd = self.workdir / f"{self.name}-inputs-{self.tool.runs + 1}"
+        wd.mkdir(parents=True)
+        items, _offsets = _items(wd, rows, rate)
+        self.server.truth()  # forget what came before
+        res = self.tool.run(items, rate, timeout_s=rows[-1][0] + 600)
+        truth = self.server.truth()
+        truth, out = peers.rows_from_records(res.records, truth, rate)
+        (wd / "truth.json").write_text(json.dumps(truth))
+        off = res.sampler.off_core(CLIENT_CORE)
+        if off and os.sched_getaffinity(0) == {CLIENT_CORE}:
+            raise RuntimeError(f"{self.name}: processes {off} were not pinned to core {CLIENT_CORE} alone")
+        return Run(truth, out, res.sampler, res.wall_s, None)
 
 
 def _tokenizer_dir(path: Path) -> Path:
@@ -280,27 +384,28 @@ class Vllm:
         raise RuntimeError(f"vllm bench driver: no {marker} within {timeout_s:.0f} s; log {self.log.name}")
 
     def probe(self, rate: float) -> Probe:
+        r = self.run(_shape_rows(self.shape, rate), rate)
+        return probe_from(self.name, rate, self.shape, r.truth, r.rows, None, r.sampler, r.wall, sent_monotonic=True)
+
+    def run(self, rows: list[tuple[float, int, int]], rate: float) -> Run:
         self.runs += 1
         wd = self.workdir / f"vllm-{self.runs}"
         wd.mkdir(parents=True)
-        mpath = _manifest(wd, self.shape, rate)
-        m = load_manifest(mpath)
-        builder = PromptBuilder(m, "completions")
-        sched = build_schedule(m)
+        items, offsets = _items(wd, rows, rate)
         with (wd / "dataset.jsonl").open("w") as fh:
-            for r in sched:
-                fh.write(json.dumps({"prompt": builder.build(r).text, "output_tokens": r.output_tokens}) + "\n")
+            for text, _n, n_out in items:
+                fh.write(json.dumps({"prompt": text, "output_tokens": n_out}) + "\n")
         prefix = f"vllm{self.runs}-"
         argv = vllm_bench_argv(
-            self.server.url, self.tokenizer, wd / "dataset.jsonl", len(sched), rate, prefix, wd / "vllm-bench.json"
+            self.server.url, self.tokenizer, wd / "dataset.jsonl", len(items), rate, prefix, wd / "vllm-bench.json"
         )
         self.server.truth()
         t = time.monotonic()
         assert self.proc.stdin is not None
-        sampler = CpuSampler(self.proc.pid)
+        sampler = peers.TreeCpuSampler(self.proc.pid)
         self.proc.stdin.write(json.dumps(argv) + "\n")
         self.proc.stdin.flush()
-        status = self._wait_for("__probe_done__", 600)
+        status = self._wait_for("__probe_done__", 600 + rows[-1][0])
         wall = time.monotonic() - t
         sampler.stop()
         truth = self.server.truth()
@@ -311,18 +416,18 @@ class Vllm:
         starts, ttfts, errors = res["start_times"], res["ttfts"], res["errors"]
         # Its schedule: evenly spaced from an unrecorded start; placed through its most punctual request.
         t0 = min(s - (i + 1) / rate for i, s in enumerate(starts))
-        rows = [
+        out = [
             (
-                r.offset_s,
+                offsets[i],
                 f"{prefix}{i}",
                 ttfts[i] if not errors[i] else None,
                 starts[i] - t0 - (i + 1) / rate,
                 not errors[i],
                 starts[i],
             )
-            for i, r in enumerate(sched)
+            for i in range(len(items))
         ]
-        return probe_from(self.name, rate, self.shape, truth, rows, None, sampler, wall, sent_monotonic=True)
+        return Run(truth, out, sampler, wall, None)
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -383,11 +488,44 @@ def _args() -> argparse.Namespace:
         help="with --efficiency: the offered rates, comma-separated req/s (at least 3; default: vLLM's highest "
         "keep-up rate, found first, and its half and quarter)",
     )
+    ap.add_argument(
+        "--tools",
+        help=f"with --efficiency: the tools, comma-separated, of {', '.join(ALL_TOOLS)} (default: all five; "
+        "ours is always one)",
+    )
+    ap.add_argument(
+        "--short",
+        action="store_true",
+        help="with --efficiency: a run of a few minutes: 200-token streams, 3 steady seconds, 1 repeat, rates "
+        f"{SHORT_RATES}, a long-context shape of {SHORT_LONG.conversations} x {SHORT_LONG.turns} turns "
+        "(explicit flags still win)",
+    )
+    ap.add_argument("--no-long-context", action="store_true", help="with --efficiency: skip the long-context shape")
+    ap.add_argument(
+        "--count-server-limited",
+        action="store_true",
+        help="with --efficiency: the five-tool table and its JSON count the probes in which the server fell "
+        "behind its schedule too (said so where they are printed); for a machine whose other load keeps the "
+        "server late at every rate",
+    )
     a = ap.parse_args()
     if a.efficiency:
+        if a.short:
+            a.repeat = 1 if a.repeat is None else a.repeat
+            a.rates = SHORT_RATES if a.rates is None else a.rates
+            if "--tokens" not in sys.argv:
+                a.tokens = 200
+            if "--steady" not in sys.argv:
+                a.steady = 3.0
         a.repeat = 3 if a.repeat is None else a.repeat
-        if a.no_ours or (a.no_vllm and a.baseline is None):
-            ap.error("--efficiency compares ours with vLLM's (or with --baseline): drop --no-ours / --no-vllm")
+        tools = [t.strip() for t in (a.tools or ",".join(ALL_TOOLS)).split(",") if t.strip()]
+        unknown = sorted(set(tools) - set(ALL_TOOLS))
+        if unknown:
+            ap.error(f"--tools: unknown {', '.join(unknown)}; choose from {', '.join(ALL_TOOLS)}")
+        a.no_vllm = a.no_vllm or "vllm" not in tools
+        a.peers = [t for t in ALL_TOOLS if t in tools and t in peers.PEER_CLASSES]
+        if a.no_ours or (a.no_vllm and a.baseline is None and not a.peers):
+            ap.error("--efficiency compares ours with vLLM's or another peer (or with --baseline): drop --no-ours")
         if a.repeat < 1:
             ap.error(f"--repeat: at least 1, got {a.repeat}")
         if a.no_vllm and a.rates is None:
@@ -397,8 +535,10 @@ def _args() -> argparse.Namespace:
                 a.rates = eff.parse_rates(a.rates)
             except ValueError as e:
                 ap.error(str(e))
-    elif a.rates is not None or a.repeat is not None:
-        ap.error("--rates and --repeat go with --efficiency")
+    elif a.rates is not None or a.repeat is not None or a.tools or a.short:
+        ap.error("--rates, --repeat, --tools and --short go with --efficiency")
+    else:
+        a.peers = []
     if a.server_probes is None:
         a.server_probes = 0 if a.efficiency else 3
     if a.probes is None:
@@ -411,9 +551,16 @@ def _args() -> argparse.Namespace:
 
 
 def _tools(
-    a: argparse.Namespace, server: refsrv.ServerProcess, shape: Shape, tmp: Path, log: Callable[[str], None]
+    a: argparse.Namespace,
+    server: refsrv.ServerProcess,
+    shape: Shape,
+    tmp: Path,
+    log: Callable[[str], None],
+    unavailable: dict[str, str],
+    versions: dict[str, str],
 ) -> tuple[list[Tool], Vllm | None]:
-    """Ours, ours at --baseline, vLLM's, in that order, as the flags ask."""
+    """Ours, ours at --baseline, vLLM's, then the peers (installed on demand: one that cannot be
+    is named in `unavailable` with why), in that order, as the flags ask."""
     tools: list[Tool] = []
     if not a.no_ours:
         tools.append(Ours("ours", ROOT, server, shape, tmp))
@@ -424,7 +571,212 @@ def _tools(
         log("starting vllm bench serve (imports vLLM once) ...")
         vllm = Vllm(server, shape, tmp)
         tools.append(vllm)
+    if a.peers:
+        tok = _peer_tokenizer(tmp / "peer-tokenizer")
+        for name in a.peers:
+            try:
+                peer = peers.PEER_CLASSES[name](server.url, tmp, tok, log)
+            except (peers.PeerUnavailable, OSError, subprocess.SubprocessError) as e:
+                log(f"PEER NOT RUN: {name}: {e}")
+                unavailable[name] = str(e)
+                continue
+            log(f"{name} {peer.version} ({peer.spec.exe})")
+            versions[name] = peer.version
+            tools.append(Peer(peer, server, shape, tmp))
     return tools, vllm
+
+
+def _peer_tokenizer(path: Path) -> Path:
+    """The word tokenizer bench/peer_compare.py writes (counts as the manifest's emulator
+    tokenizer does; a local directory, nothing fetched), with a context long enough for the
+    long-context shape, so no tool truncates or warns on a 32K-token prompt."""
+    from bench.peer_compare import write_word_tokenizer
+
+    m = load_manifest(ROOT / "manifests" / "llama3-8b-inf2-vs-g6.yaml")
+    d = write_word_tokenizer(path, list(m.tokenizer.special_tokens.values()))
+    cfg = json.loads((d / "tokenizer_config.json").read_text())
+    cfg["model_max_length"] = 1 << 17
+    (d / "tokenizer_config.json").write_text(json.dumps(cfg))
+    return d
+
+
+def run_long_context(
+    tools: list[Tool], ls: peers.LongShape, a: argparse.Namespace, log: Callable[[str], None]
+) -> list[peers.LongFigures]:
+    """Every tool over the long-context shape, `--repeat` times, taking turns as in the short
+    shape (who goes first rotates). Every tool is sent the same growing single prompts (the
+    conversation so far, flattened): ours and vLLM's bench replay no multi-turn conversations,
+    and sending the peers' own multi-turn modes would give them another load."""
+    ls.check(a.ttft, a.itl)
+    inputs = ls.inputs()
+    rows = [(i / ls.rate, n, ls.output_tokens) for i, n in enumerate(inputs)]
+    log(
+        f"long-context shape: {ls.conversations} conversations x {ls.turns} turns, context {inputs[0]:,} to "
+        f"{inputs[-1]:,} tokens, {ls.output_tokens} tokens out, {ls.rate:g} req/s; {len(rows)} requests per run"
+    )
+    out: list[peers.LongFigures] = []
+    for repeat, _rate, name in eff.turns([t.name for t in tools], [ls.rate], a.repeat):
+        tool = next(t for t in tools if t.name == name)
+        run = tool.run(rows, ls.rate)  # type: ignore[attr-defined]
+        f = peers.long_figures(name, run.truth, run.rows, run.sampler, ls, a.itl)
+        out.append(f)
+        log(
+            f"  repeat {repeat + 1}: {name}: {f.ok}/{f.requests} ok, {f.cpu_s_per_request or math.nan:.3f} CPU-s per request "
+            f"while sending ({f.run_cpu_s_per_request:.3f} over its whole run), TTFT error p50 "
+            f"{(f.ttft_err_p50_s or math.nan) * 1000:.2f} p99 {(f.ttft_err_p99_s or math.nan) * 1000:.2f} ms"
+            f"{'' if f.server_kept_schedule else ' (the server fell behind: left out)'}"
+        )
+    return out
+
+
+def five_tools(
+    result: dict[str, Any],
+    tools: list[Tool],
+    long: list[peers.LongFigures],
+    unavailable: dict[str, str],
+    versions: dict[str, str],
+    a: argparse.Namespace,
+    ls: peers.LongShape,
+) -> list[str]:
+    """Adds to `result` (the JSON line) every tool's tokens per CPU-second per rate, its CPU-seconds
+    per long-context request, ours' ratio to the best peer per rate; returns the lines saying so."""
+    names = [t.name for t in tools]
+    peer_names = [n for n in names if not n.startswith("ours")]
+    rates = result["rates_req_s"]
+    figures = result["figures"]
+    if a.count_server_limited:
+        # every probe counts, the server's lateness notwithstanding (a machine whose other load
+        # keeps the server from its schedule at every rate): said in the table and the JSON
+        samples = [
+            eff.Sample(
+                p["tool"],
+                p["offered"],
+                0,
+                True,
+                p["achieved"],
+                p["steady_cpu_s"],
+                p["steady_window_s"],
+                p["steady_tokens"],
+                p["lag_p99_s"],
+                p["ttft_err_p50_s"],
+                p["ttft_err_p99_s"],
+            )
+            for p in result["probes"]
+        ]
+        figures = [f.as_dict() for f in eff.table(samples, names, rates)]
+        result["figures_server_limited_counted"] = figures
+    tpc = peers.tokens_per_cpu_by_tool(figures, names, rates)
+    best = peers.ratio_to_best_peer(figures, "ours", peer_names, rates)
+
+    def med(xs: list[float | None]) -> float | None:
+        ys = [x for x in xs if x is not None]
+        return statistics.median(ys) if ys else None
+
+    long_by: dict[str, dict[str, Any]] = {}
+    for name in names:
+        mine = [f for f in long if f.tool == name and (f.server_kept_schedule or a.count_server_limited)]
+        long_by[name] = {
+            "cpu_s_per_request": med([f.cpu_s_per_request for f in mine]),
+            "run_cpu_s_per_request": med([f.run_cpu_s_per_request for f in mine]),
+            "ttft_error_p50_ms": med([f.ttft_err_p50_s * 1000 if f.ttft_err_p50_s is not None else None for f in mine]),
+            "ttft_error_p99_ms": med([f.ttft_err_p99_s * 1000 if f.ttft_err_p99_s is not None else None for f in mine]),
+            "ok": sum(f.ok for f in mine),
+            "requests": sum(f.requests for f in mine),
+            "runs": len(mine),
+            "excluded_server_limited": sum(1 for f in long if f.tool == name and not f.server_kept_schedule),
+        }
+    result.update(
+        server_limited_counted=bool(a.count_server_limited),
+        tools=names,
+        tool_versions=versions,
+        tools_unavailable=unavailable,
+        tokens_per_cpu_s_by_tool=tpc,
+        ratio_to_best_peer=best,
+        long_context={
+            "shape": asdict(ls),
+            "by_tool": long_by,
+            "runs": [f.as_dict() for f in long],
+            "same_prompts_for_every_tool": "growing single prompts: the conversation so far, flattened",
+        },
+        load_average=os.getloadavg(),
+    )
+
+    def num(x: float | None, fmt: str) -> str:
+        return "n/a" if x is None else format(x, fmt)
+
+    counted = " (every probe counted, those in which the server fell behind too)" if a.count_server_limited else ""
+    lines = ["", f"tokens per client CPU-second (median), {len(names)} tools, {a.tokens}-token streams{counted}:"]
+    lines.append(f"{'tool':<16}" + "".join(f"{f'{r:g} req/s':>14}" for r in rates))
+    for n in names:
+        lines.append(f"{n:<16}" + "".join(f"{num(tpc[n][f'{r:g}'], ',.0f'):>14}" for r in rates))
+    lines.append(
+        f"{'ours / best peer':<16}"
+        + "".join(f"{num(best[f'{r:g}']['ratio'], '.2f'):>14}" for r in rates)
+        + "   (best: "
+        + ", ".join(f"{r:g}: {best[f'{r:g}']['best_peer']}" for r in rates)
+        + ")"
+    )
+    lines.append(f"TTFT error p99 against the server's truth, ms (median; p50 in brackets){counted}:")
+    for n in names:
+        cells = []
+        for r in rates:
+            f = next((x for x in figures if x["tool"] == n and x["offered_req_s"] == r), None)
+            p99, p50 = (f["ttft_error_p99_ms"], f["ttft_error_p50_ms"]) if f else (None, None)
+            cells.append(f"{num(p99 and p99['median'], '.2f')} ({num(p50 and p50['median'], '.2f')})")
+        lines.append(f"{n:<16}" + "".join(f"{c:>18}" for c in cells))
+    result["ttft_error_p99_ms_by_tool"] = {
+        n: {
+            f"{r:g}": next(
+                (
+                    x["ttft_error_p99_ms"]["median"]
+                    for x in figures
+                    if x["tool"] == n and x["offered_req_s"] == r and x["ttft_error_p99_ms"]
+                ),
+                None,
+            )
+            for r in rates
+        }
+        for n in names
+    }
+    if long:
+        lines.append(
+            f"long-context shape ({ls.conversations} x {ls.turns} turns to {ls.max_context:,} tokens, "
+            f"{ls.rate:g} req/s, {ls.output_tokens} out; the same growing single prompts for every tool):"
+        )
+        lines.append(f"{'tool':<16}{'CPU-s/request':>14}{'whole run':>11}{'TTFT err p50':>14}{'p99 ms':>9}{'ok':>10}")
+        for n in names:
+            d = long_by[n]
+            lines.append(
+                f"{n:<16}{num(d['cpu_s_per_request'], '.3f'):>14}{num(d['run_cpu_s_per_request'], '.3f'):>11}"
+                f"{num(d['ttft_error_p50_ms'], '.2f'):>14}{num(d['ttft_error_p99_ms'], '.2f'):>9}"
+                f"{d['ok']:>6}/{d['requests']}"
+            )
+    # issue 54's targets: ours >= 2x the best peer's tokens per CPU-second at every rate, the least
+    # CPU per long-context request, TTFT error p99 under 1 ms at every rate
+    ratio_met = {r: v["ratio"] is not None and v["ratio"] >= TARGET_RATIO_TO_BEST_PEER for r, v in best.items()}
+    ttft = result["ttft_error_p99_ms_by_tool"].get("ours", {})
+    ttft_met = {r: v is not None and v < TARGET_TTFT_ERROR_P99_MS for r, v in ttft.items()}
+    cpu = {n: d["cpu_s_per_request"] for n, d in long_by.items() if d["cpu_s_per_request"] is not None}
+    long_met = bool(cpu) and "ours" in cpu and all(cpu["ours"] < v for n, v in cpu.items() if n != "ours")
+    result["targets"] = {
+        "min_ratio_to_best_peer": TARGET_RATIO_TO_BEST_PEER,
+        "ratio_met_by_rate": ratio_met,
+        "max_ttft_error_p99_ms": TARGET_TTFT_ERROR_P99_MS,
+        "ttft_error_met_by_rate": ttft_met,
+        "least_cpu_per_long_context_request": long_met if long else None,
+    }
+    lines.append(
+        f"targets: ours >= {TARGET_RATIO_TO_BEST_PEER:g}x the best peer at "
+        + ", ".join(f"{r} req/s {'met' if v else 'NOT met'}" for r, v in ratio_met.items())
+        + f"; TTFT error p99 < {TARGET_TTFT_ERROR_P99_MS:g} ms at "
+        + ", ".join(f"{r} {'met' if v else 'NOT met'}" for r, v in ttft_met.items())
+        + ("" if not long else f"; least CPU per long-context request: {'met' if long_met else 'NOT met'}")
+    )
+    for n, why in unavailable.items():
+        lines.append(f"NOT RUN: {n}: {why.splitlines()[0] if why else ''}")
+    la = result["load_average"]
+    lines.append(f"load average at the end: {la[0]:.2f} {la[1]:.2f} {la[2]:.2f} ({os.cpu_count()} cores)")
+    return lines
 
 
 def main() -> int:
@@ -455,7 +807,9 @@ def main() -> int:
             server_best, server_probes = refsrv.server_ceiling(
                 server, start_tokens_per_s=a.server_start, probes=a.server_probes, log=log
             )
-        tools, vllm = _tools(a, server, shape, tmp, log)
+        unavailable: dict[str, str] = {}
+        versions: dict[str, str] = {}
+        tools, vllm = _tools(a, server, shape, tmp, log, unavailable, versions)
         if vllm is not None:
             stack.callback(vllm.close)
         if a.efficiency:
@@ -470,6 +824,8 @@ def main() -> int:
                 baseline=a.baseline,
                 log=log,
             )
+            long = [] if a.no_long_context else run_long_context(tools, SHORT_LONG if a.short else LONG, a, log)
+            lines += five_tools(result, tools, long, unavailable, versions, a, SHORT_LONG if a.short else LONG)
         else:
             result, lines = ceiling_result(
                 tools,
@@ -488,6 +844,8 @@ def main() -> int:
         wall_s=round(time.monotonic() - t_start, 1),
     )
     if a.json:
+        if a.efficiency:  # the table, then the JSON object as the last line
+            print("\n".join(lines))
         print(json.dumps(result))
         return 0
     print("\n".join(lines))
