@@ -29,7 +29,16 @@ from core import cloud_contract as cc
 from core.manifest import load_manifest
 from loadgen.recording import RecordParts, upload_to_s3
 from loadgen.task_entry import discover_master, stage_inputs
-from testing.iam_policy import Denial, Evaluator, Recorded, World, resolve, role_policies, without_statement
+from testing.iam_policy import (
+    Denial,
+    Evaluator,
+    Recorded,
+    World,
+    resolve,
+    role_policies,
+    statement_with,
+    without_statement,
+)
 from tests.cloud.test_cloud_steps import BUCKET, REGION, Aws, Launcher
 from tests.conftest import EXAMPLE_MANIFEST
 
@@ -297,15 +306,6 @@ def test_every_call_a_worker_makes_is_allowed_by_its_role(conductor: Conductor) 
     assert [str(d) for d in _denied(conductor, conductor.policies) if d.call.actor == WORKER] == []
 
 
-def _statement_with(policies: list[dict[str, Any]], action: str) -> tuple[int, int]:
-    for i, doc in enumerate(policies):
-        for j, st in enumerate(doc["Statement"]):
-            actions = st["Action"] if isinstance(st["Action"], list) else [st["Action"]]
-            if action in actions and st["Effect"] == "Allow":
-                return i, j
-    raise AssertionError(f"no statement allows {action}")
-
-
 @pytest.mark.parametrize(
     ("actor", "action"),
     [
@@ -326,7 +326,7 @@ def _statement_with(policies: list[dict[str, Any]], action: str) -> tuple[int, i
     ],
 )
 def test_removing_a_statement_denies_the_call_that_needs_it(conductor: Conductor, actor: str, action: str) -> None:
-    doc, statement = _statement_with(conductor.policies[actor], action)
+    doc, statement = statement_with(conductor.policies[actor], action)
     policies = {**conductor.policies, actor: without_statement(conductor.policies[actor], doc, statement)}
     denied = _denied(conductor, policies)
     assert denied, f"removing the {actor}'s statement with {action} denied nothing"
