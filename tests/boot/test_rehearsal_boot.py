@@ -87,7 +87,7 @@ def _tokenizer_files(directory: Path) -> dict[str, str]:
 
     directory.mkdir(parents=True, exist_ok=True)
     tok = Tokenizer(models.WordLevel({"[UNK]": 0, "hello": 1, "rehearsal": 2}, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()  # type: ignore[assignment]
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.save(str(directory / "tokenizer.json"))
     (directory / "tokenizer_config.json").write_text('{"bos_token": "<|begin_of_text|>"}', encoding="utf-8")
     return {
