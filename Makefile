@@ -152,7 +152,7 @@ pytest: setup
 	for rc in $$main $$live $$logic $$side $$campaigns $$engine $$alone $$checks; do if [ $$rc -ne 0 ]; then exit $$rc; fi; done
 
 # checkov on every template `deploy` can create from both example manifests (the compile phase's
-# too: stacks/checkov_gate.py deploy_templates), from its own venv (its dependency pins
+# too: stacks/checkov_gate.py deploy_templates; and the example's rehearsal, deploy --rehearsal), from its own venv (its dependency pins
 # clash with requirements.txt). Fails on any failed check not listed with a reason in
 # stacks/checkov-accepted.yaml.
 .venv-checkov/.installed: stacks/requirements-checkov.txt
@@ -163,7 +163,8 @@ pytest: setup
 checkov-venv: .venv-checkov/.installed
 
 checkov: install checkov-venv
-	$(PY) -m stacks.checkov_gate --manifest manifests/llama3-8b-inf2-vs-g6.yaml --manifest manifests/llama3-8b-three-fleets.yaml
+	$(PY) -m stacks.checkov_gate --manifest manifests/llama3-8b-inf2-vs-g6.yaml --manifest manifests/llama3-8b-three-fleets.yaml \
+		--rehearsal manifests/llama3-8b-inf2-vs-g6.yaml
 
 # The method pages (docs/, mkdocs.yml) into .site/; --strict fails on a broken link or page.
 docs: install
