@@ -36,7 +36,8 @@ MANIFEST = ROOT / "manifests" / "llama3-8b-inf2-vs-g6.yaml"
 # before issue 53's branch was merged: the example manifest's NVIDIA driver pin and report 2.4 had
 # changed the report since) with this bench, and the merged code gave the same hashes at 200 k, 1 M,
 # 10 M and 100 M. The report names its records folder relative to its own (`../records`), which is why
-# the bench keeps that layout fixed.
+# the bench keeps that layout fixed. Since its records' times are DOUBLE (they were DECIMAL, generate),
+# the same values give the same hashes: checked at 200 k, 1 M, 10 M and 100 M (2026-12-07).
 REFERENCE: dict[tuple[int, str], str] = {
     (200_000, "parquet"): "d25c4dc7d8099aa977ed677533e216040bf47d419affb11f6910de38bef4c824",
     (1_000_000, "parquet"): "5fb347e623f8069f442f5dfaaab55418e62357e83eb199a88fcfb6613a088519",
@@ -52,14 +53,17 @@ def generate(out: Path, n: int, digest: str, campaign: str, fmt: str) -> None:
     con = duckdb.connect()
     per_file = n // 4
     for k, fleet in enumerate(("inf2", "inf2", "g6", "g6")):
-        # Deterministic pseudo-random latencies from hash(i): ~3% errors, a long TTFT tail.
+        # Deterministic pseudo-random latencies from hash(i): ~3% errors, a long TTFT tail. Times are
+        # DOUBLE, as RequestRecord's floats are: the literals alone would make them DECIMAL, whose
+        # decoding and cast every scan then paid (issue 53; the values, and the report, are the same).
         sql = f"""
         SELECT '{campaign}' AS campaign, '{digest}' AS manifest_digest, '{fleet}' AS fleet, i AS request_id, 'w{k}' AS worker,
-               1700000000.0 AS wall_start, i * 0.0001 AS scheduled_s, i * 0.0001 AS sent_s, 0.0 AS send_lag_s,
+               1700000000.0::DOUBLE AS wall_start, (i * 0.0001)::DOUBLE AS scheduled_s, (i * 0.0001)::DOUBLE AS sent_s,
+               0.0::DOUBLE AS send_lag_s,
                CASE WHEN h % 100 < 3 THEN NULL ELSE 0.05 + (h % 1000) / 400.0 END AS ttft_s,
                CASE WHEN h % 100 < 3 THEN NULL ELSE 0.02 + (h % 997) / 8000.0 END AS itl_s,
                NULL::DOUBLE AS itl_max_s,
-               CASE WHEN h % 100 < 3 THEN NULL ELSE 3.0 END AS e2e_s,
+               CASE WHEN h % 100 < 3 THEN NULL ELSE 3.0::DOUBLE END AS e2e_s,
                512 AS input_tokens, 512 AS max_tokens, CAST(50 + h % 400 AS BIGINT) AS client_output_tokens, 512 AS server_prompt_tokens,
                CASE WHEN h % 7 = 0 THEN NULL ELSE CAST(50 + h % 400 AS BIGINT) END AS server_output_tokens,
                'stop' AS finish_reason, CASE WHEN h % 100 < 3 THEN 'http_error' ELSE 'ok' END AS outcome, 200 AS http_status,
@@ -71,6 +75,17 @@ def generate(out: Path, n: int, digest: str, campaign: str, fmt: str) -> None:
         opts = "(FORMAT parquet, COMPRESSION zstd)" if fmt == "parquet" else "(FORMAT json)"
         con.execute(f"COPY ({sql}) TO '{target}' {opts}")
     con.close()
+
+
+def _decimal_times(rec_dir: Path) -> bool:
+    """Whether reused Parquet records hold scheduled_s as DECIMAL, as this bench wrote them before issue 53."""
+    import duckdb
+
+    got = duckdb.connect().execute(
+        f"SELECT column_type FROM (DESCRIBE SELECT scheduled_s FROM read_parquet('{rec_dir}/records-*.parquet'))"
+    )
+    row = got.fetchone()
+    return row is not None and str(row[0]).startswith("DECIMAL")
 
 
 def report_hash(report_json: bytes) -> str:
@@ -156,9 +171,14 @@ def main() -> int:
         base = args.dir or Path(tmp)
         rec_dir = base / "records"
         t0 = time.perf_counter()
-        if not any(rec_dir.glob("records-*")):
+        reused = any(rec_dir.glob("records-*"))
+        if not reused:
             generate(rec_dir, args.records, m.digest, m.campaign, args.format)
         t_gen = time.perf_counter() - t0
+        if reused and args.format == "parquet" and _decimal_times(rec_dir):
+            print(
+                f"note: {rec_dir} holds records from before issue 53's DOUBLE times (DECIMAL): slower to read; delete it to regenerate"
+            )
         size_mb = sum(p.stat().st_size for p in rec_dir.glob("records-*")) / 1e6
         print(f"records: {args.records:,} ({args.format}, {size_mb:.0f} MB), generated in {t_gen:.1f} s", flush=True)
         runs = []

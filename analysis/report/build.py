@@ -13,6 +13,8 @@ concatenated here in one fixed order.
 
 from __future__ import annotations
 
+import importlib
+import threading
 from pathlib import Path
 
 from analysis.measure import prefix_cache
@@ -46,6 +48,8 @@ def build_report(inputs: ReportInputs) -> Report:
     returns the report. See ReportInputs for what each input means."""
     inp = inputs
     m = inp.manifest
+    if inp.with_pages:
+        _import_renderers_aside()
     rec = read_records(inp)
     ev = gather_evidence(inp, rec.base, rec.summaries())
     meas = measure(inp, rec, ev.instances)
@@ -98,6 +102,27 @@ def _write(report: Report, out_dir: str | Path, with_pages: bool) -> Report:
     if with_pages:
         write_pages(model, out)
     return model
+
+
+# What write_pages imports: the HTML renderer brings matplotlib, about a second of single-threaded
+# CPU (bench/analysis_throughput.py, issue 53).
+_RENDERERS = ("analysis.report.render.html", "analysis.report.render.markdown")
+
+
+def _import_renderers_aside() -> None:
+    """Import the page renderers in a thread while the records are read: duckdb and numpy release
+    the GIL, so the import runs beside them instead of after them. write_pages imports them as
+    before (Python's import lock makes it wait for an import under way); should one fail here, it
+    fails there again, with its error."""
+
+    def load() -> None:
+        for name in _RENDERERS:
+            try:
+                importlib.import_module(name)
+            except Exception:  # write_pages' own import raises it again
+                return
+
+    threading.Thread(target=load, name="import-renderers", daemon=True).start()
 
 
 def write_pages(model: Report, out_dir: str | Path) -> None:
