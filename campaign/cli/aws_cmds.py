@@ -29,8 +29,9 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     from stacks.compile_boot import COMPILE_FLEETS_CONTEXT
 
     rehearsal = bool(getattr(args, "rehearsal", False))  # (a Namespace built without the option: none)
-    path = _manifest_path(args)  # the rehearsal's manifest with --rehearsal (campaign.stages.rehearsal)
-    m = load_manifest(path)  # refuses to deploy an invalid manifest (exit 2 via ManifestError)
+    # With --rehearsal, the rehearsal's manifest (campaign.stages.rehearsal), written only once checked.
+    path = Path(args.manifest)
+    m = _rehearsal_manifest(args) if rehearsal else load_manifest(path)  # refuses an invalid one (exit 2)
     # Illustrative hashes/digests, a gated model without a token: refused before any spend.
     issues = cloud_issues(
         m, weights_from_s3=bool(args.weights_s3_uri), docker_hub_credential_arn=args.docker_hub_credential_arn
@@ -68,6 +69,10 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         compile_phase.prove_on_fleet_type(session, m, stack, targets)  # one on the fleet's own type, first
     what = "a rehearsal (every fleet its emulator on a cheap host type)" if rehearsal else f"manifest {m.short_digest}"
     print(f"deploying {stack} ({what}) to {m.costs.region}")
+    if rehearsal:  # the file cdk synthesizes from; checked above, in memory
+        from campaign.stages.rehearsal import write_rehearsal_manifest
+
+        path = write_rehearsal_manifest(path)
     # A rehearsal's quotas are the host type's, checked in _rehearsal_preflight
     _cdk_deploy(args, path, extra=extra, session=session, compiling=hosts, check_quota=not targets and not rehearsal)
     if args.extend_hours:  # the deadline may have fired: its groups at 0 until set back
@@ -84,16 +89,14 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 REHEARSAL_CONTEXT = "rehearsal"
 
 
-def _manifest_path(args: argparse.Namespace) -> Path:
-    """The manifest a command works on: the campaign's, or with --rehearsal the rehearsal's,
-    written beside it from it (campaign.stages.rehearsal)."""
-    if not getattr(args, "rehearsal", False):
-        return Path(args.manifest)
-    from campaign.stages.rehearsal import write_rehearsal_manifest
+def _rehearsal_manifest(args: argparse.Namespace) -> Manifest:
+    """The rehearsal's manifest, built from the campaign's in memory (campaign.stages.rehearsal):
+    the campaign's is checked first (exit 2 naming its fields), nothing is written."""
+    from campaign.stages.rehearsal import load_rehearsal
 
-    load_manifest(args.manifest)  # the campaign's must be valid first (exit 2 naming its fields)
+    load_manifest(args.manifest)
     try:
-        return write_rehearsal_manifest(Path(args.manifest))
+        return load_rehearsal(Path(args.manifest))
     except ValueError as exc:
         raise BadArgument(f"--rehearsal: {exc}") from None
 
@@ -270,9 +273,11 @@ def _rehearse(args: argparse.Namespace) -> int:
     given = [f"--{k.replace('_', '-')}" for k in REHEARSAL_EXCLUDES if getattr(args, k, None) not in (None, False)]
     if given:
         raise BadArgument(f"--rehearsal runs a fixed shape and detaches and attaches itself: drop {', '.join(given)}")
+    from campaign.stages.rehearsal import write_rehearsal_manifest
+
     campaign_m = load_manifest(args.manifest)
-    m = load_manifest(_manifest_path(args))
-    check_workload(m)
+    check_workload(_rehearsal_manifest(args))  # refused before anything is written
+    m = load_manifest(write_rehearsal_manifest(Path(args.manifest)))  # its tasks read the file
     session = aws_session(m.costs.region)
     checked = _preflight_seams(session, m)
     stack = aws.stack_name(m)

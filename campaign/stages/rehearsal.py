@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from core import rehearsal
-from core.manifest import parse_yaml
+from core.manifest import Manifest, ManifestError, manifest_from_data, parse_yaml, semantic_issues
 
 SUFFIX = ".rehearsal.yaml"
 # The smallest tolerance the manifest allows is > 0: at this one, no bracket of two steps (at the
@@ -65,18 +65,34 @@ def rehearsal_data(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _data(manifest: Path) -> dict[str, Any]:
+    if is_rehearsal(manifest):
+        raise ValueError(f"{manifest}: already a rehearsal's manifest; give the campaign's")
+    return rehearsal_data(parse_yaml(manifest.read_text(encoding="utf-8"), str(manifest)))
+
+
+def load_rehearsal(manifest: Path) -> Manifest:
+    """The rehearsal's manifest built from the campaign's in memory, as if read from its path
+    (rehearsal_path): nothing is written, so a refusal on it leaves no file. ManifestError as
+    load_manifest raises it; ValueError for a manifest that is itself a rehearsal's."""
+    path = rehearsal_path(manifest)
+    m = manifest_from_data(_data(manifest), source=path)
+    issues = semantic_issues(m, check_files=True)
+    if issues:
+        raise ManifestError(issues, str(path))
+    return m
+
+
 def write_rehearsal_manifest(manifest: Path) -> Path:
     """The rehearsal's manifest beside `manifest` (rehearsal_path), written from it now; its path.
     Refused (ValueError) for a manifest that is itself a rehearsal's."""
-    if is_rehearsal(manifest):
-        raise ValueError(f"{manifest}: already a rehearsal's manifest; give the campaign's")
-    data = parse_yaml(manifest.read_text(encoding="utf-8"), str(manifest))
+    data = _data(manifest)
     path = rehearsal_path(manifest)
     header = (
         f"# The rehearsal's manifest, written by `deploy --rehearsal` / `run --rehearsal` from {manifest.name}\n"
         "# (campaign/stages/rehearsal.py); edits here are overwritten: edit the campaign's manifest.\n"
     )
-    text = header + yaml.safe_dump(rehearsal_data(data), sort_keys=False)
+    text = header + yaml.safe_dump(data, sort_keys=False)
     if not path.is_file() or path.read_text(encoding="utf-8") != text:
         path.write_text(text, encoding="utf-8")
     return path
