@@ -27,3 +27,15 @@ def stack_name(campaign: str) -> str:
 def ami_parameter_name(fleet: str) -> str:
     """Template parameter of a fleet's AMI: `Ami` + the fleet name in CamelCase (CFN allows [A-Za-z0-9])."""
     return "Ami" + "".join(part[:1].upper() + part[1:] for part in re.split(r"[^A-Za-z0-9]+", fleet) if part)
+
+
+# The rehearsal (issue 51, core/rehearsal.py): `cdk synth -c rehearsal=1` replaces every fleet by
+# its emulator on the rehearsal host type. The stack says so where DescribeStacks shows it: an
+# Output (value REHEARSAL_OUTPUT_VALUE) and a tag on the stack and every resource; in a campaign's
+# stack neither is there. Every rehearsal fleet boots the AMI of one parameter, which CloudFormation
+# resolves from the public Amazon Linux 2023 SSM parameter (no value for `deploy` to fill).
+REHEARSAL_CONTEXT = "rehearsal"
+REHEARSAL_OUTPUT = "Rehearsal"
+REHEARSAL_OUTPUT_VALUE = "true"
+REHEARSAL_TAG = ("rehearsal", "true")
+REHEARSAL_AMI_PARAMETER = "RehearsalAmi"

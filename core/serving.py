@@ -255,9 +255,34 @@ def pinned_checkpoint_files(manifest: Manifest) -> dict[str, str]:
 
 def _staging(manifest: Manifest, image: str, weights_dir: str, weights_s3_uri: str | None) -> tuple[str, ...]:
     """Shell lines that put the pinned checkpoint files (and only those) on the cache volume and verify their hashes."""
+    return _fetch_and_check(
+        manifest, image, weights_dir, weights_s3_uri, checkpoint_files(manifest), pinned_checkpoint_files(manifest)
+    )
+
+
+def tokenizer_staging(manifest: Manifest, image: str, weights_s3_uri: str | None) -> tuple[str, ...]:
+    """A rehearsal fleet's staging (issue 51): the pinned tokenizer files alone, fetched from where
+    and checked as a fleet fetches and checks its checkpoint (`_staging`), into the same weights
+    directory; `image` runs the Hub download (it must ship huggingface_hub). None for the emulator's
+    word tokenizer, which has no files."""
+    files = manifest.tokenizer.files
+    if not files:
+        return ()
+    return _fetch_and_check(manifest, image, weights_dir_for(manifest), weights_s3_uri, sorted(files), dict(files))
+
+
+def _fetch_and_check(
+    manifest: Manifest,
+    image: str,
+    weights_dir: str,
+    weights_s3_uri: str | None,
+    files: list[str],
+    pinned: Mapping[str, str],
+) -> tuple[str, ...]:
+    """`files` of the checkpoint at model.commit onto `weights_dir`, from S3 or the Hub, then the
+    sha256 of each of `pinned` checked."""
     m = manifest.model
     q = shlex.quote
-    files = checkpoint_files(manifest)
     steps: list[str] = [f"mkdir -p {q(weights_dir)}"]
     if weights_s3_uri:
         includes = " ".join(f"--include {q(f)}" for f in files)
@@ -289,7 +314,7 @@ def _staging(manifest: Manifest, image: str, weights_dir: str, weights_s3_uri: s
         steps.append(
             f"docker run --rm --entrypoint python3 -v {CACHE_MOUNT}:{CACHE_MOUNT}{token_env} {q(image)} -c {q(py)}"
         )
-    checks = "\\n".join(f"{digest}  {name}" for name, digest in sorted(pinned_checkpoint_files(manifest).items()))
+    checks = "\\n".join(f"{digest}  {name}" for name, digest in sorted(pinned.items()))
     steps.append(f"(cd {q(weights_dir)} && printf '{checks}\\n' | sha256sum --check --strict -)")
     if m.hub_token_secret_arn and not weights_s3_uri:
         steps.append("unset HF_TOKEN")

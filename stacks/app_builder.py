@@ -8,7 +8,7 @@ from typing import Any
 
 from aws_cdk import App, Environment
 
-from core.naming import stack_name
+from core.naming import REHEARSAL_CONTEXT, stack_name
 from stacks.comparison_stack import ComparisonStack
 from stacks.compile_boot import COMPILE_FLEETS_CONTEXT
 from stacks.compliance import add_nag_checks
@@ -35,7 +35,13 @@ def build_app(
     app = App(context={**pinned_context(), **(context or {})}, outdir=outdir)
     merged = {
         key: app.node.try_get_context(key)
-        for key in ("manifest", "weights_s3_uri", "harness:region-availability-zones", COMPILE_FLEETS_CONTEXT)
+        for key in (
+            "manifest",
+            "weights_s3_uri",
+            "harness:region-availability-zones",
+            COMPILE_FLEETS_CONTEXT,
+            REHEARSAL_CONTEXT,
+        )
     }
     settings = settings_from_context(merged)
     m = settings.manifest

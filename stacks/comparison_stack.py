@@ -7,7 +7,13 @@ from constructs import Construct
 
 from core.cloud_contract import DEADLINE_PATTERN, PROMETHEUS_QUERY_OUTPUT
 from core.compile_host import compile_host
-from core.naming import CAMPAIGN_DEADLINE_PARAMETER, MANIFEST_DIGEST_TAG
+from core.naming import (
+    CAMPAIGN_DEADLINE_PARAMETER,
+    MANIFEST_DIGEST_TAG,
+    REHEARSAL_OUTPUT,
+    REHEARSAL_OUTPUT_VALUE,
+    REHEARSAL_TAG,
+)
 from stacks.compile_boot import COMPILE_PHASE_OUTPUT
 from stacks.compile_instance import CompileInstance
 from stacks.conductor import Conductor
@@ -18,6 +24,7 @@ from stacks.load_generator import LoadGenerator
 from stacks.loadgen_contract import RUN_CONFIG_OUTPUT
 from stacks.network import Network
 from stacks.observability import Observability
+from stacks.rehearsal_fleet import rehearsal_host
 from stacks.results import ResultsStore
 from stacks.settings import SynthSettings
 
@@ -34,6 +41,10 @@ class ComparisonStack(Stack):
         image_cache = DockerHubCache(self, "DockerHubCache")
         network = Network(self, "Network", availability_zones=settings.vpc_azs, flow_log_bucket=store.logs)
         deadline = self._deadline_parameter(m.max_campaign_hours)
+        # A rehearsal (issue 51): every fleet its emulator on one cheap host type; nothing else changes.
+        rehearsal = rehearsal_host(self, m.costs.region) if settings.rehearsal else None
+        if rehearsal is not None:
+            Tags.of(self).add(*REHEARSAL_TAG)
         fleets = []
         for i, f in enumerate(m.fleets):
             fleet = ServingFleet(
@@ -47,6 +58,7 @@ class ComparisonStack(Stack):
                 image_cache=image_cache,
                 deadline=deadline,
                 held_at_zero=bool(settings.compile_fleets),  # nothing to measure until every fleet can serve
+                rehearsal=rehearsal,
             )
             Tags.of(fleet).add("fleet", f.name)
             fleets.append(fleet)
@@ -138,6 +150,14 @@ class ComparisonStack(Stack):
                 ),
                 description="the compile phase: per fleet, its compile instance's group and boot log group, and the "
                 "fleet's own group and target group for the one-instance check",
+            )
+        if rehearsal is not None:
+            # The campaign reads it from DescribeStacks: `run` on this stack is a rehearsal.
+            CfnOutput(
+                self,
+                REHEARSAL_OUTPUT,
+                value=REHEARSAL_OUTPUT_VALUE,
+                description=f"a rehearsal: every fleet runs its emulator on {rehearsal.instance_type}",
             )
         CfnOutput(self, "PrometheusWorkspaceId", value=obs.workspace.attr_workspace_id)
         # `run` and `report --run-id` read it (campaign/aws/run_config.py): the report's histograms.

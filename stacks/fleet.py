@@ -1,6 +1,8 @@
 """One construct for every fleet of the manifest: Inf2, G6 and G5 differ only through data.
 
-Why user data + `docker run` and not ECS on EC2: see `SERVING_ON_EC2_RATIONALE`.
+Why user data + `docker run` and not ECS on EC2: see `SERVING_ON_EC2_RATIONALE`. In a rehearsal
+(`rehearsal`, stacks/rehearsal_fleet.py) the same construct runs the fleet's emulator instead: the
+same group, role, log group and deadline action, another host, AMI, disk and boot script.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ from stacks.compliance import acknowledge, arn_placeholder
 from stacks.fleet_boot import boot_definition, boot_script, ecr_image
 from stacks.fleet_paths import COMPILED_PREFIX
 from stacks.image_cache import DockerHubCache
+from stacks.rehearsal_boot import rehearsal_boot_script
+from stacks.rehearsal_fleet import RehearsalHost
+from stacks.rehearsal_fleet import block_devices as rehearsal_block_devices
 
 SERVING_ON_EC2_RATIONALE = """\
 The serving container runs from user data (`docker run`, rendered by core.serving) on a
@@ -101,13 +106,17 @@ class ServingFleet(Construct):
         image_cache: DockerHubCache,
         deadline: str,
         held_at_zero: bool = False,
+        rehearsal: RehearsalHost | None = None,
     ) -> None:
         """`results`: the results bucket, where instances share what they compile (compiled/<key>/).
         `image_cache`: a Docker Hub serving image is pulled through it, never anonymously.
         `deadline`: the campaign's deadline (the CampaignDeadline parameter), when the group goes to 0.
         `held_at_zero`: deploy's compile phase (stacks/compile_instance.py): no instance until the
-        fleets' compiled sets are published."""
+        fleets' compiled sets are published.
+        `rehearsal`: the fleet's emulator on the rehearsal host (no accelerator telemetry, no weights,
+        no compiled artifacts)."""
         super().__init__(scope, cid)
+        self.rehearsal = rehearsal
         fleet: Fleet = manifest.fleets[index]
         self.fleet = fleet
         # The definition as the manifest gives it (what serves: the digest and compiled key name it);
@@ -121,12 +130,14 @@ class ServingFleet(Construct):
             cache_registry=image_cache.registry,
             region=image_cache.region,
         )
+        if rehearsal is not None:
+            cached = None  # the instances pull the emulator, never the serving image
         # what the boot script runs and how it pulls the image (the compile instance runs the same)
         self.boot_definition, self.cached_pull = boot_defn, cached
-        self.ami = ami_parameter(self, fleet, defn.host)
+        self.ami = rehearsal.ami if rehearsal else ami_parameter(self, fleet, defn.host)
         vendor = catalog.instance(fleet.instance_type).accelerator.vendor
         region = Stack.of(self).region
-        neuron_param = self._telemetry_config(manifest.campaign, fleet.name, vendor)
+        neuron_param = self._telemetry_config(manifest.campaign, fleet.name, vendor, accelerator=rehearsal is None)
         self.role = self._instance_role(manifest, vendor, region, neuron_param, image_cache, weights_s3_uri, results)
         self.security_group = ec2.SecurityGroup(
             self,
@@ -136,30 +147,47 @@ class ServingFleet(Construct):
             allow_all_outbound=True,
         )
         user_data = ec2.UserData.for_linux()
-        user_data.add_commands(
-            *boot_script(
-                boot_defn,
-                campaign=manifest.campaign,
-                serving_digest=self.serving_digest,
-                weights_s3_uri=weights_s3_uri,
-                driver_version=fleet.serving.driver_version,
-                region=region,
-                agent_param=self.agent_param.parameter_name,
-                neuron_monitor_param=neuron_param.parameter_name if neuron_param else None,
-                neuron_namespace=neuron_namespace(manifest.campaign, fleet.name),
-                compiled_uri=self.compiled_uri,
-                cached=cached,
+        if rehearsal is not None:
+            user_data.add_commands(
+                *rehearsal_boot_script(
+                    manifest,
+                    fleet,
+                    defn,
+                    image=rehearsal.image.image_uri,
+                    serving_digest=self.serving_digest,
+                    weights_s3_uri=weights_s3_uri,
+                    region=region,
+                    agent_param=self.agent_param.parameter_name,
+                )
             )
-        )
+        else:
+            user_data.add_commands(
+                *boot_script(
+                    boot_defn,
+                    campaign=manifest.campaign,
+                    serving_digest=self.serving_digest,
+                    weights_s3_uri=weights_s3_uri,
+                    driver_version=fleet.serving.driver_version,
+                    region=region,
+                    agent_param=self.agent_param.parameter_name,
+                    neuron_monitor_param=neuron_param.parameter_name if neuron_param else None,
+                    neuron_namespace=neuron_namespace(manifest.campaign, fleet.name),
+                    compiled_uri=self.compiled_uri,
+                    cached=cached,
+                )
+            )
         self.launch_template = self._launch_template(region, user_data)
         self.asg = self._auto_scaling_group(vpc, vendor, held_at_zero)
         self.deadline_action = stop_at_deadline(self, self.asg, deadline)
         if cached:
             image_cache.needed_by(self.asg)
 
-    def _telemetry_config(self, campaign: str, fleet: str, vendor: str) -> ssm.StringParameter | None:
+    def _telemetry_config(
+        self, campaign: str, fleet: str, vendor: str, *, accelerator: bool
+    ) -> ssm.StringParameter | None:
         """The fleet's log group and the agents' configurations its instances read at boot: the
-        CloudWatch agent's, and on Neuron neuron-monitor's (returned; None elsewhere)."""
+        CloudWatch agent's, and on Neuron neuron-monitor's (returned; None elsewhere). Without
+        `accelerator` (a rehearsal's emulator host) neither GPU nor Neuron telemetry."""
         self.log_group = logs.LogGroup(
             self, "Logs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY
         )
@@ -171,12 +199,12 @@ class ServingFleet(Construct):
                 cloudwatch_agent_config(
                     campaign=campaign,
                     fleet=fleet,
-                    gpu=vendor == "nvidia",
+                    gpu=accelerator and vendor == "nvidia",
                     log_group=self.log_group.log_group_name,
                 )
             ),
         )
-        if vendor != "aws-neuron":
+        if not accelerator or vendor != "aws-neuron":
             return None
         return ssm.StringParameter(
             self,
@@ -205,37 +233,56 @@ class ServingFleet(Construct):
             description=f"{fleet.name} serving instances: Session Manager, its own logs and metrics, image pull, weights",
         )
         namespaces = [cloudwatch_namespace(manifest.campaign, fleet.name)]
-        if vendor == "aws-neuron":
+        if neuron_param:
             namespaces.append(neuron_namespace(manifest.campaign, fleet.name))
         self._grant_session_manager(role, region)
         self._grant_telemetry(role, self.log_group, namespaces)
         self.agent_param.grant_read(role)
         if neuron_param:
             neuron_param.grant_read(role)
+        self.compiled_uri: str | None = None
+        if self.rehearsal is not None:
+            self._grant_rehearsal(role, manifest, weights_s3_uri)
+            return role
         if self.cached_pull:
             image_cache.grant_pull(role, [self.cached_pull])
         else:
             self._grant_image_pull(role, defn.image)
         if manifest.model.hub_token_secret_arn:
-            role.add_to_policy(
-                iam.PolicyStatement(
-                    actions=["secretsmanager:GetSecretValue"], resources=[manifest.model.hub_token_secret_arn]
-                )
-            )
+            self._grant_hub_token(role, manifest.model.hub_token_secret_arn)
         if weights_s3_uri:
             self._grant_weights_read(role, weights_s3_uri, manifest.model.commit)
-        self.compiled_uri: str | None = None
         if results is not None and defn.compiled is not None:
             self.compiled_uri = f"s3://{results.bucket_name}/{COMPILED_PREFIX}"
             self._grant_compiled_share(role, results, defn.compiled.key)
         return role
 
+    def _grant_rehearsal(self, role: iam.Role, manifest: Manifest, weights_s3_uri: str | None) -> None:
+        """What a rehearsal instance's boot uses besides telemetry (stacks/rehearsal_boot.py): the
+        emulator image's pull, and the pinned tokenizer files from where the fleet's weights would
+        come (S3: those objects only, never the weights; the Hub: its token when the manifest names
+        one)."""
+        assert self.rehearsal is not None
+        self.rehearsal.image.repository.grant_pull(role)
+        files = manifest.tokenizer.files
+        if not files:
+            return
+        if weights_s3_uri:
+            self._grant_tokenizer_read(role, weights_s3_uri, manifest.model.commit, sorted(files))
+        elif manifest.model.hub_token_secret_arn:
+            self._grant_hub_token(role, manifest.model.hub_token_secret_arn)
+
+    @staticmethod
+    def _grant_hub_token(role: iam.Role, secret_arn: str) -> None:
+        role.add_to_policy(iam.PolicyStatement(actions=["secretsmanager:GetSecretValue"], resources=[secret_arn]))
+
     def _launch_template(self, region: str, user_data: ec2.UserData) -> ec2.LaunchTemplate:
         fleet = self.fleet
+        rehearsal = self.rehearsal
         template = ec2.LaunchTemplate(
             self,
             "LaunchTemplate",
-            instance_type=ec2.InstanceType(fleet.instance_type),
+            instance_type=ec2.InstanceType(rehearsal.instance_type if rehearsal else fleet.instance_type),
             machine_image=ec2.MachineImage.generic_linux({region: self.ami.value_as_string}),
             user_data=user_data,
             role=self.role,
@@ -244,7 +291,7 @@ class ServingFleet(Construct):
             # 1 hop: only the host (CloudWatch agent, aws CLI) reaches IMDS; no container needs the role.
             http_put_response_hop_limit=1,
             detailed_monitoring=True,
-            block_devices=fleet_block_devices(fleet),
+            block_devices=rehearsal_block_devices() if rehearsal else fleet_block_devices(fleet),
         )
         # The launch template's data is all CloudFormation compares: its tags at launch name the serving
         # definition, not the manifest (the stack-wide manifest-digest tag would make every manifest
@@ -270,7 +317,8 @@ class ServingFleet(Construct):
                 subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, availability_zones=list(fleet.availability_zones)
             ),
             health_checks=autoscaling.HealthChecks.with_additional_checks(
-                additional_types=[autoscaling.AdditionalHealthCheckType.ELB], grace_period=HEALTH_GRACE[vendor]
+                additional_types=[autoscaling.AdditionalHealthCheckType.ELB],
+                grace_period=self.rehearsal.grace if self.rehearsal else HEALTH_GRACE[vendor],
             ),
             # A changed serving definition is a new launch template version (its digest is in the user
             # data, stacks/fleet_boot.py), and CloudFormation's AutoScalingRollingUpdate replaces every
@@ -394,6 +442,25 @@ class ServingFleet(Construct):
             role,
             f"AwsSolutions-IAM5[Resource::{bucket}/{prefix}/*]",
             "Read and write of this fleet's own compiled artifacts (compiled/<its key>/<publisher>/), keyed by what shapes them.",
+        )
+
+    @staticmethod
+    def _grant_tokenizer_read(role: iam.Role, weights_s3_uri: str, commit: str, files: list[str]) -> None:
+        """A rehearsal's `aws s3 sync` of the tokenizer files (core.serving.tokenizer_staging): each
+        of those objects, and the listing the sync makes of the commit's prefix (key names only);
+        no other object of the prefix is readable."""
+        bucket, _, prefix = weights_s3_uri.removeprefix("s3://").partition("/")
+        key_prefix = f"{prefix.strip('/')}/{commit}".lstrip("/")
+        bucket_arn = Stack.of(role).format_arn(service="s3", region="", account="", resource=bucket)
+        role.add_to_policy(
+            iam.PolicyStatement(actions=["s3:GetObject"], resources=[f"{bucket_arn}/{key_prefix}/{f}" for f in files])
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["s3:ListBucket"],
+                resources=[bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [f"{key_prefix}/*"]}},
+            )
         )
 
     @staticmethod

@@ -13,6 +13,7 @@ from typing import Any
 
 from core.compile_host import compile_host
 from core.manifest import Manifest, ManifestError, load_manifest
+from core.naming import REHEARSAL_CONTEXT
 from stacks.compile_boot import COMPILE_FLEETS_CONTEXT
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -35,6 +36,9 @@ class SynthSettings:
     # deploy's compile phase (stacks/compile_instance.py): these fleets get a compile instance and
     # every fleet's group is at 0; empty: the fleets at their size.
     compile_fleets: tuple[str, ...] = ()
+    # `-c rehearsal=1` (issue 51): every fleet is its emulator on the rehearsal host type
+    # (stacks/rehearsal_fleet.py); everything else as in the campaign's stack.
+    rehearsal: bool = False
 
 
 def load_checked_manifest(path: str | Path) -> tuple[Manifest, Path]:
@@ -84,7 +88,24 @@ def settings_from_context(context: Mapping[str, Any]) -> SynthSettings:
     if weights is not None and not (isinstance(weights, str) and weights.startswith("s3://") and len(weights) > 5):
         raise SynthInputError(f"context weights_s3_uri: expected s3://bucket/prefix, got {weights!r}")
     compile_fleets = compile_fleets_from_context(manifest, context.get(COMPILE_FLEETS_CONTEXT))
-    return SynthSettings(manifest, path, vpc_availability_zones(manifest, region_azs), weights, compile_fleets)
+    rehearsal = rehearsal_from_context(context.get(REHEARSAL_CONTEXT))
+    if rehearsal and compile_fleets:
+        raise SynthInputError(
+            f"context {COMPILE_FLEETS_CONTEXT}: a rehearsal (-c {REHEARSAL_CONTEXT}=1) has no compile phase; "
+            "its fleets serve emulators"
+        )
+    return SynthSettings(
+        manifest, path, vpc_availability_zones(manifest, region_azs), weights, compile_fleets, rehearsal
+    )
+
+
+def rehearsal_from_context(raw: Any) -> bool:
+    """`-c rehearsal=1` on; absent or 0 off (the CLI passes context values as strings)."""
+    if raw in (None, "", "0", 0, False):
+        return False
+    if raw in ("1", 1, True):
+        return True
+    raise SynthInputError(f"context {REHEARSAL_CONTEXT}: expected 1 or 0, got {raw!r}")
 
 
 def compile_fleets_from_context(manifest: Manifest, raw: Any) -> tuple[str, ...]:

@@ -201,7 +201,10 @@ def _run(
     apt_lists_locked: int = 0,
     docker_pull_fails: str = "",
     env_extra: dict[str, str] | None = None,
+    stub: str = STUB,
+    stubbed: tuple[str, ...] = STUBBED,
 ) -> tuple[int, list[list[str]], str]:
+    """`stub` and `stubbed`: the host commands of another host (tests/boot/test_rehearsal_boot.py)."""
     sandbox = tmp_path / "root"
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(parents=True)
@@ -209,10 +212,10 @@ def _run(
         (sandbox / d).mkdir(parents=True, exist_ok=True)
     (sandbox / "etc" / "fstab").write_text("", encoding="utf-8")
     (sandbox / "etc" / "os-release").write_text(OS_RELEASE, encoding="utf-8")
-    for name in STUBBED:
+    for name in stubbed:
         if name == "docker" and not docker_on_host:
             continue
-        (bin_dir / name).write_text(STUB, encoding="utf-8")
+        (bin_dir / name).write_text(stub, encoding="utf-8")
         (bin_dir / name).chmod(0o755)
     # Host files the script writes land in the sandbox: every absolute /etc, /opt, /var/log path is
     # prefixed (the stubs' log is un-prefixed again, so assertions read the real paths).
