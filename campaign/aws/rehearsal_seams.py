@@ -14,9 +14,8 @@ from typing import Any
 from campaign.aws.rehearsal_report import AMP, COST_ALLOCATION, DEADLINE, QUOTAS, STACK, TAGS, Seam, failed
 from core import rehearsal
 from core.manifest import Manifest
+from core.naming import REHEARSAL_OUTPUT, REHEARSAL_OUTPUT_VALUE
 
-# The stacks' output that says a stack was deployed as a rehearsal (`deploy --rehearsal`, `-c rehearsal=1`).
-REHEARSAL_OUTPUT = "Rehearsal"
 # The host types' EC2 vCPU quota: "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z)
 # instances" (EC2 User Guide, "Amazon EC2 service quotas", On-Demand Instance quotas; its code as
 # `aws service-quotas list-service-quotas --service-code ec2` lists it).
@@ -26,7 +25,8 @@ TAG_KEY = "campaign"
 
 def is_rehearsal_stack(stack: Mapping[str, Any]) -> bool:
     return any(
-        o.get("OutputKey") == REHEARSAL_OUTPUT and o.get("OutputValue") == "true" for o in stack.get("Outputs", [])
+        o.get("OutputKey") == REHEARSAL_OUTPUT and o.get("OutputValue") == REHEARSAL_OUTPUT_VALUE
+        for o in stack.get("Outputs", [])
     )
 
 

@@ -17,7 +17,7 @@ from campaign.cli.help import DOCKER_HUB_CREDENTIAL_HELP, FROM_PLAN_HELP, MANIFE
 from core import cloud_contract as cc
 from core.errors import EXIT_FAILED_STEP, EXIT_OK, BadArgument, CampaignError
 from core.manifest import Manifest, load_manifest
-from core.naming import DOCKER_HUB_CREDENTIAL_PARAMETER
+from core.naming import DOCKER_HUB_CREDENTIAL_PARAMETER, REHEARSAL_CONTEXT
 from core.schedule import check_workload
 
 
@@ -39,6 +39,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     if issues:
         raise ManifestError(issues, str(path))
     check_workload(m)  # every bad trace row, before any AWS call
+    if rehearsal and args.ami:
+        raise BadArgument("--ami: a rehearsal's fleets boot the stack's own Amazon Linux 2023 AMI; drop --ami")
     overrides = parse_ami_overrides(args.ami, [f.name for f in m.fleets])
     session = aws_session(m.costs.region)
     stack = aws.stack_name(m)
@@ -50,7 +52,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     # Fleets whose own host cannot hold the model compile once on a larger one first (or refuse);
     # a rehearsal's emulators compile nothing.
     targets = [] if rehearsal else compile_phase.needed(session, m, stack, enabled=not args.no_compile_phase)
-    amis = resolve_amis(m, session.client("ec2"), overrides)
+    # A rehearsal's fleets boot Amazon Linux 2023, which its stack resolves itself (stacks/rehearsal_fleet.py).
+    amis = [] if rehearsal else resolve_amis(m, session.client("ec2"), overrides)
     for a in amis:
         print(f"{a.fleet}: AMI {a.image_id} {a.name!r} ({a.how})")
     context = ["-c", f"weights_s3_uri={args.weights_s3_uri}"] if args.weights_s3_uri else []
@@ -82,11 +85,6 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     if rehearsal:
         print(f"next: {prog()} run {args.manifest} --rehearsal   (then `teardown {args.manifest}`)")
     return EXIT_OK
-
-
-# The stacks' CDK context value that deploys every accelerator fleet as its emulator on the
-# rehearsal's host type, with no compile phase (stacks; issue 51).
-REHEARSAL_CONTEXT = "rehearsal"
 
 
 def _rehearsal_manifest(args: argparse.Namespace) -> Manifest:

@@ -17,12 +17,13 @@ import pytest
 from moto import mock_aws
 
 from campaign.aws import rehearsal_report as rr
-from campaign.aws.rehearsal_seams import REHEARSAL_OUTPUT, deadline_seam, stack_seam, tags_seam
+from campaign.aws.rehearsal_seams import deadline_seam, stack_seam, tags_seam
 from campaign.pin.image_check import check_image, check_images, image_references, images_seam, mirrors_from_env
 from campaign.stages.rehearsal import rehearsal_path, write_rehearsal_manifest
 from core import rehearsal
 from core.images import PROMETHEUS_IMAGE
 from core.manifest import load_manifest
+from core.naming import REHEARSAL_OUTPUT
 from tests.conftest import example_data, write_manifest
 
 REGION = "us-east-1"
