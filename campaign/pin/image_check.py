@@ -57,7 +57,7 @@ def mirrors_from_env(env: Mapping[str, str] = os.environ) -> dict[str, str]:
     return {k.strip(): v.strip() for k, v in pairs}
 
 
-def _parts(image: str) -> tuple[str, str, str | None, str | None]:
+def image_parts(image: str) -> tuple[str, str, str | None, str | None]:
     """(registry host, repository, tag, digest) of `image`."""
     hub = docker_hub_image(image)
     if hub is not None:
@@ -71,7 +71,7 @@ def _parts(image: str) -> tuple[str, str, str | None, str | None]:
 
 
 def check_image(image: str, *, ecr: Any = None, mirrors: Mapping[str, str] | None = None) -> ImageCheck:
-    host, repository, tag, digest = _parts(image)
+    host, repository, tag, digest = image_parts(image)
     reference = digest or tag or "latest"
     if _ECR.match(host):
         where = f"ECR DescribeImages {repository} {reference}"
