@@ -989,72 +989,143 @@ def denials_seam(report: Any, out: Path, without: tuple[str, str] | None = None)
     )
 
 
-def rehearse_offline(
-    manifest_path: Path,
-    out: Path,
-    say: Any = print,
-    *,
-    missing_image: str | None = None,
-    without: tuple[str, str] | None = None,
-) -> Any:
-    """`deploy --rehearsal` and `run --rehearsal` offline: the rehearsal's manifest synthesized with
-    `-c rehearsal=1` into the stand-ins, its image references checked against a loopback registry
-    (holding every image but `missing_image`), its quotas and cost-allocation tags asked of moto
-    (testing.moto_gaps.account_filled_in), then the rehearsal (campaign.backends.fargate.rehearsal)
-    with the conductor a local process, and the recorded calls evaluated against the roles
-    (`without`: one statement removed, denials_seam). Returns the RehearsalReport."""
-    from campaign.aws.rehearsal_seams import quotas_seam
-    from campaign.aws.run_config import read_run_config
-    from campaign.aws.stack import stack_name
-    from campaign.backends.fargate.rehearsal import rehearse
-    from campaign.pin.image_check import check_images, image_references, images_seam
+@dataclass
+class OfflineRehearsal:
+    """The stand-ins of a rehearsal's deployed stack (rehearsal_stand_ins)."""
+
+    aws: OfflineAws
+    m: Any  # the rehearsal's manifest (campaign.stages.rehearsal), written beside the campaign's
+    campaign_digest: str
+    held: dict[str, str]  # what the loopback registry holds (testing.registry_stand_in); a test may remove one
+    mirrors: dict[str, str]  # Docker Hub's and ECR Public's host -> the loopback registry's
+
+    def preflight(self) -> list[Any]:
+        """What `deploy --rehearsal` and `run --rehearsal` check first: the images, the quotas."""
+        from campaign.aws.rehearsal_seams import quotas_seam
+        from campaign.pin.image_check import check_images, image_references, images_seam
+
+        images = check_images(image_references(self.m), ecr=self.aws.session.client("ecr"), mirrors=self.mirrors)
+        return [images_seam(images), quotas_seam(self.aws.session, self.m)]
+
+
+@contextmanager
+def rehearsal_stand_ins(manifest_path: Path, out: Path, say: Any = print) -> Iterator[OfflineRehearsal]:
+    """`deploy --rehearsal` offline: the rehearsal's manifest written beside `manifest_path` and
+    synthesized with `-c rehearsal=1` into the stand-ins (offline_aws), a loopback registry holding
+    every image it names, moto's missing quotas and cost-allocation tags filled in
+    (testing.moto_gaps.account_filled_in)."""
+    from campaign.pin.image_check import image_references
     from campaign.stages.rehearsal import write_rehearsal_manifest
     from core.images import DOCKER_HUB_UPSTREAM_URL, ECR_PUBLIC_HOST
     from core.manifest import load_manifest
     from core.naming import REHEARSAL_CONTEXT
     from testing.moto_gaps import account_filled_in
-    from testing.offline_tasks import LocalTaskLauncher
     from testing.registry_stand_in import held_manifests, registry_stand_in
 
     campaign_m = load_manifest(manifest_path)
     m = load_manifest(write_rehearsal_manifest(manifest_path))
-    images = image_references(m)
-    held = held_manifests(i for i in images if i != missing_image)
+    held = held_manifests(image_references(m))
     with (
         account_filled_in(),
         registry_stand_in(held) as registry,
         offline_aws(m.source_file(), out, say, context={REHEARSAL_CONTEXT: "1"}) as aws,
     ):
-        mirrors = {DOCKER_HUB_UPSTREAM_URL: registry, ECR_PUBLIC_HOST: registry}
-        checked = [
-            images_seam(check_images(images, ecr=aws.session.client("ecr"), mirrors=mirrors)),
-            quotas_seam(aws.session, m),
-        ]
-        cfg = read_run_config(aws.session.client("cloudformation"), stack_name(m))
-        launcher = LocalTaskLauncher(
-            aws.template,
-            aws.refs,
-            out / "tasks",
-            {**aws.env, **aws.task_env},
-            cpus=aws.task_cpus,
-            concurrent=aws.concurrent,
-            stand_in=aws.stand_in,
+        yield OfflineRehearsal(
+            aws, m, campaign_m.digest, held, {DOCKER_HUB_UPSTREAM_URL: registry, ECR_PUBLIC_HOST: registry}
         )
-        try:
-            return rehearse(
-                aws.session,
-                m,
-                campaign_m.digest,
-                cfg,
-                launcher,
-                out / "runs",
-                checked=checked,
-                poll_s=1.0,
-                say=say,
-                observe=lambda report, _: denials_seam(report, out, without),
-            )
-        finally:
-            launcher.close()
+
+
+def rehearse_in(
+    stand_ins: OfflineRehearsal, out: Path, say: Any = print, *, without: tuple[str, str] | None = None
+) -> Any:
+    """`run --rehearsal` in the stand-ins: the pre-flight seams, then the rehearsal
+    (campaign.backends.fargate.rehearsal) with the conductor a local process, and the recorded calls
+    evaluated against their roles (`without`: one statement removed, denials_seam). The RehearsalReport."""
+    from campaign.aws.run_config import read_run_config
+    from campaign.aws.stack import stack_name
+    from campaign.backends.fargate.rehearsal import rehearse
+    from testing.offline_tasks import LocalTaskLauncher
+
+    aws, m = stand_ins.aws, stand_ins.m
+    cfg = read_run_config(aws.session.client("cloudformation"), stack_name(m))
+    launcher = LocalTaskLauncher(
+        aws.template,
+        aws.refs,
+        out / "tasks",
+        {**aws.env, **aws.task_env},
+        cpus=aws.task_cpus,
+        concurrent=aws.concurrent,
+        stand_in=aws.stand_in,
+    )
+    try:
+        return rehearse(
+            aws.session,
+            m,
+            stand_ins.campaign_digest,
+            cfg,
+            launcher,
+            out / "runs",
+            checked=stand_ins.preflight(),
+            poll_s=1.0,
+            say=say,
+            observe=lambda report, _: denials_seam(report, out, without),
+        )
+    finally:
+        launcher.close()
+
+
+def rehearse_offline(manifest_path: Path, out: Path, say: Any = print) -> Any:
+    """`make cloud-offline-rehearsal`: deploy --rehearsal, run --rehearsal and teardown offline; the
+    RehearsalReport, teardown's line included (also in runs/<run id>/rehearsal.json)."""
+    with rehearsal_stand_ins(manifest_path, out, say) as stand_ins:
+        report = rehearse_in(stand_ins, out, say)
+        report.add(teardown_seam(stand_ins.m.source_file(), out / "teardown", say))
+        say(report.seams[-1].line())
+        (out / "runs" / (report.run_id or "no-run") / "rehearsal.json").write_text(report.to_json(), encoding="utf-8")
+        return report
+
+
+def teardown_seam(manifest_path: Path, out: Path, say: Any) -> Any:
+    """`teardown MANIFEST` as the operator types it (its parser, its handler), the results bucket
+    under the stack's TLS-only policy first (stacks/results.py), as CloudFormation leaves it: the
+    rehearsal report's teardown line. (moto's plain HTTP is then refused the bucket, so teardown's
+    own update of the record says it could not, and this line is the local report's.)"""
+    import contextlib
+    import io
+
+    import boto3
+
+    from campaign.aws.rehearsal_report import TEARDOWN, Seam, failed
+    from campaign.cli.main import build_parser
+    from core.manifest import load_manifest
+
+    m = load_manifest(manifest_path)
+    stand_in = boto3.session.Session(
+        region_name=m.costs.region, aws_access_key_id=STAND_IN_KEY, aws_secret_access_key="testing"
+    )
+    deny_plain = {
+        "Effect": "Deny",
+        "Principal": {"AWS": "*"},
+        "Action": "s3:*",
+        "Resource": [f"arn:aws:s3:::{BUCKET}", f"arn:aws:s3:::{BUCKET}/*"],
+        "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+    }
+    s3 = stand_in.client("s3")
+    s3.put_bucket_policy(Bucket=BUCKET, Policy=json.dumps({"Version": "2012-10-17", "Statement": [deny_plain]}))
+    args = build_parser().parse_args(["teardown", str(manifest_path), "--out", str(out)])
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+            code = args.handler(args)
+    finally:
+        s3.delete_bucket_policy(Bucket=BUCKET)
+    text = printed.getvalue()
+    (out).mkdir(parents=True, exist_ok=True)
+    (out / "teardown.log").write_text(text, encoding="utf-8")
+    if code != 0:
+        left = [line.strip() for line in text.splitlines() if "LEFT RUNNING" in line]
+        return failed(TEARDOWN, f"teardown exited {code}", left[0] if left else text[-500:], "delete what is left")
+    return Seam(TEARDOWN, True, f"the stack deleted; nothing tagged campaign={m.campaign} left running")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -183,9 +183,8 @@ def _tasks(m: Manifest, run_dir: Path, record: dict[str, Any]) -> Seam:
         steps = [s.label for s in path.steps if s.label != "replay"] if path is not None else []
         segments = [s for s in settle.segments if s.fleet == f.name] if settle is not None else []
         parts.append(
-            f"{f.name}: gate {sum(t['role'] == 'gate' for t in mine)}, {masters} master(s) + {workers} worker(s) "
-            f"for the replay, {len(steps)} capacity step(s) ({', '.join(steps) or 'none'}) and {len(segments)} "
-            f"settle segment(s)"
+            f"{f.name}: gate {sum(t['role'] == 'gate' for t in mine)}; {masters} master(s) with {workers} worker(s): "
+            f"the replay, {len(steps)} capacity step(s) ({', '.join(steps) or 'none'}), {len(segments)} settle segment(s)"
         )
         if len(steps) < rehearsal.CAPACITY_STEPS:
             short.append(f"{f.name}: {len(steps)} capacity step(s), the rehearsal runs {rehearsal.CAPACITY_STEPS}")
