@@ -274,8 +274,8 @@ def _rehearse(args: argparse.Namespace) -> int:
     from campaign.stages.rehearsal import write_rehearsal_manifest
 
     campaign_m = load_manifest(args.manifest)
-    check_workload(_rehearsal_manifest(args))  # refused before anything is written
-    m = load_manifest(write_rehearsal_manifest(Path(args.manifest)))  # its tasks read the file
+    m = _rehearsal_manifest(args)  # in memory: refused (and a stack not found) before anything is written
+    check_workload(m)
     session = aws_session(m.costs.region)
     checked = _preflight_seams(session, m)
     stack = aws.stack_name(m)
@@ -289,6 +289,7 @@ def _rehearse(args: argparse.Namespace) -> int:
         for line in report.lines():
             print(line)
         return report.exit_code
+    m = load_manifest(write_rehearsal_manifest(Path(args.manifest)))  # the file the conductor uploads
     run_id = cc.new_run_id()
     report = rehearse(
         session,

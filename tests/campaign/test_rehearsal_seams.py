@@ -342,3 +342,23 @@ def test_the_campaigns_deploy_suggests_a_rehearsal_it_has_none_of(
     assert code == 0 and len(deployed) == 1
     (line,) = [x for x in capsys.readouterr().out.splitlines() if "rehearsal" in x]
     assert line.startswith("note: ") and "no passed rehearsal (no stack deployed yet)" in line and "--rehearsal" in line
+
+
+@mock_aws
+def test_run_rehearsal_without_its_stack_exits_1_naming_the_stack_and_writes_nothing(
+    manifest: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from campaign.cli import aws_cmds
+    from campaign.cli.main import build_parser
+    from core.errors import BadArgument
+
+    monkeypatch.setattr(aws_cmds, "_preflight_seams", lambda session, m: [rr.Seam(rr.IMAGES, True, "all exist")])
+    args = build_parser().parse_args(["run", str(manifest), "--rehearsal"])
+    assert args.handler(args) == 1
+    out = capsys.readouterr().out
+    assert "stack            FAILED  llama3-8b-inf2-vs-g6-comparison: its run config not readable" in out
+    assert out.splitlines()[-1].startswith("rehearsal FAILED at stack: ")
+    assert not rehearsal_path(manifest).exists()
+    with pytest.raises(BadArgument, match="drop --detach, --no-capacity"):
+        bad = build_parser().parse_args(["run", str(manifest), "--rehearsal", "--detach", "--no-capacity"])
+        bad.handler(bad)

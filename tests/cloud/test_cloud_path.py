@@ -163,6 +163,9 @@ def test_rehearsal_a_second_run_report_and_teardown_from_the_synthesized_task_de
     # the record in the results bucket, under the campaign (not the rehearsal's digest prefix)
     bucket_record = _json(f"campaigns/{m.campaign}/rehearsal.json")
     assert bucket_record["run_id"] == rehearsed.run_id and bucket_record["rehearsal_digest"] == m.digest
+    # Seams broken on purpose, over this run's stand-ins and calls (issue 51), while the stack
+    # stands: the rehearsal report exits 1 naming the seam and the AWS error.
+    _broken_seams(rehearsal, m, workdir, rehearsed.run_id)
     names = {k[len(prefix) + 1 :] for k in first_objects}
     for f in m.fleets:
         # each worker's records as the parts it flushed (loadgen.recording.RecordParts), the first at least
@@ -285,10 +288,6 @@ def test_rehearsal_a_second_run_report_and_teardown_from_the_synthesized_task_de
         _session().client("cloudformation").describe_stacks(StackName=f"{m.campaign}-comparison")
     s3.delete_bucket_policy(Bucket=BUCKET)
     assert _objects(prefix + "/") == first_objects and _objects(prefix2 + "/") == second_objects and second_objects
-
-    # Seams broken on purpose, over this run's stand-ins and calls (issue 51): the rehearsal
-    # report exits 1 naming the seam and the AWS error.
-    _broken_seams(rehearsal, m, workdir, rehearsed.run_id)
 
     # Every call is recorded as its caller's (each task's access key is its task role's) and the
     # run fails on a denial (offline_aws, at its end: testing.cloud_offline.enforce_roles). Here
