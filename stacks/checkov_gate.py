@@ -135,6 +135,13 @@ def deploy_templates(manifest: Path, outdir: Path) -> list[Path]:
     return templates
 
 
+def rehearsal_template(manifest: Path, outdir: Path) -> Path:
+    """The template `deploy --rehearsal` creates from the manifest (-c rehearsal=1, issue 51)."""
+    from core.naming import REHEARSAL_CONTEXT
+
+    return synthesize(manifest, outdir / "rehearsal", **{REHEARSAL_CONTEXT: "1"})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m stacks.checkov_gate", description=(__doc__ or "").splitlines()[0])
     p.add_argument(
@@ -148,14 +155,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="synthesize every template deploy can create from this manifest first (repeatable)",
     )
     p.add_argument(
-        "--outdir", type=Path, default=REPO_ROOT / "cdk.out" / "checkov", help="where --manifest templates are written"
+        "--rehearsal",
+        action="append",
+        type=Path,
+        default=[],
+        help="synthesize the rehearsal's template (deploy --rehearsal) from this manifest first (repeatable)",
+    )
+    p.add_argument(
+        "--outdir",
+        type=Path,
+        default=REPO_ROOT / "cdk.out" / "checkov",
+        help="where --manifest and --rehearsal templates are written",
     )
     args = p.parse_args(argv)
     templates = list(args.templates)
     for m in args.manifest:
         templates += deploy_templates(m, args.outdir / m.stem)
+    for m in args.rehearsal:
+        templates.append(rehearsal_template(m, args.outdir / m.stem))
     if not templates:
-        p.error("give templates or --manifest")
+        p.error("give templates, --manifest or --rehearsal")
     args.templates = templates
     try:
         accepted = load_accepted()

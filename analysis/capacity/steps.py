@@ -238,14 +238,21 @@ def median_overhead_s(steps: Iterable[SearchStep]) -> float:
     return measured[mid] if len(measured) % 2 else (measured[mid - 1] + measured[mid]) / 2
 
 
-def search_paths(sweep: list[SweepStep]) -> dict[str, SearchPath]:
-    """Each searched fleet's path, read from search.json beside its step directories."""
+def search_paths(
+    sweep: list[SweepStep], capacity_root: Path | None = None, fleets: Iterable[str] = ()
+) -> dict[str, SearchPath]:
+    """Each searched fleet's path, read from search.json beside its step directories and, given the
+    run's capacity directory, from `<capacity_root>/<fleet>/` for each of `fleets`: a search that
+    stopped before its first step (its time budget spent on the replay) has no step directory."""
+    dirs = {s.fleet: s.directory.parent for s in sweep if s.fleet is not None}
+    if capacity_root is not None:
+        for f in fleets:
+            dirs.setdefault(f, capacity_root / f)
     out: dict[str, SearchPath] = {}
-    for s in sweep:
-        if s.fleet is not None and s.fleet not in out:
-            path = read_search_path(s.directory.parent)
-            if path is not None:
-                out[s.fleet] = path
+    for fleet, d in dirs.items():
+        path = read_search_path(d)
+        if path is not None:
+            out[fleet] = path
     return out
 
 

@@ -111,6 +111,9 @@ class ReportInputs:
     with_sensitivity: bool = True
     with_pages: bool = True
     capacity_dirs: Mapping[str, Path] | None = None
+    # The run's capacity/ directory: each fleet's search.json is read from `<fleet>/` there too, so
+    # that a search stopped before its first step (no step directory) still shows how it stopped.
+    capacity_root: Path | None = None
     systems_under_test: str | None = None
     settle: SettleOutcome | None = None
     # The run's resumes, in order (empty: it ran through): stated in the report's provenance.

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from analysis.capacity import steps as capacity
 from analysis.economics import sensitivity
@@ -186,7 +187,11 @@ def read_records(inp: ReportInputs) -> RecordEvidence:
 def measure(inp: ReportInputs, rec: RecordEvidence, instances: Mapping[str, int]) -> Measurements:
     """Capacity from the sweep (if any), then saturation (which a capacity measured inside the SLO exempts), and the intervals."""
     m = inp.manifest
-    capacities = _capacity_fn(m, rec.sweep, rec.measures, rec.records, instances) if rec.sweep is not None else None
+    capacities = (
+        _capacity_fn(m, rec.sweep, rec.measures, rec.records, instances, inp.capacity_root)
+        if rec.sweep is not None
+        else None
+    )
     measured_capacity: frozenset[str] = frozenset()
     capacity_found = Findings()
     if capacities is not None:
@@ -202,13 +207,14 @@ def _capacity_fn(
     measures: Callable[[float], dict[str, Measure]],
     rs: RecordSet,
     inst: Mapping[str, int],
+    capacity_root: Path | None,
 ) -> Callable[[float], dict[str, CapacityModel]]:
     """slo_scale -> per-fleet capacity, recomputed from the step records under the scaled SLO (cached)."""
     step_cache: dict[float, dict[str, dict[str, Measure]]] = {}
     cap_cache: dict[float, dict[str, CapacityModel]] = {}
     replay_peaks = goodput.peak_in_flight(rs)
     replay_median_e2e = goodput.median_e2e(rs)
-    searches = capacity.search_paths(sweep)
+    searches = capacity.search_paths(sweep, capacity_root, [f.name for f in m.fleets])
 
     def step_measures(scale: float) -> dict[str, dict[str, Measure]]:
         if scale not in step_cache:

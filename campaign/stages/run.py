@@ -527,6 +527,7 @@ def run_report(
     sensitivity grid, no pages, and no AWS or Prometheus pulls. Every answer pulled is kept in
     `run_dir`'s pulled/ (analysis.sources.pulled); `saved`: the sources read from there instead
     of pulled again (report_from_run_dir)."""
+    from analysis.capacity.steps import SEARCH_FILE
     from analysis.report.build import ReportInputs, build_report
     from analysis.sources.pulled import PulledStore
     from analysis.sources.server_series import METRICS_DIR
@@ -535,7 +536,14 @@ def run_report(
     # The steps in the order their directory lists them (analysis.capacity.steps.discover_steps),
     # not the order the run measured them in: the report the run builds and the one rebuilt from
     # its directory list them alike.
-    steps = dict(sorted(capacity_dirs.items(), key=lambda kv: kv[0].split("/"))) if capacity_dirs else None
+    # A run whose searches all stopped before their first step has no step but has its searches.
+    root = run_dir / CAPACITY_DIR
+    searched = root.is_dir() and any(root.glob(f"*/{SEARCH_FILE}"))
+    steps = (
+        dict(sorted((capacity_dirs or {}).items(), key=lambda kv: kv[0].split("/")))
+        if capacity_dirs or searched
+        else None
+    )
     return build_report(
         ReportInputs(
             m,
@@ -551,6 +559,7 @@ def run_report(
             focus_csv=focus_csv,
             planned_cost=facts.planned_cost if full else None,
             capacity_dirs=steps,
+            capacity_root=root if searched else None,
             systems_under_test=facts.systems_under_test,
             settle=settled,
             resumed=read_resumes(run_dir),

@@ -388,6 +388,10 @@ def create_app(cfg: EmulatorConfig, timing: TimingModel | None = None) -> web.Ap
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics)
+    # Where a TensorRT-LLM fleet's server exposes Prometheus text (core/serving.py: trtllm-serve's
+    # /metrics is JSON): the stack's Prometheus scrapes the fleet's own path, also when a rehearsal
+    # serves that fleet with this emulator.
+    app.router.add_get("/prometheus/metrics", metrics)
     app.router.add_get("/v1/models", models)
     app.router.add_post("/tokenize", tokenize)
     app.router.add_get("/emulator/stats", stats)

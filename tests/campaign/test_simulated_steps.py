@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 
 import pytest
+import yaml
 
 from analysis.capacity.search import StepPlan
 from analysis.capacity.steps import StopRule
-from campaign.backends.simulated.fleets import SimulatedSteps, simulate_requests
+from analysis.model import CapacityModel
+from campaign.backends.simulated.fleets import SimulatedFleets, SimulatedSteps, simulate_requests
 from campaign.stages.capacity import arrival_offsets, measure_step, planned_requests, search_fleet, settings_from
-from core.manifest import CapacitySearch, load_manifest
+from campaign.stages.run import report_from_run_dir, run_stages
+from core.manifest import CapacitySearch, load_manifest, manifest_from_data
 from core.records import Outcome, slo_deadline_s
 from core.schedule import build_schedule
 from tests.conftest import EXAMPLE_MANIFEST
@@ -65,3 +69,29 @@ def test_the_search_converges_in_simulated_time(m, tmp_path: Path) -> None:  # t
     for s in path.steps:  # every step's records are on disk, judged by measure_step
         assert any((tmp_path / "inf2" / s.label).glob("records-inf2-*.jsonl"))
         assert s.requests >= 72 or str(s.verdict) == "missed"
+
+
+def test_a_search_stopped_before_its_first_step_still_says_how_in_the_report(tmp_path: Path) -> None:
+    # A time budget the replay alone spends: each fleet's search stops (time_budget) with no step
+    # directory, only its search.json. The report read searches through step directories and
+    # showed no capacity at all (both fleets' "capacity" null), hiding why none was measured.
+    data = yaml.safe_load(EXAMPLE_MANIFEST.read_text(encoding="utf-8"))
+    data["workload"]["trace"]["path"] = str((EXAMPLE_MANIFEST.parent / data["workload"]["trace"]["path"]).resolve())
+    data["workload"].setdefault("capacity_search", {})["time_budget_s"] = 1.0
+    m = manifest_from_data(data)
+    run_dir = tmp_path / "run"
+    run_stages(
+        m, SimulatedFleets(m, overhead_s=60.0), run_dir, threading.Event(), full_report=False, log=lambda _: None
+    )
+    assert not [p for p in (run_dir / "capacity").rglob("step.json")]  # no search got to a step
+    report = json.loads((run_dir / "report.json").read_text(encoding="utf-8"))
+    for f in m.fleets:
+        cap = report["fleets"][f.name]["capacity"]
+        assert cap is not None and cap["search"] is not None, cap
+        assert cap["search"]["stop_rule"] == StopRule.TIME_BUDGET.value
+        assert [s["label"] for s in cap["search"]["steps"]] == ["replay"]  # judged, then no step fit
+        assert [s["label"] for s in cap["steps"]] == ["replay"]
+    rebuilt = report_from_run_dir(m, run_dir, tmp_path / "rebuilt")
+    assert {f: v.capacity for f, v in rebuilt.fleets.items()} == {
+        f: CapacityModel.model_validate(v["capacity"]) for f, v in report["fleets"].items()
+    }

@@ -217,6 +217,21 @@ def test_saturation_queues_and_ttft_grows(manifest_data: Body, tmp_path: Path) -
     run_app(cfg, check)
 
 
+def test_metrics_are_served_where_a_tensorrt_llm_fleet_is_scraped_too(manifest_data: Body, tmp_path: Path) -> None:
+    # A rehearsal's Prometheus scrapes each fleet's definition's metrics_path; TensorRT-LLM's is
+    # /prometheus/metrics, and a 404 there would leave that fleet with no series in AMP.
+    async def check(url: str, s: aiohttp.ClientSession) -> None:
+        async with s.get(url + "/metrics") as plain, s.get(url + "/prometheus/metrics") as trt:
+            assert plain.status == trt.status == 200
+            names = [
+                {ln.split("{")[0].split()[0] for ln in (await r.text()).splitlines() if ln and ln[0] != "#"}
+                for r in (plain, trt)
+            ]
+        assert names[0] == names[1] and "vllm:num_requests_running" in names[0]
+
+    run_app(fast_cfg(manifest_data, tmp_path), check)
+
+
 def test_request_id_is_echoed_and_ground_truth_recorded(manifest_data: Body, tmp_path: Path) -> None:
     async def check(url: str, s: aiohttp.ClientSession) -> None:
         t0 = time.monotonic()

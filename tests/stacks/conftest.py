@@ -85,6 +85,14 @@ def compile_phase(tmp_path_factory: pytest.TempPathFactory) -> Synth:
 
 
 @pytest.fixture(scope="session")
+def rehearsal(tmp_path_factory: pytest.TempPathFactory) -> Synth:
+    """The example as `deploy --rehearsal` synthesizes it (issue 51): every fleet its emulator."""
+    from core.naming import REHEARSAL_CONTEXT
+
+    return synthesize(EXAMPLE_MANIFEST, tmp_path_factory.mktemp("rehearsal") / "cdk.out", **{REHEARSAL_CONTEXT: "1"})
+
+
+@pytest.fixture(scope="session")
 def example_template(example: Synth) -> Iterator[Any]:
     from aws_cdk.assertions import Template
 

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from campaign.aws.cdk_assets import assets_in_template
 from tests.stacks.conftest import Synth
 
 
-def test_every_published_image_asset_is_named_by_the_template(example: Synth) -> None:
+@pytest.mark.parametrize("which", ["example", "rehearsal"])
+def test_every_published_image_asset_is_named_by_the_template(which: str, request: pytest.FixtureRequest) -> None:
+    example: Synth = request.getfixturevalue(which)  # the rehearsal's: the emulator image too
     manifest = json.loads(
         example.template_path.with_name(
             example.template_path.name.replace(".template.json", ".assets.json")

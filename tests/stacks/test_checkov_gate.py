@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -109,3 +110,36 @@ def test_the_gate_checks_every_template_deploy_can_create(
     ]
     assert len(set(checked)) == 4  # each in its own directory, each checked
     assert "over 4 template(s)" in capsys.readouterr().out
+
+
+def _make_checkov_args() -> list[str]:
+    """The arguments `make checkov` passes the gate (the Makefile's recipe, continuation lines joined)."""
+    import shlex
+
+    from tests.stacks.conftest import REPO_ROOT
+
+    text = (REPO_ROOT / "Makefile").read_text(encoding="utf-8").replace("\\\n", " ")
+    recipe = re.search(r"^checkov:.*\n\t(.*)$", text, re.MULTILINE)
+    assert recipe, "no checkov: target in the Makefile"
+    words = shlex.split(recipe.group(1))
+    return words[words.index("stacks.checkov_gate") + 1 :]
+
+
+def test_make_checkov_checks_the_examples_rehearsal_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 51: `deploy --rehearsal` creates its own template (-c rehearsal=1); the gate checks it."""
+    import stacks.checkov_gate as gate
+    from core.naming import REHEARSAL_CONTEXT
+
+    synthesized: list[tuple[str, dict[str, str]]] = []
+
+    def fake_synth(manifest: Path, outdir: Path, **context: str) -> Path:
+        synthesized.append((manifest.name, context))
+        return outdir / "t.json"
+
+    monkeypatch.setattr(gate, "synthesize", fake_synth)
+    monkeypatch.setattr(gate, "run_checkov", lambda t: _report())
+    assert main([*_make_checkov_args(), "--outdir", str(tmp_path)]) == 0
+    assert ("llama3-8b-inf2-vs-g6.yaml", {REHEARSAL_CONTEXT: "1"}) in synthesized
+    assert len(synthesized) == 5 and "over 5 template(s)" in capsys.readouterr().out

@@ -109,9 +109,11 @@ def test_every_taggable_resource_carries_campaign_and_digest(example: Synth) -> 
             assert {"campaign", "serving-digest", "fleet"} <= keys and "manifest-digest" not in keys
 
 
-def test_cdk_nag_has_no_unacknowledged_findings(example: Synth) -> None:
+@pytest.mark.parametrize("which", ["example", "rehearsal"])
+def test_cdk_nag_has_no_unacknowledged_findings(which: str, request: pytest.FixtureRequest) -> None:
     # Synth would have raised ValidationFailed; the report must also hold no warnings.
-    report_path = example.outdir / "validation-report.json"
+    s: Synth = request.getfixturevalue(which)
+    report_path = s.outdir / "validation-report.json"
     if report_path.exists():
         report = json.loads(report_path.read_text(encoding="utf-8"))
         for plugin in report["pluginReports"]:
@@ -144,7 +146,7 @@ def test_every_nag_acknowledgment_has_a_reason(example: Synth) -> None:
             assert isinstance(reason, str) and len(reason) >= 20, rule
 
 
-@pytest.mark.parametrize("which", ["example", "three_fleets", "compile_phase"])
+@pytest.mark.parametrize("which", ["example", "three_fleets", "compile_phase", "rehearsal"])
 def test_cfn_lint_clean(which: str, request: pytest.FixtureRequest) -> None:
     s: Synth = request.getfixturevalue(which)
     region = load_manifest(s.manifest_path).costs.region
