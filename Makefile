@@ -9,7 +9,7 @@ PY := .venv/bin/python
 unexport PYTHONDONTWRITEBYTECODE
 MANIFEST ?= manifests/llama3-8b-inf2-vs-g6.yaml
 
-.PHONY: install install-runtime setup system-deps system-deps-demo demo plan test pytest lint bench docs clean checkov checkov-venv engine tiny-model real-engine cloud-offline cloud-offline-engine cloud-offline-resume report-screenshot
+.PHONY: install install-runtime setup system-deps system-deps-demo demo plan test pytest lint bench docs clean checkov checkov-venv engine tiny-model real-engine cloud-offline cloud-offline-engine cloud-offline-resume cloud-offline-rehearsal report-screenshot
 
 install: .venv/.installed node_modules/.package-lock.json
 install-runtime: .venv/.runtime-installed
@@ -211,6 +211,13 @@ real-engine: install engine tiny-model
 # denial: testing/cloud_offline.py enforce_roles, iam-simulate from node_modules).
 cloud-offline: install system-deps-demo
 	@$(call decision_ok,$(PY) -m testing.cloud_offline $(MANIFEST) --out runs/cloud-offline)
+
+# `deploy --rehearsal` and `run --rehearsal` through the same stand-ins (issue 51): the rehearsal's
+# manifest synthesized with -c rehearsal=1, every image reference checked against a loopback
+# registry, the fixed rehearsal through one `run --detach` / `--attach` (the conductor a local
+# process); prints the rehearsal report, one line per AWS seam; fails naming the first seam that did not pass.
+cloud-offline-rehearsal: install system-deps-demo
+	$(PY) -m testing.cloud_offline $(MANIFEST) --rehearsal --out runs/cloud-offline-rehearsal
 
 # `campaign run` through the same Fargate seam against real vLLM engines (CPU build), one per fleet
 # on its own core, behind an NLB stand-in reached through the client's resolver seam, targets

@@ -173,7 +173,7 @@ def deploy_stand_in(
     workspace's, as the PrometheusQueryUrl output (None: the stack has no such output)."""
     from campaign.aws.stack import campaign_deadline, stack_name, utc_now
     from core import cloud_contract as cc
-    from core.naming import CAMPAIGN_DEADLINE_PARAMETER
+    from core.naming import CAMPAIGN_DEADLINE_PARAMETER, REHEARSAL_OUTPUT
     from testing.offline_tasks import resolve
 
     outputs = template["Outputs"]
@@ -258,6 +258,10 @@ def deploy_stand_in(
             cc.RUN_CONFIG_OUTPUT: {"Value": _with_refs(json.dumps(run_config))},
             "ResultsBucketName": {"Value": BUCKET},
             **({cc.PROMETHEUS_QUERY_OUTPUT: {"Value": prometheus_query_url}} if prometheus_query_url else {}),
+            # a rehearsal's stack says so, as the synthesized one does
+            **(
+                {REHEARSAL_OUTPUT: {"Value": outputs[REHEARSAL_OUTPUT]["Value"]}} if REHEARSAL_OUTPUT in outputs else {}
+            ),
         },
     }
     cfn = session.client("cloudformation")
@@ -267,12 +271,25 @@ def deploy_stand_in(
         for r in cfn.describe_stack_resources(StackName=stack_name(m))["StackResources"]
     }
     elbv2 = session.client("elbv2")
+    autoscaling = session.client("autoscaling")
     target_groups: dict[str, tuple[str, str]] = {}
     for i, f in enumerate(m.fleets):
         tg = run_config["target_groups"][f.name] = made[f"Targets{i}"]
-        # The stacks' tags reach a target group by CloudFormation's propagation, which moto skips.
+        # The stacks' tags reach a target group and a load balancer by CloudFormation's
+        # propagation, which moto skips.
         elbv2.add_tags(
-            ResourceArns=[tg], Tags=[{"Key": "campaign", "Value": m.campaign}, {"Key": "fleet", "Value": f.name}]
+            ResourceArns=[tg, made[f"Nlb{i}"]],
+            Tags=[{"Key": "campaign", "Value": m.campaign}, {"Key": "fleet", "Value": f.name}],
+        )
+        # The fleet's deadline action, as the stacks make it (stacks/fleet.py: min, max and desired
+        # 0 at the deadline), put through the API by what stands in for CloudFormation.
+        autoscaling.put_scheduled_update_group_action(
+            AutoScalingGroupName=group_name(m, f.name),
+            ScheduledActionName=f"{f.name}-deadline",
+            StartTime=refs[CAMPAIGN_DEADLINE_PARAMETER],
+            MinSize=0,
+            MaxSize=0,
+            DesiredCapacity=0,
         )
         (group,) = elbv2.describe_target_groups(TargetGroupArns=[tg])["TargetGroups"]
         # CloudWatch's dimension values: targetgroup/<name>/<id>, and the balancer's <type>/<name>/<id>
@@ -577,13 +594,19 @@ class OfflinePrometheus:
 
 @contextmanager
 def offline_aws(
-    manifest_path: Path, out: Path, say: Any = print, *, engine: str = "emulator", drop_fleet: str | None = None
+    manifest_path: Path,
+    out: Path,
+    say: Any = print,
+    *,
+    engine: str = "emulator",
+    drop_fleet: str | None = None,
+    context: Mapping[str, str] | None = None,
 ) -> Iterator[OfflineAws]:
     """The stand-ins for a deployed stack (see the module's docstring), up until the block ends.
     `engine`: "emulator" (every fleet's measure_instances emulated behind one port, every target
     healthy from the start) or "vllm-cpu" (a real vLLM per fleet behind the NLB stand-in,
     testing/nlb_stand_in.py; targets healthy one by one; `drop_fleet` loses one for a while during
-    its first capacity step)."""
+    its first capacity step). `context`: the synthesis's further `-c` values (a rehearsal's)."""
     import boto3
 
     from campaign.backends.local.processes import Supervisor
@@ -596,7 +619,7 @@ def offline_aws(
     (iam / "calls").mkdir(parents=True)
     with (
         moto_server(m.costs.region, OPERATOR, iam / "calls") as env,
-        synthesizing(manifest_path, out / "cdk.out") as synthesized,
+        synthesizing(manifest_path, out / "cdk.out", context) as synthesized,
         Supervisor(out / "server-logs") as sup,
     ):
         say(f"moto server at {env['AWS_ENDPOINT_URL']}; synthesizing the stacks (cdk synth) while the fleets start ...")
@@ -924,6 +947,187 @@ def run_once(aws: OfflineAws, manifest_path: Path, out: Path, name: str, **kwarg
     return result, launcher
 
 
+# Where an AWS call of the run lands in the rehearsal report when its caller's role denies it: the
+# seam whose observation needed it (offline, a denial is found after the run by iam-simulate;
+# on AWS the call itself fails with AccessDenied where it is made).
+DENIED_SEAMS = {
+    "s3": "records",
+    "servicediscovery": "tasks",
+    "route53": "tasks",
+    "aps": "amp",
+    "ecs": "conductor",
+    "iam": "conductor",
+    "cloudformation": "stack",
+    "autoscaling": "deadline action",
+    "elasticloadbalancing": "instances",
+    "tag": "tags",
+    "ce": "cost allocation",
+    "servicequotas": "quotas",
+    "ecr": "images",
+}
+
+
+def denials_seam(report: Any, out: Path, without: tuple[str, str] | None = None) -> None:
+    """The run's calls (`out`/iam) evaluated against their callers' roles (role_denials; `without`:
+    one statement removed first): the first denial fails the seam its service serves, with the
+    AccessDenied AWS would have answered."""
+    from campaign.aws.rehearsal_report import failed
+
+    denied, _ = role_denials(out, without)
+    if not denied:
+        return
+    first = denied[0]
+    service = str(first).split(" may not ", 1)[1].split(":", 1)[0]
+    seam = DENIED_SEAMS.get(service, "conductor")
+    report.add(
+        failed(
+            seam,
+            f"{len(denied)} call(s) of the run denied by the caller's role (iam-simulate over the recorded calls)",
+            f"AccessDenied: {first}",
+            "add the action to that role (stacks/) or to docs/operator-policy.json",
+        )
+    )
+
+
+@dataclass
+class OfflineRehearsal:
+    """The stand-ins of a rehearsal's deployed stack (rehearsal_stand_ins)."""
+
+    aws: OfflineAws
+    m: Any  # the rehearsal's manifest (campaign.stages.rehearsal), written beside the campaign's
+    campaign_digest: str
+    held: dict[str, str]  # what the loopback registry holds (testing.registry_stand_in); a test may remove one
+    mirrors: dict[str, str]  # Docker Hub's and ECR Public's host -> the loopback registry's
+
+    def preflight(self) -> list[Any]:
+        """What `deploy --rehearsal` and `run --rehearsal` check first: the images, the quotas."""
+        from campaign.aws.rehearsal_seams import quotas_seam
+        from campaign.pin.image_check import check_images, image_references, images_seam
+
+        images = check_images(image_references(self.m), ecr=self.aws.session.client("ecr"), mirrors=self.mirrors)
+        return [images_seam(images), quotas_seam(self.aws.session, self.m)]
+
+
+@contextmanager
+def rehearsal_stand_ins(manifest_path: Path, out: Path, say: Any = print) -> Iterator[OfflineRehearsal]:
+    """`deploy --rehearsal` offline: the rehearsal's manifest written beside `manifest_path` and
+    synthesized with `-c rehearsal=1` into the stand-ins (offline_aws), a loopback registry holding
+    every image it names, moto's missing quotas and cost-allocation tags filled in
+    (testing.moto_gaps.account_filled_in)."""
+    from campaign.pin.image_check import image_references
+    from campaign.stages.rehearsal import write_rehearsal_manifest
+    from core.images import DOCKER_HUB_UPSTREAM_URL, ECR_PUBLIC_HOST
+    from core.manifest import load_manifest
+    from core.naming import REHEARSAL_CONTEXT
+    from testing.moto_gaps import account_filled_in
+    from testing.registry_stand_in import held_manifests, registry_stand_in
+
+    campaign_m = load_manifest(manifest_path)
+    m = load_manifest(write_rehearsal_manifest(manifest_path))
+    held = held_manifests(image_references(m))
+    with (
+        account_filled_in(),
+        registry_stand_in(held) as registry,
+        offline_aws(m.source_file(), out, say, context={REHEARSAL_CONTEXT: "1"}) as aws,
+    ):
+        yield OfflineRehearsal(
+            aws, m, campaign_m.digest, held, {DOCKER_HUB_UPSTREAM_URL: registry, ECR_PUBLIC_HOST: registry}
+        )
+
+
+def rehearse_in(
+    stand_ins: OfflineRehearsal, out: Path, say: Any = print, *, without: tuple[str, str] | None = None
+) -> Any:
+    """`run --rehearsal` in the stand-ins: the pre-flight seams, then the rehearsal
+    (campaign.backends.fargate.rehearsal) with the conductor a local process, and the recorded calls
+    evaluated against their roles (`without`: one statement removed, denials_seam). The RehearsalReport."""
+    from campaign.aws.run_config import read_run_config
+    from campaign.aws.stack import stack_name
+    from campaign.backends.fargate.rehearsal import rehearse
+    from testing.offline_tasks import LocalTaskLauncher
+
+    aws, m = stand_ins.aws, stand_ins.m
+    cfg = read_run_config(aws.session.client("cloudformation"), stack_name(m))
+    launcher = LocalTaskLauncher(
+        aws.template,
+        aws.refs,
+        out / "tasks",
+        {**aws.env, **aws.task_env},
+        cpus=aws.task_cpus,
+        concurrent=aws.concurrent,
+        stand_in=aws.stand_in,
+    )
+    try:
+        return rehearse(
+            aws.session,
+            m,
+            stand_ins.campaign_digest,
+            cfg,
+            launcher,
+            out / "runs",
+            checked=stand_ins.preflight(),
+            poll_s=1.0,
+            say=say,
+            observe=lambda report, _: denials_seam(report, out, without),
+        )
+    finally:
+        launcher.close()
+
+
+def rehearse_offline(manifest_path: Path, out: Path, say: Any = print) -> Any:
+    """`make cloud-offline-rehearsal`: deploy --rehearsal, run --rehearsal and teardown offline; the
+    RehearsalReport, teardown's line included (also in runs/<run id>/rehearsal.json)."""
+    with rehearsal_stand_ins(manifest_path, out, say) as stand_ins:
+        report = rehearse_in(stand_ins, out, say)
+        report.add(teardown_seam(stand_ins.m.source_file(), out / "teardown", say))
+        say(report.seams[-1].line())
+        (out / "runs" / (report.run_id or "no-run") / "rehearsal.json").write_text(report.to_json(), encoding="utf-8")
+        return report
+
+
+def teardown_seam(manifest_path: Path, out: Path, say: Any) -> Any:
+    """`teardown MANIFEST` as the operator types it (its parser, its handler), the results bucket
+    under the stack's TLS-only policy first (stacks/results.py), as CloudFormation leaves it: the
+    rehearsal report's teardown line. (moto's plain HTTP is then refused the bucket, so teardown's
+    own update of the record says it could not, and this line is the local report's.)"""
+    import contextlib
+    import io
+
+    import boto3
+
+    from campaign.aws.rehearsal_report import TEARDOWN, Seam, failed
+    from campaign.cli.main import build_parser
+    from core.manifest import load_manifest
+
+    m = load_manifest(manifest_path)
+    stand_in = boto3.session.Session(
+        region_name=m.costs.region, aws_access_key_id=STAND_IN_KEY, aws_secret_access_key="testing"
+    )
+    deny_plain = {
+        "Effect": "Deny",
+        "Principal": {"AWS": "*"},
+        "Action": "s3:*",
+        "Resource": [f"arn:aws:s3:::{BUCKET}", f"arn:aws:s3:::{BUCKET}/*"],
+        "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+    }
+    s3 = stand_in.client("s3")
+    s3.put_bucket_policy(Bucket=BUCKET, Policy=json.dumps({"Version": "2012-10-17", "Statement": [deny_plain]}))
+    args = build_parser().parse_args(["teardown", str(manifest_path), "--out", str(out)])
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+            code = args.handler(args)
+    finally:
+        s3.delete_bucket_policy(Bucket=BUCKET)
+    text = printed.getvalue()
+    (out).mkdir(parents=True, exist_ok=True)
+    (out / "teardown.log").write_text(text, encoding="utf-8")
+    if code != 0:
+        left = [line.strip() for line in text.splitlines() if "LEFT RUNNING" in line]
+        return failed(TEARDOWN, f"teardown exited {code}", left[0] if left else text[-500:], "delete what is left")
+    return Seam(TEARDOWN, True, f"the stack deleted; nothing tagged campaign={m.campaign} left running")
+
+
 def main(argv: list[str] | None = None) -> int:
     from core.manifest import load_manifest
 
@@ -938,11 +1142,21 @@ def main(argv: list[str] | None = None) -> int:
         default="emulator",
         help="what serves each fleet: the emulator, or a real vLLM (CPU build, `make engine`) behind the NLB stand-in",
     )
+    ap.add_argument(
+        "--rehearsal",
+        action="store_true",
+        help="`deploy --rehearsal` and `run --rehearsal` (the emulators stand in for the rehearsal's fleets): "
+        "prints the rehearsal report; exit 0 when every seam passed",
+    )
     a = ap.parse_args(argv)
     t0 = time.monotonic()
     out = Path(a.out)
     path = offline_manifest(Path(a.manifest).resolve(), out, engine_run if a.engine == "vllm-cpu" else None)
     print(f"manifest copied to {path} with loadgen.max_schedule_lag_p99_s {LAG_BOUND_S} (see offline_manifest)")
+    if a.rehearsal:
+        report = rehearse_offline(path, out)
+        print(f"rehearsal {report.run_id}: {time.monotonic() - t0:.0f} s; exit {report.exit_code}")
+        return int(report.exit_code)
     first = load_manifest(path, check_files=False).fleets[0].name
     drop = first if a.engine == "vllm-cpu" else None  # one target drops out during its first step
     with offline_aws(path, out, engine=a.engine, drop_fleet=drop) as aws:

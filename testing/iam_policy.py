@@ -156,6 +156,11 @@ UNSCOPED = {
     ("elbv2", "DescribeTargetHealth"): "elasticloadbalancing:DescribeTargetHealth",
     ("autoscaling", "DescribeAutoScalingGroups"): "autoscaling:DescribeAutoScalingGroups",
     ("autoscaling", "DescribeScalingActivities"): "autoscaling:DescribeScalingActivities",
+    ("autoscaling", "DescribeScheduledActions"): "autoscaling:DescribeScheduledActions",
+    # the rehearsal's quota check (campaign/aws/rehearsal_seams.py), on "*" as docs/operator-policy.json
+    # grants them (whether the reference gives them a quota resource type was not checked here)
+    ("service-quotas", "GetServiceQuota"): "servicequotas:GetServiceQuota",
+    ("service-quotas", "GetAWSDefaultServiceQuota"): "servicequotas:GetAWSDefaultServiceQuota",
     ("cloudwatch", "GetMetricData"): "cloudwatch:GetMetricData",
     ("ce", "GetCostAndUsage"): "ce:GetCostAndUsage",
     ("ce", "ListCostAllocationTags"): "ce:ListCostAllocationTags",

@@ -73,3 +73,49 @@ def filled_in(launched_at: Mapping[str, float]) -> Iterator[None]:
             FakeTargetGroup.delete = saved_delete  # type: ignore[attr-defined]
         else:
             del FakeTargetGroup.delete  # type: ignore[attr-defined]
+
+
+# What the account of the offline rehearsal has (testing/cloud_offline.py --rehearsal): moto answers
+# GetServiceQuota for VPC quotas only and has no ListCostAllocationTags. These stand for an account
+# whose quotas hold the rehearsal and whose tags are activated; a test changes them to break the seam.
+QUOTAS = {"L-1216C47A": 64.0, "L-3032A538": 32.0}  # EC2 Standard and Fargate On-Demand vCPUs
+COST_ALLOCATION = {"campaign": "Active", "fleet": "Active"}
+
+
+@contextmanager
+def account_filled_in(
+    quotas: Mapping[str, float] = QUOTAS, cost_allocation: Mapping[str, str] = COST_ALLOCATION
+) -> Iterator[None]:
+    """Service Quotas' GetServiceQuota answers `quotas` (quota code -> applied value; others as moto
+    does), and Cost Explorer's ListCostAllocationTags `cost_allocation` (tag key -> status), in
+    the shapes of their API references, while the block runs."""
+    import json
+
+    from moto.ce.responses import CostExplorerResponse
+    from moto.servicequotas.responses import ServiceQuotasResponse
+
+    saved_quota = ServiceQuotasResponse.get_service_quota
+
+    def get_service_quota(self: Any) -> str:
+        params = json.loads(self.body)
+        code = params.get("QuotaCode")
+        if code not in quotas:
+            return saved_quota(self)
+        quota = {"ServiceCode": params.get("ServiceCode"), "QuotaCode": code, "Value": quotas[code], "Unit": "None"}
+        return json.dumps({"Quota": quota})
+
+    def list_cost_allocation_tags(self: Any) -> str:
+        params = json.loads(self.body)
+        keys = params.get("TagKeys") or list(cost_allocation)
+        tags = [
+            {"TagKey": k, "Type": "UserDefined", "Status": cost_allocation[k]} for k in keys if k in cost_allocation
+        ]
+        return json.dumps({"CostAllocationTags": tags})
+
+    ServiceQuotasResponse.get_service_quota = get_service_quota  # type: ignore[method-assign]
+    CostExplorerResponse.list_cost_allocation_tags = list_cost_allocation_tags  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        ServiceQuotasResponse.get_service_quota = saved_quota  # type: ignore[method-assign]
+        del CostExplorerResponse.list_cost_allocation_tags  # type: ignore[attr-defined]

@@ -17,7 +17,7 @@ from campaign.cli.help import DOCKER_HUB_CREDENTIAL_HELP, FROM_PLAN_HELP, MANIFE
 from core import cloud_contract as cc
 from core.errors import EXIT_FAILED_STEP, EXIT_OK, BadArgument, CampaignError
 from core.manifest import Manifest, load_manifest
-from core.naming import DOCKER_HUB_CREDENTIAL_PARAMETER
+from core.naming import DOCKER_HUB_CREDENTIAL_PARAMETER, REHEARSAL_CONTEXT
 from core.schedule import check_workload
 
 
@@ -28,24 +28,37 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     from core.manifest import ManifestError
     from stacks.compile_boot import COMPILE_FLEETS_CONTEXT
 
-    m = load_manifest(args.manifest)  # refuses to deploy an invalid manifest (exit 2 via ManifestError)
+    rehearsal = bool(getattr(args, "rehearsal", False))  # (a Namespace built without the option: none)
+    # With --rehearsal, the rehearsal's manifest (campaign.stages.rehearsal), written only once checked.
+    path = Path(args.manifest)
+    m = _rehearsal_manifest(args) if rehearsal else load_manifest(path)  # refuses an invalid one (exit 2)
     # Illustrative hashes/digests, a gated model without a token: refused before any spend.
     issues = cloud_issues(
         m, weights_from_s3=bool(args.weights_s3_uri), docker_hub_credential_arn=args.docker_hub_credential_arn
     )
     if issues:
-        raise ManifestError(issues, args.manifest)
+        raise ManifestError(issues, str(path))
     check_workload(m)  # every bad trace row, before any AWS call
+    if rehearsal and args.ami:
+        raise BadArgument("--ami: a rehearsal's fleets boot the stack's own Amazon Linux 2023 AMI; drop --ami")
     overrides = parse_ami_overrides(args.ami, [f.name for f in m.fleets])
     session = aws_session(m.costs.region)
     stack = aws.stack_name(m)
+    if rehearsal:
+        _rehearsal_preflight(session, m)  # every image and the host type's quota, before anything starts
+    else:
+        _suggest_rehearsal(session, m, stack)
     deadline = _deadline(args, m, session, stack)
-    # Fleets whose own host cannot hold the model compile once on a larger one first (or refuse).
-    targets = compile_phase.needed(session, m, stack, enabled=not args.no_compile_phase)
-    amis = resolve_amis(m, session.client("ec2"), overrides)
+    # Fleets whose own host cannot hold the model compile once on a larger one first (or refuse);
+    # a rehearsal's emulators compile nothing.
+    targets = [] if rehearsal else compile_phase.needed(session, m, stack, enabled=not args.no_compile_phase)
+    # A rehearsal's fleets boot Amazon Linux 2023, which its stack resolves itself (stacks/rehearsal_fleet.py).
+    amis = [] if rehearsal else resolve_amis(m, session.client("ec2"), overrides)
     for a in amis:
         print(f"{a.fleet}: AMI {a.image_id} {a.name!r} ({a.how})")
     context = ["-c", f"weights_s3_uri={args.weights_s3_uri}"] if args.weights_s3_uri else []
+    if rehearsal:
+        context += ["-c", f"{REHEARSAL_CONTEXT}=1"]
     # cloud_issues refused a deploy without it: every stack pulls Prometheus from Docker Hub.
     credential = ["--parameters", f"{DOCKER_HUB_CREDENTIAL_PARAMETER}={args.docker_hub_credential_arn}"]
     extra = [*context, *credential, *aws.deadline_parameter_args(deadline), *cdk_parameter_args(amis)]
@@ -54,16 +67,79 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         fleets = ", ".join(f"{t.fleet} on one {t.host.instance_type}" for t in targets)
         print(f"compile phase: {fleets} (every fleet at 0 meanwhile); deploying {stack} to {m.costs.region}")
         phase = ["-c", f"{COMPILE_FLEETS_CONTEXT}={','.join(t.fleet for t in targets)}"]
-        _cdk_deploy(args, extra=[*extra, *phase], session=session, compiling=hosts)
+        _cdk_deploy(args, path, extra=[*extra, *phase], session=session, compiling=hosts)
         compile_phase.run(session, m, stack, targets)
         compile_phase.prove_on_fleet_type(session, m, stack, targets)  # one on the fleet's own type, first
-    print(f"deploying {stack} (manifest {m.short_digest}) to {m.costs.region}")
-    _cdk_deploy(args, extra=extra, session=session, compiling=hosts, check_quota=not targets)
+    what = "a rehearsal (every fleet its emulator on a cheap host type)" if rehearsal else f"manifest {m.short_digest}"
+    print(f"deploying {stack} ({what}) to {m.costs.region}")
+    if rehearsal:  # the file cdk synthesizes from; checked above, in memory
+        from campaign.stages.rehearsal import write_rehearsal_manifest
+
+        path = write_rehearsal_manifest(path)
+    # A rehearsal's quotas are the host type's, checked in _rehearsal_preflight
+    _cdk_deploy(args, path, extra=extra, session=session, compiling=hosts, check_quota=not targets and not rehearsal)
     if args.extend_hours:  # the deadline may have fired: its groups at 0 until set back
         _restore_fleets(session, stack)
     print(f"deadline: every fleet's Auto Scaling group is set to 0 at {deadline.parameter}")
     _cost_allocation_tags(session)
+    if rehearsal:
+        print(f"next: {prog()} run {args.manifest} --rehearsal   (then `teardown {args.manifest}`)")
     return EXIT_OK
+
+
+def _rehearsal_manifest(args: argparse.Namespace) -> Manifest:
+    """The rehearsal's manifest, built from the campaign's in memory (campaign.stages.rehearsal):
+    the campaign's is checked first (exit 2 naming its fields), nothing is written."""
+    from campaign.stages.rehearsal import load_rehearsal
+
+    load_manifest(args.manifest)
+    try:
+        return load_rehearsal(Path(args.manifest))
+    except ValueError as exc:
+        raise BadArgument(f"--rehearsal: {exc}") from None
+
+
+def _preflight_seams(session: Any, m: Manifest) -> list[Any]:
+    """The rehearsal's seams observed before anything starts: every image reference exists, the
+    host type's vCPUs fit the account's quotas."""
+    from campaign.aws.rehearsal_seams import quotas_seam
+    from campaign.pin.image_check import check_images, image_references, images_seam, mirrors_from_env
+
+    try:
+        mirrors = mirrors_from_env()
+    except ValueError as exc:
+        raise BadArgument(str(exc)) from None
+    checks = check_images(image_references(m), ecr=session.client("ecr"), mirrors=mirrors)
+    return [images_seam(checks), quotas_seam(session, m)]
+
+
+def _rehearsal_preflight(session: Any, m: Manifest) -> None:
+    seams = _preflight_seams(session, m)
+    for seam in seams:
+        print(seam.line())
+    bad = next((s for s in seams if s.passed is False), None)
+    if bad is not None:
+        raise aws.AwsStepFailed(f"{bad.name}: {bad.error}; {bad.fix}; nothing was deployed")
+
+
+def _suggest_rehearsal(session: Any, m: Manifest, stack: str) -> None:
+    """One line suggesting `deploy --rehearsal` where the campaign's results bucket records no
+    passed rehearsal (or none can be read): never a refusal."""
+    from campaign.aws.rehearsal_report import read_record
+
+    why = "no stack deployed yet"
+    try:
+        cfg = read_run_config(session.client("cloudformation"), stack)
+        record = read_record(session.client("s3"), cfg.results_uri, m.campaign)
+        if record is not None and record.passed:
+            return
+        why = "its rehearsal did not pass" if record is not None else "no rehearsal recorded in its results bucket"
+    except Exception:  # no stack (CloudRunError), AccessDenied: the suggestion stands
+        pass
+    print(
+        f"note: {m.campaign} has no passed rehearsal ({why}): `deploy {m.source.name if m.source else 'MANIFEST'} "
+        "--rehearsal` runs the whole AWS path on cheap instances first (`plan --rehearsal` prices it)"
+    )
 
 
 def _cost_allocation_tags(session: Any) -> None:
@@ -136,8 +212,8 @@ def _deadline(args: argparse.Namespace, m: Manifest, session: Any, stack: str) -
     return deadline
 
 
-def _cdk_deploy(args: argparse.Namespace, *, extra: list[str], session: Any, **kw: Any) -> None:
-    rc = aws.deploy(Path(args.manifest), approve=args.yes, extra=extra, session=session, **kw)
+def _cdk_deploy(args: argparse.Namespace, path: Path, *, extra: list[str], session: Any, **kw: Any) -> None:
+    rc = aws.deploy(path, approve=args.yes, extra=extra, session=session, **kw)
     if rc != 0:
         raise aws.AwsStepFailed(f"cdk deploy exited {rc} (its output above says why)")
 
@@ -149,6 +225,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if args.attach is not None and (args.detach or args.resume is not None):
         raise BadArgument("--attach follows a run already started: give it without --detach or --resume")
+    if getattr(args, "rehearsal", False):
+        return _rehearse(args)
     m = load_manifest(args.manifest)
     if args.attach is not None:
         return _attach(m, _run_id("--attach", args.attach))
@@ -177,6 +255,58 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         print(f"next: python -m campaign report {args.manifest} --run-id {result.run_id} --aws --out {result.run_dir}")
     return result.exit_code
+
+
+# The options a rehearsal's fixed shape leaves no room for (core.rehearsal): it detaches and attaches itself.
+REHEARSAL_EXCLUDES = ("attach", "detach", "resume", "duration", "no_capacity", "from_plan", "no_report")
+
+
+def _rehearse(args: argparse.Namespace) -> int:
+    """`run MANIFEST --rehearsal`: the fixed rehearsal on the stack `deploy --rehearsal` left
+    (campaign.backends.fargate.rehearsal); exit 0 when every seam passed, 1 naming the first that did not."""
+    from campaign.aws.rehearsal_report import STACK, RehearsalReport, failed
+    from campaign.backends.fargate.ecs_tasks import EcsTaskLauncher
+    from campaign.backends.fargate.rehearsal import rehearse
+
+    given = [f"--{k.replace('_', '-')}" for k in REHEARSAL_EXCLUDES if getattr(args, k, None) not in (None, False)]
+    if given:
+        raise BadArgument(f"--rehearsal runs a fixed shape and detaches and attaches itself: drop {', '.join(given)}")
+    from campaign.stages.rehearsal import write_rehearsal_manifest
+
+    campaign_m = load_manifest(args.manifest)
+    m = _rehearsal_manifest(args)  # in memory: refused (and a stack not found) before anything is written
+    check_workload(m)
+    session = aws_session(m.costs.region)
+    checked = _preflight_seams(session, m)
+    stack = aws.stack_name(m)
+    try:
+        cfg = read_run_config(session.client("cloudformation"), stack)
+    except Exception as exc:  # no stack (CloudRunError), AccessDenied
+        report = RehearsalReport(m.campaign, campaign_m.digest, m.digest, seams=list(checked))
+        report.add(
+            failed(STACK, f"{stack}: its run config not readable", exc, f"`deploy {args.manifest} --rehearsal` first")
+        )
+        for line in report.lines():
+            print(line)
+        return report.exit_code
+    m = load_manifest(write_rehearsal_manifest(Path(args.manifest)))  # the file the conductor uploads
+    run_id = cc.new_run_id()
+    report = rehearse(
+        session,
+        m,
+        campaign_m.digest,
+        cfg,
+        EcsTaskLauncher(session.client("ecs"), cfg, run_id),
+        Path(args.out),
+        checked=checked,
+        run_id=run_id,
+    )
+    if report.run_id:
+        print(
+            f"report: {prog()} report {m.source} --run-id {report.run_id} --aws --out {Path(args.out) / report.run_id}"
+        )
+    print(f"then:   {prog()} teardown {args.manifest}")
+    return report.exit_code
 
 
 def _run_id(option: str, value: str) -> str:
@@ -270,6 +400,7 @@ def _stage_minutes(args: argparse.Namespace, m: Manifest) -> dict[str, float]:
 def cmd_teardown(args: argparse.Namespace) -> int:
     m = load_manifest(args.manifest)
     session = aws_session(m.costs.region)
+    rehearsal_uri = _rehearsal_results_uri(session, aws.stack_name(m))
     if not args.check_only:
         out = Path(args.out)
         run_dir = Path(args.run_dir) if args.run_dir else None
@@ -301,6 +432,8 @@ def cmd_teardown(args: argparse.Namespace) -> int:
     left, kept = aws.check_nothing_left(session, m.campaign)
     for x in kept:
         print(f"kept by design: {x.arn}")
+    if rehearsal_uri:
+        _record_teardown(session, rehearsal_uri, m.campaign, left)
     if left:
         print(f"{len(left)} resource(s) still tagged campaign={m.campaign}:", file=sys.stderr)
         for x in left:
@@ -308,6 +441,37 @@ def cmd_teardown(args: argparse.Namespace) -> int:
         return EXIT_FAILED_STEP
     print(f"nothing tagged campaign={m.campaign} is left running")
     return EXIT_OK
+
+
+def _rehearsal_results_uri(session: Any, stack: str) -> str:
+    """The results URI of a stack deployed as a rehearsal ("" for a campaign's stack, or none):
+    read before it goes, for teardown's line in the rehearsal record."""
+    from campaign.aws.rehearsal_seams import is_rehearsal_stack
+
+    try:
+        (desc,) = session.client("cloudformation").describe_stacks(StackName=stack)["Stacks"]
+        return read_run_config(session.client("cloudformation"), stack).results_uri if is_rehearsal_stack(desc) else ""
+    except Exception:  # no stack: nothing of a rehearsal to record
+        return ""
+
+
+def _record_teardown(session: Any, results_uri: str, campaign: str, left: list[aws.Leftover]) -> None:
+    """The rehearsal record's teardown seam: what the leftover check found."""
+    from campaign.aws.rehearsal_report import TEARDOWN, Seam, failed, put_record, read_record
+
+    try:
+        s3 = session.client("s3")
+        record = read_record(s3, results_uri, campaign)
+        if record is None:
+            return
+        record.add(
+            failed(TEARDOWN, f"{len(left)} resource(s) left", f"left: {left[0].arn}", "delete them (listed below)")
+            if left
+            else Seam(TEARDOWN, True, f"the stack deleted; nothing tagged campaign={campaign} left running")
+        )
+        print(f"rehearsal record updated with teardown's check: {put_record(s3, results_uri, record)}")
+    except Exception as exc:  # the leftover check stands; the record keeps its teardown pending
+        print(f"rehearsal record not updated ({type(exc).__name__}: {exc})", file=sys.stderr)
 
 
 def _report_cdk_assets(session: Any, assets: list[cdk_assets.CdkAsset]) -> None:
@@ -382,6 +546,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="move the deployed stack's deadline (when every fleet's group is set to 0) N hours later; without it a "
         "deployed stack keeps its deadline and a new one gets deploy time + max_campaign_hours",
     )
+    d.add_argument(
+        "--rehearsal",
+        action="store_true",
+        help="deploy the same stacks with every accelerator fleet its emulator on the cheapest fit host type (`plan "
+        "--rehearsal` names it and prices the rehearsal), no compile phase, no weights; every image reference and the "
+        "quotas are checked first; then `run --rehearsal` and `teardown`",
+    )
     d.set_defaults(handler=cmd_deploy)
 
     r = sub.add_parser(
@@ -423,6 +594,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         metavar="RUN_ID",
         help="follow a run's progress lines (detached or in another terminal; the Locust web UI port-forward commands among them) until it "
         "ends; exits with its decision's code; Ctrl-C detaches, the run goes on",
+    )
+    r.add_argument(
+        "--rehearsal",
+        action="store_true",
+        help="the fixed rehearsal on a stack `deploy --rehearsal` left: the gate, a 2-minute replay, 2 capacity steps "
+        "and a settle segment per fleet, through one --detach / --attach it performs itself; prints one line per AWS "
+        "seam with what was observed; exits 0 when every seam passed, 1 naming the first that did not",
     )
     r.set_defaults(handler=cmd_run)
 

@@ -72,9 +72,11 @@ def image_tag(image: str) -> ImageTag | None:
     return ImageTag(registry, repository, tag)
 
 
-def resolve_digest(ref: ImageTag) -> str:
-    """The tag's manifest digest now (sha256:...): HEAD, then the anonymous token flow on a 401."""
-    url = f"{ref.base_url}/v2/{ref.repository}/manifests/{ref.tag}"
+def resolve_digest(ref: ImageTag, reference: str | None = None) -> str:
+    """The tag's manifest digest now (sha256:...): HEAD, then the anonymous token flow on a 401.
+    `reference`: a digest (or another tag) to HEAD in place of the tag, the spec's `<reference>`
+    ("either (a) the digest of the manifest or (b) a tag"): whether that manifest exists."""
+    url = f"{ref.base_url}/v2/{ref.repository}/manifests/{reference or ref.tag}"
     try:
         try:
             return _manifest_digest(url, None)
@@ -84,7 +86,7 @@ def resolve_digest(ref: ImageTag) -> str:
             challenge = exc.headers.get("WWW-Authenticate", "")
         return _manifest_digest(url, _bearer_token(ref, challenge))
     except urllib.error.HTTPError as exc:
-        raise _failed(ref, exc) from None
+        raise _failed(ref, exc, reference) from None
     except OSError as exc:  # refused, unresolvable, timed out
         raise PinFailed(f"{ref.registry}: cannot reach the registry: {exc}") from None
 
@@ -128,7 +130,8 @@ def _bearer_token(ref: ImageTag, challenge: str) -> str:
     return token
 
 
-def _failed(ref: ImageTag, exc: urllib.error.HTTPError) -> PinFailed:
+def _failed(ref: ImageTag, exc: urllib.error.HTTPError, reference: str | None = None) -> PinFailed:
+    what = f"manifest {reference}" if reference else f"tag {ref.tag!r}"
     if exc.code == 404:
-        return PinFailed(f"{ref.registry}/{ref.repository}: no tag {ref.tag!r} (HTTP 404)")
-    return PinFailed(f"{ref.registry}/{ref.repository}:{ref.tag}: the registry answered HTTP {exc.code}")
+        return PinFailed(f"{ref.registry}/{ref.repository}: no {what} (HTTP 404)")
+    return PinFailed(f"{ref.registry}/{ref.repository} {what}: the registry answered HTTP {exc.code}")

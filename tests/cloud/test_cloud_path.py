@@ -5,11 +5,15 @@ The stand-ins are `make cloud-offline`'s (testing/cloud_offline.py): `cdk synth`
 Environment and the run-config stack output read from the template, a moto server for S3,
 CloudFormation (the deployed stack's outputs), Auto Scaling, CloudWatch and the Tagging API, and
 one emulator per fleet serving its measured instances behind the NLB endpoint (the one value of
-the run config replaced). Two `campaign run`s go through campaign.backends.fargate.campaign.run_campaign,
-the function `python -m campaign run` calls, with LocalTaskLauncher in place of ECS RunTask:
-the first runs every stage (gate tasks, replay, a short capacity search and the settle phase,
-each step on its own master + workers, records streamed through S3, the report), the second
-only the replay. Then `python -m campaign report --run-id` and `teardown --run-dir` (the
+the run config replaced). The stack is the rehearsal's (issue 51: `deploy --rehearsal`, the
+rehearsal's manifest synthesized with -c rehearsal=1), so the module's one full campaign is the
+rehearsal, `make cloud-offline-rehearsal`'s: `run --rehearsal` checks the images (a loopback
+registry) and quotas, starts the conductor with `run --detach` (its own process, calling
+campaign.backends.fargate.campaign.run_campaign as `python -m campaign run` does, with
+LocalTaskLauncher in place of ECS RunTask) and follows it with `run --attach`: every stage (gate
+tasks, replay, a short capacity search and the settle phase, each step on its own master +
+workers, records streamed through S3, the report); then its report's seams. A second run, in this
+process, runs only the replay. Then `python -m campaign report --run-id` and `teardown --run-dir` (the
 second run's local copy, under the bucket's TLS-only policy) run as the operator would type
 them. The Prometheus task's command line runs too, with a local prometheus binary.
 """
@@ -36,9 +40,12 @@ from testing.cloud_offline import (
     BUCKET,
     STAND_IN_KEY,
     OfflineAws,
+    OfflineRehearsal,
+    denials_seam,
     denied_without,
-    offline_aws,
     offline_manifest,
+    rehearsal_stand_ins,
+    rehearse_in,
     run_once,
     short_run,
 )
@@ -69,11 +76,25 @@ def manifest_path(workdir: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def offline(workdir: Path, manifest_path: Path) -> Iterator[OfflineAws]:
-    """The stand-ins `make cloud-offline` uses (testing/cloud_offline.py): moto, the synthesized
-    stack's outputs, emulated fleets, tagged Auto Scaling groups with their in-service metric."""
-    with offline_aws(manifest_path, workdir, say=lambda _: None) as aws:
-        yield aws
+def rehearsal(workdir: Path, manifest_path: Path) -> Iterator[OfflineRehearsal]:
+    """`deploy --rehearsal` in the stand-ins `make cloud-offline-rehearsal` uses (testing/cloud_offline.py):
+    the rehearsal's manifest (beside the short one) synthesized with -c rehearsal=1, moto, the
+    synthesized stack's outputs, emulated fleets, tagged Auto Scaling groups with their in-service
+    metric and deadline actions, a loopback registry holding every image. The module's campaign is
+    the rehearsal (issue 51): it runs every stage the campaign runs, through the conductor."""
+    with rehearsal_stand_ins(manifest_path, workdir, say=lambda _: None) as stand_ins:
+        yield stand_ins
+
+
+@pytest.fixture(scope="module")
+def offline(rehearsal: OfflineRehearsal) -> OfflineAws:
+    return rehearsal.aws
+
+
+@pytest.fixture(scope="module")
+def rehearsal_manifest(rehearsal: OfflineRehearsal) -> Path:
+    """The manifest the stack was deployed from, the rehearsal's: what `run`, `report` and `teardown` are given."""
+    return Path(rehearsal.m.source_file())
 
 
 @pytest.fixture(scope="module")
@@ -106,29 +127,45 @@ def _json(key: str) -> Any:
 
 
 @pytest.mark.timeout(900)  # every stage, each step on fresh task processes: about 3 min on 2 shared cores
-def test_two_runs_report_and_teardown_from_the_synthesized_task_definitions(
-    offline: OfflineAws, manifest_path: Path, workdir: Path
+def test_rehearsal_a_second_run_report_and_teardown_from_the_synthesized_task_definitions(
+    rehearsal: OfflineRehearsal, offline: OfflineAws, rehearsal_manifest: Path, workdir: Path
 ) -> None:
+    manifest_path = rehearsal_manifest
     m = load_manifest(manifest_path)
     from core.schedule import build_schedule
 
     scheduled = len(build_schedule(m))
-    first, launcher = _run(offline, manifest_path, workdir, "first")
-    assert first.report is not None, launcher.log_tail()
-    roles = [(s.fleet, s.role) for s in launcher.started]
+    # `run --rehearsal`: the images and quotas, then `run --detach` (the conductor, its own
+    # process, starts every task) and `--attach`, then every seam observed (issue 51).
+    rehearsed = rehearse_in(rehearsal, workdir, say=lambda _: None)
+    lines = "\n".join(rehearsed.lines())
+    assert rehearsed.exit_code == 0, lines
+    from campaign.aws.rehearsal_report import SEAMS, TEARDOWN
+
+    assert [s.name for s in rehearsed.seams] == list(SEAMS), lines  # every seam, each with its observation
+    assert [s.name for s in rehearsed.seams if s.passed is None] == [TEARDOWN]  # teardown's, below
+    results_uri = offline.run_config["results_uri"]
+    first_uri, first_run_id = f"{results_uri}/{rehearsed.run_id}", rehearsed.run_id
+    _, prefix = cc.split_s3_uri(first_uri)
+    first_objects = _objects(prefix + "/")
+    run_record = _json(f"{prefix}/run.json")
+    roles = [(t["fleet"], t["role"]) for t in run_record["tasks"]]
     # A gate task per fleet, then a fresh master and loadgen.workers workers per fleet for the
     # replay and for every capacity step (and settle segment), each from its task definition.
     for f in m.fleets:
         assert roles.count((f.name, "gate")) == 1
         masters = roles.count((f.name, "master"))
         assert masters >= 2 and roles.count((f.name, "worker")) == masters * m.loadgen.workers
-    # the gate runs from its own task definition (its own role), whose command is --gate: no override
-    gate_definition = offline.run_config["gate_task_definition"]
-    assert all(s.command is None and s.task_definition == gate_definition for s in launcher.started if s.role == "gate")
-    results_uri = offline.run_config["results_uri"]
-    assert first.uri == f"{results_uri}/{first.run_id}"
-    _, prefix = cc.split_s3_uri(first.uri)
-    first_objects = _objects(prefix + "/")
+    # what the rehearsal report says of them is what the run record lists
+    tasks_line = next(s.observed for s in rehearsed.seams if s.name == "tasks")
+    for f in m.fleets:
+        assert f"{f.name}: gate 1; {roles.count((f.name, 'master'))} master(s) with" in tasks_line, tasks_line
+    # the record in the results bucket, under the campaign (not the rehearsal's digest prefix)
+    bucket_record = _json(f"campaigns/{m.campaign}/rehearsal.json")
+    assert bucket_record["run_id"] == rehearsed.run_id and bucket_record["rehearsal_digest"] == m.digest
+    # Seams broken on purpose, over this run's stand-ins and calls (issue 51), while the stack
+    # stands: the rehearsal report exits 1 naming the seam and the AWS error.
+    _broken_seams(rehearsal, m, workdir, rehearsed.run_id)
     names = {k[len(prefix) + 1 :] for k in first_objects}
     for f in m.fleets:
         # each worker's records as the parts it flushed (loadgen.recording.RecordParts), the first at least
@@ -136,8 +173,8 @@ def test_two_runs_report_and_teardown_from_the_synthesized_task_definitions(
         assert f"records/summary-{f.name}.json" in names
         s = _json(f"{prefix}/records/summary-{f.name}.json")
         assert s["scheduled"] == scheduled and s["scheduled"] == s["completed"] + s["failed"] + s["not_sent"]
-        assert s["completed"] == scheduled, (s, launcher.log_tail())  # the emulators answer every request
-        assert s["valid"], (s["invalid_reasons"], launcher.log_tail())
+        assert s["completed"] == scheduled, (s, lines)  # the emulators answer every request
+        assert s["valid"], (s["invalid_reasons"], lines)
         gate = _json(
             f"{prefix}/gate-{f.name}.json"
         )  # readiness through the "NLB", then the fixtures, from inside the "VPC"
@@ -161,10 +198,8 @@ def test_two_runs_report_and_teardown_from_the_synthesized_task_definitions(
         "report.html",
         "capacity/settle.json",
     } <= names
-    run_record = _json(f"{prefix}/run.json")
-    assert run_record["status"] == "finished" and len(run_record["tasks"]) == len(launcher.started)
+    assert run_record["status"] == "finished"
     report = _json(f"{prefix}/report.json")
-    assert report["decision"]["state"] == first.report.decision.state
     # Instances in service as the run counted them while the replay ran (the fewest healthy
     # targets, DescribeTargetHealth), not the manifest; and the settle phase's interim report
     # decided on the same fleet as the final one (issue 37: it divided by asg.desired). Time to
@@ -185,7 +220,7 @@ def test_two_runs_report_and_teardown_from_the_synthesized_task_definitions(
 
     second, launcher2 = _run(offline, manifest_path, workdir, "second", capacity=False, final_report=False)
     assert second.exit_code == 0 and second.report is None, launcher2.log_tail()
-    assert second.run_id != first.run_id
+    assert second.run_id != first_run_id
     assert _objects(prefix + "/") == first_objects  # nothing of the first run was overwritten
     _, prefix2 = cc.split_s3_uri(second.uri)
     assert any(k.endswith("records/records-inf2-w0-p000001.jsonl") for k in _objects(prefix2 + "/"))
@@ -193,7 +228,7 @@ def test_two_runs_report_and_teardown_from_the_synthesized_task_definitions(
     env = {**os.environ, **offline.env}
     out = workdir / "report"
     rep = subprocess.run(
-        [sys.executable, "-m", "campaign", "report", str(manifest_path), "--run-id", first.run_id, "--out", str(out)],
+        [sys.executable, "-m", "campaign", "report", str(manifest_path), "--run-id", first_run_id, "--out", str(out)],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -268,6 +303,50 @@ def test_two_runs_report_and_teardown_from_the_synthesized_task_definitions(
         denied = denied_without(workdir, role, action)
         assert denied and all(d.startswith(f"{role} may not ") for d in denied), (definition, action, denied)
         assert any(d.startswith(f"{role} may not {action} on arn:aws:") for d in denied), (definition, action, denied)
+
+
+def _broken_seams(rehearsal: OfflineRehearsal, m: Any, workdir: Path, run_id: str) -> None:
+    """A permission removed from a role, an image reference that does not exist, an untagged
+    resource: each fails its seam with the AWS error, and the rehearsal exits 1 naming it."""
+    from campaign.aws.rehearsal_report import RehearsalReport
+    from campaign.aws.rehearsal_seams import tags_seam
+    from testing.offline_tasks import task_role
+
+    def report() -> RehearsalReport:
+        return RehearsalReport(m.campaign, rehearsal.campaign_digest, m.digest, run_id)
+
+    # the workers' task role without s3:PutObject: their records never reach S3
+    worker = task_role(rehearsal.aws.template, rehearsal.aws.run_config["worker_task_definition"])
+    denied = report()
+    denials_seam(denied, workdir, (worker, "s3:PutObject"))
+    bad = denied.first_failure()
+    assert denied.exit_code == 1 and bad is not None and bad.name == "records", denied.lines()
+    assert bad.error.startswith(f"AccessDenied: {worker} may not s3:PutObject on arn:aws:s3:::{BUCKET}/"), bad.error
+
+    # an image the registry does not hold: the pre-flight's first seam
+    gone = next(k for k in rehearsal.held if "/manifests/sha256:" in k)
+    digest = rehearsal.held.pop(gone)
+    try:
+        images, _ = rehearsal.preflight()
+    finally:
+        rehearsal.held[gone] = digest
+    missing = report()
+    missing.add(images)
+    assert missing.exit_code == 1 and images.name == "images" and images.passed is False
+    assert images.error.endswith(f"no manifest {digest} (HTTP 404)"), images.error
+    assert missing.lines()[-1].startswith("rehearsal FAILED at images: HEAD http://127.0.0.1:")
+
+    # a target group without the campaign tag
+    stack = f"{m.campaign}-comparison"
+    tg = rehearsal.aws.run_config["target_groups"][m.fleets[0].name]
+    elbv2 = _session().client("elbv2")
+    elbv2.remove_tags(ResourceArns=[tg], TagKeys=["campaign"])
+    try:
+        untagged = report()
+        seam = untagged.add(tags_seam(rehearsal.aws.session, m, stack))
+    finally:
+        elbv2.add_tags(ResourceArns=[tg], Tags=[{"Key": "campaign", "Value": m.campaign}])
+    assert untagged.exit_code == 1 and seam.name == "tags" and seam.error == f"untagged: {tg}", seam
 
 
 @pytest.mark.prometheus

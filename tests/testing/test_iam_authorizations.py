@@ -47,6 +47,8 @@ CALLS: list[tuple[str, str, dict[str, Any]]] = [
     ("elbv2", "DescribeTags", {"ResourceArns": ["tg"]}),
     ("autoscaling", "DescribeAutoScalingGroups", {}),
     ("autoscaling", "DescribeScalingActivities", {}),
+    ("autoscaling", "DescribeScheduledActions", {"AutoScalingGroupName": "g"}),  # the rehearsal's deadline seam
+    ("service-quotas", "GetServiceQuota", {"ServiceCode": "ec2", "QuotaCode": "L-1216C47A"}),  # its quotas seam
     ("autoscaling", "SetDesiredCapacity", {"AutoScalingGroupName": "g", "DesiredCapacity": 1}),
     ("autoscaling", "UpdateAutoScalingGroup", {"AutoScalingGroupName": "g", "MinSize": 0}),
     ("cloudwatch", "GetMetricData", {}),
