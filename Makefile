@@ -107,11 +107,10 @@ test: setup
 # and gevent's monkey-patching cannot share a process (tests/stacks/conftest.py refuses to start
 # where either is imported), and nothing after them imports gevent. Kept in the main suite from
 # those directories: the tests of a real Prometheus's windows, of the browser, and of the
-# emulator's prefix-cache TTFT. The real-engine tests run last, alone: one compares our client's
-# timings with vLLM's own client against one engine, and beside the two suites on 2 cores vLLM's
-# heavier client lagged (its TTFT p75 0.46 s against our 0.04 s, twice, 2026-12-05), and beside
-# the nice-10 process (and other work on the machine) too (0.19 s against 0.04 s, 2026-12-07). The closing line adds every
-# process up.
+# emulator's prefix-cache TTFT. The real-engine tests run after every nice-0 process, beside the
+# nice-10 ones at most: one compares our client's timings with vLLM's own client against one
+# engine, and beside the two suites on 2 cores vLLM's heavier client lagged (its TTFT p75 0.46 s
+# against our 0.04 s, twice, 2026-12-05). The closing line adds every process up.
 SEAM_TESTS := $(addprefix tests/campaign/,test_compile_phase.py test_teardown.py test_deadline.py \
 	test_extend_hours.py test_pin.py test_cloud_checks.py test_cdk_assets.py test_deploy_quotas.py test_errors.py)
 SIMULATED_TESTS := $(addprefix tests/campaign/,test_plan_and_prices.py test_plan_file.py test_plan_rehearsal.py \
@@ -144,10 +143,10 @@ pytest: setup
 	wait $$pid || side=$$?; echo "== tests/cloud but its offline campaigns, and the AWS seam's tests (own process, ran alongside)"; cat .test-side.log; \
 	wait $$bpid || campaigns=$$?; echo "== $(CAMPAIGN_TESTS) (own process, ran alongside)"; cat .test-campaigns.log; \
 	wait $$epid || engine=$$?; echo "== $(ENGINE_CAMPAIGN) (own process, ran alongside)"; cat .test-engine.log; \
+	echo "== $(ALONE_TESTS) (after the processes above; beside the nice-10 ones if they still run)"; \
+	$(PY) -m pytest $(ALONE_TESTS) -q 2>&1 | tee .test-alone.log || alone=$$?; \
 	wait $$lpid || logic=$$?; echo "== tests/stacks and the logic-only tests (own process at nice 10, ran alongside)"; cat .test-logic.log; \
 	if [ -n "$$cpid" ]; then wait $$cpid || checks=$$?; echo "== $(CHECKS) (at nice 10, ran alongside)"; cat .test-checks.log; fi; \
-	echo "== $(ALONE_TESTS) (alone, after the rest)"; \
-	$(PY) -m pytest $(ALONE_TESTS) -q 2>&1 | tee .test-alone.log || alone=$$?; \
 	tools/test-total.sh .test-main.log .test-live.log .test-logic.log .test-side.log .test-campaigns.log .test-engine.log .test-alone.log; \
 	if [ $$checks -ne 0 ]; then echo "make $(CHECKS): failed (exit $$checks; its output above)"; fi; \
 	for rc in $$main $$live $$logic $$side $$campaigns $$engine $$alone $$checks; do if [ $$rc -ne 0 ]; then exit $$rc; fi; done
