@@ -95,61 +95,57 @@ setup:
 test: setup
 	@$(MAKE) --no-print-directory pytest CHECKS="lint docs checkov"
 
-# The tests in seven pytest processes. Most of the suite waits in real time (replays, task
-# processes, engines), so the waits overlap: the main suite and its live half (LIVE_TESTS), each
-# offline cloud campaign family (the emulated path and the cloud kills; the real-engine one, its CPU
-# engines on cores it pins) and the rest of tests/cloud with the AWS seam's moto tests, each in a
-# process of its own (none of the cloud ones imports locust). The tests with no timing subject and
-# no real server (tests/stacks' CDK synthesis and its linters, the analysis, the manifest and core,
-# the invariants, the plan and the simulated stages) run beside them at nice 10: they take the idle
-# CPU without taking it from a test whose subject is timing (the kernel gives a nice-0 process about
-# 9 times a nice-10 one's share when they compete). tests/stacks come first in it: jsii's node child
+# The tests in five pytest processes. The offline cloud paths (mostly waiting on their task
+# processes; no gevent in the pytest process) run beside the main suite, whose live replays wait in
+# real time, in two processes of their own: the real-engine one (its CPU engines on cores it pins)
+# with the rest of tests/cloud (no test there imports locust), and the emulated one and the cloud
+# kills with the AWS seam's tests (one after another the three campaigns took 12 min 38 s, the
+# longest part of `make test`, 2026-12-07). The real-engine tests run last, alone: one
+# compares our client's timings with vLLM's own client against one engine, and beside the two
+# suites on 2 cores vLLM's heavier client lagged (its TTFT p75 0.46 s against our 0.04 s, twice,
+# 2026-12-05). The tests with no timing subject and no real server (tests/stacks' CDK synthesis
+# and its linters, the analysis, the manifest and core, the invariants) run in a third process
+# beside them at nice 10: with the suites alone the two cores sat about 40% idle while the replays
+# waited (2026-12-07: 21 min 45 s of CPU in 19 min 50 s), and at nice 10 they take the idle CPU
+# without taking it from a test whose subject is timing (the kernel gives a nice-0 process about 9
+# times a nice-10 one's share when they compete). tests/stacks come first in it: jsii's node child
 # and gevent's monkey-patching cannot share a process (tests/stacks/conftest.py refuses to start
 # where either is imported), and nothing after them imports gevent. Kept in the main suite from
 # those directories: the tests of a real Prometheus's windows, of the browser, and of the
-# emulator's prefix-cache TTFT. The real-engine tests run after every nice-0 process, beside the
-# nice-10 ones at most: one compares our client's timings with vLLM's own client against one
-# engine, and beside the two suites on 2 cores vLLM's heavier client lagged (its TTFT p75 0.46 s
-# against our 0.04 s, twice, 2026-12-05). The closing line adds every process up.
+# emulator's prefix-cache TTFT. The closing line adds the five up.
+# Moved out of the main suite as well (2026-12-07, `--durations=0`: 3 min 17 s of its 12 min 25 s),
+# none with a timing subject, none importing gevent: the AWS seam's bookkeeping against moto beside
+# tests/cloud, and the plan, the simulated stages, the package and the boot scripts' IAM
+# evaluation with the logic-only tests.
 SEAM_TESTS := $(addprefix tests/campaign/,test_compile_phase.py test_teardown.py test_deadline.py \
 	test_extend_hours.py test_pin.py test_cloud_checks.py test_cdk_assets.py test_deploy_quotas.py test_errors.py)
 SIMULATED_TESTS := $(addprefix tests/campaign/,test_plan_and_prices.py test_plan_file.py test_plan_rehearsal.py \
 	test_stage_records.py test_resume_stages.py test_simulated_steps.py test_settle.py) \
 	tests/test_packaging.py tests/test_bench_stays_apart.py tests/boot/test_boot_iam.py
-ENGINE_CAMPAIGN := tests/cloud/test_cloud_offline_engine.py
-CAMPAIGN_TESTS := tests/cloud/test_cloud_path.py tests/faults/test_cloud_kills.py
 SIDE_TESTS := tests/cloud tests/faults/test_cloud_kills.py $(SEAM_TESTS)
+CAMPAIGN_TESTS := tests/cloud/test_cloud_path.py tests/faults/test_cloud_kills.py $(SEAM_TESTS)
 ALONE_TESTS := tests/real_engine
 LOGIC_REAL_TIME := tests/analysis/test_prometheus.py tests/analysis/test_server_truth_prometheus.py \
 	tests/analysis/test_report_browser.py tests/analysis/test_prefix_cache.py
 LOGIC_TESTS := tests/stacks $(filter-out $(LOGIC_REAL_TIME),$(wildcard tests/analysis/test_*.py tests/core/test_*.py tests/invariants/test_*.py)) \
 	$(SIMULATED_TESTS)
-# The main suite's live half (2026-12-07, per-test wall and CPU: the main suite spent 199 CPU
-# seconds in 16.5 min, all but a fifth of it waiting on replays): `campaign local`, the emulator
-# and the replays through Locust, in a process of its own beside the rest.
-LIVE_TESTS := tests/campaign tests/runtime $(addprefix tests/loadgen/,test_locust_replay.py test_emulator_replay.py \
-	test_local_ui.py test_served_model.py test_image_requirements.py)
 pytest: SHELL := /bin/bash
 pytest: setup
-	@set -o pipefail; main=0; live=0; side=0; engine=0; campaigns=0; logic=0; alone=0; checks=0; cpid=""; \
+	@set -o pipefail; main=0; side=0; campaigns=0; logic=0; alone=0; checks=0; pid=""; bpid=""; lpid=""; cpid=""; \
 	if [ -n "$(CHECKS)" ]; then nice -n 10 $(MAKE) --no-print-directory -j3 --output-sync=target $(CHECKS) > .test-checks.log 2>&1 & cpid=$$!; fi; \
-	$(PY) -m pytest $(ENGINE_CAMPAIGN) -q > .test-engine.log 2>&1 & epid=$$!; \
-	$(PY) -m pytest tests/cloud $(SEAM_TESTS) $(addprefix --ignore=,$(CAMPAIGN_TESTS) $(ENGINE_CAMPAIGN)) -q > .test-side.log 2>&1 & pid=$$!; \
+	$(PY) -m pytest tests/cloud --ignore=tests/cloud/test_cloud_path.py -q > .test-side.log 2>&1 & pid=$$!; \
 	$(PY) -m pytest $(CAMPAIGN_TESTS) -q > .test-campaigns.log 2>&1 & bpid=$$!; \
 	nice -n 10 $(PY) -m pytest $(LOGIC_TESTS) -q > .test-logic.log 2>&1 & lpid=$$!; \
-	$(PY) -m pytest $(LIVE_TESTS) $(addprefix --ignore=,$(SEAM_TESTS) $(SIMULATED_TESTS)) -q > .test-live.log 2>&1 & vpid=$$!; \
-	$(PY) -m pytest $(addprefix --ignore=,$(SIDE_TESTS) $(ALONE_TESTS) $(LOGIC_TESTS) $(LIVE_TESTS)) -q 2>&1 | tee .test-main.log || main=$$?; \
-	wait $$vpid || live=$$?; echo "== $(LIVE_TESTS) (own process, ran alongside)"; cat .test-live.log; \
-	wait $$pid || side=$$?; echo "== tests/cloud but its offline campaigns, and the AWS seam's tests (own process, ran alongside)"; cat .test-side.log; \
-	wait $$bpid || campaigns=$$?; echo "== $(CAMPAIGN_TESTS) (own process, ran alongside)"; cat .test-campaigns.log; \
-	wait $$epid || engine=$$?; echo "== $(ENGINE_CAMPAIGN) (own process, ran alongside)"; cat .test-engine.log; \
-	echo "== $(ALONE_TESTS) (after the processes above; beside the nice-10 ones if they still run)"; \
-	$(PY) -m pytest $(ALONE_TESTS) -q 2>&1 | tee .test-alone.log || alone=$$?; \
+	$(PY) -m pytest $(addprefix --ignore=,$(SIDE_TESTS) $(ALONE_TESTS) $(LOGIC_TESTS)) -q 2>&1 | tee .test-main.log || main=$$?; \
 	wait $$lpid || logic=$$?; echo "== tests/stacks and the logic-only tests (own process at nice 10, ran alongside)"; cat .test-logic.log; \
+	wait $$pid || side=$$?; echo "== tests/cloud but its cloud path (own process, ran alongside)"; cat .test-side.log; \
+	wait $$bpid || campaigns=$$?; echo "== $(CAMPAIGN_TESTS) (own process, ran alongside)"; cat .test-campaigns.log; \
 	if [ -n "$$cpid" ]; then wait $$cpid || checks=$$?; echo "== $(CHECKS) (at nice 10, ran alongside)"; cat .test-checks.log; fi; \
-	tools/test-total.sh .test-main.log .test-live.log .test-logic.log .test-side.log .test-campaigns.log .test-engine.log .test-alone.log; \
+	echo "== $(ALONE_TESTS) (alone, after the rest)"; \
+	$(PY) -m pytest $(ALONE_TESTS) -q 2>&1 | tee .test-alone.log || alone=$$?; \
+	tools/test-total.sh .test-main.log .test-logic.log .test-side.log .test-campaigns.log .test-alone.log; \
 	if [ $$checks -ne 0 ]; then echo "make $(CHECKS): failed (exit $$checks; its output above)"; fi; \
-	for rc in $$main $$live $$logic $$side $$campaigns $$engine $$alone $$checks; do if [ $$rc -ne 0 ]; then exit $$rc; fi; done
+	for rc in $$main $$logic $$side $$campaigns $$alone $$checks; do if [ $$rc -ne 0 ]; then exit $$rc; fi; done
 
 # checkov on every template `deploy` can create from both example manifests (the compile phase's
 # too: stacks/checkov_gate.py deploy_templates; and the example's rehearsal, deploy --rehearsal), from its own venv (its dependency pins
