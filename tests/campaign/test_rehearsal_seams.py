@@ -43,7 +43,10 @@ def test_the_rehearsal_manifest_has_the_fixed_shape_and_one_digest(manifest: Pat
     assert search is not None and m.workload.capacity_sweep is None
     assert m.workload.window.duration_s == min(campaign.workload.window.duration_s, rehearsal.REPLAY_S)
     assert search.max_steps == rehearsal.CAPACITY_STEPS + 1 and search.tolerance == 0.01
-    assert search.settle_budget_s == rehearsal.SETTLE_SEGMENTS * rehearsal.STEP_S
+    # its settle segments run settled or not, each with a step's room for its arrivals, drain and
+    # the load generator's start and stop (a segment the budget cannot hold is skipped)
+    assert search.settle_min_segments == rehearsal.SETTLE_SEGMENTS
+    assert search.settle_budget_s == rehearsal.SETTLE_SEGMENTS * 4 * rehearsal.STEP_S
     # everything else is the campaign's: the fleets, their images, the SLO
     assert m.fleets == campaign.fleets and m.slo == campaign.slo and m.campaign == campaign.campaign
     # written again from the same manifest: the same digest, so deploy and run agree
