@@ -295,6 +295,10 @@ class CapacitySweep(_Frozen):
         return v
 
 
+# The settle phase's rounds (campaign.stages.settle.MAX_ROUNDS): it runs one segment per fleet a round.
+SETTLE_MAX_ROUNDS = 4
+
+
 class CapacitySearch(_Frozen):
     """The default way capacity is measured: per fleet, raise the replay rate geometrically until
     the fleet SLO fails (or lower it to each miss's own estimate of the boundary until it holds),
@@ -324,6 +328,16 @@ class CapacitySearch(_Frozen):
     settle_budget_usd: float | None = Field(
         default=None, ge=0, description="settle phase: USD those seconds may cost on the cloud fleets"
     )
+    # Segments per fleet the settle phase runs even when the decision is already settled (each of
+    # `min_requests` requests where decision.to_settle asks none), within the budgets and the
+    # deadline: a rehearsal sets 1 so its price cannot be met by skipping the phase. One per fleet a
+    # round, so at most the phase's rounds (campaign.stages.settle.MAX_ROUNDS).
+    settle_min_segments: int = Field(
+        default=0,
+        ge=0,
+        le=SETTLE_MAX_ROUNDS,
+        description="settle phase: segments per fleet it runs even when the decision is settled",
+    )
 
     @model_validator(mode="after")
     def _range(self) -> CapacitySearch:
@@ -336,7 +350,7 @@ class CapacitySearch(_Frozen):
 
 
 # CapacitySearch fields added later, left out of the digest at their defaults (Manifest.digest).
-_LATER_SEARCH_FIELDS = ("settle_budget_s", "settle_budget_usd")
+_LATER_SEARCH_FIELDS = ("settle_budget_s", "settle_budget_usd", "settle_min_segments")
 
 
 class Workload(_Frozen):

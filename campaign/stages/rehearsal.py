@@ -11,7 +11,8 @@ the run agree on its digest. What it changes, and nothing else:
 - the capacity search: `CAPACITY_STEPS` steps (max_steps counts the replay when it is long
   enough to count as a step; the rehearsal report counts the steps that ran), a tolerance no
   two steps can meet, so the search does not end on convergence before them, and the settle
-  phase's budget at `SETTLE_SEGMENTS` segments of `STEP_S`;
+  phase's budget at `SETTLE_SEGMENTS` segments, each with a step's room, run settled or not
+  (`settle_min_segments`);
 - no fixed sweep (a sweep has no settle phase).
 The fleets, their serving stacks and images, the gate's fixtures, the SLO and the costs are the
 campaign's: the stacks (`-c rehearsal=1`) put each fleet's emulator on the rehearsal's host type.
@@ -56,8 +57,13 @@ def rehearsal_data(data: dict[str, Any]) -> dict[str, Any]:
         max_steps=rehearsal.CAPACITY_STEPS + 1,
         # room for the steps at their span and drain, and the load generator's start and stop
         time_budget_s=(rehearsal.CAPACITY_STEPS + 1) * 4 * rehearsal.STEP_S,
-        settle_budget_s=rehearsal.SETTLE_SEGMENTS * rehearsal.STEP_S,
+        # The same room per segment: the settle phase counts a segment's arrivals, its drain and
+        # the load generator's start and stop (campaign.stages.settle._over_budget), and one that
+        # does not fit is skipped, which the rehearsal's tasks seam fails on.
+        settle_budget_s=rehearsal.SETTLE_SEGMENTS * 4 * rehearsal.STEP_S,
         settle_budget_usd=None,
+        # run whether or not the decision is settled: the phase's tasks are part of what it proves
+        settle_min_segments=rehearsal.SETTLE_SEGMENTS,
     )
     workload.pop("capacity_sweep", None)
     workload["capacity_search"] = search

@@ -7,7 +7,8 @@ settle it (`decision.to_settle`: requests per fleet at its sizing step, aimed at
 that decides the action). This phase collects exactly that: each round continues every fleet's
 sizing step with a segment of the requests that follow in the trace (`settle-<n>/` in the
 step's directory, pooled with the step by the analysis: analysis.measure.goodput.SEGMENT_SQL), then
-recomputes the report, until the decision settles, the manifest's settle budget (seconds of
+recomputes the report, until the decision settles (and every fleet has run the manifest's
+`settle_min_segments`, a rehearsal's one, settled or not), the manifest's settle budget (seconds of
 arrivals and drains, and the USD those cost on the cloud fleets) is spent, or the trace has no
 more requests. The segments run through the same step runner as the search
 (`campaign.stages.capacity.StepRunner`): Locust locally, the emulator in simulated time in a plan.
@@ -31,9 +32,10 @@ from analysis.measure.goodput import SETTLE_DIR
 from analysis.model import Report, ToSettleFleet
 from campaign.stages.capacity import StepRunner, arrival_offsets, resume_search
 from campaign.stages.deadline import StepDeadline
-from core.manifest import CapacitySearch, Manifest
+from core.manifest import SETTLE_MAX_ROUNDS, CapacitySearch, Manifest
 
-MAX_ROUNDS = 4  # the rule of thumb behind to_settle is 1/sqrt(n): a few rounds correct its misses
+# the rule of thumb behind to_settle is 1/sqrt(n): a few rounds correct its misses
+MAX_ROUNDS = SETTLE_MAX_ROUNDS
 MAX_REOPENED = 2  # how often the phase may reopen a fleet's search (a sizing step that missed pooled)
 
 
@@ -98,8 +100,9 @@ def settle(
     resume: SettleOutcome | None = None,
     deadline: StepDeadline | None = None,
 ) -> SettleOutcome:
-    """Rounds of segments until the report's decision settles, the budget is spent or the deadline
-    would cut every fleet's next segment; writes capacity_root/settle.json. `report()` builds the
+    """Rounds of segments until the report's decision settles and every fleet has run
+    settle_min_segments, the budget is spent or the deadline would cut every fleet's next segment;
+    writes capacity_root/settle.json. `report()` builds the
     report from the records as they are now. `resume`: the outcome of the phase before a search
     reopened (its budget spent so far, its segments and its "before" carry on). `deadline`: asked
     per segment with its arrivals, drain and load-generator start and stop, as the budget counts them."""
@@ -121,21 +124,23 @@ def settle(
         )
     for _ in range(MAX_ROUNDS):
         ts = rep.decision.to_settle
-        if ts is None:
+        owed = _owed(m, cfg, out)
+        if ts is None and not owed:
             out.stopped, out.detail = (
-                (SettleStop.SETTLED, f"after {len(out.segments)} segment(s)")
+                (SettleStop.SETTLED, f"after {len(out.segments)} segment(s){_minimum(cfg)}")
                 if out.segments
                 else (out.stopped, out.detail)
             )
             break
-        plans, drain, overhead, why_not = _next_segments(m, rep, capacity_root, capacity_dirs, offsets)
+        plans, drain, overhead, why_not = _next_segments(m, rep, capacity_root, capacity_dirs, offsets, owed, cfg)
         if not plans:
             out.stopped, out.detail = (
                 (SettleStop.NO_STEP if not out.segments else SettleStop.TRACE_EXHAUSTED),
                 "; ".join(why_not),
             )
             break
-        over, usd = _over_budget(cfg, out, ts.by_fleet, {n: p for n, (_, p, _) in plans.items()}, drain, overhead)
+        need = ts.by_fleet if ts is not None else {}
+        over, usd = _over_budget(cfg, out, need, {n: p for n, (_, p, _) in plans.items()}, drain, overhead)
         out.over_budget = [f"{n}: {why}" for n, why in sorted(over.items())]
         if len(over) == len(plans):
             out.stopped, out.detail = SettleStop.BUDGET, "; ".join(out.over_budget)
@@ -184,7 +189,7 @@ def settle(
         SettleProgress(outcome=out).write(capacity_root)
         if out.reopened:
             break
-        if rep.decision.to_settle is not None and _evidence(rep) == before:
+        if rep.decision.to_settle is not None and _evidence(rep) == before and not _owed(m, cfg, out):
             # Seen in the example: to_settle asked 2-3 more requests per fleet, four rounds in a
             # row, and the interval never moved. Its estimate scales a width continuously; the end
             # that decided came from the search's bracket (a missed step caps a capacity) and the
@@ -213,24 +218,43 @@ def settle(
 Planned = dict[str, tuple[str, StepPlan, Path]]  # per fleet: the step it continues, the segment, its directory
 
 
+def _owed(m: Manifest, cfg: CapacitySearch, out: SettleOutcome) -> set[str]:
+    """The fleets that have run fewer segments than the manifest's settle_min_segments."""
+    return {f.name for f in m.fleets if sum(s.fleet == f.name for s in out.segments) < cfg.settle_min_segments}
+
+
+def _minimum(cfg: CapacitySearch) -> str:
+    if not cfg.settle_min_segments:
+        return ""
+    return f", at least {cfg.settle_min_segments} per fleet as capacity_search.settle_min_segments asks"
+
+
 def _next_segments(
     m: Manifest,
     rep: Report,
     capacity_root: Path,
     capacity_dirs: Mapping[str, Path],
     offsets: list[float],
+    owed: set[str],
+    cfg: CapacitySearch,
 ) -> tuple[Planned, dict[str, float], dict[str, float], list[str]]:
-    """The round's segment per fleet that to_settle asks more requests of, with the seconds its
-    last requests take to drain and its load generator's start and stop (as the search's steps
-    measured them: wall time the budget counts too), and why a fleet has none."""
+    """The round's segment per fleet that to_settle asks more requests of, or that still owes one
+    of settle_min_segments (`owed`: `min_requests` of them where to_settle asks none), with the
+    seconds its last requests take to drain and its load generator's start and stop (as the
+    search's steps measured them: wall time the budget counts too), and why a fleet has none."""
     plans: Planned = {}
     drain: dict[str, float] = {}
     overhead: dict[str, float] = {}
     why_not: list[str] = []
     ts = rep.decision.to_settle
-    assert ts is not None
-    for name, need in ts.by_fleet.items():
-        got = _plan(m, name, need.more_requests or 0, rep, capacity_root, capacity_dirs, offsets, why_not)
+    asked = {name: need.more_requests or 0 for name, need in ts.by_fleet.items()} if ts is not None else {}
+    for name in sorted(owed - asked.keys()):
+        asked[name] = 0
+    for name, more in asked.items():
+        if not more and name in owed:
+            # a settled fleet still owes a segment: a step's worth, the fewest the search measures with
+            more = cfg.min_requests
+        got = _plan(m, name, more, rep, capacity_root, capacity_dirs, offsets, why_not)
         if got is not None:
             plans[name], drain[name], overhead[name] = got[:3], got[3], got[4]
     return plans, drain, overhead, why_not
@@ -239,7 +263,7 @@ def _next_segments(
 def _over_budget(
     cfg: CapacitySearch,
     out: SettleOutcome,
-    need: Mapping[str, ToSettleFleet],
+    need: Mapping[str, ToSettleFleet],  # a fleet to_settle does not list (a segment it owes): not priced
     plans: Mapping[str, StepPlan],
     drain: Mapping[str, float],
     overhead: Mapping[str, float],
@@ -261,7 +285,7 @@ def _over_budget(
         for n, p in plans.items()
         if p.span_s + drain[n] + overhead[n] > left_s
     }
-    usd = {n: _segment_usd(need[n], p.span_s) for n, p in plans.items() if n not in over}
+    usd = {n: _segment_usd(need.get(n), p.span_s) for n, p in plans.items() if n not in over}
     left_usd = None if cfg.settle_budget_usd is None else cfg.settle_budget_usd - out.usd
     while left_usd is not None and usd and sum(usd.values()) > left_usd:  # drop the dearest until it fits
         dearest = max(usd, key=lambda n: usd[n])
@@ -312,10 +336,10 @@ def _flipped(rep: Report, fleet: str, step: str) -> str:
     return f"{step} missed over {st.requests} requests with its segments (P95 TTFT {ttft}, P95 ITL {itl})"
 
 
-def _segment_usd(need: ToSettleFleet, span_s: float) -> float:
+def _segment_usd(need: ToSettleFleet | None, span_s: float) -> float:
     """What a fleet's segment costs on the cloud fleets: to_settle's USD for its missing requests,
-    in proportion of the segment's minutes."""
-    if not need.minutes or need.usd is None:
+    in proportion of the segment's minutes (0 where to_settle prices none)."""
+    if need is None or not need.minutes or need.usd is None:
         return 0.0
     return need.usd * min(1.0, span_s / 60 / need.minutes)
 

@@ -43,7 +43,10 @@ def test_the_rehearsal_manifest_has_the_fixed_shape_and_one_digest(manifest: Pat
     assert search is not None and m.workload.capacity_sweep is None
     assert m.workload.window.duration_s == min(campaign.workload.window.duration_s, rehearsal.REPLAY_S)
     assert search.max_steps == rehearsal.CAPACITY_STEPS + 1 and search.tolerance == 0.01
-    assert search.settle_budget_s == rehearsal.SETTLE_SEGMENTS * rehearsal.STEP_S
+    # its settle segments run settled or not, each with a step's room for its arrivals, drain and
+    # the load generator's start and stop (a segment the budget cannot hold is skipped)
+    assert search.settle_min_segments == rehearsal.SETTLE_SEGMENTS
+    assert search.settle_budget_s == rehearsal.SETTLE_SEGMENTS * 4 * rehearsal.STEP_S
     # everything else is the campaign's: the fleets, their images, the SLO
     assert m.fleets == campaign.fleets and m.slo == campaign.slo and m.campaign == campaign.campaign
     # written again from the same manifest: the same digest, so deploy and run agree
@@ -254,6 +257,78 @@ def test_the_record_is_read_back_and_a_failed_or_missing_one_is_not_passed(manif
     assert report.exit_code == 1 and report.first_failure() == report.seams[1]
     with pytest.raises(ValueError, match="unknown seam"):
         report.add(rr.Seam("nope", True, ""))
+
+
+# --- the tasks seam: what the run's directory shows of its steps and settle segments -------------
+
+
+def _searched(run_dir: Path, fleet: str, labels: list[str]) -> None:
+    from analysis.capacity.steps import SearchPath, SearchStep, StopRule, Verdict, write_search_path
+
+    steps = tuple(
+        SearchStep(label, 1.0, "test", 30.0, Verdict.HELD, 72, 30.0, 0.6, 5.0, 1.5, 0.08, 0.0) for label in labels
+    )
+    path = SearchPath(fleet, steps, 1.0, None, StopRule.MAX_STEPS, "test", 0.01)
+    write_search_path(path, run_dir / "capacity" / fleet)
+
+
+def _settled(run_dir: Path, fleets: list[str]) -> None:
+    from analysis.capacity.settle_record import SettleOutcome, SettleSegment, SettleStop
+
+    SettleOutcome(
+        stopped=SettleStop.BUDGET,
+        detail="g6: its next segment needs about 40 s of arrivals",
+        delta_ci_before=None,
+        delta_ci_after=None,
+        decision_before="go",
+        decision_after="go",
+        segments=[
+            SettleSegment(
+                fleet=f,
+                step=f"{f}/x2",
+                directory=f"{f}/x2/settle-1",
+                multiplier=2.0,
+                skip_s=60.0,
+                span_s=20.0,
+                planned_requests=72,
+                took_s=90.0,
+            )
+            for f in fleets
+        ],
+    ).write(run_dir / "capacity")
+
+
+def test_the_tasks_seam_fails_on_a_fleet_that_ran_no_settle_segment(manifest: Path, tmp_path: Path) -> None:
+    # Offline the rehearsal ran 0 settle segments per fleet and the tasks seam passed, reporting
+    # the count: a rehearsal that skipped its settle phase met its price without rehearsing it.
+    from campaign.backends.fargate.rehearsal import _tasks
+
+    m = load_manifest(write_rehearsal_manifest(manifest))
+    names = [f.name for f in m.fleets]
+    run_dir = tmp_path / "run"
+    for name in names:
+        _searched(run_dir, name, ["replay", "x1", "x2"])
+    tasks = [
+        {"fleet": n, "role": r, "task": f"{n}-{r}-{i}", "state": "STOPPED", "exit_code": 0}
+        for n in names
+        for i, r in enumerate(["gate", "master", "worker", "master", "worker"])
+    ]
+    _settled(run_dir, names)
+    assert _tasks(m, run_dir, {"tasks": tasks}).passed is True
+    _settled(run_dir, names[:1])  # the other fleet's segment sat out (over the settle budget)
+    seam = _tasks(m, run_dir, {"tasks": tasks})
+    assert seam.passed is False and seam.name == rr.TASKS
+    assert f"{names[1]}: 0 settle segment(s), the rehearsal runs {rehearsal.SETTLE_SEGMENTS}" in seam.error
+    assert "settle phase: budget" in seam.error and names[0] + ":" not in seam.error
+    (run_dir / "capacity" / "settle.json").unlink()  # no settle phase at all
+    seam = _tasks(m, run_dir, {"tasks": tasks})
+    assert seam.passed is False
+    assert all(f"{n}: 0 settle segment(s)" in seam.error for n in names) and "no settle.json" in seam.error
+    _settled(run_dir, names)
+    _searched(run_dir, names[0], ["replay", "x1"])  # one capacity step short
+    seam = _tasks(m, run_dir, {"tasks": tasks})
+    assert seam.passed is False
+    assert seam.error == f"{names[0]}: 1 capacity step(s), the rehearsal runs {rehearsal.CAPACITY_STEPS}"
 
 
 # --- deploy --rehearsal and the campaign's deploy, every AWS call but the checked ones replaced --

@@ -188,6 +188,13 @@ def _tasks(m: Manifest, run_dir: Path, record: dict[str, Any]) -> Seam:
         )
         if len(steps) < rehearsal.CAPACITY_STEPS:
             short.append(f"{f.name}: {len(steps)} capacity step(s), the rehearsal runs {rehearsal.CAPACITY_STEPS}")
+        if len(segments) < rehearsal.SETTLE_SEGMENTS:
+            # the rehearsal's manifest asks them settled or not (settle_min_segments): fewer means
+            # the phase stopped early or never ran, and its tasks went unrehearsed
+            why = f" (settle phase: {settle.stopped}, {settle.detail})" if settle is not None else " (no settle.json)"
+            short.append(
+                f"{f.name}: {len(segments)} settle segment(s), the rehearsal runs {rehearsal.SETTLE_SEGMENTS}{why}"
+            )
     if bad:
         t = bad[0]
         return failed(
@@ -198,7 +205,12 @@ def _tasks(m: Manifest, run_dir: Path, record: dict[str, Any]) -> Seam:
             "the task's log (CloudWatch Logs, its stream named by the task id) says why",
         )
     if short:
-        return failed(TASKS, "; ".join(parts), "; ".join(short), "the run's progress.log says why its search stopped")
+        return failed(
+            TASKS,
+            "; ".join(parts),
+            "; ".join(short),
+            "the run's progress.log says why its search or settle phase stopped",
+        )
     return Seam(TASKS, True, "; ".join(parts))
 
 

@@ -1,0 +1,94 @@
+"""capacity_search.settle_min_segments: the settle phase runs that many segments per fleet even
+when the decision is already settled (a rehearsal's one, issue 51), in simulated time through the
+campaign's own stages; 0, the default, runs none on a settled decision, as before."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from analysis.capacity.settle_record import SettleOutcome
+from analysis.model import Report
+from campaign.backends.simulated.fleets import SimulatedFleets
+from campaign.stages import run as run_stage
+from campaign.stages.rehearsal import rehearsal_data
+from core import rehearsal
+from core.manifest import Manifest, ManifestError, manifest_from_data
+from tests.conftest import EXAMPLE_MANIFEST
+
+
+def _rehearsal(**search: Any) -> Manifest:
+    data = yaml.safe_load(EXAMPLE_MANIFEST.read_text(encoding="utf-8"))
+    data["workload"]["trace"]["path"] = str((EXAMPLE_MANIFEST.parent / data["workload"]["trace"]["path"]).resolve())
+    data = rehearsal_data(data)
+    data["workload"]["capacity_search"].update(search)
+    if data["workload"]["capacity_search"].get("settle_min_segments", 0) is None:  # as a manifest without it
+        del data["workload"]["capacity_search"]["settle_min_segments"]
+    return manifest_from_data(data)
+
+
+def _run_settled(m: Manifest, run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> SettleOutcome:
+    """The campaign's stages in simulated time (the plan's step runner, its assumed 60 s overhead per
+    step and segment), with every interim report the settle phase reads showing the decision
+    settled: no decision.to_settle (the example's rehearsal is otherwise undecided)."""
+    real = run_stage.run_report
+
+    def settled(*args: Any, **kwargs: Any) -> Report:
+        rep = real(*args, **kwargs)
+        if Path(args[2]).name != "settle-interim":
+            return rep
+        return rep.model_copy(update={"decision": rep.decision.model_copy(update={"to_settle": None})})
+
+    monkeypatch.setattr(run_stage, "run_report", settled)
+    run_stage.run_stages(
+        m, SimulatedFleets(m, overhead_s=60.0), run_dir, threading.Event(), full_report=False, log=lambda _: None
+    )
+    out = SettleOutcome.read(run_dir / "capacity")
+    assert out is not None
+    return out
+
+
+def test_the_rehearsal_runs_its_settle_segment_per_fleet_on_a_settled_decision(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Offline the rehearsal's decision was settled and its settle phase ran 0 segments per fleet:
+    # the phase only ran while the decision was unsettled. Its manifest now asks them regardless,
+    # and its budget holds one with its drain and the load generator's start and stop.
+    m = _rehearsal()
+    out = _run_settled(m, tmp_path / "run", monkeypatch)
+    per_fleet = {f.name: [s for s in out.segments if s.fleet == f.name] for f in m.fleets}
+    assert {n: len(s) for n, s in per_fleet.items()} == {f.name: rehearsal.SETTLE_SEGMENTS for f in m.fleets}, (
+        out.stopped,
+        out.detail,
+    )
+    assert out.stopped == "settled" and "settle_min_segments" in out.detail
+    for name, (seg,) in per_fleet.items():
+        seg_dir = tmp_path / "run" / "capacity" / seg.directory
+        assert seg.step.startswith(f"{name}/") and seg_dir.name == "settle-1"
+        assert any(seg_dir.glob(f"records-{name}-*.jsonl"))  # its requests ran, pooled with its step
+        assert seg.planned_requests == m.workload.capacity_search.min_requests  # type: ignore[union-attr]
+    report = json.loads((tmp_path / "run" / "report.json").read_text(encoding="utf-8"))
+    assert len(report["provenance"]["settle"]["value"]["segments"]) == len(m.fleets)
+
+
+def test_without_a_minimum_a_settled_decision_runs_no_segment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = _run_settled(_rehearsal(settle_min_segments=0), tmp_path / "run", monkeypatch)
+    assert out.stopped == "nothing to settle" and out.segments == []
+    assert not [p for p in (tmp_path / "run" / "capacity").rglob("settle-*") if p.is_dir()]
+
+
+def test_a_minimum_the_phase_cannot_run_is_refused() -> None:
+    with pytest.raises(ManifestError, match="settle_min_segments"):
+        _rehearsal(settle_min_segments=5)  # more than the phase's rounds: one segment per fleet a round
+
+
+def test_the_default_leaves_the_digest_as_before() -> None:
+    # a field added later: at its default it is left out of the digest, so every campaign's results
+    # prefix stays where it was (Manifest.digest)
+    assert _rehearsal(settle_min_segments=0).digest == _rehearsal(settle_min_segments=None).digest
+    assert _rehearsal().digest != _rehearsal(settle_min_segments=0).digest
