@@ -29,7 +29,7 @@ from analysis.capacity.search import StepPlan
 from analysis.capacity.settle_record import Reopened, SettleOutcome, SettleProgress, SettleSegment, SettleStop
 from analysis.capacity.steps import median_overhead_s, read_search_path
 from analysis.measure.goodput import SETTLE_DIR
-from analysis.model import Report, ToSettleFleet
+from analysis.model import Report, ToSettleFleet, Verdict
 from campaign.stages.capacity import StepRunner, arrival_offsets, resume_search
 from campaign.stages.deadline import StepDeadline
 from core.manifest import SETTLE_MAX_ROUNDS, CapacitySearch, Manifest
@@ -254,7 +254,7 @@ def _next_segments(
         if not more and name in owed:
             # a settled fleet still owes a segment: a step's worth, the fewest the search measures with
             more = cfg.min_requests
-        got = _plan(m, name, more, rep, capacity_root, capacity_dirs, offsets, why_not)
+        got = _plan(m, name, more, rep, capacity_root, capacity_dirs, offsets, why_not, owes=name in owed)
         if got is not None:
             plans[name], drain[name], overhead[name] = got[:3], got[3], got[4]
     return plans, drain, overhead, why_not
@@ -353,13 +353,20 @@ def _plan(
     dirs: Mapping[str, Path],
     offsets: list[float],
     why_not: list[str],
+    *,
+    owes: bool = False,
 ) -> tuple[str, StepPlan, Path, float, float] | None:
     """The next segment of the fleet's sizing step: `more` arrivals after what it already replayed,
-    its drain (the step's median request lifetime) and the runner's overhead (the search's median)."""
+    its drain (the step's median request lifetime) and the runner's overhead (the search's median).
+    A fleet that `owes` a segment of settle_min_segments and is sized from no capacity step (the
+    replay, or nothing) runs it at its search's highest held step, else its last one: the segment is
+    owed to show the phase runs, and a fleet sized from the replay has no step of its own to extend."""
     row = rep.fleets.get(fleet)
     basis = row.intervals.basis if row is not None and row.intervals is not None else None
     if more <= 0:
         return None
+    if owes and (basis is None or basis not in dirs):
+        basis = _owed_step(fleet, root, dirs) or basis
     if basis is None or basis not in dirs:
         why_not.append(f"{fleet}: sized from {basis or 'nothing'}, not a capacity step")
         return None
@@ -387,6 +394,15 @@ def _plan(
         step.median_lifetime_s or 0.0,
         median_overhead_s(path.steps if path is not None else ()),
     )
+
+
+def _owed_step(fleet: str, root: Path, dirs: Mapping[str, Path]) -> str | None:
+    """The fleet's search step an owed segment runs at: the highest held one, else the last measured."""
+    path = read_search_path(root / fleet)
+    steps = [s for s in (path.steps if path is not None else []) if f"{fleet}/{s.label}" in dirs]
+    held = [s for s in steps if s.verdict is Verdict.HELD]
+    pick = max(held, key=lambda s: s.multiplier) if held else (steps[-1] if steps else None)
+    return f"{fleet}/{pick.label}" if pick is not None else None
 
 
 def _segment_span(seg_dir: Path) -> float:

@@ -32,7 +32,9 @@ def _rehearsal(**search: Any) -> Manifest:
     return manifest_from_data(data)
 
 
-def _run_settled(m: Manifest, run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> SettleOutcome:
+def _run_settled(
+    m: Manifest, run_dir: Path, monkeypatch: pytest.MonkeyPatch, replay_sized: str | None = None
+) -> SettleOutcome:
     """The campaign's stages in simulated time (the plan's step runner, its assumed 60 s overhead per
     step and segment), with every interim report the settle phase reads showing the decision
     settled: no decision.to_settle (the example's rehearsal is otherwise undecided)."""
@@ -42,7 +44,18 @@ def _run_settled(m: Manifest, run_dir: Path, monkeypatch: pytest.MonkeyPatch) ->
         rep = real(*args, **kwargs)
         if Path(args[2]).name != "settle-interim":
             return rep
-        return rep.model_copy(update={"decision": rep.decision.model_copy(update={"to_settle": None})})
+        rep = rep.model_copy(update={"decision": rep.decision.model_copy(update={"to_settle": None})})
+        if replay_sized is not None:  # that fleet sized from the replay, as one whose steps all missed
+            row = rep.fleets[replay_sized]
+            assert row.intervals is not None
+            fleets = {
+                **rep.fleets,
+                replay_sized: row.model_copy(
+                    update={"intervals": row.intervals.model_copy(update={"basis": "replay"})}
+                ),
+            }
+            rep = rep.model_copy(update={"fleets": fleets})
+        return rep
 
     monkeypatch.setattr(run_stage, "run_report", settled)
     run_stage.run_stages(
@@ -92,3 +105,17 @@ def test_the_default_leaves_the_digest_as_before() -> None:
     # prefix stays where it was (Manifest.digest)
     assert _rehearsal(settle_min_segments=0).digest == _rehearsal(settle_min_segments=None).digest
     assert _rehearsal().digest != _rehearsal(settle_min_segments=0).digest
+
+
+def test_a_fleet_sized_from_the_replay_still_runs_its_owed_segment_at_a_search_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Offline (tests/cloud/test_cloud_path.py) inf2 was sized from the replay: the phase had no
+    # step of its own to extend, ran 0 segments for it and stopped "trace exhausted", so the
+    # rehearsal failed at its tasks seam. The owed segment now runs at the search's held step.
+    m = _rehearsal()
+    name = m.fleets[0].name
+    out = _run_settled(m, tmp_path / "run", monkeypatch, replay_sized=name)
+    mine = [s for s in out.segments if s.fleet == name]
+    assert len(mine) == rehearsal.SETTLE_SEGMENTS, (out.stopped, out.detail)
+    assert mine[0].step.startswith(f"{name}/x")
