@@ -6,11 +6,9 @@ not deployed as a rehearsal) fails the rehearsal report, naming the seam and wha
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import boto3
 import pytest
@@ -24,6 +22,7 @@ from core import rehearsal
 from core.images import PROMETHEUS_IMAGE
 from core.manifest import load_manifest
 from core.naming import REHEARSAL_OUTPUT
+from testing.registry_stand_in import registry_stand_in
 from tests.conftest import example_data, write_manifest
 
 REGION = "us-east-1"
@@ -59,33 +58,11 @@ def test_the_rehearsal_manifest_has_the_fixed_shape_and_one_digest(manifest: Pat
 # --- images: the OCI manifest HEAD at a loopback registry stand-in, ECR DescribeImages in moto ----
 
 
-class _Registry(BaseHTTPRequestHandler):
-    manifests: ClassVar[dict[str, str]] = {}  # "repository/manifests/reference" -> digest (per server)
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-    def do_HEAD(self) -> None:
-        digest = self.manifests.get(self.path.removeprefix("/v2/"))
-        self.send_response(200 if digest else 404)
-        if digest:
-            self.send_header("Docker-Content-Digest", digest)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-
 @pytest.fixture
 def registry() -> Iterator[tuple[str, dict[str, str]]]:
-    manifests: dict[str, str] = {}
-    handler = type("Registry", (_Registry,), {"manifests": manifests})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}", manifests
-    finally:
-        server.shutdown()
-        server.server_close()
+    manifests: dict[str, str] = {}  # "repository/manifests/reference" -> digest, filled in by each test
+    with registry_stand_in(manifests) as host:
+        yield host, manifests
 
 
 def test_a_public_image_is_heads_at_its_pinned_digest_through_the_mirror_seam(
