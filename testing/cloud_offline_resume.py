@@ -279,16 +279,21 @@ class KillingRun:
             where = self.rng.choice(("search", "settle"))
         delay = after if after is not None else self.rng.uniform(0.0, RANDOM_WITHIN_S.get(where, 0.0))
         at: float | None = None
+        said: list[str] = []  # this conductor's progress lines, for a kill that missed its moment
         while True:
             text = follow.new_lines()
             if text:
                 self.say(text.rstrip("\n"))
+                said += text.rstrip("\n").splitlines()
             record = follow.record()
             stage = str(record.get("stage", ""))
             if where == "upload" and self.killed.is_set():
                 return stage
             if record.get("status") in ENDED:
-                raise KillMissed(f"the run {record['status']} before the {where} kill (its last stage: {stage!r})")
+                raise KillMissed(
+                    f"the run {record['status']} before the {where} kill (its last stage: {stage!r}); "
+                    "its progress since the last kill:\n" + "\n".join(said[-60:])
+                )
             now = phase(stage)
             if where != "upload" and at is None and now >= PHASES[where]:
                 at = time.monotonic()
