@@ -95,7 +95,7 @@ setup:
 test: setup
 	@$(MAKE) --no-print-directory pytest CHECKS="lint docs checkov"
 
-# The tests in six pytest processes. The offline cloud paths (mostly waiting on their task
+# The tests in seven pytest processes. The offline cloud paths (mostly waiting on their task
 # processes; no gevent in the pytest process) run beside the main suite, whose live replays wait in
 # real time, in two processes of their own: the real-engine one (its CPU engines on cores it pins)
 # with the rest of tests/cloud (no test there imports locust), and the emulated one (the rehearsal)
@@ -104,23 +104,23 @@ test: setup
 # compares our client's timings with vLLM's own client against one engine, and beside the two
 # suites on 2 cores vLLM's heavier client lagged (its TTFT p75 0.46 s against our 0.04 s, twice,
 # 2026-12-05; 0.19 s against 0.04 s beside a nice-10 process and other work, 2026-12-07). The tests
-# with no timing subject and no real server run beside them at nice 10, in two processes: tests/stacks
-# (CDK synthesis in jsii's node child, and its linters) and the rest (the analysis, the manifest and
-# core, the invariants, the plan and the simulated stages). With the suites alone the two cores sat
-# about 40% idle while the replays waited (2026-12-07: 21 min 45 s of CPU in 19 min 50 s); at nice 10
-# they take the idle CPU without taking it from a test whose subject is timing (the kernel gives a
-# nice-0 process about 9 times a nice-10 one's share when they compete), and as two processes they
-# use both cores once the others are done (one of them, single-threaded, was the last to finish:
-# 16 min, its last minutes on one core). jsii's node child and gevent's monkey-patching cannot share
-# a process (tests/stacks/conftest.py refuses to start where either is imported); neither nice-10
-# process imports gevent. Kept in the main suite from those directories: the tests of a real
-# Prometheus's windows, of the browser, and of the emulator's prefix-cache TTFT. The closing line
-# adds the six up. Seven processes (the main suite's live half in its own, 2026-12-07) gained
-# nothing: the cores were already busy, and the real-engine offline campaign missed its steps.
-# Moved out of the main suite as well (2026-12-07, `--durations=0`: 3 min 17 s of its 12 min 25 s),
-# none with a timing subject, none importing gevent: the AWS seam's bookkeeping against moto beside
-# tests/cloud, and the plan, the simulated stages, the package and the boot scripts' IAM
-# evaluation with the logic-only tests.
+# with no timing subject and no real server run beside them at nice 10, in three processes: tests/stacks
+# (CDK synthesis in jsii's node child, and its linters), the analysis, the manifest and core and the
+# invariants (LOGIC_TESTS), and the plan, the simulated stages, the package and the boot scripts' IAM
+# evaluation (SIMULATED_TESTS). With the suites alone the two cores sat about 40% idle while the
+# replays waited (2026-12-07: 21 min 45 s of CPU in 19 min 50 s); at nice 10 these take the idle CPU
+# without taking it from a test whose subject is timing (the kernel gives a nice-0 process about 9
+# times a nice-10 one's share when they compete), and as several processes they use both cores once
+# the others are done: the last two as one process finished last, 2 min 36 s after the main suite,
+# on one core while the other sat idle (2026-12-07: at 1,041 s of 1,249). jsii's node child and
+# gevent's monkey-patching cannot share a process (tests/stacks/conftest.py refuses to start where
+# either is imported); no nice-10 process imports gevent. Kept in the main suite from those
+# directories: the tests of a real Prometheus's windows, of the browser, and of the emulator's
+# prefix-cache TTFT. The closing line adds the seven up. The main suite's live half in a process of
+# its own (2026-12-07) gained nothing: the cores were already busy, and the real-engine offline
+# campaign missed its steps. Moved out of the main suite as well (2026-12-07, `--durations=0`: 3 min
+# 17 s of its 12 min 25 s), none with a timing subject, none importing gevent: the AWS seam's
+# bookkeeping against moto beside tests/cloud, and SIMULATED_TESTS.
 SEAM_TESTS := $(addprefix tests/campaign/,test_compile_phase.py test_teardown.py test_deadline.py \
 	test_extend_hours.py test_pin.py test_cloud_checks.py test_cdk_assets.py test_deploy_quotas.py test_errors.py \
 	test_rehearsal_seams.py)
@@ -133,27 +133,28 @@ ALONE_TESTS := tests/real_engine
 LOGIC_REAL_TIME := tests/analysis/test_prometheus.py tests/analysis/test_server_truth_prometheus.py \
 	tests/analysis/test_report_browser.py tests/analysis/test_prefix_cache.py
 STACKS_TESTS := tests/stacks
-LOGIC_TESTS := $(filter-out $(LOGIC_REAL_TIME),$(wildcard tests/analysis/test_*.py tests/core/test_*.py tests/invariants/test_*.py)) \
-	$(SIMULATED_TESTS)
+LOGIC_TESTS := $(filter-out $(LOGIC_REAL_TIME),$(wildcard tests/analysis/test_*.py tests/core/test_*.py tests/invariants/test_*.py))
 pytest: SHELL := /bin/bash
 pytest: setup
-	@set -o pipefail; main=0; side=0; campaigns=0; stacks=0; logic=0; alone=0; checks=0; pid=""; bpid=""; spid=""; lpid=""; cpid=""; \
+	@set -o pipefail; main=0; side=0; campaigns=0; stacks=0; logic=0; simulated=0; alone=0; checks=0; pid=""; bpid=""; spid=""; lpid=""; mpid=""; cpid=""; \
 	if [ -n "$(CHECKS)" ]; then nice -n 10 $(MAKE) --no-print-directory -j3 --output-sync=target $(CHECKS) > .test-checks.log 2>&1 & cpid=$$!; fi; \
 	$(PY) -m pytest tests/cloud --ignore=tests/cloud/test_cloud_path.py -q > .test-side.log 2>&1 & pid=$$!; \
 	$(PY) -m pytest $(CAMPAIGN_TESTS) -q > .test-campaigns.log 2>&1 & bpid=$$!; \
 	nice -n 10 $(PY) -m pytest $(STACKS_TESTS) -q > .test-stacks.log 2>&1 & spid=$$!; \
 	nice -n 10 $(PY) -m pytest $(LOGIC_TESTS) -q > .test-logic.log 2>&1 & lpid=$$!; \
-	$(PY) -m pytest $(addprefix --ignore=,$(SIDE_TESTS) $(ALONE_TESTS) $(STACKS_TESTS) $(LOGIC_TESTS)) -q 2>&1 | tee .test-main.log || main=$$?; \
+	nice -n 10 $(PY) -m pytest $(SIMULATED_TESTS) -q > .test-simulated.log 2>&1 & mpid=$$!; \
+	$(PY) -m pytest $(addprefix --ignore=,$(SIDE_TESTS) $(ALONE_TESTS) $(STACKS_TESTS) $(LOGIC_TESTS) $(SIMULATED_TESTS)) -q 2>&1 | tee .test-main.log || main=$$?; \
 	wait $$spid || stacks=$$?; echo "== tests/stacks (own process at nice 10, ran alongside)"; cat .test-stacks.log; \
 	wait $$lpid || logic=$$?; echo "== the logic-only tests (own process at nice 10, ran alongside)"; cat .test-logic.log; \
+	wait $$mpid || simulated=$$?; echo "== the simulated stages, the plan, the package and the boot IAM (own process at nice 10, ran alongside)"; cat .test-simulated.log; \
 	wait $$pid || side=$$?; echo "== tests/cloud but its cloud path (own process, ran alongside)"; cat .test-side.log; \
 	wait $$bpid || campaigns=$$?; echo "== $(CAMPAIGN_TESTS) (own process, ran alongside)"; cat .test-campaigns.log; \
 	if [ -n "$$cpid" ]; then wait $$cpid || checks=$$?; echo "== $(CHECKS) (at nice 10, ran alongside)"; cat .test-checks.log; fi; \
 	echo "== $(ALONE_TESTS) (alone, after the rest)"; \
 	$(PY) -m pytest $(ALONE_TESTS) -q 2>&1 | tee .test-alone.log || alone=$$?; \
-	tools/test-total.sh .test-main.log .test-stacks.log .test-logic.log .test-side.log .test-campaigns.log .test-alone.log; \
+	tools/test-total.sh .test-main.log .test-stacks.log .test-logic.log .test-simulated.log .test-side.log .test-campaigns.log .test-alone.log; \
 	if [ $$checks -ne 0 ]; then echo "make $(CHECKS): failed (exit $$checks; its output above)"; fi; \
-	for rc in $$main $$stacks $$logic $$side $$campaigns $$alone $$checks; do if [ $$rc -ne 0 ]; then exit $$rc; fi; done
+	for rc in $$main $$stacks $$logic $$simulated $$side $$campaigns $$alone $$checks; do if [ $$rc -ne 0 ]; then exit $$rc; fi; done
 
 # checkov on every template `deploy` can create from both example manifests (the compile phase's
 # too: stacks/checkov_gate.py deploy_templates; and the example's rehearsal, deploy --rehearsal), from its own venv (its dependency pins
