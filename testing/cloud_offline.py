@@ -538,6 +538,19 @@ def short_run(data: dict[str, Any]) -> None:
     }
 
 
+def kill_run(data: dict[str, Any]) -> None:
+    """short_run for the cloud kills (tests/faults/test_cloud_kills.py), whose first kill must fall
+    inside a capacity search: min_requests above the 12 requests the replay measures, so that it never
+    counts as a step and every fleet's search runs one of its own (x1 after a hold; x0.5 after a
+    miss, min_multiplier 0.5, where the search's estimate could step far enough down that no step
+    fits the 120 s budget). With the replay counted, a search could end before its first step, and
+    the kill then fell after it: the one time the kills failed (make test, 2026-12-07: the resumed
+    run put no search.json, "the run finished before the upload kill") fits that, though its log
+    did not say. As many steps run either way: the replay and one step per fleet (max_steps 2)."""
+    short_run(data)
+    data["workload"]["capacity_search"].update(min_requests=14, min_multiplier=0.5)
+
+
 def offline_manifest(src: Path, workdir: Path, change: Any = None) -> Path:
     """A copy of the manifest under workdir/manifests/ (its trace under workdir/data/traces/, its
     scorers beside it, so relative paths resolve as in the repository) with the client-lag bound

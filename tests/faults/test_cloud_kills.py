@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from campaign.stages import resume
-from testing.cloud_offline import denied_without, offline_aws, offline_manifest, short_run
+from testing.cloud_offline import denied_without, kill_run, offline_aws, offline_manifest
 from testing.cloud_offline_resume import KillingRun
 from testing.offline_tasks import task_role
 from tests.conftest import EXAMPLE_MANIFEST
@@ -22,14 +22,14 @@ from tests.conftest import EXAMPLE_MANIFEST
 pytestmark = [pytest.mark.faults, pytest.mark.cloud_path]
 
 
-# Real time: the conductor and its tasks are real processes, killed by signal (short_run keeps the
+# Real time: the conductor and its tasks are real processes, killed by signal (kill_run keeps the
 # campaign itself short).
 @pytest.mark.timeout(1200)  # one short offline campaign, three conductors after the first: about 4 min on 2 cores
 def test_a_run_killed_mid_search_mid_upload_and_as_its_report_starts_resumes_to_the_same_decision(
     tmp_path: Path,
 ) -> None:
     lines: list[str] = []
-    path = offline_manifest(EXAMPLE_MANIFEST, tmp_path, short_run)
+    path = offline_manifest(EXAMPLE_MANIFEST, tmp_path, kill_run)
     with offline_aws(path, tmp_path, say=lines.append) as aws:
         run = KillingRun(aws, path, tmp_path, seed=1, say=lines.append)
         outcome = run.run(["search@2", "upload", "report"])
