@@ -491,7 +491,7 @@ def short_engine_run(data: dict[str, Any]) -> None:
     - time_budget_s SHORT_ENGINE_TIME_BUDGET_S: room for that second step after a miss at x1 (at
       150 s and 240 requests, g6 missed at x1 on a busy machine and the budget stopped its search
       after one step); max_steps ends the search either way;
-    - answers clipped to SHORT_ENGINE_OUTPUT_TOKENS (the manifest's 64): four CPU engines, their
+    - answers clipped to SHORT_ENGINE_OUTPUT_TOKENS (the manifest's 64): two CPU engines (one a fleet), their
       load generators and the other test processes share 2 cores, and in CI (2026-12-07) inf2's
       replay at 64 tokens queued past the 10 s TTFT target; a quarter of the decode steps keeps x1
       well under the engines' capacity on a busy machine, and every step drains sooner;
