@@ -23,6 +23,7 @@ from typing import Any
 # loadgen/ are copied there), which loadgen/task_entry.py's Locust inherits and
 # testing/offline_tasks.py reproduces offline.
 import gevent
+import locust.runners
 from locust import User, events, task
 from locust.env import Environment
 from locust.exception import StopUser
@@ -30,6 +31,8 @@ from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 
 from core.manifest import load_manifest
 from core.records import Outcome, RequestRecord
+from core.schedule import build_schedule
+from core.tokenizer import for_manifest
 from loadgen.launch import SETUP_FAILED
 from loadgen.metrics import ClientMetrics
 from loadgen.openai_request import PATHS
@@ -40,6 +43,17 @@ from loadgen.replay_options import from_namespace as replay_options
 log = logging.getLogger("loadgen")
 DONE_MSG = "loadgen_done"
 PROGRESS_EVERY_S = 10.0
+
+# Locust's master marks a worker missing once it has gone HEARTBEAT_LIVENESS heartbeats (1 s
+# apart) without one, and stops the run when every worker is missing ("The last worker went
+# missing, stopping test.": locust 2.47 locust/runners.py, HEARTBEAT_LIVENESS = 3,
+# MasterRunner.heartbeat_worker). Three seconds without CPU for both workers on 2 loaded cores
+# ended CI's rehearsal replay with no record at all. Locust has no option for it; its master
+# reads the module's constant each time it registers a worker or takes a heartbeat. A worker
+# that died is still noticed (_watch_missing), this much later; on Fargate the conductor stops
+# the fleet's tasks as soon as the dead one's task stops.
+WORKER_LIVENESS_S = 15
+locust.runners.HEARTBEAT_LIVENESS = WORKER_LIVENESS_S
 
 
 @events.init_command_line_parser.add_listener  # type: ignore[untyped-decorator]
@@ -166,8 +180,15 @@ def _make_replayer(env: Environment) -> Replayer:
         raise SystemExit("loadgen: --manifest and --fleet are required")
     if not env.host:
         raise SystemExit("loadgen: --host (the fleet's endpoint URL) is required")
-    m = load_manifest(o.manifest)
+    # Reading the manifest's files, the trace and the tokenizer is seconds of CPU on a loaded
+    # machine; done in gevent's pool of native threads, the worker's event loop goes on sending
+    # its heartbeats meanwhile (the GIL is handed over every few milliseconds).
+    pool = gevent.get_hub().threadpool
+    m = pool.apply(load_manifest, (o.manifest,))
     m.fleet(o.fleet)  # KeyError names the fleets when the name is wrong
+    options = replay_options(o)
+    schedule = pool.apply(build_schedule, (m,), {"window_s": options.window_s, "skip_s": options.skip_s})
+    tokenizer = pool.apply(for_manifest, (m,))
     index, n = _n_workers(env)
     metrics = None
     if o.metrics_port:
@@ -187,11 +208,11 @@ def _make_replayer(env: Environment) -> Replayer:
         records_dir=Path(o.records_dir),
         worker_index=index,
         n_workers=n,
-        options=replay_options(o),
+        options=options,
         s3_uri=s3,
         api_key=os.environ.get("LOADGEN_API_KEY") or None,
     )
-    r = Replayer(m, cfg, metrics=metrics, on_record=lambda rec: _fire(env, rec))
+    r = Replayer(m, cfg, metrics=metrics, on_record=lambda rec: _fire(env, rec), schedule=schedule, tokenizer=tokenizer)
     r.prepare()
     log.info("loadgen worker %d/%d: %d of the schedule's requests for fleet %s", index, n, len(r.mine), o.fleet)
     return r

@@ -28,6 +28,7 @@ from core.manifest import Manifest
 from core.records import RequestRecord, RunSummary
 from core.schedule import ScheduledRequest, build_schedule, partition
 from core.serving import served_model_id
+from core.tokenizer import Tokenizer
 from loadgen.client import Exchange, Stream, StreamingClient, close_watcher, resolver_for
 from loadgen.metrics import ClientMetrics
 from loadgen.openai_request import request_body, request_id_header
@@ -74,8 +75,12 @@ class Replayer:
         metrics: ClientMetrics | None = None,
         on_record: Callable[[RequestRecord], None] | None = None,
         schedule: Sequence[ScheduledRequest] | None = None,
+        tokenizer: Tokenizer | None = None,
     ):
+        """`schedule` and `tokenizer`: built by the caller already (a Locust worker builds them
+        off its event loop); None: built here."""
         self.m = manifest
+        self._tokenizer = tokenizer
         self.cfg = cfg
         self.worker = f"w{cfg.worker_index}"
         self.options = opts = cfg.options
@@ -133,7 +138,7 @@ class Replayer:
             raise
 
     def _prepare(self) -> None:
-        builder = PromptBuilder(self.m, self.options.api)
+        builder = PromptBuilder(self.m, self.options.api, self._tokenizer)
         fleet = self.m.fleet(self.cfg.fleet)
         model = self.options.served_model or served_model_id(self.m, fleet)
         stack = fleet.serving.stack

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import time
 from collections import Counter
@@ -189,3 +191,29 @@ def test_a_cloud_worker_flushes_its_records_as_new_parts_then_its_summary(
     assert bodies == (tmp_path / "task" / "records-g6-w0.jsonl").read_bytes()
     merged = merge_worker_outputs(load_manifest(m), "g6", tmp_path / "operator")
     assert merged.valid and merged.completed == s.scheduled, merged.invalid_reasons
+
+
+def test_workers_paused_past_three_heartbeats_still_replay_the_whole_schedule(
+    sse_server: SSEServer, small_manifest: Path, tmp_path: Path
+) -> None:
+    """A worker whose event loop is held (its setup reading the trace on 2 loaded cores, or the
+    process not scheduled) sends no heartbeat. Locust's master marks a worker missing after 3
+    missed heartbeats of 1 s and, with every worker missing, stops the run: CI's rehearsal once
+    ended with no record at all that way. Both workers are stopped for 6 s once they joined."""
+    run = start_fleet(load_manifest(small_manifest), "g6", sse_server.url, tmp_path / "p", workers=2)
+    master_log, workers = run.logs[0], run.procs[1:]
+    deadline = time.monotonic() + 60
+    while "2 workers connected" not in master_log.read_text(errors="replace"):
+        assert time.monotonic() < deadline and not run.poll(), master_log.read_text(errors="replace")
+        time.sleep(0.05)
+    for w in workers:
+        os.kill(w.pid, signal.SIGSTOP)
+    try:
+        time.sleep(6.0)
+    finally:
+        for w in workers:
+            os.kill(w.pid, signal.SIGCONT)
+    s = run.wait(timeout=120)
+    log = master_log.read_text(errors="replace")
+    assert s.completed == s.scheduled and s.not_sent == 0 and s.valid, (s.invalid_reasons, log[-3000:])
+    assert "went missing" not in log, log[-3000:]

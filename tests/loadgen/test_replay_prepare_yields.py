@@ -52,3 +52,62 @@ def test_building_the_prompts_lets_the_event_loop_run(tmp_path: Path, monkeypatc
     gaps = [b - a for a, b in itertools.pairwise(marks)]
     assert took > 1.0, took  # long enough that a loop held for all of it would show
     assert max(gaps) < 0.5, (max(gaps), took)  # old code: one gap as long as the whole build
+
+
+_SETUP_PROBE = """
+import itertools, json, sys, time, types
+import gevent
+from loadgen import locustfile, replay
+from loadgen.replay_options import ReplayOptions, to_argv
+from locust.argument_parser import get_parser
+
+real = replay.build_schedule
+def slow_schedule(*args, **kwargs):  # a loaded machine: the trace read takes 1.5 s of CPU
+    until = time.monotonic() + 1.5
+    while time.monotonic() < until:
+        pass
+    return real(*args, **kwargs)
+replay.build_schedule = slow_schedule
+if hasattr(locustfile, "build_schedule"):
+    locustfile.build_schedule = slow_schedule
+opts = get_parser().parse_args(["--manifest", sys.argv[1], "--fleet", sys.argv[2], "--records-dir", sys.argv[3],
+                                *to_argv(ReplayOptions(tokenizer_check=False))])
+env = types.SimpleNamespace(parsed_options=opts, host="http://127.0.0.1:9", runner=None)
+ticks = []
+def heartbeat():
+    while True:
+        ticks.append(time.monotonic())
+        gevent.sleep(0.05)
+beat = gevent.spawn(heartbeat)
+gevent.sleep(0)
+started = time.monotonic()
+r = locustfile._make_replayer(env)
+ended = time.monotonic()
+beat.kill()
+gaps = [b - a for a, b in itertools.pairwise([*ticks, ended])]
+print(json.dumps({"took": ended - started, "max_gap": max(gaps), "mine": len(r.mine)}))
+"""
+
+
+def test_a_workers_setup_reads_its_files_off_the_event_loop(tmp_path: Path) -> None:
+    """The manifest, trace and tokenizer are read in gevent's thread pool (loadgen/locustfile.py,
+    _make_replayer): the loop keeps its heartbeat going through a slow read. In a fresh process:
+    the locustfile patches Locust and registers listeners on import."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    m = load_manifest(EXAMPLE_MANIFEST)
+    out = subprocess.run(
+        [sys.executable, "-c", _SETUP_PROBE, str(EXAMPLE_MANIFEST), m.fleets[0].name, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["took"] > 1.5 and got["mine"] > 0, got
+    assert got["max_gap"] < 0.5, got  # old code: one gap as long as the whole read
