@@ -118,6 +118,12 @@ def workers_service_name(fleet: str) -> str:
 LOADGEN_TASK_VCPU = 1
 LOADGEN_TASK_MEMORY_GIB = 2
 
+
+def loadgen_task_hourly_usd(vcpu_hour_usd: float, gb_hour_usd: float) -> float:
+    """One load-generator task's hourly price at Fargate's per-vCPU and per-GB rates."""
+    return LOADGEN_TASK_VCPU * vcpu_hour_usd + LOADGEN_TASK_MEMORY_GIB * gb_hour_usd
+
+
 # The conductor (`run --detach`): one Fargate task of the conductor image (Dockerfile.conductor,
 # ENTRYPOINT `python -m campaign`) that runs the campaign's orchestration in the stack, so the
 # operator's terminal may close. Its command is CONDUCT_COMMAND, the run id, and RESUME_FLAG when it

@@ -43,8 +43,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from analysis.economics.decision import Aim, Economics
-from analysis.model import ToSettle, ToSettleFleet
+from analysis.model import Report, ToSettle, ToSettleFleet
 from core import stats
+from core.cloud_contract import loadgen_task_hourly_usd
+from core.manifest import Manifest
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,38 @@ class FleetBasis:
     end_requests: tuple[int | None, int | None] | None = None
     drain_s: float = 0.0  # the sizing step's median request lifetime: the last requests' drain
     overhead_s: float = 0.0  # the search's median step overhead (analysis.capacity.steps.median_overhead_s)
+
+
+def measuring_hourly_usd(
+    instances: int, instance_hourly_usd: float | None, loadgen_tasks: int, loadgen_task_hourly_usd: float | None
+) -> float | None:
+    """USD an hour of measuring a fleet costs on the cloud: its instances at the On-Demand price and
+    the load-generator tasks that drive it (none counted without a Fargate price); None: no
+    instance price."""
+    if instance_hourly_usd is None:
+        return None
+    return instances * instance_hourly_usd + loadgen_tasks * (loadgen_task_hourly_usd or 0.0)
+
+
+def report_hourly_usd(rep: Report, m: Manifest) -> dict[str, float | None]:
+    """Per fleet, measuring_hourly_usd from the report's own inputs, for a decided report too (which
+    has no to_settle): its instances_measured and the prices its provenance records
+    (`prices.instance.<type>`, `prices.fargate_*`)."""
+
+    def value(key: str) -> float | None:
+        entry = rep.provenance.get(key)
+        return None if entry is None or entry.value is None else float(entry.value)
+
+    vcpu, gib = value("prices.fargate_vcpu_hour"), value("prices.fargate_gb_hour")
+    task = None if vcpu is None or gib is None else loadgen_task_hourly_usd(vcpu, gib)
+    out: dict[str, float | None] = {}
+    for f in m.fleets:
+        row = rep.fleets.get(f.name)
+        instances = row.instances_measured if row is not None else None
+        out[f.name] = measuring_hourly_usd(
+            instances or 0, value(f"prices.instance.{f.instance_type}"), m.loadgen.workers + 1, task
+        )
+    return out
 
 
 def _reach(e: Economics, aim: Aim) -> tuple[float | None, float] | None:
@@ -126,10 +160,8 @@ def to_settle(e: Economics, aim: Aim, fleets: Mapping[str, FleetBasis], loadgen_
         need = requests[name]
         more = None if need is None else max(need - b.requests, 0)
         minutes = _minutes(more, b)
-        usd = None
-        if minutes is not None and b.instance_hourly_usd is not None:
-            tasks = b.loadgen_tasks * (b.loadgen_task_hourly_usd or 0.0)
-            usd = minutes / 60.0 * (b.instances * b.instance_hourly_usd + tasks)
+        hourly = measuring_hourly_usd(b.instances, b.instance_hourly_usd, b.loadgen_tasks, b.loadgen_task_hourly_usd)
+        usd = None if minutes is None or hourly is None else minutes / 60.0 * hourly
         by_fleet[name] = ToSettleFleet(
             requests_now=b.requests,
             more_requests=more,

@@ -41,7 +41,7 @@ from analysis.sources.pulled import BILLING, CLOUDWATCH, PRICES, PROMETHEUS, TIM
 from analysis.sources.server_series import SavedSeries, read_fleet_series, series_path
 from analysis.sources.time_to_ready import time_to_ready
 from core import catalog
-from core.cloud_contract import LOADGEN_TASK_MEMORY_GIB, LOADGEN_TASK_VCPU, check_run_id
+from core.cloud_contract import LOADGEN_TASK_MEMORY_GIB, LOADGEN_TASK_VCPU, check_run_id, loadgen_task_hourly_usd
 from core.manifest import Manifest
 from core.records import RunSummary
 
@@ -131,7 +131,7 @@ def _loadgen_task_price(book: PriceBook) -> tuple[float | None, str, Findings]:
             }
     if len(got) < 2:
         return None, "no Fargate price: load-generator tasks not counted", found
-    hourly = LOADGEN_TASK_VCPU * got["vcpu-hour"].value + LOADGEN_TASK_MEMORY_GIB * got["gb-hour"].value
+    hourly = loadgen_task_hourly_usd(got["vcpu-hour"].value, got["gb-hour"].value)
     return (
         hourly,
         (

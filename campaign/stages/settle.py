@@ -28,8 +28,9 @@ from pathlib import Path
 from analysis.capacity.search import StepPlan
 from analysis.capacity.settle_record import Reopened, SettleOutcome, SettleProgress, SettleSegment, SettleStop
 from analysis.capacity.steps import median_overhead_s, read_search_path
+from analysis.economics.to_settle import report_hourly_usd
 from analysis.measure.goodput import SETTLE_DIR
-from analysis.model import Report, ToSettleFleet, Verdict
+from analysis.model import Report, Verdict
 from campaign.stages.capacity import StepRunner, arrival_offsets, resume_search
 from campaign.stages.deadline import StepDeadline
 from core.manifest import SETTLE_MAX_ROUNDS, CapacitySearch, Manifest
@@ -139,8 +140,8 @@ def settle(
                 "; ".join(why_not),
             )
             break
-        need = ts.by_fleet if ts is not None else {}
-        over, usd = _over_budget(cfg, out, need, {n: p for n, (_, p, _) in plans.items()}, drain, overhead)
+        hourly = report_hourly_usd(rep, m)
+        over, usd = _over_budget(cfg, out, hourly, {n: p for n, (_, p, _) in plans.items()}, drain, overhead)
         out.over_budget = [f"{n}: {why}" for n, why in sorted(over.items())]
         if len(over) == len(plans):
             out.stopped, out.detail = SettleStop.BUDGET, "; ".join(out.over_budget)
@@ -171,7 +172,7 @@ def settle(
         took = _run_round(runner, plans, offsets, stop, concurrent)
         _record_round(out, plans, took, offsets, capacity_root, log)
         out.seconds += max(took.values())
-        out.usd += round_usd
+        out.usd += sum(_usd(hourly[n], took[n]) for n in plans)  # what each segment held its fleet for
         before = _evidence(rep)
         rep = report()
         log(f"settle: monthly delta 95% CI now {_fmt(_ci(rep))}; decision {rep.decision.state}")
@@ -263,7 +264,7 @@ def _next_segments(
 def _over_budget(
     cfg: CapacitySearch,
     out: SettleOutcome,
-    need: Mapping[str, ToSettleFleet],  # a fleet to_settle does not list (a segment it owes): not priced
+    hourly: Mapping[str, float | None],  # each fleet's USD per hour of measuring (None: no price)
     plans: Mapping[str, StepPlan],
     drain: Mapping[str, float],
     overhead: Mapping[str, float],
@@ -285,13 +286,13 @@ def _over_budget(
         for n, p in plans.items()
         if p.span_s + drain[n] + overhead[n] > left_s
     }
-    usd = {n: _segment_usd(need.get(n), p.span_s) for n, p in plans.items() if n not in over}
+    usd = {n: _usd(hourly.get(n), p.span_s + drain[n] + overhead[n]) for n, p in plans.items() if n not in over}
     left_usd = None if cfg.settle_budget_usd is None else cfg.settle_budget_usd - out.usd
     while left_usd is not None and usd and sum(usd.values()) > left_usd:  # drop the dearest until it fits
         dearest = max(usd, key=lambda n: usd[n])
         over[dearest] = (
-            f"its next segment would cost about {usd.pop(dearest):.2f} USD on the cloud fleets; "
-            f"{max(left_usd, 0):.2f} of the {cfg.settle_budget_usd:g} USD settle budget are left"
+            f"its next segment would cost about {_usd_text(usd.pop(dearest))} USD on the cloud fleets; "
+            f"{_usd_text(max(left_usd, 0))} of the {cfg.settle_budget_usd:g} USD settle budget are left"
         )
     return over, usd
 
@@ -336,12 +337,18 @@ def _flipped(rep: Report, fleet: str, step: str) -> str:
     return f"{step} missed over {st.requests} requests with its segments (P95 TTFT {ttft}, P95 ITL {itl})"
 
 
-def _segment_usd(need: ToSettleFleet | None, span_s: float) -> float:
-    """What a fleet's segment costs on the cloud fleets: to_settle's USD for its missing requests,
-    in proportion of the segment's minutes (0 where to_settle prices none)."""
-    if need is None or not need.minutes or need.usd is None:
-        return 0.0
-    return need.usd * min(1.0, span_s / 60 / need.minutes)
+def _usd_text(usd: float) -> str:
+    """Cents from a dollar up; below, three significant digits (a rehearsal's budget is cents)."""
+    return f"{usd:.2f}" if usd >= 1 else f"{usd:.3g}"
+
+
+def _usd(hourly: float | None, seconds: float) -> float:
+    """What `seconds` of a fleet's segment cost on the cloud fleets: its instances and load-generator
+    tasks for the segment's whole wall time (arrivals, drain, the load generator's start and stop:
+    the instances serve, and bill, throughout), as decision.to_settle prices its minutes. Until
+    2026-12-07 the arrivals alone were priced, and a segment to_settle did not list (one a fleet
+    owes, on a settled decision) at 0. 0: no instance price."""
+    return 0.0 if hourly is None else hourly * seconds / 3600.0
 
 
 def _plan(

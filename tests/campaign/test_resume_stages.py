@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from analysis.capacity.search import StepPlan
+from analysis.capacity.settle_record import SettleProgress
 from analysis.capacity.steps import write_search_step
 from analysis.errors import AnalysisError
 from campaign.backends.simulated.fleets import SimulatedFleets, SimulatedSteps
@@ -134,7 +135,12 @@ def test_a_run_killed_mid_settle_carries_the_search_and_what_it_spent_over(
     segments = [i for i, s in enumerate(whole) if "settle-" in s]
     assert segments, f"the example's simulated campaign ran no settle segment: {whole}"  # never a skip
     after = segments[-1]  # killed in the phase's last segment
-    resumed, carried, state = _kill_and_resume(m, tmp_path, after)
+    with pytest.raises(Killed):
+        _run(m, tmp_path, after)
+    progress = SettleProgress.read(tmp_path / "capacity")
+    assert progress is not None and progress.pending_usd > 0  # what the round in flight reserved
+    state = resume.read_run_state(tmp_path, [f.name for f in m.fleets])
+    resumed, carried = _run(m, tmp_path, state=state).started, state.carried_over()
     assert state.stage == resume.SETTLE
     assert not set(resumed) & set(carried)  # no search step ran again
     assert not set(resumed) & set(whole[segments[0] : after])  # no finished segment ran again
@@ -146,7 +152,10 @@ def test_a_run_killed_mid_settle_carries_the_search_and_what_it_spent_over(
     whole_settle = json.loads((whole_dir / "capacity" / "settle.json").read_text())
     settled = json.loads((tmp_path / "capacity" / "settle.json").read_text())
     cut = settled["interrupted_seconds"]
-    assert cut > 0 and settled["interrupted_usd"] == pytest.approx(whole_settle["usd"])  # the one round's USD
+    # the one round's USD as it reserved it (its segments' estimated wall time; the whole run's
+    # settle.json has what they took: on the whole run, `usd` is measured)
+    assert cut > 0 and settled["interrupted_usd"] == pytest.approx(progress.pending_usd)
+    assert whole_settle["usd"] > 0
     assert settled["stopped"] == "budget" and settled["seconds"] == pytest.approx(cut)
     assert settled["seconds"] <= cfg.settle_budget_s
     assert cfg.settle_budget_usd is None or settled["usd"] <= cfg.settle_budget_usd

@@ -45,6 +45,21 @@ class FakeRunner:
         pass
 
 
+# What the phase prices a segment from (analysis.economics.to_settle.report_hourly_usd): the report's
+# provenance and instances measured. inf2: 1 instance x 0.7582 + 3 tasks x 0.04937 = 0.90631 USD/h.
+PROVENANCE = {
+    "prices.instance.inf2.xlarge": SimpleNamespace(value=0.7582),
+    "prices.instance.g6.xlarge": SimpleNamespace(value=0.8048),
+    "prices.fargate_vcpu_hour": SimpleNamespace(value=0.04048),
+    "prices.fargate_gb_hour": SimpleNamespace(value=0.004445),
+}
+INF2_HOURLY_USD = 0.7582 + 3 * (0.04048 + 2 * 0.004445)
+
+
+def _row(basis: str) -> Any:
+    return SimpleNamespace(intervals=SimpleNamespace(basis=basis), capacity=None, instances_measured=1)
+
+
 def _report(more: int | None, state: str = "defer", ci: tuple[float | None, float | None] = (None, 5000.0)) -> Any:
     """The parts of a Report the settle phase reads."""
     ts = (
@@ -57,7 +72,8 @@ def _report(more: int | None, state: str = "defer", ci: tuple[float | None, floa
     return SimpleNamespace(
         decision=SimpleNamespace(to_settle=ts, state=state),
         monthly_delta_ci_usd=list(ci),
-        fleets={"inf2": SimpleNamespace(intervals=SimpleNamespace(basis="inf2/x0.5"), capacity=None)},
+        fleets={"inf2": _row("inf2/x0.5")},
+        provenance=PROVENANCE,
     )
 
 
@@ -102,6 +118,10 @@ def test_a_segment_continues_the_sizing_step_with_the_next_requests(tmp_path: Pa
     assert plan.multiplier == 0.5 and plan.skip_s == pytest.approx(STEP_SPAN_S * 0.5)
     offsets = arrival_offsets(m)
     assert planned == 10 == sum(1 for o in offsets if plan.skip_s <= o < plan.skip_s + plan.span_s * plan.multiplier)
+    # Its USD: the fleet's instances and load-generator tasks for the segment's whole wall time
+    # (FakeRunner: its arrivals + 5 s), 0.0029 USD. Before 2026-12-07: to_settle's USD (this fake's
+    # 1.0 for 10 min) prorated over the segment's arrivals, 0.0108 USD, whatever the fleet costs.
+    assert out.usd == pytest.approx(INF2_HOURLY_USD * (plan.span_s + 5.0) / 3600, rel=1e-9)
     saved = json.loads((tmp_path / SETTLE_FILE).read_text())
     assert saved["stopped"] == "settled" and saved["segments"][0]["directory"] == "inf2/x0.5/settle-1"
 
@@ -228,9 +248,8 @@ def test_a_fleet_whose_segment_exceeds_the_budget_does_not_hold_back_the_other(
         return SimpleNamespace(
             decision=SimpleNamespace(to_settle=SimpleNamespace(by_fleet=need, usd=1.0, minutes=1.0), state="defer"),
             monthly_delta_ci_usd=[None, upper],
-            fleets={
-                n: SimpleNamespace(intervals=SimpleNamespace(basis=f"{n}/x0.5"), capacity=None) for n in ("inf2", "g6")
-            },
+            fleets={n: _row(f"{n}/x0.5") for n in ("inf2", "g6")},
+            provenance=PROVENANCE,
         )
 
     reports = iter([report({"inf2": 10, "g6": 5000}), report({"g6": 5000}, upper=4000.0)])
@@ -240,13 +259,16 @@ def test_a_fleet_whose_segment_exceeds_the_budget_does_not_hold_back_the_other(
     assert out.stopped == "budget" and out.detail.startswith("g6: its next segment needs about")
     assert out.over_budget == [out.detail] and [s.fleet for s in out.segments] == ["inf2"]
 
-    # A fleet dropped for the USD budget says so, with its own cost (not a seconds figure that fits).
-    manifest_data["workload"]["capacity_search"]["settle_budget_usd"] = 0.01
+    # A fleet dropped for the USD budget says so, with its own cost (not a seconds figure that fits):
+    # inf2's segment, as above, holds its fleet for its arrivals and 20 s of drain (about 0.006 USD).
+    cost = INF2_HOURLY_USD * (runner.calls[0][1].span_s + 20.0) / 3600
+    manifest_data["workload"]["capacity_search"]["settle_budget_usd"] = 0.005
     m = load_manifest(write_manifest(tmp_path, manifest_data, "usd.yaml"), check_files=False)
-    out = settle(m, FakeRunner(m), tmp_path / "cap", dirs, lambda: report({"inf2": 10, "g6": 5000}), threading.Event())
+    fresh = _search(tmp_path / "usd")  # inf2's first segment again, as above
+    out = settle(m, FakeRunner(m), tmp_path / "usd", fresh, lambda: report({"inf2": 10}), threading.Event())
     assert out.stopped == "budget" and not out.segments
     inf2_why = next(w for w in out.over_budget if w.startswith("inf2:"))
-    assert "would cost about" in inf2_why and "USD on the cloud fleets; 0.01 of the 0.01 USD settle budget" in inf2_why
+    assert f"would cost about {cost:.3g} USD on the cloud fleets; 0.005 of the 0.005 USD settle" in inf2_why, inf2_why
 
 
 def test_the_analysis_pools_a_step_with_its_segments(tmp_path: Path, m: Manifest) -> None:

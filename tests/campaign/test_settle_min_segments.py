@@ -119,3 +119,33 @@ def test_a_fleet_sized_from_the_replay_still_runs_its_owed_segment_at_a_search_s
     mine = [s for s in out.segments if s.fleet == name]
     assert len(mine) == rehearsal.SETTLE_SEGMENTS, (out.stopped, out.detail)
     assert mine[0].step.startswith(f"{name}/x")
+
+
+def test_the_owed_segments_are_priced_at_their_fleets_hourly_cost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A segment decision.to_settle did not list (owed on a settled decision: a rehearsal's) was
+    # priced 0 USD until 2026-12-07, and a listed one for its arrivals only: the settle budget's
+    # USD and report.json's provenance.settle.value.usd undercounted what the cloud bills. Each
+    # segment holds its fleet's instances and load-generator tasks for its whole took_s.
+    from campaign.aws.compile_estimate import hourly_price
+    from core import prices
+    from core.cloud_contract import LOADGEN_TASK_MEMORY_GIB, LOADGEN_TASK_VCPU
+
+    m = _rehearsal()
+    out = _run_settled(m, tmp_path / "run", monkeypatch)
+    report = json.loads((tmp_path / "run" / "report.json").read_text(encoding="utf-8"))
+    region = m.costs.region
+    task = LOADGEN_TASK_VCPU * prices.lookup("fargate", "vcpu-hour", region).usd
+    task += LOADGEN_TASK_MEMORY_GIB * prices.lookup("fargate", "gb-hour", region).usd
+    want = 0.0
+    for seg in out.segments:
+        f = m.fleet(seg.fleet)
+        instance, _ = hourly_price(f.instance_type, region)
+        assert instance is not None
+        instances = report["provenance"][f"instances_measured.{f.name}"]["value"]
+        assert instances >= 1
+        want += (instances * instance + (m.loadgen.workers + 1) * task) * seg.took_s / 3600
+    assert out.segments and want > 0
+    assert out.usd == pytest.approx(want, rel=1e-9)
+    assert report["provenance"]["settle"]["value"]["usd"] == pytest.approx(want, rel=1e-9)
