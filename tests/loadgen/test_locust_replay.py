@@ -215,5 +215,9 @@ def test_workers_paused_past_three_heartbeats_still_replay_the_whole_schedule(
             os.kill(w.pid, signal.SIGCONT)
     s = run.wait(timeout=120)
     log = master_log.read_text(errors="replace")
-    assert s.completed == s.scheduled and s.not_sent == 0 and s.valid, (s.invalid_reasons, log[-3000:])
+    # Every request sent and recorded. The pause normally falls before the replay starts; on a loaded
+    # machine it may fall in it, and then its requests go out late (the lag bound may mark the run)
+    # and one in flight may time out: both are records, and nothing else may mark the run.
+    assert s.not_sent == 0 and s.completed + s.failed == s.scheduled, (s.invalid_reasons, log[-3000:])
+    assert [r for r in s.invalid_reasons if not r.startswith("schedule lag")] == [], s.invalid_reasons
     assert "went missing" not in log, log[-3000:]
