@@ -13,8 +13,9 @@ import json
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 # Locust imports this file by path, putting only the working directory and loadgen/ on sys.path
 # (locust 2.47 locust/util/load_locustfile.py, load_locustfile). `loadgen.*` and `core.*` import
@@ -41,6 +42,7 @@ from loadgen.replay_options import add_arguments as add_replay_arguments
 from loadgen.replay_options import from_namespace as replay_options
 
 log = logging.getLogger("loadgen")
+_T = TypeVar("_T")
 DONE_MSG = "loadgen_done"
 PROGRESS_EVERY_S = 10.0
 
@@ -174,6 +176,22 @@ def _run_uri(o: Any) -> str | None:
     return "/".join(parts)
 
 
+def _off_loop(fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+    """`fn(*args, **kwargs)` in gevent's thread pool, its exception raised here, on the loop's
+    thread (the pool's own error path would print a second, bare traceback to the log first)."""
+
+    def call() -> tuple[_T | None, BaseException | None]:
+        try:
+            return fn(*args, **kwargs), None
+        except Exception as exc:
+            return None, exc
+
+    value, exc = gevent.get_hub().threadpool.apply(call)
+    if exc is not None:
+        raise exc
+    return cast(_T, value)
+
+
 def _make_replayer(env: Environment) -> Replayer:
     o: Any = env.parsed_options  # argparse.Namespace with our custom args
     if not o.manifest or not o.fleet:
@@ -183,12 +201,11 @@ def _make_replayer(env: Environment) -> Replayer:
     # Reading the manifest's files, the trace and the tokenizer is seconds of CPU on a loaded
     # machine; done in gevent's pool of native threads, the worker's event loop goes on sending
     # its heartbeats meanwhile (the GIL is handed over every few milliseconds).
-    pool = gevent.get_hub().threadpool
-    m = pool.apply(load_manifest, (o.manifest,))
+    m = _off_loop(load_manifest, o.manifest)
     m.fleet(o.fleet)  # KeyError names the fleets when the name is wrong
     options = replay_options(o)
-    schedule = pool.apply(build_schedule, (m,), {"window_s": options.window_s, "skip_s": options.skip_s})
-    tokenizer = pool.apply(for_manifest, (m,))
+    schedule = _off_loop(build_schedule, m, window_s=options.window_s, skip_s=options.skip_s)
+    tokenizer = _off_loop(for_manifest, m)
     index, n = _n_workers(env)
     metrics = None
     if o.metrics_port:

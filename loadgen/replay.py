@@ -148,8 +148,9 @@ class Replayer:
         for r in self.mine:
             # A worker builds its prompts inside Locust's event loop: a build of thousands of
             # prompts that never yielded kept the worker's heartbeat from going out, so its master
-            # marked it missing after 3 s (locust.runners HEARTBEAT_LIVENESS) and, with no other
-            # worker left, stopped the run before a request was sent (seen on 2 loaded cores).
+            # marked it missing after 3 s (locust.runners HEARTBEAT_LIVENESS; 15 s since
+            # loadgen/locustfile.py sets it) and, with no other worker left, stopped the run before a
+            # request was sent (seen on 2 loaded cores).
             if time.monotonic() - yielded > 0.2:
                 gevent.sleep(0.001)  # sleep(0) runs ready greenlets only; this runs the loop's timers too
                 yielded = time.monotonic()

@@ -111,3 +111,36 @@ def test_a_workers_setup_reads_its_files_off_the_event_loop(tmp_path: Path) -> N
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["took"] > 1.5 and got["mine"] > 0, got
     assert got["max_gap"] < 0.5, got  # old code: one gap as long as the whole read
+
+
+def test_a_setup_error_read_off_the_loop_is_raised_on_it_once(tmp_path: Path) -> None:
+    """A manifest that does not load fails the worker's setup through the locustfile's own error
+    path (`_setup_failed` logs it once): gevent's pool, left to itself, prints its own bare
+    traceback to the worker's log first."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    probe = (
+        "import sys, types\n"
+        "from loadgen import locustfile\n"
+        "from locust.argument_parser import get_parser\n"
+        "opts = get_parser().parse_args(['--manifest', sys.argv[1], '--fleet', 'g6', '--records-dir', sys.argv[2]])\n"
+        "env = types.SimpleNamespace(parsed_options=opts, host='http://127.0.0.1:9', runner=None)\n"
+        "try:\n"
+        "    locustfile._make_replayer(env)\n"
+        "except Exception as exc:\n"
+        "    print('raised', type(exc).__name__, exc)\n"
+    )
+    missing = tmp_path / "no-such-manifest.yaml"
+    out = subprocess.run(
+        [sys.executable, "-c", probe, str(missing), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.startswith("raised ") and str(missing) in out.stdout, out.stdout
+    assert "Traceback" not in out.stderr and "failed with" not in out.stderr, out.stderr[-3000:]
