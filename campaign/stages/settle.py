@@ -141,7 +141,9 @@ def settle(
             )
             break
         hourly = report_hourly_usd(rep, m)
-        over, usd = _over_budget(cfg, out, hourly, {n: p for n, (_, p, _) in plans.items()}, drain, overhead)
+        over, usd = _over_budget(
+            cfg, out, hourly, {n: p for n, (_, p, _) in plans.items()}, drain, overhead, _sequential(concurrent, plans)
+        )
         out.over_budget = [f"{n}: {why}" for n, why in sorted(over.items())]
         if len(over) == len(plans):
             out.stopped, out.detail = SettleStop.BUDGET, "; ".join(out.over_budget)
@@ -166,12 +168,12 @@ def settle(
         SettleProgress(  # what the round reserves counts as spent if the run is cut off in it
             outcome=out,
             pending=[d.relative_to(capacity_root).as_posix() for _, _, d in plans.values()],
-            pending_seconds=max(p.span_s + drain[n] + overhead[n] for n, (_, p, _) in plans.items()),
+            pending_seconds=_wall({n: p.span_s + drain[n] + overhead[n] for n, (_, p, _) in plans.items()}, concurrent),
             pending_usd=round_usd,
         ).write(capacity_root)
         took = _run_round(runner, plans, offsets, stop, concurrent)
         _record_round(out, plans, took, offsets, capacity_root, log)
-        out.seconds += max(took.values())
+        out.seconds += _wall(took, concurrent)
         out.usd += sum(_usd(hourly[n], took[n]) for n in plans)  # what each segment held its fleet for
         before = _evidence(rep)
         rep = report()
@@ -268,9 +270,11 @@ def _over_budget(
     plans: Mapping[str, StepPlan],
     drain: Mapping[str, float],
     overhead: Mapping[str, float],
+    sequential: bool = False,
 ) -> tuple[dict[str, str], dict[str, float]]:
     """The fleets whose next segment does not fit what is left of the settle budget (and why),
-    and the USD of those that do."""
+    and the USD of those that do. `sequential`: the round's segments run one after another (a CPU
+    engine per fleet on one machine's cores), so they fit the seconds left together, the shortest first."""
     # Each fleet's segment on its own: one fleet needing more than the budget must not keep
     # the other from the few requests that bound its interval (a marginal SLO can need
     # thousands at one fleet and tens at the other). The budget counts a round's wall time, so
@@ -279,13 +283,26 @@ def _over_budget(
     # The runner's own start and stop (on AWS, Fargate tasks: a minute or more) is wall time and
     # billed instance time too, so it counts as the search's steps measured it.
     left_s = cfg.settle_budget_s - out.seconds
-    over = {
-        n: f"its next segment needs about {p.span_s:.0f} s of arrivals, {drain[n]:.0f} s to drain and "
-        f"{overhead[n]:.0f} s to start and stop the load generator; "
-        f"{max(left_s, 0):.0f} s of the {cfg.settle_budget_s:g} s settle budget are left"
-        for n, p in plans.items()
-        if p.span_s + drain[n] + overhead[n] > left_s
-    }
+    over: dict[str, str] = {}
+    before = 0.0  # a sequential round's segments that run before this one
+    for n, p in sorted(plans.items(), key=lambda item: item[1].span_s + drain[item[0]] + overhead[item[0]]):
+        need_s = p.span_s + drain[n] + overhead[n]
+        if before + need_s > left_s:
+            after = f" after the {before:.0f} s of the round's segments before it" if before else ""
+            over[n] = (
+                f"its next segment needs about {p.span_s:.0f} s of arrivals, {drain[n]:.0f} s to drain and "
+                f"{overhead[n]:.0f} s to start and stop the load generator{after}; "
+                f"{max(left_s, 0):.0f} s of the {cfg.settle_budget_s:g} s settle budget are left"
+            )
+        elif sequential:
+            before += need_s
+    if cfg.settle_budget_usd is not None:  # a cap it cannot apply: the segment does not run unbounded
+        over |= {
+            n: f"its segment has no price (the report has no On-Demand price for the fleet's instances), so the "
+            f"{cfg.settle_budget_usd:g} USD settle budget cannot bound it"
+            for n in plans
+            if n not in over and hourly.get(n) is None
+        }
     usd = {n: _usd(hourly.get(n), p.span_s + drain[n] + overhead[n]) for n, p in plans.items() if n not in over}
     left_usd = None if cfg.settle_budget_usd is None else cfg.settle_budget_usd - out.usd
     while left_usd is not None and usd and sum(usd.values()) > left_usd:  # drop the dearest until it fits
@@ -337,6 +354,17 @@ def _flipped(rep: Report, fleet: str, step: str) -> str:
     return f"{step} missed over {st.requests} requests with its segments (P95 TTFT {ttft}, P95 ITL {itl})"
 
 
+def _sequential(concurrent: int | None, plans: Mapping[str, object]) -> bool:
+    return concurrent is not None and concurrent < len(plans)
+
+
+def _wall(seconds: Mapping[str, float], concurrent: int | None) -> float:
+    """A round's wall time from its segments' seconds: the longest when the fleets run side by side,
+    their sum when fewer run at once (until 2026-12-07 always the longest, so a local round of CPU
+    engines, one fleet after the other, spent about twice the seconds its budget counted)."""
+    return sum(seconds.values()) if _sequential(concurrent, seconds) else max(seconds.values())
+
+
 def _usd_text(usd: float) -> str:
     """Cents from a dollar up; below, three significant digits (a rehearsal's budget is cents)."""
     return f"{usd:.2f}" if usd >= 1 else f"{usd:.3g}"
@@ -347,7 +375,8 @@ def _usd(hourly: float | None, seconds: float) -> float:
     tasks for the segment's whole wall time (arrivals, drain, the load generator's start and stop:
     the instances serve, and bill, throughout), as decision.to_settle prices its minutes. Until
     2026-12-07 the arrivals alone were priced, and a segment to_settle did not list (one a fleet
-    owes, on a settled decision) at 0. 0: no instance price."""
+    owes, on a settled decision) at 0. 0: no instance price (with a USD budget such a segment does
+    not run: _over_budget)."""
     return 0.0 if hourly is None else hourly * seconds / 3600.0
 
 

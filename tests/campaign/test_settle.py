@@ -315,3 +315,73 @@ def test_a_sizing_step_that_misses_pooled_with_its_segment_reopens_the_search(tm
     path = read_search_path(tmp_path / "inf2")
     assert path is not None and path.steps[0].verdict is Verdict.MISSED
     assert path.steps[0].detail.startswith("missed pooled with its settle segments: inf2/x0.5 missed over 82")
+
+
+def test_a_segment_with_no_price_does_not_run_under_a_usd_budget(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
+    """A report with no instance price (a price gap) priced every segment 0 USD, so a USD budget
+    let the phase run unbounded: with a budget such a segment sits out, saying why; without one
+    it runs, at 0 USD as nothing can price it."""
+    unpriced = _report(10)
+    unpriced.provenance = {}
+    manifest_data["workload"]["capacity_search"]["settle_budget_usd"] = 5.0
+    m = load_manifest(write_manifest(tmp_path, manifest_data, "usd.yaml"), check_files=False)
+    runner = FakeRunner(m)
+    out = settle(m, runner, tmp_path / "a", _search(tmp_path / "a"), lambda: unpriced, threading.Event())
+    assert out.stopped == "budget" and not runner.calls
+    assert out.detail == (
+        "inf2: its segment has no price (the report has no On-Demand price for the fleet's instances), "
+        "so the 5 USD settle budget cannot bound it"
+    )
+    manifest_data["workload"]["capacity_search"].pop("settle_budget_usd")
+    m = load_manifest(write_manifest(tmp_path, manifest_data, "free.yaml"), check_files=False)
+    runner = FakeRunner(m)
+    reports = iter([unpriced, _report(None, "go", (3500.0, 5000.0))])
+    out = settle(m, runner, tmp_path / "b", _search(tmp_path / "b"), lambda: next(reports), threading.Event())
+    assert [c[0] for c in runner.calls] == ["inf2"] and out.usd == 0.0
+
+
+def test_fleets_measured_one_after_another_spend_the_sum_of_their_segments(
+    tmp_path: Path, manifest_data: dict[str, Any]
+) -> None:
+    """`concurrent` 1 (locally, a CPU engine per fleet, measured one at a time): a round takes its
+    segments' times added up, and they fit the budget together. Until 2026-12-07 a round counted
+    its longest segment, so such a phase spent about twice the seconds its budget allowed."""
+
+    def two_fleets(root: Path) -> dict[str, Path]:
+        dirs = _search(root)
+        step = SearchStep("x0.5", 0.5, "bisect", STEP_SPAN_S, Verdict.HELD, 72, STEP_SPAN_S, 0.6, 20.0, 1.5, 0.08, 0.0)
+        write_search_path(SearchPath("g6", (step,), 0.5, 0.55, StopRule.CONVERGED, "within 10%", 0.1), root / "g6")
+        (root / "g6" / "x0.5").mkdir(parents=True)
+        dirs["g6/x0.5"] = root / "g6" / "x0.5"
+        return dirs
+
+    both = _report(10)
+    both.decision.to_settle.by_fleet = {
+        n: SimpleNamespace(more_requests=n_more) for n, n_more in (("inf2", 10), ("g6", 20))
+    }
+    both.fleets = {n: _row(f"{n}/x0.5") for n in ("inf2", "g6")}
+    manifest_data["workload"]["capacity_search"].pop("settle_budget_s", None)  # the default, 600 s: both fit
+    m = load_manifest(write_manifest(tmp_path, manifest_data, "seq.yaml"), check_files=False)
+    runner = FakeRunner(m)
+    reports = iter([both, _report(None, "go", (3500.0, 5000.0))])
+    out = settle(
+        m, runner, tmp_path / "a", two_fleets(tmp_path / "a"), lambda: next(reports), threading.Event(), concurrent=1
+    )
+    took = {c[0]: c[1].span_s + 5.0 for c in runner.calls}  # FakeRunner: arrivals + 5 s
+    assert sorted(took) == ["g6", "inf2"] and out.seconds == pytest.approx(sum(took.values()))
+    # A budget that holds either segment alone (its arrivals and the step's 20 s drain) but not both:
+    # the shorter runs, the other sits out, saying it comes after it.
+    need = {n: t - 5.0 + 20.0 for n, t in took.items()}
+    manifest_data["workload"]["capacity_search"]["settle_budget_s"] = max(need.values()) + 1.0
+    m = load_manifest(write_manifest(tmp_path, manifest_data, "tight.yaml"), check_files=False)
+    runner = FakeRunner(m)
+    reports = iter([both, _report(None, "go", (3500.0, 5000.0))])
+    out = settle(
+        m, runner, tmp_path / "b", two_fleets(tmp_path / "b"), lambda: next(reports), threading.Event(), concurrent=1
+    )
+    shorter, longer = sorted(need, key=lambda n: need[n])
+    assert [c[0] for c in runner.calls] == [shorter], out.over_budget
+    assert (
+        out.over_budget[0].startswith(f"{longer}: its next segment needs about")
+        and "round's segments before it" in out.over_budget[0]
+    )
