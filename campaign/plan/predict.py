@@ -39,11 +39,10 @@ from core.cloud_contract import (
     CONDUCTOR_TASK_VCPU,
     HEALTH_GRACE_MIN,
     INTERFACE_ENDPOINT_SERVICES,
-    LOADGEN_TASK_MEMORY_GIB,
-    LOADGEN_TASK_VCPU,
     NAT_GATEWAYS,
     PROMETHEUS_TASK_MEMORY_GIB,
     PROMETHEUS_TASK_VCPU,
+    loadgen_task_hourly_usd,
 )
 from core.errors import CampaignError
 from core.manifest import CapacitySearch, Issue, Manifest, weight_bytes
@@ -367,7 +366,7 @@ def infrastructure_cost(m: Manifest, total_min: float, load_min: float, fleets_m
         return None
     tasks = len(m.fleets) * (1 + m.loadgen.workers)
     return {
-        "loadgen_tasks": tasks * (LOADGEN_TASK_VCPU * vcpu + LOADGEN_TASK_MEMORY_GIB * gib) * load_min / 60,
+        "loadgen_tasks": tasks * loadgen_task_hourly_usd(vcpu, gib) * load_min / 60,
         "conductor": (CONDUCTOR_TASK_VCPU * vcpu + CONDUCTOR_TASK_MEMORY_GIB * gib) * fleets_min / 60,
         # stacks/observability.py's Prometheus service (desired_count 1; its task's size is
         # core.cloud_contract's PROMETHEUS_TASK_*) runs from deploy to teardown, the compile phase and
