@@ -20,6 +20,7 @@ from core.manifest import load_manifest
 from core.schedule import ScheduledRequest, build_schedule
 from loadgen.prompts import PromptBuilder
 from runtime.emulator import EmulatorConfig, create_app
+from runtime.emulator.timing import TimingModel
 from tests.analysis.synth import rec, write_jsonl
 from tests.conftest import write_manifest
 
@@ -74,12 +75,22 @@ def test_shared_trace_blocks_hit_the_emulators_prefix_cache_on_gpu_vllm_only(
     builder = PromptBuilder(m, "chat")
     reqs = [_req(0, (1, 2, 3)), _req(1, (1, 2, 4)), _req(2, (7, 8, 9))]  # 1 shares 1,024 words with 0; 2 shares none
     bodies = [{"model": MODEL, "max_tokens": 4, **builder.build(r).payload_fields()} for r in reqs]
-    ttft, text = _serve(EmulatorConfig.from_manifest(m, "g6"), bodies)
-    queries, hits = _counter(text, "vllm:prefix_cache_queries_total"), _counter(text, "vllm:prefix_cache_hits_total")
-    assert queries == 3 * 1100
-    # the template's header plus the two shared 512-word blocks, in whole 16-token pages
-    assert 1024 <= hits < 1100 and hits % 16 == 0
-    assert ttft[1] < 0.5 * ttft[0] and ttft[1] < 0.5 * ttft[2]
+    # Three fresh servers, the same three requests each: wall-clock noise only adds to a TTFT, so
+    # each request's fastest of three is compared.
+    runs = [_serve(EmulatorConfig.from_manifest(m, "g6"), bodies) for _ in range(3)]
+    for _, text in runs:
+        queries = _counter(text, "vllm:prefix_cache_queries_total")
+        hits = _counter(text, "vllm:prefix_cache_hits_total")
+        assert queries == 3 * 1100
+        # the template's header plus the two shared 512-word blocks, in whole 16-token pages
+        assert 1024 <= hits < 1100 and hits % 16 == 0
+    ttft = [min(t[i] for t, _ in runs) for i in range(3)]
+    # The hit saves the prefill of the cached tokens as the fleet's timing model prices it (about
+    # 0.12 s of 0.19 s here); the load's overhead lands on both sides of the difference.
+    timing = TimingModel.for_fleet(m, m.fleet("g6"))
+    saved = timing.step_s(1100, 1100, 0) - timing.step_s(1100, 1100 - int(hits), 0)
+    assert saved > 0.05
+    assert ttft[0] - ttft[1] > 0.5 * saved and ttft[2] - ttft[1] > 0.5 * saved, (ttft, saved)
     # vLLM on Neuron has no prefix cache here: the same requests all miss.
     _, text = _serve(EmulatorConfig.from_manifest(m, "inf2"), bodies)
     assert _counter(text, "vllm:prefix_cache_hits_total") == 0
