@@ -103,7 +103,9 @@ test: setup
 # 38 s, the longest part of `make test`, 2026-12-07). The real-engine tests run last, alone: one
 # compares our client's timings with vLLM's own client against one engine, and beside the two
 # suites on 2 cores vLLM's heavier client lagged (its TTFT p75 0.46 s against our 0.04 s, twice,
-# 2026-12-05; 0.19 s against 0.04 s beside a nice-10 process and other work, 2026-12-07). The tests
+# 2026-12-05; 0.19 s against 0.04 s beside a nice-10 process and other work, 2026-12-07); their
+# process starts with the rest at nice 10 so that its engine loads meanwhile (66 s alone), and
+# holds its tests until the rest is done (REAL_ENGINE_AFTER, tests/real_engine/conftest.py). The tests
 # with no timing subject and no real server run beside them at nice 10, in three processes: tests/stacks
 # (CDK synthesis in jsii's node child, and its linters), the analysis, the manifest and core and the
 # invariants (LOGIC_TESTS), and the plan, the simulated stages, the package and the boot scripts' IAM
@@ -136,7 +138,8 @@ STACKS_TESTS := tests/stacks
 LOGIC_TESTS := $(filter-out $(LOGIC_REAL_TIME),$(wildcard tests/analysis/test_*.py tests/core/test_*.py tests/invariants/test_*.py))
 pytest: SHELL := /bin/bash
 pytest: setup
-	@set -o pipefail; main=0; side=0; campaigns=0; stacks=0; logic=0; simulated=0; alone=0; checks=0; pid=""; bpid=""; spid=""; lpid=""; mpid=""; cpid=""; \
+	@set -o pipefail; main=0; side=0; campaigns=0; stacks=0; logic=0; simulated=0; alone=0; checks=0; pid=""; bpid=""; spid=""; lpid=""; mpid=""; cpid=""; epid=""; \
+	rm -f .test-real-engine.go; REAL_ENGINE_AFTER=$(CURDIR)/.test-real-engine.go nice -n 10 $(PY) -m pytest $(ALONE_TESTS) -q > .test-alone.log 2>&1 & epid=$$!; \
 	if [ -n "$(CHECKS)" ]; then nice -n 10 $(MAKE) --no-print-directory -j3 --output-sync=target $(CHECKS) > .test-checks.log 2>&1 & cpid=$$!; fi; \
 	$(PY) -m pytest tests/cloud --ignore=tests/cloud/test_cloud_path.py -q > .test-side.log 2>&1 & pid=$$!; \
 	$(PY) -m pytest $(CAMPAIGN_TESTS) -q > .test-campaigns.log 2>&1 & bpid=$$!; \
@@ -150,8 +153,8 @@ pytest: setup
 	wait $$pid || side=$$?; echo "== tests/cloud but its cloud path (own process, ran alongside)"; cat .test-side.log; \
 	wait $$bpid || campaigns=$$?; echo "== $(CAMPAIGN_TESTS) (own process, ran alongside)"; cat .test-campaigns.log; \
 	if [ -n "$$cpid" ]; then wait $$cpid || checks=$$?; echo "== $(CHECKS) (at nice 10, ran alongside)"; cat .test-checks.log; fi; \
-	echo "== $(ALONE_TESTS) (alone, after the rest)"; \
-	$(PY) -m pytest $(ALONE_TESTS) -q 2>&1 | tee .test-alone.log || alone=$$?; \
+	touch .test-real-engine.go; wait $$epid || alone=$$?; rm -f .test-real-engine.go; \
+	echo "== $(ALONE_TESTS) (its engine loaded beside the rest; its tests alone, after them)"; cat .test-alone.log; \
 	tools/test-total.sh .test-main.log .test-stacks.log .test-logic.log .test-simulated.log .test-side.log .test-campaigns.log .test-alone.log; \
 	if [ $$checks -ne 0 ]; then echo "make $(CHECKS): failed (exit $$checks; its output above)"; fi; \
 	for rc in $$main $$stacks $$logic $$simulated $$side $$campaigns $$alone $$checks; do if [ $$rc -ne 0 ]; then exit $$rc; fi; done
