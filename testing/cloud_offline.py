@@ -546,9 +546,14 @@ def kill_run(data: dict[str, Any]) -> None:
     fits the 120 s budget). With the replay counted, a search could end before its first step, and
     the kill then fell after it: the one time the kills failed (make test, 2026-12-07: the resumed
     run put no search.json, "the run finished before the upload kill") fits that, though its log
-    did not say. As many steps run either way: the replay and one step per fleet (max_steps 2)."""
+    did not say. As many steps run either way: the replay and one step per fleet (max_steps 2).
+    One Locust worker a step, where the example has two: the kills are the conductor's, and each
+    step's processes start afresh (as Fargate tasks do), a worker about 4.6 CPU-s of the 2 shared
+    cores (2026-12-07); the rehearsal (tests/cloud/test_cloud_path.py) keeps two and checks each
+    worker's records."""
     short_run(data)
     data["workload"]["capacity_search"].update(min_requests=14, min_multiplier=0.5)
+    data["loadgen"]["workers"] = 1
 
 
 def offline_manifest(src: Path, workdir: Path, change: Any = None) -> Path:
