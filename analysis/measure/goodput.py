@@ -474,7 +474,7 @@ def _fetch_numpy(rs: RecordSet, sql: str, params: Mapping[str, object]) -> dict[
 def _one_ahead(fetch: Callable[[K], V], keys: Iterable[K]) -> Iterator[tuple[K, V]]:
     """(key, fetch(key)) for each key in turn, the next key's fetch running in a thread while the
     caller works on this one's result. A fetch is duckdb on both cores turning into a single-threaded
-    conversion to numpy; the caller's work is numpy sorts and searches, each on one core: overlapped,
+    conversion to numpy; the caller's work is numpy passes over the arrays (_peak), on one core: overlapped,
     they keep both cores busy (the wall time falls, not the CPU time)."""
     todo = list(keys)
     with ThreadPoolExecutor(1) as pool:
@@ -515,7 +515,10 @@ def _peak(starts: npt.NDArray[np.float64], ends: npt.NDArray[np.float64]) -> int
     def bin_of(t: npt.NDArray[np.float64]) -> npt.NDArray[np.intp]:
         if scale == 0.0:
             return np.zeros(len(t), dtype=np.intp)
-        return np.minimum(((t - lo) * scale).astype(np.intp), bins - 1)  # the last end lands on `bins`
+        x = t - lo
+        x *= scale
+        b = x.astype(np.intp)
+        return np.minimum(b, bins - 1, out=b)  # the last end lands on `bins`
 
     at_s, at_e = bin_of(starts), bin_of(ends)
     n_s, n_e = np.bincount(at_s, minlength=bins), np.bincount(at_e, minlength=bins)
