@@ -512,15 +512,18 @@ def _peak(starts: npt.NDArray[np.float64], ends: npt.NDArray[np.float64]) -> int
     # A span that is not finite (a NaN or infinite time) puts every time in one bin: all exact.
     scale = bins / span if np.isfinite(span) and span > 0 else 0.0
 
-    def bin_of(t: npt.NDArray[np.float64]) -> npt.NDArray[np.intp]:
+    def bin_of(t: npt.NDArray[np.float64], scratch: npt.NDArray[np.float64] | None = None) -> npt.NDArray[np.intp]:
         if scale == 0.0:
             return np.zeros(len(t), dtype=np.intp)
-        x = t - lo
+        x = np.subtract(t, lo, out=scratch)
         x *= scale
         b = x.astype(np.intp)
         return np.minimum(b, bins - 1, out=b)  # the last end lands on `bins`
 
-    at_s, at_e = bin_of(starts), bin_of(ends)
+    # One scratch array for both (as many starts as ends): new pages cost as much as the arithmetic
+    scratch = np.empty_like(starts)
+    at_s, at_e = bin_of(starts, scratch), bin_of(ends, scratch)
+    del scratch
     n_s, n_e = np.bincount(at_s, minlength=bins), np.bincount(at_e, minlength=bins)
     before_s, before_e = np.cumsum(n_s) - n_s, np.cumsum(n_e) - n_e  # starts and ends in earlier bins
     level = before_s - before_e  # in flight at each bin's start
