@@ -512,12 +512,13 @@ def _peak(starts: npt.NDArray[np.float64], ends: npt.NDArray[np.float64]) -> int
     # A span that is not finite (a NaN or infinite time) puts every time in one bin: all exact.
     scale = bins / span if np.isfinite(span) and span > 0 else 0.0
 
-    def bin_of(t: npt.NDArray[np.float64], scratch: npt.NDArray[np.float64] | None = None) -> npt.NDArray[np.intp]:
+    def bin_of(t: npt.NDArray[np.float64], scratch: npt.NDArray[np.float64] | None = None) -> npt.NDArray[np.int32]:
+        # int32: half the memory of the default, and bins (a sixteenth of the starts) fit in it
         if scale == 0.0:
-            return np.zeros(len(t), dtype=np.intp)
+            return np.zeros(len(t), dtype=np.int32)
         x = np.subtract(t, lo, out=scratch)
         x *= scale
-        b = x.astype(np.intp)
+        b = x.astype(np.int32)
         return np.minimum(b, bins - 1, out=b)  # the last end lands on `bins`
 
     # One scratch array for both (as many starts as ends): new pages cost as much as the arithmetic
