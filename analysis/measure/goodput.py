@@ -590,12 +590,15 @@ def _latency_values(column: str, where: str) -> str:
     In two parts, as LATENCY_SQL reads: a request not abandoned gives its column as it is, an
     abandoned one goes through the CASE. duckdb decodes every column an expression names, so the
     first part reads only the column itself, and the second part's filter skips the row groups
-    whose statistics hold no abandoned request (the ITL fetch: a fifth to a third less CPU)."""
+    whose statistics hold no abandoned request (the ITL fetch: a fifth to a third less CPU). The
+    first part's test is IS DISTINCT FROM, what `NOT coalesce(outcome = ..., false)` means: scanning
+    100 million TTFTs with it took 2.6-3.0 CPU s, against 3.1-3.4 s (2.3-2.4 s with no outcome test)."""
     if column not in LATENCY_SQL:
         raise ValueError(f"no latency column {column!r}")
     v = LATENCY_SQL[column]
     return f"""SELECT fleet, CAST({column} AS DOUBLE) AS v FROM records
-            WHERE {where} AND NOT warmup AND {column} IS NOT NULL AND NOT coalesce({_ABANDONED}, false)
+            WHERE {where} AND NOT warmup AND {column} IS NOT NULL
+              AND outcome IS DISTINCT FROM '{Outcome.SLO_ABANDONED.value}'
             UNION ALL
             SELECT fleet, CAST({v} AS DOUBLE) FROM records WHERE {where} AND NOT warmup AND {_ABANDONED} AND {v} IS NOT NULL"""
 
