@@ -109,15 +109,18 @@ def tally(rs: RecordSet, slos: Iterable[tuple[float, float]]) -> None:
     TTFT and ITL stand against the SLOs' targets: how many of the distinct TTFT targets its TTFT is
     within (NULL without a TTFT), and how many ITL targets its ITL is (NULL without an ITL). Being
     within a target means being within every larger one, so a request within c of m targets is
-    within the c largest, and its verdict under each SLO follows (_within). One comparison per
-    request and distinct target: the verdicts themselves, one expression per SLO grouped as bits,
-    cost the scan twice as much (1.0 against 0.56 s of its 1.9 s at 10 million records, 3 SLOs)."""
+    within the c largest, and its verdict under each SLO follows (_within). The count is a CASE
+    tried from the smallest target up, the first it is within giving it: the verdicts themselves,
+    one expression per SLO grouped as bits, cost the scan twice as much as a sum of one comparison
+    per target (1.0 against 0.56 s of its 1.9 s at 10 million records, 3 SLOs), and that sum about
+    2 CPU s more than the CASE (the scan at 100 million records: 18.2-18.9 against 15.9-16.9 CPU s)."""
     slos = list(dict.fromkeys(slos))
     ttfts, itls = sorted({t for t, _ in slos}), sorted({i for _, i in slos})
     params = {f"t{j}": t for j, t in enumerate(ttfts)} | {f"i{j}": i for j, i in enumerate(itls)}
 
     def within_sql(column: str, p: str, targets: list[float]) -> str:
-        return " + ".join(f"CAST({column} <= ${p}{j} AS INTEGER)" for j in range(len(targets))) or "0"
+        arms = " ".join(f"WHEN {column} <= ${p}{j} THEN {len(targets) - j}" for j in range(len(targets)))
+        return f"CASE {arms} WHEN {column} IS NOT NULL THEN 0 END"
 
     rows = rs.con.execute(
         f"""SELECT fleet, warmup, outcome, {SEGMENT_SQL} AS segment, itl_s IS NOT NULL AS has_itl, itl_basis,
