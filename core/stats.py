@@ -176,8 +176,15 @@ def quantile_ci_at(
         return QuantileCI(q, 0, None, None, None, 0, 1, 1.0)
     lo, hi, cov = quantile_ranks(n, q, confidence)
     point = nearest_rank(n, q)
-    v = at(sorted({point} | {r for r in (lo, hi) if 1 <= r <= n}))
+    v = at(quantile_ci_ranks(n, q, confidence))
     return QuantileCI(q, n, v[point], v.get(lo), v.get(hi), lo, hi, cov)
+
+
+def quantile_ci_ranks(n: int, q: float = 0.95, confidence: float = CONFIDENCE) -> list[int]:
+    """The 1-based ranks quantile_ci_at reads of a sample of n values (n >= 1), sorted: for a
+    caller that finds the order statistics before it asks for the interval."""
+    lo, hi, _ = quantile_ranks(n, q, confidence)
+    return sorted({nearest_rank(n, q)} | {r for r in (lo, hi) if 1 <= r <= n})
 
 
 def min_n_bounded_upper(q: float = 0.95, confidence: float = CONFIDENCE) -> int:

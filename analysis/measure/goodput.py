@@ -109,15 +109,18 @@ def tally(rs: RecordSet, slos: Iterable[tuple[float, float]]) -> None:
     TTFT and ITL stand against the SLOs' targets: how many of the distinct TTFT targets its TTFT is
     within (NULL without a TTFT), and how many ITL targets its ITL is (NULL without an ITL). Being
     within a target means being within every larger one, so a request within c of m targets is
-    within the c largest, and its verdict under each SLO follows (_within). One comparison per
-    request and distinct target: the verdicts themselves, one expression per SLO grouped as bits,
-    cost the scan twice as much (1.0 against 0.56 s of its 1.9 s at 10 million records, 3 SLOs)."""
+    within the c largest, and its verdict under each SLO follows (_within). The count is a CASE
+    tried from the smallest target up, the first it is within giving it: the verdicts themselves,
+    one expression per SLO grouped as bits, cost the scan twice as much as a sum of one comparison
+    per target (1.0 against 0.56 s of its 1.9 s at 10 million records, 3 SLOs), and that sum about
+    2 CPU s more than the CASE (the scan at 100 million records: 18.2-18.9 against 15.9-16.9 CPU s)."""
     slos = list(dict.fromkeys(slos))
     ttfts, itls = sorted({t for t, _ in slos}), sorted({i for _, i in slos})
     params = {f"t{j}": t for j, t in enumerate(ttfts)} | {f"i{j}": i for j, i in enumerate(itls)}
 
     def within_sql(column: str, p: str, targets: list[float]) -> str:
-        return " + ".join(f"CAST({column} <= ${p}{j} AS INTEGER)" for j in range(len(targets))) or "0"
+        arms = " ".join(f"WHEN {column} <= ${p}{j} THEN {len(targets) - j}" for j in range(len(targets)))
+        return f"CASE {arms} WHEN {column} IS NOT NULL THEN 0 END"
 
     rows = rs.con.execute(
         f"""SELECT fleet, warmup, outcome, {SEGMENT_SQL} AS segment, itl_s IS NOT NULL AS has_itl, itl_basis,
@@ -426,10 +429,10 @@ def peak_in_flight(rs: RecordSet) -> dict[str, int]:
     sent, or without an E2E (errors whose end is unknown), are not counted. Ends count before
     starts at the same instant, so back-to-back requests do not overlap.
 
-    The count only rises at a start, so the peak is the largest, over the sorted starts s_k, of
-    (k + 1) - #(ends <= s_k): two numpy sorts and binary searches (_peak), where a SQL running sum
-    over every start and end event sorts twice as many rows in one window (8.5 s of a
-    10-million-record report, bench/analysis_throughput.py). Computed once per record set
+    The count only rises at a start, so the peak is the largest, over the starts s, of
+    #(starts <= s) - #(ends <= s): counted per time bin in numpy, only the bins that may hold it
+    sorted (_peak), where a SQL running sum over every start and end event sorts twice as many
+    rows in one window (8.5 s of a 10-million-record report, bench/analysis_throughput.py). Computed once per record set
     (RecordSet.derived): the saturation check and the capacity steps both read it."""
     if ("peak_in_flight",) in rs.derived:
         known: dict[str, int] = rs.derived[("peak_in_flight",)]
@@ -474,7 +477,7 @@ def _fetch_numpy(rs: RecordSet, sql: str, params: Mapping[str, object]) -> dict[
 def _one_ahead(fetch: Callable[[K], V], keys: Iterable[K]) -> Iterator[tuple[K, V]]:
     """(key, fetch(key)) for each key in turn, the next key's fetch running in a thread while the
     caller works on this one's result. A fetch is duckdb on both cores turning into a single-threaded
-    conversion to numpy; the caller's work is numpy sorts and searches, each on one core: overlapped,
+    conversion to numpy; the caller's work is numpy passes over the arrays (_peak), on one core: overlapped,
     they keep both cores busy (the wall time falls, not the CPU time)."""
     todo = list(keys)
     with ThreadPoolExecutor(1) as pool:
@@ -487,26 +490,60 @@ def _one_ahead(fetch: Callable[[K], V], keys: Iterable[K]) -> Iterator[tuple[K, 
             del got
 
 
-_PEAK_BLOCK = 1 << 16  # starts searched at once by _peak
+# Starts per time bin, on average, in _peak: few enough that a bin's bound (in flight at its start
+# plus its starts) is within the level's own ups and downs, so that only bins near the peak are
+# computed exactly (the bench's level wanders by about 40 around 58,000 in flight).
+_PEAK_BIN_STARTS = 16
 
 
 def _peak(starts: npt.NDArray[np.float64], ends: npt.NDArray[np.float64]) -> int:
-    """max over k of (k + 1) - #(ends <= s_k), the starts s_k sorted; sorts both arrays in place.
+    """max over the starts s of #(starts <= s) - #(ends <= s) (0 without starts): the number in flight
+    just after each start, ends counted before starts at the same instant.
 
-    The starts are taken a block at a time, and each block's ends are searched only between the
-    block's first and last start: twice as fast over 50 million requests as one search of the
-    whole array per start, and no array the size of the input is allocated beside the two."""
-    # The two sorts side by side: numpy releases the GIL while it sorts, and the report's other
-    # work waits for these (5 of its 70 CPU seconds at 100 million records).
-    with ThreadPoolExecutor(2) as pool:
-        list(pool.map(np.ndarray.sort, (starts, ends)))
-    peak = 0
-    for a in range(0, len(starts), _PEAK_BLOCK):
-        block = starts[a : a + _PEAK_BLOCK]
-        lo, hi = np.searchsorted(ends, [block[0], block[-1]], side="right")
-        ended = lo + np.searchsorted(ends[lo:hi], block, side="right")  # #(ends <= s_k)
-        peak = max(peak, int((np.arange(a + 1, a + 1 + len(block)) - ended).max()))
-    return peak
+    Without sorting every time: the times are binned (a monotone function of the time, so every
+    time in a bin is above every time in an earlier one), and counting per bin gives the number in
+    flight at each bin's start exactly. That number is at most the peak (it is reached at the last
+    start before the bin), and a bin's starts can raise it by no more than their count: only the
+    bins where that bound passes the best number at a bin's start can hold the peak, and only
+    their times are sorted and searched (the bench's: about one start in a thousand, against two
+    sorts of 50 million times and a search of every start, 12 of the report's 59 CPU seconds at
+    100 million records)."""
+    if not len(starts):
+        return 0
+    lo, span = float(starts.min()), float(ends.max()) - float(starts.min())
+    bins = max(len(starts) // _PEAK_BIN_STARTS, 1)
+    # A span that is not finite (a NaN or infinite time) puts every time in one bin: all exact.
+    scale = bins / span if np.isfinite(span) and span > 0 else 0.0
+
+    def bin_of(t: npt.NDArray[np.float64], scratch: npt.NDArray[np.float64] | None = None) -> npt.NDArray[np.int32]:
+        # int32: half the memory of the default, and bins (a sixteenth of the starts) fit in it
+        if scale == 0.0:
+            return np.zeros(len(t), dtype=np.int32)
+        x = np.subtract(t, lo, out=scratch)
+        x *= scale
+        b = x.astype(np.int32)
+        return np.minimum(b, bins - 1, out=b)  # the last end lands on `bins`
+
+    # One scratch array for both (as many starts as ends): new pages cost as much as the arithmetic
+    scratch = np.empty_like(starts)
+    at_s, at_e = bin_of(starts, scratch), bin_of(ends, scratch)
+    del scratch
+    n_s, n_e = np.bincount(at_s, minlength=bins), np.bincount(at_e, minlength=bins)
+    before_s, before_e = np.cumsum(n_s) - n_s, np.cumsum(n_e) - n_e  # starts and ends in earlier bins
+    level = before_s - before_e  # in flight at each bin's start
+    best = int(level.max())
+    maybe = level + n_s > best
+    if not maybe.any():
+        return best
+    # The bins that may hold the peak, exactly: each start's count of starts and ends up to it is
+    # the count in the bins before its own plus the count in its own bin up to it, which the
+    # sorted times of those bins alone give (their own earlier bins' counted out).
+    sub_s, sub_e = np.sort(starts[maybe[at_s]]), np.sort(ends[maybe[at_e]])
+    own = bin_of(sub_s)
+    kept_s, kept_e = np.cumsum(n_s * maybe) - n_s * maybe, np.cumsum(n_e * maybe) - n_e * maybe
+    offset = (before_s - kept_s) - (before_e - kept_e)
+    in_flight = offset[own] + np.searchsorted(sub_s, sub_s, side="right") - np.searchsorted(sub_e, sub_s, side="right")
+    return max(best, int(in_flight.max()))
 
 
 def goodput_series(
@@ -549,24 +586,30 @@ def goodput_series(
     return out
 
 
-def latency_array(rs: RecordSet, fleet: str, column: str) -> npt.NDArray[np.float64]:
-    """Non-warmup values of `column` as the P95s take them (LATENCY_SQL), unsorted, as one numpy
-    array straight from duckdb (no Python object per request)."""
+def _latency_values(column: str, where: str) -> str:
+    """SELECT fleet, v: the non-warmup values of `column` as the P95s take them (LATENCY_SQL), of
+    the records `where` selects.
+
+    In two parts, as LATENCY_SQL reads: a request not abandoned gives its column as it is, an
+    abandoned one goes through the CASE. duckdb decodes every column an expression names, so the
+    first part reads only the column itself, and the second part's filter skips the row groups
+    whose statistics hold no abandoned request (the ITL fetch: a fifth to a third less CPU). The
+    first part's test is IS DISTINCT FROM, what `NOT coalesce(outcome = ..., false)` means: scanning
+    100 million TTFTs with it took 2.6-3.0 CPU s, against 3.1-3.4 s (2.3-2.4 s with no outcome test)."""
     if column not in LATENCY_SQL:
         raise ValueError(f"no latency column {column!r}")
     v = LATENCY_SQL[column]
-    # In two parts, as LATENCY_SQL reads: a request not abandoned gives its column as it is, an
-    # abandoned one goes through the CASE. duckdb decodes every column an expression names, so the
-    # first part reads only the column itself, and the second part's filter skips the row groups
-    # whose statistics hold no abandoned request (the ITL fetch: a fifth to a third less CPU).
-    got = _fetch_numpy(
-        rs,
-        f"""SELECT CAST({column} AS DOUBLE) AS v FROM records
-            WHERE fleet = $fleet AND NOT warmup AND {column} IS NOT NULL AND NOT coalesce({_ABANDONED}, false)
+    return f"""SELECT fleet, CAST({column} AS DOUBLE) AS v FROM records
+            WHERE {where} AND NOT warmup AND {column} IS NOT NULL
+              AND outcome IS DISTINCT FROM '{Outcome.SLO_ABANDONED.value}'
             UNION ALL
-            SELECT CAST({v} AS DOUBLE) FROM records WHERE fleet = $fleet AND NOT warmup AND {_ABANDONED} AND {v} IS NOT NULL""",
-        {"fleet": fleet},
-    )["v"]
+            SELECT fleet, CAST({v} AS DOUBLE) FROM records WHERE {where} AND NOT warmup AND {_ABANDONED} AND {v} IS NOT NULL"""
+
+
+def latency_array(rs: RecordSet, fleet: str, column: str) -> npt.NDArray[np.float64]:
+    """Non-warmup values of `column` as the P95s take them (LATENCY_SQL), unsorted, as one numpy
+    array straight from duckdb (no Python object per request)."""
+    got = _fetch_numpy(rs, f"SELECT v FROM ({_latency_values(column, 'fleet = $fleet')})", {"fleet": fleet})["v"]
     return np.asarray(got, dtype=np.float64)
 
 
@@ -576,9 +619,8 @@ CDF_QUANTILES = [round((i + 1) / 50, 6) for i in range(50)]  # the points of a l
 @dataclass(frozen=True)
 class LatencyOrder:
     """One fleet's latencies as the P95s take them (latency_array), reduced to what the report
-    reads of them: the P95 with its 95% interval (core.stats) and the CDF's points. The records
-    are read once per fleet and column for all of them (latency_order): at a hundred million
-    records each read is a fetch and a sort of fifty million values."""
+    reads of them: the P95 with its 95% interval (core.stats) and the CDF's points: about a
+    hundred order statistics, found without reading every value (_order)."""
 
     p95: stats.QuantileCI  # the point is the nearest-rank P95
     cdf: list[tuple[float, float]]  # (latency, cumulative fraction): the nearest-rank quantiles at CDF_QUANTILES
@@ -591,26 +633,65 @@ def latency_order(rs: RecordSet, fleet: str, column: str) -> LatencyOrder:
 
 
 def latency_orders(rs: RecordSet, wanted: Iterable[tuple[str, str]]) -> list[LatencyOrder]:
-    """The LatencyOrder of each (fleet, column), those not yet known computed in turn, each one's
-    fetch running beside the previous one's sort (_one_ahead), and kept with the records."""
+    """The LatencyOrder of each (fleet, column), those not yet known computed in turn (_order), and
+    kept with the records."""
     keys = [("latency_order", fleet, column) for fleet, column in wanted]
-    todo = list(dict.fromkeys(k for k in keys if k not in rs.derived))
-    for key, x in _one_ahead(lambda k: latency_array(rs, str(k[1]), str(k[2])), todo):
-        rs.derived[key] = _order(x)
-        del x  # before the next one's array arrives
+    for key in dict.fromkeys(keys):
+        if key not in rs.derived:
+            rs.derived[key] = _order(rs, str(key[1]), str(key[2]))
     return [rs.derived[k] for k in keys]
 
 
-def _order(x: npt.NDArray[np.float64]) -> LatencyOrder:
-    """The LatencyOrder of latencies x; sorts x in place (x is the caller's own array).
+# Latencies are bucketed by floor(v x 2^16) (15 microseconds): scaling by a power of two is exact,
+# so the bucket is a monotone function of the value and every value in a bucket is above every value
+# in an earlier one. Fine enough that the bench's values (a thousand distinct ones) each have a
+# bucket of their own, and a real run's continuous ones a few thousand values per bucket.
+_LATENCY_BUCKET = "floor(v * 65536.0)"
 
-    Sorted, x gives every rank the interval and the CDF read: numpy's sort of fifty million doubles
-    took a third of the time of the partial sort that placed only those 53 ranks (0.9 against 2.2 s,
-    numpy 2.4)."""
-    x.sort()
-    p95 = stats.quantile_ci_at(len(x), lambda ranks: {r: float(x[r - 1]) for r in ranks})
-    cdf = [(float(x[nearest_rank(len(x), q) - 1]), q) for q in CDF_QUANTILES] if len(x) else []
-    return LatencyOrder(p95, cdf)
+
+def _order(rs: RecordSet, fleet: str, column: str) -> LatencyOrder:
+    """The fleet's LatencyOrder of `column`, reading only the order statistics it needs.
+
+    One grouped scan counts the values per bucket (_LATENCY_BUCKET) with the bucket's least and
+    greatest value; the running counts say which bucket holds each wanted rank, and the rank's
+    value is the bucket's own where its least and greatest are equal (the bench's: every one).
+    Only the other buckets' values are fetched, by value range (every value between a bucket's
+    least and greatest is in it), and sorted. A fetch and sort of every value took 10.5 of the
+    report's 59 CPU seconds at 100 million records; the TTFTs of both fleets, on a loaded machine,
+    8.9 CPU s fetched and sorted against 7.0 counted per bucket. A query per fleet: grouping by the
+    fleet's name beside the bucket cost a quarter more (10 million records)."""
+    values = f"SELECT v FROM ({_latency_values(column, 'fleet = $fleet')})"
+    got = _fetch_numpy(
+        rs,
+        f"SELECT {_LATENCY_BUCKET} AS b, count(*) AS n, min(v) AS least, max(v) AS greatest "
+        f"FROM ({values}) GROUP BY b ORDER BY b",
+        {"fleet": fleet},
+    )
+    ends = np.cumsum(np.asarray(got["n"], dtype=np.int64))  # the running count to each bucket's end
+    least, greatest = np.asarray(got["least"], dtype=np.float64), np.asarray(got["greatest"], dtype=np.float64)
+    n = int(ends[-1]) if len(ends) else 0
+    wanted = ({nearest_rank(n, q) for q in CDF_QUANTILES} | set(stats.quantile_ci_ranks(n))) if n else set()
+    bucket = {r: int(np.searchsorted(ends, r)) for r in sorted(wanted)}  # the first bucket ending at r or after
+    fetch = sorted({i for i in bucket.values() if least[i] != greatest[i]})
+    params: dict[str, object] = {"fleet": fleet}
+    for j, i in enumerate(fetch):
+        params |= {f"l{j}": float(least[i]), f"g{j}": float(greatest[i])}
+    ranges = " OR ".join(f"v BETWEEN $l{j} AND $g{j}" for j in range(len(fetch)))
+    fetched = np.sort(_fetch_numpy(rs, f"{values} WHERE {ranges}", params)["v"]) if fetch else np.array([])
+    at: dict[int, float] = {}
+    for r, i in bucket.items():
+        if least[i] == greatest[i]:
+            at[r] = float(least[i])
+        else:  # r's place among the fetched values: those of earlier buckets, then its own before it
+            below = int(np.searchsorted(fetched, least[i]))
+            at[r] = float(fetched[below + r - (int(ends[i - 1]) if i else 0) - 1])
+    return _order_at(n, at)
+
+
+def _order_at(n: int, at: Mapping[int, float]) -> LatencyOrder:
+    """The LatencyOrder of n values, `at` their order statistics at the ranks it reads."""
+    p95 = stats.quantile_ci_at(n, lambda ranks: {r: at[r] for r in ranks})
+    return LatencyOrder(p95, [(at[nearest_rank(n, q)], q) for q in CDF_QUANTILES] if n else [])
 
 
 def latency_cdf(rs: RecordSet, fleet: str, column: str) -> list[tuple[float, float]]:

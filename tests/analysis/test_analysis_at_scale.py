@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ import pytest
 from analysis.measure import goodput, intervals
 from analysis.sources.records import load_records
 from core import stats
-from core.records import ERROR_OUTCOMES
+from core.records import ERROR_OUTCOMES, Outcome
 from tests.analysis.synth import manifest, rec, write_jsonl
 
 
@@ -266,16 +267,47 @@ def test_a_capacity_interval_is_computed_once_per_step_and_slo(
     assert len(calls) <= len(m.fleets) * 3  # the base SLO and the grid's two SLO cells
 
 
-def test_blockwise_peak_equals_one_search_over_every_start() -> None:
-    """goodput._peak searches the ends a block of starts at a time: over several blocks, with
-    ties between starts and ends, it finds the peak the whole-array search does."""
+def _searched_peak(starts: np.ndarray, ends: np.ndarray) -> int:
+    """The peak by its definition: over the sorted starts s_k, (k + 1) - #(ends <= s_k)."""
+    if not len(starts):
+        return 0
+    s, e = np.sort(starts), np.sort(ends)
+    return int((np.arange(1, len(s) + 1) - np.searchsorted(e, s, side="right")).max())
+
+
+def _peak_cases() -> list[tuple[str, np.ndarray, np.ndarray]]:
     rng = np.random.default_rng(11)
-    n = 3 * goodput._PEAK_BLOCK + 17
-    for starts in (rng.integers(0, 5_000, n).astype(np.float64), rng.random(n) * 1_000):
-        ends = starts + rng.integers(1, 40, n)
-        s, e = np.sort(starts), np.sort(ends)
-        whole = int((np.arange(1, n + 1) - np.searchsorted(e, s, side="right")).max())
-        assert goodput._peak(starts.copy(), ends.copy()) == whole
+    n = 50_000
+    whole = rng.integers(0, 5_000, n).astype(np.float64)  # ties between starts, and with ends
+    uniform = rng.random(n) * 1_000
+    # the bench's shape: two workers send at the same instants, 3% of requests not counted, each 3 s
+    bench = np.repeat(np.arange(n // 2) * 0.0001, 2)
+    bench = bench[rng.random(len(bench)) >= 0.03]
+    burst = np.concatenate([np.arange(n) * 0.01, 123.4 + rng.random(500) * 0.05])  # a spike in a flat level
+    one_instant = np.full(1_000, 5.0)
+    back_to_back = np.arange(1_000, dtype=np.float64)
+    return [
+        ("whole seconds", whole, whole + rng.integers(1, 40, n)),
+        ("uniform", uniform, uniform + rng.random(n) * 10),
+        ("bench-like", bench, bench + 3.0),
+        ("a burst", burst, burst + 1.0),
+        ("every start at one instant", one_instant, one_instant + 1.0),
+        ("back to back (ends before starts)", back_to_back, back_to_back + 1.0),
+        ("one request", np.array([2.0]), np.array([2.5])),
+        ("no request", np.array([], dtype=np.float64), np.array([], dtype=np.float64)),
+        ("an end at infinity", uniform[:100], np.append(uniform[:99] + 1.0, np.inf)),
+    ]
+
+
+@pytest.mark.parametrize("per_bin", [1, 3, 16, 10**9])  # 10**9: a single bin, everything computed exactly
+@pytest.mark.parametrize(("case", "starts", "ends"), _peak_cases(), ids=[c[0] for c in _peak_cases()])
+def test_binned_peak_equals_a_search_of_every_start(
+    monkeypatch: pytest.MonkeyPatch, per_bin: int, case: str, starts: np.ndarray, ends: np.ndarray
+) -> None:
+    """goodput._peak counts per time bin and sorts only the bins that may hold the peak: whatever
+    the bins' size, it finds the peak a search of every sorted start finds (ties, one bin, none)."""
+    monkeypatch.setattr(goodput, "_PEAK_BIN_STARTS", per_bin)
+    assert goodput._peak(starts.copy(), ends.copy()) == _searched_peak(starts, ends), case
 
 
 def test_latency_order_is_duckdbs_nearest_rank_and_the_full_sort(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
@@ -306,6 +338,42 @@ def test_latency_order_is_duckdbs_nearest_rank_and_the_full_sort(tmp_path: Path,
         n = len(values)
         assert order.cdf == [(values[math.ceil(n * q - 1e-12) - 1], q) for q in goodput.CDF_QUANTILES]
         assert goodput.latency_order(rs, "g6", column) is order  # read once, kept with the records
+
+
+def test_latency_order_reads_the_ranks_of_the_fully_sorted_sample(
+    tmp_path: Path, manifest_data: dict[str, Any]
+) -> None:
+    """goodput.latency_orders counts the values per bucket and fetches only the buckets whose
+    values differ: its P95 interval and CDF are those read from every value sorted, for values
+    that share buckets, sit on a bucket's edges, repeat, pass through the abandoned requests'
+    CASE, and for a fleet with a handful of values or none."""
+    m = manifest(manifest_data)
+    rng = random.Random(19)
+    edge = 37 / 65536  # a bucket's least value, and the value just under it (the bucket before)
+    pool = [edge, float(np.nextafter(edge, 0.0)), 0.5, 0.5 + 1e-9, 0.5 + 2e-9, 7.25, 1e4]
+    recs = []
+    for i in range(4_000):
+        ttft = rng.choice(pool) if i % 3 else rng.uniform(0.0, 2.0)  # repeats, and continuous ones
+        itl = 0.5 + rng.random() * 1e-6  # every value in one of a few buckets: those are fetched
+        r = rec(m, "g6", i, ttft=ttft, itl=itl, e2e=20.0)
+        if i % 97 == 0:  # abandoned: the TTFT enters at e2e_s, the ITL at its lower bound
+            r = replace(r, outcome=Outcome.SLO_ABANDONED.value, ttft_s=None if i % 2 else 0.3, slo_ok=False)
+        recs.append(r)
+    recs += [rec(m, "inf2", i, ttft=float(i % 3), itl=None, e2e=5.0) for i in range(7)]  # no ITL at all
+    write_jsonl(tmp_path / "records-w0.jsonl", recs)
+    rs = load_records(tmp_path, m.digest)
+    for fleet in ("g6", "inf2"):
+        for column in ("ttft_s", "itl_s"):
+            x = np.sort(goodput.latency_array(rs, fleet, column))  # every value, the reference's way
+            n = len(x)
+            want_p95 = stats.quantile_ci(x.tolist())
+            want_cdf = [(float(x[math.ceil(n * q - 1e-12) - 1]), q) for q in goodput.CDF_QUANTILES] if n else []
+            order = goodput.latency_order(rs, fleet, column)
+            assert (fleet, column, order.p95, order.cdf) == (fleet, column, want_p95, want_cdf)
+    assert (
+        goodput.latency_order(rs, "g6", "itl_s").p95.n == 4_000
+        and goodput.latency_order(rs, "inf2", "itl_s").p95.n == 0
+    )
 
 
 def test_slo_tally_gives_the_tokens_interval_of_the_per_request_values(
