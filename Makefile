@@ -95,8 +95,9 @@ setup:
 test: setup
 	@$(MAKE) --no-print-directory pytest CHECKS="lint docs checkov"
 
-# The tests in seven pytest processes. The offline cloud paths (mostly waiting on their task
-# processes; no gevent in the pytest process) run beside the main suite, whose live replays wait in
+# The tests in seven pytest processes (each log's header says when its wait returned: [+N s] into
+# the recipe). The offline cloud paths (mostly waiting on their task processes; no gevent in the
+# pytest process) run beside the main suite, whose live replays wait in
 # real time, in two processes of their own: the real-engine one (its CPU engines on cores it pins)
 # with the rest of tests/cloud (no test there imports locust), and the emulated one (the rehearsal)
 # and the cloud kills with the AWS seam's tests (one after another the three campaigns took 12 min
@@ -147,14 +148,14 @@ pytest: setup
 	nice -n 10 $(PY) -m pytest $(LOGIC_TESTS) -q > .test-logic.log 2>&1 & lpid=$$!; \
 	nice -n 10 $(PY) -m pytest $(SIMULATED_TESTS) -q > .test-simulated.log 2>&1 & mpid=$$!; \
 	$(PY) -m pytest $(addprefix --ignore=,$(SIDE_TESTS) $(ALONE_TESTS) $(STACKS_TESTS) $(LOGIC_TESTS) $(SIMULATED_TESTS)) -q 2>&1 | tee .test-main.log || main=$$?; \
-	wait $$spid || stacks=$$?; echo "== tests/stacks (own process at nice 10, ran alongside)"; cat .test-stacks.log; \
-	wait $$lpid || logic=$$?; echo "== the logic-only tests (own process at nice 10, ran alongside)"; cat .test-logic.log; \
-	wait $$mpid || simulated=$$?; echo "== the simulated stages, the plan, the package and the boot IAM (own process at nice 10, ran alongside)"; cat .test-simulated.log; \
-	wait $$pid || side=$$?; echo "== tests/cloud but its cloud path (own process, ran alongside)"; cat .test-side.log; \
-	wait $$bpid || campaigns=$$?; echo "== $(CAMPAIGN_TESTS) (own process, ran alongside)"; cat .test-campaigns.log; \
-	if [ -n "$$cpid" ]; then wait $$cpid || checks=$$?; echo "== $(CHECKS) (at nice 10, ran alongside)"; cat .test-checks.log; fi; \
+	wait $$spid || stacks=$$?; echo "== tests/stacks (own process at nice 10, ran alongside) [+$$SECONDS s]"; cat .test-stacks.log; \
+	wait $$lpid || logic=$$?; echo "== the logic-only tests (own process at nice 10, ran alongside) [+$$SECONDS s]"; cat .test-logic.log; \
+	wait $$mpid || simulated=$$?; echo "== the simulated stages, the plan, the package and the boot IAM (own process at nice 10, ran alongside) [+$$SECONDS s]"; cat .test-simulated.log; \
+	wait $$pid || side=$$?; echo "== tests/cloud but its cloud path (own process, ran alongside) [+$$SECONDS s]"; cat .test-side.log; \
+	wait $$bpid || campaigns=$$?; echo "== $(CAMPAIGN_TESTS) (own process, ran alongside) [+$$SECONDS s]"; cat .test-campaigns.log; \
+	if [ -n "$$cpid" ]; then wait $$cpid || checks=$$?; echo "== $(CHECKS) (at nice 10, ran alongside) [+$$SECONDS s]"; cat .test-checks.log; fi; \
 	touch .test-real-engine.go; wait $$epid || alone=$$?; rm -f .test-real-engine.go; \
-	echo "== $(ALONE_TESTS) (its engine loaded beside the rest; its tests alone, after them)"; cat .test-alone.log; \
+	echo "== $(ALONE_TESTS) (its engine loaded beside the rest; its tests alone, after them) [+$$SECONDS s]"; cat .test-alone.log; \
 	tools/test-total.sh .test-main.log .test-stacks.log .test-logic.log .test-simulated.log .test-side.log .test-campaigns.log .test-alone.log; \
 	if [ $$checks -ne 0 ]; then echo "make $(CHECKS): failed (exit $$checks; its output above)"; fi; \
 	for rc in $$main $$stacks $$logic $$simulated $$side $$campaigns $$alone $$checks; do if [ $$rc -ne 0 ]; then exit $$rc; fi; done
