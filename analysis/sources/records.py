@@ -14,7 +14,7 @@ import re
 import tempfile
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -202,7 +202,7 @@ def _connection(loc: RecordsLocation, threads: int | None) -> tuple[duckdb.DuckD
     return con, schema
 
 
-def _dropper(con: duckdb.DuckDBPyConnection, schema: str | None) -> Any:
+def _dropper(con: duckdb.DuckDBPyConnection, schema: str | None) -> Callable[[], object]:
     """What frees a record set's tables: its schema dropped on a connection of its own (a
     finalizer may run in any thread); nothing where the database is the record set's own."""
     if schema is None:
