@@ -29,6 +29,10 @@ from tests.real_engine.conftest import RealServer, WriteManifest, free_port
 # The first test also waits for the session's engine to load (minutes on a busy machine).
 pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(900)]
 NAMES = HistogramNames()
+# The session manifest's 50 s window replayed in 25 s: the same requests (the warmup the same
+# stretch of trace), at twice the session's light rate (about 0.7 requests/s), since these tests
+# run alone after the rest of `make test` and every second here is a second of its wall time.
+REPLAY_PACE = {"time_scale": 0.5, "warmup_s": 2.5}
 
 
 @dataclass
@@ -53,15 +57,17 @@ class Replay:
 @pytest.fixture(scope="module")
 def replay(
     real_server: RealServer,
+    write_real_manifest: WriteManifest,
     prometheus_url_for: Callable[[str, int, str], str],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Replay:
     port = free_port()
     prom = prometheus_url_for(real_server.url, port, real_server.fleet)
     out = tmp_path_factory.mktemp("replay")
+    manifest = write_real_manifest(workload=REPLAY_PACE)
     before = scrape(real_server.url)
     start = time.time()
-    s = run_fleet(real_server.manifest, real_server.fleet, real_server.url, out, metrics_port=port)
+    s = run_fleet(manifest, real_server.fleet, real_server.url, out, metrics_port=port)
     after = scrape(real_server.url)
     if prom is not None:
         time.sleep(3 * prometheus_local.SCRAPE_INTERVAL_S)  # the final counts reach Prometheus
