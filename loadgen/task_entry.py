@@ -8,7 +8,9 @@ schedule description, trace and a huggingface tokenizer's pinned files from
 `<results>/<run id>/inputs/`, and refuses to start (exit 3, nothing sent) when the manifest is
 not the one the stack was deployed for, when the trace's or a tokenizer file's sha256 does not
 match the manifest, or when the schedule it builds differs from the one `run` planned. Then
-Locust replaces this process, with the staged manifest.
+Locust runs in this process, with the staged manifest: its main is what `python -m locust` calls,
+and an exec of a fresh interpreter would import boto3 and the harness again and read the manifest
+and trace again (about a CPU second of each task's start, make test's offline campaigns start 55).
 """
 
 from __future__ import annotations
@@ -133,14 +135,26 @@ def discover_master(
 
 
 def locust_argv(manifest_path: Path, args: Sequence[str]) -> list[str]:
-    return [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--manifest", str(manifest_path), *args]
+    """Locust's command line (argv[0] its program name), as its main reads it from sys.argv."""
+    return ["locust", "-f", str(LOCUSTFILE), "--manifest", str(manifest_path), *args]
+
+
+def run_locust(argv: list[str]) -> int:
+    """Locust's own main (`python -m locust`) on this argv, in this process; its exit status."""
+    from locust.main import main as locust_main
+
+    sys.argv = argv
+    try:
+        locust_main()  # type: ignore[no-untyped-call]  # Locust's main has no annotations
+    except SystemExit as done:  # how Locust's main ends, a run's exit code in it
+        return done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or "--help" in args or "-h" in args:  # the image's default CMD: Locust's help, no inputs needed
-        cmd = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--help"]
-        os.execv(cmd[0], cmd)
+        return run_locust(["locust", "-f", str(LOCUSTFILE), "--help"])
     import boto3
     from botocore.config import Config
 
@@ -174,10 +188,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return SETUP_FAILED
         os.environ[cc.ENV_MASTER_HOST], os.environ[cc.ENV_MASTER_PORT] = host, port
         print(f"loadgen task: master of this step at {host}:{port}", flush=True)
-    cmd = locust_argv(manifest_path, args)
-    os.execv(cmd[0], cmd)
-    return 0  # not reached
+    return run_locust(locust_argv(manifest_path, args))
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] != ["--gate"]:
+        # Locust runs in this process (run_locust): gevent's monkey-patching (locust/__init__.py)
+        # comes first, before boto3's sockets and SSL, as when `python -m locust` imports it. The
+        # gate task runs no Locust and stays unpatched; so do the tests that call main.
+        import locust  # noqa: F401
     sys.exit(main())
