@@ -101,7 +101,7 @@ class Conductor(Construct):
                 "AWS_DEFAULT_REGION": stack.region,
                 ENV_WORK_DIR: CONDUCTOR_WORK_DIR,
                 # the conductor stages a run's inputs as a load-generator task does
-                # (loadgen.task_entry.stage_inputs): only the manifest this stack was deployed for
+                # (loadgen.task_inputs.stage_inputs): only the manifest this stack was deployed for
                 ENV_MANIFEST_DIGEST: manifest_digest,
                 ENV_RESULTS_URI: load_generator.results_uri,
             },

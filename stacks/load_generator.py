@@ -176,7 +176,7 @@ class LoadGenerator(Construct):
         self.gate_task = self._task("Gate", image, gate_env, ["--gate"], results, GATE_WRITES, [])
         # Tasks started by `run` are no service members: `run` registers each task's address in
         # its fleet's services (master-<fleet>, workers-<fleet>), so that each fleet's workers,
-        # started beside their master, find their own master (loadgen/task_entry.py asks Cloud
+        # started beside their master, find their own master (loadgen/task_inputs.py asks Cloud
         # Map's DiscoverInstances), and Prometheus's dns_sd finds both; `run` deregisters a
         # step's tasks when the step ends. One service per fleet: fleets run side by side.
         self.master_discovery: dict[str, servicediscovery.Service] = {}

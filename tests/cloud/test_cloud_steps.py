@@ -33,7 +33,7 @@ from core.manifest import load_manifest
 from core.records import INSTANCES_FILE
 from loadgen.fixtures import FixtureResult, GateResult
 from loadgen.gate_task import gate_key
-from loadgen.task_entry import InputsRejected, discover_master
+from loadgen.task_inputs import InputsRejected, discover_master
 from tests.conftest import EXAMPLE_MANIFEST
 
 BUCKET = "results"

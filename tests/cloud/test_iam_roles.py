@@ -28,7 +28,7 @@ from campaign.backends.fargate.tasks import TaskSpec
 from core import cloud_contract as cc
 from core.manifest import load_manifest
 from loadgen.recording import RecordParts, upload_to_s3
-from loadgen.task_entry import discover_master, stage_inputs
+from loadgen.task_inputs import discover_master, stage_inputs
 from testing.iam_policy import (
     Denial,
     Evaluator,

@@ -23,7 +23,7 @@ from core.serving import served_model_id
 from core.tokenizer import HuggingFaceTokenizer, for_manifest
 from loadgen import task_entry
 from loadgen.prompts import PromptBuilder
-from loadgen.task_entry import InputsRejected, stage_inputs
+from loadgen.task_inputs import InputsRejected, stage_inputs
 from loadgen.tokenizer_check import check_prompt_counts, pick_samples
 from runtime import tiny_model
 from tests.conftest import EXAMPLE_MANIFEST, ROOT, moto_server

@@ -130,7 +130,7 @@ def conduct(
     from analysis.report.inputs import PlannedCost
     from campaign.backends.fargate.campaign import run_campaign
     from core.manifest import load_manifest
-    from loadgen.task_entry import stage_inputs
+    from loadgen.task_inputs import stage_inputs
 
     cc.check_run_id(run_id)
     cfg = read_run_config(session.client("cloudformation"), stack)

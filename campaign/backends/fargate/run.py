@@ -319,7 +319,7 @@ class CloudRun:
         downloaded into `dest` once every task stopped; `on_poll()` True stops them early.
 
         Master and workers start together: each worker finds its own fleet's master of this step
-        in Cloud Map (loadgen/task_entry.py) once `run` registered it, so the step pays one
+        in Cloud Map (loadgen/task_inputs.py) once `run` registered it, so the step pays one
         Fargate provisioning, not a master's and then its workers'. `linger_s`: how long the
         master's web UI stays up after the replay (the trace replay's, to watch it; none on a step)."""
         step = f"{self.run_id}/{prefix}"
