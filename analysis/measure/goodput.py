@@ -20,7 +20,7 @@ averaged per replica.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import astuple, dataclass, field, replace
 from fractions import Fraction
@@ -439,12 +439,14 @@ def peak_in_flight(rs: RecordSet) -> dict[str, int]:
         return dict(known)
     live = "fleet = $fleet AND NOT warmup AND outcome <> 'not_sent' AND e2e_s IS NOT NULL"
 
-    def fetch(fleet: str) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    def fetch(fleet: str) -> tuple[list[npt.NDArray[np.float64]], list[npt.NDArray[np.float64]]]:
         # The send as two parts, scheduled_s + send_lag_s and, where send_lag_s is missing, sent_s:
         # duckdb decodes every column an expression names (coalesce's sent_s too), and the second
         # part's filter skips the row groups whose statistics say no send_lag_s is missing
-        # (the fetch took 3.1 instead of 4.9 CPU s for 50 million requests).
-        got = _fetch_numpy(
+        # (the fetch took 3.1 instead of 4.9 CPU s for 50 million requests). The times stay in the
+        # batches duckdb wrote them to (_fetch_chunks): joined, they were 0.8 GB more memory per
+        # fleet at 100 million records, new pages costing more than the arithmetic on them.
+        got = _fetch_chunks(
             rs,
             f"""SELECT t0, t1 FROM (
                   SELECT scheduled_s + send_lag_s AS t0, scheduled_s + e2e_s AS t1 FROM records
@@ -454,30 +456,44 @@ def peak_in_flight(rs: RecordSet) -> dict[str, int]:
                 WHERE t0 IS NOT NULL AND t1 > t0""",
             {"fleet": fleet},
         )
-        return np.asarray(got["t0"], dtype=np.float64), np.asarray(got["t1"], dtype=np.float64)
+        return got["t0"], got["t1"]
 
     out: dict[str, int] = {}
     for fleet, (starts, ends) in _one_ahead(fetch, rs.fleets()):
-        if len(starts):
+        if any(len(c) for c in starts):
             out[fleet] = _peak(starts, ends)
         del starts, ends  # before the next fleet's arrays arrive: at most two fleets' in memory
     rs.derived[("peak_in_flight",)] = out
     return dict(out)
 
 
-def _fetch_numpy(rs: RecordSet, sql: str, params: Mapping[str, object]) -> dict[str, npt.NDArray[Any]]:
-    """A query's columns as numpy arrays, on a cursor of its own (the query may run in a thread of
-    _one_ahead beside the caller's). Through a relation rather than execute(): the rows go to numpy
-    without the DB-API result's copy in between (a tenth to a fifth less CPU for these fetches)."""
+def _fetch_arrow(rs: RecordSet, sql: str, params: Mapping[str, object]) -> Any:
+    """A query's result as an Arrow table (pyarrow.Table), on a cursor of its own (the query may run
+    in a thread of _one_ahead beside the caller's). Through a relation rather than execute() (the
+    DB-API result's copy in between cost a tenth to a fifth more CPU), and as Arrow batches, which
+    duckdb builds on its threads, where fetchnumpy() converted the whole result on one (duckdb 2.0.1)."""
     with rs.cursor() as cursor:
-        got: dict[str, npt.NDArray[Any]] = cursor.sql(sql, params=dict(params)).fetchnumpy()
-    return got
+        return cursor.sql(sql, params=dict(params)).to_arrow_table()
+
+
+def _fetch_numpy(rs: RecordSet, sql: str, params: Mapping[str, object]) -> dict[str, npt.NDArray[Any]]:
+    """A query's columns as numpy arrays (_fetch_arrow), each joined from its batches. A NULL comes
+    back as NaN (a float column) or makes an integer column float: every caller leaves them out."""
+    table = _fetch_arrow(rs, sql, params)
+    return {name: table.column(name).to_numpy() for name in table.column_names}
+
+
+def _fetch_chunks(rs: RecordSet, sql: str, params: Mapping[str, object]) -> dict[str, list[npt.NDArray[Any]]]:
+    """A query's columns as numpy views of duckdb's Arrow batches (_fetch_arrow), one per batch:
+    no copy (where a batch holds a NULL, that batch is copied, the NULL as _fetch_numpy gives it)."""
+    table = _fetch_arrow(rs, sql, params)
+    return {name: [c.to_numpy(zero_copy_only=False) for c in table.column(name).chunks] for name in table.column_names}
 
 
 def _one_ahead(fetch: Callable[[K], V], keys: Iterable[K]) -> Iterator[tuple[K, V]]:
     """(key, fetch(key)) for each key in turn, the next key's fetch running in a thread while the
-    caller works on this one's result. A fetch is duckdb on both cores turning into a single-threaded
-    conversion to numpy; the caller's work is numpy passes over the arrays (_peak), on one core: overlapped,
+    caller works on this one's result. A fetch is duckdb on both cores (with the new pages its
+    batches take); the caller's work is numpy passes over the arrays (_peak), on one core: overlapped,
     they keep both cores busy (the wall time falls, not the CPU time)."""
     todo = list(keys)
     with ThreadPoolExecutor(1) as pool:
@@ -494,11 +510,13 @@ def _one_ahead(fetch: Callable[[K], V], keys: Iterable[K]) -> Iterator[tuple[K, 
 # plus its starts) is within the level's own ups and downs, so that only bins near the peak are
 # computed exactly (the bench's level wanders by about 40 around 58,000 in flight).
 _PEAK_BIN_STARTS = 16
+_PEAK_BLOCK = 1 << 18  # times binned at once in _peak: 2 MiB of scratch, in the processor's caches
 
 
-def _peak(starts: npt.NDArray[np.float64], ends: npt.NDArray[np.float64]) -> int:
+def _peak(starts: Sequence[npt.NDArray[np.float64]], ends: Sequence[npt.NDArray[np.float64]]) -> int:
     """max over the starts s of #(starts <= s) - #(ends <= s) (0 without starts): the number in flight
-    just after each start, ends counted before starts at the same instant.
+    just after each start, ends counted before starts at the same instant. `starts` and `ends` each
+    come in chunks (the batches of _fetch_chunks), in any order and of any lengths.
 
     Without sorting every time: the times are binned (a monotone function of the time, so every
     time in a bin is above every time in an earlier one), and counting per bin gives the number in
@@ -508,26 +526,42 @@ def _peak(starts: npt.NDArray[np.float64], ends: npt.NDArray[np.float64]) -> int
     their times are sorted and searched (the bench's: about one start in a thousand, against two
     sorts of 50 million times and a search of every start, 12 of the report's 59 CPU seconds at
     100 million records)."""
-    if not len(starts):
+    starts, ends = [c for c in starts if len(c)], [c for c in ends if len(c)]
+    if not starts:
         return 0
-    lo, span = float(starts.min()), float(ends.max()) - float(starts.min())
-    bins = max(len(starts) // _PEAK_BIN_STARTS, 1)
+    lo = min(float(c.min()) for c in starts)
+    span = max(float(c.max()) for c in ends) - lo
+    bins = max(sum(len(c) for c in starts) // _PEAK_BIN_STARTS, 1)
     # A span that is not finite (a NaN or infinite time) puts every time in one bin: all exact.
     scale = bins / span if np.isfinite(span) and span > 0 else 0.0
+    # A block's worth of scratch, used again for every block: new pages cost as much as the
+    # arithmetic, and scratch as long as the times was a sixth of the memory the peak touched.
+    scratch = np.empty(_PEAK_BLOCK)
 
-    def bin_of(t: npt.NDArray[np.float64], scratch: npt.NDArray[np.float64] | None = None) -> npt.NDArray[np.int32]:
-        # int32: half the memory of the default, and bins (a sixteenth of the starts) fit in it
+    def bin_of(chunks: Sequence[npt.NDArray[np.float64]]) -> npt.NDArray[np.int32]:
+        # The chunks' bins, one after the other. int32: half the memory of the default, and bins
+        # (a sixteenth of the starts) fit in it.
+        out = np.zeros(sum(len(c) for c in chunks), dtype=np.int32)
         if scale == 0.0:
-            return np.zeros(len(t), dtype=np.int32)
-        x = np.subtract(t, lo, out=scratch)
-        x *= scale
-        b = x.astype(np.int32)
-        return np.minimum(b, bins - 1, out=b)  # the last end lands on `bins`
+            return out
+        at = 0
+        for chunk in chunks:
+            for i in range(0, len(chunk), _PEAK_BLOCK):
+                t = chunk[i : i + _PEAK_BLOCK]
+                x = np.subtract(t, lo, out=scratch[: len(t)])
+                x *= scale
+                b = out[at : at + len(t)]
+                np.copyto(b, x, casting="unsafe")  # toward zero, as astype(np.int32)
+                np.minimum(b, bins - 1, out=b)  # the last end lands on `bins`
+                at += len(t)
+        return out
 
-    # One scratch array for both (as many starts as ends): new pages cost as much as the arithmetic
-    scratch = np.empty_like(starts)
-    at_s, at_e = bin_of(starts, scratch), bin_of(ends, scratch)
-    del scratch
+    def chosen(chunks: Sequence[npt.NDArray[np.float64]], keep: npt.NDArray[np.bool_]) -> npt.NDArray[np.float64]:
+        # the times whose place in bin_of's order `keep` marks
+        ends_at = np.cumsum([len(c) for c in chunks])
+        return np.concatenate([c[keep[e - len(c) : e]] for c, e in zip(chunks, ends_at, strict=True)])
+
+    at_s, at_e = bin_of(starts), bin_of(ends)
     n_s, n_e = np.bincount(at_s, minlength=bins), np.bincount(at_e, minlength=bins)
     before_s, before_e = np.cumsum(n_s) - n_s, np.cumsum(n_e) - n_e  # starts and ends in earlier bins
     level = before_s - before_e  # in flight at each bin's start
@@ -538,8 +572,8 @@ def _peak(starts: npt.NDArray[np.float64], ends: npt.NDArray[np.float64]) -> int
     # The bins that may hold the peak, exactly: each start's count of starts and ends up to it is
     # the count in the bins before its own plus the count in its own bin up to it, which the
     # sorted times of those bins alone give (their own earlier bins' counted out).
-    sub_s, sub_e = np.sort(starts[maybe[at_s]]), np.sort(ends[maybe[at_e]])
-    own = bin_of(sub_s)
+    sub_s, sub_e = np.sort(chosen(starts, maybe[at_s])), np.sort(chosen(ends, maybe[at_e]))
+    own = bin_of([sub_s])
     kept_s, kept_e = np.cumsum(n_s * maybe) - n_s * maybe, np.cumsum(n_e * maybe) - n_e * maybe
     offset = (before_s - kept_s) - (before_e - kept_e)
     in_flight = offset[own] + np.searchsorted(sub_s, sub_s, side="right") - np.searchsorted(sub_e, sub_s, side="right")
@@ -555,7 +589,9 @@ def goodput_series(
     `bins` bins span the window; requests that complete after it (the drain) get further bins of
     the same width, up to the last completion, rather than being piled into the window's last bin.
     One scan bins every fleet, each by its own start and width (query parameters, so the
-    arithmetic is that of a query per fleet)."""
+    arithmetic is that of a query per fleet). A fleet without a window has no start: its bin is
+    NULL, and left out here. No filter on the fleet: testing each record's against the names cost
+    the scan about 6% (100 million records: 5.7 against 6.1 CPU s), where nearly every fleet has one."""
     spans = {f: (start, (end - start) / bins) for f, (start, end) in windows.items() if end > start and bins >= 1}
     out: dict[str, list[tuple[float, float]]] = {f: [] for f in windows}
     if not spans:
@@ -563,7 +599,6 @@ def goodput_series(
     params: dict[str, object] = {"ttft": ttft_slo_s, "itl": itl_slo_s}
     for i, (f, (start, width)) in enumerate(spans.items()):
         params |= {f"f{i}": f, f"s{i}": start, f"w{i}": width}
-    names = ", ".join(f"$f{i}" for i in range(len(spans)))
 
     def per_fleet(p: str) -> str:
         return "CASE fleet " + " ".join(f"WHEN $f{i} THEN ${p}{i}" for i in range(len(spans))) + " END"
@@ -572,7 +607,7 @@ def goodput_series(
         f"""SELECT fleet, CAST(floor((scheduled_s + coalesce(e2e_s, 0) - {per_fleet("s")}) / {per_fleet("w")}) AS BIGINT) AS b,
                    sum({_TOKENS})
             FROM records
-            WHERE fleet IN ({names}) AND NOT warmup AND outcome = 'ok' AND {_SLO_MET}
+            WHERE NOT warmup AND outcome = 'ok' AND {_SLO_MET}
             GROUP BY fleet, b""",
         params,
     ).fetchall()

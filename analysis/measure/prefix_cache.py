@@ -143,14 +143,13 @@ def server_hit_rates(src: PrometheusSource, measures: Mapping[str, Any]) -> dict
     return rates
 
 
-def for_report(m: Manifest, rs: RecordSet, server_rates: Mapping[str, float | None]) -> PrefixCache:
-    """The section as build_report adds it: the schedule rebuilt from the manifest's trace, and
-    the server's hit rates as the evidence pulled them (server_hit_rates; none without Prometheus)."""
+def report_schedule(m: Manifest) -> list[ScheduledRequest] | None:
+    """The schedule the section splits requests by, as build_report gives it: rebuilt from the
+    manifest's trace, None where the trace cannot be read here."""
     from core.schedule import ScheduleError, build_schedule
     from core.traces import TraceError
 
     try:
-        schedule: list[ScheduledRequest] | None = build_schedule(m)
+        return build_schedule(m)
     except (OSError, ScheduleError, TraceError):
-        schedule = None
-    return section(m, rs, schedule, server_rates)
+        return None

@@ -14,8 +14,10 @@ concatenated here in one fixed order.
 from __future__ import annotations
 
 import importlib
-import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 from analysis.measure import prefix_cache
 from analysis.model import Report, non_finite_to_null
@@ -31,6 +33,8 @@ from analysis.report.evidence import gather_evidence, with_server_steps
 from analysis.report.inputs import DEFAULT_ROOT_VOLUME_GIB, AwsClients, QualityInput, ReportInputs
 from analysis.report.measurement import measure, read_records
 from core.manifest import Manifest
+
+_T = TypeVar("_T")
 
 # What callers import from here besides the builders: the inputs they build it from.
 __all__ = [
@@ -49,12 +53,13 @@ def build_report(inputs: ReportInputs) -> Report:
     inp = inputs
     m = inp.manifest
     if inp.with_pages:
-        _import_renderers_aside()
+        _aside(_import_renderers)
+    schedule = _aside(lambda: prefix_cache.report_schedule(m))
     rec = read_records(inp)
     ev = gather_evidence(inp, rec.base, rec.summaries())
     meas = measure(inp, rec, ev.instances)
     ev = with_server_steps(ev, inp, meas.capacities(1.0) if meas.capacities is not None else {}, rec.base)
-    prefix = prefix_cache.for_report(m, rec.records, ev.prefix_cache_rates)
+    prefix = prefix_cache.section(m, rec.records, schedule.result(), ev.prefix_cache_rates)
     found = (
         rec.found
         + ev.cloud_found
@@ -109,20 +114,27 @@ def _write(report: Report, out_dir: str | Path, with_pages: bool) -> Report:
 _RENDERERS = ("analysis.report.render.html", "analysis.report.render.markdown")
 
 
-def _import_renderers_aside() -> None:
-    """Import the page renderers in a thread while the records are read: duckdb and numpy release
-    the GIL, so the import runs beside them instead of after them. write_pages imports them as
-    before (Python's import lock makes it wait for an import under way); should one fail here, it
-    fails there again, with its error."""
+def _aside(work: Callable[[], _T]) -> Future[_T]:
+    """work() in a thread of its own, its result (or its exception) in the future: the fixed,
+    single-threaded Python of a report (the page renderers' imports, matplotlib's among them, about
+    a second; the prefix-cache section's trace parse, 0.13-0.18 s), whatever the number of records,
+    runs beside the record scans, where duckdb and numpy release the GIL, instead of after them."""
+    pool = ThreadPoolExecutor(1, thread_name_prefix="report-aside")
+    try:
+        return pool.submit(work)
+    finally:
+        pool.shutdown(wait=False)  # the thread ends with its work
 
-    def load() -> None:
-        for name in _RENDERERS:
-            try:
-                importlib.import_module(name)
-            except Exception:  # write_pages' own import raises it again
-                return
 
-    threading.Thread(target=load, name="import-renderers", daemon=True).start()
+def _import_renderers() -> None:
+    """What write_pages imports, imported ahead (_aside). write_pages imports them as before
+    (Python's import lock makes it wait for an import under way); should one fail here, it fails
+    there again, with its error."""
+    for name in _RENDERERS:
+        try:
+            importlib.import_module(name)
+        except Exception:  # write_pages' own import raises it again
+            return
 
 
 def write_pages(model: Report, out_dir: str | Path) -> None:

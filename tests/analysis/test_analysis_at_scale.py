@@ -299,15 +299,27 @@ def _peak_cases() -> list[tuple[str, np.ndarray, np.ndarray]]:
     ]
 
 
+def _chunks(times: np.ndarray, cuts: int, seed: int) -> list[np.ndarray]:
+    """The times cut at `cuts` random places (chunks of any length, empty ones too), as duckdb's
+    Arrow batches hand them to goodput._peak."""
+    at = np.sort(np.random.default_rng(seed).integers(0, len(times) + 1, cuts))
+    return [c.copy() for c in np.split(times, at)]
+
+
 @pytest.mark.parametrize("per_bin", [1, 3, 16, 10**9])  # 10**9: a single bin, everything computed exactly
 @pytest.mark.parametrize(("case", "starts", "ends"), _peak_cases(), ids=[c[0] for c in _peak_cases()])
 def test_binned_peak_equals_a_search_of_every_start(
     monkeypatch: pytest.MonkeyPatch, per_bin: int, case: str, starts: np.ndarray, ends: np.ndarray
 ) -> None:
     """goodput._peak counts per time bin and sorts only the bins that may hold the peak: whatever
-    the bins' size, it finds the peak a search of every sorted start finds (ties, one bin, none)."""
+    the bins' size, and however the times come in chunks (starts and ends cut apart differently,
+    blocks of 64 within a chunk), it finds the peak a search of every sorted start finds (ties,
+    one bin, none)."""
     monkeypatch.setattr(goodput, "_PEAK_BIN_STARTS", per_bin)
-    assert goodput._peak(starts.copy(), ends.copy()) == _searched_peak(starts, ends), case
+    want = _searched_peak(starts, ends)
+    assert goodput._peak([starts.copy()], [ends.copy()]) == want, case
+    monkeypatch.setattr(goodput, "_PEAK_BLOCK", 64)
+    assert goodput._peak(_chunks(starts, 7, 1), _chunks(ends, 4, 2)) == want, case
 
 
 def test_latency_order_is_duckdbs_nearest_rank_and_the_full_sort(tmp_path: Path, manifest_data: dict[str, Any]) -> None:
