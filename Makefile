@@ -95,7 +95,7 @@ setup:
 test: setup
 	@$(MAKE) --no-print-directory pytest CHECKS="lint docs checkov"
 
-# The tests in eight pytest processes (each log's header says when its wait returned: [+N s] into
+# The tests in seven pytest processes (each log's header says when its wait returned: [+N s] into
 # the recipe). The offline cloud paths (mostly waiting on their task processes; no gevent in the
 # pytest process) run beside the main suite, whose live replays wait in
 # real time, in two processes of their own: the real-engine one (its CPU engines on cores it pins)
@@ -119,10 +119,9 @@ test: setup
 # gevent's monkey-patching cannot share a process (tests/stacks/conftest.py refuses to start where
 # either is imported); no nice-10 process imports gevent. Kept in the main suite from those
 # directories: the tests of a real Prometheus's windows, of the browser, and of the emulator's
-# prefix-cache TTFT. The closing line adds the eight up. The main suite's replays in a process of
-# their own (LIVE_TESTS) gained nothing on a machine whose cores were already busy (another session's
-# tests beside it, 2026-12-07: the real-engine offline campaign missed its steps); on a quiet one
-# the main suite, mostly waiting, finished last by 2.5 min. Moved out of the main suite as well (2026-12-07, `--durations=0`: 3 min
+# prefix-cache TTFT. The closing line adds the seven up. The main suite's live half in a process of
+# its own (2026-12-07) gained nothing: the cores were already busy, and the real-engine offline
+# campaign missed its steps. Moved out of the main suite as well (2026-12-07, `--durations=0`: 3 min
 # 17 s of its 12 min 25 s), none with a timing subject, none importing gevent: the AWS seam's
 # bookkeeping against moto beside tests/cloud, and SIMULATED_TESTS.
 SEAM_TESTS := $(addprefix tests/campaign/,test_compile_phase.py test_teardown.py test_deadline.py \
@@ -134,28 +133,21 @@ SIMULATED_TESTS := $(addprefix tests/campaign/,test_plan_and_prices.py test_plan
 SIDE_TESTS := tests/cloud tests/faults/test_cloud_kills.py $(SEAM_TESTS)
 CAMPAIGN_TESTS := tests/cloud/test_cloud_path.py tests/faults/test_cloud_kills.py $(SEAM_TESTS)
 ALONE_TESTS := tests/real_engine
-# The main suite's replays against emulators and Locust, in a process of its own beside the rest of
-# it: alone, the main suite took 7 min 48 s for 134 CPU-s (2026-12-07), a chain of real-time waits
-# (the local campaign 48 s, a cloud worker's parts 26 s, the fault cases 11-25 s each, the live UI
-# 18 s, the calibration rows 14-18 s), and it was the last process to finish.
-LIVE_TESTS := tests/loadgen tests/runtime
 LOGIC_REAL_TIME := tests/analysis/test_prometheus.py tests/analysis/test_server_truth_prometheus.py \
 	tests/analysis/test_report_browser.py tests/analysis/test_prefix_cache.py
 STACKS_TESTS := tests/stacks
 LOGIC_TESTS := $(filter-out $(LOGIC_REAL_TIME),$(wildcard tests/analysis/test_*.py tests/core/test_*.py tests/invariants/test_*.py))
 pytest: SHELL := /bin/bash
 pytest: setup
-	@set -o pipefail; main=0; live=0; side=0; campaigns=0; stacks=0; logic=0; simulated=0; alone=0; checks=0; pid=""; bpid=""; spid=""; lpid=""; mpid=""; cpid=""; epid=""; vpid=""; \
+	@set -o pipefail; main=0; side=0; campaigns=0; stacks=0; logic=0; simulated=0; alone=0; checks=0; pid=""; bpid=""; spid=""; lpid=""; mpid=""; cpid=""; epid=""; \
 	rm -f .test-real-engine.go; REAL_ENGINE_AFTER=$(CURDIR)/.test-real-engine.go nice -n 10 $(PY) -m pytest $(ALONE_TESTS) -q > .test-alone.log 2>&1 & epid=$$!; \
 	if [ -n "$(CHECKS)" ]; then nice -n 10 $(MAKE) --no-print-directory -j3 --output-sync=target $(CHECKS) > .test-checks.log 2>&1 & cpid=$$!; fi; \
 	$(PY) -m pytest tests/cloud --ignore=tests/cloud/test_cloud_path.py -q > .test-side.log 2>&1 & pid=$$!; \
 	$(PY) -m pytest $(CAMPAIGN_TESTS) -q > .test-campaigns.log 2>&1 & bpid=$$!; \
-	$(PY) -m pytest $(LIVE_TESTS) -q > .test-live.log 2>&1 & vpid=$$!; \
 	nice -n 10 $(PY) -m pytest $(STACKS_TESTS) -q > .test-stacks.log 2>&1 & spid=$$!; \
 	nice -n 10 $(PY) -m pytest $(LOGIC_TESTS) -q > .test-logic.log 2>&1 & lpid=$$!; \
 	nice -n 10 $(PY) -m pytest $(SIMULATED_TESTS) -q > .test-simulated.log 2>&1 & mpid=$$!; \
-	$(PY) -m pytest $(addprefix --ignore=,$(SIDE_TESTS) $(ALONE_TESTS) $(LIVE_TESTS) $(STACKS_TESTS) $(LOGIC_TESTS) $(SIMULATED_TESTS)) -q 2>&1 | tee .test-main.log || main=$$?; \
-	wait $$vpid || live=$$?; echo "== $(LIVE_TESTS) (own process, ran alongside) [+$$SECONDS s]"; cat .test-live.log; \
+	$(PY) -m pytest $(addprefix --ignore=,$(SIDE_TESTS) $(ALONE_TESTS) $(STACKS_TESTS) $(LOGIC_TESTS) $(SIMULATED_TESTS)) -q 2>&1 | tee .test-main.log || main=$$?; \
 	wait $$spid || stacks=$$?; echo "== tests/stacks (own process at nice 10, ran alongside) [+$$SECONDS s]"; cat .test-stacks.log; \
 	wait $$lpid || logic=$$?; echo "== the logic-only tests (own process at nice 10, ran alongside) [+$$SECONDS s]"; cat .test-logic.log; \
 	wait $$mpid || simulated=$$?; echo "== the simulated stages, the plan, the package and the boot IAM (own process at nice 10, ran alongside) [+$$SECONDS s]"; cat .test-simulated.log; \
@@ -164,9 +156,9 @@ pytest: setup
 	if [ -n "$$cpid" ]; then wait $$cpid || checks=$$?; echo "== $(CHECKS) (at nice 10, ran alongside) [+$$SECONDS s]"; cat .test-checks.log; fi; \
 	touch .test-real-engine.go; wait $$epid || alone=$$?; rm -f .test-real-engine.go; \
 	echo "== $(ALONE_TESTS) (its engine loaded beside the rest; its tests alone, after them) [+$$SECONDS s]"; cat .test-alone.log; \
-	tools/test-total.sh .test-main.log .test-live.log .test-stacks.log .test-logic.log .test-simulated.log .test-side.log .test-campaigns.log .test-alone.log; \
+	tools/test-total.sh .test-main.log .test-stacks.log .test-logic.log .test-simulated.log .test-side.log .test-campaigns.log .test-alone.log; \
 	if [ $$checks -ne 0 ]; then echo "make $(CHECKS): failed (exit $$checks; its output above)"; fi; \
-	for rc in $$main $$live $$stacks $$logic $$simulated $$side $$campaigns $$alone $$checks; do if [ $$rc -ne 0 ]; then exit $$rc; fi; done
+	for rc in $$main $$stacks $$logic $$simulated $$side $$campaigns $$alone $$checks; do if [ $$rc -ne 0 ]; then exit $$rc; fi; done
 
 # checkov on every template `deploy` can create from both example manifests (the compile phase's
 # too: stacks/checkov_gate.py deploy_templates; and the example's rehearsal, deploy --rehearsal), from its own venv (its dependency pins
