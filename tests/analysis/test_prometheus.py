@@ -104,6 +104,21 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list[H
             s.shutdown()
 
 
+def _closed(src: PrometheusSource, t1: float, timeout_s: float = 30.0) -> None:
+    """Wait until every target has a sample stamped after t1, so that every scrape inside [t0, t1]
+    is in the TSDB and each query of that window reads the same samples. A sample is stamped when
+    its scrape starts and written when it ends: without this wait a scrape that began before t1
+    landed between two queries of one window and changed increase()'s extrapolation (make test,
+    2026-12-07: 3.85 against 3.50)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        newest = src.query('timestamp(up{job="loadgen"})', time.time())
+        if len(newest) == 2 and min(float(s["value"][1]) for s in newest) > t1:
+            return
+        assert time.monotonic() < deadline, f"Prometheus took no sample of both targets after t1 in {timeout_s:.0f} s"
+        time.sleep(0.2)
+
+
 def test_fleet_p95_from_merged_histograms_on_real_prometheus(prom: tuple[str, list[Histogram]]) -> None:
     url, (fast, slow) = prom
     src = PrometheusSource(url)
@@ -114,6 +129,7 @@ def test_fleet_p95_from_merged_histograms_on_real_prometheus(prom: tuple[str, li
         slow.observe(3.0)
     time.sleep(3.5)  # three more scrapes
     t1 = time.time()
+    _closed(src, t1)
     labels = {"fleet": "inf2"}
     merged = src.merged_quantile(0.95, "loadgen_ttft_seconds", labels, t0, t1)
     per = src.per_replica_quantiles(0.95, "loadgen_ttft_seconds", labels, t0, t1)
@@ -223,6 +239,7 @@ def test_signed_queries_give_the_direct_quantiles(prom: tuple[str, list[Histogra
         if len(direct.per_replica_quantiles(0.95, "loadgen_ttft_seconds", labels, t0, t1)) == 2:
             break
         assert time.monotonic() < deadline, "Prometheus did not scrape both replicas in 30 s"
+    _closed(direct, t1)
     assert signed.sigv4_region == REGION and direct.sigv4_region is None
     merged = signed.merged_quantile(0.95, "loadgen_ttft_seconds", labels, t0, t1)
     assert merged is not None and merged == direct.merged_quantile(0.95, "loadgen_ttft_seconds", labels, t0, t1)
