@@ -7,10 +7,7 @@ One replay of the real-engine manifest's window (time-compressed) per module; th
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,12 +59,11 @@ def _scraped_once(prom: str, job: str, timeout_s: float = 30.0) -> None:
     a scrape taken before its first request. A request answered before the first scrape is in no
     increase(): in `make test` (2026-12-07) Prometheus's first sample came 5 s into the replay, after
     4 of its 24 requests, and its P95 was a bucket below the server's own histogram."""
-    query = urllib.parse.urlencode({"query": f'up{{job="{job}"}}'})
+    src = PrometheusSource(prom)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        with urllib.request.urlopen(f"{prom}/api/v1/query?{query}", timeout=5) as r:
-            if any(v["value"][1] == "1" for v in json.load(r)["data"]["result"]):
-                return
+        if src.query(f'up{{job="{job}"}} == 1', time.time()):
+            return
         time.sleep(0.2)
     raise AssertionError(f"Prometheus at {prom} took no sample of job {job} in {timeout_s:.0f} s")
 
