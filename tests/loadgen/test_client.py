@@ -463,7 +463,7 @@ def serve():
     slow_started.wait(10)
     box["t1"] = time.monotonic()
     conns["first"].sendall(token("a"))  # arrives while the first slow read runs
-    time.sleep(0.045)
+    time.sleep(0.15)
     box["t2"] = time.monotonic()
     conns["first"].sendall(token("b", "length") + end(2))
     time.sleep(0.3)
@@ -474,7 +474,7 @@ _feed = lc.feed_events
 def slow_feed(parser, state, chunk, now):
     if b'"slow"' in chunk:
         slow_started.set()
-        time.sleep(0.03)  # a heavy read: the iteration of four of them lasts 120 ms
+        time.sleep(0.08)  # a heavy read: the iteration of four of them lasts 320 ms
     _feed(parser, state, chunk, now)
 lc.feed_events = slow_feed
 
@@ -503,10 +503,13 @@ print(json.dumps({**box, "times": ex.state.chunk_times, "kernel": client.kernel_
 
 @pytest.mark.parametrize("poll", ["poll", "no-poll"])
 def test_a_first_token_is_read_between_the_reads_of_a_long_iteration(poll: str) -> None:
-    # Four streaming streams become readable together and each of their reads takes 30 ms; a
-    # fifth stream's first token arrives during the first of them, its second 45 ms later. The
+    # Four streaming streams become readable together and each of their reads takes 80 ms; a
+    # fifth stream's first token arrives during the first of them, its second 150 ms later. The
     # waiting stream is read between two slow reads, so its first token has its own stamp;
     # left to the next loop iteration (no-poll) it is read after its second, which stamps both.
+    # The gaps are wide for a loaded machine: at 30 ms reads and a 45 ms gap, `make test` once
+    # stamped the first token 66 us after its second (the reading thread held off the CPU for
+    # the whole gap); the iteration (320 ms) still outlasts the second token by 170 ms.
     out = subprocess.run(
         [sys.executable, "-c", _BUSY_LOOP, poll], capture_output=True, text=True, cwd=ROOT, timeout=60, check=True
     )
