@@ -17,7 +17,7 @@ from campaign.stages.progress import RecordTail
 from core.manifest import Manifest, load_manifest
 from core.records import RequestRecord
 from core.schedule import ScheduledRequest, build_schedule, partition
-from loadgen.launch import merge_worker_outputs
+from loadgen.launch import merge_worker_outputs, run_fleet
 from loadgen.recording import (
     RecordContext,
     RecordParts,
@@ -26,11 +26,13 @@ from loadgen.recording import (
     not_sent_record,
     read_records,
     records_name,
+    records_part_name,
     summary_name,
 )
 from loadgen.summary import SummaryInputs, summarize
 from tests.conftest import moto_server, write_manifest
 from tests.loadgen.conftest import small_manifest_data
+from tests.loadgen.sse_server import serving
 
 BUCKET = "results-parts"
 STEP = f"s3://{BUCKET}/runs/20261203T143000Z-1a2b3c/capacity/g6/x2"
@@ -234,3 +236,50 @@ def test_the_s3_client_is_made_before_the_schedule_starts_not_at_the_first_flush
     monkeypatch.setattr(boto3, "client", lambda service, *a, **k: made.append(service) or object())
     RecordParts(tmp_path / "records-g6-w0.jsonl", STEP, "g6", "w0")
     assert made == ["s3"]
+
+
+def test_a_cloud_worker_flushes_its_records_as_new_parts_then_its_summary(
+    manifest_data: dict[str, Any], tmp_path: Path
+) -> None:
+    """The real Locust replay as a cloud worker runs it, against the SSE test server: a 24 s replay
+    uploads two parts while it runs (every RECORDS_UPLOAD_EVERY_S = 10 s) and the final one when it
+    stops, into a versioned bucket as the stacks' results bucket is: each part a new object put
+    once, together exactly the worker's records file, and no whole-file object. Its subject is the
+    parts, not timing: it runs here, beside the replays of the main suite (which it sat in, 30 s)."""
+    m = write_manifest(tmp_path, small_manifest_data(manifest_data, time_scale=0.4))
+    bucket, run_id = "results-replay", "20261203T143000Z-1a2b3c"
+    prefix = f"runs/{run_id}/capacity/g6/x1"
+    server = serving(load_manifest(m))
+    try:
+        with moto_server("us-east-1"):
+            s3 = boto3.client("s3", region_name="us-east-1")
+            s3.create_bucket(Bucket=bucket)
+            s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+            s = run_fleet(
+                m,
+                "g6",
+                server.url,
+                tmp_path / "task",
+                extra_args=[
+                    "--s3-uri",
+                    f"s3://{bucket}/runs",
+                    "--run-id",
+                    run_id,
+                    "--records-prefix",
+                    "capacity/g6/x1",
+                ],
+            )
+            versions = [v["Key"] for v in s3.list_object_versions(Bucket=bucket, Prefix=prefix + "/")["Versions"]]
+            parts = sorted(k for k in versions if k.rsplit("/", 1)[1].startswith("records-"))
+            bodies = b"".join(s3.get_object(Bucket=bucket, Key=k)["Body"].read() for k in parts)
+            download_run(s3, f"s3://{bucket}/{prefix}", tmp_path / "operator")
+    finally:
+        server.stop()
+    assert s.valid and s.completed == s.scheduled, s.invalid_reasons
+    assert len(parts) >= 3 and parts == [
+        f"{prefix}/{records_part_name('g6', 'w0', i)}" for i in range(1, len(parts) + 1)
+    ]
+    assert sorted(versions) == sorted({*parts, f"{prefix}/summary-g6-w0.json"})  # each put once
+    assert bodies == (tmp_path / "task" / "records-g6-w0.jsonl").read_bytes()
+    merged = merge_worker_outputs(load_manifest(m), "g6", tmp_path / "operator")
+    assert merged.valid and merged.completed == s.scheduled, merged.invalid_reasons

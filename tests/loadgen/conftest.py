@@ -9,9 +9,8 @@ import pytest
 import yaml
 
 from core.manifest import Manifest, load_manifest
-from core.tokenizer import for_manifest
 from tests.conftest import ROOT
-from tests.loadgen.sse_server import SSEServer
+from tests.loadgen.sse_server import SSEServer, serving
 
 CONV = ROOT / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv"
 
@@ -50,8 +49,6 @@ def manifest(example_manifest_path: Path) -> Manifest:
 
 @pytest.fixture
 def sse_server(manifest: Manifest) -> Iterator[SSEServer]:
-    s = SSEServer(
-        for_manifest(manifest), manifest.tokenizer.chat_template, dict(manifest.tokenizer.special_tokens)
-    ).start()
+    s = serving(manifest)
     yield s
     s.stop()

@@ -16,7 +16,8 @@ from typing import Any
 
 from aiohttp import web
 
-from core.tokenizer import Tokenizer, apply_chat_template
+from core.manifest import Manifest
+from core.tokenizer import Tokenizer, apply_chat_template, for_manifest
 
 
 @dataclass
@@ -133,3 +134,8 @@ class SSEServer:
     @property
     def url(self) -> str:
         return f"http://{self.hosts[0]}:{self.port}"
+
+
+def serving(m: Manifest) -> SSEServer:
+    """The server for `m`'s tokenizer and chat template, started (`stop()` it)."""
+    return SSEServer(for_manifest(m), m.tokenizer.chat_template, dict(m.tokenizer.special_tokens)).start()

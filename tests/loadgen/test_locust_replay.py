@@ -152,47 +152,6 @@ def test_workers_given_the_resolver_in_their_environment_spread_over_the_nlb_nam
     assert max(counts.values()) - min(counts.values()) <= 2  # round robin per worker: at most one apart each
 
 
-def test_a_cloud_worker_flushes_its_records_as_new_parts_then_its_summary(
-    sse_server: SSEServer, manifest_data: dict[str, Any], tmp_path: Path
-) -> None:
-    # A 24 s replay uploads two parts while it runs (every RECORDS_UPLOAD_EVERY_S = 10 s) and the
-    # final one when it stops, into a versioned bucket as the stacks' results bucket is: each part
-    # a new object put once, together exactly the worker's records file, and no whole-file object.
-    import boto3
-
-    from campaign.aws.s3_trees import download_run
-    from loadgen.launch import merge_worker_outputs
-    from loadgen.recording import records_part_name
-    from tests.conftest import moto_server
-
-    m = write(tmp_path, small_manifest_data(manifest_data, time_scale=0.4))
-    bucket, run_id = "results-replay", "20261203T143000Z-1a2b3c"
-    prefix = f"runs/{run_id}/capacity/g6/x1"
-    with moto_server("us-east-1"):
-        s3 = boto3.client("s3", region_name="us-east-1")
-        s3.create_bucket(Bucket=bucket)
-        s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
-        s = run_fleet(
-            m,
-            "g6",
-            sse_server.url,
-            tmp_path / "task",
-            extra_args=["--s3-uri", f"s3://{bucket}/runs", "--run-id", run_id, "--records-prefix", "capacity/g6/x1"],
-        )
-        versions = [v["Key"] for v in s3.list_object_versions(Bucket=bucket, Prefix=prefix + "/")["Versions"]]
-        parts = sorted(k for k in versions if k.rsplit("/", 1)[1].startswith("records-"))
-        bodies = b"".join(s3.get_object(Bucket=bucket, Key=k)["Body"].read() for k in parts)
-        download_run(s3, f"s3://{bucket}/{prefix}", tmp_path / "operator")
-    assert s.valid and s.completed == s.scheduled, s.invalid_reasons
-    assert len(parts) >= 3 and parts == [
-        f"{prefix}/{records_part_name('g6', 'w0', i)}" for i in range(1, len(parts) + 1)
-    ]
-    assert sorted(versions) == sorted({*parts, f"{prefix}/summary-g6-w0.json"})  # each put once
-    assert bodies == (tmp_path / "task" / "records-g6-w0.jsonl").read_bytes()
-    merged = merge_worker_outputs(load_manifest(m), "g6", tmp_path / "operator")
-    assert merged.valid and merged.completed == s.scheduled, merged.invalid_reasons
-
-
 def test_workers_paused_past_three_heartbeats_still_replay_the_whole_schedule(
     sse_server: SSEServer, small_manifest: Path, tmp_path: Path
 ) -> None:
